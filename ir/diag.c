@@ -1,0 +1,117 @@
+/* ir/diag.c — user diagnostics: "file:line:col: error: ..." plus the source line
+ * and a caret under the column, in the form gcc and clang users read every day.
+ * The sink only prints and counts; it never exits, so a caller can report many
+ * errors and still guarantee that nothing is written when any occurred. */
+#include "ir/ir.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void diag_init(Diag *d, FILE *out) {
+  memset(d, 0, sizeof *d);
+  d->out = out ? out : stderr;
+  d->max_errors = 20;
+}
+
+void diag_add_source(Diag *d, const Source *s) {
+  if (d->nsources < (int)(sizeof d->sources / sizeof d->sources[0]))
+    d->sources[d->nsources++] = s;
+}
+
+static const Source *find_source(const Diag *d, const char *file) {
+  for (int i = d->nsources - 1; i >= 0; i--)
+    if (d->sources[i]->path == file || strcmp(d->sources[i]->path, file) == 0)
+      return d->sources[i];
+  return NULL;
+}
+
+/* Prints the source line of loc and a caret under its column. Tabs are kept in
+ * the padding so the caret lines up in a terminal; unprintable bytes become '?'. */
+static void show_line(const Diag *d, Loc loc) {
+  const Source *s = find_source(d, loc.file);
+  if (!s || loc.line < 1) return;
+  const char *p = s->text, *end = s->text + s->len;
+  for (int line = 1; line < loc.line && p < end; p++)
+    if (*p == '\n') line++;
+  if (p >= end && loc.line > 1) return;
+  const char *eol = p;
+  while (eol < end && *eol != '\n') eol++;
+  int width = (int)(eol - p);
+  if (width > 200) width = 200; /* a minified or binary line is not worth printing */
+  fputs("  ", d->out);
+  for (int i = 0; i < width; i++) {
+    unsigned char c = (unsigned char)p[i];
+    fputc(c == '\t' || (c >= 0x20 && c != 0x7f) ? c : '?', d->out);
+  }
+  fputs("\n  ", d->out);
+  for (int i = 0; i < loc.col - 1 && i < width; i++) fputc(p[i] == '\t' ? '\t' : ' ', d->out);
+  fputs("^\n", d->out);
+}
+
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+  if (loc.file && loc.line > 0)
+    fprintf(d->out, "%s:%d:%d: %s: ", loc.file, loc.line, loc.col, kind);
+  else if (loc.file)
+    fprintf(d->out, "%s: %s: ", loc.file, kind);
+  else
+    fprintf(d->out, "pd2bw: %s: ", kind);
+  vfprintf(d->out, fmt, ap);
+  fputc('\n', d->out);
+  if (loc.file && loc.line > 0) show_line(d, loc);
+}
+
+void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap) {
+  d->nerrors++;
+  int max = d->max_errors > 0 ? d->max_errors : 20;
+  if (d->nerrors > max) return;
+  report(d, loc, "error", fmt, ap);
+  if (d->nerrors == max) fprintf(d->out, "pd2bw: too many errors, stopping here\n");
+}
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(d, loc, fmt, ap);
+  va_end(ap);
+}
+
+void diag_note(Diag *d, Loc loc, const char *fmt, ...) {
+  int max = d->max_errors > 0 ? d->max_errors : 20;
+  if (d->nerrors > max) return;
+  va_list ap;
+  va_start(ap, fmt);
+  report(d, loc, "note", fmt, ap);
+  va_end(ap);
+}
+
+bool source_read(Arena *a, Diag *d, const char *path, Source *out) {
+  FILE *f = fopen(path, "rb");
+  Loc where = {path, 0, 0};
+  if (!f) {
+    diag_error(d, where, "cannot open: %s", strerror(errno));
+    return false;
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = pd_malloc(cap);
+  for (;;) {
+    if (len + 1 >= cap) buf = pd_realloc(buf, cap *= 2);
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    free(buf);
+    diag_error(d, where, "read failed");
+    return false;
+  }
+  char *text = arena_alloc(a, len + 1);
+  memcpy(text, buf, len);
+  free(buf);
+  out->path = arena_strdup(a, path);
+  out->text = text;
+  out->len = len;
+  return true;
+}

@@ -1,0 +1,331 @@
+/* ir/ir.h — the graph every part of pd2bw speaks.
+ *
+ * The IR is a flat, topologically ordered list of ops over named tensors with static
+ * shapes (dim 0 of a "batched" tensor is the symbolic microbatch dimension B, fixed
+ * only when the planner picks b). Every op kind comes from the one op table,
+ * ir/ops.def, which says per kind: arity, attributes, shape rule, FLOPs and bytes, and
+ * how to differentiate it. Ops carry the region they came from (the prologue, one
+ * copy of the repeated block, or the epilogue), which is what the planner cuts
+ * between. Parameters carry their initialiser; a parameter used by ops in two regions
+ * (the GPT token embedding reused as the LM head) is a tied parameter.
+ *
+ * This header also holds the few things every folder shares: the arena allocator,
+ * source locations and the diagnostic sink (user errors: `file:line:col: error: ...`
+ * with the source line and a caret), and the internal check macro (PD_CHECK), and the
+ * cluster and training descriptions that the front end produces and the planner and
+ * runtime consume.
+ *
+ * Promises: ids are dense and deterministic (same input, same ids); ir_dump() output
+ * is stable and diffed by golden tests; nothing here does I/O except ir_dump and
+ * the diagnostic printer.
+ */
+#ifndef PD2BW_IR_H
+#define PD2BW_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PD2BW_VERSION "0.1.0"
+
+/* ---- internal invariants -------------------------------------------------
+ * A failed check is a bug in pd2bw (or a failed library call), never a user
+ * error: it names the expression, file and line, and aborts. */
+void pd_fatal(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+#define PD_CHECK(cond, ...)                                                    \
+  do {                                                                         \
+    if (!(cond)) pd_fatal(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__); \
+  } while (0)
+
+/* malloc/realloc/calloc that never return NULL (they PD_CHECK instead). All of
+ * pd2bw allocates through these, so tests can count or fail allocations. */
+void *pd_malloc(size_t n);
+void *pd_calloc(size_t n, size_t size);
+void *pd_realloc(void *p, size_t n);
+char *pd_strdup(const char *s);
+
+/* ---- arena: one per compilation, for AST and IR ------------------------- */
+typedef struct Arena Arena;
+Arena *arena_create(void);
+void arena_destroy(Arena *a);
+void *arena_alloc(Arena *a, size_t n); /* zeroed, 16-byte aligned */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- source locations and user diagnostics ------------------------------ */
+typedef struct Loc {
+  const char *file; /* path as the user gave it; NULL for "no location" */
+  int line, col;    /* 1-based; col counts bytes */
+} Loc;
+
+typedef struct Source {
+  const char *path;
+  const char *text; /* whole file, NUL-terminated (NULs inside are errors) */
+  size_t len;
+} Source;
+
+/* The diagnostic sink. Errors are printed as they come (to `out`, stderr by
+ * default) in the form
+ *     file:line:col: error: message
+ *       <the source line>
+ *       ^
+ * and counted; callers check nerrors and stop before writing any output. */
+typedef struct Diag {
+  FILE *out;
+  int nerrors;
+  int max_errors;     /* stop printing after this many (0 = 20) */
+  const Source *sources[16];
+  int nsources;
+} Diag;
+
+void diag_init(Diag *d, FILE *out);
+void diag_add_source(Diag *d, const Source *s);
+void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap);
+void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Reads a whole file into an arena-owned Source. Returns false (with an error on
+ * d, no location) when it cannot be read. */
+bool source_read(Arena *a, Diag *d, const char *path, Source *out);
+
+/* ---- types and shapes ---------------------------------------------------- */
+typedef enum DType {
+  DT_F32, /* float32: activations, weights, gradients */
+  DT_I32, /* int32: token ids, targets, positions */
+} DType;
+const char *dtype_name(DType t);
+size_t dtype_size(DType t);
+
+#define IR_MAX_RANK 4
+typedef struct Shape {
+  int rank;     /* 0 = scalar */
+  bool batched; /* dim[0] is the microbatch dimension B; its stored value is 1 */
+  int64_t dim[IR_MAX_RANK];
+} Shape;
+
+/* Elements per tensor for microbatch size b (b ignored when not batched). */
+int64_t shape_numel(const Shape *s, int64_t b);
+bool shape_equal(const Shape *a, const Shape *b);
+/* "[B,1024,768]" into buf; returns buf. */
+const char *shape_str(const Shape *s, char *buf, size_t n);
+
+/* ---- op table ------------------------------------------------------------ */
+typedef enum OpKind {
+#define OP(id, name, mini, maxi, nout, attrs, flags) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+enum {
+  OPF_FWD = 1 << 0, /* may appear in model text */
+  OPF_BWD = 1 << 1, /* produced by autodiff only */
+  OPF_RNG = 1 << 2, /* draws from the counter-based RNG */
+};
+
+#define IR_MAX_IN 4
+#define IR_MAX_OUT 3
+#define IR_MAX_ATTR 4
+
+typedef struct Graph Graph;
+typedef struct Op Op;
+
+/* FLOPs and bytes moved by one op for microbatch size b. */
+typedef struct OpCost {
+  double flops;
+  double bytes;
+} OpCost;
+
+typedef struct OpInfo {
+  const char *name;
+  int min_inputs, max_inputs, noutputs;
+  int nattrs;
+  const char *attr_names[IR_MAX_ATTR];
+  double attr_defaults[IR_MAX_ATTR];
+  unsigned flags;
+  /* Computes output shapes/dtypes from the op's inputs and attributes. On a
+   * mismatch returns false and writes a user-facing message ("expected ...") to
+   * err. */
+  bool (*shape)(const Graph *g, const Op *op, Shape *out, DType *out_dtype, char *err,
+                size_t errlen);
+  OpCost (*cost)(const Graph *g, const Op *op, int64_t b);
+  /* Emits the backward ops of `op` into g. dout[i] is the gradient tensor of
+   * output i (or -1: no gradient flows); sets din[j] to the gradient tensor of
+   * input j, or -1 when input j needs none (g->tensors[in].needs_grad false).
+   * NULL for ops that are not differentiated (backward ops). */
+  void (*grad)(Graph *g, const Op *op, const int *dout, int *din);
+} OpInfo;
+
+extern const OpInfo op_info[OP_COUNT];
+/* Looks an op up by its model-text name; -1 if none. */
+int op_lookup(const char *name);
+/* Index of attribute `name` for kind, or -1. */
+int op_attr_index(OpKind kind, const char *name);
+
+/* ---- graph --------------------------------------------------------------- */
+typedef enum TensorKind {
+  TK_INPUT,    /* fed per microbatch from the data (tokens, targets, positions) */
+  TK_PARAM,    /* trainable weight; param index in Tensor.param */
+  TK_ACT,      /* forward activation */
+  TK_GRAD,     /* gradient of a parameter (the sum of all its uses) */
+  TK_ACT_GRAD, /* gradient with respect to an activation */
+} TensorKind;
+
+typedef struct Tensor {
+  int id;
+  const char *name; /* params and inputs: unique (checkpoint names, e.g. "h.3.attn_w");
+                       activations: the model-text variable, so not unique */
+  DType dtype;
+  Shape shape;
+  TensorKind kind;
+  int producer;    /* op id that writes it, -1 for inputs and params */
+  int param;       /* index into Graph.params for TK_PARAM and TK_GRAD, else -1 */
+  int grad;        /* tensor id of this tensor's gradient, -1 if none (yet) */
+  bool needs_grad; /* a parameter, or computed from one */
+  Loc loc;
+} Tensor;
+
+struct Op {
+  int id;
+  OpKind kind;
+  int nin, nout;
+  int in[IR_MAX_IN];
+  int out[IR_MAX_OUT];
+  double attr[IR_MAX_ATTR]; /* indexed as op_info[kind].attr_names */
+  int region;               /* index into Graph.regions */
+  int fwd_op;               /* backward ops: the forward op they differentiate; else -1 */
+  Loc loc;
+};
+
+typedef enum InitKind {
+  INIT_ZEROS,  /* all 0 */
+  INIT_ONES,   /* all 1 */
+  INIT_NORMAL, /* N(0, std^2), std in Param.std */
+} InitKind;
+
+typedef struct Param {
+  int tensor;   /* the weight tensor */
+  InitKind init;
+  double std;   /* INIT_NORMAL only */
+  bool decay;   /* AdamW weight decay applies (default: rank >= 2) */
+  int region;   /* region of the declaration */
+  int nuses_regions; /* number of distinct regions using it; > 1 means tied */
+} Param;
+
+typedef enum RegionKind {
+  RG_PROLOGUE, /* before the repeated block: embeddings */
+  RG_BLOCK,    /* one copy of the repeated block; Region.index says which */
+  RG_EPILOGUE, /* after it: final norm, head, loss */
+} RegionKind;
+
+typedef struct Region {
+  RegionKind kind;
+  int index;        /* copy number for RG_BLOCK, else 0 */
+  const char *name; /* "prologue", "h.3", "epilogue" */
+} Region;
+
+typedef enum OptimizerKind {
+  OPT_ADAMW, /* lr, beta1, beta2, eps, weight_decay (decoupled) */
+  OPT_SGD,   /* lr, momentum (beta1), weight_decay */
+} OptimizerKind;
+
+typedef enum LrScheduleKind {
+  LR_CONSTANT, /* lr */
+  LR_COSINE,   /* linear warm-up over `warmup` steps, cosine to min_lr at `steps` */
+  LR_LINEAR,   /* linear warm-up, then linear decay to min_lr at `steps` */
+} LrScheduleKind;
+
+/* The model's training section. Zero fields mean "not given". */
+typedef struct TrainConfig {
+  int64_t batch;      /* global batch B = b·w·m, in samples */
+  int64_t microbatch; /* b; 0 lets the planner choose */
+  OptimizerKind optimizer;
+  double lr, beta1, beta2, eps, weight_decay;
+  LrScheduleKind schedule;
+  int64_t warmup, steps;
+  double min_lr;
+  double clip; /* global-norm gradient clipping; 0 = off */
+  uint64_t seed;
+  Loc loc;
+} TrainConfig;
+
+/* A model parameter ("param dim = 768;") after -D overrides. */
+typedef struct ModelConst {
+  const char *name;
+  double value;
+  bool is_int;
+} ModelConst;
+
+struct Graph {
+  Arena *arena;
+  const char *name;
+  Tensor *tensors;
+  int ntensors, cap_tensors;
+  Op *ops;
+  int nops, cap_ops;
+  int nfwd_ops; /* ops [0, nfwd_ops) are the forward graph; set by autodiff */
+  Param *params;
+  int nparams, cap_params;
+  Region *regions;
+  int nregions, cap_regions;
+  ModelConst *consts;
+  int nconsts, cap_consts;
+  int loss;            /* tensor id of the scalar being minimised, -1 until set */
+  int nblocks;         /* copies of the repeated block */
+  const char *block_name;
+  TrainConfig train;
+};
+
+Graph *graph_create(Arena *a, const char *name);
+void graph_destroy(Graph *g); /* frees the arrays; the arena is the caller's */
+
+int graph_add_region(Graph *g, RegionKind kind, int index, const char *name);
+int graph_add_input(Graph *g, const char *name, DType dt, Shape s, Loc loc);
+/* Adds a parameter and its tensor; returns the tensor id. */
+int graph_add_param(Graph *g, const char *name, Shape s, InitKind init, double std,
+                    int region, Loc loc);
+void graph_add_const(Graph *g, const char *name, double value, bool is_int);
+
+/* Adds an op with the given inputs and attributes (NULL = defaults), runs its
+ * shape rule and creates its outputs (named from `name`, or "%<id>" when NULL).
+ * On a shape error reports it on d at loc and returns -1; else the op id. The
+ * op's output tensor ids are in g->ops[id].out. */
+int graph_add_op(Graph *g, Diag *d, OpKind kind, const int *in, int nin, const double *attr,
+                 int region, const char *name, Loc loc);
+/* Same, for internal use (autodiff): a shape error is a bug, so it PD_CHECKs. */
+int graph_emit(Graph *g, OpKind kind, const int *in, int nin, const double *attr, int region,
+               int fwd_op, TensorKind out_kind, const char *name);
+
+/* Recomputes derived facts: needs_grad, Param.nuses_regions. Returns the number
+ * of tied parameters. */
+int graph_finalize(Graph *g);
+
+/* Total trainable scalars. */
+int64_t graph_param_count(const Graph *g);
+/* Total cost of ops [first, last) for microbatch size b. */
+OpCost graph_cost(const Graph *g, int first, int last, int64_t b);
+
+/* Stable text dump (golden-tested): consts, inputs, params, then ops in order. */
+void ir_dump(const Graph *g, FILE *out);
+/* Structural verifier: ids, shapes re-inferred, topological order, one producer
+ * per tensor. Returns false and prints what broke (internal error). */
+bool ir_verify(const Graph *g, FILE *err);
+
+/* ---- cluster description ------------------------------------------------- */
+typedef struct Cluster {
+  const char *name;
+  int nodes;
+  int devices_per_node;
+  const char *device;        /* "V100-16GB", "H200", "cpu" */
+  double memory_bytes;       /* per device */
+  double flops;              /* peak FLOP/s per device used by the cost model */
+  double mem_bandwidth;      /* bytes/s per device */
+  double intra_bandwidth;    /* bytes/s between devices in a node (per link) */
+  double inter_bandwidth;    /* bytes/s between nodes (per device) */
+  Loc loc;
+} Cluster;
+
+#endif /* PD2BW_IR_H */

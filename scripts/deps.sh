@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package pd2bw needs to build, test and run on the CPU.
+# Idempotent: packages already present are skipped. The README and .ci/run both call
+# this one script, so the dependency list lives in exactly one place.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config  # toolchain
+  flex bison                                     # model-language front end
+  clang libclang-rt-14-dev                       # libFuzzer + sanitizers for the parser fuzzer
+  libcjson-dev                                   # plan.json reading/writing
+  libblis-dev libopenblas-dev                    # BLAS (runtime picks the faster; see bench/)
+  libopenmpi-dev openmpi-bin                     # the mpi transport
+  fortunes                                       # English text corpus for the main job
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
