@@ -40,15 +40,16 @@ bool shape_equal(const Shape *a, const Shape *b) {
 
 const char *shape_str(const Shape *s, char *buf, size_t n) {
   size_t used = 0;
-  used += (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < s->rank && used < n; i++) {
-    if (i == 0 && s->batched)
-      used += (size_t)snprintf(buf + used, n - used, "B");
+  buf[0] = 0;
+  for (int i = 0; i <= s->rank && used + 1 < n; i++) {
+    const char *sep = i == 0 ? "[" : ",";
+    if (i == s->rank)
+      used += (size_t)snprintf(buf + used, n - used, "%s]", i == 0 ? "[" : "");
+    else if (i == 0 && s->batched)
+      used += (size_t)snprintf(buf + used, n - used, "%sB", sep);
     else
-      used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? "," : "", (long long)s->dim[i]);
-    if (i == 0 && s->batched && s->rank > 1 && used < n) used += (size_t)snprintf(buf + used, n - used, ",");
+      used += (size_t)snprintf(buf + used, n - used, "%s%lld", sep, (long long)s->dim[i]);
   }
-  if (used < n) snprintf(buf + used, n - used, "]");
   return buf;
 }
 
