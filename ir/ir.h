@@ -29,6 +29,8 @@
 #include <stdio.h>
 
 #define PD2BW_VERSION "0.1.0"
+/* plan.json "version": bumped on any incompatible change (docs/plan-format.md). */
+#define PD2BW_PLAN_FORMAT_VERSION 1
 
 /* ---- internal invariants -------------------------------------------------
  * A failed check is a bug in pd2bw (or a failed library call), never a user

@@ -1,0 +1,257 @@
+/* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on.
+ *
+ *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1]
+ *              [--vocab vocab.json --merges merges.txt] [--format llmc|raw] [--fortune]
+ *   pd2bw-data --info FILE.bin...
+ *
+ * Writes PREFIX_train.bin and PREFIX_val.bin, each whole or not at all.
+ *
+ * Train/validation split: the text is cut into documents — fortune entries
+ * with --fortune (the '%' separator lines are dropped), otherwise paragraphs
+ * (a paragraph keeps the blank lines that end it, so the documents put back
+ * together are the input). Document i goes to validation when
+ * floor((i+1)·f) > floor(i·f): validation documents are spread evenly through
+ * the corpus (not one topic at its end), and there are floor(n·f) of them.
+ * Each document is tokenised on its own and the token streams concatenated in
+ * input order.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/io.h"
+
+typedef struct Doc {
+  int file;
+  size_t start, len; /* in the file's text */
+} Doc;
+
+typedef struct Options {
+  const char **inputs;
+  int ninputs;
+  const char *out_prefix, *vocab, *merges;
+  double val_fraction;
+  DataFormat format;
+  bool fortune;
+} Options;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction F]\n"
+          "                  [--vocab vocab.json --merges merges.txt] [--format llmc|raw]\n"
+          "                  [--fortune]\n"
+          "       pd2bw-data --info FILE.bin...\n"
+          "\n"
+          "Tokenises text into PREFIX_train.bin and PREFIX_val.bin (uint16 token ids).\n"
+          "  --input FILE...     text files, in order\n"
+          "  --out-prefix P      output prefix\n"
+          "  --val-fraction F    fraction of documents for validation, 0 <= F < 1 (0.1)\n"
+          "  --vocab, --merges   GPT-2 BPE files; without them each byte is a token (vocab 256)\n"
+          "  --format llmc|raw   llm.c layout with a 1024-byte header (default) or bare uint16\n"
+          "  --fortune           input is fortune(6) files: '%%' lines separate entries\n"
+          "  --info FILE.bin...  print the format, token count and largest id of token files\n");
+}
+
+static int fail(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "pd2bw-data: error: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, "\n");
+  return 1;
+}
+
+static int info(int argc, char **argv, int i) {
+  if (i >= argc) return fail("--info needs at least one token file%s%s", "", "");
+  int rc = 0;
+  for (; i < argc; i++) {
+    char err[IO_ERR_LEN];
+    DataFile *f = data_open(argv[i], DATA_AUTO, 0, err, sizeof err);
+    if (!f) {
+      rc = fail("%s%s", err, "");
+      continue;
+    }
+    printf("%s: %s, %lld tokens, largest id %lld\n", argv[i],
+           data_format(f) == DATA_LLMC ? "llm.c format" : "raw uint16",
+           (long long)data_ntokens(f), (long long)data_max_token(f));
+    data_close(f);
+  }
+  return rc;
+}
+
+/* Cuts text into documents (see the file comment) and appends them. */
+static void split_docs(const char *text, size_t n, int file, bool fortune, Doc **docs,
+                       int *ndocs, int *cap) {
+  size_t doc_start = 0;
+  bool prev_blank = false;
+  for (size_t pos = 0; pos < n;) {
+    const char *nl = memchr(text + pos, '\n', n - pos);
+    size_t end = nl ? (size_t)(nl - text) + 1 : n; /* line is [pos, end) */
+    size_t body = end - pos - (nl ? 1 : 0);
+    if (body && text[pos + body - 1] == '\r') body--;
+    bool is_sep = fortune && body == 1 && text[pos] == '%';
+    bool blank = body == 0;
+    /* A document ends before a '%' line, or before the first non-blank line
+     * after a blank one (paragraph mode). */
+    bool cut = is_sep || (!fortune && prev_blank && !blank);
+    if (cut && pos > doc_start) {
+      if (*ndocs == *cap) *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
+      (*docs)[(*ndocs)++] = (Doc){file, doc_start, pos - doc_start};
+    }
+    if (cut) doc_start = is_sep ? end : pos;
+    prev_blank = blank;
+    pos = end;
+  }
+  if (n > doc_start) {
+    if (*ndocs == *cap) *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
+    (*docs)[(*ndocs)++] = (Doc){file, doc_start, n - doc_start};
+  }
+}
+
+static bool write_tokens(AtomicFile *af, const char *path, const TokenBuf *t, DataFormat fmt,
+                         char *err, size_t errlen) {
+  if (!atomic_open(af, path, err, errlen)) return false;
+  if (fmt == DATA_LLMC) {
+    int32_t hdr[256] = {DATA_LLMC_MAGIC, DATA_LLMC_VERSION, (int32_t)t->n};
+    atomic_write(af, hdr, sizeof hdr);
+  }
+  atomic_write(af, t->ids, t->n * sizeof *t->ids);
+  return true;
+}
+
+static int parse_args(int argc, char **argv, Options *o) {
+  o->val_fraction = 0.1;
+  o->format = DATA_LLMC;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_val = i + 1 < argc;
+    if (strcmp(a, "--input") == 0) {
+      o->inputs = (const char **)&argv[i + 1];
+      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++, o->ninputs++;
+    } else if (strcmp(a, "--out-prefix") == 0 && has_val) {
+      o->out_prefix = argv[++i];
+    } else if (strcmp(a, "--vocab") == 0 && has_val) {
+      o->vocab = argv[++i];
+    } else if (strcmp(a, "--merges") == 0 && has_val) {
+      o->merges = argv[++i];
+    } else if (strcmp(a, "--val-fraction") == 0 && has_val) {
+      char *end;
+      o->val_fraction = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(o->val_fraction >= 0 && o->val_fraction < 1))
+        return fail("--val-fraction %s: expected a number in [0, 1)%s", argv[i], "");
+    } else if (strcmp(a, "--format") == 0 && has_val) {
+      const char *f = argv[++i];
+      if (strcmp(f, "llmc") == 0) o->format = DATA_LLMC;
+      else if (strcmp(f, "raw") == 0) o->format = DATA_RAW;
+      else return fail("--format %s: expected llmc or raw%s", f, "");
+    } else if (strcmp(a, "--fortune") == 0) {
+      o->fortune = true;
+    } else {
+      fail("unknown or incomplete option %s%s", a, "");
+      usage(stderr);
+      return 1;
+    }
+  }
+  if (o->ninputs == 0) return fail("no --input files%s%s", "", "");
+  if (!o->out_prefix) return fail("no --out-prefix%s%s", "", "");
+  if (!o->vocab != !o->merges)
+    return fail("--vocab and --merges go together (give both, or neither for bytes)%s%s", "",
+                "");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 1;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--info") == 0) return info(argc, argv, 2);
+  Options o = {0};
+  if (parse_args(argc, argv, &o)) return 1;
+
+  char err[IO_ERR_LEN];
+  Bpe *bpe = NULL;
+  if (o.vocab && !(bpe = bpe_load(o.vocab, o.merges, err, sizeof err))) return fail("%s%s", err, "");
+
+  char **texts = pd_calloc((size_t)o.ninputs, sizeof *texts);
+  size_t *lens = pd_calloc((size_t)o.ninputs, sizeof *lens);
+  Doc *docs = NULL;
+  int ndocs = 0, cap = 0, rc = 0;
+  size_t total_bytes = 0;
+  for (int i = 0; i < o.ninputs && !rc; i++) {
+    texts[i] = io_read_all(o.inputs[i], &lens[i], err, sizeof err);
+    if (!texts[i]) {
+      rc = fail("%s%s", err, "");
+      break;
+    }
+    total_bytes += lens[i];
+    split_docs(texts[i], lens[i], i, o.fortune, &docs, &ndocs, &cap);
+  }
+
+  TokenBuf train = {0}, val = {0};
+  int nval_docs = 0;
+  for (int i = 0; i < ndocs && !rc; i++) {
+    const Doc *d = &docs[i];
+    bool is_val = (long long)((i + 1) * o.val_fraction) > (long long)(i * o.val_fraction);
+    nval_docs += is_val;
+    size_t bad;
+    if (!bpe_encode(bpe, texts[d->file] + d->start, d->len, is_val ? &val : &train, &bad)) {
+      char sym[4], msg[IO_ERR_LEN];
+      unsigned char byte = (unsigned char)texts[d->file][d->start + bad];
+      snprintf(msg, sizeof msg, "%s: offset %zu: byte 0x%02x has no token: %s lacks \"%s\"",
+               o.inputs[d->file], d->start + bad, byte, o.vocab, bpe_byte_symbol(byte, sym));
+      rc = fail("%s%s", msg, "");
+    }
+  }
+  if (!rc && train.n == 0) rc = fail("no text to train on in the input%s%s", "", "");
+  if (!rc && o.val_fraction > 0 && val.n == 0) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "--val-fraction %g of %d documents is less than one document",
+             o.val_fraction, ndocs);
+    rc = fail("%s; give more text or --val-fraction 0%s", msg, "");
+  }
+  if (!rc && (train.n > INT32_MAX || val.n > INT32_MAX))
+    rc = fail("more than 2^31 tokens%s%s: the llm.c header cannot count them", "", "");
+
+  size_t plen = strlen(o.out_prefix) + 16;
+  char *train_path = pd_malloc(plen), *val_path = pd_malloc(plen);
+  snprintf(train_path, plen, "%s_train.bin", o.out_prefix);
+  snprintf(val_path, plen, "%s_val.bin", o.out_prefix);
+  if (!rc) {
+    /* Both temp files first, then both renames: an error leaves neither. */
+    AtomicFile a = {0}, b = {0};
+    bool ok = write_tokens(&a, train_path, &train, o.format, err, sizeof err) &&
+              (o.val_fraction == 0 || write_tokens(&b, val_path, &val, o.format, err, sizeof err));
+    if (ok) ok = atomic_commit(&a, err, sizeof err);
+    if (ok && b.f) ok = atomic_commit(&b, err, sizeof err);
+    if (!ok) {
+      atomic_abort(&a);
+      atomic_abort(&b);
+      rc = fail("%s%s", err, "");
+    }
+  }
+  if (!rc) {
+    printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", o.ninputs,
+           total_bytes, ndocs, nval_docs);
+    if (bpe)
+      printf("  tokenizer: GPT-2 BPE from %s, vocab %lld\n", o.vocab,
+             (long long)bpe_vocab_size(bpe));
+    else
+      printf("  tokenizer: bytes, vocab 256\n");
+    printf("  train: %zu tokens -> %s (%s)\n", train.n, train_path,
+           o.format == DATA_LLMC ? "llm.c format" : "raw uint16");
+    if (o.val_fraction > 0)
+      printf("  val:   %zu tokens -> %s\n", val.n, val_path);
+  }
+  free(train_path);
+  free(val_path);
+  tokenbuf_free(&train);
+  tokenbuf_free(&val);
+  for (int i = 0; i < o.ninputs; i++) free(texts[i]);
+  free(texts);
+  free(lens);
+  free(docs);
+  bpe_destroy(bpe);
+  return rc;
+}

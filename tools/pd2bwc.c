@@ -1,0 +1,349 @@
+/* tools/pd2bwc.c — the compiler driver: model text in, plan directory out.
+ *
+ *   frontend (parse, lower, check) -> passes (autodiff, ...) -> planner -> codegen
+ *
+ * Nothing is written unless every step succeeded: the plan is assembled in a
+ * sibling temporary directory and renamed into place at the end, so a failed or
+ * interrupted compile leaves either the previous plan or none, never a mixture. */
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "tools/plan_dir.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: pd2bwc MODEL [options] -o DIR\n"
+    "\n"
+    "Compiles a model written in the pd2bw language (docs/language.md) into a plan\n"
+    "directory for pd2bwrun: plan.json, schedule.txt, memory.txt, timeline.json,\n"
+    "timeline.svg and the per-stage programs.\n"
+    "\n"
+    "options:\n"
+    "  -o DIR                    output plan directory (replaced atomically)\n"
+    "  -D NAME=VALUE             override a model 'param' (repeatable)\n"
+    "  --cluster FILE            cluster description (default: this host, one CPU device)\n"
+    "  --emit=ast|ir             print the AST or the lowered IR to stdout and stop\n"
+    "  --print-ir-after=PASS     print the IR after PASS (check, autodiff, all)\n"
+    "  --stages N                pin the number of pipeline stages d\n"
+    "  --replicas N              pin the replicas per stage w\n"
+    "  --microbatch-size N       pin the microbatch size b\n"
+    "  --microbatches N          pin the microbatches per update m\n"
+    "  --schedule S              pin the schedule: gpipe, 1f1b, 2bw, pipedream\n"
+    "  --recompute on|off|auto   activation recomputation (default auto)\n"
+    "  --profile FILE            measured per-segment times replacing the cost model\n"
+    "  -q, --quiet               no summary on stdout\n"
+    "  -h, --help                this text\n"
+    "  --version                 print the version\n";
+
+typedef struct Options {
+  const char *model, *cluster, *out, *emit, *print_after, *profile;
+  const char **defines;
+  int ndefines;
+  PlanPins pins;
+  bool quiet;
+} Options;
+
+static int user_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "pd2bwc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see pd2bwc --help)\n");
+  return 1;
+}
+
+/* Parses a positive integer flag value; false on anything else. */
+static bool parse_count(const char *s, int64_t max, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < 1 || v > max) return false;
+  *out = v;
+  return true;
+}
+
+enum {
+  OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
+  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION,
+};
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, Options *o) {
+  static const struct option longs[] = {
+      {"cluster", required_argument, 0, OPT_CLUSTER},
+      {"emit", required_argument, 0, OPT_EMIT},
+      {"print-ir-after", required_argument, 0, OPT_PRINT_AFTER},
+      {"stages", required_argument, 0, OPT_STAGES},
+      {"replicas", required_argument, 0, OPT_REPLICAS},
+      {"microbatch-size", required_argument, 0, OPT_MBS},
+      {"microbatches", required_argument, 0, OPT_MBN},
+      {"schedule", required_argument, 0, OPT_SCHEDULE},
+      {"recompute", required_argument, 0, OPT_RECOMPUTE},
+      {"profile", required_argument, 0, OPT_PROFILE},
+      {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, OPT_VERSION},
+      {0, 0, 0, 0},
+  };
+  memset(o, 0, sizeof *o);
+  plan_pins_init(&o->pins);
+  o->defines = pd_calloc((size_t)argc, sizeof *o->defines);
+  opterr = 0;
+  int c;
+  int64_t v;
+  while ((c = getopt_long(argc, argv, ":o:D:qh", longs, NULL)) != -1) {
+    switch (c) {
+    case 'o': o->out = optarg; break;
+    case 'D':
+      if (!strchr(optarg, '=')) return user_error("-D needs NAME=VALUE, got '%s'", optarg);
+      o->defines[o->ndefines++] = optarg;
+      break;
+    case 'q': o->quiet = true; break;
+    case 'h': fputs(usage, stdout); return 0;
+    case OPT_VERSION: printf("pd2bwc %s\n", PD2BW_VERSION); return 0;
+    case OPT_CLUSTER: o->cluster = optarg; break;
+    case OPT_EMIT:
+      if (strcmp(optarg, "ast") && strcmp(optarg, "ir"))
+        return user_error("--emit takes 'ast' or 'ir', got '%s'", optarg);
+      o->emit = optarg;
+      break;
+    case OPT_PRINT_AFTER:
+      if (!pass_name_valid(optarg))
+        return user_error("--print-ir-after: no pass named '%s' (passes: check, autodiff, all)", optarg);
+      o->print_after = optarg;
+      break;
+    case OPT_STAGES:
+      if (!parse_count(optarg, 1 << 20, &v)) return user_error("--stages needs a positive integer, got '%s'", optarg);
+      o->pins.stages = (int)v;
+      break;
+    case OPT_REPLICAS:
+      if (!parse_count(optarg, 1 << 20, &v)) return user_error("--replicas needs a positive integer, got '%s'", optarg);
+      o->pins.replicas = (int)v;
+      break;
+    case OPT_MBS:
+      if (!parse_count(optarg, INT_MAX, &v)) return user_error("--microbatch-size needs a positive integer, got '%s'", optarg);
+      o->pins.microbatch_size = v;
+      break;
+    case OPT_MBN:
+      if (!parse_count(optarg, INT_MAX, &v)) return user_error("--microbatches needs a positive integer, got '%s'", optarg);
+      o->pins.microbatches = v;
+      break;
+    case OPT_SCHEDULE: {
+      PlanSchedule s;
+      if (!plan_schedule_parse(optarg, &s))
+        return user_error("--schedule takes gpipe, 1f1b, 2bw or pipedream, got '%s'", optarg);
+      o->pins.schedule = (int)s;
+      break;
+    }
+    case OPT_RECOMPUTE:
+      if (strcmp(optarg, "on") == 0) o->pins.recompute = PR_ON;
+      else if (strcmp(optarg, "off") == 0) o->pins.recompute = PR_OFF;
+      else if (strcmp(optarg, "auto") == 0) o->pins.recompute = PR_AUTO;
+      else return user_error("--recompute takes on, off or auto, got '%s'", optarg);
+      break;
+    case OPT_PROFILE: o->profile = optarg; break;
+    case ':': return user_error("option '%s' needs a value", argv[optind - 1]);
+    default: return user_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) o->model = argv[optind++];
+  if (optind < argc) return user_error("unexpected argument '%s'", argv[optind]);
+  if (!o->model) return user_error("%s", "no model file given");
+  if (!o->emit && !o->out) return user_error("%s", "no output directory given (-o DIR)");
+  return -1;
+}
+
+/* The cluster when none is given: this host as one CPU device. Rates are
+ * deliberately round; a real cluster file (models/clusters/) replaces them. */
+static Cluster default_cluster(void) {
+  Cluster c = {
+      .name = "host",
+      .nodes = 1,
+      .devices_per_node = 1,
+      .device = "cpu",
+      .memory_bytes = 16.0 * (1ull << 30),
+      .flops = 100e9,
+      .mem_bandwidth = 20e9,
+      .intra_bandwidth = 10e9,
+      .inter_bandwidth = 1e9,
+  };
+  return c;
+}
+
+static cJSON *shape_json(const Shape *s) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < s->rank; i++) {
+    if (i == 0 && s->batched)
+      cJSON_AddItemToArray(a, cJSON_CreateString("B"));
+    else
+      cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s->dim[i]));
+  }
+  return a;
+}
+
+/* The "model" section: parameters with shapes, the exact count, FLOPs. */
+static cJSON *model_json(const Graph *g, int64_t b) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "name", g->name);
+  cJSON_AddNumberToObject(m, "parameters", (double)graph_param_count(g));
+  cJSON_AddNumberToObject(m, "blocks", g->nblocks);
+  cJSON *consts = cJSON_AddObjectToObject(m, "consts");
+  for (int i = 0; i < g->nconsts; i++) cJSON_AddNumberToObject(consts, g->consts[i].name, g->consts[i].value);
+  cJSON *params = cJSON_AddArrayToObject(m, "params");
+  for (int p = 0; p < g->nparams; p++) {
+    const Tensor *t = &g->tensors[g->params[p].tensor];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", t->name);
+    cJSON_AddItemToObject(e, "shape", shape_json(&t->shape));
+    cJSON_AddBoolToObject(e, "decay", g->params[p].decay);
+    cJSON_AddBoolToObject(e, "tied", g->params[p].nuses_regions > 1);
+    cJSON_AddItemToArray(params, e);
+  }
+  cJSON *inputs = cJSON_AddArrayToObject(m, "inputs");
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].kind != TK_INPUT) continue;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", g->tensors[t].name);
+    cJSON_AddStringToObject(e, "dtype", dtype_name(g->tensors[t].dtype));
+    cJSON_AddItemToObject(e, "shape", shape_json(&g->tensors[t].shape));
+    cJSON_AddItemToArray(inputs, e);
+  }
+  OpCost f = graph_cost(g, 0, g->nfwd_ops, b), bw = graph_cost(g, g->nfwd_ops, g->nops, b);
+  cJSON_AddNumberToObject(m, "microbatch_size", (double)b);
+  cJSON_AddNumberToObject(m, "forward_flops_per_microbatch", f.flops);
+  cJSON_AddNumberToObject(m, "backward_flops_per_microbatch", bw.flops);
+  return m;
+}
+
+static const char *optimizer_name(OptimizerKind k) {
+  switch (k) {
+  case OPT_ADAMW: return "adamw";
+  case OPT_SGD: return "sgd";
+  }
+  return "?";
+}
+
+static const char *lr_schedule_name(LrScheduleKind k) {
+  switch (k) {
+  case LR_CONSTANT: return "constant";
+  case LR_COSINE: return "cosine";
+  case LR_LINEAR: return "linear";
+  }
+  return "?";
+}
+
+static cJSON *train_json(const TrainConfig *t) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "batch", (double)t->batch);
+  cJSON_AddNumberToObject(j, "microbatch", (double)t->microbatch);
+  cJSON_AddStringToObject(j, "optimizer", optimizer_name(t->optimizer));
+  cJSON_AddNumberToObject(j, "lr", t->lr);
+  cJSON_AddNumberToObject(j, "beta1", t->beta1);
+  cJSON_AddNumberToObject(j, "beta2", t->beta2);
+  cJSON_AddNumberToObject(j, "eps", t->eps);
+  cJSON_AddNumberToObject(j, "weight_decay", t->weight_decay);
+  cJSON_AddStringToObject(j, "lr_schedule", lr_schedule_name(t->schedule));
+  cJSON_AddNumberToObject(j, "warmup", (double)t->warmup);
+  cJSON_AddNumberToObject(j, "steps", (double)t->steps);
+  cJSON_AddNumberToObject(j, "min_lr", t->min_lr);
+  cJSON_AddNumberToObject(j, "clip", t->clip);
+  /* seeds are 64-bit: a JSON number would round them, so a string */
+  char seed[32];
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
+  cJSON_AddStringToObject(j, "seed", seed);
+  return j;
+}
+
+static void print_count(FILE *out, int64_t n) {
+  char digits[32], buf[48];
+  int len = snprintf(digits, sizeof digits, "%lld", (long long)n), j = 0;
+  for (int i = 0; i < len; i++) {
+    if (i && (len - i) % 3 == 0) buf[j++] = ',';
+    buf[j++] = digits[i];
+  }
+  buf[j] = 0;
+  fputs(buf, out);
+}
+
+int main(int argc, char **argv) {
+  Options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc >= 0) return rc;
+
+  Arena *arena = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  rc = 1;
+  Graph *g = NULL;
+  Plan *plan = NULL;
+  cJSON *root = NULL;
+  PlanInput pin;
+  bool have_input = false;
+
+  if (o.emit && strcmp(o.emit, "ast") == 0) {
+    rc = frontend_dump_ast(arena, &d, o.model, stdout) ? 0 : 1;
+    goto done;
+  }
+  g = frontend_load_model(arena, &d, o.model, o.defines, o.ndefines);
+  if (!g) goto done;
+  Cluster cluster = default_cluster();
+  if (o.cluster && !frontend_load_cluster(arena, &d, o.cluster, &cluster)) goto done;
+  if (o.emit) { /* --emit=ir: the lowered, checked graph */
+    ir_dump(g, stdout);
+    rc = 0;
+    goto done;
+  }
+  PassOptions popt = {.print_after = o.print_after, .print_to = stdout, .verify = true};
+  if (!passes_run(g, &d, &popt)) goto done;
+
+  plan_input_init(&pin, g->name);
+  have_input = true;
+  if (!plan_input_from_graph(g, &pin)) {
+    diag_error(&d, (Loc){o.model, 0, 0}, "cannot derive planner input from the model");
+    goto done;
+  }
+  if (o.profile && !plan_profile_load(&pin, o.profile, &d)) goto done;
+  plan = plan_create(&pin, &cluster, &o.pins, &d);
+  if (!plan) goto done;
+
+  root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "compiler", "pd2bwc " PD2BW_VERSION);
+  cJSON_AddItemToObject(root, "model", model_json(g, plan->cfg.microbatch_size));
+  cJSON_AddItemToObject(root, "train", train_json(&g->train));
+
+  char *tmp = plan_dir_begin(o.out, &d);
+  if (!tmp) goto done;
+  bool ok = plan_write(plan, tmp, root, &d);
+  ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
+  ok = ok && plan_dir_commit(tmp, o.out, &d);
+  if (!ok) {
+    plan_dir_abort(tmp);
+    free(tmp);
+    goto done;
+  }
+  free(tmp);
+  if (!o.quiet) {
+    printf("model %s: ", g->name);
+    print_count(stdout, graph_param_count(g));
+    printf(" parameters, %d blocks\n", g->nblocks);
+    printf("forward %.3g GFLOP, backward %.3g GFLOP per microbatch of %lld\n",
+           graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
+           graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
+    plan_print_summary(plan, stdout);
+    printf("wrote %s/plan.json\n", o.out);
+  }
+  rc = 0;
+
+done:
+  if (root) cJSON_Delete(root);
+  if (plan) plan_destroy(plan);
+  if (have_input) plan_input_free(&pin);
+  if (g) graph_destroy(g);
+  arena_destroy(arena);
+  free(o.defines);
+  return rc;
+}
