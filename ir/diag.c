@@ -49,6 +49,8 @@ static void show_line(const Diag *d, Loc loc) {
   fputs("^\n", d->out);
 }
 
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
   if (loc.file && loc.line > 0)
     fprintf(d->out, "%s:%d:%d: %s: ", loc.file, loc.line, loc.col, kind);

@@ -86,7 +86,7 @@ typedef struct Diag {
 void diag_init(Diag *d, FILE *out);
 void diag_add_source(Diag *d, const Source *s);
 void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap);
+void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Reads a whole file into an arena-owned Source. Returns false (with an error on

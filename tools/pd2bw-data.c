@@ -1,7 +1,8 @@
 /* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on.
  *
  *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1]
- *              [--vocab vocab.json --merges merges.txt] [--format llmc|raw] [--fortune]
+ *              [--vocab vocab.json --merges merges.txt [--eot]] [--format llmc|raw]
+ *              [--fortune]
  *   pd2bw-data --info FILE.bin...
  *
  * Writes PREFIX_train.bin and PREFIX_val.bin, each whole or not at all.
@@ -13,10 +14,13 @@
  * floor((i+1)·f) > floor(i·f): validation documents are spread evenly through
  * the corpus (not one topic at its end), and there are floor(n·f) of them.
  * Each document is tokenised on its own and the token streams concatenated in
- * input order.
+ * input order; with --eot each document is preceded by the vocabulary's
+ * "<|endoftext|>" token, as GPT-2 and llm.c's data scripts delimit documents.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/io.h"
 
@@ -32,12 +36,14 @@ typedef struct Options {
   double val_fraction;
   DataFormat format;
   bool fortune;
+  bool eot;
 } Options;
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction F]\n"
-          "                  [--vocab vocab.json --merges merges.txt] [--format llmc|raw]\n"
+          "                  [--vocab vocab.json --merges merges.txt [--eot]]\n"
+          "                  [--format llmc|raw]\n"
           "                  [--fortune]\n"
           "       pd2bw-data --info FILE.bin...\n"
           "\n"
@@ -46,39 +52,56 @@ static void usage(FILE *out) {
           "  --out-prefix P      output prefix\n"
           "  --val-fraction F    fraction of documents for validation, 0 <= F < 1 (0.1)\n"
           "  --vocab, --merges   GPT-2 BPE files; without them each byte is a token (vocab 256)\n"
+          "  --eot               put <|endoftext|> (from the vocabulary) before each document\n"
           "  --format llmc|raw   llm.c layout with a 1024-byte header (default) or bare uint16\n"
           "  --fortune           input is fortune(6) files: '%%' lines separate entries\n"
           "  --info FILE.bin...  print the format, token count and largest id of token files\n");
 }
 
-static int fail(const char *fmt, const char *a, const char *b) {
+/* Prints a user error; returns the exit status 1. */
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, "pd2bw-data: error: ");
-  fprintf(stderr, fmt, a, b);
+  vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
+  va_end(ap);
   return 1;
 }
 
 static int info(int argc, char **argv, int i) {
-  if (i >= argc) return fail("--info needs at least one token file%s%s", "", "");
+  if (i >= argc) return fail("--info needs at least one token file");
   int rc = 0;
   for (; i < argc; i++) {
     char err[IO_ERR_LEN];
     DataFile *f = data_open(argv[i], DATA_AUTO, 0, err, sizeof err);
     if (!f) {
-      rc = fail("%s%s", err, "");
+      rc = fail("%s", err);
       continue;
     }
     printf("%s: %s, %lld tokens, largest id %lld\n", argv[i],
-           data_format(f) == DATA_LLMC ? "llm.c format" : "raw uint16",
-           (long long)data_ntokens(f), (long long)data_max_token(f));
+           data_format(f) == DATA_LLMC ? "llm.c format" : "raw uint16", (long long)data_ntokens(f),
+           (long long)data_max_token(f));
     data_close(f);
   }
   return rc;
 }
 
+/* The fortunes directory holds, next to each text file, its strfile(1) index
+ * NAME.dat (binary: a big-endian header whose first word is the version, 1 or
+ * 2) and a link NAME.u8 to the text, so a glob over the directory picks up all
+ * three. An index is refused; a file given twice (same device and inode, as
+ * through the link) is read once, with a note. */
+static bool is_strfile_index(const char *path, const char *text, size_t n) {
+  size_t pl = strlen(path);
+  return pl > 4 && strcmp(path + pl - 4, ".dat") == 0 && n >= 24 &&
+         memcmp(text, "\0\0\0", 3) == 0 && (text[3] == 1 || text[3] == 2);
+}
+
 /* Cuts text into documents (see the file comment) and appends them. */
-static void split_docs(const char *text, size_t n, int file, bool fortune, Doc **docs,
-                       int *ndocs, int *cap) {
+static void split_docs(const char *text, size_t n, int file, bool fortune, Doc **docs, int *ndocs,
+                       int *cap) {
   size_t doc_start = 0;
   bool prev_blank = false;
   for (size_t pos = 0; pos < n;) {
@@ -92,7 +115,8 @@ static void split_docs(const char *text, size_t n, int file, bool fortune, Doc *
      * after a blank one (paragraph mode). */
     bool cut = is_sep || (!fortune && prev_blank && !blank);
     if (cut && pos > doc_start) {
-      if (*ndocs == *cap) *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
+      if (*ndocs == *cap)
+        *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
       (*docs)[(*ndocs)++] = (Doc){file, doc_start, pos - doc_start};
     }
     if (cut) doc_start = is_sep ? end : pos;
@@ -100,7 +124,8 @@ static void split_docs(const char *text, size_t n, int file, bool fortune, Doc *
     pos = end;
   }
   if (n > doc_start) {
-    if (*ndocs == *cap) *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
+    if (*ndocs == *cap)
+      *docs = pd_realloc(*docs, (size_t)(*cap = *cap ? *cap * 2 : 256) * sizeof **docs);
     (*docs)[(*ndocs)++] = (Doc){file, doc_start, n - doc_start};
   }
 }
@@ -135,25 +160,31 @@ static int parse_args(int argc, char **argv, Options *o) {
       char *end;
       o->val_fraction = strtod(argv[++i], &end);
       if (*end || end == argv[i] || !(o->val_fraction >= 0 && o->val_fraction < 1))
-        return fail("--val-fraction %s: expected a number in [0, 1)%s", argv[i], "");
+        return fail("--val-fraction %s: expected a number in [0, 1)", argv[i]);
     } else if (strcmp(a, "--format") == 0 && has_val) {
       const char *f = argv[++i];
-      if (strcmp(f, "llmc") == 0) o->format = DATA_LLMC;
-      else if (strcmp(f, "raw") == 0) o->format = DATA_RAW;
-      else return fail("--format %s: expected llmc or raw%s", f, "");
+      if (strcmp(f, "llmc") == 0)
+        o->format = DATA_LLMC;
+      else if (strcmp(f, "raw") == 0)
+        o->format = DATA_RAW;
+      else
+        return fail("--format %s: expected llmc or raw", f);
     } else if (strcmp(a, "--fortune") == 0) {
       o->fortune = true;
+    } else if (strcmp(a, "--eot") == 0) {
+      o->eot = true;
     } else {
-      fail("unknown or incomplete option %s%s", a, "");
+      fail("unknown or incomplete option %s", a);
       usage(stderr);
       return 1;
     }
   }
-  if (o->ninputs == 0) return fail("no --input files%s%s", "", "");
-  if (!o->out_prefix) return fail("no --out-prefix%s%s", "", "");
+  if (o->ninputs == 0) return fail("no --input files");
+  if (!o->out_prefix) return fail("no --out-prefix");
   if (!o->vocab != !o->merges)
-    return fail("--vocab and --merges go together (give both, or neither for bytes)%s%s", "",
-                "");
+    return fail("--vocab and --merges go together (give both, or neither for bytes)");
+  if (o->eot && !o->vocab)
+    return fail("--eot needs --vocab and --merges (byte-level tokens have no end-of-text id)");
   return 0;
 }
 
@@ -172,22 +203,54 @@ int main(int argc, char **argv) {
 
   char err[IO_ERR_LEN];
   Bpe *bpe = NULL;
-  if (o.vocab && !(bpe = bpe_load(o.vocab, o.merges, err, sizeof err))) return fail("%s%s", err, "");
+  if (o.vocab && !(bpe = bpe_load(o.vocab, o.merges, err, sizeof err))) return fail("%s", err);
+  int64_t eot = o.eot ? bpe_token_id(bpe, "<|endoftext|>") : -1;
+  if (o.eot && eot < 0) {
+    bpe_destroy(bpe);
+    return fail("--eot: %s has no \"<|endoftext|>\" token", o.vocab);
+  }
 
   char **texts = pd_calloc((size_t)o.ninputs, sizeof *texts);
   size_t *lens = pd_calloc((size_t)o.ninputs, sizeof *lens);
   Doc *docs = NULL;
   int ndocs = 0, cap = 0, rc = 0;
   size_t total_bytes = 0;
+  struct stat *seen = pd_calloc((size_t)o.ninputs, sizeof *seen);
+  int nfiles = 0, nskipped = 0, first_skip = 0, first_dup = 0;
   for (int i = 0; i < o.ninputs && !rc; i++) {
     texts[i] = io_read_all(o.inputs[i], &lens[i], err, sizeof err);
     if (!texts[i]) {
-      rc = fail("%s%s", err, "");
+      rc = fail("%s", err);
       break;
     }
+    if (o.fortune && is_strfile_index(o.inputs[i], texts[i], lens[i])) {
+      rc = fail(
+          "%s: a strfile(1) index (binary), not fortune text; give the text files, "
+          "not *.dat",
+          o.inputs[i]);
+      break;
+    }
+    int dup = -1;
+    if (stat(o.inputs[i], &seen[i]) == 0)
+      for (int j = 0; j < i && dup < 0; j++)
+        if (texts[j] && seen[j].st_dev == seen[i].st_dev && seen[j].st_ino == seen[i].st_ino)
+          dup = j;
+    if (dup >= 0) {
+      if (nskipped++ == 0) first_skip = i, first_dup = dup;
+      free(texts[i]);
+      texts[i] = NULL;
+      continue;
+    }
+    nfiles++;
     total_bytes += lens[i];
     split_docs(texts[i], lens[i], i, o.fortune, &docs, &ndocs, &cap);
   }
+  free(seen);
+  if (nskipped)
+    fprintf(stderr,
+            "pd2bw-data: note: skipped %d input%s naming a file already read (%s is %s%s)\n",
+            nskipped, nskipped > 1 ? "s" : "", o.inputs[first_skip], o.inputs[first_dup],
+            nskipped > 1 ? ", ..." : "");
 
   TokenBuf train = {0}, val = {0};
   int nval_docs = 0;
@@ -196,23 +259,24 @@ int main(int argc, char **argv) {
     bool is_val = (long long)((i + 1) * o.val_fraction) > (long long)(i * o.val_fraction);
     nval_docs += is_val;
     size_t bad;
+    if (eot >= 0) tokenbuf_push(is_val ? &val : &train, (uint16_t)eot);
     if (!bpe_encode(bpe, texts[d->file] + d->start, d->len, is_val ? &val : &train, &bad)) {
       char sym[4], msg[IO_ERR_LEN];
       unsigned char byte = (unsigned char)texts[d->file][d->start + bad];
       snprintf(msg, sizeof msg, "%s: offset %zu: byte 0x%02x has no token: %s lacks \"%s\"",
                o.inputs[d->file], d->start + bad, byte, o.vocab, bpe_byte_symbol(byte, sym));
-      rc = fail("%s%s", msg, "");
+      rc = fail("%s", msg);
     }
   }
-  if (!rc && train.n == 0) rc = fail("no text to train on in the input%s%s", "", "");
+  if (!rc && train.n == 0) rc = fail("no text to train on in the input");
   if (!rc && o.val_fraction > 0 && val.n == 0) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "--val-fraction %g of %d documents is less than one document",
-             o.val_fraction, ndocs);
-    rc = fail("%s; give more text or --val-fraction 0%s", msg, "");
+    rc = fail(
+        "--val-fraction %g of %d documents is less than one document; give more text "
+        "or --val-fraction 0",
+        o.val_fraction, ndocs);
   }
   if (!rc && (train.n > INT32_MAX || val.n > INT32_MAX))
-    rc = fail("more than 2^31 tokens%s%s: the llm.c header cannot count them", "", "");
+    rc = fail("more than 2^31 tokens: the llm.c header cannot count them");
 
   size_t plen = strlen(o.out_prefix) + 16;
   char *train_path = pd_malloc(plen), *val_path = pd_malloc(plen);
@@ -228,12 +292,12 @@ int main(int argc, char **argv) {
     if (!ok) {
       atomic_abort(&a);
       atomic_abort(&b);
-      rc = fail("%s%s", err, "");
+      rc = fail("%s", err);
     }
   }
   if (!rc) {
-    printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", o.ninputs,
-           total_bytes, ndocs, nval_docs);
+    printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", nfiles, total_bytes,
+           ndocs, nval_docs);
     if (bpe)
       printf("  tokenizer: GPT-2 BPE from %s, vocab %lld\n", o.vocab,
              (long long)bpe_vocab_size(bpe));
@@ -241,8 +305,7 @@ int main(int argc, char **argv) {
       printf("  tokenizer: bytes, vocab 256\n");
     printf("  train: %zu tokens -> %s (%s)\n", train.n, train_path,
            o.format == DATA_LLMC ? "llm.c format" : "raw uint16");
-    if (o.val_fraction > 0)
-      printf("  val:   %zu tokens -> %s\n", val.n, val_path);
+    if (o.val_fraction > 0) printf("  val:   %zu tokens -> %s\n", val.n, val_path);
   }
   free(train_path);
   free(val_path);

@@ -1,0 +1,13 @@
+# runtime/io.cmake — pd2bw_io: token data files, the BPE tokenizer, safetensors
+# and checkpoint import, atomic file writes (see runtime/io.h). Included from
+# runtime/CMakeLists.txt.
+find_library(CJSON_LIB cjson REQUIRED)
+add_library(pd2bw_io STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/atomic_file.c
+  ${CMAKE_CURRENT_LIST_DIR}/read_file.c
+  ${CMAKE_CURRENT_LIST_DIR}/data.c
+  ${CMAKE_CURRENT_LIST_DIR}/bpe.c
+  ${CMAKE_CURRENT_LIST_DIR}/safetensors.c
+  ${CMAKE_CURRENT_LIST_DIR}/ckpt_import.c)
+pd2bw_strict(pd2bw_io)
+target_link_libraries(pd2bw_io PUBLIC pd2bw_ir ${CJSON_LIB})

@@ -1,0 +1,119 @@
+#!/bin/sh
+# End-to-end test of tools/pd2bw-data: byte-level and BPE outputs checked token by
+# token, the train/validation split, --fortune, and user errors (message, exit
+# status 1, no output file touched, no temp file left).
+#   usage: pd2bw_data_tool.sh PATH/TO/pd2bw-data tests/data/fixtures
+set -u
+BIN=$1
+FIX=$2
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/pd2bw-tool-XXXXXX")
+FAILED=0
+fail() { echo "FAIL: $*" >&2; FAILED=$((FAILED + 1)); }
+# tokens FILE [SKIP]: the uint16 tokens of FILE after SKIP bytes, one line.
+tokens() { od -An -v -tu2 -j "${2:-1024}" "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+bytes_as_tokens() { od -An -v -tu1 "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+
+# ---- byte level, paragraphs: 10 documents, the 10th goes to validation ------
+: > "$DIR/a.txt"
+for i in 0 1 2 3 4 5 6 7 8; do printf 'Paragraph %s,\nline two.\n\n' "$i" >> "$DIR/a.txt"; done
+printf 'Last one.\n' > "$DIR/last.txt"
+cat "$DIR/last.txt" >> "$DIR/a.txt"
+"$BIN" --input "$DIR/a.txt" --out-prefix "$DIR/p" > "$DIR/out.txt" 2>&1 || fail "byte-level run: $(cat "$DIR/out.txt")"
+grep -q "1 files, $(wc -c < "$DIR/a.txt") bytes, 10 documents (1 validation)" "$DIR/out.txt" ||
+  fail "summary: $(cat "$DIR/out.txt")"
+head -c $(( $(wc -c < "$DIR/a.txt") - 10 )) "$DIR/a.txt" > "$DIR/train.txt"
+[ "$(tokens "$DIR/p_train.bin")" = "$(bytes_as_tokens "$DIR/train.txt")" ] || fail "train tokens are not the text's bytes"
+[ "$(tokens "$DIR/p_val.bin")" = "$(bytes_as_tokens "$DIR/last.txt")" ] || fail "val tokens are not the last paragraph"
+# The llm.c header: magic 20240520, version 1, token count.
+[ "$(od -An -td4 -N12 "$DIR/p_val.bin" | tr -s ' ' ' ' | sed 's/^ //')" = "20240520 1 10" ] ||
+  fail "llm.c header: $(od -An -td4 -N12 "$DIR/p_val.bin")"
+"$BIN" --info "$DIR/p_val.bin" | grep -q "llm.c format, 10 tokens, largest id 116" || fail "--info"
+
+# ---- raw format, no validation ------------------------------------------------
+"$BIN" --input "$DIR/a.txt" --out-prefix "$DIR/r" --format raw --val-fraction 0 > /dev/null || fail "raw run"
+[ "$(tokens "$DIR/r_train.bin" 0)" = "$(bytes_as_tokens "$DIR/a.txt")" ] || fail "raw tokens"
+[ ! -e "$DIR/r_val.bin" ] || fail "--val-fraction 0 still wrote a val file"
+
+# ---- GPT-2 BPE on the hand-made vocabulary (ids derived in tests/data/test_bpe.c)
+printf "hello world's 42 hello!\n" > "$DIR/h.txt"
+"$BIN" --input "$DIR/h.txt" --out-prefix "$DIR/b" --vocab "$FIX/vocab.json" --merges "$FIX/merges.txt" \
+  --val-fraction 0 > "$DIR/out.txt" || fail "bpe run"
+[ "$(tokens "$DIR/b_train.bin")" = "17 22 23 9 24 26 12 13" ] || fail "bpe tokens: $(tokens "$DIR/b_train.bin")"
+grep -q "vocab 27" "$DIR/out.txt" || fail "bpe summary: $(cat "$DIR/out.txt")"
+# --eot: the fixture has no "<|endoftext|>"; a copy with it (id 27) puts 27 before each document.
+sed 's/}$/, "<|endoftext|>": 27}/' "$FIX/vocab.json" > "$DIR/veot.json"
+printf "hello\n\n42\n" > "$DIR/two.txt"
+"$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/t" --vocab "$DIR/veot.json" --merges "$FIX/merges.txt" \
+  --val-fraction 0 --eot > /dev/null || fail "eot run"
+[ "$(tokens "$DIR/t_train.bin")" = "27 17 13 13 27 24 13" ] || fail "eot tokens: $(tokens "$DIR/t_train.bin")"
+
+# ---- --fortune: '%' lines separate entries and are dropped ------------------------
+printf 'one\n%%\ntwo\n%%\nthree\n%%\nfour\n%%\n' > "$DIR/f"
+"$BIN" --fortune --input "$DIR/f" --out-prefix "$DIR/f" --val-fraction 0.25 > "$DIR/out.txt" || fail "fortune run"
+grep -q "4 documents (1 validation)" "$DIR/out.txt" || fail "fortune summary: $(cat "$DIR/out.txt")"
+printf 'one\ntwo\nthree\n' > "$DIR/ft.txt"
+printf 'four\n' > "$DIR/fv.txt"
+[ "$(tokens "$DIR/f_train.bin")" = "$(bytes_as_tokens "$DIR/ft.txt")" ] || fail "fortune train tokens"
+[ "$(tokens "$DIR/f_val.bin")" = "$(bytes_as_tokens "$DIR/fv.txt")" ] || fail "fortune val tokens"
+
+# ---- a file given twice (the fortunes directory's NAME.u8 links) is read once --
+ln -s f "$DIR/f.u8"
+"$BIN" --fortune --input "$DIR/f" "$DIR/f.u8" --out-prefix "$DIR/g" --val-fraction 0.25 > "$DIR/out.txt" 2>&1 || fail "dup run"
+grep -q "skipped 1 input naming a file already read" "$DIR/out.txt" || fail "dup note: $(cat "$DIR/out.txt")"
+grep -q "1 files, .* 4 documents (1 validation)" "$DIR/out.txt" || fail "dup summary: $(cat "$DIR/out.txt")"
+cmp -s "$DIR/f_train.bin" "$DIR/g_train.bin" || fail "dup changed the tokens"
+
+# ---- the real corpus (Debian's fortunes), when installed: every byte but the
+# '%' separator lines ("%\n", 2 bytes each) becomes a token --------------------
+FORT=/usr/share/games/fortunes
+if [ -f "$FORT/fortunes" ]; then
+  files=$(ls "$FORT"/* | grep -v '\.dat$' | grep -v '\.u8$')
+  # shellcheck disable=SC2086
+  "$BIN" --fortune --input $files --out-prefix "$DIR/fort" > "$DIR/out.txt" 2>&1 || fail "fortunes run: $(cat "$DIR/out.txt")"
+  # shellcheck disable=SC2086
+  want=$(( $(cat $files | wc -c) - 2 * $(cat $files | grep -c '^%$') ))
+  got=$(( ($(wc -c < "$DIR/fort_train.bin") - 1024 + $(wc -c < "$DIR/fort_val.bin") - 1024) / 2 ))
+  [ "$got" -eq "$want" ] || fail "fortunes: $got tokens, expected $want"
+  rm -f "$DIR"/fort_*.bin
+fi
+
+# ---- user errors: message, status 1, previous outputs untouched, no temp files ----
+printf 'old' > "$DIR/e_train.bin"
+expect_error() { # expect_error "message part" args...
+  want=$1
+  shift
+  "$BIN" "$@" > "$DIR/err.txt" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "'$*' exited $rc, expected 1"
+  grep -qF -- "$want" "$DIR/err.txt" || fail "'$*' said: $(cat "$DIR/err.txt"); expected: $want"
+  [ "$(cat "$DIR/e_train.bin")" = "old" ] || fail "'$*' clobbered an existing output"
+  [ ! -e "$DIR/e_val.bin" ] || fail "'$*' wrote a val file"
+}
+expect_error "$DIR/missing.txt: cannot open" --input "$DIR/missing.txt" --out-prefix "$DIR/e"
+printf 'hello x\n' > "$DIR/x.txt"
+expect_error "x.txt: offset 6: byte 0x78 has no token" --input "$DIR/h.txt" "$DIR/x.txt" --out-prefix "$DIR/e" \
+  --vocab "$FIX/vocab.json" --merges "$FIX/merges.txt" --val-fraction 0
+expect_error "less than one document" --input "$DIR/h.txt" --out-prefix "$DIR/e"
+expect_error "--val-fraction 1.5: expected a number in [0, 1)" --input "$DIR/h.txt" --out-prefix "$DIR/e" --val-fraction 1.5
+expect_error "--vocab and --merges go together" --input "$DIR/h.txt" --out-prefix "$DIR/e" --vocab "$FIX/vocab.json"
+expect_error "--format bin: expected llmc or raw" --input "$DIR/h.txt" --out-prefix "$DIR/e" --format bin
+expect_error "no --out-prefix" --input "$DIR/h.txt"
+expect_error "has no \"<|endoftext|>\" token" --input "$DIR/h.txt" --out-prefix "$DIR/e" --vocab "$FIX/vocab.json" \
+  --merges "$FIX/merges.txt" --eot
+expect_error "--eot needs --vocab" --input "$DIR/h.txt" --out-prefix "$DIR/e" --eot
+expect_error "unknown or incomplete option --bogus" --bogus
+expect_error "cannot create" --input "$DIR/a.txt" --out-prefix "$DIR/no/such/dir/p"
+printf '\000\000\000\002\000\000\000\004\000\000\000\006\000\000\000\004\000\000\000\000%%\000\000\000' > "$DIR/f.dat"
+expect_error "f.dat: a strfile(1) index (binary), not fortune text" --fortune --input "$DIR/f" "$DIR/f.dat" --out-prefix "$DIR/e"
+printf 'abc' > "$DIR/odd.bin"
+expect_error "odd size (3 bytes)" --info "$DIR/odd.bin"
+ls "$DIR" | grep -q '\.tmp\.' && fail "temp files left: $(ls "$DIR")"
+
+if [ $FAILED -eq 0 ]; then
+  rm -rf "$DIR"
+  echo "1 passed, 0 failed"
+else
+  echo "scratch files kept in $DIR" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
