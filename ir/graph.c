@@ -212,23 +212,25 @@ int graph_finalize(Graph *g) {
    * (held by every stage that owns one of those regions). Backward ops are not
    * counted: they follow their forward op's region. */
   int ntied = 0;
-  bool *used = pd_calloc((size_t)g->nregions + 1, sizeof *used);
+  /* One pass over the ops. Forward ops come in region order, so the regions
+   * using a parameter are seen as runs: count the changes of region. */
+  int *last = pd_malloc(((size_t)g->nparams + 1) * sizeof *last);
   for (int p = 0; p < g->nparams; p++) {
-    int t = g->params[p].tensor, count = 0;
-    memset(used, 0, ((size_t)g->nregions + 1) * sizeof *used);
-    for (int o = 0; o < g->nops; o++) {
-      const Op *op = &g->ops[o];
-      if (op->fwd_op >= 0 || op->region < 0 || op->region >= g->nregions) continue;
-      for (int i = 0; i < op->nin; i++) {
-        if (op->in[i] != t || used[op->region]) continue;
-        used[op->region] = true;
-        count++;
-      }
-    }
-    g->params[p].nuses_regions = count;
-    if (count > 1) ntied++;
+    last[p] = -1;
+    g->params[p].nuses_regions = 0;
   }
-  free(used);
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->fwd_op >= 0 || op->region < 0 || op->region >= g->nregions) continue;
+    for (int i = 0; i < op->nin; i++) {
+      int p = g->tensors[op->in[i]].param;
+      if (g->tensors[op->in[i]].kind != TK_PARAM || p < 0 || last[p] == op->region) continue;
+      last[p] = op->region;
+      g->params[p].nuses_regions++;
+    }
+  }
+  for (int p = 0; p < g->nparams; p++) ntied += g->params[p].nuses_regions > 1;
+  free(last);
   /* needs_grad flows forward from parameters through differentiable ops. */
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];

@@ -72,6 +72,10 @@ bool pass_autodiff(Graph *g, Diag *d) {
     }
   }
 
+  /* owners[t]: how many tensors have t as their gradient */
+  int *owners = pd_calloc((size_t)g->ntensors, sizeof *owners);
+  for (int x = 0; x < g->ntensors; x++)
+    if (grad[x] >= 0) owners[grad[x]]++;
   for (int p = 0; p < g->nparams; p++) {
     int w = g->params[p].tensor, gw = grad[w];
     if (gw < 0) continue; /* unused parameter: its gradient is zero */
@@ -79,9 +83,7 @@ bool pass_autodiff(Graph *g, Diag *d) {
     /* add passes dy through unchanged, so the sum may also be another tensor's
      * gradient; give the parameter its own copy then, so the runtime may
      * accumulate into it. */
-    bool shared = false;
-    for (int x = 0; x < g->ntensors && !shared; x++) shared = x != w && grad[x] == gw;
-    if (shared) {
+    if (owners[gw] > 1) {
       double one[] = {1};
       int fwd = g->ops[t->producer].fwd_op;
       int id = graph_emit(g, OP_SCALE, &gw, 1, one, g->params[p].region, fwd, TK_GRAD, NULL);
@@ -95,6 +97,7 @@ bool pass_autodiff(Graph *g, Diag *d) {
     t->name = arena_printf(g->arena, "d%s", g->tensors[w].name);
     g->tensors[w].grad = gw;
   }
+  free(owners);
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].kind == TK_ACT && grad[t] >= 0 && grad[t] != t && t != g->loss)
       g->tensors[t].grad = grad[t];

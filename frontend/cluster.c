@@ -1,0 +1,118 @@
+/* frontend/cluster.c — a cluster file into a Cluster (ir/ir.h), in SI units.
+ *
+ * The file speaks the units people read on data sheets (GiB, TFLOP/s, GB/s); the
+ * table below says per key its unit, its conversion to bytes, FLOP/s or bytes/s,
+ * its range and whether it may be left out. Everything else about the key list
+ * (unknown, repeated, missing keys) is generic over the table.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "frontend/lower.h"
+
+typedef enum KeyType {
+  KEY_COUNT,  /* a positive integer, stored as int */
+  KEY_AMOUNT, /* a positive number times `scale`, stored as double */
+  KEY_TEXT,   /* a string */
+} KeyType;
+
+typedef struct ClusterKey {
+  const char *name;
+  KeyType type;
+  size_t offset;   /* field of Cluster */
+  double scale;    /* KEY_AMOUNT: file unit -> SI */
+  double max;      /* KEY_COUNT/KEY_AMOUNT: largest accepted value, in file units */
+  bool optional;
+  const char *help; /* the expected form, for "missing" messages */
+} ClusterKey;
+
+static const ClusterKey keys[] = {
+    {"nodes", KEY_COUNT, offsetof(Cluster, nodes), 1, 1e6, false, "nodes = 1"},
+    {"devices_per_node", KEY_COUNT, offsetof(Cluster, devices_per_node), 1, 1e4, false,
+     "devices_per_node = 8"},
+    {"device", KEY_TEXT, offsetof(Cluster, device), 1, 0, true, "device = \"V100-16GB\""},
+    {"memory_gib", KEY_AMOUNT, offsetof(Cluster, memory_bytes), 1073741824.0, 1e9, false,
+     "memory_gib = 16"},
+    {"tflops", KEY_AMOUNT, offsetof(Cluster, flops), 1e12, 1e9, false, "tflops = 125"},
+    {"memory_gbs", KEY_AMOUNT, offsetof(Cluster, mem_bandwidth), 1e9, 1e12, false,
+     "memory_gbs = 900"},
+    {"intra_node_gbs", KEY_AMOUNT, offsetof(Cluster, intra_bandwidth), 1e9, 1e12, false,
+     "intra_node_gbs = 150"},
+    {"inter_node_gbs", KEY_AMOUNT, offsetof(Cluster, inter_bandwidth), 1e9, 1e12, false,
+     "inter_node_gbs = 3.125"},
+};
+enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+static bool set_key(LowerCtx *c, const ClusterKey *k, const Ast *e, Cluster *out) {
+  char *field = (char *)out + k->offset;
+  if (k->type == KEY_TEXT) {
+    if (e->kind != AST_STRING) {
+      diag_error(c->d, e->loc, "%s must be a string, as in %s", k->name, k->help);
+      return false;
+    }
+    const char *s = e->name;
+    memcpy(field, &s, sizeof s);
+    return true;
+  }
+  Value v;
+  if (!eval_scalar(c, e, &v)) return false;
+  if (k->type == KEY_COUNT) {
+    if (!v.is_int || v.i < 1 || v.f > k->max) {
+      diag_error(c->d, e->loc, "%s is %g (expected an integer from 1 to %.0f)", k->name, v.f,
+                 k->max);
+      return false;
+    }
+    int n = (int)v.i;
+    memcpy(field, &n, sizeof n);
+    return true;
+  }
+  if (!(v.f > 0) || v.f > k->max) {
+    diag_error(c->d, e->loc, "%s is %g (expected a number > 0 and at most %.0f)", k->name, v.f,
+               k->max);
+    return false;
+  }
+  double x = v.f * k->scale;
+  memcpy(field, &x, sizeof x);
+  return true;
+}
+
+bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out) {
+  PD_CHECK(cluster && cluster->kind == AST_CLUSTER);
+  int errors = d->nerrors;
+  LowerCtx c;
+  memset(&c, 0, sizeof c);
+  c.a = a;
+  c.d = d;
+  c.prefix = "";
+  Cluster cl;
+  memset(&cl, 0, sizeof cl);
+  cl.name = cluster->name;
+  cl.device = "gpu";
+  cl.loc = cluster->loc;
+  const Ast *given[NKEYS] = {NULL};
+  for (const Ast *s = cluster->list; s; s = s->next) {
+    int k = -1;
+    for (int i = 0; i < NKEYS; i++)
+      if (strcmp(keys[i].name, s->name) == 0) k = i;
+    if (k < 0) {
+      diag_error(d, s->name_loc, "unknown cluster key '%s' (expected nodes, devices_per_node, "
+                 "device, memory_gib, tflops, memory_gbs, intra_node_gbs or inter_node_gbs)",
+                 s->name);
+      continue;
+    }
+    if (given[k]) {
+      diag_error(d, s->name_loc, "'%s' is set twice", s->name);
+      diag_note(d, given[k]->name_loc, "the first setting is here");
+      continue;
+    }
+    given[k] = s;
+    set_key(&c, &keys[k], s->a, &cl);
+  }
+  for (int k = 0; k < NKEYS; k++)
+    if (!given[k] && !keys[k].optional)
+      diag_error(d, cluster->name_loc, "cluster '%s' does not set '%s' (expected a line like "
+                 "'%s;')", cluster->name, keys[k].name, keys[k].help);
+  if (d->nerrors > errors) return false;
+  *out = cl;
+  return true;
+}

@@ -1,0 +1,101 @@
+/* frontend/lower.h — state shared by the lowering files (lower.c, eval.c,
+ * train.c, cluster.c); private to frontend/.
+ *
+ * Lowering walks the AST once, in order. Names live in one binding list with a
+ * hash index: params, inputs, weights and values (op results). A repeat body is
+ * lowered once per copy; the bindings it creates are dropped at the end of each
+ * copy, and an assignment to a name bound before the repeat updates that binding,
+ * which is exactly what makes a variable loop-carried. Every check that fails
+ * reports on the Diag and yields -1/false; a name whose definition failed is bound
+ * to tensor -1 ("poisoned"), so its uses stay silent instead of cascading.
+ */
+#ifndef PD2BW_FRONTEND_LOWER_H
+#define PD2BW_FRONTEND_LOWER_H
+
+#include "frontend/frontend.h"
+
+/* An open-addressing map from string to int, in the arena (never shrinks). */
+typedef struct NameMap {
+  const char **keys;
+  int *vals;
+  int cap, n;
+} NameMap;
+/* Index of key or -1. */
+int namemap_get(const NameMap *m, const char *key);
+void namemap_put(Arena *a, NameMap *m, const char *key, int val);
+
+/* A scalar: an int64 or a double (sizes must be ints; attributes may be either). */
+typedef struct Value {
+  bool is_int;
+  int64_t i; /* is_int */
+  double f;  /* always: the value as a double */
+} Value;
+
+/* Names of tensors (params live in their own map: they are numbers). */
+typedef enum BindKind {
+  BIND_INPUT,  /* an input tensor */
+  BIND_WEIGHT, /* a trainable weight tensor */
+  BIND_VALUE,  /* the result of an expression (assignable, loop-carried) */
+} BindKind;
+
+typedef struct Binding {
+  const char *name;
+  BindKind kind;
+  int index;      /* the tensor id (-1: poisoned) */
+  Loc loc;        /* where it was declared or first assigned */
+} Binding;
+
+/* Evaluation state of a param: params may name each other in any order, so they
+ * are evaluated on first use with a cycle check. */
+typedef enum ParamState {
+  PS_TODO,   /* not evaluated yet */
+  PS_ACTIVE, /* being evaluated: meeting it again is a recursive definition */
+  PS_DONE,   /* value valid */
+  PS_FAILED, /* an error was reported; uses stay silent */
+} ParamState;
+
+typedef struct ParamDef {
+  const char *name;
+  const Ast *decl;
+  ParamState state;
+  bool overridden; /* value came from -D */
+  Value value;
+} ParamDef;
+
+typedef struct LowerCtx {
+  Arena *a;
+  Diag *d;
+  Graph *g;       /* NULL while lowering a cluster */
+  ParamDef *params;
+  int nparams;
+  NameMap param_index;
+  Binding *binds;
+  int nbinds, cap_binds;
+  NameMap bind_index; /* name -> index in binds (stale when >= nbinds) */
+  NameMap tensor_names; /* every tensor name given to the graph */
+  NameMap name_suffix;  /* base name -> next ".k" suffix to try */
+  int region;
+  const char *prefix; /* "h.3." while lowering copy 3 of the repeat, else "" */
+  int eval_depth;     /* live eval_scalar frames, across param references */
+} LowerCtx;
+
+/* Evaluates a size/attribute expression; false after reporting. */
+bool eval_scalar(LowerCtx *c, const Ast *e, Value *out);
+/* Evaluates a size: an integer in [1, limit]; `what` names it in messages. */
+bool eval_size(LowerCtx *c, const Ast *e, int64_t limit, const char *what, int64_t *out);
+/* Evaluates param i (on first use), reporting cycles. */
+bool eval_param(LowerCtx *c, int i, Loc use, Value *out);
+
+/* The live binding of name, or NULL. */
+Binding *lower_lookup(LowerCtx *c, const char *name);
+/* The closest known op or name to `name` for a "did you mean" hint, or NULL. */
+const char *lower_suggest_op(const char *name);
+
+/* Lowers the train { } section into g->train. */
+void lower_train(LowerCtx *c, const Ast *train);
+/* Maps a call's arguments onto named slots (positional in order, then by name):
+ * reports unknown, repeated and surplus arguments. `what` names the call. */
+bool bind_call_args(LowerCtx *c, const Ast *call, const char *const *names, int n,
+                    const Ast **slots);
+
+#endif /* PD2BW_FRONTEND_LOWER_H */
