@@ -5,6 +5,7 @@
  * Nothing is written unless every step succeeded: the plan is assembled in a
  * sibling temporary directory and renamed into place at the end, so a failed or
  * interrupted compile leaves either the previous plan or none, never a mixture. */
+#include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "tools/plan_dir.h"
@@ -13,8 +14,10 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: pd2bwc MODEL [options] -o DIR\n"
@@ -48,10 +51,14 @@ typedef struct Options {
   bool quiet;
 } Options;
 
-static int user_error(const char *fmt, const char *arg) {
+static int user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int user_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, "pd2bwc: error: ");
-  fprintf(stderr, fmt, arg);
+  vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n(see pd2bwc --help)\n");
+  va_end(ap);
   return 1;
 }
 
@@ -156,15 +163,17 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
-/* The cluster when none is given: this host as one CPU device. Rates are
- * deliberately round; a real cluster file (models/clusters/) replaces them. */
+/* The cluster when none is given: this host as one CPU device with the host's
+ * physical memory. Rates are deliberately round; a cluster file
+ * (models/clusters/cpu2.cluster, say) replaces them. */
 static Cluster default_cluster(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   Cluster c = {
       .name = "host",
       .nodes = 1,
       .devices_per_node = 1,
       .device = "cpu",
-      .memory_bytes = 16.0 * (1ull << 30),
+      .memory_bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 16.0 * (1ull << 30),
       .flops = 100e9,
       .mem_bandwidth = 20e9,
       .intra_bandwidth = 10e9,
@@ -257,6 +266,25 @@ static cJSON *train_json(const TrainConfig *t) {
   return j;
 }
 
+/* stageN.c for every stage the planner cut: stage i runs the regions of its
+ * segments (the planner's segments are the graph's regions, in order). */
+static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
+                                Diag *d) {
+  int n = plan->cfg.stages;
+  int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
+  for (int i = 0; i < n; i++) {
+    first[i] = plan->stages[i].first_seg;
+    last[i] = plan->stages[i].last_seg - 1;
+  }
+  cJSON *stages = cJSON_GetObjectItem(root, "stages");
+  if (!stages) stages = cJSON_AddArrayToObject(root, "stages");
+  CodegenOptions co = {.f64 = false, .fuse = true};
+  bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
+  free(first);
+  free(last);
+  return ok;
+}
+
 static void print_count(FILE *out, int64_t n) {
   char digits[32], buf[48];
   int len = snprintf(digits, sizeof digits, "%lld", (long long)n), j = 0;
@@ -317,7 +345,7 @@ int main(int argc, char **argv) {
 
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
-  bool ok = plan_write(plan, tmp, root, &d);
+  bool ok = plan_write(plan, tmp, root, &d) && emit_stage_programs(g, plan, tmp, root, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);
   if (!ok) {
