@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0 pass=0
 while IFS='|' read -r name args; do
-  name=$(echo "$name" | xargs)
+  name=$(printf "%s" "$name" | sed "s/^[[:space:]]*//; s/[[:space:]]*$//")
   case "$name" in ''|'#'*) continue ;; esac
   out="$work/$name.txt"
   # shellcheck disable=SC2086

@@ -1,0 +1,99 @@
+/* passes/layout.h — where every tensor of one pipeline stage lives.
+ *
+ * A stage is a contiguous range of regions [first_region, last_region] of a
+ * differentiated graph: the forward ops of those regions and the backward ops that
+ * autodiff put in them. layout_stage() gives each tensor the stage touches a class
+ * (one of the blocks below) and a byte offset inside that block, for microbatch size
+ * b. The code generator bakes the offsets into stageN.c; the runtime allocates the
+ * blocks; the planner calls the same function for stash and workspace sizes, so the
+ * plan and the program never disagree.
+ *
+ * Blocks, and how many copies the runtime keeps of each:
+ *   PARAMS    one per weight version;        every parameter the stage's ops read
+ *   GRADS     one;                           a parameter's gradient at the SAME
+ *                                            offset as the parameter in PARAMS
+ *   STASH     one per in-flight microbatch;  forward activations a backward op of
+ *                                            the stage reads, and activations
+ *                                            received from the previous stage
+ *   WORK      one;                           transient values, offsets reused by a
+ *                                            linear scan over op order (forward ops,
+ *                                            then backward ops); also per-op kernel
+ *                                            scratch (attention, layernorm stats)
+ *   INPUTS    one per in-flight microbatch;  data tensors (tokens, targets)
+ *   BOUNDARY  one per in-flight microbatch;  the activation sent to the next stage
+ *                                            and the gradient received from it or
+ *                                            sent back to the previous one
+ * Every tensor's offset is 64-byte aligned. Parameter gradients are ACCUMULATED
+ * (the producer adds into GRADS), so the m microbatches of a batch sum without a
+ * buffer each; a gradient contribution whose only consumer is the sum that makes a
+ * parameter's gradient is placed on that gradient and accumulated too (the tied
+ * embedding's two contributions then never need a V×C temporary).
+ */
+#ifndef PD2BW_PASSES_LAYOUT_H
+#define PD2BW_PASSES_LAYOUT_H
+
+#include "ir/ir.h"
+
+#define LAYOUT_ALIGN 64
+
+typedef enum BufClass {
+  BUF_NONE,     /* the stage does not touch this tensor; offset/bytes unused */
+  BUF_PARAMS,   /* a parameter: offset in the PARAMS block */
+  BUF_GRADS,    /* a parameter gradient, or a contribution accumulated into one */
+  BUF_STASH,    /* kept from forward to backward of one microbatch */
+  BUF_WORK,     /* transient; shares offsets with tensors not live at once */
+  BUF_INPUTS,   /* a data tensor (TK_INPUT) */
+  BUF_BOUNDARY, /* crosses to or from another stage */
+  BUF_CLASS_COUNT
+} BufClass;
+
+const char *buf_class_name(BufClass c); /* "params", "grads", ... */
+
+typedef struct TensorPlace {
+  BufClass cls;
+  int64_t offset; /* bytes from the start of the block */
+  int64_t bytes;  /* numel(b) · dtype size (not rounded) */
+  bool accumulate;/* the producer adds into the place instead of overwriting */
+  int alias;      /* tensor whose place this one reuses in place, or -1 */
+} TensorPlace;
+
+typedef struct StageLayout {
+  const Graph *g;
+  int first_region, last_region;
+  int64_t b;
+  int *fwd_ops, nfwd; /* op ids run by the stage's forward, in order */
+  int *bwd_ops, nbwd; /* op ids run by its backward, in order */
+  int *params, nparams; /* parameter indices held, in PARAMS order */
+  TensorPlace *place;   /* per tensor id (g->ntensors) */
+  /* Per op id: scratch in WORK (0 bytes: none) = the kernel's scratch
+   * (layout_op_scratch_elems reals), then, rounded up to LAYOUT_ALIGN, a temporary
+   * of the output's size when the op must accumulate into a gradient but its kernel
+   * cannot (layout_accumulates_natively false): it computes there and adds. */
+  int64_t *scratch_off, *scratch_bytes;
+  int64_t total[BUF_CLASS_COUNT];       /* block sizes in bytes (64-aligned) */
+  int loss;             /* the loss tensor if the stage computes it, else -1 */
+} StageLayout;
+
+/* Lays out stage [first_region, last_region] of g (differentiated or not) for
+ * microbatch size b >= 1. Never fails on a verified graph (internal errors abort). */
+StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b);
+void layout_destroy(StageLayout *L);
+
+/* Stable text dump: block totals, then one line per placed tensor. */
+void layout_dump(const StageLayout *L, FILE *out);
+
+/* True when op `o` is in the stage's forward or backward list. */
+bool layout_has_op(const StageLayout *L, int o);
+
+/* Kernel scratch elements (reals) op `op` needs at microbatch size b (attention's
+ * probability rows, layernorm backward's statistics); 0 for most ops. */
+int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b);
+
+/* Ops whose kernel (or generated loop) can add into its output instead of
+ * overwriting it: the parameter-gradient kernels, add and scale. */
+bool layout_accumulates_natively(OpKind k);
+
+/* Every size and offset above is for float32 reals; a float64 program (the
+ * gradient-check build) doubles them all, which keeps int32 tensors in bounds. */
+
+#endif

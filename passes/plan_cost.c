@@ -1,0 +1,113 @@
+/* passes/plan_cost.c — the cost model (PipeDream-2BW, Appendix A) and placement.
+ *
+ * Compute: each segment runs at the roofline, max(FLOPs / peak, bytes / memory
+ * bandwidth), times the microbatch size, forward and backward separately; measured
+ * per-sample times (--profile) replace the roofline. Recomputation re-runs the
+ * forward inside the backward. Point-to-point: boundary bytes over the bandwidth of
+ * the link between the two stages' devices. All-reduce: ring, 2(w-1)/w x bytes over
+ * the bandwidth of the slowest link of the replica group.
+ *
+ * Placement: ranks are numbered node-major (rank = node * devices_per_node + device).
+ * Stage-major puts a stage's w replicas on consecutive ranks (their all-reduce stays
+ * inside a node when w <= devices per node); replica-major puts one pipeline's d
+ * stages on consecutive ranks (their activations stay inside a node). The search
+ * evaluates both and keeps the faster, which is the paper's rule of keeping the
+ * heavier traffic inside the node.
+ */
+#include "passes/planner.h"
+
+static double roofline(const Cluster *c, double flops, double bytes) {
+  double tf = c->flops > 0 ? flops / c->flops : 0;
+  double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
+  return tf > tb ? tf : tb;
+}
+
+double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
+  double t = 0;
+  for (int i = a; i < e; i++) {
+    const PlanSegment *s = &in->segs[i];
+    t += s->fwd_time_s > 0 ? s->fwd_time_s : roofline(c, s->fwd_flops, s->fwd_bytes);
+  }
+  return t * (double)b;
+}
+
+double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
+  double t = 0;
+  for (int i = a; i < e; i++) {
+    const PlanSegment *s = &in->segs[i];
+    t += s->bwd_time_s > 0 ? s->bwd_time_s : roofline(c, s->bwd_flops, s->bwd_bytes);
+  }
+  return t * (double)b;
+}
+
+double plan_cost_allreduce(double bytes, int w, double bw) {
+  if (w <= 1 || bytes <= 0) return 0;
+  if (bw <= 0) return 0; /* "infinitely fast": a declared 0 disables the term */
+  return 2.0 * (w - 1) / w * bytes / bw;
+}
+
+static int dpn_of(const Cluster *c) { return c->devices_per_node > 0 ? c->devices_per_node : 1; }
+
+double plan_cost_link(const Cluster *c, int rank_a, int rank_b) {
+  int dpn = dpn_of(c);
+  return rank_a / dpn == rank_b / dpn ? c->intra_bandwidth : c->inter_bandwidth;
+}
+
+int plan_place_rank(PlanPlacement pl, int d, int w, int stage, int replica) {
+  switch (pl) {
+  case PP_STAGE_MAJOR: return stage * w + replica;
+  case PP_REPLICA_MAJOR: return replica * d + stage;
+  }
+  PD_CHECK(0, "placement %d", (int)pl);
+  return 0;
+}
+
+/* Slowest link is what a ring runs at: any hop across nodes makes it inter-node. */
+double plan_place_ar_bw(const Cluster *c, PlanPlacement pl, int d, int w, int s) {
+  int dpn = dpn_of(c);
+  int node0 = plan_place_rank(pl, d, w, s, 0) / dpn;
+  for (int r = 1; r < w; r++)
+    if (plan_place_rank(pl, d, w, s, r) / dpn != node0) return c->inter_bandwidth;
+  return c->intra_bandwidth;
+}
+
+double plan_place_p2p_bw(const Cluster *c, PlanPlacement pl, int d, int w, int s) {
+  double bw = c->intra_bandwidth;
+  for (int r = 0; r < w; r++) {
+    double l = plan_cost_link(c, plan_place_rank(pl, d, w, s, r),
+                              plan_place_rank(pl, d, w, s + 1, r));
+    if (l < bw) bw = l;
+  }
+  return bw;
+}
+
+double plan_stage_in_bytes(const PlanInput *in, int first_seg) {
+  return first_seg == 0 ? in->input_bytes : in->segs[first_seg - 1].out_bytes;
+}
+
+int64_t plan_tied_params(const PlanInput *in, int a, int e) {
+  int64_t n = 0;
+  for (int t = 0; t < in->ntied; t++) {
+    const PlanTied *T = &in->tied[t];
+    for (int j = 0; j < T->nsegs; j++)
+      if (T->segs[j] >= a && T->segs[j] < e) {
+        n += T->count;
+        break;
+      }
+  }
+  return n;
+}
+
+int64_t plan_tied_spanning(const PlanInput *in, int a, int e) {
+  int64_t n = 0;
+  for (int t = 0; t < in->ntied; t++) {
+    const PlanTied *T = &in->tied[t];
+    bool inside = false, outside = false;
+    for (int j = 0; j < T->nsegs; j++) {
+      if (T->segs[j] >= a && T->segs[j] < e) inside = true;
+      else outside = true;
+    }
+    if (inside && outside) n += T->count;
+  }
+  return n;
+}

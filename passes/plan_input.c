@@ -1,0 +1,142 @@
+/* passes/plan_input.c — the planner's input: segments and tied groups.
+ *
+ * A segment is one IR region (prologue, one block copy, epilogue). Costs come from
+ * the op table at b = 1 and are therefore "per sample". What crosses a boundary
+ * after segment r is every forward activation produced in a region <= r and read by
+ * a forward op in a region > r (the residual stream, not just the last op's output).
+ */
+#include "passes/planner.h"
+
+#include <string.h>
+
+void plan_input_init(PlanInput *in, const char *name) {
+  memset(in, 0, sizeof *in);
+  in->name = pd_strdup(name ? name : "model");
+}
+
+void plan_input_free(PlanInput *in) {
+  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name);
+  for (int i = 0; i < in->ntied; i++) free(in->tied[i].name);
+  free(in->segs);
+  free(in->tied);
+  free(in->name);
+  memset(in, 0, sizeof *in);
+}
+
+PlanSegment *plan_input_add_segment(PlanInput *in, const char *name) {
+  if (in->nsegs == in->cap_segs) {
+    in->cap_segs = in->cap_segs ? 2 * in->cap_segs : 16;
+    in->segs = pd_realloc(in->segs, (size_t)in->cap_segs * sizeof *in->segs);
+  }
+  PlanSegment *s = &in->segs[in->nsegs++];
+  memset(s, 0, sizeof *s);
+  s->name = pd_strdup(name);
+  return s;
+}
+
+int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
+                        int nsegs) {
+  PD_CHECK(nsegs > 0 && nsegs <= PLAN_MAX_TIED_SEGS, "tied group of %d segments", nsegs);
+  if (in->ntied == in->cap_tied) {
+    in->cap_tied = in->cap_tied ? 2 * in->cap_tied : 4;
+    in->tied = pd_realloc(in->tied, (size_t)in->cap_tied * sizeof *in->tied);
+  }
+  PlanTied *t = &in->tied[in->ntied];
+  memset(t, 0, sizeof *t);
+  t->name = pd_strdup(name);
+  t->count = count;
+  t->nsegs = nsegs;
+  for (int i = 0; i < nsegs; i++) {
+    PD_CHECK(segs[i] >= 0 && segs[i] < in->nsegs, "tied segment %d", segs[i]);
+    t->segs[i] = segs[i];
+  }
+  return in->ntied++;
+}
+
+static double tensor_bytes(const Tensor *t) {
+  return (double)shape_numel(&t->shape, 1) * (double)dtype_size(t->dtype);
+}
+
+bool plan_input_from_graph(const Graph *g, PlanInput *out) {
+  plan_input_init(out, g->name);
+  if (g->nregions == 0 || g->nops == 0) return false;
+  int R = g->nregions;
+  for (int r = 0; r < R; r++) plan_input_add_segment(out, g->regions[r].name);
+  out->batch = g->train.batch;
+  out->microbatch = g->train.microbatch;
+
+  bool has_bwd = false;
+  for (int i = 0; i < g->nops; i++)
+    if (g->ops[i].fwd_op >= 0) has_bwd = true;
+
+  /* Per tensor: the region that produces it and the last forward region that reads
+   * it; whether a backward op reads it. */
+  int *last_use = pd_malloc((size_t)g->ntensors * sizeof(int));
+  bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
+  for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *op = &g->ops[i];
+    PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
+    PlanSegment *s = &out->segs[op->region];
+    OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
+    if (op->fwd_op >= 0) {
+      s->bwd_flops += c.flops;
+      s->bwd_bytes += c.bytes;
+    } else {
+      s->fwd_flops += c.flops;
+      s->fwd_bytes += c.bytes;
+    }
+    for (int j = 0; j < op->nin; j++) {
+      int t = op->in[j];
+      if (op->fwd_op >= 0) bwd_reads[t] = true;
+      else if (op->region > last_use[t]) last_use[t] = op->region;
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++) {
+    const Tensor *T = &g->tensors[t];
+    if (T->kind == TK_INPUT) out->input_bytes += tensor_bytes(T);
+    if (T->kind != TK_ACT || T->producer < 0) continue;
+    const Op *p = &g->ops[T->producer];
+    if (p->fwd_op >= 0) continue;
+    double bytes = tensor_bytes(T);
+    /* Stash: read by the backward; without a backward yet, every activation. */
+    if (!has_bwd || bwd_reads[t]) out->segs[p->region].stash_bytes += bytes;
+    for (int r = p->region; r < last_use[t]; r++) out->segs[r].out_bytes += bytes;
+    if (bytes > out->segs[p->region].workspace_bytes)
+      out->segs[p->region].workspace_bytes = bytes;
+  }
+  if (!has_bwd)
+    for (int r = 0; r < R; r++) {
+      out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
+      out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
+    }
+
+  /* Parameters: own region, unless used from several (tied). */
+  bool *used = pd_calloc((size_t)R, sizeof(bool));
+  for (int pi = 0; pi < g->nparams; pi++) {
+    const Param *P = &g->params[pi];
+    const Tensor *T = &g->tensors[P->tensor];
+    int64_t n = shape_numel(&T->shape, 1);
+    if (P->nuses_regions <= 1) {
+      int r = P->region >= 0 && P->region < R ? P->region : 0;
+      for (int i = 0; i < g->nops; i++) /* a param declared elsewhere, used once */
+        for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op < 0; j++)
+          if (g->ops[i].in[j] == P->tensor) r = g->ops[i].region;
+      out->segs[r].params += n;
+      continue;
+    }
+    memset(used, 0, (size_t)R * sizeof(bool));
+    for (int i = 0; i < g->nops; i++)
+      for (int j = 0; j < g->ops[i].nin; j++)
+        if (g->ops[i].in[j] == P->tensor && g->ops[i].fwd_op < 0) used[g->ops[i].region] = true;
+    int segs[PLAN_MAX_TIED_SEGS], ns = 0;
+    for (int r = 0; r < R && ns < PLAN_MAX_TIED_SEGS; r++)
+      if (used[r]) segs[ns++] = r;
+    if (ns == 0) segs[ns++] = P->region >= 0 && P->region < R ? P->region : 0;
+    plan_input_add_tied(out, T->name, n, segs, ns);
+  }
+  free(used);
+  free(last_use);
+  free(bwd_reads);
+  return true;
+}

@@ -1,0 +1,152 @@
+/* passes/plan_memory.c — the per-stage memory plan: one arena, every buffer at a
+ * 256-byte aligned offset.
+ *
+ * Per stage i of d (PipeDream-2BW §3.2, Appendix A):
+ *   weights   P x 4 bytes per version: 1 (gpipe, 1f1b), 2 (2bw), up to d-i (pipedream)
+ *   gradients P x 4 (accumulated over the batch's m microbatches); under 2bw a
+ *             tied parameter shared with another stage has two gradient buffers
+ *             of its own instead (plan_tied_deferred)
+ *   optimizer P x 8 (AdamW m and v, one copy whatever the number of versions)
+ *   stash     one slot per microbatch in flight: m (gpipe), <= d-i (1f1b, 2bw,
+ *             pipedream); a slot holds what the backward needs, or only the stage
+ *             input when recomputing
+ *   send/recv one microbatch of boundary activation / gradient each way
+ *   workspace the largest segment's scratch (plus, when recomputing, the one
+ *             microbatch whose activations are rebuilt during its backward)
+ * P counts the stage's own parameters plus every tied parameter it holds.
+ */
+#include "passes/planner.h"
+
+#include <string.h>
+
+#define PLAN_ALIGN 256u
+
+static const char *const buf_names[PB_COUNT] = {
+    [PB_WEIGHTS] = "weights",   [PB_GRADS] = "grads",         [PB_OPT_M] = "adam_m",
+    [PB_OPT_V] = "adam_v",      [PB_STASH] = "stash",         [PB_RECV_ACT] = "recv_act",
+    [PB_SEND_ACT] = "send_act", [PB_RECV_GRAD] = "recv_grad", [PB_SEND_GRAD] = "send_grad",
+    [PB_WORKSPACE] = "workspace", [PB_TIED_GRADS] = "tied_grads",
+};
+
+const char *plan_buf_kind_name(PlanBufKind k) {
+  PD_CHECK(k >= 0 && k < PB_COUNT, "buffer kind %d", (int)k);
+  return buf_names[k];
+}
+
+int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m) {
+  switch (s) {
+  case PS_GPIPE:
+  case PS_1F1B: return 1;
+  case PS_2BW: return 2;
+  case PS_PIPEDREAM: {
+    /* In flight at stage i: at most d-i microbatches, m consecutive ones share a
+     * version, and the newest version is one of them in steady state. */
+    int64_t inflight = d - i;
+    int64_t v = (inflight - 1 + m - 1) / m + 1;
+    return (int)(v < inflight ? v : inflight);
+  }
+  case PS_COUNT: break;
+  }
+  PD_CHECK(0, "schedule %d", (int)s);
+  return 0;
+}
+
+int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m) {
+  switch (s) {
+  case PS_GPIPE: return (int)m;
+  case PS_1F1B: return (int)(m < d - i ? m : d - i);
+  case PS_2BW:
+  case PS_PIPEDREAM: return d - i;
+  case PS_COUNT: break;
+  }
+  PD_CHECK(0, "schedule %d", (int)s);
+  return 0;
+}
+
+static uint64_t align_up(uint64_t x) { return (x + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+
+typedef struct Layout {
+  PlanStage *st;
+  uint64_t top;
+} Layout;
+
+/* Places `count` buffers of `bytes` each (index 0..count-1). Without a stage to
+ * record them in, only the arena size moves: the search calls this millions of
+ * times. */
+static void put_n(Layout *L, PlanBufKind kind, int count, double bytes);
+
+static void put(Layout *L, PlanBufKind kind, int index, double bytes) {
+  uint64_t size = bytes > 0 ? (uint64_t)(bytes + 0.5) : 0;
+  uint64_t off = L->top;
+  L->top = align_up(off + size);
+  if (!L->st) return;
+  PlanStage *st = L->st;
+  st->bufs = pd_realloc(st->bufs, (size_t)(st->nbufs + 1) * sizeof *st->bufs);
+  st->bufs[st->nbufs++] = (PlanBuffer){kind, index, off, size};
+}
+
+static void put_n(Layout *L, PlanBufKind kind, int count, double bytes) {
+  if (L->st) {
+    for (int i = 0; i < count; i++) put(L, kind, i, bytes);
+    return;
+  }
+  uint64_t size = bytes > 0 ? (uint64_t)(bytes + 0.5) : 0;
+  L->top += (uint64_t)count * align_up(size); /* top is aligned already */
+}
+
+uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum,
+                          int nversions, int nstash, PlanStage *st) {
+  int d = cfg->stages;
+  double b = (double)cfg->microbatch_size;
+  double slot = cfg->recompute ? sum->in_bytes : sum->stash;
+  double ws = sum->ws + (cfg->recompute ? sum->stash : 0);
+  if (st) {
+    free(st->bufs);
+    st->bufs = NULL;
+    st->nbufs = 0;
+  }
+  Layout L = {st, 0};
+  double pbytes = (double)sum->params * 4.0;
+  put_n(&L, PB_WEIGHTS, nversions, pbytes);
+  /* 2bw steps tied parameters spanning stages later, from double-buffered grads */
+  bool split = cfg->schedule == PS_2BW && sum->tied_spanning > 0;
+  double tbytes = (double)sum->tied_spanning * 4.0;
+  put(&L, PB_GRADS, 0, split ? pbytes - tbytes : pbytes);
+  if (split) put_n(&L, PB_TIED_GRADS, 2, tbytes);
+  put(&L, PB_OPT_M, 0, pbytes);
+  put(&L, PB_OPT_V, 0, pbytes);
+  put_n(&L, PB_STASH, nstash, b * slot);
+  put(&L, PB_RECV_ACT, 0, b * sum->in_bytes); /* stage 0: the data loader's inputs */
+  if (i < d - 1) put(&L, PB_SEND_ACT, 0, b * sum->out_bytes);
+  if (i < d - 1) put(&L, PB_RECV_GRAD, 0, b * sum->out_bytes);
+  if (i > 0) put(&L, PB_SEND_GRAD, 0, b * sum->in_bytes);
+  put(&L, PB_WORKSPACE, 0, b * ws);
+  if (st) {
+    st->total_bytes = L.top;
+    st->params = sum->params;
+    st->stash_slot_bytes = b * slot;
+    st->nversions = nversions;
+    st->nstash = nstash;
+  }
+  return L.top;
+}
+
+void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum) {
+  memset(sum, 0, sizeof *sum);
+  sum->params = plan_tied_params(in, a, e);
+  sum->tied_spanning = plan_tied_spanning(in, a, e);
+  for (int s = a; s < e; s++) {
+    sum->params += in->segs[s].params;
+    sum->stash += in->segs[s].stash_bytes;
+    if (in->segs[s].workspace_bytes > sum->ws) sum->ws = in->segs[s].workspace_bytes;
+  }
+  sum->in_bytes = plan_stage_in_bytes(in, a);
+  sum->out_bytes = in->segs[e - 1].out_bytes;
+}
+
+uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
+                           int nversions, int nstash, PlanStage *st) {
+  PlanStageSums sum;
+  plan_stage_sums(in, a, e, &sum);
+  return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
+}

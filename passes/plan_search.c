@@ -1,0 +1,464 @@
+/* passes/plan_search.c — the search, and plan_create / plan_destroy.
+ *
+ * Candidates: d over powers of two up to min(segments, devices) plus d = segments;
+ * w the largest divisor of the global batch B with d·w <= devices (replicas are
+ * cheaper than idle devices; --replicas overrides); b over powers of two dividing
+ * B/w (or the pinned / model-given b); m = B/(b·w); every schedule; recompute off and
+ * on. That is at most ~8 x 12 x 4 x 2 partitions of O(n^2) each, which plans a
+ * 96-layer GPT on 1024 devices well under a second.
+ *
+ * Each candidate is partitioned under both placements (plan_cost.c) and scored by
+ * the analytic pipeline formula with t_i the slowest stage's compute + p2p per
+ * microbatch and A_i its all-reduce:
+ *   flush (gpipe, 1f1b):   step = (m + d - 1) max t_i + max A_i
+ *   2bw, pipedream:        step = max (m t_i + A_i)       (no bubble in steady state)
+ * The winner is then built, verified and simulated; the simulation's figures are
+ * what plan.json predicts. Ties go to 2bw, then 1f1b, gpipe, pipedream, then the
+ * earlier candidate.
+ */
+#include "passes/planner.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+void plan_pins_init(PlanPins *p) {
+  memset(p, 0, sizeof *p);
+  p->schedule = -1;
+  p->recompute = PR_AUTO;
+}
+
+bool plan_recompute_parse(const char *s, PlanRecompute *out) {
+  static const char *const names[] = {[PR_AUTO] = "auto", [PR_OFF] = "off", [PR_ON] = "on"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *out = (PlanRecompute)i;
+      return true;
+    }
+  return false;
+}
+
+static void input_copy(PlanInput *dst, const PlanInput *src) {
+  plan_input_init(dst, src->name);
+  for (int i = 0; i < src->nsegs; i++) {
+    PlanSegment *s = plan_input_add_segment(dst, src->segs[i].name);
+    char *name = s->name;
+    *s = src->segs[i];
+    s->name = name;
+  }
+  for (int i = 0; i < src->ntied; i++)
+    plan_input_add_tied(dst, src->tied[i].name, src->tied[i].count, src->tied[i].segs,
+                        src->tied[i].nsegs);
+  dst->input_bytes = src->input_bytes;
+  dst->batch = src->batch;
+  dst->microbatch = src->microbatch;
+}
+
+static const PlanSchedule pref[PS_COUNT] = {PS_2BW, PS_1F1B, PS_GPIPE, PS_PIPEDREAM};
+
+static int sched_rank(PlanSchedule s) {
+  for (int i = 0; i < PS_COUNT; i++)
+    if (pref[i] == s) return i;
+  return PS_COUNT;
+}
+
+static bool flush_sched(PlanSchedule s) { return s == PS_GPIPE || s == PS_1F1B; }
+
+/* Per-stage times of a partition: t[i] per microbatch (compute + p2p), A[i] per batch. */
+static void stage_times(const PlanInput *in, const Cluster *c, const PlanConfig *cfg,
+                        PlanPlacement pl, const int *cuts, double *t, double *A) {
+  int d = cfg->stages, w = cfg->replicas;
+  double b = (double)cfg->microbatch_size;
+  for (int i = 0; i < d; i++) {
+    int a = cuts[i], e = cuts[i + 1];
+    double f = plan_cost_fwd(in, c, a, e, cfg->microbatch_size);
+    t[i] = f + plan_cost_bwd(in, c, a, e, cfg->microbatch_size) + (cfg->recompute ? f : 0);
+    if (i > 0) {
+      double bw = plan_place_p2p_bw(c, pl, d, w, i - 1);
+      if (bw > 0) t[i] += 2 * plan_stage_in_bytes(in, a) * b / bw;
+    }
+    if (i < d - 1) {
+      double bw = plan_place_p2p_bw(c, pl, d, w, i);
+      if (bw > 0) t[i] += 2 * in->segs[e - 1].out_bytes * b / bw;
+    }
+    PlanStageSums s;
+    plan_stage_sums(in, a, e, &s);
+    A[i] = plan_cost_allreduce((double)s.params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
+  }
+}
+
+static double analytic_step(const PlanConfig *cfg, const double *t, const double *A) {
+  int d = cfg->stages;
+  double m = (double)cfg->microbatches, tmax = 0, amax = 0, worst = 0;
+  for (int i = 0; i < d; i++) {
+    if (t[i] > tmax) tmax = t[i];
+    if (A[i] > amax) amax = A[i];
+    if (m * t[i] + A[i] > worst) worst = m * t[i] + A[i];
+  }
+  return flush_sched(cfg->schedule) ? (m + d - 1) * tmax + amax : worst;
+}
+
+typedef struct Search {
+  const PlanInput *in;
+  const Cluster *c;
+  PlanCandidate *cands;
+  int n, cap;
+  /* best so far */
+  int best;
+  PlanPlacement best_pl;
+  double best_over; /* smallest memory overage seen (bytes) */
+  char refused[256];/* why a pinned-looking config cannot run at all */
+} Search;
+
+static void evaluate(Search *S, PlanConfig cfg) {
+  const PlanInput *in = S->in;
+  if (S->n == S->cap) {
+    S->cap = S->cap ? 2 * S->cap : 64;
+    S->cands = pd_realloc(S->cands, (size_t)S->cap * sizeof *S->cands);
+  }
+  PlanCandidate *k = &S->cands[S->n];
+  memset(k, 0, sizeof *k);
+  k->cfg = cfg;
+  if (cfg.schedule == PS_2BW && cfg.microbatches < cfg.stages) {
+    snprintf(k->why, sizeof k->why, "2bw needs m >= d (m = %" PRId64 " < d = %d)",
+             cfg.microbatches, cfg.stages);
+    snprintf(S->refused, sizeof S->refused,
+             "schedule 2bw needs at least as many microbatches per batch as stages (m = %" PRId64
+             " < d = %d): batch t uses W(t-1), which stage 0 has only once batch t-2 is "
+             "finished, so m >= d microbatches must be in flight",
+             cfg.microbatches, cfg.stages);
+    S->n++;
+    return;
+  }
+  int d = cfg.stages;
+  int *cuts = pd_malloc((size_t)(d + 1) * sizeof(int));
+  double *t = pd_malloc((size_t)d * sizeof(double)), *A = pd_malloc((size_t)d * sizeof(double));
+  double best = -1, over = 1e300, peak = 0;
+  PlanPlacement bpl = PP_STAGE_MAJOR;
+  int nplace = cfg.replicas > 1 && d > 1 ? 2 : 1;
+  for (int p = 0; p < nplace; p++) {
+    PlanPlacement pl = (PlanPlacement)p;
+    double o = 0;
+    if (plan_partition(in, S->c, &cfg, pl, cuts, &o) < 0) {
+      if (o < over) over = o;
+      break; /* memory does not depend on the placement: the other fails too */
+    }
+    stage_times(in, S->c, &cfg, pl, cuts, t, A);
+    double step = analytic_step(&cfg, t, A);
+    if (best < 0 || step < best) {
+      best = step, bpl = pl;
+      peak = 0;
+      for (int i = 0; i < d; i++) {
+        double mem = (double)plan_stage_memory(
+            in, &cfg, i, cuts[i], cuts[i + 1], plan_versions_bound(cfg.schedule, d, i, cfg.microbatches),
+            plan_stash_bound(cfg.schedule, d, i, cfg.microbatches), NULL);
+        if (mem > peak) peak = mem;
+      }
+    }
+  }
+  if (best < 0) {
+    snprintf(k->why, sizeof k->why, "over memory by %.2f GiB", over / GiB);
+    if (over < S->best_over) S->best_over = over;
+  } else {
+    k->fits = true;
+    k->step_time_s = best;
+    k->samples_per_s = (double)in->batch / best;
+    k->peak_bytes = peak;
+    if (S->best < 0) {
+      S->best = S->n, S->best_pl = bpl;
+    } else {
+      const PlanCandidate *b = &S->cands[S->best];
+      double eps = 1e-12 * b->step_time_s;
+      if (best < b->step_time_s - eps ||
+          (best <= b->step_time_s + eps && sched_rank(cfg.schedule) < sched_rank(b->cfg.schedule)))
+        S->best = S->n, S->best_pl = bpl;
+    }
+  }
+  free(cuts), free(t), free(A);
+  S->n++;
+}
+
+static int64_t largest_divisor_le(int64_t n, int64_t cap) {
+  for (int64_t w = cap < n ? cap : n; w >= 1; w--)
+    if (n % w == 0) return w;
+  return 1;
+}
+
+static void search(Search *S, const PlanPins *pins, int devices) {
+  const PlanInput *in = S->in;
+  int n = in->nsegs;
+  int64_t B = in->batch;
+  int ds[40], nd = 0;
+  if (pins->stages > 0) {
+    ds[nd++] = pins->stages;
+  } else {
+    int lim = n < devices ? n : devices;
+    for (int d = 1; d <= lim; d *= 2) ds[nd++] = d;
+    if (ds[nd - 1] != lim && n <= devices) ds[nd++] = n;
+  }
+  for (int di = 0; di < nd; di++) {
+    int d = ds[di];
+    int64_t w = pins->replicas > 0 ? pins->replicas : largest_divisor_le(B, devices / d);
+    if (w < 1 || B % w != 0) continue;
+    int64_t per = B / w; /* b * m */
+    int64_t bs[64];
+    int nb = 0;
+    if (pins->microbatch_size > 0) bs[nb++] = pins->microbatch_size;
+    else if (pins->microbatches > 0) bs[nb++] = per % pins->microbatches ? -1 : per / pins->microbatches;
+    else if (in->microbatch > 0) bs[nb++] = in->microbatch;
+    else
+      for (int64_t b = 1; b <= per && nb < 64; b *= 2)
+        if (per % b == 0) bs[nb++] = b;
+    for (int bi = 0; bi < nb; bi++) {
+      int64_t b = bs[bi];
+      if (b < 1 || per % b != 0) continue;
+      int64_t m = per / b;
+      if (pins->microbatches > 0 && m != pins->microbatches) continue;
+      for (int si = 0; si < PS_COUNT; si++) {
+        PlanSchedule s = pref[si];
+        if (pins->schedule >= 0 && (int)s != pins->schedule) continue;
+        for (int rc = 0; rc < 2; rc++) {
+          if (pins->recompute == PR_OFF && rc) continue;
+          if (pins->recompute == PR_ON && !rc) continue;
+          PlanConfig cfg = {d, (int)w, b, m, s, rc != 0};
+          evaluate(S, cfg);
+        }
+      }
+    }
+  }
+}
+
+static bool check_pins(const PlanInput *in, const Cluster *c, const PlanPins *p, Diag *dg) {
+  Loc none = {0};
+  int devices = c->nodes * (c->devices_per_node > 0 ? c->devices_per_node : 1);
+  if (in->nsegs < 1) return diag_error(dg, none, "nothing to plan: the model has no segments"), false;
+  if (in->batch < 1)
+    return diag_error(dg, none, "no global batch size: set 'batch' in the model's training section"),
+           false;
+  if (devices < 1) return diag_error(dg, c->loc, "the cluster has no devices"), false;
+  if (p->stages < 0 || p->stages > in->nsegs) {
+    diag_error(dg, none, "--stages %d: the model can be cut into 1 to %d stages (%d segments)",
+               p->stages, in->nsegs, in->nsegs);
+    return false;
+  }
+  if (p->stages > devices) {
+    diag_error(dg, none, "--stages %d: the cluster has only %d devices", p->stages, devices);
+    return false;
+  }
+  if (p->replicas < 0 || (p->replicas > 0 && (p->stages > 0 ? p->stages : 1) * p->replicas > devices)) {
+    diag_error(dg, none, "--replicas %d: %d stage(s) x %d replicas exceed the cluster's %d devices",
+               p->replicas, p->stages > 0 ? p->stages : 1, p->replicas, devices);
+    return false;
+  }
+  if (p->replicas > 0 && in->batch % p->replicas != 0) {
+    diag_error(dg, none, "--replicas %d does not divide the global batch %" PRId64, p->replicas,
+               in->batch);
+    return false;
+  }
+  if (p->microbatch_size < 0 || p->microbatches < 0) {
+    diag_error(dg, none, "microbatch size and count must be positive");
+    return false;
+  }
+  return true;
+}
+
+static double stage_bw_between(const Plan *p, int sa, int sb) {
+  int ra = p->stages[sa].ranks[0].rank, rb = p->stages[sb].ranks[0].rank;
+  return plan_cost_link(&p->cluster, ra, rb);
+}
+
+/* Builds stages, groups, streams, memory and the simulation for the chosen config. */
+static void build(Plan *p, PlanPlacement pl) {
+  const PlanInput *in = &p->in;
+  const Cluster *c = &p->cluster;
+  PlanConfig *cfg = &p->cfg;
+  int d = cfg->stages, w = cfg->replicas;
+  int dpn = c->devices_per_node > 0 ? c->devices_per_node : 1;
+  p->placement = pl;
+  int *cuts = pd_malloc((size_t)(d + 1) * sizeof(int));
+  double over = 0;
+  PD_CHECK(plan_partition(in, c, cfg, pl, cuts, &over) >= 0, "chosen config no longer fits");
+  p->stages = pd_calloc((size_t)d, sizeof *p->stages);
+  for (int i = 0; i < d; i++) {
+    PlanStage *st = &p->stages[i];
+    st->first_seg = cuts[i], st->last_seg = cuts[i + 1];
+    st->ranks = pd_calloc((size_t)w, sizeof *st->ranks);
+    for (int r = 0; r < w; r++) {
+      int rank = plan_place_rank(pl, d, w, i, r);
+      st->ranks[r] = (PlanRank){r, rank, rank / dpn, rank % dpn};
+    }
+  }
+  /* tied groups: stages holding each tied parameter */
+  p->groups = pd_calloc((size_t)(in->ntied > 0 ? in->ntied : 1), sizeof *p->groups);
+  for (int t = 0; t < in->ntied; t++) {
+    PlanTiedGroup *G = &p->groups[p->ngroups++];
+    G->tied = t;
+    for (int i = 0; i < d; i++)
+      for (int j = 0; j < in->tied[t].nsegs; j++)
+        if (in->tied[t].segs[j] >= cuts[i] && in->tied[t].segs[j] < cuts[i + 1]) {
+          G->stages[G->nstages++] = i;
+          break;
+        }
+  }
+  PD_CHECK(plan_streams_generate(p, PLAN_FILE_BATCHES, &p->streams), "streams");
+  for (int i = 0; i < d; i++) {
+    PlanStage *st = &p->stages[i];
+    plan_stage_memory(in, cfg, i, st->first_seg, st->last_seg, p->streams.nversions[i],
+                      p->streams.nstash[i], st);
+    /* the search sized memory with plan_versions_bound/plan_stash_bound */
+    PD_CHECK(p->streams.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
+                 p->streams.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
+                 (double)st->total_bytes <= c->memory_bytes,
+             "stage %d needs %d versions, %d stash slots, %.0f bytes", i,
+             p->streams.nversions[i], p->streams.nstash[i], (double)st->total_bytes);
+    int64_t b = cfg->microbatch_size;
+    double f = plan_cost_fwd(in, c, st->first_seg, st->last_seg, b);
+    st->fwd_s = f;
+    st->bwd_s = plan_cost_bwd(in, c, st->first_seg, st->last_seg, b) + (cfg->recompute ? f : 0);
+    st->in_bytes = plan_stage_in_bytes(in, st->first_seg) * (double)b;
+    st->out_bytes = in->segs[st->last_seg - 1].out_bytes * (double)b;
+  }
+  char err[512];
+  int *nv = pd_malloc((size_t)d * sizeof(int)), *ns = pd_malloc((size_t)d * sizeof(int));
+  for (int i = 0; i < d; i++) nv[i] = p->stages[i].nversions, ns[i] = p->stages[i].nstash;
+  bool ok = plan_verify(&p->streams, nv, ns, err, sizeof err);
+  PD_CHECK(ok, "plan streams fail verification: %s", err);
+
+  /* costs for the simulator */
+  p->fwd_s = pd_calloc((size_t)d, sizeof(double));
+  p->bwd_s = pd_calloc((size_t)d, sizeof(double));
+  p->act_xfer = pd_calloc((size_t)d, sizeof(double));
+  p->grad_xfer = pd_calloc((size_t)d, sizeof(double));
+  p->allreduce_s = pd_calloc((size_t)d, sizeof(double));
+  p->step_s = pd_calloc((size_t)d, sizeof(double));
+  p->tied_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
+  for (int i = 0; i < d; i++) {
+    PlanStage *st = &p->stages[i];
+    p->fwd_s[i] = st->fwd_s, p->bwd_s[i] = st->bwd_s;
+    if (i < d - 1) {
+      double bw = plan_place_p2p_bw(c, pl, d, w, i);
+      p->act_xfer[i] = bw > 0 ? st->out_bytes / bw : 0;
+    }
+    if (i > 0) {
+      double bw = plan_place_p2p_bw(c, pl, d, w, i - 1);
+      p->grad_xfer[i] = bw > 0 ? st->in_bytes / bw : 0;
+    }
+    p->allreduce_s[i] = plan_cost_allreduce((double)st->params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
+    /* AdamW reads weights, gradient, m, v and writes weights, m, v: 7 x 4 bytes */
+    p->step_s[i] = c->mem_bandwidth > 0 ? (double)st->params * 28.0 / c->mem_bandwidth : 0;
+  }
+  for (int g = 0; g < p->ngroups; g++) {
+    const PlanTiedGroup *G = &p->groups[g];
+    if (G->nstages < 2) continue;
+    double bw = stage_bw_between(p, G->stages[0], G->stages[G->nstages - 1]);
+    p->tied_s[g] = plan_cost_allreduce((double)in->tied[G->tied].count * 4, G->nstages, bw);
+  }
+  PlanStreams sim;
+  PD_CHECK(plan_streams_generate(p, PLAN_SIM_BATCHES, &sim), "streams");
+  PlanCosts costs = {p->fwd_s, p->bwd_s, p->act_xfer, p->grad_xfer, p->allreduce_s, p->step_s,
+                     p->tied_s};
+  ok = plan_exec(&sim, nv, ns, &costs, true, &p->sim, err, sizeof err);
+  PD_CHECK(ok, "simulation fails verification: %s", err);
+  plan_streams_free(&sim);
+  free(nv), free(ns), free(cuts);
+}
+
+bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out) {
+  PlanStreamSpec sp = {p->cfg.stages, p->cfg.microbatches, p->cfg.schedule, nbatches,
+                       p->cfg.replicas, p->groups, p->ngroups};
+  char err[512];
+  return plan_streams_build(&sp, out, err, sizeof err);
+}
+
+Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *dg) {
+  PlanPins none;
+  if (!pins) plan_pins_init(&none), pins = &none;
+  if (!check_pins(in, c, pins, dg)) return NULL;
+  int devices = c->nodes * (c->devices_per_node > 0 ? c->devices_per_node : 1);
+  Search S;
+  memset(&S, 0, sizeof S);
+  S.in = in, S.c = c, S.best = -1, S.best_over = 1e300;
+  search(&S, pins, devices);
+  Loc noloc = {0};
+  if (S.best < 0) {
+    if (S.n == 0)
+      diag_error(dg, noloc,
+                 "no configuration matches the pins: the global batch %" PRId64
+                 " must equal microbatch size x microbatches x replicas",
+                 in->batch);
+    else if (S.refused[0] && S.best_over > 1e299)
+      diag_error(dg, noloc, "%s", S.refused);
+    else
+      diag_error(dg, noloc,
+                 "the model does not fit on cluster '%s': the best configuration is over memory "
+                 "by %.2f GiB per device (%.2f GiB available)",
+                 c->name ? c->name : "?", S.best_over / GiB, c->memory_bytes / GiB);
+    free(S.cands);
+    return NULL;
+  }
+  Plan *p = pd_calloc(1, sizeof *p);
+  input_copy(&p->in, in);
+  p->cluster = *c;
+  p->cfg = S.cands[S.best].cfg;
+  p->cands = S.cands, p->ncands = S.n;
+  const PlanCandidate *b = &S.cands[S.best];
+  for (int i = 0; i < S.n; i++) {
+    PlanCandidate *k = &S.cands[i];
+    k->chosen = i == S.best;
+    if (k->fits && !k->chosen) {
+      if (k->samples_per_s < b->samples_per_s * (1 - 1e-9))
+        snprintf(k->why, sizeof k->why, "slower: %.6g samples/s vs %.6g", k->samples_per_s,
+                 b->samples_per_s);
+      else
+        snprintf(k->why, sizeof k->why,
+                 "as fast (%.6g samples/s); the chosen one comes first in the order of "
+                 "preference (2bw, 1f1b, gpipe, pipedream; then fewer stages, smaller "
+                 "microbatches, no recomputation)", k->samples_per_s);
+    }
+    if (k->chosen) snprintf(k->why, sizeof k->why, "chosen");
+  }
+  build(p, S.best_pl);
+  return p;
+}
+
+void plan_destroy(Plan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->cfg.stages; i++) free(p->stages[i].bufs), free(p->stages[i].ranks);
+  free(p->stages);
+  free(p->groups);
+  free(p->cands);
+  plan_streams_free(&p->streams);
+  plan_sim_result_free(&p->sim);
+  free(p->act_xfer), free(p->grad_xfer), free(p->allreduce_s), free(p->step_s), free(p->tied_s);
+  free(p->fwd_s), free(p->bwd_s);
+  plan_input_free(&p->in);
+  free(p);
+}
+
+void plan_print_summary(const Plan *p, FILE *out) {
+  const PlanConfig *c = &p->cfg;
+  double B = (double)p->in.batch;
+  fprintf(out, "plan: %d stages x %d replicas, microbatch %" PRId64 " x %" PRId64
+          " per pipeline, schedule %s, recompute %s, placement %s\n",
+          c->stages, c->replicas, c->microbatch_size, c->microbatches,
+          plan_schedule_name(c->schedule), c->recompute ? "on" : "off",
+          p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major");
+  fprintf(out, "predicted: %.6g s per batch of %.0f, %.6g samples/s, bubble %.1f%%\n",
+          p->sim.step_time_s, B, p->sim.step_time_s > 0 ? B / p->sim.step_time_s : 0,
+          100 * p->sim.bubble_fraction);
+  for (int i = 0; i < c->stages; i++) {
+    const PlanStage *s = &p->stages[i];
+    fprintf(out, "  stage %d: segments %s..%s (%d), %.4g M params, memory %.3f GiB, "
+            "fwd %.4g ms, bwd %.4g ms, busy %.1f%%\n",
+            i, p->in.segs[s->first_seg].name, p->in.segs[s->last_seg - 1].name,
+            s->last_seg - s->first_seg, (double)s->params / 1e6, (double)s->total_bytes / GiB,
+            1e3 * s->fwd_s, 1e3 * s->bwd_s,
+            p->sim.step_time_s > 0 && p->sim.window_end_s > p->sim.window_start_s
+                ? 100 * p->sim.busy_s[i] / (p->sim.window_end_s - p->sim.window_start_s)
+                : 0);
+  }
+  int fits = 0;
+  for (int i = 0; i < p->ncands; i++) fits += p->cands[i].fits;
+  fprintf(out, "candidates: %d considered, %d fit in memory\n", p->ncands, fits);
+}

@@ -1,0 +1,402 @@
+/* passes/planner.h — the planner: partition, replicate, schedule, place buffers,
+ * simulate and verify (DESIGN.md §3, §4; PipeDream-2BW §3-4 and Appendix A).
+ *
+ * The planner does not look at ops. It works on a PlanInput: an ordered list of
+ * segments (prologue, each copy of the repeated block, epilogue, or finer cuts), each
+ * with per-sample FLOPs/bytes, parameter count and activation sizes, plus the tied-
+ * parameter groups. plan_input_from_graph() builds one from the IR; tests build
+ * synthetic ones by hand.
+ *
+ * plan_create() searches (stages d, replicas w, microbatch size b, microbatches m,
+ * schedule, recomputation), partitions the segments into d contiguous stages by
+ * dynamic programming on the cost model, places stage x replica on (node, device),
+ * generates each stage's instruction stream, lays out every buffer in one arena per
+ * stage, verifies the streams (blocking send/receive, versions, stash slots) and
+ * simulates them. plan_write() emits the plan.json sections and the readable files.
+ *
+ * Promises: deterministic (same input, same plan, same bytes); a user error (pins
+ * that cannot hold, nothing fits in memory, 2bw with m < d) is a diagnostic and a
+ * NULL plan; a stream that fails verification is a bug (PD_CHECK).
+ */
+#ifndef PD2BW_PLANNER_H
+#define PD2BW_PLANNER_H
+
+#include <stdlib.h>
+
+#include "ir/ir.h"
+
+typedef struct cJSON cJSON;
+
+/* ---- input ---------------------------------------------------------------- */
+
+/* One cut-able piece of the model. All sizes are per sample (multiply by b). */
+typedef struct PlanSegment {
+  char *name;            /* "prologue", "h.3", "epilogue" */
+  double fwd_flops, fwd_bytes; /* forward FLOPs and bytes moved */
+  double bwd_flops, bwd_bytes; /* backward (about 2x forward FLOPs for GEMMs) */
+  int64_t params;        /* fp32 trainable scalars, tied parameters excluded */
+  double out_bytes;      /* activation crossing a stage boundary after this segment */
+  double stash_bytes;    /* what the backward keeps from the forward (no recompute) */
+  double workspace_bytes;/* scratch needed while running the segment */
+  /* Measured times per sample (from --profile); 0 = use the analytic roofline. */
+  double fwd_time_s, bwd_time_s;
+} PlanSegment;
+
+#define PLAN_MAX_TIED_SEGS 8
+
+/* A parameter held by several segments (GPT's token embedding in the prologue and
+ * the LM head in the epilogue). Every stage holding one of `segs` holds the whole
+ * parameter; when that is more than one stage, their gradients are summed
+ * (TIED_SYNC) before each update so the copies switch versions in lockstep. */
+typedef struct PlanTied {
+  char *name;
+  int64_t count; /* fp32 scalars */
+  int nsegs;
+  int segs[PLAN_MAX_TIED_SEGS];
+} PlanTied;
+
+typedef struct PlanInput {
+  char *name;
+  PlanSegment *segs;
+  int nsegs, cap_segs;
+  PlanTied *tied;
+  int ntied, cap_tied;
+  double input_bytes; /* per sample: what the data loader feeds stage 0 */
+  int64_t batch;      /* global batch B (samples per update over all replicas) */
+  int64_t microbatch; /* fixed b from the model's training section; 0 = choose */
+} PlanInput;
+
+void plan_input_init(PlanInput *in, const char *name);
+void plan_input_free(PlanInput *in);
+/* Appends a zeroed segment named `name` and returns it (valid until the next add). */
+PlanSegment *plan_input_add_segment(PlanInput *in, const char *name);
+/* Adds a tied group over the given segments; returns its index. */
+int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
+                        int nsegs);
+/* Segments = g->regions; costs from the op table (b = 1). Returns false (after a
+ * diagnostic-free failure: an empty graph or no regions) when nothing can be planned. */
+bool plan_input_from_graph(const Graph *g, PlanInput *out);
+
+/* Replaces analytic compute times by measured ones (docs/plan-format.md, "profile").
+ * Reports bad files on d and returns false. */
+bool plan_profile_load(PlanInput *in, const char *path, Diag *d);
+
+/* ---- schedules ------------------------------------------------------------ */
+
+typedef enum PlanSchedule {
+  PS_GPIPE,     /* all m forwards, all m backwards, flush, step; 1 version, m stashes */
+  PS_1F1B,      /* PipeDream-Flush: warm-up d-i-1 F, steady 1F1B, cool-down, flush */
+  PS_2BW,       /* PipeDream-2BW: 1F1B without flush, 2 versions, v(k) delayed by one */
+  PS_PIPEDREAM, /* weight stashing: 1F1B without flush, up to d-i versions at stage i */
+  PS_COUNT
+} PlanSchedule;
+
+const char *plan_schedule_name(PlanSchedule s);
+/* "gpipe", "1f1b", "2bw", "pipedream" -> kind; false if unknown. */
+bool plan_schedule_parse(const char *s, PlanSchedule *out);
+
+typedef enum PlanRecompute {
+  PR_AUTO, /* the search tries both */
+  PR_OFF,  /* stash every activation the backward needs */
+  PR_ON,   /* stash only the stage input; the backward re-runs the forward (4/3 compute) */
+} PlanRecompute;
+
+/* "on", "off", "auto" -> kind; false if unknown (--recompute). */
+bool plan_recompute_parse(const char *s, PlanRecompute *out);
+
+/* Every search dimension can be pinned; 0 / -1 / PR_AUTO mean "choose". */
+typedef struct PlanPins {
+  int stages;             /* --stages */
+  int replicas;           /* --replicas */
+  int64_t microbatch_size;/* --microbatch-size */
+  int64_t microbatches;   /* --microbatches */
+  int schedule;           /* --schedule: a PlanSchedule, or -1 */
+  PlanRecompute recompute;/* --recompute on|off|auto */
+} PlanPins;
+
+void plan_pins_init(PlanPins *p); /* everything "choose" */
+
+/* ---- instruction streams ---------------------------------------------------- */
+
+typedef enum PlanOp {
+  PI_RECV_ACT,  /* receive mb's activation from stage `peer` (= i-1) into recv_act */
+  PI_FWD,       /* forward of mb with version `version` (in slot vslot); keeps what the
+                   backward needs in stash slot sslot */
+  PI_SEND_ACT,  /* send mb's output activation (send_act buffer) to stage `peer` (= i+1) */
+  PI_RECV_GRAD, /* receive the gradient of mb's output from stage `peer` (= i+1) */
+  PI_BWD,       /* backward of mb with the same version/slot as its forward; frees
+                   stash slot sslot; accumulates into the gradient buffer (re-runs the
+                   forward first when the plan recomputes) */
+  PI_SEND_GRAD, /* send the gradient of mb's input to stage `peer` (= i-1) */
+  PI_ALLREDUCE, /* sum the gradient buffer over the stage's w replicas (batch `batch`) */
+  PI_TIED_SYNC, /* post this stage's part of the sum of tied parameter `group`'s
+                   gradient (batch `batch`) over the stages holding it; non-blocking:
+                   the OPT_STEP that updates the parameter waits for the sum */
+  PI_OPT_STEP,  /* optimizer step for batch `batch`: reads the newest weights (slot
+                   src_vslot), writes version `version` into slot vslot (the oldest
+                   one's, or in place), zeroes the gradient buffer. group -1: every
+                   parameter of the stage except tied ones stepped separately (see
+                   plan_tied_deferred); group g: only tied parameter g, after its
+                   TIED_SYNC, from tied_grads[batch % 2] */
+  PI_COUNT
+} PlanOp;
+
+const char *plan_op_name(PlanOp op);
+
+/* One instruction. Fields not meaningful for an op are -1 (mb is 0 for per-batch
+ * ops). Consecutive send/receive instructions with `with_next` set are posted
+ * together (one NCCL group / MPI waitall) and complete when all of them matched:
+ * under blocking (rendezvous) semantics the 1F1B exchange "send act, receive grad"
+ * deadlocks otherwise. */
+typedef struct PlanInstr {
+  PlanOp op;
+  int64_t mb;    /* microbatch k, 1-indexed, global across batches; 0 if none */
+  int batch;     /* 0-based batch (weight update) index of mb, or of the step */
+  int version;   /* weight version number used (FWD/BWD) or produced (OPT_STEP) */
+  int vslot;     /* version slot read (FWD/BWD) or written (OPT_STEP) */
+  int src_vslot; /* OPT_STEP: slot of the newest version it updates */
+  int sslot;     /* stash slot (FWD/BWD) */
+  int peer;      /* peer stage of a send/receive */
+  int group;     /* tied group (TIED_SYNC, OPT_STEP of a tied parameter), else -1 */
+  bool with_next;/* posted together with the next instruction */
+} PlanInstr;
+
+typedef struct PlanStream {
+  PlanInstr *ins;
+  int n, cap;
+} PlanStream;
+
+/* What the stream generator needs (a Plan fills it; tests fill it by hand). */
+typedef struct PlanTiedGroup {
+  int tied;    /* index into PlanInput.tied */
+  int nstages; /* stages holding it, ascending */
+  int stages[PLAN_MAX_TIED_SEGS];
+} PlanTiedGroup;
+
+typedef struct PlanStreamSpec {
+  int stages;
+  int64_t microbatches; /* m per batch */
+  PlanSchedule schedule;
+  int nbatches;
+  int replicas; /* > 1 emits ALLREDUCE */
+  const PlanTiedGroup *groups;
+  int ngroups;
+} PlanStreamSpec;
+
+typedef struct PlanStreams {
+  PlanStreamSpec spec; /* groups pointer borrowed from the caller */
+  PlanStream *st;      /* [stages] */
+  int *nversions;      /* [stages] version slots the streams use */
+  int *nstash;         /* [stages] stash slots the streams use */
+} PlanStreams;
+
+/* Whether tied group g is stepped apart from the stage's other parameters. Under
+ * 2bw a group spanning stages is: W(t+1) is first read by batch t+2, so each member
+ * posts batch t's TIED_SYNC after its own step of batch t and steps the tied
+ * parameter (OPT_STEP with group g) just before batch t+2's first forward, rather
+ * than stalling the last stage while batch t drains back to stage 0. Its gradient is
+ * double-buffered (tied_grads[t % 2]) because batch t+1's backwards run meanwhile. */
+bool plan_tied_deferred(const PlanStreamSpec *spec, int g);
+
+/* Builds the streams of every stage for spec->nbatches batches. Returns false with a
+ * reason in err (2bw with m < d) when the schedule cannot run. */
+bool plan_streams_build(const PlanStreamSpec *spec, PlanStreams *out, char *err,
+                        size_t errlen);
+void plan_streams_free(PlanStreams *s);
+/* Appends one instruction (tests use it to build broken streams). */
+void plan_stream_push(PlanStream *s, PlanInstr in);
+/* "FWD mb=3 v=0 vslot=0 stash=1" into buf. */
+const char *plan_instr_str(const PlanInstr *in, char *buf, size_t n);
+
+/* ---- verification and simulation (one engine, plan_exec.c) ------------------ */
+
+/* Durations the simulator charges; all zero for a pure verification. Arrays are
+ * [stages] (tied: [ngroups]). act_xfer[i]: stage i -> i+1; grad_xfer[i]: i -> i-1. */
+typedef struct PlanCosts {
+  const double *fwd, *bwd, *act_xfer, *grad_xfer, *allreduce, *step, *tied;
+} PlanCosts;
+
+typedef struct PlanEvent {
+  int stage;
+  int track;  /* 0 compute, 1 communication */
+  int instr;  /* index of the (first) instruction */
+  PlanOp op;
+  int64_t mb;
+  int batch;
+  double start, end;
+} PlanEvent;
+
+typedef struct PlanSimResult {
+  double total_s;        /* makespan of all batches */
+  double step_time_s;    /* steady-state time per batch */
+  double bubble_fraction;/* idle compute share over the steady-state window */
+  double window_start_s, window_end_s;
+  double *busy_s;        /* [stages] compute busy time in the window */
+  double *idle_s;        /* [stages] */
+  int *max_stash;        /* [stages] stash slots live at once */
+  int *max_versions;     /* [stages] version slots holding a version at once */
+  PlanEvent *events;     /* when recorded */
+  int nevents, cap_events;
+} PlanSimResult;
+
+/* Executes the streams under blocking send/receive semantics and checks: every send
+ * meets its matching receive in order; no deadlock; a microbatch's forward and
+ * backward use the same version (for 2bw v(k) = max(floor((k-1)/m) - 1, 0)), flush
+ * schedules and pipedream use the newest version; no more version or stash slots than
+ * limits (NULL = the streams' own counts). On a violation returns false with
+ * "stage S instruction J (OP mb K): what" in err. costs may be NULL (all zero); res
+ * may be NULL; events are recorded when record_events. */
+bool plan_exec(const PlanStreams *s, const int *max_versions, const int *max_stash,
+               const PlanCosts *costs, bool record_events, PlanSimResult *res, char *err,
+               size_t errlen);
+bool plan_verify(const PlanStreams *s, const int *max_versions, const int *max_stash,
+                 char *err, size_t errlen);
+void plan_sim_result_free(PlanSimResult *r);
+
+/* ---- the plan --------------------------------------------------------------- */
+
+typedef struct PlanConfig {
+  int stages, replicas;
+  int64_t microbatch_size, microbatches;
+  PlanSchedule schedule;
+  bool recompute;
+} PlanConfig;
+
+typedef enum PlanBufKind {
+  PB_WEIGHTS,   /* one weight version; index = version slot */
+  PB_GRADS,     /* gradient accumulator */
+  PB_OPT_M,     /* AdamW first moment (one copy) */
+  PB_OPT_V,     /* AdamW second moment (one copy) */
+  PB_STASH,     /* activations kept for the backward; index = stash slot */
+  PB_RECV_ACT,  /* incoming activation (stages > 0) */
+  PB_SEND_ACT,  /* outgoing activation (stages < d-1) */
+  PB_RECV_GRAD, /* incoming output gradient (stages < d-1) */
+  PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
+  PB_WORKSPACE, /* scratch for one segment at a time */
+  PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
+                   index = batch % 2; then PB_GRADS leaves them out */
+  PB_COUNT
+} PlanBufKind;
+
+const char *plan_buf_kind_name(PlanBufKind k);
+
+typedef struct PlanBuffer {
+  PlanBufKind kind;
+  int index;       /* slot for weights/stash, else 0 */
+  uint64_t offset; /* in the stage arena, 256-byte aligned */
+  uint64_t size;
+} PlanBuffer;
+
+typedef struct PlanRank {
+  int replica, rank, node, device;
+} PlanRank;
+
+typedef struct PlanStage {
+  int first_seg, last_seg; /* segments [first, last) */
+  int64_t params;          /* own segments' plus tied parameters held */
+  double fwd_s, bwd_s;     /* compute per microbatch (bwd includes recompute) */
+  double in_bytes, out_bytes;  /* activation per microbatch crossing its boundaries */
+  double stash_slot_bytes;     /* per stash slot */
+  int nversions, nstash;
+  PlanBuffer *bufs;
+  int nbufs;
+  uint64_t total_bytes; /* the arena */
+  PlanRank *ranks;      /* [replicas] */
+} PlanStage;
+
+/* Why a candidate lost. */
+typedef struct PlanCandidate {
+  PlanConfig cfg;
+  bool fits;
+  bool chosen;
+  double step_time_s, samples_per_s, peak_bytes;
+  char why[256];
+} PlanCandidate;
+
+typedef enum PlanPlacement {
+  PP_STAGE_MAJOR,   /* a stage's replicas on neighbouring devices: all-reduce in-node */
+  PP_REPLICA_MAJOR, /* a pipeline's stages on neighbouring devices: p2p in-node */
+} PlanPlacement;
+
+typedef struct Plan {
+  PlanInput in; /* deep copy */
+  Cluster cluster;
+  PlanConfig cfg;
+  PlanPlacement placement;
+  PlanStage *stages;
+  PlanTiedGroup *groups;
+  int ngroups;
+  PlanCandidate *cands;
+  int ncands;
+  PlanStreams streams; /* PLAN_FILE_BATCHES batches, what plan.json carries */
+  PlanSimResult sim;   /* simulation of PLAN_SIM_BATCHES batches */
+  double *act_xfer, *grad_xfer, *allreduce_s, *step_s, *tied_s, *fwd_s, *bwd_s;
+} Plan;
+
+#define PLAN_FILE_BATCHES 3
+#define PLAN_SIM_BATCHES 6
+
+Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
+/* Streams of this plan for any number of batches (the runtime's view). */
+bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out);
+/* Writes schedule.txt, memory.txt, timeline.json, timeline.svg into dir (each via a
+ * temporary name and rename) and adds the plan.json sections ("config", "stages",
+ * "predicted", "candidates", "tied") to root; with root NULL writes dir/plan.json
+ * itself (with "version"). Keys sorted. Reports I/O failures on d. */
+bool plan_write(const Plan *p, const char *dir, cJSON *root, Diag *d);
+void plan_print_summary(const Plan *p, FILE *out);
+void plan_destroy(Plan *p);
+
+/* Sorts every object's keys recursively (plan.json is diffed by golden tests). */
+void plan_json_sort(cJSON *node);
+
+/* ---- internals shared by plan_*.c ------------------------------------------- */
+
+/* Cost model (plan_cost.c). Per-microbatch compute time of segments [a, e). */
+double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
+double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
+/* Ring all-reduce of `bytes` over w participants at bandwidth bw. */
+double plan_cost_allreduce(double bytes, int w, double bw);
+/* Bandwidth between two ranks (intra- or inter-node). */
+double plan_cost_link(const Cluster *c, int rank_a, int rank_b);
+/* rank of (stage, replica) under a placement. */
+int plan_place_rank(PlanPlacement pl, int d, int w, int stage, int replica);
+/* Bandwidth of the slowest link of stage s's replica ring / of the s -> s+1 hop. */
+double plan_place_ar_bw(const Cluster *c, PlanPlacement pl, int d, int w, int s);
+double plan_place_p2p_bw(const Cluster *c, PlanPlacement pl, int d, int w, int s);
+/* Stage input bytes per sample (data for stage 0). */
+double plan_stage_in_bytes(const PlanInput *in, int first_seg);
+/* Tied scalars held by segments [a, e) (each tied parameter counted once); the
+ * second counts only those also held by segments outside [a, e). */
+int64_t plan_tied_params(const PlanInput *in, int a, int e);
+int64_t plan_tied_spanning(const PlanInput *in, int a, int e);
+
+/* Memory accounting (plan_memory.c): versions and stash slots per schedule. */
+int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m);
+int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m);
+/* What stage memory depends on, summed over its segments. */
+typedef struct PlanStageSums {
+  int64_t params;            /* own plus tied */
+  int64_t tied_spanning;     /* tied held here whose group spans other stages too */
+  double stash, ws;          /* per sample: stash sum, largest workspace */
+  double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
+} PlanStageSums;
+void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum);
+uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum,
+                          int nversions, int nstash, PlanStage *st);
+/* Bytes of stage i = segments [a, e) under cfg; lays the arena out when st != NULL. */
+uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
+                           int nversions, int nstash, PlanStage *st);
+
+/* Partition (plan_partition.c): d contiguous stages minimising the slowest stage's
+ * time per batch, each fitting in memory. Writes d+1 cut points (cuts[0] = 0,
+ * cuts[d] = nsegs). Returns the bottleneck time, or a negative value when no
+ * partition fits (then *min_over_bytes is how far the best stage is over). */
+double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *cfg,
+                      PlanPlacement pl, int *cuts, double *min_over_bytes);
+
+/* Writers (plan_timeline.c): Chrome trace object and SVG of the simulation. */
+cJSON *plan_timeline_json(const Plan *p);
+void plan_timeline_svg(const Plan *p, FILE *f);
+
+#endif /* PD2BW_PLANNER_H */
