@@ -227,45 +227,6 @@ static cJSON *model_json(const Graph *g, int64_t b) {
   return m;
 }
 
-static const char *optimizer_name(OptimizerKind k) {
-  switch (k) {
-  case OPT_ADAMW: return "adamw";
-  case OPT_SGD: return "sgd";
-  }
-  return "?";
-}
-
-static const char *lr_schedule_name(LrScheduleKind k) {
-  switch (k) {
-  case LR_CONSTANT: return "constant";
-  case LR_COSINE: return "cosine";
-  case LR_LINEAR: return "linear";
-  }
-  return "?";
-}
-
-static cJSON *train_json(const TrainConfig *t) {
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "batch", (double)t->batch);
-  cJSON_AddNumberToObject(j, "microbatch", (double)t->microbatch);
-  cJSON_AddStringToObject(j, "optimizer", optimizer_name(t->optimizer));
-  cJSON_AddNumberToObject(j, "lr", t->lr);
-  cJSON_AddNumberToObject(j, "beta1", t->beta1);
-  cJSON_AddNumberToObject(j, "beta2", t->beta2);
-  cJSON_AddNumberToObject(j, "eps", t->eps);
-  cJSON_AddNumberToObject(j, "weight_decay", t->weight_decay);
-  cJSON_AddStringToObject(j, "lr_schedule", lr_schedule_name(t->schedule));
-  cJSON_AddNumberToObject(j, "warmup", (double)t->warmup);
-  cJSON_AddNumberToObject(j, "steps", (double)t->steps);
-  cJSON_AddNumberToObject(j, "min_lr", t->min_lr);
-  cJSON_AddNumberToObject(j, "clip", t->clip);
-  /* seeds are 64-bit: a JSON number would round them, so a string */
-  char seed[32];
-  snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
-  cJSON_AddStringToObject(j, "seed", seed);
-  return j;
-}
-
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
@@ -341,7 +302,7 @@ int main(int argc, char **argv) {
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);
   cJSON_AddStringToObject(root, "compiler", "pd2bwc " PD2BW_VERSION);
   cJSON_AddItemToObject(root, "model", model_json(g, plan->cfg.microbatch_size));
-  cJSON_AddItemToObject(root, "train", train_json(&g->train));
+  cJSON_AddItemToObject(root, "train", codegen_train_json(&g->train));
 
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
