@@ -1,0 +1,197 @@
+/* runtime/cuda/cuda_backend.h — the CUDA backend of pd2bw: NVRTC, the device, NCCL.
+ *
+ * This folder owns everything that touches NVIDIA software:
+ *  - cuda_kernels.cuh: the CUDA kernel of every primitive op (the text the CUDA code
+ *    generator pastes into each stageN.cu; embedded as pkc_kernels_src.h);
+ *  - nvrtc_compile.c: CUDA C source -> cubin for one architecture, with NVRTC, cached
+ *    on disk;
+ *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
+ *    modules, launches, copies, streams, events) and GEMMs through cuBLAS;
+ *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
+ *
+ * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
+ * libcublas and libnccl are opened with dlopen the first time they are needed, so a
+ * pd2bw binary built with the toolkit starts on a machine without a GPU driver (where
+ * the toolkit ships only a stub libcuda, and linking it would stop the binary from
+ * loading at all: DESIGN.md §5). Asking for the backend there gives a clear message,
+ * "cuda backend: no CUDA driver found (libcuda.so.1: ...); use --backend cpu", never a
+ * crash. NVRTC needs no driver: compiling works on any machine with the toolkit,
+ * which is how CI checks every generated stageN.cu without a GPU.
+ *
+ * Two error channels (STYLE.md): what the environment or the user got wrong (no
+ * driver, no device, a source that does not compile, a plan too big for the GPU)
+ * comes back as false/NULL with a message; a failed CUDA/cuBLAS/NCCL call during
+ * normal operation is a bug or a broken machine and stops through pd_fatal, naming
+ * the call, file, line and the library's error name.
+ *
+ * Libraries are found as: $PD2BW_LIBCUDA / $PD2BW_LIBNVRTC / $PD2BW_LIBCUBLAS /
+ * $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
+ * loader's search path, else the toolkit's lib64 directory this build was configured
+ * with.
+ */
+#ifndef PD2BW_CUDA_BACKEND_H
+#define PD2BW_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ===== NVRTC: source -> cubin ================================================= */
+
+typedef struct CudaCompileOptions {
+  int arch;                 /* SM version, major·10 + minor: 90 (H100/H200), 80 (A100) */
+  const char *name;         /* program name in diagnostics ("stage0.cu"); NULL: "pd2bw.cu" */
+  const char *cache_dir;    /* NULL: $PD2BW_CACHE, else ~/.cache/pd2bw; "" disables the cache.
+                               Cubins go in <cache_dir>/cuda/<key>.cubin */
+  const char *const *extra; /* more NVRTC options (e.g. "-DPKC_ATT_HS_MAX=64"), or NULL */
+  int nextra;
+} CudaCompileOptions;
+
+typedef struct CudaBinary {
+  void *data; /* the cubin (an ELF image), pd_malloc'd */
+  size_t size;
+  bool cache_hit; /* true when it came from the on-disk cache, not from NVRTC */
+  char key[33];   /* the cache key: 128-bit hash of source, options, NVRTC version, arch */
+} CudaBinary;
+
+/* Compiles src for o->arch with the options
+ *     --gpu-architecture=sm_<arch> -default-device --std=c++17 -I<toolkit include>
+ * plus o->extra, or returns the cached cubin for the same key. On failure returns
+ * false and sets *err (pd_malloc'd, caller frees) to a message that includes NVRTC's
+ * log, whose lines read "<name>(<line>): error: ...". */
+bool cuda_nvrtc_compile(const char *src, const CudaCompileOptions *o, CudaBinary *out, char **err);
+void cuda_binary_free(CudaBinary *b);
+
+/* NVRTC's version (loads NVRTC if needed). false with a message when NVRTC cannot
+ * be loaded. */
+bool cuda_nvrtc_version(int *major, int *minor, char *err, size_t errlen);
+
+/* True when the cubin's bytes contain the NUL-terminated kernel name (as the symbol
+ * table of an ELF cubin does for every extern "C" kernel). */
+bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name);
+
+/* ===== the device ============================================================== */
+
+typedef struct CudaDev CudaDev;
+typedef struct CudaModule CudaModule;
+typedef struct CudaEvent CudaEvent;
+/* A device address (CUdeviceptr). Offsets from the arena base are plain adds. */
+typedef uint64_t CudaPtr;
+/* Opaque kernel handle (a CUfunction). */
+typedef struct CudaKernel CudaKernel;
+
+/* Streams every device has, by index (one order of work each). */
+typedef enum CudaStreamId {
+  CUDA_STREAM_COMPUTE = 0, /* forward, backward, optimizer */
+  CUDA_STREAM_SEND = 1,    /* activations/gradients to the neighbour stages */
+  CUDA_STREAM_RECV = 2,    /* and from them */
+  CUDA_STREAM_REDUCE = 3,  /* the replica all-reduce */
+  CUDA_NSTREAMS = 4
+} CudaStreamId;
+
+/* GEMM operand and compute types (cuda_gemm). */
+typedef enum CudaGemmType {
+  CUDA_GEMM_F32,     /* A, B, C float32; float32 arithmetic (CUBLAS_COMPUTE_32F) */
+  CUDA_GEMM_TF32,    /* A, B, C float32; TF32 tensor cores, float32 accumulation */
+  CUDA_GEMM_BF16,    /* A, B bfloat16; C float32; float32 accumulation */
+  CUDA_GEMM_BF16_OUT /* A, B, C bfloat16; float32 accumulation */
+} CudaGemmType;
+
+/* True when cuBLAS can be loaded and has every function pd2bw calls (needs no GPU);
+ * false with a message. cuda_dev_create checks this itself. */
+bool cuda_cublas_available(char *err, size_t errlen);
+
+/* Opens device `ordinal` (its primary context, made current on this thread), the
+ * CUDA_NSTREAMS streams, and cuBLAS. NULL with a message in err when there is no
+ * driver, no such device, or cuBLAS is missing. */
+CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen);
+/* Frees the arena, modules' context reference, streams, cuBLAS; NULL is a no-op. */
+void cuda_dev_destroy(CudaDev *d);
+int cuda_dev_arch(const CudaDev *d);         /* 90 for sm_90 */
+const char *cuda_dev_name(const CudaDev *d); /* "NVIDIA H200" */
+size_t cuda_dev_total_mem(const CudaDev *d); /* bytes */
+/* Makes the device's context current on the calling thread (each rank thread that
+ * drives the device calls it once). */
+void cuda_dev_make_current(const CudaDev *d);
+
+/* The stage's arena: allocated ONCE per device (the memory plan says how big); a
+ * second call is a bug. false with a message when the GPU has too little memory. */
+bool cuda_arena_create(CudaDev *d, size_t bytes, CudaPtr *base, char *err, size_t errlen);
+
+/* Loads a cubin (from cuda_nvrtc_compile). NULL with a message on failure (a cubin
+ * for another architecture, a corrupt image). */
+CudaModule *cuda_module_load(CudaDev *d, const void *cubin, size_t size, char *err, size_t errlen);
+/* The kernel named `name`, or NULL when the module has none. */
+CudaKernel *cuda_module_kernel(CudaModule *m, const char *name);
+void cuda_module_unload(CudaModule *m);
+
+/* Launches k with a 1-D grid on stream s. args: one pointer per kernel parameter, to
+ * a value of exactly the parameter's type (CudaPtr for a pointer). Asynchronous. */
+void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid, unsigned block,
+                 void **args);
+
+/* Row-major GEMM on stream s, the semantics of pk_sgemm_fn (cpu_kernels.h):
+ *     C[M,N] = alpha·op(A)·op(B) + beta·C,  ta/tb != 0 transpose A/B as stored,
+ * with element types by `type`. Asynchronous. */
+void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
+               float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc);
+
+/* Copies (synchronous with respect to the host; they order after all earlier work
+ * on the default stream, so synchronise the streams first). */
+void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes);
+void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes);
+/* Zeroes bytes at p on stream s (asynchronous). */
+void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes);
+void cuda_stream_sync(CudaDev *d, CudaStreamId s);
+/* Waits for all streams (the device's context). */
+void cuda_dev_sync(CudaDev *d);
+
+/* Events order work across streams and time it. */
+CudaEvent *cuda_event_create(CudaDev *d);
+void cuda_event_destroy(CudaEvent *e);
+void cuda_event_record(CudaEvent *e, CudaStreamId s);
+void cuda_stream_wait(CudaDev *d, CudaStreamId s, CudaEvent *e); /* s waits for e */
+void cuda_event_sync(CudaEvent *e);
+float cuda_event_ms(CudaEvent *start, CudaEvent *end); /* both recorded and complete */
+
+/* ===== NCCL ===================================================================== */
+/* UNTESTED on a GPU: compiled and linked in CI, never run there (no GPU). The
+ * bootstrap and the call sequence follow NCCL's documented examples. */
+
+typedef struct NcclComm NcclComm;
+
+/* True when libnccl can be loaded and has every function used here (needs no GPU:
+ * lets `--transport nccl` fail early and clearly); false with a message. */
+bool nccl_available(char *err, size_t errlen);
+
+/* The caller's broadcast of `bytes` bytes from group rank `root` to every rank of
+ * the group (through MPI: MPI_Bcast on the group's communicator). */
+typedef void (*NcclBcastFn)(void *buf, size_t bytes, int root, void *user);
+
+typedef enum NcclDtype {
+  NCCL_DT_F32, /* float32 */
+  NCCL_DT_BF16 /* bfloat16 */
+} NcclDtype;
+
+/* One communicator over a group of nranks ranks (a stage's replicas, the tied-
+ * parameter group, or the whole pipeline for point-to-point traffic): rank 0 makes
+ * the unique id, `bcast` hands it to the others, every rank calls ncclCommInitRank.
+ * Collective: every rank of the group must call it. NULL with a message on failure
+ * (no libnccl, init failed). */
+NcclComm *nccl_comm_create(CudaDev *d, int nranks, int rank, NcclBcastFn bcast, void *user,
+                           char *err, size_t errlen);
+void nccl_comm_destroy(NcclComm *c);
+/* Point-to-point calls between nccl_group_start and nccl_group_end are issued as one
+ * group (a send and the matching receive of a neighbour must be, or they deadlock). */
+void nccl_group_start(NcclComm *c);
+void nccl_group_end(NcclComm *c);
+void nccl_send(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer);
+void nccl_recv(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer);
+/* In-place sum over the group (send == recv allowed). */
+void nccl_allreduce_sum(NcclComm *c, CudaStreamId s, CudaPtr send, CudaPtr recv, size_t count,
+                        NcclDtype t);
+/* Non-blocking health check for the bounded-time failure rule: false (with a
+ * message) when NCCL reports an asynchronous error on the communicator. */
+bool nccl_comm_ok(NcclComm *c, char *err, size_t errlen);
+
+#endif /* PD2BW_CUDA_BACKEND_H */

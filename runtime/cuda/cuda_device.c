@@ -1,0 +1,431 @@
+/* runtime/cuda/cuda_device.c — one GPU through the driver API, GEMMs through cuBLAS.
+ *
+ * The driver (libcuda.so.1) and cuBLAS are dlopen()ed when a device is first asked
+ * for (cuda_internal.h says why and how the symbols are named). The device uses the
+ * primary context of its ordinal: cuBLAS works through the runtime API, which uses
+ * that same context, so driver-launched kernels and cuBLAS GEMMs share memory and
+ * streams without any interop.
+ *
+ * Memory: the stage's arena is the one cuMemAlloc (cuda_arena_create); modules,
+ * streams, events and cuBLAS's own workspace are made at start-up, so the training
+ * loop allocates nothing.
+ */
+#include <cublas_v2.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "runtime/cuda/cuda_internal.h"
+
+#ifndef PD2BW_CUDA_MAJOR
+#define PD2BW_CUDA_MAJOR 13
+#endif
+#define PD_XSTR_(x) #x
+#define PD_XSTR(x) PD_XSTR_(x)
+
+/* ---- the driver, loaded and initialised once ------------------------------------ */
+
+static CuApi cu_api;
+static int cu_state; /* 0 not tried, 1 ready, -1 failed (cu_why says why) */
+static char cu_why[768];
+
+/* Names for the results a user may meet before any call has worked (the stub
+ * library's cuGetErrorName fails too, so these cannot come from the driver). */
+static const char *cu_known_name(CUresult r) {
+  switch ((int)r) {
+  case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+  case 34: return "CUDA_ERROR_STUB_LIBRARY";
+  case 35: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
+  case 100: return "CUDA_ERROR_NO_DEVICE";
+  case 101: return "CUDA_ERROR_INVALID_DEVICE";
+  default: return NULL;
+  }
+}
+
+const char *cuda_result_str(const CuApi *api, CUresult r, char *buf, size_t n) {
+  const char *name = NULL, *desc = NULL;
+  if (api && api->cuGetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+  if (api && api->cuGetErrorString(r, &desc) != CUDA_SUCCESS) desc = NULL;
+  if (!name) name = cu_known_name(r);
+  if (name && desc)
+    snprintf(buf, n, "%s (%s)", name, desc);
+  else if (name)
+    snprintf(buf, n, "%s", name);
+  else
+    snprintf(buf, n, "CUresult %d", (int)r);
+  return buf;
+}
+
+void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file, int line) {
+  char buf[256];
+  pd_fatal(file, line, "CUDA call failed: %s returned %s", call,
+           cuda_result_str(api, r, buf, sizeof buf));
+}
+
+/* Runs once per process, whichever thread asks first (rank threads may open their
+ * devices concurrently). */
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static void cu_load_once(void) {
+  static const char *const names[] = {"libcuda.so.1", NULL};
+  char why[512];
+  cu_state = -1;
+  void *h = cuda_dlopen("PD2BW_LIBCUDA", names, why, sizeof why);
+  bool ok = h != NULL;
+  if (!ok)
+    snprintf(cu_why, sizeof cu_why, "cuda backend: no CUDA driver found (%s); use --backend cpu",
+             why);
+#define PD_CU_SYM(f)                                                                               \
+  if (ok && !(cu_api.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcuda.so.1", why,        \
+                                                     sizeof why))) {                               \
+    ok = false;                                                                                    \
+    snprintf(cu_why, sizeof cu_why,                                                                \
+             "cuda backend: the CUDA driver is too old (%s); use --backend cpu", why);             \
+  }
+  PD_CU_FUNCS(PD_CU_SYM)
+#undef PD_CU_SYM
+  if (ok) {
+    CUresult r = cu_api.cuInit(0);
+    char rs[256];
+    cuda_result_str(&cu_api, r, rs, sizeof rs);
+    if (r == CUDA_ERROR_STUB_LIBRARY) {
+      snprintf(cu_why, sizeof cu_why,
+               "cuda backend: no CUDA driver found (libcuda.so.1 is the CUDA toolkit's stub "
+               "library, not a driver: cuInit returned %s); use --backend cpu",
+               rs);
+    } else if (r == CUDA_ERROR_NO_DEVICE) {
+      snprintf(cu_why, sizeof cu_why,
+               "cuda backend: no CUDA device found (cuInit returned %s); use --backend cpu", rs);
+    } else if (r != CUDA_SUCCESS) {
+      snprintf(cu_why, sizeof cu_why,
+               "cuda backend: the CUDA driver failed to start (cuInit returned %s); use "
+               "--backend cpu",
+               rs);
+    } else {
+      cu_state = 1;
+    }
+  }
+}
+
+const CuApi *cuda_driver_api(char *err, size_t errlen) {
+  pthread_once(&cu_once, cu_load_once);
+  if (cu_state < 0) {
+    snprintf(err, errlen, "%s", cu_why);
+    return NULL;
+  }
+  return &cu_api;
+}
+
+/* ---- cuBLAS, loaded with the first device ---------------------------------------- */
+
+/* clang-format off */
+#define PD_CUBLAS_FUNCS(X)                                                                \
+  X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode) X(cublasGemmEx) \
+  X(cublasGetStatusString)
+/* clang-format on */
+
+typedef struct CublasApi {
+#define PD_CUBLAS_FIELD(f) __typeof__(f) *f;
+  PD_CUBLAS_FUNCS(PD_CUBLAS_FIELD)
+#undef PD_CUBLAS_FIELD
+} CublasApi;
+
+static CublasApi cublas_api;
+static int cublas_state;
+static char cublas_why[640];
+
+/* Runs once per process, whichever thread asks first (rank threads may open their
+ * devices concurrently). */
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+static void cublas_load_once(void) {
+  static const char *const names[] = {"libcublas.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libcublas.so",
+                                      NULL};
+  char why[512];
+  cublas_state = -1;
+  void *h = cuda_dlopen("PD2BW_LIBCUBLAS", names, why, sizeof why);
+  bool ok = h != NULL;
+  if (!ok) snprintf(cublas_why, sizeof cublas_why, "cuda backend: cuBLAS not found (%s)", why);
+#define PD_CUBLAS_SYM(f)                                                                           \
+  if (ok && !(cublas_api.f =                                                                       \
+                  (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcublas", why, sizeof why))) {  \
+    ok = false;                                                                                    \
+    snprintf(cublas_why, sizeof cublas_why, "cuda backend: %s", why);                              \
+  }
+  PD_CUBLAS_FUNCS(PD_CUBLAS_SYM)
+#undef PD_CUBLAS_SYM
+  if (ok) cublas_state = 1;
+}
+
+static const CublasApi *cublas_load(char *err, size_t errlen) {
+  pthread_once(&cublas_once, cublas_load_once);
+  if (cublas_state < 0) {
+    snprintf(err, errlen, "%s", cublas_why);
+    return NULL;
+  }
+  return &cublas_api;
+}
+
+bool cuda_cublas_available(char *err, size_t errlen) { return cublas_load(err, errlen) != NULL; }
+
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    cublasStatus_t cb_s_ = (call);                                                                 \
+    if (cb_s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+      pd_fatal(__FILE__, __LINE__, "cuBLAS call failed: %s returned %s (%d)", #call,               \
+               cublas_api.cublasGetStatusString(cb_s_), (int)cb_s_);                               \
+  } while (0)
+
+/* ---- the device -------------------------------------------------------------------- */
+
+struct CudaModule {
+  CudaDev *dev;
+  CUmodule mod;
+  CudaModule *next; /* the device's list, unloaded by cuda_dev_destroy */
+};
+
+struct CudaEvent {
+  CudaDev *dev;
+  CUevent ev;
+};
+
+struct CudaDev {
+  const CuApi *api;
+  int ordinal;
+  CUdevice dev;
+  CUcontext ctx; /* the primary context, retained */
+  CUstream streams[CUDA_NSTREAMS];
+  cublasHandle_t blas;
+  CUdeviceptr arena;
+  size_t arena_bytes;
+  int arch;
+  size_t total_mem;
+  char name[256];
+  CudaModule *modules;
+};
+
+CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen) {
+  const CuApi *api = cuda_driver_api(err, errlen);
+  if (!api) return NULL;
+  int count = 0;
+  char rs[256];
+  CUresult r = api->cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cuda backend: cuDeviceGetCount returned %s; use --backend cpu",
+             cuda_result_str(api, r, rs, sizeof rs));
+    return NULL;
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    snprintf(err, errlen, "cuda backend: device %d requested but this machine has %d CUDA device%s",
+             ordinal, count, count == 1 ? "" : "s");
+    return NULL;
+  }
+  const CublasApi *bl = cublas_load(err, errlen);
+  if (!bl) return NULL;
+
+  CudaDev *d = pd_calloc(1, sizeof *d);
+  d->api = api;
+  d->ordinal = ordinal;
+  CU_CHECK(api, api->cuDeviceGet(&d->dev, ordinal));
+  CU_CHECK(api, api->cuDevicePrimaryCtxRetain(&d->ctx, d->dev));
+  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
+  int major = 0, minor = 0;
+  CU_CHECK(api,
+           api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev));
+  CU_CHECK(api,
+           api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev));
+  d->arch = major * 10 + minor;
+  CU_CHECK(api, api->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev));
+  CU_CHECK(api, api->cuDeviceTotalMem(&d->total_mem, d->dev));
+  for (int s = 0; s < CUDA_NSTREAMS; s++)
+    CU_CHECK(api, api->cuStreamCreate(&d->streams[s], CU_STREAM_NON_BLOCKING));
+  cublasStatus_t bs = bl->cublasCreate(&d->blas);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cuda backend: cublasCreate failed on device %d: %s", ordinal,
+             bl->cublasGetStatusString(bs));
+    for (int s = 0; s < CUDA_NSTREAMS; s++) api->cuStreamDestroy(d->streams[s]);
+    api->cuDevicePrimaryCtxRelease(d->dev);
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+void cuda_dev_destroy(CudaDev *d) {
+  if (!d) return;
+  const CuApi *api = d->api;
+  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
+  CU_CHECK(api, api->cuCtxSynchronize());
+  while (d->modules) {
+    CudaModule *m = d->modules;
+    d->modules = m->next;
+    CU_CHECK(api, api->cuModuleUnload(m->mod));
+    free(m);
+  }
+  CUBLAS_CHECK(cublas_api.cublasDestroy(d->blas));
+  for (int s = 0; s < CUDA_NSTREAMS; s++) CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
+  if (d->arena) CU_CHECK(api, api->cuMemFree(d->arena));
+  CU_CHECK(api, api->cuDevicePrimaryCtxRelease(d->dev));
+  free(d);
+}
+
+int cuda_dev_arch(const CudaDev *d) { return d->arch; }
+const char *cuda_dev_name(const CudaDev *d) { return d->name; }
+size_t cuda_dev_total_mem(const CudaDev *d) { return d->total_mem; }
+
+void cuda_dev_make_current(const CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSetCurrent(d->ctx)); }
+
+const CuApi *cuda_dev_api(const CudaDev *d) { return d->api; }
+
+CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s) {
+  PD_CHECK(s >= 0 && s < CUDA_NSTREAMS, "stream %d", (int)s);
+  return d->streams[s];
+}
+
+bool cuda_arena_create(CudaDev *d, size_t bytes, CudaPtr *base, char *err, size_t errlen) {
+  PD_CHECK(!d->arena, "the stage arena is allocated once per device");
+  PD_CHECK(bytes > 0);
+  CUresult r = d->api->cuMemAlloc(&d->arena, bytes);
+  if (r != CUDA_SUCCESS) {
+    char rs[256];
+    d->arena = 0;
+    snprintf(err, errlen,
+             "cuda backend: cannot allocate the stage arena of %zu bytes (%.2f GiB) on device %d "
+             "(%s, %.2f GiB): %s",
+             bytes, (double)bytes / (1 << 30), d->ordinal, d->name,
+             (double)d->total_mem / (1 << 30), cuda_result_str(d->api, r, rs, sizeof rs));
+    return false;
+  }
+  d->arena_bytes = bytes;
+  *base = (CudaPtr)d->arena;
+  return true;
+}
+
+/* ---- modules and launches ----------------------------------------------------------- */
+
+CudaModule *cuda_module_load(CudaDev *d, const void *cubin, size_t size, char *err, size_t errlen) {
+  (void)size; /* an ELF image carries its own size */
+  CUmodule mod;
+  CUresult r = d->api->cuModuleLoadData(&mod, cubin);
+  if (r != CUDA_SUCCESS) {
+    char rs[256];
+    snprintf(err, errlen,
+             "cuda backend: cannot load the compiled stage on device %d (%s, sm_%d): %s",
+             d->ordinal, d->name, d->arch, cuda_result_str(d->api, r, rs, sizeof rs));
+    return NULL;
+  }
+  CudaModule *m = pd_calloc(1, sizeof *m);
+  m->dev = d;
+  m->mod = mod;
+  m->next = d->modules;
+  d->modules = m;
+  return m;
+}
+
+CudaKernel *cuda_module_kernel(CudaModule *m, const char *name) {
+  CUfunction f;
+  CUresult r = m->dev->api->cuModuleGetFunction(&f, m->mod, name);
+  if (r == CUDA_ERROR_NOT_FOUND) return NULL;
+  CU_CHECK(m->dev->api, r);
+  return (CudaKernel *)f;
+}
+
+void cuda_module_unload(CudaModule *m) {
+  if (!m) return;
+  CudaDev *d = m->dev;
+  for (CudaModule **p = &d->modules; *p; p = &(*p)->next)
+    if (*p == m) {
+      *p = m->next;
+      break;
+    }
+  CU_CHECK(d->api, d->api->cuModuleUnload(m->mod));
+  free(m);
+}
+
+void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid, unsigned block,
+                 void **args) {
+  PD_CHECK(k && grid > 0 && block > 0 && block <= 1024, "grid %u block %u", grid, block);
+  CU_CHECK(d->api, d->api->cuLaunchKernel((CUfunction)k, grid, 1, 1, block, 1, 1, 0,
+                                          cuda_dev_stream(d, s), args, NULL));
+}
+
+/* Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands
+ * and the dimensions M and N; each operand's own transpose flag carries over
+ * unchanged (a row-major matrix read column-major is already its transpose). */
+CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
+                                  CudaPtr B, int ldb, CudaPtr C, int ldc) {
+  CublasGemmArgs g = {tb ? 1 : 0, ta ? 1 : 0, N, M, K, B, ldb, A, lda, C, ldc};
+  return g;
+}
+
+void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
+               float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C,
+               int ldc) {
+  if (M <= 0 || N <= 0) return;
+  cudaDataType ab_t = CUDA_R_32F, c_t = CUDA_R_32F;
+  cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+  switch (type) {
+  case CUDA_GEMM_F32: break;
+  case CUDA_GEMM_TF32: ct = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+  case CUDA_GEMM_BF16: ab_t = CUDA_R_16BF; break;
+  case CUDA_GEMM_BF16_OUT: ab_t = c_t = CUDA_R_16BF; break;
+  }
+  CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
+  CUBLAS_CHECK(cublas_api.cublasGemmEx(
+      d->blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
+      g.k, &alpha, (const void *)(uintptr_t)g.A, ab_t, g.lda, (const void *)(uintptr_t)g.B, ab_t,
+      g.ldb, &beta, (void *)(uintptr_t)g.C, c_t, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
+}
+
+/* ---- copies, streams, events -------------------------------------------------------- */
+
+void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes) {
+  if (bytes) CU_CHECK(d->api, d->api->cuMemcpyHtoD((CUdeviceptr)dst, src, bytes));
+}
+
+void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes) {
+  if (bytes) CU_CHECK(d->api, d->api->cuMemcpyDtoH(dst, (CUdeviceptr)src, bytes));
+}
+
+void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes) {
+  if (bytes)
+    CU_CHECK(d->api, d->api->cuMemsetD8Async((CUdeviceptr)p, 0, bytes, cuda_dev_stream(d, s)));
+}
+
+void cuda_stream_sync(CudaDev *d, CudaStreamId s) {
+  CU_CHECK(d->api, d->api->cuStreamSynchronize(cuda_dev_stream(d, s)));
+}
+
+void cuda_dev_sync(CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSynchronize()); }
+
+CudaEvent *cuda_event_create(CudaDev *d) {
+  CudaEvent *e = pd_calloc(1, sizeof *e);
+  e->dev = d;
+  CU_CHECK(d->api, d->api->cuEventCreate(&e->ev, CU_EVENT_DEFAULT));
+  return e;
+}
+
+void cuda_event_destroy(CudaEvent *e) {
+  if (!e) return;
+  CU_CHECK(e->dev->api, e->dev->api->cuEventDestroy(e->ev));
+  free(e);
+}
+
+void cuda_event_record(CudaEvent *e, CudaStreamId s) {
+  CU_CHECK(e->dev->api, e->dev->api->cuEventRecord(e->ev, cuda_dev_stream(e->dev, s)));
+}
+
+void cuda_stream_wait(CudaDev *d, CudaStreamId s, CudaEvent *e) {
+  CU_CHECK(d->api, d->api->cuStreamWaitEvent(cuda_dev_stream(d, s), e->ev, 0));
+}
+
+void cuda_event_sync(CudaEvent *e) {
+  CU_CHECK(e->dev->api, e->dev->api->cuEventSynchronize(e->ev));
+}
+
+float cuda_event_ms(CudaEvent *start, CudaEvent *end) {
+  float ms = 0;
+  CU_CHECK(start->dev->api, start->dev->api->cuEventElapsedTime(&ms, start->ev, end->ev));
+  return ms;
+}

@@ -1,0 +1,85 @@
+/* runtime/cuda/cuda_internal.h — private to runtime/cuda/: library loading and the
+ * device's innards that nccl_transport.c needs.
+ *
+ * Every NVIDIA entry point is reached through a function pointer filled by dlsym.
+ * The pointer types come from the toolkit's own headers with __typeof__, and the
+ * names from the headers' own macros (cuda.h maps cuMemAlloc to cuMemAlloc_v2,
+ * cublas_v2.h cublasCreate to cublasCreate_v2), so a signature or version suffix can
+ * never be spelled wrong by hand: PD_SYMNAME(cuMemAlloc) is "cuMemAlloc_v2".
+ */
+#ifndef PD2BW_CUDA_INTERNAL_H
+#define PD2BW_CUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/cuda/cuda_backend.h"
+
+#define PD_STR2_(x) #x
+#define PD_SYMNAME(x) PD_STR2_(x)
+
+/* dlopen()s the first of: getenv(env_var) (a path), each soname, each soname inside
+ * the toolkit's lib directory this build was configured with. NULL with
+ * dlerror()'s message for the first soname in err. */
+void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, size_t errlen);
+
+/* dlsym that reports which symbol was missing; NULL with a message in err. */
+void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen);
+
+/* The driver API functions pd2bw uses (one X per function). */
+/* clang-format off */
+#define PD_CU_FUNCS(X)                                                                   \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)          \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)            \
+  X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)         \
+  X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)        \
+  X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)          \
+  X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)               \
+  X(cuEventSynchronize) X(cuEventElapsedTime)
+/* clang-format on */
+
+typedef struct CuApi {
+#define PD_CU_FIELD(f) __typeof__(f) *f;
+  PD_CU_FUNCS(PD_CU_FIELD)
+#undef PD_CU_FIELD
+} CuApi;
+
+/* The driver API, loaded once per process (cuda_device.c); NULL with a message
+ * naming the library and the failure. */
+const CuApi *cuda_driver_api(char *err, size_t errlen);
+
+/* "CUDA_ERROR_X (description)" for r, for messages. */
+const char *cuda_result_str(const CuApi *api, CUresult r, char *buf, size_t n);
+
+/* A failed driver call during normal operation: pd_fatal naming call, file, line. */
+void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file, int line)
+    __attribute__((noreturn));
+#define CU_CHECK(api, call)                                                                        \
+  do {                                                                                             \
+    CUresult cu_r_ = (call);                                                                       \
+    if (cu_r_ != CUDA_SUCCESS) cuda_fail((api), cu_r_, #call, __FILE__, __LINE__);                 \
+  } while (0)
+
+/* The column-major (cuBLAS) call that computes a row-major GEMM with cuda_gemm's
+ * semantics: a pure function, so the operand swap is unit-tested without a GPU.
+ * transa/transb are 0 (CUBLAS_OP_N) or 1 (CUBLAS_OP_T). */
+typedef struct CublasGemmArgs {
+  int transa, transb;
+  int m, n, k;
+  CudaPtr A;
+  int lda;
+  CudaPtr B;
+  int ldb;
+  CudaPtr C;
+  int ldc;
+} CublasGemmArgs;
+CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
+                                  CudaPtr B, int ldb, CudaPtr C, int ldc);
+
+/* What nccl_transport.c needs of a device. */
+const CuApi *cuda_dev_api(const CudaDev *d);
+CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
+
+#endif /* PD2BW_CUDA_INTERNAL_H */

@@ -1,0 +1,352 @@
+/* runtime/cuda/nvrtc_compile.c — CUDA C source to cubin with NVRTC, cached on disk.
+ *
+ * The runtime compiles each stageN.cu at load time for the GPU it finds (DESIGN.md
+ * §1, §5); CI compiles every golden stageN.cu for sm_90 without a GPU. NVRTC needs
+ * no driver, so this file works on any machine with the toolkit.
+ *
+ * Why dlopen for NVRTC too (the brief allowed linking it): pd2bwrun and pd2bwc link
+ * this library; if they linked libnvrtc, every binary would need the toolkit's lib
+ * directory on the loader path even to train on the CPU. Loading it on first use
+ * keeps `--backend cpu` free of any NVIDIA library, at the cost of one table of
+ * function pointers.
+ *
+ * The cache key is a 128-bit hash (two independent 64-bit FNV-1a lanes) of a format
+ * tag, the source, every option in order, NVRTC's version and the architecture: a
+ * new toolkit, a new option or a changed kernel all miss. Entries are written to a
+ * temporary file in the cache directory and renamed into place, so a reader never
+ * sees half a cubin; a corrupt or truncated entry (no ELF header) is recompiled.
+ */
+#include <errno.h>
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ir/ir.h"
+#include "runtime/cuda/cuda_internal.h"
+
+#ifndef PD2BW_CUDA_INCLUDE_DIR
+#define PD2BW_CUDA_INCLUDE_DIR ""
+#endif
+#ifndef PD2BW_CUDA_MAJOR
+#define PD2BW_CUDA_MAJOR 13
+#endif
+
+/* ---- NVRTC, loaded on first use ------------------------------------------------ */
+
+/* clang-format off */
+#define PD_NVRTC_FUNCS(X)                                                                 \
+  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \
+  X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)                 \
+  X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)
+/* clang-format on */
+
+typedef struct NvrtcApi {
+#define PD_NVRTC_FIELD(f) __typeof__(f) *f;
+  PD_NVRTC_FUNCS(PD_NVRTC_FIELD)
+#undef PD_NVRTC_FIELD
+  int major, minor;
+} NvrtcApi;
+
+static NvrtcApi nvrtc_api;
+static int nvrtc_state; /* 0 not tried, 1 loaded, -1 failed (nvrtc_why says why) */
+static char nvrtc_why[640];
+
+#define PD_XSTR_(x) #x
+#define PD_XSTR(x) PD_XSTR_(x)
+
+/* Loads NVRTC once per process, whichever thread asks first (rank threads may
+ * compile their stages concurrently). */
+static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
+static void nvrtc_load_once(void) {
+  static const char *const names[] = {"libnvrtc.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libnvrtc.so",
+                                      NULL};
+  char why[512];
+  void *h = cuda_dlopen("PD2BW_LIBNVRTC", names, why, sizeof why);
+  nvrtc_state = -1;
+  if (!h) {
+    snprintf(nvrtc_why, sizeof nvrtc_why, "NVRTC not found (%s)", why);
+  } else {
+    bool ok = true;
+#define PD_NVRTC_SYM(f)                                                                            \
+  if (ok &&                                                                                        \
+      !(nvrtc_api.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libnvrtc", why, sizeof why))) \
+    ok = false;
+    PD_NVRTC_FUNCS(PD_NVRTC_SYM)
+#undef PD_NVRTC_SYM
+    if (!ok) {
+      snprintf(nvrtc_why, sizeof nvrtc_why, "%s", why);
+    } else {
+      nvrtcResult r = nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
+      if (r != NVRTC_SUCCESS)
+        snprintf(nvrtc_why, sizeof nvrtc_why, "nvrtcVersion failed: %s",
+                 nvrtc_api.nvrtcGetErrorString(r));
+      else
+        nvrtc_state = 1;
+    }
+  }
+}
+
+static const NvrtcApi *nvrtc_load(char *err, size_t errlen) {
+  pthread_once(&nvrtc_once, nvrtc_load_once);
+  if (nvrtc_state < 0) {
+    snprintf(err, errlen, "%s", nvrtc_why);
+    return NULL;
+  }
+  return &nvrtc_api;
+}
+
+bool cuda_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
+  const NvrtcApi *api = nvrtc_load(err, errlen);
+  if (!api) return false;
+  *major = api->major;
+  *minor = api->minor;
+  return true;
+}
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static __attribute__((format(printf, 1, 0))) char *pd_vasprintf(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  PD_CHECK(n >= 0);
+  char *s = pd_malloc((size_t)n + 1);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  return s;
+}
+
+static __attribute__((format(printf, 1, 2))) char *pd_asprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = pd_vasprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+typedef struct Hash128 {
+  uint64_t a, b;
+} Hash128;
+
+/* Two FNV-1a lanes with different offsets and primes; bytes and a length frame per
+ * field, so ("ab","c") and ("a","bc") hash differently. */
+static void hash_bytes(Hash128 *h, const void *p, size_t n) {
+  const unsigned char *s = p;
+  for (size_t i = 0; i < n; i++) {
+    h->a = (h->a ^ s[i]) * 0x100000001b3ull;
+    h->b = (h->b ^ s[i]) * 0x00000100000001b3ull * 0x9e3779b97f4a7c15ull;
+  }
+  uint64_t len = n;
+  for (int i = 0; i < 8; i++) {
+    unsigned char c = (unsigned char)(len >> (8 * i));
+    h->a = (h->a ^ c) * 0x100000001b3ull;
+    h->b = (h->b ^ c) * 0x00000100000001b3ull * 0x9e3779b97f4a7c15ull;
+  }
+}
+
+static void hash_str(Hash128 *h, const char *s) { hash_bytes(h, s, strlen(s)); }
+
+static bool is_elf(const void *p, size_t n) {
+  return n >= 4 && memcmp(p,
+                          "\x7f"
+                          "ELF",
+                          4) == 0;
+}
+
+/* mkdir -p; true when the directory exists afterwards. */
+static bool make_dirs(const char *path) {
+  char *p = pd_strdup(path);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      free(p);
+      return false;
+    }
+    *s = '/';
+  }
+  bool ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+  free(p);
+  return ok;
+}
+
+/* The cache directory for cubins, pd_malloc'd, or NULL when caching is off. */
+static char *cache_dir_for(const CudaCompileOptions *o) {
+  const char *base = o->cache_dir;
+  if (base && !*base) return NULL;
+  if (!base) base = getenv("PD2BW_CACHE");
+  if (base && *base) return pd_asprintf("%s/cuda", base);
+  const char *home = getenv("HOME");
+  if (!home || !*home) return NULL;
+  return pd_asprintf("%s/.cache/pd2bw/cuda", home);
+}
+
+static bool read_whole(const char *path, void **data, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  bool ok = false;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long n = ftell(f);
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
+      void *buf = pd_malloc((size_t)n);
+      if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        *data = buf;
+        *size = (size_t)n;
+        ok = true;
+      } else {
+        free(buf);
+      }
+    }
+  }
+  fclose(f);
+  return ok;
+}
+
+/* Temporary file in the same directory, then rename: never a partial entry. A
+ * failure only costs the next run a recompile, so it warns and goes on. */
+static void write_cache(const char *dir, const char *path, const void *data, size_t size) {
+  char *tmp = pd_asprintf("%s/.tmp-XXXXXX", dir);
+  int fd = mkstemp(tmp);
+  bool ok = fd >= 0;
+  if (ok) {
+    FILE *f = fdopen(fd, "wb");
+    ok = f && fwrite(data, 1, size, f) == size;
+    if (f)
+      ok = fclose(f) == 0 && ok;
+    else
+      close(fd);
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok) unlink(tmp);
+  }
+  if (!ok)
+    fprintf(stderr, "pd2bw: warning: cannot write NVRTC cache entry %s: %s\n", path,
+            strerror(errno));
+  free(tmp);
+}
+
+/* ---- compile ---------------------------------------------------------------------- */
+
+bool cuda_nvrtc_compile(const char *src, const CudaCompileOptions *o, CudaBinary *out, char **err) {
+  memset(out, 0, sizeof *out);
+  *err = NULL;
+  char why[640];
+  const NvrtcApi *api = nvrtc_load(why, sizeof why);
+  if (!api) {
+    *err = pd_asprintf("cannot compile CUDA code: %s", why);
+    return false;
+  }
+  if (o->arch < 10 || o->arch > 1000) {
+    *err = pd_asprintf("cannot compile CUDA code: bad architecture %d (want e.g. 90)", o->arch);
+    return false;
+  }
+  const char *name = o->name ? o->name : "pd2bw.cu";
+
+  /* The options, fixed ones first. */
+  const char *incdir = getenv("PD2BW_CUDA_INCLUDE");
+  if (!incdir || !*incdir) incdir = PD2BW_CUDA_INCLUDE_DIR;
+  struct stat st;
+  bool have_inc = incdir[0] && stat(incdir, &st) == 0 && S_ISDIR(st.st_mode);
+  int nopt = 0;
+  char **opts = pd_calloc((size_t)(4 + o->nextra), sizeof *opts);
+  opts[nopt++] = pd_asprintf("--gpu-architecture=sm_%d", o->arch);
+  opts[nopt++] = pd_strdup("-default-device");
+  opts[nopt++] = pd_strdup("--std=c++17");
+  if (have_inc) opts[nopt++] = pd_asprintf("-I%s", incdir);
+  for (int i = 0; i < o->nextra; i++) opts[nopt++] = pd_strdup(o->extra[i]);
+
+  Hash128 h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+  hash_str(&h, "pd2bw-nvrtc-cubin-1");
+  hash_str(&h, src);
+  for (int i = 0; i < nopt; i++) hash_str(&h, opts[i]);
+  int ver[3] = {api->major, api->minor, o->arch};
+  hash_bytes(&h, ver, sizeof ver);
+  snprintf(out->key, sizeof out->key, "%016llx%016llx", (unsigned long long)h.a,
+           (unsigned long long)h.b);
+
+  char *dir = cache_dir_for(o);
+  char *path = dir ? pd_asprintf("%s/%s.cubin", dir, out->key) : NULL;
+  bool ok = false;
+  if (path && read_whole(path, &out->data, &out->size)) {
+    if (is_elf(out->data, out->size)) {
+      out->cache_hit = true;
+      ok = true;
+    } else { /* corrupt entry: recompile and overwrite it */
+      free(out->data);
+      out->data = NULL;
+      out->size = 0;
+    }
+  }
+
+  if (!ok) {
+    nvrtcProgram prog;
+    nvrtcResult r = api->nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS) {
+      *err = pd_asprintf("%s: nvrtcCreateProgram failed: %s", name, api->nvrtcGetErrorString(r));
+    } else {
+      r = api->nvrtcCompileProgram(prog, nopt, (const char *const *)opts);
+      size_t logn = 0;
+      char *log = NULL;
+      if (api->nvrtcGetProgramLogSize(prog, &logn) == NVRTC_SUCCESS && logn > 1) {
+        log = pd_malloc(logn + 1);
+        if (api->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = 0;
+        log[logn] = 0;
+      }
+      if (r != NVRTC_SUCCESS) {
+        *err = pd_asprintf("%s: NVRTC compilation for sm_%d failed (%s):\n%s", name, o->arch,
+                           api->nvrtcGetErrorString(r), log ? log : "(no log)");
+      } else {
+        size_t n = 0;
+        r = api->nvrtcGetCUBINSize(prog, &n);
+        if (r != NVRTC_SUCCESS || n == 0) {
+          *err = pd_asprintf("%s: nvrtcGetCUBINSize failed: %s", name, api->nvrtcGetErrorString(r));
+        } else {
+          out->data = pd_malloc(n);
+          out->size = n;
+          r = api->nvrtcGetCUBIN(prog, out->data);
+          if (r != NVRTC_SUCCESS) {
+            *err = pd_asprintf("%s: nvrtcGetCUBIN failed: %s", name, api->nvrtcGetErrorString(r));
+          } else {
+            ok = true;
+            if (path && make_dirs(dir)) write_cache(dir, path, out->data, out->size);
+          }
+        }
+      }
+      free(log);
+      api->nvrtcDestroyProgram(&prog);
+    }
+  }
+
+  if (!ok) {
+    free(out->data);
+    out->data = NULL;
+    out->size = 0;
+  }
+  for (int i = 0; i < nopt; i++) free(opts[i]);
+  free(opts);
+  free(path);
+  free(dir);
+  return ok;
+}
+
+void cuda_binary_free(CudaBinary *b) {
+  if (!b) return;
+  free(b->data);
+  b->data = NULL;
+  b->size = 0;
+}
+
+bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name) {
+  size_t n = strlen(name) + 1; /* with its NUL: "pkc_x" must not match "pkc_x_y" */
+  const char *p = b->data;
+  if (!p || b->size < n) return false;
+  for (size_t i = 0; i + n <= b->size; i++)
+    if (p[i] == name[0] && memcmp(p + i, name, n) == 0 &&
+        (i == 0 || p[i - 1] == 0 || p[i - 1] == '.'))
+      return true;
+  return false;
+}

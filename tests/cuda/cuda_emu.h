@@ -1,0 +1,33 @@
+/* tests/cuda/cuda_emu.h — run the CUDA kernels on the CPU, for tests without a GPU.
+ *
+ * cuda_emu.cpp compiles runtime/cuda/cuda_kernels.cuh as host C++ (PKC_EMULATE) and
+ * runs a launch block after block; inside a block, each CUDA thread is a fibre
+ * (ucontext) on one OS thread, and __syncthreads() switches to the next fibre, so a
+ * block's threads meet at every barrier exactly as on a GPU (threads that returned
+ * count as arrived). __shared__ arrays become function statics: shared by the
+ * block's fibres, and blocks never overlap (they run first-to-last, or last-to-first
+ * to expose blocks that depend on each other). atomicAdd is a plain add (one OS
+ * thread). What it cannot show: races between blocks that a GPU would expose, warp
+ * behaviour, and the GPU's floating-point library; gpu_op_check covers those.
+ */
+#ifndef PD2BW_TESTS_CUDA_EMU_H
+#define PD2BW_TESTS_CUDA_EMU_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs kernel `name` with a 1-D grid; args as for cuLaunchKernel. Returns 0, or -1
+ * when there is no such kernel. */
+int emu_launch(const char *name, unsigned grid, unsigned block, void **args);
+
+/* Runs the blocks of later launches last-to-first when reverse != 0. A kernel whose
+ * blocks race (write what another block reads or writes) gives different results in
+ * the two orders, which the checks then catch. */
+void emu_set_reverse_blocks(int reverse);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PD2BW_TESTS_CUDA_EMU_H */

@@ -1,0 +1,243 @@
+/* tests/cuda/test_cuda_nvrtc.c — the CUDA kernels compile with NVRTC, and the cache.
+ *
+ * NVRTC needs no GPU, so this runs in CI: the embedded kernel text (philox.h +
+ * cuda_kernels.cuh, exactly what the code generator pastes into stageN.cu) plus a
+ * small stage-like driver kernel must compile for sm_90 and sm_80 (there with the
+ * attention head size fixed, PKC_ATT_HS=64, as a generated stage does) into a cubin that
+ * holds every kernel of cuda_kernel_list.h and no other pkc_ kernel. Then: the second
+ * compile comes from the cache, a changed option misses it, a corrupt entry is
+ * recompiled, and a broken source gives NVRTC's log naming the line.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../test.h"
+#include "ir/ir.h"
+#include "pkc_kernels_src.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_kernel_list.h"
+
+static char cache_dir[] = "/tmp/pd2bw-test-nvrtc-XXXXXX";
+
+/* What a generated stage adds after the pasted kernels: its own fused kernel built
+ * on the header's device helpers. */
+static const char driver_src[] =
+    "\nextern \"C\" __global__ void stage0_fused_bias_gelu(float *y, const float *x,\n"
+    "    const float *bias, pkc_i64 M, int N) {\n"
+    "  __shared__ float sh[PKC_MAX_BLOCK];\n"
+    "  for (pkc_i64 k = pkc_tid(); k < M * N; k += pkc_nthreads()) {\n"
+    "    float v = x[k] + bias[k % N];\n"
+    "    y[k] = 0.5f * v * (1.0f + tanhf(PKC_GELU_K * (v + PKC_GELU_A * v * v * v)));\n"
+    "  }\n"
+    "  float s = pkc_block_sum(1.0f, sh);\n"
+    "  if (s < 0) y[0] = s;\n"
+    "}\n";
+
+static char *stage_source(void) {
+  size_t a = strlen(pd_cuda_kernels_src), b = strlen(driver_src);
+  char *s = pd_malloc(a + b + 1);
+  memcpy(s, pd_cuda_kernels_src, a);
+  memcpy(s + a, driver_src, b + 1);
+  return s;
+}
+
+static const char *const kernel_names[] = {
+#define NAME(k, kind) #k,
+    PKC_KERNEL_LIST(NAME)
+#undef NAME
+};
+#define NKERNELS ((int)(sizeof kernel_names / sizeof kernel_names[0]))
+
+/* Every kernel named in the cubin's section names (".text.<kernel>") must be one of
+ * ours or the driver's; returns how many distinct pkc_ kernels it has. */
+static int count_pkc_kernels(const CudaBinary *b) {
+  const char *p = b->data;
+  static const char tag[] = ".text.";
+  int seen[256] = {0}, distinct = 0;
+  for (size_t i = 1; i + sizeof tag < b->size; i++) {
+    if (p[i - 1] != 0 || memcmp(p + i, tag, sizeof tag - 1) != 0) continue;
+    const char *name = p + i + sizeof tag - 1;
+    if (strncmp(name, "pkc_", 4) != 0) {
+      EXPECT(strcmp(name, "stage0_fused_bias_gelu") == 0);
+      continue;
+    }
+    int k = 0;
+    while (k < NKERNELS && strcmp(kernel_names[k], name) != 0) k++;
+    if (k == NKERNELS) {
+      fprintf(stderr, "cubin has kernel %s, missing from cuda_kernel_list.h\n", name);
+      EXPECT(k < NKERNELS);
+      continue;
+    }
+    if (!seen[k]++) distinct++;
+  }
+  return distinct;
+}
+
+static void compile_for(int arch, const char *define) {
+  char *src = stage_source();
+  const char *extra[] = {define};
+  CudaCompileOptions o = {arch, "stage0.cu", cache_dir, define ? extra : NULL, define ? 1 : 0};
+  CudaBinary b;
+  char *err = NULL;
+  bool ok = cuda_nvrtc_compile(src, &o, &b, &err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  if (ok) {
+    EXPECT(b.size > 1000);
+    EXPECT(memcmp(b.data,
+                  "\x7f"
+                  "ELF",
+                  4) == 0);
+    EXPECT(!b.cache_hit);
+    for (int k = 0; k < NKERNELS; k++) {
+      if (!cuda_cubin_has_symbol(&b, kernel_names[k]))
+        fprintf(stderr, "missing %s\n", kernel_names[k]);
+      EXPECT(cuda_cubin_has_symbol(&b, kernel_names[k]));
+    }
+    EXPECT(cuda_cubin_has_symbol(&b, "stage0_fused_bias_gelu"));
+    EXPECT(!cuda_cubin_has_symbol(&b, "pkc_no_such_kernel"));
+    EXPECT_EQ_INT(count_pkc_kernels(&b), NKERNELS);
+
+    /* The same source and options again: from the cache, the same bytes. */
+    CudaBinary b2;
+    char *err2 = NULL;
+    EXPECT(cuda_nvrtc_compile(src, &o, &b2, &err2));
+    EXPECT(b2.cache_hit);
+    EXPECT(b2.size == b.size && memcmp(b2.data, b.data, b.size) == 0);
+    EXPECT_STREQ(b2.key, b.key);
+    cuda_binary_free(&b2);
+    free(err2);
+  }
+  cuda_binary_free(&b);
+  free(err);
+  free(src);
+}
+
+static void test_kernels_compile_sm90(void) { compile_for(90, NULL); }
+/* sm_80 with the head size fixed, as the code generator will compile a GPT-2 stage. */
+static void test_kernels_compile_sm80(void) { compile_for(80, "-DPKC_ATT_HS=64"); }
+
+static const char tiny_src[] = "extern \"C\" __global__ void k(float *x) { x[0] = 1.0f; }\n";
+
+static void test_cache_key_covers_options(void) {
+  CudaCompileOptions o = {90, "tiny.cu", cache_dir, NULL, 0};
+  const char *extra[] = {"-DPKC_SOMETHING=1"};
+  CudaCompileOptions o2 = {90, "tiny.cu", cache_dir, extra, 1};
+  CudaCompileOptions o3 = {80, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary a, b, c2, d;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &a, &err));
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o2, &b, &err));
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o3, &c2, &err));
+  EXPECT(!b.cache_hit && !c2.cache_hit);
+  EXPECT(strcmp(a.key, b.key) != 0 && strcmp(a.key, c2.key) != 0);
+  /* A different source misses too. */
+  EXPECT(cuda_nvrtc_compile("extern \"C\" __global__ void k(float *x) { x[0] = 2.0f; }\n", &o, &d,
+                            &err));
+  EXPECT(!d.cache_hit && strcmp(a.key, d.key) != 0);
+  cuda_binary_free(&a), cuda_binary_free(&b), cuda_binary_free(&c2), cuda_binary_free(&d);
+  free(err);
+}
+
+static void test_corrupt_cache_entry_is_recompiled(void) {
+  CudaCompileOptions o = {90, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary a, b, c2;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &a, &err));
+  char path[512];
+  snprintf(path, sizeof path, "%s/cuda/%s.cubin", cache_dir, a.key);
+  FILE *f = fopen(path, "wb"); /* truncated, not an ELF image */
+  EXPECT(f != NULL);
+  if (f) {
+    fputs("garbage", f);
+    fclose(f);
+  }
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &b, &err));
+  EXPECT(!b.cache_hit);
+  EXPECT(b.size == a.size && memcmp(a.data, b.data, a.size) == 0);
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &c2, &err)); /* and the entry was repaired */
+  EXPECT(c2.cache_hit);
+  cuda_binary_free(&a), cuda_binary_free(&b), cuda_binary_free(&c2);
+  free(err);
+}
+
+static void test_cache_disabled(void) {
+  CudaCompileOptions o = {90, "tiny.cu", "", NULL, 0};
+  CudaBinary a, b;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &a, &err));
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &b, &err));
+  EXPECT(!a.cache_hit && !b.cache_hit);
+  cuda_binary_free(&a), cuda_binary_free(&b);
+  free(err);
+}
+
+/* A user-visible compile error: NVRTC's log, naming the program and the line. */
+static void test_broken_source_names_line(void) {
+  const char *src = "extern \"C\" __global__ void ok(float *x) { x[0] = 1.0f; }\n"
+                    "\n"
+                    "extern \"C\" __global__ void bad(float *x) { x[0] = undeclared_thing; }\n";
+  CudaCompileOptions o = {90, "broken.cu", cache_dir, NULL, 0};
+  CudaBinary b;
+  char *err = NULL;
+  EXPECT(!cuda_nvrtc_compile(src, &o, &b, &err));
+  EXPECT(err != NULL);
+  if (err) {
+    EXPECT(strstr(err, "broken.cu(3)") != NULL);
+    EXPECT(strstr(err, "undeclared_thing") != NULL);
+    EXPECT(strstr(err, "sm_90") != NULL);
+  }
+  EXPECT(b.data == NULL && b.size == 0);
+  free(err);
+}
+
+static void test_bad_arch(void) {
+  CudaCompileOptions o = {0, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary b;
+  char *err = NULL;
+  EXPECT(!cuda_nvrtc_compile(tiny_src, &o, &b, &err));
+  EXPECT(err && strstr(err, "bad architecture 0"));
+  free(err);
+}
+
+static void test_version(void) {
+  int major = 0, minor = 0;
+  char err[256];
+  EXPECT(cuda_nvrtc_version(&major, &minor, err, sizeof err));
+  EXPECT(major >= 11);
+}
+
+static void rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* No argument: everything. "sm90", "sm80", "misc": one part (CTest runs the three
+ * in parallel: each full compile takes a few CPU seconds). */
+int main(int argc, char **argv) {
+  const char *part = argc > 1 ? argv[1] : "all";
+  bool all = !strcmp(part, "all");
+  if (!all && strcmp(part, "sm90") && strcmp(part, "sm80") && strcmp(part, "misc")) {
+    fprintf(stderr, "usage: test_cuda_nvrtc [sm90|sm80|misc]\n");
+    return 2;
+  }
+  if (!mkdtemp(cache_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  if (all || !strcmp(part, "sm90")) RUN(test_kernels_compile_sm90);
+  if (all || !strcmp(part, "sm80")) RUN(test_kernels_compile_sm80);
+  if (all || !strcmp(part, "misc")) {
+    RUN(test_version);
+    RUN(test_cache_key_covers_options);
+    RUN(test_corrupt_cache_entry_is_recompiled);
+    RUN(test_cache_disabled);
+    RUN(test_broken_source_names_line);
+    RUN(test_bad_arch);
+  }
+  rm_rf(cache_dir);
+  return TEST_REPORT();
+}
