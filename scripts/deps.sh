@@ -10,6 +10,7 @@ packages=(
   clang libclang-rt-14-dev                       # libFuzzer + sanitizers for the parser fuzzer
   libcjson-dev                                   # plan.json reading/writing
   libblis-dev libopenblas-dev                    # BLAS (runtime picks the faster; see bench/)
+  libblis-openmp-dev                             # BLIS's OpenMP variant: one thread pool with the stage code
   libopenmpi-dev openmpi-bin                     # the mpi transport
   fortunes                                       # English text corpus for the main job
 )
