@@ -1,7 +1,8 @@
 /* passes/passes.h — everything that transforms or analyses the IR between the
  * front end and code generation: autodiff, the pass manager, the cost model and
  * the planner (partition, replication, schedules, buffer placement, simulation,
- * verification; see passes/planner.h).
+ * verification; see passes/planner.h), and the per-stage tensor layout that the
+ * code generators and the planner's memory plan share (passes/layout.h).
  *
  * Promises: a pass either succeeds and leaves a graph that ir_verify() accepts,
  * or reports user errors on the Diag and returns false. No pass emits code or
@@ -31,8 +32,7 @@ bool pass_name_valid(const char *name);
 /* Runs all passes over g. */
 bool passes_run(Graph *g, Diag *d, const PassOptions *opt);
 
-#if __has_include("passes/planner.h")
+#include "passes/layout.h"
 #include "passes/planner.h"
-#endif
 
 #endif

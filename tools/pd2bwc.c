@@ -6,6 +6,7 @@
  * sibling temporary directory and renamed into place at the end, so a failed or
  * interrupted compile leaves either the previous plan or none, never a mixture. */
 #include "codegen/codegen.h"
+#include "runtime/pipeline.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "tools/plan_dir.h"
@@ -39,6 +40,7 @@ static const char usage[] =
     "  --schedule S              pin the schedule: gpipe, 1f1b, 2bw, pipedream\n"
     "  --recompute on|off|auto   activation recomputation (default auto)\n"
     "  --profile FILE            measured per-segment times replacing the cost model\n"
+    "  --backend cpu|cuda|both   stage programs to emit: C only, or C and CUDA C (default both)\n"
     "  -q, --quiet               no summary on stdout\n"
     "  -h, --help                this text\n"
     "  --version                 print the version\n";
@@ -49,6 +51,7 @@ typedef struct Options {
   int ndefines;
   PlanPins pins;
   bool quiet;
+  bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
 } Options;
 
 static int user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -74,7 +77,7 @@ static bool parse_count(const char *s, int64_t max, int64_t *out) {
 
 enum {
   OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
-  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION,
+  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND,
 };
 
 /* Returns -1 to go on, else the exit status. */
@@ -90,6 +93,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"recompute", required_argument, 0, OPT_RECOMPUTE},
       {"profile", required_argument, 0, OPT_PROFILE},
+      {"backend", required_argument, 0, OPT_BACKEND},
       {"quiet", no_argument, 0, 'q'},
       {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, OPT_VERSION},
@@ -97,6 +101,7 @@ static int parse_args(int argc, char **argv, Options *o) {
   };
   memset(o, 0, sizeof *o);
   plan_pins_init(&o->pins);
+  o->backend_cuda = true;
   o->defines = pd_calloc((size_t)argc, sizeof *o->defines);
   opterr = 0;
   int c;
@@ -152,6 +157,13 @@ static int parse_args(int argc, char **argv, Options *o) {
       else return user_error("--recompute takes on, off or auto, got '%s'", optarg);
       break;
     case OPT_PROFILE: o->profile = optarg; break;
+    case OPT_BACKEND:
+      /* The CPU program is always written: it is also the reference and the
+       * fallback, and the CUDA program shares its layout. */
+      if (strcmp(optarg, "cpu") == 0) o->backend_cuda = false;
+      else if (strcmp(optarg, "both") == 0 || strcmp(optarg, "cuda") == 0) o->backend_cuda = true;
+      else return user_error("--backend takes cpu, cuda or both, got '%s'", optarg);
+      break;
     case ':': return user_error("option '%s' needs a value", argv[optind - 1]);
     default: return user_error("unknown option '%s'", argv[optind - 1]);
     }
@@ -230,7 +242,7 @@ static cJSON *model_json(const Graph *g, int64_t b) {
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
-                                Diag *d) {
+                                bool want_cuda, Diag *d) {
   int n = plan->cfg.stages;
   int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
   for (int i = 0; i < n; i++) {
@@ -241,6 +253,26 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   if (!stages) stages = cJSON_AddArrayToObject(root, "stages");
   CodegenOptions co = {.f64 = false, .fuse = true};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
+  if (ok && want_cuda) {
+    CodegenCudaOptions cu = {.fuse = true, .gemm = CGEN_GEMM_TF32};
+    ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
+  }
+  /* For the pipeline executor: what crosses each stage boundary (runtime/pipeline.h),
+   * and the same model as one stage over the whole global batch, the sequential
+   * reference that `pd2bwrun --reference` checks a run against. */
+  char perr[512];
+  if (ok && !pipeline_describe_stages(g, first, last, n, plan->cfg.microbatch_size, stages, perr, sizeof perr)) {
+    diag_error(d, (Loc){dir, 0, 0}, "cannot run this partition as a pipeline: %s", perr);
+    ok = false;
+  }
+  if (ok) {
+    size_t len = strlen(dir) + 16;
+    char *ref = pd_malloc(len);
+    snprintf(ref, len, "%s/reference", dir);
+    ok = codegen_single_stage_plan(g, plan->cfg.microbatch_size,
+                                   plan->cfg.microbatches * plan->cfg.replicas, &co, ref, d);
+    free(ref);
+  }
   free(first);
   free(last);
   return ok;
@@ -306,7 +338,7 @@ int main(int argc, char **argv) {
 
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
-  bool ok = plan_write(plan, tmp, root, &d) && emit_stage_programs(g, plan, tmp, root, &d);
+  bool ok = plan_write(plan, tmp, root, &d) && emit_stage_programs(g, plan, tmp, root, o.backend_cuda, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);
   if (!ok) {

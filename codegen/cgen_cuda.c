@@ -1,0 +1,658 @@
+/* codegen/cgen_cuda.c — the CUDA program of one stage and its launch list (codegen.h).
+ *
+ * A generated stageN.cu is:
+ *   1. a banner (model, stage, regions, microbatch size, blocks);
+ *   2. "#define PKC_ATT_HS <hs>" when the stage runs attention (the kernels then keep
+ *      a head's q/accumulators in registers), then the verbatim text of philox.h and
+ *      runtime/cuda/cuda_kernels.cuh (embedded at build time: pkc_kernels_src.h);
+ *   3. the stage's own kernels, sN_fusedK: one per fused elementwise chain
+ *      (cgen_cuda_fuse.c), every length and offset a literal.
+ * NVRTC compiles it at load time; nothing in it runs by itself. What runs, in order,
+ * is stageN.launch.json:
+ *
+ *   { "format": 1, "stage", "source", "hash" (of the .cu), "block": 256,
+ *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32", "mixed_precision": "none"|
+ *     "bf16-fp32-master" (a plan option only), "blocks": {params, grads, stash, work,
+ *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
+ *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
+ *     ce_rows: offsets}, "loss": {buf, offset} of the f32 loss after forward | null,
+ *     "kernels": [distinct names launched], "forward": [entry], "backward": [entry] }
+ *   entry: {"op": id, "kernel": name, "grid", "block", "shared": bytes, "args": [arg]}
+ *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
+ *                               A, B, C: pointer, dtype}}
+ *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
+ *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
+ *          {"type": ..., "runtime": "seed"|"microbatch"|"training"|"dropout_p"
+ *                        (then "value" is p; the runtime passes 0 when not training)}
+ * A pointer is the block's base (of the microbatch's stash slot, inputs and boundary
+ * copy, of the weight version the microbatch uses) plus offset; "bytes" is the most
+ * the kernel touches from there. Argument types are exactly the kernel's parameter
+ * types (cuda_launch passes a pointer to each). GEMMs are row-major with cuda_gemm's
+ * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes.
+ *
+ * The mapping op -> launches mirrors cgen_c.c's emit_op call for call: the same
+ * accumulation rules (layout's `accumulate`, a scratch temporary plus axpy for ops
+ * that cannot add into their output), the same scratch, the same Philox streams
+ * (seed, forward op id, microbatch), so the two backends compute the same thing.
+ * Differences, all GPU-specific: linear's bias is added after its GEMM (beta 0,
+ * usually fused with what follows), embedding_bwd zero-fills then adds atomically,
+ * cross-entropy reduces through cuda_scratch, layernorm_bwd and attention_bwd are
+ * two and three kernels. -Wswitch-enum keeps emit_op complete.
+ */
+#include "codegen/cgen_cuda_internal.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pkc_kernels_src.h"
+#include "runtime/cuda/cuda_kernel_list.h"
+
+/* ---- pointers and arguments ------------------------------------------------------- */
+
+const char *cu_buf_name(int cls) {
+  return cls == CU_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)cls);
+}
+
+CuPtr cu_buf(int cls, int64_t off) { return (CuPtr){cls, off}; }
+
+CuPtr cu_tensor(const CuEmit *e, int t) {
+  const TensorPlace *pl = &e->L->place[t];
+  PD_CHECK(pl->cls != BUF_NONE, "(tensor %d '%s' has no place in stage %d)", t, e->g->tensors[t].name,
+           e->stage);
+  return (CuPtr){(int)pl->cls, pl->offset};
+}
+
+int64_t cu_numel(const CuEmit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
+static int64_t lastd(const CuEmit *e, int t) {
+  const Shape *s = &e->g->tensors[t].shape;
+  return s->rank ? s->dim[s->rank - 1] : 1;
+}
+static int64_t rows(const CuEmit *e, int t) { return cu_numel(e, t) / lastd(e, t); }
+static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
+
+cJSON *cu_arg_ptr(CuPtr p) {
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "type", "ptr");
+  if (p.cls < 0) {
+    cJSON_AddNullToObject(a, "buf");
+    return a;
+  }
+  cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
+  cJSON_AddNumberToObject(a, "offset", (double)p.off);
+  return a;
+}
+
+cJSON *cu_arg_num(const char *type, double v) {
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "type", type);
+  cJSON_AddNumberToObject(a, "value", v);
+  return a;
+}
+
+cJSON *cu_arg_runtime(const char *type, const char *what, double value) {
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "type", type);
+  cJSON_AddStringToObject(a, "runtime", what);
+  if (strcmp(what, "dropout_p") == 0) cJSON_AddNumberToObject(a, "value", value);
+  return a;
+}
+
+static cJSON *P(const CuEmit *e, int t) { return cu_arg_ptr(cu_tensor(e, t)); }
+static cJSON *PP(CuPtr p) { return cu_arg_ptr(p); }
+static cJSON *NUL(void) { return cu_arg_ptr((CuPtr){-1, 0}); }
+static cJSON *I32(int64_t v) {
+  PD_CHECK(v >= -2147483648LL && v <= 2147483647LL, "(%lld does not fit a kernel's int)", (long long)v);
+  return cu_arg_num("i32", (double)v);
+}
+static cJSON *I64(int64_t v) { return cu_arg_num("i64", (double)v); }
+static cJSON *F32(double v) { return cu_arg_num("f32", v); }
+static cJSON *SEED(void) { return cu_arg_runtime("u64", "seed", 0); }
+static cJSON *MB(void) { return cu_arg_runtime("u32", "microbatch", 0); }
+static cJSON *DROP(double p) {
+  return p > 0 ? cu_arg_runtime("f64", "dropout_p", p) : cu_arg_num("f64", 0);
+}
+static cJSON *OPID(int id) { return cu_arg_num("u32", id); }
+static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
+
+static void add_kernel_name(CuEmit *e, const char *name) {
+  cJSON *it;
+  cJSON_ArrayForEach(it, e->kernels) if (strcmp(it->valuestring, name) == 0) return;
+  cJSON_AddItemToArray(e->kernels, cJSON_CreateString(name));
+}
+
+void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
+               int nargs, ...) {
+  cJSON *l = cJSON_CreateObject();
+  cJSON_AddNumberToObject(l, "op", op);
+  cJSON_AddStringToObject(l, "kernel", name);
+  cJSON_AddNumberToObject(l, "grid", pkc_grid((PkcLaunchKind)kind, items, block, CU_MAX_GRID));
+  cJSON_AddNumberToObject(l, "block", block);
+  cJSON_AddNumberToObject(l, "shared", 0); /* every kernel's shared memory is static */
+  cJSON *args = cJSON_AddArrayToObject(l, "args");
+  va_list ap;
+  va_start(ap, nargs);
+  for (int i = 0; i < nargs; i++) cJSON_AddItemToArray(args, va_arg(ap, cJSON *));
+  va_end(ap);
+  cJSON_AddItemToArray(e->list, l);
+  add_kernel_name(e, name);
+}
+
+/* Launch of a library kernel with one block size (its kind from cuda_kernel_list.h). */
+#define KERNEL_KIND(k, kind) {#k, kind},
+static const struct {
+  const char *name;
+  PkcLaunchKind kind;
+} kinds[] = {PKC_KERNEL_LIST(KERNEL_KIND)};
+#undef KERNEL_KIND
+
+static int kind_of(const char *name) {
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kinds[i].name, name) == 0) return (int)kinds[i].kind;
+  PD_CHECK(false, "(kernel %s is not in cuda_kernel_list.h)", name);
+  return PKC_ONE;
+}
+
+#define LAUNCH(e, op, name, items, ...)                                                            \
+  cu_launch(e, op, name, kind_of(name), items, CU_BLOCK,                                         \
+            (int)(sizeof((cJSON *[]){__VA_ARGS__}) / sizeof(cJSON *)), __VA_ARGS__)
+#define LAUNCH_B(e, op, name, items, block, ...)                                                   \
+  cu_launch(e, op, name, kind_of(name), items, block,                                             \
+            (int)(sizeof((cJSON *[]){__VA_ARGS__}) / sizeof(cJSON *)), __VA_ARGS__)
+
+static cJSON *ptr_json(CuPtr p) {
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
+  cJSON_AddNumberToObject(a, "offset", (double)p.off);
+  return a;
+}
+
+/* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm). */
+static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
+  PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
+  cJSON *l = cJSON_CreateObject();
+  cJSON_AddNumberToObject(l, "op", op);
+  cJSON *gm = cJSON_AddObjectToObject(l, "gemm");
+  cJSON_AddNumberToObject(gm, "transa", ta);
+  cJSON_AddNumberToObject(gm, "transb", tb);
+  cJSON_AddNumberToObject(gm, "M", (double)M);
+  cJSON_AddNumberToObject(gm, "N", (double)N);
+  cJSON_AddNumberToObject(gm, "K", (double)K);
+  cJSON_AddNumberToObject(gm, "lda", (double)lda);
+  cJSON_AddNumberToObject(gm, "ldb", (double)ldb);
+  cJSON_AddNumberToObject(gm, "ldc", (double)ldc);
+  cJSON_AddNumberToObject(gm, "alpha", alpha);
+  cJSON_AddNumberToObject(gm, "beta", beta);
+  cJSON_AddItemToObject(gm, "A", ptr_json(A));
+  cJSON_AddItemToObject(gm, "B", ptr_json(B));
+  cJSON_AddItemToObject(gm, "C", ptr_json(C));
+  cJSON_AddStringToObject(gm, "dtype", e->o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
+  cJSON_AddItemToArray(e->list, l);
+}
+
+/* ---- the ops --------------------------------------------------------------------- */
+
+int cu_sole_consumer(const CuEmit *e, int t) {
+  int found = -1, n = 0;
+  for (int o = 0; o < e->g->nops; o++) {
+    const Op *op = &e->g->ops[o];
+    for (int i = 0; i < op->nin; i++)
+      if (op->in[i] == t) {
+        n++;
+        found = o;
+      }
+  }
+  return n == 1 && layout_has_op(e->L, found) ? found : -1;
+}
+
+/* True when t was placed on (accumulated into) the same gradient as `into`. */
+static bool folded_into(const CuEmit *e, int t, int into) {
+  const TensorPlace *a = &e->L->place[t], *b = &e->L->place[into];
+  return a->alias >= 0 && a->cls == b->cls && a->offset == b->offset && a->accumulate;
+}
+
+static CuPtr scratch_of(const CuEmit *e, const Op *op) {
+  return cu_buf(BUF_WORK, e->L->scratch_off[op->id]);
+}
+
+/* The temporary an op computes into when it must add into a gradient but cannot. */
+static CuPtr acc_temp(const CuEmit *e, const Op *op) {
+  int64_t k = layout_op_scratch_elems(e->g, op, e->L->b) * 4;
+  k = (k + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+  return cu_buf(BUF_WORK, e->L->scratch_off[op->id] + k);
+}
+
+static void need_scratch(CuEmit *e, int64_t bytes) {
+  if (bytes > e->scratch) e->scratch = bytes;
+}
+
+static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
+  const Graph *g = e->g;
+  bool fwd = op->kind == OP_ATTENTION;
+  int qkv = op->in[fwd ? 0 : 1];
+  int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);
+  int NH = (int)op->attr[0], causal = (int)op->attr[1];
+  double p = op->attr[2];
+  int stream = fwd ? op->id : op->fwd_op;
+  int64_t items = B * NH * T;
+  if (fwd) {
+    LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, qkv), I32(B), I32(T),
+             I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+    return;
+  }
+  CuPtr work = scratch_of(e, op);
+  PD_CHECK(e->L->scratch_bytes[op->id] >= 2 * B * NH * T * 4, "(attention_bwd scratch too small)");
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_stats_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+}
+
+/* Emits op (not fused). For a linear with a bias, `bias_done` says the caller fused
+ * the bias into a kernel of its own; else it is added here. */
+static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
+  const Graph *g = e->g;
+  int y = op->out[0];
+  CuPtr Y = cu_tensor(e, y);
+  bool via_temp = acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  if (via_temp) Y = acc_temp(e, op);
+  int A = acc(e, y) ? 1 : 0;
+  int id = op->id;
+  switch (op->kind) {
+  case OP_EMBEDDING:
+    LAUNCH(e, id, "pkc_embedding_fwd_f32", cu_numel(e, op->in[1]) * lastd(e, op->in[0]), PP(Y),
+           P(e, op->in[0]), P(e, op->in[1]), I64(cu_numel(e, op->in[1])), I32(lastd(e, op->in[0])),
+           I32(g->tensors[op->in[0]].shape.dim[0]), BAD());
+    break;
+  case OP_POSITIONS: {
+    int64_t T = lastd(e, op->in[1]), Cc = lastd(e, op->in[0]);
+    LAUNCH(e, id, "pkc_positions_fwd_f32", cu_numel(e, op->in[1]) * Cc, PP(Y), P(e, op->in[0]),
+           I32(cu_numel(e, op->in[1]) / T), I32(T), I32(Cc));
+    break;
+  }
+  case OP_LINEAR: {
+    int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
+    gemm(e, id, 0, 0, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, 0, Y, N);
+    if (op->nin == 3 && !bias_done)
+      LAUNCH(e, id, "pkc_add_bias_fwd_f32", M * N, PP(Y), PP(Y), P(e, op->in[2]), I64(M), I32(N));
+    break;
+  }
+  case OP_MATMUL: {
+    int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
+    int tb = op->attr[0] != 0;
+    gemm(e, id, 0, tb, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), tb ? K : N, 0, Y,
+         N);
+    break;
+  }
+  case OP_ADD:
+    if (A && !via_temp) {
+      for (int i = 0; i < 2; i++) {
+        if (i == 1 && op->in[1] == op->in[0]) {
+          LAUNCH(e, id, "pkc_axpy_f32", cu_numel(e, y), PP(Y), F32(1), P(e, op->in[1]), I64(cu_numel(e, y)));
+          continue;
+        }
+        if (folded_into(e, op->in[i], y)) continue;
+        PD_CHECK(cu_numel(e, op->in[i]) == cu_numel(e, y), "(accumulating a broadcast add)");
+        LAUNCH(e, id, "pkc_axpy_f32", cu_numel(e, y), PP(Y), F32(1), P(e, op->in[i]), I64(cu_numel(e, y)));
+      }
+    } else if (cu_numel(e, op->in[1]) == cu_numel(e, y)) {
+      LAUNCH(e, id, "pkc_add_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]),
+             I64(cu_numel(e, y)));
+    } else {
+      LAUNCH(e, id, "pkc_add_bias_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]),
+             I64(rows(e, y)), I32(lastd(e, y)));
+    }
+    break;
+  case OP_MUL:
+    LAUNCH(e, id, "pkc_mul_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]),
+           I64(cu_numel(e, y)));
+    break;
+  case OP_SCALE:
+    if (A && !via_temp) {
+      if (!folded_into(e, op->in[0], y))
+        LAUNCH(e, id, "pkc_axpy_f32", cu_numel(e, y), PP(Y), F32(op->attr[0]), P(e, op->in[0]),
+               I64(cu_numel(e, y)));
+    } else {
+      LAUNCH(e, id, "pkc_scale_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), F32(op->attr[0]),
+             I64(cu_numel(e, y)));
+    }
+    break;
+  case OP_LAYERNORM:
+    LAUNCH(e, id, "pkc_layernorm_fwd_f32", rows(e, y), PP(Y), NUL(), P(e, op->in[0]), P(e, op->in[1]),
+           P(e, op->in[2]), I64(rows(e, y)), I32(lastd(e, y)), F32(op->attr[0]));
+    break;
+  case OP_GELU:
+  case OP_RELU:
+    LAUNCH(e, id, op->kind == OP_GELU ? "pkc_gelu_fwd_f32" : "pkc_relu_fwd_f32", cu_numel(e, y), PP(Y),
+           P(e, op->in[0]), I64(cu_numel(e, y)));
+    break;
+  case OP_SOFTMAX:
+    LAUNCH(e, id, "pkc_softmax_fwd_f32", rows(e, y), PP(Y), P(e, op->in[0]), I64(rows(e, y)),
+           I32(lastd(e, y)));
+    break;
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD:
+    emit_attention(e, op, Y);
+    break;
+  case OP_DROPOUT:
+  case OP_DROPOUT_BWD: {
+    int64_t n = cu_numel(e, y);
+    LAUNCH(e, id, op->kind == OP_DROPOUT ? "pkc_dropout_fwd_f32" : "pkc_dropout_bwd_f32", (n + 3) / 4,
+           PP(Y), P(e, op->in[0]), I64(n), DROP(op->attr[0]), SEED(),
+           OPID(op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB());
+    break;
+  }
+  case OP_RESHAPE: {
+    CuPtr X = cu_tensor(e, op->in[0]);
+    int64_t bytes = e->L->place[y].bytes;
+    if (X.cls == Y.cls && X.off == Y.off) break; /* placed in place: nothing to move */
+    PD_CHECK(X.cls != Y.cls || X.off + bytes <= Y.off || Y.off + bytes <= X.off,
+             "(reshape %d: overlapping copy)", id);
+    LAUNCH(e, id, "pkc_copy_f32", bytes / 4, PP(Y), PP(X), I64(bytes / 4));
+    break;
+  }
+  case OP_GATHER: {
+    int64_t Pn = lastd(e, op->in[1]), T = g->tensors[op->in[0]].shape.dim[1];
+    LAUNCH(e, id, "pkc_gather_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]),
+           I32(cu_numel(e, op->in[1]) / Pn), I32(T), I32(Pn), I32(lastd(e, y)), BAD());
+    break;
+  }
+  case OP_CROSS_ENTROPY: {
+    int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
+    need_scratch(e, CU_SCRATCH_ROWS + M * 8);
+    CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
+    LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
+           I32((int64_t)op->attr[0]));
+    CuPtr loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
+    LAUNCH(e, id, "pkc_cross_entropy_reduce_f32", 1, PP(loss), PP(cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID)), BAD(),
+           PP(rl), P(e, op->in[1]), I64(M), I32(V), I32((int64_t)op->attr[0]));
+    LAUNCH(e, id, "pkc_copy_f32", 1, PP(Y), PP(loss), I64(1)); /* the tensor too, as the CPU program */
+    break;
+  }
+  case OP_EMBEDDING_BWD: {
+    int64_t Cc = lastd(e, y), V = (int64_t)op->attr[0], n = cu_numel(e, op->in[1]);
+    if (!A) LAUNCH(e, id, "pkc_fill_f32", V * Cc, PP(Y), F32(0), I64(V * Cc));
+    LAUNCH(e, id, "pkc_embedding_bwd_f32", n * Cc, PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(n), I32(Cc),
+           I32(V), BAD());
+    break;
+  }
+  case OP_POSITIONS_BWD: {
+    const Shape *dy = &g->tensors[op->in[0]].shape;
+    int64_t Cc = lastd(e, op->in[0]), T = dy->dim[dy->rank - 2], R = (int64_t)op->attr[0];
+    LAUNCH(e, id, "pkc_positions_bwd_f32", R * Cc, PP(Y), P(e, op->in[0]), I32(cu_numel(e, op->in[0]) / (T * Cc)),
+           I32(T), I32(Cc), I32(R), I32(A));
+    break;
+  }
+  case OP_LINEAR_DW: { /* dW[K,N] (+)= x[M,K]ᵀ·dy[M,N] */
+    int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, op->in[1]);
+    gemm(e, id, 1, 0, K, N, M, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, A, Y, N);
+    break;
+  }
+  case OP_BIAS_GRAD:
+    LAUNCH(e, id, "pkc_bias_grad_f32", lastd(e, op->in[0]), PP(Y), P(e, op->in[0]), I64(rows(e, op->in[0])),
+           I32(lastd(e, op->in[0])), I32(A));
+    break;
+  case OP_MATMUL_DW_T: { /* dW[N,K] (+)= dy[M,N]ᵀ·x[M,K] */
+    int64_t M = rows(e, op->in[1]), K = lastd(e, op->in[1]), N = lastd(e, op->in[0]);
+    gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), N, cu_tensor(e, op->in[1]), K, A, Y, K);
+    break;
+  }
+  case OP_LAYERNORM_BWD: {
+    int dg = op->out[1], db = op->out[2];
+    bool want_g = acc(e, dg) || cu_sole_consumer(e, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
+    bool want_b = acc(e, db) || cu_sole_consumer(e, db) >= 0 || e->L->place[db].cls != BUF_WORK;
+    PD_CHECK(!(want_g && want_b) || acc(e, dg) == acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
+    int la = (want_g && acc(e, dg)) || (want_b && acc(e, db));
+    int64_t M = rows(e, y), Cc = lastd(e, y);
+    CuPtr stats = scratch_of(e, op);
+    /* dx is op->out[0]: the CPU program writes it directly (its place, never a temp) */
+    LAUNCH(e, id, "pkc_layernorm_bwd_dx_f32", M, P(e, y), PP(stats), I32(0), P(e, op->in[0]), P(e, op->in[1]),
+           P(e, op->in[2]), I64(M), I32(Cc), F32(op->attr[0]));
+    if (want_g || want_b)
+      LAUNCH(e, id, "pkc_layernorm_bwd_params_f32", Cc, want_g ? P(e, dg) : NUL(), want_b ? P(e, db) : NUL(),
+             PP(stats), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(Cc), I32(la));
+    via_temp = false; /* as the CPU program: layernorm_bwd accumulates natively */
+    break;
+  }
+  case OP_GELU_BWD:
+  case OP_RELU_BWD:
+    LAUNCH(e, id, op->kind == OP_GELU_BWD ? "pkc_gelu_bwd_f32" : "pkc_relu_bwd_f32", cu_numel(e, y), PP(Y),
+           P(e, op->in[0]), P(e, op->in[1]), I64(cu_numel(e, y)));
+    break;
+  case OP_SOFTMAX_BWD:
+    LAUNCH(e, id, "pkc_softmax_bwd_f32", rows(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(rows(e, y)),
+           I32(lastd(e, y)));
+    break;
+  case OP_GATHER_BWD: {
+    int64_t Pn = lastd(e, op->in[1]), B = cu_numel(e, op->in[1]) / Pn;
+    LAUNCH(e, id, "pkc_gather_bwd_f32", B * lastd(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]), I32(B),
+           I32((int64_t)op->attr[0]), I32(Pn), I32(lastd(e, y)), BAD());
+    break;
+  }
+  case OP_CROSS_ENTROPY_BWD: {
+    int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
+    int ign = (int)op->attr[0];
+    need_scratch(e, CU_SCRATCH_ROWS);
+    CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
+    LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V), I32(ign));
+    LAUNCH(e, id, "pkc_cross_entropy_bwd_f32", M, PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
+           I32(ign), F32(1), PP(nv));
+    break;
+  }
+  case OP_COUNT:
+    PD_CHECK(false, "(OP_COUNT is not an op)");
+    break;
+  }
+  if (via_temp)
+    LAUNCH(e, id, "pkc_axpy_f32", cu_numel(e, y), P(e, y), F32(1), PP(Y), I64(cu_numel(e, y)));
+}
+
+/* ---- the stage ------------------------------------------------------------------- */
+
+static bool region_has(const Graph *g, const int *ops, int n, int r) {
+  for (int k = 0; k < n; k++)
+    if (g->ops[ops[k]].region == r) return true;
+  return false;
+}
+
+/* The ops of region r, in the stage's order, into list (the CPU program's order). */
+static int region_ops(const Graph *g, const int *ops, int n, int r, int *list) {
+  int m = 0;
+  for (int k = 0; k < n; k++)
+    if (g->ops[ops[k]].region == r) list[m++] = ops[k];
+  return m;
+}
+
+static void emit_region(CuEmit *e, int r, const int *ops, int nops, int *buf) {
+  const Graph *g = e->g;
+  int n = region_ops(g, ops, nops, r, buf);
+  for (int k = 0; k < n; k++) {
+    const Op *op = &g->ops[buf[k]];
+    if (e->done[op->id]) continue;
+    if (e->o->fuse) {
+      bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !acc(e, op->out[0]);
+      int used = cu_fuse_from(e, buf, n, k, linear_bias ? op->id : -1);
+      if (used > 0) continue; /* cu_fuse_from emitted (and marked) the ops */
+    }
+    e->done[op->id] = true;
+    emit_op(e, op, false);
+  }
+}
+
+/* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
+void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
+
+/* The head size every attention op of the stage uses, or 0 (none, or several). */
+static int stage_head_size(const Graph *g, const StageLayout *L) {
+  int hs = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const int *ops = pass ? L->bwd_ops : L->fwd_ops;
+    int n = pass ? L->nbwd : L->nfwd;
+    for (int k = 0; k < n; k++) {
+      const Op *op = &g->ops[ops[k]];
+      if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
+      int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
+      const Shape *s = &g->tensors[qkv].shape;
+      int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
+      int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
+      if (hs == 0) hs = h;
+      else if (hs != h) hs = -1;
+    }
+  }
+  return hs > 0 ? hs : 0;
+}
+
+static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch) {
+  cJSON *b = cJSON_AddObjectToObject(j, "blocks");
+  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
+    cJSON_AddNumberToObject(b, buf_class_name((BufClass)c), (double)L->total[c]);
+  cJSON_AddNumberToObject(b, "cuda_scratch", (double)scratch);
+}
+
+char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
+                          cJSON **launch_list) {
+  Str src = {0}, own = {0};
+  cJSON *j = cJSON_CreateObject();
+  CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray()};
+  e.done = pd_calloc((size_t)g->nops + 1, 1);
+  e.scratch = CU_SCRATCH_ROWS; /* the bad-id counter is always there */
+  int *buf = pd_malloc(((size_t)L->nfwd + (size_t)L->nbwd + 1) * sizeof *buf);
+
+  cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
+  e.list = fwd;
+  for (int r = L->first_region; r <= L->last_region; r++)
+    if (region_has(g, L->fwd_ops, L->nfwd, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, buf);
+  e.list = bwd;
+  for (int r = L->last_region; r >= L->first_region; r--)
+    if (region_has(g, L->bwd_ops, L->nbwd, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, buf);
+  free(buf);
+  free(e.done);
+  e.scratch = (e.scratch + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+
+  int hs = stage_head_size(g, L);
+  str_printf(&src,
+             "/* stage%d.cu — generated by pd2bwc " PD2BW_VERSION " from model '%s'. Do not edit.\n"
+             " * Stage %d: regions %s..%s, %d forward ops, %d backward ops, microbatch size %lld,\n"
+             " * float32. Blocks (bytes): params %lld, grads %lld, stash %lld, work %lld,\n"
+             " * inputs %lld, boundary %lld, cuda_scratch %lld. The launch list\n"
+             " * (stage%d.launch.json) says what runs; this file only defines kernels. */\n",
+             stage, g->name, stage, g->regions[L->first_region].name, g->regions[L->last_region].name,
+             L->nfwd, L->nbwd, (long long)L->b, (long long)L->total[BUF_PARAMS],
+             (long long)L->total[BUF_GRADS], (long long)L->total[BUF_STASH], (long long)L->total[BUF_WORK],
+             (long long)L->total[BUF_INPUTS], (long long)L->total[BUF_BOUNDARY], (long long)e.scratch, stage);
+  if (hs) str_printf(&src, "\n/* every attention op of the stage has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
+  str_printf(&src, "\n/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_kernels.cuh, verbatim ==== */\n");
+  str_printf(&src, "%s", pd_cuda_kernels_src);
+  str_printf(&src, "/* ==== end of the kernels ==== */\n");
+  if (own.p) {
+    str_printf(&src,
+               "\n/* ==== stage %d's own kernels: fused elementwise chains ==== */\n"
+               "#define TF(base, off) ((float *)(void *)((base) + (off)))\n%s",
+               stage, own.p);
+  }
+  free(own.p);
+
+  if (launch_list) {
+    char hash[17];
+    codegen_hash_hex(src.p, src.n, hash);
+    char name[64];
+    cJSON_AddNumberToObject(j, "format", 1);
+    cJSON_AddNumberToObject(j, "stage", stage);
+    snprintf(name, sizeof name, "stage%d.cu", stage);
+    cJSON_AddStringToObject(j, "source", name);
+    cJSON_AddStringToObject(j, "hash", hash);
+    cJSON_AddNumberToObject(j, "microbatch_size", (double)L->b);
+    cJSON_AddNumberToObject(j, "block", CU_BLOCK);
+    cJSON_AddNumberToObject(j, "att_head_size", hs);
+    cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
+    cJSON_AddStringToObject(j, "gemm_dtype", o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
+    cJSON_AddStringToObject(j, "mixed_precision", o->bf16_master ? "bf16-fp32-master" : "none");
+    add_blocks(j, L, e.scratch);
+    cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
+    cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
+    cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
+    cJSON_AddNumberToObject(cs, "ce_rows", CU_SCRATCH_ROWS);
+    cJSON_AddNumberToObject(cs, "loss", CU_SCRATCH_LOSS);
+    if (L->loss >= 0) { /* written by the forward; valid until the next forward */
+      cJSON_AddItemToObject(j, "loss", ptr_json(cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS)));
+    } else {
+      cJSON_AddNullToObject(j, "loss");
+    }
+    cJSON_AddItemToObject(j, "kernels", e.kernels);
+    cJSON_AddItemToObject(j, "forward", fwd);
+    cJSON_AddItemToObject(j, "backward", bwd);
+    *launch_list = j;
+  } else {
+    cJSON_Delete(fwd);
+    cJSON_Delete(bwd);
+    cJSON_Delete(e.kernels);
+    cJSON_Delete(j);
+  }
+  return src.p;
+}
+
+bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
+                        const char *dir, cJSON *stage_json, Diag *d) {
+  cJSON *list = NULL;
+  char *src = codegen_cuda_source(g, L, stage, o, &list);
+  char name[64], lname[64], hash[17], lhash[17];
+  snprintf(name, sizeof name, "stage%d.cu", stage);
+  snprintf(lname, sizeof lname, "stage%d.launch.json", stage);
+  codegen_hash_hex(src, strlen(src), hash);
+  char *text = cJSON_Print(list);
+  PD_CHECK(text != NULL, "(cJSON_Print)");
+  codegen_hash_hex(text, strlen(text), lhash);
+  size_t plen = strlen(dir) + 80;
+  char *path = pd_malloc(plen);
+  snprintf(path, plen, "%s/%s", dir, name);
+  bool ok = cgen_write_file(path, src, strlen(src), d);
+  if (ok) {
+    snprintf(path, plen, "%s/%s", dir, lname);
+    ok = cgen_write_file(path, text, strlen(text), d);
+    if (!ok) { /* no program without its launch list */
+      snprintf(path, plen, "%s/%s", dir, name);
+      remove(path);
+    }
+  }
+  free(path);
+  free(src);
+  if (ok) {
+    cJSON_DeleteItemFromObjectCaseSensitive(stage_json, "cuda");
+    cJSON *c = cJSON_AddObjectToObject(stage_json, "cuda");
+    cJSON_AddStringToObject(c, "source", name);
+    cJSON_AddStringToObject(c, "hash", hash);
+    cJSON_AddStringToObject(c, "launch_list", lname);
+    cJSON_AddStringToObject(c, "launch_hash", lhash);
+    cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
+    cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
+    cJSON_AddStringToObject(c, "gemm_dtype", o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
+    cJSON_AddStringToObject(c, "mixed_precision", o->bf16_master ? "bf16-fp32-master" : "none");
+    cJSON_AddNumberToObject(c, "cuda_scratch",
+                            cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
+  }
+  free(text);
+  cJSON_Delete(list);
+  return ok;
+}
+
+bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
+                         int64_t b, const CodegenCudaOptions *o, const char *dir, cJSON *stages, Diag *d) {
+  for (int i = 0; i < nstages; i++) {
+    cJSON *st = cJSON_GetArrayItem(stages, i);
+    if (!st) {
+      st = cJSON_CreateObject();
+      cJSON_AddNumberToObject(st, "index", i);
+      cJSON_AddItemToArray(stages, st);
+    }
+    cJSON *prog = cJSON_GetObjectItem(st, "program");
+    if (!prog) prog = cJSON_AddObjectToObject(st, "program");
+    StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);
+    bool ok = codegen_cuda_stage(g, L, i, o, dir, prog, d);
+    layout_destroy(L);
+    if (!ok) return false;
+  }
+  return true;
+}

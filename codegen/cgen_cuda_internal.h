@@ -1,0 +1,73 @@
+/* codegen/cgen_cuda_internal.h — what the CUDA code generator's files share (private).
+ *
+ * cgen_cuda.c walks a stage's ops and turns each into launches and GEMMs of the launch
+ * list; cgen_cuda_fuse.c finds elementwise chains and writes a stage-specific kernel
+ * for each. Both append to one CuEmit. */
+#ifndef PD2BW_CGEN_CUDA_INTERNAL_H
+#define PD2BW_CGEN_CUDA_INTERNAL_H
+
+#include "codegen/cgen_internal.h"
+
+#include <cjson/cJSON.h>
+
+/* The GPU-only block after the layout's: the bad-id counter (u64 at 0), the cross-
+ * entropy valid-row count (i32 at 8), the loss (f32 at 16: the loss tensor itself may
+ * sit in WORK, which the backward reuses, so the runtime reads it here, any time
+ * before the next forward) and the row losses (double from 64). One copy: a stage's
+ * launches run in order on one stream, so no two ops use it at once. */
+#define CU_SCRATCH ((int)BUF_CLASS_COUNT)
+#define CU_SCRATCH_BAD 0
+#define CU_SCRATCH_NVALID 8
+#define CU_SCRATCH_LOSS 16
+#define CU_SCRATCH_ROWS 64
+
+/* Threads per block of every launch (cuda_kernels.cuh: PKC_BLOCK), and of the
+ * attention kernels, whose threads each hold head-size arrays in registers. */
+#define CU_BLOCK 256
+#define CU_ATT_BLOCK 128
+/* Grids are capped (every kernel strides, so any grid is correct). */
+#define CU_MAX_GRID (1u << 20)
+
+/* A device pointer in the launch list: (block, byte offset); cls < 0 is NULL. */
+typedef struct CuPtr {
+  int cls; /* BufClass, CU_SCRATCH, or -1 */
+  int64_t off;
+} CuPtr;
+
+typedef struct CuEmit {
+  const Graph *g;
+  const StageLayout *L;
+  const CodegenCudaOptions *o;
+  int stage;
+  Str *src;         /* the stage's own kernels, after the pasted library */
+  cJSON *list;      /* the array being filled: "forward" or "backward" */
+  cJSON *kernels;   /* distinct kernel names launched, in first-use order */
+  bool *done;       /* per op id: emitted (as part of a fused kernel) */
+  int nfused;       /* fused kernels written so far (their names' numbers) */
+  int64_t scratch;  /* bytes of cuda_scratch needed */
+} CuEmit;
+
+/* cgen_cuda.c */
+CuPtr cu_tensor(const CuEmit *e, int t);
+CuPtr cu_buf(int cls, int64_t off);
+const char *cu_buf_name(int cls);
+int64_t cu_numel(const CuEmit *e, int t);
+/* Appends a launch of `name` (kind and work items size the grid) for op `op` with
+ * nargs cJSON arguments (cu_arg_*), which it takes ownership of. */
+void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
+               int nargs, ...);
+cJSON *cu_arg_ptr(CuPtr p);
+cJSON *cu_arg_num(const char *type, double v);
+cJSON *cu_arg_runtime(const char *type, const char *what, double value);
+/* The one consumer of tensor t among the graph's ops when it is in the stage, else -1. */
+int cu_sole_consumer(const CuEmit *e, int t);
+/* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
+void cu_emit_linear_gemm(CuEmit *e, const Op *op);
+
+/* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
+ * as one generated kernel; returns the number of ops consumed (0: none, the caller
+ * emits ops[k] alone). `bias_lead` >= 0: ops[k] is a linear with a bias whose GEMM
+ * was already emitted, and the kernel starts by adding the bias in place. */
+int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead);
+
+#endif

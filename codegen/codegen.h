@@ -1,0 +1,165 @@
+/* codegen/codegen.h — per-stage programs: the C of the CPU backend.
+ *
+ * codegen/ owns turning one laid-out stage (passes/layout.h) into a self-contained
+ * C file, stageN.c, that the runtime compiles on the machine that trains (cc -O3
+ * -march=native -fopenmp -fPIC -shared) and loads with dlopen. The file begins with
+ * the verbatim text of runtime/kernels/philox.h and cpu_kernels.h (embedded into
+ * the compiler at build time), then one static function per region and direction
+ * with every shape and buffer offset a constant, then the entry points below. It
+ * also describes the program in a cJSON object (parameters with their initialisers,
+ * data inputs, block sizes, the loss, FLOPs, the source's hash) so the runtime can
+ * run it without the IR.
+ *
+ * Promises: the same graph, layout and options give the same bytes (golden tests
+ * diff stage0.c); a stage file appears whole or not at all; codegen decides nothing
+ * the layout did not decide.
+ *
+ * The ABI between a stage .so and the runtime, version PD2BW_STAGE_ABI:
+ *   int  pd2bw_stage_abi(void);           returns PD2BW_STAGE_ABI
+ *   int  pd2bw_stage_real_bytes(void);    4: float32 program, 8: float64
+ *   void pd2bw_stage_forward(StageCtx *); forward of one microbatch; writes the
+ *                                         loss to *loss when the stage has it
+ *   void pd2bw_stage_backward(StageCtx *);backward of the same microbatch (the stash
+ *                                         slot it filled); ADDS parameter gradients
+ *                                         into the grads block, so the m microbatches
+ *                                         of a batch sum in place (the runtime zeroes
+ *                                         it once per batch)
+ * A float64 program uses the same layout with every offset and block size doubled.
+ */
+#ifndef PD2BW_CODEGEN_H
+#define PD2BW_CODEGEN_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "passes/layout.h"
+
+typedef struct cJSON cJSON;
+
+#define PD2BW_STAGE_ABI 1
+
+/* The context struct's fields, once, so the generated file and the runtime agree:
+ * codegen pastes the stringised list into each stageN.c.
+ *   abi        PD2BW_STAGE_ABI (the program checks nothing; the runtime checks
+ *              pd2bw_stage_abi() before the first call)
+ *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
+ *   microbatch the microbatch's global index (keys the dropout streams)
+ *   seed       the training seed (keys the dropout streams)
+ *   params ... boundary: the bases of the blocks of passes/layout.h
+ *   sgemm      a pk_sgemm_fn (runtime/kernels/cpu_kernels.h), e.g. &pd_sgemm, so
+ *              the .so links no BLAS; NULL: the kernels' naive loop
+ *   loss       where forward writes the loss (NULL: not wanted)
+ *   bad_ids    incremented by the number of out-of-range token ids / targets seen */
+#define PD2BW_STAGE_CTX_FIELDS                                                   \
+  uint32_t abi;                                                                  \
+  uint32_t training;                                                             \
+  uint32_t microbatch;                                                           \
+  uint32_t reserved_;                                                            \
+  uint64_t seed;                                                                 \
+  void *params;                                                                  \
+  void *grads;                                                                   \
+  void *stash;                                                                   \
+  void *work;                                                                    \
+  void *inputs;                                                                  \
+  void *boundary;                                                                \
+  void (*sgemm)(void);                                                           \
+  double *loss;                                                                  \
+  int64_t bad_ids;
+
+typedef struct StageCtx {
+  PD2BW_STAGE_CTX_FIELDS
+} StageCtx;
+
+typedef struct CodegenOptions {
+  bool f64;  /* emit the float64 program (finite-difference tests) */
+  bool fuse; /* fuse elementwise chains into single loops */
+} CodegenOptions;
+
+/* Writes dir/stage<stage>.c (atomically) for layout L of g and fills stage_json
+ * (an object the caller owns) with what the runtime needs: "source", "hash", "abi",
+ * "real_bytes", "microbatch_size", "blocks" {params, grads, stash, work, inputs,
+ * boundary: bytes}, "params" [{name, shape, numel, offset, bytes, init, std, decay}],
+ * "inputs" [{name, dtype, shape, offset, bytes, stream: tokens|targets|other}],
+ * "loss" (true when the stage computes it; forward then writes it through
+ * StageCtx.loss) and "loss_tensor" (its name), "flops" {forward, backward} per
+ * microbatch. Returns false after reporting on d (the directory cannot be written). */
+bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o,
+                     const char *dir, cJSON *stage_json, Diag *d);
+
+/* For the compiler driver: stage i covers regions [first_region[i], last_region[i]]
+ * (the planner's segments [first_seg, last_seg) are regions, so last = last_seg - 1).
+ * Writes dir/stage<i>.c for each and puts its description under "program" in
+ * element i of the plan.json "stages" array (elements created when missing). */
+bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
+                      int64_t b, const CodegenOptions *o, const char *dir, cJSON *stages, Diag *d);
+
+/* The generated program as a string (pd_malloc'd; free it); what codegen_c_stage
+ * writes. */
+char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o);
+
+/* FNV-1a 64-bit of a byte string, as 16 hex digits in out[17]. */
+void codegen_hash_hex(const void *p, size_t n, char out[17]);
+
+/* The plan.json "train" section of a training configuration (same keys pd2bwc
+ * writes: batch, microbatch, optimizer, lr, beta1, beta2, eps, weight_decay,
+ * lr_schedule, warmup, steps, min_lr, clip, seed — the seed as a decimal string). */
+cJSON *codegen_train_json(const TrainConfig *t);
+
+/* Writes a complete one-stage plan directory for g (differentiated): dir/plan.json
+ * {"version", "model" {name, parameters}, "train", "config" {stages 1, replicas 1,
+ * microbatch_size b, microbatches m, schedule "gpipe"}, "stages" [{"index" 0,
+ * "program": <stage json>}]} and dir/stage0.c. The directory is created if needed;
+ * files are replaced atomically. What tests and pd2bwc's one-stage path use. */
+bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const CodegenOptions *o,
+                               const char *dir, Diag *d);
+
+/* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
+ * stageN.cu, the GPU twin of stageN.c: the verbatim text of runtime/kernels/philox.h
+ * and runtime/cuda/cuda_kernels.cuh (embedded at build time), preceded by
+ * "#define PKC_ATT_HS <head size>" when the stage has attention, then the stage's own
+ * fused elementwise kernels (bias epilogue + gelu, residual add, dropout, scale ...)
+ * with every shape and buffer offset a literal. Beside it, stageN.launch.json: the
+ * ordered launch list the runtime replays for forward and backward — kernel launches
+ * (name, grid, block, shared bytes, typed arguments: (buffer, offset) pointers,
+ * literals, or values the runtime supplies: seed, microbatch, dropout p, training)
+ * and GEMM descriptors (row-major, cuda_gemm's semantics: transa, transb, M, N, K,
+ * lda, ldb, ldc, alpha, beta, A/B/C as (buffer, offset), dtype). Offsets come from
+ * the same StageLayout as stageN.c; the one GPU-only block, "cuda_scratch" (bad-id
+ * counter, cross-entropy row losses and count), is sized in the launch list.
+ * docs: codegen/cgen_cuda.c (file comment) describes the launch-list format. */
+
+/* Element type of the GEMMs the launch list records. */
+typedef enum CgenGemmDtype {
+  CGEN_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation (default) */
+  CGEN_GEMM_FP32, /* float32 operands and arithmetic */
+} CgenGemmDtype;
+
+typedef struct CodegenCudaOptions {
+  bool fuse;           /* generate fused elementwise kernels (else one library kernel per op) */
+  CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
+  bool bf16_master;    /* record "bf16 GEMMs, fp32 master weights" as a plan option only:
+                          the launch list still describes float32 GEMMs */
+} CodegenCudaOptions;
+
+/* The stage's CUDA source (pd_malloc'd; free it) and, when launch_list != NULL, its
+ * launch list (a cJSON object the caller deletes). What codegen_cuda_stage writes. */
+char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage,
+                          const CodegenCudaOptions *o, cJSON **launch_list);
+
+/* Writes dir/stage<stage>.cu and dir/stage<stage>.launch.json (each atomically) and
+ * sets stage_json["cuda"] = {"source": "stageN.cu", "hash", "launch_list":
+ * "stageN.launch.json", "launch_hash", "kernels": [names the list launches],
+ * "att_head_size", "gemm_dtype", "cuda_scratch" bytes}. false after reporting on d. */
+bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage,
+                        const CodegenCudaOptions *o, const char *dir, cJSON *stage_json, Diag *d);
+
+/* The twin of codegen_c_stages: for each stage, writes stage<i>.cu and its launch list
+ * and puts the description under "cuda" in element i's "program" object (elements and
+ * "program" created when missing; call it AFTER codegen_c_stages, which replaces
+ * "program"). */
+bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region,
+                         int nstages, int64_t b, const CodegenCudaOptions *o, const char *dir,
+                         cJSON *stages, Diag *d);
+/* ---- end of CUDA (cgen_cuda.c) ---- */
+
+#endif

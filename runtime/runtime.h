@@ -1,0 +1,173 @@
+/* runtime/runtime.h — the runtime folder: load a plan and train it.
+ *
+ * runtime/ owns everything that happens after the compiler: reading plan.json, compiling
+ * each stage's generated C with the system compiler (cached on disk, loaded with
+ * dlopen), allocating a stage's arena once, initialising parameters, running the
+ * training loop (forward, backward, gradient accumulation over microbatches, clipping,
+ * the optimizer, the learning-rate schedule), evaluation, checkpoints, logs, and the
+ * data, tokenizer and checkpoint files (runtime/io.h) and the BLAS (runtime/blas.h).
+ *
+ * Promises: nothing in the training loop allocates; a user's mistake (a missing or
+ * corrupt plan, a stage file that does not compile, an ABI mismatch, a data or
+ * checkpoint file that does not match) comes back as a one-line message naming the
+ * file, never a crash; files we write appear whole or not at all.
+ */
+#ifndef PD2BW_RUNTIME_H
+#define PD2BW_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codegen/codegen.h"
+#include "ir/ir.h"
+#include "runtime/blas.h"
+#include "runtime/io.h"
+
+#define RT_ERR_LEN 2048
+
+/* ---- stage programs: cc + on-disk cache + dlopen (stage_cc.c) ------------------
+ * The .so is cached as $PD2BW_CACHE/<key>.so (default ~/.cache/pd2bw), key = FNV-1a
+ * of the source text, the compile command and `cc --version`; built to a temporary
+ * name and renamed, so concurrent runs never load a half-written file. The compiler is
+ * $PD2BW_CC or "cc"; flags RT_CC_FLAGS. */
+#define RT_CC_FLAGS "-O3 -march=native -fopenmp -fPIC -shared"
+
+typedef struct StageProgram {
+  void *handle;
+  int real_bytes; /* 4 or 8 (pd2bw_stage_real_bytes) */
+  void (*forward)(StageCtx *);
+  void (*backward)(StageCtx *);
+  bool cache_hit; /* the .so came from the cache */
+  char so_path[1024];
+} StageProgram;
+
+/* The cache directory in use (created if missing); false with a message if it
+ * cannot be made. */
+bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen);
+/* Compiles (or finds in the cache) and loads c_path; checks the ABI version and
+ * that the program's real type has `real_bytes` (0: either). */
+bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, char *err,
+                        size_t errlen);
+void stage_program_unload(StageProgram *p);
+
+/* ---- the plan (plan_read.c) ------------------------------------------------------ */
+typedef enum RtStream {
+  STREAM_TOKENS,  /* a window's first T tokens */
+  STREAM_TARGETS, /* the same window shifted by one */
+  STREAM_OTHER,   /* fed by the caller (tests) */
+} RtStream;
+
+typedef struct RtParam {
+  char *name;
+  int rank;
+  int64_t shape[IR_MAX_RANK];
+  int64_t numel, offset, bytes; /* offset/bytes in the params (= grads) block */
+  InitKind init;
+  double std;
+  bool decay, has_grad;
+} RtParam;
+
+typedef struct RtInput {
+  char *name;
+  DType dtype;
+  int rank;
+  int64_t shape[IR_MAX_RANK];
+  int64_t offset, bytes;
+  RtStream stream;
+} RtInput;
+
+typedef struct RtStage {
+  char *source;  /* path of stageN.c (plan dir joined) */
+  char hash[17]; /* FNV-1a of its text, as recorded by the compiler */
+  int real_bytes;
+  int64_t b;
+  int64_t blocks[BUF_CLASS_COUNT]; /* bytes, indexed by BufClass */
+  RtParam *params;
+  int nparams;
+  RtInput *inputs;
+  int ninputs;
+  bool has_loss;
+  double flops_fwd, flops_bwd; /* per microbatch */
+} RtStage;
+
+typedef struct RtPlan {
+  char *dir;
+  char *model;
+  TrainConfig train;
+  int64_t b, m; /* microbatch size and microbatches per update */
+  char schedule[16]; /* config.schedule: gpipe, 1f1b, 2bw, pipedream */
+  bool delayed;      /* the update rule is 2bw's: W(t+1) = W(t) - ν·∇f(W(t-1)) */
+  int nstages;
+  RtStage *stages;
+} RtPlan;
+
+/* Reads and validates dir/plan.json and checks each stage file exists and matches
+ * its recorded hash. NULL with a message naming the file and the key. */
+RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen);
+void rt_plan_free(RtPlan *p);
+
+/* ---- parameters ------------------------------------------------------------------ */
+/* Deterministic initialisation of one parameter from (seed, name): element e of a
+ * normal parameter is a Box-Muller draw from Philox keyed by the seed with the
+ * counter holding FNV-1a(name) and e/2, so any partition draws identical weights. */
+void rt_init_param(float *w, const RtParam *p, uint64_t seed);
+
+/* ---- the one-stage trainer (trainer.c) ------------------------------------------ */
+typedef struct Trainer Trainer;
+
+typedef struct TrainerOptions {
+  uint64_t seed;     /* overrides the plan's seed when seed_set */
+  bool seed_set;
+} TrainerOptions;
+
+typedef struct StepStats {
+  double loss;      /* mean over the step's microbatches */
+  double lr;        /* the rate used for this step */
+  double grad_norm; /* global norm of the averaged gradient, before clipping */
+  double ms;        /* wall time of the step */
+  int64_t bad_ids;  /* out-of-range token ids / targets seen */
+} StepStats;
+
+/* Loads stage 0 of a one-stage plan, allocates its arena and initialises the
+ * parameters (AdamW state zeroed). The update rule follows the plan's schedule:
+ * vanilla for gpipe/1f1b, one step delayed for 2bw (two weight versions).
+ * NULL with a message on error. */
+Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen);
+void trainer_destroy(Trainer *t);
+const StageProgram *trainer_program(const Trainer *t);
+const RtStage *trainer_stage(const Trainer *t);
+/* The params block (float32), for tests and checkpoints. */
+float *trainer_params(Trainer *t);
+float *trainer_grads(Trainer *t);
+int64_t trainer_step_index(const Trainer *t); /* updates done so far */
+double trainer_flops_per_step(const Trainer *t);
+
+/* One update from batch `step` of the data (its m microbatches, b samples each): the
+ * loader must have been created with batch = b·m and the plan's T. */
+void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
+/* Mean loss over batches first .. first + nbatches - 1 of `data`, dropout off, on
+ * the newest weights. */
+double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches);
+/* Learning rate of step s (0-based) under the plan's schedule. */
+double rt_lr_at(const TrainConfig *c, int64_t s);
+
+/* Checkpoints: params under their names, AdamW state as "opt.m.<name>" and
+ * "opt.v.<name>", for 2bw the older weight version as "prev.<name>"; metadata
+ * step, seed, model, data_position (samples consumed). Written atomically. */
+bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen);
+bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen);
+/* Parameters only, from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
+bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
+
+/* ---- logs (log.c) ------------------------------------------------------------------ */
+typedef struct RtLog RtLog;
+/* Step lines go to out (quiet: only the last step's); json_path (or NULL) gets one
+ * JSON object per step in any case. */
+RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size_t errlen);
+/* Step `step` (1-based) of nsteps; tokens and FLOPs done in the step; val_loss NAN
+ * when not evaluated. */
+void rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
+                 double flops, double val_loss);
+void rt_log_close(RtLog *l);
+
+#endif

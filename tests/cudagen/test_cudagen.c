@@ -1,0 +1,407 @@
+/* tests/cudagen/test_cudagen.c — the CUDA stage programs of small models.
+ *
+ * Built through the IR API (tests/ir/build_models.h, tests/codegen/gpt_dropout.h),
+ * so it needs neither the front end nor the planner:
+ *  - golden: the tiny GPT's stage0.cu (the kernels' text elided) and its launch list
+ *    equal tests/golden/codegen/tinygpt.stage0.cu / .launch.json (PD2BW_REGEN=1
+ *    rewrites them); generation is deterministic;
+ *  - the launch list is well-formed against the source and the layout, and its GEMMs
+ *    are the CPU program's (cudagen_check.h), for whole models and for a two-stage
+ *    cut, fused and unfused;
+ *  - fusion: bias+gelu and dropout+residual-add kernels exist; dropout draws from the
+ *    same (seed, forward op id, microbatch) streams as the CPU program;
+ *  - codegen_cuda_stage writes both files and the stage JSON, and an unwritable
+ *    directory is an error with no file left behind;
+ *  - with the CUDA toolkit: NVRTC compiles the GPT-with-dropout stage for sm_90 (sm_80:
+ *    test_cudagen_plans), and the cubin holds every kernel the launch list names.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "cudagen_check.h"
+#include "gpt_dropout.h"
+#include "passes/passes.h"
+#include "test.h"
+#ifdef PD2BW_HAVE_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
+static const char *const BEGIN = "/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_kernels.cuh, verbatim ==== */\n";
+static const char *const END = "/* ==== end of the kernels ==== */\n";
+
+static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = CGEN_GEMM_TF32};
+static const CodegenCudaOptions UNFUSED = {.fuse = false, .gemm = CGEN_GEMM_FP32};
+
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = calloc((size_t)n + 1, 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  fclose(f);
+  return s;
+}
+
+static char *without_kernels(const char *src) {
+  const char *b = strstr(src, BEGIN), *e = strstr(src, END);
+  EXPECT(b && e && b < e);
+  if (!b || !e) return pd_strdup(src);
+  size_t n = strlen(src) + 128;
+  char *out = pd_malloc(n);
+  snprintf(out, n, "%.*s%s/* (the kernels' text, elided in the golden file) */\n%s", (int)(b - src), src, BEGIN, e);
+  return out;
+}
+
+static void golden(const char *path, const char *got) {
+  if (getenv("PD2BW_REGEN")) {
+    FILE *f = fopen(path, "w");
+    EXPECT(f != NULL);
+    if (f) {
+      fputs(got, f);
+      fclose(f);
+      printf("  regenerated %s\n", path);
+    }
+    return;
+  }
+  char *want = read_all(path);
+  EXPECT(want != NULL);
+  if (!want) return;
+  bool same = strcmp(want, got) == 0;
+  if (!same) {
+    size_t i = 0;
+    while (want[i] && want[i] == got[i]) i++;
+    fprintf(stderr, "  %s differs from the generated text at byte %zu (PD2BW_REGEN=1 to accept)\n", path, i);
+  }
+  EXPECT(same);
+  free(want);
+}
+
+/* Generates stage `stage` = regions [r0, r1] both ways and checks list and GEMMs. */
+static void check_stage(Graph *g, int r0, int r1, int64_t b, const CodegenCudaOptions *o, char **src_out,
+                        cJSON **list_out) {
+  StageLayout *L = layout_stage(g, r0, r1, b);
+  cJSON *list = NULL;
+  char *src = codegen_cuda_source(g, L, 0, o, &list);
+  EXPECT(src != NULL && list != NULL);
+  EXPECT_EQ_INT(check_launch_list(list, src), 0);
+  char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
+  int ng = 0;
+  EXPECT_EQ_INT(check_gemms_match_cpu(list, csrc, &ng), 0);
+  EXPECT(ng > 0);
+  free(csrc);
+  layout_destroy(L);
+  if (src_out) *src_out = src;
+  else free(src);
+  if (list_out) *list_out = list;
+  else cJSON_Delete(list);
+}
+
+static Graph *gpt(Arena *a, double p) {
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = p > 0 ? build_gpt_dropout(a, &d, 64, 16, 32, 2, 2, p) : build_tiny_gpt(a, &d, 64, 16, 32, 2, 2);
+  EXPECT(g != NULL);
+  EXPECT(pass_autodiff(g, &d));
+  return g;
+}
+
+static void test_golden_tinygpt(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0);
+  StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
+  cJSON *list = NULL;
+  char *src = codegen_cuda_source(g, L, 0, &FUSED, &list);
+  char *got = without_kernels(src);
+  golden("tests/golden/codegen/tinygpt.stage0.cu", got);
+  /* the launch list, without the source hash (it covers the kernels' text) */
+  cJSON_DeleteItemFromObjectCaseSensitive(list, "hash");
+  char *text = cJSON_Print(list);
+  size_t n = strlen(text);
+  char *withnl = pd_malloc(n + 2);
+  memcpy(withnl, text, n);
+  withnl[n] = '\n', withnl[n + 1] = 0;
+  golden("tests/golden/codegen/tinygpt.stage0.launch.json", withnl);
+  free(withnl);
+  free(text);
+  /* deterministic */
+  cJSON *list2 = NULL;
+  char *again = codegen_cuda_source(g, L, 0, &FUSED, &list2);
+  EXPECT(strcmp(again, src) == 0);
+  cJSON_DeleteItemFromObjectCaseSensitive(list2, "hash");
+  EXPECT(cJSON_Compare(list, list2, 1));
+  cJSON_Delete(list2);
+  free(again);
+  free(got);
+  free(src);
+  cJSON_Delete(list);
+  layout_destroy(L);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+static void test_lists_and_gemms(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0.1);
+  int last = g->nregions - 1;
+  check_stage(g, 0, last, 2, &FUSED, NULL, NULL);
+  check_stage(g, 0, last, 3, &UNFUSED, NULL, NULL);
+  check_stage(g, 0, 1, 2, &FUSED, NULL, NULL);    /* a first stage: sends its boundary */
+  check_stage(g, 2, last, 2, &FUSED, NULL, NULL); /* a last stage: receives it */
+  check_stage(g, 1, 1, 1, &UNFUSED, NULL, NULL);  /* a middle block */
+  graph_destroy(g);
+  arena_destroy(a);
+  Arena *a2 = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *m = build_mlp(a2, &d, 8, 16, 4);
+  EXPECT(pass_autodiff(m, &d));
+  check_stage(m, 0, m->nregions - 1, 4, &FUSED, NULL, NULL);
+  check_stage(m, 0, m->nregions - 1, 4, &UNFUSED, NULL, NULL);
+  graph_destroy(m);
+  arena_destroy(a2);
+}
+
+/* The checker itself must catch a wrong list: corrupt one offset, one argument type,
+ * one GEMM shape. */
+static void test_checker_catches_errors(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0.1);
+  char *src = NULL;
+  cJSON *list = NULL;
+  check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
+  StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
+  char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
+  /* 1: a pointer past its block */
+  cJSON *copy = cJSON_Duplicate(list, 1);
+  cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(copy, "forward"), 0);
+  cJSON *arg0 = cJSON_GetArrayItem(cJSON_GetObjectItem(first, "args"), 0);
+  EXPECT(arg0 != NULL);
+  if (arg0) cJSON_SetNumberValue(cJSON_GetObjectItem(arg0, "offset"), 1e12);
+  EXPECT(check_launch_list(copy, src) > 0);
+  cJSON_Delete(copy);
+  /* 2: an argument of the wrong type */
+  copy = cJSON_Duplicate(list, 1);
+  first = cJSON_GetArrayItem(cJSON_GetObjectItem(copy, "forward"), 0);
+  cJSON *args = cJSON_GetObjectItem(first, "args");
+  cJSON *last = cJSON_GetArrayItem(args, cJSON_GetArraySize(args) - 1);
+  if (last) cJSON_ReplaceItemInObject(last, "type", cJSON_CreateString("f64"));
+  EXPECT(check_launch_list(copy, src) > 0);
+  cJSON_Delete(copy);
+  /* 3: a GEMM with a different K */
+  copy = cJSON_Duplicate(list, 1);
+  cJSON *en, *gm = NULL;
+  cJSON_ArrayForEach(en, cJSON_GetObjectItem(copy, "backward")) if (!gm) gm = cJSON_GetObjectItem(en, "gemm");
+  EXPECT(gm != NULL);
+  if (gm) cJSON_SetNumberValue(cJSON_GetObjectItem(gm, "K"), cJSON_GetObjectItem(gm, "K")->valuedouble + 1);
+  int ng = 0;
+  EXPECT(check_gemms_match_cpu(copy, csrc, &ng) > 0);
+  cJSON_Delete(copy);
+  free(csrc);
+  free(src);
+  cJSON_Delete(list);
+  layout_destroy(L);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+/* Fusion and the RNG streams. */
+static void test_fusion_and_dropout_streams(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0.1);
+  char *src = NULL, *plain = NULL;
+  cJSON *list = NULL, *plist = NULL;
+  check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
+  check_stage(g, 0, g->nregions - 1, 2, &UNFUSED, &plain, &plist);
+  EXPECT(strstr(src, "s0_fused0(") != NULL);
+  EXPECT(strstr(plain, "s0_fused0(") == NULL);
+  /* bias + gelu in one kernel, bias + dropout + residual add in another */
+  bool bias_gelu = false, bias_drop_add = false;
+  for (const char *p = src; (p = strstr(p, "/* fused: bias of linear")) != NULL; p++) {
+    const char *eol = strchr(p, '\n');
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
+    if (strstr(line, "gelu(op")) bias_gelu = true;
+    if (strstr(line, "dropout(op") && strstr(line, "add(op")) bias_drop_add = true;
+  }
+  EXPECT(bias_gelu);
+  EXPECT(bias_drop_add);
+  /* Fewer launches when fused. */
+  EXPECT(cJSON_GetArraySize(cJSON_GetObjectItem(list, "forward")) <
+         cJSON_GetArraySize(cJSON_GetObjectItem(plist, "forward")));
+  /* Every dropout (forward and backward) and attention draws from the stream of its
+   * FORWARD op id, in both programs. */
+  StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
+  char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
+  int ndrop = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (!(op_info[op->kind].flags & OPF_RNG)) continue;
+    int stream = op->fwd_op >= 0 ? op->fwd_op : op->id;
+    char want_cpu[64], want_cpu_fused[80];
+    snprintf(want_cpu, sizeof want_cpu, "(PkRng){ctx->seed, %du, ctx->microbatch}", stream);
+    snprintf(want_cpu_fused, sizeof want_cpu_fused, "pk_rng_block(ctx->seed, %du, ctx->microbatch,", stream);
+    /* unfused list: the op's launch passes u32 `stream` right after the seed */
+    bool found = false;
+    const cJSON *dirs[2] = {cJSON_GetObjectItem(plist, "forward"), cJSON_GetObjectItem(plist, "backward")}, *en;
+    for (int d = 0; d < 2; d++)
+      cJSON_ArrayForEach(en, dirs[d]) {
+        if ((int)cJSON_GetObjectItem(en, "op")->valuedouble != o || !cJSON_GetObjectItem(en, "kernel")) continue;
+        const cJSON *ar, *prev = NULL;
+        cJSON_ArrayForEach(ar, cJSON_GetObjectItem(en, "args")) {
+          const cJSON *rt = prev ? cJSON_GetObjectItem(prev, "runtime") : NULL;
+          if (rt && strcmp(rt->valuestring, "seed") == 0) {
+            EXPECT_EQ_INT((int)cJSON_GetObjectItem(ar, "value")->valuedouble, stream);
+            found = true;
+          }
+          prev = ar;
+        }
+      }
+    EXPECT(found);
+    if (op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) {
+      ndrop++;
+      /* the CPU program keys it the same way, fused or not */
+      EXPECT(strstr(csrc, want_cpu) != NULL || strstr(csrc, want_cpu_fused) != NULL);
+    }
+  }
+  EXPECT(ndrop >= 4);
+  /* the fused GPU kernels draw only from forward dropout ops' streams */
+  int nfused_rng = 0;
+  for (const char *p = src; (p = strstr(p, "pk_rng_block(seed, ")) != NULL; p++) {
+    int id = -1, used = 0;
+    if (sscanf(p, "pk_rng_block(seed, %du, microbatch, (pkc_u64)i >> 2)%n", &id, &used) != 1 || used == 0)
+      continue; /* the library's own calls */
+    nfused_rng++;
+    EXPECT(id >= 0 && id < g->nops && g->ops[id].kind == OP_DROPOUT);
+  }
+  EXPECT(nfused_rng > 0);
+  free(csrc);
+  layout_destroy(L);
+  free(src);
+  free(plain);
+  cJSON_Delete(list);
+  cJSON_Delete(plist);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+static void test_stage_files(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0.1);
+  char dir[] = "/tmp/pd2bw-test-cudagen-XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  Diag d;
+  diag_init(&d, stderr);
+  int first[] = {0, 2}, last[] = {1, g->nregions - 1};
+  cJSON *stages = cJSON_CreateArray();
+  EXPECT(codegen_c_stages(g, first, last, 2, 2, &(CodegenOptions){.fuse = true}, dir, stages, &d));
+  EXPECT(codegen_cuda_stages(g, first, last, 2, 2, &FUSED, dir, stages, &d));
+  for (int i = 0; i < 2; i++) {
+    char p[512];
+    cJSON *prog = cJSON_GetObjectItem(cJSON_GetArrayItem(stages, i), "program");
+    cJSON *cu = cJSON_GetObjectItem(prog, "cuda");
+    EXPECT(cJSON_GetObjectItem(prog, "source") != NULL); /* the C program's entry survives */
+    EXPECT(cu != NULL);
+    if (!cu) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "source")));
+    char *src = read_all(p);
+    snprintf(p, sizeof p, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "launch_list")));
+    char *lt = read_all(p);
+    snprintf(p, sizeof p, "%s/stage%d.c", dir, i);
+    char *csrc = read_all(p);
+    EXPECT(src && lt && csrc);
+    if (src && lt && csrc) {
+      char h[17];
+      codegen_hash_hex(src, strlen(src), h);
+      EXPECT_STREQ(h, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "hash")));
+      cJSON *list = cJSON_Parse(lt);
+      EXPECT(list != NULL);
+      EXPECT_EQ_INT(check_launch_list(list, src), 0);
+      int ng = 0;
+      EXPECT_EQ_INT(check_gemms_match_cpu(list, csrc, &ng), 0);
+      EXPECT(cJSON_Compare(cJSON_GetObjectItem(list, "kernels"), cJSON_GetObjectItem(cu, "kernels"), 1));
+      EXPECT(cJSON_GetArraySize(cJSON_GetObjectItem(cu, "kernels")) > 5);
+      cJSON_Delete(list);
+    }
+    free(src), free(lt), free(csrc);
+    snprintf(p, sizeof p, "%s/stage%d.cu", dir, i), unlink(p);
+    snprintf(p, sizeof p, "%s/stage%d.launch.json", dir, i), unlink(p);
+    snprintf(p, sizeof p, "%s/stage%d.c", dir, i), unlink(p);
+  }
+  cJSON_Delete(stages);
+  /* An unwritable place: an error naming it, nothing left behind. */
+  char bad[600];
+  snprintf(bad, sizeof bad, "%s/no/such/dir", dir);
+  FILE *devnull = fopen("/dev/null", "w");
+  Diag d2;
+  diag_init(&d2, devnull);
+  StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
+  cJSON *sj = cJSON_CreateObject();
+  EXPECT(!codegen_cuda_stage(g, L, 0, &FUSED, bad, sj, &d2));
+  EXPECT(d2.nerrors > 0);
+  EXPECT(cJSON_GetObjectItem(sj, "cuda") == NULL);
+  cJSON_Delete(sj);
+  fclose(devnull);
+  layout_destroy(L);
+  EXPECT(rmdir(dir) == 0); /* empty: no temp or partial file anywhere */
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+#ifdef PD2BW_HAVE_CUDA
+static void compile_and_check(const char *src, const cJSON *list, int arch, const char *cache) {
+  CudaCompileOptions co = {arch, "stage.cu", cache, NULL, 0};
+  CudaBinary bin;
+  char *err = NULL;
+  bool ok = cuda_nvrtc_compile(src, &co, &bin, &err);
+  if (!ok) fprintf(stderr, "%s\n", err ? err : "?");
+  EXPECT(ok);
+  if (ok) {
+    EXPECT(!bin.cache_hit);
+    const cJSON *k;
+    int n = 0;
+    cJSON_ArrayForEach(k, cJSON_GetObjectItem(list, "kernels")) {
+      if (!cuda_cubin_has_symbol(&bin, k->valuestring)) fprintf(stderr, "  sm_%d cubin lacks %s\n", arch, k->valuestring);
+      EXPECT(cuda_cubin_has_symbol(&bin, k->valuestring));
+      n++;
+    }
+    EXPECT(n > 5);
+    cuda_binary_free(&bin);
+  }
+  free(err);
+}
+
+static void test_nvrtc_gpt_stage(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a, 0.1);
+  char cache[] = "/tmp/pd2bw-test-cudagen-nvrtc-XXXXXX";
+  EXPECT(mkdtemp(cache) != NULL);
+  char *src = NULL;
+  cJSON *list = NULL;
+  check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
+  compile_and_check(src, list, 90, cache); /* sm_80: test_cudagen_plans_nvrtc80 */
+  free(src);
+  cJSON_Delete(list);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+  EXPECT(system(cmd) == 0);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+#endif
+
+int main(void) {
+  RUN(test_golden_tinygpt);
+  RUN(test_lists_and_gemms);
+  RUN(test_checker_catches_errors);
+  RUN(test_fusion_and_dropout_streams);
+  RUN(test_stage_files);
+#ifdef PD2BW_HAVE_CUDA
+  RUN(test_nvrtc_gpt_stage);
+#endif
+  return TEST_REPORT();
+}

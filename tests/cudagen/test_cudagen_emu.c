@@ -1,0 +1,311 @@
+/* tests/cudagen/test_cudagen_emu.c — the generated CUDA program computes what the CPU
+ * program computes, without a GPU.
+ *
+ * For a stage of the tiny GPT with dropout (tests/codegen/gpt_dropout.h), the test
+ * writes stageN.cu and compiles it as host C++ together with the CUDA emulator of
+ * tests/cuda/cuda_emu.cpp (each CUDA thread a fibre; it runs every library kernel;
+ * the stage's own fused kernels are added to its table here), loads it with dlopen,
+ * and REPLAYS THE LAUNCH LIST as a runtime would: blocks allocated from the list's
+ * sizes, every argument built from its type ((block, offset) pointers, literals, the
+ * seed / microbatch / training / dropout p the runtime supplies), GEMM descriptors
+ * run by a plain row-major GEMM. The CPU program (stageN.c, through the runtime's
+ * cc + dlopen path: tests/codegen/stage_harness.h) runs forward and backward from
+ * the same bytes. Then the loss, the whole GRADS block, every stashed activation and
+ * the boundary block must agree (float32, relative bound below): the launch order,
+ * arguments, offsets, GEMM shapes, fused kernels, accumulation and the dropout
+ * masks (same Philox streams) all have to be right for that to hold. Stages: the
+ * tiny GPT whole (fused) and its last stage (unfused), and a shrunk BERT from
+ * models/bert.model (gather, bidirectional attention).
+ *
+ * Needs a C++ compiler at test time (PD2BW_TEST_CXX, from CMake).
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* the shared helpers define more than this file uses */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "gpt_dropout.h"
+#include "stage_harness.h"
+#pragma GCC diagnostic pop
+#include "frontend/frontend.h"
+#include "test.h"
+
+#ifndef PD2BW_TEST_CXX
+#define PD2BW_TEST_CXX "c++"
+#endif
+
+typedef int (*EmuLaunchFn)(const char *name, unsigned grid, unsigned block, void **args);
+
+enum { NBLK = BUF_CLASS_COUNT + 1, SCRATCH = BUF_CLASS_COUNT };
+
+static int blk_index(const char *buf) {
+  if (strcmp(buf, "cuda_scratch") == 0) return SCRATCH;
+  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
+    if (strcmp(buf, buf_class_name((BufClass)c)) == 0) return c;
+  return -1;
+}
+
+typedef struct Replay {
+  char *blk[NBLK];
+  EmuLaunchFn launch;
+  uint64_t seed;
+  uint32_t mb;
+  int training;
+} Replay;
+
+static void *ptr_of(Replay *r, const cJSON *p) {
+  const cJSON *buf = cJSON_GetObjectItem(p, "buf");
+  if (!cJSON_IsString(buf)) return NULL;
+  int c = blk_index(buf->valuestring);
+  EXPECT(c > 0);
+  return c > 0 ? r->blk[c] + (int64_t)cJSON_GetObjectItem(p, "offset")->valuedouble : NULL;
+}
+
+/* C[M,N] = alpha·op(A)·op(B) + beta·C, row-major (pk_sgemm_fn), in double. */
+static void gemm_ref(const cJSON *gm, Replay *r) {
+#define GI(k) ((int64_t)cJSON_GetObjectItem(gm, k)->valuedouble)
+  int64_t ta = GI("transa"), tb = GI("transb"), M = GI("M"), N = GI("N"), K = GI("K");
+  int64_t lda = GI("lda"), ldb = GI("ldb"), ldc = GI("ldc");
+#undef GI
+  double alpha = cJSON_GetObjectItem(gm, "alpha")->valuedouble, beta = cJSON_GetObjectItem(gm, "beta")->valuedouble;
+  const float *A = ptr_of(r, cJSON_GetObjectItem(gm, "A")), *B = ptr_of(r, cJSON_GetObjectItem(gm, "B"));
+  float *C = ptr_of(r, cJSON_GetObjectItem(gm, "C"));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; p++)
+        acc += (double)(ta ? A[p * lda + i] : A[i * lda + p]) * (double)(tb ? B[j * ldb + p] : B[p * ldb + j]);
+      float *c = &C[i * ldc + j];
+      *c = (float)(alpha * acc + (beta == 0 ? 0.0 : beta * (double)*c));
+    }
+}
+
+static void run_list(Replay *r, const cJSON *arr) {
+  const cJSON *en;
+  cJSON_ArrayForEach(en, arr) {
+    const cJSON *gm = cJSON_GetObjectItem(en, "gemm");
+    if (gm) {
+      gemm_ref(gm, r);
+      continue;
+    }
+    uint64_t vals[32];
+    void *args[32];
+    int n = 0;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(en, "args")) {
+      const char *ty = cJSON_GetObjectItem(a, "type")->valuestring;
+      const cJSON *rt = cJSON_GetObjectItem(a, "runtime");
+      double v = cJSON_IsNumber(cJSON_GetObjectItem(a, "value")) ? cJSON_GetObjectItem(a, "value")->valuedouble : 0;
+      if (rt && strcmp(rt->valuestring, "seed") == 0) v = (double)r->seed;
+      if (rt && strcmp(rt->valuestring, "microbatch") == 0) v = r->mb;
+      if (rt && strcmp(rt->valuestring, "training") == 0) v = r->training;
+      if (rt && strcmp(rt->valuestring, "dropout_p") == 0 && !r->training) v = 0;
+      vals[n] = 0;
+      if (strcmp(ty, "ptr") == 0) {
+        void *p = ptr_of(r, a);
+        memcpy(&vals[n], &p, sizeof p);
+      } else if (strcmp(ty, "i32") == 0) {
+        int32_t x = (int32_t)v;
+        memcpy(&vals[n], &x, 4);
+      } else if (strcmp(ty, "u32") == 0) {
+        uint32_t x = (uint32_t)v;
+        memcpy(&vals[n], &x, 4);
+      } else if (strcmp(ty, "i64") == 0) {
+        int64_t x = (int64_t)v;
+        memcpy(&vals[n], &x, 8);
+      } else if (strcmp(ty, "u64") == 0) {
+        uint64_t x = rt ? r->seed : (uint64_t)v;
+        memcpy(&vals[n], &x, 8);
+      } else if (strcmp(ty, "f32") == 0) {
+        float x = (float)v;
+        memcpy(&vals[n], &x, 4);
+      } else if (strcmp(ty, "f64") == 0) {
+        memcpy(&vals[n], &v, 8);
+      } else {
+        EXPECT(false);
+      }
+      args[n] = &vals[n];
+      n++;
+    }
+    const char *name = cJSON_GetObjectItem(en, "kernel")->valuestring;
+    int rc = r->launch(name, (unsigned)cJSON_GetObjectItem(en, "grid")->valuedouble,
+                       (unsigned)cJSON_GetObjectItem(en, "block")->valuedouble, args);
+    if (rc != 0) fprintf(stderr, "  emulator has no kernel %s\n", name);
+    EXPECT(rc == 0);
+  }
+}
+
+/* The emulated stage: cuda_emu.cpp (library kernels, fibres) + stage.cu (its pasted
+ * library is skipped by the include guards) + a table of the stage's own kernels. */
+static bool build_emulator(const char *dir, const char *src, const cJSON *list, void **so) {
+  char path[512], cmd[2048], cwd[512];
+  snprintf(path, sizeof path, "%s/stage.cu", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fputs(src, f);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/emu.cpp", dir);
+  f = fopen(path, "w");
+  if (!f) return false;
+  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"stage.cu\"\n"
+             "namespace {\nstruct StageEntry { const char *name; void (*call)(void **); };\n"
+             "const StageEntry stage_kernels[] = {\n");
+  const cJSON *k;
+  cJSON_ArrayForEach(k, cJSON_GetObjectItem(list, "kernels")) if (strncmp(k->valuestring, "pkc_", 4) != 0)
+      fprintf(f, "  {\"%s\", &Caller<decltype(%s)>::call<%s>},\n", k->valuestring, k->valuestring, k->valuestring);
+  fprintf(f, "  {nullptr, nullptr}};\n}\n"
+             "// The stage's kernels never synchronise: each thread runs to its end in turn.\n"
+             "extern \"C\" int emu_stage_launch(const char *name, unsigned grid, unsigned block, void **args) {\n"
+             "  for (const StageEntry *e = stage_kernels; e->name; e++) {\n"
+             "    if (strcmp(e->name, name) != 0) continue;\n"
+             "    gridDim = {grid, 1, 1};\n    blockDim = {block, 1, 1};\n"
+             "    for (unsigned b = 0; b < grid; b++)\n"
+             "      for (unsigned t = 0; t < block; t++) {\n"
+             "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
+             "    return 0;\n  }\n  return emu_launch(name, grid, block, args);\n}\n");
+  fclose(f);
+  if (!getcwd(cwd, sizeof cwd)) return false;
+  snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -I'%s' -I'%s' '%s/emu.cpp' -o '%s/emu.so'",
+           PD2BW_TEST_CXX, cwd, dir, dir, dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "  failed: %s\n", cmd);
+    return false;
+  }
+  snprintf(path, sizeof path, "%s/emu.so", dir);
+  *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!*so) fprintf(stderr, "  dlopen: %s\n", dlerror());
+  return *so != NULL;
+}
+
+/* Largest |a - b| / (|a|, |b| and the block's scale) over a float block. */
+static double compare_block(const char *what, const float *cpu, const float *gpu, int64_t n, double rtol) {
+  double scale = 0, worst = 0;
+  int64_t at = -1, bad = 0;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double a = cpu[i], b = gpu[i], err = fabs(a - b) / (fmax(fabs(a), fabs(b)) + 1e-3 * scale + 1e-30);
+    if (!(err <= worst)) worst = err, at = i;
+    if (!(err <= rtol)) bad++;
+  }
+  printf("  %-8s %8lld floats, worst relative difference %.2e", what, (long long)n, worst);
+  if (bad) printf(" (%lld over %.0e; first worst at %lld: cpu %.8g gpu %.8g)", (long long)bad, rtol, (long long)at,
+                  cpu[at], gpu[at]);
+  printf("\n");
+  return worst;
+}
+
+static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool fuse, int id_range) {
+  Harness h;
+  EXPECT(harness_build_range(&h, g, r0, r1, b, false, true));
+  StageLayout *L = h.L;
+  /* Every block starts as the same random bytes on both sides (what the stage
+   * receives from its neighbours included); grads start at zero. */
+  for (int c = BUF_STASH; c < BUF_CLASS_COUNT; c++) {
+    float *x = (float *)h.block[c];
+    for (int64_t i = 0; i < L->total[c] / 4; i++) x[i] = (float)hrand();
+  }
+  harness_randomize(&h, 0.5, id_range);
+  memset(h.block[BUF_GRADS], 0, (size_t)L->total[BUF_GRADS]);
+
+  cJSON *list = NULL;
+  char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
+  Replay r = {.seed = 1234, .mb = mb, .training = 1};
+  for (int c = BUF_PARAMS; c < NBLK; c++) {
+    const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
+    int64_t n = (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), nm)->valuedouble;
+    EXPECT(c == SCRATCH || n == L->total[c]);
+    r.blk[c] = calloc((size_t)n + 64, 1);
+    if (c != SCRATCH) memcpy(r.blk[c], h.block[c], (size_t)n);
+  }
+  char dir[] = "/tmp/pd2bw-test-cudagen-emu-XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  void *so = NULL;
+  bool built = build_emulator(dir, src, list, &so);
+  EXPECT(built);
+  if (built) {
+    r.launch = (EmuLaunchFn)(uintptr_t)dlsym(so, "emu_stage_launch");
+    EXPECT(r.launch != NULL);
+  }
+  if (r.launch) {
+    double cpu_loss = harness_fwd_bwd(&h, mb);
+    run_list(&r, cJSON_GetObjectItem(list, "forward"));
+    run_list(&r, cJSON_GetObjectItem(list, "backward"));
+    if (L->loss >= 0) {
+      float gl;
+      memcpy(&gl, r.blk[SCRATCH] + (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(list, "loss"), "offset")->valuedouble, 4);
+      printf("  loss: cpu %.7f, emulated gpu %.7f\n", cpu_loss, gl);
+      EXPECT_NEAR(gl, cpu_loss, 1e-5, 0);
+      uint64_t bad_ids;
+      memcpy(&bad_ids, r.blk[SCRATCH], 8);
+      EXPECT(bad_ids == 0);
+    }
+    EXPECT(compare_block("grads", (float *)h.block[BUF_GRADS], (float *)r.blk[BUF_GRADS], L->total[BUF_GRADS] / 4,
+                         2e-3) <= 2e-3);
+    EXPECT(compare_block("stash", (float *)h.block[BUF_STASH], (float *)r.blk[BUF_STASH], L->total[BUF_STASH] / 4,
+                         1e-3) <= 1e-3);
+    EXPECT(compare_block("boundary", (float *)h.block[BUF_BOUNDARY], (float *)r.blk[BUF_BOUNDARY],
+                         L->total[BUF_BOUNDARY] / 4, 2e-3) <= 2e-3);
+  }
+  if (so) dlclose(so);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  EXPECT(system(cmd) == 0);
+  for (int c = BUF_PARAMS; c < NBLK; c++) free(r.blk[c]);
+  free(src);
+  cJSON_Delete(list);
+  harness_free(&h);
+}
+
+static Graph *gpt(Arena *a) {
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = build_gpt_dropout(a, &d, 64, 16, 32, 2, 2, 0.1);
+  EXPECT(g != NULL && pass_autodiff(g, &d));
+  return g;
+}
+
+/* The whole model as one stage: embeddings, two blocks, head and loss; fused. */
+static void test_whole_model(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a);
+  check_stage(g, 0, g->nregions - 1, 2, 5, true, 64);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+/* The last stage of a two-stage cut (receives its input, sends a gradient back),
+ * unfused: every elementwise op through the library kernels. */
+static void test_last_stage(void) {
+  Arena *a = arena_create();
+  Graph *g = gpt(a);
+  check_stage(g, 2, g->nregions - 1, 3, 11, false, 64);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+/* BERT from models/bert.model, shrunk: bidirectional attention, the masked-LM head's
+ * gather and gather_bwd, dropout everywhere. Ids (tokens, masked positions, their
+ * targets) drawn in [0, 16) = [0, seq). */
+static void test_bert(void) {
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  const char *over[] = {"vocab=40", "seq=16", "layers=1", "dim=32", "heads=2", "npred=5"};
+  Graph *g = frontend_load_model(a, &d, "models/bert.model", over, 6);
+  EXPECT(g != NULL);
+  PassOptions po = {.print_after = NULL, .print_to = stdout, .verify = true};
+  if (g && passes_run(g, &d, &po)) check_stage(g, 0, g->nregions - 1, 2, 7, true, 16);
+  if (g) graph_destroy(g);
+  arena_destroy(a);
+}
+
+int main(void) {
+  RUN(test_whole_model);
+  RUN(test_last_stage);
+  RUN(test_bert);
+  return TEST_REPORT();
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# pd2bwrun from the command line: a short run with validation, JSON log and a
+# checkpoint; resuming it reproduces the uninterrupted log; user mistakes end with
+# one clear line and exit status 1.
+#   pd2bwrun_cli.sh PD2BWRUN MAKE_TEST_PLAN
+set -u
+RUN=$1
+MK=$2
+T=$(mktemp -d /tmp/pd2bw-cli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export PD2BW_CACHE=${PD2BW_CACHE:-/tmp/pd2bw-test-cache-$(id -u)}
+pass=0
+fail=0
+check() { # NAME COMMAND...
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $name" >&2; fi
+}
+expect_error() { # NAME PATTERN ARGS...
+  local name=$1 pat=$2
+  shift 2
+  local out rc
+  out=$("$RUN" "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q -- "$pat" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: exit $rc, output: $out" >&2
+  fi
+}
+
+"$MK" "$T/plan" "$T/train.bin" || { echo "make_test_plan failed"; echo "0 passed, 1 failed"; exit 1; }
+cp "$T/train.bin" "$T/val.bin"
+
+# 8 steps straight, with validation every 4 and a JSON log
+out=$("$RUN" "$T/plan" --data "$T/train.bin" --val-data "$T/val.bin" --steps 8 --eval-every 4 \
+  --threads 1 --log-json "$T/a.jsonl" --save "$T/a.safetensors" 2>&1)
+echo "$out"
+check "straight run succeeds" test -s "$T/a.safetensors"
+check "one line per step" test "$(grep -c '^step [0-9]*/8 | loss ' <<<"$out")" -eq 8
+check "step line fields" grep -q 'lr .* | grad norm .* ms | .* tok/s | .* GFLOP/s' <<<"$out"
+check "val loss reported" grep -q 'val loss' <<<"$out"
+check "json log has 8 lines" test "$(wc -l <"$T/a.jsonl")" -eq 8
+check "json has val_loss twice" test "$(grep -c val_loss "$T/a.jsonl")" -eq 2
+check "json keys" grep -q '"step": 8, "loss": .*"lr": .*"grad_norm": .*"ms": .*"tokens_per_s": .*"gflops"' "$T/a.jsonl"
+
+# 4 steps, save, resume to 8: the same losses, bit for bit in the log's %.9g
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/b1.jsonl" --save "$T/b.safetensors" -q >/dev/null 2>&1
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --log-json "$T/b2.jsonl" --resume "$T/b.safetensors" -q >/dev/null 2>&1
+losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$@"; }
+check "resume reproduces losses" test "$(losses "$T/a.jsonl")" = "$(losses "$T/b1.jsonl" "$T/b2.jsonl")"
+# the same with --shuffle (the sample order is a function of the seed and the position)
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c.jsonl" -q >/dev/null 2>&1
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 3 --threads 1 --shuffle --log-json "$T/c1.jsonl" --save "$T/c.safetensors" -q >/dev/null 2>&1
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c2.jsonl" --resume "$T/c.safetensors" -q >/dev/null 2>&1
+check "shuffled resume reproduces losses" test "$(losses "$T/c.jsonl")" = "$(losses "$T/c1.jsonl" "$T/c2.jsonl")"
+check "shuffle changes the order" test "$(losses "$T/c.jsonl")" != "$(losses "$T/a.jsonl")"
+
+# user mistakes
+expect_error "no plan" "plan.json" "$T/nope" --data "$T/train.bin" --steps 1
+expect_error "no data flag" "--data FILE is required" "$T/plan" --steps 1
+expect_error "no steps" "--steps N is required" "$T/plan" --data "$T/train.bin"
+expect_error "bad steps" "non-negative integer" "$T/plan" --data "$T/train.bin" --steps x
+expect_error "missing data file" "missing.bin" "$T/plan" --data "$T/missing.bin" --steps 1
+expect_error "unknown option" "unknown or incomplete option" "$T/plan" --data "$T/train.bin" --steps 1 --frobnicate
+printf '\x01\x00' >"$T/tiny.bin"
+expect_error "data too short" "too few" "$T/plan" --data "$T/tiny.bin" --steps 1
+expect_error "bad checkpoint" "bad.safetensors" "$T/plan" --data "$T/train.bin" --steps 1 --resume "$T/bad.safetensors"
+printf '\xff\xff%.0s' $(seq 1 400) >"$T/oov.bin"
+expect_error "token outside vocab" "oov.bin" "$T/plan" --data "$T/oov.bin" --steps 1
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,258 @@
+/* tools/pd2bwrun.c — the training driver: a plan directory and a token file in,
+ * trained weights and a log out.
+ *
+ *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
+ *
+ * One-stage plans run on the sequential executor (runtime/trainer.c): per step, m
+ * microbatches forward and backward with gradients accumulated in place, clipping,
+ * AdamW. Every failure the user can cause (a missing plan, a bad flag, a data file
+ * that does not fit the model, a checkpoint of another model) ends with one line
+ * naming the file and exit status 1. */
+#include "runtime/runtime.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: pd2bwrun PLAN_DIR --data FILE --steps N [options]\n"
+    "\n"
+    "Trains the plan that pd2bwc wrote into PLAN_DIR on a file of uint16 token ids\n"
+    "(llm.c/nanoGPT .bin; make one with pd2bw-data).\n"
+    "\n"
+    "options:\n"
+    "  --data FILE         training tokens\n"
+    "  --steps N           optimizer steps to run (a resumed run continues to N)\n"
+    "  --val-data FILE     held-out tokens for the validation loss\n"
+    "  --eval-every K      validation loss every K steps and at the end (default 0: end only)\n"
+    "  --eval-batches N    batches per validation (default 8, fewer if the file is short)\n"
+    "  --save FILE         write a checkpoint (safetensors) at the end\n"
+    "  --resume FILE       continue from a checkpoint written by --save\n"
+    "  --init FILE         initial weights from a GPT-2 checkpoint (Hugging Face, llm.c, pd2bw)\n"
+    "  --seed N            override the plan's seed (weights, dropout, --shuffle)\n"
+    "  --shuffle           visit the training windows in a seeded random order per epoch\n"
+    "  --threads N         CPU threads (default: all cores)\n"
+    "  --log-json FILE     one JSON object per step\n"
+    "  -q, --quiet         only errors and the final summary\n"
+    "  -h, --help          this text\n";
+
+typedef struct Args {
+  const char *plan, *data, *val, *save, *resume, *init, *log_json;
+  int64_t steps, eval_every, eval_batches;
+  uint64_t seed;
+  bool seed_set, quiet, shuffle;
+  int threads;
+} Args;
+
+static int fail(const char *msg) {
+  fprintf(stderr, "pd2bwrun: error: %s\n", msg);
+  return 1;
+}
+
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, Args *a) {
+  memset(a, 0, sizeof *a);
+  a->eval_batches = 8;
+  enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE };
+  static const struct option opts[] = {
+      {"data", required_argument, 0, O_DATA},       {"val-data", required_argument, 0, O_VAL},
+      {"steps", required_argument, 0, O_STEPS},     {"eval-every", required_argument, 0, O_EVAL},
+      {"eval-batches", required_argument, 0, O_EVALB}, {"save", required_argument, 0, O_SAVE},
+      {"resume", required_argument, 0, O_RESUME},   {"init", required_argument, 0, O_INIT},
+      {"seed", required_argument, 0, O_SEED},       {"threads", required_argument, 0, O_THREADS},
+      {"log-json", required_argument, 0, O_LOG},    {"quiet", no_argument, 0, 'q'},
+      {"shuffle", no_argument, 0, O_SHUFFLE},
+      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+  int c;
+  char msg[256];
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+    int64_t v;
+    switch (c) {
+    case O_DATA: a->data = optarg; break;
+    case O_VAL: a->val = optarg; break;
+    case O_SAVE: a->save = optarg; break;
+    case O_RESUME: a->resume = optarg; break;
+    case O_INIT: a->init = optarg; break;
+    case O_LOG: a->log_json = optarg; break;
+    case O_STEPS:
+      if (!parse_int(optarg, 1, INT64_MAX / 2, &a->steps)) goto bad_number;
+      break;
+    case O_EVAL:
+      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->eval_every)) goto bad_number;
+      break;
+    case O_EVALB:
+      if (!parse_int(optarg, 1, 1 << 30, &a->eval_batches)) goto bad_number;
+      break;
+    case O_THREADS:
+      if (!parse_int(optarg, 1, 4096, &v)) goto bad_number;
+      a->threads = (int)v;
+      break;
+    case O_SEED: {
+      char *end;
+      errno = 0;
+      a->seed = strtoull(optarg, &end, 10);
+      if (errno || end == optarg || *end || optarg[0] == '-') goto bad_number;
+      a->seed_set = true;
+      break;
+    }
+    case 'q': a->quiet = true; break;
+    case O_SHUFFLE: a->shuffle = true; break;
+    case 'h': fputs(usage, stdout); return 0;
+    default:
+      snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see pd2bwrun --help)", argv[optind - 1]);
+      return fail(msg);
+    }
+    continue;
+  bad_number:
+    snprintf(msg, sizeof msg, "%s needs a non-negative integer in range, got '%s'", argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
+    return fail(msg);
+  }
+  if (optind != argc - 1) return fail(optind >= argc ? "no plan directory given (see pd2bwrun --help)" : "one plan directory only (see pd2bwrun --help)");
+  a->plan = argv[optind];
+  if (!a->data) return fail("--data FILE is required");
+  if (!a->steps) return fail("--steps N is required");
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  Args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  char err[RT_ERR_LEN];
+  char ierr[IO_ERR_LEN];
+
+  /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
+  int threads = a.threads ? a.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 1) threads = 1;
+  char tb[16];
+  snprintf(tb, sizeof tb, "%d", threads);
+  setenv("OMP_NUM_THREADS", tb, 1);
+  pd_blas_init(threads);
+
+  RtPlan *plan = rt_plan_load(a.plan, err, sizeof err);
+  if (!plan) return fail(err);
+  /* The schedule's horizon is the plan's; a plan without one spans this run. */
+  if (plan->train.steps == 0) plan->train.steps = a.steps;
+  const RtStage *st = &plan->stages[0];
+  int64_t vocab = 0;
+  for (int k = 0; k < st->nparams; k++)
+    if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0];
+
+  Trainer *t = NULL;
+  DataFile *df = NULL, *vf = NULL;
+  DataLoader *dl = NULL, *vl = NULL;
+  RtLog *log = NULL;
+  rc = 1;
+  if (!a.quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
+                       a.plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
+                       threads == 1 ? "" : "s", pd_blas_name());
+  TrainerOptions to = {.seed = a.seed, .seed_set = a.seed_set};
+  t = trainer_create(plan, &to, err, sizeof err);
+  if (!t) {
+    fail(err);
+    goto done;
+  }
+  if (!a.quiet)
+    printf("pd2bwrun: stage program %s (%s)\n", trainer_program(t)->so_path,
+           trainer_program(t)->cache_hit ? "cached" : "compiled now");
+  if (a.init && !trainer_init_from(t, a.init, err, sizeof err)) {
+    fail(err);
+    goto done;
+  }
+  if (a.resume) {
+    if (!trainer_resume(t, a.resume, err, sizeof err)) {
+      fail(err);
+      goto done;
+    }
+    if (!a.quiet) printf("pd2bwrun: resumed from %s at step %lld\n", a.resume, (long long)trainer_step_index(t));
+  }
+  int T = 0;
+  for (int k = 0; k < st->ninputs; k++)
+    if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
+  if (!T) {
+    fail("the model has no 'tokens'/'targets' inputs: pd2bwrun trains language models on token files");
+    goto done;
+  }
+  df = data_open(a.data, DATA_AUTO, vocab, ierr, sizeof ierr);
+  /* Shuffled or not, sample n of the stream is a function of (seed, n) alone, so a
+   * resumed run reads what the uninterrupted one would have. */
+  uint64_t data_seed = a.seed_set ? a.seed : plan->train.seed;
+  if (!df || !(dl = data_loader_create(df, (int)(plan->b * plan->m), T, a.shuffle, data_seed, ierr, sizeof ierr))) {
+    fail(ierr);
+    goto done;
+  }
+  int64_t val_batches = 0;
+  if (a.val) {
+    vf = data_open(a.val, DATA_AUTO, vocab, ierr, sizeof ierr);
+    if (!vf || !(vl = data_loader_create(vf, (int)(plan->b * plan->m), T, false, 0, ierr, sizeof ierr))) {
+      fail(ierr);
+      goto done;
+    }
+    val_batches = data_batches_per_epoch(vl);
+    if (val_batches > a.eval_batches) val_batches = a.eval_batches;
+  }
+  log = rt_log_open(a.log_json, stdout, a.quiet, err, sizeof err);
+  if (!log) {
+    fail(err);
+    goto done;
+  }
+  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
+  double total_ms = 0, last_loss = NAN, last_val = NAN;
+  int64_t first = trainer_step_index(t);
+  for (int64_t s = first; s < a.steps; s++) {
+    StepStats ss;
+    trainer_step(t, dl, &ss);
+    if (ss.bad_ids) {
+      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
+               a.data, (long long)ss.bad_ids, (long long)s + 1);
+      fail(err);
+      goto done;
+    }
+    if (!isfinite(ss.loss)) {
+      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged (lower the learning rate?)",
+               ss.loss, (long long)s + 1);
+      fail(err);
+      goto done;
+    }
+    total_ms += ss.ms;
+    last_loss = ss.loss;
+    double val = NAN;
+    bool last = s + 1 == a.steps;
+    if (vl && ((a.eval_every && (s + 1) % a.eval_every == 0) || last)) val = last_val = trainer_eval(t, vl, 0, val_batches);
+    rt_log_step(log, s + 1, a.steps, &ss, tokens, flops, val);
+  }
+  if (a.save && !trainer_save(t, a.save, ierr, sizeof ierr)) {
+    fail(ierr);
+    goto done;
+  }
+  int64_t ran = a.steps - first;
+  if (ran > 0)
+    printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
+           (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
+           flops * (double)ran / (total_ms / 1e3) / 1e9, a.save ? ", saved " : "", a.save ? a.save : "");
+  if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
+  rc = 0;
+done:
+  rt_log_close(log);
+  data_loader_destroy(dl);
+  data_loader_destroy(vl);
+  if (df) data_close(df);
+  if (vf) data_close(vf);
+  trainer_destroy(t);
+  rt_plan_free(plan);
+  return rc;
+}
