@@ -122,6 +122,8 @@ typedef struct TrainerOptions {
 
 typedef struct StepStats {
   double loss;      /* mean over the step's microbatches */
+  const double *mb_loss; /* each microbatch's loss, in order (m of them; the trainer's
+                            storage, valid until the next step) */
   double lr;        /* the rate used for this step */
   double grad_norm; /* global norm of the averaged gradient, before clipping */
   double ms;        /* wall time of the step */
@@ -169,5 +171,8 @@ RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size
 void rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
                  double flops, double val_loss);
 void rt_log_close(RtLog *l);
+
+/* ---- pipelines (pipeline*.c): several stages and replicas, threads or MPI ----- */
+#include "runtime/pipeline.h"
 
 #endif

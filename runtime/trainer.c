@@ -37,6 +37,7 @@ struct Trainer {
   char *prev;   /* 2bw: W(t-1); NULL for the vanilla update */
   bool delayed; /* 2bw */
   int32_t *tok_tmp, *tgt_tmp; /* one window when a stream has no input of its own */
+  double *mb_loss;            /* [m] this step's microbatch losses (StepStats.mb_loss) */
   int T;                      /* window length of the token streams (0: none) */
   int64_t step;
 };
@@ -138,6 +139,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   }
   t->tok_tmp = pd_malloc((size_t)(t->T + 1) * sizeof(int32_t));
   t->tgt_tmp = pd_malloc((size_t)(t->T + 1) * sizeof(int32_t));
+  t->mb_loss = pd_calloc((size_t)p->m + 1, sizeof(double));
   for (int k = 0; k < st->nparams; k++)
     rt_init_param((float *)(void *)(t->params + st->params[k].offset), &st->params[k], t->tc.seed);
   if (t->delayed) memcpy(t->prev, t->params, (size_t)pb);
@@ -150,6 +152,7 @@ void trainer_destroy(Trainer *t) {
   free(t->arena);
   free(t->tok_tmp);
   free(t->tgt_tmp);
+  free(t->mb_loss);
   free(t);
 }
 
@@ -223,6 +226,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
     t->prog.forward(&c);
     t->prog.backward(&c);
     loss_sum += loss;
+    t->mb_loss[j] = loss;
     bad += c.bad_ids;
   }
   /* Global norm of the mean gradient: Σ over parameters of Σ g², in parameter order
@@ -259,6 +263,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
   }
   t->step++;
   out->loss = loss_sum * inv_m;
+  out->mb_loss = t->mb_loss;
   out->lr = lr;
   out->grad_norm = norm;
   out->bad_ids = bad;

@@ -13,6 +13,7 @@ packages=(
   libblis-openmp-dev                             # BLIS's OpenMP variant: one thread pool with the stage code
   libopenmpi-dev openmpi-bin                     # the mpi transport
   fortunes                                       # English text corpus for the main job
+  python3                                        # test scripts: token fixtures, trace/checkpoint checks
 )
 
 missing=()

@@ -292,7 +292,10 @@ static void print_count(FILE *out, int64_t n) {
 int main(int argc, char **argv) {
   Options o;
   int rc = parse_args(argc, argv, &o);
-  if (rc >= 0) return rc;
+  if (rc >= 0) {
+    free(o.defines);
+    return rc;
+  }
 
   Arena *arena = arena_create();
   Diag d;
@@ -320,8 +323,7 @@ int main(int argc, char **argv) {
   PassOptions popt = {.print_after = o.print_after, .print_to = stdout, .verify = true};
   if (!passes_run(g, &d, &popt)) goto done;
 
-  plan_input_init(&pin, g->name);
-  have_input = true;
+  have_input = true; /* plan_input_from_graph initialises pin */
   if (!plan_input_from_graph(g, &pin)) {
     diag_error(&d, (Loc){o.model, 0, 0}, "cannot derive planner input from the model");
     goto done;

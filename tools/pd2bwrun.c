@@ -5,9 +5,12 @@
  *
  * One-stage plans run on the sequential executor (runtime/trainer.c): per step, m
  * microbatches forward and backward with gradients accumulated in place, clipping,
- * AdamW. Every failure the user can cause (a missing plan, a bad flag, a data file
- * that does not fit the model, a checkpoint of another model) ends with one line
- * naming the file and exit status 1. */
+ * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
+ * the pipeline executor (runtime/pipeline.h): one rank per stage replica, as threads
+ * (--transport local) or MPI processes (mpirun ... --transport mpi). Every failure
+ * the user can cause (a missing plan, a bad flag, a data file that does not fit the
+ * model, a checkpoint of another model) ends with one line naming the file and exit
+ * status 1. */
 #include "runtime/runtime.h"
 
 #include <errno.h>
@@ -37,11 +40,22 @@ static const char usage[] =
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
     "  --log-json FILE     one JSON object per step\n"
+    "\n"
+    "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
+    "  --transport T       local (threads of this process, the default) or mpi (under mpirun)\n"
+    "  --timeout S         seconds any rank waits for another before all stop (default 60)\n"
+    "  --trace FILE        Chrome trace of what every rank did\n"
+    "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
+    "  --reference         afterwards, train PLAN_DIR/reference sequentially and compare\n"
+    "  --reference-tol X   relative bound for --reference (losses; weights 10x) (default 1e-5)\n"
     "  -q, --quiet         only errors and the final summary\n"
     "  -h, --help          this text\n";
 
 typedef struct Args {
   const char *plan, *data, *val, *save, *resume, *init, *log_json;
+  const char *transport, *trace, *profile_out;
+  double timeout, ref_tol;
+  bool reference, pipeline_flags;
   int64_t steps, eval_every, eval_batches;
   uint64_t seed;
   bool seed_set, quiet, shuffle;
@@ -66,7 +80,9 @@ static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 static int parse_args(int argc, char **argv, Args *a) {
   memset(a, 0, sizeof *a);
   a->eval_batches = 8;
-  enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE };
+  a->ref_tol = 1e-5;
+  enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE,
+         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL };
   static const struct option opts[] = {
       {"data", required_argument, 0, O_DATA},       {"val-data", required_argument, 0, O_VAL},
       {"steps", required_argument, 0, O_STEPS},     {"eval-every", required_argument, 0, O_EVAL},
@@ -74,6 +90,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       {"resume", required_argument, 0, O_RESUME},   {"init", required_argument, 0, O_INIT},
       {"seed", required_argument, 0, O_SEED},       {"threads", required_argument, 0, O_THREADS},
       {"log-json", required_argument, 0, O_LOG},    {"quiet", no_argument, 0, 'q'},
+      {"transport", required_argument, 0, O_TRANSPORT}, {"timeout", required_argument, 0, O_TIMEOUT},
+      {"trace", required_argument, 0, O_TRACE},     {"profile-out", required_argument, 0, O_PROFILE_OUT},
+      {"reference", no_argument, 0, O_REFERENCE},   {"reference-tol", required_argument, 0, O_REF_TOL},
       {"shuffle", no_argument, 0, O_SHUFFLE},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   int c;
@@ -109,6 +128,24 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->seed_set = true;
       break;
     }
+    case O_TRANSPORT: a->transport = optarg, a->pipeline_flags = true; break;
+    case O_TRACE: a->trace = optarg, a->pipeline_flags = true; break;
+    case O_PROFILE_OUT: a->profile_out = optarg, a->pipeline_flags = true; break;
+    case O_REFERENCE: a->reference = a->pipeline_flags = true; break;
+    case O_TIMEOUT:
+    case O_REF_TOL: {
+      char *end;
+      errno = 0;
+      double x = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(x > 0) || x > 1e6) {
+        snprintf(msg, sizeof msg, "%s needs a positive number, got '%s'", c == O_TIMEOUT ? "--timeout" : "--reference-tol",
+                 optarg);
+        return fail(msg);
+      }
+      if (c == O_TIMEOUT) a->timeout = x, a->pipeline_flags = true;
+      else a->ref_tol = x;
+      break;
+    }
     case 'q': a->quiet = true; break;
     case O_SHUFFLE: a->shuffle = true; break;
     case 'h': fputs(usage, stdout); return 0;
@@ -128,10 +165,24 @@ static int parse_args(int argc, char **argv, Args *a) {
   return -1;
 }
 
+/* The pipeline executor's path: several stages or replicas, or a pipeline flag. */
+static int run_pipeline(const Args *a, int *argc, char ***argv) {
+  if (a->val || a->init || a->eval_every) {
+    fprintf(stderr, "pd2bwrun: error: --val-data, --eval-every and --init are not supported with a pipelined plan yet\n");
+    return 1;
+  }
+  PipeOptions o = {.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
+                   .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
+                   .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
+                   .threads = a->threads, .shuffle = a->shuffle};
+  return pipeline_main(a->plan, &o, a->transport, a->reference, a->ref_tol, argc, argv);
+}
+
 int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];
 
@@ -244,6 +295,8 @@ int main(int argc, char **argv) {
     printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
            (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
            flops * (double)ran / (total_ms / 1e3) / 1e9, a.save ? ", saved " : "", a.save ? a.save : "");
+  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
+  if (ran <= 0 && vl) last_val = trainer_eval(t, vl, 0, val_batches);
   if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
   rc = 0;
 done:

@@ -126,6 +126,15 @@ __attribute__((noinline)) static void prepare(Fiber *f) {
 
 extern "C" void emu_set_reverse_blocks(int reverse) { reverse_blocks = reverse; }
 
+// The fibre pool lives as long as the module; a test that dlcloses the emulator
+// would otherwise leave every stack behind.
+__attribute__((destructor)) static void emu_free_fibers() {
+  for (unsigned i = 0; i < nfibers_alloc; i++) free(fibers[i].stack);
+  free(fibers);
+  fibers = nullptr;
+  nfibers_alloc = 0;
+}
+
 extern "C" int emu_launch(const char *name, unsigned grid, unsigned block, void **args) {
   const Entry *e = nullptr;
   for (const Entry &k : kernels)

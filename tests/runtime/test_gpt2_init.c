@@ -47,13 +47,19 @@ typedef struct Gpt2 {
   float *ln2_w[L], *ln2_b[L], *fc_w[L], *fc_b[L], *fcproj_w[L], *fcproj_b[L];
 } Gpt2;
 
+/* every weight array, to free at the end */
+static float *allocated[8 + 16 * L];
+static int nallocated;
+
+static float *alloc_w(int64_t n) { return allocated[nallocated++] = malloc((size_t)n * sizeof(float)); }
+
 static float *alloc_normal(int64_t n, double std) {
-  float *w = malloc((size_t)n * sizeof *w);
+  float *w = alloc_w(n);
   fill_normal(w, n, std);
   return w;
 }
 static float *alloc_const(int64_t n, float v) {
-  float *w = malloc((size_t)n * sizeof *w);
+  float *w = alloc_w(n);
   fill_const(w, n, v);
   return w;
 }
@@ -212,6 +218,7 @@ static void test_gpt2_checkpoints_load(void) {
   /* the same weights, in pd2bw's [in, out] layout, from both files */
   EXPECT(memcmp(w_hf, m.attn_w[1], sizeof w_hf) == 0);
   EXPECT(memcmp(w_llmc, m.attn_w[1], sizeof w_llmc) == 0);
+  while (nallocated) free(allocated[--nallocated]);
 }
 
 int main(void) {

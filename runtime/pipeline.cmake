@@ -1,0 +1,18 @@
+# runtime/pipeline.cmake — pipelined training (runtime/pipeline.h): the executor of the
+# plan's instruction streams on the local (threads) or MPI transport. Included from
+# runtime/CMakeLists.txt.
+#
+# pd2bw_pipeline_describe is the compile-side half (what crosses each stage boundary),
+# kept apart so that pd2bwc links neither the runtime nor MPI.
+add_library(pd2bw_pipeline_describe STATIC ${CMAKE_CURRENT_LIST_DIR}/pipeline_describe.c)
+pd2bw_strict(pd2bw_pipeline_describe)
+target_link_libraries(pd2bw_pipeline_describe PUBLIC pd2bw_passes pd2bw_ir cjson)
+
+add_library(pd2bw_pipeline STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline.c
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_plan.c
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_trace.c
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_ref.c)
+pd2bw_strict(pd2bw_pipeline)
+target_link_libraries(pd2bw_pipeline PUBLIC pd2bw_runtime pd2bw_transport pd2bw_passes pd2bw_ir cjson Threads::Threads ${M_LIB})

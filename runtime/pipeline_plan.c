@@ -1,0 +1,236 @@
+/* runtime/pipeline_plan.c — the parts of plan.json the pipeline executor needs beyond
+ * the stage programs: the configuration, the rank map, the tied groups, the memory
+ * plan's totals and each stage's boundary tensors ("program.pipeline", written by
+ * pipeline_describe_stages). Every missing or mistyped key is a message naming the
+ * file and the key, never a crash. */
+#include "runtime/pipeline_rank.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Rd {
+  char file[1024];
+  char *err;
+  size_t errlen;
+  bool failed;
+} Rd;
+
+static void fail(Rd *r, const char *key, const char *what) {
+  if (r->failed) return;
+  r->failed = true;
+  snprintf(r->err, r->errlen, "%s: %s: %s", r->file, key, what);
+}
+
+static const cJSON *item(Rd *r, const cJSON *o, const char *key, const char *path) {
+  const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+  if (!v) fail(r, path, "missing");
+  return v;
+}
+
+static int64_t integer(Rd *r, const cJSON *o, const char *key, const char *path, int64_t dflt,
+                       bool required) {
+  const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+  if (!v) {
+    if (required) fail(r, path, "missing");
+    return dflt;
+  }
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(int64_t)v->valuedouble) {
+    fail(r, path, "expected a non-negative integer");
+    return dflt;
+  }
+  return (int64_t)v->valuedouble;
+}
+
+static int cls_of(const char *s) {
+  for (int c = 0; c < BUF_CLASS_COUNT; c++)
+    if (strcmp(buf_class_name((BufClass)c), s) == 0) return c;
+  return -1;
+}
+
+static int param_index(const RtStage *s, const char *name) {
+  for (int k = 0; k < s->nparams; k++)
+    if (strcmp(s->params[k].name, name) == 0) return k;
+  return -1;
+}
+
+static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, PipeStage *ps) {
+  char path[256];
+  snprintf(path, sizeof path, "stages[%d].program.pipeline.boundary", i);
+  const cJSON *pipe = cJSON_GetObjectItemCaseSensitive(prog, "pipeline");
+  const cJSON *arr = pipe ? cJSON_GetObjectItemCaseSensitive(pipe, "boundary") : NULL;
+  if (!cJSON_IsArray(arr)) {
+    fail(r, path, "missing (a plan from an older pd2bwc: recompile it)");
+    return;
+  }
+  ps->nbnd = cJSON_GetArraySize(arr);
+  ps->bnd = pd_calloc((size_t)ps->nbnd + 1, sizeof *ps->bnd);
+  static const char *const roles[] = {"act_in", "act_out", "grad_in", "grad_out", "tied_in", "tied_out"};
+  int k = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, arr) {
+    PipeBoundary *b = &ps->bnd[k];
+    char ep[300];
+    snprintf(ep, sizeof ep, "%s[%d]", path, k++);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(e, "block");
+    b->role = (PipeRole)-1;
+    for (int j = 0; j < 6 && cJSON_IsString(role); j++)
+      if (strcmp(role->valuestring, roles[j]) == 0) b->role = (PipeRole)j;
+    if ((int)b->role < 0) fail(r, ep, "role must be act_in, act_out, grad_in, grad_out, tied_in or tied_out");
+    b->cls = cJSON_IsString(block) ? cls_of(block->valuestring) : -1;
+    if (b->cls < 0) fail(r, ep, "block must name a program block");
+    b->offset = integer(r, e, "offset", ep, 0, true);
+    b->bytes = integer(r, e, "bytes", ep, 0, true);
+    b->peer = (int)integer(r, e, "peer", ep, 0, true);
+    b->param = -1;
+    if (b->role == PIPE_TIED_IN || b->role == PIPE_TIED_OUT) {
+      const cJSON *pn = cJSON_GetObjectItemCaseSensitive(e, "param");
+      b->param = cJSON_IsString(pn) ? param_index(rs, pn->valuestring) : -1;
+      if (b->param < 0) fail(r, ep, "param must name a parameter of the stage");
+    }
+    if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) fail(r, ep, "leaves its block");
+  }
+}
+
+PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
+  RtPlan *rt = rt_plan_load(dir, err, errlen);
+  if (!rt) return NULL;
+  Rd r = {.err = err, .errlen = errlen};
+  snprintf(r.file, sizeof r.file, "%s/plan.json", dir);
+  char ierr[IO_ERR_LEN];
+  size_t len;
+  char *text = io_read_all(r.file, &len, ierr, sizeof ierr);
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  free(text);
+  if (!root) {
+    snprintf(err, errlen, "%s: cannot be read again", r.file);
+    rt_plan_free(rt);
+    return NULL;
+  }
+  PipePlan *p = pd_calloc(1, sizeof *p);
+  p->rt = rt;
+  const cJSON *cfg = item(&r, root, "config", "config");
+  p->d = (int)integer(&r, cfg, "stages", "config.stages", 1, true);
+  p->w = (int)integer(&r, cfg, "replicas", "config.replicas", 1, false);
+  p->b = rt->b;
+  p->m = rt->m;
+  const cJSON *rc = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "recompute") : NULL;
+  p->recompute = rc && cJSON_IsTrue(rc);
+  int sched = 0;
+  if (!plan_schedule_parse(rt->schedule, (PlanSchedule *)&sched)) fail(&r, "config.schedule", "unknown schedule");
+  p->schedule = (PlanSchedule)sched;
+  if (!r.failed && (p->d < 1 || p->w < 1 || p->d != rt->nstages))
+    fail(&r, "config.stages", "must be >= 1 and match the \"stages\" array");
+  const cJSON *stages = item(&r, root, "stages", "stages");
+  if (!r.failed) {
+    p->nranks = p->d * p->w;
+    p->st = pd_calloc((size_t)p->d, sizeof *p->st);
+    p->rank_stage = pd_malloc((size_t)p->nranks * sizeof(int));
+    p->rank_replica = pd_malloc((size_t)p->nranks * sizeof(int));
+    for (int k = 0; k < p->nranks; k++) p->rank_stage[k] = p->rank_replica[k] = -1;
+  }
+  for (int i = 0; !r.failed && i < p->d; i++) {
+    const cJSON *so = cJSON_GetArrayItem(stages, i);
+    PipeStage *ps = &p->st[i];
+    char path[128];
+    snprintf(path, sizeof path, "stages[%d]", i);
+    ps->nversions = (int)integer(&r, so, "weight_versions", path, 1, p->d > 1);
+    ps->nstash = (int)integer(&r, so, "stash_slots", path, 1, p->d > 1);
+    const cJSON *mem = so ? cJSON_GetObjectItemCaseSensitive(so, "memory") : NULL;
+    ps->planned_bytes = (uint64_t)integer(&r, mem, "total_bytes", path, 0, false);
+    ps->rank_of_replica = pd_malloc((size_t)p->w * sizeof(int));
+    const cJSON *ranks = so ? cJSON_GetObjectItemCaseSensitive(so, "ranks") : NULL;
+    for (int rep = 0; rep < p->w; rep++) {
+      const cJSON *re = ranks ? cJSON_GetArrayItem(ranks, rep) : NULL;
+      int rk = re ? (int)integer(&r, re, "rank", path, 0, true) : i * p->w + rep;
+      int rr = re ? (int)integer(&r, re, "replica", path, rep, false) : rep;
+      if (!r.failed && (rk >= p->nranks || rr != rep || p->rank_stage[rk] >= 0)) {
+        fail(&r, path, "ranks: every rank 0..d·w-1 exactly once, replicas in order");
+        break;
+      }
+      if (r.failed) break;
+      ps->rank_of_replica[rep] = rk;
+      p->rank_stage[rk] = i;
+      p->rank_replica[rk] = rep;
+    }
+    if (ps->nversions < 1 || ps->nstash < 1) fail(&r, path, "weight_versions and stash_slots must be >= 1");
+    const cJSON *segs = so ? cJSON_GetObjectItemCaseSensitive(so, "segments") : NULL;
+    if (cJSON_IsArray(segs)) {
+      ps->seg_names = pd_calloc((size_t)cJSON_GetArraySize(segs) + 1, sizeof(char *));
+      const cJSON *sn;
+      cJSON_ArrayForEach(sn, segs) if (cJSON_IsString(sn)) ps->seg_names[ps->nsegs++] = pd_strdup(sn->valuestring);
+    }
+    const cJSON *prog = so ? cJSON_GetObjectItemCaseSensitive(so, "program") : NULL;
+    if (!r.failed) read_boundary(&r, prog ? prog : so, i, &rt->stages[i], ps);
+  }
+  const cJSON *tied = cJSON_GetObjectItemCaseSensitive(root, "tied");
+  if (!r.failed && cJSON_IsArray(tied)) {
+    int n = cJSON_GetArraySize(tied);
+    p->groups = pd_calloc((size_t)n + 1, sizeof *p->groups);
+    p->group_names = pd_calloc((size_t)n + 1, sizeof *p->group_names);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, tied) {
+      const cJSON *sts = cJSON_GetObjectItemCaseSensitive(e, "stages");
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+      if (!cJSON_IsArray(sts) || !cJSON_IsString(nm) || cJSON_GetArraySize(sts) > PLAN_MAX_TIED_SEGS) {
+        fail(&r, "tied", "each entry needs \"name\" and \"stages\"");
+        break;
+      }
+      /* The stream generator needs only groups held by more than one stage, in the
+       * plan's group order (its TIED_SYNC `group` numbers index this list). */
+      PlanTiedGroup *g = &p->groups[p->ngroups];
+      g->tied = (int)integer(&r, e, "group", "tied.group", (int64_t)p->ngroups, false);
+      const cJSON *sv;
+      cJSON_ArrayForEach(sv, sts) {
+        int s = cJSON_IsNumber(sv) ? (int)sv->valuedouble : -1;
+        if (s < 0 || s >= p->d) fail(&r, "tied.stages", "a stage out of range");
+        else g->stages[g->nstages++] = s;
+      }
+      p->group_names[p->ngroups++] = pd_strdup(nm->valuestring);
+    }
+  }
+  cJSON_Delete(root);
+  if (r.failed) {
+    pipe_plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void pipe_plan_free(PipePlan *p) {
+  if (!p) return;
+  for (int i = 0; p->st && i < p->d; i++) {
+    free(p->st[i].rank_of_replica);
+    free(p->st[i].bnd);
+    for (int k = 0; k < p->st[i].nsegs; k++) free(p->st[i].seg_names[k]);
+    free(p->st[i].seg_names);
+  }
+  free(p->st);
+  for (int g = 0; g < p->ngroups; g++) free(p->group_names[g]);
+  free(p->group_names);
+  free(p->groups);
+  free(p->rank_stage);
+  free(p->rank_replica);
+  rt_plan_free(p->rt);
+  free(p);
+}
+
+int pipe_plan_ranks(const char *dir) {
+  size_t n = strlen(dir) + 16;
+  char *file = pd_malloc(n);
+  snprintf(file, n, "%s/plan.json", dir);
+  char ierr[IO_ERR_LEN];
+  size_t len;
+  char *text = io_read_all(file, &len, ierr, sizeof ierr);
+  free(file);
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  free(text);
+  const cJSON *cfg = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+  const cJSON *d = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "stages") : NULL;
+  const cJSON *w = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "replicas") : NULL;
+  int r = (cJSON_IsNumber(d) && d->valuedouble >= 1 ? (int)d->valuedouble : 1) *
+          (cJSON_IsNumber(w) && w->valuedouble >= 1 ? (int)w->valuedouble : 1);
+  cJSON_Delete(root);
+  return r;
+}

@@ -1,0 +1,122 @@
+/* runtime/pipeline_rank.h — internals shared by runtime/pipeline*.c: one rank's state,
+ * the events it records, what rank 0 gathers at the end. See runtime/pipeline.h. */
+#ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
+#define PD2BW_RUNTIME_PIPELINE_RANK_H
+
+#include "runtime/runtime.h"
+
+#define PIPE_MAX_SLOTS 16  /* weight versions or stash slots per stage */
+#define PIPE_MAX_GROUPS 8  /* tied groups */
+#define PIPE_MAX_BND 64    /* boundary tensors per stage */
+
+/* One executed instruction (a group of sends/receives: one per instruction, with the
+ * group's common start and end). Times: CLOCK_MONOTONIC seconds. */
+typedef struct PipeEvent {
+  int op; /* PlanOp */
+  int stage, replica;
+  int64_t mb;
+  int batch, version, group;
+  double start, end;
+} PipeEvent;
+
+/* A tied group as this rank sees it. */
+typedef struct PipeTied {
+  int member;        /* index among the group's stages; -1: not held here */
+  int param;         /* index in RtStage.params; -1: not held or the group is one stage */
+  bool deferred;     /* 2bw: stepped apart, gradient in tied_grads[batch % 2] */
+  uint64_t bytes;
+  uint64_t tg_off;   /* in tied_grads[par] */
+  uint64_t rx_off;   /* in tied_rx[par] */
+  int state[2];      /* per batch parity: 0 idle, 1 posted, 2 summed */
+  TransportRequest *req[2][2 * PLAN_MAX_TIED_SEGS];
+  int nreq[2];
+} PipeTied;
+
+typedef struct PipeRank {
+  const PipePlan *pp;
+  const PipeOptions *o;
+  Transport *t;
+  int rank, stage, replica;
+  const RtStage *st;
+  TrainConfig tc;
+  StageProgram prog;
+  bool prog_loaded;
+  int64_t first, steps; /* batches [first, steps) */
+  int64_t mref;         /* w·m: the reference's microbatches per step */
+  PlanStreamSpec spec;
+  PlanStreams streams;
+  const PlanStream *stream;
+  int nversions, nstash;
+  /* the arena and what lives in it */
+  char *arena;
+  uint64_t arena_bytes;
+  char *w[PIPE_MAX_SLOTS], *grads, *tg[2], *adam_m, *adam_v, *stash[PIPE_MAX_SLOTS], *full, *inputs,
+      *bnd, *work, *tied_rx[2];
+  uint64_t act_in_bytes, tied_deferred_bytes, tied_rx_bytes;
+  int64_t act_in_packed[PIPE_MAX_BND];
+  int newest; /* slot of the newest weight version */
+  PipeTied tied[PIPE_MAX_GROUPS];
+  double scale[2]; /* gradient scale of batch t (parity), for deferred tied steps */
+  TransportGroup *rep_group;
+  TransportRequest **reqs;       /* one send/receive group */
+  double *norm_part;             /* [d] per-stage sums of squares (clipping) */
+  TransportRequest **norm_req;   /* [2d] */
+  int *mb_sslot;
+  /* data */
+  DataFile *df;
+  DataLoader *dl;
+  int T;
+  int32_t *tok_tmp, *tgt_tmp;
+  /* results */
+  double *loss; /* [(steps - first) · m] last stage */
+  int64_t bad_ids;
+  PipeEvent *ev;
+  int nev, cap_ev;
+  int64_t steps_done;
+  double last_step_time;
+  /* faults */
+  int64_t fault_step;
+  int fault_mode; /* 0 exit, 1 hang, 2 kill */
+  bool failed;
+  char err[TRANSPORT_ERR_LEN + 64];
+} PipeRank;
+
+/* What rank 0 holds after pipe_gather. */
+typedef struct PipeGathered {
+  int d;
+  char **stage_w, **stage_prev, **stage_m, **stage_v; /* [d] params blocks of replica 0 */
+  double *mb_loss; /* reference order */
+  PipeEvent *ev;
+  int64_t nev;
+  uint64_t *arena; /* [d] bytes allocated per stage (largest replica) */
+  int64_t bad_ids; /* out-of-range token ids seen by any rank */
+} PipeGathered;
+
+double pipe_now(void);
+PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
+                           char *err, size_t errlen);
+void pipe_rank_destroy(PipeRank *R);
+/* Loads a checkpoint (any partition's, or the sequential trainer's) into the rank's
+ * parameters and optimizer state; sets R->first. */
+bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
+bool pipe_rank_run(PipeRank *R);
+bool pipe_gather(PipeRank *R, PipeGathered *G);
+void pipe_gathered_free(PipeGathered *G);
+
+/* Reads the "step" of a checkpoint (0 when path is NULL); false with a message. */
+bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen);
+/* Writes the gathered state as one checkpoint, the sequential trainer's format. */
+bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
+               char *err, size_t errlen);
+
+/* Trace and measurements (pipeline_trace.c). */
+bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                      size_t errlen);
+/* Measured step time and per-stage bubble over the simulator's window (stage 0's
+ * updates of batches 1..4 when the run has them, else the whole run). */
+void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
+                  double *step_time, double *bubble);
+bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                        size_t errlen);
+
+#endif

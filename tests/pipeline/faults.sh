@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Faults: a rank that exits, is killed, or stops answering (PD2BW_FAULT_INJECT=
+# RANK:STEP:MODE) makes every rank stop within a bounded time with a message naming
+# the rank and what it waited for, and a non-zero exit; SIGTERM stops a run cleanly;
+# no checkpoint is left half-written. Local threads and MPI.
+#   faults.sh PD2BWC PD2BWRUN
+set -u
+PD2BWC=$1
+RUN=$2
+. "$(dirname "$0")/common.sh"
+plan "$T/a" -D bsz=8 -D mbs=1 --stages 2 --replicas 2 --microbatches 4 --schedule 2bw --recompute off || exit 1
+expect_fail() { # NAME MAX_SECONDS PATTERN COMMAND...
+  local name=$1 max=$2 pat=$3
+  shift 3
+  local t0 t1 rc
+  t0=$(date +%s)
+  "$@" >"$T/out" 2>&1
+  rc=$?
+  t1=$(date +%s)
+  if [ $rc -ne 0 ] && [ $((t1 - t0)) -le "$max" ] && grep -q -- "$pat" "$T/out"; then
+    ok "$name (exit $rc after $((t1 - t0)) s): $(grep -m1 -- "$pat" "$T/out")"
+  else
+    bad "$name: exit $rc after $((t1 - t0)) s (limit $max), wanted /$pat/:"
+    cat "$T/out"
+  fi
+  [ ! -e "$T/ck.st" ] || bad "$name left a checkpoint behind"
+  ls "$T" | grep -q 'ck.st.tmp' && bad "$name left a half-written checkpoint"
+}
+
+PD2BW_FAULT_INJECT=1:2:exit expect_fail "local: rank 1 exits" 20 "rank 1" \
+  train "$T/a" 50 --timeout 3 --save "$T/ck.st"
+PD2BW_FAULT_INJECT=3:1:hang expect_fail "local: rank 3 stops answering" 30 "timed out after 3 s waiting for" \
+  train "$T/a" 50 --timeout 3 --save "$T/ck.st"
+PD2BW_FAULT_INJECT=1:2:exit expect_fail "mpi: rank 1 exits" 30 "rank 1 exited" \
+  mpitrain 4 "$T/a" 50 --timeout 3 --save "$T/ck.st"
+PD2BW_FAULT_INJECT=2:1:kill expect_fail "mpi: rank 2 is killed" 30 "rank\|MPI" \
+  mpitrain 4 "$T/a" 50 --timeout 3 --save "$T/ck.st"
+PD2BW_FAULT_INJECT=3:1:hang expect_fail "mpi: rank 3 stops answering" 30 "timed out after 3 s waiting for" \
+  mpitrain 4 "$T/a" 50 --timeout 3 --save "$T/ck.st"
+# SIGTERM in the middle of a long run: every rank stops, non-zero exit, no checkpoint.
+term() { # NAME COMMAND...
+  local name=$1
+  shift
+  "$@" >"$T/out" 2>&1 &
+  local pid=$! t0
+  sleep 2
+  t0=$(date +%s)
+  kill -TERM $pid
+  wait $pid
+  local rc=$?
+  local dt=$(($(date +%s) - t0))
+  if [ $rc -ne 0 ] && [ $dt -le 15 ] && [ ! -e "$T/ck.st" ]; then
+    ok "$name (exit $rc after $dt s): $(grep -m1 -i 'interrupt\|signal\|SIGTERM' "$T/out")"
+  else
+    bad "$name: exit $rc after $dt s"
+    cat "$T/out"
+  fi
+}
+term "local: SIGTERM stops every rank" "$RUN" "$T/a" --data "$T/train.bin" --steps 3000 --threads 1 -q \
+  --save "$T/ck.st"
+term "mpi: SIGTERM to mpirun stops every rank" "${MPIRUN[@]}" -np 4 "$RUN" "$T/a" --transport mpi \
+  --data "$T/train.bin" --steps 3000 --threads 1 -q --save "$T/ck.st"
+finish

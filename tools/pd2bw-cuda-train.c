@@ -1,0 +1,88 @@
+/* tools/pd2bw-cuda-train.c — train a one-stage plan on one GPU (runtime/cuda_exec.h).
+ *
+ *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
+ *                    [--seed N] [--log-json FILE] [--bench-gemm] [-q]
+ *
+ * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
+ * `--backend cuda` (it will call the same function). Without a GPU driver it prints
+ * "cuda backend: no CUDA driver found (...); use --backend cpu" and exits 1. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda_exec.h"
+
+static const char usage[] =
+    "usage: pd2bw-cuda-train PLAN_DIR --data FILE --steps N [options]\n"
+    "\n"
+    "Trains a one-stage plan (made by pd2bwc with --backend cuda or both) on one GPU.\n"
+    "\n"
+    "options:\n"
+    "  --data FILE       training tokens (uint16 .bin)\n"
+    "  --steps N         optimizer steps\n"
+    "  --device K        GPU ordinal (default 0)\n"
+    "  --gemm fp32|tf32  GEMM arithmetic (default: as the plan's launch lists say)\n"
+    "  --seed N          override the plan's seed\n"
+    "  --log-json FILE   one JSON object per step (pd2bwrun's format)\n"
+    "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape\n"
+    "  -q, --quiet       only errors and the summary\n"
+    "  -h, --help        this text\n";
+
+static int fail(const char *msg, const char *arg) {
+  fprintf(stderr, "pd2bw-cuda-train: error: %s%s%s\n", msg, arg ? arg : "", arg ? "'" : "");
+  return 1;
+}
+
+static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH };
+  static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
+                                        {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
+                                        {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
+                                        {"bench-gemm", no_argument, 0, O_BENCH},  {"quiet", no_argument, 0, 'q'},
+                                        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  CudaExecOptions o = {0};
+  uint64_t v;
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+    switch (c) {
+    case O_DATA: o.data_path = optarg; break;
+    case O_LOG: o.log_json = optarg; break;
+    case O_STEPS:
+      if (!parse_u64(optarg, 1, 1u << 30, &v)) return fail("--steps needs a positive integer, got '", optarg);
+      o.steps = (int64_t)v;
+      break;
+    case O_DEVICE:
+      if (!parse_u64(optarg, 0, 1023, &v)) return fail("--device needs a GPU ordinal, got '", optarg);
+      o.device = (int)v;
+      break;
+    case O_SEED:
+      if (!parse_u64(optarg, 0, UINT64_MAX, &v)) return fail("--seed needs a non-negative integer, got '", optarg);
+      o.seed = v, o.seed_set = true;
+      break;
+    case O_GEMM:
+      if (strcmp(optarg, "fp32") == 0) o.gemm = CX_GEMM_FP32;
+      else if (strcmp(optarg, "tf32") == 0) o.gemm = CX_GEMM_TF32;
+      else return fail("--gemm takes fp32 or tf32, got '", optarg);
+      break;
+    case O_BENCH: o.bench_gemm = true; break;
+    case 'q': o.quiet = true; break;
+    case 'h': fputs(usage, stdout); return 0;
+    default: return fail("unknown or incomplete option '", argv[optind - 1]);
+    }
+  }
+  if (optind != argc - 1) return fail("one plan directory is needed (see --help)", NULL);
+  if (!o.data_path) return fail("--data FILE is required", NULL);
+  if (!o.steps) return fail("--steps N is required", NULL);
+  return cuda_exec_main("pd2bw-cuda-train", argv[optind], &o);
+}
