@@ -101,7 +101,11 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
   out->cache_hit = stat(out->so_path, &sb) == 0;
   if (!out->cache_hit) {
     char tmp[1100], cmd[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out->so_path, (long)getpid());
+    /* Unique per process AND thread: ranks that are threads of one process may
+     * compile the same stage at once; each builds its own file and the renames
+     * race harmlessly (the contents are identical). */
+    static _Atomic unsigned long serial;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", out->so_path, (long)getpid(), ++serial);
     snprintf(cmd, sizeof cmd, "%s " RT_CC_FLAGS " -o '%s' '%s' -lm 2>&1", compiler(), tmp, c_path);
     char *log = run_capture(cmd, &st);
     if (!log || st != 0) {

@@ -27,9 +27,10 @@ CLUSTER=${CLUSTER:-models/clusters/cpu2.cluster}
 EVAL_EVERY=${EVAL_EVERY:-50}
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes}
 
+echo "== dependencies"
+bash scripts/deps.sh
 echo "== build ($BUILD)"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$BUILD" pd2bwc pd2bwrun pd2bw-data >/dev/null
+BUILD_DIR=$BUILD bash scripts/build.sh >/dev/null
 mkdir -p "$OUT"
 
 echo "== data: fortunes -> byte-level tokens"
