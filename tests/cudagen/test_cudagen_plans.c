@@ -15,6 +15,9 @@
  *             size 128, tied LM head, cross-entropy) and the first stage of the
  *             first BERT case (embeddings, head size 64);
  *   nvrtc80   NVRTC for sm_80: the tiny GPT's first stage and the BERT case's last.
+ *   allNN:K:N every stage of every case (distinct sources once) for sm_NN, shard K of
+ *             N of the cases: CI runs all shards of both architectures, so every
+ *             generated stageN.cu of every golden plan is compiled by NVRTC.
  * Why a sample: every stage's source differs from every other's (its offsets are
  * literals), there are ~250 of them, and each costs NVRTC 3-8 s of one core here —
  * the pasted kernel library dominates, so what varies between stages (the fused
@@ -85,7 +88,7 @@ static int read_cases(Case *cs, int max) {
 }
 
 /* The distinct sources compiled so far (by hash), per architecture. */
-static char seen[256][17];
+static char seen[1024][17];
 static int nseen;
 
 typedef struct Run {
@@ -99,7 +102,7 @@ static void compile_stage(const char *src, const cJSON *list, int arch, const ch
   codegen_hash_hex(src, strlen(src), h);
   for (int i = 0; i < nseen; i++)
     if (strcmp(seen[i], h) == 0) return;
-  if (nseen < 256) snprintf(seen[nseen++], 17, "%s", h);
+  if (nseen < (int)(sizeof seen / sizeof seen[0])) snprintf(seen[nseen++], 17, "%s", h);
 #ifndef PD2BW_HAVE_CUDA
   (void)list, (void)arch, (void)what;
   fprintf(stderr, "  built without the CUDA toolkit: no NVRTC\n");
@@ -233,7 +236,10 @@ int main(int argc, char **argv) {
   pd2bwc = argv[1];
   const char *part = argv[2];
   bool lists = strcmp(part, "lists") == 0, nv90 = strcmp(part, "nvrtc90") == 0;
-  if (!lists && !nv90 && strcmp(part, "nvrtc80") != 0) {
+  int all_arch = 0, shard = 0, nshards = 1;
+  bool all = sscanf(part, "all%d:%d:%d", &all_arch, &shard, &nshards) == 3 && nshards > 0 &&
+             shard >= 0 && shard < nshards && (all_arch == 80 || all_arch == 90);
+  if (!lists && !nv90 && !all && strcmp(part, "nvrtc80") != 0) {
     fprintf(stderr, "unknown part '%s'\n", part);
     return 2;
   }
@@ -247,7 +253,11 @@ int main(int argc, char **argv) {
   bool gpt_done = false, bert_done = false;
   for (int i = 0; i < n; i++) {
     Run r = {0};
-    if (!lists) {
+    if (all) {
+      if (i % nshards != shard) continue;
+      r.arch = all_arch;
+      r.all_stages = true;
+    } else if (!lists) {
       /* The sample (see the file comment); repeated sources are compiled once. */
       r.arch = nv90 ? 90 : 80;
       if (strncmp(cs[i].name, "tinygpt", 7) == 0) {
@@ -271,7 +281,8 @@ int main(int argc, char **argv) {
     RUN(test_case);
   }
   want_compiled = nv90 ? 5 : 2;
-  if (!lists) RUN(test_sample_compiled);
+  if (!lists && !all) RUN(test_sample_compiled);
+  if (all) printf("  %d distinct stage sources compiled for sm_%d\n", nseen, all_arch);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
