@@ -1,7 +1,7 @@
 /* tools/pd2bw-cuda-train.c — train a one-stage plan on one GPU (runtime/cuda_exec.h).
  *
  *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
- *                    [--seed N] [--log-json FILE] [--bench-gemm] [-q]
+ *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm] [-q]
  *
  * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
  * `--backend cuda` (it will call the same function). Without a GPU driver it prints
@@ -25,6 +25,7 @@ static const char usage[] =
     "  --gemm fp32|tf32  GEMM arithmetic (default: as the plan's launch lists say)\n"
     "  --seed N          override the plan's seed\n"
     "  --log-json FILE   one JSON object per step (pd2bwrun's format)\n"
+    "  --shuffle         visit the training windows in a seeded random order per epoch\n"
     "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape\n"
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
@@ -44,11 +45,12 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH };
+  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE };
   static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
                                         {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
                                         {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
-                                        {"bench-gemm", no_argument, 0, O_BENCH},  {"quiet", no_argument, 0, 'q'},
+                                        {"bench-gemm", no_argument, 0, O_BENCH},  {"shuffle", no_argument, 0, O_SHUFFLE},
+                                        {"quiet", no_argument, 0, 'q'},
                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   CudaExecOptions o = {0};
   uint64_t v;
@@ -76,6 +78,7 @@ int main(int argc, char **argv) {
       else return fail("--gemm takes fp32 or tf32, got '", optarg);
       break;
     case O_BENCH: o.bench_gemm = true; break;
+    case O_SHUFFLE: o.shuffle = true; break;
     case 'q': o.quiet = true; break;
     case 'h': fputs(usage, stdout); return 0;
     default: return fail("unknown or incomplete option '", argv[optind - 1]);

@@ -1,0 +1,22 @@
+# runtime/cuda_exec.cmake — the GPU trainer (runtime/cuda_exec.h): the launch-list
+# interpreter and the trainer build everywhere (they reach the device only through a
+# table of functions); the real-GPU ops need runtime/cuda's library, which exists only
+# when the CUDA toolkit was found, else a stand-in says "built without the toolkit".
+# Included from runtime/CMakeLists.txt (after runtime/cuda).
+add_library(pd2bw_cuda_exec STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_list.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_train.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c)
+pd2bw_strict(pd2bw_cuda_exec)
+target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_runtime pd2bw_io pd2bw_codegen pd2bw_ir cjson ${M_LIB})
+if(TARGET pd2bw_cuda)
+  target_sources(pd2bw_cuda_exec PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_dev.c)
+  target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_cuda)
+else()
+  target_sources(pd2bw_cuda_exec PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_dev_none.c)
+endif()
+
+# The driver gpu-check.sh uses (pd2bwrun --backend cuda will call cuda_exec_main too).
+add_executable(pd2bw-cuda-train ${CMAKE_SOURCE_DIR}/tools/pd2bw-cuda-train.c)
+pd2bw_strict(pd2bw-cuda-train)
+target_link_libraries(pd2bw-cuda-train PRIVATE pd2bw_cuda_exec)

@@ -1,0 +1,170 @@
+/* runtime/cuda_exec.h — training a plan on a GPU: the launch-list executor.
+ *
+ * pd2bwc writes, next to each stageN.c, the GPU twin stageN.cu and the launch list
+ * stageN.launch.json (format in codegen/cgen_cuda.c): the ordered kernel launches and
+ * GEMM calls of one microbatch's forward and backward, every pointer a (block,
+ * offset) pair. This sub-area replays those lists:
+ *
+ *  - cuda_exec_list.c: the interpreter core. It loads a launch list once into flat
+ *    arrays (kernel handles resolved, every offset checked against its block, every
+ *    argument pre-encoded), then replays a pass with no allocation and no JSON. It
+ *    talks to the device ONLY through a CxDeviceOps table (launch, GEMM, copies,
+ *    zeroing), so tests plug in the host CUDA emulator (tests/cuda/cuda_emu.h) and
+ *    replay the very lists a GPU would run, on the CPU;
+ *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/trainer.c's
+ *    update rule step for step (same data order, same dropout keys, same 1/m and
+ *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
+ *    rule for 2bw with two weight versions), so its losses must match the CPU
+ *    trainer's from the same initial weights (rt_init_param by name and seed);
+ *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
+ *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
+ *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
+ *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
+ *    tools/pd2bw-cuda-train call.
+ *
+ * What it promises: on a machine without a GPU driver, opening the device fails with
+ * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
+ * never a crash. A plan made with --backend cpu (no launch lists) is a user error
+ * naming the missing file.
+ *
+ * NOT done: several stages (single-GPU pipeline mode), BF16 operands, evaluation,
+ * checkpoints; cuda_exec_main refuses those plans/flags with a message.
+ */
+#ifndef PD2BW_RUNTIME_CUDA_EXEC_H
+#define PD2BW_RUNTIME_CUDA_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+
+/* A device address: an arena base plus a byte offset. */
+typedef uint64_t CxPtr;
+
+/* The element/compute type of a GEMM. */
+typedef enum CxGemmType {
+  CX_GEMM_PLAN, /* as the launch list says (its "dtype"); only in CudaExecOptions */
+  CX_GEMM_FP32, /* float32 operands, float32 arithmetic (bit-comparable to the CPU) */
+  CX_GEMM_TF32  /* float32 operands, TF32 tensor cores, float32 accumulation */
+} CxGemmType;
+
+/* The device as the executor sees it. Every call is on one device; `stream` is a
+ * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
+ * stream; htod/dtoh first wait for all the device's work, so the host may reuse or
+ * read its buffer when they return. */
+typedef struct CxDeviceOps {
+  void *dev;
+  /* The one arena (called once per device). false with a message (too little memory). */
+  bool (*alloc)(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen);
+  /* Compiles/loads stage source `src` (name for diagnostics); NULL with a message. */
+  void *(*load)(void *dev, const char *src, const char *name, char *err, size_t errlen);
+  /* Kernel `name` of a loaded module, or NULL when it has none. */
+  void *(*kernel)(void *dev, void *module, const char *name);
+  /* args: one pointer per kernel parameter, to a value of exactly its type. */
+  void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
+  /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics). */
+  void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
+               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc);
+  void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
+  void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
+  void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
+  void (*sync)(void *dev); /* waits for all streams */
+} CxDeviceOps;
+
+/* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
+
+/* The blocks a launch list's pointers name: BufClass values (passes/layout.h) for
+ * params .. boundary, and the CUDA-only scratch after them. */
+enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_NBLOCKS = BUF_CLASS_COUNT + 1 };
+
+typedef enum CxPass {
+  CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */
+  CX_BACKWARD /* "backward": the same microbatch's backward; ADDS into grads */
+} CxPass;
+
+typedef struct CxProgram CxProgram;
+
+/* What a replay needs besides the list: the block bases of this microbatch (params:
+ * the weight version it uses; stash: its slot) and the runtime arguments. */
+typedef struct CxReplay {
+  CxPtr base[CX_NBLOCKS]; /* indexed by BufClass / CX_SCRATCH; [BUF_NONE] unused */
+  uint64_t seed;
+  uint32_t microbatch; /* global index: keys the dropout streams */
+  bool training;       /* false: dropout is the identity */
+  int stream;
+} CxReplay;
+
+/* Reads plan_dir/stage<stage>.launch.json and its stageN.cu, checks the source's
+ * hash against the list's, loads the module through ops and resolves every kernel.
+ * gemm != CX_GEMM_PLAN overrides the list's GEMM dtype. NULL with a message naming
+ * the file (a plan made with --backend cpu has no launch lists). */
+CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
+                           char *err, size_t errlen);
+void cx_program_free(CxProgram *p);
+/* Bytes of block c (CX_SCRATCH included) the list needs. */
+int64_t cx_program_block(const CxProgram *p, int c);
+/* Offset of the f32 loss in CX_SCRATCH, or -1 (the stage has no loss); of the u64
+ * out-of-range id counter the runtime zeroes and reads. */
+int64_t cx_program_loss_offset(const CxProgram *p);
+int64_t cx_program_bad_ids_offset(const CxProgram *p);
+/* A library kernel (cuda_kernels.cuh) of the program's module; PD_CHECKs it exists. */
+void *cx_program_kernel(const CxProgram *p, const char *name);
+int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
+/* Replays pass `pass` with bases and runtime values from r. Asynchronous. */
+void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r);
+
+/* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
+
+typedef struct CudaExecOptions {
+  const char *data_path; /* token file (cuda_exec_main) */
+  int64_t steps;         /* updates to run (cuda_exec_main) */
+  const char *log_json;  /* one JSON object per step, or NULL (cuda_exec_main) */
+  bool quiet;
+  bool shuffle;    /* seeded random window order per epoch (pd2bwrun --shuffle) */
+  int device;      /* GPU ordinal */
+  CxGemmType gemm; /* CX_GEMM_PLAN: as the launch lists say */
+  uint64_t seed;   /* overrides the plan's seed when seed_set */
+  bool seed_set;
+  /* cuda_exec_main: after training, time cuBLAS on the model's largest GEMM shape in
+   * the same process and print it beside the achieved rate. */
+  bool bench_gemm;
+} CudaExecOptions;
+
+typedef struct CxTrainer CxTrainer;
+
+/* Loads stage 0 of the one-stage plan p on the device behind ops (p and ops outlive
+ * the trainer), allocates its arena and initialises the parameters on the host with
+ * rt_init_param (the CPU trainer's weights, bit for bit), AdamW state zeroed. NULL
+ * with a message. */
+CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, char *err,
+                             size_t errlen);
+void cx_trainer_destroy(CxTrainer *t);
+/* One update from batch `step` of data: the contract of trainer_step (runtime.h). */
+void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out);
+/* Copies the newest weights (the params block, float32) to host memory dst. */
+void cx_trainer_read_params(CxTrainer *t, float *dst);
+int64_t cx_trainer_step_index(const CxTrainer *t);
+double cx_trainer_flops_per_step(const CxTrainer *t);
+/* The device arena's size in bytes. */
+uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
+
+/* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
+
+/* Opens GPU `device` (context, streams, cuBLAS; stage sources compiled with NVRTC
+ * for its architecture, cached on disk). NULL with the backend's message (no driver:
+ * "cuda backend: no CUDA driver found (...); use --backend cpu"). */
+CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen);
+void cx_cuda_close(CxDeviceOps *ops);
+/* The device's name ("NVIDIA H200"), or "" */
+const char *cx_cuda_name(const CxDeviceOps *ops);
+/* Times M×N×K GEMMs of `type` on the device (in its own arena: call with no trainer
+ * alive). TFLOP/s, or -1 with a message. */
+double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
+
+/* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for
+ * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
+ * line on stderr. */
+int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
+
+#endif /* PD2BW_RUNTIME_CUDA_EXEC_H */

@@ -1,0 +1,135 @@
+/* runtime/cuda_exec_dev.c — the executor's device ops on a real GPU
+ * (runtime/cuda/cuda_backend.h), and the cuBLAS rate it is compared with.
+ *
+ * Stage sources go through cuda_nvrtc_compile for the device's architecture (cached
+ * on disk, so the second run of a plan loads in milliseconds). The backend's streams
+ * are non-blocking, so host copies first wait for the whole device: the executor
+ * relies on htod/dtoh being ordered after everything it launched (cuda_exec.h). */
+#include "runtime/cuda_exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/cuda_backend.h"
+
+#define CX_MAX_MODULES 16
+
+typedef struct CxCuda {
+  CxDeviceOps ops;
+  CudaDev *d;
+  CudaModule *mod[CX_MAX_MODULES];
+  int nmod;
+} CxCuda;
+
+static bool d_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
+  CudaPtr b;
+  if (!cuda_arena_create(((CxCuda *)dev)->d, bytes, &b, err, errlen)) return false;
+  *base = b;
+  return true;
+}
+
+static void *d_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
+  CxCuda *c = dev;
+  if (c->nmod == CX_MAX_MODULES) {
+    snprintf(err, errlen, "cuda backend: more than %d stage programs on one device", CX_MAX_MODULES);
+    return NULL;
+  }
+  CudaCompileOptions o = {.arch = cuda_dev_arch(c->d), .name = name};
+  CudaBinary bin;
+  char *cerr = NULL;
+  if (!cuda_nvrtc_compile(src, &o, &bin, &cerr)) {
+    snprintf(err, errlen, "%s: %s", name, cerr ? cerr : "NVRTC failed");
+    free(cerr);
+    return NULL;
+  }
+  CudaModule *m = cuda_module_load(c->d, bin.data, bin.size, err, errlen);
+  cuda_binary_free(&bin);
+  if (m) c->mod[c->nmod++] = m;
+  return m;
+}
+
+static void *d_kernel(void *dev, void *module, const char *name) {
+  (void)dev;
+  return cuda_module_kernel(module, name);
+}
+
+static void d_launch(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args) {
+  cuda_launch(((CxCuda *)dev)->d, (CudaStreamId)stream, kernel, grid, block, args);
+}
+
+static void d_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
+  CudaGemmType t = type == CX_GEMM_TF32 ? CUDA_GEMM_TF32 : CUDA_GEMM_F32;
+  cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void d_htod(void *dev, CxPtr dst, const void *src, size_t bytes) {
+  CxCuda *c = dev;
+  cuda_dev_sync(c->d);
+  cuda_memcpy_htod(c->d, dst, src, bytes);
+}
+
+static void d_dtoh(void *dev, void *dst, CxPtr src, size_t bytes) {
+  CxCuda *c = dev;
+  cuda_dev_sync(c->d);
+  cuda_memcpy_dtoh(c->d, dst, src, bytes);
+}
+
+static void d_memset0(void *dev, int stream, CxPtr p, size_t bytes) {
+  cuda_memset0(((CxCuda *)dev)->d, (CudaStreamId)stream, p, bytes);
+}
+
+static void d_sync(void *dev) { cuda_dev_sync(((CxCuda *)dev)->d); }
+
+CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
+  CudaDev *d = cuda_dev_create(device, err, errlen);
+  if (!d) return NULL;
+  CxCuda *c = pd_calloc(1, sizeof *c);
+  c->d = d;
+  c->ops = (CxDeviceOps){.dev = c, .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch,
+                         .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync};
+  return &c->ops;
+}
+
+void cx_cuda_close(CxDeviceOps *ops) {
+  if (!ops) return;
+  CxCuda *c = ops->dev;
+  cuda_dev_sync(c->d);
+  for (int i = 0; i < c->nmod; i++) cuda_module_unload(c->mod[i]);
+  cuda_dev_destroy(c->d);
+  free(c);
+}
+
+const char *cx_cuda_name(const CxDeviceOps *ops) { return ops ? cuda_dev_name(((CxCuda *)ops->dev)->d) : ""; }
+
+double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen) {
+  CudaDev *d = cuda_dev_create(device, err, errlen);
+  if (!d) return -1;
+  size_t a = (size_t)M * (size_t)K * 4, b = (size_t)K * (size_t)N * 4, cb = (size_t)M * (size_t)N * 4;
+  CudaPtr base;
+  if (!cuda_arena_create(d, a + b + cb, &base, err, errlen)) {
+    cuda_dev_destroy(d);
+    return -1;
+  }
+  /* small values: the rate does not depend on them, only finite ones matter */
+  float *h = pd_malloc(a > b ? a : b);
+  for (size_t i = 0; i < (a > b ? a : b) / 4; i++) h[i] = (float)((int)(i % 17) - 8) / 64.0f;
+  cuda_memcpy_htod(d, base, h, a);
+  cuda_memcpy_htod(d, base + a, h, b);
+  free(h);
+  CudaGemmType t = type == CX_GEMM_TF32 ? CUDA_GEMM_TF32 : CUDA_GEMM_F32;
+  CudaEvent *e0 = cuda_event_create(d), *e1 = cuda_event_create(d);
+  for (int i = 0; i < 3; i++) /* warm-up: cuBLAS picks and loads its kernel */
+    cuda_gemm(d, CUDA_STREAM_COMPUTE, t, 0, 0, M, N, K, 1, base, K, base + a, N, 0, base + a + b, N);
+  int reps = 20;
+  cuda_event_record(e0, CUDA_STREAM_COMPUTE);
+  for (int i = 0; i < reps; i++)
+    cuda_gemm(d, CUDA_STREAM_COMPUTE, t, 0, 0, M, N, K, 1, base, K, base + a, N, 0, base + a + b, N);
+  cuda_event_record(e1, CUDA_STREAM_COMPUTE);
+  cuda_event_sync(e1);
+  double ms = cuda_event_ms(e0, e1);
+  cuda_event_destroy(e0);
+  cuda_event_destroy(e1);
+  cuda_dev_destroy(d);
+  return 2.0 * M * N * (double)K * reps / (ms / 1e3) / 1e12;
+}
