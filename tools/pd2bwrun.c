@@ -11,6 +11,7 @@
  * the user can cause (a missing plan, a bad flag, a data file that does not fit the
  * model, a checkpoint of another model) ends with one line naming the file and exit
  * status 1. */
+#include "runtime/cuda_exec.h"
 #include "runtime/runtime.h"
 
 #include <errno.h>
@@ -40,6 +41,8 @@ static const char usage[] =
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
     "  --log-json FILE     one JSON object per step\n"
+    "  --backend B         cpu (default) or cuda (one-stage plans; needs an NVIDIA GPU)\n"
+    "  --device N          the GPU to use with --backend cuda (default 0)\n"
     "\n"
     "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
     "  --transport T       local (threads of this process, the default) or mpi (under mpirun)\n"
@@ -54,6 +57,8 @@ static const char usage[] =
 typedef struct Args {
   const char *plan, *data, *val, *save, *resume, *init, *log_json;
   const char *transport, *trace, *profile_out;
+  const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda_exec.h */
+  int device;
   double timeout, ref_tol;
   bool reference, pipeline_flags;
   int64_t steps, eval_every, eval_batches;
@@ -82,7 +87,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   a->eval_batches = 8;
   a->ref_tol = 1e-5;
   enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE,
-         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL };
+         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_BACKEND, O_DEVICE };
   static const struct option opts[] = {
       {"data", required_argument, 0, O_DATA},       {"val-data", required_argument, 0, O_VAL},
       {"steps", required_argument, 0, O_STEPS},     {"eval-every", required_argument, 0, O_EVAL},
@@ -94,6 +99,7 @@ static int parse_args(int argc, char **argv, Args *a) {
       {"trace", required_argument, 0, O_TRACE},     {"profile-out", required_argument, 0, O_PROFILE_OUT},
       {"reference", no_argument, 0, O_REFERENCE},   {"reference-tol", required_argument, 0, O_REF_TOL},
       {"shuffle", no_argument, 0, O_SHUFFLE},
+      {"backend", required_argument, 0, O_BACKEND}, {"device", required_argument, 0, O_DEVICE},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   int c;
   char msg[256];
@@ -148,6 +154,17 @@ static int parse_args(int argc, char **argv, Args *a) {
     }
     case 'q': a->quiet = true; break;
     case O_SHUFFLE: a->shuffle = true; break;
+    case O_BACKEND:
+      if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+        snprintf(msg, sizeof msg, "--backend takes cpu or cuda, got '%s'", optarg);
+        return fail(msg);
+      }
+      a->backend = optarg;
+      break;
+    case O_DEVICE:
+      if (!parse_int(optarg, 0, 1023, &v)) goto bad_number;
+      a->device = (int)v;
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default:
       snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see pd2bwrun --help)", argv[optind - 1]);
@@ -182,6 +199,13 @@ int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  if (a.backend && strcmp(a.backend, "cuda") == 0) {
+    if (a.val || a.init || a.resume || a.save || a.eval_every || a.pipeline_flags)
+      return fail("--backend cuda supports --data, --steps, --seed, --shuffle, --log-json and --device for now");
+    CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
+                          .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set};
+    return cuda_exec_main("pd2bwrun", a.plan, &co);
+  }
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];

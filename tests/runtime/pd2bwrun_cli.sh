@@ -69,6 +69,11 @@ expect_error "data too short" "too few" "$T/plan" --data "$T/tiny.bin" --steps 1
 expect_error "bad checkpoint" "bad.safetensors" "$T/plan" --data "$T/train.bin" --steps 1 --resume "$T/bad.safetensors"
 printf '\xff\xff%.0s' $(seq 1 400) >"$T/oov.bin"
 expect_error "token outside vocab" "oov.bin" "$T/plan" --data "$T/oov.bin" --steps 1
+expect_error "bad backend" "--backend takes cpu or cuda" "$T/plan" --data "$T/train.bin" --steps 1 --backend tpu
+# --backend cuda where no driver can be loaded (PD2BW_LIBCUDA points at nothing, so
+# this holds on a GPU machine too): a clear message, exit 1, no crash
+PD2BW_LIBCUDA=/nonexistent/libcuda.so.1 expect_error "cuda without a driver" "use --backend cpu" \
+  "$T/plan" --data "$T/train.bin" --steps 1 --backend cuda
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
