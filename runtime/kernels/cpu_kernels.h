@@ -116,6 +116,53 @@ PK_API int64_t pk_attention_work_elems(int B, int T, int NH) {
   return (int64_t)B * NH * 2 * T;
 }
 
+/* expf for loops the compiler vectorises (libm's expf is a call per element, which
+ * made GELU and the softmaxes ~10 % of a GPT-2 step: bench/train/RESULTS.md).
+ * Cephes' expf: x = n·ln2 + r, |r| <= ln2/2 (ln2 split in two so n·ln2_hi is exact),
+ * e^r by its degree-7 minimax polynomial, 2^n through the exponent bits. Max relative
+ * error 8.3e-8 (≈ 1.4 ulp; measured against exp() on every float in [-87, 88],
+ * sampled in tests/kernels/test_kernels_f32.c). |x| is clamped to 87, so results
+ * stay normal and finite (e^±87 = 6.1e37, 1.6e-38), which the callers rely on (no
+ * inf·0, no denormal slow paths); a NaN argument gives NaN.
+ * Written so that gcc -O3 vectorises loops of it without -ffast-math: the clamp is
+ * integer arithmetic on the bits (a float compare-and-select lets gcc thread the
+ * constant case into a branch it may not if-convert under -ftrapping-math), and n
+ * is read from the bits of the rounding sum instead of a float->int conversion. */
+static inline float pk_expf_(float x) {
+  uint32_t xb;
+  memcpy(&xb, &x, sizeof xb);
+  uint32_t ax = xb & 0x7fffffffu;
+  ax = ax > 0x42ae0000u && ax <= 0x7f800000u ? 0x42ae0000u : ax; /* 87.0f; NaN stays */
+  xb = (xb & 0x80000000u) | ax;
+  memcpy(&x, &xb, sizeof x);
+  /* t = 1.5·2^23 + round(x·log2 e): its low mantissa bits hold n. */
+  float t = x * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = x - n * 0.693359375f; /* ln2_hi: 9 significant bits, n·ln2_hi exact */
+  r = r - n * -2.12194440e-4f;    /* ln2_lo */
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  uint32_t bits = (uint32_t)(tb - 0x4b400000 + 127) << 23; /* 2^n, n in [-126, 126] */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/* The float64 twin of pk_expf_'s contract (finite, normal results; NaN passes) for
+ * the kernels written once for both types. */
+static inline double pk_exp_clamped_(double x) {
+  x = x > 700.0 ? 700.0 : x;
+  x = x < -700.0 ? -700.0 : x;
+  return exp(x);
+}
+
 /* Columns per chunk in column-parallel reductions (bias grad, layernorm params,
  * embedding grad): each thread owns whole columns, rows are summed in order. */
 #define PK_COLS 64
@@ -134,18 +181,16 @@ PK_API int64_t pk_attention_work_elems(int B, int T, int NH) {
 #define PK_REAL double
 #define PK_SUFFIX f64
 #define PK_IS_F32 0
-#define PK_EXP exp
+#define PK_EXPV pk_exp_clamped_
 #define PK_LOG log
-#define PK_TANH tanh
 #define PK_SQRT sqrt
 #else
 #define PD2BW_CPU_KERNELS_F32
 #define PK_REAL float
 #define PK_SUFFIX f32
 #define PK_IS_F32 1
-#define PK_EXP expf
+#define PK_EXPV pk_expf_ /* vectorisable, Part 1 */
 #define PK_LOG logf
-#define PK_TANH tanhf
 #define PK_SQRT sqrtf
 #endif
 #define PK_CAT_(a, b) pk_##a##_##b
@@ -187,6 +232,39 @@ PK_API void PK(gemm)(int ta, int tb, int M, int N, int K, PK_REAL alpha, const P
 }
 
 /* ---- elementwise helpers ---------------------------------------------------- */
+
+/* max of x[0..n), n >= 1, through 8 interleaved partial maxima so that the compiler
+ * vectorises it (a max does not depend on the order it is taken in). */
+PK_API PK_REAL PK(row_max_)(const PK_REAL *x, int n) {
+  PK_REAL m[8];
+  for (int j = 0; j < 8; j++) m[j] = x[0];
+  int c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; j++) m[j] = x[c + j] > m[j] ? x[c + j] : m[j];
+  for (; c < n; c++) m[0] = x[c] > m[0] ? x[c] : m[0];
+  PK_REAL mx = m[0];
+  for (int j = 1; j < 8; j++) mx = m[j] > mx ? m[j] : mx;
+  return mx;
+}
+
+/* Σ e^(x[c] - mx) over [0, n) in double, and the terms into out[0..n) when out is not
+ * NULL (out may be x itself). The exps go through PK_EXPV a tile at a time (so they
+ * vectorise) and are summed into 8 interleaved double partial sums, combined in a
+ * fixed order: the same bits on any number of threads. */
+PK_API double PK(sum_exp_)(PK_REAL *out, const PK_REAL *x, PK_REAL mx, int n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  PK_REAL tile[256];
+  for (int c0 = 0; c0 < n; c0 += 256) {
+    int m = n - c0 < 256 ? n - c0 : 256;
+    PK_REAL *t = out ? out + c0 : tile;
+    for (int c = 0; c < m; c++) t[c] = PK_EXPV(x[c0 + c] - mx);
+    int c = 0;
+    for (; c + 8 <= m; c += 8)
+      for (int j = 0; j < 8; j++) lane[j] += (double)t[c + j];
+    for (; c < m; c++) lane[c & 7] += (double)t[c];
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
 
 PK_API void PK(zero)(PK_REAL *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(PK_REAL)); }
 
@@ -487,7 +565,12 @@ PK_API void PK(layernorm_bwd)(PK_REAL *dx, PK_REAL *dgamma, PK_REAL *dbeta, PK_R
 
 /* ---- gelu, relu, softmax ----------------------------------------------------- */
 
-/* GELU, tanh form (GPT-2, BERT): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
+/* GELU, tanh form (GPT-2, BERT): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+ * Computed through 0.5·(1 + tanh(u)) = σ(2u) = 1/(1 + e^(-2u)), so one exp per
+ * element (PK_EXPV, which vectorises) and no cancellation for large negative x
+ * (1 + tanh(u) computed from tanh would lose all digits there). The backward uses
+ * 1 - tanh² = 4·σ·(1-σ) and 1 - σ = e^(-2u)·σ. Exact in float64 up to rounding;
+ * float32 within a few ulp of the float64 kernel. */
 #define PK_GELU_K ((PK_REAL)0.7978845608028654)
 #define PK_GELU_A ((PK_REAL)0.044715)
 
@@ -495,7 +578,8 @@ PK_API void PK(gelu_fwd)(PK_REAL *y, const PK_REAL *x, int64_t n) {
   PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
   for (int64_t i = 0; i < n; i++) {
     PK_REAL v = x[i];
-    y[i] = (PK_REAL)0.5 * v * (1 + PK_TANH(PK_GELU_K * (v + PK_GELU_A * v * v * v)));
+    PK_REAL e = PK_EXPV((PK_REAL)-2 * PK_GELU_K * (v + PK_GELU_A * v * v * v));
+    y[i] = v / (1 + e);
   }
 }
 
@@ -503,10 +587,10 @@ PK_API void PK(gelu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64
   PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
   for (int64_t i = 0; i < n; i++) {
     PK_REAL v = x[i];
-    PK_REAL th = PK_TANH(PK_GELU_K * (v + PK_GELU_A * v * v * v));
+    PK_REAL e = PK_EXPV((PK_REAL)-2 * PK_GELU_K * (v + PK_GELU_A * v * v * v));
+    PK_REAL sg = 1 / (1 + e); /* σ(2u) = 0.5·(1 + tanh u) */
     PK_REAL du = PK_GELU_K * (1 + 3 * PK_GELU_A * v * v);
-    PK_REAL d = (PK_REAL)0.5 * (1 + th) + (PK_REAL)0.5 * v * (1 - th * th) * du;
-    dx[i] = dy[i] * d;
+    dx[i] = dy[i] * (sg + 2 * v * sg * (e * sg) * du);
   }
 }
 
@@ -527,9 +611,8 @@ PK_API void PK(softmax_fwd)(PK_REAL *y, const PK_REAL *x, int64_t M, int N) {
   for (int64_t r = 0; r < M; r++) {
     const PK_REAL *xr = x + r * N;
     PK_REAL *yr = y + r * N;
-    PK_REAL mx = xr[0], s = 0;
-    for (int c = 1; c < N; c++) mx = xr[c] > mx ? xr[c] : mx;
-    for (int c = 0; c < N; c++) s += (yr[c] = PK_EXP(xr[c] - mx));
+    PK_REAL mx = PK(row_max_)(xr, N);
+    PK_REAL s = (PK_REAL)PK(sum_exp_)(yr, xr, mx, N);
     for (int c = 0; c < N; c++) yr[c] /= s;
   }
 }
@@ -622,23 +705,30 @@ PK_API int64_t PK(gather_bwd)(PK_REAL *dx, const PK_REAL *dy, const int32_t *pos
 PK_API int64_t PK(cross_entropy_fwd)(PK_REAL *loss, const PK_REAL *logits,
                                      const int32_t *targets, int64_t M, int V,
                                      int ignore_index) {
-  double sum = 0;
-  int64_t nvalid = 0, bad = 0;
-  for (int64_t r = 0; r < M; r++) {
-    int32_t tg = targets[r];
-    if (tg == ignore_index) continue;
-    if (tg < 0 || tg >= V) {
-      bad++;
-      continue;
+  /* Rows in PK_SUM_CHUNKS fixed chunks (in parallel), each summed in order, then the
+   * chunks in order: the same bits on any number of threads. */
+  double part[PK_SUM_CHUNKS];
+  int64_t per = (M + PK_SUM_CHUNKS - 1) / PK_SUM_CHUNKS, nvalid = 0, bad = 0;
+  PK_OMP(omp parallel for schedule(static) reduction(+ : nvalid, bad) if (M * V >= PK_PAR_MIN))
+  for (int ch = 0; ch < PK_SUM_CHUNKS; ch++) {
+    int64_t lo = ch * per, hi = lo + per < M ? lo + per : M;
+    double acc = 0;
+    for (int64_t r = lo; r < hi; r++) {
+      int32_t tg = targets[r];
+      if (tg == ignore_index) continue;
+      if (tg < 0 || tg >= V) {
+        bad++;
+        continue;
+      }
+      const PK_REAL *x = logits + r * V;
+      PK_REAL mx = PK(row_max_)(x, V);
+      acc += log(PK(sum_exp_)(NULL, x, mx, V)) + (double)mx - (double)x[tg];
+      nvalid++;
     }
-    const PK_REAL *x = logits + r * V;
-    PK_REAL mx = x[0];
-    for (int c = 1; c < V; c++) mx = x[c] > mx ? x[c] : mx;
-    double s = 0;
-    for (int c = 0; c < V; c++) s += (double)PK_EXP(x[c] - mx);
-    sum += log(s) + (double)mx - (double)x[tg];
-    nvalid++;
+    part[ch] = acc;
   }
+  double sum = 0;
+  for (int ch = 0; ch < PK_SUM_CHUNKS; ch++) sum += part[ch];
   *loss = nvalid ? (PK_REAL)(sum / (double)nvalid) : 0;
   return bad;
 }
@@ -663,11 +753,9 @@ PK_API void PK(cross_entropy_bwd)(PK_REAL *dlogits, const PK_REAL *logits,
       memset(d, 0, (size_t)V * sizeof(PK_REAL));
       continue;
     }
-    PK_REAL mx = x[0], s = 0;
-    for (int c = 1; c < V; c++) mx = x[c] > mx ? x[c] : mx;
-    for (int c = 0; c < V; c++) s += PK_EXP(x[c] - mx);
-    PK_REAL inv = w / s;
-    for (int c = 0; c < V; c++) d[c] = PK_EXP(x[c] - mx) * inv;
+    PK_REAL mx = PK(row_max_)(x, V);
+    PK_REAL inv = (PK_REAL)(w / PK(sum_exp_)(d, x, mx, V)); /* d = e^(x - mx) */
+    for (int c = 0; c < V; c++) d[c] *= inv;
     d[tg] -= w;
   }
 }
@@ -679,10 +767,8 @@ PK_API void PK(cross_entropy_bwd)(PK_REAL *dlogits, const PK_REAL *logits,
  * instead. The mask element of (bh, t, u) is ((bh·T + t)·T + u) of rng's stream. */
 PK_API void PK(att_softmax_row_)(PK_REAL *s, int n, int nk, int T, int bh, int t, uint64_t thr,
                                  PK_REAL keep_scale, int apply_mask, PkRng rng) {
-  PK_REAL mx = s[0], sum = 0;
-  for (int u = 1; u < n; u++) mx = s[u] > mx ? s[u] : mx;
-  for (int u = 0; u < n; u++) sum += (s[u] = PK_EXP(s[u] - mx));
-  PK_REAL inv = 1 / sum;
+  PK_REAL mx = PK(row_max_)(s, n);
+  PK_REAL inv = (PK_REAL)(1 / PK(sum_exp_)(s, s, mx, n));
   for (int u = n; u < nk; u++) s[u] = 0;
   if (apply_mask && thr > 0) {
     PhiloxCtr blk;
@@ -857,9 +943,8 @@ PK_API void PK(sgd_step)(PK_REAL *w_out, const PK_REAL *w_in, const PK_REAL *gra
 #undef PK_REAL
 #undef PK_SUFFIX
 #undef PK_IS_F32
-#undef PK_EXP
+#undef PK_EXPV
 #undef PK_LOG
-#undef PK_TANH
 #undef PK_SQRT
 #endif /* one instantiation */
 #undef PK_F64

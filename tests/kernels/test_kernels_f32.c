@@ -147,7 +147,61 @@ static void test_gemm_hook(void) {
   pair_free(&x), pair_free(&W), pair_free(&y);
 }
 
+/* pk_expf_ (the vectorisable expf of GELU and the softmaxes): within 1e-7 relative
+ * of exp() on 2^22 floats spread over [-87, 87] plus the region around 0, clamped
+ * (finite, normal) outside, NaN through. */
+static void test_vector_expf(void) {
+  double worst = 0;
+  for (int i = 0; i <= 1 << 22; i++) {
+    float x = -87.0f + 174.0f * (float)i / (float)(1 << 22);
+    float xs[2] = {x, x * 1e-6f};
+    for (int k = 0; k < 2; k++) {
+      double e = exp((double)xs[k]), rel = fabs((double)pk_expf_(xs[k]) - e) / e;
+      worst = rel > worst ? rel : worst;
+    }
+  }
+  if (!(worst < 1e-7)) fprintf(stderr, "pk_expf_: worst relative error %g\n", worst);
+  EXPECT(worst < 1e-7);
+  EXPECT(pk_expf_(1000.0f) == pk_expf_(87.0f) && isfinite(pk_expf_(INFINITY)));
+  EXPECT(pk_expf_(-1000.0f) == pk_expf_(-87.0f) && pk_expf_(-INFINITY) > 0);
+  EXPECT(isnormal(pk_expf_(-87.0f)));
+  EXPECT(isnan(pk_expf_(NAN)));
+  EXPECT(pk_expf_(0.0f) == 1.0f);
+}
+
+/* GELU over a wide range (the tails, where 1 + tanh cancels, and |x| large enough to
+ * clamp the exp): f32 close to f64 element by element (relative, even at
+ * y ≈ -1e-25 where the tanh form gave 0), and finite. In the tail the float
+ * rounding of the exp's argument (|2u| ≈ 50 at x = -8) alone is ~3e-6 relative. */
+static void test_gelu_wide_range(void) {
+  enum { M = 4001 };
+  static double xd[M], yd[M], gd[M], dd[M];
+  static float xf[M], yf[M], gf[M], df[M];
+  for (int i = 0; i < M; i++) {
+    xd[i] = (double)(float)(-60.0 + 120.0 * i / (M - 1) + (i % 7) * 1e-3);
+    xf[i] = (float)xd[i];
+    gd[i] = 1, gf[i] = 1;
+  }
+  pk_gelu_fwd_f64(yd, xd, M);
+  pk_gelu_fwd_f32(yf, xf, M);
+  pk_gelu_bwd_f64(dd, gd, xd, M);
+  pk_gelu_bwd_f32(df, gf, xf, M);
+  int bad = 0;
+  for (int i = 0; i < M; i++) {
+    bad += !isfinite(yf[i]) || !isfinite(df[i]);
+    bad += fabs(yf[i] - yd[i]) > 2e-5 * fabs(yd[i]) + 1e-30;
+    bad += fabs(df[i] - dd[i]) > 2e-5 * fabs(dd[i]) + 1e-30;
+  }
+  EXPECT_EQ_INT(bad, 0);
+  /* tanh form, in double, as the definition */
+  double x = -3.1, u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  pk_gelu_fwd_f64(yd, &x, 1);
+  EXPECT_NEAR(yd[0], 0.5 * x * (1 + tanh(u)), 1e-15, 1e-15);
+}
+
 int main(void) {
+  RUN(test_vector_expf);
+  RUN(test_gelu_wide_range);
   RUN(test_dense_ops);
   RUN(test_pointwise_and_norm);
   RUN(test_attention_and_loss);
