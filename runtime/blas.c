@@ -79,7 +79,15 @@ static bool cpu_has_avx512(void) {
 /* Loads OpenBLAS for dl; false (with a warning naming the cause) when it cannot. */
 static bool dl_openblas_load(void) {
   if (cpu_has_avx512()) setenv("OPENBLAS_CORETYPE", "SkylakeX", 0); /* 0: user's wins */
-  void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  /* AddressSanitizer refuses RTLD_DEEPBIND (its interceptors must bind first);
+   * a sanitizer build loads OpenBLAS without it, which only matters if BLIS is
+   * also in the process, and the sanitizer run is about our code, not speed. */
+#if defined(__SANITIZE_ADDRESS__)
+  int deep = 0;
+#else
+  int deep = RTLD_DEEPBIND;
+#endif
+  void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL | deep);
   if (!h) {
     fprintf(stderr, "pd2bw: warning: cannot load OpenBLAS (%s); keeping the linked BLAS\n",
             dlerror());
