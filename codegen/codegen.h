@@ -113,6 +113,15 @@ cJSON *codegen_train_json(const TrainConfig *t);
 bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const CodegenOptions *o,
                                const char *dir, Diag *d);
 
+/* ---- stage boundaries (cgen_boundary.c) -------------------------------------------
+ * For the pipeline executor: adds "pipeline": {"boundary": [...]} to each stage's
+ * "program" in `stages` (the plan.json array codegen_c_stages filled): every tensor
+ * another stage produces or consumes, with its role (act_in, act_out, grad_in,
+ * grad_out), name, tensor id, block, offset, bytes and peer stage (docs/plan-format.md).
+ * false with a message in err when a tensor crosses more than one stage boundary. */
+bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
+                             int nstages, int64_t b, cJSON *stages, char *err, size_t errlen);
+
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
  * stageN.cu, the GPU twin of stageN.c: the verbatim text of runtime/kernels/philox.h
  * and runtime/cuda/cuda_kernels.cuh (embedded at build time), preceded by

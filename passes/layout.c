@@ -50,6 +50,25 @@ bool layout_accumulates_natively(OpKind k) {
          k == OP_SCALE;
 }
 
+int layout_contribution_param(const Graph *g, int t) {
+  for (int hops = 0; hops < 64; hops++) {
+    if (g->tensors[t].kind == TK_GRAD) return g->tensors[t].param;
+    int consumer = -1, n = 0;
+    for (int o = 0; o < g->nops; o++)
+      for (int i = 0; i < g->ops[o].nin; i++)
+        if (g->ops[o].in[i] == t) {
+          consumer = o;
+          n++;
+          break;
+        }
+    if (n != 1) return -1;
+    const Op *op = &g->ops[consumer];
+    if (op->kind != OP_ADD && !(op->kind == OP_SCALE && op->attr[0] == 1)) return -1;
+    t = op->out[0];
+  }
+  return -1;
+}
+
 bool layout_has_op(const StageLayout *L, int o) {
   const Op *op = &L->g->ops[o];
   return op->region >= L->first_region && op->region <= L->last_region;
@@ -183,6 +202,23 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
     L->place[t].cls = c;
   }
 
+  /* A tied parameter's gradient contribution that another stage would sum (GPT: the
+   * LM head's part of dwte, read by the prologue's add) accumulates straight into
+   * this stage's own gradient of the parameter: TIED_SYNC sums the stages'. */
+  int *gparam = pd_malloc((size_t)nt * sizeof(int));
+  for (int t = 0; t < nt; t++) {
+    gparam[t] = -1;
+    const Tensor *x = &g->tensors[t];
+    if (L->place[t].cls != BUF_BOUNDARY || x->kind != TK_ACT_GRAD || x->producer < 0 ||
+        !layout_has_op(L, x->producer))
+      continue;
+    int p = layout_contribution_param(g, t);
+    if (p < 0 || !touched[g->params[p].tensor]) continue;
+    if (L->place[t].bytes != L->place[g->params[p].tensor].bytes) continue;
+    L->place[t].cls = BUF_GRADS;
+    gparam[t] = p;
+  }
+
   /* (2) accumulation: gradients, then their single-use contributions. */
   int *stack = pd_malloc((size_t)nt * sizeof(int)), nstack = 0;
   for (int t = 0; t < nt; t++)
@@ -198,7 +234,17 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
     for (int i = 0; i < p->nin; i++) {
       int c = p->in[i];
       const Tensor *x = &g->tensors[c];
-      if (x->kind != TK_ACT_GRAD || nuse[c] != 1 || L->place[c].cls != BUF_WORK) continue;
+      if (x->kind != TK_ACT_GRAD || nuse[c] != 1) continue;
+      if (L->place[c].cls == BUF_BOUNDARY && x->producer >= 0 && !layout_has_op(L, x->producer) &&
+          L->place[c].bytes == L->place[t].bytes) {
+        /* another stage's contribution, accumulated into its own copy of the
+         * gradient: here the sum skips it (TIED_SYNC adds the copies) */
+        L->place[c].cls = BUF_GRADS;
+        L->place[c].accumulate = true;
+        L->place[c].alias = t;
+        continue;
+      }
+      if (L->place[c].cls != BUF_WORK) continue;
       if (L->place[c].bytes != L->place[t].bytes) continue;
       const Op *q = &g->ops[x->producer];
       if (!layout_accumulates_natively(q->kind) || q->kind == OP_LAYERNORM_BWD) continue;
@@ -234,7 +280,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   for (int t = 0; t < nt; t++) {
     TensorPlace *pl = &L->place[t];
     if (pl->cls == BUF_GRADS && pl->alias < 0) {
-      int p = g->tensors[t].param;
+      int p = g->tensors[t].param >= 0 ? g->tensors[t].param : gparam[t];
       PD_CHECK(p >= 0, "(gradient tensor %d has no parameter)", t);
       int w = g->params[p].tensor;
       pl->offset = touched[w] ? L->place[w].offset : L->total[BUF_GRADS];
@@ -311,6 +357,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   }
   free(root);
   free(end);
+  free(gparam);
   free(order);
   free(read_fwd);
   free(read_bwd);

@@ -28,6 +28,14 @@
  * buffer each; a gradient contribution whose only consumer is the sum that makes a
  * parameter's gradient is placed on that gradient and accumulated too (the tied
  * embedding's two contributions then never need a V×C temporary).
+ *
+ * Split across stages, a tied parameter (GPT's wte: embedding on the first stage, LM
+ * head on the last) is held by every stage using it, each with its own gradient. The
+ * contribution a stage computes for another stage's sum is accumulated into its OWN
+ * gradient of the parameter (class GRADS, at the parameter's offset); on the summing
+ * stage that remote operand is folded onto the gradient (class GRADS, alias), so the
+ * sum adds nothing for it. The pipeline's TIED_SYNC then adds the stages' gradients.
+ * Nothing tied crosses the BOUNDARY block, and on one stage nothing changes.
  */
 #ifndef PD2BW_PASSES_LAYOUT_H
 #define PD2BW_PASSES_LAYOUT_H
@@ -81,6 +89,11 @@ void layout_destroy(StageLayout *L);
 
 /* Stable text dump: block totals, then one line per placed tensor. */
 void layout_dump(const StageLayout *L, FILE *out);
+
+/* The parameter whose gradient tensor t is summed into through a chain of
+ * single-consumer sums (add, scale by 1), or t's own parameter when t is a TK_GRAD;
+ * -1 when it is not a gradient contribution. */
+int layout_contribution_param(const Graph *g, int t);
 
 /* True when op `o` is in the stage's forward or backward list. */
 bool layout_has_op(const StageLayout *L, int o);

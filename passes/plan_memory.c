@@ -14,6 +14,11 @@
  *   workspace the largest segment's scratch (plus, when recomputing, the one
  *             microbatch whose activations are rebuilt during its backward)
  * P counts the stage's own parameters plus every tied parameter it holds.
+ *
+ * Those are the search's estimates (PlanSegment sums, no graph needed). Once the
+ * configuration is chosen, plan_apply_layouts() rebuilds each stage's plan from the
+ * stage programs' exact block sizes, buffer for buffer what the pipeline runtime
+ * (runtime/pipeline.c) allocates, so the plan's figure is the measured one.
  */
 #include "passes/planner.h"
 
@@ -25,7 +30,8 @@ static const char *const buf_names[PB_COUNT] = {
     [PB_WEIGHTS] = "weights",   [PB_GRADS] = "grads",         [PB_OPT_M] = "adam_m",
     [PB_OPT_V] = "adam_v",      [PB_STASH] = "stash",         [PB_RECV_ACT] = "recv_act",
     [PB_SEND_ACT] = "send_act", [PB_RECV_GRAD] = "recv_grad", [PB_SEND_GRAD] = "send_grad",
-    [PB_WORKSPACE] = "workspace", [PB_TIED_GRADS] = "tied_grads",
+    [PB_WORKSPACE] = "workspace", [PB_TIED_GRADS] = "tied_grads", [PB_ACTIVATIONS] = "activations",
+    [PB_INPUTS] = "inputs",       [PB_BOUNDARY] = "boundary",     [PB_TIED_RECV] = "tied_recv",
 };
 
 const char *plan_buf_kind_name(PlanBufKind k) {
@@ -122,7 +128,7 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   if (i > 0) put(&L, PB_SEND_GRAD, 0, b * sum->in_bytes);
   put(&L, PB_WORKSPACE, 0, b * ws);
   if (st) {
-    st->total_bytes = L.top;
+    st->total_bytes = st->estimated_bytes = L.top;
     st->params = sum->params;
     st->stash_slot_bytes = b * slot;
     st->nversions = nversions;
@@ -149,4 +155,46 @@ uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, in
   PlanStageSums sum;
   plan_stage_sums(in, a, e, &sum);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
+}
+
+/* ---- the exact plan ------------------------------------------------------------- */
+
+int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks) {
+  int d = p->cfg.stages, over = 0;
+  for (int i = 0; i < d; i++) {
+    PlanStage *st = &p->stages[i];
+    const PlanStageBlocks *B = &blocks[i];
+    /* tied parameters this stage holds together with other stages: TIED_SYNC receives
+     * the others' gradients; deferred ones (2bw) keep two gradients of their own */
+    uint64_t deferred = 0, recv = 0;
+    for (int g = 0; g < p->ngroups; g++) {
+      const PlanTiedGroup *G = &p->groups[g];
+      bool member = false;
+      for (int q = 0; q < G->nstages; q++) member |= G->stages[q] == i;
+      if (!member || G->nstages < 2) continue;
+      uint64_t bytes = align_up((uint64_t)p->in.tied[G->tied].count * 4);
+      if (plan_tied_deferred(&p->streams.spec, g)) deferred += bytes;
+      recv += (uint64_t)(G->nstages - 1) * bytes;
+    }
+    uint64_t slot = p->cfg.recompute ? B->act_in : B->stash;
+    free(st->bufs);
+    st->bufs = NULL;
+    st->nbufs = 0;
+    Layout L = {st, 0};
+    put_n(&L, PB_WEIGHTS, st->nversions, (double)B->params);
+    put(&L, PB_GRADS, 0, (double)B->grads);
+    if (deferred) put_n(&L, PB_TIED_GRADS, 2, (double)deferred);
+    put(&L, PB_OPT_M, 0, (double)B->params);
+    put(&L, PB_OPT_V, 0, (double)B->params);
+    put_n(&L, PB_STASH, st->nstash, (double)slot);
+    if (p->cfg.recompute) put(&L, PB_ACTIVATIONS, 0, (double)B->stash);
+    if (B->inputs) put(&L, PB_INPUTS, 0, (double)B->inputs);
+    if (B->boundary) put(&L, PB_BOUNDARY, 0, (double)B->boundary);
+    put(&L, PB_WORKSPACE, 0, (double)B->work);
+    if (recv) put_n(&L, PB_TIED_RECV, 2, (double)recv);
+    st->total_bytes = L.top;
+    st->stash_slot_bytes = (double)slot;
+    over += (double)st->total_bytes > p->cluster.memory_bytes;
+  }
+  return over;
 }

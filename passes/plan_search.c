@@ -449,11 +449,11 @@ void plan_print_summary(const Plan *p, FILE *out) {
           100 * p->sim.bubble_fraction);
   for (int i = 0; i < c->stages; i++) {
     const PlanStage *s = &p->stages[i];
-    fprintf(out, "  stage %d: segments %s..%s (%d), %.4g M params, memory %.3f GiB, "
+    fprintf(out, "  stage %d: segments %s..%s (%d), %.4g M params, memory %.3f GiB%s, "
             "fwd %.4g ms, bwd %.4g ms, busy %.1f%%\n",
             i, p->in.segs[s->first_seg].name, p->in.segs[s->last_seg - 1].name,
             s->last_seg - s->first_seg, (double)s->params / 1e6, (double)s->total_bytes / GiB,
-            1e3 * s->fwd_s, 1e3 * s->bwd_s,
+            (double)s->total_bytes > p->cluster.memory_bytes ? " (OVER device memory)" : "", 1e3 * s->fwd_s, 1e3 * s->bwd_s,
             p->sim.step_time_s > 0 && p->sim.window_end_s > p->sim.window_start_s
                 ? 100 * p->sim.busy_s[i] / (p->sim.window_end_s - p->sim.window_start_s)
                 : 0);

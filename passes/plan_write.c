@@ -161,6 +161,7 @@ static cJSON *stage_json(const Plan *p, int i) {
   num(o, "stash_slots", s->nstash);
   cJSON *mem = cJSON_AddObjectToObject(o, "memory");
   num(mem, "total_bytes", (double)s->total_bytes);
+  num(mem, "estimated_bytes", (double)s->estimated_bytes);
   cJSON *bufs = cJSON_AddArrayToObject(mem, "buffers");
   for (int b = 0; b < s->nbufs; b++) {
     cJSON *x = cJSON_CreateObject();
@@ -261,7 +262,7 @@ static void memory_txt(const Plan *p, FILE *f) {
             i, s->total_bytes, (double)s->total_bytes / (1024.0 * 1024 * 1024), s->params,
             s->nversions, s->nstash);
     for (int b = 0; b < s->nbufs; b++)
-      fprintf(f, "  %-10s %3d  offset %14" PRIu64 "  size %14" PRIu64 "\n",
+      fprintf(f, "  %-12s %3d  offset %14" PRIu64 "  size %14" PRIu64 "\n",
               plan_buf_kind_name(s->bufs[b].kind), s->bufs[b].index, s->bufs[b].offset,
               s->bufs[b].size);
   }

@@ -274,7 +274,19 @@ typedef enum PlanBufKind {
   PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
   PB_WORKSPACE, /* scratch for one segment at a time */
   PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
-                   index = batch % 2; then PB_GRADS leaves them out */
+                   index = batch % 2. Analytic plan: PB_GRADS leaves them out; exact
+                   plan: the runtime moves them out of PB_GRADS at each OPT_STEP */
+  /* The kinds below appear only in the exact plan (plan_apply_layouts), which mirrors
+   * the pipeline runtime's arena; PB_RECV_ACT .. PB_SEND_GRAD only in the analytic one. */
+  PB_ACTIVATIONS,/* with recomputation: the stage program's whole stash block, where the
+                    backward rebuilds one microbatch's activations (the stash slots then
+                    keep only the received input) */
+  PB_INPUTS,    /* the program's data-inputs block (tokens, targets), refilled from the
+                   token file before each FWD and BWD */
+  PB_BOUNDARY,  /* the program's boundary block: the outgoing activation and the
+                   gradients sent and received (program.pipeline.boundary) */
+  PB_TIED_RECV, /* TIED_SYNC receive buffers: the other member stages' gradients of
+                   every spanning tied parameter; index = batch % 2 */
   PB_COUNT
 } PlanBufKind;
 
@@ -301,6 +313,8 @@ typedef struct PlanStage {
   PlanBuffer *bufs;
   int nbufs;
   uint64_t total_bytes; /* the arena */
+  uint64_t estimated_bytes; /* the search's analytic figure (= total_bytes until
+                               plan_apply_layouts replaces the memory plan) */
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
 
@@ -337,6 +351,25 @@ typedef struct Plan {
 #define PLAN_SIM_BATCHES 6
 
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
+
+/* A stage program's block sizes (passes/layout.h, layout_stage() totals) for the
+ * chosen microbatch size, as the compiler driver computes them. */
+typedef struct PlanStageBlocks {
+  uint64_t params, grads, stash, work, inputs, boundary;
+  uint64_t act_in; /* activations received from stage i-1, each rounded up to 256
+                      bytes: a stash slot's size when recomputing */
+} PlanStageBlocks;
+
+/* Replaces every stage's memory plan (laid out from the analytic PlanInput estimates
+ * during the search) by the exact arena the pipeline runtime allocates, from the
+ * programs' block sizes blocks[0 .. stages-1]: weights × versions, grads,
+ * tied_grads × 2 (deferred tied parameters), adam_m, adam_v, stash × slots,
+ * activations (recompute), inputs, boundary, workspace, tied_recv × 2, in that order,
+ * each 256-byte aligned; empty optional buffers are left out. Call it after
+ * plan_create and before plan_write. Returns how many stages' exact arenas exceed
+ * the cluster's device memory (the search judged fit by its estimates; the caller
+ * warns: estimated_bytes keeps the search's figure). */
+int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks);
 /* Streams of this plan for any number of batches (the runtime's view). */
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out);
 /* Writes schedule.txt, memory.txt, timeline.json, timeline.svg into dir (each via a

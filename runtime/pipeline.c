@@ -71,47 +71,59 @@ static bool build_streams(PipeRank *R, char *err, size_t errlen) {
   return plan_streams_build(&R->spec, &R->streams, err, errlen);
 }
 
-/* Lays the arena out: the plan's buffer order, each sized to the program's need. */
-static void layout_arena(PipeRank *R) {
+/* The planned buffer (kind, index) of this rank's stage, or NULL. */
+static const PipeBuf *planned(const PipeRank *R, PlanBufKind kind, int index) {
+  const PipeStage *ps = &R->pp->st[R->stage];
+  for (int k = 0; k < ps->nbufs; k++)
+    if (ps->bufs[k].kind == kind && ps->bufs[k].index == index) return &ps->bufs[k];
+  return NULL;
+}
+
+/* Points *at into the arena at the planned buffer (kind, index), which must hold
+ * `need` bytes; a buffer the plan leaves out is fine when nothing is needed. */
+static bool place(PipeRank *R, char **at, PlanBufKind kind, int index, uint64_t need, char *err, size_t errlen) {
+  const PipeBuf *b = planned(R, kind, index);
+  if (!b && need == 0) {
+    *at = R->arena;
+    return true;
+  }
+  if (!b || b->size < need) {
+    snprintf(err, errlen, "stage %d: the plan's memory has %s buffer %s %d (%llu bytes) where the stage program "
+             "needs %llu bytes: the plan and its programs disagree (recompile the plan)", R->stage,
+             b ? "a" : "no", plan_buf_kind_name(kind), index, b ? (unsigned long long)b->size : 0ULL,
+             (unsigned long long)need);
+    return false;
+  }
+  *at = R->arena + b->offset;
+  return true;
+}
+
+/* One arena of exactly the planned size; every buffer at its planned offset. */
+static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   const RtStage *st = R->st;
   uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
-  uint64_t off = 0;
-#define TAKE(ptr_off, n) (ptr_off = off, off += up256((uint64_t)(n)))
-  uint64_t w_off[PIPE_MAX_SLOTS], s_off[PIPE_MAX_SLOTS], g_off, tg_off[2], m_off, v_off, full_off = 0,
-                                                                                    in_off, x_off, wk_off;
-  for (int v = 0; v < R->nversions; v++) TAKE(w_off[v], pb);
-  TAKE(g_off, st->blocks[BUF_GRADS]);
-  for (int q = 0; q < 2; q++) TAKE(tg_off[q], R->tied_deferred_bytes ? R->tied_deferred_bytes : 0);
-  TAKE(m_off, pb);
-  TAKE(v_off, pb);
-  uint64_t slot = R->pp->recompute ? R->act_in_bytes : (uint64_t)st->blocks[BUF_STASH];
-  for (int s = 0; s < R->nstash; s++) TAKE(s_off[s], slot ? slot : 64);
-  if (R->pp->recompute) TAKE(full_off, st->blocks[BUF_STASH]);
-  TAKE(in_off, st->blocks[BUF_INPUTS] ? st->blocks[BUF_INPUTS] : 64);
-  TAKE(x_off, st->blocks[BUF_BOUNDARY] ? st->blocks[BUF_BOUNDARY] : 64);
-  TAKE(wk_off, st->blocks[BUF_WORK] ? st->blocks[BUF_WORK] : 64);
-  uint64_t rx_off;
-  TAKE(rx_off, 2 * R->tied_rx_bytes);
-#undef TAKE
-  R->arena_bytes = off;
+  R->arena_bytes = R->pp->st[R->stage].planned_bytes;
   void *mem = NULL;
-  PD_CHECK(posix_memalign(&mem, 256, (size_t)(off ? off : 256)) == 0, "(posix_memalign %llu bytes)",
-           (unsigned long long)off);
-  memset(mem, 0, (size_t)off);
-  char *a = R->arena = mem;
-  for (int v = 0; v < R->nversions; v++) R->w[v] = a + w_off[v];
-  R->grads = a + g_off;
-  R->tg[0] = a + tg_off[0];
-  R->tg[1] = a + tg_off[1];
-  R->adam_m = a + m_off;
-  R->adam_v = a + v_off;
-  for (int s = 0; s < R->nstash; s++) R->stash[s] = a + s_off[s];
-  R->full = R->pp->recompute ? a + full_off : NULL;
-  R->inputs = a + in_off;
-  R->bnd = a + x_off;
-  R->work = a + wk_off;
-  R->tied_rx[0] = a + rx_off;
-  R->tied_rx[1] = a + rx_off + R->tied_rx_bytes;
+  PD_CHECK(posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) == 0,
+           "(posix_memalign %llu bytes)", (unsigned long long)R->arena_bytes);
+  memset(mem, 0, (size_t)R->arena_bytes);
+  R->arena = mem;
+  bool ok = true;
+  for (int v = 0; ok && v < R->nversions; v++) ok = place(R, &R->w[v], PB_WEIGHTS, v, pb, err, errlen);
+  ok = ok && place(R, &R->grads, PB_GRADS, 0, (uint64_t)st->blocks[BUF_GRADS], err, errlen);
+  for (int q = 0; ok && q < 2; q++) ok = place(R, &R->tg[q], PB_TIED_GRADS, q, R->tied_deferred_bytes, err, errlen);
+  ok = ok && place(R, &R->adam_m, PB_OPT_M, 0, pb, err, errlen);
+  ok = ok && place(R, &R->adam_v, PB_OPT_V, 0, pb, err, errlen);
+  uint64_t slot = R->pp->recompute ? R->act_in_bytes : (uint64_t)st->blocks[BUF_STASH];
+  for (int s = 0; ok && s < R->nstash; s++) ok = place(R, &R->stash[s], PB_STASH, s, slot, err, errlen);
+  R->full = NULL;
+  if (ok && R->pp->recompute)
+    ok = place(R, &R->full, PB_ACTIVATIONS, 0, (uint64_t)st->blocks[BUF_STASH], err, errlen);
+  ok = ok && place(R, &R->inputs, PB_INPUTS, 0, (uint64_t)st->blocks[BUF_INPUTS], err, errlen);
+  ok = ok && place(R, &R->bnd, PB_BOUNDARY, 0, (uint64_t)st->blocks[BUF_BOUNDARY], err, errlen);
+  ok = ok && place(R, &R->work, PB_WORKSPACE, 0, (uint64_t)st->blocks[BUF_WORK], err, errlen);
+  for (int q = 0; ok && q < 2; q++) ok = place(R, &R->tied_rx[q], PB_TIED_RECV, q, R->tied_rx_bytes, err, errlen);
+  return ok;
 }
 
 /* Tied groups this stage holds: its parameter, where its gradient goes. */
@@ -171,10 +183,15 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   }
   if (!build_streams(R, err, errlen)) goto fail;
   R->stream = &R->streams.st[R->stage];
-  R->nversions = R->streams.nversions[R->stage];
-  R->nstash = R->streams.nstash[R->stage];
-  if (R->nversions < 1) R->nversions = 1;
-  if (R->nstash < 1) R->nstash = 1;
+  /* the plan's slots; the streams of this run's length must fit in them */
+  R->nversions = p->st[R->stage].nversions;
+  R->nstash = p->st[R->stage].nstash;
+  if (R->streams.nversions[R->stage] > R->nversions || R->streams.nstash[R->stage] > R->nstash) {
+    snprintf(err, errlen, "stage %d: %lld batches need %d weight versions and %d stash slots; the plan has %d and %d",
+             R->stage, (long long)R->steps, R->streams.nversions[R->stage], R->streams.nstash[R->stage],
+             R->nversions, R->nstash);
+    goto fail;
+  }
   if (R->nversions > PIPE_MAX_SLOTS || R->nstash > PIPE_MAX_SLOTS) {
     snprintf(err, errlen, "stage %d needs %d weight versions and %d stash slots; this runtime keeps at most %d",
              R->stage, R->nversions, R->nstash, PIPE_MAX_SLOTS);
@@ -197,7 +214,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   if (!setup_tied(R, err, errlen)) goto fail;
   if (!stage_program_load(R->st->source, 4, &R->prog, err, errlen)) goto fail;
   R->prog_loaded = true;
-  layout_arena(R);
+  if (!layout_arena(R, err, errlen)) goto fail;
   for (int k = 0; k < R->st->nparams; k++)
     rt_init_param((float *)(void *)(R->w[0] + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
   for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
@@ -361,16 +378,7 @@ static void run_bwd(PipeRank *R, const PlanInstr *in) {
   StageCtx c = make_ctx(R, in->mb, in->vslot, in->sslot, NULL);
   R->prog.backward(&c);
   R->bad_ids += c.bad_ids;
-  /* this stage's share of a tied parameter's gradient: summed over stages later */
-  const PipeStage *ps = &R->pp->st[R->stage];
-  for (int k = 0; k < ps->nbnd; k++)
-    if (ps->bnd[k].role == PIPE_TIED_OUT) {
-      const RtParam *pp = &R->st->params[ps->bnd[k].param];
-      float *g = (float *)(void *)(R->grads + pp->offset);
-      const float *x = (const float *)(const void *)(block_base(R, ps->bnd[k].cls, in->vslot, in->sslot) +
-                                                     ps->bnd[k].offset);
-      for (int64_t i = 0; i < pp->numel; i++) g[i] += x[i];
-    }
+  /* a tied parameter's share is already in R->grads (the program accumulates it) */
 }
 
 /* ---- communication ------------------------------------------------------------------- */
@@ -473,8 +481,8 @@ static int tied_group_of(const PipeRank *R, int k) {
   return -1;
 }
 
-/* A tied parameter has a gradient on every stage holding it, even where this stage's
- * program records none of its own (the LM head's share sits in the boundary block). */
+/* A tied parameter has a gradient on every stage holding it (its program accumulates
+ * its share there), whatever the program's has_grad says. */
 static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
 
 static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale) {

@@ -1,12 +1,7 @@
 # runtime/pipeline.cmake — pipelined training (runtime/pipeline.h): the executor of the
 # plan's instruction streams on the local (threads) or MPI transport. Included from
 # runtime/CMakeLists.txt.
-#
-# pd2bw_pipeline_describe is the compile-side half (what crosses each stage boundary),
-# kept apart so that pd2bwc links neither the runtime nor MPI.
-add_library(pd2bw_pipeline_describe STATIC ${CMAKE_CURRENT_LIST_DIR}/pipeline_describe.c)
-pd2bw_strict(pd2bw_pipeline_describe)
-target_link_libraries(pd2bw_pipeline_describe PUBLIC pd2bw_passes pd2bw_ir cjson)
+# (The compile-side list of what crosses each stage boundary is codegen/cgen_boundary.c.)
 
 add_library(pd2bw_pipeline STATIC
   ${CMAKE_CURRENT_LIST_DIR}/pipeline.c

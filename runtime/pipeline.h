@@ -21,28 +21,22 @@
  * each OPT_STEP when clip > 0: the one point where 2bw waits for the whole pipeline).
  *
  * Stage boundaries: pd2bwc lists, per stage, the tensors another stage produces or
- * consumes ("program.pipeline.boundary", pipeline_describe.c): an incoming activation
- * is received straight into its place in the stash slot of the FWD that reads it; the
- * outgoing activation and the gradients are sent from / received into the program's
- * boundary block. A tied parameter (GPT's wte: the embedding on the first stage, the
- * LM head on the last) is differentiated as in the one-stage graph, where an `add` in
- * the prologue sums both uses. Across stages that add must not wait for the other
- * stage, so the executor keeps the add's remote operand (role tied_in) at zero, adds
- * the LM head's contribution (role tied_out, written by the last stage's backward to
- * its boundary block) into its own gradient of wte after every BWD, and TIED_SYNC sums
- * the stages' local gradients before the step. (A codegen that accumulated the LM
- * head's part straight into the gradient block would save that V×C add per
- * microbatch; the layout decides that placement today.)
+ * consumes ("program.pipeline.boundary", codegen/cgen_boundary.c): an incoming
+ * activation is received straight into its place in the stash slot of the FWD that
+ * reads it; the outgoing activation and the gradients are sent from / received into
+ * the program's boundary block. A tied parameter (GPT's wte: the embedding on the
+ * first stage, the LM head on the last) is held by every stage using it; each stage's
+ * program accumulates its own contribution straight into its gradient of the
+ * parameter (passes/layout.h), and TIED_SYNC sums the stages' gradients before the
+ * step. The executor adds nothing itself.
  *
- * Memory: each rank allocates one arena when it starts, laid out in the order of the
- * plan's memory plan (weights × versions, grads, tied_grads × 2, adam_m, adam_v,
- * stash × slots, then the program's data inputs and boundary block where the plan
- * has recv_act/send_act/recv_grad/send_grad, workspace), each buffer sized to what the
- * stage program needs, plus what the plan has no buffer for (the full activation
- * block when recomputing, TIED_SYNC's receive buffers). Nothing else is allocated
- * while training. The run reports this size beside the plan's figure per stage; they
- * differ while the planner sizes stash and workspace analytically rather than by
- * layout_stage() (bench/pipeline/RESULTS.md).
+ * Memory: each rank allocates ONE arena of exactly the plan's stages[i].memory.
+ * total_bytes when it starts and finds every buffer at its planned offset (weights ×
+ * versions, grads, tied_grads × 2, adam_m, adam_v, stash × slots, activations when
+ * recomputing, inputs, boundary, workspace, tied_recv × 2: plan_apply_layouts). A
+ * buffer smaller than the stage program needs, or outside the arena, is an error at
+ * load time. Nothing else is allocated for tensors while training; the run reports
+ * the arena beside the plan's figure per stage, and they are equal.
  *
  * Failures: every transport call is checked; the first failure aborts every rank
  * (transport_abort) and the run returns 1 with the root cause ("rank 3: timed out
@@ -61,14 +55,6 @@
 typedef struct cJSON cJSON;
 typedef struct RtPlan RtPlan;
 
-/* ---- compile side (pipeline_describe.c) ------------------------------------------ */
-
-/* Adds "pipeline": {"boundary": [...]} to each stage's "program" in `stages` (the
- * plan.json array codegen_c_stages filled). false with a message when a tensor
- * crosses more than one stage boundary. */
-bool pipeline_describe_stages(const Graph *g, const int *first_region, const int *last_region,
-                              int nstages, int64_t b, cJSON *stages, char *err, size_t errlen);
-
 /* ---- the plan, as the executor sees it (pipeline_plan.c) --------------------------- */
 
 typedef enum PipeRole {
@@ -76,8 +62,6 @@ typedef enum PipeRole {
   PIPE_ACT_OUT,  /* activation for stage i+1 */
   PIPE_GRAD_IN,  /* gradient of the output, from stage i+1 */
   PIPE_GRAD_OUT, /* gradient of the input, for stage i-1 */
-  PIPE_TIED_IN,  /* another stage's tied-gradient contribution: kept zero here */
-  PIPE_TIED_OUT, /* this stage's tied-gradient contribution: added into grads */
 } PipeRole;
 
 typedef struct PipeBoundary {
@@ -86,12 +70,20 @@ typedef struct PipeBoundary {
   int64_t offset;   /* in that block */
   int64_t bytes;
   int peer;         /* the other stage */
-  int param;        /* tied roles: index into the stage's RtStage.params, else -1 */
 } PipeBoundary;
+
+/* One buffer of the stage's memory plan (stages[i].memory.buffers). */
+typedef struct PipeBuf {
+  PlanBufKind kind;
+  int index;        /* version or stash slot, batch parity for tied_grads/tied_recv */
+  uint64_t offset, size;
+} PipeBuf;
 
 typedef struct PipeStage {
   int nversions, nstash;     /* slots the plan gives the stage */
-  uint64_t planned_bytes;    /* memory.total_bytes */
+  uint64_t planned_bytes;    /* memory.total_bytes: the rank's whole arena */
+  PipeBuf *bufs;             /* memory.buffers */
+  int nbufs;
   int *rank_of_replica;      /* [w] */
   char **seg_names;          /* the planner's segments the stage runs */
   int nsegs;

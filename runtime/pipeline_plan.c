@@ -1,8 +1,8 @@
 /* runtime/pipeline_plan.c — the parts of plan.json the pipeline executor needs beyond
  * the stage programs: the configuration, the rank map, the tied groups, the memory
- * plan's totals and each stage's boundary tensors ("program.pipeline", written by
- * pipeline_describe_stages). Every missing or mistyped key is a message naming the
- * file and the key, never a crash. */
+ * plan (every buffer's kind, index, offset and size) and each stage's boundary
+ * tensors ("program.pipeline", written by codegen_boundary_stages). Every missing or
+ * mistyped key is a message naming the file and the key, never a crash. */
 #include "runtime/pipeline_rank.h"
 
 #include <cjson/cJSON.h>
@@ -48,10 +48,33 @@ static int cls_of(const char *s) {
   return -1;
 }
 
-static int param_index(const RtStage *s, const char *name) {
-  for (int k = 0; k < s->nparams; k++)
-    if (strcmp(s->params[k].name, name) == 0) return k;
-  return -1;
+/* stages[i].memory: the arena's size and every buffer in it, each inside the arena. */
+static void read_memory(Rd *r, const cJSON *mem, int i, PipeStage *ps) {
+  char path[128];
+  snprintf(path, sizeof path, "stages[%d].memory", i);
+  ps->planned_bytes = (uint64_t)integer(r, mem, "total_bytes", path, 0, true);
+  const cJSON *arr = mem ? cJSON_GetObjectItemCaseSensitive(mem, "buffers") : NULL;
+  if (!r->failed && !cJSON_IsArray(arr)) fail(r, path, "buffers: missing");
+  if (r->failed) return;
+  ps->bufs = pd_calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *ps->bufs);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, arr) {
+    char ep[160];
+    snprintf(ep, sizeof ep, "%s.buffers[%d]", path, ps->nbufs);
+    PipeBuf *b = &ps->bufs[ps->nbufs++];
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(e, "kind");
+    int k = -1;
+    for (int j = 0; j < PB_COUNT && cJSON_IsString(kind); j++)
+      if (strcmp(kind->valuestring, plan_buf_kind_name((PlanBufKind)j)) == 0) k = j;
+    if (k < 0) fail(r, ep, "kind: not a buffer kind (docs/plan-format.md)");
+    b->kind = (PlanBufKind)(k < 0 ? 0 : k);
+    b->index = (int)integer(r, e, "index", ep, 0, true);
+    b->offset = (uint64_t)integer(r, e, "offset", ep, 0, true);
+    b->size = (uint64_t)integer(r, e, "size", ep, 0, true);
+    if (!r->failed && (b->offset % 256 != 0 || b->offset + b->size > ps->planned_bytes))
+      fail(r, ep, "must be 256-byte aligned and inside total_bytes");
+    if (r->failed) return;
+  }
 }
 
 static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, PipeStage *ps) {
@@ -65,7 +88,7 @@ static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, Pi
   }
   ps->nbnd = cJSON_GetArraySize(arr);
   ps->bnd = pd_calloc((size_t)ps->nbnd + 1, sizeof *ps->bnd);
-  static const char *const roles[] = {"act_in", "act_out", "grad_in", "grad_out", "tied_in", "tied_out"};
+  static const char *const roles[] = {"act_in", "act_out", "grad_in", "grad_out"};
   int k = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, arr) {
@@ -75,20 +98,17 @@ static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, Pi
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
     const cJSON *block = cJSON_GetObjectItemCaseSensitive(e, "block");
     b->role = (PipeRole)-1;
-    for (int j = 0; j < 6 && cJSON_IsString(role); j++)
+    for (int j = 0; j < 4 && cJSON_IsString(role); j++)
       if (strcmp(role->valuestring, roles[j]) == 0) b->role = (PipeRole)j;
-    if ((int)b->role < 0) fail(r, ep, "role must be act_in, act_out, grad_in, grad_out, tied_in or tied_out");
+    if ((int)b->role < 0 && cJSON_IsString(role) && strncmp(role->valuestring, "tied_", 5) == 0)
+      fail(r, ep, "a tied-gradient role from an older pd2bwc (the programs now accumulate tied gradients "
+                  "in place): recompile the plan");
+    if ((int)b->role < 0) fail(r, ep, "role must be act_in, act_out, grad_in or grad_out");
     b->cls = cJSON_IsString(block) ? cls_of(block->valuestring) : -1;
     if (b->cls < 0) fail(r, ep, "block must name a program block");
     b->offset = integer(r, e, "offset", ep, 0, true);
     b->bytes = integer(r, e, "bytes", ep, 0, true);
     b->peer = (int)integer(r, e, "peer", ep, 0, true);
-    b->param = -1;
-    if (b->role == PIPE_TIED_IN || b->role == PIPE_TIED_OUT) {
-      const cJSON *pn = cJSON_GetObjectItemCaseSensitive(e, "param");
-      b->param = cJSON_IsString(pn) ? param_index(rs, pn->valuestring) : -1;
-      if (b->param < 0) fail(r, ep, "param must name a parameter of the stage");
-    }
     if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) fail(r, ep, "leaves its block");
   }
 }
@@ -138,7 +158,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
     ps->nversions = (int)integer(&r, so, "weight_versions", path, 1, p->d > 1);
     ps->nstash = (int)integer(&r, so, "stash_slots", path, 1, p->d > 1);
     const cJSON *mem = so ? cJSON_GetObjectItemCaseSensitive(so, "memory") : NULL;
-    ps->planned_bytes = (uint64_t)integer(&r, mem, "total_bytes", path, 0, false);
+    read_memory(&r, mem, i, ps);
     ps->rank_of_replica = pd_malloc((size_t)p->w * sizeof(int));
     const cJSON *ranks = so ? cJSON_GetObjectItemCaseSensitive(so, "ranks") : NULL;
     for (int rep = 0; rep < p->w; rep++) {
@@ -203,6 +223,7 @@ void pipe_plan_free(PipePlan *p) {
   for (int i = 0; p->st && i < p->d; i++) {
     free(p->st[i].rank_of_replica);
     free(p->st[i].bnd);
+    free(p->st[i].bufs);
     for (int k = 0; k < p->st[i].nsegs; k++) free(p->st[i].seg_names[k]);
     free(p->st[i].seg_names);
   }

@@ -6,7 +6,6 @@
  * sibling temporary directory and renamed into place at the end, so a failed or
  * interrupted compile leaves either the previous plan or none, never a mixture. */
 #include "codegen/codegen.h"
-#include "runtime/pipeline.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "tools/plan_dir.h"
@@ -239,6 +238,44 @@ static cJSON *model_json(const Graph *g, int64_t b) {
   return m;
 }
 
+/* The exact memory plan: each stage program's block sizes (the same layout_stage()
+ * call codegen makes) handed to the planner, which lays out the arena the pipeline
+ * runtime allocates (passes/planner.h, plan_apply_layouts). */
+static void apply_layouts(const Graph *g, Plan *plan) {
+  int n = plan->cfg.stages;
+  PlanStageBlocks *blocks = pd_calloc((size_t)n, sizeof *blocks);
+  for (int i = 0; i < n; i++) {
+    StageLayout *L = layout_stage(g, plan->stages[i].first_seg, plan->stages[i].last_seg - 1,
+                                  plan->cfg.microbatch_size);
+    PlanStageBlocks *B = &blocks[i];
+    B->params = (uint64_t)L->total[BUF_PARAMS];
+    B->grads = (uint64_t)L->total[BUF_GRADS];
+    B->stash = (uint64_t)L->total[BUF_STASH];
+    B->work = (uint64_t)L->total[BUF_WORK];
+    B->inputs = (uint64_t)L->total[BUF_INPUTS];
+    B->boundary = (uint64_t)L->total[BUF_BOUNDARY];
+    /* what stage i-1 sends: the stash slot's content when recomputing */
+    for (int t = 0; t < g->ntensors; t++) {
+      const Tensor *x = &g->tensors[t];
+      if (L->place[t].cls == BUF_STASH && x->kind == TK_ACT && x->producer >= 0 &&
+          !layout_has_op(L, x->producer))
+        B->act_in += ((uint64_t)L->place[t].bytes + 255) / 256 * 256;
+    }
+    layout_destroy(L);
+  }
+  if (plan_apply_layouts(plan, blocks) > 0)
+    for (int i = 0; i < n; i++) {
+      const PlanStage *st = &plan->stages[i];
+      if ((double)st->total_bytes <= plan->cluster.memory_bytes) continue;
+      /* the search judged fit by its per-segment estimates; say so, keep the plan */
+      fprintf(stderr, "pd2bwc: warning: stage %d's arena is %.3f GiB, over the device's %.3f GiB (the search "
+              "estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
+              "--recompute on)\n", i, (double)st->total_bytes / 1073741824.0,
+              plan->cluster.memory_bytes / 1073741824.0, (double)st->estimated_bytes / 1073741824.0);
+    }
+  free(blocks);
+}
+
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
@@ -257,11 +294,11 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
     CodegenCudaOptions cu = {.fuse = true, .gemm = CGEN_GEMM_TF32};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
-  /* For the pipeline executor: what crosses each stage boundary (runtime/pipeline.h),
+  /* For the pipeline executor: what crosses each stage boundary (codegen/codegen.h),
    * and the same model as one stage over the whole global batch, the sequential
    * reference that `pd2bwrun --reference` checks a run against. */
   char perr[512];
-  if (ok && !pipeline_describe_stages(g, first, last, n, plan->cfg.microbatch_size, stages, perr, sizeof perr)) {
+  if (ok && !codegen_boundary_stages(g, first, last, n, plan->cfg.microbatch_size, stages, perr, sizeof perr)) {
     diag_error(d, (Loc){dir, 0, 0}, "cannot run this partition as a pipeline: %s", perr);
     ok = false;
   }
@@ -331,6 +368,7 @@ int main(int argc, char **argv) {
   if (o.profile && !plan_profile_load(&pin, o.profile, &d)) goto done;
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
+  apply_layouts(g, plan);
 
   root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);

@@ -140,6 +140,58 @@ static void test_memory_per_schedule(void) {
 }
 
 /* Recomputation stashes only the stage input per slot. */
+/* plan_apply_layouts: the exact arena, from the programs' block sizes, buffer for
+ * buffer what the pipeline runtime allocates (runtime/pipeline.c). */
+static void test_apply_layouts(void) {
+  PlanInput in;
+  gpt_input(&in, 8, 256, 128, 1000, 4, 64);
+  Cluster c = test_cluster(1, 4, 80);
+  for (int rc = 0; rc < 2; rc++)
+    for (int sc = PS_1F1B; sc <= PS_2BW; sc++) {
+      PlanPins pins;
+      plan_pins_init(&pins);
+      pins.stages = 4, pins.replicas = 1, pins.microbatches = 8, pins.schedule = sc;
+      pins.recompute = rc ? PR_ON : PR_OFF;
+      Plan *p = make(&in, &c, &pins);
+      EXPECT(p != NULL);
+      if (!p) continue;
+      PlanStageBlocks B[4];
+      for (int i = 0; i < 4; i++)
+        B[i] = (PlanStageBlocks){.params = 1000 + 100 * (uint64_t)i, .grads = 1000 + 100 * (uint64_t)i,
+                                 .stash = 5000, .work = 3000, .inputs = i == 0 || i == 3 ? 64 : 0,
+                                 .boundary = i == 0 ? 0 : 700, .act_in = i ? 512 : 0};
+      plan_apply_layouts(p, B);
+      uint64_t tied = 1000 * 256 * 4; /* wte, held by stages 0 and 3 */
+      for (int i = 0; i < 4; i++) {
+        const PlanStage *s = &p->stages[i];
+        check_arena(s);
+        EXPECT_EQ_INT(count(s, PB_WEIGHTS), s->nversions);
+        EXPECT_EQ_INT(buf(s, PB_WEIGHTS, s->nversions - 1)->size, B[i].params);
+        EXPECT_EQ_INT(buf(s, PB_GRADS, 0)->size, B[i].grads);
+        EXPECT_EQ_INT(buf(s, PB_OPT_V, 0)->size, B[i].params);
+        EXPECT_EQ_INT(count(s, PB_STASH), s->nstash);
+        EXPECT_EQ_INT(buf(s, PB_STASH, 0)->size, rc ? B[i].act_in : B[i].stash);
+        EXPECT_EQ_INT(count(s, PB_ACTIVATIONS), rc);
+        EXPECT_EQ_INT(count(s, PB_INPUTS), B[i].inputs ? 1 : 0);
+        EXPECT_EQ_INT(count(s, PB_BOUNDARY), B[i].boundary ? 1 : 0);
+        EXPECT_EQ_INT(buf(s, PB_WORKSPACE, 0)->size, B[i].work);
+        EXPECT_EQ_INT(count(s, PB_RECV_ACT) + count(s, PB_SEND_ACT) + count(s, PB_RECV_GRAD) +
+                          count(s, PB_SEND_GRAD), 0);
+        bool member = i == 0 || i == 3;
+        EXPECT_EQ_INT(count(s, PB_TIED_RECV), member ? 2 : 0);
+        if (member) EXPECT_EQ_INT(buf(s, PB_TIED_RECV, 1)->size, tied);
+        bool split = sc == PS_2BW && member;
+        EXPECT_EQ_INT(count(s, PB_TIED_GRADS), split ? 2 : 0);
+        /* the arena is exactly the buffers, each rounded up to 256 bytes */
+        uint64_t sum = 0;
+        for (int k = 0; k < s->nbufs; k++) sum += (s->bufs[k].size + 255) / 256 * 256;
+        EXPECT_EQ_INT(s->total_bytes, sum);
+      }
+      plan_destroy(p);
+    }
+  plan_input_free(&in);
+}
+
 static void test_recompute_shrinks_stash(void) {
   PlanInput in;
   gpt_input(&in, 8, 256, 128, 1000, 4, 64);
@@ -467,6 +519,7 @@ static void test_placement(void) {
 int main(void) {
   RUN(test_partition_light_ends);
   RUN(test_memory_per_schedule);
+  RUN(test_apply_layouts);
   RUN(test_recompute_shrinks_stash);
   RUN(test_2bw_m_less_than_d_rejected);
   RUN(test_parse_names);

@@ -1,0 +1,121 @@
+/* codegen/cgen_boundary.c — what crosses each stage's boundaries, for the pipeline
+ * executor (compile side; pd2bwc calls it after codegen_c_stages).
+ *
+ * A stage program reads and writes tensors at fixed offsets of its blocks, but the
+ * stage JSON says nothing about the tensors that another stage produces or consumes.
+ * The executor must know where to receive an activation, where the output activation
+ * sits when it sends it, and so on. This pass walks the graph once per stage and lists
+ * every such tensor with its role, its block and offset (from the same layout_stage()
+ * call codegen used, so they agree), under "pipeline": {"boundary": [...]} of the
+ * stage's "program" object:
+ *
+ *   act_in    a forward activation made by stage i-1 (received before FWD)
+ *   act_out   a forward activation read by stage i+1 (sent after FWD)
+ *   grad_in   the gradient of act_out, made by stage i+1 (received before BWD)
+ *   grad_out  the gradient of act_in, read by stage i-1 (sent after BWD)
+ *
+ * A contribution to a TIED parameter's gradient that another stage sums (GPT: the LM
+ * head's part of dwte, summed by the prologue's add) is not listed: layout_stage()
+ * accumulates it straight into the producing stage's gradient of the parameter and
+ * folds it away on the summing stage, and TIED_SYNC sums the stages' gradients.
+ *
+ * A tensor that skips a stage (made on i, read on i+2) has no channel in the plan's
+ * instruction streams; that is reported as an error naming the tensor. */
+#include "codegen/codegen.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int stage_of_region(const int *first, const int *last, int n, int region) {
+  for (int i = 0; i < n; i++)
+    if (region >= first[i] && region <= last[i]) return i;
+  return -1;
+}
+
+static void add_entry(cJSON *arr, const char *role, const Tensor *x, const TensorPlace *pl,
+                      int peer) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "role", role);
+  cJSON_AddStringToObject(e, "name", x->name ? x->name : "");
+  cJSON_AddNumberToObject(e, "tensor", x->id);
+  cJSON_AddStringToObject(e, "block", buf_class_name(pl->cls));
+  cJSON_AddNumberToObject(e, "offset", (double)pl->offset);
+  cJSON_AddNumberToObject(e, "bytes", (double)pl->bytes);
+  cJSON_AddNumberToObject(e, "peer", peer);
+  cJSON_AddItemToArray(arr, e);
+}
+
+/* True when t, crossing a stage boundary, is a tied parameter's gradient
+ * contribution: the layout accumulated it in place (TIED_SYNC sums the stages), so
+ * nothing is exchanged; anything else placed for it is a layout bug. */
+static bool tied_contribution(const Graph *g, int t, const TensorPlace *pl, int s, char *err,
+                              size_t errlen, bool *ok) {
+  if (g->tensors[t].kind == TK_ACT || layout_contribution_param(g, t) < 0) return false;
+  if (pl->cls != BUF_GRADS) {
+    snprintf(err, errlen, "stage %d: tied-gradient contribution %d (%s) is not accumulated into a "
+             "gradient", s, t, g->tensors[t].name ? g->tensors[t].name : "?");
+    *ok = false;
+  }
+  return true;
+}
+
+bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
+                             int nstages, int64_t b, cJSON *stages, char *err, size_t errlen) {
+  for (int s = 0; s < nstages; s++) {
+    cJSON *st = cJSON_GetArrayItem(stages, s);
+    cJSON *prog = st ? cJSON_GetObjectItemCaseSensitive(st, "program") : NULL;
+    if (!prog) {
+      snprintf(err, errlen, "stage %d has no program to describe", s);
+      return false;
+    }
+    StageLayout *L = layout_stage(g, first_region[s], last_region[s], b);
+    cJSON_DeleteItemFromObjectCaseSensitive(prog, "pipeline");
+    cJSON *pipe = cJSON_AddObjectToObject(prog, "pipeline");
+    cJSON *arr = cJSON_AddArrayToObject(pipe, "boundary");
+    bool ok = true;
+    for (int t = 0; ok && t < g->ntensors; t++) {
+      const TensorPlace *pl = &L->place[t];
+      const Tensor *x = &g->tensors[t];
+      if (pl->cls == BUF_NONE || x->kind == TK_PARAM || x->kind == TK_INPUT || x->producer < 0)
+        continue;
+      int ps = stage_of_region(first_region, last_region, nstages, g->ops[x->producer].region);
+      bool fwd = x->kind == TK_ACT;
+      if (ps != s) {
+        if (tied_contribution(g, t, pl, s, err, errlen, &ok)) continue;
+        if (fwd && ps == s - 1) {
+          add_entry(arr, "act_in", x, pl, ps);
+        } else if (!fwd && ps == s + 1) {
+          add_entry(arr, "grad_in", x, pl, ps);
+        } else {
+          snprintf(err, errlen, "stage %d reads tensor %d (%s) made on stage %d: only neighbouring "
+                   "stages exchange tensors", s, t, x->name ? x->name : "?", ps);
+          ok = false;
+        }
+        continue;
+      }
+      /* made here: is it read by another stage? */
+      int cs = -1;
+      for (int o = 0; o < g->nops && cs < 0; o++) {
+        int os = stage_of_region(first_region, last_region, nstages, g->ops[o].region);
+        if (os == s) continue;
+        for (int i = 0; i < g->ops[o].nin; i++)
+          if (g->ops[o].in[i] == t) cs = os;
+      }
+      if (cs < 0 || tied_contribution(g, t, pl, s, err, errlen, &ok)) continue;
+      if (fwd && cs == s + 1) {
+        add_entry(arr, "act_out", x, pl, cs);
+      } else if (!fwd && cs == s - 1) {
+        add_entry(arr, "grad_out", x, pl, cs);
+      } else {
+        snprintf(err, errlen, "tensor %d (%s) made on stage %d is read on stage %d: only "
+                 "neighbouring stages exchange tensors", t, x->name ? x->name : "?", s, cs);
+        ok = false;
+      }
+    }
+    layout_destroy(L);
+    if (!ok) return false;
+  }
+  return true;
+}
