@@ -241,7 +241,7 @@ static cJSON *model_json(const Graph *g, int64_t b) {
 /* The exact memory plan: each stage program's block sizes (the same layout_stage()
  * call codegen makes) handed to the planner, which lays out the arena the pipeline
  * runtime allocates (passes/planner.h, plan_apply_layouts). */
-static void apply_layouts(const Graph *g, Plan *plan) {
+static int apply_layouts(const Graph *g, Plan *plan) {
   int n = plan->cfg.stages;
   PlanStageBlocks *blocks = pd_calloc((size_t)n, sizeof *blocks);
   for (int i = 0; i < n; i++) {
@@ -263,17 +263,70 @@ static void apply_layouts(const Graph *g, Plan *plan) {
     }
     layout_destroy(L);
   }
-  if (plan_apply_layouts(plan, blocks) > 0)
-    for (int i = 0; i < n; i++) {
-      const PlanStage *st = &plan->stages[i];
-      if ((double)st->total_bytes <= plan->cluster.memory_bytes) continue;
-      /* the search judged fit by its per-segment estimates; say so, keep the plan */
-      fprintf(stderr, "pd2bwc: warning: stage %d's arena is %.3f GiB, over the device's %.3f GiB (the search "
-              "estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
-              "--recompute on)\n", i, (double)st->total_bytes / 1073741824.0,
-              plan->cluster.memory_bytes / 1073741824.0, (double)st->estimated_bytes / 1073741824.0);
-    }
+  int over = plan_apply_layouts(plan, blocks);
   free(blocks);
+  return over;
+}
+
+static void warn_over_memory(const Plan *plan) {
+  for (int i = 0; i < plan->cfg.stages; i++) {
+    const PlanStage *st = &plan->stages[i];
+    if ((double)st->total_bytes <= plan->cluster.memory_bytes) continue;
+    fprintf(stderr, "pd2bwc: warning: stage %d's arena is %.3f GiB, over the device's %.3f GiB (the search "
+            "estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
+            "--recompute on)\n", i, (double)st->total_bytes / 1073741824.0,
+            plan->cluster.memory_bytes / 1073741824.0, (double)st->estimated_bytes / 1073741824.0);
+  }
+}
+
+static int by_throughput(const void *a, const void *b) {
+  const PlanCandidate *x = *(const PlanCandidate *const *)a, *y = *(const PlanCandidate *const *)b;
+  return (x->samples_per_s < y->samples_per_s) - (x->samples_per_s > y->samples_per_s);
+}
+
+/* The search ranks candidates by per-segment memory estimates; the exact arena
+ * (apply_layouts) can come out larger. When the chosen configuration then does not
+ * fit, take the next-fastest candidate whose exact arena does, re-planned with that
+ * configuration pinned. Returns the plan to use (the old one destroyed if replaced);
+ * when none fits, warns and keeps the first choice. */
+static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Plan *plan) {
+  if (apply_layouts(g, plan) == 0) return plan;
+  const PlanCandidate **order = pd_malloc(((size_t)plan->ncands + 1) * sizeof *order);
+  int n = 0;
+  for (int k = 0; k < plan->ncands; k++)
+    if (plan->cands[k].fits && !plan->cands[k].chosen) order[n++] = &plan->cands[k];
+  qsort(order, (size_t)n, sizeof *order, by_throughput);
+  FILE *devnull = fopen("/dev/null", "w");
+  Diag quiet;
+  diag_init(&quiet, devnull);
+  Plan *found = NULL;
+  for (int k = 0; k < n && !found; k++) {
+    const PlanConfig *cfg = &order[k]->cfg;
+    PlanPins pins;
+    plan_pins_init(&pins);
+    pins.stages = cfg->stages;
+    pins.replicas = cfg->replicas;
+    pins.microbatch_size = cfg->microbatch_size;
+    pins.microbatches = cfg->microbatches;
+    pins.schedule = (int)cfg->schedule;
+    pins.recompute = cfg->recompute ? PR_ON : PR_OFF;
+    Plan *q = plan_create(in, c, &pins, &quiet);
+    if (q && apply_layouts(g, q) == 0) found = q;
+    else if (q) plan_destroy(q);
+  }
+  if (devnull) fclose(devnull);
+  free(order);
+  if (!found) {
+    warn_over_memory(plan);
+    return plan;
+  }
+  fprintf(stderr, "pd2bwc: note: the fastest candidate's exact arena is over device memory; using the "
+          "next-fastest that fits (%d stages x %d replicas, microbatch %lld x %lld, %s%s)\n",
+          found->cfg.stages, found->cfg.replicas, (long long)found->cfg.microbatch_size,
+          (long long)found->cfg.microbatches, plan_schedule_name(found->cfg.schedule),
+          found->cfg.recompute ? ", recompute" : "");
+  plan_destroy(plan);
+  return found;
 }
 
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
@@ -368,7 +421,7 @@ int main(int argc, char **argv) {
   if (o.profile && !plan_profile_load(&pin, o.profile, &d)) goto done;
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
-  apply_layouts(g, plan);
+  plan = fit_exact(g, &pin, &cluster, plan);
 
   root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);
