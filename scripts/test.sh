@@ -2,10 +2,16 @@
 # The whole test suite on a fresh Debian 12 machine: installs what is missing,
 # builds with -Werror, runs every CTest test, then fuzzes the parser for a
 # bounded time under ASan+UBSan (FUZZ_SECONDS, default 60; 0 skips it).
+# SANITIZE=1 builds the tree with AddressSanitizer and UBSan (use another
+# BUILD_DIR, e.g. BUILD_DIR=build-asan) and runs the same suite there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-bash scripts/build.sh
+if [ "${SANITIZE:-0}" = 1 ]; then
+  bash scripts/build.sh -DPD2BW_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+else
+  bash scripts/build.sh
+fi
 build=${BUILD_DIR:-build}
 (cd "$build" && ctest --output-on-failure -j "${JOBS:-$(nproc)}")
 if [ "${FUZZ_SECONDS:-60}" != 0 ] && [ -f scripts/fuzz.sh ]; then
