@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 if [ "${SANITIZE:-0}" = 1 ]; then
-  bash scripts/build.sh -DPD2BW_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+  # -Werror stays with the optimised build: gcc at -O0 under the sanitizers
+  # guesses differently (e.g. -Wformat-truncation), and the warning list is the same.
+  bash scripts/build.sh -DPD2BW_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DPD2BW_WERROR=OFF
 else
   bash scripts/build.sh
 fi
