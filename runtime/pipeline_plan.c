@@ -9,38 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Rd {
-  char file[1024];
-  char *err;
-  size_t errlen;
-  bool failed;
-} Rd;
-
-static void fail(Rd *r, const char *key, const char *what) {
-  if (r->failed) return;
-  r->failed = true;
-  snprintf(r->err, r->errlen, "%s: %s: %s", r->file, key, what);
-}
-
-static const cJSON *item(Rd *r, const cJSON *o, const char *key, const char *path) {
-  const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-  if (!v) fail(r, path, "missing");
-  return v;
-}
-
-static int64_t integer(Rd *r, const cJSON *o, const char *key, const char *path, int64_t dflt,
-                       bool required) {
-  const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-  if (!v) {
-    if (required) fail(r, path, "missing");
-    return dflt;
-  }
-  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(int64_t)v->valuedouble) {
-    fail(r, path, "expected a non-negative integer");
-    return dflt;
-  }
-  return (int64_t)v->valuedouble;
-}
+#include "runtime/json_read.h"
 
 static int cls_of(const char *s) {
   for (int c = 0; c < BUF_CLASS_COUNT; c++)
@@ -49,12 +18,12 @@ static int cls_of(const char *s) {
 }
 
 /* stages[i].memory: the arena's size and every buffer in it, each inside the arena. */
-static void read_memory(Rd *r, const cJSON *mem, int i, PipeStage *ps) {
+static void read_memory(JsonRd *r, const cJSON *mem, int i, PipeStage *ps) {
   char path[128];
   snprintf(path, sizeof path, "stages[%d].memory", i);
-  ps->planned_bytes = (uint64_t)integer(r, mem, "total_bytes", path, 0, true);
+  ps->planned_bytes = (uint64_t)jr_count(r, mem, path, "total_bytes", 0, true);
   const cJSON *arr = mem ? cJSON_GetObjectItemCaseSensitive(mem, "buffers") : NULL;
-  if (!r->failed && !cJSON_IsArray(arr)) fail(r, path, "buffers: missing");
+  if (!r->failed && !cJSON_IsArray(arr)) jr_fail(r, path, "buffers: missing");
   if (r->failed) return;
   ps->bufs = pd_calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *ps->bufs);
   const cJSON *e;
@@ -66,24 +35,24 @@ static void read_memory(Rd *r, const cJSON *mem, int i, PipeStage *ps) {
     int k = -1;
     for (int j = 0; j < PB_COUNT && cJSON_IsString(kind); j++)
       if (strcmp(kind->valuestring, plan_buf_kind_name((PlanBufKind)j)) == 0) k = j;
-    if (k < 0) fail(r, ep, "kind: not a buffer kind (docs/plan-format.md)");
+    if (k < 0) jr_fail(r, ep, "kind: not a buffer kind (docs/plan-format.md)");
     b->kind = (PlanBufKind)(k < 0 ? 0 : k);
-    b->index = (int)integer(r, e, "index", ep, 0, true);
-    b->offset = (uint64_t)integer(r, e, "offset", ep, 0, true);
-    b->size = (uint64_t)integer(r, e, "size", ep, 0, true);
+    b->index = (int)jr_count(r, e, ep, "index", 0, true);
+    b->offset = (uint64_t)jr_count(r, e, ep, "offset", 0, true);
+    b->size = (uint64_t)jr_count(r, e, ep, "size", 0, true);
     if (!r->failed && (b->offset % 256 != 0 || b->offset + b->size > ps->planned_bytes))
-      fail(r, ep, "must be 256-byte aligned and inside total_bytes");
+      jr_fail(r, ep, "must be 256-byte aligned and inside total_bytes");
     if (r->failed) return;
   }
 }
 
-static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, PipeStage *ps) {
+static void read_boundary(JsonRd *r, const cJSON *prog, int i, const RtStage *rs, PipeStage *ps) {
   char path[256];
   snprintf(path, sizeof path, "stages[%d].program.pipeline.boundary", i);
   const cJSON *pipe = cJSON_GetObjectItemCaseSensitive(prog, "pipeline");
   const cJSON *arr = pipe ? cJSON_GetObjectItemCaseSensitive(pipe, "boundary") : NULL;
   if (!cJSON_IsArray(arr)) {
-    fail(r, path, "missing (a plan from an older pd2bwc: recompile it)");
+    jr_fail(r, path, "missing (a plan from an older pd2bwc: recompile it)");
     return;
   }
   ps->nbnd = cJSON_GetArraySize(arr);
@@ -101,23 +70,24 @@ static void read_boundary(Rd *r, const cJSON *prog, int i, const RtStage *rs, Pi
     for (int j = 0; j < 4 && cJSON_IsString(role); j++)
       if (strcmp(role->valuestring, roles[j]) == 0) b->role = (PipeRole)j;
     if ((int)b->role < 0 && cJSON_IsString(role) && strncmp(role->valuestring, "tied_", 5) == 0)
-      fail(r, ep, "a tied-gradient role from an older pd2bwc (the programs now accumulate tied gradients "
+      jr_fail(r, ep, "a tied-gradient role from an older pd2bwc (the programs now accumulate tied gradients "
                   "in place): recompile the plan");
-    if ((int)b->role < 0) fail(r, ep, "role must be act_in, act_out, grad_in or grad_out");
+    if ((int)b->role < 0) jr_fail(r, ep, "role must be act_in, act_out, grad_in or grad_out");
     b->cls = cJSON_IsString(block) ? cls_of(block->valuestring) : -1;
-    if (b->cls < 0) fail(r, ep, "block must name a program block");
-    b->offset = integer(r, e, "offset", ep, 0, true);
-    b->bytes = integer(r, e, "bytes", ep, 0, true);
-    b->peer = (int)integer(r, e, "peer", ep, 0, true);
-    if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) fail(r, ep, "leaves its block");
+    if (b->cls < 0) jr_fail(r, ep, "block must name a program block");
+    b->offset = jr_count(r, e, ep, "offset", 0, true);
+    b->bytes = jr_count(r, e, ep, "bytes", 0, true);
+    b->peer = (int)jr_count(r, e, ep, "peer", 0, true);
+    if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) jr_fail(r, ep, "leaves its block");
   }
 }
 
 PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   RtPlan *rt = rt_plan_load(dir, err, errlen);
   if (!rt) return NULL;
-  Rd r = {.err = err, .errlen = errlen};
-  snprintf(r.file, sizeof r.file, "%s/plan.json", dir);
+  char file[1024];
+  snprintf(file, sizeof file, "%s/plan.json", dir);
+  JsonRd r = {.file = file, .err = err, .errlen = errlen};
   char ierr[IO_ERR_LEN];
   size_t len;
   char *text = io_read_all(r.file, &len, ierr, sizeof ierr);
@@ -130,19 +100,19 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   }
   PipePlan *p = pd_calloc(1, sizeof *p);
   p->rt = rt;
-  const cJSON *cfg = item(&r, root, "config", "config");
-  p->d = (int)integer(&r, cfg, "stages", "config.stages", 1, true);
-  p->w = (int)integer(&r, cfg, "replicas", "config.replicas", 1, false);
+  const cJSON *cfg = jr_get(&r, root, "", "config");
+  p->d = (int)jr_count(&r, cfg, "config", "stages", 1, true);
+  p->w = (int)jr_count(&r, cfg, "config", "replicas", 1, false);
   p->b = rt->b;
   p->m = rt->m;
   const cJSON *rc = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "recompute") : NULL;
   p->recompute = rc && cJSON_IsTrue(rc);
   int sched = 0;
-  if (!plan_schedule_parse(rt->schedule, (PlanSchedule *)&sched)) fail(&r, "config.schedule", "unknown schedule");
+  if (!plan_schedule_parse(rt->schedule, (PlanSchedule *)&sched)) jr_fail(&r, "config.schedule", "unknown schedule");
   p->schedule = (PlanSchedule)sched;
   if (!r.failed && (p->d < 1 || p->w < 1 || p->d != rt->nstages))
-    fail(&r, "config.stages", "must be >= 1 and match the \"stages\" array");
-  const cJSON *stages = item(&r, root, "stages", "stages");
+    jr_fail(&r, "config.stages", "must be >= 1 and match the \"stages\" array");
+  const cJSON *stages = jr_get(&r, root, "", "stages");
   if (!r.failed) {
     p->nranks = p->d * p->w;
     p->st = pd_calloc((size_t)p->d, sizeof *p->st);
@@ -155,18 +125,18 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
     PipeStage *ps = &p->st[i];
     char path[128];
     snprintf(path, sizeof path, "stages[%d]", i);
-    ps->nversions = (int)integer(&r, so, "weight_versions", path, 1, p->d > 1);
-    ps->nstash = (int)integer(&r, so, "stash_slots", path, 1, p->d > 1);
+    ps->nversions = (int)jr_count(&r, so, path, "weight_versions", 1, p->d > 1);
+    ps->nstash = (int)jr_count(&r, so, path, "stash_slots", 1, p->d > 1);
     const cJSON *mem = so ? cJSON_GetObjectItemCaseSensitive(so, "memory") : NULL;
     read_memory(&r, mem, i, ps);
     ps->rank_of_replica = pd_malloc((size_t)p->w * sizeof(int));
     const cJSON *ranks = so ? cJSON_GetObjectItemCaseSensitive(so, "ranks") : NULL;
     for (int rep = 0; rep < p->w; rep++) {
       const cJSON *re = ranks ? cJSON_GetArrayItem(ranks, rep) : NULL;
-      int rk = re ? (int)integer(&r, re, "rank", path, 0, true) : i * p->w + rep;
-      int rr = re ? (int)integer(&r, re, "replica", path, rep, false) : rep;
+      int rk = re ? (int)jr_count(&r, re, path, "rank", 0, true) : i * p->w + rep;
+      int rr = re ? (int)jr_count(&r, re, path, "replica", rep, false) : rep;
       if (!r.failed && (rk >= p->nranks || rr != rep || p->rank_stage[rk] >= 0)) {
-        fail(&r, path, "ranks: every rank 0..d·w-1 exactly once, replicas in order");
+        jr_fail(&r, path, "ranks: every rank 0..d·w-1 exactly once, replicas in order");
         break;
       }
       if (r.failed) break;
@@ -174,7 +144,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
       p->rank_stage[rk] = i;
       p->rank_replica[rk] = rep;
     }
-    if (ps->nversions < 1 || ps->nstash < 1) fail(&r, path, "weight_versions and stash_slots must be >= 1");
+    if (ps->nversions < 1 || ps->nstash < 1) jr_fail(&r, path, "weight_versions and stash_slots must be >= 1");
     const cJSON *segs = so ? cJSON_GetObjectItemCaseSensitive(so, "segments") : NULL;
     if (cJSON_IsArray(segs)) {
       ps->seg_names = pd_calloc((size_t)cJSON_GetArraySize(segs) + 1, sizeof(char *));
@@ -194,17 +164,17 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
       const cJSON *sts = cJSON_GetObjectItemCaseSensitive(e, "stages");
       const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
       if (!cJSON_IsArray(sts) || !cJSON_IsString(nm) || cJSON_GetArraySize(sts) > PLAN_MAX_TIED_SEGS) {
-        fail(&r, "tied", "each entry needs \"name\" and \"stages\"");
+        jr_fail(&r, "tied", "each entry needs \"name\" and \"stages\"");
         break;
       }
       /* The stream generator needs only groups held by more than one stage, in the
        * plan's group order (its TIED_SYNC `group` numbers index this list). */
       PlanTiedGroup *g = &p->groups[p->ngroups];
-      g->tied = (int)integer(&r, e, "group", "tied.group", (int64_t)p->ngroups, false);
+      g->tied = (int)jr_count(&r, e, "tied", "group", (int64_t)p->ngroups, false);
       const cJSON *sv;
       cJSON_ArrayForEach(sv, sts) {
         int s = cJSON_IsNumber(sv) ? (int)sv->valuedouble : -1;
-        if (s < 0 || s >= p->d) fail(&r, "tied.stages", "a stage out of range");
+        if (s < 0 || s >= p->d) jr_fail(&r, "tied.stages", "a stage out of range");
         else g->stages[g->nstages++] = s;
       }
       p->group_names[p->ngroups++] = pd_strdup(nm->valuestring);

@@ -7,87 +7,19 @@
  * pd2bwc and codegen_single_stage_plan write) or be the stage object itself. */
 #include "runtime/runtime.h"
 
+#include "runtime/json_read.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Rd {
-  const char *file;
-  char *err;
-  size_t errlen;
-  bool failed;
-} Rd;
-
-static void rd_fail(Rd *r, const char *path, const char *what) {
-  if (r->failed) return;
-  r->failed = true;
-  snprintf(r->err, r->errlen, "%s: %s: %s", r->file, path, what);
-}
-
-static const cJSON *get(Rd *r, const cJSON *o, const char *path, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v) {
-    char b[512];
-    snprintf(b, sizeof b, "%s%s%s", path, *path ? "." : "", key);
-    rd_fail(r, b, "missing");
-  }
-  return v;
-}
-
-static double num(Rd *r, const cJSON *o, const char *path, const char *key, double dflt, bool required) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  char b[512];
-  snprintf(b, sizeof b, "%s%s%s", path, *path ? "." : "", key);
-  if (!v) {
-    if (required) rd_fail(r, b, "missing");
-    return dflt;
-  }
-  if (!cJSON_IsNumber(v)) {
-    rd_fail(r, b, "expected a number");
-    return dflt;
-  }
-  return v->valuedouble;
-}
-
-static int64_t count(Rd *r, const cJSON *o, const char *path, const char *key, int64_t dflt, bool required) {
-  double d = num(r, o, path, key, (double)dflt, required);
-  if (d < 0 || d != (double)(int64_t)d || d > 9e15) {
-    char b[512];
-    snprintf(b, sizeof b, "%s.%s", path, key);
-    rd_fail(r, b, "expected a non-negative integer");
-    return dflt;
-  }
-  return (int64_t)d;
-}
-
-static const char *str(Rd *r, const cJSON *o, const char *path, const char *key, const char *dflt) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v && dflt) return dflt;
-  char b[512];
-  snprintf(b, sizeof b, "%s%s%s", path, *path ? "." : "", key);
-  if (!v) {
-    rd_fail(r, b, "missing");
-    return "";
-  }
-  if (!cJSON_IsString(v)) {
-    rd_fail(r, b, "expected a string");
-    return "";
-  }
-  return v->valuestring;
-}
-
-static bool flag(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return v && cJSON_IsTrue(v);
-}
-
-static int shape(Rd *r, const cJSON *o, const char *path, int64_t *dims) {
-  const cJSON *a = get(r, o, path, "shape");
+static int shape(JsonRd *r, const cJSON *o, const char *path, int64_t *dims) {
+  const cJSON *a = jr_get(r, o, path, "shape");
   if (!a) return 0;
   if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > IR_MAX_RANK) {
     char b[512];
     snprintf(b, sizeof b, "%s.shape", path);
-    rd_fail(r, b, "expected an array of at most 4 sizes");
+    jr_fail(r, b, "expected an array of at most 4 sizes");
     return 0;
   }
   int n = 0;
@@ -96,7 +28,7 @@ static int shape(Rd *r, const cJSON *o, const char *path, int64_t *dims) {
     if (!cJSON_IsNumber(d) || d->valuedouble < 1) {
       char b[512];
       snprintf(b, sizeof b, "%s.shape[%d]", path, n);
-      rd_fail(r, b, "expected a positive size");
+      jr_fail(r, b, "expected a positive size");
       return 0;
     }
     dims[n++] = (int64_t)d->valuedouble;
@@ -104,23 +36,23 @@ static int shape(Rd *r, const cJSON *o, const char *path, int64_t *dims) {
   return n;
 }
 
-static void read_train(Rd *r, const cJSON *t, TrainConfig *c) {
+static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   const char *p = "train";
-  c->batch = count(r, t, p, "batch", 0, false);
-  c->microbatch = count(r, t, p, "microbatch", 0, false);
-  const char *opt = str(r, t, p, "optimizer", "adamw");
+  c->batch = jr_count(r, t, p, "batch", 0, false);
+  c->microbatch = jr_count(r, t, p, "microbatch", 0, false);
+  const char *opt = jr_str(r, t, p, "optimizer", "adamw");
   if (strcmp(opt, "adamw") == 0)
     c->optimizer = OPT_ADAMW;
   else if (strcmp(opt, "sgd") == 0)
     c->optimizer = OPT_SGD;
   else
-    rd_fail(r, "train.optimizer", "expected \"adamw\" or \"sgd\"");
-  c->lr = num(r, t, p, "lr", 1e-3, false);
-  c->beta1 = num(r, t, p, "beta1", 0.9, false);
-  c->beta2 = num(r, t, p, "beta2", 0.999, false);
-  c->eps = num(r, t, p, "eps", 1e-8, false);
-  c->weight_decay = num(r, t, p, "weight_decay", 0, false);
-  const char *s = str(r, t, p, "lr_schedule", "constant");
+    jr_fail(r, "train.optimizer", "expected \"adamw\" or \"sgd\"");
+  c->lr = jr_num(r, t, p, "lr", 1e-3, false);
+  c->beta1 = jr_num(r, t, p, "beta1", 0.9, false);
+  c->beta2 = jr_num(r, t, p, "beta2", 0.999, false);
+  c->eps = jr_num(r, t, p, "eps", 1e-8, false);
+  c->weight_decay = jr_num(r, t, p, "weight_decay", 0, false);
+  const char *s = jr_str(r, t, p, "lr_schedule", "constant");
   if (strcmp(s, "constant") == 0)
     c->schedule = LR_CONSTANT;
   else if (strcmp(s, "cosine") == 0)
@@ -128,51 +60,51 @@ static void read_train(Rd *r, const cJSON *t, TrainConfig *c) {
   else if (strcmp(s, "linear") == 0)
     c->schedule = LR_LINEAR;
   else
-    rd_fail(r, "train.lr_schedule", "expected \"constant\", \"cosine\" or \"linear\"");
-  c->warmup = count(r, t, p, "warmup", 0, false);
-  c->steps = count(r, t, p, "steps", 0, false);
-  c->min_lr = num(r, t, p, "min_lr", 0, false);
-  c->clip = num(r, t, p, "clip", 0, false);
+    jr_fail(r, "train.lr_schedule", "expected \"constant\", \"cosine\" or \"linear\"");
+  c->warmup = jr_count(r, t, p, "warmup", 0, false);
+  c->steps = jr_count(r, t, p, "steps", 0, false);
+  c->min_lr = jr_num(r, t, p, "min_lr", 0, false);
+  c->clip = jr_num(r, t, p, "clip", 0, false);
   const cJSON *seed = cJSON_GetObjectItemCaseSensitive(t, "seed");
   if (cJSON_IsString(seed)) {
     char *end;
     c->seed = strtoull(seed->valuestring, &end, 10);
-    if (*end) rd_fail(r, "train.seed", "expected a decimal integer string");
+    if (*end) jr_fail(r, "train.seed", "expected a decimal integer string");
   } else if (cJSON_IsNumber(seed)) {
     c->seed = (uint64_t)seed->valuedouble;
   }
 }
 
-static void read_stage(Rd *r, const cJSON *so, int i, const char *dir, RtStage *s) {
+static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtStage *s) {
   char path[128];
   const cJSON *prog = cJSON_GetObjectItemCaseSensitive(so, "program");
   snprintf(path, sizeof path, "stages[%d]%s", i, prog ? ".program" : "");
   if (!prog) prog = so;
-  const char *src = str(r, prog, path, "source", NULL);
+  const char *src = jr_str(r, prog, path, "source", NULL);
   size_t n = strlen(dir) + strlen(src) + 2;
   s->source = pd_malloc(n);
   snprintf(s->source, n, "%s/%s", dir, src);
-  if (strchr(src, '/')) rd_fail(r, path, "source must be a file name inside the plan directory");
-  snprintf(s->hash, sizeof s->hash, "%s", str(r, prog, path, "hash", NULL));
-  int64_t abi = count(r, prog, path, "abi", 0, true);
+  if (strchr(src, '/')) jr_fail(r, path, "source must be a file name inside the plan directory");
+  snprintf(s->hash, sizeof s->hash, "%s", jr_str(r, prog, path, "hash", NULL));
+  int64_t abi = jr_count(r, prog, path, "abi", 0, true);
   if (!r->failed && abi != PD2BW_STAGE_ABI) {
     char b[256];
     snprintf(b, sizeof b, "stage ABI version %lld, this runtime speaks %d: recompile the plan",
              (long long)abi, PD2BW_STAGE_ABI);
-    rd_fail(r, path, b);
+    jr_fail(r, path, b);
   }
-  s->real_bytes = (int)count(r, prog, path, "real_bytes", 4, false);
-  s->b = count(r, prog, path, "microbatch_size", 0, true);
-  const cJSON *blocks = get(r, prog, path, "blocks");
+  s->real_bytes = (int)jr_count(r, prog, path, "real_bytes", 4, false);
+  s->b = jr_count(r, prog, path, "microbatch_size", 0, true);
+  const cJSON *blocks = jr_get(r, prog, path, "blocks");
   char bp[160];
   snprintf(bp, sizeof bp, "%s.blocks", path);
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT && blocks; c++)
-    s->blocks[c] = count(r, blocks, bp, buf_class_name((BufClass)c), 0, true);
-  const cJSON *params = get(r, prog, path, "params");
-  const cJSON *inputs = get(r, prog, path, "inputs");
+    s->blocks[c] = jr_count(r, blocks, bp, buf_class_name((BufClass)c), 0, true);
+  const cJSON *params = jr_get(r, prog, path, "params");
+  const cJSON *inputs = jr_get(r, prog, path, "inputs");
   if (r->failed) return;
   if (!cJSON_IsArray(params) || !cJSON_IsArray(inputs)) {
-    rd_fail(r, path, "params and inputs must be arrays");
+    jr_fail(r, path, "params and inputs must be arrays");
     return;
   }
   s->nparams = cJSON_GetArraySize(params);
@@ -183,23 +115,23 @@ static void read_stage(Rd *r, const cJSON *so, int i, const char *dir, RtStage *
     RtParam *p = &s->params[k];
     char pp[200];
     snprintf(pp, sizeof pp, "%s.params[%d]", path, k++);
-    p->name = pd_strdup(str(r, e, pp, "name", NULL));
+    p->name = pd_strdup(jr_str(r, e, pp, "name", NULL));
     p->rank = shape(r, e, pp, p->shape);
-    p->numel = count(r, e, pp, "numel", 0, true);
-    p->offset = count(r, e, pp, "offset", 0, true);
-    p->bytes = count(r, e, pp, "bytes", 0, true);
-    const char *init = str(r, e, pp, "init", NULL);
+    p->numel = jr_count(r, e, pp, "numel", 0, true);
+    p->offset = jr_count(r, e, pp, "offset", 0, true);
+    p->bytes = jr_count(r, e, pp, "bytes", 0, true);
+    const char *init = jr_str(r, e, pp, "init", NULL);
     p->init = strcmp(init, "ones") == 0 ? INIT_ONES : strcmp(init, "normal") == 0 ? INIT_NORMAL : INIT_ZEROS;
     if (strcmp(init, "ones") && strcmp(init, "normal") && strcmp(init, "zeros"))
-      rd_fail(r, pp, "init must be zeros, ones or normal");
-    p->std = num(r, e, pp, "std", 0, false);
-    p->decay = flag(e, "decay");
-    p->has_grad = flag(e, "has_grad");
+      jr_fail(r, pp, "init must be zeros, ones or normal");
+    p->std = jr_num(r, e, pp, "std", 0, false);
+    p->decay = jr_flag(e, "decay");
+    p->has_grad = jr_flag(e, "has_grad");
     int64_t ne = 1;
     for (int d = 0; d < p->rank; d++) ne *= p->shape[d];
     if (!r->failed && (ne != p->numel || p->bytes != p->numel * s->real_bytes ||
                        p->offset + p->bytes > s->blocks[BUF_PARAMS]))
-      rd_fail(r, pp, "shape, numel, bytes and offset disagree or leave the params block");
+      jr_fail(r, pp, "shape, numel, bytes and offset disagree or leave the params block");
   }
   s->ninputs = cJSON_GetArraySize(inputs);
   s->inputs = pd_calloc((size_t)s->ninputs + 1, sizeof *s->inputs);
@@ -208,20 +140,20 @@ static void read_stage(Rd *r, const cJSON *so, int i, const char *dir, RtStage *
     RtInput *in = &s->inputs[k];
     char pp[200];
     snprintf(pp, sizeof pp, "%s.inputs[%d]", path, k++);
-    in->name = pd_strdup(str(r, e, pp, "name", NULL));
-    in->dtype = strcmp(str(r, e, pp, "dtype", NULL), "i32") == 0 ? DT_I32 : DT_F32;
+    in->name = pd_strdup(jr_str(r, e, pp, "name", NULL));
+    in->dtype = strcmp(jr_str(r, e, pp, "dtype", NULL), "i32") == 0 ? DT_I32 : DT_F32;
     in->rank = shape(r, e, pp, in->shape);
-    in->offset = count(r, e, pp, "offset", 0, true);
-    in->bytes = count(r, e, pp, "bytes", 0, true);
-    const char *st = str(r, e, pp, "stream", "other");
+    in->offset = jr_count(r, e, pp, "offset", 0, true);
+    in->bytes = jr_count(r, e, pp, "bytes", 0, true);
+    const char *st = jr_str(r, e, pp, "stream", "other");
     in->stream = strcmp(st, "tokens") == 0 ? STREAM_TOKENS : strcmp(st, "targets") == 0 ? STREAM_TARGETS : STREAM_OTHER;
-    if (!r->failed && in->offset + in->bytes > s->blocks[BUF_INPUTS]) rd_fail(r, pp, "leaves the inputs block");
+    if (!r->failed && in->offset + in->bytes > s->blocks[BUF_INPUTS]) jr_fail(r, pp, "leaves the inputs block");
   }
-  s->has_loss = flag(prog, "loss");
+  s->has_loss = jr_flag(prog, "loss");
   const cJSON *fl = cJSON_GetObjectItemCaseSensitive(prog, "flops");
   if (fl) {
-    s->flops_fwd = num(r, fl, path, "forward", 0, false);
-    s->flops_bwd = num(r, fl, path, "backward", 0, false);
+    s->flops_fwd = jr_num(r, fl, path, "forward", 0, false);
+    s->flops_bwd = jr_num(r, fl, path, "backward", 0, false);
   }
 }
 
@@ -247,31 +179,31 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     free(file);
     return NULL;
   }
-  Rd r = {.file = file, .err = err, .errlen = errlen};
+  JsonRd r = {.file = file, .err = err, .errlen = errlen};
   RtPlan *p = pd_calloc(1, sizeof *p);
   p->dir = pd_strdup(dir);
-  int64_t version = count(&r, root, "", "version", 0, true);
-  if (!r.failed && version != 1) rd_fail(&r, "version", "unsupported plan format version (this runtime reads 1)");
+  int64_t version = jr_count(&r, root, "", "version", 0, true);
+  if (!r.failed && version != 1) jr_fail(&r, "version", "unsupported plan format version (this runtime reads 1)");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-  p->model = pd_strdup(model ? str(&r, model, "model", "name", "?") : "?");
-  const cJSON *train = get(&r, root, "", "train");
+  p->model = pd_strdup(model ? jr_str(&r, model, "model", "name", "?") : "?");
+  const cJSON *train = jr_get(&r, root, "", "train");
   if (train) read_train(&r, train, &p->train);
-  const cJSON *cfg = get(&r, root, "", "config");
+  const cJSON *cfg = jr_get(&r, root, "", "config");
   if (cfg) {
-    p->b = count(&r, cfg, "config", "microbatch_size", 0, true);
-    p->m = count(&r, cfg, "config", "microbatches", 0, false);
-    int64_t w = count(&r, cfg, "config", "replicas", 1, false);
-    snprintf(p->schedule, sizeof p->schedule, "%s", str(&r, cfg, "config", "schedule", "gpipe"));
+    p->b = jr_count(&r, cfg, "config", "microbatch_size", 0, true);
+    p->m = jr_count(&r, cfg, "config", "microbatches", 0, false);
+    int64_t w = jr_count(&r, cfg, "config", "replicas", 1, false);
+    snprintf(p->schedule, sizeof p->schedule, "%s", jr_str(&r, cfg, "config", "schedule", "gpipe"));
     if (!r.failed && strcmp(p->schedule, "gpipe") && strcmp(p->schedule, "1f1b") && strcmp(p->schedule, "2bw") &&
         strcmp(p->schedule, "pipedream"))
-      rd_fail(&r, "config.schedule", "expected gpipe, 1f1b, 2bw or pipedream");
+      jr_fail(&r, "config.schedule", "expected gpipe, 1f1b, 2bw or pipedream");
     p->delayed = strcmp(p->schedule, "2bw") == 0;
     if (!r.failed && p->m == 0 && p->b > 0) p->m = p->train.batch / (p->b * (w ? w : 1));
-    if (!r.failed && (p->b < 1 || p->m < 1)) rd_fail(&r, "config", "microbatch_size and microbatches must be >= 1");
+    if (!r.failed && (p->b < 1 || p->m < 1)) jr_fail(&r, "config", "microbatch_size and microbatches must be >= 1");
   }
-  const cJSON *stages = get(&r, root, "", "stages");
+  const cJSON *stages = jr_get(&r, root, "", "stages");
   if (!r.failed && (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1))
-    rd_fail(&r, "stages", "expected a non-empty array");
+    jr_fail(&r, "stages", "expected a non-empty array");
   if (!r.failed) {
     p->nstages = cJSON_GetArraySize(stages);
     p->stages = pd_calloc((size_t)p->nstages, sizeof *p->stages);

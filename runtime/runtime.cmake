@@ -4,6 +4,7 @@
 add_library(pd2bw_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/stage_cc.c
   ${CMAKE_CURRENT_LIST_DIR}/plan_read.c
+  ${CMAKE_CURRENT_LIST_DIR}/json_read.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer.c
   ${CMAKE_CURRENT_LIST_DIR}/log.c)
 pd2bw_strict(pd2bw_runtime)
