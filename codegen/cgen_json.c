@@ -42,15 +42,6 @@ static cJSON *shape_json(const Shape *s, int64_t b) {
   return a;
 }
 
-static const char *init_name(InitKind k) {
-  switch (k) {
-  case INIT_ZEROS: return "zeros";
-  case INIT_ONES: return "ones";
-  case INIT_NORMAL: return "normal";
-  }
-  return "?";
-}
-
 /* Which data stream feeds an input: the token file gives each window's first T
  * tokens ("tokens") and the same window shifted by one ("targets"). */
 static const char *input_stream(const Tensor *t) {
@@ -96,7 +87,7 @@ bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const Code
     cJSON_AddNumberToObject(e, "numel", (double)shape_numel(&t->shape, L->b));
     cJSON_AddNumberToObject(e, "offset", (double)(pl->offset * rs));
     cJSON_AddNumberToObject(e, "bytes", (double)(pl->bytes * rs));
-    cJSON_AddStringToObject(e, "init", init_name(p->init));
+    cJSON_AddStringToObject(e, "init", init_kind_name(p->init));
     cJSON_AddNumberToObject(e, "std", p->init == INIT_NORMAL ? p->std : 0);
     cJSON_AddBoolToObject(e, "decay", p->decay);
     cJSON_AddBoolToObject(e, "has_grad", t->grad >= 0 && L->place[t->grad].cls == BUF_GRADS);
@@ -134,34 +125,17 @@ bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const Code
   return true;
 }
 
-static const char *opt_name(OptimizerKind k) {
-  switch (k) {
-  case OPT_ADAMW: return "adamw";
-  case OPT_SGD: return "sgd";
-  }
-  return "?";
-}
-
-static const char *sched_name(LrScheduleKind k) {
-  switch (k) {
-  case LR_CONSTANT: return "constant";
-  case LR_COSINE: return "cosine";
-  case LR_LINEAR: return "linear";
-  }
-  return "?";
-}
-
 cJSON *codegen_train_json(const TrainConfig *t) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "batch", (double)t->batch);
   cJSON_AddNumberToObject(j, "microbatch", (double)t->microbatch);
-  cJSON_AddStringToObject(j, "optimizer", opt_name(t->optimizer));
+  cJSON_AddStringToObject(j, "optimizer", optimizer_name(t->optimizer));
   cJSON_AddNumberToObject(j, "lr", t->lr);
   cJSON_AddNumberToObject(j, "beta1", t->beta1);
   cJSON_AddNumberToObject(j, "beta2", t->beta2);
   cJSON_AddNumberToObject(j, "eps", t->eps);
   cJSON_AddNumberToObject(j, "weight_decay", t->weight_decay);
-  cJSON_AddStringToObject(j, "lr_schedule", sched_name(t->schedule));
+  cJSON_AddStringToObject(j, "lr_schedule", lr_schedule_name(t->schedule));
   cJSON_AddNumberToObject(j, "warmup", (double)t->warmup);
   cJSON_AddNumberToObject(j, "steps", (double)t->steps);
   cJSON_AddNumberToObject(j, "min_lr", t->min_lr);

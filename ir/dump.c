@@ -13,24 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *region_kind_name(RegionKind k) {
-  switch (k) {
-  case RG_PROLOGUE: return "prologue";
-  case RG_BLOCK: return "block";
-  case RG_EPILOGUE: return "epilogue";
-  }
-  return "?";
-}
-
-static const char *init_name(InitKind k) {
-  switch (k) {
-  case INIT_ZEROS: return "zeros";
-  case INIT_ONES: return "ones";
-  case INIT_NORMAL: return "normal";
-  }
-  return "?";
-}
-
 void ir_dump(const Graph *g, FILE *out) {
   char buf[64];
   fprintf(out, "model %s\n", g->name);
@@ -48,7 +30,7 @@ void ir_dump(const Graph *g, FILE *out) {
     if (x->kind == TK_PARAM) {
       const Param *p = &g->params[x->param];
       fprintf(out, "param %%%d %s : f32 %s init=%s", t, x->name, shape_str(&x->shape, buf, sizeof buf),
-              init_name(p->init));
+              init_kind_name(p->init));
       if (p->init == INIT_NORMAL) fprintf(out, "(%.17g)", p->std);
       fprintf(out, " decay=%d region=%s%s\n", p->decay ? 1 : 0, g->regions[p->region].name,
               p->nuses_regions > 1 ? " tied" : "");

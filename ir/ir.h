@@ -254,6 +254,16 @@ typedef struct TrainConfig {
   Loc loc;
 } TrainConfig;
 
+/* The spellings of these enums in the IR dump and plan.json (ir/names.c); "?" for
+ * a value out of range. The parsers return false on an unknown name. */
+const char *init_kind_name(InitKind k);
+const char *optimizer_name(OptimizerKind k);
+const char *lr_schedule_name(LrScheduleKind k);
+const char *region_kind_name(RegionKind k);
+bool init_kind_parse(const char *s, InitKind *out);
+bool optimizer_parse(const char *s, OptimizerKind *out);
+bool lr_schedule_parse(const char *s, LrScheduleKind *out);
+
 /* A model parameter ("param dim = 768;") after -D overrides. */
 typedef struct ModelConst {
   const char *name;

@@ -41,25 +41,14 @@ static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   c->batch = jr_count(r, t, p, "batch", 0, false);
   c->microbatch = jr_count(r, t, p, "microbatch", 0, false);
   const char *opt = jr_str(r, t, p, "optimizer", "adamw");
-  if (strcmp(opt, "adamw") == 0)
-    c->optimizer = OPT_ADAMW;
-  else if (strcmp(opt, "sgd") == 0)
-    c->optimizer = OPT_SGD;
-  else
-    jr_fail(r, "train.optimizer", "expected \"adamw\" or \"sgd\"");
+  if (!optimizer_parse(opt, &c->optimizer)) jr_fail(r, "train.optimizer", "expected \"adamw\" or \"sgd\"");
   c->lr = jr_num(r, t, p, "lr", 1e-3, false);
   c->beta1 = jr_num(r, t, p, "beta1", 0.9, false);
   c->beta2 = jr_num(r, t, p, "beta2", 0.999, false);
   c->eps = jr_num(r, t, p, "eps", 1e-8, false);
   c->weight_decay = jr_num(r, t, p, "weight_decay", 0, false);
   const char *s = jr_str(r, t, p, "lr_schedule", "constant");
-  if (strcmp(s, "constant") == 0)
-    c->schedule = LR_CONSTANT;
-  else if (strcmp(s, "cosine") == 0)
-    c->schedule = LR_COSINE;
-  else if (strcmp(s, "linear") == 0)
-    c->schedule = LR_LINEAR;
-  else
+  if (!lr_schedule_parse(s, &c->schedule))
     jr_fail(r, "train.lr_schedule", "expected \"constant\", \"cosine\" or \"linear\"");
   c->warmup = jr_count(r, t, p, "warmup", 0, false);
   c->steps = jr_count(r, t, p, "steps", 0, false);
@@ -121,9 +110,7 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtSta
     p->offset = jr_count(r, e, pp, "offset", 0, true);
     p->bytes = jr_count(r, e, pp, "bytes", 0, true);
     const char *init = jr_str(r, e, pp, "init", NULL);
-    p->init = strcmp(init, "ones") == 0 ? INIT_ONES : strcmp(init, "normal") == 0 ? INIT_NORMAL : INIT_ZEROS;
-    if (strcmp(init, "ones") && strcmp(init, "normal") && strcmp(init, "zeros"))
-      jr_fail(r, pp, "init must be zeros, ones or normal");
+    if (!init_kind_parse(init, &p->init)) jr_fail(r, pp, "init must be zeros, ones or normal");
     p->std = jr_num(r, e, pp, "std", 0, false);
     p->decay = jr_flag(e, "decay");
     p->has_grad = jr_flag(e, "has_grad");
