@@ -38,18 +38,24 @@ static Graph *build_mlp(Arena *a, Diag *d, int in, int hidden, int classes) {
   return g;
 }
 
-/* A tiny GPT with tied embeddings: one block, attention + MLP, as gpt.model. */
-static Graph *build_tiny_gpt(Arena *a, Diag *d, int V, int T, int C, int H, int L) {
-  Graph *g = graph_create(a, "tinygpt");
+/* A tiny GPT with tied embeddings: `L` blocks of attention + MLP, as gpt.model.
+ * With p > 0 it has the paper's dropouts too (after the embeddings, on both
+ * residual branches, on the attention probabilities), so the generated program's RNG
+ * paths are exercised; with p = 0 there are no dropout ops at all. */
+static Graph *build_gpt(Arena *a, Diag *d, const char *name, int V, int T, int C, int H, int L,
+                        double p) {
+  Graph *g = graph_create(a, name);
   Loc nl = {0};
   int rp = graph_add_region(g, RG_PROLOGUE, 0, "prologue");
   int tok = graph_add_input(g, "tokens", DT_I32, tshape(2, true, 1, T, 0), nl);
   int tgt = graph_add_input(g, "targets", DT_I32, tshape(2, true, 1, T, 0), nl);
   int wte = graph_add_param(g, "wte", tshape(2, false, V, C, 0), INIT_NORMAL, 0.02, rp, nl);
   int wpe = graph_add_param(g, "wpe", tshape(2, false, T, C, 0), INIT_NORMAL, 0.01, rp, nl);
+  double dp[] = {p};
   int e = op1(g, d, OP_EMBEDDING, wte, tok, -1, NULL, rp, "x");
-  int p = op1(g, d, OP_POSITIONS, wpe, tok, -1, NULL, rp, "x");
-  int x = op1(g, d, OP_ADD, e, p, -1, NULL, rp, "x");
+  int q = op1(g, d, OP_POSITIONS, wpe, tok, -1, NULL, rp, "x");
+  int x = op1(g, d, OP_ADD, e, q, -1, NULL, rp, "x");
+  if (p > 0) x = op1(g, d, OP_DROPOUT, x, -1, -1, dp, rp, "x");
   for (int l = 0; l < L; l++) {
     char nm[64];
     snprintf(nm, sizeof nm, "h.%d", l);
@@ -68,16 +74,18 @@ static Graph *build_tiny_gpt(Arena *a, Diag *d, int V, int T, int C, int H, int 
     int qw = W("fcproj_w", tshape(2, false, 4 * C, C, 0), INIT_NORMAL, 0.02);
     int qb = W("fcproj_b", tshape(1, false, C, 0, 0), INIT_ZEROS, 0);
 #undef W
-    double eps[] = {1e-5}, att[] = {H, 1, 0};
+    double eps[] = {1e-5}, att[] = {H, 1, p};
     int h = op1(g, d, OP_LAYERNORM, x, ln1w, ln1b, eps, r, "h");
     h = op1(g, d, OP_LINEAR, h, aw, ab, NULL, r, "qkv");
     h = op1(g, d, OP_ATTENTION, h, -1, -1, att, r, "a");
     h = op1(g, d, OP_LINEAR, h, pw, pb, NULL, r, "a");
+    if (p > 0) h = op1(g, d, OP_DROPOUT, h, -1, -1, dp, r, "a");
     x = op1(g, d, OP_ADD, x, h, -1, NULL, r, "x");
     h = op1(g, d, OP_LAYERNORM, x, ln2w, ln2b, eps, r, "h");
     h = op1(g, d, OP_LINEAR, h, fw, fb, NULL, r, "m");
     h = op1(g, d, OP_GELU, h, -1, -1, NULL, r, "m");
     h = op1(g, d, OP_LINEAR, h, qw, qb, NULL, r, "m");
+    if (p > 0) h = op1(g, d, OP_DROPOUT, h, -1, -1, dp, r, "m");
     x = op1(g, d, OP_ADD, x, h, -1, NULL, r, "x");
   }
   int re = graph_add_region(g, RG_EPILOGUE, 0, "epilogue");
@@ -91,5 +99,10 @@ static Graph *build_tiny_gpt(Arena *a, Diag *d, int V, int T, int C, int H, int 
   g->block_name = "h";
   graph_finalize(g);
   return g;
+}
+
+/* The tiny GPT without dropout. */
+static Graph *build_tiny_gpt(Arena *a, Diag *d, int V, int T, int C, int H, int L) {
+  return build_gpt(a, d, "tinygpt", V, T, C, H, L, 0);
 }
 #endif
