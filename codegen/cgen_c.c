@@ -298,9 +298,7 @@ static void emit_fused(Emit *e, const int *chain, int n) {
     } else if (op->kind == OP_RELU) {
       str_printf(s, "%s > 0 ? %s : (R)0", x, x);
     } else if (op->kind == OP_GELU) {
-      str_printf(s,
-               "(R)0.5 * %s * (1 + PK_TANH_(PK_GELU_K_ * (%s + PK_GELU_A_ * %s * %s * %s)))", x, x,
-               x, x, x);
+      str_printf(s, "K(gelu_)(%s)", x); /* the kernel's own element function */
     } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
       /* the backward replays its forward's stream (r%d drawn above) */
       str_printf(s, "(uint64_t)r%d.v[j] >= thr%d ? %s * ks%d : (R)0", k, k, x, k);
@@ -573,9 +571,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              "/* ==== end of the kernels ==== */\n\n"
              "typedef pk_real_%s R;\n"
              "#define K(name) pk_##name##_%s\n"
-             "#define PK_TANH_ %s\n"
-             "#define PK_GELU_K_ ((R)0.7978845608028654)\n"
-             "#define PK_GELU_A_ ((R)0.044715)\n"
+
              "#define TR(base, off) ((R *)(void *)((base) + (off)))\n"
              "#define TI(base, off) ((int32_t *)(void *)((base) + (off)))\n"
              "\ntypedef struct StageCtx {\n  %s\n} StageCtx;\n\n"
@@ -584,7 +580,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              "  char *const S = (char *)ctx->stash, *const W = (char *)ctx->work;        \\\n"
              "  char *const I = (char *)ctx->inputs, *const X = (char *)ctx->boundary;   \\\n"
              "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X\n",
-             sfx, sfx, o->f64 ? "tanh" : "tanhf", STR(PD2BW_STAGE_CTX_FIELDS));
+             sfx, sfx, STR(PD2BW_STAGE_CTX_FIELDS));
   for (int r = L->first_region; r <= L->last_region; r++)
     if (region_has(g, L->fwd_ops, L->nfwd, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, "fwd");
   for (int r = L->last_region; r >= L->first_region; r--)

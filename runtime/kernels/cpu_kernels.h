@@ -574,13 +574,16 @@ PK_API void PK(layernorm_bwd)(PK_REAL *dx, PK_REAL *dgamma, PK_REAL *dbeta, PK_R
 #define PK_GELU_K ((PK_REAL)0.7978845608028654)
 #define PK_GELU_A ((PK_REAL)0.044715)
 
+/* One element: what gelu_fwd computes, and what generated code calls inside its
+ * fused elementwise loops, so both give the same bits. */
+static inline PK_REAL PK(gelu_)(PK_REAL v) {
+  PK_REAL e = PK_EXPV((PK_REAL)-2 * PK_GELU_K * (v + PK_GELU_A * v * v * v));
+  return v / (1 + e);
+}
+
 PK_API void PK(gelu_fwd)(PK_REAL *y, const PK_REAL *x, int64_t n) {
   PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
-  for (int64_t i = 0; i < n; i++) {
-    PK_REAL v = x[i];
-    PK_REAL e = PK_EXPV((PK_REAL)-2 * PK_GELU_K * (v + PK_GELU_A * v * v * v));
-    y[i] = v / (1 + e);
-  }
+  for (int64_t i = 0; i < n; i++) y[i] = PK(gelu_)(x[i]);
 }
 
 PK_API void PK(gelu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64_t n) {

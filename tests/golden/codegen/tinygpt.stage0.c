@@ -9,9 +9,6 @@
 
 typedef pk_real_f32 R;
 #define K(name) pk_##name##_f32
-#define PK_TANH_ tanhf
-#define PK_GELU_K_ ((R)0.7978845608028654)
-#define PK_GELU_A_ ((R)0.044715)
 #define TR(base, off) ((R *)(void *)((base) + (off)))
 #define TI(base, off) ((int32_t *)(void *)((base) + (off)))
 
