@@ -302,16 +302,25 @@ static void build(Plan *p, PlanPlacement pl) {
         }
   }
   PD_CHECK(plan_streams_generate(p, PLAN_FILE_BATCHES, &p->streams), "streams");
+  /* Slots are sized from streams long enough to reach the steady state: with few
+   * microbatches per batch (pipedream, m < d) the 3 batches plan.json carries end
+   * before a stage holds its most versions, and a longer run (the runtime generates
+   * streams for every batch it trains, the simulator for PLAN_SIM_BATCHES) needs more
+   * slots than those 3 batches show. */
+  int64_t mb_per_batch = cfg->microbatches > 0 ? cfg->microbatches : 1;
+  int size_batches = (int)((4 * (int64_t)d + mb_per_batch - 1) / mb_per_batch) + 2;
+  if (size_batches < PLAN_SIM_BATCHES) size_batches = PLAN_SIM_BATCHES;
+  PlanStreams sizing;
+  PD_CHECK(plan_streams_generate(p, size_batches, &sizing), "streams");
   for (int i = 0; i < d; i++) {
     PlanStage *st = &p->stages[i];
-    plan_stage_memory(in, cfg, i, st->first_seg, st->last_seg, p->streams.nversions[i],
-                      p->streams.nstash[i], st);
+    plan_stage_memory(in, cfg, i, st->first_seg, st->last_seg, sizing.nversions[i], sizing.nstash[i], st);
     /* the search sized memory with plan_versions_bound/plan_stash_bound */
-    PD_CHECK(p->streams.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
-                 p->streams.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
+    PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
+                 sizing.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
                  (double)st->total_bytes <= c->memory_bytes,
-             "stage %d needs %d versions, %d stash slots, %.0f bytes", i,
-             p->streams.nversions[i], p->streams.nstash[i], (double)st->total_bytes);
+             "stage %d needs %d versions, %d stash slots, %.0f bytes", i, sizing.nversions[i],
+             sizing.nstash[i], (double)st->total_bytes);
     int64_t b = cfg->microbatch_size;
     double f = plan_cost_fwd(in, c, st->first_seg, st->last_seg, b);
     st->fwd_s = f;
@@ -319,6 +328,7 @@ static void build(Plan *p, PlanPlacement pl) {
     st->in_bytes = plan_stage_in_bytes(in, st->first_seg) * (double)b;
     st->out_bytes = in->segs[st->last_seg - 1].out_bytes * (double)b;
   }
+  plan_streams_free(&sizing);
   char err[512];
   int *nv = pd_malloc((size_t)d * sizeof(int)), *ns = pd_malloc((size_t)d * sizeof(int));
   for (int i = 0; i < d; i++) nv[i] = p->stages[i].nversions, ns[i] = p->stages[i].nstash;
