@@ -38,7 +38,7 @@ double pipe_now(void) {
 static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
 /* The first transport failure: keep its message, make every other rank stop. */
-static bool tok(PipeRank *R, TransportStatus s) {
+bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
   if (s == TRANSPORT_OK) return true;
   if (!R->failed) {
     R->failed = true;
@@ -220,10 +220,6 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
   R->newest = 0;
   /* data */
-  int64_t vocab = 0;
-  for (int s = 0; s < p->d; s++)
-    for (int k = 0; k < p->rt->stages[s].nparams; k++)
-      if (strcmp(p->rt->stages[s].params[k].name, "wte") == 0) vocab = p->rt->stages[s].params[k].shape[0];
   for (int k = 0; k < R->st->ninputs; k++) {
     const RtInput *in = &R->st->inputs[k];
     if (in->stream == STREAM_OTHER) {
@@ -238,13 +234,8 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     R->T = (int)in->shape[1];
   }
   if (R->T) {
-    char ierr[IO_ERR_LEN];
-    R->df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
-    if (!R->df || !(R->dl = data_loader_create(R->df, (int)(p->b * R->mref), R->T, o->shuffle, R->tc.seed, ierr,
-                                                   sizeof ierr))) {
-      snprintf(err, errlen, "%s", ierr);
+    if (!pipe_data_open(o, pipe_vocab(p->rt), p->b * R->mref, R->T, R->tc.seed, &R->df, &R->dl, err, errlen))
       goto fail;
-    }
     R->tok_tmp = pd_malloc((size_t)(R->T + 1) * sizeof(int32_t));
     R->tgt_tmp = pd_malloc((size_t)(R->T + 1) * sizeof(int32_t));
   }
@@ -256,7 +247,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->norm_part = pd_calloc((size_t)p->d, sizeof(double));
   R->norm_req = pd_calloc((size_t)(2 * p->d), sizeof *R->norm_req);
   /* the stage's replica group (ALLREDUCE) */
-  if (p->w > 1 && !tok(R, transport_group_create(t, ps->rank_of_replica, p->w, &R->rep_group))) {
+  if (p->w > 1 && !pipe_transport_ok(R, transport_group_create(t, ps->rank_of_replica, p->w, &R->rep_group))) {
     snprintf(err, errlen, "%s", R->err);
     goto fail;
   }
@@ -264,6 +255,26 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
 fail:
   pipe_rank_destroy(R);
   return NULL;
+}
+
+int64_t pipe_vocab(const RtPlan *rt) {
+  int64_t vocab = 0;
+  for (int s = 0; s < rt->nstages; s++)
+    for (int k = 0; k < rt->stages[s].nparams; k++)
+      if (strcmp(rt->stages[s].params[k].name, "wte") == 0) vocab = rt->stages[s].params[k].shape[0];
+  return vocab;
+}
+
+bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,
+                    DataLoader **dl, char *err, size_t errlen) {
+  char ierr[IO_ERR_LEN];
+  *dl = NULL;
+  *df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
+  if (!*df || !(*dl = data_loader_create(*df, (int)B, T, o->shuffle, seed, ierr, sizeof ierr))) {
+    snprintf(err, errlen, "%s", ierr);
+    return false;
+  }
+  return true;
 }
 
 void pipe_rank_destroy(PipeRank *R) {
@@ -293,19 +304,42 @@ static void mb_index(const PipeRank *R, int64_t k, int64_t *t, int64_t *jref) {
   *jref = (int64_t)R->replica * m + (k - 1) % m;
 }
 
+void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
+                       int32_t *tok_tmp, int32_t *tgt_tmp) {
+  int32_t *tok = NULL, *tgt = NULL;
+  for (int q = 0; q < st->ninputs; q++) {
+    const RtInput *in = &st->inputs[q];
+    if (in->stream == STREAM_TOKENS) tok = (int32_t *)(void *)(inputs + in->offset);
+    if (in->stream == STREAM_TARGETS) tgt = (int32_t *)(void *)(inputs + in->offset);
+  }
+  for (int64_t r = 0; r < b; r++)
+    data_get_sample(dl, first + r, tok ? tok + r * T : tok_tmp, tgt ? tgt + r * T : tgt_tmp);
+}
+
 static void fill_inputs(PipeRank *R, int64_t k) {
   if (!R->T) return;
   int64_t t, jref;
   mb_index(R, k, &t, &jref);
   int64_t first = t * R->pp->b * R->mref + jref * R->pp->b;
-  int32_t *tok = NULL, *tgt = NULL;
-  for (int q = 0; q < R->st->ninputs; q++) {
-    const RtInput *in = &R->st->inputs[q];
-    if (in->stream == STREAM_TOKENS) tok = (int32_t *)(void *)(R->inputs + in->offset);
-    if (in->stream == STREAM_TARGETS) tgt = (int32_t *)(void *)(R->inputs + in->offset);
-  }
-  for (int64_t r = 0; r < R->pp->b; r++)
-    data_get_sample(R->dl, first + r, tok ? tok + r * R->T : R->tok_tmp, tgt ? tgt + r * R->T : R->tgt_tmp);
+  pipe_fill_samples(R->st, R->inputs, R->dl, first, R->pp->b, R->T, R->tok_tmp, R->tgt_tmp);
+}
+
+StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+                        char *bnd, double *loss) {
+  StageCtx c = {0};
+  c.abi = PD2BW_STAGE_ABI;
+  c.training = 1;
+  c.microbatch = (uint32_t)mb;
+  c.seed = seed;
+  c.params = params;
+  c.grads = grads;
+  c.stash = stash;
+  c.work = work;
+  c.inputs = inputs;
+  c.boundary = bnd;
+  c.sgemm = (void (*)(void))pd_sgemm;
+  c.loss = loss;
+  return c;
 }
 
 /* Where a program block lives for an instruction using weight slot vslot and stash
@@ -328,20 +362,9 @@ static char *block_base(PipeRank *R, int cls, int vslot, int sslot) {
 static StageCtx make_ctx(PipeRank *R, int64_t k, int vslot, int sslot, double *loss) {
   int64_t t, jref;
   mb_index(R, k, &t, &jref);
-  StageCtx c = {0};
-  c.abi = PD2BW_STAGE_ABI;
-  c.training = 1;
-  c.microbatch = (uint32_t)(t * R->mref + jref); /* the reference's global index */
-  c.seed = R->tc.seed;
-  c.params = R->w[vslot];
-  c.grads = R->grads;
-  c.stash = block_base(R, BUF_STASH, vslot, sslot);
-  c.work = R->work;
-  c.inputs = R->inputs;
-  c.boundary = R->bnd;
-  c.sgemm = (void (*)(void))pd_sgemm;
-  c.loss = loss;
-  return c;
+  /* keyed by the reference's global microbatch index */
+  return pipe_stage_ctx(R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, block_base(R, BUF_STASH, vslot, sslot),
+                        R->work, R->inputs, R->bnd, loss);
 }
 
 /* With recomputation the slot keeps only the received input; put it back where the
@@ -408,7 +431,7 @@ static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
     TransportRequest *rq = NULL;
     TransportStatus s = send ? transport_isend(R->t, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq)
                              : transport_irecv(R->t, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq);
-    if (!tok(R, s)) return false;
+    if (!pipe_transport_ok(R, s)) return false;
     R->reqs[(*nreq)++] = rq;
   }
   return true;
@@ -436,8 +459,8 @@ static bool tied_post(PipeRank *R, int g, int64_t t) {
              (long long)t, G->stages[q]);
     int pr = peer_rank(R, G->stages[q]);
     char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * up256(T->bytes);
-    if (!tok(R, transport_isend(R->t, pr, TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
-    if (!tok(R, transport_irecv(R->t, pr, TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
+    if (!pipe_transport_ok(R, transport_isend(R->t, pr, TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
+    if (!pipe_transport_ok(R, transport_irecv(R->t, pr, TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
   }
   T->nreq[par] = n;
   T->state[par] = 1;
@@ -449,7 +472,7 @@ static bool tied_finish(PipeRank *R, int g, int64_t t) {
   int par = (int)(t % 2);
   if (T->state[par] == 0 && !tied_post(R, g, t)) return false;
   if (T->state[par] == 2) return true;
-  if (!tok(R, transport_waitall(R->t, T->req[par], T->nreq[par]))) return false;
+  if (!pipe_transport_ok(R, transport_waitall(R->t, T->req[par], T->nreq[par]))) return false;
   const PlanTiedGroup *G = &R->pp->groups[g];
   float *mine = (float *)(void *)tied_buf(R, g, t);
   const float *src[PLAN_MAX_TIED_SEGS];
@@ -493,13 +516,18 @@ static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, i
     if (wout != win) memcpy(wout, win, (size_t)pp->bytes);
     return;
   }
-  float *m = (float *)(void *)(R->adam_m + pp->offset), *v = (float *)(void *)(R->adam_v + pp->offset);
-  double lr = rt_lr_at(&R->tc, t);
-  if (R->tc.optimizer == OPT_SGD)
-    pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, R->tc.beta1, R->tc.weight_decay, pp->decay, scale);
+  pipe_opt_step(&R->tc, pp, wout, win, g, (float *)(void *)(R->adam_m + pp->offset),
+                (float *)(void *)(R->adam_v + pp->offset), t, scale);
+}
+
+void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
+                   float *v, int64_t t, double scale) {
+  double lr = rt_lr_at(tc, t);
+  if (tc->optimizer == OPT_SGD)
+    pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, tc->beta1, tc->weight_decay, pp->decay, scale);
   else
-    pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, R->tc.beta1, R->tc.beta2, R->tc.eps, R->tc.weight_decay,
-                      pp->decay, t + 1, scale);
+    pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, pp->decay,
+                      t + 1, scale);
 }
 
 /* 1/(w·m), times the clip factor of the global norm over every stage (the
@@ -527,12 +555,12 @@ static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
     if (s == R->stage) continue;
     char what[64];
     snprintf(what, sizeof what, "gradient norm of batch %lld from stage %d", (long long)t, s);
-    if (!tok(R, transport_isend(R->t, peer_rank(R, s), TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])))
+    if (!pipe_transport_ok(R, transport_isend(R->t, peer_rank(R, s), TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])))
       return false;
-    if (!tok(R, transport_irecv(R->t, peer_rank(R, s), TAG_NORM, &part[s], sizeof(double), what, &rq[n++])))
+    if (!pipe_transport_ok(R, transport_irecv(R->t, peer_rank(R, s), TAG_NORM, &part[s], sizeof(double), what, &rq[n++])))
       return false;
   }
-  if (n && !tok(R, transport_waitall(R->t, rq, n))) return false;
+  if (n && !pipe_transport_ok(R, transport_waitall(R->t, rq, n))) return false;
   double tot = 0;
   for (int s = 0; s < d; s++) tot += part[s];
   double norm = sqrt(tot) * inv;
@@ -613,7 +641,11 @@ static void inject_fault(PipeRank *R) {
   R->failed = true;
 }
 
-bool pipe_rank_run(PipeRank *R) {
+bool pipe_rank_run(PipeRank *R) { return pipe_rank_run_batches(R, R->first, R->steps); }
+
+static bool in_batches(const PlanInstr *in, int64_t lo, int64_t hi) { return in->batch >= lo && in->batch < hi; }
+
+bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   const PlanStream *S = R->stream;
   /* stash slot of each microbatch's forward: receives of its input land there */
   int64_t nmb = R->pp->m * R->steps + 2;
@@ -623,7 +655,7 @@ bool pipe_rank_run(PipeRank *R) {
   bool ok = true;
   for (int i = 0; ok && i < S->n; i++) {
     const PlanInstr *in = &S->ins[i];
-    if (in->batch < R->first) continue;
+    if (!in_batches(in, lo, hi)) continue;
     if (in->batch == R->fault_step) {
       inject_fault(R);
       ok = false;
@@ -638,17 +670,17 @@ bool pipe_rank_run(PipeRank *R) {
       int nreq = 0, j = i;
       for (;;) {
         const PlanInstr *x = &S->ins[j];
-        if (x->batch >= R->first && !post_p2p(R, x, &nreq)) {
+        if (in_batches(x, lo, hi) && !post_p2p(R, x, &nreq)) {
           ok = false;
           break;
         }
         if (!x->with_next || j + 1 >= S->n) break;
         j++;
       }
-      if (ok && nreq && !tok(R, transport_waitall(R->t, R->reqs, nreq))) ok = false;
+      if (ok && nreq && !pipe_transport_ok(R, transport_waitall(R->t, R->reqs, nreq))) ok = false;
       double t1 = pipe_now();
       for (int q = i; ok && q <= j; q++)
-        if (S->ins[q].batch >= R->first) record(R, &S->ins[q], t0, t1);
+        if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1);
       i = j;
       continue;
     }
@@ -657,7 +689,7 @@ bool pipe_rank_run(PipeRank *R) {
     case PI_ALLREDUCE: {
       char what[64];
       snprintf(what, sizeof what, "all-reduce of batch %d's gradients", in->batch);
-      ok = tok(R, transport_allreduce_sum_f32(R->rep_group, (float *)(void *)R->grads,
+      ok = pipe_transport_ok(R, transport_allreduce_sum_f32(R->rep_group, (float *)(void *)R->grads,
                                               (size_t)R->st->blocks[BUF_GRADS] / 4, what));
       break;
     }
@@ -672,7 +704,7 @@ bool pipe_rank_run(PipeRank *R) {
   }
   free(R->mb_sslot);
   R->mb_sslot = NULL;
-  if (ok) R->steps_done = R->steps;
+  if (ok) R->steps_done = hi;
   return ok && !R->failed;
 }
 
@@ -689,16 +721,16 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   if (R->replica == 0 && !root) {
     const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
     for (int q = 0; q < 4; q++)
-      if (!tok(R, transport_send(t, 0, TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
   }
   /* last stages: their microbatch losses; everyone: the trace events */
   int64_t nl = (R->steps - R->first) * p->m;
-  if (st->has_loss && !root && !tok(R, transport_send(t, 0, TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
+  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
     return false;
   int64_t hdr[3] = {R->nev, (int64_t)R->arena_bytes, R->bad_ids};
   if (!root) {
-    if (!tok(R, transport_send(t, 0, TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
-        (hdr[0] && !tok(R, transport_send(t, 0, TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
+    if (!pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
+        (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
       return false;
     R->steps_done = R->steps;
     return true;
@@ -724,13 +756,13 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
       continue;
     }
     for (int q = 0; q < 4; q++)
-      if (!tok(R, transport_recv(t, src, TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_recv(t, src, TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
   }
   double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
   for (int rep = 0; rep < p->w; rep++) {
     int src = p->st[p->d - 1].rank_of_replica[rep];
     if (src == 0) memcpy(tmp, R->loss, (size_t)nl * sizeof(double));
-    else if (!tok(R, transport_recv(t, src, TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
+    else if (!pipe_transport_ok(R, transport_recv(t, src, TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
       free(tmp);
       return false;
     }
@@ -747,12 +779,12 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   G->bad_ids = R->bad_ids;
   for (int rk = 1; rk < p->nranks; rk++) {
     int64_t h[3];
-    if (!tok(R, transport_recv(t, rk, TAG_GATHER + 2, h, sizeof h, "trace"))) return false;
+    if (!pipe_transport_ok(R, transport_recv(t, rk, TAG_GATHER + 2, h, sizeof h, "trace"))) return false;
     int64_t n = h[0];
     if ((uint64_t)h[1] > G->arena[p->rank_stage[rk]]) G->arena[p->rank_stage[rk]] = (uint64_t)h[1];
     G->bad_ids += h[2];
     G->ev = pd_realloc(G->ev, (size_t)(G->nev + n + 1) * sizeof(PipeEvent));
-    if (n && !tok(R, transport_recv(t, rk, TAG_GATHER + 2, G->ev + G->nev, (size_t)n * sizeof(PipeEvent), "trace")))
+    if (n && !pipe_transport_ok(R, transport_recv(t, rk, TAG_GATHER + 2, G->ev + G->nev, (size_t)n * sizeof(PipeEvent), "trace")))
       return false;
     G->nev += n;
   }

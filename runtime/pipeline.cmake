@@ -1,6 +1,9 @@
 # runtime/pipeline.cmake — pipelined training (runtime/pipeline.h): the executor of the
 # plan's instruction streams on the local (threads) or MPI transport. Included from
 # runtime/CMakeLists.txt.
+# pipeline_ref.c checks a run against the sequential references: the one-stage trainer
+# (gpipe, 1f1b, 2bw) or pipeline_seq.c, the plan's stage programs run one after another
+# on one thread (pipedream's per-stage delay rule).
 # (The compile-side list of what crosses each stage boundary is codegen/cgen_boundary.c.)
 
 add_library(pd2bw_pipeline STATIC
@@ -8,6 +11,10 @@ add_library(pd2bw_pipeline STATIC
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_plan.c
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_run.c
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_trace.c
-  ${CMAKE_CURRENT_LIST_DIR}/pipeline_ref.c)
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_ref.c
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_seq.c)
 pd2bw_strict(pd2bw_pipeline)
 target_link_libraries(pd2bw_pipeline PUBLIC pd2bw_runtime pd2bw_transport pd2bw_passes pd2bw_ir cjson Threads::Threads ${M_LIB})
+
+# the validation loss through the pipeline (pd2bwrun --val-data; runtime/pipeline_eval.h)
+target_sources(pd2bw_pipeline PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pipeline_eval.c)

@@ -129,6 +129,10 @@ typedef struct PipeOptions {
   bool seed_set;
   int threads;             /* CPU threads for the whole process; 0: all cores */
   bool shuffle;            /* seeded random window order per epoch (pd2bwrun --shuffle) */
+  const char *val_path;    /* held-out tokens: validation loss (runtime/pipeline_eval.h), or NULL */
+  int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
+  int64_t eval_batches;    /* reference batches (B = b·w·m samples) per evaluation; <= 0: 8 */
+  const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */
@@ -143,6 +147,8 @@ typedef struct PipeOutcome {
   float **weights;            /* the newest version */
   double step_time_s;         /* measured steady-state time per batch */
   double *bubble;             /* [d] measured, per stage */
+  double *val_loss;           /* [steps - first_step] validation loss after that step, NAN if none */
+  double val_final;           /* the last validation loss, NAN when none was computed */
   uint64_t *arena_bytes;      /* [d] */
   uint64_t *planned_bytes;    /* [d] */
 } PipeOutcome;
@@ -158,10 +164,12 @@ int pipeline_run_local(const PipePlan *p, const PipeOptions *o, PipeOutcome *out
 int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, PipeOutcome *out,
                       char *err, size_t errlen);
 
-/* The sequential reference on the same model, data and microbatch order: loads
- * plan_dir/reference (a one-stage plan with m = w·m), runs the update rule of the
- * pipeline's schedule (vanilla for gpipe/1f1b, delayed for 2bw) for the same steps and
- * compares per-microbatch losses and all weights with `got`. Prints a table to out;
+/* The sequential reference on the same model, data and microbatch order: for
+ * gpipe/1f1b/2bw loads plan_dir/reference (a one-stage plan with m = w·m) and runs
+ * the schedule's update rule (vanilla, or delayed for 2bw); for pipedream runs the
+ * plan's own stages one after another on one thread with the per-stage delay rule
+ * (runtime/pipeline_seq.c; a resumed pipedream run is refused). Same steps; compares
+ * per-microbatch losses and all weights with `got`. Prints a table to out;
  * false (with the worst difference in err) when a relative difference exceeds tol. */
 bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
                               double tol, FILE *out, char *err, size_t errlen);

@@ -1,5 +1,6 @@
 /* runtime/pipeline_rank.h — internals shared by runtime/pipeline*.c: one rank's state,
- * the events it records, what rank 0 gathers at the end. See runtime/pipeline.h. */
+ * the events it records, what rank 0 gathers at the end; the sequential references'
+ * rules and runs (pipeline_seq.c, pipeline_ref.c). See runtime/pipeline.h. */
 #ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
 #define PD2BW_RUNTIME_PIPELINE_RANK_H
 
@@ -93,6 +94,9 @@ typedef struct PipeGathered {
 } PipeGathered;
 
 double pipe_now(void);
+/* false when s is a transport failure: the first one keeps its message in R->err and
+ * aborts every other rank (transport_abort); every transport call goes through it. */
+bool pipe_transport_ok(PipeRank *R, TransportStatus s);
 PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
                            char *err, size_t errlen);
 void pipe_rank_destroy(PipeRank *R);
@@ -100,8 +104,65 @@ void pipe_rank_destroy(PipeRank *R);
  * parameters and optimizer state; sets R->first. */
 bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
 bool pipe_rank_run(PipeRank *R);
+/* The instructions of batches [lo, hi) only, in stream order (pipe_rank_run is
+ * [first, steps)). Consecutive calls over adjacent ranges compute exactly what one
+ * call over their union does: an instruction of batch t reads only what instructions
+ * of batches <= t wrote and waits only on messages of batch t. Between two calls no
+ * microbatch is in flight and no message is pending (pipeline_eval.c runs there). */
+bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi);
 bool pipe_gather(PipeRank *R, PipeGathered *G);
 void pipe_gathered_free(PipeGathered *G);
+
+/* Pieces of a rank's setup, shared with the sequential multi-stage reference
+ * (pipeline_seq.c), which runs the same stage programs without a transport. */
+/* Rows of the model's "wte" in any stage (0 when it has none): the token ids allowed. */
+int64_t pipe_vocab(const RtPlan *rt);
+/* Opens o->data_path and a loader of B samples of T tokens per batch. */
+bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,
+                    DataLoader **dl, char *err, size_t errlen);
+/* Samples first .. first + b - 1 into stage st's token and target inputs (the tmp
+ * rows take a stream the stage has no input for). */
+void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
+                       int32_t *tok_tmp, int32_t *tgt_tmp);
+/* A training context for the reference's global microbatch mb (keys dropout). */
+StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+                        char *bnd, double *loss);
+/* One optimizer step of parameter pp for batch t: wout = step(win, g · scale). */
+void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
+                   float *v, int64_t t, double scale);
+
+/* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
+
+/* Which weight version microbatch k (1-indexed, per replica) reads at a stage, in
+ * forward and backward alike: v = max(floor((k - 1 - delay) / m), 0) with delay
+ * (in microbatches) 0, m or d-1-stage. */
+typedef enum PipeRule {
+  PIPE_RULE_VANILLA,     /* gpipe, 1f1b: batch t reads W(t) */
+  PIPE_RULE_DELAYED,     /* 2bw: batch t reads W(t-1) (W(0) for t = 0, 1) */
+  PIPE_RULE_STAGE_DELAY, /* pipedream: stage i lags d-1-i microbatches behind */
+} PipeRule;
+
+const char *pipe_rule_name(PipeRule r);
+int64_t pipe_rule_version(PipeRule r, int d, int stage, int64_t m, int64_t k);
+/* The rule the plan's schedule must match. */
+PipeRule pipe_rule_of(PlanSchedule s);
+
+/* Runs the plan's own stage programs one after another on one thread with rule r
+ * for batches [0, o->steps): every microbatch of a batch in the reference order
+ * (runtime/pipeline.h "Data order"), forward through stages 0..d-1 and backward
+ * through d-1..0, each stage on its version of the rule; then the stages' step as
+ * the executor does it. Starts from the initial weights (o->resume_path is not
+ * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
+ * parameter once per stage holding it). */
+bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen);
+/* The one-stage reference (PLAN/reference, runtime/trainer.c) with the vanilla or
+ * delayed rule, for batches [first, o->steps) (from o->resume_path when set). */
+bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
+                      size_t errlen);
+/* Compares got with a reference outcome: a table of per-step losses to out, then
+ * "reference: worst ... MATCH|DIFFER" (bounds in runtime/pipeline_ref.c). */
+bool pipe_outcome_compare(const PipeOutcome *got, const PipeOutcome *ref, double tol, FILE *out, char *err,
+                          size_t errlen);
 
 /* Reads the "step" of a checkpoint (0 when path is NULL); false with a message. */
 bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen);

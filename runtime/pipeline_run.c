@@ -1,5 +1,9 @@
 /* runtime/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
- * processes, checkpoints across partitions, the end-of-run report.
+ * processes, checkpoints across partitions, --init, validation, the end-of-run report.
+ *
+ * With --val-data a rank trains in stretches of batches (pipe_rank_run_batches) that
+ * end where an evaluation is due, after every K-th step and the last; every rank then
+ * runs pipe_eval_run (runtime/pipeline_eval.h) and rank 0 keeps the mean for the log.
  *
  * A checkpoint is the sequential trainer's format (runtime/trainer.c): one tensor
  * per parameter under its model name, "opt.m.<name>", "opt.v.<name>", and for 2bw the
@@ -8,7 +12,7 @@
  * of any (d, w, schedule) loads into any other plan of the same model and into the
  * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
  * st_write writes a temporary file and renames it), every rank reads it back itself. */
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline_eval.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -118,6 +122,40 @@ static int model_params(const PipePlan *p, ParamRef **out) {
   return n;
 }
 
+/* --init: the stage's parameters from a checkpoint of the whole model (pd2bw, Hugging
+ * Face or llm.c GPT-2: runtime/io.h ckpt_import), into every weight version; the
+ * optimizer state stays zero and the run starts at step 0. ckpt_import checks the
+ * model's layer count against the file's, so it is given every parameter of the
+ * model: this stage's land in its weights, the others in one scratch buffer that is
+ * overwritten and dropped (startup only). A tied parameter is read by every stage
+ * holding it from the same file: the copies are identical. */
+static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errlen) {
+  ParamRef *pr;
+  int n = model_params(R->pp, &pr);
+  int64_t most = 1;
+  for (int k = 0; k < n; k++)
+    if (pr[k].p->numel > most) most = pr[k].p->numel;
+  float *scratch = pd_malloc((size_t)most * sizeof(float));
+  CkptParam *cp = pd_calloc((size_t)n + 1, sizeof *cp);
+  for (int k = 0; k < n; k++) {
+    const RtParam *q = pr[k].p;
+    cp[k].name = q->name;
+    cp[k].rank = q->rank;
+    for (int d = 0; d < q->rank && d < 4; d++) cp[k].shape[d] = q->shape[d];
+    cp[k].dst = scratch;
+    for (int j = 0; j < R->st->nparams; j++)
+      if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(R->w[0] + R->st->params[j].offset);
+  }
+  bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  free(cp);
+  free(scratch);
+  free(pr);
+  if (!ok) return false;
+  for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
+  R->newest = 0;
+  return true;
+}
+
 bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
                char *err, size_t errlen) {
   ParamRef *pr;
@@ -163,7 +201,8 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
 
 /* ---- outcome ------------------------------------------------------------------------ */
 
-static void fill_outcome(const PipePlan *p, const PipeRank *R, const PipeGathered *G, PipeOutcome *out) {
+static void fill_outcome(const PipePlan *p, const PipeRank *R, const PipeGathered *G, const double *val,
+                         double val_final, PipeOutcome *out) {
   memset(out, 0, sizeof *out);
   out->first_step = R->first;
   out->steps = R->steps;
@@ -172,6 +211,9 @@ static void fill_outcome(const PipePlan *p, const PipeRank *R, const PipeGathere
   out->mb_loss = pd_malloc((size_t)(nl + 1) * sizeof(double));
   memcpy(out->mb_loss, G->mb_loss, (size_t)nl * sizeof(double));
   out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->val_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (nb > 0) memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
+  out->val_final = val_final;
   for (int64_t b = 0; b < nb; b++) {
     double s = 0;
     for (int64_t j = 0; j < out->mb_per_step; j++) s += G->mb_loss[b * out->mb_per_step + j];
@@ -211,6 +253,7 @@ void pipe_outcome_free(PipeOutcome *o) {
   free(o->weights);
   free(o->mb_loss);
   free(o->step_loss);
+  free(o->val_loss);
   free(o->bubble);
   free(o->arena_bytes);
   free(o->planned_bytes);
@@ -249,7 +292,17 @@ static int run_rank(Transport *t, void *arg) {
     return 1;
   }
   PipeRank *R = pipe_rank_create(c->p, c->o, t, first, err, sizeof err);
+  /* --init then --resume, as the one-stage trainer: a checkpoint replaces both */
+  if (R && c->o->init_path && !rank_init_from(R, c->o->init_path, err, sizeof err)) {
+    pipe_rank_destroy(R);
+    R = NULL;
+  }
   if (R && c->o->resume_path && !pipe_rank_resume(R, c->o->resume_path, err, sizeof err)) {
+    pipe_rank_destroy(R);
+    R = NULL;
+  }
+  PipeEval *E = NULL;
+  if (R && c->o->val_path && !(E = pipe_eval_create(R, err, sizeof err))) {
     pipe_rank_destroy(R);
     R = NULL;
   }
@@ -264,18 +317,45 @@ static int run_rank(Transport *t, void *arg) {
     if (rk == 0) fprintf(stderr, "pd2bwrun: the checkpoint is at step %lld already (--steps %lld)\n", (long long)first,
                          (long long)R->steps);
   }
-  bool ok = pipe_rank_run(R);
+  /* Training in stretches that end where an evaluation is due (after every K-th step
+   * and the last); pipelined 2bw drains at each, which changes timing, not values. */
+  int64_t nb = R->steps > R->first ? R->steps - R->first : 0, K = E ? c->o->eval_every : 0;
+  double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
+  for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
+  bool ok = true;
+  int64_t lo = R->first;
+  do {
+    int64_t hi = R->steps;
+    if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+    ok = pipe_rank_run_batches(R, lo, hi);
+    /* at the end always: also when resumed at (or past) --steps and nothing trained */
+    if (ok && E && (hi == R->steps || (K > 0 && hi % K == 0))) {
+      double v;
+      ok = pipe_eval_run(E, &v);
+      if (ok && rk == 0) {
+        val_final = v;
+        if (hi > R->first) val[hi - 1 - R->first] = v;
+        if (!c->o->quiet && hi > R->first) {
+          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)R->steps, v);
+          fflush(stdout);
+        }
+      }
+    }
+    lo = hi;
+  } while (ok && lo < R->steps);
+  pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
   if (!ok) {
     note_error(c, R->err);
     pipe_rank_destroy(R);
     pipe_gathered_free(&G);
+    free(val);
     return 1;
   }
   int rc = 0;
   if (rk == 0) {
-    fill_outcome(c->p, R, &G, c->out);
+    fill_outcome(c->p, R, &G, val, val_final, c->out);
     if (G.bad_ids) {
       snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary", c->o->data_path,
                (long long)G.bad_ids);
@@ -297,6 +377,7 @@ static int run_rank(Transport *t, void *arg) {
   }
   pipe_gathered_free(&G);
   pipe_rank_destroy(R);
+  free(val);
   return rc;
 }
 
@@ -343,9 +424,13 @@ static void report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
     snprintf(tmp, n, "%s.tmp", o->log_json);
     FILE *j = fopen(tmp, "w");
     if (j) {
-      for (int64_t b = 0; b < nb; b++)
-        fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n", (long long)(r->first_step + b + 1),
+      for (int64_t b = 0; b < nb; b++) {
+        fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g", (long long)(r->first_step + b + 1),
                 r->step_loss[b], rt_lr_at(&p->rt->train, r->first_step + b));
+        /* the one-stage trainer's field (runtime/log.c) */
+        if (!isnan(r->val_loss[b])) fprintf(j, ", \"val_loss\": %.9g", r->val_loss[b]);
+        fprintf(j, "}\n");
+      }
       if (fclose(j) == 0) rename(tmp, o->log_json);
     }
     free(tmp);
@@ -357,6 +442,7 @@ static void report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
   for (int s = 0; s < p->d; s++)
     fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
             (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
+  if (!isnan(r->val_final)) fprintf(f, "pd2bwrun: validation loss %.4f\n", r->val_final);
 }
 
 int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *transport, bool reference, double ref_tol,

@@ -5,8 +5,8 @@
 # cluster (models/clusters/cpu2.cluster) with the PipeDream-2BW schedule, and train
 # it with the planner's choice of stages and replicas (one rank per stage replica,
 # threads of one process), printing one line per step and, at the end, the measured
-# step time, bubble fraction and memory per stage; then the validation loss of the
-# trained weights through the sequential executor.
+# step time, bubble fraction and memory per stage, with the validation loss every
+# EVAL_EVERY steps and at the end (computed through the pipeline: runtime/pipeline_eval.h).
 #
 #   scripts/main-job.sh                 # 300 steps, output in out/main-job
 #   STEPS=100 STAGES=2 OUT=/tmp/mj scripts/main-job.sh    # pin 2 pipeline stages
@@ -48,11 +48,7 @@ rm -rf "$OUT/plan"
 "$BUILD"/tools/pd2bwc models/tinygpt.model --cluster "$CLUSTER" --schedule "$SCHEDULE" \
   ${STAGES:+--stages "$STAGES"} -o "$OUT/plan"
 
-echo "== train $STEPS steps on $THREADS threads"
+echo "== train $STEPS steps on $THREADS threads (validation loss every $EVAL_EVERY steps)"
 "$BUILD"/tools/pd2bwrun "$OUT/plan" --data "$OUT/fortunes_train.bin" --steps "$STEPS" --threads "$THREADS" \
+  --val-data "$OUT/fortunes_val.bin" --eval-every "$EVAL_EVERY" --eval-batches 8 \
   --log-json "$OUT/log.jsonl" --trace "$OUT/trace.json" --save "$OUT/tinygpt.safetensors"
-
-echo "== validation loss of the trained weights (sequential executor, plan/reference)"
-# Resuming at --steps trains nothing: pd2bwrun then only evaluates the newest weights.
-"$BUILD"/tools/pd2bwrun "$OUT/plan/reference" --data "$OUT/fortunes_train.bin" --val-data "$OUT/fortunes_val.bin" \
-  --resume "$OUT/tinygpt.safetensors" --steps "$STEPS" --eval-batches 8 --threads "$THREADS" -q

@@ -10,7 +10,9 @@
  * (--transport local) or MPI processes (mpirun ... --transport mpi). Every failure
  * the user can cause (a missing plan, a bad flag, a data file that does not fit the
  * model, a checkpoint of another model) ends with one line naming the file and exit
- * status 1. */
+ * status 1. --val-data/--eval-every and --init mean the same on both executors: the
+ * pipelined validation loss is the one-stage trainer's on PLAN_DIR/reference for the
+ * same weights (runtime/pipeline_eval.h). */
 #include "runtime/cuda_exec.h"
 #include "runtime/runtime.h"
 
@@ -184,14 +186,15 @@ static int parse_args(int argc, char **argv, Args *a) {
 
 /* The pipeline executor's path: several stages or replicas, or a pipeline flag. */
 static int run_pipeline(const Args *a, int *argc, char ***argv) {
-  if (a->val || a->init || a->eval_every) {
-    fprintf(stderr, "pd2bwrun: error: --val-data, --eval-every and --init are not supported with a pipelined plan yet\n");
-    return 1;
-  }
+  /* the reference (runtime/pipeline_ref.c) trains from the plan's own initial weights */
+  if (a->reference && a->init)
+    return fail("--reference starts from the plan's initial weights, not --init's: compare with the one-stage "
+                "trainer on PLAN_DIR/reference with the same --init instead (README \"Training with pipelines\")");
   PipeOptions o = {.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
                    .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
                    .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
-                   .threads = a->threads, .shuffle = a->shuffle};
+                   .threads = a->threads, .shuffle = a->shuffle, .val_path = a->val, .eval_every = a->eval_every,
+                   .eval_batches = a->eval_batches, .init_path = a->init};
   return pipeline_main(a->plan, &o, a->transport, a->reference, a->ref_tol, argc, argv);
 }
 

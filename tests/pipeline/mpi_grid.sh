@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The equivalence grid of equiv.sh on the MPI transport: gpipe, 1f1b and 2bw over
-# d in {1,2,3,4}, w in {1,2}, m in {d, 2d} on the tiny tied GPT (AdamW, dropout 0.1),
-# each run as d·w MPI processes (oversubscribed, as root, as CI runs) and checked
-# against the sequential reference with the same bounds as on threads.
+# The equivalence grid of equiv.sh on the MPI transport: gpipe, 1f1b, 2bw and
+# pipedream over d in {1,2,3,4}, w in {1,2}, m in {d, 2d} on the tiny tied GPT (AdamW,
+# dropout 0.1), each run as d·w MPI processes (oversubscribed, as root, as CI runs)
+# and checked against the sequential reference of its schedule (pipedream: the
+# multi-stage executor's per-stage delay rule) with the same bounds as on threads.
 #   mpi_grid.sh PD2BWC PD2BWRUN
 set -u
 PD2BWC=$1
@@ -10,7 +11,7 @@ RUN=$2
 . "$(dirname "$0")/common.sh"
 # Under sanitizers every leak reported under mpirun is Open MPI's own.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-for s in gpipe 1f1b 2bw; do
+for s in gpipe 1f1b 2bw pipedream; do
   for d in 1 2 3 4; do
     for w in 1 2; do
       for m in $d $((2 * d)); do
