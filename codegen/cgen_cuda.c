@@ -1,23 +1,34 @@
 /* codegen/cgen_cuda.c — the CUDA program of one stage and its launch list (codegen.h).
  *
- * A generated stageN.cu is:
- *   1. a banner (model, stage, regions, microbatch size, blocks);
- *   2. "#define PKC_ATT_HS <hs>" when the stage runs attention (the kernels then keep
- *      a head's q/accumulators in registers), then the verbatim text of philox.h and
- *      runtime/cuda/cuda_kernels.cuh (embedded at build time: pkc_kernels_src.h);
- *   3. the stage's own kernels, sN_fusedK: one per fused elementwise chain
- *      (cgen_cuda_fuse.c), every length and offset a literal.
- * NVRTC compiles it at load time; nothing in it runs by itself. What runs, in order,
- * is stageN.launch.json:
+ * A plan's GPU program is two modules, each compiled by NVRTC at load time:
+ *  - kernels.cu, the kernel library, one per plan (codegen_cuda_library_source): a
+ *    banner, "#define PKC_ATT_HS <hs>" when every attention op of the model has head
+ *    size hs (the kernels then keep a head's q/accumulators in registers), then the
+ *    verbatim text of philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh
+ *    (embedded at build time: pkc_kernels_src.h). Nothing in it depends on the plan
+ *    but hs, so every plan with the same head size has the same text, and NVRTC's
+ *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
+ *  - stageN.cu, the stage's own program: a banner, the verbatim text of philox.h and
+ *    cuda_helpers.cuh (pkc_helpers_src.h: device helpers only, no kernel), then the
+ *    stage's own kernels, sN_fusedK: one per fused elementwise chain
+ *    (cgen_cuda_fuse.c), every length and offset a literal.
+ * Why two: the library is ~85% of a whole stage's NVRTC time and the same for every
+ * stage; compiled once per plan (and cached across plans), a stage costs only its
+ * fused kernels. Nothing in either runs by itself. What runs, in order, is
+ * stageN.launch.json:
  *
- *   { "format": 1, "stage", "source", "hash" (of the .cu), "block": 256,
- *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32", "mixed_precision": "none"|
- *     "bf16-fp32-master" (a plan option only), "blocks": {params, grads, stash, work,
+ *   { "format": 2, "stage", "source", "hash" (of the .cu), "library": {"source":
+ *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
+ *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
+ *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
  *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
  *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
- *     ce_rows: offsets}, "loss": {buf, offset} of the f32 loss after forward | null,
+ *     ce_rows: offsets; with bf16 also bf16_staging: where the GEMM operands' bfloat16
+ *     copies start}, "loss": {buf, offset} of the f32 loss after forward | null,
  *     "kernels": [distinct names launched], "forward": [entry], "backward": [entry] }
- *   entry: {"op": id, "kernel": name, "grid", "block", "shared": bytes, "args": [arg]}
+ *   entry: {"op": id, "kernel": name, "module": "library"|"stage" (the module that
+ *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
+ *           "args": [arg]}
  *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
  *                               A, B, C: pointer, dtype}}
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
@@ -29,6 +40,12 @@
  * the kernel touches from there. Argument types are exactly the kernel's parameter
  * types (cuda_launch passes a pointer to each). GEMMs are row-major with cuda_gemm's
  * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes.
+ * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements)
+ * and C float32; the two pkc_cast_f32_to_bf16 launches before it (same "op") fill its
+ * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
+ * cuda_scratch from bf16_staging on: A, then B at the next LAYOUT_ALIGN boundary; every
+ * GEMM reuses the same bytes (one stream, in order), so cuda_scratch grows by the
+ * largest GEMM's two operands at 2 bytes an element.
  *
  * The mapping op -> launches mirrors cgen_c.c's emit_op call for call: the same
  * accumulation rules (layout's `accumulate`, a scratch temporary plus axpy for ops
@@ -45,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pkc_helpers_src.h"
 #include "pkc_kernels_src.h"
 #include "runtime/cuda/cuda_kernel_list.h"
 
@@ -121,11 +139,14 @@ static void add_kernel_name(CuEmit *e, const char *name) {
   cJSON_AddItemToArray(e->kernels, cJSON_CreateString(name));
 }
 
+static bool in_library(const char *name);
+
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...) {
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op);
   cJSON_AddStringToObject(l, "kernel", name);
+  cJSON_AddStringToObject(l, "module", in_library(name) ? "library" : "stage");
   cJSON_AddNumberToObject(l, "grid", pkc_grid((PkcLaunchKind)kind, items, block, CU_MAX_GRID));
   cJSON_AddNumberToObject(l, "block", block);
   cJSON_AddNumberToObject(l, "shared", 0); /* every kernel's shared memory is static */
@@ -145,6 +166,14 @@ static const struct {
   PkcLaunchKind kind;
 } kinds[] = {PKC_KERNEL_LIST(KERNEL_KIND)};
 #undef KERNEL_KIND
+
+/* True for a kernel of the library module (kernels.cu): every name of
+ * cuda_kernel_list.h; the stage's own kernels (sN_fusedK) never are. */
+static bool in_library(const char *name) {
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kinds[i].name, name) == 0) return true;
+  return false;
+}
 
 static int kind_of(const char *name) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -167,10 +196,55 @@ static cJSON *ptr_json(CuPtr p) {
   return a;
 }
 
-/* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm). */
+const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
+  switch (t) {
+  case CGEN_GEMM_TF32: return "tf32";
+  case CGEN_GEMM_FP32: return "fp32";
+  case CGEN_GEMM_BF16: return "bf16";
+  }
+  PD_CHECK(false, "(GEMM dtype %d)", (int)t);
+  return "";
+}
+
+/* The bf16 staging buffers start at multiples of 256 bytes (the arena aligns the
+ * cuda_scratch block so): cuBLAS's tensor-core kernels want aligned operands. */
+#define CU_BF16_ALIGN 256
+static int64_t align_up(int64_t n) { return (n + CU_BF16_ALIGN - 1) / CU_BF16_ALIGN * CU_BF16_ALIGN; }
+
+/* Where the bf16 GEMM operands start in cuda_scratch: after the largest cross-entropy
+ * row-loss array of the stage (which the emission below may not have reached yet). */
+static int64_t bf16_staging(const CuEmit *e) {
+  int64_t end = CU_SCRATCH_ROWS;
+  for (int k = 0; k < e->L->nfwd; k++) {
+    const Op *op = &e->g->ops[e->L->fwd_ops[k]];
+    if (op->kind == OP_CROSS_ENTROPY && CU_SCRATCH_ROWS + rows(e, op->in[0]) * 8 > end)
+      end = CU_SCRATCH_ROWS + rows(e, op->in[0]) * 8;
+  }
+  return align_up(end);
+}
+
+/* A bf16 GEMM's operand X (rows x cols at leading dimension ld, float32) cast into the
+ * staging buffer at `to`; returns the staging pointer and its end (bytes). */
+static CuPtr stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+                        int64_t *end) {
+  int64_t n = (r - 1) * ld + cols; /* the elements the GEMM reads, gaps included */
+  CuPtr S = cu_buf(CU_SCRATCH, to);
+  LAUNCH(e, op, "pkc_cast_f32_to_bf16", n, PP(S), PP(X), I64(n));
+  *end = to + n * 2;
+  if (*end > e->scratch) e->scratch = *end;
+  return S;
+}
+
+/* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm).
+ * bf16: A and B first go through stage_bf16 (the launch list says so), C stays f32. */
 static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
   PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
+  if (e->o->gemm == CGEN_GEMM_BF16) {
+    int64_t a_end, b_end;
+    A = stage_bf16(e, op, A, ta ? K : M, ta ? M : K, lda, bf16_staging(e), &a_end);
+    B = stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, align_up(a_end), &b_end);
+  }
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op);
   cJSON *gm = cJSON_AddObjectToObject(l, "gemm");
@@ -187,7 +261,7 @@ static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_
   cJSON_AddItemToObject(gm, "A", ptr_json(A));
   cJSON_AddItemToObject(gm, "B", ptr_json(B));
   cJSON_AddItemToObject(gm, "C", ptr_json(C));
-  cJSON_AddStringToObject(gm, "dtype", e->o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
+  cJSON_AddStringToObject(gm, "dtype", cgen_gemm_dtype_name(e->o->gemm));
   cJSON_AddItemToArray(e->list, l);
 }
 
@@ -485,24 +559,37 @@ static void emit_region(CuEmit *e, int r, const int *ops, int nops, int *buf) {
 /* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
 
-/* The head size every attention op of the stage uses, or 0 (none, or several). */
-static int stage_head_size(const Graph *g, const StageLayout *L) {
+/* The head size every attention op of the model uses, or 0 (none, or several): the
+ * library's PKC_ATT_HS. The whole graph, not the stage: one library per plan. */
+static int model_head_size(const Graph *g) {
   int hs = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    const int *ops = pass ? L->bwd_ops : L->fwd_ops;
-    int n = pass ? L->nbwd : L->nfwd;
-    for (int k = 0; k < n; k++) {
-      const Op *op = &g->ops[ops[k]];
-      if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-      int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
-      const Shape *s = &g->tensors[qkv].shape;
-      int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
-      int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
-      if (hs == 0) hs = h;
-      else if (hs != h) hs = -1;
-    }
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
+    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
+    const Shape *s = &g->tensors[qkv].shape;
+    int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
+    int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
+    if (hs == 0) hs = h;
+    else if (hs != h) hs = -1;
   }
   return hs > 0 ? hs : 0;
+}
+
+char *codegen_cuda_library_source(const Graph *g) {
+  Str src = {0};
+  int hs = model_head_size(g);
+  /* nothing of the model but hs: plans with the same head size share the text */
+  str_printf(&src,
+             "/* " CODEGEN_CUDA_LIBRARY " — the CUDA kernel library of a pd2bw plan, generated by pd2bwc "
+             PD2BW_VERSION ". Do not edit.\n"
+             " * Every library kernel, one module; each stage's launch list says which kernels it\n"
+             " * launches from here (\"module\": \"library\") and which from its stageN.cu. */\n");
+  if (hs) str_printf(&src, "\n/* every attention op of the model has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
+  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh, verbatim ==== */\n");
+  str_printf(&src, "%s", pd_cuda_kernels_src);
+  str_printf(&src, "/* ==== end of the kernels ==== */\n");
+  return src.p;
 }
 
 static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch) {
@@ -532,21 +619,21 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   free(e.done);
   e.scratch = (e.scratch + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
 
-  int hs = stage_head_size(g, L);
   str_printf(&src,
              "/* stage%d.cu — generated by pd2bwc " PD2BW_VERSION " from model '%s'. Do not edit.\n"
              " * Stage %d: regions %s..%s, %d forward ops, %d backward ops, microbatch size %lld,\n"
              " * float32. Blocks (bytes): params %lld, grads %lld, stash %lld, work %lld,\n"
              " * inputs %lld, boundary %lld, cuda_scratch %lld. The launch list\n"
-             " * (stage%d.launch.json) says what runs; this file only defines kernels. */\n",
+             " * (stage%d.launch.json) says what runs. This file defines only the stage's own\n"
+             " * kernels; the library kernels it launches are in " CODEGEN_CUDA_LIBRARY ", a module of\n"
+             " * their own. */\n",
              stage, g->name, stage, g->regions[L->first_region].name, g->regions[L->last_region].name,
              L->nfwd, L->nbwd, (long long)L->b, (long long)L->total[BUF_PARAMS],
              (long long)L->total[BUF_GRADS], (long long)L->total[BUF_STASH], (long long)L->total[BUF_WORK],
              (long long)L->total[BUF_INPUTS], (long long)L->total[BUF_BOUNDARY], (long long)e.scratch, stage);
-  if (hs) str_printf(&src, "\n/* every attention op of the stage has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
-  str_printf(&src, "\n/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_kernels.cuh, verbatim ==== */\n");
-  str_printf(&src, "%s", pd_cuda_kernels_src);
-  str_printf(&src, "/* ==== end of the kernels ==== */\n");
+  str_printf(&src, "\n/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */\n");
+  str_printf(&src, "%s", pd_cuda_helpers_src);
+  str_printf(&src, "/* ==== end of the helpers ==== */\n");
   if (own.p) {
     str_printf(&src,
                "\n/* ==== stage %d's own kernels: fused elementwise chains ==== */\n"
@@ -559,23 +646,30 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     char hash[17];
     codegen_hash_hex(src.p, src.n, hash);
     char name[64];
-    cJSON_AddNumberToObject(j, "format", 1);
+    cJSON_AddNumberToObject(j, "format", CODEGEN_CUDA_LIST_FORMAT);
     cJSON_AddNumberToObject(j, "stage", stage);
     snprintf(name, sizeof name, "stage%d.cu", stage);
     cJSON_AddStringToObject(j, "source", name);
     cJSON_AddStringToObject(j, "hash", hash);
+    char *lib = codegen_cuda_library_source(g);
+    cJSON *lj = cJSON_AddObjectToObject(j, "library");
+    cJSON_AddStringToObject(lj, "source", CODEGEN_CUDA_LIBRARY);
+    codegen_hash_hex(lib, strlen(lib), hash);
+    cJSON_AddStringToObject(lj, "hash", hash);
+    free(lib);
     cJSON_AddNumberToObject(j, "microbatch_size", (double)L->b);
     cJSON_AddNumberToObject(j, "block", CU_BLOCK);
-    cJSON_AddNumberToObject(j, "att_head_size", hs);
+    cJSON_AddNumberToObject(j, "att_head_size", model_head_size(g));
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
-    cJSON_AddStringToObject(j, "gemm_dtype", o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
-    cJSON_AddStringToObject(j, "mixed_precision", o->bf16_master ? "bf16-fp32-master" : "none");
+    cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
+    cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
     add_blocks(j, L, e.scratch);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
     cJSON_AddNumberToObject(cs, "ce_rows", CU_SCRATCH_ROWS);
     cJSON_AddNumberToObject(cs, "loss", CU_SCRATCH_LOSS);
+    if (o->gemm == CGEN_GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)bf16_staging(&e));
     if (L->loss >= 0) { /* written by the forward; valid until the next forward */
       cJSON_AddItemToObject(j, "loss", ptr_json(cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS)));
     } else {
@@ -607,8 +701,14 @@ bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const C
   codegen_hash_hex(text, strlen(text), lhash);
   size_t plen = strlen(dir) + 80;
   char *path = pd_malloc(plen);
+  /* the library first (the same bytes for every stage of the plan; rewriting it is
+   * harmless), so that no stage program exists without the module it launches from */
+  char *lib = codegen_cuda_library_source(g);
+  snprintf(path, plen, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
+  bool ok = cgen_write_file(path, lib, strlen(lib), d);
+  free(lib);
   snprintf(path, plen, "%s/%s", dir, name);
-  bool ok = cgen_write_file(path, src, strlen(src), d);
+  if (ok) ok = cgen_write_file(path, src, strlen(src), d);
   if (ok) {
     snprintf(path, plen, "%s/%s", dir, lname);
     ok = cgen_write_file(path, text, strlen(text), d);
@@ -626,10 +726,13 @@ bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const C
     cJSON_AddStringToObject(c, "hash", hash);
     cJSON_AddStringToObject(c, "launch_list", lname);
     cJSON_AddStringToObject(c, "launch_hash", lhash);
+    const cJSON *lj = cJSON_GetObjectItem(list, "library");
+    cJSON_AddStringToObject(c, "library", CODEGEN_CUDA_LIBRARY);
+    cJSON_AddStringToObject(c, "library_hash", cJSON_GetStringValue(cJSON_GetObjectItem(lj, "hash")));
     cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
     cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
-    cJSON_AddStringToObject(c, "gemm_dtype", o->gemm == CGEN_GEMM_FP32 ? "fp32" : "tf32");
-    cJSON_AddStringToObject(c, "mixed_precision", o->bf16_master ? "bf16-fp32-master" : "none");
+    cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
+    cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
     cJSON_AddNumberToObject(c, "cuda_scratch",
                             cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
   }

@@ -39,7 +39,7 @@ typedef struct CuEmit {
   const StageLayout *L;
   const CodegenCudaOptions *o;
   int stage;
-  Str *src;         /* the stage's own kernels, after the pasted library */
+  Str *src;         /* the stage's own kernels, after the pasted helpers */
   cJSON *list;      /* the array being filled: "forward" or "backward" */
   cJSON *kernels;   /* distinct kernel names launched, in first-use order */
   bool *done;       /* per op id: emitted (as part of a fused kernel) */

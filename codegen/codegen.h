@@ -123,41 +123,63 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
                              int nstages, int64_t b, cJSON *stages, char *err, size_t errlen);
 
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
- * stageN.cu, the GPU twin of stageN.c: the verbatim text of runtime/kernels/philox.h
- * and runtime/cuda/cuda_kernels.cuh (embedded at build time), preceded by
- * "#define PKC_ATT_HS <head size>" when the stage has attention, then the stage's own
- * fused elementwise kernels (bias epilogue + gelu, residual add, dropout, scale ...)
- * with every shape and buffer offset a literal. Beside it, stageN.launch.json: the
- * ordered launch list the runtime replays for forward and backward — kernel launches
- * (name, grid, block, shared bytes, typed arguments: (buffer, offset) pointers,
+ * A plan's GPU program is two NVRTC modules. kernels.cu, the kernel library, one per
+ * plan: the verbatim text of runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh
+ * and cuda_kernels.cuh (embedded at build time), preceded by "#define PKC_ATT_HS
+ * <head size>" when the model has attention; the same bytes for every plan with the
+ * same head size, so NVRTC's disk cache compiles it once. stageN.cu, the GPU twin of
+ * stageN.c: philox.h and cuda_helpers.cuh (device helpers, no kernels), then the
+ * stage's own fused elementwise kernels (bias epilogue + gelu, residual add, dropout,
+ * scale ...) with every shape and buffer offset a literal. Beside it,
+ * stageN.launch.json: the ordered launch list the runtime replays for forward and
+ * backward — kernel launches (name, the module that defines it: "library" or
+ * "stage", grid, block, shared bytes, typed arguments: (buffer, offset) pointers,
  * literals, or values the runtime supplies: seed, microbatch, dropout p, training)
  * and GEMM descriptors (row-major, cuda_gemm's semantics: transa, transb, M, N, K,
  * lda, ldb, ldc, alpha, beta, A/B/C as (buffer, offset), dtype). Offsets come from
  * the same StageLayout as stageN.c; the one GPU-only block, "cuda_scratch" (bad-id
- * counter, cross-entropy row losses and count), is sized in the launch list.
+ * counter, cross-entropy row losses and count; with bf16 GEMMs also their operands'
+ * bfloat16 copies), is sized in the launch list.
  * docs: codegen/cgen_cuda.c (file comment) describes the launch-list format. */
 
 /* Element type of the GEMMs the launch list records. */
 typedef enum CgenGemmDtype {
   CGEN_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation (default) */
   CGEN_GEMM_FP32, /* float32 operands and arithmetic */
+  CGEN_GEMM_BF16, /* mixed precision, FP32 master weights: before each GEMM, cast launches
+                     (pkc_cast_f32_to_bf16, round to nearest even) copy its float32 A and B
+                     into bfloat16 staging buffers in cuda_scratch; the GEMM reads those and
+                     writes/accumulates float32 C. Weights, gradients, optimizer state and
+                     every other kernel stay float32 ("mixed_precision": "bf16-fp32-master") */
 } CgenGemmDtype;
+
+/* "tf32", "fp32" or "bf16": the spelling of the launch list, plan.json and pd2bwc
+ * --precision. */
+const char *cgen_gemm_dtype_name(CgenGemmDtype t);
 
 typedef struct CodegenCudaOptions {
   bool fuse;           /* generate fused elementwise kernels (else one library kernel per op) */
   CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
-  bool bf16_master;    /* record "bf16 GEMMs, fp32 master weights" as a plan option only:
-                          the launch list still describes float32 GEMMs */
 } CodegenCudaOptions;
+
+/* The plan's kernel library file, and the launch lists' "format" (2: two modules). */
+#define CODEGEN_CUDA_LIBRARY "kernels.cu"
+#define CODEGEN_CUDA_LIST_FORMAT 2
+
+/* The kernel library of g's plans (pd_malloc'd; free it): what codegen_cuda_stage
+ * writes as kernels.cu. Depends only on the model's attention head size. */
+char *codegen_cuda_library_source(const Graph *g);
 
 /* The stage's CUDA source (pd_malloc'd; free it) and, when launch_list != NULL, its
  * launch list (a cJSON object the caller deletes). What codegen_cuda_stage writes. */
 char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage,
                           const CodegenCudaOptions *o, cJSON **launch_list);
 
-/* Writes dir/stage<stage>.cu and dir/stage<stage>.launch.json (each atomically) and
- * sets stage_json["cuda"] = {"source": "stageN.cu", "hash", "launch_list":
- * "stageN.launch.json", "launch_hash", "kernels": [names the list launches],
+/* Writes dir/kernels.cu (the library, identical for every stage of a plan),
+ * dir/stage<stage>.cu and dir/stage<stage>.launch.json (each atomically) and sets
+ * stage_json["cuda"] = {"source": "stageN.cu", "hash", "launch_list":
+ * "stageN.launch.json", "launch_hash", "library": "kernels.cu", "library_hash",
+ * "kernels": [names the list launches],
  * "att_head_size", "gemm_dtype", "cuda_scratch" bytes}. false after reporting on d. */
 bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage,
                         const CodegenCudaOptions *o, const char *dir, cJSON *stage_json, Diag *d);

@@ -1,14 +1,18 @@
-# runtime/cuda_exec.cmake — the GPU trainer (runtime/cuda_exec.h): the launch-list
-# interpreter and the trainer build everywhere (they reach the device only through a
+# runtime/cuda_exec.cmake — the GPU trainer (runtime/cuda_exec.h) and single-GPU
+# pipeline mode (runtime/cuda_pipe.h): the launch-list interpreter, the trainer and the
+# pipeline interpreter build everywhere (they reach the device only through a
 # table of functions); the real-GPU ops need runtime/cuda's library, which exists only
 # when the CUDA toolkit was found, else a stand-in says "built without the toolkit".
 # Included from runtime/CMakeLists.txt (after runtime/cuda).
 add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_list.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_train.c
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c)
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_main.c)
 pd2bw_strict(pd2bw_cuda_exec)
-target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_runtime pd2bw_io pd2bw_codegen pd2bw_ir cjson ${M_LIB})
+target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_pipeline pd2bw_runtime pd2bw_io pd2bw_codegen pd2bw_ir cjson ${M_LIB})
 if(TARGET pd2bw_cuda)
   target_sources(pd2bw_cuda_exec PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_dev.c)
   target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_cuda)

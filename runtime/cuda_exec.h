@@ -20,15 +20,18 @@
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
  *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
- *    tools/pd2bw-cuda-train call.
+ *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
+ *    cuda_pipe_main);
+ *  - cuda_pipe*.c: single-GPU pipeline mode (runtime/cuda_pipe.h), every stage replica
+ *    on the one device, one stream each, the plan's instruction streams interpreted
+ *    from one host thread (it uses the ops' streams, events and device copies).
  *
  * What it promises: on a machine without a GPU driver, opening the device fails with
  * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
  * never a crash. A plan made with --backend cpu (no launch lists) is a user error
  * naming the missing file.
  *
- * NOT done: several stages (single-GPU pipeline mode), BF16 operands, evaluation,
- * checkpoints; cuda_exec_main refuses those plans/flags with a message.
+ * NOT done: evaluation, checkpoints; cuda_exec_main refuses those flags with a message.
  */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H
@@ -46,7 +49,10 @@ typedef uint64_t CxPtr;
 typedef enum CxGemmType {
   CX_GEMM_PLAN, /* as the launch list says (its "dtype"); only in CudaExecOptions */
   CX_GEMM_FP32, /* float32 operands, float32 arithmetic (bit-comparable to the CPU) */
-  CX_GEMM_TF32  /* float32 operands, TF32 tensor cores, float32 accumulation */
+  CX_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation */
+  CX_GEMM_BF16  /* A, B bfloat16 (uint16 bits), C float32, float32 accumulation (cuBLAS:
+                   CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F). Only where the
+                   launch list says "bf16" (its casts made the operands); never an override */
 } CxGemmType;
 
 /* The device as the executor sees it. Every call is on one device; `stream` is a
@@ -57,19 +63,35 @@ typedef struct CxDeviceOps {
   void *dev;
   /* The one arena (called once per device). false with a message (too little memory). */
   bool (*alloc)(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen);
-  /* Compiles/loads stage source `src` (name for diagnostics); NULL with a message. */
+  /* Compiles/loads module source `src` (a stage's stageN.cu or the plan's kernels.cu;
+   * name for diagnostics); NULL with a message. May return the module it already
+   * loaded for the same text (stages on one device then share the library). */
   void *(*load)(void *dev, const char *src, const char *name, char *err, size_t errlen);
   /* Kernel `name` of a loaded module, or NULL when it has none. */
   void *(*kernel)(void *dev, void *module, const char *name);
   /* args: one pointer per kernel parameter, to a value of exactly its type. */
   void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
-  /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics). */
+  /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics); A and B
+   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32. */
   void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
                CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc);
   void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
   void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
   void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
   void (*sync)(void *dev); /* waits for all streams */
+  /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
+   * needs them; the one-stage trainer does not call them. */
+  /* Makes streams 0 .. n-1 usable; false with a message past the device's limit. */
+  bool (*streams)(void *dev, int n, char *err, size_t errlen);
+  void *(*event_create)(void *dev);
+  void (*event_destroy)(void *dev, void *ev);
+  /* ev now marks the work issued on `stream` so far (CUDA's cuEventRecord). */
+  void (*event_record)(void *dev, void *ev, int stream);
+  /* Work issued on `stream` after this call starts after the work ev marked when this
+   * was called (cuStreamWaitEvent: a later record of ev does not matter). */
+  void (*stream_wait)(void *dev, int stream, void *ev);
+  /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
+  void (*dtod)(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes);
 } CxDeviceOps;
 
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
@@ -95,10 +117,14 @@ typedef struct CxReplay {
   int stream;
 } CxReplay;
 
-/* Reads plan_dir/stage<stage>.launch.json and its stageN.cu, checks the source's
- * hash against the list's, loads the module through ops and resolves every kernel.
- * gemm != CX_GEMM_PLAN overrides the list's GEMM dtype. NULL with a message naming
- * the file (a plan made with --backend cpu has no launch lists). */
+/* Reads plan_dir/stage<stage>.launch.json, its stageN.cu and the plan's kernel
+ * library (kernels.cu), checks both sources' hashes against the list's (before
+ * compiling either), loads both modules through ops (the library first) and resolves
+ * every kernel in the module its entry names.
+ * gemm != CX_GEMM_PLAN overrides the list's GEMM dtype between fp32 and tf32 (a
+ * "bf16" list's GEMMs read bf16 staging buffers: overriding them is an error, and so
+ * is CX_GEMM_BF16 on a float32 list: pd2bwc --precision bf16 makes the casts). NULL
+ * with a message naming the file (a plan made with --backend cpu has no launch lists). */
 CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
                            char *err, size_t errlen);
 void cx_program_free(CxProgram *p);
@@ -108,9 +134,12 @@ int64_t cx_program_block(const CxProgram *p, int c);
  * out-of-range id counter the runtime zeroes and reads. */
 int64_t cx_program_loss_offset(const CxProgram *p);
 int64_t cx_program_bad_ids_offset(const CxProgram *p);
-/* A library kernel (cuda_kernels.cuh) of the program's module; PD_CHECKs it exists. */
+/* A kernel of the program's library module (cuda_kernels.cuh); PD_CHECKs it exists. */
 void *cx_program_kernel(const CxProgram *p, const char *name);
 int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
+/* The dtype of the program's GEMMs as loaded (overrides applied; the first GEMM's when
+ * they differ, CX_GEMM_FP32 when there is none): what a benchmark beside it times. */
+CxGemmType cx_program_gemm_type(const CxProgram *p);
 /* Replays pass `pass` with bases and runtime values from r. Asynchronous. */
 void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r);
 
@@ -129,6 +158,11 @@ typedef struct CudaExecOptions {
   /* cuda_exec_main: after training, time cuBLAS on the model's largest GEMM shape in
    * the same process and print it beside the achieved rate. */
   bool bench_gemm;
+  /* A plan with several stages or replicas (single-GPU pipeline mode, cuda_pipe.h):
+   * afterwards train PLAN/reference sequentially on the CPU and compare
+   * (pipeline_check_reference) with relative bound ref_tol (0: 1e-5). */
+  bool reference;
+  double ref_tol;
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;
@@ -148,6 +182,8 @@ int64_t cx_trainer_step_index(const CxTrainer *t);
 double cx_trainer_flops_per_step(const CxTrainer *t);
 /* The device arena's size in bytes. */
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
+/* The dtype of its GEMMs (cx_program_gemm_type of the stage program). */
+CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
 
 /* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
 
@@ -158,8 +194,9 @@ CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen);
 void cx_cuda_close(CxDeviceOps *ops);
 /* The device's name ("NVIDIA H200"), or "" */
 const char *cx_cuda_name(const CxDeviceOps *ops);
-/* Times M×N×K GEMMs of `type` on the device (in its own arena: call with no trainer
- * alive). TFLOP/s, or -1 with a message. */
+/* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
+ * the device (in its own arena: call with no trainer alive). TFLOP/s, or -1 with a
+ * message. */
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
 
 /* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for

@@ -12,12 +12,13 @@
 
 #include "runtime/cuda/cuda_backend.h"
 
-#define CX_MAX_MODULES 16
+#define CX_MAX_MODULES 64 /* the stages of a plan in single-GPU pipeline mode, and the library */
 
 typedef struct CxCuda {
   CxDeviceOps ops;
   CudaDev *d;
   CudaModule *mod[CX_MAX_MODULES];
+  char hash[CX_MAX_MODULES][17]; /* of each module's source: the same text loads once */
   int nmod;
 } CxCuda;
 
@@ -30,6 +31,10 @@ static bool d_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errl
 
 static void *d_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
   CxCuda *c = dev;
+  char h[17];
+  codegen_hash_hex(src, strlen(src), h); /* every stage of a plan loads the same kernels.cu */
+  for (int i = 0; i < c->nmod; i++)
+    if (strcmp(c->hash[i], h) == 0) return c->mod[i];
   if (c->nmod == CX_MAX_MODULES) {
     snprintf(err, errlen, "cuda backend: more than %d stage programs on one device", CX_MAX_MODULES);
     return NULL;
@@ -44,7 +49,10 @@ static void *d_load(void *dev, const char *src, const char *name, char *err, siz
   }
   CudaModule *m = cuda_module_load(c->d, bin.data, bin.size, err, errlen);
   cuda_binary_free(&bin);
-  if (m) c->mod[c->nmod++] = m;
+  if (m) {
+    memcpy(c->hash[c->nmod], h, sizeof h);
+    c->mod[c->nmod++] = m;
+  }
   return m;
 }
 
@@ -57,9 +65,20 @@ static void d_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   cuda_launch(((CxCuda *)dev)->d, (CudaStreamId)stream, kernel, grid, block, args);
 }
 
+static CudaGemmType cuda_type(CxGemmType type) {
+  switch (type) {
+  case CX_GEMM_FP32: return CUDA_GEMM_F32;
+  case CX_GEMM_TF32: return CUDA_GEMM_TF32;
+  case CX_GEMM_BF16: return CUDA_GEMM_BF16; /* bf16 A, B; f32 C; CUBLAS_COMPUTE_32F */
+  case CX_GEMM_PLAN: break;
+  }
+  PD_CHECK(false, "(GEMM type %d has no cuBLAS call)", (int)type);
+  return CUDA_GEMM_F32;
+}
+
 static void d_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
                    int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
-  CudaGemmType t = type == CX_GEMM_TF32 ? CUDA_GEMM_TF32 : CUDA_GEMM_F32;
+  CudaGemmType t = cuda_type(type);
   cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -81,13 +100,39 @@ static void d_memset0(void *dev, int stream, CxPtr p, size_t bytes) {
 
 static void d_sync(void *dev) { cuda_dev_sync(((CxCuda *)dev)->d); }
 
+static bool d_streams(void *dev, int n, char *err, size_t errlen) {
+  return cuda_streams_ensure(((CxCuda *)dev)->d, n, err, errlen);
+}
+
+static void *d_event_create(void *dev) { return cuda_event_create(((CxCuda *)dev)->d); }
+
+static void d_event_destroy(void *dev, void *ev) {
+  (void)dev;
+  cuda_event_destroy(ev);
+}
+
+static void d_event_record(void *dev, void *ev, int stream) {
+  (void)dev;
+  cuda_event_record(ev, (CudaStreamId)stream);
+}
+
+static void d_stream_wait(void *dev, int stream, void *ev) {
+  cuda_stream_wait(((CxCuda *)dev)->d, (CudaStreamId)stream, ev);
+}
+
+static void d_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
+  cuda_memcpy_dtod_async(((CxCuda *)dev)->d, (CudaStreamId)stream, dst, src, bytes);
+}
+
 CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
   CudaDev *d = cuda_dev_create(device, err, errlen);
   if (!d) return NULL;
   CxCuda *c = pd_calloc(1, sizeof *c);
   c->d = d;
   c->ops = (CxDeviceOps){.dev = c, .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch,
-                         .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync};
+                         .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
+                         .streams = d_streams, .event_create = d_event_create, .event_destroy = d_event_destroy,
+                         .event_record = d_event_record, .stream_wait = d_stream_wait, .dtod = d_dtod};
   return &c->ops;
 }
 
@@ -105,7 +150,8 @@ const char *cx_cuda_name(const CxDeviceOps *ops) { return ops ? cuda_dev_name(((
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen) {
   CudaDev *d = cuda_dev_create(device, err, errlen);
   if (!d) return -1;
-  size_t a = (size_t)M * (size_t)K * 4, b = (size_t)K * (size_t)N * 4, cb = (size_t)M * (size_t)N * 4;
+  size_t el = type == CX_GEMM_BF16 ? 2 : 4; /* A and B; C is always float32 */
+  size_t a = (size_t)M * (size_t)K * el, b = (size_t)K * (size_t)N * el, cb = (size_t)M * (size_t)N * 4;
   CudaPtr base;
   if (!cuda_arena_create(d, a + b + cb, &base, err, errlen)) {
     cuda_dev_destroy(d);
@@ -113,11 +159,17 @@ double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, cha
   }
   /* small values: the rate does not depend on them, only finite ones matter */
   float *h = pd_malloc(a > b ? a : b);
-  for (size_t i = 0; i < (a > b ? a : b) / 4; i++) h[i] = (float)((int)(i % 17) - 8) / 64.0f;
+  for (size_t i = 0; i < (a > b ? a : b) / el; i++) {
+    float v = (float)((int)(i % 17) - 8) / 64.0f;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (el == 2) ((uint16_t *)h)[i] = (uint16_t)(u >> 16); /* exact: v has 4 significant bits */
+    else h[i] = v;
+  }
   cuda_memcpy_htod(d, base, h, a);
   cuda_memcpy_htod(d, base + a, h, b);
   free(h);
-  CudaGemmType t = type == CX_GEMM_TF32 ? CUDA_GEMM_TF32 : CUDA_GEMM_F32;
+  CudaGemmType t = cuda_type(type);
   CudaEvent *e0 = cuda_event_create(d), *e1 = cuda_event_create(d);
   for (int i = 0; i < 3; i++) /* warm-up: cuBLAS picks and loads its kernel */
     cuda_gemm(d, CUDA_STREAM_COMPUTE, t, 0, 0, M, N, K, 1, base, K, base + a, N, 0, base + a + b, N);

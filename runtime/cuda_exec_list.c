@@ -1,6 +1,13 @@
 /* runtime/cuda_exec_list.c — a stage's launch list, loaded once and replayed
  * (cuda_exec.h).
  *
+ * A stage's kernels live in two modules (codegen/cgen_cuda.c): the plan's kernel
+ * library (kernels.cu) and the stage's own program (stageN.cu). Both sources are
+ * checked against the hashes the list records before either is compiled, the library
+ * is loaded first (a device may hand back the module it already has for the same
+ * text: stages on one GPU then share it), and each kernel is resolved in the module
+ * its entry names.
+ *
  * Loading turns stageN.launch.json into flat arrays: per entry either a GEMM (its
  * operands as (block, offset), its dtype) or a kernel (the resolved handle, grid,
  * block, and its arguments pre-encoded as 8-byte cells). Runtime arguments (seed,
@@ -49,7 +56,8 @@ typedef struct CxEntry {
 
 struct CxProgram {
   const CxDeviceOps *ops;
-  void *module;
+  void *module;     /* stageN.cu: the stage's own kernels */
+  void *lib_module; /* kernels.cu: the library */
   int64_t block[CX_NBLOCKS];
   int64_t loss_off, bad_off;
   CxEntry *e[2];
@@ -115,7 +123,8 @@ static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, in
 static CxGemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
   if (strcmp(s, "fp32") == 0) return CX_GEMM_FP32;
   if (strcmp(s, "tf32") == 0) return CX_GEMM_TF32;
-  ld_fail(l, where, i, "GEMM dtype is not fp32 or tf32 (bf16 operands are not supported yet)");
+  if (strcmp(s, "bf16") == 0) return CX_GEMM_BF16;
+  ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
   return CX_GEMM_FP32;
 }
 
@@ -133,14 +142,19 @@ static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const c
   e->beta = (float)ld_num(l, gm, "beta", where, i);
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(gm, "dtype");
   e->type = cJSON_IsString(dt) ? gemm_type(l, dt->valuestring, where, i) : CX_GEMM_FP32;
+  /* bf16 operands are the list's own casts: no override can make them float32 or back */
+  if (over != CX_GEMM_PLAN && (e->type == CX_GEMM_BF16) != (over == CX_GEMM_BF16))
+    ld_fail(l, where, i, e->type == CX_GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
+                                                 : "a float32 GEMM cannot be run as bf16 (make the plan with "
+                                                   "pd2bwc --precision bf16)");
   if (over != CX_GEMM_PLAN) e->type = over;
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "A"), where, i, &e->ablk, &e->aoff);
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "B"), where, i, &e->bblk, &e->boff);
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "C"), where, i, &e->cblk, &e->coff);
   /* the extents the row-major operands span, from their leading dimensions */
-  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K;
-  int64_t need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * 4},
-                        {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * 4},
+  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == CX_GEMM_BF16 ? 2 : 4;
+  int64_t need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * ab},
+                        {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * ab},
                         {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
   for (int k = 0; k < 3 && !l->failed; k++)
     if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
@@ -223,14 +237,21 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
     } else {
       const cJSON *k = cJSON_GetObjectItemCaseSensitive(en, "kernel");
       const cJSON *args = cJSON_GetObjectItemCaseSensitive(en, "args");
+      const cJSON *mod = cJSON_GetObjectItemCaseSensitive(en, "module");
       if (!cJSON_IsString(k) || !cJSON_IsArray(args)) {
         ld_fail(l, where, i, "neither a GEMM nor a kernel with 'args'");
         break;
       }
-      e->kernel = p->ops->kernel(p->ops->dev, p->module, k->valuestring);
+      bool lib = cJSON_IsString(mod) && strcmp(mod->valuestring, "library") == 0;
+      if (!lib && !(cJSON_IsString(mod) && strcmp(mod->valuestring, "stage") == 0)) {
+        ld_fail(l, where, i, "kernel without a 'module' (\"library\" or \"stage\")");
+        break;
+      }
+      e->kernel = p->ops->kernel(p->ops->dev, lib ? p->lib_module : p->module, k->valuestring);
       if (!e->kernel) {
         char b[256];
-        snprintf(b, sizeof b, "kernel %s is not in the compiled stage program", k->valuestring);
+        snprintf(b, sizeof b, "kernel %s is not in the compiled %s", k->valuestring,
+                 lib ? "kernel library (" CODEGEN_CUDA_LIBRARY ")" : "stage program");
         ld_fail(l, where, i, b);
       }
       e->grid = (unsigned)ld_num(l, en, "grid", where, i);
@@ -259,11 +280,34 @@ static char *join(const char *dir, const char *name) {
   return s;
 }
 
+/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
+ * with a message. */
+static char *read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
+                          size_t errlen) {
+  char *path = join(plan_dir, name), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
+  if (!src) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else {
+    char h[17];
+    codegen_hash_hex(src, len, h);
+    if (strcmp(h, want) != 0) {
+      snprintf(err, errlen, "%s: its hash %s is not the launch list's %s (%s): the plan was edited or mixed", path, h,
+               want, lpath);
+      free(src);
+      src = NULL;
+    }
+  }
+  free(path);
+  return src;
+}
+
 CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
                            char *err, size_t errlen) {
   char name[64];
   snprintf(name, sizeof name, "stage%d.launch.json", stage);
-  char *lpath = join(plan_dir, name), *cpath = NULL, *src = NULL, *text = NULL;
+  char *lpath = join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
   CxProgram *p = NULL;
   cJSON *list = NULL;
   size_t len = 0;
@@ -277,26 +321,25 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(list, "format");
   const cJSON *srcname = cJSON_GetObjectItemCaseSensitive(list, "source");
   const cJSON *hash = cJSON_GetObjectItemCaseSensitive(list, "hash");
+  const cJSON *lib = cJSON_GetObjectItemCaseSensitive(list, "library");
+  const cJSON *libname = cJSON_GetObjectItemCaseSensitive(lib, "source");
+  const cJSON *libhash = cJSON_GetObjectItemCaseSensitive(lib, "hash");
   const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(list, "blocks");
   const cJSON *scr = cJSON_GetObjectItemCaseSensitive(list, "cuda_scratch");
-  if (!list || !cJSON_IsNumber(fmt) || fmt->valueint != 1 || !cJSON_IsString(srcname) || !cJSON_IsString(hash) ||
-      !cJSON_IsObject(blocks) || !cJSON_IsObject(scr)) {
-    snprintf(err, errlen, "%s: not a launch list of format 1 (format, source, hash, blocks, cuda_scratch)", lpath);
+  if (!list || !cJSON_IsNumber(fmt) || fmt->valueint != CODEGEN_CUDA_LIST_FORMAT || !cJSON_IsString(srcname) ||
+      !cJSON_IsString(hash) || !cJSON_IsString(libname) || !cJSON_IsString(libhash) || !cJSON_IsObject(blocks) ||
+      !cJSON_IsObject(scr)) {
+    snprintf(err, errlen,
+             "%s: not a launch list of format %d (format, source, hash, library {source, hash}, blocks, "
+             "cuda_scratch); a plan from an older pd2bwc must be compiled again",
+             lpath, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
-  cpath = join(plan_dir, srcname->valuestring);
-  src = io_read_all(cpath, &len, ioerr, sizeof ioerr);
-  if (!src) {
-    snprintf(err, errlen, "%s", ioerr);
-    goto out;
-  }
-  char h[17];
-  codegen_hash_hex(src, len, h);
-  if (strcmp(h, hash->valuestring) != 0) {
-    snprintf(err, errlen, "%s: its hash %s is not the launch list's %s (%s): the plan was edited or mixed", cpath, h,
-             hash->valuestring, lpath);
-    goto out;
-  }
+  /* both sources checked before anything is compiled */
+  src = read_checked(plan_dir, srcname->valuestring, hash->valuestring, lpath, err, errlen);
+  if (!src) goto out;
+  libsrc = read_checked(plan_dir, libname->valuestring, libhash->valuestring, lpath, err, errlen);
+  if (!libsrc) goto out;
   p = pd_calloc(1, sizeof *p);
   p->ops = ops;
   Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen};
@@ -315,6 +358,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   }
   p->bad_off = (int64_t)ld_num(&l, scr, "bad_ids", "cuda_scratch", 0);
   if (l.failed) goto fail;
+  p->lib_module = ops->load(ops->dev, libsrc, libname->valuestring, err, errlen);
+  if (!p->lib_module) goto fail;
   p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
   if (!p->module) goto fail;
   ld_pass(&l, list, CX_FORWARD, gemm);
@@ -327,7 +372,7 @@ out:
   cJSON_Delete(list);
   free(text);
   free(src);
-  free(cpath);
+  free(libsrc);
   free(lpath);
   return p;
 }
@@ -345,9 +390,16 @@ int64_t cx_program_loss_offset(const CxProgram *p) { return p->loss_off; }
 int64_t cx_program_bad_ids_offset(const CxProgram *p) { return p->bad_off; }
 int cx_program_nlaunches(const CxProgram *p, CxPass pass) { return p->ne[pass]; }
 
+CxGemmType cx_program_gemm_type(const CxProgram *p) {
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < p->ne[pass]; i++)
+      if (p->e[pass][i].is_gemm) return p->e[pass][i].type;
+  return CX_GEMM_FP32;
+}
+
 void *cx_program_kernel(const CxProgram *p, const char *name) {
-  void *k = p->ops->kernel(p->ops->dev, p->module, name);
-  PD_CHECK(k != NULL, "(library kernel %s missing from the stage module)", name);
+  void *k = p->ops->kernel(p->ops->dev, p->lib_module, name);
+  PD_CHECK(k != NULL, "(library kernel %s missing from the library module)", name);
   return k;
 }
 

@@ -1,5 +1,6 @@
 /* runtime/cuda_exec_main.c — the GPU training loop behind pd2bwrun --backend cuda and
- * tools/pd2bw-cuda-train (cuda_exec.h).
+ * tools/pd2bw-cuda-train (cuda_exec.h). A plan with several stages or replicas goes to
+ * single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main).
  *
  * The same contract as pd2bwrun's one-stage path: the same data order and log lines
  * (rt_log_step), one error line and status 1 for every user mistake. The GPU is
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda_pipe.h"
+
 static int fail(const char *prog, const char *msg) {
   fprintf(stderr, "%s: error: %s\n", prog, msg);
   return 1;
@@ -23,6 +26,17 @@ int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
   if (!ops) return fail(prog, err);
+  if (pipe_plan_ranks(plan_dir) > 1) { /* several stages or replicas: single-GPU pipeline mode */
+    int prc = o->bench_gemm ? fail(prog, "--bench-gemm times one-stage plans only")
+                            : cuda_pipe_main(prog, plan_dir, ops, cx_cuda_name(ops), o);
+    cx_cuda_close(ops);
+    return prc;
+  }
+  if (o->reference) {
+    cx_cuda_close(ops);
+    return fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
+                      "one-stage plan is compared with the CPU backend by scripts/gpu-check.sh");
+  }
   RtPlan *plan = NULL;
   CxTrainer *t = NULL;
   DataFile *df = NULL;
@@ -92,20 +106,21 @@ int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions
          (double)cx_trainer_arena_bytes(t) / (1024.0 * 1024 * 1024));
   rc = 0;
   if (o->bench_gemm && dim > 0) {
+    CxGemmType ty = cx_trainer_gemm_type(t); /* the dtype training ran: bf16 plans time BF16 */
     /* the trainer's arena must go before the benchmark's (one arena per device) */
     cx_trainer_destroy(t);
     t = NULL;
     cx_cuda_close(ops);
     ops = NULL;
     int M = (int)(plan->b * T), N = (int)(4 * dim), K = (int)dim;
-    CxGemmType ty = o->gemm == CX_GEMM_FP32 ? CX_GEMM_FP32 : CX_GEMM_TF32;
     double peak = cx_cuda_gemm_tflops(o->device, ty, M, N, K, err, sizeof err);
     if (peak < 0) {
       rc = fail(prog, err);
       goto done;
     }
     printf("%s: cuBLAS %s GEMM %dx%dx%d: %.2f TFLOP/s measured; training achieved %.2f TFLOP/s = %.0f%% of it\n", prog,
-           ty == CX_GEMM_TF32 ? "TF32" : "FP32", M, N, K, peak, tflops, 100.0 * tflops / peak);
+           ty == CX_GEMM_TF32 ? "TF32" : ty == CX_GEMM_BF16 ? "BF16" : "FP32", M, N, K, peak, tflops,
+           100.0 * tflops / peak);
   }
 done:
   rt_log_close(log);

@@ -65,7 +65,7 @@ static unsigned grid_for(int64_t n) {
 CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, char *err,
                              size_t errlen) {
   if (p->nstages != 1) {
-    snprintf(err, errlen, "%s: the plan has %d stages; the CUDA executor runs one-stage plans (single-GPU pipeline mode is not implemented)",
+    snprintf(err, errlen, "%s: the plan has %d stages; the one-stage trainer runs one-stage plans (several stages: cx_pipe_train, runtime/cuda_pipe.h)",
              p->dir, p->nstages);
     return NULL;
   }
@@ -165,6 +165,7 @@ void cx_trainer_destroy(CxTrainer *t) {
 int64_t cx_trainer_step_index(const CxTrainer *t) { return t->step; }
 double cx_trainer_flops_per_step(const CxTrainer *t) { return (t->st->flops_fwd + t->st->flops_bwd) * (double)t->plan->m; }
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t) { return t->arena_bytes; }
+CxGemmType cx_trainer_gemm_type(const CxTrainer *t) { return cx_program_gemm_type(t->prog); }
 
 void cx_trainer_read_params(CxTrainer *t, float *dst) {
   t->ops->dtoh(t->ops->dev, dst, t->part[A_PARAMS], (size_t)t->st->blocks[BUF_PARAMS]);

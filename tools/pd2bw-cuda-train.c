@@ -1,7 +1,9 @@
-/* tools/pd2bw-cuda-train.c — train a one-stage plan on one GPU (runtime/cuda_exec.h).
+/* tools/pd2bw-cuda-train.c — train a plan on one GPU (runtime/cuda_exec.h; a plan with
+ * several stages or replicas in single-GPU pipeline mode, runtime/cuda_pipe.h).
  *
  *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
- *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm] [-q]
+ *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
+ *                    [--reference [--reference-tol X]] [-q]
  *
  * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
  * `--backend cuda` (it will call the same function). Without a GPU driver it prints
@@ -16,7 +18,8 @@
 static const char usage[] =
     "usage: pd2bw-cuda-train PLAN_DIR --data FILE --steps N [options]\n"
     "\n"
-    "Trains a one-stage plan (made by pd2bwc with --backend cuda or both) on one GPU.\n"
+    "Trains a plan (made by pd2bwc with --backend cuda or both) on one GPU; a plan with\n"
+    "several stages or replicas runs all of them on that GPU (single-GPU pipeline mode).\n"
     "\n"
     "options:\n"
     "  --data FILE       training tokens (uint16 .bin)\n"
@@ -26,7 +29,10 @@ static const char usage[] =
     "  --seed N          override the plan's seed\n"
     "  --log-json FILE   one JSON object per step (pd2bwrun's format)\n"
     "  --shuffle         visit the training windows in a seeded random order per epoch\n"
-    "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape\n"
+    "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape (one stage)\n"
+    "  --reference       (pipeline plans) afterwards, train PLAN_DIR/reference on the CPU\n"
+    "                    sequentially and compare losses and weights\n"
+    "  --reference-tol X relative bound for --reference (losses; weights 10x; default 1e-5)\n"
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
 
@@ -45,11 +51,13 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE };
+  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL };
   static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
                                         {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
                                         {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
                                         {"bench-gemm", no_argument, 0, O_BENCH},  {"shuffle", no_argument, 0, O_SHUFFLE},
+                                        {"reference", no_argument, 0, O_REF},
+                                        {"reference-tol", required_argument, 0, O_REF_TOL},
                                         {"quiet", no_argument, 0, 'q'},
                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   CudaExecOptions o = {0};
@@ -79,6 +87,15 @@ int main(int argc, char **argv) {
       break;
     case O_BENCH: o.bench_gemm = true; break;
     case O_SHUFFLE: o.shuffle = true; break;
+    case O_REF: o.reference = true; break;
+    case O_REF_TOL: {
+      char *end;
+      errno = 0;
+      o.ref_tol = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(o.ref_tol > 0))
+        return fail("--reference-tol needs a positive number, got '", optarg);
+      break;
+    }
     case 'q': o.quiet = true; break;
     case 'h': fputs(usage, stdout); return 0;
     default: return fail("unknown or incomplete option '", argv[optind - 1]);

@@ -40,6 +40,9 @@ static const char usage[] =
     "  --recompute on|off|auto   activation recomputation (default auto)\n"
     "  --profile FILE            measured per-segment times replacing the cost model\n"
     "  --backend cpu|cuda|both   stage programs to emit: C only, or C and CUDA C (default both)\n"
+    "  --precision P             the CUDA programs' GEMMs: tf32 (float32 on TF32 tensor cores,\n"
+    "                            the default), fp32, or bf16 (bfloat16 operands cast from the\n"
+    "                            float32 master weights, float32 accumulation)\n"
     "  -q, --quiet               no summary on stdout\n"
     "  -h, --help                this text\n"
     "  --version                 print the version\n";
@@ -51,6 +54,7 @@ typedef struct Options {
   PlanPins pins;
   bool quiet;
   bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
+  CgenGemmDtype precision; /* the CUDA programs' GEMMs (--precision) */
 } Options;
 
 static int user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -76,7 +80,7 @@ static bool parse_count(const char *s, int64_t max, int64_t *out) {
 
 enum {
   OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
-  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND,
+  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND, OPT_PRECISION,
 };
 
 /* Returns -1 to go on, else the exit status. */
@@ -93,6 +97,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"recompute", required_argument, 0, OPT_RECOMPUTE},
       {"profile", required_argument, 0, OPT_PROFILE},
       {"backend", required_argument, 0, OPT_BACKEND},
+      {"precision", required_argument, 0, OPT_PRECISION},
       {"quiet", no_argument, 0, 'q'},
       {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, OPT_VERSION},
@@ -163,6 +168,12 @@ static int parse_args(int argc, char **argv, Options *o) {
       else if (strcmp(optarg, "both") == 0 || strcmp(optarg, "cuda") == 0) o->backend_cuda = true;
       else return user_error("--backend takes cpu, cuda or both, got '%s'", optarg);
       break;
+    case OPT_PRECISION:
+      if (strcmp(optarg, "tf32") == 0) o->precision = CGEN_GEMM_TF32;
+      else if (strcmp(optarg, "fp32") == 0) o->precision = CGEN_GEMM_FP32;
+      else if (strcmp(optarg, "bf16") == 0) o->precision = CGEN_GEMM_BF16;
+      else return user_error("--precision takes tf32, fp32 or bf16, got '%s'", optarg);
+      break;
     case ':': return user_error("option '%s' needs a value", argv[optind - 1]);
     default: return user_error("unknown option '%s'", argv[optind - 1]);
     }
@@ -171,6 +182,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   if (optind < argc) return user_error("unexpected argument '%s'", argv[optind]);
   if (!o->model) return user_error("%s", "no model file given");
   if (!o->emit && !o->out) return user_error("%s", "no output directory given (-o DIR)");
+  /* float32 either way for the C programs; but asking for bf16 and getting none is a mistake */
+  if (!o->backend_cuda && o->precision == CGEN_GEMM_BF16)
+    return user_error("%s", "--precision bf16 applies to the CUDA programs, and --backend cpu writes none (the C "
+                            "programs are float32)");
   return -1;
 }
 
@@ -332,7 +347,7 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
-                                bool want_cuda, Diag *d) {
+                                bool want_cuda, CgenGemmDtype precision, Diag *d) {
   int n = plan->cfg.stages;
   int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
   for (int i = 0; i < n; i++) {
@@ -344,7 +359,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   CodegenOptions co = {.f64 = false, .fuse = true};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
-    CodegenCudaOptions cu = {.fuse = true, .gemm = CGEN_GEMM_TF32};
+    CodegenCudaOptions cu = {.fuse = true, .gemm = precision};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
   /* For the pipeline executor: what crosses each stage boundary (codegen/codegen.h),
@@ -431,7 +446,8 @@ int main(int argc, char **argv) {
 
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
-  bool ok = plan_write(plan, tmp, root, &d) && emit_stage_programs(g, plan, tmp, root, o.backend_cuda, &d);
+  bool ok = plan_write(plan, tmp, root, &d) &&
+            emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.precision, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);
   if (!ok) {

@@ -43,7 +43,8 @@ static const char usage[] =
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
     "  --log-json FILE     one JSON object per step\n"
-    "  --backend B         cpu (default) or cuda (one-stage plans; needs an NVIDIA GPU)\n"
+    "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
+    "                      all its stages on that one GPU)\n"
     "  --device N          the GPU to use with --backend cuda (default 0)\n"
     "\n"
     "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
@@ -203,10 +204,14 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
-    if (a.val || a.init || a.resume || a.save || a.eval_every || a.pipeline_flags)
-      return fail("--backend cuda supports --data, --steps, --seed, --shuffle, --log-json and --device for now");
+    /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
+    if (a.val || a.init || a.resume || a.save || a.eval_every || a.transport || a.trace || a.profile_out ||
+        a.timeout > 0)
+      return fail("--backend cuda supports --data, --steps, --seed, --shuffle, --log-json, --device and (on a "
+                  "pipeline plan) --reference for now");
     CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
-                          .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set};
+                          .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set,
+                          .reference = a.reference, .ref_tol = a.ref_tol};
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);

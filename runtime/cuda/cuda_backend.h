@@ -2,7 +2,9 @@
  *
  * This folder owns everything that touches NVIDIA software:
  *  - cuda_kernels.cuh: the CUDA kernel of every primitive op (the text the CUDA code
- *    generator pastes into each stageN.cu; embedded as pkc_kernels_src.h);
+ *    generator writes into a plan's kernel library, kernels.cu; embedded as
+ *    pkc_kernels_src.h), on cuda_helpers.cuh: the device helpers, which each
+ *    stageN.cu also starts with (pkc_helpers_src.h);
  *  - nvrtc_compile.c: CUDA C source -> cubin for one architecture, with NVRTC, cached
  *    on disk;
  *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
@@ -89,6 +91,11 @@ typedef enum CudaStreamId {
   CUDA_NSTREAMS = 4
 } CudaStreamId;
 
+/* More streams than the four above, for single-GPU pipeline mode (one per stage
+ * replica): ids CUDA_NSTREAMS .. n-1 are created by cuda_streams_ensure and used like
+ * the named ones. */
+#define CUDA_MAX_STREAMS 64
+
 /* GEMM operand and compute types (cuda_gemm). */
 typedef enum CudaGemmType {
   CUDA_GEMM_F32,     /* A, B, C float32; float32 arithmetic (CUBLAS_COMPUTE_32F) */
@@ -142,6 +149,11 @@ void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes);
 void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes);
 /* Zeroes bytes at p on stream s (asynchronous). */
 void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes);
+/* Copies bytes from src to dst (device memory, no overlap) on stream s (asynchronous). */
+void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, CudaPtr dst, CudaPtr src, size_t bytes);
+/* Makes streams 0 .. n-1 exist (non-blocking, like the named ones). false with a
+ * message when n > CUDA_MAX_STREAMS. */
+bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen);
 void cuda_stream_sync(CudaDev *d, CudaStreamId s);
 /* Waits for all streams (the device's context). */
 void cuda_dev_sync(CudaDev *d);

@@ -28,6 +28,9 @@
 /* ---- the driver, loaded and initialised once ------------------------------------ */
 
 static CuApi cu_api;
+/* cuMemcpyDtoDAsync (single-GPU pipeline mode's sends), loaded beside PD_CU_FUNCS;
+ * kept apart from that list, which cuda_internal.h owns, because nothing else needs it. */
+static __typeof__(cuMemcpyDtoDAsync) *cu_dtod_async;
 static int cu_state; /* 0 not tried, 1 ready, -1 failed (cu_why says why) */
 static char cu_why[768];
 
@@ -85,6 +88,11 @@ static void cu_load_once(void) {
   }
   PD_CU_FUNCS(PD_CU_SYM)
 #undef PD_CU_SYM
+  if (ok && !(cu_dtod_async = (__typeof__(cuMemcpyDtoDAsync) *)cuda_dlsym(h, PD_SYMNAME(cuMemcpyDtoDAsync),
+                                                                          "libcuda.so.1", why, sizeof why))) {
+    ok = false;
+    snprintf(cu_why, sizeof cu_why, "cuda backend: the CUDA driver is too old (%s); use --backend cpu", why);
+  }
   if (ok) {
     CUresult r = cu_api.cuInit(0);
     char rs[256];
@@ -194,7 +202,8 @@ struct CudaDev {
   int ordinal;
   CUdevice dev;
   CUcontext ctx; /* the primary context, retained */
-  CUstream streams[CUDA_NSTREAMS];
+  CUstream streams[CUDA_MAX_STREAMS];
+  int nstreams; /* CUDA_NSTREAMS, more after cuda_streams_ensure */
   cublasHandle_t blas;
   CUdeviceptr arena;
   size_t arena_bytes;
@@ -239,6 +248,7 @@ CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen) {
   CU_CHECK(api, api->cuDeviceTotalMem(&d->total_mem, d->dev));
   for (int s = 0; s < CUDA_NSTREAMS; s++)
     CU_CHECK(api, api->cuStreamCreate(&d->streams[s], CU_STREAM_NON_BLOCKING));
+  d->nstreams = CUDA_NSTREAMS;
   cublasStatus_t bs = bl->cublasCreate(&d->blas);
   if (bs != CUBLAS_STATUS_SUCCESS) {
     snprintf(err, errlen, "cuda backend: cublasCreate failed on device %d: %s", ordinal,
@@ -263,7 +273,7 @@ void cuda_dev_destroy(CudaDev *d) {
     free(m);
   }
   CUBLAS_CHECK(cublas_api.cublasDestroy(d->blas));
-  for (int s = 0; s < CUDA_NSTREAMS; s++) CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
+  for (int s = 0; s < d->nstreams; s++) CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
   if (d->arena) CU_CHECK(api, api->cuMemFree(d->arena));
   CU_CHECK(api, api->cuDevicePrimaryCtxRelease(d->dev));
   free(d);
@@ -278,7 +288,7 @@ void cuda_dev_make_current(const CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSet
 const CuApi *cuda_dev_api(const CudaDev *d) { return d->api; }
 
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s) {
-  PD_CHECK(s >= 0 && s < CUDA_NSTREAMS, "stream %d", (int)s);
+  PD_CHECK(s >= 0 && (int)s < d->nstreams, "stream %d", (int)s);
   return d->streams[s];
 }
 
@@ -391,6 +401,21 @@ void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes) {
 void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes) {
   if (bytes)
     CU_CHECK(d->api, d->api->cuMemsetD8Async((CUdeviceptr)p, 0, bytes, cuda_dev_stream(d, s)));
+}
+
+void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, CudaPtr dst, CudaPtr src, size_t bytes) {
+  if (bytes) CU_CHECK(d->api, cu_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
+}
+
+bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen) {
+  if (n > CUDA_MAX_STREAMS) {
+    snprintf(err, errlen, "cuda backend: %d streams asked for on device %d; at most %d", n, d->ordinal,
+             CUDA_MAX_STREAMS);
+    return false;
+  }
+  for (; d->nstreams < n; d->nstreams++)
+    CU_CHECK(d->api, d->api->cuStreamCreate(&d->streams[d->nstreams], CU_STREAM_NON_BLOCKING));
+  return true;
 }
 
 void cuda_stream_sync(CudaDev *d, CudaStreamId s) {

@@ -6,12 +6,14 @@
  * runtime calls cuBLAS (cuda_backend.h: cuda_gemm), so linear/matmul and their
  * gradients are GEMM calls plus, for a bias, pkc_add_bias_fwd_f32 / pkc_bias_grad_f32.
  *
- * Why one header of extern "C" kernels: the CUDA code generator pastes philox.h and
- * then this file verbatim at the top of every stageN.cu (the build embeds the text:
- * pkc_kernels_src.h, made by runtime/cuda/CMakeLists.txt), and NVRTC compiles the
- * stage at load time. extern "C" keeps the names unmangled, so the launch lists can
- * name kernels and cuModuleGetFunction can find them. The text includes no system
- * header (NVRTC has none) and no cuda_bf16.h: bfloat16 is handled as raw bits.
+ * Why one header of extern "C" kernels: the CUDA code generator pastes philox.h,
+ * cuda_helpers.cuh (the device helpers, shared with the stages' own kernels) and
+ * then this file verbatim into a plan's kernel library, kernels.cu (the build embeds
+ * the text: pkc_kernels_src.h, made by runtime/cuda/CMakeLists.txt), one module that
+ * NVRTC compiles at load time beside each stage's stageN.cu. extern "C" keeps the
+ * names unmangled, so the launch lists can name kernels and cuModuleGetFunction can
+ * find them. The text includes no system header (NVRTC has none) and no
+ * cuda_bf16.h: bfloat16 is handled as raw bits.
  *
  * The same text also compiles as host C++ under tests/cuda/cuda_emu.cpp, which
  * defines PKC_EMULATE and emulates a grid (one fibre per thread, __syncthreads as a
@@ -45,14 +47,10 @@
 #ifndef PD2BW_CUDA_KERNELS_CUH
 #define PD2BW_CUDA_KERNELS_CUH
 
-#ifndef PD2BW_PHILOX_H
-#include "../kernels/philox.h"
+#ifndef PD2BW_CUDA_HELPERS_CUH
+#include "cuda_helpers.cuh"
 #endif
 
-/* Recommended block size, and the largest a row/column kernel accepts (its static
- * shared scratch is sized by it). */
-#define PKC_BLOCK 256
-#define PKC_MAX_BLOCK 1024
 /* Head size of the attention kernels. Defining PKC_ATT_HS (the code generator knows
  * the model's head size) makes it a compile-time constant, so the per-thread q/o
  * arrays and their loops can live in registers; the kernels then refuse (NaN
@@ -70,101 +68,6 @@
 #define PKC_ATT_HS_OK(C, NH) ((C) / (NH) <= PKC_ATT_HS_MAX)
 #define PKC_ATT_HS_OF(C, NH) ((C) / (NH))
 #endif
-
-typedef long long pkc_i64;
-typedef unsigned long long pkc_u64;
-typedef unsigned int pkc_u32;
-
-#if defined(PKC_EMULATE)
-#define PKC_NAN (__builtin_nanf(""))
-#else
-#define PKC_NAN (__int_as_float(0x7fffffff))
-#endif
-
-/* ---- device helpers ---------------------------------------------------------- */
-
-/* The flat id of this thread and the grid's total thread count (grid-stride loops). */
-static __device__ __forceinline__ pkc_i64 pkc_tid(void) {
-  return (pkc_i64)blockIdx.x * blockDim.x + threadIdx.x;
-}
-static __device__ __forceinline__ pkc_i64 pkc_nthreads(void) {
-  return (pkc_i64)gridDim.x * blockDim.x;
-}
-
-/* Sum of v over the block, the same in every thread; sh holds blockDim.x floats.
- * A fixed tree (blockDim.x a power of two), so the order never varies. */
-static __device__ float pkc_block_sum(float v, float *sh) {
-  unsigned t = threadIdx.x;
-  sh[t] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] += sh[t + s];
-    __syncthreads();
-  }
-  float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-static __device__ double pkc_block_sum_d(double v, double *sh) {
-  unsigned t = threadIdx.x;
-  sh[t] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] += sh[t + s];
-    __syncthreads();
-  }
-  double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-static __device__ float pkc_block_max(float v, float *sh) {
-  unsigned t = threadIdx.x;
-  sh[t] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] = sh[t + s] > sh[t] ? sh[t + s] : sh[t];
-    __syncthreads();
-  }
-  float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-/* Dropout's scale for kept elements, as the CPU computes it (in double, then
- * rounded): 1/(1-p) for 0 < p < 1, 0 for p >= 1, 1 for p <= 0. */
-static __device__ __forceinline__ float pkc_keep_scale(double p) {
-  return p > 0 && p < 1 ? (float)(1.0 / (1.0 - p)) : (p > 0 ? 0.0f : 1.0f);
-}
-
-/* Element e's keep decision, caching the current Philox block of four (the CPU's
- * pk_keep_). *blk_id starts at ~0ull. */
-static __device__ __forceinline__ int pkc_keep(pkc_u64 seed, pkc_u32 op, pkc_u32 mb, pkc_u64 thr,
-                                               pkc_u64 e, PhiloxCtr *blk, pkc_u64 *blk_id) {
-  if ((e >> 2) != *blk_id) {
-    *blk_id = e >> 2;
-    *blk = pk_rng_block(seed, op, mb, e >> 2);
-  }
-  return (pkc_u64)blk->v[e & 3] >= thr;
-}
-
-static __device__ __forceinline__ void pkc_count_bad(unsigned long long *bad) {
-  if (bad) atomicAdd(bad, 1ull);
-}
-
-/* float -> bfloat16 bits, round to nearest even (as __float2bfloat16_rn); NaN stays
- * a quiet NaN. */
-static __device__ __forceinline__ unsigned short pkc_f32_to_bf16(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-
-static __device__ __forceinline__ float pkc_bf16_to_f32(unsigned short h) {
-  return __uint_as_float((unsigned)h << 16);
-}
 
 extern "C" {
 
@@ -439,9 +342,6 @@ __global__ void pkc_layernorm_bwd_params_f32(float *dgamma, float *dbeta, const 
 }
 
 /* ===== gelu, relu, softmax ====================================================== */
-
-#define PKC_GELU_K 0.7978845608028654f
-#define PKC_GELU_A 0.044715f
 
 __global__ void pkc_gelu_fwd_f32(float *y, const float *x, pkc_i64 n) {
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {

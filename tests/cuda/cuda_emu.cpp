@@ -126,6 +126,22 @@ __attribute__((noinline)) static void prepare(Fiber *f) {
 
 extern "C" void emu_set_reverse_blocks(int reverse) { reverse_blocks = reverse; }
 
+extern "C" void emu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                              const void *B, int ldb, float beta, float *C, int ldc) {
+  const unsigned short *a = (const unsigned short *)A, *b = (const unsigned short *)B;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float acc = 0;
+      for (int p = 0; p < K; p++) {
+        size_t ai = ta ? (size_t)p * lda + i : (size_t)i * lda + p;
+        size_t bi = tb ? (size_t)j * ldb + p : (size_t)p * ldb + j;
+        acc += __uint_as_float((unsigned)a[ai] << 16) * __uint_as_float((unsigned)b[bi] << 16);
+      }
+      float *c = &C[(size_t)i * ldc + j];
+      *c = beta == 0 ? alpha * acc : alpha * acc + beta * *c;
+    }
+}
+
 // The fibre pool lives as long as the module; a test that dlcloses the emulator
 // would otherwise leave every stack behind.
 __attribute__((destructor)) static void emu_free_fibers() {

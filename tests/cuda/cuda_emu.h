@@ -26,6 +26,14 @@ int emu_launch(const char *name, unsigned grid, unsigned block, void **args);
  * the two orders, which the checks then catch. */
 void emu_set_reverse_blocks(int reverse);
 
+/* cuBLAS's mixed-precision GEMM as pd2bw calls it (cuda_gemm CUDA_GEMM_BF16: A and B
+ * CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F), row-major with cuda_gemm's
+ * semantics: C[M,N] = alpha·op(A)·op(B) + beta·C where A and B hold bfloat16 bits
+ * (leading dimensions in elements). Each bf16 value widens exactly to float, the
+ * products are accumulated in float in k order; beta == 0 ignores C's old value. */
+void emu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B, int ldb,
+                   float beta, float *C, int ldc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,8 @@
 /* tests/cuda/test_cuda_nvrtc.c — the CUDA kernels compile with NVRTC, and the cache.
  *
  * NVRTC needs no GPU, so this runs in CI: the embedded kernel text (philox.h +
- * cuda_kernels.cuh, exactly what the code generator pastes into stageN.cu) plus a
- * small stage-like driver kernel must compile for sm_90 and sm_80 (there with the
+ * cuda_kernels.cuh, exactly what the code generator writes into a plan's kernels.cu)
+ * plus a small stage-like driver kernel must compile for sm_90 and sm_80 (there with the
  * attention head size fixed, PKC_ATT_HS=64, as a generated stage does) into a cubin that
  * holds every kernel of cuda_kernel_list.h and no other pkc_ kernel. Then: the second
  * compile comes from the cache, a changed option misses it, a corrupt entry is
@@ -21,8 +21,8 @@
 
 static char cache_dir[] = "/tmp/pd2bw-test-nvrtc-XXXXXX";
 
-/* What a generated stage adds after the pasted kernels: its own fused kernel built
- * on the header's device helpers. */
+/* A stage-like fused kernel built on the header's device helpers (a generated
+ * stageN.cu holds only such kernels, in its own module). */
 static const char driver_src[] =
     "\nextern \"C\" __global__ void stage0_fused_bias_gelu(float *y, const float *x,\n"
     "    const float *bias, pkc_i64 M, int N) {\n"

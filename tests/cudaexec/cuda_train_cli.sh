@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pd2bw-cuda-train from the command line: user mistakes end with one clear line and
-# exit status 1; without a CUDA driver (forced: PD2BW_LIBCUDA names a file that does
+# pd2bw-cuda-train from the command line (one-stage and pipeline plans): user mistakes
+# end with one clear line and exit status 1; without a CUDA driver (forced: PD2BW_LIBCUDA names a file that does
 # not exist, so this holds on a GPU machine too) the message is the backend's
 # "no CUDA driver found ... use --backend cpu", status 1, nothing else printed.
 #   cuda_train_cli.sh PD2BW_CUDA_TRAIN PD2BWC
@@ -47,6 +47,12 @@ expect_error "bad steps" "positive integer" "$T/plan" --data "$T/train.bin" --st
 expect_error "bad gemm" "fp32 or tf32" "$T/plan" --data "$T/train.bin" --steps 1 --gemm bf17
 expect_error "unknown option" "unknown or incomplete option" "$T/plan" --data "$T/train.bin" --steps 1 --frobnicate
 expect_error "two plans" "one plan directory" "$T/plan" "$T/plan" --data "$T/train.bin" --steps 1
+expect_error "bad reference tol" "reference-tol needs a positive number" "$T/plan" --data "$T/train.bin" --steps 1 \
+  --reference --reference-tol 0
+# a pipeline plan (single-GPU pipeline mode) meets the same clean message without a driver
+"$PC" models/tinygpt.model -D layers=2 -D dim=32 -D seq=16 -D heads=2 -D vocab=64 --stages 2 --replicas 1 \
+  --cluster tests/pipeline/cpu8.cluster -o "$T/pipe" -q || { echo "pd2bwc (2 stages) failed"; fail=$((fail + 1)); }
+expect_error "pipeline plan, no driver" "use --backend cpu" "$T/pipe" --data "$T/train.bin" --steps 2 --reference
 check_help() { "$RUN" --help | grep -q "usage: pd2bw-cuda-train"; }
 if check_help; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL help" >&2; fi
 

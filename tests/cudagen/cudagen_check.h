@@ -1,8 +1,12 @@
-/* tests/cudagen/cudagen_check.h — checks of a generated stageN.cu and its launch list
- * that need no GPU, shared by the cudagen tests.
+/* tests/cudagen/cudagen_check.h — checks of a generated stageN.cu, the plan's kernel
+ * library (kernels.cu) and the launch list, that need no GPU, shared by the cudagen
+ * tests.
  *
- *  - check_launch_list: every launch names a kernel defined in the source, with
- *    exactly its parameter count and types (parsed from the kernel's declaration);
+ *  - check_launch_list: every launch names a kernel defined in the module its entry
+ *    says ("library": kernels.cu, "stage": stageN.cu), with exactly its parameter
+ *    count and types (parsed from the kernel's declaration); the stage source defines
+ *    no library kernel (the point of the split) and the list's library hash is the
+ *    library's;
  *    every pointer is a block the list declares, at an offset inside it; every GEMM's
  *    operands (ld·rows as the descriptor says) fit their blocks; every literal offset
  *    a generated kernel dereferences, times its loop length, fits its block; the
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "test.h"
 
 /* ---- kernel signatures ------------------------------------------------------------ */
@@ -125,9 +130,16 @@ static void check_gemm(const cJSON *list, const cJSON *gm) {
     CG_FAIL("GEMM dtype %s\n", dt ? dt : "(none)");
 }
 
-/* Returns the number of problems found (each printed, up to 8). */
-static int check_launch_list(const cJSON *list, const char *src) {
+/* Returns the number of problems found (each printed, up to 8). lib: kernels.cu,
+ * src: stageN.cu. */
+static int check_launch_list(const cJSON *list, const char *lib, const char *src) {
   nerr_ = 0;
+  if (strstr(src, "__global__ void pkc_")) CG_FAIL("the stage source defines a library kernel\n");
+  const cJSON *lj = cJSON_GetObjectItem(list, "library");
+  char lh[17];
+  codegen_hash_hex(lib, strlen(lib), lh);
+  if (!cJSON_IsString(cJSON_GetObjectItem(lj, "hash")) || strcmp(cJSON_GetObjectItem(lj, "hash")->valuestring, lh) != 0)
+    CG_FAIL("\"library\" hash is not the library source's %s\n", lh);
   static const char *const dirs[] = {"forward", "backward"};
   int seen_n = 0;
   const char *seen[512];
@@ -148,10 +160,13 @@ static int check_launch_list(const cJSON *list, const char *src) {
       int s;
       for (s = 0; s < seen_n && strcmp(seen[s], name) != 0; s++) {}
       if (s == seen_n && seen_n < 512) seen[seen_n++] = name;
+      const char *mod = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+      bool in_lib = mod && strcmp(mod, "library") == 0;
+      if (!mod || (!in_lib && strcmp(mod, "stage") != 0)) CG_FAIL("%s: no module (library|stage)\n", name);
       char types[32][4];
-      int np = kernel_sig(src, name, types, 32);
+      int np = kernel_sig(in_lib ? lib : src, name, types, 32);
       const cJSON *args = cJSON_GetObjectItem(en, "args"), *a;
-      if (np < 0) CG_FAIL("%s is not defined in the source\n", name);
+      if (np < 0) CG_FAIL("%s is not defined in its module (%s)\n", name, mod ? mod : "?");
       if (np >= 0 && cJSON_GetArraySize(args) != np)
         CG_FAIL("%s takes %d arguments, the list passes %d\n", name, np, cJSON_GetArraySize(args));
       double grid = cJSON_GetObjectItem(en, "grid")->valuedouble, block = cJSON_GetObjectItem(en, "block")->valuedouble;

@@ -2,18 +2,23 @@
  *
  * Built through the IR API (tests/ir/build_models.h, tests/codegen/gpt_dropout.h),
  * so it needs neither the front end nor the planner:
- *  - golden: the tiny GPT's stage0.cu (the kernels' text elided) and its launch list
+ *  - golden: the tiny GPT's stage0.cu (the helpers' text elided) and its launch list
  *    equal tests/golden/codegen/tinygpt.stage0.cu / .launch.json (PD2BW_REGEN=1
  *    rewrites them); generation is deterministic;
+ *  - the kernel library (kernels.cu): every library kernel and only the head size
+ *    from the model, so two models with the same head size share its text, and a
+ *    different head size changes it;
  *  - the launch list is well-formed against the source and the layout, and its GEMMs
  *    are the CPU program's (cudagen_check.h), for whole models and for a two-stage
  *    cut, fused and unfused;
  *  - fusion: bias+gelu and dropout+residual-add kernels exist; dropout draws from the
  *    same (seed, forward op id, microbatch) streams as the CPU program;
- *  - codegen_cuda_stage writes both files and the stage JSON, and an unwritable
- *    directory is an error with no file left behind;
- *  - with the CUDA toolkit: NVRTC compiles the GPT-with-dropout stage for sm_90 (sm_80:
- *    test_cudagen_plans), and the cubin holds every kernel the launch list names.
+ *  - codegen_cuda_stage writes the three files (kernels.cu, stageN.cu, its launch
+ *    list) and the stage JSON, and an unwritable directory is an error with no file
+ *    left behind;
+ *  - with the CUDA toolkit: NVRTC compiles the GPT-with-dropout stage and its library
+ *    for sm_90 (every golden plan, both architectures: test_cudagen_plans_nvrtc*), and
+ *    each cubin holds every kernel the launch list names in that module.
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -24,13 +29,14 @@
 #include "cudagen_check.h"
 #include "gpt_dropout.h"
 #include "passes/passes.h"
+#include "runtime/cuda/cuda_kernel_list.h"
 #include "test.h"
 #ifdef PD2BW_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
-static const char *const BEGIN = "/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_kernels.cuh, verbatim ==== */\n";
-static const char *const END = "/* ==== end of the kernels ==== */\n";
+static const char *const BEGIN = "/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */\n";
+static const char *const END = "/* ==== end of the helpers ==== */\n";
 
 static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = CGEN_GEMM_TF32};
 static const CodegenCudaOptions UNFUSED = {.fuse = false, .gemm = CGEN_GEMM_FP32};
@@ -53,7 +59,7 @@ static char *without_kernels(const char *src) {
   if (!b || !e) return pd_strdup(src);
   size_t n = strlen(src) + 128;
   char *out = pd_malloc(n);
-  snprintf(out, n, "%.*s%s/* (the kernels' text, elided in the golden file) */\n%s", (int)(b - src), src, BEGIN, e);
+  snprintf(out, n, "%.*s%s/* (the helpers' text, elided in the golden file) */\n%s", (int)(b - src), src, BEGIN, e);
   return out;
 }
 
@@ -87,8 +93,10 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, const CodegenCudaOp
   StageLayout *L = layout_stage(g, r0, r1, b);
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, o, &list);
+  char *lib = codegen_cuda_library_source(g);
   EXPECT(src != NULL && list != NULL);
-  EXPECT_EQ_INT(check_launch_list(list, src), 0);
+  EXPECT_EQ_INT(check_launch_list(list, lib, src), 0);
+  free(lib);
   char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
   int ng = 0;
   EXPECT_EQ_INT(check_gemms_match_cpu(list, csrc, &ng), 0);
@@ -118,8 +126,9 @@ static void test_golden_tinygpt(void) {
   char *src = codegen_cuda_source(g, L, 0, &FUSED, &list);
   char *got = without_kernels(src);
   golden("tests/golden/codegen/tinygpt.stage0.cu", got);
-  /* the launch list, without the source hash (it covers the kernels' text) */
+  /* the launch list, without the sources' hashes (they cover the kernels' text) */
   cJSON_DeleteItemFromObjectCaseSensitive(list, "hash");
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItem(list, "library"), "hash");
   char *text = cJSON_Print(list);
   size_t n = strlen(text);
   char *withnl = pd_malloc(n + 2);
@@ -133,6 +142,7 @@ static void test_golden_tinygpt(void) {
   char *again = codegen_cuda_source(g, L, 0, &FUSED, &list2);
   EXPECT(strcmp(again, src) == 0);
   cJSON_DeleteItemFromObjectCaseSensitive(list2, "hash");
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItem(list2, "library"), "hash");
   EXPECT(cJSON_Compare(list, list2, 1));
   cJSON_Delete(list2);
   free(again);
@@ -167,7 +177,7 @@ static void test_lists_and_gemms(void) {
 }
 
 /* The checker itself must catch a wrong list: corrupt one offset, one argument type,
- * one GEMM shape. */
+ * one kernel's module, the library's hash, one GEMM shape. */
 static void test_checker_catches_errors(void) {
   Arena *a = arena_create();
   Graph *g = gpt(a, 0.1);
@@ -176,13 +186,14 @@ static void test_checker_catches_errors(void) {
   check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
   StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
   char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
+  char *lib = codegen_cuda_library_source(g);
   /* 1: a pointer past its block */
   cJSON *copy = cJSON_Duplicate(list, 1);
-  cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(copy, "forward"), 0);
+  cJSON *en, *first = cJSON_GetArrayItem(cJSON_GetObjectItem(copy, "forward"), 0);
   cJSON *arg0 = cJSON_GetArrayItem(cJSON_GetObjectItem(first, "args"), 0);
   EXPECT(arg0 != NULL);
   if (arg0) cJSON_SetNumberValue(cJSON_GetObjectItem(arg0, "offset"), 1e12);
-  EXPECT(check_launch_list(copy, src) > 0);
+  EXPECT(check_launch_list(copy, lib, src) > 0);
   cJSON_Delete(copy);
   /* 2: an argument of the wrong type */
   copy = cJSON_Duplicate(list, 1);
@@ -190,17 +201,37 @@ static void test_checker_catches_errors(void) {
   cJSON *args = cJSON_GetObjectItem(first, "args");
   cJSON *last = cJSON_GetArrayItem(args, cJSON_GetArraySize(args) - 1);
   if (last) cJSON_ReplaceItemInObject(last, "type", cJSON_CreateString("f64"));
-  EXPECT(check_launch_list(copy, src) > 0);
+  EXPECT(check_launch_list(copy, lib, src) > 0);
   cJSON_Delete(copy);
-  /* 3: a GEMM with a different K */
+  /* 3: a library kernel said to be the stage's, and a stage kernel the library's */
+  for (int want_lib = 0; want_lib < 2; want_lib++) {
+    copy = cJSON_Duplicate(list, 1);
+    bool flipped = false;
+    cJSON_ArrayForEach(en, cJSON_GetObjectItem(copy, "forward")) {
+      cJSON *m = cJSON_GetObjectItem(en, "module");
+      if (flipped || !m || (strcmp(m->valuestring, "library") == 0) != (want_lib == 0)) continue;
+      cJSON_ReplaceItemInObject(en, "module", cJSON_CreateString(want_lib ? "library" : "stage"));
+      flipped = true;
+    }
+    EXPECT(flipped);
+    EXPECT(check_launch_list(copy, lib, src) > 0);
+    cJSON_Delete(copy);
+  }
+  /* 4: a list naming another library (its hash) */
   copy = cJSON_Duplicate(list, 1);
-  cJSON *en, *gm = NULL;
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(copy, "library"), "hash", cJSON_CreateString("0123456789abcdef"));
+  EXPECT(check_launch_list(copy, lib, src) > 0);
+  cJSON_Delete(copy);
+  /* 5: a GEMM with a different K */
+  copy = cJSON_Duplicate(list, 1);
+  cJSON *gm = NULL;
   cJSON_ArrayForEach(en, cJSON_GetObjectItem(copy, "backward")) if (!gm) gm = cJSON_GetObjectItem(en, "gemm");
   EXPECT(gm != NULL);
   if (gm) cJSON_SetNumberValue(cJSON_GetObjectItem(gm, "K"), cJSON_GetObjectItem(gm, "K")->valuedouble + 1);
   int ng = 0;
   EXPECT(check_gemms_match_cpu(copy, csrc, &ng) > 0);
   cJSON_Delete(copy);
+  free(lib);
   free(csrc);
   free(src);
   cJSON_Delete(list);
@@ -313,26 +344,34 @@ static void test_stage_files(void) {
     char *lt = read_all(p);
     snprintf(p, sizeof p, "%s/stage%d.c", dir, i);
     char *csrc = read_all(p);
-    EXPECT(src && lt && csrc);
-    if (src && lt && csrc) {
+    EXPECT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(cu, "library")), CODEGEN_CUDA_LIBRARY);
+    snprintf(p, sizeof p, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
+    char *lib = read_all(p);
+    EXPECT(src && lt && csrc && lib);
+    if (src && lt && csrc && lib) {
       char h[17];
       codegen_hash_hex(src, strlen(src), h);
       EXPECT_STREQ(h, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "hash")));
+      codegen_hash_hex(lib, strlen(lib), h);
+      EXPECT_STREQ(h, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "library_hash")));
       cJSON *list = cJSON_Parse(lt);
       EXPECT(list != NULL);
-      EXPECT_EQ_INT(check_launch_list(list, src), 0);
+      EXPECT_EQ_INT(check_launch_list(list, lib, src), 0);
       int ng = 0;
       EXPECT_EQ_INT(check_gemms_match_cpu(list, csrc, &ng), 0);
       EXPECT(cJSON_Compare(cJSON_GetObjectItem(list, "kernels"), cJSON_GetObjectItem(cu, "kernels"), 1));
       EXPECT(cJSON_GetArraySize(cJSON_GetObjectItem(cu, "kernels")) > 5);
       cJSON_Delete(list);
     }
-    free(src), free(lt), free(csrc);
+    free(src), free(lt), free(csrc), free(lib);
     snprintf(p, sizeof p, "%s/stage%d.cu", dir, i), unlink(p);
     snprintf(p, sizeof p, "%s/stage%d.launch.json", dir, i), unlink(p);
     snprintf(p, sizeof p, "%s/stage%d.c", dir, i), unlink(p);
   }
   cJSON_Delete(stages);
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
+  EXPECT(unlink(p) == 0);
   /* An unwritable place: an error naming it, nothing left behind. */
   char bad[600];
   snprintf(bad, sizeof bad, "%s/no/such/dir", dir);
@@ -353,26 +392,33 @@ static void test_stage_files(void) {
 }
 
 #ifdef PD2BW_HAVE_CUDA
-static void compile_and_check(const char *src, const cJSON *list, int arch, const char *cache) {
-  CudaCompileOptions co = {arch, "stage.cu", cache, NULL, 0};
+/* Compiles one module and checks it holds every kernel the list launches from it
+ * (module "library" or "stage"); returns how many that is. */
+static int compile_and_check(const char *src, const cJSON *list, const char *module, int arch, const char *cache) {
+  CudaCompileOptions co = {arch, module, cache, NULL, 0};
   CudaBinary bin;
   char *err = NULL;
   bool ok = cuda_nvrtc_compile(src, &co, &bin, &err);
   if (!ok) fprintf(stderr, "%s\n", err ? err : "?");
   EXPECT(ok);
+  int n = 0;
   if (ok) {
     EXPECT(!bin.cache_hit);
-    const cJSON *k;
-    int n = 0;
-    cJSON_ArrayForEach(k, cJSON_GetObjectItem(list, "kernels")) {
-      if (!cuda_cubin_has_symbol(&bin, k->valuestring)) fprintf(stderr, "  sm_%d cubin lacks %s\n", arch, k->valuestring);
-      EXPECT(cuda_cubin_has_symbol(&bin, k->valuestring));
-      n++;
+    static const char *const dirs[] = {"forward", "backward"};
+    for (int d = 0; d < 2; d++) {
+      const cJSON *en;
+      cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
+        const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+        if (!k || strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(en, "module")), module) != 0) continue;
+        if (!cuda_cubin_has_symbol(&bin, k)) fprintf(stderr, "  sm_%d %s cubin lacks %s\n", arch, module, k);
+        EXPECT(cuda_cubin_has_symbol(&bin, k));
+        n++;
+      }
     }
-    EXPECT(n > 5);
     cuda_binary_free(&bin);
   }
   free(err);
+  return n;
 }
 
 static void test_nvrtc_gpt_stage(void) {
@@ -383,7 +429,11 @@ static void test_nvrtc_gpt_stage(void) {
   char *src = NULL;
   cJSON *list = NULL;
   check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
-  compile_and_check(src, list, 90, cache); /* sm_80: test_cudagen_plans_nvrtc80 */
+  char *lib = codegen_cuda_library_source(g);
+  /* sm_80, and every golden plan: test_cudagen_plans_nvrtc90/80 */
+  EXPECT(compile_and_check(lib, list, "library", 90, cache) > 5);
+  EXPECT(compile_and_check(src, list, "stage", 90, cache) > 2);
+  free(lib);
   free(src);
   cJSON_Delete(list);
   char cmd[128];
@@ -394,12 +444,46 @@ static void test_nvrtc_gpt_stage(void) {
 }
 #endif
 
+/* The library holds every library kernel and nothing of the model but its head size:
+ * the tiny GPT with and without dropout (other ops, other shapes) share it; another
+ * head size, or no attention (the MLP), does not. */
+static void test_library_shared(void) {
+  Arena *a = arena_create();
+  Graph *g1 = gpt(a, 0.1), *g2 = gpt(a, 0);
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g3 = build_tiny_gpt(a, &d, 64, 16, 32, 4, 2); /* 4 heads: head size 8 */
+  Graph *m = build_mlp(a, &d, 8, 16, 4);
+  EXPECT(g3 && m);
+  char *l1 = codegen_cuda_library_source(g1), *l2 = codegen_cuda_library_source(g2);
+  char *l3 = g3 ? codegen_cuda_library_source(g3) : NULL, *lm = m ? codegen_cuda_library_source(m) : NULL;
+  EXPECT_STREQ(l1, l2);
+  EXPECT(strstr(l1, "#define PKC_ATT_HS 16\n") != NULL);
+  EXPECT(l3 && strstr(l3, "#define PKC_ATT_HS 8\n") != NULL);
+  EXPECT(lm && strstr(lm, "PKC_ATT_HS 1") == NULL && strstr(lm, "#define PKC_ATT_HS ") == NULL);
+  /* every kernel of cuda_kernel_list.h, defined once */
+#define HAS_KERNEL(k, kind)                                                                                        \
+  {                                                                                                                \
+    const char *at = strstr(l1, "__global__ void " #k "(");                                                        \
+    EXPECT(at != NULL && strstr(at + 1, "__global__ void " #k "(") == NULL);                                        \
+  }
+  PKC_KERNEL_LIST(HAS_KERNEL)
+#undef HAS_KERNEL
+  free(l1), free(l2), free(l3), free(lm);
+  if (g3) graph_destroy(g3);
+  if (m) graph_destroy(m);
+  graph_destroy(g1);
+  graph_destroy(g2);
+  arena_destroy(a);
+}
+
 int main(void) {
   RUN(test_golden_tinygpt);
   RUN(test_lists_and_gemms);
   RUN(test_checker_catches_errors);
   RUN(test_fusion_and_dropout_streams);
   RUN(test_stage_files);
+  RUN(test_library_shared);
 #ifdef PD2BW_HAVE_CUDA
   RUN(test_nvrtc_gpt_stage);
 #endif

@@ -2,10 +2,12 @@
  * program computes, without a GPU.
  *
  * For a stage of the tiny GPT with dropout (tests/codegen/gpt_dropout.h), the test
- * writes stageN.cu and compiles it as host C++ together with the CUDA emulator of
- * tests/cuda/cuda_emu.cpp (each CUDA thread a fibre; it runs every library kernel;
- * the stage's own fused kernels are added to its table here), loads it with dlopen,
- * and REPLAYS THE LAUNCH LIST as a runtime would: blocks allocated from the list's
+ * writes the plan's kernel library (kernels.cu) and stageN.cu and compiles them as
+ * host C++ together with the CUDA emulator of tests/cuda/cuda_emu.cpp (each CUDA
+ * thread a fibre; it runs every library kernel; the stage's own fused kernels are
+ * added to a table of their own here), loads it with dlopen, and REPLAYS THE LAUNCH
+ * LIST as a runtime would, each kernel from the module its entry names (library
+ * kernels from the emulator's table only, the stage's from the stage's only): blocks allocated from the list's
  * sizes, every argument built from its type ((block, offset) pointers, literals, the
  * seed / microbatch / training / dropout p the runtime supplies), GEMM descriptors
  * run by a plain row-major GEMM. The CPU program (stageN.c, through the runtime's
@@ -51,7 +53,8 @@ static int blk_index(const char *buf) {
 
 typedef struct Replay {
   char *blk[NBLK];
-  EmuLaunchFn launch;
+  EmuLaunchFn launch;     /* the stage's own kernels (stageN.cu) */
+  EmuLaunchFn lib_launch; /* the library's (kernels.cu) */
   uint64_t seed;
   uint32_t mb;
   int training;
@@ -132,31 +135,49 @@ static void run_list(Replay *r, const cJSON *arr) {
       n++;
     }
     const char *name = cJSON_GetObjectItem(en, "kernel")->valuestring;
-    int rc = r->launch(name, (unsigned)cJSON_GetObjectItem(en, "grid")->valuedouble,
+    const char *mod = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+    EXPECT(mod != NULL);
+    bool lib = mod && strcmp(mod, "library") == 0;
+    int rc = (lib ? r->lib_launch : r->launch)(name, (unsigned)cJSON_GetObjectItem(en, "grid")->valuedouble,
                        (unsigned)cJSON_GetObjectItem(en, "block")->valuedouble, args);
-    if (rc != 0) fprintf(stderr, "  emulator has no kernel %s\n", name);
+    if (rc != 0) fprintf(stderr, "  emulated %s module has no kernel %s\n", lib ? "library" : "stage", name);
     EXPECT(rc == 0);
   }
 }
 
-/* The emulated stage: cuda_emu.cpp (library kernels, fibres) + stage.cu (its pasted
- * library is skipped by the include guards) + a table of the stage's own kernels. */
-static bool build_emulator(const char *dir, const char *src, const cJSON *list, void **so) {
+/* The emulated modules: cuda_emu.cpp (library kernels, fibres: emu_launch) +
+ * kernels.cu and stage.cu (their pasted headers are skipped by the include guards) +
+ * a table of the stage's own kernels (emu_stage_launch, which knows no other). */
+static bool build_emulator(const char *dir, const char *lib, const char *src, const cJSON *list, void **so) {
   char path[512], cmd[2048], cwd[512];
-  snprintf(path, sizeof path, "%s/stage.cu", dir);
+  snprintf(path, sizeof path, "%s/kernels.cu", dir);
   FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fputs(lib, f);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/stage.cu", dir);
+  f = fopen(path, "w");
   if (!f) return false;
   fputs(src, f);
   fclose(f);
   snprintf(path, sizeof path, "%s/emu.cpp", dir);
   f = fopen(path, "w");
   if (!f) return false;
-  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"stage.cu\"\n"
+  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"kernels.cu\"\n#include \"stage.cu\"\n"
              "namespace {\nstruct StageEntry { const char *name; void (*call)(void **); };\n"
              "const StageEntry stage_kernels[] = {\n");
-  const cJSON *k;
-  cJSON_ArrayForEach(k, cJSON_GetObjectItem(list, "kernels")) if (strncmp(k->valuestring, "pkc_", 4) != 0)
-      fprintf(f, "  {\"%s\", &Caller<decltype(%s)>::call<%s>},\n", k->valuestring, k->valuestring, k->valuestring);
+  static const char *const dirs[] = {"forward", "backward"};
+  for (int d = 0; d < 2; d++) {
+    const cJSON *en;
+    cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
+      const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+      const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+      char def[128]; /* the stage module holds what stage.cu defines, nothing else */
+      snprintf(def, sizeof def, "__global__ void %.80s(", k ? k : "");
+      if (k && m && strcmp(m, "stage") == 0 && strstr(src, def))
+        fprintf(f, "  {\"%s\", &Caller<decltype(%s)>::call<%s>},\n", k, k, k);
+    }
+  }
   fprintf(f, "  {nullptr, nullptr}};\n}\n"
              "// The stage's kernels never synchronise: each thread runs to its end in turn.\n"
              "extern \"C\" int emu_stage_launch(const char *name, unsigned grid, unsigned block, void **args) {\n"
@@ -166,7 +187,7 @@ static bool build_emulator(const char *dir, const char *src, const cJSON *list, 
              "    for (unsigned b = 0; b < grid; b++)\n"
              "      for (unsigned t = 0; t < block; t++) {\n"
              "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
-             "    return 0;\n  }\n  return emu_launch(name, grid, block, args);\n}\n");
+             "    return 0;\n  }\n  return -1;\n}\n");
   fclose(f);
   if (!getcwd(cwd, sizeof cwd)) return false;
   snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -I'%s' -I'%s' '%s/emu.cpp' -o '%s/emu.so'",
@@ -213,6 +234,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
 
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
+  char *lib = codegen_cuda_library_source(g);
   Replay r = {.seed = 1234, .mb = mb, .training = 1};
   for (int c = BUF_PARAMS; c < NBLK; c++) {
     const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
@@ -224,13 +246,14 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   char dir[] = "/tmp/pd2bw-test-cudagen-emu-XXXXXX";
   EXPECT(mkdtemp(dir) != NULL);
   void *so = NULL;
-  bool built = build_emulator(dir, src, list, &so);
+  bool built = build_emulator(dir, lib, src, list, &so);
   EXPECT(built);
   if (built) {
     r.launch = (EmuLaunchFn)(uintptr_t)dlsym(so, "emu_stage_launch");
-    EXPECT(r.launch != NULL);
+    r.lib_launch = (EmuLaunchFn)(uintptr_t)dlsym(so, "emu_launch");
+    EXPECT(r.launch != NULL && r.lib_launch != NULL);
   }
-  if (r.launch) {
+  if (r.launch && r.lib_launch) {
     double cpu_loss = harness_fwd_bwd(&h, mb);
     run_list(&r, cJSON_GetObjectItem(list, "forward"));
     run_list(&r, cJSON_GetObjectItem(list, "backward"));
@@ -256,6 +279,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   EXPECT(system(cmd) == 0);
   for (int c = BUF_PARAMS; c < NBLK; c++) free(r.blk[c]);
   free(src);
+  free(lib);
   cJSON_Delete(list);
   harness_free(&h);
 }

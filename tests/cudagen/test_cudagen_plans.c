@@ -1,33 +1,30 @@
 /* tests/cudagen/test_cudagen_plans.c — the CUDA programs of every golden plan.
  *
- * usage: test_cudagen_plans PD2BWC PART     (run from the source root)
+ * usage: test_cudagen_plans PD2BWC lists|nvrtc90|nvrtc80     (run from the source root)
  *
  * For each case of tests/plans/cases.txt, pd2bwc compiles the plan (its partition,
- * microbatch size and stageN.c files are the truth); the test loads the same model
- * through the front end and passes, and generates every stage's stageN.cu and
- * launch list with codegen_cuda_source for the plan's regions and microbatch size.
- * PART says what is checked (CTest runs the parts in parallel):
- *   lists     every stage of every case: the launch list is well-formed against its
- *             source and blocks, and its GEMMs are exactly the GEMM calls of the
- *             stageN.c pd2bwc wrote (cudagen_check.h);
- *   nvrtc90   NVRTC for sm_90 on a sample: both stages of the tiny GPT, the last
- *             (loss) stage of the MLP, the last stage of the first GPT case (head
- *             size 128, tied LM head, cross-entropy) and the first stage of the
- *             first BERT case (embeddings, head size 64);
- *   nvrtc80   NVRTC for sm_80: the tiny GPT's first stage and the BERT case's last.
- *   allNN:K:N every stage of every case (distinct sources once) for sm_NN, shard K of
- *             N of the cases: CI runs all shards of both architectures, so every
- *             generated stageN.cu of every golden plan is compiled by NVRTC.
- * Why a sample: every stage's source differs from every other's (its offsets are
- * literals), there are ~250 of them, and each costs NVRTC 3-8 s of one core here —
- * the pasted kernel library dominates, so what varies between stages (the fused
- * kernels, the head size) is covered by the sample's stage kinds: embedding, repeated
- * block, head and loss, with and without attention. Identical sources (the tiny GPT
- * under three schedules) are compiled once.
- * Each compiled cubin must hold every kernel its launch list names.
+ * microbatch size, stageN.c and, with its default --backend both, kernels.cu,
+ * stageN.cu and stageN.launch.json). PART says what is checked (CTest runs the parts
+ * in parallel):
+ *   lists     the test loads the same model through the front end and passes and
+ *             generates every stage's stageN.cu and launch list with
+ *             codegen_cuda_source for the plan's regions and microbatch size: they
+ *             (and kernels.cu) must be the files pd2bwc wrote, the launch list is
+ *             well-formed against its two modules and blocks, and its GEMMs are
+ *             exactly the GEMM calls of the stageN.c (cudagen_check.h);
+ *   nvrtcNN   NVRTC compiles, for sm_NN (90: H100/H200, 80: A100), to a cubin with
+ *             the runtime's options (cuda_nvrtc_compile, cache off), EVERY distinct
+ *             stageN.cu and every distinct kernels.cu pd2bwc wrote for the cases
+ *             (identical sources, by hash, once), and checks each cubin holds every
+ *             kernel the launch lists name in that module — the library also every
+ *             kernel of cuda_kernel_list.h, which the GPU trainer resolves itself.
+ * The library is the same text for every plan with the same head size (a handful for
+ * all cases), so the per-stage cost is the stage's own fused kernels; the sources
+ * are shared out over forked workers, one per core (PD2BW_NVRTC_JOBS overrides).
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,6 +34,7 @@
 #include "cudagen_check.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "runtime/cuda/cuda_kernel_list.h"
 #include "test.h"
 #ifdef PD2BW_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
@@ -55,6 +53,12 @@ static char *read_all(const char *path) {
   if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
   fclose(f);
   return s;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 typedef struct Case {
@@ -87,62 +91,16 @@ static int read_cases(Case *cs, int max) {
   return n;
 }
 
-/* The distinct sources compiled so far (by hash), per architecture. */
-static char seen[1024][17];
-static int nseen;
-
-typedef struct Run {
-  int arch;         /* 0: lists only */
-  bool all_stages;  /* compile every distinct stage (else `pick` below) */
-  bool first, middle, last;
-} Run;
-
-static void compile_stage(const char *src, const cJSON *list, int arch, const char *what) {
-  char h[17];
-  codegen_hash_hex(src, strlen(src), h);
-  for (int i = 0; i < nseen; i++)
-    if (strcmp(seen[i], h) == 0) return;
-  if (nseen < (int)(sizeof seen / sizeof seen[0])) snprintf(seen[nseen++], 17, "%s", h);
-#ifndef PD2BW_HAVE_CUDA
-  (void)list, (void)arch, (void)what;
-  fprintf(stderr, "  built without the CUDA toolkit: no NVRTC\n");
-  EXPECT(false);
-#else
-  char cache[600];
-  snprintf(cache, sizeof cache, "%s/cache", tmpdir);
-  CudaCompileOptions co = {arch, what, cache, NULL, 0};
-  CudaBinary bin;
-  char *err = NULL;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  bool ok = cuda_nvrtc_compile(src, &co, &bin, &err);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  if (!ok) fprintf(stderr, "  %s: %s\n", what, err ? err : "?");
-  EXPECT(ok);
-  if (ok) {
-    const cJSON *k;
-    cJSON_ArrayForEach(k, cJSON_GetObjectItem(list, "kernels")) {
-      if (!cuda_cubin_has_symbol(&bin, k->valuestring)) fprintf(stderr, "  %s: cubin lacks %s\n", what, k->valuestring);
-      EXPECT(cuda_cubin_has_symbol(&bin, k->valuestring));
-    }
-    printf("  %s: sm_%d, %zu-byte cubin, %d kernels, NVRTC %.1f s\n", what, arch, bin.size,
-           cJSON_GetArraySize(cJSON_GetObjectItem(list, "kernels")), secs);
-    cuda_binary_free(&bin);
-  }
-  free(err);
-#endif
-}
-
-static void run_case(const Case *c, const Run *r) {
-  char out[700], cmd[2048];
-  snprintf(out, sizeof out, "%s/%s.plan", tmpdir, c->name);
+/* Runs pd2bwc for case c into tmpdir/NAME.plan; its plan.json parsed, or NULL. */
+static cJSON *make_plan(const Case *c, char *out, size_t outlen) {
+  char cmd[2048];
+  snprintf(out, outlen, "%s/%s.plan", tmpdir, c->name);
   snprintf(cmd, sizeof cmd, "%s %s -q -o %s >/dev/null", pd2bwc, c->args, out);
   int rc = system(cmd);
   EXPECT(rc == 0);
   if (rc != 0) {
     fprintf(stderr, "  %s: pd2bwc failed: %s\n", c->name, cmd);
-    return;
+    return NULL;
   }
   char path[800];
   snprintf(path, sizeof path, "%s/plan.json", out);
@@ -150,6 +108,20 @@ static void run_case(const Case *c, const Run *r) {
   cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
   free(pj);
   EXPECT(plan != NULL);
+  return plan;
+}
+
+static void remove_plan(const char *out) {
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+  EXPECT(system(cmd) == 0);
+}
+
+/* ---- lists: the written files against an in-process generation ------------------------ */
+
+static void lists_case(const Case *c) {
+  char out[700], path[800];
+  cJSON *plan = make_plan(c, out, sizeof out);
   if (!plan) return;
   int64_t b = (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "config"), "microbatch_size")->valuedouble;
 
@@ -168,11 +140,13 @@ static void run_case(const Case *c, const Run *r) {
   EXPECT(g != NULL);
   PassOptions po = {.print_after = NULL, .print_to = stdout, .verify = true};
   if (g) EXPECT(passes_run(g, &d, &po));
+  char *lib = g ? codegen_cuda_library_source(g) : NULL;
+  snprintf(path, sizeof path, "%s/%s", out, CODEGEN_CUDA_LIBRARY);
+  char *lib_written = read_all(path);
+  EXPECT(lib && lib_written && strcmp(lib, lib_written) == 0);
   const cJSON *stages = cJSON_GetObjectItem(plan, "stages");
   int ns = cJSON_GetArraySize(stages), checked = 0, gemms = 0;
   for (int i = 0; g && i < ns; i++) {
-    bool pick = r->all_stages || (r->first && i == 0) || (r->middle && i == ns / 2) || (r->last && i == ns - 1);
-    if (r->arch && !pick) continue;
     const cJSON *st = cJSON_GetArrayItem(stages, i);
     int r0 = (int)cJSON_GetObjectItem(st, "first_segment")->valuedouble;
     int r1 = (int)cJSON_GetObjectItem(st, "last_segment")->valuedouble - 1;
@@ -185,48 +159,236 @@ static void run_case(const Case *c, const Run *r) {
     char *src = codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true}, &list);
     char what[300];
     snprintf(what, sizeof what, "%s stage%d.cu", c->name, i);
-    if (r->arch) {
-      compile_stage(src, list, r->arch, what);
-    } else {
-      int bad = check_launch_list(list, src);
-      if (bad) fprintf(stderr, "  %s: %d launch-list problems\n", what, bad);
-      EXPECT_EQ_INT(bad, 0);
-      snprintf(path, sizeof path, "%s/stage%d.c", out, i);
-      char *csrc = read_all(path);
-      EXPECT(csrc != NULL);
-      int ng = 0;
-      if (csrc) {
-        int diff = check_gemms_match_cpu(list, csrc, &ng);
-        if (diff) fprintf(stderr, "  %s: GEMMs differ from stage%d.c\n", what, i);
-        EXPECT_EQ_INT(diff, 0);
-      }
-      free(csrc);
-      gemms += ng;
-      checked++;
+    snprintf(path, sizeof path, "%s/stage%d.cu", out, i);
+    char *written = read_all(path);
+    if (!written || strcmp(written, src) != 0) fprintf(stderr, "  %s: not the file pd2bwc wrote\n", what);
+    EXPECT(written && strcmp(written, src) == 0);
+    free(written);
+    int bad = check_launch_list(list, lib, src);
+    if (bad) fprintf(stderr, "  %s: %d launch-list problems\n", what, bad);
+    EXPECT_EQ_INT(bad, 0);
+    snprintf(path, sizeof path, "%s/stage%d.c", out, i);
+    char *csrc = read_all(path);
+    EXPECT(csrc != NULL);
+    int ng = 0;
+    if (csrc) {
+      int diff = check_gemms_match_cpu(list, csrc, &ng);
+      if (diff) fprintf(stderr, "  %s: GEMMs differ from stage%d.c\n", what, i);
+      EXPECT_EQ_INT(diff, 0);
     }
+    free(csrc);
+    gemms += ng;
+    checked++;
     free(src);
     cJSON_Delete(list);
     layout_destroy(L);
   }
-  if (!r->arch) {
-    printf("  %s: %d stages, %d GEMMs agree with the CPU programs\n", c->name, checked, gemms);
-    EXPECT(checked == ns && ns > 0);
-  }
+  printf("  %s: %d stages, %d GEMMs agree with the CPU programs\n", c->name, checked, gemms);
+  EXPECT(checked == ns && ns > 0);
+  free(lib);
+  free(lib_written);
   if (g) graph_destroy(g);
   arena_destroy(a);
   cJSON_Delete(plan);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
-  EXPECT(system(cmd) == 0);
+  remove_plan(out);
 }
 
-/* RUN takes no arguments: the case and what to do with it. */
-static const Case *cur_case;
-static Run cur_run;
-static void test_case(void) { run_case(cur_case, &cur_run); }
-static int want_compiled;
-static void test_sample_compiled(void) { EXPECT_EQ_INT(nseen, want_compiled); }
+/* ---- nvrtcNN: every distinct module pd2bwc wrote ------------------------------------- */
+
+/* One distinct source and the kernels that must be in its cubin. */
+typedef struct Job {
+  char hash[17];
+  char what[200]; /* the first case/file that had it */
+  char *src;
+  bool library;
+  cJSON *need; /* array of names */
+} Job;
+
+static Job jobs[1024];
+static int njobs;
+
+static Job *job_for(const char *src, bool library, const char *what) {
+  char h[17];
+  codegen_hash_hex(src, strlen(src), h);
+  for (int i = 0; i < njobs; i++)
+    if (strcmp(jobs[i].hash, h) == 0) return &jobs[i];
+  PD_CHECK(njobs < (int)(sizeof jobs / sizeof jobs[0]), "(more distinct sources than the test holds)");
+  Job *j = &jobs[njobs++];
+  memcpy(j->hash, h, 17);
+  snprintf(j->what, sizeof j->what, "%s", what);
+  j->src = pd_strdup(src);
+  j->library = library;
+  j->need = cJSON_CreateArray();
+  return j;
+}
+
+static void need(Job *j, const char *name) {
+  const cJSON *k;
+  cJSON_ArrayForEach(k, j->need) if (strcmp(k->valuestring, name) == 0) return;
+  cJSON_AddItemToArray(j->need, cJSON_CreateString(name));
+}
+
+/* Reads the plan's modules and adds them (and what their cubins must hold) to jobs. */
+static void collect_case(const Case *c) {
+  char out[700], path[800], what[300];
+  cJSON *plan = make_plan(c, out, sizeof out);
+  if (!plan) return;
+  int ns = cJSON_GetArraySize(cJSON_GetObjectItem(plan, "stages"));
+  EXPECT(ns > 0);
+  for (int i = 0; i < ns; i++) {
+    snprintf(path, sizeof path, "%s/stage%d.launch.json", out, i);
+    char *lt = read_all(path);
+    cJSON *list = lt ? cJSON_Parse(lt) : NULL;
+    free(lt);
+    EXPECT(list != NULL);
+    if (!list) continue;
+    const char *sname = cJSON_GetStringValue(cJSON_GetObjectItem(list, "source"));
+    const char *lname = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(list, "library"), "source"));
+    EXPECT(sname && lname);
+    snprintf(path, sizeof path, "%s/%s", out, sname ? sname : "?");
+    char *src = read_all(path);
+    snprintf(path, sizeof path, "%s/%s", out, lname ? lname : "?");
+    char *lib = read_all(path);
+    EXPECT(src && lib);
+    if (src && lib) {
+      snprintf(what, sizeof what, "%.120s %.60s", c->name, sname);
+      Job *js = job_for(src, false, what);
+      snprintf(what, sizeof what, "%.120s %.60s", c->name, lname);
+      Job *jl = job_for(lib, true, what);
+      EXPECT(!js->library && jl->library);
+      static const char *const dirs[] = {"forward", "backward"};
+      for (int d = 0; d < 2; d++) {
+        const cJSON *en;
+        cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
+          const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+          const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+          if (!k) continue; /* a GEMM */
+          EXPECT(m && (strcmp(m, "library") == 0 || strcmp(m, "stage") == 0));
+          need(m && strcmp(m, "library") == 0 ? jl : js, k);
+        }
+      }
+    }
+    free(src);
+    free(lib);
+    cJSON_Delete(list);
+  }
+  cJSON_Delete(plan);
+  remove_plan(out);
+}
+
+#ifdef PD2BW_HAVE_CUDA
+/* Compiles job j for sm_arch; the number of problems (each printed). */
+static int compile_job(const Job *j, int arch, double *secs) {
+  CudaCompileOptions co = {arch, j->library ? CODEGEN_CUDA_LIBRARY : "stage.cu", "", NULL, 0}; /* no cache */
+  CudaBinary bin;
+  char *err = NULL;
+  double t0 = now_s();
+  bool ok = cuda_nvrtc_compile(j->src, &co, &bin, &err);
+  *secs = now_s() - t0;
+  int bad = 0;
+  if (!ok) {
+    fprintf(stderr, "  %s: %s\n", j->what, err ? err : "?");
+    bad++;
+  } else {
+    const cJSON *k;
+    int n = 0;
+    cJSON_ArrayForEach(k, j->need) {
+      if (!cuda_cubin_has_symbol(&bin, k->valuestring)) {
+        fprintf(stderr, "  %s: sm_%d cubin lacks %s\n", j->what, arch, k->valuestring);
+        bad++;
+      }
+      n++;
+    }
+    if (j->library) {
+#define LIB_HAS(k, kind)                                                                                           \
+  if (!cuda_cubin_has_symbol(&bin, #k)) {                                                                          \
+    fprintf(stderr, "  %s: sm_%d cubin lacks library kernel %s\n", j->what, arch, #k);                             \
+    bad++;                                                                                                         \
+  }
+      PKC_KERNEL_LIST(LIB_HAS)
+#undef LIB_HAS
+    }
+    printf("  %s: sm_%d, %zu-byte cubin, %d kernels launched from it, NVRTC %.1f s\n", j->what, arch, bin.size, n,
+           *secs);
+    cuda_binary_free(&bin);
+  }
+  free(err);
+  return bad;
+}
+#endif
+
+/* Larger sources first (the libraries), so the workers finish together. */
+static int by_size_desc(const void *a, const void *b) {
+  size_t x = strlen(((const Job *)a)->src), y = strlen(((const Job *)b)->src);
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int ncases;
+static Case cases[128];
+static int arch;
+
 static void test_cases_read(void) { EXPECT(ncases > 10); }
+
+static void test_lists(void) {
+  for (int i = 0; i < ncases; i++) lists_case(&cases[i]);
+}
+
+static void test_nvrtc_every_module(void) {
+  for (int i = 0; i < ncases; i++) collect_case(&cases[i]);
+  int nlib = 0;
+  for (int i = 0; i < njobs; i++) nlib += jobs[i].library;
+  EXPECT(nlib >= 2 && njobs - nlib > ncases); /* several head sizes; most stages differ */
+#ifndef PD2BW_HAVE_CUDA
+  fprintf(stderr, "  built without the CUDA toolkit: no NVRTC\n");
+  EXPECT(false);
+#else
+  qsort(jobs, (size_t)njobs, sizeof jobs[0], by_size_desc);
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  int nw = getenv("PD2BW_NVRTC_JOBS") ? atoi(getenv("PD2BW_NVRTC_JOBS")) : (int)(nproc > 0 ? nproc : 1);
+  if (nw < 1) nw = 1;
+  if (nw > 16) nw = 16;
+  fflush(stdout);
+  fflush(stderr);
+  double t0 = now_s();
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_CHILDREN, &ru0);
+  pid_t pid[16];
+  for (int w = 0; w < nw; w++) {
+    pid[w] = fork();
+    EXPECT(pid[w] >= 0);
+    if (pid[w] == 0) { /* worker w: jobs w, w + nw, ...; exit status: problems (capped) */
+      setvbuf(stdout, NULL, _IOLBF, 0); /* whole lines: the workers share the output */
+      setvbuf(stderr, NULL, _IOLBF, 0);
+      int bad = 0, n = 0;
+      double secs = 0;
+      for (int i = w; i < njobs; i += nw, n++) {
+        double s;
+        bad += compile_job(&jobs[i], arch, &s);
+        secs += s;
+      }
+      printf("  worker %d: %d sources, NVRTC %.1f s\n", w, n, secs);
+      fflush(stdout);
+      _exit(bad > 100 ? 100 : bad);
+    }
+  }
+  int bad = 0;
+  for (int w = 0; w < nw; w++) {
+    int st = 0;
+    if (pid[w] > 0 && waitpid(pid[w], &st, 0) == pid[w] && WIFEXITED(st)) bad += WEXITSTATUS(st);
+    else bad++;
+  }
+  getrusage(RUSAGE_CHILDREN, &ru1);
+  double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) + 1e-6 * (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) +
+               (double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) + 1e-6 * (double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
+  printf("  sm_%d: %d distinct stage sources and %d distinct libraries compiled, %d workers: %.1f s CPU, %.1f s wall\n",
+         arch, njobs - nlib, nlib, nw, cpu, now_s() - t0);
+  EXPECT_EQ_INT(bad, 0);
+#endif
+  for (int i = 0; i < njobs; i++) {
+    free(jobs[i].src);
+    cJSON_Delete(jobs[i].need);
+  }
+}
 
 int main(int argc, char **argv) {
   if (argc != 3) {
@@ -235,11 +397,9 @@ int main(int argc, char **argv) {
   }
   pd2bwc = argv[1];
   const char *part = argv[2];
-  bool lists = strcmp(part, "lists") == 0, nv90 = strcmp(part, "nvrtc90") == 0;
-  int all_arch = 0, shard = 0, nshards = 1;
-  bool all = sscanf(part, "all%d:%d:%d", &all_arch, &shard, &nshards) == 3 && nshards > 0 &&
-             shard >= 0 && shard < nshards && (all_arch == 80 || all_arch == 90);
-  if (!lists && !nv90 && !all && strcmp(part, "nvrtc80") != 0) {
+  bool lists = strcmp(part, "lists") == 0;
+  arch = strcmp(part, "nvrtc90") == 0 ? 90 : strcmp(part, "nvrtc80") == 0 ? 80 : 0;
+  if (!lists && !arch) {
     fprintf(stderr, "unknown part '%s'\n", part);
     return 2;
   }
@@ -247,42 +407,10 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 1;
   }
-  static Case cs[128];
-  int n = ncases = read_cases(cs, 128);
+  ncases = read_cases(cases, 128);
   RUN(test_cases_read);
-  bool gpt_done = false, bert_done = false;
-  for (int i = 0; i < n; i++) {
-    Run r = {0};
-    if (all) {
-      if (i % nshards != shard) continue;
-      r.arch = all_arch;
-      r.all_stages = true;
-    } else if (!lists) {
-      /* The sample (see the file comment); repeated sources are compiled once. */
-      r.arch = nv90 ? 90 : 80;
-      if (strncmp(cs[i].name, "tinygpt", 7) == 0) {
-        r.all_stages = nv90;
-        r.first = true;
-      } else if (strncmp(cs[i].name, "mlp", 3) == 0 && nv90) {
-        r.last = true;
-      } else if (!gpt_done && strncmp(cs[i].name, "gpt", 3) == 0 && nv90) {
-        r.last = true;
-        gpt_done = true;
-      } else if (!bert_done && strncmp(cs[i].name, "bert", 4) == 0) {
-        r.first = nv90;
-        r.last = !nv90;
-        bert_done = true;
-      } else {
-        continue;
-      }
-    }
-    cur_case = &cs[i];
-    cur_run = r;
-    RUN(test_case);
-  }
-  want_compiled = nv90 ? 5 : 2;
-  if (!lists && !all) RUN(test_sample_compiled);
-  if (all) printf("  %d distinct stage sources compiled for sm_%d\n", nseen, all_arch);
+  if (lists) RUN(test_lists);
+  else RUN(test_nvrtc_every_module);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);

@@ -2,14 +2,13 @@
  * Stage 0: regions prologue..epilogue, 26 forward ops, 43 backward ops, microbatch size 2,
  * float32. Blocks (bytes): params 112128, grads 112128, stash 147456, work 41216,
  * inputs 256, boundary 0, cuda_scratch 320. The launch list
- * (stage0.launch.json) says what runs; this file only defines kernels. */
+ * (stage0.launch.json) says what runs. This file defines only the stage's own
+ * kernels; the library kernels it launches are in kernels.cu, a module of
+ * their own. */
 
-/* every attention op of the stage has head size 16 */
-#define PKC_ATT_HS 16
-
-/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_kernels.cuh, verbatim ==== */
-/* (the kernels' text, elided in the golden file) */
-/* ==== end of the kernels ==== */
+/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */
+/* (the helpers' text, elided in the golden file) */
+/* ==== end of the helpers ==== */
 
 /* ==== stage 0's own kernels: fused elementwise chains ==== */
 #define TF(base, off) ((float *)(void *)((base) + (off)))

@@ -1,0 +1,67 @@
+/* runtime/cuda_pipe.h — single-GPU pipeline mode: every stage replica of a d-stage,
+ * w-replica plan on ONE device, so a pipeline plan can be checked on one GPU.
+ *
+ * It runs the plan's instruction streams (passes/planner.h plan_streams_build, the
+ * same streams runtime/pipeline.c interprets on CPU ranks) with the semantics of
+ * runtime/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
+ * clipping, tied-parameter sums in ascending stage order, weight versions (2bw's two,
+ * pipedream's per-stage lag) and 2bw's deferred tied steps — so its losses and weights
+ * match the same sequential reference (pipeline_check_reference). What differs is only
+ * where things run:
+ *
+ *  - one host thread issues the instructions of every stage replica ("SR"). It walks
+ *    the SRs round-robin and runs each as far as it can; an SR stops at a send/receive
+ *    group whose partner messages are not posted yet (messages match FIFO per (sender,
+ *    receiver, kind), as MPI's do, and a group completes when all its messages matched:
+ *    rendezvous, so the sender's boundary block is never overwritten under a copy), at
+ *    ALLREDUCE until every replica of its stage is there, and at OPT_STEP until every
+ *    stage of its pipeline is there (the global norm needs them all: the CPU executor's
+ *    norm exchange). A full round in which nothing moves is a stall, reported with
+ *    every SR's blocked instruction, never a hang;
+ *  - each SR has its own compute stream (ops stream 1 + its index) and event; the
+ *    communication stream (ops stream 0) carries every cross-SR operation: a matched
+ *    message is a device-to-device copy there, after the sender's and receiver's
+ *    streams (events), and both streams wait for it before their next work; the replica
+ *    all-reduce (pkc_axpy_f32 into replica 0's gradients in replica order, then
+ *    copies back) and the tied-gradient sum (axpy in ascending stage order into the
+ *    first member's buffer, copies to the others) likewise;
+ *  - memory: ONE device allocation (ops->alloc is once per device), carved into one
+ *    part per SR of exactly the plan's stages[i].memory.total_bytes, every buffer at its
+ *    planned offset (weights × versions, grads, tied_grads, adam m/v, stash slots,
+ *    activations, inputs, boundary, workspace; the CPU executor's layout), then the
+ *    executor's own extras per SR (reported apart): the launch list's cuda_scratch,
+ *    norm partials, the losses, and the token images of NB batches (uploaded once per
+ *    batch, copied into the inputs block before each FWD/BWD on the SR's stream);
+ *  - OPT_STEP: the AdamW/SGD kernels with the CPU executor's scale; with clip > 0 the
+ *    per-stage Σg² (pkc_sumsq kernels) come back to the host once per batch.
+ *
+ * UNTESTED on a GPU so far (CI has none): tests/cudaexec/test_cudapipe_emu runs it on
+ * an emulated device whose streams really reorder work, so the event protocol above is
+ * checked, but not cuBLAS's behaviour with GEMMs of several streams in flight on one
+ * handle (one shared workspace); scripts/gpu-check.sh step (c) is the GPU check.
+ *
+ * NOT done: resuming/saving checkpoints, validation, traces and measured bubbles.
+ * Overlap is not a goal yet: a message
+ * fences the sender's stream after the receiver's earlier work too, token uploads and
+ * clip norms wait for the whole device. */
+#ifndef PD2BW_RUNTIME_CUDA_PIPE_H
+#define PD2BW_RUNTIME_CUDA_PIPE_H
+
+#include "runtime/cuda_exec.h"
+
+/* Trains plan p (several stages and/or replicas) for o->steps batches on the device
+ * behind ops (which needs the stream/event/dtod entries). Fills out as
+ * pipeline_run_local does: per-microbatch losses in the reference's order, the newest
+ * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure). 0, or
+ * 1 with the cause in err. extra_bytes (may be NULL): the executor's extras per SR. */
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                  uint64_t *extra_bytes, char *err, size_t errlen);
+
+/* cuda_exec_main's path for a plan with several stages or replicas: trains on ops (the
+ * device called device_name in messages), reports like pd2bwrun's pipeline path,
+ * writes o->log_json, and with o->reference compares with the sequential reference.
+ * 0, or 1 after one "prog: error:" line. */
+int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                   const CudaExecOptions *o);
+
+#endif /* PD2BW_RUNTIME_CUDA_PIPE_H */

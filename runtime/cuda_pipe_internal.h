@@ -1,0 +1,117 @@
+/* runtime/cuda_pipe_internal.h — the state of single-GPU pipeline mode, shared by
+ * cuda_pipe.c (setup, data, results) and cuda_pipe_run.c (the interpreter). See
+ * runtime/cuda_pipe.h for the contract. */
+#ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
+#define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
+
+#include "runtime/cuda_pipe.h"
+#include "runtime/pipeline_rank.h"
+
+#define CP_BLOCK 256
+#define CP_MAX_GRID 4096 /* grid-stride kernels: enough blocks to fill a GPU */
+#define CP_DATA_SLOTS 4  /* batches of token images an SR keeps on the device */
+#define CP_COMM_STREAM 0 /* ops stream of cross-SR work; SR k computes on 1 + k */
+#define CP_MAX_SR 63     /* stage replicas (d·w) on one device: 64 streams in all */
+
+/* A tied group as one SR sees it. */
+typedef struct CpTied {
+  int param;      /* index in RtStage.params; -1: not held here (or a one-stage group) */
+  int member;     /* position among the group's stages */
+  bool deferred;  /* 2bw: stepped apart, gradient moved to tied_grads[batch % 2] */
+  uint64_t bytes;
+  uint64_t tg_off; /* in tied_grads[par] */
+  int state[2];   /* per batch parity: 0 idle, 1 posted (its part is final), 2 summed */
+} CpTied;
+
+/* One stage replica. */
+typedef struct CpSr {
+  int idx, stage, replica;
+  const RtStage *st;
+  const PipeStage *ps;
+  CxProgram *prog; /* the stage's (shared by its replicas) */
+  int stream;
+  void *ev; /* marks this SR's stream for the communication stream */
+  const PlanStream *S;
+  int pc;
+  /* the planned part of the arena */
+  CxPtr base;
+  CxPtr w[PIPE_MAX_SLOTS], grads, tg[2], adam_m, adam_v, stash[PIPE_MAX_SLOTS], full, inputs, bnd, work;
+  int nversions, nstash, newest;
+  uint64_t act_in_bytes;
+  int64_t act_in_packed[PIPE_MAX_BND];
+  /* the executor's extras */
+  CxPtr scratch, loss, data, parts, norm;
+  int nparts;
+  int64_t data_batch[CP_DATA_SLOTS]; /* batch held by each data slot, -1 none */
+  int data_uses[CP_DATA_SLOTS];      /* FWD/BWD refills of that batch still to come */
+  uint64_t image_bytes;              /* one microbatch's inputs image (256-aligned) */
+  int *mb_sslot;                     /* stash slot of each microbatch's FWD */
+  CpTied tied[PIPE_MAX_GROUPS];
+  double scale[2]; /* gradient scale of batch t (parity), for deferred tied steps */
+  /* a send/receive group in flight */
+  bool grp_posted;
+  int grp_end, grp_pending;
+} CpSr;
+
+/* A posted, unmatched message. */
+typedef struct CpMsg {
+  int from, to; /* SR indices */
+  int tag;      /* 0 activation, 1 gradient */
+  bool send;
+  int sr;       /* the posting SR */
+  CxPtr ptr;
+  int64_t bytes;
+} CpMsg;
+
+typedef struct CpRun {
+  const PipePlan *p;
+  const CxDeviceOps *ops;
+  const CudaExecOptions *o;
+  TrainConfig tc;
+  int64_t steps, mref;
+  PlanStreamSpec spec;
+  PlanStreams streams;
+  CxProgram **prog; /* [d] */
+  CpSr *sr;         /* [d·w], index stage·w + replica */
+  int nsr;
+  void *comm_ev;
+  CxPtr arena;
+  uint64_t arena_bytes, extra_bytes; /* extra: per SR, the largest */
+  /* data */
+  DataFile *df;
+  DataLoader *dl;
+  int T;
+  char *host_image;
+  int32_t *tok_tmp, *tgt_tmp;
+  /* messages */
+  CpMsg *msg;
+  int nmsg, cap_msg;
+  /* results and progress */
+  double t_first_step, t_last_step;
+  int64_t steps_timed;
+  float *host_loss;
+  bool failed;
+  char err[RT_ERR_LEN];
+} CpRun;
+
+static inline CpSr *cp_sr(CpRun *x, int stage, int replica) { return &x->sr[stage * x->p->w + replica]; }
+
+static inline unsigned cp_grid(int64_t n) {
+  int64_t g = (n + CP_BLOCK - 1) / CP_BLOCK;
+  if (g < 1) g = 1;
+  return (unsigned)(g > CP_MAX_GRID ? CP_MAX_GRID : g);
+}
+
+/* cuda_pipe.c */
+bool cp_setup(CpRun *x, char *err, size_t errlen);
+void cp_teardown(CpRun *x);
+/* Copies microbatch k's inputs image into the SR's inputs block on its stream,
+ * uploading the batch's images first when its data slot holds another batch. false
+ * (x->err set) when the slot is still needed: CP_DATA_SLOTS is too small. */
+bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
+void cp_fill_outcome(CpRun *x, PipeOutcome *out);
+
+/* cuda_pipe_run.c: runs every SR's stream to the end; false with x->err. */
+bool cp_run(CpRun *x);
+
+#endif /* PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H */

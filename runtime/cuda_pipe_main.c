@@ -1,0 +1,74 @@
+/* runtime/cuda_pipe_main.c — pd2bwrun --backend cuda / pd2bw-cuda-train on a plan with
+ * several stages or replicas: single-GPU pipeline mode (cuda_pipe.h), its report in
+ * the words of pd2bwrun's pipeline path, and --reference against the sequential
+ * trainer on the CPU (pipeline_check_reference, the CPU pipeline's own check). */
+#include "runtime/cuda_pipe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(const char *prog, const char *msg) {
+  fprintf(stderr, "%s: error: %s\n", prog, msg);
+  return 1;
+}
+
+/* One JSON object per step (pd2bwrun's pipeline format), written whole or not at all. */
+static bool write_log(const char *path, const PipePlan *p, const PipeOutcome *r, char *err, size_t errlen) {
+  size_t n = strlen(path) + 16;
+  char *tmp = pd_malloc(n);
+  snprintf(tmp, n, "%s.tmp", path);
+  FILE *j = fopen(tmp, "w");
+  bool ok = j != NULL;
+  for (int64_t b = 0; ok && b < r->steps - r->first_step; b++)
+    fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n", (long long)(r->first_step + b + 1), r->step_loss[b],
+            rt_lr_at(&p->rt->train, r->first_step + b));
+  if (j && fclose(j) != 0) ok = false;
+  if (ok && rename(tmp, path) != 0) ok = false;
+  if (!ok) {
+    snprintf(err, errlen, "%s: cannot write the log", path);
+    remove(tmp);
+  }
+  free(tmp);
+  return ok;
+}
+
+int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                   const CudaExecOptions *o) {
+  char err[RT_ERR_LEN];
+  PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
+  if (!p) return fail(prog, err);
+  if (p->rt->train.steps == 0) p->rt->train.steps = o->steps;
+  if (!o->quiet)
+    printf("%s: plan %s (model %s): %d stages x %d replicas, schedule %s%s, on GPU %d (%s): single-GPU pipeline "
+           "mode\n", prog, plan_dir, p->rt->model, p->d, p->w, plan_schedule_name(p->schedule),
+           p->recompute ? " + recompute" : "", o->device, device_name);
+  PipeOutcome r;
+  uint64_t extra = 0;
+  int rc = cx_pipe_train(p, ops, o, &r, &extra, err, sizeof err);
+  if (rc) {
+    fail(prog, err);
+  } else {
+    int64_t nb = r.steps - r.first_step;
+    double last = nb ? r.step_loss[nb - 1] : NAN;
+    if (!isfinite(last)) {
+      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged", last, (long long)r.steps);
+      rc = fail(prog, err);
+    }
+    printf("%s: %d stages x %d replicas on one GPU, schedule %s, %lld steps, final loss %.4f, %.1f ms/step\n", prog,
+           p->d, p->w, plan_schedule_name(p->schedule), (long long)nb, last, r.step_time_s * 1e3);
+    for (int s = 0; s < p->d; s++)
+      printf("  stage %d: memory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s,
+             (unsigned long long)r.arena_bytes[s], (unsigned long long)r.planned_bytes[s], (unsigned long long)extra);
+    if (!rc && o->log_json && !write_log(o->log_json, p, &r, err, sizeof err)) rc = fail(prog, err);
+    if (!rc && o->reference) {
+      PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .quiet = o->quiet, .seed = o->seed,
+                        .seed_set = o->seed_set, .shuffle = o->shuffle};
+      if (!pipeline_check_reference(p, &po, &r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
+        rc = fail(prog, err);
+    }
+  }
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+  return rc;
+}

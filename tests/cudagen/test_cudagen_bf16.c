@@ -1,0 +1,335 @@
+/* tests/cudagen/test_cudagen_bf16.c — the launch lists of pd2bwc --precision bf16.
+ *
+ * usage: test_cudagen_bf16 PD2BWC     (run from the source root)
+ *
+ * A bf16 plan must be the tf32 plan plus the casts, and nothing else: for several
+ * models and partitions, pd2bwc compiles the same model twice (default precision and
+ * --precision bf16) and each stage's bf16 launch list is walked beside the tf32 one.
+ * Every kernel launch must be identical; every tf32 GEMM must appear in the bf16 list
+ * as two pkc_cast_f32_to_bf16 launches (same op) followed by the same GEMM whose A
+ * and B are those casts' outputs and whose dtype is "bf16". The casts must read
+ * exactly the tf32 GEMM's A and B with the element count the GEMM spans (from its
+ * leading dimension), and write 2-byte elements into cuda_scratch past the
+ * cross-entropy row losses, A and B apart, 256-byte aligned, inside the block size the
+ * list declares. The CPU programs (stageN.c: the float32 master copy) must not change.
+ * Golden: the MLP's bf16 launch list (tests/golden/codegen/mlp.bf16.launch.json, its
+ * hashes and "source" dropped so a kernel-library change does not touch it) shows what
+ * a bf16 list looks like; PD2BW_REGEN=1 rewrites it after an intended change.
+ * Plus the user errors of --precision: a bad value, or bf16 with --backend cpu, is one
+ * clear message, a non-zero status and no plan directory.
+ */
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *pd2bwc;
+static char tmp[] = "/tmp/pd2bw-test-cudagen-bf16-XXXXXX";
+
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = calloc((size_t)n + 1, 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+  fclose(f);
+  return s;
+}
+
+static cJSON *read_json(const char *dir, const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *t = read_all(path);
+  cJSON *j = t ? cJSON_Parse(t) : NULL;
+  free(t);
+  if (!j) fprintf(stderr, "  cannot read %s\n", path);
+  return j;
+}
+
+static bool compile(const char *name, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' %s -o '%s/%s' -q", pd2bwc, args, tmp, name);
+  int rc = system(cmd);
+  if (rc != 0) fprintf(stderr, "  failed: %s\n", cmd);
+  return rc == 0;
+}
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : -1e300;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* A pointer ({buf, offset}, optionally with "type": "ptr") as (block name, offset). */
+static bool same_ptr(const cJSON *a, const cJSON *b) {
+  return strcmp(str(a, "buf"), str(b, "buf")) == 0 && num(a, "offset") == num(b, "offset");
+}
+
+/* Elements a row-major operand of r rows x c columns at leading dimension ld spans. */
+static double span(double r, double c, double ld) { return (r - 1) * ld + c; }
+
+typedef struct Tally {
+  int gemms, casts, kernels;
+} Tally;
+
+/* Checks cast launch `c` for operand `src` (the tf32 GEMM's) of n elements; returns its
+ * staging offset in cuda_scratch, or -1. */
+static double check_cast(const cJSON *c, int op, const cJSON *src, double n, const cJSON *blocks) {
+  EXPECT_STREQ(str(c, "kernel"), "pkc_cast_f32_to_bf16");
+  EXPECT(num(c, "op") == op);
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(c, "args");
+  EXPECT(cJSON_GetArraySize(args) == 3);
+  const cJSON *dst = cJSON_GetArrayItem(args, 0), *from = cJSON_GetArrayItem(args, 1), *cnt = cJSON_GetArrayItem(args, 2);
+  if (!dst || !from || !cnt) return -1;
+  EXPECT(same_ptr(from, src));
+  EXPECT_STREQ(str(cnt, "type"), "i64");
+  EXPECT(num(cnt, "value") == n);
+  /* the source lies in its block (float32), the copy in cuda_scratch (bf16) */
+  EXPECT(num(from, "offset") >= 0 && num(from, "offset") + 4 * n <= num(blocks, str(from, "buf")));
+  EXPECT_STREQ(str(dst, "buf"), "cuda_scratch");
+  double off = num(dst, "offset");
+  EXPECT(off >= 0 && off + 2 * n <= num(blocks, "cuda_scratch"));
+  EXPECT((long long)off % 256 == 0);
+  /* one block per 256 elements: the launch covers them all (kernels also stride) */
+  EXPECT(num(c, "grid") * num(c, "block") >= n || num(c, "grid") >= 1024);
+  return off;
+}
+
+/* One pass ("forward"/"backward") of a stage: the bf16 list against the tf32 one. */
+static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, double staging, Tally *t) {
+  const cJSON *p16 = cJSON_GetObjectItemCaseSensitive(l16, pass), *p32 = cJSON_GetObjectItemCaseSensitive(l32, pass);
+  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(l16, "blocks");
+  int n16 = cJSON_GetArraySize(p16), n32 = cJSON_GetArraySize(p32), i = 0;
+  for (int k = 0; k < n32; k++) {
+    const cJSON *e32 = cJSON_GetArrayItem(p32, k);
+    const cJSON *g32 = cJSON_GetObjectItemCaseSensitive(e32, "gemm");
+    if (!g32) { /* a kernel: unchanged, argument for argument */
+      const cJSON *e16 = cJSON_GetArrayItem(p16, i++);
+      EXPECT(e16 && cJSON_Compare(e16, e32, 1));
+      t->kernels++;
+      continue;
+    }
+    if (i + 3 > n16) {
+      EXPECT(!"bf16 list ends before a GEMM");
+      return;
+    }
+    const cJSON *ca = cJSON_GetArrayItem(p16, i), *cb = cJSON_GetArrayItem(p16, i + 1);
+    const cJSON *e16 = cJSON_GetArrayItem(p16, i + 2);
+    i += 3;
+    const cJSON *g16 = cJSON_GetObjectItemCaseSensitive(e16, "gemm");
+    EXPECT(g16 != NULL);
+    if (!g16) return;
+    int op = (int)num(e32, "op");
+    EXPECT(num(e16, "op") == op);
+    double M = num(g32, "M"), N = num(g32, "N"), K = num(g32, "K");
+    bool ta = num(g32, "transa") != 0, tb = num(g32, "transb") != 0;
+    double na = span(ta ? K : M, ta ? M : K, num(g32, "lda")), nb = span(tb ? N : K, tb ? K : N, num(g32, "ldb"));
+    double sa = check_cast(ca, op, cJSON_GetObjectItemCaseSensitive(g32, "A"), na, blocks);
+    double sb = check_cast(cb, op, cJSON_GetObjectItemCaseSensitive(g32, "B"), nb, blocks);
+    /* staged after the cross-entropy rows, A before B without overlap */
+    EXPECT(sa >= staging);
+    EXPECT(sb >= sa + 2 * na);
+    const cJSON *dst_a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ca, "args"), 0);
+    const cJSON *dst_b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cb, "args"), 0);
+    EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "A"), dst_a));
+    EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "B"), dst_b));
+    EXPECT_STREQ(str(g16, "dtype"), "bf16");
+    EXPECT_STREQ(str(g32, "dtype"), "tf32");
+    /* everything else about the GEMM is the tf32 one's (C stays float32 in place) */
+    static const char *const same[] = {"transa", "transb", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"};
+    for (size_t q = 0; q < sizeof same / sizeof same[0]; q++) EXPECT(num(g16, same[q]) == num(g32, same[q]));
+    EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "C"), cJSON_GetObjectItemCaseSensitive(g32, "C")));
+    t->gemms++;
+    t->casts += 2;
+  }
+  EXPECT_EQ_INT(i, n16);
+}
+
+/* The end of the cross-entropy row losses in cuda_scratch (the staging must start
+ * after it): ce_rows + 8 bytes per row of every pkc_cross_entropy_rows_f32 launch. */
+static double ce_rows_end(const cJSON *l) {
+  double end = num(cJSON_GetObjectItemCaseSensitive(l, "cuda_scratch"), "ce_rows");
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, "forward")) {
+    if (strcmp(str(e, "kernel"), "pkc_cross_entropy_rows_f32") != 0) continue;
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+    double off = num(cJSON_GetArrayItem(args, 0), "offset"), rows = num(cJSON_GetArrayItem(args, 3), "value");
+    if (off + 8 * rows > end) end = off + 8 * rows;
+  }
+  return end;
+}
+
+/* Compiles `args` both ways and checks every stage. */
+static void check_model(const char *tag, const char *args) {
+  char n16[64], n32[64], d16[256], d32[256];
+  snprintf(n16, sizeof n16, "%s-bf16", tag);
+  snprintf(n32, sizeof n32, "%s-tf32", tag);
+  char a16[512];
+  snprintf(a16, sizeof a16, "%s --precision bf16", args);
+  if (!compile(n32, args) || !compile(n16, a16)) {
+    EXPECT(!"pd2bwc failed");
+    return;
+  }
+  snprintf(d16, sizeof d16, "%s/%s", tmp, n16);
+  snprintf(d32, sizeof d32, "%s/%s", tmp, n32);
+  cJSON *plan16 = read_json(d16, "plan.json");
+  int nst = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(plan16, "stages"));
+  EXPECT(nst >= 1);
+  Tally t = {0};
+  for (int s = 0; s < nst; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "stage%d.launch.json", s);
+    cJSON *l16 = read_json(d16, name), *l32 = read_json(d32, name);
+    EXPECT(l16 && l32);
+    if (!l16 || !l32) {
+      cJSON_Delete(l16);
+      cJSON_Delete(l32);
+      continue;
+    }
+    EXPECT_STREQ(str(l16, "gemm_dtype"), "bf16");
+    EXPECT_STREQ(str(l16, "mixed_precision"), "bf16-fp32-master");
+    EXPECT_STREQ(str(l32, "gemm_dtype"), "tf32");
+    EXPECT_STREQ(str(l32, "mixed_precision"), "none");
+    /* the layout's blocks are the same; only cuda_scratch grows */
+    const cJSON *b16 = cJSON_GetObjectItemCaseSensitive(l16, "blocks"), *b32 = cJSON_GetObjectItemCaseSensitive(l32, "blocks");
+    const cJSON *b;
+    cJSON_ArrayForEach(b, b32) {
+      if (strcmp(b->string, "cuda_scratch") == 0) EXPECT(num(b16, b->string) >= b->valuedouble);
+      else EXPECT(num(b16, b->string) == b->valuedouble);
+    }
+    double staging = num(cJSON_GetObjectItemCaseSensitive(l16, "cuda_scratch"), "bf16_staging");
+    EXPECT(staging >= ce_rows_end(l16));
+    EXPECT(staging >= ce_rows_end(l32));
+    EXPECT((long long)staging % 256 == 0);
+    Tally st = {0};
+    check_pass(l16, l32, "forward", staging, &st);
+    check_pass(l16, l32, "backward", staging, &st);
+    /* the kernel names: the tf32 list's plus the cast (when the stage has a GEMM) */
+    const cJSON *k16 = cJSON_GetObjectItemCaseSensitive(l16, "kernels"), *k32 = cJSON_GetObjectItemCaseSensitive(l32, "kernels");
+    EXPECT_EQ_INT(cJSON_GetArraySize(k16), cJSON_GetArraySize(k32) + (st.gemms > 0));
+    /* the float32 master program is the same program */
+    snprintf(name, sizeof name, "stage%d.c", s);
+    char p16[512], p32[512];
+    snprintf(p16, sizeof p16, "%s/%s", d16, name);
+    snprintf(p32, sizeof p32, "%s/%s", d32, name);
+    char *c16 = read_all(p16), *c32 = read_all(p32);
+    EXPECT(c16 && c32 && strcmp(c16, c32) == 0);
+    free(c16);
+    free(c32);
+    /* plan.json records the precision per stage */
+    const cJSON *cu = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan16, "stages"), s), "program"),
+        "cuda");
+    EXPECT_STREQ(str(cu, "gemm_dtype"), "bf16");
+    EXPECT(num(cu, "cuda_scratch") == num(b16, "cuda_scratch"));
+    printf("  %s stage %d: %d GEMMs, %d casts, %d kernels unchanged; cuda_scratch %.0f -> %.0f bytes\n", tag, s, st.gemms,
+           st.casts, st.kernels, num(b32, "cuda_scratch"), num(b16, "cuda_scratch"));
+    t.gemms += st.gemms;
+    t.casts += st.casts;
+    cJSON_Delete(l16);
+    cJSON_Delete(l32);
+  }
+  EXPECT(t.gemms > 0);
+  cJSON_Delete(plan16);
+}
+
+static void test_tinygpt_one_stage(void) { check_model("tinygpt1", "models/tinygpt.model --stages 1 --replicas 1"); }
+static void test_tinygpt_two_stages(void) {
+  check_model("tinygpt2", "models/tinygpt.model --cluster models/clusters/cpu2.cluster --stages 2 --replicas 1 --schedule 2bw");
+}
+static void test_bert_small(void) {
+  check_model("bert", "models/bert.model -D layers=2 -D dim=64 -D heads=2 -D seq=16 -D vocab=128 -D npred=4 --stages 2 "
+                      "--replicas 1 --microbatch-size 2 --cluster models/clusters/cpu2.cluster");
+}
+static void test_mlp(void) { check_model("mlp", "models/mlp.model --stages 1 --replicas 1"); }
+
+#define GOLDEN "tests/golden/codegen/mlp.bf16.launch.json"
+
+static void test_golden_mlp(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/mlp-bf16", tmp);
+  struct stat sb;
+  if (stat(dir, &sb) != 0) EXPECT(compile("mlp-bf16", "models/mlp.model --stages 1 --replicas 1 --precision bf16"));
+  cJSON *l = read_json(dir, "stage0.launch.json");
+  EXPECT(l != NULL);
+  if (!l) return;
+  cJSON_DeleteItemFromObjectCaseSensitive(l, "hash");
+  cJSON_DeleteItemFromObjectCaseSensitive(l, "source");
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(l, "library"), "hash");
+  char *got = cJSON_Print(l);
+  cJSON_Delete(l);
+  size_t n = strlen(got);
+  got = realloc(got, n + 2);
+  memcpy(got + n, "\n", 2);
+  if (getenv("PD2BW_REGEN")) {
+    FILE *f = fopen(GOLDEN, "w");
+    EXPECT(f != NULL);
+    if (f) {
+      fputs(got, f);
+      fclose(f);
+      printf("  regenerated %s\n", GOLDEN);
+    }
+  } else {
+    char *want = read_all(GOLDEN);
+    EXPECT(want != NULL);
+    if (want && strcmp(want, got) != 0) {
+      fprintf(stderr, "  %s differs from the generated list (PD2BW_REGEN=1 to accept):\n%s\n", GOLDEN, got);
+      EXPECT(!"golden differs");
+    }
+    free(want);
+  }
+  free(got);
+}
+
+/* --precision mistakes: one message, status 1, no plan directory. */
+static void expect_refused(const char *args, const char *want) {
+  char cmd[1024], out[256], errf[256];
+  snprintf(out, sizeof out, "%s/refused", tmp);
+  snprintf(errf, sizeof errf, "%s/refused.err", tmp);
+  snprintf(cmd, sizeof cmd, "'%s' models/tinygpt.model -o '%s' %s 2>'%s'", pd2bwc, out, args, errf);
+  int rc = system(cmd);
+  EXPECT(rc != 0);
+  char *msg = read_all(errf);
+  printf("  pd2bwc %s: %s", args, msg ? msg : "(nothing)\n");
+  EXPECT(msg && strstr(msg, want) != NULL);
+  free(msg);
+  struct stat sb;
+  EXPECT(stat(out, &sb) != 0);
+}
+
+static void test_precision_errors(void) {
+  expect_refused("--precision bf8", "pd2bwc: error: --precision takes tf32, fp32 or bf16, got 'bf8'");
+  expect_refused("--precision", "pd2bwc: error: option '--precision' needs a value");
+  expect_refused("--backend cpu --precision bf16", "--precision bf16 applies to the CUDA programs");
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_cudagen_bf16 PD2BWC\n");
+    return 2;
+  }
+  pd2bwc = argv[1];
+  if (!mkdtemp(tmp)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  RUN(test_tinygpt_one_stage);
+  RUN(test_tinygpt_two_stages);
+  RUN(test_bert_small);
+  RUN(test_mlp);
+  RUN(test_golden_mlp);
+  RUN(test_precision_errors);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+  return TEST_REPORT();
+}

@@ -1,0 +1,234 @@
+/* tests/cudagen/test_cudagen_load.c — the runtime loads a stage's two modules.
+ *
+ * codegen_cuda_stages writes a two-stage tiny GPT (kernels.cu, stageN.cu, their launch
+ * lists); cx_program_load (runtime/cuda_exec_list.c) then loads each stage through a
+ * recording CxDeviceOps whose "modules" hold exactly the kernels their source defines
+ * (no compiler: the emulator tests run the kernels). Checked:
+ *  - each stage loads the library (kernels.cu) first, then its stageN.cu, and every
+ *    launch resolves in the module its entry names (a kernel looked up in the wrong
+ *    module is not there, so the load would fail); cx_program_kernel finds the
+ *    trainer's optimizer kernels in the library;
+ *  - both stages load the same library text (a device can share the module);
+ *  - kernels.cu or stageN.cu edited after pd2bwc: refused, naming the file and the
+ *    hash, before anything is loaded;
+ *  - a launch list of format 1 (one module) or with a kernel whose module is missing
+ *    or wrong: a message, no crash.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+/* the shared builders define more than this file uses */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "build_models.h"
+#pragma GCC diagnostic pop
+#include "passes/passes.h"
+#include "runtime/cuda_exec.h"
+#include "test.h"
+
+/* ---- a device that records what is loaded ------------------------------------------ */
+
+typedef struct FakeModule {
+  char name[64];
+  char *src;
+} FakeModule;
+
+typedef struct FakeDev {
+  FakeModule mod[16];
+  int nmod;
+  int lookups;
+} FakeDev;
+
+static void *f_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
+  FakeDev *d = dev;
+  if (d->nmod == 16) return snprintf(err, errlen, "too many modules"), NULL;
+  FakeModule *m = &d->mod[d->nmod++];
+  snprintf(m->name, sizeof m->name, "%s", name);
+  m->src = pd_strdup(src);
+  return m;
+}
+
+/* The kernel if the module's source defines it (its address in the source). */
+static void *f_kernel(void *dev, void *module, const char *name) {
+  FakeDev *d = dev;
+  FakeModule *m = module;
+  char pat[160];
+  d->lookups++;
+  snprintf(pat, sizeof pat, "__global__ void %s(", name);
+  return strstr(m->src, pat);
+}
+
+static FakeDev fake;
+
+static CxDeviceOps fake_ops(void) {
+  for (int i = 0; i < fake.nmod; i++) free(fake.mod[i].src);
+  memset(&fake, 0, sizeof fake);
+  return (CxDeviceOps){.dev = &fake, .load = f_load, .kernel = f_kernel};
+}
+
+/* ---- the plan ------------------------------------------------------------------------- */
+
+static char dir[] = "/tmp/pd2bw-test-cudagen-load-XXXXXX";
+
+static void write_plan(void) {
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = build_tiny_gpt(a, &d, 64, 16, 32, 2, 2);
+  EXPECT(g != NULL && pass_autodiff(g, &d));
+  EXPECT(mkdtemp(dir) != NULL);
+  int first[] = {0, 2}, last[] = {1, g->nregions - 1};
+  cJSON *stages = cJSON_CreateArray();
+  EXPECT(codegen_cuda_stages(g, first, last, 2, 2, &(CodegenCudaOptions){.fuse = true}, dir, stages, &d));
+  cJSON_Delete(stages);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+static char *path_of(const char *name) {
+  static char p[256];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return p;
+}
+
+static char *read_file(const char *name) {
+  size_t n;
+  char err[IO_ERR_LEN];
+  return io_read_all(path_of(name), &n, err, sizeof err);
+}
+
+static void write_text(const char *name, const char *text) {
+  FILE *f = fopen(path_of(name), "w");
+  EXPECT(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* ---- the tests ---------------------------------------------------------------------- */
+
+static void test_two_modules(void) {
+  char *lib0 = NULL;
+  for (int s = 0; s < 2; s++) {
+    CxDeviceOps ops = fake_ops();
+    char err[512] = "";
+    CxProgram *p = cx_program_load(&ops, dir, s, CX_GEMM_PLAN, err, sizeof err);
+    if (!p) fprintf(stderr, "  %s\n", err);
+    EXPECT(p != NULL);
+    if (!p) continue;
+    char want[32];
+    snprintf(want, sizeof want, "stage%d.cu", s);
+    EXPECT_EQ_INT(fake.nmod, 2);
+    EXPECT_STREQ(fake.mod[0].name, CODEGEN_CUDA_LIBRARY);
+    EXPECT_STREQ(fake.mod[1].name, want);
+    EXPECT(strstr(fake.mod[1].src, "__global__ void pkc_") == NULL); /* the stage has no library kernel */
+    EXPECT(strstr(fake.mod[1].src, "__global__ void s") != NULL);    /* but its own */
+    EXPECT(fake.lookups > 5);
+    EXPECT(cx_program_nlaunches(p, CX_FORWARD) > 5 && cx_program_nlaunches(p, CX_BACKWARD) > 5);
+    /* the trainer's own kernels, from the library */
+    EXPECT(cx_program_kernel(p, "pkc_adamw_step_f32") != NULL);
+    EXPECT(cx_program_kernel(p, "pkc_sumsq_partial_f32") != NULL);
+    if (s == 0) lib0 = pd_strdup(fake.mod[0].src);
+    else EXPECT(lib0 && strcmp(lib0, fake.mod[0].src) == 0); /* one library text for the plan */
+    cx_program_free(p);
+  }
+  free(lib0);
+}
+
+/* An edited source is refused before anything is loaded. */
+static void edited(const char *name, int stage) {
+  char *orig = read_file(name);
+  EXPECT(orig != NULL);
+  if (!orig) return;
+  size_t n = strlen(orig);
+  char *mod = pd_malloc(n + 16);
+  snprintf(mod, n + 16, "%s// edited\n", orig);
+  write_text(name, mod);
+  CxDeviceOps ops = fake_ops();
+  char err[512] = "";
+  CxProgram *p = cx_program_load(&ops, dir, stage, CX_GEMM_PLAN, err, sizeof err);
+  printf("  %s edited: %s\n", name, err);
+  EXPECT(p == NULL);
+  EXPECT(strstr(err, name) != NULL && strstr(err, "hash") != NULL);
+  EXPECT_EQ_INT(fake.nmod, 0);
+  cx_program_free(p);
+  write_text(name, orig);
+  free(mod);
+  free(orig);
+}
+
+static void test_edited_sources(void) {
+  edited(CODEGEN_CUDA_LIBRARY, 0);
+  edited("stage1.cu", 1);
+}
+
+/* The launch list rewritten by `edit`; the load must fail with a message containing
+ * `want`. */
+static void bad_list(void (*edit)(cJSON *), const char *want) {
+  char *orig = read_file("stage0.launch.json");
+  cJSON *j = orig ? cJSON_Parse(orig) : NULL;
+  EXPECT(j != NULL);
+  if (!j) {
+    free(orig);
+    return;
+  }
+  edit(j);
+  char *text = cJSON_Print(j);
+  write_text("stage0.launch.json", text);
+  CxDeviceOps ops = fake_ops();
+  char err[512] = "";
+  CxProgram *p = cx_program_load(&ops, dir, 0, CX_GEMM_PLAN, err, sizeof err);
+  printf("  %s\n", err);
+  EXPECT(p == NULL);
+  EXPECT(strstr(err, want) != NULL);
+  cx_program_free(p);
+  write_text("stage0.launch.json", orig);
+  free(text);
+  cJSON_Delete(j);
+  free(orig);
+}
+
+static void old_format(cJSON *j) {
+  cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(1));
+  cJSON_DeleteItemFromObject(j, "library");
+}
+
+/* The first library launch said to be the stage's (then the second edit: no module). */
+static cJSON *first_library_launch(cJSON *j) {
+  cJSON *en;
+  cJSON_ArrayForEach(en, cJSON_GetObjectItem(j, "forward")) {
+    const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+    if (m && strcmp(m, "library") == 0) return en;
+  }
+  return NULL;
+}
+static void wrong_module(cJSON *j) {
+  cJSON *en = first_library_launch(j);
+  EXPECT(en != NULL);
+  if (en) cJSON_ReplaceItemInObject(en, "module", cJSON_CreateString("stage"));
+}
+static void no_module(cJSON *j) {
+  cJSON *en = first_library_launch(j);
+  EXPECT(en != NULL);
+  if (en) cJSON_DeleteItemFromObject(en, "module");
+}
+
+static void test_bad_lists(void) {
+  bad_list(old_format, "format 2");
+  bad_list(wrong_module, "is not in the compiled stage program");
+  bad_list(no_module, "module");
+}
+
+int main(void) {
+  write_plan();
+  RUN(test_two_modules);
+  RUN(test_edited_sources);
+  RUN(test_bad_lists);
+  fake_ops();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  EXPECT(system(cmd) == 0);
+  return TEST_REPORT();
+}
