@@ -27,6 +27,7 @@
 
 #include "codegen/codegen.h"
 #include "cudagen_check.h"
+#include "cudagen_util.h"
 #include "gpt_dropout.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cuda_kernel_list.h"
@@ -41,18 +42,6 @@ static const char *const END = "/* ==== end of the helpers ==== */\n";
 static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = CGEN_GEMM_TF32};
 static const CodegenCudaOptions UNFUSED = {.fuse = false, .gemm = CGEN_GEMM_FP32};
 
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = calloc((size_t)n + 1, 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  fclose(f);
-  return s;
-}
-
 static char *without_kernels(const char *src) {
   const char *b = strstr(src, BEGIN), *e = strstr(src, END);
   EXPECT(b && e && b < e);
@@ -61,30 +50,6 @@ static char *without_kernels(const char *src) {
   char *out = pd_malloc(n);
   snprintf(out, n, "%.*s%s/* (the helpers' text, elided in the golden file) */\n%s", (int)(b - src), src, BEGIN, e);
   return out;
-}
-
-static void golden(const char *path, const char *got) {
-  if (getenv("PD2BW_REGEN")) {
-    FILE *f = fopen(path, "w");
-    EXPECT(f != NULL);
-    if (f) {
-      fputs(got, f);
-      fclose(f);
-      printf("  regenerated %s\n", path);
-    }
-    return;
-  }
-  char *want = read_all(path);
-  EXPECT(want != NULL);
-  if (!want) return;
-  bool same = strcmp(want, got) == 0;
-  if (!same) {
-    size_t i = 0;
-    while (want[i] && want[i] == got[i]) i++;
-    fprintf(stderr, "  %s differs from the generated text at byte %zu (PD2BW_REGEN=1 to accept)\n", path, i);
-  }
-  EXPECT(same);
-  free(want);
 }
 
 /* Generates stage `stage` = regions [r0, r1] both ways and checks list and GEMMs. */
@@ -125,7 +90,7 @@ static void test_golden_tinygpt(void) {
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, &FUSED, &list);
   char *got = without_kernels(src);
-  golden("tests/golden/codegen/tinygpt.stage0.cu", got);
+  EXPECT(cg_golden("tests/golden/codegen/tinygpt.stage0.cu", got));
   /* the launch list, without the sources' hashes (they cover the kernels' text) */
   cJSON_DeleteItemFromObjectCaseSensitive(list, "hash");
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItem(list, "library"), "hash");
@@ -134,7 +99,7 @@ static void test_golden_tinygpt(void) {
   char *withnl = pd_malloc(n + 2);
   memcpy(withnl, text, n);
   withnl[n] = '\n', withnl[n + 1] = 0;
-  golden("tests/golden/codegen/tinygpt.stage0.launch.json", withnl);
+  EXPECT(cg_golden("tests/golden/codegen/tinygpt.stage0.launch.json", withnl));
   free(withnl);
   free(text);
   /* deterministic */
@@ -339,14 +304,14 @@ static void test_stage_files(void) {
     EXPECT(cu != NULL);
     if (!cu) continue;
     snprintf(p, sizeof p, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "source")));
-    char *src = read_all(p);
+    char *src = cg_read_all(p);
     snprintf(p, sizeof p, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(cu, "launch_list")));
-    char *lt = read_all(p);
+    char *lt = cg_read_all(p);
     snprintf(p, sizeof p, "%s/stage%d.c", dir, i);
-    char *csrc = read_all(p);
+    char *csrc = cg_read_all(p);
     EXPECT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(cu, "library")), CODEGEN_CUDA_LIBRARY);
     snprintf(p, sizeof p, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
-    char *lib = read_all(p);
+    char *lib = cg_read_all(p);
     EXPECT(src && lt && csrc && lib);
     if (src && lt && csrc && lib) {
       char h[17];
@@ -404,16 +369,12 @@ static int compile_and_check(const char *src, const cJSON *list, const char *mod
   int n = 0;
   if (ok) {
     EXPECT(!bin.cache_hit);
-    static const char *const dirs[] = {"forward", "backward"};
-    for (int d = 0; d < 2; d++) {
-      const cJSON *en;
-      cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
-        const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
-        if (!k || strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(en, "module")), module) != 0) continue;
-        if (!cuda_cubin_has_symbol(&bin, k)) fprintf(stderr, "  sm_%d %s cubin lacks %s\n", arch, module, k);
-        EXPECT(cuda_cubin_has_symbol(&bin, k));
-        n++;
-      }
+    CG_FOR_EACH_LAUNCH(en, list) {
+      const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+      if (!k || strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(en, "module")), module) != 0) continue;
+      if (!cuda_cubin_has_symbol(&bin, k)) fprintf(stderr, "  sm_%d %s cubin lacks %s\n", arch, module, k);
+      EXPECT(cuda_cubin_has_symbol(&bin, k));
+      n++;
     }
     cuda_binary_free(&bin);
   }

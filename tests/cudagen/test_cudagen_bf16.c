@@ -24,27 +24,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cudagen_util.h"
 #include "test.h"
 
 static const char *pd2bwc;
 static char tmp[] = "/tmp/pd2bw-test-cudagen-bf16-XXXXXX";
 
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = calloc((size_t)n + 1, 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-  fclose(f);
-  return s;
-}
-
 static cJSON *read_json(const char *dir, const char *name) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  char *t = read_all(path);
+  char *t = cg_read_all(path);
   cJSON *j = t ? cJSON_Parse(t) : NULL;
   free(t);
   if (!j) fprintf(stderr, "  cannot read %s\n", path);
@@ -221,7 +210,7 @@ static void check_model(const char *tag, const char *args) {
     char p16[512], p32[512];
     snprintf(p16, sizeof p16, "%s/%s", d16, name);
     snprintf(p32, sizeof p32, "%s/%s", d32, name);
-    char *c16 = read_all(p16), *c32 = read_all(p32);
+    char *c16 = cg_read_all(p16), *c32 = cg_read_all(p32);
     EXPECT(c16 && c32 && strcmp(c16, c32) == 0);
     free(c16);
     free(c32);
@@ -270,23 +259,7 @@ static void test_golden_mlp(void) {
   size_t n = strlen(got);
   got = realloc(got, n + 2);
   memcpy(got + n, "\n", 2);
-  if (getenv("PD2BW_REGEN")) {
-    FILE *f = fopen(GOLDEN, "w");
-    EXPECT(f != NULL);
-    if (f) {
-      fputs(got, f);
-      fclose(f);
-      printf("  regenerated %s\n", GOLDEN);
-    }
-  } else {
-    char *want = read_all(GOLDEN);
-    EXPECT(want != NULL);
-    if (want && strcmp(want, got) != 0) {
-      fprintf(stderr, "  %s differs from the generated list (PD2BW_REGEN=1 to accept):\n%s\n", GOLDEN, got);
-      EXPECT(!"golden differs");
-    }
-    free(want);
-  }
+  EXPECT(cg_golden(GOLDEN, got));
   free(got);
 }
 
@@ -298,7 +271,7 @@ static void expect_refused(const char *args, const char *want) {
   snprintf(cmd, sizeof cmd, "'%s' models/tinygpt.model -o '%s' %s 2>'%s'", pd2bwc, out, args, errf);
   int rc = system(cmd);
   EXPECT(rc != 0);
-  char *msg = read_all(errf);
+  char *msg = cg_read_all(errf);
   printf("  pd2bwc %s: %s", args, msg ? msg : "(nothing)\n");
   EXPECT(msg && strstr(msg, want) != NULL);
   free(msg);

@@ -19,13 +19,11 @@
  * tiny GPT whole (fused) and its last stage (unfused), and a shrunk BERT from
  * models/bert.model (gather, bidirectional attention).
  *
- * Needs a C++ compiler at test time (PD2BW_TEST_CXX, from CMake).
+ * Needs a C++ compiler at test time (tests/cudaexec/emu_module.h builds the module).
  */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* the shared helpers define more than this file uses */
 #pragma GCC diagnostic push
@@ -33,14 +31,11 @@
 #include "gpt_dropout.h"
 #include "stage_harness.h"
 #pragma GCC diagnostic pop
+#include "cudaexec/emu_module.h"
+#include "cudagen_util.h"
 #include "frontend/frontend.h"
 #include "test.h"
 
-#ifndef PD2BW_TEST_CXX
-#define PD2BW_TEST_CXX "c++"
-#endif
-
-typedef int (*EmuLaunchFn)(const char *name, unsigned grid, unsigned block, void **args);
 
 enum { NBLK = BUF_CLASS_COUNT + 1, SCRATCH = BUF_CLASS_COUNT };
 
@@ -149,7 +144,7 @@ static void run_list(Replay *r, const cJSON *arr) {
  * kernels.cu and stage.cu (their pasted headers are skipped by the include guards) +
  * a table of the stage's own kernels (emu_stage_launch, which knows no other). */
 static bool build_emulator(const char *dir, const char *lib, const char *src, const cJSON *list, void **so) {
-  char path[512], cmd[2048], cwd[512];
+  char path[512], so_path[512], err[2048];
   snprintf(path, sizeof path, "%s/kernels.cu", dir);
   FILE *f = fopen(path, "w");
   if (!f) return false;
@@ -163,41 +158,23 @@ static bool build_emulator(const char *dir, const char *lib, const char *src, co
   snprintf(path, sizeof path, "%s/emu.cpp", dir);
   f = fopen(path, "w");
   if (!f) return false;
-  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"kernels.cu\"\n#include \"stage.cu\"\n"
-             "namespace {\nstruct StageEntry { const char *name; void (*call)(void **); };\n"
-             "const StageEntry stage_kernels[] = {\n");
-  static const char *const dirs[] = {"forward", "backward"};
-  for (int d = 0; d < 2; d++) {
-    const cJSON *en;
-    cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
-      const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
-      const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
-      char def[128]; /* the stage module holds what stage.cu defines, nothing else */
-      snprintf(def, sizeof def, "__global__ void %.80s(", k ? k : "");
-      if (k && m && strcmp(m, "stage") == 0 && strstr(src, def))
-        fprintf(f, "  {\"%s\", &Caller<decltype(%s)>::call<%s>},\n", k, k, k);
-    }
+  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"kernels.cu\"\n#include \"stage.cu\"\n");
+  emu_table_begin(f);
+  CG_FOR_EACH_LAUNCH(en, list) {
+    const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+    const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+    char def[128]; /* the stage module holds what stage.cu defines, nothing else */
+    snprintf(def, sizeof def, "__global__ void %.80s(", k ? k : "");
+    if (k && m && strcmp(m, "stage") == 0 && strstr(src, def)) emu_table_entry(f, k);
   }
-  fprintf(f, "  {nullptr, nullptr}};\n}\n"
-             "// The stage's kernels never synchronise: each thread runs to its end in turn.\n"
-             "extern \"C\" int emu_stage_launch(const char *name, unsigned grid, unsigned block, void **args) {\n"
-             "  for (const StageEntry *e = stage_kernels; e->name; e++) {\n"
-             "    if (strcmp(e->name, name) != 0) continue;\n"
-             "    gridDim = {grid, 1, 1};\n    blockDim = {block, 1, 1};\n"
-             "    for (unsigned b = 0; b < grid; b++)\n"
-             "      for (unsigned t = 0; t < block; t++) {\n"
-             "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
-             "    return 0;\n  }\n  return -1;\n}\n");
+  emu_table_end(f, "-1");
   fclose(f);
-  if (!getcwd(cwd, sizeof cwd)) return false;
-  snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -I'%s' -I'%s' '%s/emu.cpp' -o '%s/emu.so'",
-           PD2BW_TEST_CXX, cwd, dir, dir, dir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "  failed: %s\n", cmd);
+  snprintf(so_path, sizeof so_path, "%s/emu.so", dir);
+  if (!emu_module_build(path, so_path, dir, err, sizeof err)) {
+    fprintf(stderr, "  %s\n", err);
     return false;
   }
-  snprintf(path, sizeof path, "%s/emu.so", dir);
-  *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
   if (!*so) fprintf(stderr, "  dlopen: %s\n", dlerror());
   return *so != NULL;
 }

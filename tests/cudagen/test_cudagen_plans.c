@@ -32,6 +32,7 @@
 
 #include "codegen/codegen.h"
 #include "cudagen_check.h"
+#include "cudagen_util.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cuda_kernel_list.h"
@@ -42,18 +43,6 @@
 
 static const char *pd2bwc;
 static char tmpdir[] = "/tmp/pd2bw-test-cudagen-plans-XXXXXX";
-
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = calloc((size_t)n + 1, 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  fclose(f);
-  return s;
-}
 
 static double now_s(void) {
   struct timespec t;
@@ -83,8 +72,8 @@ static int read_cases(Case *cs, int max) {
     while (*ar == ' ') ar++;
     e = ar + strlen(ar);
     while (e > ar && (e[-1] == '\n' || e[-1] == ' ')) *--e = 0;
-    snprintf(cs[n].name, sizeof cs[n].name, "%s", nm);
-    snprintf(cs[n].args, sizeof cs[n].args, "%s", ar);
+    snprintf(cs[n].name, sizeof cs[n].name, "%.127s", nm); /* bounded: -Wformat-truncation at -O0 */
+    snprintf(cs[n].args, sizeof cs[n].args, "%.1023s", ar);
     n++;
   }
   fclose(f);
@@ -104,7 +93,7 @@ static cJSON *make_plan(const Case *c, char *out, size_t outlen) {
   }
   char path[800];
   snprintf(path, sizeof path, "%s/plan.json", out);
-  char *pj = read_all(path);
+  char *pj = cg_read_all(path);
   cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
   free(pj);
   EXPECT(plan != NULL);
@@ -142,7 +131,7 @@ static void lists_case(const Case *c) {
   if (g) EXPECT(passes_run(g, &d, &po));
   char *lib = g ? codegen_cuda_library_source(g) : NULL;
   snprintf(path, sizeof path, "%s/%s", out, CODEGEN_CUDA_LIBRARY);
-  char *lib_written = read_all(path);
+  char *lib_written = cg_read_all(path);
   EXPECT(lib && lib_written && strcmp(lib, lib_written) == 0);
   const cJSON *stages = cJSON_GetObjectItem(plan, "stages");
   int ns = cJSON_GetArraySize(stages), checked = 0, gemms = 0;
@@ -160,7 +149,7 @@ static void lists_case(const Case *c) {
     char what[300];
     snprintf(what, sizeof what, "%s stage%d.cu", c->name, i);
     snprintf(path, sizeof path, "%s/stage%d.cu", out, i);
-    char *written = read_all(path);
+    char *written = cg_read_all(path);
     if (!written || strcmp(written, src) != 0) fprintf(stderr, "  %s: not the file pd2bwc wrote\n", what);
     EXPECT(written && strcmp(written, src) == 0);
     free(written);
@@ -168,7 +157,7 @@ static void lists_case(const Case *c) {
     if (bad) fprintf(stderr, "  %s: %d launch-list problems\n", what, bad);
     EXPECT_EQ_INT(bad, 0);
     snprintf(path, sizeof path, "%s/stage%d.c", out, i);
-    char *csrc = read_all(path);
+    char *csrc = cg_read_all(path);
     EXPECT(csrc != NULL);
     int ng = 0;
     if (csrc) {
@@ -237,7 +226,7 @@ static void collect_case(const Case *c) {
   EXPECT(ns > 0);
   for (int i = 0; i < ns; i++) {
     snprintf(path, sizeof path, "%s/stage%d.launch.json", out, i);
-    char *lt = read_all(path);
+    char *lt = cg_read_all(path);
     cJSON *list = lt ? cJSON_Parse(lt) : NULL;
     free(lt);
     EXPECT(list != NULL);
@@ -246,9 +235,9 @@ static void collect_case(const Case *c) {
     const char *lname = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(list, "library"), "source"));
     EXPECT(sname && lname);
     snprintf(path, sizeof path, "%s/%s", out, sname ? sname : "?");
-    char *src = read_all(path);
+    char *src = cg_read_all(path);
     snprintf(path, sizeof path, "%s/%s", out, lname ? lname : "?");
-    char *lib = read_all(path);
+    char *lib = cg_read_all(path);
     EXPECT(src && lib);
     if (src && lib) {
       snprintf(what, sizeof what, "%.120s %.60s", c->name, sname);
@@ -256,16 +245,12 @@ static void collect_case(const Case *c) {
       snprintf(what, sizeof what, "%.120s %.60s", c->name, lname);
       Job *jl = job_for(lib, true, what);
       EXPECT(!js->library && jl->library);
-      static const char *const dirs[] = {"forward", "backward"};
-      for (int d = 0; d < 2; d++) {
-        const cJSON *en;
-        cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
-          const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
-          const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
-          if (!k) continue; /* a GEMM */
-          EXPECT(m && (strcmp(m, "library") == 0 || strcmp(m, "stage") == 0));
-          need(m && strcmp(m, "library") == 0 ? jl : js, k);
-        }
+      CG_FOR_EACH_LAUNCH(en, list) {
+        const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));
+        const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(en, "module"));
+        if (!k) continue; /* a GEMM */
+        EXPECT(m && (strcmp(m, "library") == 0 || strcmp(m, "stage") == 0));
+        need(m && strcmp(m, "library") == 0 ? jl : js, k);
       }
     }
     free(src);

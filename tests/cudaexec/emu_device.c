@@ -1,0 +1,341 @@
+/* tests/cudaexec/emu_device.c — see emu_device.h. */
+#include "emu_device.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "emu_module.h"
+#include "codegen/codegen.h"
+#include "runtime/blas.h"
+
+typedef int (*EmuSizesFn)(const char *name, unsigned char *sizes);
+typedef void (*EmuGemmBf16Fn)(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                              int ldb, float beta, float *C, int ldc);
+
+#define EMU_MAX_ARGS 32
+#define EMU_MAX_STREAMS 64
+#define EMU_MAX_MODULES 16
+#define EMU_MAX_KERNELS 256
+
+typedef struct EmuKernel {
+  EmuLaunchFn launch;
+  char name[64];
+  bool cast; /* pkc_cast_f32_to_bf16 */
+  int nargs;
+  unsigned char size[EMU_MAX_ARGS];
+} EmuKernel;
+
+typedef struct EmuModule {
+  void *so;
+  EmuLaunchFn launch;
+  EmuSizesFn sizes;
+  EmuGemmBf16Fn gemm_bf16;
+  char hash[17];
+} EmuModule;
+
+typedef struct EmuEvent {
+  int64_t recorded, done; /* records issued, records that ran */
+} EmuEvent;
+
+/* A queued operation. */
+typedef enum EmuOpKind {
+  Q_LAUNCH, /* a kernel with its captured arguments */
+  Q_GEMM,   /* a GEMM of `type` */
+  Q_MEMSET, /* zero a bytes at a */
+  Q_DTOD,   /* copy bytes from b to a */
+  Q_RECORD, /* ev has run up to generation gen */
+  Q_WAIT    /* hold the stream until ev ran generation gen */
+} EmuOpKind;
+
+typedef struct EmuOp {
+  EmuOpKind kind;
+  EmuKernel *k;
+  unsigned grid, block;
+  uint64_t cell[EMU_MAX_ARGS];
+  CxGemmType type;
+  int ta, tb, M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  CxPtr a, b, c; /* GEMM operands; memset/dtod: a = dst, b = src */
+  size_t bytes;
+  EmuEvent *ev;
+  int64_t gen;
+} EmuOp;
+
+typedef struct EmuQueue {
+  EmuOp *op;
+  int n, head, cap;
+} EmuQueue;
+
+typedef struct EmuDev {
+  const char *workdir;
+  void *arena;
+  EmuModule mod[EMU_MAX_MODULES];
+  int nmod;
+  EmuKernel kern[EMU_MAX_KERNELS];
+  int nkern;
+  EmuOrder order;
+  int nstreams;
+  EmuQueue q[EMU_MAX_STREAMS];
+  EmuCounts n;
+} EmuDev;
+
+static EmuDev emu;
+
+static void *P(CxPtr p) { return (void *)(uintptr_t)p; }
+
+static bool e_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
+  EmuDev *d = dev;
+  if (d->arena) return snprintf(err, errlen, "second arena"), false;
+  d->arena = calloc(1, bytes + 64);
+  *base = (CxPtr)(uintptr_t)d->arena;
+  return d->arena != NULL;
+}
+
+/* The module's own kernels (every `extern "C" __global__ void NAME(` not from the
+ * library) for launching, and the parameter sizes of every kernel it can launch. */
+static void write_tables(FILE *f, const char *src) {
+  static const char pat[] = "extern \"C\" __global__ void ";
+  fprintf(f, "namespace {\ntemplate <typename F> struct ArgSizes;\n"
+             "template <typename... A> struct ArgSizes<void(A...)> {\n"
+             "  static int get(unsigned char *s) { int n = 0; ((s[n++] = (unsigned char)sizeof(A)), ...); return n; }\n"
+             "};\n"
+             "struct SizeEntry { const char *name; int (*get)(unsigned char *); };\n"
+             "#define EMU_SZ(k, kind) {#k, &ArgSizes<decltype(k)>::get},\n"
+             "const SizeEntry size_table[] = {PKC_KERNEL_LIST(EMU_SZ)\n");
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) emu_table_begin(f);
+    for (const char *s = strstr(src, pat); s; s = strstr(s + 1, pat)) {
+      const char *n = s + sizeof pat - 1, *e = strchr(n, '(');
+      if (!e || strncmp(n, "pkc_", 4) == 0 || e - n > 60) continue;
+      char name[64];
+      snprintf(name, sizeof name, "%.*s", (int)(e - n), n);
+      if (pass == 0) fprintf(f, "  {\"%s\", &ArgSizes<decltype(%s)>::get},\n", name, name);
+      else emu_table_entry(f, name);
+    }
+    if (pass == 0) fprintf(f, "  {nullptr, nullptr}};\n}\n");
+  }
+  emu_table_end(f, "emu_launch(name, grid, block, args)");
+  fprintf(f, "extern \"C\" int emu_arg_sizes(const char *name, unsigned char *s) {\n"
+             "  for (const SizeEntry *e = size_table; e->name; e++)\n"
+             "    if (strcmp(e->name, name) == 0) return e->get(s);\n"
+             "  return -1;\n}\n");
+}
+
+/* "NVRTC": the source as host C++ with the emulator, built once per distinct source. */
+static void *e_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
+  EmuDev *d = dev;
+  char hash[17], path[256];
+  codegen_hash_hex(src, strlen(src), hash);
+  for (int i = 0; i < d->nmod; i++)
+    if (strcmp(d->mod[i].hash, hash) == 0) return &d->mod[i];
+  snprintf(path, sizeof path, "%s/emu-%s.so", d->workdir, hash);
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    char cu[256], cpp[256], berr[1024];
+    snprintf(cu, sizeof cu, "%s/emu-%s.cu", d->workdir, hash);
+    snprintf(cpp, sizeof cpp, "%s/emu-%s.cpp", d->workdir, hash);
+    FILE *f = fopen(cu, "w");
+    if (!f) return snprintf(err, errlen, "%s: cannot write", cu), NULL;
+    fputs(src, f);
+    fclose(f);
+    f = fopen(cpp, "w");
+    if (!f) return snprintf(err, errlen, "%s: cannot write", cpp), NULL;
+    fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"emu-%s.cu\"\n", hash);
+    write_tables(f, src);
+    fclose(f);
+    if (!emu_module_build(cpp, path, d->workdir, berr, sizeof berr))
+      return snprintf(err, errlen, "%s: %s", name, berr), NULL;
+  }
+  if (d->nmod == EMU_MAX_MODULES) return snprintf(err, errlen, "more than %d modules", EMU_MAX_MODULES), NULL;
+  EmuModule *m = &d->mod[d->nmod++];
+  m->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!m->so) return snprintf(err, errlen, "dlopen: %s", dlerror()), NULL;
+  m->launch = (EmuLaunchFn)(uintptr_t)dlsym(m->so, "emu_stage_launch");
+  m->sizes = (EmuSizesFn)(uintptr_t)dlsym(m->so, "emu_arg_sizes");
+  m->gemm_bf16 = (EmuGemmBf16Fn)(uintptr_t)dlsym(m->so, "emu_gemm_bf16");
+  memcpy(m->hash, hash, 17);
+  return m;
+}
+
+static void *e_kernel(void *dev, void *module, const char *name) {
+  EmuDev *d = dev;
+  EmuModule *m = module;
+  for (int i = 0; i < d->nkern; i++)
+    if (d->kern[i].launch == m->launch && strcmp(d->kern[i].name, name) == 0) return &d->kern[i];
+  /* a kernel the module lacks: probe with no work (grid 0 runs nothing) */
+  if (m->launch(name, 0, 1, NULL) != 0 || d->nkern == EMU_MAX_KERNELS || strlen(name) >= 64) return NULL;
+  EmuKernel *k = &d->kern[d->nkern++];
+  k->launch = m->launch;
+  k->cast = strcmp(name, "pkc_cast_f32_to_bf16") == 0;
+  snprintf(k->name, sizeof k->name, "%s", name);
+  k->nargs = m->sizes(name, k->size);
+  PD_CHECK(k->nargs >= 0 && k->nargs <= EMU_MAX_ARGS, "(no parameter sizes for kernel %s)", name);
+  return k;
+}
+
+static void exec_op(EmuDev *d, EmuOp *op) {
+  switch (op->kind) {
+  case Q_LAUNCH: {
+    void *args[EMU_MAX_ARGS];
+    for (int i = 0; i < op->k->nargs; i++) args[i] = &op->cell[i];
+    PD_CHECK(op->k->launch(op->k->name, op->grid, op->block, args) == 0, "(emulated launch of %s)", op->k->name);
+    break;
+  }
+  case Q_GEMM:
+    if (op->type == CX_GEMM_BF16) {
+      /* every module holds the emulator, so the first one's will do */
+      PD_CHECK(d->nmod > 0 && d->mod[0].gemm_bf16, "(the emulator module has no emu_gemm_bf16)");
+      d->mod[0].gemm_bf16(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb,
+                          op->beta, P(op->c), op->ldc);
+    } else {
+      pd_sgemm(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb, op->beta,
+               P(op->c), op->ldc);
+    }
+    break;
+  case Q_MEMSET: memset(P(op->a), 0, op->bytes); break;
+  case Q_DTOD: memcpy(P(op->a), P(op->b), op->bytes); break;
+  case Q_RECORD: op->ev->done = op->gen; break;
+  case Q_WAIT: break;
+  }
+}
+
+static void issue(EmuDev *d, int stream, EmuOp *op) {
+  PD_CHECK(stream >= 0 && stream < (d->nstreams > 1 ? d->nstreams : 1), "(stream %d of %d)", stream, d->nstreams);
+  if (d->order == EMU_IN_ORDER) {
+    exec_op(d, op);
+    return;
+  }
+  EmuQueue *q = &d->q[stream];
+  if (q->n == q->cap) {
+    q->cap = q->cap ? 2 * q->cap : 256;
+    q->op = pd_realloc(q->op, (size_t)q->cap * sizeof *q->op);
+  }
+  q->op[q->n++] = *op;
+  int queued = 0;
+  for (int s = 0; s < EMU_MAX_STREAMS; s++) queued += d->q[s].n - d->q[s].head;
+  if (queued > d->n.max_queued) d->n.max_queued = queued;
+}
+
+/* Runs everything queued: each stream as far as it can (up to a wait whose record has
+ * not run), in the device's order, until all are empty. */
+static void drain(EmuDev *d) {
+  for (;;) {
+    bool left = false, moved = false;
+    for (int i = 0; i < EMU_MAX_STREAMS; i++) {
+      EmuQueue *q = &d->q[d->order == EMU_HIGHEST_FIRST ? EMU_MAX_STREAMS - 1 - i : i];
+      while (q->head < q->n) {
+        EmuOp *op = &q->op[q->head];
+        if (op->kind == Q_WAIT && op->ev->done < op->gen) break;
+        exec_op(d, op);
+        q->head++;
+        moved = true;
+      }
+      if (q->head < q->n) left = true;
+      else q->head = q->n = 0;
+    }
+    if (!left) return;
+    PD_CHECK(moved, "(emulated device: the streams wait for each other in a cycle)");
+  }
+}
+
+static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args) {
+  EmuDev *d = dev;
+  EmuKernel *k = kernel;
+  EmuOp op = {.kind = Q_LAUNCH, .k = k, .grid = grid, .block = block};
+  for (int i = 0; i < k->nargs; i++) memcpy(&op.cell[i], args[i], k->size[i]);
+  d->n.launches++;
+  d->n.casts += k->cast;
+  issue(d, stream, &op);
+}
+
+static void e_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
+  EmuDev *d = dev;
+  EmuOp op = {.kind = Q_GEMM, .type = type, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .a = A,
+              .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = ldc};
+  d->n.gemms++;
+  d->n.bf16_gemms += type == CX_GEMM_BF16;
+  issue(d, stream, &op);
+}
+
+static void e_htod(void *dev, CxPtr dst, const void *src, size_t n) {
+  drain(dev);
+  memcpy(P(dst), src, n);
+}
+static void e_dtoh(void *dev, void *dst, CxPtr src, size_t n) {
+  drain(dev);
+  memcpy(dst, P(src), n);
+}
+static void e_memset0(void *dev, int stream, CxPtr p, size_t n) {
+  EmuOp op = {.kind = Q_MEMSET, .a = p, .bytes = n};
+  issue(dev, stream, &op);
+}
+static void e_sync(void *dev) { drain(dev); }
+
+static bool e_streams(void *dev, int n, char *err, size_t errlen) {
+  EmuDev *d = dev;
+  if (n > EMU_MAX_STREAMS) return snprintf(err, errlen, "%d streams: the emulator has %d", n, EMU_MAX_STREAMS), false;
+  if (n > d->nstreams) d->nstreams = n;
+  return true;
+}
+static void *e_event_create(void *dev) {
+  (void)dev;
+  return pd_calloc(1, sizeof(EmuEvent));
+}
+static void e_event_destroy(void *dev, void *ev) {
+  (void)dev;
+  free(ev);
+}
+static void e_event_record(void *dev, void *ev, int stream) {
+  EmuDev *d = dev;
+  EmuEvent *e = ev;
+  EmuOp op = {.kind = Q_RECORD, .ev = e, .gen = ++e->recorded};
+  d->n.records++;
+  issue(d, stream, &op);
+}
+static void e_stream_wait(void *dev, int stream, void *ev) {
+  EmuDev *d = dev;
+  EmuEvent *e = ev;
+  d->n.waits++;
+  if (!e->recorded) return; /* CUDA: waiting for a never-recorded event waits for nothing */
+  EmuOp op = {.kind = Q_WAIT, .ev = e, .gen = e->recorded};
+  issue(d, stream, &op);
+}
+static void e_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t n) {
+  EmuDev *d = dev;
+  EmuOp op = {.kind = Q_DTOD, .a = dst, .b = src, .bytes = n};
+  d->n.dtods++;
+  issue(d, stream, &op);
+}
+
+CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
+  free(emu.arena);
+  emu.arena = NULL;
+  emu.workdir = workdir;
+  emu.order = order;
+  emu.nstreams = 1;
+  for (int s = 0; s < EMU_MAX_STREAMS; s++) emu.q[s].n = emu.q[s].head = 0; /* nothing of the last run */
+  emu.n = (EmuCounts){0};
+  return (CxDeviceOps){.dev = &emu, .alloc = e_alloc, .load = e_load, .kernel = e_kernel, .launch = e_launch,
+                       .gemm = e_gemm, .htod = e_htod, .dtoh = e_dtoh, .memset0 = e_memset0, .sync = e_sync,
+                       .streams = e_streams, .event_create = e_event_create, .event_destroy = e_event_destroy,
+                       .event_record = e_event_record, .stream_wait = e_stream_wait, .dtod = e_dtod};
+}
+
+EmuCounts emu_device_counts(void) { return emu.n; }
+
+const char *emu_order_name(EmuOrder o) {
+  return o == EMU_IN_ORDER ? "in order" : o == EMU_LOWEST_FIRST ? "lowest stream first" : "highest stream first";
+}
+
+void emu_device_release(void) {
+  for (int s = 0; s < EMU_MAX_STREAMS; s++) {
+    free(emu.q[s].op);
+    emu.q[s] = (EmuQueue){0};
+  }
+  free(emu.arena);
+  emu.arena = NULL;
+}

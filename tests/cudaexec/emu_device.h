@@ -1,0 +1,54 @@
+/* tests/cudaexec/emu_device.h — a CxDeviceOps table (runtime/cuda_exec.h) on the host
+ * CUDA emulator (tests/cuda/cuda_emu.cpp), shared by the tests of the GPU trainer and
+ * of single-GPU pipeline mode.
+ *
+ * "Loading" a module (a stageN.cu or the plan's kernels.cu) compiles it as host C++
+ * with the emulator (emu_module.h), once per distinct text, with a table of its own
+ * kernels and the parameter sizes of every kernel it can launch; device memory is
+ * host memory; float32 GEMMs run through pd_sgemm (the CPU program's BLAS), bf16 GEMMs
+ * through the emulator's emu_gemm_bf16 (bfloat16 A and B widened exactly, float
+ * accumulation), which reads only the 16-bit copies the cast launches made. Kernel
+ * arguments are captured at launch with the kernel's own parameter sizes, as
+ * cuLaunchKernel does.
+ *
+ * Streams: EMU_IN_ORDER runs all work at once, as issued. The other orders QUEUE work
+ * per stream and run it only when the host must wait (htod, dtoh, sync): each stream
+ * as far as it can before the next one starts, lowest or highest stream first; an
+ * event wait holds its stream until the record it captured has run. So a missing
+ * event/wait between streams shows as stale data, which an in-order device would
+ * hide.
+ *
+ * There is one device (the tests are single-threaded); emu_device_ops resets it for
+ * the next run. Work files go to `workdir`, which the caller removes.
+ */
+#ifndef PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H
+#define PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H
+
+#include "runtime/cuda_exec.h"
+
+/* How queued work runs. */
+typedef enum EmuOrder {
+  EMU_IN_ORDER,     /* at once, as issued (events are no-ops) */
+  EMU_LOWEST_FIRST, /* queued; at a host wait, stream 0 runs as far as it can, then 1, ... */
+  EMU_HIGHEST_FIRST /* queued; the highest stream first */
+} EmuOrder;
+
+/* What the device was asked to do since the last emu_device_ops. */
+typedef struct EmuCounts {
+  int launches;   /* kernel launches */
+  int casts;      /* of those, pkc_cast_f32_to_bf16 */
+  int gemms;      /* GEMMs of every type */
+  int bf16_gemms; /* of those, CX_GEMM_BF16 */
+  int dtods, records, waits; /* device copies, event records, stream waits */
+  int max_queued;            /* most operations queued at once (0 in order) */
+} EmuCounts;
+
+/* The device, reset (arena freed, queues and counts emptied), running work in `order`;
+ * modules are built under workdir. Every op of the table is set. */
+CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order);
+EmuCounts emu_device_counts(void);
+const char *emu_order_name(EmuOrder order);
+/* Frees the arena and the queues (the loaded modules stay loaded). */
+void emu_device_release(void);
+
+#endif

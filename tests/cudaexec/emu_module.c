@@ -1,0 +1,42 @@
+/* tests/cudaexec/emu_module.c — see emu_module.h. */
+#include "emu_module.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifndef PD2BW_TEST_CXX
+#define PD2BW_TEST_CXX "c++"
+#endif
+
+void emu_table_begin(FILE *f) {
+  fprintf(f, "namespace {\nstruct StageEntry { const char *name; void (*call)(void **); };\n"
+             "const StageEntry stage_kernels[] = {\n");
+}
+
+void emu_table_entry(FILE *f, const char *name) {
+  fprintf(f, "  {\"%s\", &Caller<decltype(%s)>::call<%s>},\n", name, name, name);
+}
+
+void emu_table_end(FILE *f, const char *fallback) {
+  fprintf(f,
+          "  {nullptr, nullptr}};\n}\n"
+          "// The stage's kernels never synchronise: each thread runs to its end in turn.\n"
+          "extern \"C\" int emu_stage_launch(const char *name, unsigned grid, unsigned block, void **args) {\n"
+          "  for (const StageEntry *e = stage_kernels; e->name; e++) {\n"
+          "    if (strcmp(e->name, name) != 0) continue;\n"
+          "    gridDim = {grid, 1, 1};\n    blockDim = {block, 1, 1};\n"
+          "    for (unsigned b = 0; b < grid; b++)\n"
+          "      for (unsigned t = 0; t < block; t++) {\n"
+          "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
+          "    return 0;\n  }\n  return %s;\n}\n",
+          fallback);
+}
+
+bool emu_module_build(const char *cpp, const char *so, const char *incdir, char *err, size_t errlen) {
+  char cmd[2048], cwd[512];
+  if (!getcwd(cwd, sizeof cwd)) return snprintf(err, errlen, "getcwd failed"), false;
+  snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -I'%s' -I'%s' '%s' -o '%s'", PD2BW_TEST_CXX, cwd,
+           incdir, cpp, so);
+  if (system(cmd) != 0) return snprintf(err, errlen, "emulator build failed: %s", cmd), false;
+  return true;
+}
