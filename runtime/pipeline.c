@@ -344,7 +344,7 @@ StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, ch
 
 /* Where a program block lives for an instruction using weight slot vslot and stash
  * slot sslot. */
-static char *block_base(PipeRank *R, int cls, int vslot, int sslot) {
+char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot) {
   switch ((BufClass)cls) {
   case BUF_PARAMS: return R->w[vslot < 0 ? R->newest : vslot];
   case BUF_GRADS: return R->grads;
@@ -363,7 +363,7 @@ static StageCtx make_ctx(PipeRank *R, int64_t k, int vslot, int sslot, double *l
   int64_t t, jref;
   mb_index(R, k, &t, &jref);
   /* keyed by the reference's global microbatch index */
-  return pipe_stage_ctx(R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, block_base(R, BUF_STASH, vslot, sslot),
+  return pipe_stage_ctx(R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, pipe_block_base(R, BUF_STASH, vslot, sslot),
                         R->work, R->inputs, R->bnd, loss);
 }
 
@@ -424,7 +424,7 @@ static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
     if (role == PIPE_ACT_IN)
       base = R->pp->recompute ? R->stash[sslot] + R->act_in_packed[k] : R->stash[sslot] + b->offset;
     else
-      base = block_base(R, b->cls, -1, sslot) + b->offset;
+      base = pipe_block_base(R, b->cls, -1, sslot) + b->offset;
     char what[96];
     snprintf(what, sizeof what, "%s of microbatch %lld %s stage %d", tag == TAG_ACT ? "activation" : "gradient",
              (long long)in->mb, send ? "for" : "from", in->peer);

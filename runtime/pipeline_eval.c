@@ -66,25 +66,11 @@ void pipe_eval_destroy(PipeEval *E) {
   free(E);
 }
 
-/* The block of class cls for an evaluation forward (pipeline_eval.h: Memory). */
-static char *eval_base(PipeRank *R, int cls, char *stash) {
-  switch ((BufClass)cls) {
-  case BUF_PARAMS: return R->w[R->newest];
-  case BUF_GRADS: return R->grads;
-  case BUF_STASH: return stash;
-  case BUF_WORK: return R->work;
-  case BUF_INPUTS: return R->inputs;
-  case BUF_BOUNDARY: return R->bnd;
-  case BUF_NONE:
-  case BUF_CLASS_COUNT: break;
-  }
-  PD_CHECK(0, "block class %d", cls);
-  return NULL;
-}
-
 /* Receives (ACT_IN) or sends (ACT_OUT) microbatch n's activations, every boundary
- * tensor of that role in the plan's order (the order the training messages use). */
-static bool eval_xfer(PipeEval *E, PipeRole role, char *stash, int64_t n) {
+ * tensor of that role in the plan's order (the order the training messages use), at its
+ * place for an evaluation forward: the newest weights, stash slot 0 (pipeline_eval.h:
+ * Memory). */
+static bool eval_xfer(PipeEval *E, PipeRole role, int64_t n) {
   PipeRank *R = E->R;
   const PipeStage *ps = &R->pp->st[R->stage];
   int peer = role == PIPE_ACT_IN ? R->stage - 1 : R->stage + 1;
@@ -96,7 +82,7 @@ static bool eval_xfer(PipeEval *E, PipeRole role, char *stash, int64_t n) {
     char what[96];
     snprintf(what, sizeof what, "validation activation of microbatch %lld %s stage %d", (long long)n,
              role == PIPE_ACT_IN ? "from" : "for", peer);
-    char *at = eval_base(R, b->cls, stash) + b->offset;
+    char *at = pipe_block_base(R, b->cls, -1, 0) + b->offset;
     TransportStatus s = role == PIPE_ACT_IN
                             ? transport_irecv(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
                             : transport_isend(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
@@ -138,13 +124,13 @@ bool pipe_eval_run(PipeEval *E, double *mean) {
   *mean = NAN;
   /* stash slot 0, or the full activation block the program reads with recomputation;
    * no microbatch is in flight here, so both are idle */
-  char *stash = p->recompute && R->full ? R->full : R->stash[0];
+  char *stash = pipe_block_base(R, BUF_STASH, -1, 0);
   int64_t m = p->m, b = p->b, B = b * R->mref;
   for (int64_t k = 0; k < E->nbatches; k++)
     for (int64_t j = 0; j < m; j++) {
       int64_t n = k * m + j, first = k * B + ((int64_t)R->replica * m + j) * b;
       if (R->T) pipe_fill_samples(R->st, R->inputs, E->dl, first, b, R->T, R->tok_tmp, R->tgt_tmp);
-      if (R->stage > 0 && !eval_xfer(E, PIPE_ACT_IN, stash, n)) return false;
+      if (R->stage > 0 && !eval_xfer(E, PIPE_ACT_IN, n)) return false;
       double loss = 0;
       /* microbatch 0 and training 0, as trainer_eval: no dropout stream is drawn */
       StageCtx c = pipe_stage_ctx(R->tc.seed, 0, R->w[R->newest], R->grads, stash, R->work, R->inputs, R->bnd,
@@ -152,7 +138,7 @@ bool pipe_eval_run(PipeEval *E, double *mean) {
       c.training = 0;
       R->prog.forward(&c);
       if (R->st->has_loss) E->loss[n] = loss;
-      if (R->stage < p->d - 1 && !eval_xfer(E, PIPE_ACT_OUT, stash, n)) return false;
+      if (R->stage < p->d - 1 && !eval_xfer(E, PIPE_ACT_OUT, n)) return false;
     }
   return eval_gather(E, mean);
 }

@@ -97,6 +97,9 @@ double pipe_now(void);
 /* false when s is a transport failure: the first one keeps its message in R->err and
  * aborts every other rank (transport_abort); every transport call goes through it. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s);
+/* Where a program block of class cls lives for an instruction using weight slot vslot
+ * (-1: the newest) and stash slot sslot (the full activation block when recomputing). */
+char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot);
 PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
                            char *err, size_t errlen);
 void pipe_rank_destroy(PipeRank *R);
