@@ -24,7 +24,9 @@
  *    cuda_pipe_main);
  *  - cuda_pipe*.c: single-GPU pipeline mode (runtime/cuda_pipe.h), every stage replica
  *    on the one device, one stream each, the plan's instruction streams interpreted
- *    from one host thread (it uses the ops' streams, events and device copies).
+ *    from one host thread (it uses the ops' streams, events and device copies); and
+ *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
+ *    stage replica, NCCL between them; never run on GPUs, see its header).
  *
  * What it promises: on a machine without a GPU driver, opening the device fails with
  * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
@@ -92,6 +94,9 @@ typedef struct CxDeviceOps {
   void (*stream_wait)(void *dev, int stream, void *ev);
   /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
   void (*dtod)(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes);
+  /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
+   * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
+  void *(*native_stream)(void *dev, int stream);
 } CxDeviceOps;
 
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
@@ -163,6 +168,9 @@ typedef struct CudaExecOptions {
    * (pipeline_check_reference) with relative bound ref_tol (0: 1e-5). */
   bool reference;
   double ref_tol;
+  /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h: cuda_pipe_nccl_launch),
+   * one process per stage replica on GPU device + its local rank. */
+  bool nccl;
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_internal.h" /* cuda_dev_stream: the CUstream NCCL calls take */
 
 #define CX_MAX_MODULES 64 /* the stages of a plan in single-GPU pipeline mode, and the library */
 
@@ -124,6 +125,10 @@ static void d_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
   cuda_memcpy_dtod_async(((CxCuda *)dev)->d, (CudaStreamId)stream, dst, src, bytes);
 }
 
+/* The driver's handle of stream s, for the multi-GPU executor's NCCL calls
+ * (runtime/cuda_pipe_nccl.c). */
+static void *d_native_stream(void *dev, int s) { return (void *)cuda_dev_stream(((CxCuda *)dev)->d, (CudaStreamId)s); }
+
 CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
   CudaDev *d = cuda_dev_create(device, err, errlen);
   if (!d) return NULL;
@@ -132,7 +137,8 @@ CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
   c->ops = (CxDeviceOps){.dev = c, .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch,
                          .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
                          .streams = d_streams, .event_create = d_event_create, .event_destroy = d_event_destroy,
-                         .event_record = d_event_record, .stream_wait = d_stream_wait, .dtod = d_dtod};
+                         .event_record = d_event_record, .stream_wait = d_stream_wait, .dtod = d_dtod,
+                         .native_stream = d_native_stream};
   return &c->ops;
 }
 

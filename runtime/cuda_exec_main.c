@@ -24,6 +24,7 @@ static int fail(const char *prog, const char *msg) {
 
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
+  if (o->nccl) return cuda_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
   if (!ops) return fail(prog, err);
   if (pipe_plan_ranks(plan_dir) > 1) { /* several stages or replicas: single-GPU pipeline mode */

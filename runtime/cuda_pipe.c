@@ -1,6 +1,9 @@
 /* runtime/cuda_pipe.c — single-GPU pipeline mode (cuda_pipe.h): the stage programs,
  * the one device allocation carved per stage replica as the plan lays it out, the
- * initial weights, the token images, and the results gathered at the end.
+ * initial weights, the token images, and the results gathered at the end. Multi-GPU
+ * mode (cuda_pipe_nccl.c) uses the same setup for its one live SR (cp_live): only
+ * that stage's program, that SR's part, streams for communication, the SR and each
+ * tied group.
  *
  * The planned part of each SR mirrors runtime/pipeline.c's layout_arena buffer for
  * buffer (the same (kind, index) lookups and size checks), so a plan whose memory
@@ -102,7 +105,7 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
   s->st = &p->rt->stages[s->stage];
   s->ps = &p->st[s->stage];
   s->prog = x->prog[s->stage];
-  s->stream = 1 + s->idx;
+  s->stream = x->multi ? 1 : 1 + s->idx;
   s->S = &x->streams.st[s->stage];
   s->nversions = s->ps->nversions;
   s->nstash = s->ps->nstash;
@@ -229,16 +232,18 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   if (!open_data(x, err, errlen)) return false;
   x->prog = pd_calloc((size_t)p->d, sizeof *x->prog);
   for (int s = 0; s < p->d; s++) {
+    if (x->multi && s != x->self / p->w) continue; /* only this process's stage */
     x->prog[s] = cx_program_load(ops, p->rt->dir, s, x->o->gemm, err, errlen);
     if (!x->prog[s] || !check_program(x, s, err, errlen)) return false;
   }
   x->nsr = p->d * p->w;
-  if (x->nsr > CP_MAX_SR) {
+  if (x->nsr > CP_MAX_SR && !x->multi) {
     snprintf(err, errlen, "%d stage replicas: single-GPU pipeline mode runs at most %d on one device", x->nsr,
              CP_MAX_SR);
     return false;
   }
-  if (!ops->streams(ops->dev, 1 + x->nsr, err, errlen)) return false;
+  /* multi-GPU: communication, the SR, one per tied group (cuda_pipe_nccl.c) */
+  if (!ops->streams(ops->dev, x->multi ? CP_TIED_STREAM + p->ngroups : 1 + x->nsr, err, errlen)) return false;
   x->sr = pd_calloc((size_t)x->nsr, sizeof *x->sr);
   uint64_t *tied_bytes = pd_calloc((size_t)x->nsr, sizeof(uint64_t));
   uint64_t total = 0;
@@ -248,6 +253,7 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     s->idx = i;
     s->stage = i / p->w;
     s->replica = i % p->w;
+    if (!cp_live(x, i)) continue;
     ok = prepare_sr(x, s, &tied_bytes[i], err, errlen);
     uint64_t part[5], e = ok ? extras(x, s, part) : 0;
     total += up256(s->ps->planned_bytes) + e;
@@ -261,6 +267,7 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   CxPtr at = x->arena;
   for (int i = 0; ok && i < x->nsr; i++) {
     CpSr *s = &x->sr[i];
+    if (!cp_live(x, i)) continue;
     s->base = at;
     at += up256(s->ps->planned_bytes);
     ok = layout_sr(x, s, tied_bytes[i], err, errlen);
@@ -277,6 +284,7 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   /* the CPU executor's initial weights (rt_init_param by name and seed), every version */
   for (int i = 0; i < x->nsr; i++) {
     CpSr *s = &x->sr[i];
+    if (!cp_live(x, i)) continue;
     size_t pb = (size_t)s->st->blocks[BUF_PARAMS];
     float *w = pd_calloc(pb / 4 + 1, sizeof(float));
     for (int k = 0; k < s->st->nparams; k++)

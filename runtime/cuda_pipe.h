@@ -1,5 +1,8 @@
-/* runtime/cuda_pipe.h — single-GPU pipeline mode: every stage replica of a d-stage,
- * w-replica plan on ONE device, so a pipeline plan can be checked on one GPU.
+/* runtime/cuda_pipe.h — the CUDA pipeline executor. Single-GPU pipeline mode: every
+ * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
+ * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_nccl.c, whose header
+ * says what differs and what has never run): one MPI process per stage replica, each
+ * running this same executor for its own SR, NCCL for what crosses SRs.
  *
  * It runs the plan's instruction streams (passes/planner.h plan_streams_build, the
  * same streams runtime/pipeline.c interprets on CPU ranks) with the semantics of
@@ -48,6 +51,7 @@
 #define PD2BW_RUNTIME_CUDA_PIPE_H
 
 #include "runtime/cuda_exec.h"
+#include "runtime/transport.h"
 
 /* Trains plan p (several stages and/or replicas) for o->steps batches on the device
  * behind ops (which needs the stream/event/dtod entries). Fills out as
@@ -63,5 +67,24 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
  * 0, or 1 after one "prog: error:" line. */
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                    const CudaExecOptions *o);
+
+/* Multi-GPU mode: this process (rank transport_rank(t) of d·w MPI ranks, index
+ * stage·w + replica) trains its stage replica on the device behind ops (which needs
+ * native_stream besides single-GPU mode's entries), NCCL (libnccl, or PD2BW_LIBNCCL)
+ * between ranks. Collective: every rank calls it. Rank 0's out is filled as
+ * cx_pipe_train's (gathered from the others over t); the others' is left empty.
+ * 0, or 1 with the cause in err (after transport_abort, so the others stop). */
+int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
+                       PipeOutcome *out, uint64_t *extra_bytes, char *err, size_t errlen);
+
+/* cuda_pipe_main for multi-GPU mode on an open device and transport: rank 0 reports,
+ * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line. */
+int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                        const CudaExecOptions *o, Transport *t);
+
+/* pd2bwrun --backend cuda --transport nccl under mpirun: MPI (transport_mpi_create),
+ * GPU o->device + this rank's index on its host, cuda_pipe_nccl_main, and the
+ * transport's end (MPI_Finalize, or MPI_Abort after a failure). */
+int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_H */

@@ -1,5 +1,6 @@
-/* runtime/cuda_pipe_internal.h — the state of single-GPU pipeline mode, shared by
- * cuda_pipe.c (setup, data, results) and cuda_pipe_run.c (the interpreter). See
+/* runtime/cuda_pipe_internal.h — the state of the CUDA pipeline executor, shared by
+ * cuda_pipe.c (setup, data, results), cuda_pipe_run.c (single-GPU mode's interpreter)
+ * and cuda_pipe_nccl.c (multi-GPU mode: one SR per process, NCCL between them). See
  * runtime/cuda_pipe.h for the contract. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
@@ -12,6 +13,7 @@
 #define CP_DATA_SLOTS 4  /* batches of token images an SR keeps on the device */
 #define CP_COMM_STREAM 0 /* ops stream of cross-SR work; SR k computes on 1 + k */
 #define CP_MAX_SR 63     /* stage replicas (d·w) on one device: 64 streams in all */
+#define CP_TIED_STREAM 2 /* multi-GPU mode: tied group g's sums on ops stream 2 + g */
 
 /* A tied group as one SR sees it. */
 typedef struct CpTied {
@@ -63,8 +65,15 @@ typedef struct CpMsg {
   int64_t bytes;
 } CpMsg;
 
+typedef struct CpNet CpNet; /* cuda_pipe_nccl.c: communicators and their events */
+
 typedef struct CpRun {
   const PipePlan *p;
+  /* multi-GPU mode: this process sets up and runs only SR `self` (the other CpSr
+   * entries hold just their idx, stage and replica); net talks to the others */
+  bool multi;
+  int self;
+  CpNet *net;
   const CxDeviceOps *ops;
   const CudaExecOptions *o;
   TrainConfig tc;
@@ -88,7 +97,8 @@ typedef struct CpRun {
   int nmsg, cap_msg;
   /* results and progress */
   double t_first_step, t_last_step;
-  int64_t steps_timed;
+  int64_t steps_timed; /* batches between the first and last timed step */
+  int64_t first_timed; /* multi-GPU mode: the batch of the first timed step */
   float *host_loss;
   bool failed;
   char err[RT_ERR_LEN];
@@ -111,7 +121,23 @@ void cp_teardown(CpRun *x);
 bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
 void cp_fill_outcome(CpRun *x, PipeOutcome *out);
 
+/* Whether this process sets up and runs SR i. */
+static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }
+
 /* cuda_pipe_run.c: runs every SR's stream to the end; false with x->err. */
 bool cp_run(CpRun *x);
+/* The pieces multi-GPU mode shares with it (same semantics, one SR): */
+bool cp_run_fwd(CpRun *x, CpSr *s, const PlanInstr *in);
+bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in);
+PipeRole cp_p2p_role(PlanOp op);
+/* Where boundary tensor k of a send/receive instruction lies on the SR; false (x->err). */
+bool cp_bnd_ptr(CpRun *x, CpSr *s, const PlanInstr *in, int k, CxPtr *ptr);
+CxPtr cp_tied_buf(const CpSr *s, int g, int64_t t);
+int cp_tied_group_of(const CpSr *s, int k, int ngroups);
+void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_t t, double scale);
+/* Σ g² of the SR's gradients into s->norm (a double) on its stream. */
+void cp_launch_norm(CpRun *x, CpSr *s, int64_t t);
+/* The "step i/n | loss" line of batch t from SR `last` (a last-stage SR). */
+void cp_progress_line(CpRun *x, CpSr *last, int64_t t);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H */

@@ -1,7 +1,8 @@
 /* runtime/cuda_pipe_main.c — pd2bwrun --backend cuda / pd2bw-cuda-train on a plan with
- * several stages or replicas: single-GPU pipeline mode (cuda_pipe.h), its report in
- * the words of pd2bwrun's pipeline path, and --reference against the sequential
- * trainer on the CPU (pipeline_check_reference, the CPU pipeline's own check). */
+ * several stages or replicas: single-GPU pipeline mode, or with --transport nccl
+ * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
+ * pipeline path (rank 0's), and --reference against the sequential trainer on the
+ * CPU (pipeline_check_reference, the CPU pipeline's own check). */
 #include "runtime/cuda_pipe.h"
 
 #include <math.h>
@@ -33,6 +34,32 @@ static bool write_log(const char *path, const PipePlan *p, const PipeOutcome *r,
   return ok;
 }
 
+/* Rank 0's (or the one process's) report of a finished run r of plan p. */
+static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uint64_t extra, const CudaExecOptions *o,
+                  const char *where) {
+  char err[RT_ERR_LEN];
+  int rc = 0;
+  int64_t nb = r->steps - r->first_step;
+  double last = nb ? r->step_loss[nb - 1] : NAN;
+  if (!isfinite(last)) {
+    snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged", last, (long long)r->steps);
+    rc = fail(prog, err);
+  }
+  printf("%s: %d stages x %d replicas %s, schedule %s, %lld steps, final loss %.4f, %.1f ms/step\n", prog, p->d,
+         p->w, where, plan_schedule_name(p->schedule), (long long)nb, last, r->step_time_s * 1e3);
+  for (int s = 0; s < p->d; s++)
+    printf("  stage %d: memory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s,
+           (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s], (unsigned long long)extra);
+  if (!rc && o->log_json && !write_log(o->log_json, p, r, err, sizeof err)) rc = fail(prog, err);
+  if (!rc && o->reference) {
+    PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .quiet = o->quiet, .seed = o->seed,
+                      .seed_set = o->seed_set, .shuffle = o->shuffle};
+    if (!pipeline_check_reference(p, &po, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
+      rc = fail(prog, err);
+  }
+  return rc;
+}
+
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                    const CudaExecOptions *o) {
   char err[RT_ERR_LEN];
@@ -46,29 +73,55 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
   PipeOutcome r;
   uint64_t extra = 0;
   int rc = cx_pipe_train(p, ops, o, &r, &extra, err, sizeof err);
-  if (rc) {
-    fail(prog, err);
-  } else {
-    int64_t nb = r.steps - r.first_step;
-    double last = nb ? r.step_loss[nb - 1] : NAN;
-    if (!isfinite(last)) {
-      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged", last, (long long)r.steps);
-      rc = fail(prog, err);
-    }
-    printf("%s: %d stages x %d replicas on one GPU, schedule %s, %lld steps, final loss %.4f, %.1f ms/step\n", prog,
-           p->d, p->w, plan_schedule_name(p->schedule), (long long)nb, last, r.step_time_s * 1e3);
-    for (int s = 0; s < p->d; s++)
-      printf("  stage %d: memory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s,
-             (unsigned long long)r.arena_bytes[s], (unsigned long long)r.planned_bytes[s], (unsigned long long)extra);
-    if (!rc && o->log_json && !write_log(o->log_json, p, &r, err, sizeof err)) rc = fail(prog, err);
-    if (!rc && o->reference) {
-      PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .quiet = o->quiet, .seed = o->seed,
-                        .seed_set = o->seed_set, .shuffle = o->shuffle};
-      if (!pipeline_check_reference(p, &po, &r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
-        rc = fail(prog, err);
-    }
-  }
+  if (rc) fail(prog, err);
+  else rc = report(prog, p, &r, extra, o, "on one GPU");
   pipe_outcome_free(&r);
   pipe_plan_free(p);
+  return rc;
+}
+
+int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                        const CudaExecOptions *o, Transport *t) {
+  char err[RT_ERR_LEN];
+  PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
+  if (!p) {
+    transport_abort(t, err);
+    return fail(prog, err);
+  }
+  if (p->rt->train.steps == 0) p->rt->train.steps = o->steps;
+  bool root = transport_rank(t) == 0;
+  if (!o->quiet && root)
+    printf("%s: plan %s (model %s): %d stages x %d replicas, schedule %s%s: multi-GPU mode, one process per stage "
+           "replica, NCCL (rank 0 on GPU %d, %s)\n", prog, plan_dir, p->rt->model, p->d, p->w,
+           plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", o->device, device_name);
+  PipeOutcome r;
+  uint64_t extra = 0;
+  int rc = cx_pipe_train_nccl(p, ops, o, t, &r, &extra, err, sizeof err);
+  if (rc) fail(prog, err);
+  else if (root) rc = report(prog, p, &r, extra, o, "on one GPU each (NCCL)");
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+  return rc;
+}
+
+int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  Transport *t = transport_mpi_create(NULL, NULL, 0, err, sizeof err);
+  if (!t) return fail(prog, err);
+  /* one GPU per process: the rank's index among those on its host (Open MPI says it) */
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int local = lr ? atoi(lr) : transport_rank(t) % transport_ranks_on_host(t);
+  CudaExecOptions mine = *o;
+  mine.device = o->device + local;
+  CxDeviceOps *ops = cx_cuda_open(mine.device, err, sizeof err);
+  int rc;
+  if (!ops) {
+    transport_abort(t, err);
+    rc = fail(prog, err);
+  } else {
+    rc = cuda_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
+    cx_cuda_close(ops);
+  }
+  transport_destroy(t);
   return rc;
 }

@@ -85,7 +85,7 @@ static void restore_input(CpRun *x, CpSr *s, int sslot) {
                    s->stash[sslot] + (CxPtr)s->act_in_packed[k], (size_t)s->ps->bnd[k].bytes);
 }
 
-static bool run_fwd(CpRun *x, CpSr *s, const PlanInstr *in) {
+bool cp_run_fwd(CpRun *x, CpSr *s, const PlanInstr *in) {
   if (!cp_fill_inputs(x, s, in->mb)) return false;
   if (x->p->recompute && s->stage > 0) restore_input(x, s, in->sslot);
   CxReplay r = replay(x, s, in);
@@ -99,7 +99,7 @@ static bool run_fwd(CpRun *x, CpSr *s, const PlanInstr *in) {
   return true;
 }
 
-static bool run_bwd(CpRun *x, CpSr *s, const PlanInstr *in) {
+bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in) {
   if (!cp_fill_inputs(x, s, in->mb)) return false;
   CxReplay r = replay(x, s, in);
   if (x->p->recompute) { /* the forward again, same version and dropout key */
@@ -146,11 +146,34 @@ static bool post(CpRun *x, CpMsg m) {
   return true;
 }
 
+PipeRole cp_p2p_role(PlanOp op) {
+  return op == PI_RECV_ACT ? PIPE_ACT_IN : op == PI_SEND_ACT ? PIPE_ACT_OUT : op == PI_RECV_GRAD ? PIPE_GRAD_IN
+                                                                                         : PIPE_GRAD_OUT;
+}
+
+bool cp_bnd_ptr(CpRun *x, CpSr *s, const PlanInstr *in, int k, CxPtr *ptr) {
+  const PipeBoundary *b = &s->ps->bnd[k];
+  int sslot = s->mb_sslot[in->mb];
+  if (b->role == PIPE_ACT_IN)
+    *ptr = s->stash[sslot] + (CxPtr)(x->p->recompute ? s->act_in_packed[k] : b->offset);
+  else if (b->cls == BUF_BOUNDARY)
+    *ptr = s->bnd + (CxPtr)b->offset;
+  else if (b->cls == BUF_STASH)
+    *ptr = (x->p->recompute ? s->full : s->stash[sslot]) + (CxPtr)b->offset;
+  else if (b->cls == BUF_WORK)
+    *ptr = s->work + (CxPtr)b->offset;
+  else {
+    snprintf(x->err, sizeof x->err, "stage %d: a boundary tensor in the %s block", s->stage,
+             buf_class_name((BufClass)b->cls));
+    return false;
+  }
+  return true;
+}
+
 /* The messages of one send/receive instruction: one per boundary tensor of its role
  * (runtime/pipeline.c's post_p2p: the same tensors, the same order). */
 static bool post_p2p(CpRun *x, CpSr *s, const PlanInstr *in) {
-  PipeRole role = in->op == PI_RECV_ACT ? PIPE_ACT_IN : in->op == PI_SEND_ACT ? PIPE_ACT_OUT
-                  : in->op == PI_RECV_GRAD ? PIPE_GRAD_IN : PIPE_GRAD_OUT;
+  PipeRole role = cp_p2p_role(in->op);
   bool send = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD;
   int tag = in->op == PI_RECV_ACT || in->op == PI_SEND_ACT ? TAG_ACT : TAG_GRAD;
   if (in->peer < 0 || in->peer >= x->p->d) {
@@ -158,24 +181,11 @@ static bool post_p2p(CpRun *x, CpSr *s, const PlanInstr *in) {
     return false;
   }
   int peer = cp_sr(x, in->peer, s->replica)->idx;
-  int sslot = s->mb_sslot[in->mb];
   for (int k = 0; k < s->ps->nbnd; k++) {
     const PipeBoundary *b = &s->ps->bnd[k];
     if (b->role != role) continue;
     CxPtr ptr;
-    if (role == PIPE_ACT_IN)
-      ptr = s->stash[sslot] + (CxPtr)(x->p->recompute ? s->act_in_packed[k] : b->offset);
-    else if (b->cls == BUF_BOUNDARY)
-      ptr = s->bnd + (CxPtr)b->offset;
-    else if (b->cls == BUF_STASH)
-      ptr = (x->p->recompute ? s->full : s->stash[sslot]) + (CxPtr)b->offset;
-    else if (b->cls == BUF_WORK)
-      ptr = s->work + (CxPtr)b->offset;
-    else {
-      snprintf(x->err, sizeof x->err, "stage %d: a boundary tensor in the %s block", s->stage,
-               buf_class_name((BufClass)b->cls));
-      return false;
-    }
+    if (!cp_bnd_ptr(x, s, in, k, &ptr)) return false;
     s->grp_pending++;
     CpMsg msg = {.from = send ? s->idx : peer, .to = send ? peer : s->idx, .tag = tag, .send = send, .sr = s->idx,
                  .ptr = ptr, .bytes = b->bytes};
@@ -238,7 +248,7 @@ static CpStep run_allreduce(CpRun *x, CpSr *s, const PlanInstr *in) {
 }
 
 /* Where tied group g's gradient of batch t lies on SR s. */
-static CxPtr tied_buf(const CpSr *s, int g, int64_t t) {
+CxPtr cp_tied_buf(const CpSr *s, int g, int64_t t) {
   const CpTied *T = &s->tied[g];
   return T->deferred ? s->tg[t % 2] + T->tg_off : s->grads + (CxPtr)s->st->params[T->param].offset;
 }
@@ -262,14 +272,14 @@ static bool tied_sum(CpRun *x, const CpSr *s, int g, int64_t t) {
   int64_t n = (int64_t)(mem[0]->tied[g].bytes / 4);
   void *axpy = cx_program_kernel(s->prog, "pkc_axpy_f32"), *copy = cx_program_kernel(s->prog, "pkc_copy_f32");
   float one = 1.0f;
-  CxPtr y = tied_buf(mem[0], g, t);
+  CxPtr y = cp_tied_buf(mem[0], g, t);
   for (int q = 1; q < G->nstages; q++) {
-    CxPtr xq = tied_buf(mem[q], g, t);
+    CxPtr xq = cp_tied_buf(mem[q], g, t);
     void *args[] = {&y, &one, &xq, &n};
     launch(x, CP_COMM_STREAM, axpy, n, args);
   }
   for (int q = 1; q < G->nstages; q++) {
-    CxPtr dst = tied_buf(mem[q], g, t);
+    CxPtr dst = cp_tied_buf(mem[q], g, t);
     void *args[] = {&dst, &y, &n};
     launch(x, CP_COMM_STREAM, copy, n, args);
   }
@@ -280,7 +290,7 @@ static bool tied_sum(CpRun *x, const CpSr *s, int g, int64_t t) {
 
 /* ---- the update ------------------------------------------------------------------------- */
 
-static int tied_group_of(const CpSr *s, int k, int ngroups) {
+int cp_tied_group_of(const CpSr *s, int k, int ngroups) {
   for (int g = 0; g < ngroups; g++)
     if (s->tied[g].param == k) return g;
   return -1;
@@ -288,10 +298,10 @@ static int tied_group_of(const CpSr *s, int k, int ngroups) {
 
 /* A tied parameter has a gradient on every stage holding it. */
 static bool has_grad(const CpRun *x, const CpSr *s, int k) {
-  return s->st->params[k].has_grad || tied_group_of(s, k, x->p->ngroups) >= 0;
+  return s->st->params[k].has_grad || cp_tied_group_of(s, k, x->p->ngroups) >= 0;
 }
 
-static void step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_t t, double scale) {
+void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_t t, double scale) {
   const RtParam *pp = &s->st->params[k];
   CxPtr wout = s->w[vslot] + (CxPtr)pp->offset, win = s->w[src] + (CxPtr)pp->offset;
   int64_t n = pp->numel;
@@ -314,15 +324,15 @@ static void step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, in
 
 /* Σ g² of the SR's gradients (each tied parameter counted by its group's first stage,
  * after the sum), into s->norm, on its stream. */
-static void launch_norm(CpRun *x, CpSr *s, int64_t t) {
+void cp_launch_norm(CpRun *x, CpSr *s, int64_t t) {
   CxPtr part = s->parts;
   void *k_part = cx_program_kernel(s->prog, "pkc_sumsq_partial_f32");
   int np = 0;
   for (int k = 0; k < s->st->nparams; k++) {
     const RtParam *pp = &s->st->params[k];
-    int g = tied_group_of(s, k, x->p->ngroups);
+    int g = cp_tied_group_of(s, k, x->p->ngroups);
     if (g >= 0 ? s->tied[g].member != 0 : !pp->has_grad) continue;
-    CxPtr gr = g >= 0 ? tied_buf(s, g, t) : s->grads + (CxPtr)pp->offset;
+    CxPtr gr = g >= 0 ? cp_tied_buf(s, g, t) : s->grads + (CxPtr)pp->offset;
     int64_t n = pp->numel;
     unsigned grid = cp_grid(n);
     void *args[] = {&part, &gr, &n};
@@ -336,9 +346,8 @@ static void launch_norm(CpRun *x, CpSr *s, int64_t t) {
   else x->ops->memset0(x->ops->dev, s->stream, s->norm, 8);
 }
 
-static void progress_line(CpRun *x, int64_t t) {
+void cp_progress_line(CpRun *x, CpSr *last, int64_t t) {
   const PipePlan *p = x->p;
-  CpSr *last = cp_sr(x, p->d - 1, 0);
   x->ops->dtoh(x->ops->dev, x->host_loss, last->loss + (CxPtr)(t * p->m) * 4, (size_t)p->m * 4);
   double sum = 0;
   for (int64_t j = 0; j < p->m; j++) sum += x->host_loss[j];
@@ -383,7 +392,7 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   }
   double inv = 1.0 / (double)x->mref, scale = inv;
   if (x->tc.clip > 0) {
-    for (int st = 0; st < p->d; st++) launch_norm(x, pipe[st], t);
+    for (int st = 0; st < p->d; st++) cp_launch_norm(x, pipe[st], t);
     double tot = 0;
     for (int st = 0; st < p->d; st++) {
       double part = 0;
@@ -398,9 +407,9 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     const PlanInstr *qi = cur(q);
     q->scale[par] = scale;
     for (int k = 0; k < q->st->nparams; k++) {
-      int g = tied_group_of(q, k, p->ngroups);
+      int g = cp_tied_group_of(q, k, p->ngroups);
       if (g >= 0 && q->tied[g].deferred) continue;
-      step_param(x, q, k, q->grads + (CxPtr)q->st->params[k].offset, qi->vslot, qi->src_vslot, t, scale);
+      cp_step_param(x, q, k, q->grads + (CxPtr)q->st->params[k].offset, qi->vslot, qi->src_vslot, t, scale);
     }
     for (int g = 0; g < p->ngroups; g++)
       if (q->tied[g].param >= 0 && !q->tied[g].deferred) q->tied[g].state[par] = 0;
@@ -414,7 +423,7 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     if (t == 0) x->t_first_step = now;
     else x->steps_timed++;
     x->t_last_step = now;
-    if (!x->o->quiet) progress_line(x, t);
+    if (!x->o->quiet) cp_progress_line(x, cp_sr(x, p->d - 1, 0), t);
   }
   return CP_DONE;
 }
@@ -427,8 +436,8 @@ static CpStep run_tied_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   int64_t t = in->batch;
   int par = (int)(t % 2);
   if (!tied_sum(x, s, g, t)) return CP_BLOCKED;
-  CxPtr gr = tied_buf(s, g, t);
-  step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
+  CxPtr gr = cp_tied_buf(s, g, t);
+  cp_step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
   x->ops->memset0(x->ops->dev, s->stream, gr, T->bytes);
   T->state[par] = 0;
   return CP_DONE;
@@ -444,10 +453,10 @@ static CpStep step_sr(CpRun *x, CpSr *s) {
   case PI_RECV_GRAD:
   case PI_SEND_GRAD: return run_p2p(x, s);
   case PI_FWD:
-    if (!run_fwd(x, s, in)) return CP_FAILED;
+    if (!cp_run_fwd(x, s, in)) return CP_FAILED;
     break;
   case PI_BWD:
-    if (!run_bwd(x, s, in)) return CP_FAILED;
+    if (!cp_run_bwd(x, s, in)) return CP_FAILED;
     break;
   case PI_ALLREDUCE: return run_allreduce(x, s, in);
   case PI_TIED_SYNC:

@@ -48,7 +48,8 @@ static const char usage[] =
     "  --device N          the GPU to use with --backend cuda (default 0)\n"
     "\n"
     "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
-    "  --transport T       local (threads of this process, the default) or mpi (under mpirun)\n"
+    "  --transport T       local (threads of this process, the default) or mpi (under mpirun);\n"
+    "                      with --backend cuda: nccl (under mpirun, one process per GPU)\n"
     "  --timeout S         seconds any rank waits for another before all stop (default 60)\n"
     "  --trace FILE        Chrome trace of what every rank did\n"
     "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
@@ -205,13 +206,15 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
     /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
-    if (a.val || a.init || a.resume || a.save || a.eval_every || a.transport || a.trace || a.profile_out ||
-        a.timeout > 0)
+    /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
+    bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
+    if (a.val || a.init || a.resume || a.save || a.eval_every || (a.transport && !nccl) || a.trace ||
+        a.profile_out || a.timeout > 0)
       return fail("--backend cuda supports --data, --steps, --seed, --shuffle, --log-json, --device and (on a "
-                  "pipeline plan) --reference for now");
+                  "pipeline plan) --reference and --transport nccl for now");
     CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
                           .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set,
-                          .reference = a.reference, .ref_tol = a.ref_tol};
+                          .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl};
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);

@@ -181,26 +181,30 @@ bool nccl_available(char *err, size_t errlen);
 typedef void (*NcclBcastFn)(void *buf, size_t bytes, int root, void *user);
 
 typedef enum NcclDtype {
-  NCCL_DT_F32, /* float32 */
-  NCCL_DT_BF16 /* bfloat16 */
+  NCCL_DT_F32,  /* float32 */
+  NCCL_DT_BF16, /* bfloat16 */
+  NCCL_DT_F64,  /* float64 (the clip norm's Σg² parts) */
+  NCCL_DT_U8    /* bytes (pipeline messages: activations and gradients as they lie) */
 } NcclDtype;
 
 /* One communicator over a group of nranks ranks (a stage's replicas, the tied-
  * parameter group, or the whole pipeline for point-to-point traffic): rank 0 makes
  * the unique id, `bcast` hands it to the others, every rank calls ncclCommInitRank.
- * Collective: every rank of the group must call it. NULL with a message on failure
+ * Collective: every rank of the group must call it, with its device's context current
+ * (NCCL binds the communicator to the current device). NULL with a message on failure
  * (no libnccl, init failed). */
-NcclComm *nccl_comm_create(CudaDev *d, int nranks, int rank, NcclBcastFn bcast, void *user,
-                           char *err, size_t errlen);
+NcclComm *nccl_comm_create(int nranks, int rank, NcclBcastFn bcast, void *user, char *err,
+                           size_t errlen);
 void nccl_comm_destroy(NcclComm *c);
 /* Point-to-point calls between nccl_group_start and nccl_group_end are issued as one
  * group (a send and the matching receive of a neighbour must be, or they deadlock). */
 void nccl_group_start(NcclComm *c);
 void nccl_group_end(NcclComm *c);
-void nccl_send(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer);
-void nccl_recv(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer);
+/* `stream` is the CUstream/cudaStream_t to issue on (CxDeviceOps.native_stream). */
+void nccl_send(NcclComm *c, void *stream, CudaPtr buf, size_t count, NcclDtype t, int peer);
+void nccl_recv(NcclComm *c, void *stream, CudaPtr buf, size_t count, NcclDtype t, int peer);
 /* In-place sum over the group (send == recv allowed). */
-void nccl_allreduce_sum(NcclComm *c, CudaStreamId s, CudaPtr send, CudaPtr recv, size_t count,
+void nccl_allreduce_sum(NcclComm *c, void *stream, CudaPtr send, CudaPtr recv, size_t count,
                         NcclDtype t);
 /* Non-blocking health check for the bounded-time failure rule: false (with a
  * message) when NCCL reports an asynchronous error on the communicator. */

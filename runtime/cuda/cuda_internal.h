@@ -78,7 +78,8 @@ typedef struct CublasGemmArgs {
 CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
                                   CudaPtr B, int ldb, CudaPtr C, int ldc);
 
-/* What nccl_transport.c needs of a device. */
+/* The raw driver handles, for code that calls other NVIDIA libraries on this device
+ * (runtime/cuda_exec_dev.c hands the CUstream to the NCCL calls of cuda_pipe_nccl.c). */
 const CuApi *cuda_dev_api(const CudaDev *d);
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
 

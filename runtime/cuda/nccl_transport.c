@@ -1,16 +1,20 @@
-/* runtime/cuda/nccl_transport.c — NCCL communicators for the nccl transport.
+/* runtime/cuda/nccl_transport.c — NCCL communicators for the nccl transport
+ * (runtime/cuda_pipe_nccl.c: multi-GPU pipeline mode).
  *
- * STATUS: a skeleton that compiles and links everywhere but has NEVER RUN (the
- * machines this was written on have no GPU). Untested: the bootstrap, every
- * collective and point-to-point call, error polling. What to check first on a GPU
- * machine is listed in bench/gpu/README.md.
+ * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs (the machines this was written on
+ * have none). What runs in CI is this file against tests/nccl/fake_nccl.c, a stand-in
+ * libnccl over MPI on host memory (loaded through PD2BW_LIBNCCL): the bootstrap, the
+ * grouped send/receive, the all-reduces and the call sequence are exercised, NCCL's
+ * own behaviour (device-side blocking, ring summation order) is not. What to check
+ * first on a GPU machine is listed in bench/gpu/README.md.
  *
  * Bootstrap (NCCL's documented MPI example): group rank 0 calls ncclGetUniqueId, the
  * caller's broadcast (MPI_Bcast over the group's MPI communicator; passed in so this
  * folder needs no MPI) hands the 128-byte id to the group, and every rank calls
- * ncclCommInitRank with its device's context current. One NcclComm per group: the
- * stage's replicas (gradient all-reduce), the tied-parameter pair, the pipeline
- * neighbours (point-to-point activations and gradients).
+ * ncclCommInitRank with its device's context current (the caller's job). One
+ * NcclComm per group: the stage's replicas (gradient all-reduce), a tied parameter's
+ * stages, the pipeline (point-to-point activations and gradients, the clip norm).
+ * Streams come in as the driver's handles (CxDeviceOps.native_stream).
  *
  * libnccl.so.2 is dlopen()ed on first use, like every NVIDIA library here.
  */
@@ -22,6 +26,9 @@
 
 #include "ir/ir.h"
 #include "runtime/cuda/cuda_internal.h"
+
+/* The stream handle (a CUstream, which is a cudaStream_t) nccl_send & co. take. */
+#define NCCL_STREAM(s) ((cudaStream_t)(s))
 
 /* clang-format off */
 #define PD_NCCL_FUNCS(X)                                                                  \
@@ -81,7 +88,6 @@ bool nccl_available(char *err, size_t errlen) { return nccl_load(err, errlen) !=
   } while (0)
 
 struct NcclComm {
-  CudaDev *dev;
   ncclComm_t comm;
   int nranks, rank;
 };
@@ -90,13 +96,15 @@ static ncclDataType_t nccl_dtype(NcclDtype t) {
   switch (t) {
   case NCCL_DT_F32: return ncclFloat32;
   case NCCL_DT_BF16: return ncclBfloat16;
+  case NCCL_DT_F64: return ncclFloat64;
+  case NCCL_DT_U8: return ncclUint8;
   }
   PD_CHECK(0, "bad NcclDtype %d", (int)t);
   return ncclFloat32;
 }
 
-NcclComm *nccl_comm_create(CudaDev *d, int nranks, int rank, NcclBcastFn bcast, void *user,
-                           char *err, size_t errlen) {
+NcclComm *nccl_comm_create(int nranks, int rank, NcclBcastFn bcast, void *user, char *err,
+                           size_t errlen) {
   PD_CHECK(nranks >= 1 && rank >= 0 && rank < nranks && bcast, "nranks %d rank %d", nranks, rank);
   const NcclApi *api = nccl_load(err, errlen);
   if (!api) return NULL;
@@ -114,9 +122,7 @@ NcclComm *nccl_comm_create(CudaDev *d, int nranks, int rank, NcclBcastFn bcast, 
     }
   }
   bcast(&id, sizeof id, 0, user);
-  cuda_dev_make_current(d);
   NcclComm *c = pd_calloc(1, sizeof *c);
-  c->dev = d;
   c->nranks = nranks;
   c->rank = rank;
   ncclResult_t r = api->ncclCommInitRank(&c->comm, nranks, id, rank);
@@ -145,23 +151,23 @@ void nccl_group_end(NcclComm *c) {
   NCCL_CHECK(nccl_api.ncclGroupEnd());
 }
 
-void nccl_send(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
+void nccl_send(NcclComm *c, void *s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
   PD_CHECK(peer >= 0 && peer < c->nranks && peer != c->rank, "peer %d", peer);
   NCCL_CHECK(nccl_api.ncclSend((const void *)(uintptr_t)buf, count, nccl_dtype(t), peer, c->comm,
-                               (cudaStream_t)cuda_dev_stream(c->dev, s)));
+                               NCCL_STREAM(s)));
 }
 
-void nccl_recv(NcclComm *c, CudaStreamId s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
+void nccl_recv(NcclComm *c, void *s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
   PD_CHECK(peer >= 0 && peer < c->nranks && peer != c->rank, "peer %d", peer);
   NCCL_CHECK(nccl_api.ncclRecv((void *)(uintptr_t)buf, count, nccl_dtype(t), peer, c->comm,
-                               (cudaStream_t)cuda_dev_stream(c->dev, s)));
+                               NCCL_STREAM(s)));
 }
 
-void nccl_allreduce_sum(NcclComm *c, CudaStreamId s, CudaPtr send, CudaPtr recv, size_t count,
+void nccl_allreduce_sum(NcclComm *c, void *s, CudaPtr send, CudaPtr recv, size_t count,
                         NcclDtype t) {
   NCCL_CHECK(nccl_api.ncclAllReduce((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, count,
                                     nccl_dtype(t), ncclSum, c->comm,
-                                    (cudaStream_t)cuda_dev_stream(c->dev, s)));
+                                    NCCL_STREAM(s)));
 }
 
 bool nccl_comm_ok(NcclComm *c, char *err, size_t errlen) {

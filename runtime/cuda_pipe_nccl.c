@@ -1,0 +1,503 @@
+/* runtime/cuda_pipe_nccl.c — multi-GPU pipeline mode (cuda_pipe.h): one MPI process
+ * per stage replica ("SR"), one GPU each, NCCL between them.
+ *
+ * STATUS: NEVER RUN ON GPUs WITH THE REAL libnccl. CI runs it under mpirun on the
+ * emulated device (tests/nccl) with tests/nccl/fake_nccl.c standing in for libnccl
+ * (NCCL's calls over MPI on host memory, each finished before it returns) and checks
+ * losses and weights against the sequential reference. What that leaves unchecked:
+ * NCCL's device-side blocking (whether an issue order that completes with the fake's
+ * host-blocking calls also completes on GPUs: the clip norm's read-back and the
+ * per-step timing wait for the whole device, tied streams included; net_step says why
+ * that should be safe), NCCL's summation order, and the real device table's stream
+ * handles (cuda_exec_dev.c: native_stream) in NCCL's hands.
+ *
+ * Each process runs the SAME executor as single-GPU mode (cuda_pipe.c's setup, the
+ * FWD/BWD/update pieces of cuda_pipe_run.c) for its own SR only; what crossed SRs as
+ * device copies is NCCL here, issued in the SR's instruction order:
+ *  - a send/receive group (instructions chained with with_next) is ncclGroupStart,
+ *    one ncclSend/ncclRecv of bytes per boundary tensor (runtime/pipeline.c's tensors
+ *    and order), ncclGroupEnd, on the communication stream on the SR's pipeline
+ *    communicator (rank = stage), fenced like the local copies: the comm stream waits
+ *    for the SR's event, the SR's stream for the comm stream's;
+ *  - ALLREDUCE is ncclAllReduce (sum, in place) of the gradient block on the stage's
+ *    replica communicator (rank = replica), on the comm stream;
+ *  - the tied sum is ncclAllReduce on the group's communicator (rank = position among
+ *    its stages, ascending) on the group's own stream (ops stream 2 + g), POSTED where
+ *    runtime/pipeline.c posts its exchange (TIED_SYNC, or the OPT_STEP that needs it
+ *    first) and WAITED for (an event of that post) by the step that uses it, so it
+ *    does not hold up the pipeline traffic behind it on the comm stream;
+ *  - the clip norm: each SR's Σg² (a double) summed over its pipeline with
+ *    ncclAllReduce on the pipeline communicator, then read back.
+ * Summation order. The CPU executor adds the replicas', the tied members' and the
+ * norm parts in ascending order (transport.h); the fake does too, so the test's runs
+ * match the reference bit for bit up to the kernels'. Real NCCL sums in its ring or
+ * tree order, which differs per element; float addition is not associative, so each
+ * summed element can differ from the ascending sum by about (n-1)·2^-24 relative to
+ * the sum of the magnitudes of its n terms (n = w for gradients, the tied group's
+ * size for tied gradients; the norm in double is exact enough to change the clip
+ * scale only in the last bits). That is the bound against the CPU reference after one
+ * step; over training such differences grow as any rounding does.
+ * Communicators are created in one global order (every pipeline, every stage's
+ * replicas, every tied group of every replica), each by its members only:
+ * ncclGetUniqueId on the group's first rank, sent to the others over MPI (the
+ * Transport), ncclCommInitRank. Rank 0 gathers the losses, the replica-0 weights and
+ * the out-of-range id counts over the Transport for the report and --reference.
+ * Failures: a failing rank aborts the Transport (the others, blocked in MPI, stop;
+ * transport_destroy then ends the job through MPI_Abort); one blocked inside NCCL is
+ * ended by that MPI_Abort too. */
+#include "runtime/cuda_pipe_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/transport.h"
+
+#define TAG_NCCL_ID 32000  /* a communicator's unique id, from its first rank */
+#define TAG_RESULTS 32001  /* a rank's results, to rank 0 */
+
+struct CpNet {
+  Transport *t;
+  NcclComm *pipe;                       /* the SR's pipeline (rank = stage); NULL when d = 1 */
+  NcclComm *rep;                        /* the stage's replicas (rank = replica); NULL when w = 1 */
+  NcclComm *tied[PIPE_MAX_GROUPS];      /* tied group g of this replica; NULL: not a member */
+  void *tied_ev[PIPE_MAX_GROUPS][2];    /* marks tied group g's sum of batch parity q */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- bootstrap ---------------------------------------------------------------------------- */
+
+typedef struct IdBcast {
+  Transport *t;
+  const int *ranks; /* world ranks of the group, [0] the root */
+  int n, me;
+  bool failed;
+} IdBcast;
+
+/* NcclBcastFn over the Transport: the root sends to every member. On a transport
+ * failure the buffer is zeroed, so ncclCommInitRank fails instead of hanging. */
+static void id_bcast(void *buf, size_t bytes, int root, void *user) {
+  IdBcast *b = user;
+  PD_CHECK(root == 0, "root %d", root);
+  TransportStatus st = TRANSPORT_OK;
+  if (b->me == 0)
+    for (int i = 1; i < b->n && st == TRANSPORT_OK; i++)
+      st = transport_send(b->t, b->ranks[i], TAG_NCCL_ID, buf, bytes, "an NCCL unique id");
+  else
+    st = transport_recv(b->t, b->ranks[0], TAG_NCCL_ID, buf, bytes, "an NCCL unique id");
+  if (st != TRANSPORT_OK) {
+    b->failed = true;
+    memset(buf, 0, bytes);
+  }
+}
+
+/* The communicator over world ranks `ranks` (ascending) when this process is one of
+ * them and there are two or more; *out stays NULL otherwise. */
+static bool make_comm(CpRun *x, const int *ranks, int n, NcclComm **out, const char *what, char *err,
+                      size_t errlen) {
+  int me = -1;
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == x->self) me = i;
+  if (me < 0 || n < 2) return true;
+  IdBcast b = {.t = x->net->t, .ranks = ranks, .n = n, .me = me};
+  char nerr[RT_ERR_LEN];
+  *out = nccl_comm_create(n, me, id_bcast, &b, nerr, sizeof nerr);
+  if (b.failed) {
+    snprintf(err, errlen, "%s", transport_error(x->net->t));
+    return false;
+  }
+  if (!*out) snprintf(err, errlen, "%s communicator: %s", what, nerr);
+  return *out != NULL;
+}
+
+static bool net_setup(CpRun *x, char *err, size_t errlen) {
+  const PipePlan *p = x->p;
+  CpNet *net = x->net;
+  int ranks[CP_MAX_SR > PLAN_MAX_TIED_SEGS ? CP_MAX_SR : PLAN_MAX_TIED_SEGS];
+  if (p->d > CP_MAX_SR || p->w > CP_MAX_SR) {
+    snprintf(err, errlen, "%d stages x %d replicas: multi-GPU mode handles at most %d of each", p->d, p->w,
+             CP_MAX_SR);
+    return false;
+  }
+  for (int r = 0; r < p->w; r++) {
+    for (int s = 0; s < p->d; s++) ranks[s] = s * p->w + r;
+    if (!make_comm(x, ranks, p->d, &net->pipe, "pipeline", err, errlen)) return false;
+  }
+  for (int s = 0; s < p->d; s++) {
+    for (int r = 0; r < p->w; r++) ranks[r] = s * p->w + r;
+    if (!make_comm(x, ranks, p->w, &net->rep, "replica", err, errlen)) return false;
+  }
+  for (int g = 0; g < p->ngroups; g++)
+    for (int r = 0; r < p->w; r++) {
+      const PlanTiedGroup *G = &p->groups[g];
+      for (int q = 0; q < G->nstages; q++) ranks[q] = G->stages[q] * p->w + r;
+      if (!make_comm(x, ranks, G->nstages, &net->tied[g], "tied group", err, errlen)) return false;
+    }
+  for (int g = 0; g < p->ngroups; g++)
+    for (int q = 0; q < 2; q++) net->tied_ev[g][q] = x->ops->event_create(x->ops->dev);
+  return true;
+}
+
+static void net_teardown(CpRun *x) {
+  CpNet *net = x->net;
+  nccl_comm_destroy(net->pipe);
+  nccl_comm_destroy(net->rep);
+  for (int g = 0; g < PIPE_MAX_GROUPS; g++) {
+    nccl_comm_destroy(net->tied[g]);
+    for (int q = 0; q < 2; q++)
+      if (net->tied_ev[g][q]) x->ops->event_destroy(x->ops->dev, net->tied_ev[g][q]);
+  }
+}
+
+/* ---- ordering ------------------------------------------------------------------------------ */
+
+/* Work issued on `to` from now on starts after what `from` has so far (ev marks it). */
+static void fence(CpRun *x, void *ev, int from, int to) {
+  x->ops->event_record(x->ops->dev, ev, from);
+  x->ops->stream_wait(x->ops->dev, to, ev);
+}
+
+static void *native(CpRun *x, int stream) { return x->ops->native_stream(x->ops->dev, stream); }
+
+/* ---- instructions ---------------------------------------------------------------------------- */
+
+/* One send/receive group: every message of the chained instructions in one NCCL group. */
+static bool net_p2p(CpRun *x, CpSr *s) {
+  typedef struct { CxPtr ptr; int64_t bytes; int peer; bool send; } Msg;
+  int cap = 8, n = 0, j = s->pc;
+  Msg *m = pd_malloc((size_t)cap * sizeof *m);
+  for (;; j++) {
+    const PlanInstr *in = &s->S->ins[j];
+    if (in->peer < 0 || in->peer >= x->p->d || in->peer == s->stage) {
+      snprintf(x->err, sizeof x->err, "stage %d: a send/receive with stage %d", s->stage, in->peer);
+      free(m);
+      return false;
+    }
+    PipeRole role = cp_p2p_role(in->op);
+    for (int k = 0; k < s->ps->nbnd; k++) {
+      if (s->ps->bnd[k].role != role) continue;
+      if (n == cap) m = pd_realloc(m, (size_t)(cap *= 2) * sizeof *m);
+      m[n] = (Msg){.bytes = s->ps->bnd[k].bytes, .peer = in->peer,
+                   .send = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD};
+      if (!cp_bnd_ptr(x, s, in, k, &m[n].ptr)) {
+        free(m);
+        return false;
+      }
+      n++;
+    }
+    if (!in->with_next || j + 1 >= s->S->n) break;
+  }
+  fence(x, s->ev, s->stream, CP_COMM_STREAM);
+  void *cs = native(x, CP_COMM_STREAM);
+  nccl_group_start(x->net->pipe);
+  for (int i = 0; i < n; i++) {
+    if (m[i].send) nccl_send(x->net->pipe, cs, m[i].ptr, (size_t)m[i].bytes, NCCL_DT_U8, m[i].peer);
+    else nccl_recv(x->net->pipe, cs, m[i].ptr, (size_t)m[i].bytes, NCCL_DT_U8, m[i].peer);
+  }
+  nccl_group_end(x->net->pipe);
+  fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+  free(m);
+  s->pc = j + 1;
+  return true;
+}
+
+static void net_allreduce(CpRun *x, CpSr *s) {
+  if (!x->net->rep) return;
+  fence(x, s->ev, s->stream, CP_COMM_STREAM);
+  size_t n = (size_t)s->st->blocks[BUF_GRADS] / 4;
+  nccl_allreduce_sum(x->net->rep, native(x, CP_COMM_STREAM), s->grads, s->grads, n, NCCL_DT_F32);
+  fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+}
+
+/* Posts tied group g's sum of batch t (state 0 -> 1) on the group's stream. */
+static void tied_post(CpRun *x, CpSr *s, int g, int64_t t) {
+  CpTied *T = &s->tied[g];
+  int par = (int)(t % 2), ts = CP_TIED_STREAM + g;
+  if (T->param < 0 || T->state[par] != 0) return;
+  fence(x, s->ev, s->stream, ts);
+  CxPtr b = cp_tied_buf(s, g, t);
+  nccl_allreduce_sum(x->net->tied[g], native(x, ts), b, b, (size_t)(T->bytes / 4), NCCL_DT_F32);
+  x->ops->event_record(x->ops->dev, x->net->tied_ev[g][par], ts);
+  T->state[par] = 1;
+}
+
+/* The SR's stream waits for that sum (state -> 2). */
+static void tied_finish(CpRun *x, CpSr *s, int g, int64_t t) {
+  CpTied *T = &s->tied[g];
+  int par = (int)(t % 2);
+  if (T->state[par] == 0) tied_post(x, s, g, t);
+  if (T->state[par] == 2) return;
+  x->ops->stream_wait(x->ops->dev, s->stream, x->net->tied_ev[g][par]);
+  T->state[par] = 2;
+}
+
+/* OPT_STEP(t) of the SR's stage: runtime/pipeline.c's run_step with NCCL sums. */
+static void net_step(CpRun *x, CpSr *s, const PlanInstr *in) {
+  const PipePlan *p = x->p;
+  const CxDeviceOps *ops = x->ops;
+  int64_t t = in->batch;
+  int par = (int)(t % 2);
+  for (int g = 0; g < p->ngroups; g++) {
+    CpTied *T = &s->tied[g];
+    if (T->param < 0) continue;
+    if (T->deferred) { /* batch t+1's backwards accumulate here next: move it out */
+      CxPtr src = s->grads + (CxPtr)s->st->params[T->param].offset;
+      ops->dtod(ops->dev, s->stream, s->tg[par] + T->tg_off, src, T->bytes);
+      ops->memset0(ops->dev, s->stream, src, T->bytes);
+      if (x->tc.clip > 0) tied_finish(x, s, g, t);
+    } else {
+      tied_finish(x, s, g, t);
+    }
+  }
+  double inv = 1.0 / (double)x->mref, scale = inv;
+  if (x->tc.clip > 0) {
+    cp_launch_norm(x, s, t);
+    if (x->net->pipe) {
+      fence(x, s->ev, s->stream, CP_COMM_STREAM);
+      nccl_allreduce_sum(x->net->pipe, native(x, CP_COMM_STREAM), s->norm, s->norm, 1, NCCL_DT_F64);
+      fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+    }
+    double tot = 0;
+    ops->dtoh(ops->dev, &tot, s->norm, 8); /* waits for the device */
+    double norm = sqrt(tot) * inv;
+    if (norm > x->tc.clip) scale = inv * x->tc.clip / norm;
+  }
+  s->scale[par] = scale;
+  for (int k = 0; k < s->st->nparams; k++) {
+    int g = cp_tied_group_of(s, k, p->ngroups);
+    if (g >= 0 && s->tied[g].deferred) continue;
+    cp_step_param(x, s, k, s->grads + (CxPtr)s->st->params[k].offset, in->vslot, in->src_vslot, t, scale);
+  }
+  for (int g = 0; g < p->ngroups; g++)
+    if (s->tied[g].param >= 0 && !s->tied[g].deferred) s->tied[g].state[par] = 0;
+  ops->memset0(ops->dev, s->stream, s->grads, (size_t)s->st->blocks[BUF_GRADS]);
+  s->newest = in->vslot;
+  /* Steady-state time per batch and the progress line wait for the whole device,
+   * tied streams included. runtime/pipeline.c never waits for a posted tied sum
+   * before the step that needs it (a deferred one without clipping is posted after
+   * this step and finished by a later tied step); waiting for it here could wait on
+   * work a partner issues only after this process's next messages: so not while one
+   * is outstanding (the times then span the batches between synced steps). */
+  bool outstanding = false;
+  for (int g = 0; g < p->ngroups; g++)
+    for (int q = 0; q < 2; q++) outstanding |= s->tied[g].param >= 0 && s->tied[g].state[q] == 1;
+  if (outstanding) return;
+  ops->sync(ops->dev);
+  double now = now_s();
+  if (x->t_first_step == 0) x->first_timed = t;
+  else x->steps_timed = t - x->first_timed;
+  if (x->t_first_step == 0) x->t_first_step = now;
+  x->t_last_step = now;
+  if (!x->o->quiet && s->stage == p->d - 1 && s->replica == 0) cp_progress_line(x, s, t);
+}
+
+/* OPT_STEP of deferred tied group g: W(t+1) of the tied parameter, after its sum. */
+static void net_tied_step(CpRun *x, CpSr *s, const PlanInstr *in) {
+  int g = in->group;
+  CpTied *T = &s->tied[g];
+  if (T->param < 0) return;
+  int64_t t = in->batch;
+  int par = (int)(t % 2);
+  tied_finish(x, s, g, t);
+  CxPtr gr = cp_tied_buf(s, g, t);
+  cp_step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
+  x->ops->memset0(x->ops->dev, s->stream, gr, T->bytes);
+  T->state[par] = 0;
+}
+
+static bool net_run(CpRun *x) {
+  CpSr *s = &x->sr[x->self];
+  while (s->pc < s->S->n) {
+    const PlanInstr *in = &s->S->ins[s->pc];
+    switch (in->op) {
+    case PI_RECV_ACT:
+    case PI_SEND_ACT:
+    case PI_RECV_GRAD:
+    case PI_SEND_GRAD:
+      if (!net_p2p(x, s)) return false;
+      continue; /* net_p2p moved pc past the group */
+    case PI_FWD:
+      if (!cp_run_fwd(x, s, in)) return false;
+      break;
+    case PI_BWD:
+      if (!cp_run_bwd(x, s, in)) return false;
+      break;
+    case PI_ALLREDUCE: net_allreduce(x, s); break;
+    case PI_TIED_SYNC:
+      if (in->group >= 0 && in->group < x->p->ngroups) tied_post(x, s, in->group, in->batch);
+      break;
+    case PI_OPT_STEP:
+      if (in->group < 0) net_step(x, s, in);
+      else net_tied_step(x, s, in);
+      break;
+    case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
+    }
+    s->pc++;
+  }
+  return true;
+}
+
+/* ---- results --------------------------------------------------------------------------------- */
+
+/* What rank `sr` sends rank 0: its out-of-range id count, its losses when it is a
+ * last stage, its newest weights when it is replica 0. Sizes known from the plan. */
+static size_t payload_bytes(const CpRun *x, int sr) {
+  const PipePlan *p = x->p;
+  int stage = sr / p->w, replica = sr % p->w;
+  size_t n = 8;
+  if (stage == p->d - 1) n += (size_t)(x->steps * p->m) * 4;
+  if (replica == 0) n += (size_t)p->rt->stages[stage].blocks[BUF_PARAMS];
+  return n;
+}
+
+static char *payload(CpRun *x, CpSr *s) {
+  const CxDeviceOps *ops = x->ops;
+  char *b = pd_calloc(payload_bytes(x, s->idx) + 1, 1), *at = b + 8;
+  uint64_t bad = 0;
+  ops->dtoh(ops->dev, &bad, s->scratch + (CxPtr)cx_program_bad_ids_offset(s->prog), 8);
+  memcpy(b, &bad, 8);
+  if (s->stage == x->p->d - 1) {
+    size_t n = (size_t)(x->steps * x->p->m) * 4;
+    ops->dtoh(ops->dev, at, s->loss, n);
+    at += n;
+  }
+  if (s->replica == 0) ops->dtoh(ops->dev, at, s->w[s->newest], (size_t)s->st->blocks[BUF_PARAMS]);
+  return b;
+}
+
+/* Rank 0: the outcome from every rank's payload (cp_fill_outcome's layout). */
+static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
+  const PipePlan *p = x->p;
+  memset(out, 0, sizeof *out);
+  out->steps = x->steps;
+  out->mb_per_step = x->mref;
+  int64_t nb = x->steps;
+  out->mb_loss = pd_calloc((size_t)(nb * x->mref) + 1, sizeof(double));
+  *bad = 0;
+  for (int i = 0; i < x->nsr; i++) {
+    uint64_t b;
+    memcpy(&b, pl[i], 8);
+    *bad += b;
+  }
+  for (int r = 0; r < p->w; r++) {
+    const float *l = (const float *)(const void *)(pl[(p->d - 1) * p->w + r] + 8);
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = l[b * p->m + j];
+  }
+  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  for (int64_t b = 0; b < nb; b++) {
+    double sum = 0;
+    for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
+    out->step_loss[b] = sum / (double)x->mref;
+  }
+  int cap = 16;
+  out->names = pd_calloc((size_t)cap, sizeof(char *));
+  out->numel = pd_calloc((size_t)cap, sizeof(int64_t));
+  out->weights = pd_calloc((size_t)cap, sizeof(float *));
+  for (int st = 0; st < p->d; st++) {
+    const RtStage *rs = &p->rt->stages[st];
+    const char *w = pl[st * p->w] + 8 + (st == p->d - 1 ? (size_t)(nb * p->m) * 4 : 0);
+    for (int k = 0; k < rs->nparams; k++) {
+      const RtParam *q = &rs->params[k];
+      bool seen = false;
+      for (int j = 0; j < out->nparams && !seen; j++) seen = strcmp(out->names[j], q->name) == 0;
+      if (seen) continue;
+      if (out->nparams == cap) {
+        cap *= 2;
+        out->names = pd_realloc(out->names, (size_t)cap * sizeof(char *));
+        out->numel = pd_realloc(out->numel, (size_t)cap * sizeof(int64_t));
+        out->weights = pd_realloc(out->weights, (size_t)cap * sizeof(float *));
+      }
+      out->names[out->nparams] = pd_strdup(q->name);
+      out->numel[out->nparams] = q->numel;
+      out->weights[out->nparams] = pd_malloc((size_t)q->bytes + 4);
+      memcpy(out->weights[out->nparams], w + q->offset, (size_t)q->bytes);
+      out->nparams++;
+    }
+  }
+  out->val_final = NAN;
+  out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
+  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
+  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  for (int st = 0; st < p->d; st++) {
+    out->arena_bytes[st] = (p->st[st].planned_bytes + 255) / 256 * 256;
+    out->planned_bytes[st] = p->st[st].planned_bytes;
+  }
+}
+
+/* Every rank's payload to rank 0, which assembles *out; false with err. */
+static bool gather(CpRun *x, PipeOutcome *out, char *err, size_t errlen) {
+  Transport *t = x->net->t;
+  char *mine = payload(x, &x->sr[x->self]);
+  if (x->self != 0) {
+    bool ok = transport_send(t, 0, TAG_RESULTS, mine, payload_bytes(x, x->self), "results") == TRANSPORT_OK;
+    free(mine);
+    if (!ok) snprintf(err, errlen, "%s", transport_error(t));
+    return ok;
+  }
+  char **pl = pd_calloc((size_t)x->nsr, sizeof(char *));
+  pl[0] = mine;
+  bool ok = true;
+  for (int i = 1; ok && i < x->nsr; i++) {
+    pl[i] = pd_malloc(payload_bytes(x, i) + 1);
+    ok = transport_recv(t, i, TAG_RESULTS, pl[i], payload_bytes(x, i), "results") == TRANSPORT_OK;
+  }
+  uint64_t bad = 0;
+  if (!ok) snprintf(err, errlen, "%s", transport_error(t));
+  else assemble(x, pl, out, &bad);
+  if (ok && bad) {
+    snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", x->o->data_path,
+             (unsigned long long)bad);
+    pipe_outcome_free(out);
+    memset(out, 0, sizeof *out);
+    ok = false;
+  }
+  for (int i = 0; i < x->nsr; i++) free(pl[i]);
+  free(pl);
+  return ok;
+}
+
+/* ---- entry points ----------------------------------------------------------------------------- */
+
+int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
+                       PipeOutcome *out, uint64_t *extra_bytes, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (transport_size(t) != p->d * p->w) {
+    snprintf(err, errlen, "the plan has %d stage replicas (%d stages x %d replicas) but %d processes were started: "
+             "run it as mpirun -np %d", p->d * p->w, p->d, p->w, transport_size(t), p->d * p->w);
+    return 1;
+  }
+  if (!ops->native_stream) {
+    snprintf(err, errlen, "this device gives no stream handles for NCCL (its CxDeviceOps has no native_stream): "
+             "it cannot run multi-GPU mode");
+    return 1;
+  }
+  if (!nccl_available(err, errlen)) return 1;
+  CpNet net = {.t = t};
+  CpRun x = {.p = p, .ops = ops, .o = o, .multi = true, .self = transport_rank(t), .net = &net};
+  int rc = 1;
+  if (cp_setup(&x, err, errlen) && net_setup(&x, err, errlen)) {
+    if (net_run(&x)) {
+      ops->sync(ops->dev);
+      if (gather(&x, out, err, errlen)) rc = 0;
+      if (extra_bytes) *extra_bytes = x.extra_bytes;
+    } else {
+      snprintf(err, errlen, "%s", x.err);
+      ops->sync(ops->dev);
+    }
+  }
+  net_teardown(&x);
+  cp_teardown(&x);
+  /* the others stop too: those blocked in MPI at once, those inside NCCL when
+   * transport_destroy ends the job */
+  if (rc && transport_status(t) == TRANSPORT_OK) transport_abort(t, err);
+  return rc;
+}

@@ -1,0 +1,202 @@
+/* tests/nccl/test_nccl_emu.c — multi-GPU pipeline mode (runtime/cuda_pipe_nccl.c)
+ * under mpirun, without GPUs: each MPI rank is one stage replica on its own emulated
+ * device (tests/cudaexec/emu_device.h: streams that reorder work), NCCL is
+ * tests/nccl/fake_nccl.c (NCCL's calls over MPI on host memory, loaded through
+ * PD2BW_LIBNCCL by runtime/cuda/nccl_transport.c, the real code path's loader).
+ * Rank 0 checks the gathered losses and weights against the CPU sequential
+ * reference (pipeline_check_reference), like test_cudapipe_emu does for single-GPU
+ * mode: every microbatch loss within TOL = 1e-5 relative, every weight within 10·TOL.
+ *
+ * The fake finishes each call before returning, after the device finished what was
+ * issued before it (the device table below syncs when the executor asks for a stream
+ * handle, right before each NCCL call): so this checks the executor's use of NCCL —
+ * which buffers, which peers and communicators, in which order, the tied and norm
+ * sums, the gather — not NCCL's device-side behaviour. THE REAL NCCL PATH HAS NEVER
+ * RUN ON GPUs.
+ *
+ *   mpirun -np 2 test_nccl_emu PD2BWC 2bw     2bw, d = 2, w = 1, m = 4, clip 1
+ *       (deferred tied steps, the pipeline norm); also checked against the vanilla
+ *       rule, which must NOT match (the bound discriminates);
+ *   mpirun -np 4 test_nccl_emu PD2BWC gpipe   gpipe, d = 2, w = 2, m = 2 (the
+ *       replica all-reduce, tied sums per replica), through cuda_pipe_nccl_main with
+ *       --reference and --log-json;
+ *   mpirun -np 3 test_nccl_emu PD2BWC 1f1b    1f1b, d = 3, w = 1, m = 4, clip 1,
+ *       recomputation on (grouped send/receive of both kinds, a middle stage).
+ * PD2BW_LIBNCCL must name the fake library (CTest sets it).
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cudaexec/emu_train.h"
+#include "runtime/cuda_pipe.h"
+#include "test.h"
+
+#define TOL 1e-5
+#define STEPS 3
+
+static char tmp[64] = "/tmp/pd2bw-test-nccl-XXXXXX";
+static Transport *T;
+static CxDeviceOps inner;
+
+/* The emulated device, plus the stream handle NCCL calls take: asking for one first
+ * runs everything issued (the fake reads and writes host memory at once). */
+static void *emu_native_stream(void *dev, int stream) {
+  inner.sync(dev);
+  return (void *)(uintptr_t)(stream + 1);
+}
+
+static CxDeviceOps nccl_ops(EmuOrder order) {
+  inner = emu_device_ops(tmp, order);
+  CxDeviceOps o = inner;
+  o.native_stream = emu_native_stream;
+  return o;
+}
+
+/* The fake's call counts: sends+receives, all-reduces, communicators. */
+static void fake_counts(long c[3]) {
+  c[0] = c[1] = c[2] = 0;
+  void *h = dlopen(getenv("PD2BW_LIBNCCL"), RTLD_NOW | RTLD_NOLOAD);
+  void (*fn)(long *) = h ? (void (*)(long *))(uintptr_t)dlsym(h, "fake_nccl_counts") : NULL;
+  if (fn) fn(c);
+  if (h) dlclose(h);
+}
+
+static bool make_plan(const char *name, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "'%s' tests/pipeline/tinygpt.model -q -D layers=2 -D dim=16 -D seq=8 -D heads=2 -D bsz=8 "
+           "--cluster tests/pipeline/cpu8.cluster --microbatch-size 2 %s -o '%s/%s'",
+           emu_pd2bwc(), args, tmp, name);
+  int rc = system(cmd);
+  if (rc != 0) fprintf(stderr, "  failed: %s\n", cmd);
+  return rc == 0;
+}
+
+/* tests/pipeline/common.sh's token file, as test_cudapipe_emu writes it */
+static void write_data(void) {
+  static const char text[] = "PipeDream-2BW keeps two weight versions per stage and updates them without "
+                             "flushing the pipeline. ";
+  char path[256];
+  emu_path(path, sizeof path, "train.bin");
+  FILE *f = fopen(path, "wb");
+  EXPECT(f != NULL);
+  for (int r = 0; f && r < 200; r++)
+    for (size_t i = 0; i + 1 < sizeof text; i++) {
+      uint16_t tok = (uint8_t)text[i];
+      fwrite(&tok, 2, 1, f);
+    }
+  if (f) fclose(f);
+}
+
+/* Trains plan `name` (made with `args`) through cx_pipe_train_nccl on every rank;
+ * rank 0 checks it against the reference, and with `vanilla` also that it does NOT
+ * match the vanilla rule. `sends`: the fewest sends+receives per rank. */
+static void run_check(const char *name, const char *args, EmuOrder order, long sends, bool vanilla) {
+  int rank = transport_rank(T);
+  EXPECT(make_plan(name, args));
+  char dir[256], data[256], err[RT_ERR_LEN];
+  emu_path(dir, sizeof dir, name);
+  emu_path(data, sizeof data, "train.bin");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  if (!p) fprintf(stderr, "  %s\n", err);
+  EXPECT(p != NULL);
+  if (!p) return;
+  if (p->rt->train.steps == 0) p->rt->train.steps = STEPS;
+  CxDeviceOps ops = nccl_ops(order);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome r;
+  uint64_t extra = 0;
+  double t0 = emu_now_s();
+  int rc = cx_pipe_train_nccl(p, &ops, &o, T, &r, &extra, err, sizeof err);
+  if (rc) fprintf(stderr, "  rank %d: %s\n", rank, err);
+  EXPECT(rc == 0);
+  long c[3];
+  fake_counts(c);
+  EmuCounts emu = emu_device_counts();
+  printf("  %s rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators; emulated device (%s): "
+         "%d launches, %d event records, %d stream waits; %.1f s\n", name, rank, c[0], c[1], c[2],
+         emu_order_name(order), emu.launches, emu.records, emu.waits, emu_now_s() - t0);
+  EXPECT(c[0] >= sends && c[2] >= 1); /* a middle stage holds no tied parameter */
+  EXPECT(emu.max_queued > 10); /* work really was deferred between the syncs */
+  if (!rc && rank == 0) {
+    PipeOptions po = {.data_path = data, .steps = STEPS};
+    EXPECT(pipeline_check_reference(p, &po, &r, TOL, stdout, err, sizeof err));
+    EXPECT(fabs(r.step_loss[STEPS - 1] - r.step_loss[0]) > 10 * TOL * r.step_loss[0]); /* it trained */
+    if (vanilla) {
+      p->schedule = PS_GPIPE;
+      FILE *devnull = fopen("/dev/null", "w");
+      bool same = pipeline_check_reference(p, &po, &r, TOL, devnull ? devnull : stdout, err, sizeof err);
+      if (devnull) fclose(devnull);
+      printf("  %s run against the vanilla (gpipe) rule: %s\n", name, same ? "matches (BAD)" : err);
+      EXPECT(!same);
+    }
+  }
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+}
+
+/* per batch: 4 activations or gradients each way; a tied sum and the norm */
+static void test_2bw(void) {
+  run_check("p2bw", "--precision fp32 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw "
+            "--recompute off", EMU_HIGHEST_FIRST, 2 * 4 * STEPS, true);
+}
+
+/* 1F1B's grouped "send activation, receive gradient" and recomputation */
+static void test_1f1b(void) {
+  run_check("p1f1b", "--precision fp32 -D clipv=1.0 --stages 3 --replicas 1 --microbatches 4 --schedule 1f1b "
+            "--recompute on", EMU_LOWEST_FIRST, 2 * 4 * STEPS, false);
+}
+
+static void test_gpipe(void) {
+  int rank = transport_rank(T);
+  EXPECT(make_plan("pgpipe", "--precision fp32 --stages 2 --replicas 2 --microbatches 2 --schedule gpipe "
+                             "--recompute off"));
+  char dir[256], data[256], log[256];
+  emu_path(dir, sizeof dir, "pgpipe");
+  emu_path(data, sizeof data, "train.bin");
+  emu_path(log, sizeof log, "pgpipe.jsonl");
+  CxDeviceOps ops = nccl_ops(EMU_LOWEST_FIRST);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = CX_GEMM_PLAN, .log_json = log,
+                       .reference = true, .ref_tol = TOL};
+  int rc = cuda_pipe_nccl_main("test_nccl_emu", dir, &ops, "emulated", &o, T);
+  EXPECT(rc == 0);
+  long c[3];
+  fake_counts(c);
+  printf("  rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators\n", rank, c[0], c[1], c[2]);
+  /* pipeline, replica and tied communicators; a replica all-reduce and a tied sum per batch */
+  EXPECT(c[2] == 3 && c[1] >= 2 * STEPS && c[0] >= 2 * 2 * STEPS);
+  if (rank == 0) {
+    FILE *f = fopen(log, "r");
+    EXPECT(f != NULL);
+    int lines = 0;
+    for (int ch; f && (ch = fgetc(f)) != EOF;) lines += ch == '\n';
+    if (f) fclose(f);
+    EXPECT(lines == STEPS);
+  }
+}
+
+int main(int argc, char **argv) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  T = transport_mpi_create(&argc, &argv, 120, err, sizeof err);
+  if (!T) {
+    fprintf(stderr, "test_nccl_emu: %s\n", err);
+    return 2;
+  }
+  const char *part = emu_test_begin(argc, argv, true, "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b]", tmp);
+  if (!part || !getenv("PD2BW_LIBNCCL")) {
+    if (part) fprintf(stderr, "test_nccl_emu: PD2BW_LIBNCCL must name tests/nccl's fake libnccl\n");
+    transport_abort(T, "bad arguments");
+    transport_destroy(T);
+    return 2;
+  }
+  write_data();
+  if (emu_test_part(part, "2bw")) RUN(test_2bw);
+  if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
+  if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
+  emu_test_end();
+  int rc = TEST_REPORT();
+  transport_destroy(T);
+  return rc;
+}
