@@ -370,6 +370,41 @@ bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k) {
 
 /* ---- results ------------------------------------------------------------------------- */
 
+float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q) {
+  for (int j = 0; j < out->nparams; j++)
+    if (strcmp(out->names[j], q->name) == 0) return NULL;
+  if (out->nparams == *cap) {
+    *cap = *cap ? 2 * *cap : 16;
+    out->names = pd_realloc(out->names, (size_t)*cap * sizeof(char *));
+    out->numel = pd_realloc(out->numel, (size_t)*cap * sizeof(int64_t));
+    out->weights = pd_realloc(out->weights, (size_t)*cap * sizeof(float *));
+  }
+  out->names[out->nparams] = pd_strdup(q->name);
+  out->numel[out->nparams] = q->numel;
+  out->weights[out->nparams] = pd_malloc((size_t)q->bytes + 4);
+  return out->weights[out->nparams++];
+}
+
+void cp_outcome_finish(const CpRun *x, PipeOutcome *out) {
+  const PipePlan *p = x->p;
+  int64_t nb = x->steps;
+  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  for (int64_t b = 0; b < nb; b++) {
+    double sum = 0;
+    for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
+    out->step_loss[b] = sum / (double)x->mref;
+  }
+  out->val_final = NAN; /* no validation in this mode */
+  out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
+  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
+  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  for (int st = 0; st < p->d; st++) {
+    out->arena_bytes[st] = up256(p->st[st].planned_bytes);
+    out->planned_bytes[st] = p->st[st].planned_bytes;
+  }
+}
+
 void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
@@ -385,46 +420,17 @@ void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
     for (int64_t b = 0; b < nb; b++)
       for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = x->host_loss[b * p->m + j];
   }
-  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
-  for (int64_t b = 0; b < nb; b++) {
-    double sum = 0;
-    for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
-    out->step_loss[b] = sum / (double)x->mref;
-  }
   /* every parameter once, from the first stage holding it (replica 0, newest version) */
-  int cap = 16;
-  out->names = pd_calloc((size_t)cap, sizeof(char *));
-  out->numel = pd_calloc((size_t)cap, sizeof(int64_t));
-  out->weights = pd_calloc((size_t)cap, sizeof(float *));
+  int cap = 0;
   for (int st = 0; st < p->d; st++) {
     CpSr *s = cp_sr(x, st, 0);
     for (int k = 0; k < s->st->nparams; k++) {
       const RtParam *q = &s->st->params[k];
-      bool seen = false;
-      for (int j = 0; j < out->nparams && !seen; j++) seen = strcmp(out->names[j], q->name) == 0;
-      if (seen) continue;
-      if (out->nparams == cap) {
-        cap *= 2;
-        out->names = pd_realloc(out->names, (size_t)cap * sizeof(char *));
-        out->numel = pd_realloc(out->numel, (size_t)cap * sizeof(int64_t));
-        out->weights = pd_realloc(out->weights, (size_t)cap * sizeof(float *));
-      }
-      out->names[out->nparams] = pd_strdup(q->name);
-      out->numel[out->nparams] = q->numel;
-      out->weights[out->nparams] = pd_malloc((size_t)q->bytes + 4);
-      ops->dtoh(ops->dev, out->weights[out->nparams], s->w[s->newest] + (CxPtr)q->offset, (size_t)q->bytes);
-      out->nparams++;
+      float *dst = cp_outcome_param(out, &cap, q);
+      if (dst) ops->dtoh(ops->dev, dst, s->w[s->newest] + (CxPtr)q->offset, (size_t)q->bytes);
     }
   }
-  out->val_final = NAN; /* no validation in this mode */
-  out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
-  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
-  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  for (int st = 0; st < p->d; st++) {
-    out->arena_bytes[st] = up256(p->st[st].planned_bytes);
-    out->planned_bytes[st] = p->st[st].planned_bytes;
-  }
+  cp_outcome_finish(x, out);
 }
 
 int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,

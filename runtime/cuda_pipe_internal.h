@@ -120,6 +120,13 @@ void cp_teardown(CpRun *x);
  * (x->err set) when the slot is still needed: CP_DATA_SLOTS is too small. */
 bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
 void cp_fill_outcome(CpRun *x, PipeOutcome *out);
+/* Adds parameter q to out (names, numel, a weights buffer of q->bytes the caller fills)
+ * and returns that buffer, or NULL when out already holds q (a tied copy); *cap starts
+ * at 0. */
+float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q);
+/* After mb_loss and the parameters: step losses, the measured step time, memory per
+ * stage (the SR part: the plan's figure), no validation. */
+void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
 
 /* Whether this process sets up and runs SR i. */
 static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }

@@ -391,46 +391,17 @@ static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
     for (int64_t b = 0; b < nb; b++)
       for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = l[b * p->m + j];
   }
-  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
-  for (int64_t b = 0; b < nb; b++) {
-    double sum = 0;
-    for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
-    out->step_loss[b] = sum / (double)x->mref;
-  }
-  int cap = 16;
-  out->names = pd_calloc((size_t)cap, sizeof(char *));
-  out->numel = pd_calloc((size_t)cap, sizeof(int64_t));
-  out->weights = pd_calloc((size_t)cap, sizeof(float *));
+  int cap = 0;
   for (int st = 0; st < p->d; st++) {
     const RtStage *rs = &p->rt->stages[st];
     const char *w = pl[st * p->w] + 8 + (st == p->d - 1 ? (size_t)(nb * p->m) * 4 : 0);
     for (int k = 0; k < rs->nparams; k++) {
       const RtParam *q = &rs->params[k];
-      bool seen = false;
-      for (int j = 0; j < out->nparams && !seen; j++) seen = strcmp(out->names[j], q->name) == 0;
-      if (seen) continue;
-      if (out->nparams == cap) {
-        cap *= 2;
-        out->names = pd_realloc(out->names, (size_t)cap * sizeof(char *));
-        out->numel = pd_realloc(out->numel, (size_t)cap * sizeof(int64_t));
-        out->weights = pd_realloc(out->weights, (size_t)cap * sizeof(float *));
-      }
-      out->names[out->nparams] = pd_strdup(q->name);
-      out->numel[out->nparams] = q->numel;
-      out->weights[out->nparams] = pd_malloc((size_t)q->bytes + 4);
-      memcpy(out->weights[out->nparams], w + q->offset, (size_t)q->bytes);
-      out->nparams++;
+      float *dst = cp_outcome_param(out, &cap, q);
+      if (dst) memcpy(dst, w + q->offset, (size_t)q->bytes);
     }
   }
-  out->val_final = NAN;
-  out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
-  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
-  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  for (int st = 0; st < p->d; st++) {
-    out->arena_bytes[st] = (p->st[st].planned_bytes + 255) / 256 * 256;
-    out->planned_bytes[st] = p->st[st].planned_bytes;
-  }
+  cp_outcome_finish(x, out);
 }
 
 /* Every rank's payload to rank 0, which assembles *out; false with err. */
