@@ -162,20 +162,6 @@ static bool fusible_kind(const Graph *g, const Op *op) {
   return k == OP_SCALE || k == OP_GELU || k == OP_RELU || k == OP_DROPOUT || k == OP_DROPOUT_BWD;
 }
 
-/* The one consumer of t among the stage's ops, or -1. */
-static int sole_consumer(Emit *e, int t) {
-  int found = -1, n = 0;
-  for (int o = 0; o < e->g->nops; o++) {
-    const Op *op = &e->g->ops[o];
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == t) {
-        n++;
-        found = o;
-      }
-  }
-  return n == 1 && layout_has_op(e->L, found) ? found : -1;
-}
-
 /* True when writing tensor `out` elementwise could clobber an element of `in` not
  * yet read: their bytes overlap but they do not start at the same place. */
 static bool hazard(Emit *e, int out, int in) {
@@ -200,7 +186,7 @@ static int chain_from(Emit *e, const int *ops, int nops, int k, int *chain, int 
     const TensorPlace *pl = &e->L->place[t];
     if (pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || t == g->loss) break;
     int c = ops[k + n];
-    if (sole_consumer(e, t) != c || e->done[c] || g->ops[c].region != cur->region) break;
+    if (cgen_sole_consumer(e->g, e->L, t) != c || e->done[c] || g->ops[c].region != cur->region) break;
     const Op *nx = &g->ops[c];
     if (!fusible_kind(g, nx) || numel(e, nx->out[0]) != len || acc(e, nx->out[0])) break;
     if (nx->kind == OP_ADD || nx->kind == OP_MUL) {
@@ -470,8 +456,8 @@ static void emit_op(Emit *e, const Op *op) {
     break;
   case OP_LAYERNORM_BWD: {
     int dg = op->out[1], db = op->out[2];
-    bool want_g = acc(e, dg) || sole_consumer(e, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
-    bool want_b = acc(e, db) || sole_consumer(e, db) >= 0 || e->L->place[db].cls != BUF_WORK;
+    bool want_g = acc(e, dg) || cgen_sole_consumer(e->g, e->L, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
+    bool want_b = acc(e, db) || cgen_sole_consumer(e->g, e->L, db) >= 0 || e->L->place[db].cls != BUF_WORK;
     PD_CHECK(!(want_g && want_b) || acc(e, dg) == acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
     int la = (want_g && acc(e, dg)) || (want_b && acc(e, db));
     str_printf(s, "  K(layernorm_bwd)(%s, %s, %s, %s, 0, %s, %s, %s, %lld, %lld, (R)%.17g, %d);\n",

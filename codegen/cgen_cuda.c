@@ -267,19 +267,6 @@ static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_
 
 /* ---- the ops --------------------------------------------------------------------- */
 
-int cu_sole_consumer(const CuEmit *e, int t) {
-  int found = -1, n = 0;
-  for (int o = 0; o < e->g->nops; o++) {
-    const Op *op = &e->g->ops[o];
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == t) {
-        n++;
-        found = o;
-      }
-  }
-  return n == 1 && layout_has_op(e->L, found) ? found : -1;
-}
-
 /* True when t was placed on (accumulated into) the same gradient as `into`. */
 static bool folded_into(const CuEmit *e, int t, int into) {
   const TensorPlace *a = &e->L->place[t], *b = &e->L->place[into];
@@ -476,8 +463,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   }
   case OP_LAYERNORM_BWD: {
     int dg = op->out[1], db = op->out[2];
-    bool want_g = acc(e, dg) || cu_sole_consumer(e, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
-    bool want_b = acc(e, db) || cu_sole_consumer(e, db) >= 0 || e->L->place[db].cls != BUF_WORK;
+    bool want_g = acc(e, dg) || cgen_sole_consumer(e->g, e->L, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
+    bool want_b = acc(e, db) || cgen_sole_consumer(e->g, e->L, db) >= 0 || e->L->place[db].cls != BUF_WORK;
     PD_CHECK(!(want_g && want_b) || acc(e, dg) == acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
     int la = (want_g && acc(e, dg)) || (want_b && acc(e, db));
     int64_t M = rows(e, y), Cc = lastd(e, y);
@@ -744,12 +731,7 @@ bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const C
 bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
                          int64_t b, const CodegenCudaOptions *o, const char *dir, cJSON *stages, Diag *d) {
   for (int i = 0; i < nstages; i++) {
-    cJSON *st = cJSON_GetArrayItem(stages, i);
-    if (!st) {
-      st = cJSON_CreateObject();
-      cJSON_AddNumberToObject(st, "index", i);
-      cJSON_AddItemToArray(stages, st);
-    }
+    cJSON *st = cgen_stage_element(stages, i);
     cJSON *prog = cJSON_GetObjectItem(st, "program");
     if (!prog) prog = cJSON_AddObjectToObject(st, "program");
     StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);

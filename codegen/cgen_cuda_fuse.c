@@ -87,7 +87,7 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
     int c = ops[next + n];
     const Op *nx = &g->ops[c];
     if (e->done[c] || nx->region != region || !fusible_kind(g, nx)) break;
-    if (n > 0 ? cu_sole_consumer(e, t) != c : !uses(nx, t)) break;
+    if (n > 0 ? cgen_sole_consumer(e->g, e->L, t) != c : !uses(nx, t)) break;
     if (cu_numel(e, nx->out[0]) != len || acc(e, nx->out[0])) break;
     if ((nx->kind == OP_ADD || nx->kind == OP_MUL) && nx->in[0] == nx->in[1]) break;
     chain[n++] = c;
@@ -163,7 +163,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     /* the linear's output is stored unless it is an intermediate like any other */
     const TensorPlace *pl = &e->L->place[lead_y];
     bool keep = pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
-                cu_sole_consumer(e, lead_y) != chain[0];
+                cgen_sole_consumer(e->g, e->L, lead_y) != chain[0];
     operand(e, a, sizeof a, lead_y, len);
     operand(e, other, sizeof other, first->in[2], len);
     str_printf(s, "    const float vb = %s + %s;\n", a, other);

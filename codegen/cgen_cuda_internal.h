@@ -59,8 +59,6 @@ void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, uns
 cJSON *cu_arg_ptr(CuPtr p);
 cJSON *cu_arg_num(const char *type, double v);
 cJSON *cu_arg_runtime(const char *type, const char *what, double value);
-/* The one consumer of tensor t among the graph's ops when it is in the stage, else -1. */
-int cu_sole_consumer(const CuEmit *e, int t);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
 

@@ -186,15 +186,33 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
   return ok;
 }
 
+int cgen_sole_consumer(const Graph *g, const StageLayout *L, int t) {
+  int found = -1, n = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    for (int i = 0; i < op->nin; i++)
+      if (op->in[i] == t) {
+        n++;
+        found = o;
+      }
+  }
+  return n == 1 && layout_has_op(L, found) ? found : -1;
+}
+
+cJSON *cgen_stage_element(cJSON *stages, int i) {
+  cJSON *st = cJSON_GetArrayItem(stages, i);
+  if (!st) {
+    st = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st, "index", i);
+    cJSON_AddItemToArray(stages, st);
+  }
+  return st;
+}
+
 bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
                       int64_t b, const CodegenOptions *o, const char *dir, cJSON *stages, Diag *d) {
   for (int i = 0; i < nstages; i++) {
-    cJSON *st = cJSON_GetArrayItem(stages, i);
-    if (!st) {
-      st = cJSON_CreateObject();
-      cJSON_AddNumberToObject(st, "index", i);
-      cJSON_AddItemToArray(stages, st);
-    }
+    cJSON *st = cgen_stage_element(stages, i);
     cJSON_DeleteItemFromObjectCaseSensitive(st, "program");
     cJSON *prog = cJSON_AddObjectToObject(st, "program");
     StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);
