@@ -84,3 +84,10 @@ bool atomic_commit(AtomicFile *af, char *err, size_t errlen) {
   atomic_release(af);
   return true;
 }
+
+bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen) {
+  AtomicFile af;
+  if (!atomic_open(&af, path, err, errlen)) return false;
+  atomic_write(&af, text, strlen(text));
+  return atomic_commit(&af, err, errlen);
+}

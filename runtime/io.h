@@ -49,6 +49,8 @@ void atomic_write(AtomicFile *af, const void *p, size_t n);
 /* Flushes, fsyncs, closes and renames; on any failure removes the temp file. */
 bool atomic_commit(AtomicFile *af, char *err, size_t errlen);
 void atomic_abort(AtomicFile *af);
+/* The whole of text as path, through the steps above (JSON reports, traces). */
+bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen);
 
 /* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
  * *len excludes the NUL. (read_file.c) */

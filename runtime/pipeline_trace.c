@@ -79,12 +79,7 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
   cJSON_AddStringToObject(root, "displayTimeUnit", "ms");
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
-  AtomicFile af;
-  bool ok = atomic_open(&af, path, err, errlen);
-  if (ok) {
-    atomic_write(&af, text, strlen(text));
-    ok = atomic_commit(&af, err, errlen);
-  }
+  bool ok = atomic_write_text(path, text, err, errlen);
   free(text);
   return ok;
 }
@@ -168,12 +163,7 @@ bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const
   }
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
-  AtomicFile af;
-  bool ok = atomic_open(&af, path, err, errlen);
-  if (ok) {
-    atomic_write(&af, text, strlen(text));
-    ok = atomic_commit(&af, err, errlen);
-  }
+  bool ok = atomic_write_text(path, text, err, errlen);
   free(text);
   return ok;
 }
