@@ -33,7 +33,12 @@ static const ClusterKey keys[] = {
     {"device", KEY_TEXT, offsetof(Cluster, device), 1, 0, true, "device = \"V100-16GB\""},
     {"memory_gib", KEY_AMOUNT, offsetof(Cluster, memory_bytes), 1073741824.0, 1e9, false,
      "memory_gib = 16"},
-    {"tflops", KEY_AMOUNT, offsetof(Cluster, flops), 1e12, 1e9, false, "tflops = 125"},
+    /* either tflops (one rate for every precision) or tflops_fp32 with optional
+     * tflops_tf32 / tflops_bf16: checked after the loop (check_peaks) */
+    {"tflops", KEY_AMOUNT, offsetof(Cluster, flops), 1e12, 1e9, true, "tflops = 125"},
+    {"tflops_fp32", KEY_AMOUNT, offsetof(Cluster, flops_fp32), 1e12, 1e9, true, "tflops_fp32 = 15.7"},
+    {"tflops_tf32", KEY_AMOUNT, offsetof(Cluster, flops_tf32), 1e12, 1e9, true, "tflops_tf32 = 494.5"},
+    {"tflops_bf16", KEY_AMOUNT, offsetof(Cluster, flops_bf16), 1e12, 1e9, true, "tflops_bf16 = 989"},
     {"memory_gbs", KEY_AMOUNT, offsetof(Cluster, mem_bandwidth), 1e9, 1e12, false,
      "memory_gbs = 900"},
     {"intra_node_gbs", KEY_AMOUNT, offsetof(Cluster, intra_bandwidth), 1e9, 1e12, false,
@@ -76,6 +81,35 @@ static bool set_key(LowerCtx *c, const ClusterKey *k, const Ast *e, Cluster *out
   return true;
 }
 
+/* The compute peak comes in one of two forms: `tflops` (the rate of every precision:
+ * old files, CPUs) or per precision, `tflops_fp32` plus optional `tflops_tf32` (left
+ * out: the device has no TF32 and runs it at the FP32 rate) and `tflops_bf16` (left
+ * out: no BF16; the planner refuses --precision bf16). Mixing them is ambiguous. */
+static void check_peaks(Diag *d, const Ast *cluster, const Ast *const *given) {
+  int plain = -1, fp32 = -1, first_per = -1;
+  for (int k = 0; k < NKEYS; k++) {
+    if (strcmp(keys[k].name, "tflops") == 0) plain = k;
+    else if (strcmp(keys[k].name, "tflops_fp32") == 0) fp32 = k;
+    if (strncmp(keys[k].name, "tflops_", 7) == 0 && given[k] &&
+        (first_per < 0 || given[k]->name_loc.line < given[first_per]->name_loc.line))
+      first_per = k;
+  }
+  if (given[plain] && first_per >= 0) {
+    diag_error(d, given[first_per]->name_loc, "cluster '%s' sets both 'tflops' and '%s': give "
+               "either tflops (one peak for every precision) or tflops_fp32 with optional "
+               "tflops_tf32 and tflops_bf16", cluster->name, keys[first_per].name);
+    diag_note(d, given[plain]->name_loc, "'tflops' is set here");
+  } else if (!given[plain] && !given[fp32]) {
+    if (first_per >= 0)
+      diag_error(d, given[first_per]->name_loc, "cluster '%s' sets '%s' but not 'tflops_fp32' "
+                 "(expected a line like '%s;')", cluster->name, keys[first_per].name, keys[fp32].help);
+    else
+      diag_error(d, cluster->name_loc, "cluster '%s' does not set its compute peak (expected a "
+                 "line like '%s;' or per precision '%s;')", cluster->name, keys[plain].help,
+                 keys[fp32].help);
+  }
+}
+
 bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out) {
   PD_CHECK(cluster && cluster->kind == AST_CLUSTER);
   int errors = d->nerrors;
@@ -96,7 +130,8 @@ bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out)
       if (strcmp(keys[i].name, s->name) == 0) k = i;
     if (k < 0) {
       diag_error(d, s->name_loc, "unknown cluster key '%s' (expected nodes, devices_per_node, "
-                 "device, memory_gib, tflops, memory_gbs, intra_node_gbs or inter_node_gbs)",
+                 "device, memory_gib, tflops, tflops_fp32, tflops_tf32, tflops_bf16, memory_gbs, "
+                 "intra_node_gbs or inter_node_gbs)",
                  s->name);
       continue;
     }
@@ -112,6 +147,7 @@ bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out)
     if (!given[k] && !keys[k].optional)
       diag_error(d, cluster->name_loc, "cluster '%s' does not set '%s' (expected a line like "
                  "'%s;')", cluster->name, keys[k].name, keys[k].help);
+  check_peaks(d, cluster, given);
   if (d->nerrors > errors) return false;
   *out = cl;
   return true;

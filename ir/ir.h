@@ -333,7 +333,11 @@ typedef struct Cluster {
   int devices_per_node;
   const char *device;        /* "V100-16GB", "H200", "cpu" */
   double memory_bytes;       /* per device */
-  double flops;              /* peak FLOP/s per device used by the cost model */
+  double flops;              /* peak FLOP/s per device for every precision ("tflops");
+                                0 when the file gives per-precision peaks instead */
+  double flops_fp32;         /* per-precision peaks ("tflops_fp32", "tflops_tf32",       */
+  double flops_tf32;         /* "tflops_bf16"); 0 = not given: tf32 then runs at the    */
+  double flops_bf16;         /* fp32 rate, and the device has no bf16 (planner.h) */
   double mem_bandwidth;      /* bytes/s per device */
   double intra_bandwidth;    /* bytes/s between devices in a node (per link) */
   double inter_bandwidth;    /* bytes/s between nodes (per device) */

@@ -106,6 +106,35 @@ int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b);
  * overwriting it: the parameter-gradient kernels, add and scale. */
 bool layout_accumulates_natively(OpKind k);
 
+/* ---- the CUDA programs' GPU-only block, cuda_scratch (layout_cuda.c) ---------------
+ * codegen/cgen_cuda.c lays it out: [0, 64) counters (bad ids, the cross-entropy's
+ * valid count, the loss); from 64 the forward cross-entropy's per-row losses (8 bytes
+ * a row); with bf16 GEMMs, from the next 256-byte boundary, one GEMM's operands as
+ * bfloat16, A then B at the next 256-byte boundary, reused by every GEMM of the stage
+ * (so the largest GEMM decides). Its SIZE is defined here, once: codegen records this
+ * figure (and checks its launches stay inside it), the planner counts it in a stage's
+ * device memory. The bf16 staging therefore depends on the partition: it is the
+ * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is). */
+#define LAYOUT_CUDA_SCRATCH_ROWS 64 /* where the row losses start */
+#define LAYOUT_CUDA_BF16_ALIGN 256  /* the staging buffers' alignment (cuBLAS wants it) */
+
+/* Float32 elements op reads as its GEMM's A and B on the CUDA backend (the whole
+ * in[0] and in[1]: linear, matmul, linear_dw, matmul_dw_t); false for other ops. */
+bool layout_cuda_gemm_operands(const Graph *g, const Op *op, int64_t b, int64_t *a_elems,
+                               int64_t *b_elems);
+/* Rows of a forward cross-entropy's row-loss array at microbatch b; 0 for other ops. */
+int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b);
+/* Bytes one bf16 GEMM stages: A's copy rounded up to 256, then B's. */
+int64_t layout_cuda_gemm_staging(int64_t a_elems, int64_t b_elems);
+/* Offset of the bf16 staging in cuda_scratch after ce_rows row losses. */
+int64_t layout_cuda_bf16_staging(int64_t ce_rows);
+/* cuda_scratch bytes (a multiple of LAYOUT_ALIGN) from the stage's largest forward
+ * cross-entropy (rows) and, with bf16 GEMMs, its largest layout_cuda_gemm_staging
+ * (pass 0 without). */
+int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf16);
+/* The stage's cuda_scratch bytes from its forward and backward ops. */
+int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16);
+
 /* Every size and offset above is for float32 reals; a float64 program (the
  * gradient-check build) doubles them all, which keeps int32 tensors in bounds. */
 

@@ -1,7 +1,9 @@
 /* passes/plan_cost.c — the cost model (PipeDream-2BW, Appendix A) and placement.
  *
  * Compute: each segment runs at the roofline, max(FLOPs / peak, bytes / memory
- * bandwidth), times the microbatch size, forward and backward separately; measured
+ * bandwidth), times the microbatch size, forward and backward separately. The peak
+ * is the cluster's for the plan's GEMM precision (plan_peak_flops): on an H200 bf16
+ * runs at twice the tf32 rate and ~15x the fp32 one. Measured
  * per-sample times (--profile) replace the roofline. Recomputation re-runs the
  * forward inside the backward. Point-to-point: boundary bytes over the bandwidth of
  * the link between the two stages' devices. All-reduce: ring, 2(w-1)/w x bytes over
@@ -16,8 +18,40 @@
  */
 #include "passes/planner.h"
 
-static double roofline(const Cluster *c, double flops, double bytes) {
-  double tf = c->flops > 0 ? flops / c->flops : 0;
+#include <string.h>
+
+static const char *const precision_names[PPR_COUNT] = {
+    [PPR_TF32] = "tf32", [PPR_FP32] = "fp32", [PPR_BF16] = "bf16"};
+
+const char *plan_precision_name(PlanPrecision p) {
+  PD_CHECK(p >= 0 && p < PPR_COUNT, "precision %d", (int)p);
+  return precision_names[p];
+}
+
+bool plan_precision_parse(const char *s, PlanPrecision *out) {
+  for (int i = 0; i < PPR_COUNT; i++)
+    if (strcmp(s, precision_names[i]) == 0) {
+      *out = (PlanPrecision)i;
+      return true;
+    }
+  return false;
+}
+
+double plan_peak_flops(const Cluster *c, PlanPrecision p) {
+  if (c->flops > 0) return c->flops; /* one rate for every precision */
+  switch (p) {
+  case PPR_FP32: return c->flops_fp32;
+  case PPR_TF32: return c->flops_tf32 > 0 ? c->flops_tf32 : c->flops_fp32;
+  case PPR_BF16: return c->flops_bf16;
+  case PPR_COUNT: break;
+  }
+  PD_CHECK(0, "precision %d", (int)p);
+  return 0;
+}
+
+static double roofline(const PlanInput *in, const Cluster *c, double flops, double bytes) {
+  double peak = plan_peak_flops(c, in->precision);
+  double tf = peak > 0 ? flops / peak : 0;
   double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
   return tf > tb ? tf : tb;
 }
@@ -26,7 +60,7 @@ double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_
   double t = 0;
   for (int i = a; i < e; i++) {
     const PlanSegment *s = &in->segs[i];
-    t += s->fwd_time_s > 0 ? s->fwd_time_s : roofline(c, s->fwd_flops, s->fwd_bytes);
+    t += s->fwd_time_s > 0 ? s->fwd_time_s : roofline(in, c, s->fwd_flops, s->fwd_bytes);
   }
   return t * (double)b;
 }
@@ -35,7 +69,7 @@ double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_
   double t = 0;
   for (int i = a; i < e; i++) {
     const PlanSegment *s = &in->segs[i];
-    t += s->bwd_time_s > 0 ? s->bwd_time_s : roofline(c, s->bwd_flops, s->bwd_bytes);
+    t += s->bwd_time_s > 0 ? s->bwd_time_s : roofline(in, c, s->bwd_flops, s->bwd_bytes);
   }
   return t * (double)b;
 }

@@ -9,13 +9,15 @@
 
 #include <string.h>
 
+#include "passes/layout.h"
+
 void plan_input_init(PlanInput *in, const char *name) {
   memset(in, 0, sizeof *in);
   in->name = pd_strdup(name ? name : "model");
 }
 
 void plan_input_free(PlanInput *in) {
-  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name);
+  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda);
   for (int i = 0; i < in->ntied; i++) free(in->tied[i].name);
   free(in->segs);
   free(in->tied);
@@ -32,6 +34,25 @@ PlanSegment *plan_input_add_segment(PlanInput *in, const char *name) {
   memset(s, 0, sizeof *s);
   s->name = pd_strdup(name);
   return s;
+}
+
+void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
+  s->cuda = pd_realloc(s->cuda, (size_t)(s->ncuda + 1) * sizeof *s->cuda);
+  s->cuda[s->ncuda++] = t;
+}
+
+/* The op's cuda_scratch needs as exact linear functions of b: layout.h's counts at
+ * b = 1 and b = 2 (element counts are linear in b: numel(b) = b·numel(1) for a batched
+ * shape, constant otherwise). */
+static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
+  int64_t a1, b1, a2, b2;
+  if (layout_cuda_gemm_operands(g, op, 1, &a1, &b1)) {
+    layout_cuda_gemm_operands(g, op, 2, &a2, &b2);
+    plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
+  } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {
+    a2 = layout_cuda_ce_rows(g, op, 2);
+    plan_segment_add_cuda(s, (PlanCudaTerm){false, a2 - a1, 2 * a1 - a2, 0, 0});
+  }
 }
 
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
@@ -78,6 +99,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     const Op *op = &g->ops[i];
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
+    add_cuda_terms(g, op, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
       s->bwd_flops += c.flops;

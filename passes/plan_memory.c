@@ -15,6 +15,13 @@
  *             microbatch whose activations are rebuilt during its backward)
  * P counts the stage's own parameters plus every tied parameter it holds.
  *
+ * A plan with CUDA programs also needs, on each stage's device, the programs'
+ * GPU-only cuda_scratch block (passes/layout.h: counters, the cross-entropy's row
+ * losses and, with bf16 GEMMs, the largest GEMM's operands as bfloat16). The CUDA
+ * runtimes allocate it beside the arena, so it is not a buffer of the arena; it is
+ * part of what must fit the device (plan_stage_device_bytes), in the search and in
+ * the exact plan alike.
+ *
  * Those are the search's estimates (PlanSegment sums, no graph needed). Once the
  * configuration is chosen, plan_apply_layouts() rebuilds each stage's plan from the
  * stage programs' exact block sizes, buffer for buffer what the pipeline runtime
@@ -23,6 +30,8 @@
 #include "passes/planner.h"
 
 #include <string.h>
+
+#include "passes/layout.h"
 
 #define PLAN_ALIGN 256u
 
@@ -129,12 +138,42 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   put(&L, PB_WORKSPACE, 0, b * ws);
   if (st) {
     st->total_bytes = st->estimated_bytes = L.top;
+    st->cuda_scratch = sum->cuda_scratch;
     st->params = sum->params;
     st->stash_slot_bytes = b * slot;
     st->nversions = nversions;
     st->nstash = nstash;
   }
-  return L.top;
+  return L.top + align_up(sum->cuda_scratch);
+}
+
+uint64_t plan_stage_device_bytes(const PlanStage *st) {
+  return st->total_bytes + align_up(st->cuda_scratch);
+}
+
+void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging) {
+  *ce_rows = *staging = 0;
+  for (int k = 0; k < s->ncuda; k++) {
+    const PlanCudaTerm *t = &s->cuda[k];
+    int64_t a = t->a1 * b + t->a0;
+    if (!t->gemm) {
+      if (a > *ce_rows) *ce_rows = a;
+      continue;
+    }
+    int64_t x = layout_cuda_gemm_staging(a, t->b1 * b + t->b0);
+    if (x > *staging) *staging = x;
+  }
+}
+
+uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b) {
+  if (!in->cuda) return 0;
+  int64_t rows = 0, staging = 0, r, x;
+  for (int s = a; s < e; s++) {
+    plan_segment_cuda_needs(&in->segs[s], b, &r, &x);
+    if (r > rows) rows = r;
+    if (x > staging) staging = x;
+  }
+  return (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
 }
 
 void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum) {
@@ -154,6 +193,7 @@ uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, in
                            int nversions, int nstash, PlanStage *st) {
   PlanStageSums sum;
   plan_stage_sums(in, a, e, &sum);
+  sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
 }
 
@@ -193,8 +233,9 @@ int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks) {
     put(&L, PB_WORKSPACE, 0, (double)B->work);
     if (recv) put_n(&L, PB_TIED_RECV, 2, (double)recv);
     st->total_bytes = L.top;
+    st->cuda_scratch = B->cuda_scratch;
     st->stash_slot_bytes = (double)slot;
-    over += (double)st->total_bytes > p->cluster.memory_bytes;
+    over += (double)plan_stage_device_bytes(st) > p->cluster.memory_bytes;
   }
   return over;
 }

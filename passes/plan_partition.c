@@ -8,12 +8,17 @@
  * starts) only grow as it takes more segments, so the scan over a stops as soon as
  * one passes the bound: close to O(n^2) per configuration rather than O(d n^2),
  * and still exact. The same recurrence minimising the largest stage memory
- * says how far over memory a configuration that fits nowhere is.
+ * says how far over memory a configuration that fits nowhere is. A CUDA plan's
+ * cuda_scratch (the largest forward cross-entropy and, with bf16, the largest GEMM
+ * of the stage's segments) is a running maximum as the stage grows, so it is part
+ * of the memory bound too.
  */
 #include "passes/planner.h"
 
 #include <float.h>
 #include <string.h>
+
+#include "passes/layout.h"
 
 typedef struct Dp {
   const PlanInput *in;
@@ -23,6 +28,7 @@ typedef struct Dp {
   double *bw_p2p;   /* [d-1] */
   double *bw_ar;    /* [d] */
   double cap;       /* device memory */
+  int64_t *ce_rows, *staging; /* per segment at the configuration's b (CUDA plans) */
 } Dp;
 
 /* Time per batch of stage i holding [a, e) (sum given). */
@@ -63,8 +69,13 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
       PlanStageSums s;
       memset(&s, 0, sizeof s);
       s.out_bytes = in->segs[e - 1].out_bytes;
-      int64_t own = 0;
+      int64_t own = 0, rows = 0, staging = 0;
       for (int a = e - 1; a >= i; a--) {
+        if (in->cuda) {
+          if (p->ce_rows[a] > rows) rows = p->ce_rows[a];
+          if (p->staging[a] > staging) staging = p->staging[a];
+          s.cuda_scratch = (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
+        }
         if (i == 0 && a != 0) { /* stage 0 starts at segment 0: accumulate only */
           own += in->segs[a].params;
           s.stash += in->segs[a].stash_bytes;
@@ -120,7 +131,12 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
                       PlanPlacement pl, int *cuts, double *min_over_bytes) {
   int n = in->nsegs, d = cfg->stages, w = cfg->replicas;
   PD_CHECK(d >= 1 && d <= n, "stages %d for %d segments", d, n);
-  Dp p = {in, c, cfg, NULL, NULL, NULL, NULL, c->memory_bytes};
+  Dp p = {in, c, cfg, NULL, NULL, NULL, NULL, c->memory_bytes, NULL, NULL};
+  p.ce_rows = pd_calloc((size_t)n, sizeof(int64_t));
+  p.staging = pd_calloc((size_t)n, sizeof(int64_t));
+  if (in->cuda)
+    for (int s = 0; s < n; s++)
+      plan_segment_cuda_needs(&in->segs[s], cfg->microbatch_size, &p.ce_rows[s], &p.staging[s]);
   p.F = pd_calloc((size_t)n + 1, sizeof(double));
   p.B = pd_calloc((size_t)n + 1, sizeof(double));
   for (int s = 0; s < n; s++) {
@@ -142,5 +158,7 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
   free(p.B);
   free(p.bw_p2p);
   free(p.bw_ar);
+  free(p.ce_rows);
+  free(p.staging);
   return r;
 }

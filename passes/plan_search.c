@@ -46,6 +46,8 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
     char *name = s->name;
     *s = src->segs[i];
     s->name = name;
+    s->cuda = NULL, s->ncuda = 0;
+    for (int k = 0; k < src->segs[i].ncuda; k++) plan_segment_add_cuda(s, src->segs[i].cuda[k]);
   }
   for (int i = 0; i < src->ntied; i++)
     plan_input_add_tied(dst, src->tied[i].name, src->tied[i].count, src->tied[i].segs,
@@ -53,6 +55,8 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->input_bytes = src->input_bytes;
   dst->batch = src->batch;
   dst->microbatch = src->microbatch;
+  dst->precision = src->precision;
+  dst->cuda = src->cuda;
 }
 
 static const PlanSchedule pref[PS_COUNT] = {PS_2BW, PS_1F1B, PS_GPIPE, PS_PIPEDREAM};
@@ -237,6 +241,14 @@ static bool check_pins(const PlanInput *in, const Cluster *c, const PlanPins *p,
     return diag_error(dg, none, "no global batch size: set 'batch' in the model's training section"),
            false;
   if (devices < 1) return diag_error(dg, c->loc, "the cluster has no devices"), false;
+  if (!(plan_peak_flops(c, in->precision) > 0)) {
+    const char *prec = plan_precision_name(in->precision);
+    diag_error(dg, c->loc, "--precision %s: cluster '%s' (device %s) gives no %s peak (no "
+               "'tflops_%s'): the device has no %s arithmetic; use --precision %s", prec,
+               c->name ? c->name : "?", c->device ? c->device : "?", prec, prec, prec,
+               in->precision == PPR_BF16 ? "tf32 or fp32" : "bf16");
+    return false;
+  }
   if (p->stages < 0 || p->stages > in->nsegs) {
     diag_error(dg, none, "--stages %d: the model can be cut into 1 to %d stages (%d segments)",
                p->stages, in->nsegs, in->nsegs);
@@ -318,9 +330,9 @@ static void build(Plan *p, PlanPlacement pl) {
     /* the search sized memory with plan_versions_bound/plan_stash_bound */
     PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
                  sizing.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
-                 (double)st->total_bytes <= c->memory_bytes,
+                 (double)plan_stage_device_bytes(st) <= c->memory_bytes,
              "stage %d needs %d versions, %d stash slots, %.0f bytes", i, sizing.nversions[i],
-             sizing.nstash[i], (double)st->total_bytes);
+             sizing.nstash[i], (double)plan_stage_device_bytes(st));
     int64_t b = cfg->microbatch_size;
     double f = plan_cost_fwd(in, c, st->first_seg, st->last_seg, b);
     st->fwd_s = f;
@@ -450,20 +462,27 @@ void plan_print_summary(const Plan *p, FILE *out) {
   const PlanConfig *c = &p->cfg;
   double B = (double)p->in.batch;
   fprintf(out, "plan: %d stages x %d replicas, microbatch %" PRId64 " x %" PRId64
-          " per pipeline, schedule %s, recompute %s, placement %s\n",
+          " per pipeline, schedule %s, recompute %s, placement %s, precision %s (%.4g TFLOP/s)\n",
           c->stages, c->replicas, c->microbatch_size, c->microbatches,
           plan_schedule_name(c->schedule), c->recompute ? "on" : "off",
-          p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major");
+          p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major",
+          plan_precision_name(p->in.precision), plan_peak_flops(&p->cluster, p->in.precision) / 1e12);
   fprintf(out, "predicted: %.6g s per batch of %.0f, %.6g samples/s, bubble %.1f%%\n",
           p->sim.step_time_s, B, p->sim.step_time_s > 0 ? B / p->sim.step_time_s : 0,
           100 * p->sim.bubble_fraction);
   for (int i = 0; i < c->stages; i++) {
     const PlanStage *s = &p->stages[i];
-    fprintf(out, "  stage %d: segments %s..%s (%d), %.4g M params, memory %.3f GiB%s, "
+    double dev = (double)plan_stage_device_bytes(s);
+    char cs[64] = "";
+    if (s->cuda_scratch >= 1048576)
+      snprintf(cs, sizeof cs, " (cuda_scratch %.1f MiB)", (double)s->cuda_scratch / 1048576.0);
+    else if (s->cuda_scratch)
+      snprintf(cs, sizeof cs, " (cuda_scratch %.1f KiB)", (double)s->cuda_scratch / 1024.0);
+    fprintf(out, "  stage %d: segments %s..%s (%d), %.4g M params, memory %.3f GiB%s%s, "
             "fwd %.4g ms, bwd %.4g ms, busy %.1f%%\n",
             i, p->in.segs[s->first_seg].name, p->in.segs[s->last_seg - 1].name,
-            s->last_seg - s->first_seg, (double)s->params / 1e6, (double)s->total_bytes / GiB,
-            (double)s->total_bytes > p->cluster.memory_bytes ? " (OVER device memory)" : "", 1e3 * s->fwd_s, 1e3 * s->bwd_s,
+            s->last_seg - s->first_seg, (double)s->params / 1e6, dev / GiB, cs,
+            dev > p->cluster.memory_bytes ? " (OVER device memory)" : "", 1e3 * s->fwd_s, 1e3 * s->bwd_s,
             p->sim.step_time_s > 0 && p->sim.window_end_s > p->sim.window_start_s
                 ? 100 * p->sim.busy_s[i] / (p->sim.window_end_s - p->sim.window_start_s)
                 : 0);

@@ -162,6 +162,8 @@ static cJSON *stage_json(const Plan *p, int i) {
   cJSON *mem = cJSON_AddObjectToObject(o, "memory");
   num(mem, "total_bytes", (double)s->total_bytes);
   num(mem, "estimated_bytes", (double)s->estimated_bytes);
+  num(mem, "cuda_scratch", (double)s->cuda_scratch);
+  num(mem, "device_bytes", (double)plan_stage_device_bytes(s));
   cJSON *bufs = cJSON_AddArrayToObject(mem, "buffers");
   for (int b = 0; b < s->nbufs; b++) {
     cJSON *x = cJSON_CreateObject();
@@ -188,7 +190,7 @@ static cJSON *stage_json(const Plan *p, int i) {
   num(sim, "idle_s", p->sim.idle_s[i]);
   num(sim, "max_stash_slots", p->sim.max_stash[i]);
   num(sim, "max_weight_versions", p->sim.max_versions[i]);
-  num(sim, "peak_bytes", (double)s->total_bytes -
+  num(sim, "peak_bytes", (double)plan_stage_device_bytes(s) -
                              (double)(s->nstash - p->sim.max_stash[i]) * s->stash_slot_bytes);
   return o;
 }
@@ -198,6 +200,8 @@ static void add_sections(const Plan *p, cJSON *root) {
   cJSON_AddStringToObject(root, "placement",
                           p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major");
   num(root, "schedule_batches", p->streams.spec.nbatches);
+  cJSON_AddStringToObject(root, "precision", plan_precision_name(p->in.precision));
+  num(root, "peak_flops", plan_peak_flops(&p->cluster, p->in.precision));
   cJSON *stages = cJSON_AddArrayToObject(root, "stages");
   for (int i = 0; i < p->cfg.stages; i++) cJSON_AddItemToArray(stages, stage_json(p, i));
   cJSON *tied = cJSON_AddArrayToObject(root, "tied");
@@ -217,7 +221,8 @@ static void add_sections(const Plan *p, cJSON *root) {
   num(pr, "bubble_fraction", p->sim.bubble_fraction);
   double peak = 0;
   for (int i = 0; i < p->cfg.stages; i++)
-    if ((double)p->stages[i].total_bytes > peak) peak = (double)p->stages[i].total_bytes;
+    if ((double)plan_stage_device_bytes(&p->stages[i]) > peak)
+      peak = (double)plan_stage_device_bytes(&p->stages[i]);
   num(pr, "peak_bytes", peak);
   cJSON *cands = cJSON_AddArrayToObject(root, "candidates");
   for (int k = 0; k < p->ncands; k++) {
@@ -253,8 +258,8 @@ static void schedule_txt(const Plan *p, FILE *f) {
 }
 
 static void memory_txt(const Plan *p, FILE *f) {
-  fprintf(f, "# %s: per-stage arenas (offsets 256-byte aligned), device memory %.0f bytes\n",
-          p->in.name, p->cluster.memory_bytes);
+  fprintf(f, "# %s: per-stage arenas (offsets 256-byte aligned), device memory %.0f bytes, "
+          "precision %s\n", p->in.name, p->cluster.memory_bytes, plan_precision_name(p->in.precision));
   for (int i = 0; i < p->cfg.stages; i++) {
     const PlanStage *s = &p->stages[i];
     fprintf(f, "\nstage %d: %" PRIu64 " bytes (%.3f GiB), %" PRId64
@@ -265,6 +270,10 @@ static void memory_txt(const Plan *p, FILE *f) {
       fprintf(f, "  %-12s %3d  offset %14" PRIu64 "  size %14" PRIu64 "\n",
               plan_buf_kind_name(s->bufs[b].kind), s->bufs[b].index, s->bufs[b].offset,
               s->bufs[b].size);
+    fprintf(f, "  %-12s %3d  (beside the arena)    size %14" PRIu64 "\n", "cuda_scratch", 0,
+            s->cuda_scratch);
+    fprintf(f, "  device: %" PRIu64 " bytes (%.3f GiB) = arena + cuda_scratch rounded to 256\n",
+            plan_stage_device_bytes(s), (double)plan_stage_device_bytes(s) / (1024.0 * 1024 * 1024));
   }
 }
 

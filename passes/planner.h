@@ -13,6 +13,9 @@
  * generates each stage's instruction stream, lays out every buffer in one arena per
  * stage, verifies the streams (blocking send/receive, versions, stash slots) and
  * simulates them. plan_write() emits the plan.json sections and the readable files.
+ * The target is part of the input (PlanInput.precision, .cuda): compute is charged at
+ * the cluster's peak for the GEMM precision, and a plan with CUDA programs counts each
+ * stage's cuda_scratch block (passes/layout.h) in what must fit the device.
  *
  * Promises: deterministic (same input, same plan, same bytes); a user error (pins
  * that cannot hold, nothing fits in memory, 2bw with m < d) is a diagnostic and a
@@ -27,7 +30,37 @@
 
 typedef struct cJSON cJSON;
 
+/* ---- precision -------------------------------------------------------------- */
+
+/* The arithmetic of the CUDA programs' GEMMs (pd2bwc --precision): which of the
+ * cluster's peaks the cost model charges, and whether stages stage bf16 operands. */
+typedef enum PlanPrecision {
+  PPR_TF32, /* float32 operands on TF32 tensor cores (the default) */
+  PPR_FP32, /* float32 arithmetic (also what the C programs do) */
+  PPR_BF16, /* bfloat16 GEMM operands cast from float32 master weights, float32
+               accumulation; the casts need staging in cuda_scratch (layout.h) */
+  PPR_COUNT
+} PlanPrecision;
+
+/* "tf32", "fp32", "bf16". */
+const char *plan_precision_name(PlanPrecision p);
+/* "tf32", "fp32", "bf16" -> kind; false if unknown. */
+bool plan_precision_parse(const char *s, PlanPrecision *out);
+/* Peak FLOP/s the cost model charges on c for precision p: the cluster's plain
+ * `tflops` when it gives one rate for all, else its per-precision peak (tf32 not
+ * given: the fp32 rate, as on a device without TF32); 0 when c has none for p (bf16
+ * on a V100), which plan_create refuses. */
+double plan_peak_flops(const Cluster *c, PlanPrecision p);
+
 /* ---- input ---------------------------------------------------------------- */
+
+/* What one op of a segment needs of the CUDA programs' cuda_scratch block
+ * (passes/layout.h), as exact linear functions of the microbatch size b. */
+typedef struct PlanCudaTerm {
+  bool gemm;      /* a GEMM's operands (bf16 staging); else a forward cross-entropy */
+  int64_t a1, a0; /* GEMM: A's float32 elements = a1·b + a0; cross-entropy: rows */
+  int64_t b1, b0; /* GEMM: B's float32 elements = b1·b + b0 */
+} PlanCudaTerm;
 
 /* One cut-able piece of the model. All sizes are per sample (multiply by b). */
 typedef struct PlanSegment {
@@ -40,6 +73,8 @@ typedef struct PlanSegment {
   double workspace_bytes;/* scratch needed while running the segment */
   /* Measured times per sample (from --profile); 0 = use the analytic roofline. */
   double fwd_time_s, bwd_time_s;
+  PlanCudaTerm *cuda;    /* the segment's GEMMs and cross-entropies (pd_malloc'd) */
+  int ncuda;
 } PlanSegment;
 
 #define PLAN_MAX_TIED_SEGS 8
@@ -64,12 +99,18 @@ typedef struct PlanInput {
   double input_bytes; /* per sample: what the data loader feeds stage 0 */
   int64_t batch;      /* global batch B (samples per update over all replicas) */
   int64_t microbatch; /* fixed b from the model's training section; 0 = choose */
+  /* The target (zero: tf32, CPU programs only). */
+  PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
+  bool cuda;               /* the plan runs CUDA programs: each stage's device also
+                              holds its cuda_scratch block beside the arena */
 } PlanInput;
 
 void plan_input_init(PlanInput *in, const char *name);
 void plan_input_free(PlanInput *in);
 /* Appends a zeroed segment named `name` and returns it (valid until the next add). */
 PlanSegment *plan_input_add_segment(PlanInput *in, const char *name);
+/* Appends a cuda_scratch term to segment s. */
+void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t);
 /* Adds a tied group over the given segments; returns its index. */
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs);
@@ -315,6 +356,8 @@ typedef struct PlanStage {
   uint64_t total_bytes; /* the arena */
   uint64_t estimated_bytes; /* the search's analytic figure (= total_bytes until
                                plan_apply_layouts replaces the memory plan) */
+  uint64_t cuda_scratch;/* the CUDA programs' GPU-only block, beside the arena (0
+                           when the plan has no CUDA programs) */
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
 
@@ -356,6 +399,7 @@ Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, D
  * chosen microbatch size, as the compiler driver computes them. */
 typedef struct PlanStageBlocks {
   uint64_t params, grads, stash, work, inputs, boundary;
+  uint64_t cuda_scratch; /* layout_cuda_scratch_bytes (0: no CUDA programs) */
   uint64_t act_in; /* activations received from stage i-1, each rounded up to 256
                       bytes: a stash slot's size when recomputing */
 } PlanStageBlocks;
@@ -370,11 +414,14 @@ typedef struct PlanStageBlocks {
  * the cluster's device memory (the search judged fit by its estimates; the caller
  * warns: estimated_bytes keeps the search's figure). */
 int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks);
+/* What stage st occupies on its device: the arena plus its cuda_scratch rounded up to
+ * 256 bytes (what the CUDA runtimes allocate for the two). What must fit the device. */
+uint64_t plan_stage_device_bytes(const PlanStage *st);
 /* Streams of this plan for any number of batches (the runtime's view). */
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out);
 /* Writes schedule.txt, memory.txt, timeline.json, timeline.svg into dir (each via a
  * temporary name and rename) and adds the plan.json sections ("config", "stages",
- * "predicted", "candidates", "tied") to root; with root NULL writes dir/plan.json
+ * "predicted", "candidates", "tied", "precision", "peak_flops") to root; with root NULL writes dir/plan.json
  * itself (with "version"). Keys sorted. Reports I/O failures on d. */
 bool plan_write(const Plan *p, const char *dir, cJSON *root, Diag *d);
 void plan_print_summary(const Plan *p, FILE *out);
@@ -413,11 +460,19 @@ typedef struct PlanStageSums {
   int64_t tied_spanning;     /* tied held here whose group spans other stages too */
   double stash, ws;          /* per sample: stash sum, largest workspace */
   double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
+  uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
 } PlanStageSums;
 void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum);
+/* Device bytes of a stage (its arena plus cuda_scratch, plan_stage_device_bytes);
+ * lays the arena out when st != NULL. */
 uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum,
                           int nversions, int nstash, PlanStage *st);
-/* Bytes of stage i = segments [a, e) under cfg; lays the arena out when st != NULL. */
+/* cuda_scratch of a stage holding segments [a, e) at microbatch b: the same figure
+ * layout_cuda_scratch_bytes gives for its program (0 unless in->cuda). The bf16
+ * staging is the largest GEMM among those segments' ops. Per segment: */
+uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b);
+void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging);
+/* Device bytes of stage i = segments [a, e) under cfg; lays the arena out when st != NULL. */
 uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
                            int nversions, int nstash, PlanStage *st);
 

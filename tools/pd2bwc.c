@@ -42,7 +42,9 @@ static const char usage[] =
     "  --backend cpu|cuda|both   stage programs to emit: C only, or C and CUDA C (default both)\n"
     "  --precision P             the CUDA programs' GEMMs: tf32 (float32 on TF32 tensor cores,\n"
     "                            the default), fp32, or bf16 (bfloat16 operands cast from the\n"
-    "                            float32 master weights, float32 accumulation)\n"
+    "                            float32 master weights, float32 accumulation); the planner\n"
+    "                            charges the cluster's peak for it (tflops_tf32/_fp32/_bf16)\n"
+    "                            and counts bf16's operand staging in each stage's memory\n"
     "  -q, --quiet               no summary on stdout\n"
     "  -h, --help                this text\n"
     "  --version                 print the version\n";
@@ -54,7 +56,7 @@ typedef struct Options {
   PlanPins pins;
   bool quiet;
   bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
-  CgenGemmDtype precision; /* the CUDA programs' GEMMs (--precision) */
+  PlanPrecision precision; /* the CUDA programs' GEMMs (--precision) */
 } Options;
 
 static int user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -169,10 +171,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       else return user_error("--backend takes cpu, cuda or both, got '%s'", optarg);
       break;
     case OPT_PRECISION:
-      if (strcmp(optarg, "tf32") == 0) o->precision = CGEN_GEMM_TF32;
-      else if (strcmp(optarg, "fp32") == 0) o->precision = CGEN_GEMM_FP32;
-      else if (strcmp(optarg, "bf16") == 0) o->precision = CGEN_GEMM_BF16;
-      else return user_error("--precision takes tf32, fp32 or bf16, got '%s'", optarg);
+      if (!plan_precision_parse(optarg, &o->precision))
+        return user_error("--precision takes tf32, fp32 or bf16, got '%s'", optarg);
       break;
     case ':': return user_error("option '%s' needs a value", argv[optind - 1]);
     default: return user_error("unknown option '%s'", argv[optind - 1]);
@@ -183,10 +183,21 @@ static int parse_args(int argc, char **argv, Options *o) {
   if (!o->model) return user_error("%s", "no model file given");
   if (!o->emit && !o->out) return user_error("%s", "no output directory given (-o DIR)");
   /* float32 either way for the C programs; but asking for bf16 and getting none is a mistake */
-  if (!o->backend_cuda && o->precision == CGEN_GEMM_BF16)
+  if (!o->backend_cuda && o->precision == PPR_BF16)
     return user_error("%s", "--precision bf16 applies to the CUDA programs, and --backend cpu writes none (the C "
                             "programs are float32)");
   return -1;
+}
+
+static CgenGemmDtype gemm_dtype(PlanPrecision p) {
+  switch (p) {
+  case PPR_TF32: return CGEN_GEMM_TF32;
+  case PPR_FP32: return CGEN_GEMM_FP32;
+  case PPR_BF16: return CGEN_GEMM_BF16;
+  case PPR_COUNT: break;
+  }
+  PD_CHECK(0, "precision %d", (int)p);
+  return CGEN_GEMM_TF32;
 }
 
 /* The cluster when none is given: this host as one CPU device with the host's
@@ -269,6 +280,8 @@ static int apply_layouts(const Graph *g, Plan *plan) {
     B->work = (uint64_t)L->total[BUF_WORK];
     B->inputs = (uint64_t)L->total[BUF_INPUTS];
     B->boundary = (uint64_t)L->total[BUF_BOUNDARY];
+    /* the CUDA programs' GPU-only block, the size codegen records (passes/layout.h) */
+    if (plan->in.cuda) B->cuda_scratch = (uint64_t)layout_cuda_scratch_bytes(L, plan->in.precision == PPR_BF16);
     /* what stage i-1 sends: the stash slot's content when recomputing */
     for (int t = 0; t < g->ntensors; t++) {
       const Tensor *x = &g->tensors[t];
@@ -286,11 +299,12 @@ static int apply_layouts(const Graph *g, Plan *plan) {
 static void warn_over_memory(const Plan *plan) {
   for (int i = 0; i < plan->cfg.stages; i++) {
     const PlanStage *st = &plan->stages[i];
-    if ((double)st->total_bytes <= plan->cluster.memory_bytes) continue;
-    fprintf(stderr, "pd2bwc: warning: stage %d's arena is %.3f GiB, over the device's %.3f GiB (the search "
-            "estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
-            "--recompute on)\n", i, (double)st->total_bytes / 1073741824.0,
-            plan->cluster.memory_bytes / 1073741824.0, (double)st->estimated_bytes / 1073741824.0);
+    double dev = (double)plan_stage_device_bytes(st);
+    if (dev <= plan->cluster.memory_bytes) continue;
+    fprintf(stderr, "pd2bwc: warning: stage %d's arena and cuda_scratch are %.3f GiB, over the device's %.3f GiB "
+            "(the search estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
+            "--recompute on)\n", i, dev / 1073741824.0, plan->cluster.memory_bytes / 1073741824.0,
+            ((double)st->estimated_bytes + dev - (double)st->total_bytes) / 1073741824.0);
   }
 }
 
@@ -347,7 +361,7 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
-                                bool want_cuda, CgenGemmDtype precision, Diag *d) {
+                                bool want_cuda, PlanPrecision precision, Diag *d) {
   int n = plan->cfg.stages;
   int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
   for (int i = 0; i < n; i++) {
@@ -359,7 +373,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   CodegenOptions co = {.f64 = false, .fuse = true};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
-    CodegenCudaOptions cu = {.fuse = true, .gemm = precision};
+    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision)};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
   /* For the pipeline executor: what crosses each stage boundary (codegen/codegen.h),
@@ -434,6 +448,10 @@ int main(int argc, char **argv) {
     goto done;
   }
   if (o.profile && !plan_profile_load(&pin, o.profile, &d)) goto done;
+  /* The target: CUDA programs hold cuda_scratch and run their GEMMs at the chosen
+   * precision; the C programs (--backend cpu) are float32 throughout. */
+  pin.cuda = o.backend_cuda;
+  pin.precision = o.backend_cuda ? o.precision : PPR_FP32;
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
   plan = fit_exact(g, &pin, &cluster, plan);

@@ -540,7 +540,10 @@ static void test_cluster(void) {
   EXPECT_EQ_INT(c.devices_per_node, 8);
   EXPECT_STREQ(c.device, "V100-16GB");
   EXPECT_NEAR(c.memory_bytes, 16.0 * 1024 * 1024 * 1024, 0, 0);
-  EXPECT_NEAR(c.flops, 125e12, 0, 0);
+  EXPECT_NEAR(c.flops, 0, 0, 0); /* per-precision peaks: FP32 only (no TF32, no BF16) */
+  EXPECT_NEAR(c.flops_fp32, 15.7e12, 1e-12, 0);
+  EXPECT_NEAR(c.flops_tf32, 0, 0, 0);
+  EXPECT_NEAR(c.flops_bf16, 0, 0, 0);
   EXPECT_NEAR(c.mem_bandwidth, 900e9, 0, 0);
   EXPECT_NEAR(c.intra_bandwidth, 150e9, 0, 0);
   EXPECT_NEAR(c.inter_bandwidth, 3.125e9, 0, 0);
@@ -550,6 +553,9 @@ static void test_cluster(void) {
     EXPECT(frontend_load_cluster(f.a, &f.d, path, &c));
     EXPECT_STREQ(c.name, files[i]);
   }
+  EXPECT(frontend_load_cluster(f.a, &f.d, "models/clusters/h200.cluster", &c));
+  EXPECT_NEAR(c.flops_tf32, 494.5e12, 1e-12, 0);
+  EXPECT_NEAR(c.flops_bf16, 989e12, 1e-12, 0);
   EXPECT(frontend_load_cluster(f.a, &f.d, "models/clusters/cpu2.cluster", &c));
   EXPECT_EQ_INT(c.devices_per_node, 2);
   EXPECT_NEAR(c.flops, 100e9, 1e-12, 0);

@@ -1,0 +1,56 @@
+/* passes/layout_cuda.c — the size of the CUDA programs' cuda_scratch block (layout.h).
+ *
+ * Here rather than in codegen so that the planner, which must not depend on the code
+ * generator, counts the same bytes the launch lists declare: codegen/cgen_cuda.c takes
+ * its cuda_scratch size and bf16 staging offset from these functions. Every GEMM the
+ * CUDA generator emits reads its A and B as whole tensors, contiguous (leading
+ * dimension = row length), so an operand's extent is the tensor's element count.
+ */
+#include "passes/layout.h"
+
+static int64_t up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+bool layout_cuda_gemm_operands(const Graph *g, const Op *op, int64_t b, int64_t *a_elems,
+                               int64_t *b_elems) {
+  OpKind k = op->kind;
+  if (k != OP_LINEAR && k != OP_MATMUL && k != OP_LINEAR_DW && k != OP_MATMUL_DW_T) return false;
+  *a_elems = shape_numel(&g->tensors[op->in[0]].shape, b);
+  *b_elems = shape_numel(&g->tensors[op->in[1]].shape, b);
+  return true;
+}
+
+int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b) {
+  if (op->kind != OP_CROSS_ENTROPY) return 0;
+  const Shape *s = &g->tensors[op->in[0]].shape;
+  int64_t last = s->rank ? s->dim[s->rank - 1] : 1;
+  return shape_numel(s, b) / last;
+}
+
+int64_t layout_cuda_gemm_staging(int64_t a_elems, int64_t b_elems) {
+  return up(a_elems * 2, LAYOUT_CUDA_BF16_ALIGN) + b_elems * 2;
+}
+
+int64_t layout_cuda_bf16_staging(int64_t ce_rows) {
+  return up(LAYOUT_CUDA_SCRATCH_ROWS + ce_rows * 8, LAYOUT_CUDA_BF16_ALIGN);
+}
+
+int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf16) {
+  int64_t end = LAYOUT_CUDA_SCRATCH_ROWS + ce_rows * 8;
+  if (bf16 && gemm_staging > 0) end = layout_cuda_bf16_staging(ce_rows) + gemm_staging;
+  return up(end, LAYOUT_ALIGN);
+}
+
+int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
+  const Graph *g = L->g;
+  int64_t rows = 0, staging = 0, a, bb;
+  for (int k = 0; k < L->nfwd + L->nbwd; k++) {
+    const Op *op = &g->ops[k < L->nfwd ? L->fwd_ops[k] : L->bwd_ops[k - L->nfwd]];
+    if (k < L->nfwd) { /* the row losses are the forward's */
+      int64_t r = layout_cuda_ce_rows(g, op, L->b);
+      if (r > rows) rows = r;
+    }
+    if (layout_cuda_gemm_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
+      staging = layout_cuda_gemm_staging(a, bb);
+  }
+  return layout_cuda_scratch_size(rows, staging, bf16);
+}
