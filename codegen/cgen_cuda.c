@@ -17,14 +17,16 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 2, "stage", "source", "hash" (of the .cu), "library": {"source":
+ *   { "format": 3, "stage", "source", "hash" (of the .cu), "library": {"source":
  *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
  *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
  *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
  *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
  *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
- *     ce_rows: offsets; with bf16 also bf16_staging: where the GEMM operands' bfloat16
- *     copies start}, "loss": {buf, offset} of the f32 loss after forward | null,
+ *     microbatch_key (u32: the microbatch's global index, written by the runtime
+ *     before every pass that reads it), ce_rows: offsets; with bf16 also
+ *     bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
+ *     offset} of the f32 loss after forward | null,
  *     "kernels": [distinct names launched], "forward": [entry], "backward": [entry] }
  *   entry: {"op": id, "kernel": name, "module": "library"|"stage" (the module that
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
@@ -33,8 +35,13 @@
  *                               A, B, C: pointer, dtype}}
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
  *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
- *          {"type": ..., "runtime": "seed"|"microbatch"|"training"|"dropout_p"
+ *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
  *                        (then "value" is p; the runtime passes 0 when not training)}
+ * The microbatch index is no argument (format 2 passed it by value): the random
+ * kernels take a pointer to cuda_scratch's microbatch_key (a "ptr" argument, null when
+ * the op's p is 0), so a pass's arguments are the same for every microbatch of a
+ * weight version and stash slot, and a runtime may capture a pass once as a CUDA graph
+ * and replay it.
  * A pointer is the block's base (of the microbatch's stash slot, inputs and boundary
  * copy, of the weight version the microbatch uses) plus offset; "bytes" is the most
  * the kernel touches from there. Argument types are exactly the kernel's parameter
@@ -126,7 +133,9 @@ static cJSON *I32(int64_t v) {
 static cJSON *I64(int64_t v) { return cu_arg_num("i64", (double)v); }
 static cJSON *F32(double v) { return cu_arg_num("f32", v); }
 static cJSON *SEED(void) { return cu_arg_runtime("u64", "seed", 0); }
-static cJSON *MB(void) { return cu_arg_runtime("u32", "microbatch", 0); }
+/* The random kernels' mbkey: the microbatch key in cuda_scratch (NULL when p is 0:
+ * the kernel then never reads it, and the pass needs no key). */
+static cJSON *MB(double p) { return p > 0 ? PP(cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY)) : NUL(); }
 static cJSON *DROP(double p) {
   return p > 0 ? cu_arg_runtime("f64", "dropout_p", p) : cu_arg_num("f64", 0);
 }
@@ -211,16 +220,19 @@ const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
 #define CU_BF16_ALIGN 256
 static int64_t align_up(int64_t n) { return (n + CU_BF16_ALIGN - 1) / CU_BF16_ALIGN * CU_BF16_ALIGN; }
 
+/* cuda_scratch's size and the staging offset are passes/layout.h's (the planner counts
+ * the same bytes); its constants must be this file's. */
+_Static_assert(CU_SCRATCH_ROWS == LAYOUT_CUDA_SCRATCH_ROWS && CU_BF16_ALIGN == LAYOUT_CUDA_BF16_ALIGN,
+               "cuda_scratch layout constants differ from passes/layout.h");
+
 /* Where the bf16 GEMM operands start in cuda_scratch: after the largest cross-entropy
  * row-loss array of the stage (which the emission below may not have reached yet). */
 static int64_t bf16_staging(const CuEmit *e) {
-  int64_t end = CU_SCRATCH_ROWS;
-  for (int k = 0; k < e->L->nfwd; k++) {
-    const Op *op = &e->g->ops[e->L->fwd_ops[k]];
-    if (op->kind == OP_CROSS_ENTROPY && CU_SCRATCH_ROWS + rows(e, op->in[0]) * 8 > end)
-      end = CU_SCRATCH_ROWS + rows(e, op->in[0]) * 8;
-  }
-  return align_up(end);
+  int64_t r = 0;
+  for (int k = 0; k < e->L->nfwd; k++)
+    if (layout_cuda_ce_rows(e->g, &e->g->ops[e->L->fwd_ops[k]], e->L->b) > r)
+      r = layout_cuda_ce_rows(e->g, &e->g->ops[e->L->fwd_ops[k]], e->L->b);
+  return layout_cuda_bf16_staging(r);
 }
 
 /* A bf16 GEMM's operand X (rows x cols at leading dimension ld, float32) cast into the
@@ -299,17 +311,17 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   int64_t items = B * NH * T;
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, qkv), I32(B), I32(T),
-             I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+             I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
     return;
   }
   CuPtr work = scratch_of(e, op);
   PD_CHECK(e->L->scratch_bytes[op->id] >= 2 * B * NH * T * 4, "(attention_bwd scratch too small)");
   LAUNCH_B(e, op->id, "pkc_attention_bwd_stats_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB());
+           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
 }
 
 /* Emits op (not fused). For a linear with a bias, `bias_done` says the caller fused
@@ -403,7 +415,7 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     int64_t n = cu_numel(e, y);
     LAUNCH(e, id, op->kind == OP_DROPOUT ? "pkc_dropout_fwd_f32" : "pkc_dropout_bwd_f32", (n + 3) / 4,
            PP(Y), P(e, op->in[0]), I64(n), DROP(op->attr[0]), SEED(),
-           OPID(op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB());
+           OPID(op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
     break;
   }
   case OP_RESHAPE: {
@@ -604,7 +616,13 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     if (region_has(g, L->bwd_ops, L->nbwd, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, buf);
   free(buf);
   free(e.done);
-  e.scratch = (e.scratch + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+  /* The block's size is layout_cuda_scratch_bytes's, the figure the planner counts in
+   * the stage's device memory; what the launches above reach must lie inside it. */
+  int64_t reached = e.scratch;
+  e.scratch = layout_cuda_scratch_bytes(L, o->gemm == CGEN_GEMM_BF16);
+  PD_CHECK(reached <= e.scratch, "(stage %d's launches reach byte %lld of cuda_scratch, but "
+           "layout_cuda_scratch_bytes sizes it %lld: update passes/layout_cuda.c)", stage,
+           (long long)reached, (long long)e.scratch);
 
   str_printf(&src,
              "/* stage%d.cu — generated by pd2bwc " PD2BW_VERSION " from model '%s'. Do not edit.\n"
@@ -656,6 +674,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
     cJSON_AddNumberToObject(cs, "ce_rows", CU_SCRATCH_ROWS);
     cJSON_AddNumberToObject(cs, "loss", CU_SCRATCH_LOSS);
+    cJSON_AddNumberToObject(cs, "microbatch_key", CU_SCRATCH_MBKEY);
     if (o->gemm == CGEN_GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)bf16_staging(&e));
     if (L->loss >= 0) { /* written by the forward; valid until the next forward */
       cJSON_AddItemToObject(j, "loss", ptr_json(cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS)));

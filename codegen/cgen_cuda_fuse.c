@@ -12,8 +12,11 @@
  * A generated kernel takes the blocks' bases and finds every operand at a literal
  * offset; lengths are literals too. Dropout inside draws the same Philox element as
  * pkc_dropout_fwd_f32 and the CPU program (element i of the forward op's stream),
- * so masks agree bit for bit. A chain is cut short while its final output would
- * overlap an operand it still reads at another place (threads run in any order).
+ * so masks agree bit for bit; its microbatch index is read once from the key in
+ * cuda_scratch (mbkey, null for a chain without a random op), never passed by value,
+ * so the launch is the same for every microbatch (a CUDA graph replays it). A chain
+ * is cut short while its final output would overlap an operand it still reads at
+ * another place (threads run in any order).
  */
 #include "codegen/cgen_cuda_internal.h"
 
@@ -135,6 +138,11 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
 
   Str *s = e->src;
   int out = g->ops[chain[n - 1]].out[0];
+  bool random = false; /* a dropout with p > 0: the kernel reads the microbatch key */
+  for (int i = 0; i < n; i++) {
+    const Op *op = &g->ops[chain[i]];
+    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) random = true;
+  }
   char name[64];
   snprintf(name, sizeof name, "s%d_fused%d", e->stage, e->nfused++);
   str_printf(s, "\n/* fused:");
@@ -143,9 +151,11 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   str_printf(s, " -> %s, %lld elements */\n", g->tensors[out].name, (long long)len);
   str_printf(s,
              "extern \"C\" __global__ void %s(char *P, char *G, char *S, char *W, char *I, char *X,\n"
-             "    pkc_u64 seed, pkc_u32 microbatch, int training) {\n"
-             "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;\n",
+             "    pkc_u64 seed, const pkc_u32 *mbkey, int training) {\n"
+             "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;\n",
              name);
+  if (random) /* read once, in device memory: the runtime writes it before the pass */
+    str_printf(s, "  const pkc_u32 microbatch = training ? *mbkey : 0u;\n");
   for (int i = 0; i < n; i++) {
     const Op *op = &g->ops[chain[i]];
     if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
@@ -214,6 +224,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   cu_launch(e, chain[n - 1], name, PKC_ELEM, len, CU_BLOCK, 9, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
             cu_arg_ptr(cu_buf(BUF_GRADS, 0)), cu_arg_ptr(cu_buf(BUF_STASH, 0)), cu_arg_ptr(cu_buf(BUF_WORK, 0)),
             cu_arg_ptr(cu_buf(BUF_INPUTS, 0)), cu_arg_ptr(cu_buf(BUF_BOUNDARY, 0)), cu_arg_runtime("u64", "seed", 0),
-            cu_arg_runtime("u32", "microbatch", 0), cu_arg_runtime("i32", "training", 0));
+            cu_arg_ptr(random ? cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY) : (CuPtr){-1, 0}),
+            cu_arg_runtime("i32", "training", 0));
   return n + (bias_lead >= 0 ? 1 : 0);
 }

@@ -13,12 +13,16 @@
 /* The GPU-only block after the layout's: the bad-id counter (u64 at 0), the cross-
  * entropy valid-row count (i32 at 8), the loss (f32 at 16: the loss tensor itself may
  * sit in WORK, which the backward reuses, so the runtime reads it here, any time
- * before the next forward) and the row losses (double from 64). One copy: a stage's
- * launches run in order on one stream, so no two ops use it at once. */
+ * before the next forward), the microbatch key (u32 at 24: the runtime writes the
+ * microbatch's global index there before a pass and the random kernels read it, so the
+ * pass's launches do not change from one microbatch to the next and replay as one
+ * CUDA graph) and the row losses (double from 64). One copy: a stage's launches run
+ * in order on one stream, so no two ops use it at once. */
 #define CU_SCRATCH ((int)BUF_CLASS_COUNT)
 #define CU_SCRATCH_BAD 0
 #define CU_SCRATCH_NVALID 8
 #define CU_SCRATCH_LOSS 16
+#define CU_SCRATCH_MBKEY 24
 #define CU_SCRATCH_ROWS 64
 
 /* Threads per block of every launch (cuda_kernels.cuh: PKC_BLOCK), and of the

@@ -134,12 +134,15 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
  * stageN.launch.json: the ordered launch list the runtime replays for forward and
  * backward — kernel launches (name, the module that defines it: "library" or
  * "stage", grid, block, shared bytes, typed arguments: (buffer, offset) pointers,
- * literals, or values the runtime supplies: seed, microbatch, dropout p, training)
+ * literals, or values the runtime supplies: seed, dropout p, training; the
+ * microbatch's index is not an argument but a u32 in cuda_scratch the runtime writes
+ * before each pass, so a pass's launches are the same for every microbatch)
  * and GEMM descriptors (row-major, cuda_gemm's semantics: transa, transb, M, N, K,
  * lda, ldb, ldc, alpha, beta, A/B/C as (buffer, offset), dtype). Offsets come from
  * the same StageLayout as stageN.c; the one GPU-only block, "cuda_scratch" (bad-id
- * counter, cross-entropy row losses and count; with bf16 GEMMs also their operands'
- * bfloat16 copies), is sized in the launch list.
+ * counter, microbatch key, cross-entropy row losses and count; with bf16 GEMMs also
+ * their operands' bfloat16 copies), is sized in the launch list, by
+ * layout_cuda_scratch_bytes (passes/layout.h: the planner counts the same bytes).
  * docs: codegen/cgen_cuda.c (file comment) describes the launch-list format. */
 
 /* Element type of the GEMMs the launch list records. */
@@ -162,9 +165,10 @@ typedef struct CodegenCudaOptions {
   CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
 } CodegenCudaOptions;
 
-/* The plan's kernel library file, and the launch lists' "format" (2: two modules). */
+/* The plan's kernel library file, and the launch lists' "format" (2: two modules;
+ * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 2
+#define CODEGEN_CUDA_LIST_FORMAT 3
 
 /* The kernel library of g's plans (pd_malloc'd; free it): what codegen_cuda_stage
  * writes as kernels.cu. Depends only on the model's attention head size. */

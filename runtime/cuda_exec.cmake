@@ -8,9 +8,11 @@
 add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_list.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_train.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_ckpt.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_eval.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_main.c)
 pd2bw_strict(pd2bw_cuda_exec)
 target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_pipeline pd2bw_runtime pd2bw_io pd2bw_codegen pd2bw_ir cjson ${M_LIB})

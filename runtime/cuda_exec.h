@@ -10,7 +10,11 @@
  *    argument pre-encoded), then replays a pass with no allocation and no JSON. It
  *    talks to the device ONLY through a CxDeviceOps table (launch, GEMM, copies,
  *    zeroing), so tests plug in the host CUDA emulator (tests/cuda/cuda_emu.h) and
- *    replay the very lists a GPU would run, on the CPU;
+ *    replay the very lists a GPU would run, on the CPU. A pass repeats every
+ *    microbatch with the same launches (the microbatch index reaches the dropout
+ *    kernels through a key in device memory, launch list format 3), so it is captured
+ *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
+ *    one graph launch (cx_program_run);
  *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/trainer.c's
  *    update rule step for step (same data order, same dropout keys, same 1/m and
  *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
@@ -33,7 +37,11 @@
  * never a crash. A plan made with --backend cpu (no launch lists) is a user error
  * naming the missing file.
  *
- * NOT done: evaluation, checkpoints; cuda_exec_main refuses those flags with a message.
+ *  - cuda_exec_ckpt.c: checkpoints (--save, --resume, --init) of the one-stage trainer in
+ *    runtime/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
+ *    Single-GPU pipeline mode's are in cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
+ *
+ * NOT done: checkpoints and validation in multi-GPU mode (--transport nccl).
  */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H
@@ -97,7 +105,20 @@ typedef struct CxDeviceOps {
   /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
    * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
   void *(*native_stream)(void *dev, int stream);
+  /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
+   * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
+   * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel
+   * arguments by value as at the call); capture_end returns the executable graph, or
+   * NULL with a message. graph_launch issues a copy of the recorded work on `stream`,
+   * asynchronously, ordered like any work on it. */
+  bool (*capture_begin)(void *dev, int stream, char *err, size_t errlen);
+  void *(*capture_end)(void *dev, int stream, char *err, size_t errlen);
+  void (*graph_launch)(void *dev, void *graph, int stream);
+  void (*graph_destroy)(void *dev, void *graph);
 } CxDeviceOps;
+
+/* Clears ops' four graph entries (pd2bwrun --cuda-graphs off). */
+void cx_ops_no_graphs(CxDeviceOps *ops);
 
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
@@ -117,7 +138,8 @@ typedef struct CxProgram CxProgram;
 typedef struct CxReplay {
   CxPtr base[CX_NBLOCKS]; /* indexed by BufClass / CX_SCRATCH; [BUF_NONE] unused */
   uint64_t seed;
-  uint32_t microbatch; /* global index: keys the dropout streams */
+  uint32_t microbatch; /* global index: keys the dropout streams (written to the device
+                          before the pass: see cx_program_run) */
   bool training;       /* false: dropout is the identity */
   int stream;
 } CxReplay;
@@ -145,8 +167,23 @@ int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
 /* The dtype of the program's GEMMs as loaded (overrides applied; the first GEMM's when
  * they differ, CX_GEMM_FP32 when there is none): what a benchmark beside it times. */
 CxGemmType cx_program_gemm_type(const CxProgram *p);
-/* Replays pass `pass` with bases and runtime values from r. Asynchronous. */
-void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r);
+/* Replays pass `pass` with bases and runtime values from r. Asynchronous. When the
+ * pass has dropout it first launches pkc_set_u32(scratch + microbatch_key,
+ * r->microbatch) on r->stream (stream-ordered, no host wait). With graph ops, the
+ * pass's launches are cached as CUDA graphs keyed by (pass, every base, stream,
+ * training, seed): the first sighting of a key replays eagerly (warms cuBLAS and
+ * module loading), the second captures, instantiates and launches it, later ones
+ * launch it; past CX_MAX_GRAPHS graphs a program replays eagerly. A failed capture is
+ * a bug (pd_fatal). */
+void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r);
+#define CX_MAX_GRAPHS 64
+/* What cx_program_run did so far (tests; cuda_exec_main's summary). */
+typedef struct CxGraphStats {
+  int64_t captured; /* graphs captured and instantiated */
+  int64_t launches; /* passes run as a graph launch */
+  int64_t eager;    /* passes replayed launch by launch */
+} CxGraphStats;
+CxGraphStats cx_program_graph_stats(const CxProgram *p);
 
 /* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
 
@@ -171,6 +208,19 @@ typedef struct CudaExecOptions {
   /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h: cuda_pipe_nccl_launch),
    * one process per stage replica on GPU device + its local rank. */
   bool nccl;
+  /* --cuda-graphs off: replay every pass launch by launch (cx_ops_no_graphs). Named
+   * for "off" so that zeroed options keep the default, graphs on. Multi-GPU mode
+   * (nccl) opens its devices itself and keeps graphs on. */
+  bool graphs_off;
+  /* Checkpoints and validation (cuda_exec_main, cuda_pipe_main), as pd2bwrun's CPU
+   * paths: NULL / 0 when unused. One-stage plans and single-GPU pipeline mode take all
+   * of them; multi-GPU mode (nccl) none (refused with a message). */
+  const char *save_path;   /* the trainer's checkpoint format at the end (runtime.h) */
+  const char *resume_path; /* continue from a checkpoint (CPU or GPU, any partition) */
+  const char *init_path;   /* initial weights: Hugging Face, llm.c or pd2bw GPT-2 */
+  const char *val_path;    /* held-out tokens: the validation loss */
+  int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
+  int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;
@@ -192,6 +242,31 @@ double cx_trainer_flops_per_step(const CxTrainer *t);
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
 /* The dtype of its GEMMs (cx_program_gemm_type of the stage program). */
 CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
+/* cx_program_graph_stats of its stage program. */
+CxGraphStats cx_trainer_graph_stats(const CxTrainer *t);
+/* trainer_eval's contract: the mean loss over batches first .. first + nbatches - 1
+ * of data (m microbatches each), dropout off, on the newest weights. */
+double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nbatches);
+/* Where the trainer's state lies on the device, for cuda_exec_ckpt.c. */
+typedef struct CxTrainerState {
+  const RtPlan *plan;
+  const CxDeviceOps *ops;
+  CxPtr params, prev, adam_m, adam_v; /* params block layout each; prev 0 unless 2bw */
+  int64_t step;
+  uint64_t seed;
+} CxTrainerState;
+CxTrainerState cx_trainer_state(const CxTrainer *t);
+/* After a resume: the next step is `step`, dropout keyed by `seed`. */
+void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
+
+/* ---- checkpoints (cuda_exec_ckpt.c) ---------------------------------------------- */
+
+/* trainer_save / trainer_resume / trainer_init_from on the GPU trainer, in the same
+ * format (runtime.h rt_ckpt_*: the blocks go through host memory), so a checkpoint
+ * moves between the CPU and GPU trainers and the pipeline executors. */
+bool cx_trainer_save(CxTrainer *t, const char *path, char *err, size_t errlen);
+bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen);
+bool cx_trainer_init_from(CxTrainer *t, const char *path, char *err, size_t errlen);
 
 /* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
 
@@ -211,5 +286,9 @@ double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, cha
  * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
  * line on stderr. */
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
+/* cuda_exec_main on an open device (tests pass the emulator's): a one-stage plan on
+ * the GPU trainer (with --init, --resume, validation, --save), else cuda_pipe_main. */
+int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                  const CudaExecOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_EXEC_H */

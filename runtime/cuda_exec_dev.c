@@ -4,7 +4,8 @@
  * Stage sources go through cuda_nvrtc_compile for the device's architecture (cached
  * on disk, so the second run of a plan loads in milliseconds). The backend's streams
  * are non-blocking, so host copies first wait for the whole device: the executor
- * relies on htod/dtoh being ordered after everything it launched (cuda_exec.h). */
+ * relies on htod/dtoh being ordered after everything it launched (cuda_exec.h).
+ * Graph capture and replay are the driver's (cuStreamBeginCapture ... cuGraphLaunch). */
 #include "runtime/cuda_exec.h"
 
 #include <stdlib.h>
@@ -125,6 +126,21 @@ static void d_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
   cuda_memcpy_dtod_async(((CxCuda *)dev)->d, (CudaStreamId)stream, dst, src, bytes);
 }
 
+/* CUDA graphs (cuda_backend.h): cx_program_run captures a pass once and replays it. */
+static bool d_capture_begin(void *dev, int stream, char *err, size_t errlen) {
+  return cuda_capture_begin(((CxCuda *)dev)->d, (CudaStreamId)stream, err, errlen);
+}
+
+static void *d_capture_end(void *dev, int stream, char *err, size_t errlen) {
+  return cuda_capture_end(((CxCuda *)dev)->d, (CudaStreamId)stream, err, errlen);
+}
+
+static void d_graph_launch(void *dev, void *graph, int stream) {
+  cuda_graph_launch(((CxCuda *)dev)->d, graph, (CudaStreamId)stream);
+}
+
+static void d_graph_destroy(void *dev, void *graph) { cuda_graph_destroy(((CxCuda *)dev)->d, graph); }
+
 /* The driver's handle of stream s, for the multi-GPU executor's NCCL calls
  * (runtime/cuda_pipe_nccl.c). */
 static void *d_native_stream(void *dev, int s) { return (void *)cuda_dev_stream(((CxCuda *)dev)->d, (CudaStreamId)s); }
@@ -138,7 +154,9 @@ CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
                          .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
                          .streams = d_streams, .event_create = d_event_create, .event_destroy = d_event_destroy,
                          .event_record = d_event_record, .stream_wait = d_stream_wait, .dtod = d_dtod,
-                         .native_stream = d_native_stream};
+                         .native_stream = d_native_stream, .capture_begin = d_capture_begin,
+                         .capture_end = d_capture_end, .graph_launch = d_graph_launch,
+                         .graph_destroy = d_graph_destroy};
   return &c->ops;
 }
 

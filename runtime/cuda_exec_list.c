@@ -11,10 +11,22 @@
  * Loading turns stageN.launch.json into flat arrays: per entry either a GEMM (its
  * operands as (block, offset), its dtype) or a kernel (the resolved handle, grid,
  * block, and its arguments pre-encoded as 8-byte cells). Runtime arguments (seed,
- * microbatch, training, dropout p) stay symbolic and are filled at replay. Every
- * pointer is checked against its block's size here, so a damaged list is a message
- * at load time, not a wild write on the GPU. Replay builds each launch's argument
- * array on the stack: nothing is allocated per microbatch. */
+ * training, dropout p) stay symbolic and are filled at replay. Every pointer is
+ * checked against its block's size here, so a damaged list is a message at load time,
+ * not a wild write on the GPU. Replay builds each launch's argument array on the
+ * stack: nothing is allocated per microbatch.
+ *
+ * CUDA graphs. The microbatch index is the one value that changes from microbatch to
+ * microbatch; since launch list format 3 the random kernels read it from
+ * cuda_scratch's microbatch_key, which cx_program_run writes with a one-thread
+ * library kernel (pkc_set_u32) on the pass's stream just before the pass: same
+ * stream, so ordered before the pass's kernels with no host wait, and each stage
+ * replica of pipeline mode has its own scratch and stream. What is left to vary is
+ * the block bases (weight version, stash slot, data slot: a few values), the stream,
+ * training and the seed: the cache key. A pass is replayed eagerly on the first
+ * sighting of its key, captured on the second (so one-off keys cost no capture), and
+ * launched as a graph from then on. Keys are remembered in a fixed table
+ * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
 #include "runtime/cuda_exec.h"
 
 #include <cjson/cJSON.h>
@@ -28,7 +40,6 @@ typedef enum CxArgKind {
   CXA_PTR,      /* base[blk] + off (blk < 0: the null pointer) */
   CXA_LITERAL,  /* `bits`, the value encoded as the parameter's type */
   CXA_SEED,     /* the training seed, as a u64 */
-  CXA_MB,       /* the microbatch's global index, as a u32 */
   CXA_TRAINING, /* 1 or 0, as an i32 */
   CXA_DROPOUT   /* f64 p when training, else 0 (value in `bits` as a double) */
 } CxArgKind;
@@ -54,16 +65,40 @@ typedef struct CxEntry {
   int64_t aoff, boff, coff;
 } CxEntry;
 
+/* What makes a captured pass reusable: everything cx_program_run reads from the
+ * CxReplay except the microbatch (which the pass reads from the device). */
+typedef struct CxGraphKey {
+  CxPass pass;
+  int stream;
+  bool training;
+  uint64_t seed;
+  CxPtr base[CX_NBLOCKS];
+} CxGraphKey;
+
+typedef struct CxGraphSlot {
+  CxGraphKey key;
+  void *graph; /* NULL until the second sighting captured it */
+} CxGraphSlot;
+
+/* Distinct keys remembered (seen once or captured); the graphs are at most
+ * CX_MAX_GRAPHS of them. Twice as many: keys seen only once need a slot too. */
+#define CX_MAX_KEYS (2 * CX_MAX_GRAPHS)
+
 struct CxProgram {
   const CxDeviceOps *ops;
   void *module;     /* stageN.cu: the stage's own kernels */
   void *lib_module; /* kernels.cu: the library */
   int64_t block[CX_NBLOCKS];
-  int64_t loss_off, bad_off;
+  int64_t loss_off, bad_off, mbkey_off;
+  bool needs_key[2]; /* per pass: some kernel reads the microbatch key */
+  void *set_u32;     /* the library's pkc_set_u32, which writes the key */
   CxEntry *e[2];
   int ne[2];
   CxArg *args;
   int nargs;
+  CxGraphSlot slot[CX_MAX_KEYS];
+  int nslots, ngraphs;
+  CxGraphStats stats;
 };
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
@@ -208,7 +243,6 @@ static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *where, int i) 
   if (!cJSON_IsString(rt)) return;
   const char *w = rt->valuestring;
   if (strcmp(w, "seed") == 0 && strcmp(ty->valuestring, "u64") == 0) out->kind = CXA_SEED;
-  else if (strcmp(w, "microbatch") == 0 && strcmp(ty->valuestring, "u32") == 0) out->kind = CXA_MB;
   else if (strcmp(w, "training") == 0 && strcmp(ty->valuestring, "i32") == 0) out->kind = CXA_TRAINING;
   else if (strcmp(w, "dropout_p") == 0 && strcmp(ty->valuestring, "f64") == 0) out->kind = CXA_DROPOUT;
   else ld_fail(l, where, i, "runtime argument of an unknown kind or type");
@@ -264,7 +298,9 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
           ld_fail(l, where, i, "more than 32 kernel arguments");
           break;
         }
-        ld_arg(l, a, &p->args[p->nargs++], where, i);
+        CxArg *arg = &p->args[p->nargs++];
+        ld_arg(l, a, arg, where, i);
+        if (arg->kind == CXA_PTR && arg->blk == CX_SCRATCH && arg->off == p->mbkey_off) p->needs_key[pass] = true;
         e->nargs++;
       }
     }
@@ -326,6 +362,13 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   const cJSON *libhash = cJSON_GetObjectItemCaseSensitive(lib, "hash");
   const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(list, "blocks");
   const cJSON *scr = cJSON_GetObjectItemCaseSensitive(list, "cuda_scratch");
+  if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
+    snprintf(err, errlen,
+             "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
+             "from device memory, for CUDA graphs); regenerate the plan with this pd2bwc",
+             lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
+    goto out;
+  }
   if (!list || !cJSON_IsNumber(fmt) || fmt->valueint != CODEGEN_CUDA_LIST_FORMAT || !cJSON_IsString(srcname) ||
       !cJSON_IsString(hash) || !cJSON_IsString(libname) || !cJSON_IsString(libhash) || !cJSON_IsObject(blocks) ||
       !cJSON_IsObject(scr)) {
@@ -357,11 +400,19 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
     if (blk != CX_SCRATCH) ld_fail(&l, "loss", 0, "the loss is not in cuda_scratch");
   }
   p->bad_off = (int64_t)ld_num(&l, scr, "bad_ids", "cuda_scratch", 0);
+  p->mbkey_off = (int64_t)ld_num(&l, scr, "microbatch_key", "cuda_scratch", 0);
+  if (!l.failed && (p->mbkey_off < 0 || p->mbkey_off % 4 || p->mbkey_off + 4 > p->block[CX_SCRATCH]))
+    ld_fail(&l, "cuda_scratch", 0, "microbatch_key outside cuda_scratch or not 4-byte aligned");
   if (l.failed) goto fail;
   p->lib_module = ops->load(ops->dev, libsrc, libname->valuestring, err, errlen);
   if (!p->lib_module) goto fail;
   p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
   if (!p->module) goto fail;
+  p->set_u32 = ops->kernel(ops->dev, p->lib_module, "pkc_set_u32");
+  if (!p->set_u32) {
+    ld_fail(&l, "library", 0, "the kernel library has no pkc_set_u32 (an older " CODEGEN_CUDA_LIBRARY ")");
+    goto fail;
+  }
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
   if (!l.failed) goto out;
@@ -379,6 +430,8 @@ out:
 
 void cx_program_free(CxProgram *p) {
   if (!p) return;
+  for (int i = 0; i < p->nslots; i++)
+    if (p->slot[i].graph) p->ops->graph_destroy(p->ops->dev, p->slot[i].graph);
   free(p->e[0]);
   free(p->e[1]);
   free(p->args);
@@ -405,7 +458,8 @@ void *cx_program_kernel(const CxProgram *p, const char *name) {
 
 static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
 
-void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r) {
+/* The pass's launches, one by one (or into a capture: the device records them). */
+static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
   const CxDeviceOps *ops = p->ops;
   for (int i = 0; i < p->ne[pass]; i++) {
     const CxEntry *e = &p->e[pass][i];
@@ -423,11 +477,6 @@ void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r) {
       case CXA_PTR: cell[k] = at(r, a->blk, a->off); break; /* a CUdeviceptr-sized pointer */
       case CXA_LITERAL: cell[k] = a->bits; break;
       case CXA_SEED: cell[k] = r->seed; break;
-      case CXA_MB: {
-        uint32_t x = r->microbatch;
-        memcpy(&cell[k], &x, 4);
-        break;
-      }
       case CXA_TRAINING: {
         int32_t x = r->training ? 1 : 0;
         memcpy(&cell[k], &x, 4);
@@ -441,4 +490,66 @@ void cx_program_run(const CxProgram *p, CxPass pass, const CxReplay *r) {
     }
     ops->launch(ops->dev, r->stream, e->kernel, e->grid, e->block, args);
   }
+}
+
+static bool same_key(const CxGraphKey *a, const CxGraphKey *b) {
+  if (a->pass != b->pass || a->stream != b->stream || a->training != b->training || a->seed != b->seed) return false;
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
+    if (a->base[c] != b->base[c]) return false;
+  return true;
+}
+
+/* The slot of r's key for `pass`, a new one on its first sighting (*fresh), or NULL
+ * when the table is full. */
+static CxGraphSlot *find_slot(CxProgram *p, CxPass pass, const CxReplay *r, bool *fresh) {
+  CxGraphKey k = {.pass = pass, .stream = r->stream, .training = r->training, .seed = r->seed};
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) k.base[c] = r->base[c];
+  *fresh = false;
+  for (int i = 0; i < p->nslots; i++)
+    if (same_key(&p->slot[i].key, &k)) return &p->slot[i];
+  if (p->nslots == CX_MAX_KEYS) return NULL;
+  *fresh = true;
+  p->slot[p->nslots] = (CxGraphSlot){.key = k};
+  return &p->slot[p->nslots++];
+}
+
+void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
+  const CxDeviceOps *ops = p->ops;
+  if (p->needs_key[pass]) { /* before the pass, on its stream: the kernels read it there */
+    CxPtr dst = r->base[CX_SCRATCH] + (CxPtr)p->mbkey_off;
+    uint32_t mb = r->microbatch;
+    void *args[2] = {&dst, &mb};
+    ops->launch(ops->dev, r->stream, p->set_u32, 1, 1, args);
+  }
+  bool fresh = false;
+  CxGraphSlot *s = ops->capture_begin && p->ne[pass] > 0 ? find_slot(p, pass, r, &fresh) : NULL;
+  if (s && !s->graph && !fresh && p->ngraphs < CX_MAX_GRAPHS) { /* the second sighting: capture */
+    char err[512];
+    if (!ops->capture_begin(ops->dev, r->stream, err, sizeof err))
+      pd_fatal(__FILE__, __LINE__, "capturing the %s pass as a CUDA graph: %s",
+               pass == CX_FORWARD ? "forward" : "backward", err);
+    replay(p, pass, r);
+    s->graph = ops->capture_end(ops->dev, r->stream, err, sizeof err);
+    if (!s->graph)
+      pd_fatal(__FILE__, __LINE__, "capturing the %s pass as a CUDA graph: %s",
+               pass == CX_FORWARD ? "forward" : "backward", err);
+    p->ngraphs++;
+    p->stats.captured++;
+  }
+  if (s && s->graph) {
+    ops->graph_launch(ops->dev, s->graph, r->stream);
+    p->stats.launches++;
+    return;
+  }
+  replay(p, pass, r);
+  p->stats.eager++;
+}
+
+CxGraphStats cx_program_graph_stats(const CxProgram *p) { return p->stats; }
+
+void cx_ops_no_graphs(CxDeviceOps *ops) {
+  ops->capture_begin = NULL;
+  ops->capture_end = NULL;
+  ops->graph_launch = NULL;
+  ops->graph_destroy = NULL;
 }

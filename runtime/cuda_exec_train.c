@@ -166,9 +166,21 @@ int64_t cx_trainer_step_index(const CxTrainer *t) { return t->step; }
 double cx_trainer_flops_per_step(const CxTrainer *t) { return (t->st->flops_fwd + t->st->flops_bwd) * (double)t->plan->m; }
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t) { return t->arena_bytes; }
 CxGemmType cx_trainer_gemm_type(const CxTrainer *t) { return cx_program_gemm_type(t->prog); }
+CxGraphStats cx_trainer_graph_stats(const CxTrainer *t) { return cx_program_graph_stats(t->prog); }
 
 void cx_trainer_read_params(CxTrainer *t, float *dst) {
   t->ops->dtoh(t->ops->dev, dst, t->part[A_PARAMS], (size_t)t->st->blocks[BUF_PARAMS]);
+}
+
+CxTrainerState cx_trainer_state(const CxTrainer *t) {
+  return (CxTrainerState){.plan = t->plan, .ops = t->ops, .params = t->part[A_PARAMS],
+                          .prev = t->delayed ? t->part[A_PREV] : 0, .adam_m = t->part[A_M], .adam_v = t->part[A_V],
+                          .step = t->step, .seed = t->tc.seed};
+}
+
+void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed) {
+  t->step = step;
+  t->tc.seed = seed;
 }
 
 /* Samples first .. first + b - 1 into the host copy of the inputs block, as
@@ -185,6 +197,30 @@ static void fill_inputs(CxTrainer *t, DataLoader *data, int64_t first) {
   for (int64_t r = 0; r < st->b; r++)
     data_get_sample(data, first + r, tok ? tok + r * t->T : t->tok_tmp, tgt ? tgt + r * t->T : t->tgt_tmp);
   t->ops->htod(t->ops->dev, t->part[A_INPUTS], t->host_inputs, (size_t)st->blocks[BUF_INPUTS]);
+}
+
+/* trainer_eval on the device: every microbatch's forward with dropout off (key 0, as
+ * trainer.c's make_ctx) on the newest weights; the loss read back after each. */
+double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nbatches) {
+  const RtPlan *p = t->plan;
+  int64_t B = p->b * p->m, loss_off = cx_program_loss_offset(t->prog);
+  CxReplay r = {.seed = t->tc.seed, .microbatch = 0, .training = false, .stream = 0};
+  CxPtr base[BUF_CLASS_COUNT] = {0, t->part[A_PARAMS], t->part[A_GRADS], t->part[A_STASH],
+                                 t->part[A_WORK], t->part[A_INPUTS], t->part[A_BOUNDARY]};
+  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++) r.base[c] = base[c];
+  r.base[CX_SCRATCH] = t->part[A_SCRATCH];
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t k = first; k < first + nbatches; k++)
+    for (int64_t j = 0; j < p->m; j++) {
+      float loss = 0;
+      fill_inputs(t, data, k * B + j * p->b);
+      cx_program_run(t->prog, CX_FORWARD, &r);
+      t->ops->dtoh(t->ops->dev, &loss, t->part[A_SCRATCH] + (CxPtr)loss_off, 4);
+      sum += loss;
+      n++;
+    }
+  return n ? sum / (double)n : 0;
 }
 
 static void launch(CxTrainer *t, void *k, unsigned grid, unsigned block, void **args) {

@@ -211,6 +211,37 @@ static bool open_data(CpRun *x, char *err, size_t errlen) {
   return true;
 }
 
+/* --init as the CPU pipeline does it (runtime/pipeline_run.c): ckpt_import is given
+ * every parameter of the model (it checks the layer count against the file's): SR
+ * s's own land in w (its params block), the others in a scratch buffer, dropped. */
+static bool init_from(const CpRun *x, const CpSr *s, float *w, const char *path, char *err, size_t errlen) {
+  const PipePlan *p = x->p;
+  int n = 0, cap = 16;
+  CkptParam *cp = pd_calloc((size_t)cap, sizeof *cp);
+  int64_t most = 1;
+  for (int st = 0; st < p->d; st++)
+    for (int k = 0; k < p->rt->stages[st].nparams; k++) {
+      const RtParam *q = &p->rt->stages[st].params[k];
+      bool seen = false;
+      for (int j = 0; j < n && !seen; j++) seen = strcmp(cp[j].name, q->name) == 0;
+      if (seen) continue;
+      if (n == cap) cp = pd_realloc(cp, (size_t)(cap *= 2) * sizeof *cp);
+      cp[n] = (CkptParam){.name = q->name, .rank = q->rank};
+      for (int d = 0; d < q->rank && d < 4; d++) cp[n].shape[d] = q->shape[d];
+      if (q->numel > most) most = q->numel;
+      n++;
+    }
+  float *scratch = pd_malloc((size_t)most * sizeof(float));
+  for (int j = 0; j < n; j++) {
+    int k = param_by_name(s->st, cp[j].name);
+    cp[j].dst = k >= 0 ? w + s->st->params[k].offset / 4 : scratch;
+  }
+  bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  free(scratch);
+  free(cp);
+  return ok;
+}
+
 bool cp_setup(CpRun *x, char *err, size_t errlen) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
@@ -281,18 +312,21 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   }
   free(tied_bytes);
   if (!ok) return false;
-  /* the CPU executor's initial weights (rt_init_param by name and seed), every version */
-  for (int i = 0; i < x->nsr; i++) {
+  /* the CPU executor's initial weights (rt_init_param by name and seed), or --init's,
+   * every version */
+  for (int i = 0; ok && i < x->nsr; i++) {
     CpSr *s = &x->sr[i];
     if (!cp_live(x, i)) continue;
     size_t pb = (size_t)s->st->blocks[BUF_PARAMS];
     float *w = pd_calloc(pb / 4 + 1, sizeof(float));
     for (int k = 0; k < s->st->nparams; k++)
       rt_init_param(w + s->st->params[k].offset / 4, &s->st->params[k], x->tc.seed);
-    for (int v = 0; v < s->nversions; v++) ops->htod(ops->dev, s->w[v], w, pb);
+    if (x->o->init_path) ok = init_from(x, s, w, x->o->init_path, err, errlen);
+    for (int v = 0; ok && v < s->nversions; v++) ops->htod(ops->dev, s->w[v], w, pb);
     free(w);
     s->ev = ops->event_create(ops->dev);
   }
+  if (!ok) return false;
   x->comm_ev = ops->event_create(ops->dev);
   size_t img = 0;
   for (int i = 0; i < x->nsr; i++)
@@ -312,6 +346,9 @@ void cp_teardown(CpRun *x) {
   }
   if (x->comm_ev) ops->event_destroy(ops->dev, x->comm_ev);
   for (int s = 0; x->prog && s < x->p->d; s++) cx_program_free(x->prog[s]);
+  for (int s = 0; x->part && s < x->p->d; s++) free(x->part[s].ins);
+  free(x->part);
+  cp_eval_close(x);
   free(x->prog);
   free(x->sr);
   plan_streams_free(&x->streams);
@@ -387,14 +424,16 @@ float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q) {
 
 void cp_outcome_finish(const CpRun *x, PipeOutcome *out) {
   const PipePlan *p = x->p;
-  int64_t nb = x->steps;
+  int64_t nb = x->steps - x->first;
   out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->val_loss = pd_calloc((size_t)nb + 1, sizeof(double));
   for (int64_t b = 0; b < nb; b++) {
     double sum = 0;
     for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
     out->step_loss[b] = sum / (double)x->mref;
+    out->val_loss[b] = NAN; /* cx_pipe_train fills in its validations */
   }
-  out->val_final = NAN; /* no validation in this mode */
+  out->val_final = NAN;
   out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
   out->bubble = pd_calloc((size_t)p->d, sizeof(double));
   out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
@@ -409,14 +448,14 @@ void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
   memset(out, 0, sizeof *out);
-  out->first_step = 0;
+  out->first_step = x->first;
   out->steps = x->steps;
   out->mb_per_step = x->mref;
-  int64_t nb = x->steps, nl = nb * x->mref;
+  int64_t nb = x->steps - x->first, nl = nb * x->mref;
   out->mb_loss = pd_calloc((size_t)nl + 1, sizeof(double));
-  for (int r = 0; r < p->w; r++) {
+  for (int r = 0; r < p->w && nb > 0; r++) {
     CpSr *s = cp_sr(x, p->d - 1, r);
-    ops->dtoh(ops->dev, x->host_loss, s->loss, (size_t)(nb * p->m) * 4);
+    ops->dtoh(ops->dev, x->host_loss, s->loss + (CxPtr)(x->first * p->m) * 4, (size_t)(nb * p->m) * 4);
     for (int64_t b = 0; b < nb; b++)
       for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = x->host_loss[b * p->m + j];
   }
@@ -433,15 +472,157 @@ void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
   cp_outcome_finish(x, out);
 }
 
+/* --resume as runtime/pipeline_run.c's pipe_rank_resume: the checkpoint's step is the
+ * first batch to run; its weights go into the slot the streams treat as newest at that
+ * batch (2bw: step % 2, the older version "prev.*" into the other), every other slot
+ * a copy of them; AdamW m and v; its seed keys dropout unless --seed was given. The
+ * tensors are read by the one-stage trainer's reader (rt_ckpt_resume) per stage. */
+static bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
+  const PipePlan *p = x->p;
+  const CxDeviceOps *ops = x->ops;
+  int64_t step;
+  if (!pipe_ckpt_step(path, &step, err, errlen)) return false;
+  if (p->schedule == PS_PIPEDREAM && step > 0) {
+    snprintf(err, errlen, "%s: resuming a pipedream run is not supported (its stashed versions are not saved)", path);
+    return false;
+  }
+  bool two = p->schedule == PS_2BW, has_prev = false;
+  SafeTensors *f = st_open(path, err, errlen);
+  if (!f) return false;
+  char nm[512];
+  snprintf(nm, sizeof nm, "prev.%s", p->rt->stages[0].nparams ? p->rt->stages[0].params[0].name : "");
+  has_prev = st_find(f, nm) != NULL;
+  st_close(f);
+  if (two && !has_prev && step > 0) {
+    snprintf(err, errlen, "%s: no tensor '%s': the checkpoint holds one weight version (a gpipe/1f1b run); 2bw at "
+             "step %lld needs W(t) and W(t-1)", path, nm, (long long)step);
+    return false;
+  }
+  int newest = two ? (int)(step % 2) : 0, prev = two ? (int)((step + 1) % 2) : 0;
+  uint64_t seed = x->tc.seed;
+  bool ok = true;
+  for (int st = 0; ok && st < p->d; st++) {
+    const RtStage *rs = &p->rt->stages[st];
+    size_t pb = (size_t)rs->blocks[BUF_PARAMS];
+    char *mem = pd_calloc(4 * pb + 1, 1);
+    RtCkptBlocks b = {.plan = p->rt, .st = rs, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
+                      .prev = two && has_prev ? mem + 3 * pb : NULL};
+    int64_t got;
+    ok = rt_ckpt_resume(&b, path, &got, &seed, err, errlen);
+    if (ok && two && !has_prev) memcpy(mem + 3 * pb, mem, pb); /* step 0: both versions are W(0) */
+    for (int r = 0; ok && r < p->w; r++) {
+      CpSr *s = cp_sr(x, st, r);
+      if (!cp_live(x, s->idx)) continue;
+      for (int v = 0; v < s->nversions; v++) ops->htod(ops->dev, s->w[v], two && v == prev ? mem + 3 * pb : mem, pb);
+      ops->htod(ops->dev, s->adam_m, mem + pb, pb);
+      ops->htod(ops->dev, s->adam_v, mem + 2 * pb, pb);
+      s->newest = newest;
+    }
+    free(mem);
+  }
+  if (!ok) return false;
+  if (!x->o->seed_set) x->tc.seed = seed;
+  x->first = step;
+  return true;
+}
+
+void cp_select(CpRun *x, int64_t lo, int64_t hi) {
+  const PipePlan *p = x->p;
+  if (!x->part) x->part = pd_calloc((size_t)p->d, sizeof *x->part);
+  for (int st = 0; st < p->d; st++) {
+    const PlanStream *src = &x->streams.st[st];
+    PlanStream *dst = &x->part[st];
+    if (dst->cap < src->n + 1) {
+      dst->cap = src->n + 1;
+      dst->ins = pd_realloc(dst->ins, (size_t)dst->cap * sizeof *dst->ins);
+    }
+    dst->n = 0;
+    for (int i = 0; i < src->n; i++) {
+      int j = i, kept = 0; /* the group i..j: with_next links its members */
+      while (src->ins[j].with_next && j + 1 < src->n) j++;
+      for (int q = i; q <= j; q++)
+        if (src->ins[q].batch >= lo && src->ins[q].batch < hi) {
+          dst->ins[dst->n] = src->ins[q];
+          dst->ins[dst->n++].with_next = true;
+          kept++;
+        }
+      if (kept) dst->ins[dst->n - 1].with_next = false;
+      i = j;
+    }
+  }
+  for (int i = 0; i < x->nsr; i++) {
+    x->sr[i].S = &x->part[x->sr[i].stage];
+    x->sr[i].pc = 0;
+  }
+}
+
+/* --save: replica 0 of every stage (newest weights, 2bw's older version, AdamW m and v)
+ * copied to the host and written by the CPU pipeline's own writer (pipe_save: the
+ * one-stage trainer's format, atomic), so the checkpoint resumes anywhere. */
+static bool cp_save(CpRun *x, const char *path, char *err, size_t errlen) {
+  const PipePlan *p = x->p;
+  const CxDeviceOps *ops = x->ops;
+  PipeGathered G = {.d = p->d};
+  G.stage_w = pd_calloc((size_t)p->d, sizeof(char *));
+  G.stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
+  G.stage_m = pd_calloc((size_t)p->d, sizeof(char *));
+  G.stage_v = pd_calloc((size_t)p->d, sizeof(char *));
+  for (int st = 0; st < p->d; st++) {
+    CpSr *s = cp_sr(x, st, 0);
+    size_t b = (size_t)s->st->blocks[BUF_PARAMS];
+    int prev = s->nversions >= 2 && p->schedule == PS_2BW ? 1 - s->newest : s->newest;
+    char **dst[4] = {&G.stage_w[st], &G.stage_prev[st], &G.stage_m[st], &G.stage_v[st]};
+    CxPtr src[4] = {s->w[s->newest], s->w[prev], s->adam_m, s->adam_v};
+    for (int q = 0; q < 4; q++) {
+      *dst[q] = pd_malloc(b ? b : 1);
+      if (b) ops->dtoh(ops->dev, *dst[q], src[q], b);
+    }
+  }
+  bool ok = pipe_save(p, &G, x->steps, x->tc.seed, path, err, errlen);
+  pipe_gathered_free(&G);
+  return ok;
+}
+
 int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                   uint64_t *extra_bytes, char *err, size_t errlen) {
   CpRun x = {.p = p, .ops = ops, .o = o};
   memset(out, 0, sizeof *out);
   int rc = 1;
-  if (cp_setup(&x, err, errlen)) {
-    if (cp_run(&x)) {
+  bool ready = cp_setup(&x, err, errlen);
+  /* --init (in cp_setup) then --resume, as the CPU executors: a checkpoint replaces both */
+  if (ready && o->resume_path) ready = cp_resume(&x, o->resume_path, err, errlen);
+  if (ready && o->val_path) ready = cp_eval_open(&x, err, errlen);
+  if (ready) {
+    /* stretches that end where a validation is due (after every K-th step and the
+     * last), as runtime/pipeline_run.c trains; always one, even with nothing to train */
+    int64_t nb = x.steps > x.first ? x.steps - x.first : 0, K = o->val_path ? o->eval_every : 0, lo = x.first;
+    double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
+    for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
+    bool ok = true;
+    if (x.first > 0) x.t_first_step = pipe_now(); /* run_step starts the clock at batch 0 only */
+    do {
+      int64_t hi = x.steps;
+      if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+      cp_select(&x, lo, hi);
+      ok = cp_run(&x);
+      if (ok && o->val_path && (hi >= x.steps || (K > 0 && hi % K == 0))) {
+        double v, t0 = pipe_now();
+        ok = cp_eval_run(&x, &v);
+        x.t_first_step += pipe_now() - t0; /* the step time leaves the validations out */
+        val_final = v;
+        if (ok && hi > x.first) val[hi - 1 - x.first] = v;
+        if (ok && !o->quiet && hi > x.first) {
+          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)x.steps, v);
+          fflush(stdout);
+        }
+      }
+      lo = hi;
+    } while (ok && lo < x.steps);
+    if (ok) {
       ops->sync(ops->dev);
       cp_fill_outcome(&x, out);
+      memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
+      out->val_final = val_final;
       uint64_t bad = 0, one = 0;
       for (int i = 0; i < x.nsr; i++) {
         ops->dtoh(ops->dev, &one, x.sr[i].scratch + (CxPtr)cx_program_bad_ids_offset(x.sr[i].prog), 8);
@@ -449,12 +630,13 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
       }
       if (bad) snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", o->data_path,
                         (unsigned long long)bad);
-      else rc = 0;
+      else if (!o->save_path || cp_save(&x, o->save_path, err, errlen)) rc = 0;
       if (extra_bytes) *extra_bytes = x.extra_bytes;
     } else {
       snprintf(err, errlen, "%s", x.err);
       ops->sync(ops->dev); /* what was issued finishes before its events go */
     }
+    free(val);
   }
   cp_teardown(&x);
   return rc;

@@ -43,7 +43,16 @@
  * checked, but not cuBLAS's behaviour with GEMMs of several streams in flight on one
  * handle (one shared workspace); scripts/gpu-check.sh step (c) is the GPU check.
  *
- * NOT done: resuming/saving checkpoints, validation, traces and measured bubbles.
+ * Checkpoints and validation (single-GPU mode), as runtime/pipeline_run.c does them:
+ * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
+ * the one-stage trainer's format, so any executor resumes it); --resume loads one
+ * (any executor's) into the slots the streams use at its step and runs only the
+ * instructions of the later batches (cp_select); --init reads the weights with
+ * ckpt_import; --val-data trains in stretches that end where a validation is due and
+ * evaluates between them (cuda_pipe_eval.c: runtime/pipeline_eval.h's loss).
+ *
+ * NOT done: checkpoints and validation in multi-GPU mode (cuda_pipe_main.c refuses
+ * them with a message), traces and measured bubbles.
  * Overlap is not a goal yet: a message
  * fences the sender's stream after the receiver's earlier work too, token uploads and
  * clip norms wait for the whole device. */

@@ -78,8 +78,10 @@ typedef struct CpRun {
   const CudaExecOptions *o;
   TrainConfig tc;
   int64_t steps, mref;
+  int64_t first; /* batches [first, steps) run: > 0 after --resume (single-GPU mode) */
   PlanStreamSpec spec;
-  PlanStreams streams;
+  PlanStreams streams; /* of batches [0, steps), as the CPU executor's */
+  PlanStream *part;    /* [d] single-GPU mode: one stretch's instructions (cp_select) */
   CxProgram **prog; /* [d] */
   CpSr *sr;         /* [d·w], index stage·w + replica */
   int nsr;
@@ -92,6 +94,10 @@ typedef struct CpRun {
   int T;
   char *host_image;
   int32_t *tok_tmp, *tgt_tmp;
+  /* validation (cuda_pipe_eval.c) */
+  DataFile *vdf;
+  DataLoader *vdl;
+  int64_t val_batches;
   /* messages */
   CpMsg *msg;
   int nmsg, cap_msg;
@@ -127,6 +133,21 @@ float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q);
 /* After mb_loss and the parameters: step losses, the measured step time, memory per
  * stage (the SR part: the plan's figure), no validation. */
 void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
+
+/* Points every SR at the instructions of batches [lo, hi) of its stage's stream, in
+ * stream order (a send/receive group keeps its members in the range), from the
+ * start: cp_run then runs exactly those (runtime/pipeline.c's pipe_rank_run_batches:
+ * consecutive ranges compute what one range over their union does). */
+void cp_select(CpRun *x, int64_t lo, int64_t hi);
+
+/* cuda_pipe_eval.c: validation (runtime/pipeline_eval.h's contract: the one-stage
+ * trainer's loss on PLAN/reference for the newest weights). Opens o->val_path; false
+ * with a message naming the file. */
+bool cp_eval_open(CpRun *x, char *err, size_t errlen);
+void cp_eval_close(CpRun *x);
+/* Between two stretches (nothing in flight): every validation microbatch forward-only
+ * through the stages of its replica, on the communication stream; the mean in *mean. */
+bool cp_eval_run(CpRun *x, double *mean);
 
 /* Whether this process sets up and runs SR i. */
 static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }

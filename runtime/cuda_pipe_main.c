@@ -2,7 +2,9 @@
  * several stages or replicas: single-GPU pipeline mode, or with --transport nccl
  * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
  * pipeline path (rank 0's), and --reference against the sequential trainer on the
- * CPU (pipeline_check_reference, the CPU pipeline's own check). */
+ * CPU (pipeline_check_reference, the CPU pipeline's own check). Single-GPU mode takes
+ * --save, --resume, --init and validation (cuda_pipe.c, cuda_pipe_eval.c); multi-GPU
+ * mode refuses them here. */
 #include "runtime/cuda_pipe.h"
 
 #include <math.h>
@@ -21,9 +23,13 @@ static bool write_log(const char *path, const PipePlan *p, const PipeOutcome *r,
   snprintf(tmp, n, "%s.tmp", path);
   FILE *j = fopen(tmp, "w");
   bool ok = j != NULL;
-  for (int64_t b = 0; ok && b < r->steps - r->first_step; b++)
-    fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g}\n", (long long)(r->first_step + b + 1), r->step_loss[b],
+  for (int64_t b = 0; ok && b < r->steps - r->first_step; b++) {
+    fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g", (long long)(r->first_step + b + 1), r->step_loss[b],
             rt_lr_at(&p->rt->train, r->first_step + b));
+    /* the one-stage trainer's field (runtime/log.c) */
+    if (r->val_loss && !isnan(r->val_loss[b])) fprintf(j, ", \"val_loss\": %.9g", r->val_loss[b]);
+    fprintf(j, "}\n");
+  }
   if (j && fclose(j) != 0) ok = false;
   if (ok && rename(tmp, path) != 0) ok = false;
   if (!ok) {
@@ -41,7 +47,7 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
   int rc = 0;
   int64_t nb = r->steps - r->first_step;
   double last = nb ? r->step_loss[nb - 1] : NAN;
-  if (!isfinite(last)) {
+  if (nb && !isfinite(last)) { /* nb = 0: resumed at --steps, nothing trained */
     snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged", last, (long long)r->steps);
     rc = fail(prog, err);
   }
@@ -50,10 +56,11 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
   for (int s = 0; s < p->d; s++)
     printf("  stage %d: memory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s,
            (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s], (unsigned long long)extra);
+  if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
   if (!rc && o->log_json && !write_log(o->log_json, p, r, err, sizeof err)) rc = fail(prog, err);
   if (!rc && o->reference) {
     PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .quiet = o->quiet, .seed = o->seed,
-                      .seed_set = o->seed_set, .shuffle = o->shuffle};
+                      .seed_set = o->seed_set, .shuffle = o->shuffle, .resume_path = o->resume_path};
     if (!pipeline_check_reference(p, &po, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
       rc = fail(prog, err);
   }
@@ -75,6 +82,7 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
   int rc = cx_pipe_train(p, ops, o, &r, &extra, err, sizeof err);
   if (rc) fail(prog, err);
   else rc = report(prog, p, &r, extra, o, "on one GPU");
+  if (!rc && o->save_path) printf("%s: saved %s\n", prog, o->save_path);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
   return rc;
@@ -106,6 +114,10 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
 
 int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  /* NOT done in multi-GPU mode (it gathers nothing but losses and weights to rank 0) */
+  if (o->save_path || o->resume_path || o->init_path || o->val_path || o->eval_every)
+    return fail(prog, "--save, --resume, --init, --val-data and --eval-every are not supported with --transport "
+                      "nccl yet (single-GPU pipeline mode takes them)");
   Transport *t = transport_mpi_create(NULL, NULL, 0, err, sizeof err);
   if (!t) return fail(prog, err);
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */
@@ -119,6 +131,7 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
     transport_abort(t, err);
     rc = fail(prog, err);
   } else {
+    if (mine.graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off */
     rc = cuda_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
     cx_cuda_close(ops);
   }

@@ -161,6 +161,22 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen);
 /* Parameters only, from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
 bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
 
+/* The three above on a one-stage training state in host memory, each block laid out
+ * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
+ * GPU trainer's blocks copied to the host (runtime/cuda_exec_ckpt.c), so both write
+ * and read one format. prev: 2bw's older version, NULL for one version. */
+typedef struct RtCkptBlocks {
+  const RtPlan *plan;
+  const RtStage *st;
+  char *params, *opt_m, *opt_v, *prev;
+} RtCkptBlocks;
+bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char *path, char *err, size_t errlen);
+/* Fills the blocks; on success *step = the checkpoint's step and *seed its seed (left
+ * as it is when the file has none). */
+bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);
+/* params (and prev, a copy) from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
+bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
+
 /* ---- logs (log.c) ------------------------------------------------------------------ */
 typedef struct RtLog RtLog;
 /* Step lines go to out (quiet: only the last step's); json_path (or NULL) gets one

@@ -298,8 +298,9 @@ static void entry_of(StEntry *e, const RtParam *p, const char *name, const void 
   e->data = data;
 }
 
-bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
-  const RtStage *st = t->st;
+bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value, const char *path, char *err,
+                  size_t errlen) {
+  const RtStage *st = b->st;
   int n = st->nparams;
   StEntry *e = pd_calloc((size_t)n * 4 + 1, sizeof *e);
   char **names = pd_calloc((size_t)n * 3 + 1, sizeof *names);
@@ -311,23 +312,33 @@ bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
     snprintf(names[3 * k], len, "opt.m.%s", p->name);
     snprintf(names[3 * k + 1], len, "opt.v.%s", p->name);
     snprintf(names[3 * k + 2], len, "prev.%s", p->name);
-    entry_of(&e[ne++], p, p->name, t->params + p->offset);
-    entry_of(&e[ne++], p, names[3 * k], t->opt_m + p->offset);
-    entry_of(&e[ne++], p, names[3 * k + 1], t->opt_v + p->offset);
+    entry_of(&e[ne++], p, p->name, b->params + p->offset);
+    entry_of(&e[ne++], p, names[3 * k], b->opt_m + p->offset);
+    entry_of(&e[ne++], p, names[3 * k + 1], b->opt_v + p->offset);
     /* 2bw: the older version too, which the next batch trains on */
-    if (t->delayed) entry_of(&e[ne++], p, names[3 * k + 2], t->prev + p->offset);
+    if (b->prev) entry_of(&e[ne++], p, names[3 * k + 2], b->prev + p->offset);
   }
   char step[32], seed[32], pos[32];
-  snprintf(step, sizeof step, "%lld", (long long)t->step);
-  snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->tc.seed);
-  snprintf(pos, sizeof pos, "%lld", (long long)(t->step * t->plan->b * t->plan->m));
-  const char *meta[] = {"format", "pd2bw", "model", t->plan->model, "step", step,
+  snprintf(step, sizeof step, "%lld", (long long)step_index);
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)seed_value);
+  snprintf(pos, sizeof pos, "%lld", (long long)(step_index * b->plan->b * b->plan->m));
+  const char *meta[] = {"format", "pd2bw", "model", b->plan->model, "step", step,
                         "seed", seed, "data_position", pos};
   bool ok = st_write(path, e, ne, meta, 5, err, errlen);
   for (int k = 0; k < 3 * n; k++) free(names[k]);
   free(names);
   free(e);
   return ok;
+}
+
+static RtCkptBlocks blocks_of(const Trainer *t) {
+  return (RtCkptBlocks){.plan = t->plan, .st = t->st, .params = t->params, .opt_m = t->opt_m, .opt_v = t->opt_v,
+                        .prev = t->delayed ? t->prev : NULL};
+}
+
+bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
+  RtCkptBlocks b = blocks_of(t);
+  return rt_ckpt_save(&b, t->step, t->tc.seed, path, err, errlen);
 }
 
 /* Reads tensor `name` of shape p into dst; false with a message. */
@@ -345,10 +356,11 @@ static bool load_one(SafeTensors *s, const char *path, const RtParam *p, const c
   return st_read_f32(s, x, dst, err, errlen);
 }
 
-bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
+bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index, uint64_t *seed_value, char *err,
+                    size_t errlen) {
   SafeTensors *s = st_open(path, err, errlen);
   if (!s) return false;
-  const RtStage *st = t->st;
+  const RtStage *st = b->st;
   bool ok = true;
   const char *step = st_meta(s, "step");
   char *end = NULL;
@@ -357,35 +369,45 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
   for (int k = 0; ok && k < st->nparams; k++) {
     const RtParam *p = &st->params[k];
     char nm[512];
-    ok = load_one(s, path, p, p->name, t->params + p->offset, err, errlen);
+    ok = load_one(s, path, p, p->name, b->params + p->offset, err, errlen);
     snprintf(nm, sizeof nm, "opt.m.%s", p->name);
-    ok = ok && load_one(s, path, p, nm, t->opt_m + p->offset, err, errlen);
+    ok = ok && load_one(s, path, p, nm, b->opt_m + p->offset, err, errlen);
     snprintf(nm, sizeof nm, "opt.v.%s", p->name);
-    ok = ok && load_one(s, path, p, nm, t->opt_v + p->offset, err, errlen);
-    if (t->delayed) {
+    ok = ok && load_one(s, path, p, nm, b->opt_v + p->offset, err, errlen);
+    if (b->prev) {
       snprintf(nm, sizeof nm, "prev.%s", p->name);
-      ok = ok && load_one(s, path, p, nm, t->prev + p->offset, err, errlen);
+      ok = ok && load_one(s, path, p, nm, b->prev + p->offset, err, errlen);
     }
   }
   const char *seed = st_meta(s, "seed");
-  if (ok && seed) t->tc.seed = strtoull(seed, NULL, 10);
-  if (ok) t->step = sv;
+  if (ok && seed) *seed_value = strtoull(seed, NULL, 10);
+  if (ok) *step_index = sv;
   st_close(s);
   return ok;
 }
 
-bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
-  const RtStage *st = t->st;
+bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
+  RtCkptBlocks b = blocks_of(t);
+  return rt_ckpt_resume(&b, path, &t->step, &t->tc.seed, err, errlen);
+}
+
+bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen) {
+  const RtStage *st = b->st;
   CkptParam *cp = pd_calloc((size_t)st->nparams + 1, sizeof *cp);
   for (int k = 0; k < st->nparams; k++) {
     const RtParam *p = &st->params[k];
     cp[k].name = p->name;
     cp[k].rank = p->rank;
     for (int d = 0; d < p->rank && d < 4; d++) cp[k].shape[d] = p->shape[d];
-    cp[k].dst = (float *)(void *)(t->params + p->offset);
+    cp[k].dst = (float *)(void *)(b->params + p->offset);
   }
   bool ok = ckpt_import(path, CKPT_AUTO, cp, st->nparams, err, errlen);
   free(cp);
-  if (ok && t->delayed) memcpy(t->prev, t->params, (size_t)st->blocks[BUF_PARAMS]);
+  if (ok && b->prev) memcpy(b->prev, b->params, (size_t)st->blocks[BUF_PARAMS]);
   return ok;
+}
+
+bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
+  RtCkptBlocks b = blocks_of(t);
+  return rt_ckpt_init(&b, path, err, errlen);
 }

@@ -12,6 +12,10 @@
 #       (rt_init_param: by name and seed) and the same data: every step's loss must
 #       agree within 1e-3 relative with FP32 GEMMs, 3e-2 with TF32, 5e-2 with a
 #       --precision bf16 plan (BF16 GEMM operands, FP32 master weights) (reported);
+#       the GPU runs replay each pass as a CUDA graph (the default); the FP32 run is
+#       repeated with --cuda-graphs off and the two must give the same losses (within
+#       1e-6 relative: embedding_bwd's atomicAdd order may differ between any two GPU
+#       runs, graphs or not; identical lines are counted and reported);
 #   (c) single-GPU pipeline mode (runtime/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
@@ -23,7 +27,8 @@
 #       bf16 GEMM operands cast from the FP32 master weights, FP32 accumulation):
 #       tokens/s and achieved TFLOP/s (the plan's FLOPs / measured steady-state step
 #       time) beside cuBLAS's BF16 rate on the model's MLP GEMM measured in the same
-#       process.
+#       process; with CUDA graphs (the default), and for the 350M shape also with
+#       --cuda-graphs off beside it while the time budget allows.
 # Steps (b)-(d) take about 2-4 minutes on an H200 (each run is bounded by `timeout`);
 # the script ends with a table of the figures, also written (atomically) to
 # $GPU_CHECK_OUT/last-gpu-check.md (default bench/gpu/).
@@ -121,6 +126,10 @@ if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdro
       --log-json "$work/gpu-$g.jsonl" -q
     echo "cuda ($g GEMMs): exit $?"
   done
+  # the FP32 run again, every pass launch by launch: CUDA graphs must not change a loss
+  timeout "$(limit 120)" "$run_gpu" "$work/small" --data "$work/small.bin" --steps 20 --gemm fp32 --device "$device" \
+    --cuda-graphs off --log-json "$work/gpu-fp32-nograph.jsonl" -q
+  echo "cuda (fp32 GEMMs, --cuda-graphs off): exit $?"
   # the same model as a BF16 plan (its stage0.c, hence the CPU run, is the same)
   "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdrop=0.1 --stages 1 --replicas 1 \
     --precision bf16 -o "$work/small-bf16" -q &&
@@ -142,6 +151,11 @@ if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdro
   rows+=("| (b) small GPT 20 steps, cuda FP32 GEMMs vs cpu | max rel. loss diff $d32 (bound 1e-3) | $r32 |")
   rows+=("| (b) small GPT 20 steps, cuda TF32 GEMMs vs cpu | max rel. loss diff $dtf (bound 3e-2) | $rtf |")
   rows+=("| (b) small GPT 20 steps, cuda BF16 plan vs cpu | max rel. loss diff $dbf (bound 5e-2) | $rbf |")
+  dgr=$(maxrel "$work/gpu-fp32.jsonl" "$work/gpu-fp32-nograph.jsonl")
+  same=$(paste -d' ' <(losses "$work/gpu-fp32.jsonl") <(losses "$work/gpu-fp32-nograph.jsonl") | awk '$1 == $2' | wc -l)
+  if le "$dgr" 1e-6; then rgr=PASS; else rgr=FAIL; failed=1; fi
+  echo "CUDA graphs on vs off (fp32): worst relative loss difference $dgr (bound 1e-6), $same of 20 losses identical: $rgr"
+  rows+=("| (b) small GPT 20 steps, cuda FP32, CUDA graphs on vs off | max rel. loss diff $dgr (bound 1e-6), $same/20 identical | $rgr |")
 else
   echo "gpu-check: FAILED: pd2bwc could not compile the small GPT"; failed=1
   rows+=("| (b) small GPT | pd2bwc failed | FAIL |")
@@ -186,6 +200,16 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
           --bench-gemm -q 2>&1)
   rc=$?
   echo "$out"
+  graphs=$(sed -n 's/.*graphs: \([0-9]*\) captured, \([0-9]*\) launches.*/\1 captured, \2 launched/p' <<<"$out")
+  # the same without graphs, beside it (350M only: the 1.3B run is the budget's largest)
+  nograph=""
+  if [ "$name" = 350M ] && [ "$(limit 999)" -ge 60 ]; then
+    out2=$(timeout "$(limit 200)" "$run_gpu" "$work/gpt-$name" --data "$work/gpt.bin" --steps "$nsteps" \
+             --device "$device" --cuda-graphs off -q 2>&1)
+    echo "$out2"
+    ms2=$(grep ' steps, final loss ' <<<"$out2" | sed -n 's/.*, \([0-9.]*\) ms\/step.*/\1/p')
+    [ -n "$ms2" ] && nograph="; graphs off: $ms2 ms/step"
+  fi
   summary=$(grep ' steps, final loss ' <<<"$out")
   gemm=$(grep 'cuBLAS .* GEMM ' <<<"$out")
   if [ $rc -ne 0 ] || [ -z "$summary" ] || [ -z "$gemm" ]; then
@@ -198,7 +222,7 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
   peak=$(sed -n 's/.*: \([0-9.]*\) TFLOP\/s measured.*/\1/p' <<<"$gemm")
   shapeg=$(sed -n 's/.*GEMM \([0-9x]*\):.*/\1/p' <<<"$gemm")
   pct=$(sed -n 's/.* = \([0-9]*\)% of it.*/\1/p' <<<"$gemm")
-  rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s) | ran |")
+  rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph | ran |")
 done
 
 gpu=$(nvidia-smi -L 2>/dev/null | head -1)

@@ -3,6 +3,7 @@
  *
  *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
  *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
+ *                    [--cuda-graphs on|off]
  *                    [--reference [--reference-tol X]] [-q]
  *
  * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
@@ -30,6 +31,8 @@ static const char usage[] =
     "  --log-json FILE   one JSON object per step (pd2bwrun's format)\n"
     "  --shuffle         visit the training windows in a seeded random order per epoch\n"
     "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape (one stage)\n"
+    "  --cuda-graphs on|off  replay each forward/backward pass as a CUDA graph captured\n"
+    "                    once (default on); off: launch by launch\n"
     "  --reference       (pipeline plans) afterwards, train PLAN_DIR/reference on the CPU\n"
     "                    sequentially and compare losses and weights\n"
     "  --reference-tol X relative bound for --reference (losses; weights 10x; default 1e-5)\n"
@@ -51,13 +54,14 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL };
+  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL, O_GRAPHS };
   static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
                                         {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
                                         {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
                                         {"bench-gemm", no_argument, 0, O_BENCH},  {"shuffle", no_argument, 0, O_SHUFFLE},
                                         {"reference", no_argument, 0, O_REF},
                                         {"reference-tol", required_argument, 0, O_REF_TOL},
+                                        {"cuda-graphs", required_argument, 0, O_GRAPHS},
                                         {"quiet", no_argument, 0, 'q'},
                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   CudaExecOptions o = {0};
@@ -86,6 +90,11 @@ int main(int argc, char **argv) {
       else return fail("--gemm takes fp32 or tf32, got '", optarg);
       break;
     case O_BENCH: o.bench_gemm = true; break;
+    case O_GRAPHS:
+      if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+        return fail("--cuda-graphs takes on or off, got '", optarg);
+      o.graphs_off = strcmp(optarg, "off") == 0;
+      break;
     case O_SHUFFLE: o.shuffle = true; break;
     case O_REF: o.reference = true; break;
     case O_REF_TOL: {

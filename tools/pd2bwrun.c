@@ -44,8 +44,11 @@ static const char usage[] =
     "  --threads N         CPU threads (default: all cores)\n"
     "  --log-json FILE     one JSON object per step\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
-    "                      all its stages on that one GPU)\n"
+    "                      all its stages on that one GPU); it takes every option above, but\n"
+    "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
     "  --device N          the GPU to use with --backend cuda (default 0)\n"
+    "  --cuda-graphs on|off with --backend cuda: replay each forward/backward pass as a CUDA\n"
+    "                      graph captured once (default on); off: launch by launch\n"
     "\n"
     "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
     "  --transport T       local (threads of this process, the default) or mpi (under mpirun);\n"
@@ -68,6 +71,7 @@ typedef struct Args {
   int64_t steps, eval_every, eval_batches;
   uint64_t seed;
   bool seed_set, quiet, shuffle;
+  int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
   int threads;
 } Args;
 
@@ -91,7 +95,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   a->eval_batches = 8;
   a->ref_tol = 1e-5;
   enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE,
-         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_BACKEND, O_DEVICE };
+         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_BACKEND, O_DEVICE, O_GRAPHS };
   static const struct option opts[] = {
       {"data", required_argument, 0, O_DATA},       {"val-data", required_argument, 0, O_VAL},
       {"steps", required_argument, 0, O_STEPS},     {"eval-every", required_argument, 0, O_EVAL},
@@ -104,6 +108,7 @@ static int parse_args(int argc, char **argv, Args *a) {
       {"reference", no_argument, 0, O_REFERENCE},   {"reference-tol", required_argument, 0, O_REF_TOL},
       {"shuffle", no_argument, 0, O_SHUFFLE},
       {"backend", required_argument, 0, O_BACKEND}, {"device", required_argument, 0, O_DEVICE},
+      {"cuda-graphs", required_argument, 0, O_GRAPHS},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   int c;
   char msg[256];
@@ -169,6 +174,13 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (!parse_int(optarg, 0, 1023, &v)) goto bad_number;
       a->device = (int)v;
       break;
+    case O_GRAPHS:
+      if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+        snprintf(msg, sizeof msg, "--cuda-graphs takes on or off, got '%s'", optarg);
+        return fail(msg);
+      }
+      a->graphs = strcmp(optarg, "on") == 0 ? 1 : -1;
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default:
       snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see pd2bwrun --help)", argv[optind - 1]);
@@ -186,12 +198,14 @@ static int parse_args(int argc, char **argv, Args *a) {
   return -1;
 }
 
+/* the reference (runtime/pipeline_ref.c) trains from the plan's own initial weights */
+static const char reference_init_msg[] =
+    "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
+    "PLAN_DIR/reference with the same --init instead (README \"Training with pipelines\")";
+
 /* The pipeline executor's path: several stages or replicas, or a pipeline flag. */
 static int run_pipeline(const Args *a, int *argc, char ***argv) {
-  /* the reference (runtime/pipeline_ref.c) trains from the plan's own initial weights */
-  if (a->reference && a->init)
-    return fail("--reference starts from the plan's initial weights, not --init's: compare with the one-stage "
-                "trainer on PLAN_DIR/reference with the same --init instead (README \"Training with pipelines\")");
+  if (a->reference && a->init) return fail(reference_init_msg);
   PipeOptions o = {.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
                    .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
                    .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
@@ -208,15 +222,20 @@ int main(int argc, char **argv) {
     /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
-    if (a.val || a.init || a.resume || a.save || a.eval_every || (a.transport && !nccl) || a.trace ||
-        a.profile_out || a.timeout > 0)
-      return fail("--backend cuda supports --data, --steps, --seed, --shuffle, --log-json, --device and (on a "
-                  "pipeline plan) --reference and --transport nccl for now");
+    /* checkpoints and validation: runtime/cuda_exec.h says which modes take them */
+    if ((a.transport && !nccl) || a.trace || a.profile_out || a.timeout > 0)
+      return fail("--backend cuda supports every option but --trace, --profile-out and --timeout, and of the "
+                  "transports only --transport nccl");
+    if (a.reference && a.init) return fail(reference_init_msg);
     CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
                           .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set,
-                          .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl};
+                          .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl, .save_path = a.save,
+                          .resume_path = a.resume, .init_path = a.init, .val_path = a.val,
+                          .eval_every = a.eval_every, .eval_batches = a.eval_batches,
+                          .graphs_off = a.graphs < 0};
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
+  if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];

@@ -8,7 +8,8 @@
  *  - nvrtc_compile.c: CUDA C source -> cubin for one architecture, with NVRTC, cached
  *    on disk;
  *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
- *    modules, launches, copies, streams, events) and GEMMs through cuBLAS;
+ *    modules, launches, copies, streams, events, CUDA graph capture and replay) and
+ *    GEMMs through cuBLAS;
  *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
  *
  * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
@@ -157,6 +158,19 @@ bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen);
 void cuda_stream_sync(CudaDev *d, CudaStreamId s);
 /* Waits for all streams (the device's context). */
 void cuda_dev_sync(CudaDev *d);
+
+/* CUDA graphs: the work issued on stream s between cuda_capture_begin and
+ * cuda_capture_end (THREAD_LOCAL capture mode: only this thread's unsafe calls are
+ * refused meanwhile) is recorded, not run, and instantiated into an executable graph
+ * that cuda_graph_launch replays on any stream, its kernel arguments as they were at
+ * capture. cuBLAS GEMMs may be captured: each stream has its own cuBLAS workspace, set
+ * with every GEMM, so cuBLAS never allocates during a capture. begin/end: false/NULL
+ * with the driver's message (a capture that broke, e.g. an unsupported call in it). */
+typedef struct CudaGraph CudaGraph;
+bool cuda_capture_begin(CudaDev *d, CudaStreamId s, char *err, size_t errlen);
+CudaGraph *cuda_capture_end(CudaDev *d, CudaStreamId s, char *err, size_t errlen);
+void cuda_graph_launch(CudaDev *d, CudaGraph *g, CudaStreamId s);
+void cuda_graph_destroy(CudaDev *d, CudaGraph *g);
 
 /* Events order work across streams and time it. */
 CudaEvent *cuda_event_create(CudaDev *d);

@@ -6,9 +6,14 @@
  * that same context, so driver-launched kernels and cuBLAS GEMMs share memory and
  * streams without any interop.
  *
- * Memory: the stage's arena is the one cuMemAlloc (cuda_arena_create); modules,
- * streams, events and cuBLAS's own workspace are made at start-up, so the training
- * loop allocates nothing.
+ * Memory: the stage's arena is the one big cuMemAlloc (cuda_arena_create); modules,
+ * streams, events and cuBLAS are made at start-up. cuBLAS gets a workspace of our own
+ * per stream (cuBLAS's recommendation: 32 MiB on Hopper, 4 MiB before), allocated at
+ * the first GEMM on that stream and set with every GEMM (cublasSetStream resets it to
+ * cuBLAS's pool): with its own pool cuBLAS would allocate while a CUDA graph is being
+ * captured, and one workspace shared by streams that run at once would race. A pass
+ * is run eagerly before it is ever captured (cuda_exec_list.c), so the only
+ * allocations after start-up happen in the first training step.
  */
 #include <cublas_v2.h>
 #include <pthread.h>
@@ -130,7 +135,7 @@ const CuApi *cuda_driver_api(char *err, size_t errlen) {
 /* clang-format off */
 #define PD_CUBLAS_FUNCS(X)                                                                \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode) X(cublasGemmEx) \
-  X(cublasGetStatusString)
+  X(cublasGetStatusString) X(cublasSetWorkspace)
 /* clang-format on */
 
 typedef struct CublasApi {
@@ -205,6 +210,8 @@ struct CudaDev {
   CUstream streams[CUDA_MAX_STREAMS];
   int nstreams; /* CUDA_NSTREAMS, more after cuda_streams_ensure */
   cublasHandle_t blas;
+  CUdeviceptr ws[CUDA_MAX_STREAMS]; /* cuBLAS workspace per stream, at its first GEMM */
+  size_t ws_bytes;
   CUdeviceptr arena;
   size_t arena_bytes;
   int arch;
@@ -244,6 +251,7 @@ CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen) {
   CU_CHECK(api,
            api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev));
   d->arch = major * 10 + minor;
+  d->ws_bytes = (size_t)(d->arch >= 90 ? 32 : 4) << 20;
   CU_CHECK(api, api->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev));
   CU_CHECK(api, api->cuDeviceTotalMem(&d->total_mem, d->dev));
   for (int s = 0; s < CUDA_NSTREAMS; s++)
@@ -273,7 +281,10 @@ void cuda_dev_destroy(CudaDev *d) {
     free(m);
   }
   CUBLAS_CHECK(cublas_api.cublasDestroy(d->blas));
-  for (int s = 0; s < d->nstreams; s++) CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
+  for (int s = 0; s < d->nstreams; s++) {
+    CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
+    if (d->ws[s]) CU_CHECK(api, api->cuMemFree(d->ws[s]));
+  }
   if (d->arena) CU_CHECK(api, api->cuMemFree(d->arena));
   CU_CHECK(api, api->cuDevicePrimaryCtxRelease(d->dev));
   free(d);
@@ -382,6 +393,8 @@ void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, in
   }
   CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
+  if (!d->ws[s]) CU_CHECK(d->api, d->api->cuMemAlloc(&d->ws[s], d->ws_bytes)); /* never while capturing: see top */
+  CUBLAS_CHECK(cublas_api.cublasSetWorkspace(d->blas, (void *)(uintptr_t)d->ws[s], d->ws_bytes));
   CUBLAS_CHECK(cublas_api.cublasGemmEx(
       d->blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
       g.k, &alpha, (const void *)(uintptr_t)g.A, ab_t, g.lda, (const void *)(uintptr_t)g.B, ab_t,
@@ -453,4 +466,49 @@ float cuda_event_ms(CudaEvent *start, CudaEvent *end) {
   float ms = 0;
   CU_CHECK(start->dev->api, start->dev->api->cuEventElapsedTime(&ms, start->ev, end->ev));
   return ms;
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------- */
+
+struct CudaGraph {
+  CUgraphExec exec;
+};
+
+bool cuda_capture_begin(CudaDev *d, CudaStreamId s, char *err, size_t errlen) {
+  CUresult r = d->api->cuStreamBeginCapture(cuda_dev_stream(d, s), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (r == CUDA_SUCCESS) return true;
+  char rs[256];
+  snprintf(err, errlen, "cuStreamBeginCapture on stream %d: %s", (int)s, cuda_result_str(d->api, r, rs, sizeof rs));
+  return false;
+}
+
+CudaGraph *cuda_capture_end(CudaDev *d, CudaStreamId s, char *err, size_t errlen) {
+  CUgraph graph = NULL;
+  char rs[256];
+  CUresult r = d->api->cuStreamEndCapture(cuda_dev_stream(d, s), &graph);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cuStreamEndCapture on stream %d: %s", (int)s, cuda_result_str(d->api, r, rs, sizeof rs));
+    if (graph) d->api->cuGraphDestroy(graph);
+    return NULL;
+  }
+  CUgraphExec exec = NULL;
+  r = d->api->cuGraphInstantiate(&exec, graph, 0);
+  CU_CHECK(d->api, d->api->cuGraphDestroy(graph)); /* the executable graph is a copy */
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cuGraphInstantiateWithFlags: %s", cuda_result_str(d->api, r, rs, sizeof rs));
+    return NULL;
+  }
+  CudaGraph *g = pd_calloc(1, sizeof *g);
+  g->exec = exec;
+  return g;
+}
+
+void cuda_graph_launch(CudaDev *d, CudaGraph *g, CudaStreamId s) {
+  CU_CHECK(d->api, d->api->cuGraphLaunch(g->exec, cuda_dev_stream(d, s)));
+}
+
+void cuda_graph_destroy(CudaDev *d, CudaGraph *g) {
+  if (!g) return;
+  CU_CHECK(d->api, d->api->cuGraphExecDestroy(g->exec));
+  free(g);
 }

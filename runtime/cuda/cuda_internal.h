@@ -5,7 +5,9 @@
  * The pointer types come from the toolkit's own headers with __typeof__, and the
  * names from the headers' own macros (cuda.h maps cuMemAlloc to cuMemAlloc_v2,
  * cublas_v2.h cublasCreate to cublasCreate_v2), so a signature or version suffix can
- * never be spelled wrong by hand: PD_SYMNAME(cuMemAlloc) is "cuMemAlloc_v2".
+ * never be spelled wrong by hand: PD_SYMNAME(cuMemAlloc) is "cuMemAlloc_v2",
+ * PD_SYMNAME(cuStreamBeginCapture) "cuStreamBeginCapture_v2" (the form with a capture
+ * mode) and PD_SYMNAME(cuGraphInstantiate) "cuGraphInstantiateWithFlags" (CUDA 12+).
  */
 #ifndef PD2BW_CUDA_INTERNAL_H
 #define PD2BW_CUDA_INTERNAL_H
@@ -37,7 +39,8 @@ void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, siz
   X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)        \
   X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)          \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)               \
-  X(cuEventSynchronize) X(cuEventElapsedTime)
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
+  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 /* clang-format on */
 
 typedef struct CuApi {

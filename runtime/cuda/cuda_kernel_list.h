@@ -25,6 +25,7 @@ typedef enum PkcLaunchKind {
 /* clang-format off */
 #define PKC_KERNEL_LIST(X) \
   X(pkc_fill_f32, PKC_ELEM)                 /* n */ \
+  X(pkc_set_u32, PKC_ONE)                   /* - */ \
   X(pkc_copy_f32, PKC_ELEM)                 /* n */ \
   X(pkc_scale_inplace_f32, PKC_ELEM)        /* n */ \
   X(pkc_axpy_f32, PKC_ELEM)                 /* n */ \

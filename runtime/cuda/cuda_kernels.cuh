@@ -34,9 +34,12 @@
  *  - Sizes are long long (int64) where a tensor can exceed 2^31 elements.
  *  - `bad` counters (unsigned long long*, may be NULL) count out-of-range token ids,
  *    targets and positions, as the CPU kernels' return values do.
- *  - Random ops take (p, seed, op, microbatch) and compute the keep/drop decision
+ *  - Random ops take (p, seed, op, mbkey) and compute the keep/drop decision
  *    exactly as philox.h and the CPU do: element e is dropped iff
- *    pk_rng_u32(seed, op, microbatch, e) < pk_rng_threshold(p).
+ *    pk_rng_u32(seed, op, microbatch, e) < pk_rng_threshold(p), where microbatch is
+ *    *mbkey, read in device memory (the runtime writes it with pkc_set_u32 before the
+ *    pass, on the same stream), not passed by value: so a pass captured once as a CUDA
+ *    graph replays for every microbatch. mbkey may be NULL when p is 0.
  *  - Reductions are deterministic: fixed order for a given launch configuration,
  *    except embedding_bwd (atomicAdd; see there).
  *
@@ -76,6 +79,12 @@ extern "C" {
 /* y[i] = v (v = 0 zeroes a gradient before a non-accumulating atomic kernel). */
 __global__ void pkc_fill_f32(float *y, float v, pkc_i64 n) {
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = v;
+}
+
+/* *dst = v, one thread: the runtime's stream-ordered write of a pass's microbatch key
+ * (runtime/cuda_exec_list.c), which the random kernels then read through mbkey. */
+__global__ void pkc_set_u32(pkc_u32 *dst, pkc_u32 v) {
+  if (pkc_tid() == 0) *dst = v;
 }
 
 /* y = x (no overlap). */
@@ -405,7 +414,8 @@ __global__ void pkc_softmax_bwd_f32(float *dx, const float *dy, const float *y, 
 /* y = x ⊙ mask / (1-p), the CPU's mask bit for bit (y may alias x). One thread per
  * block of four elements: one Philox call each. */
 __global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double p, pkc_u64 seed,
-                                    pkc_u32 op, pkc_u32 microbatch) {
+                                    pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   pkc_u64 thr = pk_rng_threshold(p);
   float ks = pkc_keep_scale(p);
   pkc_i64 nblk = (n + 3) / 4;
@@ -424,7 +434,8 @@ __global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double 
 
 /* dx = dy ⊙ mask / (1-p) with the forward's (p, seed, op, microbatch). */
 __global__ void pkc_dropout_bwd_f32(float *dx, const float *dy, pkc_i64 n, double p, pkc_u64 seed,
-                                    pkc_u32 op, pkc_u32 microbatch) {
+                                    pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   pkc_u64 thr = pk_rng_threshold(p);
   float ks = pkc_keep_scale(p);
   pkc_i64 nblk = (n + 3) / 4;
@@ -612,7 +623,8 @@ static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {
 
 __global__ void pkc_attention_fwd_f32(float *out, const float *qkv, int B, int T, int C, int NH,
                                       int causal, double p, pkc_u64 seed, pkc_u32 op,
-                                      pkc_u32 microbatch) {
+                                      const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   const int hs = PKC_ATT_HS_OF(C, NH);
   pkc_i64 C3 = 3 * (pkc_i64)C;
   float scale = (float)(1.0 / sqrt((double)hs));
@@ -665,7 +677,8 @@ __global__ void pkc_attention_fwd_f32(float *out, const float *qkv, int B, int T
 
 __global__ void pkc_attention_bwd_stats_f32(float *work, const float *dy, const float *qkv, int B,
                                             int T, int C, int NH, int causal, double p,
-                                            pkc_u64 seed, pkc_u32 op, pkc_u32 microbatch) {
+                                            pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   const int hs = PKC_ATT_HS_OF(C, NH);
   pkc_i64 C3 = 3 * (pkc_i64)C;
   float scale = (float)(1.0 / sqrt((double)hs));
@@ -718,7 +731,8 @@ __global__ void pkc_attention_bwd_stats_f32(float *work, const float *dy, const 
 
 __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const float *dy,
                                          const float *qkv, int B, int T, int C, int NH, int causal,
-                                         double p, pkc_u64 seed, pkc_u32 op, pkc_u32 microbatch) {
+                                         double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   const int hs = PKC_ATT_HS_OF(C, NH);
   pkc_i64 C3 = 3 * (pkc_i64)C;
   float scale = (float)(1.0 / sqrt((double)hs));
@@ -766,7 +780,8 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const f
 
 __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *work, const float *dy,
                                           const float *qkv, int B, int T, int C, int NH, int causal,
-                                          double p, pkc_u64 seed, pkc_u32 op, pkc_u32 microbatch) {
+                                          double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   const int hs = PKC_ATT_HS_OF(C, NH);
   pkc_i64 C3 = 3 * (pkc_i64)C;
   float scale = (float)(1.0 / sqrt((double)hs));

@@ -156,6 +156,14 @@ static void check_basic(Ctx *c) {
   pk_copy_f32(r, x, n);
   check_vec(c, "copy", dz, r, n, 0);
 
+  /* the microbatch key's write (runtime/cuda_exec_list.c): one u32, its neighbours kept */
+  uint32_t key[3] = {7, 7, 7}, want_key[3] = {7, 0xdeadbeefu, 7}, got_key[3];
+  DevPtr dkey = up(c, key, sizeof key), dkey1 = dkey + 4;
+  uint32_t kv = 0xdeadbeefu;
+  LAUNCH(c, "pkc_set_u32", 1, &dkey1, &kv);
+  down(c, got_key, dkey, sizeof got_key);
+  report_exact(c, "set_u32", memcmp(got_key, want_key, sizeof key) == 0, "writes exactly its one u32");
+
   LAUNCH(c, "pkc_scale_inplace_f32", n, &dz, &s, &n);
   pk_scale_inplace_f32(r, s, n);
   check_vec(c, "scale_inplace", dz, r, n, 0);
@@ -439,12 +447,13 @@ static void check_dropout(Ctx *c) {
   const double ps[3] = {0.0, 0.3, 1.0};
   unsigned long long seed = 0x1234567890abcdefull;
   unsigned op = 7, mb = 3;
+  DevPtr dmb = up(c, &mb, 4); /* the kernels read the microbatch key in device memory */
   for (int k = 0; k < 3; k++) {
     double p = ps[k];
     PkRng rng = {seed, op, mb};
     for (int bwd = 0; bwd <= 1; bwd++) {
       LAUNCH(c, bwd ? "pkc_dropout_bwd_f32" : "pkc_dropout_fwd_f32", (n + 3) / 4, &dy, &dx, &n, &p,
-             &seed, &op, &mb);
+             &seed, &op, &dmb);
       if (bwd)
         pk_dropout_bwd_f32(r, x, n, p, rng);
       else
@@ -513,6 +522,7 @@ static void check_attention(Ctx *c) {
   DevPtr dwork = c->d->alloc(c->d->ctx, (size_t)2 * B * NH * T * 4);
   unsigned long long seed = 42;
   unsigned op = 11, mb = 5;
+  DevPtr dmb = up(c, &mb, 4); /* the kernels read the microbatch key in device memory */
   int64_t rows = (int64_t)B * NH * T;
   for (int causal = 0; causal <= 1; causal++)
     for (int k = 0; k < 2; k++) {
@@ -520,16 +530,16 @@ static void check_attention(Ctx *c) {
       PkRng rng = {seed, op, mb};
       char name[64];
       LAUNCH(c, "pkc_attention_fwd_f32", rows, &dout, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op,
-             &mb);
+             &dmb);
       pk_attention_fwd_f32(out, qkv, work, B, T, C, NH, causal, p, rng);
       snprintf(name, sizeof name, "attention_fwd%s.p%.1f", causal ? ".causal" : "", p);
       check_vec(c, name, dout, out, no, 1e-4);
       LAUNCH(c, "pkc_attention_bwd_stats_f32", rows, &dwork, &ddy, &dq, &B, &T, &C, &NH, &causal,
-             &p, &seed, &op, &mb);
+             &p, &seed, &op, &dmb);
       LAUNCH(c, "pkc_attention_bwd_dq_f32", rows, &ddq, &dwork, &ddy, &dq, &B, &T, &C, &NH, &causal,
-             &p, &seed, &op, &mb);
+             &p, &seed, &op, &dmb);
       LAUNCH(c, "pkc_attention_bwd_dkv_f32", rows, &ddq, &dwork, &ddy, &dq, &B, &T, &C, &NH,
-             &causal, &p, &seed, &op, &mb);
+             &causal, &p, &seed, &op, &dmb);
       pk_attention_bwd_f32(dqkv, dy, qkv, work, B, T, C, NH, causal, p, rng);
       snprintf(name, sizeof name, "attention_bwd%s.p%.1f", causal ? ".causal" : "", p);
       check_vec(c, name, ddq, dqkv, nq, 1e-4);

@@ -144,12 +144,12 @@ static void test_fixed_head_size(void) {
   int B = 1, T = 3, C = 24, NH = 2, causal = 1; /* hs 12 */
   double p = 0;
   unsigned long long seed = 1;
-  unsigned op = 1, mb = 0;
+  unsigned op = 1;
   float qkv[3 * 72] = {0}, out[72];
-  DevPtr dq = (DevPtr)(uintptr_t)qkv, dout = (DevPtr)(uintptr_t)out;
+  DevPtr dq = (DevPtr)(uintptr_t)qkv, dout = (DevPtr)(uintptr_t)out, dmb = 0; /* p is 0: no key read */
   memset(out, 0, sizeof out);
   EXPECT_EQ_INT(emu_launch("pkc_attention_fwd_f32", 2, 64,
-                           (void *[]){&dout, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb}),
+                           (void *[]){&dout, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &dmb}),
                 0);
   int nan = 0;
   for (int i = 0; i < 72; i++) nan += isnan(out[i]) != 0;

@@ -69,6 +69,12 @@ typedef struct EmuQueue {
   int n, head, cap;
 } EmuQueue;
 
+/* A captured graph: the recorded operations, in order. */
+typedef struct EmuGraph {
+  EmuOp *op;
+  int n;
+} EmuGraph;
+
 typedef struct EmuDev {
   const char *workdir;
   void *arena;
@@ -80,6 +86,9 @@ typedef struct EmuDev {
   int nstreams;
   EmuQueue q[EMU_MAX_STREAMS];
   EmuCounts n;
+  int cap_stream; /* the stream being captured, or -1 */
+  EmuGraph cap;   /* what it recorded so far */
+  int cap_alloc;
 } EmuDev;
 
 static EmuDev emu;
@@ -202,8 +211,19 @@ static void exec_op(EmuDev *d, EmuOp *op) {
   }
 }
 
+static bool capturing(const EmuDev *d, int stream) { return d->cap_stream >= 0 && stream == d->cap_stream; }
+
 static void issue(EmuDev *d, int stream, EmuOp *op) {
   PD_CHECK(stream >= 0 && stream < (d->nstreams > 1 ? d->nstreams : 1), "(stream %d of %d)", stream, d->nstreams);
+  if (capturing(d, stream)) { /* recorded, not run */
+    PD_CHECK(op->kind != Q_RECORD && op->kind != Q_WAIT, "(emulated device: an event on a capturing stream)");
+    if (d->cap.n == d->cap_alloc) {
+      d->cap_alloc = d->cap_alloc ? 2 * d->cap_alloc : 256;
+      d->cap.op = pd_realloc(d->cap.op, (size_t)d->cap_alloc * sizeof *d->cap.op);
+    }
+    d->cap.op[d->cap.n++] = *op;
+    return;
+  }
   if (d->order == EMU_IN_ORDER) {
     exec_op(d, op);
     return;
@@ -222,6 +242,7 @@ static void issue(EmuDev *d, int stream, EmuOp *op) {
 /* Runs everything queued: each stream as far as it can (up to a wait whose record has
  * not run), in the device's order, until all are empty. */
 static void drain(EmuDev *d) {
+  PD_CHECK(d->cap_stream < 0, "(emulated device: the host waits while stream %d is being captured)", d->cap_stream);
   for (;;) {
     bool left = false, moved = false;
     for (int i = 0; i < EMU_MAX_STREAMS; i++) {
@@ -246,8 +267,10 @@ static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   EmuKernel *k = kernel;
   EmuOp op = {.kind = Q_LAUNCH, .k = k, .grid = grid, .block = block};
   for (int i = 0; i < k->nargs; i++) memcpy(&op.cell[i], args[i], k->size[i]);
-  d->n.launches++;
-  d->n.casts += k->cast;
+  if (!capturing(d, stream)) {
+    d->n.launches++;
+    d->n.casts += k->cast;
+  }
   issue(d, stream, &op);
 }
 
@@ -256,8 +279,10 @@ static void e_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M
   EmuDev *d = dev;
   EmuOp op = {.kind = Q_GEMM, .type = type, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .a = A,
               .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = ldc};
-  d->n.gemms++;
-  d->n.bf16_gemms += type == CX_GEMM_BF16;
+  if (!capturing(d, stream)) {
+    d->n.gemms++;
+    d->n.bf16_gemms += type == CX_GEMM_BF16;
+  }
   issue(d, stream, &op);
 }
 
@@ -307,9 +332,53 @@ static void e_stream_wait(void *dev, int stream, void *ev) {
 static void e_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t n) {
   EmuDev *d = dev;
   EmuOp op = {.kind = Q_DTOD, .a = dst, .b = src, .bytes = n};
-  d->n.dtods++;
+  if (!capturing(d, stream)) d->n.dtods++;
   issue(d, stream, &op);
 }
+
+static bool e_capture_begin(void *dev, int stream, char *err, size_t errlen) {
+  EmuDev *d = dev;
+  if (d->cap_stream >= 0)
+    return snprintf(err, errlen, "stream %d is being captured already", d->cap_stream), false;
+  d->cap_stream = stream;
+  d->cap.n = 0;
+  return true;
+}
+
+static void *e_capture_end(void *dev, int stream, char *err, size_t errlen) {
+  EmuDev *d = dev;
+  if (d->cap_stream != stream) return snprintf(err, errlen, "stream %d is not being captured", stream), NULL;
+  d->cap_stream = -1;
+  EmuGraph *g = pd_calloc(1, sizeof *g);
+  g->n = d->cap.n;
+  g->op = pd_malloc(((size_t)g->n + 1) * sizeof *g->op);
+  memcpy(g->op, d->cap.op, (size_t)g->n * sizeof *g->op);
+  d->n.captures++;
+  return g;
+}
+
+static void e_graph_launch(void *dev, void *graph, int stream) {
+  EmuDev *d = dev;
+  EmuGraph *g = graph;
+  PD_CHECK(!capturing(d, stream), "(emulated device: a graph launched into a capture)");
+  d->n.graph_launches++;
+  d->n.graph_ops += g->n;
+  for (int i = 0; i < g->n; i++) {
+    EmuOp op = g->op[i]; /* a copy: the graph stays as recorded */
+    issue(d, stream, &op);
+  }
+}
+
+static void e_graph_destroy(void *dev, void *graph) {
+  (void)dev;
+  EmuGraph *g = graph;
+  free(g->op);
+  free(g);
+}
+
+static bool emu_graphs = true; /* emu_device_set_graphs */
+
+void emu_device_set_graphs(bool on) { emu_graphs = on; }
 
 CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   free(emu.arena);
@@ -319,10 +388,15 @@ CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   emu.nstreams = 1;
   for (int s = 0; s < EMU_MAX_STREAMS; s++) emu.q[s].n = emu.q[s].head = 0; /* nothing of the last run */
   emu.n = (EmuCounts){0};
-  return (CxDeviceOps){.dev = &emu, .alloc = e_alloc, .load = e_load, .kernel = e_kernel, .launch = e_launch,
-                       .gemm = e_gemm, .htod = e_htod, .dtoh = e_dtoh, .memset0 = e_memset0, .sync = e_sync,
-                       .streams = e_streams, .event_create = e_event_create, .event_destroy = e_event_destroy,
-                       .event_record = e_event_record, .stream_wait = e_stream_wait, .dtod = e_dtod};
+  emu.cap_stream = -1;
+  CxDeviceOps ops = {.dev = &emu, .alloc = e_alloc, .load = e_load, .kernel = e_kernel, .launch = e_launch,
+                     .gemm = e_gemm, .htod = e_htod, .dtoh = e_dtoh, .memset0 = e_memset0, .sync = e_sync,
+                     .streams = e_streams, .event_create = e_event_create, .event_destroy = e_event_destroy,
+                     .event_record = e_event_record, .stream_wait = e_stream_wait, .dtod = e_dtod,
+                     .capture_begin = e_capture_begin, .capture_end = e_capture_end, .graph_launch = e_graph_launch,
+                     .graph_destroy = e_graph_destroy};
+  if (!emu_graphs) cx_ops_no_graphs(&ops);
+  return ops;
 }
 
 EmuCounts emu_device_counts(void) { return emu.n; }
@@ -338,4 +412,7 @@ void emu_device_release(void) {
   }
   free(emu.arena);
   emu.arena = NULL;
+  free(emu.cap.op);
+  emu.cap = (EmuGraph){0};
+  emu.cap_alloc = 0;
 }

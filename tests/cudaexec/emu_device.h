@@ -18,6 +18,17 @@
  * event/wait between streams shows as stale data, which an in-order device would
  * hide.
  *
+ * CUDA graphs: between capture_begin and capture_end, work issued on the capturing
+ * stream is recorded and NOT run (kernel arguments captured by value, as CUDA does),
+ * so a graph baked with a stale value really replays the stale value; graph_launch
+ * issues a copy of the recorded work on its stream, queued like any other work in
+ * the device's order. Host waits (htod, dtoh, sync) and event records or waits on
+ * the capturing stream during a capture are bugs (CUDA would invalidate the capture)
+ * and stop the test. After emu_device_set_graphs(false) the tables emu_device_ops
+ * returns have the four graph entries NULL: the device "has no graphs" (a switch, not
+ * an argument, so that helpers which open the device themselves, emu_train.c, follow
+ * it).
+ *
  * There is one device (the tests are single-threaded); emu_device_ops resets it for
  * the next run. Work files go to `workdir`, which the caller removes.
  */
@@ -41,11 +52,17 @@ typedef struct EmuCounts {
   int bf16_gemms; /* of those, CX_GEMM_BF16 */
   int dtods, records, waits; /* device copies, event records, stream waits */
   int max_queued;            /* most operations queued at once (0 in order) */
+  int captures;              /* graphs captured (capture_end) */
+  int graph_launches;        /* graph_launch calls */
+  int graph_ops;             /* operations those issued (not in launches/gemms above, which
+                                count only work issued directly, outside any capture) */
 } EmuCounts;
 
 /* The device, reset (arena freed, queues and counts emptied), running work in `order`;
- * modules are built under workdir. Every op of the table is set. */
+ * modules are built under workdir. Every op of the table is set, the graph ops only
+ * while graphs are on (emu_device_set_graphs; on at the start). */
 CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order);
+void emu_device_set_graphs(bool on);
 EmuCounts emu_device_counts(void);
 const char *emu_order_name(EmuOrder order);
 /* Frees the arena and the queues (the loaded modules stay loaded). */

@@ -17,6 +17,13 @@
  * same initial weights (rt_init_param by name and seed); every microbatch loss and
  * the final weights must agree. The bound is shown to be discriminating: the 2bw and
  * gpipe runs differ by far more than it from step 2 on (the rules differ from then).
+ * CUDA graphs: the emulated device captures (records without running) and replays
+ * graphs, so every run above captures each pass on its second sighting and launches
+ * graphs from then on; each plan (2bw, and 1f1b beside gpipe) also trains with
+ * graphs off (eager replay), and the two runs must be BIT-identical, losses and
+ * weights, with graphs captured and launched and fewer eager launches. A graph that
+ * baked in the microbatch (dropout keys would repeat) or one replayed for other
+ * bases would make them differ.
  * Plus the user-error paths: a plan without launch lists, a stage0.cu that does not
  * match its launch list. The device, model, data and runs are emu_device.h's and
  * emu_train.h's (shared with test_cudaexec_bf16.c).
@@ -54,6 +61,31 @@ static bool run_cpu(const char *plan, EmuRun *r) {
 
 static EmuRun cpu2bw, emu2bw;
 
+/* The plan once more with graphs off (eager replay): bit-identical to the run with
+ * graphs (`on`), which captured graphs and launched them in place of eager launches. */
+static void graphs_off_same(const char *plan, const EmuRun *on) {
+  EmuRun off = {0};
+  emu_device_set_graphs(false);
+  bool ok = run_emu(plan, &off);
+  emu_device_set_graphs(true);
+  if (!ok) return;
+  printf("  %s, graphs on: %d captured, %d graph launches (%d operations), %d eager launches, %d eager GEMMs\n", plan,
+         on->counts.captures, on->counts.graph_launches, on->counts.graph_ops, on->counts.launches, on->counts.gemms);
+  printf("  %s, graphs off: %d captured, %d eager launches, %d eager GEMMs\n", plan, off.counts.captures,
+         off.counts.launches, off.counts.gemms);
+  EXPECT(on->counts.captures > 0 && on->counts.graph_launches > on->counts.captures);
+  EXPECT(off.counts.captures == 0 && off.counts.graph_launches == 0);
+  EXPECT(on->counts.launches < off.counts.launches && on->counts.gemms < off.counts.gemms);
+  /* all of the work, either way: what graphs ran is what eager replay did not */
+  EXPECT_EQ_INT(on->counts.launches + on->counts.gemms + on->counts.graph_ops, off.counts.launches + off.counts.gemms);
+  EXPECT(memcmp(on->mb, off.mb, sizeof on->mb) == 0);
+  EXPECT(memcmp(on->norm, off.norm, sizeof on->norm) == 0);
+  EXPECT(on->nw == off.nw && memcmp(on->w, off.w, (size_t)on->nw * 4) == 0);
+  printf("  %s: graphs on and off bit-identical (%d losses, %lld weights)\n", plan, EMU_STEPS * EMU_MB,
+         (long long)on->nw);
+  free(off.w);
+}
+
 static void compare(const char *what, const EmuRun *c, const EmuRun *g) {
   printf("  %s: step  mb  cpu loss     emulated gpu loss\n", what);
   for (int i = 0; i < EMU_STEPS * EMU_MB; i++) printf("        %4d %3d  %.8f   %.8f\n", i / EMU_MB, i % EMU_MB, c->mb[i], g->mb[i]);
@@ -71,6 +103,19 @@ static void test_2bw(void) {
   EXPECT(emu_make_plan("p2bw", "--schedule 2bw"));
   if (!run_cpu("p2bw", &cpu2bw) || !run_emu("p2bw", &emu2bw)) return;
   compare("2bw", &cpu2bw, &emu2bw);
+  graphs_off_same("p2bw", &emu2bw);
+}
+
+/* 1f1b (one stage: gpipe's update rule) with graphs, against the CPU and graphs off. */
+static void test_1f1b_graphs(void) {
+  EmuRun c = {0}, g = {0};
+  EXPECT(emu_make_plan("p1f1b", "--schedule 1f1b"));
+  if (run_cpu("p1f1b", &c) && run_emu("p1f1b", &g)) {
+    compare("1f1b", &c, &g);
+    graphs_off_same("p1f1b", &g);
+  }
+  free(c.w);
+  free(g.w);
 }
 
 static void test_gpipe(void) {
@@ -131,7 +176,10 @@ int main(int argc, char **argv) {
   if (!part) return 2;
   EXPECT(emu_train_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
-  if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
+  if (emu_test_part(part, "gpipe")) {
+    RUN(test_gpipe);
+    RUN(test_1f1b_graphs);
+  }
   if (emu_test_part(part, "errors")) {
     RUN(test_cpu_only_plan);
     RUN(test_edited_source);

@@ -12,7 +12,11 @@
  * shows as stale data (a copy before its producer, a forward before its input
  * arrived) and the losses leave the bound; an in-order device would hide it. Kernel
  * arguments are captured at launch with the kernel's own parameter sizes (a table
- * generated with each module), as cuLaunchKernel does.
+ * generated with each module), as cuLaunchKernel does. The device has CUDA graphs, so
+ * each stage replica's passes are captured (recorded, not run) on their second
+ * sighting and replayed as graph launches, queued in those orders like any work: a
+ * graph baked with a stale microbatch key or replayed for another stash slot would
+ * leave the bound too.
  *
  * Plans of the tiny GPT of tests/pipeline (tied wte/LM head, dropout 0.1, AdamW),
  * float32 GEMMs, 3 steps each:
@@ -86,9 +90,10 @@ static bool run_check(const char *name, EmuOrder order, PipePlan **pp, PipeOutco
   EXPECT(rc == 0);
   EmuCounts emu = emu_device_counts();
   printf("  %s: %d stages x %d replicas, %s, emulated device (%s): %d launches, %d GEMMs, %d device copies, %d "
-         "event records, %d stream waits, up to %d operations queued; %.1f s\n", name, p->d, p->w,
-         plan_schedule_name(p->schedule), emu_order_name(order), emu.launches, emu.gemms, emu.dtods, emu.records,
-         emu.waits, emu.max_queued, emu_now_s() - t0);
+         "event records, %d stream waits, up to %d operations queued; CUDA graphs: %d captured, %d launched "
+         "(%d operations); %.1f s\n", name, p->d, p->w, plan_schedule_name(p->schedule), emu_order_name(order),
+         emu.launches, emu.gemms, emu.dtods, emu.records, emu.waits, emu.max_queued, emu.captures, emu.graph_launches,
+         emu.graph_ops, emu_now_s() - t0);
   for (int s = 0; !rc && s < p->d; s++) {
     printf("    stage %d: planned part %llu bytes (plan %llu), executor extras <= %llu bytes\n", s,
            (unsigned long long)r.arena_bytes[s], (unsigned long long)r.planned_bytes[s], (unsigned long long)extra);
@@ -96,6 +101,8 @@ static bool run_check(const char *name, EmuOrder order, PipePlan **pp, PipeOutco
   }
   EXPECT(emu.gemms > 0 && emu.dtods > 0 && emu.records > 0 && emu.waits >= emu.records);
   if (order != EMU_IN_ORDER) EXPECT(emu.max_queued > 100); /* work really was deferred */
+  /* the passes ran as CUDA graphs (the emulator's are on), queued in the same orders */
+  EXPECT(emu.captures > 0 && emu.graph_launches > emu.captures);
   PipeOptions po = {.data_path = data, .steps = STEPS};
   bool match = false;
   if (!rc) {

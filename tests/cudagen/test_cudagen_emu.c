@@ -9,7 +9,8 @@
  * LIST as a runtime would, each kernel from the module its entry names (library
  * kernels from the emulator's table only, the stage's from the stage's only): blocks allocated from the list's
  * sizes, every argument built from its type ((block, offset) pointers, literals, the
- * seed / microbatch / training / dropout p the runtime supplies), GEMM descriptors
+ * seed / training / dropout p the runtime supplies; the microbatch index written
+ * into cuda_scratch's microbatch_key first, as cx_program_run does), GEMM descriptors
  * run by a plain row-major GEMM. The CPU program (stageN.c, through the runtime's
  * cc + dlopen path: tests/codegen/stage_harness.h) runs forward and backward from
  * the same bytes. Then the loss, the whole GRADS block, every stashed activation and
@@ -99,7 +100,6 @@ static void run_list(Replay *r, const cJSON *arr) {
       const cJSON *rt = cJSON_GetObjectItem(a, "runtime");
       double v = cJSON_IsNumber(cJSON_GetObjectItem(a, "value")) ? cJSON_GetObjectItem(a, "value")->valuedouble : 0;
       if (rt && strcmp(rt->valuestring, "seed") == 0) v = (double)r->seed;
-      if (rt && strcmp(rt->valuestring, "microbatch") == 0) v = r->mb;
       if (rt && strcmp(rt->valuestring, "training") == 0) v = r->training;
       if (rt && strcmp(rt->valuestring, "dropout_p") == 0 && !r->training) v = 0;
       vals[n] = 0;
@@ -220,6 +220,10 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
     r.blk[c] = calloc((size_t)n + 64, 1);
     if (c != SCRATCH) memcpy(r.blk[c], h.block[c], (size_t)n);
   }
+  /* the microbatch key, where the random kernels read it (format 3) */
+  const cJSON *mbk = cJSON_GetObjectItem(cJSON_GetObjectItem(list, "cuda_scratch"), "microbatch_key");
+  EXPECT(cJSON_IsNumber(mbk));
+  if (cJSON_IsNumber(mbk)) memcpy(r.blk[SCRATCH] + (int64_t)mbk->valuedouble, &mb, 4);
   char dir[] = "/tmp/pd2bw-test-cudagen-emu-XXXXXX";
   EXPECT(mkdtemp(dir) != NULL);
   void *so = NULL;

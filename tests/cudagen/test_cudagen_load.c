@@ -194,6 +194,14 @@ static void old_format(cJSON *j) {
   cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(1));
   cJSON_DeleteItemFromObject(j, "library");
 }
+/* A format-2 list: the microbatch passed by value (a "runtime": "microbatch" u32
+ * argument), no key in cuda_scratch. Refused whole: a runtime that captures passes as
+ * graphs must not replay one. */
+static void format2(cJSON *j) {
+  cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(2));
+  cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key");
+}
+static void no_key(cJSON *j) { cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key"); }
 
 /* The first library launch said to be the stage's (then the second edit: no module). */
 static cJSON *first_library_launch(cJSON *j) {
@@ -216,7 +224,10 @@ static void no_module(cJSON *j) {
 }
 
 static void test_bad_lists(void) {
-  bad_list(old_format, "format 2");
+  bad_list(old_format, "regenerate the plan with this pd2bwc");
+  bad_list(format2, "a launch list of format 2, older than this runtime's 3");
+  bad_list(format2, "regenerate the plan with this pd2bwc");
+  bad_list(no_key, "'microbatch_key' missing");
   bad_list(wrong_module, "is not in the compiled stage program");
   bad_list(no_module, "module");
 }

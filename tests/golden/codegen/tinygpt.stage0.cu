@@ -15,8 +15,8 @@
 
 /* fused: bias of linear(op 6) add(op 7) -> x, 1024 elements */
 extern "C" __global__ void s0_fused0(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
     const float vb = TF(W, 0)[i] + TF(P, 27264)[i % 32];
@@ -27,8 +27,8 @@ extern "C" __global__ void s0_fused0(char *P, char *G, char *S, char *W, char *I
 
 /* fused: bias of linear(op 9) gelu(op 10) -> m, 4096 elements */
 extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
     const float vb = TF(S, 32768)[i] + TF(P, 44032)[i % 128];
@@ -40,8 +40,8 @@ extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I
 
 /* fused: bias of linear(op 11) add(op 12) -> x, 1024 elements */
 extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
     const float vb = TF(W, 0)[i] + TF(P, 60928)[i % 32];
@@ -52,8 +52,8 @@ extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I
 
 /* fused: bias of linear(op 16) add(op 17) -> x, 1024 elements */
 extern "C" __global__ void s0_fused3(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
     const float vb = TF(W, 0)[i] + TF(P, 78080)[i % 32];
@@ -64,8 +64,8 @@ extern "C" __global__ void s0_fused3(char *P, char *G, char *S, char *W, char *I
 
 /* fused: bias of linear(op 19) gelu(op 20) -> m, 4096 elements */
 extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
     const float vb = TF(S, 98304)[i] + TF(P, 94848)[i % 128];
@@ -77,8 +77,8 @@ extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I
 
 /* fused: bias of linear(op 21) add(op 22) -> x, 1024 elements */
 extern "C" __global__ void s0_fused5(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, pkc_u32 microbatch, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)microbatch;
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
     const float vb = TF(W, 0)[i] + TF(P, 111744)[i % 32];

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# pd2bwrun --backend cuda with the checkpoint and validation flags, from the command
+# line, on a machine without a CUDA driver (forced: PD2BW_LIBCUDA names a file that
+# does not exist, so this holds on a GPU machine too):
+#  - a one-stage plan with --save/--resume/--init/--val-data/--eval-every gets as far
+#    as opening the device (the flags are accepted): the "no CUDA driver" line, exit 1,
+#    and no --save file;
+#  - --transport nccl refuses every checkpoint/validation flag before MPI starts, and
+#    --trace/--profile-out/--timeout are refused, each with one line and exit 1;
+#  - --help says what the cuda backend takes.
+# What the flags do on a device is tests/cudaexec/test_cudaexec_ckpt (emulated GPU).
+#   cuda_ckpt_cli.sh PD2BWRUN PD2BWC
+set -u
+RUN=$1
+PC=$2
+T=$(mktemp -d /tmp/pd2bw-cxckcli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+expect_error() { # NAME PATTERN ARGS...
+  local name=$1 pat=$2
+  shift 2
+  local out rc
+  out=$(PD2BW_LIBCUDA=/nonexistent/libcuda.so.1 "$RUN" "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q -- "$pat" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: exit $rc, output: $out" >&2
+  fi
+}
+
+"$PC" models/tinygpt.model -D layers=1 -D dim=32 -D seq=16 -D heads=2 -D vocab=64 --stages 1 --replicas 1 \
+  -o "$T/plan" -q || { echo "pd2bwc failed"; echo "0 passed, 1 failed"; exit 1; }
+printf '\x01\x00%.0s' $(seq 1 4000) >"$T/train.bin"
+"$RUN" "$T/plan" --data "$T/train.bin" --steps 1 --save "$T/ck.safetensors" -q >/dev/null ||
+  { echo "CPU run failed"; fail=$((fail + 1)); }
+
+# accepted: the run reaches the device (either message: no driver, or no toolkit in this build)
+expect_error "one-stage, every flag" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda \
+  --data "$T/train.bin" --steps 2 --resume "$T/ck.safetensors" --init "$T/ck.safetensors" --val-data "$T/train.bin" \
+  --eval-every 1 --eval-batches 2 --save "$T/gpu.safetensors"
+if [ -e "$T/gpu.safetensors" ]; then
+  fail=$((fail + 1))
+  echo "FAIL: a --save file after a failed run" >&2
+else
+  pass=$((pass + 1))
+fi
+for flag in "--save $T/x.safetensors" "--resume $T/ck.safetensors" "--init $T/ck.safetensors" \
+  "--val-data $T/train.bin" "--eval-every 1"; do
+  # shellcheck disable=SC2086
+  expect_error "nccl $flag" "not supported with --transport nccl" "$T/plan" --backend cuda --transport nccl \
+    --data "$T/train.bin" --steps 1 $flag
+done
+expect_error "trace" "supports every option but --trace" "$T/plan" --backend cuda --data "$T/train.bin" --steps 1 --trace "$T/t.json"
+expect_error "timeout" "supports every option but --trace" "$T/plan" --backend cuda --data "$T/train.bin" --steps 1 --timeout 5
+expect_error "reference with init" "--reference starts from the plan's initial weights" "$T/plan" --backend cuda \
+  --data "$T/train.bin" --steps 1 --reference --init "$T/ck.safetensors"
+if "$RUN" --help | grep -q "it takes every option above"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL help" >&2
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
