@@ -19,7 +19,10 @@
  *    update rule step for step (same data order, same dropout keys, same 1/m and
  *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
  *    rule for 2bw with two weight versions), so its losses must match the CPU
- *    trainer's from the same initial weights (rt_init_param by name and seed);
+ *    trainer's from the same initial weights (rt_init_param by name and seed). A
+ *    step uploads its m input images in one copy and issues every microbatch with
+ *    no host wait; the norm and the update run as CUDA graphs, the update's per-step
+ *    values (lr, step, clip scale) read from device memory;
  *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
@@ -90,7 +93,7 @@ typedef struct CxDeviceOps {
   void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
   void (*sync)(void *dev); /* waits for all streams */
   /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
-   * needs them; the one-stage trainer does not call them. */
+   * needs them; the one-stage trainer calls only dtod (on stream 0). */
   /* Makes streams 0 .. n-1 usable; false with a message past the device's limit. */
   bool (*streams)(void *dev, int n, char *err, size_t errlen);
   void *(*event_create)(void *dev);
@@ -100,6 +103,9 @@ typedef struct CxDeviceOps {
   /* Work issued on `stream` after this call starts after the work ev marked when this
    * was called (cuStreamWaitEvent: a later record of ev does not matter). */
   void (*stream_wait)(void *dev, int stream, void *ev);
+  /* Milliseconds from start to end, both recorded and complete (a host wait since
+   * their records: cuEventElapsedTime); the traces of single-GPU pipeline mode. */
+  float (*event_ms)(void *dev, void *start, void *end);
   /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
   void (*dtod)(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes);
   /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
@@ -221,6 +227,9 @@ typedef struct CudaExecOptions {
   const char *val_path;    /* held-out tokens: the validation loss */
   int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
+  /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
+   * events (runtime/cuda_pipe_trace.c), written here; NULL: none. */
+  const char *trace_path;
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;
@@ -244,6 +253,9 @@ uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
 CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
 /* cx_program_graph_stats of its stage program. */
 CxGraphStats cx_trainer_graph_stats(const CxTrainer *t);
+/* How its optimizer updates ran: eager (no graph ops, or the first step of a weight
+ * version order: 2bw has two), captured, launched as a graph (tests). */
+CxGraphStats cx_trainer_update_graph_stats(const CxTrainer *t);
 /* trainer_eval's contract: the mean loss over batches first .. first + nbatches - 1
  * of data (m microbatches each), dropout off, on the newest weights. */
 double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nbatches);

@@ -122,6 +122,11 @@ static void d_stream_wait(void *dev, int stream, void *ev) {
   cuda_stream_wait(((CxCuda *)dev)->d, (CudaStreamId)stream, ev);
 }
 
+static float d_event_ms(void *dev, void *start, void *end) {
+  (void)dev;
+  return cuda_event_ms(start, end);
+}
+
 static void d_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
   cuda_memcpy_dtod_async(((CxCuda *)dev)->d, (CudaStreamId)stream, dst, src, bytes);
 }
@@ -153,8 +158,8 @@ CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
   c->ops = (CxDeviceOps){.dev = c, .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch,
                          .gemm = d_gemm, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
                          .streams = d_streams, .event_create = d_event_create, .event_destroy = d_event_destroy,
-                         .event_record = d_event_record, .stream_wait = d_stream_wait, .dtod = d_dtod,
-                         .native_stream = d_native_stream, .capture_begin = d_capture_begin,
+                         .event_record = d_event_record, .stream_wait = d_stream_wait, .event_ms = d_event_ms,
+                         .dtod = d_dtod, .native_stream = d_native_stream, .capture_begin = d_capture_begin,
                          .capture_end = d_capture_end, .graph_launch = d_graph_launch,
                          .graph_destroy = d_graph_destroy};
   return &c->ops;

@@ -148,9 +148,11 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
            (double)cx_trainer_arena_bytes(t) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
            o->save_path ? o->save_path : "");
   if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
-    CxGraphStats gs = cx_trainer_graph_stats(t);
-    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch)%s\n", prog, (long long)gs.captured,
-           (long long)gs.launches, (long long)gs.eager, ops->capture_begin ? "" : "; CUDA graphs off");
+    CxGraphStats gs = cx_trainer_graph_stats(t), us = cx_trainer_update_graph_stats(t);
+    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
+           "launch by launch%s\n",
+           prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
+           (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
   }
   /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
   if (!steady && vl) last_val = cx_trainer_eval(t, vl, 0, val_batches);

@@ -345,6 +345,7 @@ void cp_teardown(CpRun *x) {
     }
   }
   if (x->comm_ev) ops->event_destroy(ops->dev, x->comm_ev);
+  cp_trace_close(x);
   for (int s = 0; x->prog && s < x->p->d; s++) cx_program_free(x->prog[s]);
   for (int s = 0; x->part && s < x->p->d; s++) free(x->part[s].ins);
   free(x->part);
@@ -477,7 +478,7 @@ void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
  * batch (2bw: step % 2, the older version "prev.*" into the other), every other slot
  * a copy of them; AdamW m and v; its seed keys dropout unless --seed was given. The
  * tensors are read by the one-stage trainer's reader (rt_ckpt_resume) per stage. */
-static bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
+bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
   int64_t step;
@@ -504,6 +505,7 @@ static bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
   for (int st = 0; ok && st < p->d; st++) {
     const RtStage *rs = &p->rt->stages[st];
     size_t pb = (size_t)rs->blocks[BUF_PARAMS];
+    if (x->multi && x->self / p->w != st) continue; /* multi-GPU mode: this rank's stage only */
     char *mem = pd_calloc(4 * pb + 1, 1);
     RtCkptBlocks b = {.plan = p->rt, .st = rs, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
                       .prev = two && has_prev ? mem + 3 * pb : NULL};
@@ -583,8 +585,8 @@ static bool cp_save(CpRun *x, const char *path, char *err, size_t errlen) {
   return ok;
 }
 
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                  uint64_t *extra_bytes, char *err, size_t errlen) {
+int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                        CxPipeStats *stats, char *err, size_t errlen) {
   CpRun x = {.p = p, .ops = ops, .o = o};
   memset(out, 0, sizeof *out);
   int rc = 1;
@@ -592,6 +594,7 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
   /* --init (in cp_setup) then --resume, as the CPU executors: a checkpoint replaces both */
   if (ready && o->resume_path) ready = cp_resume(&x, o->resume_path, err, errlen);
   if (ready && o->val_path) ready = cp_eval_open(&x, err, errlen);
+  if (ready && o->trace_path) cp_trace_open(&x); /* cuda_pipe_trace.c */
   if (ready) {
     /* stretches that end where a validation is due (after every K-th step and the
      * last), as runtime/pipeline_run.c trains; always one, even with nothing to train */
@@ -630,8 +633,17 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
       }
       if (bad) snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", o->data_path,
                         (unsigned long long)bad);
-      else if (!o->save_path || cp_save(&x, o->save_path, err, errlen)) rc = 0;
-      if (extra_bytes) *extra_bytes = x.extra_bytes;
+      else if ((!o->save_path || cp_save(&x, o->save_path, err, errlen)) && cp_trace_finish(&x, out, err, errlen))
+        rc = 0;
+      if (stats) {
+        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes};
+        for (int s = 0; s < p->d; s++) {
+          CxGraphStats g = cx_program_graph_stats(x.prog[s]);
+          stats->graphs.captured += g.captured;
+          stats->graphs.launches += g.launches;
+          stats->graphs.eager += g.eager;
+        }
+      }
     } else {
       snprintf(err, errlen, "%s", x.err);
       ops->sync(ops->dev); /* what was issued finishes before its events go */
@@ -639,5 +651,13 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
     free(val);
   }
   cp_teardown(&x);
+  return rc;
+}
+
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                  uint64_t *extra_bytes, char *err, size_t errlen) {
+  CxPipeStats st = {0};
+  int rc = cx_pipe_train_stats(p, ops, o, out, &st, err, errlen);
+  if (extra_bytes) *extra_bytes = st.extra_bytes;
   return rc;
 }

@@ -41,9 +41,11 @@
  * UNTESTED on a GPU so far (CI has none): tests/cudaexec/test_cudapipe_emu runs it on
  * an emulated device whose streams really reorder work, so the event protocol above is
  * checked, but not cuBLAS's behaviour with GEMMs of several streams in flight on one
- * handle (one shared workspace); scripts/gpu-check.sh step (c) is the GPU check.
+ * handle (each stream has its own workspace: runtime/cuda/cuda_device.c);
+ * scripts/gpu-check.sh step (c) is the GPU check.
  *
- * Checkpoints and validation (single-GPU mode), as runtime/pipeline_run.c does them:
+ * Checkpoints and validation, as runtime/pipeline_run.c does them (single-GPU mode
+ * here; multi-GPU mode the same per rank, cuda_pipe_nccl.c's header says how):
  * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
  * the one-stage trainer's format, so any executor resumes it); --resume loads one
  * (any executor's) into the slots the streams use at its step and runs only the
@@ -51,8 +53,16 @@
  * ckpt_import; --val-data trains in stretches that end where a validation is due and
  * evaluates between them (cuda_pipe_eval.c: runtime/pipeline_eval.h's loss).
  *
- * NOT done: checkpoints and validation in multi-GPU mode (cuda_pipe_main.c refuses
- * them with a message), traces and measured bubbles.
+ * --trace (single-GPU mode, cuda_pipe_trace.c): every instruction of every SR timed
+ * with device events (FWD/BWD/OPT_STEP on the SR's stream, sends/receives as their
+ * copies and ALLREDUCE as its sums on the communication stream), read back at the
+ * host waits the run makes anyway, written in the CPU executor's Chrome trace form
+ * (one process, one thread per SR); the bubble per stage measured as the CPU
+ * executor measures it, printed beside the plan's prediction with the CUDA graph
+ * counts. Untested on a GPU (the emulator's clock is a fake: tests check order and
+ * counts, not times).
+ *
+ * NOT done: traces and measured bubbles in multi-GPU mode (refused).
  * Overlap is not a goal yet: a message
  * fences the sender's stream after the receiver's earlier work too, token uploads and
  * clip norms wait for the whole device. */
@@ -70,6 +80,21 @@
 int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                   uint64_t *extra_bytes, char *err, size_t errlen);
 
+/* What single-GPU mode reports besides the outcome (its summary line). */
+typedef struct CxPipeStats {
+  uint64_t extra_bytes; /* the executor's extras per SR (the largest) */
+  CxGraphStats graphs;  /* cx_program_graph_stats summed over the stage programs */
+} CxPipeStats;
+
+/* cx_pipe_train, filling stats (may be NULL). With o->trace_path, out->bubble holds
+ * the measured bubble per stage and the trace is written (cuda_pipe_trace.c). */
+int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                        CxPipeStats *stats, char *err, size_t errlen);
+
+/* The plan's predicted bubble fraction (plan_dir/plan.json "predicted"), or a
+ * negative value when the plan has none. */
+double cx_pipe_predicted_bubble(const char *plan_dir);
+
 /* cuda_exec_main's path for a plan with several stages or replicas: trains on ops (the
  * device called device_name in messages), reports like pd2bwrun's pipeline path,
  * writes o->log_json, and with o->reference compares with the sequential reference.
@@ -82,12 +107,17 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
  * native_stream besides single-GPU mode's entries), NCCL (libnccl, or PD2BW_LIBNCCL)
  * between ranks. Collective: every rank calls it. Rank 0's out is filled as
  * cx_pipe_train's (gathered from the others over t); the others' is left empty.
- * 0, or 1 with the cause in err (after transport_abort, so the others stop). */
+ * Takes o's --save (rank 0 writes it), --resume, --init and validation as
+ * cx_pipe_train does. 0, or 1 with the cause in err (after transport_abort, so the
+ * others stop); or 1 on EVERY rank after a failure all of them agreed on (a checkpoint
+ * some rank cannot read, a --save rank 0 cannot write: no abort), the message in rank
+ * 0's err and the others' err empty (one message for the job). */
 int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
                        PipeOutcome *out, uint64_t *extra_bytes, char *err, size_t errlen);
 
 /* cuda_pipe_main for multi-GPU mode on an open device and transport: rank 0 reports,
- * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line. */
+ * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line
+ * (none on the ranks other than 0 after a failure all agreed on). */
 int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                         const CudaExecOptions *o, Transport *t);
 

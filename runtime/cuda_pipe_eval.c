@@ -13,7 +13,9 @@
  * and workspace blocks. Training refills all of them before reading them, so an
  * evaluation changes no bit of training. A microbatch runs through the stages of its
  * replica in order: stage i's outgoing activations (ACT_OUT, plan order) are copied
- * to stage i+1's incoming ones (ACT_IN, same order: the training messages' pairing). */
+ * to stage i+1's incoming ones (ACT_IN, same order: the training messages' pairing).
+ * Multi-GPU mode runs cp_eval_forward on each rank's SR and moves those activations
+ * between ranks itself (cuda_pipe_nccl.c net_eval). */
 #include "runtime/cuda_pipe_internal.h"
 
 #include <math.h>
@@ -45,8 +47,7 @@ void cp_eval_close(CpRun *x) {
 /* The stash base an evaluation forward uses (pipeline_eval.h: Memory). */
 static CxPtr eval_stash(const CpRun *x, const CpSr *s) { return x->p->recompute ? s->full : s->stash[0]; }
 
-/* Where boundary tensor k of SR s lies for an evaluation forward. */
-static bool eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at) {
+bool cp_eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at) {
   const PipeBoundary *b = &s->ps->bnd[k];
   if (b->cls == BUF_BOUNDARY) *at = s->bnd;
   else if (b->cls == BUF_STASH) *at = eval_stash(x, s);
@@ -72,17 +73,40 @@ static bool pass_on(CpRun *x, CpSr *from, CpSr *to) {
       return false;
     }
     CxPtr src, dst;
-    if (!eval_bnd(x, from, ko, &src) || !eval_bnd(x, to, ki, &dst)) return false;
+    if (!cp_eval_bnd(x, from, ko, &src) || !cp_eval_bnd(x, to, ki, &dst)) return false;
     x->ops->dtod(x->ops->dev, CP_COMM_STREAM, dst, src, (size_t)to->ps->bnd[ki].bytes);
     ko++;
   }
   return true;
 }
 
+double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j) {
+  const PipePlan *p = x->p;
+  const CxDeviceOps *ops = x->ops;
+  if (s->st->ninputs && s->st->blocks[BUF_INPUTS]) {
+    /* htod waits for the device: the previous microbatch no longer reads the block */
+    pipe_fill_samples(s->st, x->host_image, x->vdl, k * p->b * x->mref + ((int64_t)s->replica * p->m + j) * p->b,
+                      p->b, x->T, x->tok_tmp, x->tgt_tmp);
+    ops->htod(ops->dev, s->inputs, x->host_image, (size_t)s->st->blocks[BUF_INPUTS]);
+  }
+  CxReplay rp = {.seed = x->tc.seed, .microbatch = 0, .training = false, .stream = CP_COMM_STREAM};
+  rp.base[BUF_PARAMS] = s->w[s->newest];
+  rp.base[BUF_GRADS] = s->grads;
+  rp.base[BUF_STASH] = eval_stash(x, s);
+  rp.base[BUF_WORK] = s->work;
+  rp.base[BUF_INPUTS] = s->inputs;
+  rp.base[BUF_BOUNDARY] = s->bnd;
+  rp.base[CX_SCRATCH] = s->scratch;
+  cx_program_run(s->prog, CX_FORWARD, &rp);
+  float loss = 0;
+  if (s->st->has_loss) ops->dtoh(ops->dev, &loss, s->scratch + (CxPtr)cx_program_loss_offset(s->prog), 4);
+  return loss;
+}
+
 bool cp_eval_run(CpRun *x, double *mean) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
-  int64_t m = p->m, b = p->b, B = b * x->mref;
+  int64_t m = p->m;
   double sum = 0;
   ops->sync(ops->dev); /* the training streams' work is done: their blocks are idle */
   for (int64_t k = 0; k < x->val_batches; k++)
@@ -90,27 +114,9 @@ bool cp_eval_run(CpRun *x, double *mean) {
       for (int64_t j = 0; j < m; j++)
         for (int st = 0; st < p->d; st++) {
           CpSr *s = cp_sr(x, st, r);
-          if (s->st->ninputs && s->st->blocks[BUF_INPUTS]) {
-            /* htod waits for the device: the previous microbatch no longer reads the block */
-            pipe_fill_samples(s->st, x->host_image, x->vdl, k * B + ((int64_t)r * m + j) * b, b, x->T, x->tok_tmp,
-                              x->tgt_tmp);
-            ops->htod(ops->dev, s->inputs, x->host_image, (size_t)s->st->blocks[BUF_INPUTS]);
-          }
-          CxReplay rp = {.seed = x->tc.seed, .microbatch = 0, .training = false, .stream = CP_COMM_STREAM};
-          rp.base[BUF_PARAMS] = s->w[s->newest];
-          rp.base[BUF_GRADS] = s->grads;
-          rp.base[BUF_STASH] = eval_stash(x, s);
-          rp.base[BUF_WORK] = s->work;
-          rp.base[BUF_INPUTS] = s->inputs;
-          rp.base[BUF_BOUNDARY] = s->bnd;
-          rp.base[CX_SCRATCH] = s->scratch;
-          cx_program_run(s->prog, CX_FORWARD, &rp);
+          double loss = cp_eval_forward(x, s, k, j);
           if (st + 1 < p->d && !pass_on(x, s, cp_sr(x, st + 1, r))) return false;
-          if (s->st->has_loss) {
-            float loss = 0;
-            ops->dtoh(ops->dev, &loss, s->scratch + (CxPtr)cx_program_loss_offset(s->prog), 4);
-            sum += loss;
-          }
+          sum += loss;
         }
   ops->sync(ops->dev); /* training's next work on the SR streams must not overtake it */
   *mean = x->val_batches ? sum / (double)(x->val_batches * p->w * m) : 0;

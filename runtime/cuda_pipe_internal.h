@@ -1,5 +1,6 @@
 /* runtime/cuda_pipe_internal.h — the state of the CUDA pipeline executor, shared by
- * cuda_pipe.c (setup, data, results), cuda_pipe_run.c (single-GPU mode's interpreter)
+ * cuda_pipe.c (setup, data, results), cuda_pipe_run.c (single-GPU mode's interpreter),
+ * cuda_pipe_trace.c (its --trace)
  * and cuda_pipe_nccl.c (multi-GPU mode: one SR per process, NCCL between them). See
  * runtime/cuda_pipe.h for the contract. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
@@ -63,9 +64,11 @@ typedef struct CpMsg {
   int sr;       /* the posting SR */
   CxPtr ptr;
   int64_t bytes;
+  const PlanInstr *in; /* the posting instruction (its copy is timed for --trace) */
 } CpMsg;
 
 typedef struct CpNet CpNet; /* cuda_pipe_nccl.c: communicators and their events */
+typedef struct CpTrace CpTrace; /* cuda_pipe_trace.c: --trace's device events */
 
 typedef struct CpRun {
   const PipePlan *p;
@@ -106,6 +109,7 @@ typedef struct CpRun {
   int64_t steps_timed; /* batches between the first and last timed step */
   int64_t first_timed; /* multi-GPU mode: the batch of the first timed step */
   float *host_loss;
+  CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   bool failed;
   char err[RT_ERR_LEN];
 } CpRun;
@@ -148,6 +152,42 @@ void cp_eval_close(CpRun *x);
 /* Between two stretches (nothing in flight): every validation microbatch forward-only
  * through the stages of its replica, on the communication stream; the mean in *mean. */
 bool cp_eval_run(CpRun *x, double *mean);
+
+/* One validation forward of SR s on the communication stream (nothing else in flight):
+ * microbatch j of its replica's share of validation batch k, its inputs uploaded
+ * first; returns the loss on a last stage (0 elsewhere). Multi-GPU mode moves the
+ * activations between ranks itself (cp_eval_bnd: where each boundary tensor lies). */
+double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j);
+bool cp_eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at);
+
+/* --resume (cuda_pipe.c): checkpoint `path` (any executor's) into the live SRs' slots
+ * for its step; x->first = that step. false with a message naming the file. */
+bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen);
+
+/* cuda_pipe_trace.c: --trace in single-GPU mode. Every instruction of every SR gets
+ * one pair of device events (created up front, a bounded ring per SR, reused): FWD,
+ * BWD, OPT_STEP, TIED_SYNC on the SR's stream; send/receive instructions as their
+ * copies on the communication stream, ALLREDUCE as its sums there. Pairs are read at
+ * the host waits the run makes anyway (run_step's sync once per batch, the end of a
+ * stretch). cp_trace_open: the events and the origin (after a sync, before training). */
+void cp_trace_open(CpRun *x);
+void cp_trace_close(CpRun *x);
+/* Records the start / end of instruction `in` of SR s on `stream` (trace on only).
+ * begin once per instruction; end again moves its end (a send/receive's last copy). */
+void cp_trace_begin(CpRun *x, CpSr *s, const PlanInstr *in, int stream);
+void cp_trace_end(CpRun *x, CpSr *s, const PlanInstr *in, int stream);
+/* A copy of send/receive instruction `in` of s on the communication stream: before
+ * it (end false; the first copy begins the pair) and after it (end true). */
+void cp_trace_p2p(CpRun *x, CpSr *s, const PlanInstr *in, bool end);
+/* s's group of instructions [first, last] completed: an empty pair on its stream for
+ * each one that copied nothing. */
+void cp_trace_p2p_done(CpRun *x, CpSr *s, int first, int last);
+/* After a host wait (everything issued has run): reads every finished pair. */
+void cp_trace_harvest(CpRun *x);
+/* At the end (after a sync): the measured bubble per stage into out->bubble
+ * (pipe_measure, the CPU executor's definition) and the trace at o->trace_path,
+ * written whole or not at all. false with a message naming the file. */
+bool cp_trace_finish(CpRun *x, PipeOutcome *out, char *err, size_t errlen);
 
 /* Whether this process sets up and runs SR i. */
 static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }

@@ -2,9 +2,9 @@
  * several stages or replicas: single-GPU pipeline mode, or with --transport nccl
  * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
  * pipeline path (rank 0's), and --reference against the sequential trainer on the
- * CPU (pipeline_check_reference, the CPU pipeline's own check). Single-GPU mode takes
- * --save, --resume, --init and validation (cuda_pipe.c, cuda_pipe_eval.c); multi-GPU
- * mode refuses them here. */
+ * CPU (pipeline_check_reference, the CPU pipeline's own check). Both modes take
+ * --save, --resume, --init and validation (cuda_pipe.c, cuda_pipe_eval.c,
+ * cuda_pipe_nccl.c). */
 #include "runtime/cuda_pipe.h"
 
 #include <math.h>
@@ -40,9 +40,11 @@ static bool write_log(const char *path, const PipePlan *p, const PipeOutcome *r,
   return ok;
 }
 
-/* Rank 0's (or the one process's) report of a finished run r of plan p. */
+/* Rank 0's (or the one process's) report of a finished run r of plan p. Single-GPU
+ * mode also passes gs (the CUDA graph counts) and predicted (the plan's bubble, < 0:
+ * none); multi-GPU mode NULL and -1. */
 static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uint64_t extra, const CudaExecOptions *o,
-                  const char *where) {
+                  const char *where, const CxGraphStats *gs, bool graphs_on, double predicted) {
   char err[RT_ERR_LEN];
   int rc = 0;
   int64_t nb = r->steps - r->first_step;
@@ -53,9 +55,21 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
   }
   printf("%s: %d stages x %d replicas %s, schedule %s, %lld steps, final loss %.4f, %.1f ms/step\n", prog, p->d,
          p->w, where, plan_schedule_name(p->schedule), (long long)nb, last, r->step_time_s * 1e3);
-  for (int s = 0; s < p->d; s++)
-    printf("  stage %d: memory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s,
-           (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s], (unsigned long long)extra);
+  if (gs)
+    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch)%s\n", prog, (long long)gs->captured,
+           (long long)gs->launches, (long long)gs->eager, graphs_on ? "" : "; CUDA graphs off");
+  for (int s = 0; s < p->d; s++) {
+    char bub[96] = "";
+    if (gs && o->trace_path) /* measured from the trace's device events (cuda_pipe_trace.c) */
+      snprintf(bub, sizeof bub, "bubble %.1f%% measured", 100 * r->bubble[s]);
+    else if (gs)
+      snprintf(bub, sizeof bub, "bubble not measured (--trace measures it)");
+    if (gs && predicted >= 0)
+      snprintf(bub + strlen(bub), sizeof bub - strlen(bub), ", %.1f%% predicted", 100 * predicted);
+    printf("  stage %d: %s%smemory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s, bub,
+           gs ? ", " : "", (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s],
+           (unsigned long long)extra);
+  }
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
   if (!rc && o->log_json && !write_log(o->log_json, p, r, err, sizeof err)) rc = fail(prog, err);
   if (!rc && o->reference) {
@@ -78,11 +92,13 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
            "mode\n", prog, plan_dir, p->rt->model, p->d, p->w, plan_schedule_name(p->schedule),
            p->recompute ? " + recompute" : "", o->device, device_name);
   PipeOutcome r;
-  uint64_t extra = 0;
-  int rc = cx_pipe_train(p, ops, o, &r, &extra, err, sizeof err);
+  CxPipeStats st = {0};
+  int rc = cx_pipe_train_stats(p, ops, o, &r, &st, err, sizeof err);
   if (rc) fail(prog, err);
-  else rc = report(prog, p, &r, extra, o, "on one GPU");
+  else rc = report(prog, p, &r, st.extra_bytes, o, "on one GPU", &st.graphs, ops->capture_begin != NULL,
+                   cx_pipe_predicted_bubble(plan_dir));
   if (!rc && o->save_path) printf("%s: saved %s\n", prog, o->save_path);
+  if (!rc && o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
   return rc;
@@ -105,8 +121,9 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
   PipeOutcome r;
   uint64_t extra = 0;
   int rc = cx_pipe_train_nccl(p, ops, o, t, &r, &extra, err, sizeof err);
-  if (rc) fail(prog, err);
-  else if (root) rc = report(prog, p, &r, extra, o, "on one GPU each (NCCL)");
+  if (rc && err[0]) fail(prog, err); /* empty: a failure every rank agreed on, rank 0 says it */
+  else if (!rc && root) rc = report(prog, p, &r, extra, o, "on one GPU each (NCCL)", NULL, false, -1);
+  if (!rc && root && o->save_path) printf("%s: saved %s\n", prog, o->save_path);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
   return rc;
@@ -114,10 +131,8 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
 
 int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  /* NOT done in multi-GPU mode (it gathers nothing but losses and weights to rank 0) */
-  if (o->save_path || o->resume_path || o->init_path || o->val_path || o->eval_every)
-    return fail(prog, "--save, --resume, --init, --val-data and --eval-every are not supported with --transport "
-                      "nccl yet (single-GPU pipeline mode takes them)");
+  if (o->trace_path) /* NOT done: multi-GPU mode times nothing (cuda_pipe_trace.c is single-GPU) */
+    return fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   Transport *t = transport_mpi_create(NULL, NULL, 0, err, sizeof err);
   if (!t) return fail(prog, err);
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */

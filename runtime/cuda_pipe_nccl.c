@@ -42,6 +42,20 @@
  * ncclGetUniqueId on the group's first rank, sent to the others over MPI (the
  * Transport), ncclCommInitRank. Rank 0 gathers the losses, the replica-0 weights and
  * the out-of-range id counts over the Transport for the report and --reference.
+ * Checkpoints and validation (cuda_pipe.h; single-GPU mode's code per rank): --init
+ * (cp_setup) and --resume (cp_resume) read this rank's stage's tensors of the file
+ * (any executor's), then every rank's outcome is agreed on (agree: each rank's message
+ * to rank 0, the lowest failing rank's back to all), so a file one rank cannot read
+ * stops every rank with status 1 and ONE message (rank 0 prints it) and no abort.
+ * --save: the replica-0 ranks add the older 2bw version and AdamW m and v to what they
+ * send rank 0, which writes the CPU pipeline's format with its writer (pipe_save,
+ * atomic: no partial file); that outcome (and the out-of-range id count) is agreed on
+ * the same way. Validation: training runs in stretches (cp_select) that end where one
+ * is due; between them every rank runs its stage's forwards of its replica's
+ * validation microbatches (cp_eval_forward, on the communication stream), the
+ * activations going to the next stage by NCCL on the pipeline communicator, and the
+ * last stages send their losses to rank 0 over the Transport, which takes the mean in
+ * runtime/pipeline_eval.h's order.
  * Failures: a failing rank aborts the Transport (the others, blocked in MPI, stop;
  * transport_destroy then ends the job through MPI_Abort); one blocked inside NCCL is
  * ended by that MPI_Abort too. */
@@ -57,6 +71,8 @@
 
 #define TAG_NCCL_ID 32000  /* a communicator's unique id, from its first rank */
 #define TAG_RESULTS 32001  /* a rank's results, to rank 0 */
+#define TAG_AGREE 32002    /* agree(): a rank's message to rank 0, and rank 0's answer */
+#define TAG_EVAL 32003     /* a last stage's validation losses, to rank 0 */
 
 struct CpNet {
   Transport *t;
@@ -70,6 +86,39 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- agreement ---------------------------------------------------------------------------- */
+
+/* Collective over every rank: whether every rank is ok. Each sends rank 0 its message
+ * ("" when ok); rank 0 answers every rank with the lowest failing rank's. So a failure
+ * that may strike one rank or all (a checkpoint one rank cannot read, a --save that
+ * fails on rank 0) ends every rank alike, with ONE message: on failure rank 0's err
+ * holds it and the others' err is empty (*together true: nobody needs aborting).
+ * A transport failure: false, *together false, its message in err. */
+static bool agree(Transport *t, bool ok, char *err, size_t errlen, bool *together) {
+  char *msg = pd_calloc(RT_ERR_LEN, 1), *got = pd_calloc(RT_ERR_LEN, 1);
+  if (!ok) snprintf(msg, RT_ERR_LEN, "%s", err[0] ? err : "failed");
+  TransportStatus st = TRANSPORT_OK;
+  if (transport_rank(t) != 0) {
+    st = transport_send(t, 0, TAG_AGREE, msg, RT_ERR_LEN, "the outcome of a step every rank takes");
+    if (st == TRANSPORT_OK) st = transport_recv(t, 0, TAG_AGREE, msg, RT_ERR_LEN, "the job's outcome of that step");
+  } else {
+    for (int i = 1; i < transport_size(t) && st == TRANSPORT_OK; i++) {
+      st = transport_recv(t, i, TAG_AGREE, got, RT_ERR_LEN, "the outcome of a step every rank takes");
+      if (st == TRANSPORT_OK && !msg[0] && got[0]) memcpy(msg, got, RT_ERR_LEN);
+    }
+    for (int i = 1; i < transport_size(t) && st == TRANSPORT_OK; i++)
+      st = transport_send(t, i, TAG_AGREE, msg, RT_ERR_LEN, "the job's outcome of that step");
+  }
+  msg[RT_ERR_LEN - 1] = 0;
+  *together = st == TRANSPORT_OK;
+  bool all = *together && !msg[0];
+  if (!*together) snprintf(err, errlen, "%s", transport_error(t));
+  else if (!all) snprintf(err, errlen, "%s", transport_rank(t) == 0 ? msg : "");
+  free(msg);
+  free(got);
+  return all;
 }
 
 /* ---- bootstrap ---------------------------------------------------------------------------- */
@@ -344,16 +393,95 @@ static bool net_run(CpRun *x) {
   return true;
 }
 
+/* ---- validation ------------------------------------------------------------------------------ */
+
+/* One validation microbatch's activations to (PIPE_ACT_OUT) or from (PIPE_ACT_IN) the
+ * neighbouring stage of this replica: one NCCL group of every boundary tensor of that
+ * role in plan order (cuda_pipe_eval.c pass_on's pairing) on the pipeline
+ * communicator, on the communication stream, where the evaluation runs. */
+static bool eval_xfer(CpRun *x, CpSr *s, PipeRole role) {
+  int peer = role == PIPE_ACT_IN ? s->stage - 1 : s->stage + 1;
+  void *cs = native(x, CP_COMM_STREAM);
+  nccl_group_start(x->net->pipe);
+  for (int k = 0; k < s->ps->nbnd; k++) {
+    if (s->ps->bnd[k].role != role) continue;
+    CxPtr at;
+    if (!cp_eval_bnd(x, s, k, &at)) {
+      nccl_group_end(x->net->pipe);
+      return false;
+    }
+    if (role == PIPE_ACT_IN) nccl_recv(x->net->pipe, cs, at, (size_t)s->ps->bnd[k].bytes, NCCL_DT_U8, peer);
+    else nccl_send(x->net->pipe, cs, at, (size_t)s->ps->bnd[k].bytes, NCCL_DT_U8, peer);
+  }
+  nccl_group_end(x->net->pipe);
+  return true;
+}
+
+/* Collective: cuda_pipe_eval.c's validation (runtime/pipeline_eval.h's loss) with one
+ * SR per rank, between two stretches: each rank runs its stage's forward of its
+ * replica's microbatches in order, receiving its input activations from the previous
+ * stage and sending its outputs on (NCCL, eval_xfer); the last stages send their
+ * losses to rank 0 (Transport), which sums them in the reference's order (batch,
+ * replica, microbatch) into *mean (NAN on the other ranks). false with x->err. */
+static bool net_eval(CpRun *x, double *mean) {
+  const PipePlan *p = x->p;
+  CpSr *s = &x->sr[x->self];
+  Transport *t = x->net->t;
+  int64_t m = p->m, nmb = x->val_batches * m;
+  size_t bytes = (size_t)nmb * sizeof(double);
+  double *loss = pd_calloc((size_t)nmb + 1, sizeof(double));
+  bool ok = true;
+  *mean = NAN;
+  x->ops->sync(x->ops->dev); /* the training streams' work is done: their blocks are idle */
+  for (int64_t k = 0; ok && k < x->val_batches; k++)
+    for (int64_t j = 0; ok && j < m; j++) {
+      if (s->stage > 0) ok = eval_xfer(x, s, PIPE_ACT_IN);
+      if (ok) loss[k * m + j] = cp_eval_forward(x, s, k, j);
+      if (ok && s->stage < p->d - 1) ok = eval_xfer(x, s, PIPE_ACT_OUT);
+    }
+  x->ops->sync(x->ops->dev); /* training's next work on the SR's stream must not overtake it */
+  TransportStatus st = TRANSPORT_OK;
+  if (ok && x->self != 0 && s->stage == p->d - 1) {
+    st = transport_send(t, 0, TAG_EVAL, loss, bytes, "validation losses");
+  } else if (ok && x->self == 0) {
+    double *all = pd_calloc((size_t)(nmb * p->w) + 1, sizeof(double)), sum = 0;
+    for (int r = 0; r < p->w && st == TRANSPORT_OK; r++) {
+      int src = (p->d - 1) * p->w + r;
+      if (src == 0) memcpy(all, loss, bytes);
+      else st = transport_recv(t, src, TAG_EVAL, all + r * nmb, bytes, "validation losses");
+    }
+    for (int64_t k = 0; k < x->val_batches; k++)
+      for (int r = 0; r < p->w; r++)
+        for (int64_t j = 0; j < m; j++) sum += all[r * nmb + k * m + j];
+    if (st == TRANSPORT_OK) *mean = x->val_batches ? sum / (double)(x->val_batches * p->w * m) : 0;
+    free(all);
+  }
+  if (st != TRANSPORT_OK) {
+    snprintf(x->err, sizeof x->err, "%s", transport_error(t));
+    ok = false;
+  }
+  free(loss);
+  return ok;
+}
+
 /* ---- results --------------------------------------------------------------------------------- */
 
-/* What rank `sr` sends rank 0: its out-of-range id count, its losses when it is a
- * last stage, its newest weights when it is replica 0. Sizes known from the plan. */
+/* Batches this run trained: [first, steps). */
+static int64_t trained(const CpRun *x) { return x->steps > x->first ? x->steps - x->first : 0; }
+
+/* Blocks of a replica-0 rank's payload: its newest weights; with --save also the older
+ * 2bw version (the newest otherwise), AdamW m and v (cuda_pipe.c cp_save's four). */
+static int payload_blocks(const CpRun *x) { return x->o->save_path ? 4 : 1; }
+
+/* What rank `sr` sends rank 0: its out-of-range id count, its losses of the trained
+ * batches when it is a last stage, payload_blocks params blocks when it is replica 0.
+ * Sizes known from the plan. */
 static size_t payload_bytes(const CpRun *x, int sr) {
   const PipePlan *p = x->p;
   int stage = sr / p->w, replica = sr % p->w;
   size_t n = 8;
-  if (stage == p->d - 1) n += (size_t)(x->steps * p->m) * 4;
-  if (replica == 0) n += (size_t)p->rt->stages[stage].blocks[BUF_PARAMS];
+  if (stage == p->d - 1) n += (size_t)(trained(x) * p->m) * 4;
+  if (replica == 0) n += (size_t)payload_blocks(x) * (size_t)p->rt->stages[stage].blocks[BUF_PARAMS];
   return n;
 }
 
@@ -364,21 +492,50 @@ static char *payload(CpRun *x, CpSr *s) {
   ops->dtoh(ops->dev, &bad, s->scratch + (CxPtr)cx_program_bad_ids_offset(s->prog), 8);
   memcpy(b, &bad, 8);
   if (s->stage == x->p->d - 1) {
-    size_t n = (size_t)(x->steps * x->p->m) * 4;
-    ops->dtoh(ops->dev, at, s->loss, n);
+    size_t n = (size_t)(trained(x) * x->p->m) * 4;
+    if (n) ops->dtoh(ops->dev, at, s->loss + (CxPtr)(x->first * x->p->m) * 4, n);
     at += n;
   }
-  if (s->replica == 0) ops->dtoh(ops->dev, at, s->w[s->newest], (size_t)s->st->blocks[BUF_PARAMS]);
+  if (s->replica == 0) {
+    size_t pb = (size_t)s->st->blocks[BUF_PARAMS];
+    int prev = s->nversions >= 2 && x->p->schedule == PS_2BW ? 1 - s->newest : s->newest;
+    CxPtr src[4] = {s->w[s->newest], s->w[prev], s->adam_m, s->adam_v};
+    for (int q = 0; q < payload_blocks(x) && pb; q++) ops->dtoh(ops->dev, at + (size_t)q * pb, src[q], pb);
+  }
   return b;
+}
+
+/* Rank `sr`'s params blocks in its payload pl (replica 0 only). */
+static const char *payload_params(const CpRun *x, const char *pl, int sr) {
+  return pl + 8 + (sr / x->p->w == x->p->d - 1 ? (size_t)(trained(x) * x->p->m) * 4 : 0);
+}
+
+/* Rank 0, --save: the replica-0 blocks of every stage, written by the CPU pipeline's
+ * writer (pipe_save: the one-stage trainer's format, atomic; cuda_pipe.c's cp_save). */
+static bool save_from(CpRun *x, char **pl, char *err, size_t errlen) {
+  const PipePlan *p = x->p;
+  PipeGathered G = {.d = p->d};
+  char **blk[4] = {G.stage_w = pd_calloc((size_t)p->d, sizeof(char *)),
+                   G.stage_prev = pd_calloc((size_t)p->d, sizeof(char *)),
+                   G.stage_m = pd_calloc((size_t)p->d, sizeof(char *)),
+                   G.stage_v = pd_calloc((size_t)p->d, sizeof(char *))};
+  for (int st = 0; st < p->d; st++)
+    for (int q = 0; q < 4; q++) /* pointers into the payloads, not copies */
+      blk[q][st] = (char *)payload_params(x, pl[st * p->w], st * p->w) +
+                   (size_t)q * (size_t)p->rt->stages[st].blocks[BUF_PARAMS];
+  bool ok = pipe_save(p, &G, x->steps, x->tc.seed, x->o->save_path, err, errlen);
+  for (int q = 0; q < 4; q++) free(blk[q]);
+  return ok;
 }
 
 /* Rank 0: the outcome from every rank's payload (cp_fill_outcome's layout). */
 static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
   const PipePlan *p = x->p;
   memset(out, 0, sizeof *out);
+  out->first_step = x->first;
   out->steps = x->steps;
   out->mb_per_step = x->mref;
-  int64_t nb = x->steps;
+  int64_t nb = trained(x);
   out->mb_loss = pd_calloc((size_t)(nb * x->mref) + 1, sizeof(double));
   *bad = 0;
   for (int i = 0; i < x->nsr; i++) {
@@ -394,7 +551,7 @@ static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
   int cap = 0;
   for (int st = 0; st < p->d; st++) {
     const RtStage *rs = &p->rt->stages[st];
-    const char *w = pl[st * p->w] + 8 + (st == p->d - 1 ? (size_t)(nb * p->m) * 4 : 0);
+    const char *w = payload_params(x, pl[st * p->w], st * p->w);
     for (int k = 0; k < rs->nparams; k++) {
       const RtParam *q = &rs->params[k];
       float *dst = cp_outcome_param(out, &cap, q);
@@ -404,7 +561,8 @@ static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
   cp_outcome_finish(x, out);
 }
 
-/* Every rank's payload to rank 0, which assembles *out; false with err. */
+/* Every rank's payload to rank 0, which assembles *out and writes --save; false with
+ * err (rank 0's own failures: only there). */
 static bool gather(CpRun *x, PipeOutcome *out, char *err, size_t errlen) {
   Transport *t = x->net->t;
   char *mine = payload(x, &x->sr[x->self]);
@@ -427,9 +585,12 @@ static bool gather(CpRun *x, PipeOutcome *out, char *err, size_t errlen) {
   if (ok && bad) {
     snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", x->o->data_path,
              (unsigned long long)bad);
+    ok = false;
+  }
+  if (ok && x->o->save_path) ok = save_from(x, pl, err, errlen);
+  if (!ok) {
     pipe_outcome_free(out);
     memset(out, 0, sizeof *out);
-    ok = false;
   }
   for (int i = 0; i < x->nsr; i++) free(pl[i]);
   free(pl);
@@ -455,20 +616,63 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   CpNet net = {.t = t};
   CpRun x = {.p = p, .ops = ops, .o = o, .multi = true, .self = transport_rank(t), .net = &net};
   int rc = 1;
-  if (cp_setup(&x, err, errlen) && net_setup(&x, err, errlen)) {
-    if (net_run(&x)) {
+  /* --init (in cp_setup), then --resume, then the validation file, as single-GPU mode;
+   * every rank reads its own stage's part of a checkpoint, and all go on or all stop */
+  bool ok = cp_setup(&x, err, errlen);
+  if (ok && o->resume_path) ok = cp_resume(&x, o->resume_path, err, errlen);
+  if (ok && o->val_path) ok = cp_eval_open(&x, err, errlen);
+  bool together = false;
+  ok = agree(t, ok, err, errlen, &together);
+  if (ok) together = false; /* from here a failure aborts, unless agreed on again */
+  if (ok && net_setup(&x, err, errlen)) {
+    /* stretches that end where a validation is due, as cx_pipe_train */
+    int64_t nb = trained(&x), K = o->val_path ? o->eval_every : 0, lo = x.first;
+    double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
+    for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
+    if (x.first > 0) { /* net_step starts the clock at its first synced step otherwise */
+      x.t_first_step = now_s();
+      x.first_timed = x.first - 1;
+    }
+    do {
+      int64_t hi = x.steps;
+      if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+      cp_select(&x, lo, hi);
+      ok = net_run(&x);
+      if (ok && o->val_path && (hi >= x.steps || (K > 0 && hi % K == 0))) {
+        double v, t0 = now_s();
+        ok = net_eval(&x, &v);
+        if (x.t_first_step > 0) x.t_first_step += now_s() - t0; /* the step time leaves them out */
+        val_final = v;
+        if (ok && hi > x.first) val[hi - 1 - x.first] = v;
+        if (ok && !o->quiet && x.self == 0 && hi > x.first) {
+          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)x.steps, v);
+          fflush(stdout);
+        }
+      }
+      lo = hi;
+    } while (ok && lo < x.steps);
+    if (ok) {
       ops->sync(ops->dev);
-      if (gather(&x, out, err, errlen)) rc = 0;
+      ok = gather(&x, out, err, errlen);
+      if (ok && x.self == 0) {
+        memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
+        out->val_final = val_final;
+      }
       if (extra_bytes) *extra_bytes = x.extra_bytes;
+      /* rank 0's own failures (out-of-range ids, --save) end every rank, as one message */
+      if (transport_status(t) == TRANSPORT_OK) ok = agree(t, ok, err, errlen, &together);
+      if (ok) rc = 0;
+      else if (x.self == 0) pipe_outcome_free(out);
     } else {
       snprintf(err, errlen, "%s", x.err);
       ops->sync(ops->dev);
     }
+    free(val);
   }
   net_teardown(&x);
   cp_teardown(&x);
   /* the others stop too: those blocked in MPI at once, those inside NCCL when
-   * transport_destroy ends the job */
-  if (rc && transport_status(t) == TRANSPORT_OK) transport_abort(t, err);
+   * transport_destroy ends the job; not after a failure every rank agreed on */
+  if (rc && !together && transport_status(t) == TRANSPORT_OK) transport_abort(t, err);
   return rc;
 }

@@ -14,7 +14,11 @@
  * Ordering on the host. An instruction that depends on another SR (a receive, a
  * collective) blocks its SR until the other side was issued; then the device order
  * above carries the dependency. Matching is MPI's: per (sender, receiver, kind) in
- * posting order, a send/receive group completes when all its messages matched. */
+ * posting order, a send/receive group completes when all its messages matched.
+ *
+ * With --trace every instruction is bracketed by a pair of event records
+ * (cuda_pipe_trace.c): FWD/BWD/OPT_STEP on the SR's stream, a message's copy and the
+ * all-reduce on the communication stream, inside the fences above. */
 #include "runtime/cuda_pipe_internal.h"
 
 #include <math.h>
@@ -115,7 +119,11 @@ bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in) {
 static void copy_message(CpRun *x, const CpMsg *snd, const CpMsg *rcv) {
   CpSr *both[2] = {&x->sr[snd->sr], &x->sr[rcv->sr]};
   comm_after(x, both, 2);
+  cp_trace_p2p(x, both[0], snd->in, false);
+  cp_trace_p2p(x, both[1], rcv->in, false);
   x->ops->dtod(x->ops->dev, CP_COMM_STREAM, rcv->ptr, snd->ptr, (size_t)snd->bytes);
+  cp_trace_p2p(x, both[0], snd->in, true);
+  cp_trace_p2p(x, both[1], rcv->in, true);
   srs_after_comm(x, both, 2);
   both[0]->grp_pending--;
   both[1]->grp_pending--;
@@ -188,7 +196,7 @@ static bool post_p2p(CpRun *x, CpSr *s, const PlanInstr *in) {
     if (!cp_bnd_ptr(x, s, in, k, &ptr)) return false;
     s->grp_pending++;
     CpMsg msg = {.from = send ? s->idx : peer, .to = send ? peer : s->idx, .tag = tag, .send = send, .sr = s->idx,
-                 .ptr = ptr, .bytes = b->bytes};
+                 .ptr = ptr, .bytes = b->bytes, .in = in};
     if (!post(x, msg)) return false;
   }
   return true;
@@ -207,6 +215,7 @@ static CpStep run_p2p(CpRun *x, CpSr *s) {
     if (s->grp_pending) return CP_POSTED;
   }
   if (s->grp_pending) return CP_BLOCKED;
+  cp_trace_p2p_done(x, s, s->pc, s->grp_end);
   s->grp_posted = false;
   s->pc = s->grp_end + 1;
   return CP_DONE;
@@ -228,6 +237,7 @@ static CpStep run_allreduce(CpRun *x, CpSr *s, const PlanInstr *in) {
     if (!at_instr(rep[r], PI_ALLREDUCE, in->batch, in->group)) return CP_BLOCKED;
   }
   comm_after(x, rep, p->w);
+  for (int r = 0; r < p->w; r++) cp_trace_begin(x, rep[r], cur(rep[r]), CP_COMM_STREAM);
   int64_t n = s->st->blocks[BUF_GRADS] / 4;
   void *axpy = cx_program_kernel(s->prog, "pkc_axpy_f32"), *copy = cx_program_kernel(s->prog, "pkc_copy_f32");
   float one = 1.0f;
@@ -242,6 +252,7 @@ static CpStep run_allreduce(CpRun *x, CpSr *s, const PlanInstr *in) {
     void *args[] = {&dst, &y, &n};
     launch(x, CP_COMM_STREAM, copy, n, args);
   }
+  for (int r = 0; r < p->w; r++) cp_trace_end(x, rep[r], cur(rep[r]), CP_COMM_STREAM);
   srs_after_comm(x, rep, p->w);
   for (int r = 0; r < p->w; r++) rep[r]->pc++;
   return CP_DONE;
@@ -367,6 +378,7 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     pipe[st] = cp_sr(x, st, s->replica);
     if (!at_instr(pipe[st], PI_OPT_STEP, in->batch, -1)) return CP_BLOCKED;
   }
+  for (int st = 0; st < p->d; st++) cp_trace_begin(x, pipe[st], cur(pipe[st]), pipe[st]->stream);
   /* deferred tied gradients move out of the gradient block (batch t+1's backwards
    * accumulate there next): the member's part is final, as its TIED_SYNC says */
   for (int st = 0; st < p->d; st++) {
@@ -415,10 +427,12 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
       if (q->tied[g].param >= 0 && !q->tied[g].deferred) q->tied[g].state[par] = 0;
     x->ops->memset0(x->ops->dev, q->stream, q->grads, (size_t)q->st->blocks[BUF_GRADS]);
     q->newest = qi->vslot;
+    cp_trace_end(x, q, qi, q->stream);
     q->pc++;
   }
   if (s->replica == 0) { /* steady-state time per batch: one wait for the device per batch */
     x->ops->sync(x->ops->dev);
+    cp_trace_harvest(x); /* the device is idle: read the pairs (no wait of their own) */
     double now = now_s();
     if (t == 0) x->t_first_step = now;
     else x->steps_timed++;
@@ -432,13 +446,19 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
 static CpStep run_tied_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   int g = in->group;
   CpTied *T = &s->tied[g];
-  if (T->param < 0) return CP_DONE;
+  if (T->param < 0) { /* not held here: nothing to do, an empty span */
+    cp_trace_begin(x, s, in, s->stream);
+    cp_trace_end(x, s, in, s->stream);
+    return CP_DONE;
+  }
   int64_t t = in->batch;
   int par = (int)(t % 2);
   if (!tied_sum(x, s, g, t)) return CP_BLOCKED;
+  cp_trace_begin(x, s, in, s->stream); /* after the sum (communication stream), which it waits for */
   CxPtr gr = cp_tied_buf(s, g, t);
   cp_step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
   x->ops->memset0(x->ops->dev, s->stream, gr, T->bytes);
+  cp_trace_end(x, s, in, s->stream);
   T->state[par] = 0;
   return CP_DONE;
 }
@@ -453,13 +473,17 @@ static CpStep step_sr(CpRun *x, CpSr *s) {
   case PI_RECV_GRAD:
   case PI_SEND_GRAD: return run_p2p(x, s);
   case PI_FWD:
-    if (!cp_run_fwd(x, s, in)) return CP_FAILED;
+  case PI_BWD: {
+    cp_trace_begin(x, s, in, s->stream);
+    if (!(in->op == PI_FWD ? cp_run_fwd : cp_run_bwd)(x, s, in)) return CP_FAILED;
+    cp_trace_end(x, s, in, s->stream);
     break;
-  case PI_BWD:
-    if (!cp_run_bwd(x, s, in)) return CP_FAILED;
-    break;
+  }
   case PI_ALLREDUCE: return run_allreduce(x, s, in);
   case PI_TIED_SYNC:
+    /* no device work: an empty span where the SR's stream is */
+    cp_trace_begin(x, s, in, s->stream);
+    cp_trace_end(x, s, in, s->stream);
     /* its part is final once this stage's step of the batch moved it (run_step) */
     if (in->group >= 0 && in->group < x->p->ngroups && s->tied[in->group].param >= 0 &&
         s->tied[in->group].state[in->batch % 2] == 0)
@@ -502,7 +526,13 @@ bool cp_run(CpRun *x) {
       }
       if (s->pc < s->S->n) done = false;
     }
-    if (done) return true;
+    if (done) {
+      if (x->trace) { /* a stretch ends: read its pairs before cp_select moves the streams */
+        x->ops->sync(x->ops->dev);
+        cp_trace_harvest(x);
+      }
+      return true;
+    }
     if (!moved) {
       describe_stall(x);
       return false;

@@ -176,6 +176,10 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
 /* Trace and measurements (pipeline_trace.c). */
 bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                       size_t errlen);
+/* The same trace for single-GPU pipeline mode (runtime/cuda_pipe_trace.c): one
+ * process (the GPU), one thread per stage replica (tid stage·w + replica). */
+bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                          size_t errlen);
 /* Measured step time and per-stage bubble over the simulator's window (stage 0's
  * updates of batches 1..4 when the run has them, else the whole run). */
 void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,

@@ -1,6 +1,8 @@
 /* runtime/pipeline_trace.c — what the ranks did, measured: the Chrome trace
  * (--trace; the same form as the simulator's timeline.json, one process per rank,
- * thread 0 compute, thread 1 communication), the step time and bubble fraction over
+ * thread 0 compute, thread 1 communication; or, for single-GPU pipeline mode,
+ * pipe_trace_write_gpu: one process, one thread per stage replica, whose stream
+ * and communication-stream work never overlap), the step time and bubble fraction over
  * the simulator's window, and measured compute times in the profile format that
  * `pd2bwc --profile` reads (docs/plan-format.md). */
 #include "runtime/pipeline_rank.h"
@@ -35,29 +37,20 @@ static double t_origin(const PipeEvent *ev, int64_t n) {
   return n ? t0 : 0;
 }
 
-bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
-                      size_t errlen) {
-  cJSON *root = cJSON_CreateObject();
-  cJSON *arr = cJSON_AddArrayToObject(root, "traceEvents");
-  for (int rk = 0; rk < p->nranks; rk++) {
-    char name[64];
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "name", "process_name");
-    cJSON_AddStringToObject(m, "ph", "M");
-    cJSON_AddNumberToObject(m, "pid", rk);
-    snprintf(name, sizeof name, "stage %d replica %d (rank %d)", p->rank_stage[rk], p->rank_replica[rk], rk);
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "args"), "name", name);
-    cJSON_AddItemToArray(arr, m);
-    for (int t = 0; t < 2; t++) {
-      m = cJSON_CreateObject();
-      cJSON_AddStringToObject(m, "name", "thread_name");
-      cJSON_AddStringToObject(m, "ph", "M");
-      cJSON_AddNumberToObject(m, "pid", rk);
-      cJSON_AddNumberToObject(m, "tid", t);
-      cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "args"), "name", t ? "communication" : "compute");
-      cJSON_AddItemToArray(arr, m);
-    }
-  }
+static cJSON *meta(const char *what, int pid, int tid, const char *name) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "name", what);
+  cJSON_AddStringToObject(m, "ph", "M");
+  cJSON_AddNumberToObject(m, "pid", pid);
+  if (tid >= 0) cJSON_AddNumberToObject(m, "tid", tid);
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "args"), "name", name);
+  return m;
+}
+
+/* The events and the file; gpu: pid 0, tid = stage·w + replica (else the ranks'). */
+static bool trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, bool gpu, cJSON *root, const char *path,
+                        char *err, size_t errlen) {
+  cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
   double t0 = t_origin(ev, n);
   for (int64_t i = 0; i < n; i++) {
     const PipeEvent *e = &ev[i];
@@ -66,8 +59,8 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
     cJSON_AddStringToObject(o, "name", label(e, lb, sizeof lb));
     cJSON_AddStringToObject(o, "cat", is_compute(e->op) ? "compute" : "communication");
     cJSON_AddStringToObject(o, "ph", "X");
-    cJSON_AddNumberToObject(o, "pid", p->st[e->stage].rank_of_replica[e->replica]);
-    cJSON_AddNumberToObject(o, "tid", is_compute(e->op) ? 0 : 1);
+    cJSON_AddNumberToObject(o, "pid", gpu ? 0 : p->st[e->stage].rank_of_replica[e->replica]);
+    cJSON_AddNumberToObject(o, "tid", gpu ? e->stage * p->w + e->replica : is_compute(e->op) ? 0 : 1);
     cJSON_AddNumberToObject(o, "ts", (e->start - t0) * 1e6);
     cJSON_AddNumberToObject(o, "dur", (e->end - e->start) * 1e6);
     cJSON *a = cJSON_AddObjectToObject(o, "args");
@@ -82,6 +75,33 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
   bool ok = atomic_write_text(path, text, err, errlen);
   free(text);
   return ok;
+}
+
+bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                          size_t errlen) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *arr = cJSON_AddArrayToObject(root, "traceEvents");
+  char name[64];
+  cJSON_AddItemToArray(arr, meta("process_name", 0, -1, "GPU (single-GPU pipeline mode)"));
+  for (int s = 0; s < p->d; s++)
+    for (int r = 0; r < p->w; r++) {
+      snprintf(name, sizeof name, "stage %d replica %d", s, r);
+      cJSON_AddItemToArray(arr, meta("thread_name", 0, s * p->w + r, name));
+    }
+  return trace_write(p, ev, n, true, root, path, err, errlen);
+}
+
+bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                      size_t errlen) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *arr = cJSON_AddArrayToObject(root, "traceEvents");
+  for (int rk = 0; rk < p->nranks; rk++) {
+    char name[64];
+    snprintf(name, sizeof name, "stage %d replica %d (rank %d)", p->rank_stage[rk], p->rank_replica[rk], rk);
+    cJSON_AddItemToArray(arr, meta("process_name", rk, -1, name));
+    for (int t = 0; t < 2; t++) cJSON_AddItemToArray(arr, meta("thread_name", rk, t, t ? "communication" : "compute"));
+  }
+  return trace_write(p, ev, n, false, root, path, err, errlen);
 }
 
 /* End of stage 0 (replica 0)'s update of batch t, or a negative value. */

@@ -15,7 +15,10 @@
 #       the GPU runs replay each pass as a CUDA graph (the default); the FP32 run is
 #       repeated with --cuda-graphs off and the two must give the same losses (within
 #       1e-6 relative: embedding_bwd's atomicAdd order may differ between any two GPU
-#       runs, graphs or not; identical lines are counted and reported);
+#       runs, graphs or not; identical lines are counted and reported); and a
+#       checkpoint round trip: 10 FP32 steps + --save, resumed on the GPU for 10 more,
+#       must match the 20 straight GPU steps, and the CPU resuming the GPU checkpoint
+#       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3);
 #   (c) single-GPU pipeline mode (runtime/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
@@ -156,6 +159,26 @@ if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdro
   if le "$dgr" 1e-6; then rgr=PASS; else rgr=FAIL; failed=1; fi
   echo "CUDA graphs on vs off (fp32): worst relative loss difference $dgr (bound 1e-6), $same of 20 losses identical: $rgr"
   rows+=("| (b) small GPT 20 steps, cuda FP32, CUDA graphs on vs off | max rel. loss diff $dgr (bound 1e-6), $same/20 identical | $rgr |")
+  # checkpoint round trip: GPU 10 + --save, then GPU and CPU each resume to step 20
+  timeout "$(limit 60)" "$run_gpu" "$work/small" --data "$work/small.bin" --steps 10 --gemm fp32 --device "$device" \
+    --save "$work/gpu10.ckpt" --log-json "$work/gpu-first10.jsonl" -q
+  echo "cuda (fp32 GEMMs, 10 steps, --save): exit $?"
+  timeout "$(limit 60)" "$run_gpu" "$work/small" --data "$work/small.bin" --steps 20 --gemm fp32 --device "$device" \
+    --resume "$work/gpu10.ckpt" --log-json "$work/gpu-resumed.jsonl" -q
+  echo "cuda (fp32 GEMMs, --resume to step 20): exit $?"
+  timeout "$(limit 60)" "$run_cpu" "$work/small" --data "$work/small.bin" --steps 20 --resume "$work/gpu10.ckpt" \
+    --log-json "$work/cpu-resumed.jsonl" -q
+  echo "cpu (--resume the cuda checkpoint to step 20): exit $?"
+  tail -n 10 "$work/gpu-fp32.jsonl" >"$work/gpu-last10.jsonl"
+  tail -n 10 "$work/cpu.jsonl" >"$work/cpu-last10.jsonl"
+  head -n 10 "$work/gpu-fp32.jsonl" >"$work/gpu-head10.jsonl"
+  d_first=$(maxrel "$work/gpu-head10.jsonl" "$work/gpu-first10.jsonl")
+  d_gres=$(maxrel "$work/gpu-last10.jsonl" "$work/gpu-resumed.jsonl")
+  d_cres=$(maxrel "$work/cpu-last10.jsonl" "$work/cpu-resumed.jsonl")
+  if le "$d_first" 1e-3 && le "$d_gres" 1e-3 && le "$d_cres" 1e-3; then rck=PASS; else rck=FAIL; failed=1; fi
+  echo "checkpoint round trip: cuda resumed vs 20 straight $d_gres, cpu resuming the cuda checkpoint vs cpu 20 straight" \
+       "$d_cres (bound 1e-3; first segment ${d_first}): $rck"
+  rows+=("| (b) small GPT, cuda 10 steps + --save, resumed to 20 on cuda / on cpu | vs 20 straight: cuda $d_gres, cpu $d_cres (bound 1e-3) | $rck |")
 else
   echo "gpu-check: FAILED: pd2bwc could not compile the small GPT"; failed=1
   rows+=("| (b) small GPT | pd2bwc failed | FAIL |")

@@ -3,7 +3,8 @@
  *
  *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
  *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
- *                    [--cuda-graphs on|off]
+ *                    [--cuda-graphs on|off] [--save FILE] [--resume FILE] [--init FILE]
+ *                    [--val-data FILE [--eval-every K] [--eval-batches N]]
  *                    [--reference [--reference-tol X]] [-q]
  *
  * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
@@ -33,6 +34,12 @@ static const char usage[] =
     "  --bench-gemm      afterwards, measure cuBLAS on the model's MLP GEMM shape (one stage)\n"
     "  --cuda-graphs on|off  replay each forward/backward pass as a CUDA graph captured\n"
     "                    once (default on); off: launch by launch\n"
+    "  --save FILE       write a checkpoint at the end (the CPU trainer's format)\n"
+    "  --resume FILE     continue from a checkpoint (CPU or GPU, any partition)\n"
+    "  --init FILE       initial weights: Hugging Face, llm.c or pd2bw GPT-2 checkpoint\n"
+    "  --val-data FILE   held-out tokens for the validation loss\n"
+    "  --eval-every K    validation loss every K steps and at the end (default 0: end only)\n"
+    "  --eval-batches N  batches per validation (default 8, fewer if the file is short)\n"
     "  --reference       (pipeline plans) afterwards, train PLAN_DIR/reference on the CPU\n"
     "                    sequentially and compare losses and weights\n"
     "  --reference-tol X relative bound for --reference (losses; weights 10x; default 1e-5)\n"
@@ -54,7 +61,8 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL, O_GRAPHS };
+  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL, O_GRAPHS,
+         O_SAVE, O_RESUME, O_INIT, O_VAL, O_EVAL, O_EVALB };
   static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
                                         {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
                                         {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
@@ -62,6 +70,12 @@ int main(int argc, char **argv) {
                                         {"reference", no_argument, 0, O_REF},
                                         {"reference-tol", required_argument, 0, O_REF_TOL},
                                         {"cuda-graphs", required_argument, 0, O_GRAPHS},
+                                        {"save", required_argument, 0, O_SAVE},
+                                        {"resume", required_argument, 0, O_RESUME},
+                                        {"init", required_argument, 0, O_INIT},
+                                        {"val-data", required_argument, 0, O_VAL},
+                                        {"eval-every", required_argument, 0, O_EVAL},
+                                        {"eval-batches", required_argument, 0, O_EVALB},
                                         {"quiet", no_argument, 0, 'q'},
                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   CudaExecOptions o = {0};
@@ -96,6 +110,18 @@ int main(int argc, char **argv) {
       o.graphs_off = strcmp(optarg, "off") == 0;
       break;
     case O_SHUFFLE: o.shuffle = true; break;
+    case O_SAVE: o.save_path = optarg; break;
+    case O_RESUME: o.resume_path = optarg; break;
+    case O_INIT: o.init_path = optarg; break;
+    case O_VAL: o.val_path = optarg; break;
+    case O_EVAL:
+      if (!parse_u64(optarg, 0, 1u << 30, &v)) return fail("--eval-every needs a non-negative integer, got '", optarg);
+      o.eval_every = (int64_t)v;
+      break;
+    case O_EVALB:
+      if (!parse_u64(optarg, 1, 1u << 30, &v)) return fail("--eval-batches needs a positive integer, got '", optarg);
+      o.eval_batches = (int64_t)v;
+      break;
     case O_REF: o.reference = true; break;
     case O_REF_TOL: {
       char *end;
@@ -113,5 +139,7 @@ int main(int argc, char **argv) {
   if (optind != argc - 1) return fail("one plan directory is needed (see --help)", NULL);
   if (!o.data_path) return fail("--data FILE is required", NULL);
   if (!o.steps) return fail("--steps N is required", NULL);
+  if ((o.eval_every || o.eval_batches) && !o.val_path)
+    return fail("--eval-every and --eval-batches need --val-data", NULL);
   return cuda_exec_main("pd2bw-cuda-train", argv[optind], &o);
 }

@@ -54,7 +54,9 @@ static const char usage[] =
     "  --transport T       local (threads of this process, the default) or mpi (under mpirun);\n"
     "                      with --backend cuda: nccl (under mpirun, one process per GPU)\n"
     "  --timeout S         seconds any rank waits for another before all stop (default 60)\n"
-    "  --trace FILE        Chrome trace of what every rank did\n"
+    "  --trace FILE        Chrome trace of what every rank did (--backend cuda: every stage\n"
+    "                      replica's instructions on the one GPU, timed with device events,\n"
+    "                      and the measured bubble; not with --transport nccl)\n"
     "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
     "  --reference         afterwards, train PLAN_DIR/reference sequentially and compare\n"
     "  --reference-tol X   relative bound for --reference (losses; weights 10x) (default 1e-5)\n"
@@ -223,16 +225,19 @@ int main(int argc, char **argv) {
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda_exec.h says which modes take them */
-    if ((a.transport && !nccl) || a.trace || a.profile_out || a.timeout > 0)
-      return fail("--backend cuda supports every option but --trace, --profile-out and --timeout, and of the "
+    if ((a.transport && !nccl) || a.profile_out || a.timeout > 0)
+      return fail("--backend cuda supports every option but --profile-out and --timeout, and of the "
                   "transports only --transport nccl");
+    /* --trace: single-GPU pipeline mode's (runtime/cuda_pipe_trace.c); nccl refuses it itself */
+    if (a.trace && !nccl && pipe_plan_ranks(a.plan) <= 1)
+      return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
     if (a.reference && a.init) return fail(reference_init_msg);
     CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
                           .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set,
                           .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl, .save_path = a.save,
                           .resume_path = a.resume, .init_path = a.init, .val_path = a.val,
                           .eval_every = a.eval_every, .eval_batches = a.eval_batches,
-                          .graphs_off = a.graphs < 0};
+                          .graphs_off = a.graphs < 0, .trace_path = a.trace};
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");

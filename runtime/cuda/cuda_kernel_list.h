@@ -65,7 +65,9 @@ typedef enum PkcLaunchKind {
   X(pkc_attention_bwd_dq_f32, PKC_ELEM)     /* B*NH*T */ \
   X(pkc_attention_bwd_dkv_f32, PKC_ELEM)    /* B*NH*T */ \
   X(pkc_adamw_step_f32, PKC_ELEM)           /* n */ \
-  X(pkc_sgd_step_f32, PKC_ELEM)             /* n */
+  X(pkc_sgd_step_f32, PKC_ELEM)             /* n */ \
+  X(pkc_adamw_step_dev_f32, PKC_ELEM)       /* n */ \
+  X(pkc_sgd_step_dev_f32, PKC_ELEM)         /* n */
 /* clang-format on */
 
 /* Blocks for `items` work items (elements, rows or columns by kind) with `block`

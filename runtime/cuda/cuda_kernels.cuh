@@ -836,19 +836,24 @@ __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *work, const 
 
 /* ===== optimizers ================================================================ */
 
-/* AdamW, as the CPU's pk_adamw_step_f32 (same arguments, same float arithmetic;
- * the bias corrections in double, once per block). w_out may alias w_in. */
-__global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float *grad, float *m,
-                                   float *v, pkc_i64 n, double lr, double beta1, double beta2,
-                                   double eps, double weight_decay, int decay, pkc_i64 t,
-                                   double grad_scale) {
-  __shared__ float bc[2];
-  if (threadIdx.x == 0) {
-    bc[0] = (float)(1.0 - pow(beta1, (double)t));
-    bc[1] = (float)(1.0 - pow(beta2, (double)t));
-  }
-  __syncthreads();
-  float bc1 = bc[0], bc2 = bc[1];
+/* The per-step optimizer values in device memory, written by the host once per step
+ * (runtime/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
+ * update graph (arguments frozen at capture) serves every step: the _dev optimizer
+ * variants read them through a pointer. */
+struct pkc_step_scalars {
+  double lr;         /* this step's learning rate */
+  double grad_scale; /* 1/m · the clip factor */
+  pkc_i64 t;         /* the 1-based step of the bias corrections */
+};
+
+/* AdamW's element loop, shared by the by-value and _dev kernels (the same float
+ * arithmetic, so both give the same bits). bc1, bc2: the bias corrections. */
+static __device__ __forceinline__ void pkc_adamw_apply(float *w_out, const float *w_in,
+                                                       const float *grad, float *m, float *v,
+                                                       pkc_i64 n, double lr, double beta1,
+                                                       double beta2, double eps,
+                                                       double weight_decay, int decay, float bc1,
+                                                       float bc2, double grad_scale) {
   float b1 = (float)beta1, b2 = (float)beta2;
   float ob1 = (float)(1.0 - beta1), ob2 = (float)(1.0 - beta2); /* in double, as the CPU */
   float lr_ = (float)lr, eps_ = (float)eps, gs = (float)grad_scale;
@@ -864,10 +869,42 @@ __global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float 
   }
 }
 
-/* SGD with momentum, as pk_sgd_step_f32 (buf may be NULL when momentum == 0). */
-__global__ void pkc_sgd_step_f32(float *w_out, const float *w_in, const float *grad, float *buf,
-                                 pkc_i64 n, double lr, double momentum, double weight_decay,
-                                 int decay, double grad_scale) {
+/* AdamW, as the CPU's pk_adamw_step_f32 (same arguments, same float arithmetic;
+ * the bias corrections in double, once per block). w_out may alias w_in. */
+__global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float *grad, float *m,
+                                   float *v, pkc_i64 n, double lr, double beta1, double beta2,
+                                   double eps, double weight_decay, int decay, pkc_i64 t,
+                                   double grad_scale) {
+  __shared__ float bc[2];
+  if (threadIdx.x == 0) {
+    bc[0] = (float)(1.0 - pow(beta1, (double)t));
+    bc[1] = (float)(1.0 - pow(beta2, (double)t));
+  }
+  __syncthreads();
+  pkc_adamw_apply(w_out, w_in, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decay, bc[0],
+                  bc[1], grad_scale);
+}
+
+/* pkc_adamw_step_f32 with lr, t and grad_scale read from s (bit for bit the same). */
+__global__ void pkc_adamw_step_dev_f32(float *w_out, const float *w_in, const float *grad, float *m,
+                                       float *v, pkc_i64 n, double beta1, double beta2, double eps,
+                                       double weight_decay, int decay, const pkc_step_scalars *s) {
+  __shared__ float bc[2];
+  if (threadIdx.x == 0) {
+    bc[0] = (float)(1.0 - pow(beta1, (double)s->t));
+    bc[1] = (float)(1.0 - pow(beta2, (double)s->t));
+  }
+  __syncthreads();
+  pkc_adamw_apply(w_out, w_in, grad, m, v, n, s->lr, beta1, beta2, eps, weight_decay, decay,
+                  bc[0], bc[1], s->grad_scale);
+}
+
+/* SGD's element loop, shared by the by-value and _dev kernels. */
+static __device__ __forceinline__ void pkc_sgd_apply(float *w_out, const float *w_in,
+                                                     const float *grad, float *buf, pkc_i64 n,
+                                                     double lr, double momentum,
+                                                     double weight_decay, int decay,
+                                                     double grad_scale) {
   float lr_ = (float)lr, mu = (float)momentum, gs = (float)grad_scale;
   float wd = decay ? (float)weight_decay : 0.0f;
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
@@ -879,6 +916,20 @@ __global__ void pkc_sgd_step_f32(float *w_out, const float *w_in, const float *g
     }
     w_out[i] = w - lr_ * g;
   }
+}
+
+/* SGD with momentum, as pk_sgd_step_f32 (buf may be NULL when momentum == 0). */
+__global__ void pkc_sgd_step_f32(float *w_out, const float *w_in, const float *grad, float *buf,
+                                 pkc_i64 n, double lr, double momentum, double weight_decay,
+                                 int decay, double grad_scale) {
+  pkc_sgd_apply(w_out, w_in, grad, buf, n, lr, momentum, weight_decay, decay, grad_scale);
+}
+
+/* pkc_sgd_step_f32 with lr and grad_scale read from s. */
+__global__ void pkc_sgd_step_dev_f32(float *w_out, const float *w_in, const float *grad, float *buf,
+                                     pkc_i64 n, double momentum, double weight_decay, int decay,
+                                     const pkc_step_scalars *s) {
+  pkc_sgd_apply(w_out, w_in, grad, buf, n, s->lr, momentum, weight_decay, decay, s->grad_scale);
 }
 
 } /* extern "C" */

@@ -605,7 +605,9 @@ static void check_optim(Ctx *c) {
   long long n = 1003;
   float *w = rvec(c, n, 1), *g = rvec(c, n, 1), *m = rvec(c, n, 0.1f), *v = rvec(c, n, 0.1f);
   for (long long i = 0; i < n; i++) v[i] = fabsf(v[i]);
-  float *wo = zvec(n);
+  float *wo = zvec(n), *m0 = zvec(n), *v0 = zvec(n);
+  memcpy(m0, m, (size_t)n * 4);
+  memcpy(v0, v, (size_t)n * 4);
   DevPtr dw = up(c, w, n * 4), dg = up(c, g, n * 4), dm = up(c, m, n * 4), dv = up(c, v, n * 4);
   DevPtr dwo = c->d->alloc(c->d->ctx, n * 4);
   double lr = 6e-4, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
@@ -622,7 +624,28 @@ static void check_optim(Ctx *c) {
   pk_sgd_step_f32(wo, w, g, m, n, lr, mom, wd, decay, gs);
   check_vec(c, "sgd_step.w", dwo, wo, n, 1e-6);
   check_vec(c, "sgd_step.buf", dm, m, n, 1e-6);
-  free(w), free(g), free(m), free(v), free(wo);
+  /* The _dev variants (lr, grad_scale, t read from a pkc_step_scalars in device
+   * memory: the one-stage trainer's update graph) on the same inputs. */
+  struct {
+    double lr, gs;
+    long long t;
+  } sv = {lr, gs, t};
+  DevPtr ds = up(c, &sv, sizeof sv);
+  memcpy(m, m0, (size_t)n * 4), memcpy(v, v0, (size_t)n * 4);
+  c->d->upload(c->d->ctx, dm, m, (size_t)n * 4);
+  c->d->upload(c->d->ctx, dv, v, (size_t)n * 4);
+  LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &ds);
+  pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs);
+  check_vec(c, "adamw_step_dev.w", dwo, wo, n, 1e-6);
+  check_vec(c, "adamw_step_dev.m", dm, m, n, 1e-6);
+  check_vec(c, "adamw_step_dev.v", dv, v, n, 1e-6);
+  memcpy(m, m0, (size_t)n * 4);
+  c->d->upload(c->d->ctx, dm, m, (size_t)n * 4);
+  LAUNCH(c, "pkc_sgd_step_dev_f32", n, &dwo, &dw, &dg, &dm, &n, &mom, &wd, &decay, &ds);
+  pk_sgd_step_f32(wo, w, g, m, n, lr, mom, wd, decay, gs);
+  check_vec(c, "sgd_step_dev.w", dwo, wo, n, 1e-6);
+  check_vec(c, "sgd_step_dev.buf", dm, m, n, 1e-6);
+  free(w), free(g), free(m), free(v), free(wo), free(m0), free(v0);
 }
 
 int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {

@@ -38,6 +38,7 @@ typedef struct EmuModule {
 
 typedef struct EmuEvent {
   int64_t recorded, done; /* records issued, records that ran */
+  int64_t stamp;          /* the device clock when the latest record ran (e_event_ms) */
 } EmuEvent;
 
 /* A queued operation. */
@@ -87,8 +88,15 @@ typedef struct EmuDev {
   EmuQueue q[EMU_MAX_STREAMS];
   EmuCounts n;
   int cap_stream; /* the stream being captured, or -1 */
+  int issued_since_wait; /* operations issued (not captured) since the last host wait */
   EmuGraph cap;   /* what it recorded so far */
   int cap_alloc;
+  /* A deterministic fake clock for event timing: one tick (reported as 1 µs) per
+   * operation run (launch, GEMM, memset, copy; records and waits take none), so an
+   * event pair measures how much work its stream ran between the records, in the
+   * device's order (with EMU_LOWEST_FIRST / _HIGHEST_FIRST a stream's queued work runs
+   * in bursts, so the timeline is the emulator's, not a GPU's). */
+  int64_t clock;
 } EmuDev;
 
 static EmuDev emu;
@@ -206,9 +214,13 @@ static void exec_op(EmuDev *d, EmuOp *op) {
     break;
   case Q_MEMSET: memset(P(op->a), 0, op->bytes); break;
   case Q_DTOD: memcpy(P(op->a), P(op->b), op->bytes); break;
-  case Q_RECORD: op->ev->done = op->gen; break;
-  case Q_WAIT: break;
+  case Q_RECORD:
+    op->ev->done = op->gen;
+    op->ev->stamp = d->clock;
+    return;
+  case Q_WAIT: return;
   }
+  d->clock++;
 }
 
 static bool capturing(const EmuDev *d, int stream) { return d->cap_stream >= 0 && stream == d->cap_stream; }
@@ -224,6 +236,7 @@ static void issue(EmuDev *d, int stream, EmuOp *op) {
     d->cap.op[d->cap.n++] = *op;
     return;
   }
+  d->issued_since_wait++;
   if (d->order == EMU_IN_ORDER) {
     exec_op(d, op);
     return;
@@ -243,6 +256,9 @@ static void issue(EmuDev *d, int stream, EmuOp *op) {
  * not run), in the device's order, until all are empty. */
 static void drain(EmuDev *d) {
   PD_CHECK(d->cap_stream < 0, "(emulated device: the host waits while stream %d is being captured)", d->cap_stream);
+  d->n.host_waits++;
+  d->n.host_stalls += d->issued_since_wait > 0;
+  d->issued_since_wait = 0;
   for (;;) {
     bool left = false, moved = false;
     for (int i = 0; i < EMU_MAX_STREAMS; i++) {
@@ -329,6 +345,15 @@ static void e_stream_wait(void *dev, int stream, void *ev) {
   EmuOp op = {.kind = Q_WAIT, .ev = e, .gen = e->recorded};
   issue(d, stream, &op);
 }
+/* The fake clock's ticks between the two records (exec_op), a tick being 1 µs. */
+static float e_event_ms(void *dev, void *start, void *end) {
+  (void)dev;
+  const EmuEvent *a = start, *b = end;
+  PD_CHECK(a->recorded && a->done == a->recorded && b->recorded && b->done == b->recorded,
+           "(emulated device: elapsed time of an event not recorded or not run yet)");
+  return (float)(b->stamp - a->stamp) * 1e-3f;
+}
+
 static void e_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t n) {
   EmuDev *d = dev;
   EmuOp op = {.kind = Q_DTOD, .a = dst, .b = src, .bytes = n};
@@ -388,11 +413,13 @@ CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   emu.nstreams = 1;
   for (int s = 0; s < EMU_MAX_STREAMS; s++) emu.q[s].n = emu.q[s].head = 0; /* nothing of the last run */
   emu.n = (EmuCounts){0};
+  emu.issued_since_wait = 0;
   emu.cap_stream = -1;
+  emu.clock = 0;
   CxDeviceOps ops = {.dev = &emu, .alloc = e_alloc, .load = e_load, .kernel = e_kernel, .launch = e_launch,
                      .gemm = e_gemm, .htod = e_htod, .dtoh = e_dtoh, .memset0 = e_memset0, .sync = e_sync,
                      .streams = e_streams, .event_create = e_event_create, .event_destroy = e_event_destroy,
-                     .event_record = e_event_record, .stream_wait = e_stream_wait, .dtod = e_dtod,
+                     .event_record = e_event_record, .stream_wait = e_stream_wait, .event_ms = e_event_ms, .dtod = e_dtod,
                      .capture_begin = e_capture_begin, .capture_end = e_capture_end, .graph_launch = e_graph_launch,
                      .graph_destroy = e_graph_destroy};
   if (!emu_graphs) cx_ops_no_graphs(&ops);

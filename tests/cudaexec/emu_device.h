@@ -16,7 +16,9 @@
  * as far as it can before the next one starts, lowest or highest stream first; an
  * event wait holds its stream until the record it captured has run. So a missing
  * event/wait between streams shows as stale data, which an in-order device would
- * hide.
+ * hide. Event timing (event_ms) runs on a deterministic fake clock: one tick, reported
+ * as 1 µs, per operation run (records and waits take none), stamped on an event when
+ * its record runs.
  *
  * CUDA graphs: between capture_begin and capture_end, work issued on the capturing
  * stream is recorded and NOT run (kernel arguments captured by value, as CUDA does),
@@ -56,6 +58,10 @@ typedef struct EmuCounts {
   int graph_launches;        /* graph_launch calls */
   int graph_ops;             /* operations those issued (not in launches/gemms above, which
                                 count only work issued directly, outside any capture) */
+  int host_waits;            /* htod, dtoh and sync calls: each waits for all device work */
+  int host_stalls;           /* of those, the ones with work issued since the previous host
+                                wait: on a GPU the device runs dry there while the host
+                                waits, copies and issues more */
 } EmuCounts;
 
 /* The device, reset (arena freed, queues and counts emptied), running work in `order`;

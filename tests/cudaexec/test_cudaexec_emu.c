@@ -24,11 +24,20 @@
  * weights, with graphs captured and launched and fewer eager launches. A graph that
  * baked in the microbatch (dropout keys would repeat) or one replayed for other
  * bases would make them differ.
+ * The step itself (parts "upd2bw", "updgpipe", and "updsgd": 2bw with SGD): with a learning rate that changes every step
+ * (a warm-up over all of them, set on the loaded plan) and clipping active, 2bw and gpipe
+ * train UPD_STEPS steps with graphs on and off: bit-identical losses, norms and
+ * weights (an lr, step or clip scale frozen into the update graph at capture would
+ * differ), within the bounds of the CPU trainer on the same schedule; every step
+ * stalls the host exactly twice (the norm read-back and the end: none between
+ * microbatches; the emulator counts host waits that find work issued since the last
+ * one), and the update runs as a graph from the second step of each weight-version
+ * order on (2bw: from step 2, gpipe: from step 1).
  * Plus the user-error paths: a plan without launch lists, a stage0.cu that does not
  * match its launch list. The device, model, data and runs are emu_device.h's and
  * emu_train.h's (shared with test_cudaexec_bf16.c).
  *
- *   test_cudaexec_emu PD2BWC [all|2bw|gpipe|errors]
+ *   test_cudaexec_emu PD2BWC [all|2bw|gpipe|upd2bw|updgpipe|updsgd|errors]
  * (run in the source tree: it needs tests/cuda/cuda_emu.cpp; CTest runs the parts in
  * parallel, each about 15 s of emulation on a loaded 2-core machine)
  */
@@ -97,6 +106,131 @@ static void compare(const char *what, const EmuRun *c, const EmuRun *g) {
   for (int s = 0; s < EMU_STEPS; s++) EXPECT_NEAR(c->norm[s], g->norm[s], 1e-4, 0);
   /* it trained: the loss moved */
   EXPECT(fabs(c->mb[(EMU_STEPS - 1) * EMU_MB] - c->mb[0]) > 100 * LOSS_TOL * c->mb[0]);
+}
+
+#define UPD_STEPS 4
+
+/* One run of parts upd2bw / updgpipe. */
+typedef struct UpdRun {
+  double mb[UPD_STEPS * EMU_MB], norm[UPD_STEPS], lr[UPD_STEPS];
+  int stalls[UPD_STEPS], waits[UPD_STEPS];
+  CxGraphStats upd[UPD_STEPS]; /* the update's graph stats after each step */
+  float *w;
+  int64_t nw;
+} UpdRun;
+
+static bool upd_sgd; /* the runs use SGD with momentum (part updsgd) instead of AdamW */
+
+/* UPD_STEPS steps of `plan` with a changing lr: on the emulated device (gpu; graph
+ * ops as emu_device_set_graphs says) or the CPU trainer. */
+static bool upd_run(const char *plan, bool gpu, UpdRun *u) {
+  char dir[256], path[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, plan);
+  emu_path(path, sizeof path, "train.bin");
+  RtPlan *p = rt_plan_load(dir, err, sizeof err);
+  if (!p) {
+    printf("  %s\n", err);
+    return false;
+  }
+  p->train.schedule = LR_COSINE; /* lr changes every step: warm-up 1/4, 2/4, .. 4/4 */
+  p->train.warmup = UPD_STEPS;
+  p->train.steps = 2 * UPD_STEPS;
+  p->train.min_lr = p->train.lr / 10;
+  if (upd_sgd) p->train.optimizer = OPT_SGD; /* momentum: beta1, as trainer.c */
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CxTrainer *gt = gpu ? cx_trainer_create(p, &ops, NULL, err, sizeof err) : NULL;
+  Trainer *ct = gpu ? NULL : trainer_create(p, NULL, err, sizeof err);
+  DataFile *df = data_open(path, DATA_AUTO, 64, err, sizeof err);
+  DataLoader *dl = df ? data_loader_create(df, (int)(p->b * p->m), 8, false, 0, err, sizeof err) : NULL;
+  bool ok = (gt || ct) && dl;
+  if (!ok) printf("  %s\n", err);
+  EmuCounts before = emu_device_counts();
+  for (int s = 0; ok && s < UPD_STEPS; s++) {
+    StepStats ss;
+    if (gt) cx_trainer_step(gt, dl, &ss);
+    else trainer_step(ct, dl, &ss);
+    EmuCounts now = emu_device_counts();
+    u->stalls[s] = now.host_stalls - before.host_stalls;
+    u->waits[s] = now.host_waits - before.host_waits;
+    before = now;
+    for (int j = 0; j < EMU_MB; j++) u->mb[s * EMU_MB + j] = ss.mb_loss[j];
+    u->norm[s] = ss.grad_norm;
+    u->lr[s] = ss.lr;
+    if (gt) u->upd[s] = cx_trainer_update_graph_stats(gt);
+  }
+  if (ok) {
+    u->nw = p->stages[0].blocks[BUF_PARAMS] / 4;
+    u->w = malloc((size_t)u->nw * 4);
+    if (gt) cx_trainer_read_params(gt, u->w);
+    else memcpy(u->w, trainer_params(ct), (size_t)u->nw * 4);
+  }
+  data_loader_destroy(dl);
+  data_close(df);
+  cx_trainer_destroy(gt);
+  trainer_destroy(ct);
+  rt_plan_free(p);
+  return ok;
+}
+
+/* Part upd2bw or updgpipe; `first_graph`: the first step whose update is a graph. */
+static void update_case(const char *plan, const char *flags, int first_graph) {
+  UpdRun on = {0}, off = {0}, cpu = {0};
+  EXPECT(emu_make_plan(plan, flags));
+  bool ok = upd_run(plan, true, &on);
+  emu_device_set_graphs(false);
+  ok = upd_run(plan, true, &off) && ok;
+  emu_device_set_graphs(true);
+  ok = upd_run(plan, false, &cpu) && ok;
+  EXPECT(ok);
+  if (ok) {
+    printf("  %s: step  lr        host waits  stalls  update: eager captured graph launches\n", plan);
+    for (int s = 0; s < UPD_STEPS; s++)
+      printf("        %4d  %.6f  %10d  %6d          %5lld %8lld %14lld\n", s, on.lr[s], on.waits[s], on.stalls[s],
+             (long long)on.upd[s].eager, (long long)on.upd[s].captured, (long long)on.upd[s].launches);
+    for (int s = 0; s < UPD_STEPS; s++) {
+      if (s > 0) EXPECT(on.lr[s] > on.lr[s - 1] * 1.1); /* the lr really changes */
+      /* (a) the norm read-back and the end of the step, m microbatches or not */
+      EXPECT_EQ_INT(on.stalls[s], 2);
+      EXPECT_EQ_INT(off.stalls[s], 2);
+      /* (b) eager until each version order was seen once, a graph from then on */
+      int64_t graphs = s >= first_graph ? s - first_graph + 1 : 0;
+      EXPECT_EQ_INT((int)on.upd[s].launches, (int)graphs);
+      EXPECT_EQ_INT((int)on.upd[s].eager, s + 1 - (int)graphs);
+      EXPECT_EQ_INT((int)on.upd[s].captured, (int)(graphs < first_graph ? graphs : first_graph));
+      EXPECT_EQ_INT((int)off.upd[s].eager, s + 1);
+      EXPECT_EQ_INT((int)off.upd[s].launches, 0);
+    }
+    bool same = memcmp(on.mb, off.mb, sizeof on.mb) == 0 && memcmp(on.norm, off.norm, sizeof on.norm) == 0 &&
+                on.nw == off.nw && memcmp(on.w, off.w, (size_t)on.nw * 4) == 0;
+    EXPECT(same);
+    double dl = 0, dw = 0, scale = 0;
+    for (int i = 0; i < UPD_STEPS * EMU_MB; i++) dl = fmax(dl, fabs(on.mb[i] - cpu.mb[i]) / fabs(cpu.mb[i]));
+    for (int64_t i = 0; i < on.nw; i++) {
+      scale = fmax(scale, fabs(cpu.w[i]));
+      dw = fmax(dw, fabs((double)on.w[i] - (double)cpu.w[i]));
+    }
+    dw /= scale;
+    printf("  %s: graphs on and off %s; against the CPU trainer: losses %.2e (bound %.0e), weights %.2e "
+           "(bound %.0e)\n",
+           plan, same ? "bit-identical" : "DIFFER", dl, LOSS_TOL, dw, WEIGHT_TOL);
+    EXPECT(dl <= LOSS_TOL);
+    EXPECT(dw <= WEIGHT_TOL);
+    for (int s = 0; s < UPD_STEPS; s++) {
+      EXPECT_NEAR(on.norm[s], cpu.norm[s], 1e-4, 0);
+      EXPECT(cpu.norm[s] > 0.5); /* clipping active: the scale changes every step */
+    }
+  }
+  free(on.w);
+  free(off.w);
+  free(cpu.w);
+}
+
+static void test_update_2bw(void) { update_case("p2bw", "--schedule 2bw", 2); }
+static void test_update_gpipe(void) { update_case("pgpipe", "--schedule gpipe", 1); }
+static void test_update_sgd(void) {
+  upd_sgd = true;
+  update_case("p2bw", "--schedule 2bw", 2);
+  upd_sgd = false;
 }
 
 static void test_2bw(void) {
@@ -172,7 +306,8 @@ static void test_edited_source(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudaexec_emu PD2BWC [all|2bw|gpipe|errors]", tmp);
+  const char *part =
+      emu_test_begin(argc, argv, true, "usage: test_cudaexec_emu PD2BWC [all|2bw|gpipe|upd2bw|updgpipe|updsgd|errors]", tmp);
   if (!part) return 2;
   EXPECT(emu_train_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
@@ -180,6 +315,9 @@ int main(int argc, char **argv) {
     RUN(test_gpipe);
     RUN(test_1f1b_graphs);
   }
+  if (emu_test_part(part, "upd2bw")) RUN(test_update_2bw);
+  if (emu_test_part(part, "updgpipe")) RUN(test_update_gpipe);
+  if (emu_test_part(part, "updsgd")) RUN(test_update_sgd);
   if (emu_test_part(part, "errors")) {
     RUN(test_cpu_only_plan);
     RUN(test_edited_source);

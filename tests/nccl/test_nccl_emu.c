@@ -8,7 +8,7 @@
  * mode: every microbatch loss within TOL = 1e-5 relative, every weight within 10·TOL.
  *
  * The fake finishes each call before returning, after the device finished what was
- * issued before it (the device table below syncs when the executor asks for a stream
+ * issued before it (nccl_emu_ops.c's device table syncs when the executor asks for a stream
  * handle, right before each NCCL call): so this checks the executor's use of NCCL —
  * which buffers, which peers and communicators, in which order, the tied and norm
  * sums, the gather — not NCCL's device-side behaviour. THE REAL NCCL PATH HAS NEVER
@@ -30,6 +30,7 @@
 #include <stdlib.h>
 
 #include "cudaexec/emu_train.h"
+#include "nccl_emu_ops.h"
 #include "runtime/cuda_pipe.h"
 #include "test.h"
 
@@ -38,21 +39,8 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-nccl-XXXXXX";
 static Transport *T;
-static CxDeviceOps inner;
 
-/* The emulated device, plus the stream handle NCCL calls take: asking for one first
- * runs everything issued (the fake reads and writes host memory at once). */
-static void *emu_native_stream(void *dev, int stream) {
-  inner.sync(dev);
-  return (void *)(uintptr_t)(stream + 1);
-}
-
-static CxDeviceOps nccl_ops(EmuOrder order) {
-  inner = emu_device_ops(tmp, order);
-  CxDeviceOps o = inner;
-  o.native_stream = emu_native_stream;
-  return o;
-}
+static CxDeviceOps nccl_ops(EmuOrder order) { return nccl_emu_ops(tmp, order); }
 
 /* The fake's call counts: sends+receives, all-reduces, communicators. */
 static void fake_counts(long c[3]) {
