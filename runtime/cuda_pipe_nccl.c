@@ -82,12 +82,6 @@ struct CpNet {
   void *tied_ev[PIPE_MAX_GROUPS][2];    /* marks tied group g's sum of batch parity q */
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- agreement ---------------------------------------------------------------------------- */
 
 /* Collective over every rank: whether every rank is ok. Each sends rank 0 its message
@@ -339,7 +333,7 @@ static void net_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     for (int q = 0; q < 2; q++) outstanding |= s->tied[g].param >= 0 && s->tied[g].state[q] == 1;
   if (outstanding) return;
   ops->sync(ops->dev);
-  double now = now_s();
+  double now = pipe_now();
   if (x->t_first_step == 0) x->first_timed = t;
   else x->steps_timed = t - x->first_timed;
   if (x->t_first_step == 0) x->t_first_step = now;
@@ -630,7 +624,7 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
     double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
     for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
     if (x.first > 0) { /* net_step starts the clock at its first synced step otherwise */
-      x.t_first_step = now_s();
+      x.t_first_step = pipe_now();
       x.first_timed = x.first - 1;
     }
     do {
@@ -639,9 +633,9 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
       cp_select(&x, lo, hi);
       ok = net_run(&x);
       if (ok && o->val_path && (hi >= x.steps || (K > 0 && hi % K == 0))) {
-        double v, t0 = now_s();
+        double v, t0 = pipe_now();
         ok = net_eval(&x, &v);
-        if (x.t_first_step > 0) x.t_first_step += now_s() - t0; /* the step time leaves them out */
+        if (x.t_first_step > 0) x.t_first_step += pipe_now() - t0; /* the step time leaves them out */
         val_final = v;
         if (ok && hi > x.first) val[hi - 1 - x.first] = v;
         if (ok && !o->quiet && x.self == 0 && hi > x.first) {

@@ -36,12 +36,6 @@ typedef enum CpStep {
   CP_FAILED   /* x->err says why */
 } CpStep;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const PlanInstr *cur(const CpSr *s) { return s->pc < s->S->n ? &s->S->ins[s->pc] : NULL; }
 
 static void launch(CpRun *x, int stream, void *k, int64_t n, void **args) {
@@ -433,7 +427,7 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   if (s->replica == 0) { /* steady-state time per batch: one wait for the device per batch */
     x->ops->sync(x->ops->dev);
     cp_trace_harvest(x); /* the device is idle: read the pairs (no wait of their own) */
-    double now = now_s();
+    double now = pipe_now();
     if (t == 0) x->t_first_step = now;
     else x->steps_timed++;
     x->t_last_step = now;
