@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
 
 #include <utility>
 
@@ -50,6 +49,7 @@ static inline float __uint_as_float(unsigned u) {
 #include "runtime/cuda/cuda_kernel_list.h"
 #include "runtime/cuda/cuda_kernels.cuh"
 #include "runtime/kernels/philox.h"
+#include "tests/cuda/emu_fiber.h"
 
 // ---- fibres ---------------------------------------------------------------------------
 namespace {
@@ -57,12 +57,12 @@ namespace {
 const size_t kStack = 128 * 1024;
 
 struct Fiber {
-  ucontext_t ctx;
+  EmuFiber ctx;
   char *stack;
   bool done;
 };
 
-ucontext_t sched_ctx;
+EmuFiber sched_ctx;
 Fiber *fibers;
 unsigned nfibers_alloc;
 Fiber *cur;
@@ -70,9 +70,12 @@ void (*cur_kernel)(void **);
 void **cur_args;
 int reverse_blocks;
 
+// Runs one CUDA thread; never returns (emu_fiber.h): the last switch leaves it.
 void fiber_main() {
   cur_kernel(cur_args);
-  cur->done = true; // returning resumes sched_ctx (uc_link)
+  cur->done = true;
+  emu_fiber_switch(&cur->ctx, &sched_ctx);
+  __builtin_trap(); // a finished fibre is never resumed
 }
 
 // Unpacks cuLaunchKernel-style args into a typed call of kernel K.
@@ -103,25 +106,19 @@ const Entry kernels[] = {PKC_KERNEL_LIST(EMU_ENTRY)};
 
 } // namespace
 
-static void __syncthreads(void) { swapcontext(&cur->ctx, &sched_ctx); }
+static void __syncthreads(void) { emu_fiber_switch(&cur->ctx, &sched_ctx); }
 
-// swapcontext returns twice; kept out of line so the scheduler's loop variables
-// cannot be clobbered.
+// Kept out of line so the scheduler's loop variables live in its own frame.
 __attribute__((noinline)) static void resume(Fiber *f, unsigned t) {
   cur = f;
   threadIdx = {t, 0, 0};
-  swapcontext(&sched_ctx, &f->ctx);
+  emu_fiber_switch(&sched_ctx, &f->ctx);
 }
 
-// A fresh fibre that will run the current kernel from its start (getcontext returns
-// twice too: out of line for the same reason).
-__attribute__((noinline)) static void prepare(Fiber *f) {
-  getcontext(&f->ctx);
-  f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = kStack;
-  f->ctx.uc_link = &sched_ctx;
+// A fresh fibre that will run the current kernel from its start.
+static void prepare(Fiber *f) {
   f->done = false;
-  makecontext(&f->ctx, fiber_main, 0);
+  emu_fiber_init(&f->ctx, f->stack, kStack, fiber_main);
 }
 
 extern "C" void emu_set_reverse_blocks(int reverse) { reverse_blocks = reverse; }

@@ -2,7 +2,7 @@
  *
  * cuda_emu.cpp compiles runtime/cuda/cuda_kernels.cuh as host C++ (PKC_EMULATE) and
  * runs a launch block after block; inside a block, each CUDA thread is a fibre
- * (ucontext) on one OS thread, and __syncthreads() switches to the next fibre, so a
+ * (tests/cuda/emu_fiber.h) on one OS thread, and __syncthreads() switches to the next fibre, so a
  * block's threads meet at every barrier exactly as on a GPU (threads that returned
  * count as arrived). __shared__ arrays become function statics: shared by the
  * block's fibres, and blocks never overlap (they run first-to-last, or last-to-first
