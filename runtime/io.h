@@ -52,6 +52,13 @@ void atomic_abort(AtomicFile *af);
 /* The whole of text as path, through the steps above (JSON reports, traces). */
 bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen);
 
+/* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
+ * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,
+ * returns the pid; else -1. The caller checks the stem is its own. */
+long stale_tmp_pid(const char *name, size_t stem, const char *tag, bool serial);
+/* True only when no process `pid` exists (kill(pid, 0) fails with ESRCH). */
+bool stale_tmp_pid_dead(long pid);
+
 /* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
  * *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
