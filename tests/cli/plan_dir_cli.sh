@@ -57,6 +57,11 @@ compile -o "$w/e" >/dev/null 2>&1 && [ -f "$w/e/plan.json" ] && ok || bad "a pla
 compile -D width=24 -o "$w/p" >/dev/null 2>&1 && ! cmp -s "$w/p/plan.json" "$w/p.json" && ok ||
   bad "a plan over a plan was not replaced"
 no_tmp_left p
+# DIR with a trailing slash (README: `-o plan/`) names the same directory
+compile -o "$w/p/" >/dev/null 2>&1 && [ -f "$w/p/plan.json" ] && ok || bad "-o DIR/ over a plan"
+compile -o "$w/s/" >/dev/null 2>&1 && [ -f "$w/s/plan.json" ] && ok || bad "-o DIR/ for a new plan"
+no_tmp_left p
+no_tmp_left s
 
 # Stale siblings: a dead process's DIR.tmp.PID and DIR.old.PID go; a live process's,
 # other names and non-numeric suffixes stay.
