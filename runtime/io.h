@@ -52,6 +52,14 @@ void atomic_abort(AtomicFile *af);
 /* The whole of text as path, through the steps above (JSON reports, traces). */
 bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen);
 
+/* Cache entries end in a seal: a checksum of the bytes before it (cache_seal.c). */
+#define CACHE_SEAL_BYTES 40
+/* The seal of p[0..n) as text (CACHE_SEAL_BYTES characters and a NUL). */
+void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]);
+/* True when p[0..n) is bytes followed by their seal; else false, `why` saying what
+ * is wrong. The entry's content is the first n - CACHE_SEAL_BYTES bytes. */
+bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
+
 /* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
  * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,
  * returns the pid; else -1. The caller checks the stem is its own. */

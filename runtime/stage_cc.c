@@ -7,16 +7,13 @@
  * into place, so two runs racing on one key both end with a whole file.
  *
  * A cache hit is not trusted on its name alone: a truncated entry (a full disk, a
- * crash before the data reached the disk) dies with SIGBUS in dlopen, a flipped byte
- * with SIGILL mid-step. So each entry ends in a seal, "PD2BWSUM", the 64-bit FNV-1a
- * hash of the bytes before it (codegen_hash_hex, the hash the key and the plans'
- * launch lists already use: it changes for every single-byte change and costs about
- * 1 ms per MB) and their count, both in hex. It is appended before the rename, so the
- * .so and its checksum are one file and arrive together; a sidecar file would need
- * a second rename that racing writers could pair with the other's .so. The loader
- * ignores bytes past the ELF segments. It guards against damage, not an adversary:
- * whoever can write the cache can write a valid seal. The compiler runs without a
- * shell (run_capture.c). */
+ * crash before the data reached the disk) died with SIGBUS in dlopen, a flipped byte
+ * with SIGILL mid-step. Each entry ends in a seal, a checksum of its bytes
+ * (cache_seal.c), appended to the temporary file before the rename and checked
+ * before dlopen; the loader ignores bytes past the ELF segments. One file rather
+ * than a sidecar: a second file would need a second rename, which racing writers
+ * could pair with the other's .so. The compiler runs without a shell
+ * (run_capture.c). */
 #include "runtime/runtime.h"
 
 #include <dirent.h>
@@ -33,8 +30,6 @@
 /* The key's first line: entries of an older layout (no seal) are other keys, never
  * reported as damaged. */
 #define CACHE_FORMAT "pd2bw-stage-so-2"
-#define SEAL_MAGIC "PD2BWSUM"
-#define SEAL_BYTES 40 /* magic, 16 hex digits of hash, 16 of length */
 /* The longest cache directory: room for "/<16 hex>.so.tmp.<pid>.<serial>". */
 #define CACHE_DIR_ROOM 64
 
@@ -126,22 +121,16 @@ static void sweep_stale(const char *dir) {
   closedir(d);
 }
 
-static void seal_text(const void *p, size_t n, char out[SEAL_BYTES + 1]) {
-  char h[17];
-  codegen_hash_hex(p, n, h);
-  snprintf(out, SEAL_BYTES + 1, SEAL_MAGIC "%s%016llx", h, (unsigned long long)n);
-}
-
 /* Appends the seal of tmp's bytes to tmp. */
 static bool seal(const char *tmp, char *err, size_t errlen) {
-  char ierr[IO_ERR_LEN], s[SEAL_BYTES + 1];
+  char ierr[IO_ERR_LEN], s[CACHE_SEAL_BYTES + 1];
   size_t n;
   char *bytes = io_read_all(tmp, &n, ierr, sizeof ierr);
   if (!bytes) return ERR("%s", ierr);
-  seal_text(bytes, n, s);
+  cache_seal_make(bytes, n, s);
   free(bytes);
   int fd = open(tmp, O_WRONLY | O_APPEND);
-  bool ok = fd >= 0 && write(fd, s, SEAL_BYTES) == SEAL_BYTES;
+  bool ok = fd >= 0 && write(fd, s, CACHE_SEAL_BYTES) == CACHE_SEAL_BYTES;
   if (fd >= 0 && close(fd) != 0) ok = false;
   return ok || ERR("cannot seal the compiled stage %s: %s", tmp, strerror(errno));
 }
@@ -152,18 +141,11 @@ static bool verify(const char *path, char *why, size_t whylen) {
   why[0] = 0;
   struct stat sb;
   if (stat(path, &sb) != 0 && errno == ENOENT) return false;
-  char ierr[IO_ERR_LEN], s[SEAL_BYTES + 1];
+  char ierr[IO_ERR_LEN];
   size_t n;
   char *bytes = io_read_all(path, &n, ierr, sizeof ierr);
   if (!bytes) return snprintf(why, whylen, "%s", ierr), false;
-  bool ok = n > SEAL_BYTES && memcmp(bytes + n - SEAL_BYTES, SEAL_MAGIC, strlen(SEAL_MAGIC)) == 0;
-  if (!ok) {
-    snprintf(why, whylen, "%zu bytes with no checksum at the end: truncated", n);
-  } else {
-    seal_text(bytes, n - SEAL_BYTES, s);
-    ok = memcmp(bytes + n - SEAL_BYTES, s, SEAL_BYTES) == 0;
-    if (!ok) snprintf(why, whylen, "its checksum does not match its bytes");
-  }
+  bool ok = cache_seal_check(bytes, n, why, whylen);
   free(bytes);
   return ok;
 }

@@ -163,6 +163,45 @@ static void test_corrupt_cache_entry_is_recompiled(void) {
   free(err);
 }
 
+/* A damaged entry that still starts like an ELF image (issue 12, item 7): half of the
+ * cubin, then one flipped byte in the middle. Each is recompiled, never handed out,
+ * and the entry repaired. */
+static void damage(const char *path, bool truncate_half) {
+  FILE *f = fopen(path, "rb");
+  EXPECT(f != NULL);
+  if (!f) return;
+  static unsigned char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  EXPECT(n > 64 && n < sizeof buf);
+  if (truncate_half) n /= 2;
+  else buf[n / 2] ^= 0xFF;
+  f = fopen(path, "wb");
+  EXPECT(f && fwrite(buf, 1, n, f) == n);
+  if (f) fclose(f);
+}
+
+static void test_damaged_cache_entry_is_recompiled(void) {
+  CudaCompileOptions o = {90, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary a, b, c2;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &a, &err));
+  char path[512];
+  snprintf(path, sizeof path, "%s/cuda/%s.cubin", cache_dir, a.key);
+  for (int k = 0; k < 2; k++) {
+    damage(path, k == 0);
+    EXPECT(cuda_nvrtc_compile(tiny_src, &o, &b, &err));
+    EXPECT(!b.cache_hit);
+    EXPECT(b.size == a.size && memcmp(a.data, b.data, a.size) == 0);
+    EXPECT(cuda_nvrtc_compile(tiny_src, &o, &c2, &err));
+    EXPECT(c2.cache_hit);
+    EXPECT(c2.size == a.size && memcmp(a.data, c2.data, a.size) == 0);
+    cuda_binary_free(&b), cuda_binary_free(&c2);
+  }
+  cuda_binary_free(&a);
+  free(err);
+}
+
 static void test_cache_disabled(void) {
   CudaCompileOptions o = {90, "tiny.cu", "", NULL, 0};
   CudaBinary a, b;
@@ -234,6 +273,7 @@ int main(int argc, char **argv) {
     RUN(test_version);
     RUN(test_cache_key_covers_options);
     RUN(test_corrupt_cache_entry_is_recompiled);
+    RUN(test_damaged_cache_entry_is_recompiled);
     RUN(test_cache_disabled);
     RUN(test_broken_source_names_line);
     RUN(test_bad_arch);
