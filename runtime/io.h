@@ -66,6 +66,11 @@ bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
 long stale_tmp_pid(const char *name, size_t stem, const char *tag, bool serial);
 /* True only when no process `pid` exists (kill(pid, 0) fails with ESRCH). */
 bool stale_tmp_pid_dead(long pid);
+/* True when path was last modified more than `seconds` ago. */
+bool stale_tmp_idle(const char *path, int seconds);
+/* How long a cache's temporary must be unchanged before a dead pid makes it stale:
+ * the writer may be a live process on another host sharing the cache directory. */
+#define STALE_TMP_CACHE_IDLE_S 600
 
 /* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
  * *len excludes the NUL. (read_file.c) */

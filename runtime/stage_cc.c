@@ -102,7 +102,8 @@ static char *command_text(char *const *argv) {
 }
 
 /* Removes `dir`'s temporary stage programs (<16 hex>.so.tmp.<pid>.<n>) whose writer
- * is dead: a compile killed before its rename leaves one behind. */
+ * is dead: a compile killed before its rename leaves one behind. Only ones idle for
+ * STALE_TMP_CACHE_IDLE_S: ~/.cache may be shared by the hosts of a cluster. */
 static void sweep_stale(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -115,7 +116,7 @@ static void sweep_stale(const char *dir) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *path = pd_malloc(n);
     snprintf(path, n, "%s/%s", dir, name);
-    unlink(path);
+    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
     free(path);
   }
   closedir(d);

@@ -3,9 +3,10 @@
  * pd2bw names its temporaries after the writing process (DIR.tmp.<pid>,
  * <key>.so.tmp.<pid>.<n>), so a later run can tell one whose writer is gone
  * (SIGKILL, a crash, a power cut) from one that is still being written: kill(pid, 0)
- * fails with ESRCH only when no such process exists. A pid seen from another PID
- * namespace or host (a cache on a shared filesystem) may be alive there and dead
- * here; the names carry no host, so such a file can be taken for stale. */
+ * fails with ESRCH only when no such process exists. A pid from another host (a
+ * cache under an NFS home directory, shared by the nodes of a cluster) may be alive
+ * there and dead here, so the caches also ask that the file be unchanged for a while
+ * (stale_tmp_idle): a live writer's temporary is seconds old when it is renamed. */
 #include "runtime/io.h"
 
 #include <errno.h>
@@ -13,7 +14,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* Digits at *p (no sign, no leading zero) up to a non-digit; false if none or > max. */
 static bool digits(const char **p, long max, long *v) {
@@ -41,4 +44,9 @@ long stale_tmp_pid(const char *name, size_t stem, const char *tag, bool serial) 
 
 bool stale_tmp_pid_dead(long pid) {
   return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+bool stale_tmp_idle(const char *path, int seconds) {
+  struct stat st;
+  return lstat(path, &st) == 0 && difftime(time(NULL), st.st_mtime) > seconds;
 }

@@ -193,7 +193,8 @@ static char *cache_dir_for(const CudaCompileOptions *o) {
 }
 
 /* Removes dir's temporary entries (<32 hex>.cubin.tmp.<pid>.<n>) whose writer is
- * dead: a process killed between its write and its rename leaves one. */
+ * dead: a process killed between its write and its rename leaves one. Only ones idle
+ * for STALE_TMP_CACHE_IDLE_S: ~/.cache may be shared by the hosts of a cluster. */
 static void sweep_stale(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -204,7 +205,7 @@ static void sweep_stale(const char *dir) {
     long pid = stale_tmp_pid(name, 38, ".tmp.", true);
     if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
     char *path = pd_asprintf("%s/%s", dir, name);
-    unlink(path);
+    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
     free(path);
   }
   closedir(d);

@@ -2,8 +2,9 @@
 # The stage-program cache verifies itself (issue 12, items 7 and 12): a cached .so
 # carries a checksum of its bytes, checked before dlopen; a truncated or byte-flipped
 # entry is never loaded but rebuilt with a one-line note. A dead process's temporary
-# *.so.tmp.PID.N is removed by the next compile, a live one's kept. $PD2BW_CACHE
-# longer than the runtime's limit is an error naming it, not a silent truncation.
+# *.so.tmp.PID.N, unchanged for 10 minutes, is removed by the next compile, a live
+# one's kept. $PD2BW_CACHE longer than the runtime's limit is an error naming it, not
+# a silent truncation.
 #   stage_cache_cli.sh PD2BWC PD2BWRUN   (from the source root)
 set -u
 pd2bwc=$1 run=$2
@@ -43,22 +44,27 @@ so=$(ls "$w/cache"/*.so)
 expect_run "second run uses the cache" "(cached)"
 good=$(cksum <"$so")
 
-# stale temporaries: a dead process's go when the next compile writes into the cache
-# (the rebuild of the truncated entry below), a live one's and other names stay
+# stale temporaries: a dead process's, unchanged for 20 minutes, go when the next
+# compile writes into the cache (the rebuild of the truncated entry below); a live
+# one's, a recent one (its writer may be on another host sharing the cache) and other
+# names stay
 sh -c 'exit 0' &
 dead=$!
 wait $dead
 sleep 300 &
 live=$!
 key=$(basename "$so")
-for f in "$key.tmp.$dead.1" "$key.tmp.$live.1" "$key.tmp.x$dead.1" "notes.tmp.$dead.1"; do echo x >"$w/cache/$f"; done
+for f in "$key.tmp.$dead.1" "$key.tmp.$live.1" "$key.tmp.x$dead.1" "notes.tmp.$dead.1" "$key.tmp.$dead.2"; do
+  echo x >"$w/cache/$f"
+  [ "$f" = "$key.tmp.$dead.2" ] || touch -d '20 minutes ago' "$w/cache/$f"
+done
 
 # truncated: half the file
 truncate -s $(($(stat -c %s "$so") / 2)) "$so"
 expect_run "truncated entry" "(compiled now)" note
 [ "$(cksum <"$so")" = "$good" ] && ok || bad "the truncated entry was not rebuilt"
 [ ! -e "$w/cache/$key.tmp.$dead.1" ] && ok || bad "a dead process's temporary stage program was kept"
-for f in "$key.tmp.$live.1" "$key.tmp.x$dead.1" "notes.tmp.$dead.1"; do
+for f in "$key.tmp.$live.1" "$key.tmp.x$dead.1" "notes.tmp.$dead.1" "$key.tmp.$dead.2"; do
   [ -e "$w/cache/$f" ] && ok || bad "$f was removed"
 done
 kill "$live"
