@@ -92,7 +92,7 @@ interrupt() { # SIGNAL
   set +m
   while [ ! -d "$dir.tmp.$pid" ] && kill -0 $pid 2>/dev/null; do :; done
   kill -s "$sig" $pid
-  wait $pid
+  wait $pid 2>/dev/null # (bash reports the death; the status says it)
   rc=$?
   [ $rc -eq $((128 + $(kill -l "$sig"))) ] && ok || bad "SIG$sig: exit $rc, expected death by the signal"
   for i in $(seq 50); do [ -e "$dir.tmp.$pid" ] || break; sleep 0.1; done
@@ -100,6 +100,7 @@ interrupt() { # SIGNAL
 }
 interrupt TERM
 interrupt INT
+interrupt ABRT # what an internal error's abort() raises
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
