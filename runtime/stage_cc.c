@@ -167,11 +167,13 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
   char **cmdv = command((const char *const[]){"--version"}, 1);
   int st;
   char *banner = rt_run_capture(cmdv, &st);
+  int spawn_errno = errno;
   free_words(cmdv);
   if (!banner || st != 0) {
     free(src);
     free(banner);
-    return ERR("%s: cannot run the C compiler '%s' (set PD2BW_CC to one that works)", c_path, compiler());
+    return ERR("%s: cannot run the C compiler '%s' (%s; set PD2BW_CC to one that works)", c_path, compiler(),
+               banner ? "its --version failed" : strerror(spawn_errno));
   }
   size_t keylen = len + strlen(banner) + strlen(compiler()) + 256;
   char *keytext = pd_malloc(keylen);
