@@ -5,6 +5,8 @@ find_library(CJSON_LIB cjson REQUIRED)
 add_library(pd2bw_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/atomic_file.c
   ${CMAKE_CURRENT_LIST_DIR}/read_file.c
+  ${CMAKE_CURRENT_LIST_DIR}/stale_tmp.c
+  ${CMAKE_CURRENT_LIST_DIR}/cache_seal.c
   ${CMAKE_CURRENT_LIST_DIR}/data.c
   ${CMAKE_CURRENT_LIST_DIR}/bpe.c
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.c

@@ -52,6 +52,26 @@ void atomic_abort(AtomicFile *af);
 /* The whole of text as path, through the steps above (JSON reports, traces). */
 bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen);
 
+/* Cache entries end in a seal: a checksum of the bytes before it (cache_seal.c). */
+#define CACHE_SEAL_BYTES 40
+/* The seal of p[0..n) as text (CACHE_SEAL_BYTES characters and a NUL). */
+void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]);
+/* True when p[0..n) is bytes followed by their seal; else false, `why` saying what
+ * is wrong. The entry's content is the first n - CACHE_SEAL_BYTES bytes. */
+bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
+
+/* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
+ * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,
+ * returns the pid; else -1. The caller checks the stem is its own. */
+long stale_tmp_pid(const char *name, size_t stem, const char *tag, bool serial);
+/* True only when no process `pid` exists (kill(pid, 0) fails with ESRCH). */
+bool stale_tmp_pid_dead(long pid);
+/* True when path was last modified more than `seconds` ago. */
+bool stale_tmp_idle(const char *path, int seconds);
+/* How long a cache's temporary must be unchanged before a dead pid makes it stale:
+ * the writer may be a live process on another host sharing the cache directory. */
+#define STALE_TMP_CACHE_IDLE_S 600
+
 /* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
  * *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);

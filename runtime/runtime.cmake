@@ -3,6 +3,7 @@
 # runtime/CMakeLists.txt.
 add_library(pd2bw_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/stage_cc.c
+  ${CMAKE_CURRENT_LIST_DIR}/run_capture.c
   ${CMAKE_CURRENT_LIST_DIR}/plan_read.c
   ${CMAKE_CURRENT_LIST_DIR}/json_read.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer.c

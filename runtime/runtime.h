@@ -28,9 +28,13 @@
 /* ---- stage programs: cc + on-disk cache + dlopen (stage_cc.c) ------------------
  * The .so is cached as $PD2BW_CACHE/<key>.so (default ~/.cache/pd2bw), key = FNV-1a
  * of the source text, the compile command and `cc --version`; built to a temporary
- * name and renamed, so concurrent runs never load a half-written file. The compiler is
- * $PD2BW_CC or "cc"; flags RT_CC_FLAGS. */
+ * name and renamed, so concurrent runs never load a half-written file. Each entry ends
+ * in a checksum of its bytes, checked before dlopen: a damaged one is rebuilt. The
+ * compiler is $PD2BW_CC or "cc", split into words at spaces (no quoting: a compiler
+ * with arguments, "ccache cc", works; a path with a space does not), run without a
+ * shell; flags RT_CC_FLAGS. */
 #define RT_CC_FLAGS "-O3 -march=native -fopenmp -fPIC -shared"
+#define RT_PATH_MAX 4096 /* Linux's PATH_MAX: the longest path a system call takes */
 
 typedef struct StageProgram {
   void *handle;
@@ -38,12 +42,20 @@ typedef struct StageProgram {
   void (*forward)(StageCtx *);
   void (*backward)(StageCtx *);
   bool cache_hit; /* the .so came from the cache */
-  char so_path[1024];
+  char so_path[RT_PATH_MAX];
 } StageProgram;
 
 /* The cache directory in use (created if missing); false with a message if it
- * cannot be made. */
+ * cannot be made or its path (with room for an entry's name) does not fit in n. */
 bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen);
+/* Runs argv[0] (searched in PATH) with argv and no shell, stdin /dev/null; returns
+ * its stdout and stderr together (pd_malloc'd) and its exit status in *status (-1
+ * when it did not exit normally), or NULL with errno when it cannot start.
+ * (run_capture.c) */
+char *rt_run_capture(char *const argv[], int *status);
+/* Splits s at runs of spaces and tabs into *words (pd_malloc'd, each word too);
+ * returns the count. (run_capture.c) */
+int rt_split_words(const char *s, char ***words);
 /* Compiles (or finds in the cache) and loads c_path; checks the ABI version and
  * that the program's real type has `real_bytes` (0: either). */
 bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, char *err,

@@ -27,7 +27,8 @@ static const char usage[] =
     "timeline.svg and the per-stage programs.\n"
     "\n"
     "options:\n"
-    "  -o DIR                    output plan directory (replaced atomically)\n"
+    "  -o DIR                    output plan directory (replaced atomically; if it exists it\n"
+    "                            must be empty or a plan pd2bwc wrote)\n"
     "  -D NAME=VALUE             override a model 'param' (repeatable)\n"
     "  --cluster FILE            cluster description (default: this host, one CPU device)\n"
     "  --emit=ast|ir             print the AST or the lowered IR to stdout and stop\n"
@@ -414,6 +415,11 @@ int main(int argc, char **argv) {
   if (rc >= 0) {
     free(o.defines);
     return rc;
+  }
+  /* Before any work: what is at -o DIR must be ours to replace. */
+  if (o.out && !o.emit && !plan_dir_check_output(o.out)) {
+    free(o.defines);
+    return 1;
   }
 
   Arena *arena = arena_create();

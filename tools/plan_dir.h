@@ -10,12 +10,22 @@
 
 #include "ir/ir.h"
 
+/* `dir` without trailing slashes ("plan/" names the directory "plan"); malloc'ed. */
+char *plan_dir_normalize(const char *dir);
+/* True when the plan may be written at `dir`: nothing is there, or an empty
+ * directory, or a pd2bw plan (plan.json names pd2bwc as its compiler). Else says
+ * why on stderr ("pd2bwc: -o DIR: exists and is not a pd2bw plan directory (not
+ * replacing it)"; a regular file, a symbolic link alike) and returns false. */
+bool plan_dir_check_output(const char *dir);
 /* Creates the temporary directory for `dir`; returns its malloc'ed path or NULL
- * after reporting on d. */
+ * after reporting on d. First removes stale DIR.tmp.PID / DIR.old.PID siblings of
+ * dead processes. Until the commit or abort, SIGINT, SIGTERM, SIGHUP, SIGQUIT and
+ * SIGABRT remove the temporary directory before the process dies of them. */
 char *plan_dir_begin(const char *dir, Diag *d);
 /* Writes `root` (keys sorted recursively, plan_json_sort) as tmp/name. */
 bool plan_dir_write_json(const char *tmp, const char *name, cJSON *root, Diag *d);
-/* Moves tmp into place as dir, replacing a previous plan directory. */
+/* Moves tmp into place as dir, replacing a previous plan directory (checked again
+ * with plan_dir_check_output). */
 bool plan_dir_commit(const char *tmp, const char *dir, Diag *d);
 /* Removes tmp and everything in it. */
 void plan_dir_abort(const char *tmp);

@@ -14,9 +14,14 @@
  * tag, the source, every option in order, NVRTC's version and the architecture: a
  * new toolkit, a new option or a changed kernel all miss. Entries are written to a
  * temporary file in the cache directory and renamed into place, so a reader never
- * sees half a cubin; a corrupt or truncated entry (no ELF header) is recompiled.
+ * sees half a cubin. Each entry ends in a checksum of its bytes (runtime/cache_seal.c,
+ * shared with the stage-program cache): a truncated or byte-flipped entry is
+ * recompiled with a one-line note, never handed to the driver. A compile that writes
+ * an entry first removes temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <nvrtc.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,6 +33,7 @@
 
 #include "ir/ir.h"
 #include "runtime/cuda/cuda_internal.h"
+#include "runtime/io.h"
 
 #ifndef PD2BW_CUDA_INCLUDE_DIR
 #define PD2BW_CUDA_INCLUDE_DIR ""
@@ -186,36 +192,39 @@ static char *cache_dir_for(const CudaCompileOptions *o) {
   return pd_asprintf("%s/.cache/pd2bw/cuda", home);
 }
 
-static bool read_whole(const char *path, void **data, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  bool ok = false;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long n = ftell(f);
-    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
-      void *buf = pd_malloc((size_t)n);
-      if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        *data = buf;
-        *size = (size_t)n;
-        ok = true;
-      } else {
-        free(buf);
-      }
-    }
+/* Removes dir's temporary entries (<32 hex>.cubin.tmp.<pid>.<n>) whose writer is
+ * dead: a process killed between its write and its rename leaves one. Only ones idle
+ * for STALE_TMP_CACHE_IDLE_S: ~/.cache may be shared by the hosts of a cluster. */
+static void sweep_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *name = e->d_name;
+    if (strspn(name, "0123456789abcdef") != 32 || strncmp(name + 32, ".cubin", 6) != 0) continue;
+    long pid = stale_tmp_pid(name, 38, ".tmp.", true);
+    if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
+    char *path = pd_asprintf("%s/%s", dir, name);
+    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
+    free(path);
   }
-  fclose(f);
-  return ok;
+  closedir(d);
 }
 
-/* Temporary file in the same directory, then rename: never a partial entry. A
- * failure only costs the next run a recompile, so it warns and goes on. */
+/* Temporary file in the same directory, then rename: never a partial entry. The
+ * entry is the cubin and its seal. A failure only costs the next run a recompile,
+ * so it warns and goes on. */
 static void write_cache(const char *dir, const char *path, const void *data, size_t size) {
-  char *tmp = pd_asprintf("%s/.tmp-XXXXXX", dir);
-  int fd = mkstemp(tmp);
+  static _Atomic unsigned long serial; /* unique per thread of this process */
+  sweep_stale(dir);
+  char *tmp = pd_asprintf("%s.tmp.%ld.%lu", path, (long)getpid(), ++serial);
+  char seal[CACHE_SEAL_BYTES + 1];
+  cache_seal_make(data, size, seal);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
   bool ok = fd >= 0;
   if (ok) {
     FILE *f = fdopen(fd, "wb");
-    ok = f && fwrite(data, 1, size, f) == size;
+    ok = f && fwrite(data, 1, size, f) == size && fwrite(seal, 1, CACHE_SEAL_BYTES, f) == CACHE_SEAL_BYTES;
     if (f)
       ok = fclose(f) == 0 && ok;
     else
@@ -227,6 +236,28 @@ static void write_cache(const char *dir, const char *path, const void *data, siz
     fprintf(stderr, "pd2bw: warning: cannot write NVRTC cache entry %s: %s\n", path,
             strerror(errno));
   free(tmp);
+}
+
+/* The cached cubin at path, its seal checked and removed; false when there is none
+ * or it is damaged (then with a note on stderr: it is compiled again). */
+static bool read_cache(const char *path, void **data, size_t *size) {
+  struct stat st;
+  if (stat(path, &st) != 0 && errno == ENOENT) return false;
+  char why[IO_ERR_LEN];
+  *data = io_read_all(path, size, why, sizeof why);
+  bool ok = *data && cache_seal_check(*data, *size, why, sizeof why);
+  if (ok) *size -= CACHE_SEAL_BYTES;
+  if (ok && !is_elf(*data, *size)) {
+    snprintf(why, sizeof why, "not a cubin");
+    ok = false;
+  }
+  if (!ok) {
+    fprintf(stderr, "pd2bw: note: the cached cubin %s is damaged (%s); compiling it again\n", path, why);
+    free(*data);
+    *data = NULL;
+    *size = 0;
+  }
+  return ok;
 }
 
 /* ---- compile ---------------------------------------------------------------------- */
@@ -260,7 +291,7 @@ bool cuda_nvrtc_compile(const char *src, const CudaCompileOptions *o, CudaBinary
   for (int i = 0; i < o->nextra; i++) opts[nopt++] = pd_strdup(o->extra[i]);
 
   Hash128 h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
-  hash_str(&h, "pd2bw-nvrtc-cubin-1");
+  hash_str(&h, "pd2bw-nvrtc-cubin-2"); /* 2: entries end in a seal */
   hash_str(&h, src);
   for (int i = 0; i < nopt; i++) hash_str(&h, opts[i]);
   int ver[3] = {api->major, api->minor, o->arch};
@@ -271,16 +302,7 @@ bool cuda_nvrtc_compile(const char *src, const CudaCompileOptions *o, CudaBinary
   char *dir = cache_dir_for(o);
   char *path = dir ? pd_asprintf("%s/%s.cubin", dir, out->key) : NULL;
   bool ok = false;
-  if (path && read_whole(path, &out->data, &out->size)) {
-    if (is_elf(out->data, out->size)) {
-      out->cache_hit = true;
-      ok = true;
-    } else { /* corrupt entry: recompile and overwrite it */
-      free(out->data);
-      out->data = NULL;
-      out->size = 0;
-    }
-  }
+  if (path && read_cache(path, &out->data, &out->size)) out->cache_hit = ok = true;
 
   if (!ok) {
     nvrtcProgram prog;

@@ -8,9 +8,12 @@
  * compile comes from the cache, a changed option misses it, a corrupt entry is
  * recompiled, and a broken source gives NVRTC's log naming the line.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../test.h"
@@ -163,6 +166,79 @@ static void test_corrupt_cache_entry_is_recompiled(void) {
   free(err);
 }
 
+/* A damaged entry that still starts like an ELF image (issue 12, item 7): half of the
+ * cubin, then one flipped byte in the middle. Each is recompiled, never handed out,
+ * and the entry repaired. */
+static void damage(const char *path, bool truncate_half) {
+  FILE *f = fopen(path, "rb");
+  EXPECT(f != NULL);
+  if (!f) return;
+  static unsigned char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  EXPECT(n > 64 && n < sizeof buf);
+  if (truncate_half) n /= 2;
+  else buf[n / 2] ^= 0xFF;
+  f = fopen(path, "wb");
+  EXPECT(f && fwrite(buf, 1, n, f) == n);
+  if (f) fclose(f);
+}
+
+static void test_damaged_cache_entry_is_recompiled(void) {
+  CudaCompileOptions o = {90, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary a, b, c2;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &o, &a, &err));
+  char path[512];
+  snprintf(path, sizeof path, "%s/cuda/%s.cubin", cache_dir, a.key);
+  for (int k = 0; k < 2; k++) {
+    damage(path, k == 0);
+    EXPECT(cuda_nvrtc_compile(tiny_src, &o, &b, &err));
+    EXPECT(!b.cache_hit);
+    EXPECT(b.size == a.size && memcmp(a.data, b.data, a.size) == 0);
+    EXPECT(cuda_nvrtc_compile(tiny_src, &o, &c2, &err));
+    EXPECT(c2.cache_hit);
+    EXPECT(c2.size == a.size && memcmp(a.data, c2.data, a.size) == 0);
+    cuda_binary_free(&b), cuda_binary_free(&c2);
+  }
+  cuda_binary_free(&a);
+  free(err);
+}
+
+/* A dead process's temporary cubin, idle for 20 minutes, goes when the next entry is
+ * written; a fresh one (its writer may be on another host) and a live pid's stay. */
+static void test_stale_temporaries_removed(void) {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, NULL, 0);
+  char cdir[512], stale[600], fresh[600], live[600];
+  snprintf(cdir, sizeof cdir, "%s/cuda", cache_dir);
+  mkdir(cdir, 0777);
+  const char *key = "0123456789abcdef0123456789abcdef";
+  snprintf(stale, sizeof stale, "%s/%s.cubin.tmp.%ld.1", cdir, key, (long)dead);
+  snprintf(fresh, sizeof fresh, "%s/%s.cubin.tmp.%ld.2", cdir, key, (long)dead);
+  snprintf(live, sizeof live, "%s/%s.cubin.tmp.%ld.1", cdir, key, (long)getppid());
+  const char *files[] = {stale, fresh, live};
+  for (int i = 0; i < 3; i++) {
+    FILE *f = fopen(files[i], "wb");
+    EXPECT(f != NULL);
+    if (f) fclose(f);
+  }
+  struct timespec old[2] = {{time(NULL) - 1200, 0}, {time(NULL) - 1200, 0}};
+  EXPECT(utimensat(AT_FDCWD, stale, old, 0) == 0);
+  EXPECT(utimensat(AT_FDCWD, live, old, 0) == 0);
+  CudaCompileOptions o = {90, "stale.cu", cache_dir, NULL, 0};
+  CudaBinary b;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile("extern \"C\" __global__ void stale_k(void) {}\n", &o, &b, &err));
+  EXPECT(!b.cache_hit);
+  struct stat st;
+  EXPECT(stat(stale, &st) != 0);
+  EXPECT(stat(fresh, &st) == 0 && stat(live, &st) == 0);
+  cuda_binary_free(&b);
+  free(err);
+}
+
 static void test_cache_disabled(void) {
   CudaCompileOptions o = {90, "tiny.cu", "", NULL, 0};
   CudaBinary a, b;
@@ -234,6 +310,8 @@ int main(int argc, char **argv) {
     RUN(test_version);
     RUN(test_cache_key_covers_options);
     RUN(test_corrupt_cache_entry_is_recompiled);
+    RUN(test_damaged_cache_entry_is_recompiled);
+    RUN(test_stale_temporaries_removed);
     RUN(test_cache_disabled);
     RUN(test_broken_source_names_line);
     RUN(test_bad_arch);
