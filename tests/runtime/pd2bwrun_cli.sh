@@ -46,14 +46,25 @@ check "json has val_loss twice" test "$(grep -c val_loss "$T/a.jsonl")" -eq 2
 check "json keys" grep -q '"step": 8, "loss": .*"lr": .*"grad_norm": .*"ms": .*"tokens_per_s": .*"gflops"' "$T/a.jsonl"
 
 # 4 steps, save, resume to 8: the same losses, bit for bit in the log's %.9g
-"$RUN" "$T/plan" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/b1.jsonl" --save "$T/b.safetensors" -q >/dev/null 2>&1
-"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --log-json "$T/b2.jsonl" --resume "$T/b.safetensors" -q >/dev/null 2>&1
+# A run that must succeed: exit 0 (its output shown otherwise), so that the
+# comparisons below never compare two empty logs of failed runs.
+run_ok() { # NAME ARGS...
+  local name=$1 out rc
+  shift
+  out=$("$RUN" "$@" 2>&1)
+  rc=$?
+  check "$name exits 0" test $rc -eq 0
+  [ $rc -eq 0 ] || echo "$out" >&2
+}
+run_ok "4 steps + save" "$T/plan" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/b1.jsonl" --save "$T/b.safetensors" -q
+run_ok "resume to 8" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --log-json "$T/b2.jsonl" --resume "$T/b.safetensors" -q
 losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$@"; }
 check "resume reproduces losses" test "$(losses "$T/a.jsonl")" = "$(losses "$T/b1.jsonl" "$T/b2.jsonl")"
 # the same with --shuffle (the sample order is a function of the seed and the position)
-"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c.jsonl" -q >/dev/null 2>&1
-"$RUN" "$T/plan" --data "$T/train.bin" --steps 3 --threads 1 --shuffle --log-json "$T/c1.jsonl" --save "$T/c.safetensors" -q >/dev/null 2>&1
-"$RUN" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c2.jsonl" --resume "$T/c.safetensors" -q >/dev/null 2>&1
+run_ok "shuffled 8 steps" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c.jsonl" -q
+run_ok "shuffled 3 steps + save" "$T/plan" --data "$T/train.bin" --steps 3 --threads 1 --shuffle --log-json "$T/c1.jsonl" --save "$T/c.safetensors" -q
+run_ok "shuffled resume to 8" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --shuffle --log-json "$T/c2.jsonl" --resume "$T/c.safetensors" -q
+check "shuffled run logs 8 steps" test "$(losses "$T/c.jsonl" | wc -l)" -eq 8
 check "shuffled resume reproduces losses" test "$(losses "$T/c.jsonl")" = "$(losses "$T/c1.jsonl" "$T/c2.jsonl")"
 check "shuffle changes the order" test "$(losses "$T/c.jsonl")" != "$(losses "$T/a.jsonl")"
 
