@@ -76,6 +76,12 @@ for plan in plan1 plan2; do
   : >"$T/plain"
   refused "$plan --save under a file" "--save $T/plain/ck: " $plan --save "$T/plain/ck"
 done
+if [ "$(id -u)" != 0 ]; then # root writes into a read-only directory anyway
+  mkdir "$T/ro" && chmod 555 "$T/ro"
+  refused "--save in a read-only directory" "--save $T/ro/ck: cannot create files in $T/ro: " plan1 --save "$T/ro/ck"
+  refused "--trace in a read-only directory" "--trace $T/ro/t.json: cannot create files in $T/ro: " plan2 --trace "$T/ro/t.json"
+  chmod 755 "$T/ro"
+fi
 refused "--trace FIFO" "--trace $T/fifo: .*FIFO" plan2 --trace "$T/fifo"
 refused "--profile-out device" "--profile-out $NULLDEV: .*character device" plan2 --profile-out "$NULLDEV"
 refused "--trace missing dir" "--trace /nonexistent/t.json: " plan2 --trace /nonexistent/t.json
