@@ -99,7 +99,8 @@ static int temp_register(const char *tmp) {
       sigfillset(&sa.sa_mask); /* one cleanup at a time */
       for (int k = 0; k < TEMP_NSIG; k++) {
         atomic_store(&temp_prev_spent[k], 0);
-        sigaction(temp_signals[k], &sa, &temp_prev[k]);
+        PD_CHECK(sigaction(temp_signals[k], &sa, &temp_prev[k]) == 0, "(sigaction %d: %s)", temp_signals[k],
+                 strerror(errno));
       }
     }
   }
@@ -119,7 +120,7 @@ static void temp_unregister(int slot) {
         back.sa_handler = SIG_DFL;
         sigemptyset(&back.sa_mask);
       }
-      sigaction(temp_signals[k], &back, NULL);
+      PD_CHECK(sigaction(temp_signals[k], &back, NULL) == 0, "(sigaction %d: %s)", temp_signals[k], strerror(errno));
     }
   }
   pthread_mutex_unlock(&temp_mu);
