@@ -36,6 +36,9 @@ typedef struct Bench {
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
+  /* every output path before anything is loaded or trained (runtime/io.h) */
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path}};
+  if (!output_paths_check(outs, 3, err, sizeof err)) return fail(prog, err);
   if (pipe_plan_ranks(plan_dir) > 1) /* several stages or replicas: single-GPU pipeline mode */
     return o->bench_gemm ? fail(prog, "--bench-gemm times one-stage plans only")
                          : cuda_pipe_main(prog, plan_dir, ops, device_name, o);
@@ -135,7 +138,14 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     bool last = s + 1 == o->steps;
     if (vl && ((o->eval_every && (s + 1) % o->eval_every == 0) || last))
       val = last_val = cx_trainer_eval(t, vl, 0, val_batches);
-    rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val);
+    if (!rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val)) {
+      fail(prog, rt_log_error(log));
+      goto done;
+    }
+  }
+  if (!rt_log_finish(log, err, sizeof err)) {
+    fail(prog, err);
+    goto done;
   }
   if (o->save_path && !cx_trainer_save(t, o->save_path, ierr, sizeof ierr)) {
     fail(prog, ierr);

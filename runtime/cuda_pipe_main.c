@@ -16,30 +16,6 @@ static int fail(const char *prog, const char *msg) {
   return 1;
 }
 
-/* One JSON object per step (pd2bwrun's pipeline format), written whole or not at all. */
-static bool write_log(const char *path, const PipePlan *p, const PipeOutcome *r, char *err, size_t errlen) {
-  size_t n = strlen(path) + 16;
-  char *tmp = pd_malloc(n);
-  snprintf(tmp, n, "%s.tmp", path);
-  FILE *j = fopen(tmp, "w");
-  bool ok = j != NULL;
-  for (int64_t b = 0; ok && b < r->steps - r->first_step; b++) {
-    fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g", (long long)(r->first_step + b + 1), r->step_loss[b],
-            rt_lr_at(&p->rt->train, r->first_step + b));
-    /* the one-stage trainer's field (runtime/log.c) */
-    if (r->val_loss && !isnan(r->val_loss[b])) fprintf(j, ", \"val_loss\": %.9g", r->val_loss[b]);
-    fprintf(j, "}\n");
-  }
-  if (j && fclose(j) != 0) ok = false;
-  if (ok && rename(tmp, path) != 0) ok = false;
-  if (!ok) {
-    snprintf(err, errlen, "%s: cannot write the log", path);
-    remove(tmp);
-  }
-  free(tmp);
-  return ok;
-}
-
 /* Rank 0's (or the one process's) report of a finished run r of plan p. Single-GPU
  * mode also passes gs (the CUDA graph counts) and predicted (the plan's bubble, < 0:
  * none); multi-GPU mode NULL and -1. */
@@ -71,7 +47,7 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
            (unsigned long long)extra);
   }
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
-  if (!rc && o->log_json && !write_log(o->log_json, p, r, err, sizeof err)) rc = fail(prog, err);
+  if (!rc && o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) rc = fail(prog, err);
   if (!rc && o->reference) {
     PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .quiet = o->quiet, .seed = o->seed,
                       .seed_set = o->seed_set, .shuffle = o->shuffle, .resume_path = o->resume_path};

@@ -611,8 +611,11 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   CpRun x = {.p = p, .ops = ops, .o = o, .multi = true, .self = transport_rank(t), .net = &net};
   int rc = 1;
   /* --init (in cp_setup), then --resume, then the validation file, as single-GPU mode;
-   * every rank reads its own stage's part of a checkpoint, and all go on or all stop */
-  bool ok = cp_setup(&x, err, errlen);
+   * every rank reads its own stage's part of a checkpoint, and all go on or all stop;
+   * before all that, rank 0 checks the paths of the outputs it writes (runtime/io.h) */
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}};
+  bool ok = x.self != 0 || output_paths_check(outs, 2, err, errlen);
+  if (ok) ok = cp_setup(&x, err, errlen);
   if (ok && o->resume_path) ok = cp_resume(&x, o->resume_path, err, errlen);
   if (ok && o->val_path) ok = cp_eval_open(&x, err, errlen);
   bool together = false;

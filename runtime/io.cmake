@@ -1,9 +1,10 @@
 # runtime/io.cmake — pd2bw_io: token data files, the BPE tokenizer, safetensors
-# and checkpoint import, atomic file writes (see runtime/io.h). Included from
+# and checkpoint import, atomic file writes and output path checks (see runtime/io.h). Included from
 # runtime/CMakeLists.txt.
 find_library(CJSON_LIB cjson REQUIRED)
 add_library(pd2bw_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/atomic_file.c
+  ${CMAKE_CURRENT_LIST_DIR}/output_path.c
   ${CMAKE_CURRENT_LIST_DIR}/read_file.c
   ${CMAKE_CURRENT_LIST_DIR}/stale_tmp.c
   ${CMAKE_CURRENT_LIST_DIR}/cache_seal.c

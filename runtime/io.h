@@ -9,7 +9,9 @@
  *
  * Promises:
  *   - every file we write appears whole or not at all: it is written to
- *     PATH.tmp.<pid>, fsynced, then renamed over PATH (atomic_file.c);
+ *     TARGET.tmp.<pid>, fsynced, then renamed over TARGET (atomic_file.c), where
+ *     TARGET is the path with its symlinks followed; a device, FIFO, socket or
+ *     directory is refused, never opened or replaced (output_path.c);
  *   - a file we read is validated completely before any of its data is used:
  *     token ids against the model's vocabulary, safetensors headers against the
  *     file size, checkpoints against the shapes the model asks for;
@@ -32,18 +34,46 @@
 
 #define IO_ERR_LEN 1024
 
+/* ---- output paths (output_path.c) -----------------------------------------
+ * Where a file we write goes. Every output flag of every driver passes through
+ * output_paths_check before the driver loads anything, so a bad path costs no
+ * training: it follows symlinks, refuses what is not a regular file, and creates and
+ * removes a temporary in the target's directory. Messages: "FLAG PATH: why". */
+typedef struct OutputFlag {
+  const char *flag; /* "--save" */
+  const char *path; /* as given; NULL: the flag was not given (skipped) */
+} OutputFlag;
+
+bool output_path_check(const char *flag, const char *path, char *err, size_t errlen);
+/* Each given flag as above; also refuses two flags that name the same file. */
+bool output_paths_check(const OutputFlag *flags, int n, char *err, size_t errlen);
+/* The file a write to path replaces: path with its symlinks followed (a new string;
+ * it may not exist yet). NULL, with why in err, when that is not a regular file, when
+ * there are too many links, or when path cannot be looked up. */
+char *output_target(const char *path, char *err, size_t errlen);
+/* Removes TARGET.tmp.<pid> beside target for every pid that is no longer a process
+ * (kill(pid, 0) fails with ESRCH), regular files only; how many. */
+int output_remove_stale_temps(const char *target);
+/* The directory part of path ("." when none): a new string. */
+char *output_dir_of(const char *path);
+
 /* ---- atomic files (atomic_file.c) ----------------------------------------
  * A file under construction. Writes go to `tmp`; atomic_commit() makes it
- * appear at `path` in one rename, atomic_abort() leaves no trace. A write
+ * appear at `target` in one rename, atomic_abort() leaves no trace, and a signal
+ * that ends the process meanwhile removes `tmp` (atomic_file.c says how). A write
  * error is remembered and reported by atomic_commit(), so callers may write
  * without checking every call. */
 typedef struct AtomicFile {
   FILE *f;
-  char *path;
-  char *tmp;  /* path + ".tmp.<pid>" */
-  int err_no; /* first errno of a failed write, 0 while all is well */
+  char *path;   /* as given, for messages */
+  char *target; /* path with its symlinks followed: what the rename replaces */
+  char *tmp;    /* target + ".tmp.<pid>" */
+  int err_no;   /* first errno of a failed write, 0 while all is well */
+  int slot;     /* in the table of temporaries a signal removes; -1: none */
 } AtomicFile;
 
+/* Fails (nothing created) when path leads to something other than a regular file
+ * or its directory takes no new file. */
 bool atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);
 void atomic_write(AtomicFile *af, const void *p, size_t n);
 /* Flushes, fsyncs, closes and renames; on any failure removes the temp file. */

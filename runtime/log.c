@@ -4,19 +4,60 @@
  * eye; a JSON-lines file (--log-json) with the same numbers for plots and tests. On a
  * terminal the step lines are drawn over one another as a progress line (\r) and only
  * every `keep_every`-th step, evaluations and the last step stay on screen; piped to a
- * file every step is its own line. */
+ * file every step is its own line.
+ *
+ * The JSON log is streamed, not written to a temporary and renamed at the end like
+ * every other output (atomic_file.c): a log is most wanted when a run is interrupted
+ * or fails, and `tail -f` should work. What stands in for atomicity: the path is
+ * checked like every output (output_path.c: a symlink is followed, a device, FIFO,
+ * socket or directory refused, and O_NONBLOCK keeps a FIFO put there since from
+ * hanging the open); each line goes out in one write(2) to an O_APPEND descriptor;
+ * and a line that fails halfway (a full disk, EFBIG) is cut off again with
+ * ftruncate, so the file always ends with the last whole line. A failed write ends
+ * the run with the path, the step and the cause (rt_log_error); rt_log_finish
+ * fsyncs and reports a failing fsync or close the same way. */
 #include "runtime/runtime.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct RtLog {
-  FILE *out, *json;
+  FILE *out;
+  int json;          /* descriptor of the JSON log, -1 without one */
+  char *json_path;   /* as given, for messages */
+  off_t json_bytes;  /* the whole lines written: where a failed line is cut back to */
+  char err[IO_ERR_LEN];
   bool tty, quiet;
   int64_t keep_every;
 };
+
+/* Opens path's target for appending; -1 with why in err. */
+static int open_json(const char *path, char *err, size_t errlen) {
+  char msg[IO_ERR_LEN];
+  char *target = output_target(path, msg, sizeof msg);
+  if (!target) {
+    snprintf(err, errlen, "%s: cannot write the JSON log: %s", path, msg);
+    return -1;
+  }
+  int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
+  struct stat st;
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot write the JSON log: %s", path, strerror(errno));
+  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: cannot write the JSON log: not a regular file", path);
+    close(fd);
+    fd = -1;
+  } else {
+    (void)fcntl(fd, F_SETFL, O_APPEND); /* blocking again: a regular file never waits anyway */
+  }
+  free(target);
+  return fd;
+}
 
 RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size_t errlen) {
   RtLog *l = pd_calloc(1, sizeof *l);
@@ -24,19 +65,39 @@ RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size
   l->quiet = quiet;
   l->tty = isatty(fileno(out));
   l->keep_every = 10;
+  l->json = -1;
   if (json_path) {
-    l->json = fopen(json_path, "w");
-    if (!l->json) {
-      snprintf(err, errlen, "%s: cannot write the JSON log", json_path);
+    l->json = open_json(json_path, err, errlen);
+    if (l->json < 0) {
       free(l);
       return NULL;
     }
+    l->json_path = pd_strdup(json_path);
   }
   return l;
 }
 
-void rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
-                 double flops, double val_loss) {
+/* line[0, n) appended whole, or the file cut back to its last whole line. */
+static bool append_line(RtLog *l, const char *line, size_t n, int64_t step) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(l->json, line + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = w < 0 ? errno : EIO;
+      if (done > 0) (void)ftruncate(l->json, l->json_bytes);
+      snprintf(l->err, sizeof l->err, "%s: cannot write the JSON log at step %lld: %s", l->json_path,
+               (long long)step, strerror(e));
+      return false;
+    }
+    done += (size_t)w;
+  }
+  l->json_bytes += (off_t)n;
+  return true;
+}
+
+bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens, double flops,
+                 double val_loss) {
   double sec = s->ms / 1e3;
   double tps = sec > 0 ? tokens / sec : 0, gf = sec > 0 ? flops / sec / 1e9 : 0;
   char line[256];
@@ -53,17 +114,32 @@ void rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, dou
     fprintf(l->out, "%s\n", line);
   }
   fflush(l->out);
-  if (l->json) {
-    fprintf(l->json, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.6g, \"tokens_per_s\": %.6g, \"gflops\": %.6g",
-            (long long)step, s->loss, s->lr, s->grad_norm, s->ms, tps, gf);
-    if (!isnan(val_loss)) fprintf(l->json, ", \"val_loss\": %.9g", val_loss);
-    fprintf(l->json, "}\n");
-    fflush(l->json);
-  }
+  if (l->json < 0) return true;
+  char js[512];
+  n = snprintf(js, sizeof js, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.6g, \"tokens_per_s\": %.6g, \"gflops\": %.6g",
+               (long long)step, s->loss, s->lr, s->grad_norm, s->ms, tps, gf);
+  if (!isnan(val_loss)) n += snprintf(js + n, sizeof js - (size_t)n, ", \"val_loss\": %.9g", val_loss);
+  n += snprintf(js + n, sizeof js - (size_t)n, "}\n");
+  PD_CHECK(n > 0 && (size_t)n < sizeof js, "(JSON log line of %d bytes)", n);
+  return append_line(l, js, (size_t)n, step);
 }
+
+bool rt_log_finish(RtLog *l, char *err, size_t errlen) {
+  if (!l || l->json < 0) return true;
+  const char *what = NULL;
+  int e = 0;
+  if (fsync(l->json) != 0) what = "fsync", e = errno;
+  if (close(l->json) != 0 && !what) what = "close", e = errno;
+  l->json = -1;
+  if (what) snprintf(err, errlen, "%s: cannot write the JSON log (%s): %s", l->json_path, what, strerror(e));
+  return what == NULL;
+}
+
+const char *rt_log_error(const RtLog *l) { return l->err; }
 
 void rt_log_close(RtLog *l) {
   if (!l) return;
-  if (l->json) fclose(l->json);
+  if (l->json >= 0) close(l->json);
+  free(l->json_path);
   free(l);
 }

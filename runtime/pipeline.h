@@ -174,7 +174,13 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
 bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
                               double tol, FILE *out, char *err, size_t errlen);
 
-/* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. */
+/* --log-json of a pipelined run (the CPU and the CUDA executors'): one JSON object per
+ * step of r, written atomically at the end (runtime/io.h); false with the path and the
+ * cause in err. */
+bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
+
+/* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
+ * every output path (runtime/io.h: output_paths_check) before loading the plan. */
 int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport,
                   bool reference, double ref_tol, int *argc, char ***argv);
 

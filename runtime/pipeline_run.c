@@ -416,24 +416,30 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
 
 /* ---- pd2bwrun's pipeline path ---------------------------------------------------------- */
 
-static void report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r, FILE *f) {
+bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
+  AtomicFile af;
+  if (!atomic_open(&af, path, err, errlen)) return false;
+  for (int64_t b = 0; b < r->steps - r->first_step; b++) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g",
+                     (long long)(r->first_step + b + 1), r->step_loss[b], rt_lr_at(&p->rt->train, r->first_step + b));
+    /* the one-stage trainer's field (runtime/log.c) */
+    if (r->val_loss && !isnan(r->val_loss[b]))
+      n += snprintf(line + n, sizeof line - (size_t)n, ", \"val_loss\": %.9g", r->val_loss[b]);
+    n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
+    PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
+    atomic_write(&af, line, (size_t)n);
+  }
+  return atomic_commit(&af, err, errlen);
+}
+
+/* false (the message printed) when the JSON log cannot be written */
+static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r, FILE *f) {
   int64_t nb = r->steps - r->first_step;
-  if (o->log_json) {
-    size_t n = strlen(o->log_json) + 16;
-    char *tmp = pd_malloc(n);
-    snprintf(tmp, n, "%s.tmp", o->log_json);
-    FILE *j = fopen(tmp, "w");
-    if (j) {
-      for (int64_t b = 0; b < nb; b++) {
-        fprintf(j, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g", (long long)(r->first_step + b + 1),
-                r->step_loss[b], rt_lr_at(&p->rt->train, r->first_step + b));
-        /* the one-stage trainer's field (runtime/log.c) */
-        if (!isnan(r->val_loss[b])) fprintf(j, ", \"val_loss\": %.9g", r->val_loss[b]);
-        fprintf(j, "}\n");
-      }
-      if (fclose(j) == 0) rename(tmp, o->log_json);
-    }
-    free(tmp);
+  char err[IO_ERR_LEN];
+  if (o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) {
+    fprintf(stderr, "pd2bwrun: error: %s\n", err);
+    return false;
   }
   fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
              "steady state)\n",
@@ -443,6 +449,7 @@ static void report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
     fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
             (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
   if (!isnan(r->val_final)) fprintf(f, "pd2bwrun: validation loss %.4f\n", r->val_final);
+  return true;
 }
 
 int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *transport, bool reference, double ref_tol,
@@ -462,7 +469,11 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
       return 1;
     }
   }
-  PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
+  /* every output path before anything is loaded or trained; rank 0 writes them all */
+  OutputFlag outs[] = {{"--save", o.save_path}, {"--log-json", o.log_json}, {"--trace", o.trace_path},
+                       {"--profile-out", o.profile_out}};
+  bool paths_ok = (mpi && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
+  PipePlan *p = paths_ok ? pipe_plan_load(plan_dir, err, sizeof err) : NULL;
   if (p && mpi && transport_size(t) != p->nranks) {
     snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
              p->nranks, p->d, p->w, transport_size(t));
@@ -491,8 +502,9 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
   bool root = !mpi || transport_rank(t) == 0;
   if (rc) {
     fprintf(stderr, "pd2bwrun: error: %s\n", err);
+  } else if (root && !report(p, &o, &r, stdout)) {
+    rc = 1;
   } else if (root) {
-    report(p, &o, &r, stdout);
     if (o.save_path) printf("pd2bwrun: saved %s\n", o.save_path);
     if (o.trace_path) printf("pd2bwrun: trace %s\n", o.trace_path);
     if (reference && !pipeline_check_reference(p, &o, &r, ref_tol, stdout, err, sizeof err)) {

@@ -192,13 +192,18 @@ bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t err
 /* ---- logs (log.c) ------------------------------------------------------------------ */
 typedef struct RtLog RtLog;
 /* Step lines go to out (quiet: only the last step's); json_path (or NULL) gets one
- * JSON object per step in any case. */
+ * JSON object per step in any case, streamed: the file holds whole lines only, the
+ * steps done so far (log.c says why it is not written to a temporary). */
 RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size_t errlen);
 /* Step `step` (1-based) of nsteps; tokens and FLOPs done in the step; val_loss NAN
- * when not evaluated. */
-void rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
+ * when not evaluated. false when the JSON line could not be written: the message
+ * (path, step and cause) is in rt_log_error, the file ends at the previous line. */
+bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
                  double flops, double val_loss);
-void rt_log_close(RtLog *l);
+/* Flushes the JSON log to disk and closes it; false (why in err) on failure. */
+bool rt_log_finish(RtLog *l, char *err, size_t errlen);
+const char *rt_log_error(const RtLog *l);
+void rt_log_close(RtLog *l); /* frees l (NULL is fine); after rt_log_finish, or on a failed run */
 
 /* ---- pipelines (pipeline*.c): several stages and replicas, threads or MPI ----- */
 #include "runtime/pipeline.h"

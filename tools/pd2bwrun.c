@@ -244,6 +244,10 @@ int main(int argc, char **argv) {
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];
+  /* every output path before anything is loaded or trained (runtime/io.h); the
+   * pipeline and CUDA paths above check theirs in pipeline_main and cuda_exec_main */
+  OutputFlag outs[] = {{"--save", a.save}, {"--log-json", a.log_json}};
+  if (!output_paths_check(outs, 2, err, sizeof err)) return fail(err);
 
   /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
   int threads = a.threads ? a.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -343,7 +347,14 @@ int main(int argc, char **argv) {
     double val = NAN;
     bool last = s + 1 == a.steps;
     if (vl && ((a.eval_every && (s + 1) % a.eval_every == 0) || last)) val = last_val = trainer_eval(t, vl, 0, val_batches);
-    rt_log_step(log, s + 1, a.steps, &ss, tokens, flops, val);
+    if (!rt_log_step(log, s + 1, a.steps, &ss, tokens, flops, val)) {
+      fail(rt_log_error(log));
+      goto done;
+    }
+  }
+  if (!rt_log_finish(log, err, sizeof err)) {
+    fail(err);
+    goto done;
   }
   if (a.save && !trainer_save(t, a.save, ierr, sizeof ierr)) {
     fail(ierr);

@@ -25,14 +25,16 @@
  *     --eval-every 1 within LOSS_TOL, and evaluating changes no training bit;
  *   - errors: resuming (or --init from) a checkpoint of another model (dim 16 for 32)
  *     through cuda_exec_run, one-stage and pipeline plans: status 1, one line naming
- *     the file, and no --save file; a --save path in a missing directory; a
- *     validation file that does not suit the model.
+ *     the file, and no --save file; a --save path in a missing directory; --save,
+ *     --log-json and --trace naming a FIFO (refused, the FIFO kept); a validation
+ *     file that does not suit the model.
  *
  *   test_cudaexec_ckpt PD2BWC [all|2bw|1f1b|init|eval|pipe|pipeinit|pipeeval|errors]   (in the source tree)
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "emu_train.h"
@@ -529,9 +531,29 @@ static void test_errors(void) {
   o.steps = 1;
   EXPECT(run_cli("p2bw", &o, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "nodir/x.safetensors") != NULL);
+  /* output flags naming a FIFO: refused before anything runs, the FIFO left as it was
+   * (runtime/io.h: output_paths_check), one-stage and single-GPU pipeline mode alike */
+  char fifo[256];
+  emu_path(fifo, sizeof fifo, "out.fifo");
+  EXPECT(mkfifo(fifo, 0644) == 0);
+  CudaExecOptions of = {.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
+  EXPECT(run_cli("p2bw", &of, msg, sizeof msg) == 1);
+  EXPECT(strstr(msg, "--save ") && strstr(msg, "FIFO"));
+  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .log_json = fifo};
+  EXPECT(run_cli("p2bw", &of, msg, sizeof msg) == 1);
+  EXPECT(strstr(msg, "--log-json ") && strstr(msg, "FIFO"));
+  struct stat fst;
+  EXPECT(lstat(fifo, &fst) == 0 && S_ISFIFO(fst.st_mode));
   /* a pipeline plan (single-GPU pipeline mode): the same checkpoint, the same refusal */
   EXPECT(emu_pipe_make_plan("pp", "--precision fp32 --stages 2 --replicas 1 --microbatches 4 --schedule gpipe"));
   emu_path(out, sizeof out, "never.safetensors");
+  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .trace_path = fifo};
+  EXPECT(run_cli("pp", &of, msg, sizeof msg) == 1);
+  EXPECT(strstr(msg, "--trace ") && strstr(msg, "FIFO"));
+  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
+  EXPECT(run_cli("pp", &of, msg, sizeof msg) == 1);
+  EXPECT(strstr(msg, "--save ") && strstr(msg, "FIFO"));
+  EXPECT(lstat(fifo, &fst) == 0 && S_ISFIFO(fst.st_mode));
   CudaExecOptions pr = {.data_path = data, .steps = 1, .quiet = true, .resume_path = ck, .save_path = out};
   EXPECT(run_cli("pp", &pr, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "pd2bwrun: error: ") == msg && strstr(msg, "d16.safetensors") != NULL);

@@ -19,13 +19,15 @@
  *           model (every rank fails to read it), a checkpoint only rank 1 cannot
  *           read (its stage's tensors missing) and a --save rank 0 cannot write: every
  *           rank returns 1, rank 0 prints ONE "error:" line naming the file, the
- *           others print nothing, no --save file is left, the job goes on (no abort).
+ *           others print nothing, no --save file is left, the job goes on (no abort);
+ *           a --save naming a FIFO: the same, refused by name, the FIFO kept.
  *
  *   mpirun -np 2 test_nccl_ckpt PD2BWC [all|resume|fromcpu|init|eval|errors]
  * PD2BW_LIBNCCL must name the fake library (CTest sets it). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cudaexec/emu_train.h"
@@ -385,6 +387,21 @@ static void test_errors(void) {
   emu_path(out, sizeof out, "nodir/x.safetensors");
   rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
   expect_one_failure(rc, msg, "nodir/x.safetensors", out);
+  /* a --save naming a FIFO: rank 0 refuses it before anything is read or trained,
+   * every rank stops with its one message, and the FIFO stays (runtime/io.h) */
+  emu_path(out, sizeof out, "out.fifo");
+  if (rank == 0) EXPECT(mkfifo(out, 0644) == 0);
+  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
+  EXPECT(rc == 1);
+  if (rank == 0) {
+    EXPECT(strstr(msg, "pd2bwrun: error: --save ") == msg && strstr(msg, "FIFO") != NULL);
+    struct stat fst;
+    EXPECT(lstat(out, &fst) == 0 && S_ISFIFO(fst.st_mode));
+  } else {
+    EXPECT(msg[0] == 0);
+  }
+  EXPECT(transport_status(T) == TRANSPORT_OK);
+  EXPECT(nccl_test_barrier(T));
   /* and a good run through the same path still works after all that */
   emu_path(out, sizeof out, "ok.safetensors");
   rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 2, .resume_path = good, .save_path = out}, msg,
