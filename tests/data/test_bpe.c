@@ -60,8 +60,13 @@ static void test_pretokenizer(void) {
   EXPECT_STREQ(chunks("x  \n y"), "x|  \n| y");
   EXPECT_STREQ(chunks("   "), "   ");
   EXPECT_STREQ(chunks(" "), " ");
-  /* Non-ASCII bytes count as letters: "café" stays one chunk. */
+  /* Unicode classes (utf8proc): "é" is a letter, U+00A0 (no-break space) is
+   * \s but not the ' ?' prefix, an em dash is "other", a byte that is not
+   * UTF-8 is "other" (tests/data/test_bpe_unicode.c checks many more). */
   EXPECT_STREQ(chunks("caf\xC3\xA9 au"), "caf\xC3\xA9| au");
+  EXPECT_STREQ(chunks("a\xC2\xA0" "b \xC2\xA0\xC2\xA0" "c"), "a|\xC2\xA0|b| \xC2\xA0|\xC2\xA0|c");
+  EXPECT_STREQ(chunks("x\xE2\x80\x94 \xE2\x80\x94y"), "x|\xE2\x80\x94| \xE2\x80\x94|y");
+  EXPECT_STREQ(chunks("ab\x80\xFF!" "cd"), "ab|\x80\xFF!|cd");
 }
 
 static Bpe *load_fixture(void) {
