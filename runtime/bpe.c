@@ -348,6 +348,39 @@ size_t bpe_pretoken_len(const char *text, size_t n) {
   return last;
 }
 
+bool text_check(const char *text, size_t n, size_t *offset, const char **why) {
+  const unsigned char *t = (const unsigned char *)text;
+  for (size_t i = 0; i < n;) {
+    if (t[i] == 0) {
+      *offset = i;
+      *why = "NUL byte";
+      return false;
+    }
+    if (t[i] < 0x80) {
+      i++;
+      continue;
+    }
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t len = utf8proc_iterate(t + i, n - i < 4 ? (utf8proc_ssize_t)(n - i) : 4, &cp);
+    if (len > 0 && cp >= 0) {
+      i += (size_t)len;
+      continue;
+    }
+    /* Cut off by the end of the buffer: valid if the bytes present could
+     * start a sequence (a lead byte and continuation bytes only). */
+    size_t need = t[i] >= 0xC2 && t[i] <= 0xDF ? 2 : t[i] >= 0xE0 && t[i] <= 0xEF ? 3
+                  : t[i] >= 0xF0 && t[i] <= 0xF4                           ? 4
+                                                                           : 0;
+    bool cut = need > n - i;
+    for (size_t k = i + 1; cut && k < n; k++) cut = (t[k] & 0xC0) == 0x80;
+    if (cut) return true;
+    *offset = i;
+    *why = "invalid UTF-8";
+    return false;
+  }
+  return true;
+}
+
 /* ---- encoding --------------------------------------------------------------- */
 void tokenbuf_push(TokenBuf *t, uint16_t id) {
   if (t->n == t->cap) {

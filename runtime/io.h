@@ -169,6 +169,12 @@ const char *bpe_byte_symbol(uint8_t byte, char out[4]);
 size_t bpe_pretoken_len(const char *text, size_t n);
 /* GPT-2's byte-to-unicode map: the code point that spells byte `byte`. */
 uint32_t bpe_byte_to_unicode(uint8_t byte);
+/* Whether text[0, n) reads as text: false, with *offset set to the first
+ * offending byte and *why to "NUL byte" or "invalid UTF-8", when it holds a
+ * NUL byte or a byte that is not part of valid UTF-8. A multi-byte sequence
+ * cut off by the end of the buffer counts as valid (the buffer may be the
+ * first block of a longer file). */
+bool text_check(const char *text, size_t n, size_t *offset, const char **why);
 
 /* ---- safetensors (safetensors.c) -----------------------------------------
  * 8-byte little-endian header length N, N bytes of JSON

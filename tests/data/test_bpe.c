@@ -69,6 +69,27 @@ static void test_pretokenizer(void) {
   EXPECT_STREQ(chunks("ab\x80\xFF!" "cd"), "ab|\x80\xFF!|cd");
 }
 
+static void test_text_check(void) {
+  size_t at = 99;
+  const char *why = NULL;
+  EXPECT(text_check("caf\xC3\xA9 \xE2\x80\x94 \xF0\x9F\x98\x80", 13, &at, &why));
+  EXPECT(!text_check("ab\0c", 4, &at, &why));
+  EXPECT_EQ_INT(at, 2);
+  EXPECT_STREQ(why, "NUL byte");
+  /* stray continuation byte, overlong '/', UTF-8 of a surrogate, beyond U+10FFFF */
+  const char *bad[] = {"a\x80", "a\xC0\xAF", "a\xED\xA0\x80", "a\xF4\x90\x80\x80", "a\xFF"};
+  for (int i = 0; i < 5; i++) {
+    at = 99;
+    EXPECT(!text_check(bad[i], strlen(bad[i]), &at, &why));
+    EXPECT_EQ_INT(at, 1);
+    EXPECT_STREQ(why, "invalid UTF-8");
+  }
+  /* A sequence cut by the end of the block is text; cut in the middle is not. */
+  EXPECT(text_check("a\xE2\x80", 3, &at, &why));
+  EXPECT(!text_check("a\xE2\x80" "b", 4, &at, &why));
+  EXPECT_EQ_INT(at, 1);
+}
+
 static Bpe *load_fixture(void) {
   char err[IO_ERR_LEN];
   Bpe *b = bpe_load(FIX "vocab.json", FIX "merges.txt", err, sizeof err);
@@ -175,6 +196,7 @@ int main(void) {
   tmp_init("bpe");
   RUN(test_byte_to_unicode);
   RUN(test_pretokenizer);
+  RUN(test_text_check);
   RUN(test_fixture_encoding);
   RUN(test_byte_level);
   RUN(test_load_errors);
