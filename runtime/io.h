@@ -216,6 +216,11 @@ typedef struct StEntry {
  * meta_kv = {key0, value0, key1, value1, ...} (nmeta pairs) atomically. */
 bool st_write(const char *path, const StEntry *e, int n, const char *const *meta_kv, int nmeta,
               char *err, size_t errlen);
+/* The same, but left in *af uncommitted (atomic_commit or atomic_abort it), so
+ * that several files can appear together (pd2bw-export's model.safetensors
+ * and config.json). */
+bool st_write_uncommitted(AtomicFile *af, const char *path, const StEntry *e, int n,
+                          const char *const *meta_kv, int nmeta, char *err, size_t errlen);
 
 /* One tensor of an open file; data points into the mapping (it may be
  * unaligned: read it with memcpy or st_read_f32). */
@@ -270,6 +275,19 @@ typedef enum CkptFormat {
 } CkptFormat;
 
 #define CKPT_LLMC_MAGIC 20240326
+
+/* The 16 GPT-2 tensor kinds, in llm.c's file order, for writers of GPT-2
+ * checkpoints (tools/pd2bw-export.c): pd2bw's name and Hugging Face's (after
+ * "h.<i>." for per-layer kinds), the shape in pd2bw's orientation as multiples
+ * of C (rows_c -1: V rows for wte, T for wpe; rows_c 0: rank 1), and whether
+ * llm.c stores it transposed ([out, in]). */
+#define CKPT_GPT2_KINDS 16
+typedef struct CkptGpt2Kind {
+  const char *pd, *hf;
+  int rows_c, cols_c;
+  bool per_layer, linear;
+} CkptGpt2Kind;
+CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
 
 /* Fills every params[i].dst or fails naming the missing or mismatched tensor
  * (a shape mismatch reports both shapes). The number of transformer layers
