@@ -222,9 +222,12 @@ static char *hf_config(const Gpt2 *g, long heads) {
   cJSON_AddNumberToObject(c, "initializer_range", 0.02);
   cJSON_AddBoolToObject(c, "scale_attn_weights", true);
   cJSON_AddBoolToObject(c, "tie_word_embeddings", true);
-  if (g->V > 50256) { /* GPT-2's <|endoftext|> */
+  if (g->V > 50256) { /* GPT-2's <|endoftext|>; transformers' default, wrong for a smaller vocabulary */
     cJSON_AddNumberToObject(c, "bos_token_id", 50256);
     cJSON_AddNumberToObject(c, "eos_token_id", 50256);
+  } else {
+    cJSON_AddNullToObject(c, "bos_token_id");
+    cJSON_AddNullToObject(c, "eos_token_id");
   }
   cJSON_AddStringToObject(c, "torch_dtype", "float32");
   char *text = cJSON_Print(c);
