@@ -4,13 +4,23 @@
  *  1. Pre-tokenisation: the regex
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *     cuts the text into chunks; merges never cross a chunk boundary. We
- *     implement it by hand (bpe_pretoken_len) with a pragmatic byte
- *     classification: letters are ASCII letters plus EVERY byte >= 0x80 (so any
- *     non-ASCII code point counts as a letter, and a UTF-8 sequence is never
- *     split), digits are ASCII digits, whitespace is ASCII " \t\n\v\f\r". This
- *     matches GPT-2 exactly on ASCII text; on non-ASCII punctuation, digits or
- *     spaces (an em dash, U+00A0) the chunks can differ, which still gives a
- *     valid — only occasionally longer or differently merged — encoding.
+ *     implement it by hand (bpe_pretoken_len) on code points, with the classes
+ *     GPT-2's regex engines use (Python's `regex` for encoder.py, the Rust
+ *     regex crate for tiktoken), taken from utf8proc's Unicode tables:
+ *     \p{L} is the general categories Lu Ll Lt Lm Lo, \p{N} is Nd Nl No, and
+ *     \s is the Unicode property White_Space — U+0009..U+000D, U+0085 and the
+ *     categories Zs, Zl, Zp (White_Space is exactly that set; it is not
+ *     Python's str.isspace, which adds U+001C..U+001F). Everything else
+ *     (punctuation, symbols, marks, controls, format characters such as ZWJ
+ *     and the BOM) is the "other" class. The contraction and ' ?' prefixes are
+ *     the ASCII characters the pattern spells. utf8proc's Unicode version can
+ *     lag the reference tokenizer's for characters assigned since.
+ *     Bytes that are not part of valid UTF-8: GPT-2's tokenizers take decoded
+ *     text, so such bytes never reach them. We keep each such byte as it is
+ *     and give it the "other" class — what GPT-2's regex does to text decoded
+ *     with Python's errors="surrogateescape" (a byte becomes a lone
+ *     surrogate, category Cs), so a file with a stray Latin-1 byte still
+ *     tokenises, byte-exactly, like its surrogateescape decoding.
  *  2. Each byte of a chunk becomes the vocabulary symbol spelled by GPT-2's
  *     byte-to-unicode map (printable Latin-1 bytes spell themselves, the other
  *     bytes are shifted to U+0100 and up, so a space is "Ġ").
@@ -21,6 +31,7 @@
  * between spellings and ids, merging ids is the same as GPT-2 merging strings.
  */
 #include <cjson/cJSON.h>
+#include <utf8proc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,17 +264,57 @@ Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t
 
 /* ---- pre-tokenisation ------------------------------------------------------ */
 typedef enum CharClass {
-  CC_SPACE,  /* ASCII whitespace */
-  CC_LETTER, /* ASCII letter, or any byte >= 0x80 (see the file comment) */
-  CC_DIGIT,  /* ASCII digit */
-  CC_OTHER,  /* everything else: punctuation, control characters */
+  CC_SPACE,  /* \s: Unicode White_Space */
+  CC_LETTER, /* \p{L} */
+  CC_DIGIT,  /* \p{N} */
+  CC_OTHER,  /* everything else, and bytes that are not valid UTF-8 */
 } CharClass;
 
-static CharClass char_class(unsigned char c) {
-  if (c == ' ' || (c >= '\t' && c <= '\r')) return CC_SPACE;
-  if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return CC_LETTER;
-  if (c >= '0' && c <= '9') return CC_DIGIT;
+static CharClass cp_class(utf8proc_int32_t cp) {
+  if ((cp >= '\t' && cp <= '\r') || cp == 0x85) return CC_SPACE;
+  utf8proc_category_t cat = utf8proc_category(cp);
+  if (cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP)
+    return CC_SPACE;
+  if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
+      cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_LO)
+    return CC_LETTER;
+  if (cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO)
+    return CC_DIGIT;
   return CC_OTHER;
+}
+
+/* The code point at t[0] (n > 0): its length in bytes and its class. A byte
+ * that does not start a valid UTF-8 sequence is one "character" of class
+ * other (see the file comment). */
+static size_t next_char(const unsigned char *t, size_t n, CharClass *cls) {
+  if (t[0] < 0x80) { /* ASCII: the common case, without a table lookup */
+    unsigned char c = t[0];
+    *cls = c == ' ' || (c >= '\t' && c <= '\r')            ? CC_SPACE
+           : (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ? CC_LETTER
+           : c >= '0' && c <= '9'                             ? CC_DIGIT
+                                                              : CC_OTHER;
+    return 1;
+  }
+  utf8proc_int32_t cp;
+  utf8proc_ssize_t len = utf8proc_iterate(t, n < 4 ? (utf8proc_ssize_t)n : 4, &cp);
+  if (len <= 0 || cp < 0) {
+    *cls = CC_OTHER;
+    return 1;
+  }
+  *cls = cp_class(cp);
+  return (size_t)len;
+}
+
+/* Bytes of the run of class c that starts at t[0]. */
+static size_t run_len(const unsigned char *t, size_t n, CharClass c) {
+  size_t k = 0;
+  while (k < n) {
+    CharClass cc;
+    size_t len = next_char(t + k, n - k, &cc);
+    if (cc != c) break;
+    k += len;
+  }
+  return k;
 }
 
 size_t bpe_pretoken_len(const char *text, size_t n) {
@@ -276,22 +327,58 @@ size_t bpe_pretoken_len(const char *text, size_t n) {
       return 3;
     if (t[1] == 's' || t[1] == 't' || t[1] == 'm' || t[1] == 'd') return 2;
   }
-  /* ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: an optional leading space, then a
-   * run of one class. */
+  /* ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: an optional leading ASCII space,
+   * then a run of one class. */
+  CharClass c;
   size_t j = (t[0] == ' ' && n > 1) ? 1 : 0;
-  CharClass c = char_class(t[j]);
-  if (c != CC_SPACE) {
-    size_t k = j;
-    while (k < n && char_class(t[k]) == c) k++;
-    return k;
-  }
+  next_char(t + j, n - j, &c);
+  if (c != CC_SPACE) return j + run_len(t + j, n - j, c);
   /* `\s+(?!\S)|\s+`: a whitespace run, less its last character when a
-   * non-space follows (that character then leads the next chunk, " word"),
+   * non-space follows (that character then starts the next chunk: " word"),
    * but never less than one character. */
-  size_t k = 0;
-  while (k < n && char_class(t[k]) == CC_SPACE) k++;
-  if (k == n) return k;
-  return k >= 2 ? k - 1 : 1;
+  size_t k = 0, last = 0;
+  while (k < n) {
+    CharClass cc;
+    size_t len = next_char(t + k, n - k, &cc);
+    if (cc != CC_SPACE) break;
+    last = k;
+    k += len;
+  }
+  if (k == n || last == 0) return k; /* whole run at the end; a single character */
+  return last;
+}
+
+bool text_check(const char *text, size_t n, size_t *offset, const char **why) {
+  const unsigned char *t = (const unsigned char *)text;
+  for (size_t i = 0; i < n;) {
+    if (t[i] == 0) {
+      *offset = i;
+      *why = "NUL byte";
+      return false;
+    }
+    if (t[i] < 0x80) {
+      i++;
+      continue;
+    }
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t len = utf8proc_iterate(t + i, n - i < 4 ? (utf8proc_ssize_t)(n - i) : 4, &cp);
+    if (len > 0 && cp >= 0) {
+      i += (size_t)len;
+      continue;
+    }
+    /* Cut off by the end of the buffer: valid if the bytes present could
+     * start a sequence (a lead byte and continuation bytes only). */
+    size_t need = t[i] >= 0xC2 && t[i] <= 0xDF ? 2 : t[i] >= 0xE0 && t[i] <= 0xEF ? 3
+                  : t[i] >= 0xF0 && t[i] <= 0xF4                           ? 4
+                                                                           : 0;
+    bool cut = need > n - i;
+    for (size_t k = i + 1; cut && k < n; k++) cut = (t[k] & 0xC0) == 0x80;
+    if (cut) return true;
+    *offset = i;
+    *why = "invalid UTF-8";
+    return false;
+  }
+  return true;
 }
 
 /* ---- encoding --------------------------------------------------------------- */

@@ -77,6 +77,13 @@ static const struct {
 
 static bool slot_per_layer(GptSlot s) { return s >= G_LN1_W && s <= G_FCPROJ_B; }
 
+CkptGpt2Kind ckpt_gpt2_kind(int k) {
+  PD_CHECK(k >= 0 && k < G_COUNT && G_COUNT == CKPT_GPT2_KINDS);
+  return (CkptGpt2Kind){slots[k].pd,     slots[k].hf,
+                        slots[k].rows_c, slots[k].cols_c,
+                        slot_per_layer((GptSlot)k), slots[k].linear};
+}
+
 const char *ckpt_format_name(CkptFormat f) {
   switch (f) {
     case CKPT_AUTO:

@@ -199,6 +199,12 @@ const char *bpe_byte_symbol(uint8_t byte, char out[4]);
 size_t bpe_pretoken_len(const char *text, size_t n);
 /* GPT-2's byte-to-unicode map: the code point that spells byte `byte`. */
 uint32_t bpe_byte_to_unicode(uint8_t byte);
+/* Whether text[0, n) reads as text: false, with *offset set to the first
+ * offending byte and *why to "NUL byte" or "invalid UTF-8", when it holds a
+ * NUL byte or a byte that is not part of valid UTF-8. A multi-byte sequence
+ * cut off by the end of the buffer counts as valid (the buffer may be the
+ * first block of a longer file). */
+bool text_check(const char *text, size_t n, size_t *offset, const char **why);
 
 /* ---- safetensors (safetensors.c) -----------------------------------------
  * 8-byte little-endian header length N, N bytes of JSON
@@ -240,6 +246,11 @@ typedef struct StEntry {
  * meta_kv = {key0, value0, key1, value1, ...} (nmeta pairs) atomically. */
 bool st_write(const char *path, const StEntry *e, int n, const char *const *meta_kv, int nmeta,
               char *err, size_t errlen);
+/* The same, but left in *af uncommitted (atomic_commit or atomic_abort it), so
+ * that several files can appear together (pd2bw-export's model.safetensors
+ * and config.json). */
+bool st_write_uncommitted(AtomicFile *af, const char *path, const StEntry *e, int n,
+                          const char *const *meta_kv, int nmeta, char *err, size_t errlen);
 
 /* One tensor of an open file; data points into the mapping (it may be
  * unaligned: read it with memcpy or st_read_f32). */
@@ -294,6 +305,19 @@ typedef enum CkptFormat {
 } CkptFormat;
 
 #define CKPT_LLMC_MAGIC 20240326
+
+/* The 16 GPT-2 tensor kinds, in llm.c's file order, for writers of GPT-2
+ * checkpoints (tools/pd2bw-export.c): pd2bw's name and Hugging Face's (after
+ * "h.<i>." for per-layer kinds), the shape in pd2bw's orientation as multiples
+ * of C (rows_c -1: V rows for wte, T for wpe; rows_c 0: rank 1), and whether
+ * llm.c stores it transposed ([out, in]). */
+#define CKPT_GPT2_KINDS 16
+typedef struct CkptGpt2Kind {
+  const char *pd, *hf;
+  int rows_c, cols_c;
+  bool per_layer, linear;
+} CkptGpt2Kind;
+CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
 
 /* Fills every params[i].dst or fails naming the missing or mismatched tensor
  * (a shape mismatch reports both shapes). The number of transformer layers

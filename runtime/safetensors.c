@@ -77,6 +77,13 @@ static int cmp_entry_name(const void *a, const void *b) {
 
 bool st_write(const char *path, const StEntry *e, int n, const char *const *meta_kv, int nmeta,
               char *err, size_t errlen) {
+  AtomicFile af;
+  return st_write_uncommitted(&af, path, e, n, meta_kv, nmeta, err, errlen) &&
+         atomic_commit(&af, err, errlen);
+}
+
+bool st_write_uncommitted(AtomicFile *af, const char *path, const StEntry *e, int n,
+                          const char *const *meta_kv, int nmeta, char *err, size_t errlen) {
   int *order = pd_malloc(((size_t)n + 1) * sizeof *order);
   uint64_t *nbytes = pd_malloc(((size_t)n + 1) * sizeof *nbytes);
   cJSON *root = cJSON_CreateObject();
@@ -132,16 +139,14 @@ bool st_write(const char *path, const StEntry *e, int n, const char *const *meta
     PD_CHECK(header != NULL, "(cJSON_PrintUnformatted)");
   }
   cJSON_Delete(root);
-  AtomicFile af;
-  if (ok && !atomic_open(&af, path, err, errlen)) ok = false;
+  if (ok && !atomic_open(af, path, err, errlen)) ok = false;
   if (ok) {
     size_t hlen = strlen(header);
     uint64_t padded = (hlen + 7) / 8 * 8;
-    atomic_write(&af, &padded, 8);
-    atomic_write(&af, header, hlen);
-    atomic_write(&af, "        ", padded - hlen);
-    for (int k = 0; k < n; k++) atomic_write(&af, e[order[k]].data, nbytes[order[k]]);
-    ok = atomic_commit(&af, err, errlen);
+    atomic_write(af, &padded, 8);
+    atomic_write(af, header, hlen);
+    atomic_write(af, "        ", padded - hlen);
+    for (int k = 0; k < n; k++) atomic_write(af, e[order[k]].data, nbytes[order[k]]);
   }
   cJSON_free(header);
   free(order);

@@ -9,6 +9,7 @@ packages=(
   flex bison                                     # model-language front end
   clang libclang-rt-14-dev                       # libFuzzer + sanitizers for the parser fuzzer
   libcjson-dev                                   # plan.json reading/writing
+  libutf8proc-dev                                # Unicode classes of the GPT-2 pre-tokenizer
   libblis-dev libopenblas-dev                    # BLAS (runtime picks the faster; see bench/)
   libblis-openmp-dev                             # BLIS's OpenMP variant: one thread pool with the stage code
   libopenmpi-dev openmpi-bin                     # the mpi transport

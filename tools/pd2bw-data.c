@@ -16,6 +16,7 @@
  * Each document is tokenised on its own and the token streams concatenated in
  * input order; with --eot each document is preceded by the vocabulary's
  * "<|endoftext|>" token, as GPT-2 and llm.c's data scripts delimit documents.
+ * Inputs that are not text (see TEXT_SNIFF_BYTES) are skipped, one note each.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -72,12 +73,14 @@ static int fail(const char *fmt, ...) {
 
 static int info(int argc, char **argv, int i) {
   if (i >= argc) return fail("--info needs at least one token file");
-  int rc = 0;
+  int nbad = 0, nfiles = argc - i;
   for (; i < argc; i++) {
     char err[IO_ERR_LEN];
     DataFile *f = data_open(argv[i], DATA_AUTO, 0, err, sizeof err);
+    fflush(stdout); /* one file's line after the previous file's, on one terminal or pipe */
     if (!f) {
-      rc = fail("%s", err);
+      fail("%s", err);
+      nbad++;
       continue;
     }
     printf("%s: %s, %lld tokens, largest id %lld\n", argv[i],
@@ -85,14 +88,23 @@ static int info(int argc, char **argv, int i) {
            (long long)data_max_token(f));
     data_close(f);
   }
-  return rc;
+  fflush(stdout);
+  if (nbad && nfiles > 1)
+    fprintf(stderr, "pd2bw-data: %d of %d files could not be read as token files\n", nbad, nfiles);
+  return nbad ? 1 : 0;
 }
 
-/* The fortunes directory holds, next to each text file, its strfile(1) index
- * NAME.dat (binary: a big-endian header whose first word is the version, 1 or
- * 2) and a link NAME.u8 to the text, so a glob over the directory picks up all
- * three. An index is refused; a file given twice (same device and inode, as
- * through the link) is read once, with a note. */
+/* Inputs that are not text are skipped with a note, so that a glob over a
+ * directory (the fortunes directory holds binary NAME.dat indexes) works. An
+ * input is text when its first TEXT_SNIFF_BYTES bytes hold no NUL byte and are
+ * valid UTF-8 (a sequence cut at the end of the block aside) — a cheap,
+ * predictable rule, like git's and file(1)'s look at a file's start. Later
+ * invalid bytes are tokenised as runtime/bpe.c documents. */
+enum { TEXT_SNIFF_BYTES = 4096 };
+
+/* strfile(1)'s index NAME.dat (a big-endian header whose first word is the
+ * version, 1 or 2), named in the note because the fortunes directory holds one
+ * next to each text file. */
 static bool is_strfile_index(const char *path, const char *text, size_t n) {
   size_t pl = strlen(path);
   return pl > 4 && strcmp(path + pl - 4, ".dat") == 0 && n >= 24 &&
@@ -223,12 +235,16 @@ int main(int argc, char **argv) {
       rc = fail("%s", err);
       break;
     }
-    if (o.fortune && is_strfile_index(o.inputs[i], texts[i], lens[i])) {
-      rc = fail(
-          "%s: a strfile(1) index (binary), not fortune text; give the text files, "
-          "not *.dat",
-          o.inputs[i]);
-      break;
+    size_t bad_at;
+    const char *why;
+    if (!text_check(texts[i], lens[i] < TEXT_SNIFF_BYTES ? lens[i] : TEXT_SNIFF_BYTES, &bad_at,
+                    &why)) {
+      fprintf(stderr, "pd2bw-data: note: skipped %s: not text (%s at offset %zu%s)\n",
+              o.inputs[i], why, bad_at,
+              is_strfile_index(o.inputs[i], texts[i], lens[i]) ? "; a strfile(1) index" : "");
+      free(texts[i]);
+      texts[i] = NULL;
+      continue;
     }
     int dup = -1;
     if (stat(o.inputs[i], &seen[i]) == 0)

@@ -8,8 +8,8 @@ that dependency and its run time (~40 s on 2 cores). It trains a small merge lis
 ASCII-only fortune files, permutes the ids (so ids differ from ranks), writes
 vocab.json/merges.txt, encodes the same files with GPT-2's encoder.py algorithm
 (the real pre-tokenisation regex, bpe() verbatim in spirit) and with pd2bw-data,
-and requires identical token streams. ASCII-only input, because pd2bw's
-pre-tokeniser treats every non-ASCII byte as a letter (see runtime/bpe.c).
+and requires identical token streams. ASCII-only input (tests/data/
+test_bpe_unicode.c checks Unicode text against tiktoken).
 Documents are cut into paragraphs exactly as pd2bw-data does.
 """
 import collections, glob, json, os, struct, subprocess, sys, tempfile

@@ -63,6 +63,41 @@ grep -q "skipped 1 input naming a file already read" "$DIR/out.txt" || fail "dup
 grep -q "1 files, .* 4 documents (1 validation)" "$DIR/out.txt" || fail "dup summary: $(cat "$DIR/out.txt")"
 cmp -s "$DIR/f_train.bin" "$DIR/g_train.bin" || fail "dup changed the tokens"
 
+# ---- non-text inputs are skipped with one note each (NUL byte or invalid UTF-8
+# in the first 4096 bytes), the text is tokenised as if they were not given ---
+printf '\000\000\000\002\000\000\000\004\000\000\000\006\000\000\000\004\000\000\000\000%%\000\000\000' > "$DIR/f.dat"
+printf 'ok\n\377\376 latin-1\n' > "$DIR/l1.txt"
+printf 'bin\000ary' > "$DIR/nul.bin"
+"$BIN" --fortune --input "$DIR/f.dat" "$DIR/f" "$DIR/l1.txt" "$DIR/nul.bin" --out-prefix "$DIR/s" --val-fraction 0.25 \
+  > "$DIR/out.txt" 2>&1 || fail "non-text inputs stopped the run: $(cat "$DIR/out.txt")"
+grep -qxF "pd2bw-data: note: skipped $DIR/f.dat: not text (NUL byte at offset 0; a strfile(1) index)" "$DIR/out.txt" ||
+  fail "f.dat note: $(cat "$DIR/out.txt")"
+grep -qxF "pd2bw-data: note: skipped $DIR/l1.txt: not text (invalid UTF-8 at offset 3)" "$DIR/out.txt" ||
+  fail "l1.txt note: $(cat "$DIR/out.txt")"
+grep -qxF "pd2bw-data: note: skipped $DIR/nul.bin: not text (NUL byte at offset 3)" "$DIR/out.txt" ||
+  fail "nul.bin note: $(cat "$DIR/out.txt")"
+grep -q "1 files, .* 4 documents (1 validation)" "$DIR/out.txt" || fail "skip summary: $(cat "$DIR/out.txt")"
+cmp -s "$DIR/f_train.bin" "$DIR/s_train.bin" || fail "skipping changed the tokens"
+# Only the first 4096 bytes are looked at; a UTF-8 sequence cut at byte 4096 is text.
+head -c 4095 /dev/zero | tr '\000' 'a' > "$DIR/long.txt"
+printf '\303\251 then\000 a NUL later\n' >> "$DIR/long.txt"
+"$BIN" --input "$DIR/long.txt" --out-prefix "$DIR/lg" --val-fraction 0 > "$DIR/out.txt" 2>&1 || fail "long run"
+grep -q "note: skipped" "$DIR/out.txt" && fail "long.txt was skipped: $(cat "$DIR/out.txt")"
+[ "$(tokens "$DIR/lg_train.bin" | wc -w)" -eq "$(wc -c < "$DIR/long.txt")" ] || fail "long.txt tokens"
+"$BIN" --input "$DIR/nul.bin" --out-prefix "$DIR/nt" > "$DIR/out.txt" 2>&1 && fail "only non-text input: exit 0"
+grep -q "no text to train on" "$DIR/out.txt" || fail "only non-text input: $(cat "$DIR/out.txt")"
+[ ! -e "$DIR/nt_train.bin" ] || fail "only non-text input wrote a file"
+
+# ---- --info reports every file, in order, and says how many failed -----------
+printf 'xyz' > "$DIR/three.bin"
+"$BIN" --info "$DIR/p_val.bin" "$DIR/three.bin" "$DIR/nope.bin" "$DIR/p_train.bin" > "$DIR/info.txt" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "--info with bad files exited $rc, expected 1"
+sed -e 's/^pd2bw-data: error: //' -e 's/:.*//' "$DIR/info.txt" > "$DIR/info_order.txt"
+printf '%s\n' "$DIR/p_val.bin" "$DIR/three.bin" "$DIR/nope.bin" "$DIR/p_train.bin" "pd2bw-data" > "$DIR/want_order.txt"
+cmp -s "$DIR/info_order.txt" "$DIR/want_order.txt" || fail "--info order/lines: $(cat "$DIR/info.txt")"
+grep -qxF "pd2bw-data: 2 of 4 files could not be read as token files" "$DIR/info.txt" || fail "--info summary: $(cat "$DIR/info.txt")"
+
 # ---- the real corpus (Debian's fortunes), when installed: every byte but the
 # '%' separator lines ("%\n", 2 bytes each) becomes a token --------------------
 FORT=/usr/share/games/fortunes
@@ -74,7 +109,15 @@ if [ -f "$FORT/fortunes" ]; then
   want=$(( $(cat $files | wc -c) - 2 * $(cat $files | grep -c '^%$') ))
   got=$(( ($(wc -c < "$DIR/fort_train.bin") - 1024 + $(wc -c < "$DIR/fort_val.bin") - 1024) / 2 ))
   [ "$got" -eq "$want" ] || fail "fortunes: $got tokens, expected $want"
-  rm -f "$DIR"/fort_*.bin
+  # The README's command, as written: the glob also names the *.dat indexes and
+  # the *.u8 links, which are skipped with a note; the tokens are the same.
+  "$BIN" --fortune --input "$FORT"/* --out-prefix "$DIR/fortall" > "$DIR/out.txt" 2>&1 ||
+    fail "README command: $(cat "$DIR/out.txt")"
+  [ "$(grep -c '^pd2bw-data: note: skipped .*\.dat: not text' "$DIR/out.txt")" -eq "$(ls "$FORT"/*.dat | wc -l)" ] ||
+    fail "README command notes: $(cat "$DIR/out.txt")"
+  cmp -s "$DIR/fort_train.bin" "$DIR/fortall_train.bin" && cmp -s "$DIR/fort_val.bin" "$DIR/fortall_val.bin" ||
+    fail "README command: tokens differ from the text files alone"
+  rm -f "$DIR"/fort_*.bin "$DIR"/fortall_*.bin
 fi
 
 # ---- user errors: message, status 1, previous outputs untouched, no temp files ----
@@ -103,8 +146,6 @@ expect_error "has no \"<|endoftext|>\" token" --input "$DIR/h.txt" --out-prefix 
 expect_error "--eot needs --vocab" --input "$DIR/h.txt" --out-prefix "$DIR/e" --eot
 expect_error "unknown or incomplete option --bogus" --bogus
 expect_error "cannot create" --input "$DIR/a.txt" --out-prefix "$DIR/no/such/dir/p"
-printf '\000\000\000\002\000\000\000\004\000\000\000\006\000\000\000\004\000\000\000\000%%\000\000\000' > "$DIR/f.dat"
-expect_error "f.dat: a strfile(1) index (binary), not fortune text" --fortune --input "$DIR/f" "$DIR/f.dat" --out-prefix "$DIR/e"
 printf 'abc' > "$DIR/odd.bin"
 expect_error "odd size (3 bytes)" --info "$DIR/odd.bin"
 ls "$DIR" | grep -q '\.tmp\.' && fail "temp files left: $(ls "$DIR")"

@@ -60,8 +60,34 @@ static void test_pretokenizer(void) {
   EXPECT_STREQ(chunks("x  \n y"), "x|  \n| y");
   EXPECT_STREQ(chunks("   "), "   ");
   EXPECT_STREQ(chunks(" "), " ");
-  /* Non-ASCII bytes count as letters: "café" stays one chunk. */
+  /* Unicode classes (utf8proc): "é" is a letter, U+00A0 (no-break space) is
+   * \s but not the ' ?' prefix, an em dash is "other", a byte that is not
+   * UTF-8 is "other" (tests/data/test_bpe_unicode.c checks many more). */
   EXPECT_STREQ(chunks("caf\xC3\xA9 au"), "caf\xC3\xA9| au");
+  EXPECT_STREQ(chunks("a\xC2\xA0" "b \xC2\xA0\xC2\xA0" "c"), "a|\xC2\xA0|b| \xC2\xA0|\xC2\xA0|c");
+  EXPECT_STREQ(chunks("x\xE2\x80\x94 \xE2\x80\x94y"), "x|\xE2\x80\x94| \xE2\x80\x94|y");
+  EXPECT_STREQ(chunks("ab\x80\xFF!" "cd"), "ab|\x80\xFF!|cd");
+}
+
+static void test_text_check(void) {
+  size_t at = 99;
+  const char *why = NULL;
+  EXPECT(text_check("caf\xC3\xA9 \xE2\x80\x94 \xF0\x9F\x98\x80", 13, &at, &why));
+  EXPECT(!text_check("ab\0c", 4, &at, &why));
+  EXPECT_EQ_INT(at, 2);
+  EXPECT_STREQ(why, "NUL byte");
+  /* stray continuation byte, overlong '/', UTF-8 of a surrogate, beyond U+10FFFF */
+  const char *bad[] = {"a\x80", "a\xC0\xAF", "a\xED\xA0\x80", "a\xF4\x90\x80\x80", "a\xFF"};
+  for (int i = 0; i < 5; i++) {
+    at = 99;
+    EXPECT(!text_check(bad[i], strlen(bad[i]), &at, &why));
+    EXPECT_EQ_INT(at, 1);
+    EXPECT_STREQ(why, "invalid UTF-8");
+  }
+  /* A sequence cut by the end of the block is text; cut in the middle is not. */
+  EXPECT(text_check("a\xE2\x80", 3, &at, &why));
+  EXPECT(!text_check("a\xE2\x80" "b", 4, &at, &why));
+  EXPECT_EQ_INT(at, 1);
 }
 
 static Bpe *load_fixture(void) {
@@ -170,6 +196,7 @@ int main(void) {
   tmp_init("bpe");
   RUN(test_byte_to_unicode);
   RUN(test_pretokenizer);
+  RUN(test_text_check);
   RUN(test_fixture_encoding);
   RUN(test_byte_level);
   RUN(test_load_errors);

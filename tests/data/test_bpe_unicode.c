@@ -1,0 +1,85 @@
+/* GPT-2 BPE on Unicode text (runtime/bpe.c) against reference token ids.
+ *
+ * tests/data/unicode/cases.tsv holds, per case, UTF-8 text (as hex) and the ids
+ * tiktoken gives it with GPT-2's pattern and the vocabulary in the same folder
+ * (GPT-2-shaped: byte ids as GPT-2's, merges trained on the cases); for the few
+ * cases that are not valid UTF-8 the ids are GPT-2's encoder.py algorithm on
+ * the surrogateescape-decoded text. tests/data/gen_bpe_unicode_ref.py wrote
+ * them and says how. Every case must give the same ids, in the same order. */
+#include <stdlib.h>
+
+#include "runtime/io.h"
+#include "test.h"
+
+#define DIR "tests/data/unicode/"
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static void test_reference_ids(void) {
+  char err[IO_ERR_LEN];
+  Bpe *b = bpe_load(DIR "vocab.json", DIR "merges.txt", err, sizeof err);
+  if (!b) {
+    fprintf(stderr, "%s\n", err);
+    EXPECT(b != NULL);
+    return;
+  }
+  size_t len;
+  char *tsv = io_read_all(DIR "cases.tsv", &len, err, sizeof err);
+  EXPECT(tsv != NULL);
+  if (!tsv) {
+    bpe_destroy(b);
+    return;
+  }
+  int ncases = 0, nbad = 0, ninvalid = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(tsv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (line[0] == '#') continue;
+    char *name = line, *hex = strchr(name, '\t');
+    EXPECT(hex != NULL);
+    if (!hex) break;
+    *hex++ = '\0';
+    char *ids = strchr(hex, '\t');
+    EXPECT(ids != NULL);
+    if (!ids) break;
+    *ids++ = '\0';
+    size_t n = strlen(hex) / 2;
+    char *text = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+      text[i] = (char)(hexval(hex[2 * i]) << 4 | hexval(hex[2 * i + 1]));
+    TokenBuf want = {0}, got = {0};
+    for (char *p = ids; *p;) {
+      char *end;
+      long v = strtol(p, &end, 10);
+      if (end == p) break;
+      tokenbuf_push(&want, (uint16_t)v);
+      p = end;
+    }
+    size_t bad = 0;
+    bool ok = bpe_encode(b, text, n, &got, &bad);
+    ninvalid += strncmp(name, "invalid_", 8) == 0;
+    ncases++;
+    if (!ok || got.n != want.n || memcmp(got.ids, want.ids, got.n * sizeof *got.ids) != 0) {
+      if (nbad++ < 10) { /* the first few, in full */
+        fprintf(stderr, "case %s: got", name);
+        for (size_t i = 0; i < got.n; i++) fprintf(stderr, " %u", got.ids[i]);
+        fprintf(stderr, "\n  expected %s\n", ids);
+      }
+    }
+    tokenbuf_free(&want);
+    tokenbuf_free(&got);
+    free(text);
+  }
+  if (nbad) fprintf(stderr, "%d of %d cases differ from the reference ids\n", nbad, ncases);
+  EXPECT_EQ_INT(nbad, 0);
+  EXPECT(ncases >= 450); /* the file was read whole */
+  EXPECT(ninvalid >= 6);
+  free(tsv);
+  bpe_destroy(b);
+}
+
+int main(void) {
+  RUN(test_reference_ids);
+  return TEST_REPORT();
+}
