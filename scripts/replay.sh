@@ -2,7 +2,7 @@
 # The bit-for-bit replay set of the training-step code paths (docs/replay.md).
 #
 #   scripts/replay.sh record DIR [--quick] [--build BUILD]
-#   scripts/replay.sh check DIR [--quick] [--force] [--build BUILD]
+#   scripts/replay.sh check DIR [--quick] [--only REGEX] [--force] [--build BUILD]
 #
 # record trains a fixed grid of cases, each through one of today's paths, and writes
 # DIR/CASE.txt per case (tests/replay/replay_case.c: every step's loss and each
@@ -28,11 +28,12 @@
 #     fp32 plans with clipping, each with the CPU trainer / reference beside it;
 #   - the stand-in NCCL (tests/nccl's fake libnccl over MPI): multi-GPU mode
 #     (cuda_pipe_nccl.c) on 2 ranks, 2bw d=2 and gpipe w=2.
-# --quick (the CTest test replay_selfcheck): one case of every path.
+# --quick (the CTest test replay_selfcheck): one case of every path. --only REGEX
+# (check): only the cases whose names match the extended regular expression.
 # Full grid: about 3 minutes on 2 busy cores once the stage programs are cached.
 set -u
 usage() {
-  echo "usage: replay.sh record|check DIR [--quick] [--force] [--build BUILD]" >&2
+  echo "usage: replay.sh record|check DIR [--quick] [--only REGEX] [--force] [--build BUILD]" >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
@@ -41,6 +42,7 @@ DIR=$2
 shift 2
 QUICK=
 FORCE=
+ONLY=
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build
 while [ $# -gt 0 ]; do
@@ -48,11 +50,16 @@ while [ $# -gt 0 ]; do
   --quick) QUICK=1 ;;
   --force) FORCE=1 ;;
   --build) [ $# -ge 2 ] || usage; BUILD=$2; shift ;;
+  --only) [ $# -ge 2 ] || usage; ONLY=$2; shift ;;
   *) usage ;;
   esac
   shift
 done
 case $ACTION in record | check) ;; *) usage ;; esac
+if [ -n "$ONLY" ] && [ "$ACTION" = record ]; then
+  echo "replay.sh: --only is for check (a recording holds its whole grid)" >&2
+  exit 2
+fi
 PD2BWC=$BUILD/tools/pd2bwc
 RUN=$BUILD/tools/pd2bwrun
 CASE=$BUILD/tests/replay/replay_case
@@ -192,6 +199,7 @@ while read -r kind name rest; do
     continue
   fi
   read -r mode plan <<<"$rest"
+  [ -n "$ONLY" ] && ! grep -qE -- "$ONLY" <<<"$name" && continue
   ncase=$((ncase + 1))
   if ! run_case "$T/out" "$name" "$mode" "$plan"; then
     nbad=$((nbad + 1))
