@@ -60,6 +60,11 @@ if [ -n "$ONLY" ] && [ "$ACTION" = record ]; then
   echo "replay.sh: --only is for check (a recording holds its whole grid)" >&2
   exit 2
 fi
+# Absolute paths, then the repository root: the emulator builds each module with
+# -I. to find tests/cuda/cuda_emu.cpp (tests/cudaexec/emu_module.c).
+case $DIR in /*) ;; *) DIR=$PWD/$DIR ;; esac
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+cd "$ROOT" || exit 1
 PD2BWC=$BUILD/tools/pd2bwc
 RUN=$BUILD/tools/pd2bwrun
 CASE=$BUILD/tests/replay/replay_case
@@ -169,7 +174,7 @@ first_diff() {
   local la lb
   la=$(sed -n "${n}p" "$a")
   lb=$(sed -n "${n}p" "$b")
-  echo "line $n: recorded '${la:-<end>}', now '${lb:-<end>}'"
+  echo "line $n: recorded '${la:-<end>}', now '${lb:-<end>}' ($(diff "$a" "$b" | grep -c '^<') lines differ)"
 }
 
 mkdir -p "$T/plans" "$T/out"
