@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const char plan_report_page[]; /* plan_report_page.c, generated */
 
@@ -141,8 +142,10 @@ static char *page_data(const char *plan_dir, const ReportRun *run, char *err, si
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(plan, "model"), "params");
   cJSON *root = cJSON_CreateObject();
   cJSON_AddItemToObject(root, "plan", plan);
+  /* timeline.json: every pd2bwc plan has one; a hand-made or older plan without it
+   * gets a page without the simulated timeline (a corrupt one is still an error) */
   path = join(plan_dir, "timeline.json");
-  cJSON *sim = read_json(path, err, errlen);
+  cJSON *sim = access(path, F_OK) == 0 ? read_json(path, err, errlen) : cJSON_CreateObject();
   free(path);
   cJSON *r = sim && run ? run_json(run, err, errlen) : NULL;
   if (!sim || (run && !r)) {
