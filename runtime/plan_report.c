@@ -109,7 +109,8 @@ static cJSON *compact_trace(const cJSON *trace) {
 /* An array of n numbers; NAN (a step without validation) becomes null. */
 static cJSON *numbers(const double *v, int64_t n) {
   cJSON *a = cJSON_CreateArray();
-  for (int64_t i = 0; i < n; i++) cJSON_AddItemToArray(a, isfinite(v[i]) ? cJSON_CreateNumber(v[i]) : cJSON_CreateNull());
+  for (int64_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(a, isfinite(v[i]) ? cJSON_CreateNumber(v[i]) : cJSON_CreateNull());
   return a;
 }
 
@@ -164,7 +165,7 @@ static char *page_data(const char *plan_dir, const ReportRun *run, char *err, si
 
 /* JSON inside <script>: "</script" or "<!--" in a string (a segment or file name
  * can hold anything) would end or confuse the element, so every '<' is written
- * "\\u003c", the same string to JSON ('<' occurs only inside strings). */
+ * "\u003c", the same string to JSON ('<' occurs only inside strings). */
 static void write_script_json(AtomicFile *af, const char *json) {
   for (const char *p = json; *p;) {
     const char *q = strchr(p, '<');
