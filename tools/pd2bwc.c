@@ -498,7 +498,7 @@ int main(int argc, char **argv) {
            graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
            graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
     plan_print_summary(plan, stdout);
-    printf("wrote %s/plan.json\n", o.out);
+    printf("wrote %s/plan.json (and %s/report.html, the plan as a web page)\n", o.out, o.out);
   }
   rc = 0;
 

@@ -38,7 +38,7 @@ check "no temporary left in the plan directory" bash -c '! ls "$1" | grep -q "\.
 # One page load: the DOM after the scripts ran, and a screenshot.
 cd "$T"
 timeout 90 "$BROWSER" --headless --disable-gpu --no-sandbox --no-first-run --hide-scrollbars \
-  --enable-logging=stderr --v=0 --window-size=1280,2300 --screenshot="$T/shot.png" \
+  --user-data-dir="$T/browser-profile" --enable-logging=stderr --v=0 --window-size=1280,2300 --screenshot="$T/shot.png" \
   --dump-dom "file://$T/plan/report.html" >"$T/dom.html" 2>"$T/browser.err"
 rc=$?
 if [ $rc -eq 0 ]; then ok "chromium loaded the page"; else bad "chromium exited with $rc"; tail -20 "$T/browser.err"; fi
