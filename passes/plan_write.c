@@ -202,6 +202,12 @@ static void add_sections(const Plan *p, cJSON *root) {
   num(root, "schedule_batches", p->streams.spec.nbatches);
   cJSON_AddStringToObject(root, "precision", plan_precision_name(p->in.precision));
   num(root, "peak_flops", plan_peak_flops(&p->cluster, p->in.precision));
+  cJSON *cl = cJSON_AddObjectToObject(root, "cluster"); /* what the plan was fitted to */
+  cJSON_AddStringToObject(cl, "name", p->cluster.name ? p->cluster.name : "");
+  cJSON_AddStringToObject(cl, "device", p->cluster.device ? p->cluster.device : "");
+  num(cl, "nodes", p->cluster.nodes);
+  num(cl, "devices_per_node", p->cluster.devices_per_node);
+  num(cl, "memory_bytes", p->cluster.memory_bytes);
   cJSON *stages = cJSON_AddArrayToObject(root, "stages");
   for (int i = 0; i < p->cfg.stages; i++) cJSON_AddItemToArray(stages, stage_json(p, i));
   cJSON *tied = cJSON_AddArrayToObject(root, "tied");

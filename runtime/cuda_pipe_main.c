@@ -75,6 +75,7 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
                    cx_pipe_predicted_bubble(plan_dir));
   if (!rc && o->save_path) printf("%s: saved %s\n", prog, o->save_path);
   if (!rc && o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
+  if (!rc && o->trace_path) pipe_report_update(plan_dir, p, &r, o->trace_path, o->quiet);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
   return rc;

@@ -18,3 +18,6 @@ target_link_libraries(pd2bw_pipeline PUBLIC pd2bw_runtime pd2bw_transport pd2bw_
 
 # the validation loss through the pipeline (pd2bwrun --val-data; runtime/pipeline_eval.h)
 target_sources(pd2bw_pipeline PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pipeline_eval.c)
+
+# pd2bwrun --trace rewrites the plan's report.html with the run (runtime/plan_report.h)
+target_link_libraries(pd2bw_pipeline PRIVATE pd2bw_report)

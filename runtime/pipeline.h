@@ -178,6 +178,12 @@ bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const Pip
  * step of r, written atomically at the end (runtime/io.h); false with the path and the
  * cause in err. */
 bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
+/* After a run with --trace (trace_path, already written): rewrites plan_dir's
+ * report.html with the measured timeline and the losses (runtime/plan_report.h). A
+ * plan directory that takes no new file (shared, read-only) costs a warning on
+ * stderr only: the run's own outputs are already written. */
+void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
+                        bool quiet);
 
 /* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
  * every output path (runtime/io.h: output_paths_check) before loading the plan. */

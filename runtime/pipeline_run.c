@@ -13,6 +13,7 @@
  * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
  * st_write writes a temporary file and renames it), every rank reads it back itself. */
 #include "runtime/pipeline_eval.h"
+#include "runtime/plan_report.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -452,6 +453,19 @@ static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
   return true;
 }
 
+void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
+                        bool quiet) {
+  ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
+                   .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
+                   .bubble = r->bubble, .stages = p->d};
+  char err[IO_ERR_LEN];
+  if (plan_report_write(plan_dir, &run, err, sizeof err)) {
+    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
+  } else {
+    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
+  }
+}
+
 int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *transport, bool reference, double ref_tol,
                   int *argc, char ***argv) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
@@ -507,6 +521,7 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
   } else if (root) {
     if (o.save_path) printf("pd2bwrun: saved %s\n", o.save_path);
     if (o.trace_path) printf("pd2bwrun: trace %s\n", o.trace_path);
+    if (o.trace_path) pipe_report_update(plan_dir, p, &r, o.trace_path, o.quiet);
     if (reference && !pipeline_check_reference(p, &o, &r, ref_tol, stdout, err, sizeof err)) {
       fprintf(stderr, "pd2bwrun: error: %s\n", err);
       rc = 1;

@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin                     # the mpi transport
   fortunes                                       # English text corpus for the main job
   python3                                        # test scripts: token fixtures, trace/checkpoint checks
+  chromium                                       # only tests/report (report_browser): plan/report.html in a headless browser
 )
 
 missing=()

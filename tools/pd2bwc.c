@@ -8,6 +8,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "runtime/plan_report.h"
 #include "tools/plan_dir.h"
 
 #include <cjson/cJSON.h>
@@ -24,7 +25,7 @@ static const char usage[] =
     "\n"
     "Compiles a model written in the pd2bw language (docs/language.md) into a plan\n"
     "directory for pd2bwrun: plan.json, schedule.txt, memory.txt, timeline.json,\n"
-    "timeline.svg and the per-stage programs.\n"
+    "timeline.svg, report.html (the plan as a web page) and the per-stage programs.\n"
     "\n"
     "options:\n"
     "  -o DIR                    output plan directory (replaced atomically; if it exists it\n"
@@ -409,6 +410,14 @@ static void print_count(FILE *out, int64_t n) {
   fputs(buf, out);
 }
 
+/* report.html, drawn from the plan.json just written (runtime/plan_report.h). */
+static bool write_report(const char *tmp, Diag *d) {
+  char err[1024];
+  if (plan_report_write(tmp, NULL, err, sizeof err)) return true;
+  diag_error(d, (Loc){tmp, 0, 0}, "cannot write report.html: %s", err);
+  return false;
+}
+
 int main(int argc, char **argv) {
   Options o;
   int rc = parse_args(argc, argv, &o);
@@ -473,6 +482,7 @@ int main(int argc, char **argv) {
   bool ok = plan_write(plan, tmp, root, &d) &&
             emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.precision, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
+  ok = ok && write_report(tmp, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);
   if (!ok) {
     plan_dir_abort(tmp);
@@ -488,7 +498,7 @@ int main(int argc, char **argv) {
            graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
            graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
     plan_print_summary(plan, stdout);
-    printf("wrote %s/plan.json\n", o.out);
+    printf("wrote %s/plan.json (and %s/report.html, the plan as a web page)\n", o.out, o.out);
   }
   rc = 0;
 

@@ -257,6 +257,33 @@ static void test_2bw4(void) {
   pipe_plan_free(p);
 }
 
+/* The plan's report.html after the run (runtime/plan_report.h): its embedded data
+ * holds the run's losses and the trace in single-GPU form (a thread per replica). */
+static void check_report(const char *dir, const PipeOutcome *r, int steps) {
+  char path[300], ierr[IO_ERR_LEN];
+  snprintf(path, sizeof path, "%s/report.html", dir);
+  size_t len;
+  char *page = io_read_all(path, &len, ierr, sizeof ierr);
+  EXPECT(page != NULL);
+  if (!page) return;
+  const char *mark = "id=\"pd2bw-data\">", *open = strstr(page, mark);
+  const char *close = open ? strstr(open, "</script>") : NULL;
+  EXPECT(open && close);
+  size_t m = strlen(mark);
+  cJSON *d = open && close ? cJSON_ParseWithLength(open + m, (size_t)(close - open) - m) : NULL;
+  const cJSON *run = cJSON_GetObjectItemCaseSensitive(d, "run");
+  const cJSON *losses = cJSON_GetObjectItemCaseSensitive(run, "losses");
+  const cJSON *trace = cJSON_GetObjectItemCaseSensitive(run, "trace");
+  EXPECT(cJSON_GetArraySize(losses) == steps);
+  for (int k = 0; k < steps && k < cJSON_GetArraySize(losses); k++)
+    EXPECT(cJSON_GetArrayItem(losses, k)->valuedouble == r->step_loss[k]);
+  EXPECT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(trace, "events")) > 0);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(trace, "threads"), "0:3");
+  EXPECT(cJSON_IsString(t) && strcmp(t->valuestring, "stage 1 replica 1") == 0);
+  cJSON_Delete(d);
+  free(page);
+}
+
 /* Through cuda_pipe_main, as pd2bwrun --backend cuda --trace runs it. */
 static void test_2bw2(void) {
   enum { STEPS = 3 };
@@ -273,6 +300,12 @@ static void test_2bw2(void) {
   if (!p) return;
   check_trace(p, trace, STEPS);
   EXPECT(cx_pipe_predicted_bubble(dir) >= 0);
+  /* the run's own losses, to compare with the report's (the emulator is deterministic) */
+  PipeOutcome r;
+  char err[RT_ERR_LEN];
+  EXPECT(train(p, EMU_LOWEST_FIRST, STEPS, NULL, &r, err, sizeof err) == 0);
+  check_report(dir, &r, STEPS);
+  pipe_outcome_free(&r);
   pipe_plan_free(p);
 }
 
