@@ -191,12 +191,14 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   int *nuse = pd_calloc((size_t)nt, sizeof(int));
   int *last = pd_malloc((size_t)nt * sizeof(int)); /* index into order of the last use */
   for (int t = 0; t < nt; t++) last[t] = -1;
+  L->sole_reader = pd_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+  for (int t = 0; t < nt; t++) L->sole_reader[t] = -1;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
     bool in_stage = layout_has_op(L, o);
     for (int i = 0; i < op->nin; i++) {
       int t = op->in[i];
-      nuse[t]++;
+      L->sole_reader[t] = nuse[t]++ == 0 ? o : -1;
       if (!in_stage)
         read_out[t] = true;
       else if (o < nfwd_all)
@@ -413,6 +415,7 @@ void layout_destroy(StageLayout *L) {
   free(L->place);
   free(L->scratch_off);
   free(L->scratch_bytes);
+  free(L->sole_reader);
   free(L);
 }
 
