@@ -22,6 +22,7 @@
  * A tensor that skips a stage (made on i, read on i+2) has no channel in the plan's
  * instruction streams; that is reported as an error naming the tensor. */
 #include "codegen/codegen.h"
+#include "passes/plan_limits.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -130,6 +131,12 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
                  "neighbouring stages exchange tensors", t, x->name ? x->name : "?", s, cs);
         ok = false;
       }
+    }
+    if (ok && cJSON_GetArraySize(arr) > PLAN_MAX_BOUNDARY) {
+      snprintf(err, errlen, "stage %d exchanges %d tensors with its neighbouring stages; the runtime handles at "
+               "most %d (pin fewer stages, or a model whose blocks pass fewer tensors on)",
+               s, cJSON_GetArraySize(arr), PLAN_MAX_BOUNDARY);
+      ok = false;
     }
     layout_destroy(L);
   }

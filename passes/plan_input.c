@@ -18,7 +18,7 @@ void plan_input_init(PlanInput *in, const char *name) {
 
 void plan_input_free(PlanInput *in) {
   for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda);
-  for (int i = 0; i < in->ntied; i++) free(in->tied[i].name);
+  for (int i = 0; i < in->ntied; i++) free(in->tied[i].name), free(in->tied[i].segs);
   free(in->segs);
   free(in->tied);
   free(in->name);
@@ -57,7 +57,7 @@ static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
 
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs) {
-  PD_CHECK(nsegs > 0 && nsegs <= PLAN_MAX_TIED_SEGS, "tied group of %d segments", nsegs);
+  PD_CHECK(nsegs > 0, "tied group of %d segments", nsegs);
   if (in->ntied == in->cap_tied) {
     in->cap_tied = in->cap_tied ? 2 * in->cap_tied : 4;
     in->tied = pd_realloc(in->tied, (size_t)in->cap_tied * sizeof *in->tied);
@@ -67,8 +67,9 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
   t->name = pd_strdup(name);
   t->count = count;
   t->nsegs = nsegs;
+  t->segs = pd_malloc((size_t)nsegs * sizeof *t->segs);
   for (int i = 0; i < nsegs; i++) {
-    PD_CHECK(segs[i] >= 0 && segs[i] < in->nsegs, "tied segment %d", segs[i]);
+    PD_CHECK(segs[i] >= 0 && segs[i] < in->nsegs && (i == 0 || segs[i] > segs[i - 1]), "tied segment %d", segs[i]);
     t->segs[i] = segs[i];
   }
   return in->ntied++;
@@ -153,6 +154,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   for (int i = 0; i < g->nops; i++)
     for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op < 0; j++) reader[g->ops[i].in[j]] = g->ops[i].region;
   bool *used = pd_calloc((size_t)R, sizeof(bool));
+  int *segs = pd_malloc((size_t)R * sizeof *segs);
   for (int pi = 0; pi < g->nparams; pi++) {
     const Param *P = &g->params[pi];
     const Tensor *T = &g->tensors[P->tensor];
@@ -166,13 +168,14 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     for (int i = 0; i < g->nops; i++)
       for (int j = 0; j < g->ops[i].nin; j++)
         if (g->ops[i].in[j] == P->tensor && g->ops[i].fwd_op < 0) used[g->ops[i].region] = true;
-    int segs[PLAN_MAX_TIED_SEGS], ns = 0;
-    for (int r = 0; r < R && ns < PLAN_MAX_TIED_SEGS; r++)
+    int ns = 0;
+    for (int r = 0; r < R; r++)
       if (used[r]) segs[ns++] = r;
     if (ns == 0) segs[ns++] = P->region >= 0 && P->region < R ? P->region : 0;
     plan_input_add_tied(out, T->name, n, segs, ns);
   }
   free(used);
+  free(segs);
   free(reader);
   free(last_use);
   free(bwd_reads);
