@@ -427,6 +427,9 @@ Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, D
                  in->batch);
     else if (S.refused[0] && S.best_over > 1e299)
       diag_error(dg, noloc, "%s", S.refused);
+    else if (!(S.best_over > 0)) /* fits, yet no finite step time: not a memory problem */
+      diag_error(dg, noloc, "no configuration has a finite predicted step time (are the --profile times or the "
+                 "cluster's rates sane?)");
     else
       diag_error(dg, noloc,
                  "the model does not fit on cluster '%s': the best configuration is over memory "
