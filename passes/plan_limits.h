@@ -10,5 +10,8 @@
 #define PLAN_MAX_TIED_GROUPS 8  /* tied parameters in a plan (plan.json "tied" entries) */
 #define PLAN_MAX_SLOTS 128      /* weight versions, and stash slots, per stage */
 #define PLAN_MAX_BOUNDARY 64    /* tensors a stage exchanges with its neighbours */
+/* Microbatches per batch (m): plan.json carries every instruction of 3 batches, and the
+ * runtime generates m·d of them per batch; past this a plan is gigabytes of streams. */
+#define PLAN_MAX_MICROBATCHES 4096
 
 #endif

@@ -135,6 +135,15 @@ static void evaluate(Search *S, PlanConfig cfg) {
     S->n++;
     return;
   }
+  if (cfg.microbatches > PLAN_MAX_MICROBATCHES) {
+    snprintf(k->why, sizeof k->why, "%" PRId64 " microbatches per batch (at most %d)", cfg.microbatches,
+             PLAN_MAX_MICROBATCHES);
+    snprintf(S->refused, sizeof S->refused,
+             "%" PRId64 " microbatches of %" PRId64 " per batch: a plan has at most %d (a larger microbatch size, "
+             "or a smaller global batch)", cfg.microbatches, cfg.microbatch_size, PLAN_MAX_MICROBATCHES);
+    S->n++;
+    return;
+  }
   /* The runtime's tables hold PLAN_MAX_SLOTS weight versions and stash slots per
    * stage (passes/plan_limits.h); stage 0 needs the most. */
   int nv = plan_versions_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);

@@ -2,7 +2,8 @@
 # The runtime's limits on a plan (passes/plan_limits.h) are compile errors in pd2bwc,
 # each with exit status 1, a message naming the limit (at the weight's declaration
 # where one causes it) and no plan directory: tied weights, stages holding one tied
-# weight, weight versions / stash slots per stage, tensors crossing a stage boundary
+# weight, weight versions / stash slots per stage, tensors crossing a stage boundary,
+# microbatches per batch
 # (issue 12 item 10: pd2bwc accepted 9 tied groups that pd2bwrun then refused).
 #   limits.sh PD2BWC
 set -u
@@ -71,5 +72,9 @@ expect "129 stash slots" "pd2bw: error: gpipe with 1 stages and 129 microbatches
   "$SRC/tied_layernorm.model" -D bsz=129 --schedule gpipe --microbatches 129 --backend cpu
 expect "65 boundary tensors" "pd2bw: error: cannot run this partition as a pipeline: stage 0 exchanges [0-9]+ tensors with its neighbouring stages; the runtime handles at most 64" \
   "$(model carry65 0 65)" --cluster "$SRC/../pipeline/cpu8.cluster" --stages 2 --backend cpu
+# found by tests/frontend/mutants.py (seed 1): batch 2^31 of microbatch 1 generated
+# streams of 2^31 microbatches until memory ran out
+expect "2^31 microbatches" "pd2bw: error: 2147483648 microbatches of 1 per batch: a plan has at most 4096" \
+  "$SRC/../pipeline/mlp.model" -D bsz=2147483648 -D mbs=1 --backend cpu
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
