@@ -3,11 +3,12 @@
 bundled models and clusters, with the hostile-input rules of issue 12.
 
 Each mutant is a model (models/, tests/) or a cluster (models/clusters/) with one to
-three random mutations: a token or a line deleted, duplicated or swapped with its
+five random mutations: a token or a line deleted, duplicated or swapped with its
 neighbour, a number replaced by an extreme (0, -1, 2^31, 2^40, 2^63, 1e308, 1e-320,
 99999999999999999999, ...), or junk bytes inserted (NUL, 0xff, escape sequences,
-invalid UTF-8). pd2bwc compiles it (--backend cpu: the C path; -q) into a fresh
-directory under a time limit, and these must hold:
+invalid UTF-8). pd2bwc compiles it (-q; one in four also emits the CUDA programs,
+--backend both, the rest only the C ones) into a fresh directory under a time limit,
+and these must hold:
 
   - no crash: the exit status is 0 or 1, never a signal (an internal error aborts);
   - no hang: each compile ends within --timeout seconds;
@@ -126,7 +127,7 @@ def complete_plan(d):
     return ""
 
 
-def run_one(args, n, kind, seed_path, text, how, work):
+def run_one(args, n, kind, seed_path, text, how, backend, work):
     """Compiles one mutant; returns None or (what broke, details)."""
     d = os.path.join(work, "m%d" % n)
     os.mkdir(d)
@@ -135,10 +136,10 @@ def run_one(args, n, kind, seed_path, text, how, work):
         f.write(text)
     out = os.path.join(d, "plan")
     if kind == "model":
-        cmd = [args.pd2bwc, src, "-q", "--backend", "cpu", "-o", out]
+        cmd = [args.pd2bwc, src, "-q", "--backend", backend, "-o", out]
     else:
         cmd = [args.pd2bwc, os.path.join(ROOT, "models/tinygpt.model"), "--cluster", src, "-q",
-               "--backend", "cpu", "-o", out]
+               "--backend", backend, "-o", out]
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
@@ -194,10 +195,12 @@ def main():
         with open(path, "rb") as f:
             text = f.read()
         hows = []
-        for _ in range(rng.choice([1, 1, 2, 3])):
+        for _ in range(rng.choice([1, 1, 2, 3, 5])):
             text, how = mutate(rng, text)
             hows.append(how)
-        cases.append((n, kind, path, text, "%s: %s" % (os.path.relpath(path, ROOT), "; ".join(hows))))
+        backend = "both" if rng.random() < 0.25 else "cpu"
+        cases.append((n, kind, path, text, "%s: %s (--backend %s)" % (os.path.relpath(path, ROOT), "; ".join(hows),
+                                                                      backend), backend))
     os.environ.setdefault("PD2BW_CACHE", tempfile.gettempdir() + "/pd2bw-fuzz-cache-%d" % os.getuid())
     work = tempfile.mkdtemp(prefix="pd2bw-mutants-")
     failures = []
