@@ -128,7 +128,7 @@ def complete_plan(d):
 
 
 def run_one(args, n, kind, seed_path, text, how, backend, work):
-    """Compiles one mutant; returns None or (what broke, details)."""
+    """Compiles one mutant; returns its exit status and None or (what broke, details)."""
     d = os.path.join(work, "m%d" % n)
     os.mkdir(d)
     src = os.path.join(d, "mutant." + kind)
@@ -144,7 +144,7 @@ def run_one(args, n, kind, seed_path, text, how, backend, work):
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return ("hang (over %gs)" % args.timeout, d, src, how, "")
+        return None, ("hang (over %gs)" % args.timeout, d, src, how, "")
     dt = time.monotonic() - t0
     err = p.stderr.decode("utf-8", "replace")
     problem = None
@@ -167,9 +167,9 @@ def run_one(args, n, kind, seed_path, text, how, backend, work):
     if not problem and leftovers:
         problem = "left %s behind" % ", ".join(leftovers)
     if problem:
-        return (problem, d, src, how, err[-2000:])
+        return p.returncode, (problem, d, src, how, err[-2000:])
     shutil.rmtree(d, ignore_errors=True)
-    return None if dt < args.timeout else ("slow", d, src, how, "")
+    return p.returncode, None if dt < args.timeout else ("slow", d, src, how, "")
 
 
 def main():
@@ -204,12 +204,14 @@ def main():
     os.environ.setdefault("PD2BW_CACHE", tempfile.gettempdir() + "/pd2bw-fuzz-cache-%d" % os.getuid())
     work = tempfile.mkdtemp(prefix="pd2bw-mutants-")
     failures = []
+    status = {}
     t0 = time.monotonic()
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
             futs = [ex.submit(run_one, args, *c, work) for c in cases]
             for f in futs:
-                r = f.result()
+                rc, r = f.result()
+                status[rc] = status.get(rc, 0) + 1
                 if r:
                     failures.append(r)
         for r in failures:
@@ -222,8 +224,8 @@ def main():
                 print("  kept in %s" % dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("mutants.py: %d mutants in %.1fs, %d failed (seed %d)" % (len(cases), time.monotonic() - t0,
-                                                                    len(failures), seed))
+    print("mutants.py: %d mutants in %.1fs (%d compiled, %d refused), %d failed (seed %d)" % (
+        len(cases), time.monotonic() - t0, status.get(0, 0), status.get(1, 0), len(failures), seed))
     return 1 if failures else 0
 
 
