@@ -90,11 +90,12 @@ static void test_gpt_gradcheck_f64(void) {
 /* Weights declared once outside `repeat` and used by every copy (docs/language.md
  * §3.7: a tie) in every op that has a weight gradient: a layernorm gain tied with
  * its bias per copy, a bias tied with its gain per copy, both tied, a linear weight
- * and bias tied, the embeddings tied to the head. Each use's backward produces a
- * contribution that must be summed into the one gradient, never written over it
- * (issue 12 item 4: a tied gain aborted code generation). Checked against central
- * differences through the float64 program. The last layernorm uses one weight as
- * both gain and bias: its two gradients go to the same sum. */
+ * and bias tied, a matmul weight, the embeddings used by every copy and tied to the
+ * head. Each use's backward produces a contribution that must be summed into the
+ * one gradient, never written over it (issue 12 item 4: a tied gain aborted code
+ * generation). Checked against central differences through the float64 program. The
+ * last layernorm uses one weight as both gain and bias: its two gradients go to the
+ * same sum. */
 static const char tied_model[] =
     "model tied {\n"
     "  param V = 11; param T = 4; param C = 8; param L = 3;\n"
@@ -106,6 +107,7 @@ static const char tied_model[] =
     "  weight bias : f32[C] = zeros;\n"
     "  weight fc_w : f32[C, C] = normal(0.3);\n"
     "  weight fc_b : f32[C] = zeros;\n"
+    "  weight mm_w : f32[C, C] = normal(0.1);\n"
     "  x = add(embedding(wte, tokens), positions(wpe, tokens));\n"
     "  repeat h[L] {\n"
     "    weight b1 : f32[C] = zeros;\n"
@@ -116,6 +118,8 @@ static const char tied_model[] =
     "    y = layernorm(x, g2, bias);\n"
     "    y = layernorm(y, gain, bias);\n"
     "    x = add(x, gelu(linear(y, fc_w, fc_b)));\n"
+    "    x = add(x, add(embedding(wte, tokens), positions(wpe, tokens)));\n"
+    "    x = add(x, matmul(x, mm_w));\n"
     "  }\n"
     "  x = layernorm(x, gain, bias);\n"
     "  x = layernorm(x, fc_b, fc_b);\n"
