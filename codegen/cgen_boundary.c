@@ -22,16 +22,37 @@
  * A tensor that skips a stage (made on i, read on i+2) has no channel in the plan's
  * instruction streams; that is reported as an error naming the tensor. */
 #include "codegen/codegen.h"
+#include "passes/plan_limits.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int stage_of_region(const int *first, const int *last, int n, int region) {
+/* Per region: the stage that runs it (-1: none). */
+static int *stage_of_regions(const Graph *g, const int *first, const int *last, int n) {
+  int *of = pd_malloc((size_t)(g->nregions ? g->nregions : 1) * sizeof *of);
+  for (int r = 0; r < g->nregions; r++) of[r] = -1;
   for (int i = 0; i < n; i++)
-    if (region >= first[i] && region <= last[i]) return i;
-  return -1;
+    for (int r = first[i]; r <= last[i] && r < g->nregions; r++)
+      if (r >= 0) of[r] = i;
+  return of;
+}
+
+/* Per tensor: the stage of the first op (in op order) that reads it on a stage
+ * other than its producer's, else -1. One pass over the ops, so that listing the
+ * boundary is linear in the graph, not a scan of every op per tensor. */
+static int *reader_elsewhere(const Graph *g, const int *stage_of) {
+  int *cs = pd_malloc((size_t)(g->ntensors ? g->ntensors : 1) * sizeof *cs);
+  for (int t = 0; t < g->ntensors; t++) cs[t] = -1;
+  for (int o = 0; o < g->nops; o++) {
+    int os = stage_of[g->ops[o].region];
+    for (int i = 0; i < g->ops[o].nin; i++) {
+      int t = g->ops[o].in[i], p = g->tensors[t].producer;
+      if (cs[t] < 0 && p >= 0 && os != stage_of[g->ops[p].region]) cs[t] = os;
+    }
+  }
+  return cs;
 }
 
 static void add_entry(cJSON *arr, const char *role, const Tensor *x, const TensorPlace *pl,
@@ -63,24 +84,27 @@ static bool tied_contribution(const Graph *g, int t, const TensorPlace *pl, int 
 
 bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
                              int nstages, int64_t b, cJSON *stages, char *err, size_t errlen) {
-  for (int s = 0; s < nstages; s++) {
+  int *stage_of = stage_of_regions(g, first_region, last_region, nstages);
+  int *elsewhere = reader_elsewhere(g, stage_of);
+  bool ok = true;
+  for (int s = 0; ok && s < nstages; s++) {
     cJSON *st = cJSON_GetArrayItem(stages, s);
     cJSON *prog = st ? cJSON_GetObjectItemCaseSensitive(st, "program") : NULL;
     if (!prog) {
       snprintf(err, errlen, "stage %d has no program to describe", s);
-      return false;
+      ok = false;
+      break;
     }
     StageLayout *L = layout_stage(g, first_region[s], last_region[s], b);
     cJSON_DeleteItemFromObjectCaseSensitive(prog, "pipeline");
     cJSON *pipe = cJSON_AddObjectToObject(prog, "pipeline");
     cJSON *arr = cJSON_AddArrayToObject(pipe, "boundary");
-    bool ok = true;
     for (int t = 0; ok && t < g->ntensors; t++) {
       const TensorPlace *pl = &L->place[t];
       const Tensor *x = &g->tensors[t];
       if (pl->cls == BUF_NONE || x->kind == TK_PARAM || x->kind == TK_INPUT || x->producer < 0)
         continue;
-      int ps = stage_of_region(first_region, last_region, nstages, g->ops[x->producer].region);
+      int ps = stage_of[g->ops[x->producer].region];
       bool fwd = x->kind == TK_ACT;
       if (ps != s) {
         if (tied_contribution(g, t, pl, s, err, errlen, &ok)) continue;
@@ -96,13 +120,7 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
         continue;
       }
       /* made here: is it read by another stage? */
-      int cs = -1;
-      for (int o = 0; o < g->nops && cs < 0; o++) {
-        int os = stage_of_region(first_region, last_region, nstages, g->ops[o].region);
-        if (os == s) continue;
-        for (int i = 0; i < g->ops[o].nin; i++)
-          if (g->ops[o].in[i] == t) cs = os;
-      }
+      int cs = elsewhere[t];
       if (cs < 0 || tied_contribution(g, t, pl, s, err, errlen, &ok)) continue;
       if (fwd && cs == s + 1) {
         add_entry(arr, "act_out", x, pl, cs);
@@ -114,8 +132,15 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
         ok = false;
       }
     }
+    if (ok && cJSON_GetArraySize(arr) > PLAN_MAX_BOUNDARY) {
+      snprintf(err, errlen, "stage %d exchanges %d tensors with its neighbouring stages; the runtime handles at "
+               "most %d (pin fewer stages, or a model whose blocks pass fewer tensors on)",
+               s, cJSON_GetArraySize(arr), PLAN_MAX_BOUNDARY);
+      ok = false;
+    }
     layout_destroy(L);
-    if (!ok) return false;
   }
-  return true;
+  free(stage_of);
+  free(elsewhere);
+  return ok;
 }

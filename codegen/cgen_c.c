@@ -504,15 +504,38 @@ static void region_fn_name(const Graph *g, int r, const char *dir, char *b, size
   b[k] = 0;
 }
 
-static void emit_region(Emit *e, int r, const int *ops, int nops, const char *dir) {
+/* The positions in a stage's op list of each region's ops, in list order (a
+ * counting sort), so that emitting region by region is linear in the ops, not a
+ * scan of the whole list per region. Region r's are pos[start[r - first] ..
+ * start[r - first + 1]). */
+typedef struct RegionIndex {
+  int first, *start, *pos;
+} RegionIndex;
+
+static RegionIndex region_index(const Graph *g, const StageLayout *L, const int *ops, int n) {
+  int nr = L->last_region - L->first_region + 1;
+  RegionIndex x = {L->first_region, pd_calloc((size_t)nr + 1, sizeof(int)), pd_malloc((size_t)(n ? n : 1) * sizeof(int))};
+  for (int k = 0; k < n; k++) x.start[g->ops[ops[k]].region - x.first + 1]++;
+  for (int r = 0; r < nr; r++) x.start[r + 1] += x.start[r];
+  int *fill = pd_malloc((size_t)nr * sizeof(int));
+  memcpy(fill, x.start, (size_t)nr * sizeof(int));
+  for (int k = 0; k < n; k++) x.pos[fill[g->ops[ops[k]].region - x.first]++] = k;
+  free(fill);
+  return x;
+}
+
+static bool region_has(const RegionIndex *x, int r) { return x->start[r - x->first + 1] > x->start[r - x->first]; }
+
+static void emit_region(Emit *e, int r, const int *ops, int nops, const RegionIndex *x, const char *dir) {
   const Graph *g = e->g;
   char fn[128];
   region_fn_name(g, r, dir, fn, sizeof fn);
   str_printf(e->s, "\n/* %s of region %s */\nstatic void %s(StageCtx *ctx) {\n  BASES;\n",
              strcmp(dir, "fwd") == 0 ? "forward" : "backward", g->regions[r].name, fn);
-  for (int k = 0; k < nops; k++) {
+  for (int j = x->start[r - x->first]; j < x->start[r - x->first + 1]; j++) {
+    int k = x->pos[j];
     const Op *op = &g->ops[ops[k]];
-    if (op->region != r || e->done[op->id]) continue;
+    if (e->done[op->id]) continue;
     if (e->o->fuse && fusible_kind(g, op) && !acc(e, op->out[0])) {
       int chain[16];
       int n = chain_from(e, ops, nops, k, chain, 16);
@@ -526,12 +549,6 @@ static void emit_region(Emit *e, int r, const int *ops, int nops, const char *di
     emit_op(e, op);
   }
   str_printf(e->s, "}\n");
-}
-
-static bool region_has(const Graph *g, const int *ops, int n, int r) {
-  for (int k = 0; k < n; k++)
-    if (g->ops[ops[k]].region == r) return true;
-  return false;
 }
 
 char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o) {
@@ -567,10 +584,11 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              "  char *const I = (char *)ctx->inputs, *const X = (char *)ctx->boundary;   \\\n"
              "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X\n",
              sfx, sfx, STR(PD2BW_STAGE_CTX_FIELDS));
+  RegionIndex fx = region_index(g, L, L->fwd_ops, L->nfwd), bx = region_index(g, L, L->bwd_ops, L->nbwd);
   for (int r = L->first_region; r <= L->last_region; r++)
-    if (region_has(g, L->fwd_ops, L->nfwd, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, "fwd");
+    if (region_has(&fx, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, &fx, "fwd");
   for (int r = L->last_region; r >= L->first_region; r--)
-    if (region_has(g, L->bwd_ops, L->nbwd, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, "bwd");
+    if (region_has(&bx, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, &bx, "bwd");
   str_printf(&s, "\n/* ==== entry points ==== */\n"
                  "int pd2bw_stage_abi(void) { return %d; }\n"
                  "int pd2bw_stage_real_bytes(void) { return %d; }\n\n"
@@ -579,17 +597,18 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              PD2BW_STAGE_ABI, o->f64 ? 8 : 4);
   char fn[128];
   for (int r = L->first_region; r <= L->last_region; r++)
-    if (region_has(g, L->fwd_ops, L->nfwd, r)) {
+    if (region_has(&fx, r)) {
       region_fn_name(g, r, "fwd", fn, sizeof fn);
       str_printf(&s, "  %s(ctx);\n", fn);
     }
   str_printf(&s, "}\n\nvoid pd2bw_stage_backward(StageCtx *ctx) {\n  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);\n");
   for (int r = L->last_region; r >= L->first_region; r--)
-    if (region_has(g, L->bwd_ops, L->nbwd, r)) {
+    if (region_has(&bx, r)) {
       region_fn_name(g, r, "bwd", fn, sizeof fn);
       str_printf(&s, "  %s(ctx);\n", fn);
     }
   str_printf(&s, "}\n");
+  free(fx.start), free(fx.pos), free(bx.start), free(bx.pos);
   free(e.done);
   return s.p;
 }

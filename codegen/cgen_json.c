@@ -187,16 +187,9 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
 }
 
 int cgen_sole_consumer(const Graph *g, const StageLayout *L, int t) {
-  int found = -1, n = 0;
-  for (int o = 0; o < g->nops; o++) {
-    const Op *op = &g->ops[o];
-    for (int i = 0; i < op->nin; i++)
-      if (op->in[i] == t) {
-        n++;
-        found = o;
-      }
-  }
-  return n == 1 && layout_has_op(L, found) ? found : -1;
+  (void)g;
+  int o = L->sole_reader[t];
+  return o >= 0 && layout_has_op(L, o) ? o : -1;
 }
 
 cJSON *cgen_stage_element(cJSON *stages, int i) {

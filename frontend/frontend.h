@@ -25,6 +25,12 @@
 #define FRONTEND_MAX_DEPTH 256
 /* Largest tensor accepted, in elements per sample (2^40). */
 #define FRONTEND_MAX_NUMEL ((int64_t)1 << 40)
+/* Largest dimension, and largest batch: the kernels take sizes as 32-bit ints. */
+#define FRONTEND_MAX_DIM 2147483647
+/* Largest tensor over a whole batch (2^48 elements: 1 PiB of float32), so that the
+ * planner's and the layouts' byte counts at any microbatch size stay far from
+ * int64 overflow. */
+#define FRONTEND_MAX_BATCH_NUMEL ((int64_t)1 << 48)
 /* Largest file accepted, in bytes. */
 #define FRONTEND_MAX_FILE (64 << 20)
 /* Most copies a repeat block may unroll into. */

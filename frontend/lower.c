@@ -275,7 +275,7 @@ static bool lower_type(LowerCtx *c, const Ast *t, bool is_input, DType *dt, Shap
       continue;
     }
     int64_t v;
-    if (!eval_size(c, dim, FRONTEND_MAX_NUMEL, "a dimension", &v)) {
+    if (!eval_size(c, dim, FRONTEND_MAX_DIM, "a dimension", &v)) {
       ok = false;
       continue;
     }
@@ -551,6 +551,23 @@ static bool collect_params(LowerCtx *c, const Ast *model, const char *const *ove
   return ok;
 }
 
+/* The largest batched tensor over the whole batch must stay within
+ * FRONTEND_MAX_BATCH_NUMEL (each is checked per sample as it is declared). */
+static void check_batch_numel(const Graph *g, Diag *d) {
+  if (g->train.batch < 1) return;
+  for (int t = 0; t < g->ntensors; t++) {
+    const Tensor *x = &g->tensors[t];
+    int64_t total;
+    if (!x->shape.batched) continue;
+    if (!__builtin_mul_overflow(shape_numel(&x->shape, 1), g->train.batch, &total) && total <= FRONTEND_MAX_BATCH_NUMEL)
+      continue;
+    diag_error(d, x->loc, "'%s' has %lld elements a sample, too many for a batch of %lld (expected at most 2^48 "
+               "elements over the batch)", x->name ? x->name : "?", (long long)shape_numel(&x->shape, 1),
+               (long long)g->train.batch);
+    return;
+  }
+}
+
 Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *const *overrides,
                             int noverrides) {
   PD_CHECK(model && model->kind == AST_MODEL);
@@ -574,6 +591,7 @@ Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *con
                  "loss to train on)", model->name);
   }
   free(c.binds);
+  if (d->nerrors == errors) check_batch_numel(g, d);
   if (d->nerrors > errors) {
     graph_destroy(g);
     return NULL;

@@ -81,6 +81,14 @@ static bool int_at_least(LowerCtx *c, const Ast *e, const char *what, int64_t lo
   return true;
 }
 
+/* A batch or microbatch size: the kernels take it as a 32-bit int. */
+static bool batch_size(LowerCtx *c, const Ast *e, const char *what, int64_t *out) {
+  if (!int_at_least(c, e, what, 1, out)) return false;
+  if (*out <= FRONTEND_MAX_DIM) return true;
+  diag_error(c->d, e->loc, "%s is %lld (expected at most %d)", what, (long long)*out, FRONTEND_MAX_DIM);
+  return false;
+}
+
 static const Ast *expect_call(LowerCtx *c, const Ast *e, const char *what, const char *choices) {
   if (e->kind == AST_CALL) return e;
   if (e->kind == AST_NAME) { /* `optimizer = sgd;` means sgd() with defaults */
@@ -184,8 +192,8 @@ void lower_train(LowerCtx *c, const Ast *train) {
   }
   bool ok = true;
   const Ast *const_lr = NULL;
-  if (given[0]) ok &= int_at_least(c, given[0]->a, "batch", 1, &t->batch);
-  if (given[1]) ok &= int_at_least(c, given[1]->a, "microbatch", 1, &t->microbatch);
+  if (given[0]) ok &= batch_size(c, given[0]->a, "batch", &t->batch);
+  if (given[1]) ok &= batch_size(c, given[1]->a, "microbatch", &t->microbatch);
   if (given[2]) ok &= set_optimizer(c, given[2]->a, t);
   if (given[3]) ok &= set_schedule(c, given[3]->a, t, &const_lr);
   if (const_lr) ok &= number_in(c, const_lr, "lr", 0, true, -1, false, &t->lr);

@@ -26,8 +26,28 @@ static const Source *find_source(const Diag *d, const char *file) {
   return NULL;
 }
 
+/* The length of the printable UTF-8 character at p[0 .. n) (1 for printable ASCII),
+ * or 0 for anything a terminal could act on or choke on: control bytes (C0, DEL,
+ * and the C1 range U+0080..U+009F, whose CSI starts escape sequences), bytes that
+ * are not well-formed UTF-8 (overlong, surrogates, past U+10FFFF, cut short). */
+static int printable_char(const unsigned char *p, size_t n) {
+  unsigned c = p[0];
+  if (c < 0x80) return c >= 0x20 && c != 0x7f ? 1 : 0;
+  int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (len == 0 || (size_t)len > n) return 0;
+  unsigned cp = c & (0x7fu >> len);
+  for (int i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (p[i] & 0x3fu);
+  }
+  bool shortest = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800) || (len == 4 && cp >= 0x10000);
+  if (!shortest || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp <= 0x9f)) return 0;
+  return len;
+}
+
 /* Prints the source line of loc and a caret under its column. Tabs are kept in
- * the padding so the caret lines up in a terminal; unprintable bytes become '?'. */
+ * the padding so the caret lines up in a terminal; printable UTF-8 is echoed as it
+ * is, every other byte (binary junk, escape sequences) as '?', one column each. */
 static void show_line(const Diag *d, Loc loc) {
   const Source *s = find_source(d, loc.file);
   if (!s || loc.line < 1) return;
@@ -39,13 +59,21 @@ static void show_line(const Diag *d, Loc loc) {
   while (eol < end && *eol != '\n') eol++;
   int width = (int)(eol - p);
   if (width > 200) width = 200; /* a minified or binary line is not worth printing */
+  const unsigned char *u = (const unsigned char *)p;
   fputs("  ", d->out);
-  for (int i = 0; i < width; i++) {
-    unsigned char c = (unsigned char)p[i];
-    fputc(c == '\t' || (c >= 0x20 && c != 0x7f) ? c : '?', d->out);
+  for (int i = 0; i < width;) {
+    int n = u[i] == '\t' ? 1 : printable_char(u + i, (size_t)(width - i));
+    if (n == 0) fputc('?', d->out);
+    else fwrite(u + i, 1, (size_t)n, d->out);
+    i += n ? n : 1;
   }
   fputs("\n  ", d->out);
-  for (int i = 0; i < loc.col - 1 && i < width; i++) fputc(p[i] == '\t' ? '\t' : ' ', d->out);
+  /* the caret under byte column loc.col: one pad per character echoed before it */
+  for (int i = 0; i < loc.col - 1 && i < width;) {
+    int n = u[i] == '\t' ? 1 : printable_char(u + i, (size_t)(width - i));
+    fputc(u[i] == '\t' ? '\t' : ' ', d->out);
+    i += n ? n : 1;
+  }
   fputs("^\n", d->out);
 }
 

@@ -5,8 +5,9 @@
  * (2) Decide which values are accumulated into a parameter gradient: the gradient
  * itself, then — walking back through the adds that sum contributions — every
  * contribution whose only consumer is such an add and whose producer can add into
- * its output. (3) Assign offsets: PARAMS/GRADS/INPUTS/STASH/BOUNDARY sequentially,
- * WORK by a linear scan over the stage's op order with a first-fit free list: an
+ * its output (a layernorm backward's two parameter gradients then get one flag,
+ * layernorm_one_accumulate_flag). (3) Assign offsets: PARAMS/GRADS/INPUTS/STASH/
+ * BOUNDARY sequentially, WORK by a linear scan over the stage's op order with a first-fit free list: an
  * op's outputs (and its kernel scratch) are allocated before its dead inputs are
  * released, so no kernel ever sees an output overlapping an input it reads, except
  * the one in-place case the kernels allow (cross-entropy backward writes dlogits over
@@ -118,6 +119,41 @@ static void work_free(WorkAlloc *w, int owner) {
 
 /* ---- the layout -------------------------------------------------------------------- */
 
+/* True when t is a gradient contribution that step (2) folded into a sum. */
+static bool folded_contribution(const StageLayout *L, const Graph *g, int t) {
+  return L->place[t].alias >= 0 && L->place[t].accumulate && g->tensors[t].kind == TK_ACT_GRAD;
+}
+
+static void unfold(StageLayout *L, int t) {
+  L->place[t].cls = BUF_WORK;
+  L->place[t].accumulate = false;
+  L->place[t].alias = -1;
+}
+
+/* layernorm_bwd writes dgamma and dbeta with one accumulate flag, reading both
+ * old values before adding either. A gain tied across repeat copies with a bias per
+ * copy (or the reverse) makes one output a folded contribution and the other the
+ * parameter's own gradient: both accumulate, which is what step (2) gives. When the
+ * two still disagree, or both fold onto the same gradient (gamma and beta one
+ * weight), the folded ones go back to WORK and their sums add them explicitly. */
+static void layernorm_one_accumulate_flag(StageLayout *L, const Graph *g) {
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind != OP_LAYERNORM_BWD || !layout_has_op(L, o)) continue;
+    int dg = op->out[1], db = op->out[2];
+    bool same_root = false;
+    if (folded_contribution(L, g, dg) && folded_contribution(L, g, db)) {
+      int a = dg, b = db;
+      while (L->place[a].alias >= 0) a = L->place[a].alias;
+      while (L->place[b].alias >= 0) b = L->place[b].alias;
+      same_root = a == b;
+    }
+    if (!same_root && L->place[dg].accumulate == L->place[db].accumulate) continue;
+    if (folded_contribution(L, g, dg)) unfold(L, dg);
+    if (folded_contribution(L, g, db)) unfold(L, db);
+  }
+}
+
 StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b) {
   PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
   StageLayout *L = pd_calloc(1, sizeof *L);
@@ -155,12 +191,14 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   int *nuse = pd_calloc((size_t)nt, sizeof(int));
   int *last = pd_malloc((size_t)nt * sizeof(int)); /* index into order of the last use */
   for (int t = 0; t < nt; t++) last[t] = -1;
+  L->sole_reader = pd_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+  for (int t = 0; t < nt; t++) L->sole_reader[t] = -1;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
     bool in_stage = layout_has_op(L, o);
     for (int i = 0; i < op->nin; i++) {
       int t = op->in[i];
-      nuse[t]++;
+      L->sole_reader[t] = nuse[t]++ == 0 ? o : -1;
       if (!in_stage)
         read_out[t] = true;
       else if (o < nfwd_all)
@@ -247,7 +285,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
       if (L->place[c].cls != BUF_WORK) continue;
       if (L->place[c].bytes != L->place[t].bytes) continue;
       const Op *q = &g->ops[x->producer];
-      if (!layout_accumulates_natively(q->kind) || q->kind == OP_LAYERNORM_BWD) continue;
+      if (!layout_accumulates_natively(q->kind)) continue;
       L->place[c].cls = BUF_GRADS;
       L->place[c].accumulate = true;
       L->place[c].alias = t;
@@ -255,6 +293,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
     }
   }
   free(stack);
+  layernorm_one_accumulate_flag(L, g);
 
   /* In place: dlogits over the logits when that is their last use. */
   for (int k = L->nfwd; k < norder; k++) {
@@ -376,6 +415,7 @@ void layout_destroy(StageLayout *L) {
   free(L->place);
   free(L->scratch_off);
   free(L->scratch_bytes);
+  free(L->sole_reader);
   free(L);
 }
 

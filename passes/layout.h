@@ -80,6 +80,10 @@ typedef struct StageLayout {
   int64_t *scratch_off, *scratch_bytes;
   int64_t total[BUF_CLASS_COUNT];       /* block sizes in bytes (64-aligned) */
   int loss;             /* the loss tensor if the stage computes it, else -1 */
+  /* Per tensor id: the one op of the whole graph that reads it (once), else -1
+   * (no reader, or several): computed here once so that code generation's
+   * per-op queries are not a scan of the graph each. */
+  int *sole_reader;
 } StageLayout;
 
 /* Lays out stage [first_region, last_region] of g (differentiated or not) for

@@ -119,16 +119,22 @@ double plan_stage_in_bytes(const PlanInput *in, int first_seg) {
   return first_seg == 0 ? in->input_bytes : in->segs[first_seg - 1].out_bytes;
 }
 
+/* True when one of T's segments (ascending) is in [a, e): a binary search, since a
+ * weight shared by every repeat copy has as many segments as the model. */
+bool plan_tied_in(const PlanTied *T, int a, int e) {
+  int lo = 0, hi = T->nsegs; /* first segment >= a */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (T->segs[mid] < a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < T->nsegs && T->segs[lo] < e;
+}
+
 int64_t plan_tied_params(const PlanInput *in, int a, int e) {
   int64_t n = 0;
-  for (int t = 0; t < in->ntied; t++) {
-    const PlanTied *T = &in->tied[t];
-    for (int j = 0; j < T->nsegs; j++)
-      if (T->segs[j] >= a && T->segs[j] < e) {
-        n += T->count;
-        break;
-      }
-  }
+  for (int t = 0; t < in->ntied; t++)
+    if (plan_tied_in(&in->tied[t], a, e)) n += in->tied[t].count;
   return n;
 }
 
@@ -136,12 +142,8 @@ int64_t plan_tied_spanning(const PlanInput *in, int a, int e) {
   int64_t n = 0;
   for (int t = 0; t < in->ntied; t++) {
     const PlanTied *T = &in->tied[t];
-    bool inside = false, outside = false;
-    for (int j = 0; j < T->nsegs; j++) {
-      if (T->segs[j] >= a && T->segs[j] < e) inside = true;
-      else outside = true;
-    }
-    if (inside && outside) n += T->count;
+    bool outside = T->segs[0] < a || T->segs[T->nsegs - 1] >= e;
+    if (outside && plan_tied_in(T, a, e)) n += T->count;
   }
   return n;
 }

@@ -18,7 +18,7 @@ void plan_input_init(PlanInput *in, const char *name) {
 
 void plan_input_free(PlanInput *in) {
   for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda);
-  for (int i = 0; i < in->ntied; i++) free(in->tied[i].name);
+  for (int i = 0; i < in->ntied; i++) free(in->tied[i].name), free(in->tied[i].segs);
   free(in->segs);
   free(in->tied);
   free(in->name);
@@ -57,7 +57,7 @@ static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
 
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs) {
-  PD_CHECK(nsegs > 0 && nsegs <= PLAN_MAX_TIED_SEGS, "tied group of %d segments", nsegs);
+  PD_CHECK(nsegs > 0, "tied group of %d segments", nsegs);
   if (in->ntied == in->cap_tied) {
     in->cap_tied = in->cap_tied ? 2 * in->cap_tied : 4;
     in->tied = pd_realloc(in->tied, (size_t)in->cap_tied * sizeof *in->tied);
@@ -67,8 +67,9 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
   t->name = pd_strdup(name);
   t->count = count;
   t->nsegs = nsegs;
+  t->segs = pd_malloc((size_t)nsegs * sizeof *t->segs);
   for (int i = 0; i < nsegs; i++) {
-    PD_CHECK(segs[i] >= 0 && segs[i] < in->nsegs, "tied segment %d", segs[i]);
+    PD_CHECK(segs[i] >= 0 && segs[i] < in->nsegs && (i == 0 || segs[i] > segs[i - 1]), "tied segment %d", segs[i]);
     t->segs[i] = segs[i];
   }
   return in->ntied++;
@@ -114,6 +115,9 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
       else if (op->region > last_use[t]) last_use[t] = op->region;
     }
   }
+  /* crossing[r]: the change in out_bytes at region r (summed below), so that an
+   * activation read many regions later costs O(1), not a loop over those regions */
+  double *crossing = pd_calloc((size_t)R + 1, sizeof *crossing);
   for (int t = 0; t < g->ntensors; t++) {
     const Tensor *T = &g->tensors[t];
     if (T->kind == TK_INPUT) out->input_bytes += tensor_bytes(T);
@@ -123,27 +127,40 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     double bytes = tensor_bytes(T);
     /* Stash: read by the backward; without a backward yet, every activation. */
     if (!has_bwd || bwd_reads[t]) out->segs[p->region].stash_bytes += bytes;
-    for (int r = p->region; r < last_use[t]; r++) out->segs[r].out_bytes += bytes;
+    if (p->region < last_use[t]) { /* crosses every boundary in between */
+      crossing[p->region] += bytes;
+      crossing[last_use[t]] -= bytes;
+    }
     if (bytes > out->segs[p->region].workspace_bytes)
       out->segs[p->region].workspace_bytes = bytes;
   }
+  double run = 0;
+  for (int r = 0; r < R; r++) {
+    run += crossing[r];
+    out->segs[r].out_bytes += run;
+  }
+  free(crossing);
   if (!has_bwd)
     for (int r = 0; r < R; r++) {
       out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
       out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
     }
 
-  /* Parameters: own region, unless used from several (tied). */
+  /* Parameters: own region, unless used from several (tied). reader[t]: the region
+   * of the last forward op reading tensor t (-1: none), for a param declared in one
+   * region and used once in another. */
+  int *reader = pd_malloc((size_t)g->ntensors * sizeof *reader);
+  for (int t = 0; t < g->ntensors; t++) reader[t] = -1;
+  for (int i = 0; i < g->nops; i++)
+    for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op < 0; j++) reader[g->ops[i].in[j]] = g->ops[i].region;
   bool *used = pd_calloc((size_t)R, sizeof(bool));
+  int *segs = pd_malloc((size_t)R * sizeof *segs);
   for (int pi = 0; pi < g->nparams; pi++) {
     const Param *P = &g->params[pi];
     const Tensor *T = &g->tensors[P->tensor];
     int64_t n = shape_numel(&T->shape, 1);
     if (P->nuses_regions <= 1) {
-      int r = P->region >= 0 && P->region < R ? P->region : 0;
-      for (int i = 0; i < g->nops; i++) /* a param declared elsewhere, used once */
-        for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op < 0; j++)
-          if (g->ops[i].in[j] == P->tensor) r = g->ops[i].region;
+      int r = reader[P->tensor] >= 0 ? reader[P->tensor] : P->region >= 0 && P->region < R ? P->region : 0;
       out->segs[r].params += n;
       continue;
     }
@@ -151,13 +168,15 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     for (int i = 0; i < g->nops; i++)
       for (int j = 0; j < g->ops[i].nin; j++)
         if (g->ops[i].in[j] == P->tensor && g->ops[i].fwd_op < 0) used[g->ops[i].region] = true;
-    int segs[PLAN_MAX_TIED_SEGS], ns = 0;
-    for (int r = 0; r < R && ns < PLAN_MAX_TIED_SEGS; r++)
+    int ns = 0;
+    for (int r = 0; r < R; r++)
       if (used[r]) segs[ns++] = r;
     if (ns == 0) segs[ns++] = P->region >= 0 && P->region < R ? P->region : 0;
     plan_input_add_tied(out, T->name, n, segs, ns);
   }
   free(used);
+  free(segs);
+  free(reader);
   free(last_use);
   free(bwd_reads);
   return true;

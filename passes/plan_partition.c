@@ -61,6 +61,12 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
   int *arg = pd_malloc(cells * sizeof(int));
   for (size_t k = 0; k < cells; k++) best[k] = -1, arg[k] = -1;
 #define AT(i, e) ((size_t)(i) * (size_t)(n + 1) + (size_t)(e))
+  /* Stage 0 starts at segment 0: its sums over segments [1, e) grow with e, kept
+   * here so that each e costs O(1), not a walk back to segment 0 (which made the
+   * search quadratic in the number of layers). */
+  PlanStageSums s0;
+  memset(&s0, 0, sizeof s0);
+  int64_t own0 = 0, rows0 = 0, staging0 = 0;
   for (int i = 0; i < d; i++) {
     /* stage i ends at e; stages after it need one segment each */
     for (int e = i + 1; e <= n - (d - 1 - i); e++) {
@@ -68,19 +74,24 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
       int barg = -1;
       PlanStageSums s;
       memset(&s, 0, sizeof s);
-      s.out_bytes = in->segs[e - 1].out_bytes;
       int64_t own = 0, rows = 0, staging = 0;
-      for (int a = e - 1; a >= i; a--) {
+      int from = e - 1;
+      if (i == 0) {
+        if (e - 1 >= 1) {
+          own0 += in->segs[e - 1].params;
+          s0.stash += in->segs[e - 1].stash_bytes;
+          if (in->segs[e - 1].workspace_bytes > s0.ws) s0.ws = in->segs[e - 1].workspace_bytes;
+          if (p->ce_rows[e - 1] > rows0) rows0 = p->ce_rows[e - 1];
+          if (p->staging[e - 1] > staging0) staging0 = p->staging[e - 1];
+        }
+        s = s0, own = own0, rows = rows0, staging = staging0, from = 0;
+      }
+      s.out_bytes = in->segs[e - 1].out_bytes;
+      for (int a = from; a >= i; a--) {
         if (in->cuda) {
           if (p->ce_rows[a] > rows) rows = p->ce_rows[a];
           if (p->staging[a] > staging) staging = p->staging[a];
           s.cuda_scratch = (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
-        }
-        if (i == 0 && a != 0) { /* stage 0 starts at segment 0: accumulate only */
-          own += in->segs[a].params;
-          s.stash += in->segs[a].stash_bytes;
-          if (in->segs[a].workspace_bytes > s.ws) s.ws = in->segs[a].workspace_bytes;
-          continue;
         }
         own += in->segs[a].params;
         s.stash += in->segs[a].stash_bytes;

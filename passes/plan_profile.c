@@ -10,13 +10,102 @@
 #include "passes/planner.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <string.h>
 
-static bool bad(Diag *d, const char *path, const char *what) {
-  Loc l = {path, 1, 1};
-  diag_error(d, l, "bad profile: %s", what);
-  return false;
+/* The file's text and its parse. */
+typedef struct ProfileText {
+  const char *path, *text;
+  size_t len;
+  cJSON *json;
+} ProfileText;
+
+/* Ceiling on a measured time: a microbatch taking more than 11 days is not a
+ * measurement, and sums of such values would overflow to inf in the cost model. */
+#define PROFILE_MAX_TIME_S 1e6
+#define PROFILE_MAX_MICROBATCH 2147483647.0
+
+/* ---- locations: cJSON keeps none, so the text is scanned for them ---------------- */
+
+static Loc loc_at(const ProfileText *src, size_t at) {
+  Loc l = {src->path, 1, 1};
+  for (size_t i = 0; i < at && i < src->len; i++) {
+    if (src->text[i] == '\n') l.line++, l.col = 1;
+    else l.col++;
+  }
+  return l;
 }
+
+/* Skips a JSON string starting at its opening quote; returns the index past it. */
+static size_t skip_string(const ProfileText *src, size_t i) {
+  for (i++; i < src->len && src->text[i] != '"'; i++)
+    if (src->text[i] == '\\') i++;
+  return i + 1;
+}
+
+static size_t skip_space(const ProfileText *src, size_t i) {
+  while (i < src->len && strchr(" \t\r\n", src->text[i])) i++;
+  return i;
+}
+
+/* The offset of the value of top-level key `key` (depth 1 of the document), or
+ * src->len when there is none. */
+static size_t top_value(const ProfileText *src, const char *key) {
+  size_t klen = strlen(key);
+  int depth = 0;
+  for (size_t i = 0; i < src->len; i++) {
+    char c = src->text[i];
+    if (c == '"') {
+      size_t end = skip_string(src, i);
+      size_t j = skip_space(src, end);
+      if (depth == 1 && end - i == klen + 2 && memcmp(src->text + i + 1, key, klen) == 0 && j < src->len &&
+          src->text[j] == ':')
+        return skip_space(src, j + 1);
+      i = end - 1;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    }
+  }
+  return src->len;
+}
+
+/* Where element k of the top-level array `key` starts (the file when not found). */
+static Loc entry_loc(const ProfileText *src, const char *key, int k) {
+  size_t i = top_value(src, key);
+  if (i >= src->len || src->text[i] != '[') return (Loc){src->path, 0, 0};
+  int depth = 0, n = 0;
+  size_t start = skip_space(src, i + 1);
+  for (; i < src->len; i++) {
+    char c = src->text[i];
+    if (c == '"') {
+      i = skip_string(src, i) - 1;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) break;
+    } else if (c == ',' && depth == 1) {
+      if (n++ == k) break;
+      start = skip_space(src, i + 1);
+    }
+  }
+  return n >= k ? loc_at(src, start) : (Loc){src->path, 0, 0};
+}
+
+static Loc key_loc(const ProfileText *src, const char *key) {
+  size_t i = top_value(src, key);
+  return i < src->len ? loc_at(src, i) : (Loc){src->path, 0, 0};
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+static bool time_ok(const cJSON *v) {
+  return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0 &&
+         v->valuedouble <= PROFILE_MAX_TIME_S;
+}
+
+static bool microbatch_ok(double b) { return b >= 1 && b <= PROFILE_MAX_MICROBATCH && b == floor(b); }
 
 static int find_seg(const PlanInput *in, const char *name) {
   for (int i = 0; i < in->nsegs; i++)
@@ -24,26 +113,43 @@ static int find_seg(const PlanInput *in, const char *name) {
   return -1;
 }
 
-static bool apply(PlanInput *in, const cJSON *arr, const char *key, double b0, double *fw,
-                  double *bw, bool *seen, const char *path, Diag *d) {
+static bool apply(PlanInput *in, const ProfileText *src, const char *list, const char *key, double b0, double *fw,
+                  double *bw, bool *seen, Diag *d) {
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(src->json, list);
   if (!arr) return true;
-  if (!cJSON_IsArray(arr)) return bad(d, path, "\"segments\" and \"ops\" must be arrays");
+  if (!cJSON_IsArray(arr)) {
+    diag_error(d, key_loc(src, list), "bad profile: \"%s\" must be an array", list);
+    return false;
+  }
   const cJSON *e;
+  int k = 0;
   cJSON_ArrayForEach(e, arr) {
+    Loc at = entry_loc(src, list, k++);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, key);
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "forward_s");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "backward_s");
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(e, "microbatch_size");
-    if (!cJSON_IsString(name) || !cJSON_IsNumber(f) || !cJSON_IsNumber(b))
-      return bad(d, path, "every entry needs a name (or segment), forward_s and backward_s");
-    double bs = cJSON_IsNumber(mb) ? mb->valuedouble : b0;
-    if (!(bs >= 1) || f->valuedouble < 0 || b->valuedouble < 0)
-      return bad(d, path, "times must be >= 0 and microbatch_size >= 1");
+    if (!cJSON_IsString(name) || !cJSON_IsNumber(f) || !cJSON_IsNumber(b)) {
+      diag_error(d, at, "bad profile: every entry of \"%s\" needs \"%s\", \"forward_s\" and \"backward_s\"",
+                 list, key);
+      return false;
+    }
+    const cJSON *badt = !time_ok(f) ? f : !time_ok(b) ? b : NULL;
+    if (badt) {
+      diag_error(d, at, "bad profile: %s of '%.64s' is %g (expected seconds per microbatch, from 0 to %g)",
+                 badt == f ? "forward_s" : "backward_s", name->valuestring, badt->valuedouble, PROFILE_MAX_TIME_S);
+      return false;
+    }
+    if (mb && (!cJSON_IsNumber(mb) || !microbatch_ok(mb->valuedouble))) {
+      diag_error(d, at, "bad profile: microbatch_size of '%.64s' must be an integer from 1 to %.0f", name->valuestring,
+                 PROFILE_MAX_MICROBATCH);
+      return false;
+    }
+    double bs = mb ? mb->valuedouble : b0;
     int s = find_seg(in, name->valuestring);
     if (s < 0) {
-      char msg[256];
-      snprintf(msg, sizeof msg, "unknown segment '%s'", name->valuestring);
-      return bad(d, path, msg);
+      diag_error(d, at, "bad profile: unknown segment '%.64s'", name->valuestring);
+      return false;
     }
     fw[s] += f->valuedouble / bs;
     bw[s] += b->valuedouble / bs;
@@ -57,28 +163,30 @@ bool plan_profile_load(PlanInput *in, const char *path, Diag *d) {
   Source src;
   bool ok = false;
   if (!source_read(a, d, path, &src)) goto done;
-  cJSON *j = cJSON_ParseWithLength(src.text, src.len);
-  if (!j) {
-    bad(d, path, "not valid JSON");
+  ProfileText t = {src.path, src.text, src.len, cJSON_ParseWithLength(src.text, src.len)};
+  if (!t.json) {
+    diag_error(d, (Loc){path, 0, 0}, "bad profile: not valid JSON");
     goto done;
   }
-  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "microbatch_size");
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(t.json, "version");
+  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(t.json, "microbatch_size");
   if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
-    bad(d, path, "expected \"version\": 1");
+    diag_error(d, ver ? key_loc(&t, "version") : (Loc){path, 0, 0}, "bad profile: expected \"version\": 1");
+  } else if (mb && (!cJSON_IsNumber(mb) || !microbatch_ok(mb->valuedouble))) {
+    diag_error(d, key_loc(&t, "microbatch_size"), "bad profile: microbatch_size must be an integer from 1 to %.0f",
+               PROFILE_MAX_MICROBATCH);
   } else {
-    double b0 = cJSON_IsNumber(mb) ? mb->valuedouble : 1;
+    double b0 = mb ? mb->valuedouble : 1;
     double *fw = pd_calloc((size_t)in->nsegs + 1, sizeof(double));
     double *bw = pd_calloc((size_t)in->nsegs + 1, sizeof(double));
     bool *seen = pd_calloc((size_t)in->nsegs + 1, sizeof(bool));
-    ok = apply(in, cJSON_GetObjectItemCaseSensitive(j, "segments"), "name", b0, fw, bw, seen, path, d) &&
-         apply(in, cJSON_GetObjectItemCaseSensitive(j, "ops"), "segment", b0, fw, bw, seen, path, d);
+    ok = apply(in, &t, "segments", "name", b0, fw, bw, seen, d) && apply(in, &t, "ops", "segment", b0, fw, bw, seen, d);
     if (ok)
       for (int s = 0; s < in->nsegs; s++)
         if (seen[s]) in->segs[s].fwd_time_s = fw[s], in->segs[s].bwd_time_s = bw[s];
     free(fw), free(bw), free(seen);
   }
-  cJSON_Delete(j);
+  cJSON_Delete(t.json);
 done:
   arena_destroy(a);
   return ok;

@@ -135,6 +135,29 @@ static void evaluate(Search *S, PlanConfig cfg) {
     S->n++;
     return;
   }
+  if (cfg.microbatches > PLAN_MAX_MICROBATCHES) {
+    snprintf(k->why, sizeof k->why, "%" PRId64 " microbatches per batch (at most %d)", cfg.microbatches,
+             PLAN_MAX_MICROBATCHES);
+    snprintf(S->refused, sizeof S->refused,
+             "%" PRId64 " microbatches of %" PRId64 " per batch: a plan has at most %d (a larger microbatch size, "
+             "or a smaller global batch)", cfg.microbatches, cfg.microbatch_size, PLAN_MAX_MICROBATCHES);
+    S->n++;
+    return;
+  }
+  /* The runtime's tables hold PLAN_MAX_SLOTS weight versions and stash slots per
+   * stage (passes/plan_limits.h); stage 0 needs the most. */
+  int nv = plan_versions_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
+  int ns = plan_stash_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
+  if (nv > PLAN_MAX_SLOTS || ns > PLAN_MAX_SLOTS) {
+    snprintf(k->why, sizeof k->why, "%d weight versions and %d stash slots on stage 0 (the runtime keeps %d)", nv,
+             ns, PLAN_MAX_SLOTS);
+    snprintf(S->refused, sizeof S->refused,
+             "%s with %d stages and %" PRId64 " microbatches needs %d weight versions and %d stash slots on stage 0; "
+             "the runtime keeps at most %d of each per stage",
+             plan_schedule_name(cfg.schedule), cfg.stages, cfg.microbatches, nv, ns, PLAN_MAX_SLOTS);
+    S->n++;
+    return;
+  }
   int d = cfg.stages;
   int *cuts = pd_malloc((size_t)(d + 1) * sizeof(int));
   double *t = pd_malloc((size_t)d * sizeof(double)), *A = pd_malloc((size_t)d * sizeof(double));
@@ -303,15 +326,17 @@ static void build(Plan *p, PlanPlacement pl) {
   }
   /* tied groups: stages holding each tied parameter */
   p->groups = pd_calloc((size_t)(in->ntied > 0 ? in->ntied : 1), sizeof *p->groups);
+  p->tied_over = -1, p->tied_over_stages = 0;
   for (int t = 0; t < in->ntied; t++) {
     PlanTiedGroup *G = &p->groups[p->ngroups++];
     G->tied = t;
+    int held = 0;
     for (int i = 0; i < d; i++)
-      for (int j = 0; j < in->tied[t].nsegs; j++)
-        if (in->tied[t].segs[j] >= cuts[i] && in->tied[t].segs[j] < cuts[i + 1]) {
-          G->stages[G->nstages++] = i;
-          break;
-        }
+      if (plan_tied_in(&in->tied[t], cuts[i], cuts[i + 1])) {
+        if (G->nstages < PLAN_MAX_TIED_SEGS) G->stages[G->nstages++] = i;
+        held++;
+      }
+    if (held > PLAN_MAX_TIED_SEGS && p->tied_over < 0) p->tied_over = t, p->tied_over_stages = held;
   }
   PD_CHECK(plan_streams_generate(p, PLAN_FILE_BATCHES, &p->streams), "streams");
   /* Slots are sized from streams long enough to reach the steady state: with few
@@ -411,6 +436,9 @@ Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, D
                  in->batch);
     else if (S.refused[0] && S.best_over > 1e299)
       diag_error(dg, noloc, "%s", S.refused);
+    else if (!(S.best_over > 0)) /* fits, yet no finite step time: not a memory problem */
+      diag_error(dg, noloc, "no configuration has a finite predicted step time (are the --profile times or the "
+                 "cluster's rates sane?)");
     else
       diag_error(dg, noloc,
                  "the model does not fit on cluster '%s': the best configuration is over memory "

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "ir/ir.h"
+#include "passes/plan_limits.h"
 
 typedef struct cJSON cJSON;
 
@@ -77,8 +78,6 @@ typedef struct PlanSegment {
   int ncuda;
 } PlanSegment;
 
-#define PLAN_MAX_TIED_SEGS 8
-
 /* A parameter held by several segments (GPT's token embedding in the prologue and
  * the LM head in the epilogue). Every stage holding one of `segs` holds the whole
  * parameter; when that is more than one stage, their gradients are summed
@@ -87,7 +86,7 @@ typedef struct PlanTied {
   char *name;
   int64_t count; /* fp32 scalars */
   int nsegs;
-  int segs[PLAN_MAX_TIED_SEGS];
+  int *segs; /* ascending, any number (a weight shared by every repeat copy) */
 } PlanTied;
 
 typedef struct PlanInput {
@@ -383,6 +382,10 @@ typedef struct Plan {
   PlanStage *stages;
   PlanTiedGroup *groups;
   int ngroups;
+  /* The first tied group held by more stages than the runtime syncs
+   * (PLAN_MAX_TIED_SEGS; its list is cut there) and how many; -1 and 0: none.
+   * plan_check_limits reports it. */
+  int tied_over, tied_over_stages;
   PlanCandidate *cands;
   int ncands;
   PlanStreams streams; /* PLAN_FILE_BATCHES batches, what plan.json carries */
@@ -394,6 +397,13 @@ typedef struct Plan {
 #define PLAN_SIM_BATCHES 6
 
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
+
+/* Checks a plan against the runtime's limits (passes/plan_limits.h): tied
+ * parameters, the stages holding each, weight versions and stash slots per stage.
+ * Reports each one over (at the weight's declaration in g where there is one) and
+ * returns false then. The boundary limit is checked where the boundary is listed
+ * (codegen_boundary_stages). */
+bool plan_check_limits(const Plan *p, const Graph *g, Diag *d);
 
 /* A stage program's block sizes (passes/layout.h, layout_stage() totals) for the
  * chosen microbatch size, as the compiler driver computes them. */
@@ -449,6 +459,8 @@ double plan_stage_in_bytes(const PlanInput *in, int first_seg);
 /* Tied scalars held by segments [a, e) (each tied parameter counted once); the
  * second counts only those also held by segments outside [a, e). */
 int64_t plan_tied_params(const PlanInput *in, int a, int e);
+/* True when tied parameter T is used in one of segments [a, e). */
+bool plan_tied_in(const PlanTied *T, int a, int e);
 int64_t plan_tied_spanning(const PlanInput *in, int a, int e);
 
 /* Memory accounting (plan_memory.c): versions and stash slots per schedule. */

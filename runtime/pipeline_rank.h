@@ -4,11 +4,13 @@
 #ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
 #define PD2BW_RUNTIME_PIPELINE_RANK_H
 
+#include "passes/plan_limits.h"
 #include "runtime/runtime.h"
 
-#define PIPE_MAX_SLOTS 16  /* weight versions or stash slots per stage */
-#define PIPE_MAX_GROUPS 8  /* tied groups */
-#define PIPE_MAX_BND 64    /* boundary tensors per stage */
+/* The runtime's names for passes/plan_limits.h's limits (pd2bwc checks them too). */
+#define PIPE_MAX_SLOTS PLAN_MAX_SLOTS       /* weight versions or stash slots per stage */
+#define PIPE_MAX_GROUPS PLAN_MAX_TIED_GROUPS /* tied groups */
+#define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
 
 /* One executed instruction (a group of sends/receives: one per instruction, with the
  * group's common start and end). Times: CLOCK_MONOTONIC seconds. */

@@ -5,6 +5,8 @@
 # tests/frontend/fuzz_parser with models/ and tests/errors/ as read-only seeds;
 # new interesting inputs go to build-fuzz/corpus, crashes to build-fuzz/crashes.
 # Exits non-zero when the fuzzer found a crash, leak or timeout.
+# The whole compiler (planner and code generation too) is fuzzed by
+# tests/frontend/mutants.py, which the test suite runs (CTest fuzz_mutants).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"

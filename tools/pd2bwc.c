@@ -383,7 +383,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
    * reference that `pd2bwrun --reference` checks a run against. */
   char perr[512];
   if (ok && !codegen_boundary_stages(g, first, last, n, plan->cfg.microbatch_size, stages, perr, sizeof perr)) {
-    diag_error(d, (Loc){dir, 0, 0}, "cannot run this partition as a pipeline: %s", perr);
+    diag_error(d, (Loc){0}, "cannot run this partition as a pipeline: %s", perr); /* not the temporary dir */
     ok = false;
   }
   if (ok) {
@@ -470,6 +470,7 @@ int main(int argc, char **argv) {
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
   plan = fit_exact(g, &pin, &cluster, plan);
+  if (!plan_check_limits(plan, g, &d)) goto done;
 
   root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);

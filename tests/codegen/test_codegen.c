@@ -1,6 +1,7 @@
 /* Generated stage programs: whole-model gradients against central differences
  * (float64 program), float32 against float64, fused against unfused, gradient
  * accumulation, dropout on/off, and the layout's invariants. */
+#include "frontend/frontend.h"
 #include "gpt_dropout.h"
 #include "stage_harness.h"
 #include "test.h"
@@ -79,6 +80,62 @@ static void test_gpt_gradcheck_f64(void) {
   EXPECT(harness_build(&h, g, 2, true, true));
   if (h.prog.forward) {
     harness_randomize(&h, 0.3, 17);
+    gradcheck(&h, 8, 1e-5, 1e-8);
+  }
+  harness_free(&h);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+/* Weights declared once outside `repeat` and used by every copy (docs/language.md
+ * §3.7: a tie) in every op that has a weight gradient: a layernorm gain tied with
+ * its bias per copy, a bias tied with its gain per copy, both tied, a linear weight
+ * and bias tied, a matmul weight, the embeddings used by every copy and tied to the
+ * head. Each use's backward produces a contribution that must be summed into the
+ * one gradient, never written over it (issue 12 item 4: a tied gain aborted code
+ * generation). Checked against central differences through the float64 program. The
+ * last layernorm uses one weight as both gain and bias: its two gradients go to the
+ * same sum. */
+static const char tied_model[] =
+    "model tied {\n"
+    "  param V = 11; param T = 4; param C = 8; param L = 3;\n"
+    "  input tokens : i32[B, T];\n"
+    "  input targets : i32[B, T];\n"
+    "  weight wte : f32[V, C] = normal(0.3);\n"
+    "  weight wpe : f32[T, C] = normal(0.3);\n"
+    "  weight gain : f32[C] = ones;\n"
+    "  weight bias : f32[C] = zeros;\n"
+    "  weight fc_w : f32[C, C] = normal(0.3);\n"
+    "  weight fc_b : f32[C] = zeros;\n"
+    "  weight mm_w : f32[C, C] = normal(0.1);\n"
+    "  x = add(embedding(wte, tokens), positions(wpe, tokens));\n"
+    "  repeat h[L] {\n"
+    "    weight b1 : f32[C] = zeros;\n"
+    "    weight g2 : f32[C] = ones;\n"
+    "    weight qkv_w : f32[C, 3*C] = normal(0.3);\n"
+    "    y = layernorm(x, gain, b1);\n"
+    "    x = add(x, attention(linear(y, qkv_w), heads = 2));\n"
+    "    y = layernorm(x, g2, bias);\n"
+    "    y = layernorm(y, gain, bias);\n"
+    "    x = add(x, gelu(linear(y, fc_w, fc_b)));\n"
+    "    x = add(x, add(embedding(wte, tokens), positions(wpe, tokens)));\n"
+    "    x = add(x, matmul(x, mm_w));\n"
+    "  }\n"
+    "  x = layernorm(x, gain, bias);\n"
+    "  x = layernorm(x, fc_b, fc_b);\n"
+    "  loss = cross_entropy(matmul(x, wte, transpose_b = 1), targets);\n"
+    "  minimize loss;\n"
+    "}\n";
+
+static void test_tied_params_gradcheck_f64(void) {
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = diffed(frontend_load_model_buffer(a, &d, "tied.model", tied_model, sizeof tied_model - 1, NULL, 0), &d);
+  Harness h;
+  EXPECT(harness_build(&h, g, 2, true, true));
+  if (h.prog.forward) {
+    harness_randomize(&h, 0.3, 11);
     gradcheck(&h, 8, 1e-5, 1e-8);
   }
   harness_free(&h);
@@ -350,6 +407,7 @@ int main(void) {
   RUN(test_layout_invariants);
   RUN(test_mlp_gradcheck_f64);
   RUN(test_gpt_gradcheck_f64);
+  RUN(test_tied_params_gradcheck_f64);
   RUN(test_f32_matches_f64);
   RUN(test_fused_matches_unfused);
   RUN(test_backward_accumulates);
