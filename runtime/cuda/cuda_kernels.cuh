@@ -18,8 +18,10 @@
  * The same text also compiles as host C++ under tests/cuda/cuda_emu.cpp, which
  * defines PKC_EMULATE and emulates a grid (one fibre per thread, __syncthreads as a
  * yield), so every kernel is run and compared with the CPU kernels in CI on a
- * machine with no GPU. Hence: no warp shuffles, no inline PTX, only __syncthreads
- * and atomicAdd; the emulator provides those.
+ * machine with no GPU. Hence: only __syncthreads, atomicAdd, full-warp shuffles
+ * (__shfl_xor_sync, __shfl_sync, __syncwarp) and cuda_mma.cuh's tensor-core helpers;
+ * the emulator provides those, and no inline PTX outside cuda_mma.cuh (which gives
+ * each instruction a CPU definition).
  *
  * Launch conventions (every kernel):
  *  - 1-D grids and blocks. Every kernel walks its work with a grid-stride loop, so
@@ -933,5 +935,11 @@ __global__ void pkc_sgd_step_dev_f32(float *w_out, const float *w_in, const floa
 }
 
 } /* extern "C" */
+
+/* The tensor-core kernels, each its own file (the build embeds them after this one,
+ * so in the library text these includes are already satisfied). */
+#ifndef PD2BW_CUDA_FLASH_FWD_CUH
+#include "cuda_flash_fwd.cuh"
+#endif
 
 #endif /* PD2BW_CUDA_KERNELS_CUH */
