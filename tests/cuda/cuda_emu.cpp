@@ -136,8 +136,20 @@ struct Entry {
   void (*call)(void **);
 };
 
+// The emulator's own checks of its warp rendezvous (test_cuda_emu.c): shuffles move
+// data between lanes; a shuffle that odd lanes skip is divergent.
+void emu_check_shfl(float *out) {
+  float v = (float)threadIdx.x;
+  float x = __shfl_xor_sync(0xffffffffu, v, 5);
+  out[threadIdx.x] = x + 1000.0f * __shfl_sync(0xffffffffu, v, 3);
+}
+void emu_check_divergent(float *out) {
+  if (threadIdx.x & 1) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 2);
+}
+
 #define EMU_ENTRY(k, kind) {#k, &Caller<decltype(k)>::call<k>},
-const Entry kernels[] = {PKC_KERNEL_LIST(EMU_ENTRY)};
+const Entry kernels[] = {PKC_KERNEL_LIST(EMU_ENTRY) EMU_ENTRY(emu_check_shfl, 0) EMU_ENTRY(emu_check_divergent, 0)};
 #undef EMU_ENTRY
 
 } // namespace
