@@ -14,7 +14,7 @@
  *
  * Every flash kernel runs PKC_FLASH_THREADS threads a block (4 warps, 16 query or key
  * rows each) and strides over its tiles by gridDim.x, so any grid is correct; another
- * block size, or a head size not compiled, gives NaN outputs (pkc_attention_poison).
+ * block size, or a head size not compiled, gives NaN outputs (pkc_flash_poison).
  */
 #ifndef PD2BW_CUDA_FLASH_COMMON_CUH
 #define PD2BW_CUDA_FLASH_COMMON_CUH
@@ -118,6 +118,11 @@ static __device__ __forceinline__ void pkc_flash_ld_b(unsigned b[4], const unsig
   int lane = (int)threadIdx.x & 31;
   pkc_ldmatrix_x4_trans(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * PKC_FLASH_LD(HS) + n0 +
                                (lane >> 4) * 8);
+}
+
+/* Fills a whole output with NaN (a head size or block size not compiled for). */
+static __device__ void pkc_flash_poison(float *x, pkc_i64 n) {
+  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) x[i] = PKC_NAN;
 }
 
 /* Tiles of PKC_FLASH_BR rows covering T. */

@@ -154,8 +154,8 @@ extern "C" __global__ void pkc_flash_attention_fwd_bf16(float *out, float *lse, 
 #undef PKC_FLASH_FWD_CASE
     default: break;
     }
-  pkc_attention_poison(out, (pkc_i64)B * T * C); /* not compiled for this head size */
-  if (lse) pkc_attention_poison(lse, (pkc_i64)B * NH * T);
+  pkc_flash_poison(out, (pkc_i64)B * T * C); /* not compiled for this head size */
+  if (lse) pkc_flash_poison(lse, (pkc_i64)B * NH * T);
 }
 
 #endif /* PD2BW_CUDA_FLASH_FWD_CUH */

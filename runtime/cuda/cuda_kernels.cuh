@@ -55,6 +55,11 @@
 #ifndef PD2BW_CUDA_HELPERS_CUH
 #include "cuda_helpers.cuh"
 #endif
+/* The tensor-core kernels, each its own file (the build embeds them before this one,
+ * so in the library text these includes are already satisfied). */
+#ifndef PD2BW_CUDA_FLASH_FWD_CUH
+#include "cuda_flash_fwd.cuh"
+#endif
 
 /* Head size of the attention kernels. Defining PKC_ATT_HS (the code generator knows
  * the model's head size) makes it a compile-time constant, so the per-thread q/o
@@ -935,11 +940,5 @@ __global__ void pkc_sgd_step_dev_f32(float *w_out, const float *w_in, const floa
 }
 
 } /* extern "C" */
-
-/* The tensor-core kernels, each its own file (the build embeds them after this one,
- * so in the library text these includes are already satisfied). */
-#ifndef PD2BW_CUDA_FLASH_FWD_CUH
-#include "cuda_flash_fwd.cuh"
-#endif
 
 #endif /* PD2BW_CUDA_KERNELS_CUH */
