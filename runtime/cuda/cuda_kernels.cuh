@@ -60,6 +60,9 @@
 #ifndef PD2BW_CUDA_FLASH_FWD_CUH
 #include "cuda_flash_fwd.cuh"
 #endif
+#ifndef PD2BW_CUDA_FLASH_BWD_CUH
+#include "cuda_flash_bwd.cuh"
+#endif
 
 /* Head size of the attention kernels. Defining PKC_ATT_HS (the code generator knows
  * the model's head size) makes it a compile-time constant, so the per-thread q/o
