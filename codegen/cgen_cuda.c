@@ -3,8 +3,9 @@
  * A plan's GPU program is two modules, each compiled by NVRTC at load time:
  *  - kernels.cu, the kernel library, one per plan (codegen_cuda_library_source): a
  *    banner, "#define PKC_ATT_HS <hs>" when every attention op of the model has head
- *    size hs (the kernels then keep a head's q/accumulators in registers), then the
- *    verbatim text of philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh
+ *    size hs (the kernels then keep a head's q/accumulators in registers, and the
+ *    tensor-core attention is compiled for hs), then the verbatim text of philox.h,
+ *    runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh
  *    (embedded at build time: pkc_kernels_src.h). Nothing in it depends on the plan
  *    but hs, so every plan with the same head size has the same text, and NVRTC's
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
@@ -52,7 +53,9 @@
  * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
  * cuda_scratch from bf16_staging on: A, then B at the next LAYOUT_ALIGN boundary; every
  * GEMM reuses the same bytes (one stream, in order), so cuda_scratch grows by the
- * largest GEMM's two operands at 2 bytes an element.
+ * largest GEMM's two operands at 2 bytes an element. In a bf16 list, attention with a
+ * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
+ * after casts of its qkv (and, backward, dy) into the same staging bytes.
  *
  * The mapping op -> launches mirrors cgen_c.c's emit_op call for call: the same
  * accumulation rules (layout's `accumulate`, a scratch temporary plus axpy for ops
@@ -601,7 +604,7 @@ char *codegen_cuda_library_source(const Graph *g) {
              " * Every library kernel, one module; each stage's launch list says which kernels it\n"
              " * launches from here (\"module\": \"library\") and which from its stageN.cu. */\n");
   if (hs) str_printf(&src, "\n/* every attention op of the model has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
-  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh, verbatim ==== */\n");
+  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh, verbatim ==== */\n");
   str_printf(&src, "%s", pd_cuda_kernels_src);
   str_printf(&src, "/* ==== end of the kernels ==== */\n");
   return src.p;

@@ -1,4 +1,5 @@
-/* runtime/cuda/cuda_kernel_list.h — every kernel of cuda_kernels.cuh, and how to size
+/* runtime/cuda/cuda_kernel_list.h — every kernel of the kernel library (cuda_kernels.cuh,
+ * cuda_mma.cuh, cuda_flash_fwd.cuh, cuda_flash_bwd.cuh), and how to size
  * its grid.
  *
  * An X-macro, plain C, so host code can enumerate the kernels without parsing CUDA:

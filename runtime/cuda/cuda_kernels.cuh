@@ -621,7 +621,10 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
  * with P = exp(s - lse), P' = P·mask/(1-p), dP = (dy·v)·mask/(1-p), dS = P(dP - D).
  * 2 and 3 write disjoint columns of dqkv and may run in either order. A head size
  * the kernels were not compiled for (PKC_ATT_HS, PKC_ATT_HS_MAX above) gives NaN
- * outputs, which any check catches. */
+ * outputs, which any check catches. These are the fp32 kernels, exact to the CPU;
+ * a bf16 plan whose head size is a multiple of 16 launches their tensor-core twins
+ * instead (cuda_flash_fwd.cuh, cuda_flash_bwd.cuh: mma.sync on bf16 operands, tiles
+ * in shared memory, the same dropout masks), codegen/cgen_cuda.c emit_attention. */
 
 /* Fills a whole output with NaN (a head size the kernels were not compiled for). */
 static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {

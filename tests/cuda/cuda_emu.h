@@ -12,9 +12,10 @@
  * hanging. __shared__ arrays become function statics: shared by the
  * block's fibres, and blocks never overlap (they run first-to-last, or last-to-first
  * to expose blocks that depend on each other). atomicAdd is a plain add (one OS
- * thread). What it cannot show: races between blocks that a GPU would expose, warp
- * lanes running ahead of each other inside a warp (no independent scheduling between
- * collectives is modelled), and the GPU's floating-point library; gpu_op_check covers those.
+ * thread). What it cannot show: races between blocks, or between a warp's lanes
+ * between two collectives (lanes run one after another), that a GPU would expose, and
+ * the GPU's floating-point library (and mma's accumulation order); gpu_op_check covers
+ * those.
  */
 #ifndef PD2BW_TESTS_CUDA_EMU_H
 #define PD2BW_TESTS_CUDA_EMU_H
