@@ -47,18 +47,21 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
   pkc_cp_async_commit();
   pkc_cp_async_wait<0>();
   __syncthreads();
+  PKC_UNROLL
   for (int kk = 0; kk < HS / 16; kk++) {
     pkc_flash_ld_a<HS>(qf[kk], sK, 16 * warp, 16 * kk);
     pkc_flash_ld_a<HS>(yf[kk], sV, 16 * warp, 16 * kk);
   }
   __syncthreads();
   float lse2[2], Dr[2];
+  PKC_UNROLL
   for (int r = 0; r < 2; r++) {
     int row = wq0 + g + 8 * r;
     lse2[r] = row < T ? work[bh * T + row] * PKC_FLASH_LOG2E : 0.0f;
     Dr[r] = row < T ? work[rows + bh * T + row] : 0.0f;
   }
   float dq[HS / 8][4];
+  PKC_UNROLL
   for (int j = 0; j < HS / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0;
   int nk = pkc_flash_ntiles(T);
   if (causal) nk = ((q0 + PKC_FLASH_BR < T ? q0 + PKC_FLASH_BR : T) - 1) / PKC_FLASH_BC + 1;
@@ -71,9 +74,13 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
     __syncthreads();
     if (!causal || k0 <= wq0 + 15) {
       float s[PKC_FLASH_BC / 8][4], dp[PKC_FLASH_BC / 8][4];
+      PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+        PKC_UNROLL
         for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
+      PKC_UNROLL
       for (int kk = 0; kk < HS / 16; kk++)
+        PKC_UNROLL
         for (int n = 0; n < PKC_FLASH_BC; n += 16) {
           unsigned kb[4], vb[4];
           pkc_flash_ld_bt<HS>(kb, sK, n, 16 * kk);
@@ -83,11 +90,14 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
           pkc_mma_bf16_16816(dp[n / 8], yf[kk], vb);
           pkc_mma_bf16_16816(dp[n / 8 + 1], yf[kk], vb + 2);
         }
+      PKC_UNROLL
       for (int r = 0; r < 2; r++) {
         int row = wq0 + g + 8 * r;
         PhiloxCtr blk;
         pkc_u64 blk_id = ~0ull, e0 = ((pkc_u64)bh * T + (pkc_u64)row) * (pkc_u64)T;
+        PKC_UNROLL
         for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+          PKC_UNROLL
           for (int i = 2 * r; i < 2 * r + 2; i++) {
             int key = k0 + 8 * j + 2 * c + (i & 1);
             bool ok = row < T && key < T && (!causal || key <= row);
@@ -96,11 +106,13 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
             s[j][i] = P * (dp[j][i] * mk - Dr[r]) * scale; /* dS */
           }
       }
+      PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BC / 16; kk++) { /* dq += dS·K */
         unsigned da[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
                           pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
                           pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                           pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        PKC_UNROLL
         for (int n = 0; n < HS; n += 16) {
           unsigned kb[4];
           pkc_flash_ld_b<HS>(kb, sK, n, 16 * kk);
@@ -111,10 +123,12 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
     }
     __syncthreads();
   }
+  PKC_UNROLL
   for (int r = 0; r < 2; r++) {
     int row = wq0 + g + 8 * r;
     if (row >= T) continue;
     float *dst = dqkv + ((pkc_i64)b * T + row) * C3 + (pkc_i64)h * HS + 2 * c;
+    PKC_UNROLL
     for (int j = 0; j < HS / 8; j++) {
       dst[8 * j] = dq[j][2 * r];
       dst[8 * j + 1] = dq[j][2 * r + 1];
@@ -146,13 +160,16 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
   pkc_cp_async_commit();
   pkc_cp_async_wait<0>();
   __syncthreads();
+  PKC_UNROLL
   for (int kk = 0; kk < HS / 16; kk++) {
     pkc_flash_ld_a<HS>(kf[kk], sQ, 16 * warp, 16 * kk);
     pkc_flash_ld_a<HS>(vf[kk], sY, 16 * warp, 16 * kk);
   }
   __syncthreads();
   float dk[HS / 8][4], dv[HS / 8][4];
+  PKC_UNROLL
   for (int j = 0; j < HS / 8; j++)
+    PKC_UNROLL
     for (int i = 0; i < 4; i++) dk[j][i] = dv[j][i] = 0;
   for (int qt = causal ? k0 / PKC_FLASH_BR : 0; qt < pkc_flash_ntiles(T); qt++) {
     const int q0 = qt * PKC_FLASH_BR;
@@ -168,9 +185,13 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
     __syncthreads();
     if (!causal || q0 + PKC_FLASH_BR - 1 >= wk0) { /* some query of the tile sees the warp's keys */
       float s[PKC_FLASH_BR / 8][4], dp[PKC_FLASH_BR / 8][4]; /* [key][query], transposed */
+      PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BR / 8; j++)
+        PKC_UNROLL
         for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
+      PKC_UNROLL
       for (int kk = 0; kk < HS / 16; kk++)
+        PKC_UNROLL
         for (int n = 0; n < PKC_FLASH_BR; n += 16) {
           unsigned qb[4], yb[4];
           pkc_flash_ld_bt<HS>(qb, sQ, n, 16 * kk);
@@ -180,7 +201,9 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
           pkc_mma_bf16_16816(dp[n / 8], vf[kk], yb);
           pkc_mma_bf16_16816(dp[n / 8 + 1], vf[kk], yb + 2);
         }
+      PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BR / 8; j++)
+        PKC_UNROLL
         for (int i = 0; i < 4; i++) {
           int key = wk0 + g + 8 * (i >> 1), qi = 8 * j + 2 * c + (i & 1), query = q0 + qi;
           bool ok = key < T && query < T && (!causal || key <= query);
@@ -194,6 +217,7 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
           s[j][i] = P * mk;                                          /* P', for dv */
           dp[j][i] = P * (dp[j][i] * mk - sL[PKC_FLASH_BR + qi]) * scale; /* dS, for dk */
         }
+      PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BR / 16; kk++) { /* dv += P'ᵀ·dy, dk += dSᵀ·q */
         unsigned pa[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
                           pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
@@ -203,6 +227,7 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
                           pkc_pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]),
                           pkc_pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                           pkc_pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        PKC_UNROLL
         for (int n = 0; n < HS; n += 16) {
           unsigned yb[4], qb[4];
           pkc_flash_ld_b<HS>(yb, sY, n, 16 * kk);
@@ -216,10 +241,12 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
     }
     __syncthreads();
   }
+  PKC_UNROLL
   for (int r = 0; r < 2; r++) {
     int key = wk0 + g + 8 * r;
     if (key >= T) continue;
     float *dst = dqkv + ((pkc_i64)b * T + key) * C3 + C + (pkc_i64)h * HS + 2 * c;
+    PKC_UNROLL
     for (int j = 0; j < HS / 8; j++) {
       dst[8 * j] = dk[j][2 * r];
       dst[8 * j + 1] = dk[j][2 * r + 1];

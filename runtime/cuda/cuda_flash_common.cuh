@@ -42,6 +42,15 @@
 #define PKC_FLASH_HS_MAX 16
 #endif
 
+/* Fully unrolled loops over the fragment arrays, so they stay in registers (a loop the
+ * compiler keeps, e.g. around a Philox draw, would index them dynamically: local
+ * memory). Nothing under the emulator. */
+#if defined(PKC_EMULATE)
+#define PKC_UNROLL
+#else
+#define PKC_UNROLL _Pragma("unroll")
+#endif
+
 /* Shared-memory rows are padded by 8 bf16 (16 bytes): ldmatrix's eight row addresses
  * then fall in distinct banks. */
 #define PKC_FLASH_LD(HS) ((HS) + 8)

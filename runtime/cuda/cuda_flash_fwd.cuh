@@ -46,10 +46,12 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
   pkc_cp_async_commit();
   pkc_cp_async_wait<0>();
   __syncthreads();
+  PKC_UNROLL
   for (int kk = 0; kk < HS / 16; kk++) pkc_flash_ld_a<HS>(qf[kk], sK, 16 * warp, 16 * kk);
   __syncthreads();
 
   float o[HS / 8][4];
+  PKC_UNROLL
   for (int j = 0; j < HS / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
   float m[2] = {PKC_FLASH_NEG_INF, PKC_FLASH_NEG_INF}, l[2] = {0, 0}; /* m: log2 units */
   int nk = pkc_flash_ntiles(T);
@@ -66,8 +68,11 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
     __syncthreads();
     if (!causal || k0 <= wq0 + 15) { /* warp-uniform: some of the warp's rows see keys here */
       float s[PKC_FLASH_BC / 8][4];
+      PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BC / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
+      PKC_UNROLL
       for (int kk = 0; kk < HS / 16; kk++)
+        PKC_UNROLL
         for (int n = 0; n < PKC_FLASH_BC; n += 16) {
           unsigned kb[4];
           pkc_flash_ld_bt<HS>(kb, sK, n, 16 * kk);
@@ -76,7 +81,9 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
         }
       /* mask, then the online softmax per row (i>>1 picks row g or g+8) */
       float mx[2] = {PKC_FLASH_NEG_INF, PKC_FLASH_NEG_INF};
+      PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+        PKC_UNROLL
         for (int i = 0; i < 4; i++) {
           int row = wq0 + g + 8 * (i >> 1), key = k0 + 8 * j + 2 * c + (i & 1);
           bool ok = key < T && (!causal || key <= row);
@@ -84,6 +91,7 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
           mx[i >> 1] = s[j][i] > mx[i >> 1] ? s[j][i] : mx[i >> 1];
         }
       float base_[2], corr[2];
+      PKC_UNROLL
       for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
@@ -93,13 +101,18 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
         m[r] = mn;
         l[r] *= corr[r];
       }
+      PKC_UNROLL
       for (int j = 0; j < HS / 8; j++)
+        PKC_UNROLL
         for (int i = 0; i < 4; i++) o[j][i] *= corr[i >> 1];
+      PKC_UNROLL
       for (int r = 0; r < 2; r++) {
         int row = wq0 + g + 8 * r;
         PhiloxCtr blk;
         pkc_u64 blk_id = ~0ull, e0 = ((pkc_u64)bh * T + (pkc_u64)row) * (pkc_u64)T;
+        PKC_UNROLL
         for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+          PKC_UNROLL
           for (int i = 2 * r; i < 2 * r + 2; i++) {
             float pv = exp2f(s[j][i] - base_[r]);
             l[r] += pv; /* the denominator counts dropped elements too (as the CPU) */
@@ -109,11 +122,13 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
           }
       }
       /* O += P·V: S's accumulators of key tiles 2kk, 2kk+1 are P's A fragment kk. */
+      PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BC / 16; kk++) {
         unsigned pa[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
                           pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
                           pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                           pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        PKC_UNROLL
         for (int n = 0; n < HS; n += 16) {
           unsigned vb[4];
           pkc_flash_ld_b<HS>(vb, sV, n, 16 * kk);
@@ -124,6 +139,7 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
     }
     __syncthreads(); /* before the next tile overwrites sK, sV */
   }
+  PKC_UNROLL
   for (int r = 0; r < 2; r++) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
@@ -133,6 +149,7 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
       float dsum = 0;
       if (row < T) {
         const unsigned short *gy = dy16 + ((pkc_i64)b * T + row) * C + (pkc_i64)h * HS + 2 * c;
+        PKC_UNROLL
         for (int j = 0; j < HS / 8; j++)
           dsum += pkc_bf16_to_f32(gy[8 * j]) * o[j][2 * r] + pkc_bf16_to_f32(gy[8 * j + 1]) * o[j][2 * r + 1];
       }
@@ -143,6 +160,7 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
     if (row >= T) continue;
     if (!STATS) {
       float *dst = out + ((pkc_i64)b * T + row) * C + (pkc_i64)h * HS + 2 * c;
+      PKC_UNROLL
       for (int j = 0; j < HS / 8; j++) {
         dst[8 * j] = o[j][2 * r] * inv;
         dst[8 * j + 1] = o[j][2 * r + 1] * inv;
