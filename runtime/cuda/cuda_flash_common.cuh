@@ -75,8 +75,15 @@ static __device__ __forceinline__ PkcFlashDrop pkc_flash_drop(double p, pkc_u64 
   return d;
 }
 
-/* The keep multiplier of element e: 0 or 1/(1-p). */
-static __device__ __forceinline__ float pkc_flash_keep(const PkcFlashDrop *d, pkc_u64 e, PhiloxCtr *blk,
+/* The keep multiplier of element e: 0 or 1/(1-p). Not inlined on the GPU: the callers'
+ * loops are unrolled, and 64 inlined Philox blocks per tile made each kernel's code
+ * (and NVRTC's time) several times larger for a path taken only with dropout. */
+#if defined(PKC_EMULATE)
+#define PKC_FLASH_NOINLINE
+#else
+#define PKC_FLASH_NOINLINE __noinline__
+#endif
+static __device__ PKC_FLASH_NOINLINE float pkc_flash_keep(const PkcFlashDrop *d, pkc_u64 e, PhiloxCtr *blk,
                                                        pkc_u64 *blk_id) {
   return pkc_keep(d->seed, d->op, d->mb, d->thr, e, blk, blk_id) ? d->ks : 0.0f;
 }
