@@ -3,8 +3,9 @@
  * A plan's GPU program is two modules, each compiled by NVRTC at load time:
  *  - kernels.cu, the kernel library, one per plan (codegen_cuda_library_source): a
  *    banner, "#define PKC_ATT_HS <hs>" when every attention op of the model has head
- *    size hs (the kernels then keep a head's q/accumulators in registers), then the
- *    verbatim text of philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh
+ *    size hs (the kernels then keep a head's q/accumulators in registers, and the
+ *    tensor-core attention is compiled for hs), then the verbatim text of philox.h,
+ *    runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh
  *    (embedded at build time: pkc_kernels_src.h). Nothing in it depends on the plan
  *    but hs, so every plan with the same head size has the same text, and NVRTC's
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
@@ -52,7 +53,9 @@
  * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
  * cuda_scratch from bf16_staging on: A, then B at the next LAYOUT_ALIGN boundary; every
  * GEMM reuses the same bytes (one stream, in order), so cuda_scratch grows by the
- * largest GEMM's two operands at 2 bytes an element.
+ * largest GEMM's two operands at 2 bytes an element. In a bf16 list, attention with a
+ * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
+ * after casts of its qkv (and, backward, dy) into the same staging bytes.
  *
  * The mapping op -> launches mirrors cgen_c.c's emit_op call for call: the same
  * accumulation rules (layout's `accumulate`, a scratch temporary plus axpy for ops
@@ -300,11 +303,44 @@ static void need_scratch(CuEmit *e, int64_t bytes) {
   if (bytes > e->scratch) e->scratch = bytes;
 }
 
+/* Attention on tensor cores (runtime/cuda/cuda_flash_*.cuh) in a bf16 plan whose head
+ * size qualifies (layout_cuda_attention_operands; fp32 and tf32 plans keep the fp32
+ * kernels, exact to the CPU's attention): qkv, and backward dy, cast to bf16 into
+ * cuda_scratch's staging (as a bf16 GEMM's operands: the same bytes, qkv then dy), then
+ * the forward, or the backward's three kernels with lse and D in the op's scratch. */
+static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, int64_t T, int64_t C) {
+  bool fwd = op->kind == OP_ATTENTION;
+  int qkv = op->in[fwd ? 0 : 1], NH = (int)op->attr[0], causal = (int)op->attr[1];
+  double p = op->attr[2];
+  int stream = fwd ? op->id : op->fwd_op;
+  int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
+  CuPtr Q16 = stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, bf16_staging(e), &end);
+  if (fwd) {
+    LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), NUL(), PP(Q16), I32(B),
+             I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+    return;
+  }
+  CuPtr Y16 = stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, align_up(end), &end);
+  CuPtr work = scratch_of(e, op);
+  PD_CHECK(e->L->scratch_bytes[op->id] >= 2 * B * NH * T * 4, "(attention_bwd scratch too small)");
+  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_stats_bf16", tiles, CU_FLASH_BLOCK, PP(work), PP(Y16), PP(Q16),
+           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), PP(work), PP(Y16), PP(Q16),
+           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), PP(work), PP(Y16), PP(Q16),
+           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+}
+
 static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   const Graph *g = e->g;
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1];
   int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);
+  int64_t qe, de;
+  if (e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(g, op, e->L->b, &qe, &de)) {
+    emit_flash_attention(e, op, Y, B, T, C);
+    return;
+  }
   int NH = (int)op->attr[0], causal = (int)op->attr[1];
   double p = op->attr[2];
   int stream = fwd ? op->id : op->fwd_op;
@@ -558,26 +594,9 @@ static void emit_region(CuEmit *e, int r, const int *ops, int nops, int *buf) {
 /* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
 
-/* The head size every attention op of the model uses, or 0 (none, or several): the
- * library's PKC_ATT_HS. The whole graph, not the stage: one library per plan. */
-static int model_head_size(const Graph *g) {
-  int hs = 0;
-  for (int o = 0; o < g->nops; o++) {
-    const Op *op = &g->ops[o];
-    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
-    const Shape *s = &g->tensors[qkv].shape;
-    int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
-    int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
-    if (hs == 0) hs = h;
-    else if (hs != h) hs = -1;
-  }
-  return hs > 0 ? hs : 0;
-}
-
 char *codegen_cuda_library_source(const Graph *g) {
   Str src = {0};
-  int hs = model_head_size(g);
+  int hs = layout_cuda_head_size(g); /* the whole graph, not a stage: one library per plan */
   /* nothing of the model but hs: plans with the same head size share the text */
   str_printf(&src,
              "/* " CODEGEN_CUDA_LIBRARY " — the CUDA kernel library of a pd2bw plan, generated by pd2bwc "
@@ -585,7 +604,7 @@ char *codegen_cuda_library_source(const Graph *g) {
              " * Every library kernel, one module; each stage's launch list says which kernels it\n"
              " * launches from here (\"module\": \"library\") and which from its stageN.cu. */\n");
   if (hs) str_printf(&src, "\n/* every attention op of the model has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
-  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh and cuda_kernels.cuh, verbatim ==== */\n");
+  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh, verbatim ==== */\n");
   str_printf(&src, "%s", pd_cuda_kernels_src);
   str_printf(&src, "/* ==== end of the kernels ==== */\n");
   return src.p;
@@ -664,7 +683,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     free(lib);
     cJSON_AddNumberToObject(j, "microbatch_size", (double)L->b);
     cJSON_AddNumberToObject(j, "block", CU_BLOCK);
-    cJSON_AddNumberToObject(j, "att_head_size", model_head_size(g));
+    cJSON_AddNumberToObject(j, "att_head_size", layout_cuda_head_size(g));
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");

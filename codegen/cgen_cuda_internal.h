@@ -29,6 +29,9 @@
  * attention kernels, whose threads each hold head-size arrays in registers. */
 #define CU_BLOCK 256
 #define CU_ATT_BLOCK 128
+/* The tensor-core attention's block (PKC_FLASH_THREADS) and tile rows (PKC_FLASH_BR). */
+#define CU_FLASH_BLOCK 128
+#define CU_FLASH_ROWS 64
 /* Grids are capped (every kernel strides, so any grid is correct). */
 #define CU_MAX_GRID (1u << 20)
 

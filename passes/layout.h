@@ -118,7 +118,10 @@ bool layout_accumulates_natively(OpKind k);
  * (so the largest GEMM decides). Its SIZE is defined here, once: codegen records this
  * figure (and checks its launches stay inside it), the planner counts it in a stage's
  * device memory. The bf16 staging therefore depends on the partition: it is the
- * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is). */
+ * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is).
+ * With bf16, the tensor-core attention (runtime/cuda/cuda_flash_*.cuh) reads bf16
+ * copies of qkv (and, backward, of dy) from the same staging bytes, qkv then dy at the
+ * next 256-byte boundary, as a GEMM's A and B: the staging is the largest of those too. */
 #define LAYOUT_CUDA_SCRATCH_ROWS 64 /* where the row losses start */
 #define LAYOUT_CUDA_BF16_ALIGN 256  /* the staging buffers' alignment (cuBLAS wants it) */
 
@@ -128,13 +131,25 @@ bool layout_cuda_gemm_operands(const Graph *g, const Op *op, int64_t b, int64_t 
                                int64_t *b_elems);
 /* Rows of a forward cross-entropy's row-loss array at microbatch b; 0 for other ops. */
 int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b);
+/* The head size every attention op of the graph uses, or 0 (none, or several): the
+ * CUDA kernel library's PKC_ATT_HS. */
+int layout_cuda_head_size(const Graph *g);
+/* That head size when the tensor-core attention kernels are compiled for it (a
+ * multiple of 16 in 16..128): a bf16 plan then launches them; else 0. */
+int layout_cuda_flash_head_size(const Graph *g);
+/* Float32 elements an attention op casts to bf16 for the tensor-core kernels in a bf16
+ * plan: qkv, and for attention_bwd dy (0 forward); false for other ops, or when the
+ * graph's head size keeps the fp32 kernels. Staged as layout_cuda_gemm_staging(qkv, dy)
+ * (counted, like a GEMM's operands, only with bf16). */
+bool layout_cuda_attention_operands(const Graph *g, const Op *op, int64_t b, int64_t *qkv_elems,
+                                    int64_t *dy_elems);
 /* Bytes one bf16 GEMM stages: A's copy rounded up to 256, then B's. */
 int64_t layout_cuda_gemm_staging(int64_t a_elems, int64_t b_elems);
 /* Offset of the bf16 staging in cuda_scratch after ce_rows row losses. */
 int64_t layout_cuda_bf16_staging(int64_t ce_rows);
 /* cuda_scratch bytes (a multiple of LAYOUT_ALIGN) from the stage's largest forward
  * cross-entropy (rows) and, with bf16 GEMMs, its largest layout_cuda_gemm_staging
- * (pass 0 without). */
+ * (GEMM or tensor-core attention; pass 0 without). */
 int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf16);
 /* The stage's cuda_scratch bytes from its forward and backward ops. */
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16);

@@ -2,7 +2,8 @@
  *
  * Here rather than in codegen so that the planner, which must not depend on the code
  * generator, counts the same bytes the launch lists declare: codegen/cgen_cuda.c takes
- * its cuda_scratch size and bf16 staging offset from these functions. Every GEMM the
+ * its cuda_scratch size and bf16 staging offset from these functions, and whether a bf16
+ * plan's attention runs on the tensor-core kernels (layout_cuda_attention_operands). Every GEMM the
  * CUDA generator emits reads its A and B as whole tensors, contiguous (leading
  * dimension = row length), so an operand's extent is the tensor's element count.
  */
@@ -24,6 +25,36 @@ int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b) {
   const Shape *s = &g->tensors[op->in[0]].shape;
   int64_t last = s->rank ? s->dim[s->rank - 1] : 1;
   return shape_numel(s, b) / last;
+}
+
+int layout_cuda_head_size(const Graph *g) {
+  int hs = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
+    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
+    const Shape *s = &g->tensors[qkv].shape;
+    int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
+    int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
+    if (hs == 0) hs = h;
+    else if (hs != h) hs = -1;
+  }
+  return hs > 0 ? hs : 0;
+}
+
+int layout_cuda_flash_head_size(const Graph *g) {
+  int hs = layout_cuda_head_size(g);
+  return hs >= 16 && hs <= 128 && hs % 16 == 0 ? hs : 0;
+}
+
+bool layout_cuda_attention_operands(const Graph *g, const Op *op, int64_t b, int64_t *qkv_elems,
+                                    int64_t *dy_elems) {
+  if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) return false;
+  if (!layout_cuda_flash_head_size(g)) return false;
+  bool fwd = op->kind == OP_ATTENTION;
+  *qkv_elems = shape_numel(&g->tensors[op->in[fwd ? 0 : 1]].shape, b);
+  *dy_elems = fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
+  return true;
 }
 
 int64_t layout_cuda_gemm_staging(int64_t a_elems, int64_t b_elems) {
@@ -50,6 +81,8 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
       if (r > rows) rows = r;
     }
     if (layout_cuda_gemm_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
+      staging = layout_cuda_gemm_staging(a, bb);
+    if (layout_cuda_attention_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
       staging = layout_cuda_gemm_staging(a, bb);
   }
   return layout_cuda_scratch_size(rows, staging, bf16);

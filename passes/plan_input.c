@@ -49,6 +49,9 @@ static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
   if (layout_cuda_gemm_operands(g, op, 1, &a1, &b1)) {
     layout_cuda_gemm_operands(g, op, 2, &a2, &b2);
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
+  } else if (layout_cuda_attention_operands(g, op, 1, &a1, &b1)) { /* staged like a GEMM's */
+    layout_cuda_attention_operands(g, op, 2, &a2, &b2);
+    plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {
     a2 = layout_cuda_ce_rows(g, op, 2);
     plan_segment_add_cuda(s, (PlanCudaTerm){false, a2 - a1, 2 * a1 - a2, 0, 0});

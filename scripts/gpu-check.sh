@@ -6,7 +6,8 @@
 #       device backend, which on a GPU machine opens the device);
 #   (a) tests/cuda/gpu_op_check: every CUDA op against the CPU op on random inputs,
 #       with the error bounds stated in tests/cuda/op_check.c, after a self-test that
-#       proves the comparison catches a deliberately wrong kernel;
+#       proves the comparison catches a deliberately wrong kernel (the checks include
+#       the tensor-core helpers and attention kernels: tests/cuda/op_check_flash.c);
 #   (b) a small GPT (tinygpt, 2 layers, dropout on) trained 20 steps by pd2bwrun on
 #       the CPU and by pd2bw-cuda-train on the GPU from the same initial weights
 #       (rt_init_param: by name and seed) and the same data: every step's loss must
@@ -31,7 +32,9 @@
 #       tokens/s and achieved TFLOP/s (the plan's FLOPs / measured steady-state step
 #       time) beside cuBLAS's BF16 rate on the model's MLP GEMM measured in the same
 #       process; with CUDA graphs (the default), and for the 350M shape also with
-#       --cuda-graphs off beside it while the time budget allows.
+#       --cuda-graphs off beside it while the time budget allows; then the tensor-core
+#       attention kernels' own rate, forward and backward, at B=8 T=1024 NH=16 hs=64
+#       causal (bench/gpu/gpu_attention_bench).
 # Steps (b)-(d) take about 2-4 minutes on an H200 (each run is bounded by `timeout`);
 # the script ends with a table of the figures, also written (atomically) to
 # $GPU_CHECK_OUT/last-gpu-check.md (default bench/gpu/).
@@ -56,7 +59,7 @@ if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   # A build made on another machine (same paths, same architecture): a lent GPU machine
   # may lack flex, bison and the -dev packages; nothing is configured or rebuilt here.
   step "build ($build): prebuilt (GPU_CHECK_PREBUILT=1)"
-  for b in tests/cuda/gpu_op_check tools/pd2bwc tools/pd2bwrun runtime/pd2bw-cuda-train; do
+  for b in tests/cuda/gpu_op_check tools/pd2bwc tools/pd2bwrun runtime/pd2bw-cuda-train bench/gpu/gpu_attention_bench; do
     [ -x "$build/$b" ] || { echo "gpu-check: GPU_CHECK_PREBUILT=1 but $build/$b is missing"; exit 2; }
   done
 else
@@ -260,6 +263,23 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
   pct=$(sed -n 's/.* = \([0-9]*\)% of it.*/\1/p' <<<"$gemm")
   rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph | ran |")
 done
+
+step "(d) attention kernels: B=8 T=1024 NH=16 hs=64 causal (tensor cores, bf16 operands)"
+if [ "$(limit 999)" -lt 20 ]; then
+  echo "skipped: the time budget is spent"; rows+=("| (d) attention kernels | skipped (time budget) | - |")
+else
+  att=$(timeout "$(limit 60)" "$build/bench/gpu/gpu_attention_bench" --device "$device" 2>&1)
+  rc=$?
+  echo "$att"
+  fwd=$(sed -n 's/^attention fwd .*: \([0-9.]*\) ms, \([0-9.]*\) TFLOP\/s$/\2 TFLOP\/s (\1 ms)/p' <<<"$att")
+  bwd=$(sed -n 's/^attention bwd .*: \([0-9.]*\) ms, \([0-9.]*\) TFLOP\/s$/\2 TFLOP\/s (\1 ms)/p' <<<"$att")
+  if [ $rc -ne 0 ] || [ -z "$fwd" ] || [ -z "$bwd" ]; then
+    echo "gpu-check: FAILED: gpu_attention_bench (exit $rc)"; failed=1
+    rows+=("| (d) attention kernels | run failed (exit $rc) | FAIL |")
+  else
+    rows+=("| (d) attention B=8 T=1024 NH=16 hs=64 causal | forward $fwd, backward $bwd (FLOPs 4·B·NH·T²·hs/2, backward 2.5x) | ran |")
+  fi
+fi
 
 gpu=$(nvidia-smi -L 2>/dev/null | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null)

@@ -1,4 +1,5 @@
-/* runtime/cuda/cuda_kernel_list.h — every kernel of cuda_kernels.cuh, and how to size
+/* runtime/cuda/cuda_kernel_list.h — every kernel of the kernel library (cuda_kernels.cuh,
+ * cuda_mma.cuh, cuda_flash_fwd.cuh, cuda_flash_bwd.cuh), and how to size
  * its grid.
  *
  * An X-macro, plain C, so host code can enumerate the kernels without parsing CUDA:
@@ -64,6 +65,11 @@ typedef enum PkcLaunchKind {
   X(pkc_attention_bwd_stats_f32, PKC_ELEM)  /* B*NH*T */ \
   X(pkc_attention_bwd_dq_f32, PKC_ELEM)     /* B*NH*T */ \
   X(pkc_attention_bwd_dkv_f32, PKC_ELEM)    /* B*NH*T */ \
+  X(pkc_flash_attention_fwd_bf16, PKC_ROW)  /* B*NH*ceil(T/64) tiles; block PKC_FLASH_THREADS */ \
+  X(pkc_flash_attention_bwd_stats_bf16, PKC_ROW) /* the same */ \
+  X(pkc_flash_attention_bwd_dq_bf16, PKC_ROW)    /* the same */ \
+  X(pkc_flash_attention_bwd_dkv_bf16, PKC_ROW)   /* the same */ \
+  X(pkc_mma_check_bf16, PKC_ONE)            /* -; block 32 */ \
   X(pkc_adamw_step_f32, PKC_ELEM)           /* n */ \
   X(pkc_sgd_step_f32, PKC_ELEM)             /* n */ \
   X(pkc_adamw_step_dev_f32, PKC_ELEM)       /* n */ \

@@ -18,8 +18,10 @@
  * The same text also compiles as host C++ under tests/cuda/cuda_emu.cpp, which
  * defines PKC_EMULATE and emulates a grid (one fibre per thread, __syncthreads as a
  * yield), so every kernel is run and compared with the CPU kernels in CI on a
- * machine with no GPU. Hence: no warp shuffles, no inline PTX, only __syncthreads
- * and atomicAdd; the emulator provides those.
+ * machine with no GPU. Hence: only __syncthreads, atomicAdd, full-warp shuffles
+ * (__shfl_xor_sync, __shfl_sync, __syncwarp) and cuda_mma.cuh's tensor-core helpers;
+ * the emulator provides those, and no inline PTX outside cuda_mma.cuh (which gives
+ * each instruction a CPU definition).
  *
  * Launch conventions (every kernel):
  *  - 1-D grids and blocks. Every kernel walks its work with a grid-stride loop, so
@@ -52,6 +54,14 @@
 
 #ifndef PD2BW_CUDA_HELPERS_CUH
 #include "cuda_helpers.cuh"
+#endif
+/* The tensor-core kernels, each its own file (the build embeds them before this one,
+ * so in the library text these includes are already satisfied). */
+#ifndef PD2BW_CUDA_FLASH_FWD_CUH
+#include "cuda_flash_fwd.cuh"
+#endif
+#ifndef PD2BW_CUDA_FLASH_BWD_CUH
+#include "cuda_flash_bwd.cuh"
 #endif
 
 /* Head size of the attention kernels. Defining PKC_ATT_HS (the code generator knows
@@ -611,7 +621,10 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
  * with P = exp(s - lse), P' = P·mask/(1-p), dP = (dy·v)·mask/(1-p), dS = P(dP - D).
  * 2 and 3 write disjoint columns of dqkv and may run in either order. A head size
  * the kernels were not compiled for (PKC_ATT_HS, PKC_ATT_HS_MAX above) gives NaN
- * outputs, which any check catches. */
+ * outputs, which any check catches. These are the fp32 kernels, exact to the CPU;
+ * a bf16 plan whose head size is a multiple of 16 launches their tensor-core twins
+ * instead (cuda_flash_fwd.cuh, cuda_flash_bwd.cuh: mma.sync on bf16 operands, tiles
+ * in shared memory, the same dropout masks), codegen/cgen_cuda.c emit_attention. */
 
 /* Fills a whole output with NaN (a head size the kernels were not compiled for). */
 static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {

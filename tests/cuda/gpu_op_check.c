@@ -108,8 +108,9 @@ int main(int argc, char **argv) {
   printf("gpu_op_check: device %d: %s (sm_%d), %.1f GiB\n", device, cuda_dev_name(g.dev), arch,
          (double)cuda_dev_total_mem(g.dev) / (1 << 30));
 
-  const char *perturb[] = {"-DPKC_SELFTEST_PERTURB"};
-  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, self_test ? perturb : NULL, self_test};
+  /* the tensor-core attention for every head size the checks use (op_check_flash.c) */
+  const char *defs[] = {"-DPKC_FLASH_TEST_SIZES", "-DPKC_SELFTEST_PERTURB"};
+  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, defs, 1 + self_test};
   CudaBinary bin;
   char *cerr = NULL;
   if (!cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &bin, &cerr)) {

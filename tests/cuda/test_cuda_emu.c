@@ -124,6 +124,20 @@ static void test_all_ops_other_grid_reversed(void) {
   emu_set_reverse_blocks(0);
 }
 
+/* Warp shuffles see the other lanes of the same warp (threads 32w..32w+31): lane l gets
+ * lane l^5's value and lane 3's; a shuffle that some lanes skip fails the launch. */
+static void test_warp_rendezvous(void) {
+  float out[96];
+  void *args[] = {&(float *){out}};
+  EXPECT_EQ_INT(emu_launch("emu_check_shfl", 2, 96, args), 0);
+  int bad = 0;
+  for (int t = 0; t < 96; t++) bad += out[t] != (float)((t ^ 5) + 1000 * ((t & ~31) + 3));
+  EXPECT_EQ_INT(bad, 0);
+  EXPECT(emu_last_error() == NULL);
+  EXPECT_EQ_INT(emu_launch("emu_check_divergent", 1, 64, args), -2);
+  EXPECT(emu_last_error() != NULL && strstr(emu_last_error(), "warp collective"));
+}
+
 /* Unknown kernels are refused, not run. */
 static void test_unknown_kernel(void) { EXPECT_EQ_INT(emu_launch("pkc_nope", 1, 32, NULL), -1); }
 #else
@@ -162,6 +176,7 @@ int main(void) {
   RUN(test_all_ops_small_grid);
   RUN(test_all_ops_other_grid_reversed);
   RUN(test_unknown_kernel);
+  RUN(test_warp_rendezvous);
 #else
   RUN(test_perturbed_kernel_is_caught);
   RUN(test_fixed_head_size);

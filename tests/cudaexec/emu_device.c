@@ -24,6 +24,7 @@ typedef struct EmuKernel {
   EmuLaunchFn launch;
   char name[64];
   bool cast; /* pkc_cast_f32_to_bf16 */
+  int att_casts; /* the casts a tensor-core attention launch comes with (EmuCounts) */
   int nargs;
   unsigned char size[EMU_MAX_ARGS];
 } EmuKernel;
@@ -160,7 +161,8 @@ static void *e_load(void *dev, const char *src, const char *name, char *err, siz
     fclose(f);
     f = fopen(cpp, "w");
     if (!f) return snprintf(err, errlen, "%s: cannot write", cpp), NULL;
-    fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"emu-%s.cu\"\n", hash);
+    emu_include_emulator(f, src);
+    fprintf(f, "#include \"emu-%s.cu\"\n", hash);
     write_tables(f, src);
     fclose(f);
     if (!emu_module_build(cpp, path, d->workdir, berr, sizeof berr))
@@ -187,6 +189,9 @@ static void *e_kernel(void *dev, void *module, const char *name) {
   EmuKernel *k = &d->kern[d->nkern++];
   k->launch = m->launch;
   k->cast = strcmp(name, "pkc_cast_f32_to_bf16") == 0;
+  k->att_casts = strcmp(name, "pkc_flash_attention_fwd_bf16") == 0         ? 1
+                 : strcmp(name, "pkc_flash_attention_bwd_stats_bf16") == 0 ? 2
+                                                                           : 0;
   snprintf(k->name, sizeof k->name, "%s", name);
   k->nargs = m->sizes(name, k->size);
   PD_CHECK(k->nargs >= 0 && k->nargs <= EMU_MAX_ARGS, "(no parameter sizes for kernel %s)", name);
@@ -286,6 +291,7 @@ static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   if (!capturing(d, stream)) {
     d->n.launches++;
     d->n.casts += k->cast;
+    d->n.att_casts += k->att_casts;
   }
   issue(d, stream, &op);
 }

@@ -2,11 +2,19 @@
 #include "emu_module.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifndef PD2BW_TEST_CXX
 #define PD2BW_TEST_CXX "c++"
 #endif
+
+void emu_include_emulator(FILE *f, const char *lib_src) {
+  static const char def[] = "\n#define PKC_ATT_HS ";
+  const char *d = strstr(lib_src, def);
+  if (d) fprintf(f, "#define PKC_ATT_HS %d\n", atoi(d + sizeof def - 1));
+  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n");
+}
 
 void emu_table_begin(FILE *f) {
   fprintf(f, "namespace {\nstruct StageEntry { const char *name; void (*call)(void **); };\n"

@@ -20,7 +20,9 @@
  *     2^-9 = 2e-3 relative; the losses move less: 3.8e-4 at most here);
  *   - emulated bf16  vs  emulated fp32: apart by more than 10x the float32 bound, so
  *     the casts really happen (a list that left the GEMMs float32 would fail);
- *   - every GEMM of the bf16 run was a bf16 GEMM, and it launched 2 casts per GEMM.
+ *   - every GEMM of the bf16 run was a bf16 GEMM, and it launched 2 casts per GEMM,
+ *     plus those of its attention, which ran on the tensor-core kernels (bf16 q, k, v,
+ *     dy and probabilities: the losses stayed within the same bound, 3.7e-4 seen).
  * Also: a bf16 plan cannot be loaded as fp32/tf32, nor a float32 plan as bf16
  * (cx_program_load's override), each with a message.
  *
@@ -36,7 +38,7 @@ static char tmp[64] = "/tmp/pd2bw-test-cudaexec-bf16-XXXXXX";
 #define FP32_PLAN "--schedule gpipe --precision fp32"
 #define BF16_PLAN "--schedule gpipe --precision bf16"
 #define FP32_TOL 2e-5 /* test_cudaexec_emu's float32 bound on the losses */
-#define BF16_TOL 5e-3 /* relative, per microbatch loss (3.8e-4 seen: 13x margin) */
+#define BF16_TOL 5e-3 /* relative, per microbatch loss (3.7e-4 seen with bf16 attention: 13x margin) */
 
 static void check_runs(const EmuRun *cpu, const EmuRun *f32, const EmuRun *b16) {
   EXPECT(f32->bad_ids == 0 && b16->bad_ids == 0);
@@ -50,10 +52,12 @@ static void check_runs(const EmuRun *cpu, const EmuRun *f32, const EmuRun *b16) 
   EXPECT(d32 <= FP32_TOL);
   EXPECT(d16 <= BF16_TOL);
   EXPECT(apart > 10 * FP32_TOL);
-  /* every GEMM was bf16 and had its two casts; the fp32 run had neither */
+  /* every GEMM was bf16 and had its two casts, the attention ran on the tensor-core
+   * kernels (head size 16) with theirs; the fp32 run had none of these */
   const EmuCounts *b = &b16->counts, *f = &f32->counts;
-  EXPECT(b->gemms > 0 && b->bf16_gemms == b->gemms && b->casts == 2 * b->gemms);
-  EXPECT(f->gemms == b->gemms && f->bf16_gemms == 0 && f->casts == 0);
+  EXPECT(b->gemms > 0 && b->bf16_gemms == b->gemms && b->casts == 2 * b->gemms + b->att_casts);
+  EXPECT(b->att_casts > 0);
+  EXPECT(f->gemms == b->gemms && f->bf16_gemms == 0 && f->casts == 0 && f->att_casts == 0);
   /* it trained: the loss moved by far more than the bf16 bound */
   EXPECT(fabs(b16->mb[EMU_STEPS * EMU_MB - 1] - b16->mb[0]) > 5 * BF16_TOL * b16->mb[0]);
 }

@@ -11,7 +11,10 @@
  * exactly the tf32 GEMM's A and B with the element count the GEMM spans (from its
  * leading dimension), and write 2-byte elements into cuda_scratch past the
  * cross-entropy row losses, A and B apart, 256-byte aligned, inside the block size the
- * list declares. The CPU programs (stageN.c: the float32 master copy) must not change.
+ * list declares. Attention (head size a multiple of 16) is the exception: each fp32
+ * attention kernel becomes its tensor-core twin (pkc_flash_attention_*_bf16) after the
+ * casts of its qkv (and dy), with every other argument the same. The CPU programs
+ * (stageN.c: the float32 master copy) must not change.
  * Golden: the MLP's bf16 launch list (tests/golden/codegen/mlp.bf16.launch.json, its
  * hashes and "source" dropped so a kernel-library change does not touch it) shows what
  * a bf16 list looks like; PD2BW_REGEN=1 rewrites it after an intended change.
@@ -67,7 +70,7 @@ static bool same_ptr(const cJSON *a, const cJSON *b) {
 static double span(double r, double c, double ld) { return (r - 1) * ld + c; }
 
 typedef struct Tally {
-  int gemms, casts, kernels;
+  int gemms, casts, kernels, flash; /* flash: attention launches now on tensor cores */
 } Tally;
 
 /* Checks cast launch `c` for operand `src` (the tf32 GEMM's) of n elements; returns its
@@ -93,14 +96,79 @@ static double check_cast(const cJSON *c, int op, const cJSON *src, double n, con
   return off;
 }
 
+/* The tf32 list's fp32 attention kernels and what a bf16 list launches instead when the
+ * head size qualifies (codegen/cgen_cuda.c emit_flash_attention): `casts` casts first
+ * (qkv, then dy), and every argument the same but the bf16 copies for the fp32 inputs. */
+static const struct {
+  const char *f32, *flash;
+  int casts;
+  int qkv, dy; /* the fp32 kernel's argument indices of qkv and dy (-1: none) */
+  int extra;   /* the flash kernel's arguments inserted at qkv's index (fwd: lse, NULL) */
+} att_map[] = {
+    {"pkc_attention_fwd_f32", "pkc_flash_attention_fwd_bf16", 1, 1, -1, 1},
+    {"pkc_attention_bwd_stats_f32", "pkc_flash_attention_bwd_stats_bf16", 2, 2, 1, 0},
+    {"pkc_attention_bwd_dq_f32", "pkc_flash_attention_bwd_dq_bf16", 0, 3, 2, 0},
+    {"pkc_attention_bwd_dkv_f32", "pkc_flash_attention_bwd_dkv_bf16", 0, 3, 2, 0},
+};
+
+/* Checks the bf16 launches at p16[*i..] standing for the fp32 attention launch e32
+ * (att_map[m]); q16, y16: the staged qkv and dy, set by the casts. */
+static void check_flash(const cJSON *p16, int *i, const cJSON *e32, int m, const cJSON **q16, const cJSON **y16,
+                        double staging, const cJSON *blocks, Tally *t) {
+  const cJSON *a32 = cJSON_GetObjectItemCaseSensitive(e32, "args");
+  int op = (int)num(e32, "op"), first = att_map[m].qkv + 1; /* B, T, C follow qkv, the last pointer */
+  double B = num(cJSON_GetArrayItem(a32, first), "value"), T = num(cJSON_GetArrayItem(a32, first + 1), "value");
+  double C = num(cJSON_GetArrayItem(a32, first + 2), "value");
+  if (att_map[m].casts >= 1) {
+    double off = check_cast(cJSON_GetArrayItem(p16, (*i)++), op, cJSON_GetArrayItem(a32, att_map[m].qkv), B * T * 3 * C,
+                            blocks);
+    EXPECT(off >= staging);
+    *q16 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, *i - 1), "args"), 0);
+    t->casts++;
+  }
+  if (att_map[m].casts == 2) {
+    double off = check_cast(cJSON_GetArrayItem(p16, (*i)++), op, cJSON_GetArrayItem(a32, att_map[m].dy), B * T * C,
+                            blocks);
+    EXPECT(off >= num(*q16, "offset") + 2 * B * T * 3 * C);
+    *y16 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, *i - 1), "args"), 0);
+    t->casts++;
+  }
+  const cJSON *e16 = cJSON_GetArrayItem(p16, (*i)++);
+  EXPECT_STREQ(str(e16, "kernel"), att_map[m].flash);
+  EXPECT(num(e16, "op") == op && num(e16, "block") == 128 && num(e16, "grid") >= 1);
+  const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(e16, "args");
+  int n32 = cJSON_GetArraySize(a32);
+  EXPECT_EQ_INT(cJSON_GetArraySize(a16), n32 + att_map[m].extra);
+  for (int k = 0, j = 0; k < n32; k++, j++) {
+    const cJSON *x = cJSON_GetArrayItem(a32, k);
+    if (k == att_map[m].qkv && att_map[m].extra) { /* the forward's lse: NULL */
+      EXPECT(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a16, j), "buf")));
+      j++;
+    }
+    const cJSON *y = cJSON_GetArrayItem(a16, j);
+    if (k == att_map[m].qkv) EXPECT(*q16 && same_ptr(y, *q16));
+    else if (k == att_map[m].dy) EXPECT(*y16 && same_ptr(y, *y16));
+    else EXPECT(y && cJSON_Compare(x, y, 1));
+  }
+  t->flash++;
+}
+
 /* One pass ("forward"/"backward") of a stage: the bf16 list against the tf32 one. */
 static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, double staging, Tally *t) {
   const cJSON *p16 = cJSON_GetObjectItemCaseSensitive(l16, pass), *p32 = cJSON_GetObjectItemCaseSensitive(l32, pass);
   const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(l16, "blocks");
   int n16 = cJSON_GetArraySize(p16), n32 = cJSON_GetArraySize(p32), i = 0;
+  const cJSON *q16 = NULL, *y16 = NULL;
   for (int k = 0; k < n32; k++) {
     const cJSON *e32 = cJSON_GetArrayItem(p32, k);
     const cJSON *g32 = cJSON_GetObjectItemCaseSensitive(e32, "gemm");
+    int m = -1;
+    for (int a = 0; a < (int)(sizeof att_map / sizeof att_map[0]); a++)
+      if (!g32 && strcmp(str(e32, "kernel"), att_map[a].f32) == 0) m = a;
+    if (m >= 0 && strcmp(str(cJSON_GetArrayItem(p16, i), "kernel"), att_map[m].f32) != 0) {
+      check_flash(p16, &i, e32, m, &q16, &y16, staging, blocks, t);
+      continue;
+    }
     if (!g32) { /* a kernel: unchanged, argument for argument */
       const cJSON *e16 = cJSON_GetArrayItem(p16, i++);
       EXPECT(e16 && cJSON_Compare(e16, e32, 1));
@@ -158,7 +226,7 @@ static double ce_rows_end(const cJSON *l) {
 }
 
 /* Compiles `args` both ways and checks every stage. */
-static void check_model(const char *tag, const char *args) {
+static void check_model(const char *tag, const char *args, bool want_flash) {
   char n16[64], n32[64], d16[256], d32[256];
   snprintf(n16, sizeof n16, "%s-bf16", tag);
   snprintf(n32, sizeof n32, "%s-tf32", tag);
@@ -202,9 +270,10 @@ static void check_model(const char *tag, const char *args) {
     Tally st = {0};
     check_pass(l16, l32, "forward", staging, &st);
     check_pass(l16, l32, "backward", staging, &st);
-    /* the kernel names: the tf32 list's plus the cast (when the stage has a GEMM) */
+    /* the kernel names: the tf32 list's plus the cast (when the stage has a GEMM), the
+     * fp32 attention kernels replaced one for one */
     const cJSON *k16 = cJSON_GetObjectItemCaseSensitive(l16, "kernels"), *k32 = cJSON_GetObjectItemCaseSensitive(l32, "kernels");
-    EXPECT_EQ_INT(cJSON_GetArraySize(k16), cJSON_GetArraySize(k32) + (st.gemms > 0));
+    EXPECT_EQ_INT(cJSON_GetArraySize(k16), cJSON_GetArraySize(k32) + (st.gemms > 0 || st.flash > 0));
     /* the float32 master program is the same program */
     snprintf(name, sizeof name, "stage%d.c", s);
     char p16[512], p32[512];
@@ -220,26 +289,29 @@ static void check_model(const char *tag, const char *args) {
         "cuda");
     EXPECT_STREQ(str(cu, "gemm_dtype"), "bf16");
     EXPECT(num(cu, "cuda_scratch") == num(b16, "cuda_scratch"));
-    printf("  %s stage %d: %d GEMMs, %d casts, %d kernels unchanged; cuda_scratch %.0f -> %.0f bytes\n", tag, s, st.gemms,
-           st.casts, st.kernels, num(b32, "cuda_scratch"), num(b16, "cuda_scratch"));
+    printf("  %s stage %d: %d GEMMs, %d casts, %d kernels unchanged, %d attention launches on tensor cores; "
+           "cuda_scratch %.0f -> %.0f bytes\n",
+           tag, s, st.gemms, st.casts, st.kernels, st.flash, num(b32, "cuda_scratch"), num(b16, "cuda_scratch"));
     t.gemms += st.gemms;
+    t.flash += st.flash;
     t.casts += st.casts;
     cJSON_Delete(l16);
     cJSON_Delete(l32);
   }
   EXPECT(t.gemms > 0);
+  if (want_flash) EXPECT(t.flash > 0);
   cJSON_Delete(plan16);
 }
 
-static void test_tinygpt_one_stage(void) { check_model("tinygpt1", "models/tinygpt.model --stages 1 --replicas 1"); }
+static void test_tinygpt_one_stage(void) { check_model("tinygpt1", "models/tinygpt.model --stages 1 --replicas 1", true); }
 static void test_tinygpt_two_stages(void) {
-  check_model("tinygpt2", "models/tinygpt.model --cluster models/clusters/cpu2.cluster --stages 2 --replicas 1 --schedule 2bw");
+  check_model("tinygpt2", "models/tinygpt.model --cluster models/clusters/cpu2.cluster --stages 2 --replicas 1 --schedule 2bw", true);
 }
 static void test_bert_small(void) {
   check_model("bert", "models/bert.model -D layers=2 -D dim=64 -D heads=2 -D seq=16 -D vocab=128 -D npred=4 --stages 2 "
-                      "--replicas 1 --microbatch-size 2 --cluster models/clusters/cpu2.cluster");
+                      "--replicas 1 --microbatch-size 2 --cluster models/clusters/cpu2.cluster", true);
 }
-static void test_mlp(void) { check_model("mlp", "models/mlp.model --stages 1 --replicas 1"); }
+static void test_mlp(void) { check_model("mlp", "models/mlp.model --stages 1 --replicas 1", false); }
 
 #define GOLDEN "tests/golden/codegen/mlp.bf16.launch.json"
 

@@ -158,7 +158,8 @@ static bool build_emulator(const char *dir, const char *lib, const char *src, co
   snprintf(path, sizeof path, "%s/emu.cpp", dir);
   f = fopen(path, "w");
   if (!f) return false;
-  fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n#include \"kernels.cu\"\n#include \"stage.cu\"\n");
+  emu_include_emulator(f, lib);
+  fprintf(f, "#include \"kernels.cu\"\n#include \"stage.cu\"\n");
   emu_table_begin(f);
   CG_FOR_EACH_LAUNCH(en, list) {
     const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(en, "kernel"));

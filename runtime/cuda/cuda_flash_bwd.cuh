@@ -1,0 +1,304 @@
+/* runtime/cuda/cuda_flash_bwd.cuh — attention backward on tensor cores (FlashAttention-2),
+ * deterministic: no atomics, every output row written by one warp.
+ *
+ * Three launches, in order (all block PKC_FLASH_THREADS, any grid; qkv16 and dy16 are
+ * qkv and dy as bf16):
+ *   1. pkc_flash_attention_bwd_stats_bf16 (cuda_flash_fwd.cuh): work[row] = lse,
+ *      work[B·NH·T + row] = D = dy·out, per query row (out recomputed in registers:
+ *      the IR's attention_bwd takes only dy and qkv);
+ *   2. pkc_flash_attention_bwd_dq_bf16, one block per (b, h, 64-query tile):
+ *      dq = scale·Σ_j dS_j·k_j, dS = P∘(dP∘M − D), P = exp(s − lse), dP = dy·vᵀ;
+ *   3. pkc_flash_attention_bwd_dkv_bf16, one block per (b, h, 64-key tile), walking
+ *      the query tiles: dv = Σ_t (P∘M)ᵀ·dy, dk = scale·Σ_t dSᵀ·q;
+ * with M the dropout multiplier (0 or 1/(1-p)) of element ((b·NH+h)·T+t)·T+u, replayed
+ * from Philox as the forward drew it. S, dP and the two products run as mma.sync with
+ * dS and P re-packed from the accumulators as A fragments; causal tiles are skipped
+ * (whole tiles per block, a warp's rows per warp). 2 and 3 write disjoint columns of
+ * dqkv[B,T,3C] (fp32) and may run in either order. Grids: B·NH·ceil(T/64) each.
+ */
+#ifndef PD2BW_CUDA_FLASH_BWD_CUH
+#define PD2BW_CUDA_FLASH_BWD_CUH
+
+#ifndef PD2BW_CUDA_FLASH_COMMON_CUH
+#include "cuda_flash_common.cuh"
+#endif
+
+#define PKC_FLASH_LOG2E 1.4426950408889634f
+
+template <int HS>
+static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64 rows, const unsigned short *dy,
+                                         const unsigned short *qkv, int T, int C, int NH, int causal,
+                                         const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sK,
+                                         unsigned short *sV) {
+  const int nq = pkc_flash_ntiles(T);
+  const int qt = nq - 1 - (int)(tile % nq);
+  const pkc_i64 bh = tile / nq;
+  const int b = (int)(bh / NH), h = (int)(bh % NH);
+  const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const pkc_i64 C3 = 3 * (pkc_i64)C;
+  const unsigned short *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * HS;
+  const int q0 = qt * PKC_FLASH_BR, wq0 = q0 + 16 * warp;
+  const float scale = (float)(1.0 / sqrt((double)HS)), sl2 = scale * PKC_FLASH_LOG2E;
+
+  /* Q and dy rows: through sK, sV into this warp's A fragments. */
+  unsigned qf[HS / 16][4], yf[HS / 16][4];
+  pkc_flash_load<HS>(sK, base, C3, q0, T);
+  pkc_flash_load<HS>(sV, dy + (pkc_i64)b * T * C + (pkc_i64)h * HS, C, q0, T);
+  pkc_cp_async_commit();
+  pkc_cp_async_wait<0>();
+  __syncthreads();
+  PKC_UNROLL
+  for (int kk = 0; kk < HS / 16; kk++) {
+    pkc_flash_ld_a<HS>(qf[kk], sK, 16 * warp, 16 * kk);
+    pkc_flash_ld_a<HS>(yf[kk], sV, 16 * warp, 16 * kk);
+  }
+  __syncthreads();
+  float lse2[2], Dr[2];
+  PKC_UNROLL
+  for (int r = 0; r < 2; r++) {
+    int row = wq0 + g + 8 * r;
+    lse2[r] = row < T ? work[bh * T + row] * PKC_FLASH_LOG2E : 0.0f;
+    Dr[r] = row < T ? work[rows + bh * T + row] : 0.0f;
+  }
+  float dq[HS / 8][4];
+  PKC_UNROLL
+  for (int j = 0; j < HS / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0;
+  int nk = pkc_flash_ntiles(T);
+  if (causal) nk = ((q0 + PKC_FLASH_BR < T ? q0 + PKC_FLASH_BR : T) - 1) / PKC_FLASH_BC + 1;
+  for (int kt = 0; kt < nk; kt++) {
+    const int k0 = kt * PKC_FLASH_BC;
+    pkc_flash_load<HS>(sK, base + C, C3, k0, T);
+    pkc_flash_load<HS>(sV, base + 2 * C, C3, k0, T);
+    pkc_cp_async_commit();
+    pkc_cp_async_wait<0>();
+    __syncthreads();
+    if (!causal || k0 <= wq0 + 15) {
+      float s[PKC_FLASH_BC / 8][4], dp[PKC_FLASH_BC / 8][4];
+      PKC_UNROLL
+      for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+        PKC_UNROLL
+        for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
+      PKC_UNROLL
+      for (int kk = 0; kk < HS / 16; kk++)
+        PKC_UNROLL
+        for (int n = 0; n < PKC_FLASH_BC; n += 16) {
+          unsigned kb[4], vb[4];
+          pkc_flash_ld_bt<HS>(kb, sK, n, 16 * kk);
+          pkc_mma_bf16_16816(s[n / 8], qf[kk], kb);
+          pkc_mma_bf16_16816(s[n / 8 + 1], qf[kk], kb + 2);
+          pkc_flash_ld_bt<HS>(vb, sV, n, 16 * kk);
+          pkc_mma_bf16_16816(dp[n / 8], yf[kk], vb);
+          pkc_mma_bf16_16816(dp[n / 8 + 1], yf[kk], vb + 2);
+        }
+      PKC_UNROLL
+      for (int r = 0; r < 2; r++) {
+        int row = wq0 + g + 8 * r;
+        PhiloxCtr blk;
+        pkc_u64 blk_id = ~0ull, e0 = ((pkc_u64)bh * T + (pkc_u64)row) * (pkc_u64)T;
+        PKC_UNROLL
+        for (int j = 0; j < PKC_FLASH_BC / 8; j++)
+          PKC_UNROLL
+          for (int i = 2 * r; i < 2 * r + 2; i++) {
+            int key = k0 + 8 * j + 2 * c + (i & 1);
+            bool ok = row < T && key < T && (!causal || key <= row);
+            float P = ok ? exp2f(s[j][i] * sl2 - lse2[r]) : 0.0f;
+            float mk = dr->on && ok ? pkc_flash_keep(dr, e0 + (pkc_u64)key, &blk, &blk_id) : 1.0f;
+            s[j][i] = P * (dp[j][i] * mk - Dr[r]) * scale; /* dS */
+          }
+      }
+      PKC_UNROLL
+      for (int kk = 0; kk < PKC_FLASH_BC / 16; kk++) { /* dq += dS·K */
+        unsigned da[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
+                          pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                          pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                          pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        PKC_UNROLL
+        for (int n = 0; n < HS; n += 16) {
+          unsigned kb[4];
+          pkc_flash_ld_b<HS>(kb, sK, n, 16 * kk);
+          pkc_mma_bf16_16816(dq[n / 8], da, kb);
+          pkc_mma_bf16_16816(dq[n / 8 + 1], da, kb + 2);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  PKC_UNROLL
+  for (int r = 0; r < 2; r++) {
+    int row = wq0 + g + 8 * r;
+    if (row >= T) continue;
+    float *dst = dqkv + ((pkc_i64)b * T + row) * C3 + (pkc_i64)h * HS + 2 * c;
+    PKC_UNROLL
+    for (int j = 0; j < HS / 8; j++) {
+      dst[8 * j] = dq[j][2 * r];
+      dst[8 * j + 1] = dq[j][2 * r + 1];
+    }
+  }
+}
+
+/* One key tile; sL holds the query tile's lse·log2(e) (sL[0..63]) and D (sL[64..]). */
+template <int HS>
+static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i64 rows, const unsigned short *dy,
+                                          const unsigned short *qkv, int T, int C, int NH, int causal,
+                                          const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sQ,
+                                          unsigned short *sY, float *sL) {
+  const int nk = pkc_flash_ntiles(T);
+  const int kt = (int)(tile % nk); /* causal: the first key tiles see the most queries */
+  const pkc_i64 bh = tile / nk;
+  const int b = (int)(bh / NH), h = (int)(bh % NH);
+  const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const pkc_i64 C3 = 3 * (pkc_i64)C;
+  const unsigned short *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * HS;
+  const unsigned short *ybase = dy + (pkc_i64)b * T * C + (pkc_i64)h * HS;
+  const int k0 = kt * PKC_FLASH_BC, wk0 = k0 + 16 * warp;
+  const float scale = (float)(1.0 / sqrt((double)HS)), sl2 = scale * PKC_FLASH_LOG2E;
+
+  /* K and V rows: through sQ, sY into this warp's A fragments (Sᵀ = K·Qᵀ, dPᵀ = V·dyᵀ). */
+  unsigned kf[HS / 16][4], vf[HS / 16][4];
+  pkc_flash_load<HS>(sQ, base + C, C3, k0, T);
+  pkc_flash_load<HS>(sY, base + 2 * C, C3, k0, T);
+  pkc_cp_async_commit();
+  pkc_cp_async_wait<0>();
+  __syncthreads();
+  PKC_UNROLL
+  for (int kk = 0; kk < HS / 16; kk++) {
+    pkc_flash_ld_a<HS>(kf[kk], sQ, 16 * warp, 16 * kk);
+    pkc_flash_ld_a<HS>(vf[kk], sY, 16 * warp, 16 * kk);
+  }
+  __syncthreads();
+  float dk[HS / 8][4], dv[HS / 8][4];
+  PKC_UNROLL
+  for (int j = 0; j < HS / 8; j++)
+    PKC_UNROLL
+    for (int i = 0; i < 4; i++) dk[j][i] = dv[j][i] = 0;
+  for (int qt = causal ? k0 / PKC_FLASH_BR : 0; qt < pkc_flash_ntiles(T); qt++) {
+    const int q0 = qt * PKC_FLASH_BR;
+    pkc_flash_load<HS>(sQ, base, C3, q0, T);
+    pkc_flash_load<HS>(sY, ybase, C, q0, T);
+    pkc_cp_async_commit();
+    for (int i = (int)threadIdx.x; i < PKC_FLASH_BR; i += PKC_FLASH_THREADS) {
+      bool in = q0 + i < T;
+      sL[i] = in ? work[bh * T + q0 + i] * PKC_FLASH_LOG2E : 0.0f;
+      sL[PKC_FLASH_BR + i] = in ? work[rows + bh * T + q0 + i] : 0.0f;
+    }
+    pkc_cp_async_wait<0>();
+    __syncthreads();
+    if (!causal || q0 + PKC_FLASH_BR - 1 >= wk0) { /* some query of the tile sees the warp's keys */
+      float s[PKC_FLASH_BR / 8][4], dp[PKC_FLASH_BR / 8][4]; /* [key][query], transposed */
+      PKC_UNROLL
+      for (int j = 0; j < PKC_FLASH_BR / 8; j++)
+        PKC_UNROLL
+        for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
+      PKC_UNROLL
+      for (int kk = 0; kk < HS / 16; kk++)
+        PKC_UNROLL
+        for (int n = 0; n < PKC_FLASH_BR; n += 16) {
+          unsigned qb[4], yb[4];
+          pkc_flash_ld_bt<HS>(qb, sQ, n, 16 * kk);
+          pkc_mma_bf16_16816(s[n / 8], kf[kk], qb);
+          pkc_mma_bf16_16816(s[n / 8 + 1], kf[kk], qb + 2);
+          pkc_flash_ld_bt<HS>(yb, sY, n, 16 * kk);
+          pkc_mma_bf16_16816(dp[n / 8], vf[kk], yb);
+          pkc_mma_bf16_16816(dp[n / 8 + 1], vf[kk], yb + 2);
+        }
+      PKC_UNROLL
+      for (int j = 0; j < PKC_FLASH_BR / 8; j++)
+        PKC_UNROLL
+        for (int i = 0; i < 4; i++) {
+          int key = wk0 + g + 8 * (i >> 1), qi = 8 * j + 2 * c + (i & 1), query = q0 + qi;
+          bool ok = key < T && query < T && (!causal || key <= query);
+          float P = ok ? exp2f(s[j][i] * sl2 - sL[qi]) : 0.0f, mk = 1.0f;
+          if (dr->on && ok) {
+            PhiloxCtr blk;
+            pkc_u64 blk_id = ~0ull;
+            mk = pkc_flash_keep(dr, ((pkc_u64)bh * T + (pkc_u64)query) * (pkc_u64)T + (pkc_u64)key, &blk,
+                                &blk_id);
+          }
+          s[j][i] = P * mk;                                          /* P', for dv */
+          dp[j][i] = P * (dp[j][i] * mk - sL[PKC_FLASH_BR + qi]) * scale; /* dS, for dk */
+        }
+      PKC_UNROLL
+      for (int kk = 0; kk < PKC_FLASH_BR / 16; kk++) { /* dv += P'ᵀ·dy, dk += dSᵀ·q */
+        unsigned pa[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
+                          pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                          pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                          pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        unsigned da[4] = {pkc_pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]),
+                          pkc_pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]),
+                          pkc_pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                          pkc_pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        PKC_UNROLL
+        for (int n = 0; n < HS; n += 16) {
+          unsigned yb[4], qb[4];
+          pkc_flash_ld_b<HS>(yb, sY, n, 16 * kk);
+          pkc_mma_bf16_16816(dv[n / 8], pa, yb);
+          pkc_mma_bf16_16816(dv[n / 8 + 1], pa, yb + 2);
+          pkc_flash_ld_b<HS>(qb, sQ, n, 16 * kk);
+          pkc_mma_bf16_16816(dk[n / 8], da, qb);
+          pkc_mma_bf16_16816(dk[n / 8 + 1], da, qb + 2);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  PKC_UNROLL
+  for (int r = 0; r < 2; r++) {
+    int key = wk0 + g + 8 * r;
+    if (key >= T) continue;
+    float *dst = dqkv + ((pkc_i64)b * T + key) * C3 + C + (pkc_i64)h * HS + 2 * c;
+    PKC_UNROLL
+    for (int j = 0; j < HS / 8; j++) {
+      dst[8 * j] = dk[j][2 * r];
+      dst[8 * j + 1] = dk[j][2 * r + 1];
+      dst[C + 8 * j] = dv[j][2 * r];
+      dst[C + 8 * j + 1] = dv[j][2 * r + 1];
+    }
+  }
+}
+
+extern "C" __global__ void pkc_flash_attention_bwd_dq_bf16(float *dqkv, const float *work, const unsigned short *dy,
+                                                           const unsigned short *qkv, int B, int T, int C, int NH,
+                                                           int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                                           const pkc_u32 *mbkey) {
+  __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
+  const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
+  const pkc_i64 rows = (pkc_i64)B * NH * T, tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  (void)sKV, (void)tiles, (void)rows, (void)work, (void)qkv, (void)dy, (void)causal, (void)dr;
+  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
+#define PKC_FLASH_DQ_CASE(n)                                                                               \
+  case n:                                                                                                 \
+    for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
+      pkc_flash_dq_tile<n>(dqkv, work, rows, dy, qkv, T, C, NH, causal, &dr, t, sKV,                      \
+                           sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                         \
+    return;
+      PKC_FLASH_SIZES(PKC_FLASH_DQ_CASE)
+#undef PKC_FLASH_DQ_CASE
+    default: break;
+    }
+  pkc_flash_poison(dqkv, (pkc_i64)B * T * 3 * C);
+}
+
+extern "C" __global__ void pkc_flash_attention_bwd_dkv_bf16(float *dqkv, const float *work, const unsigned short *dy,
+                                                            const unsigned short *qkv, int B, int T, int C, int NH,
+                                                            int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                                            const pkc_u32 *mbkey) {
+  __shared__ __align__(16) unsigned short sQY[2 * PKC_FLASH_BR * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
+  __shared__ float sL[2 * PKC_FLASH_BR];
+  const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
+  const pkc_i64 rows = (pkc_i64)B * NH * T, tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  (void)sQY, (void)sL, (void)tiles, (void)rows, (void)work, (void)qkv, (void)dy, (void)causal, (void)dr;
+  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
+#define PKC_FLASH_DKV_CASE(n)                                                                              \
+  case n:                                                                                                 \
+    for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
+      pkc_flash_dkv_tile<n>(dqkv, work, rows, dy, qkv, T, C, NH, causal, &dr, t, sQY,                     \
+                            sQY + PKC_FLASH_BR * PKC_FLASH_LD(n), sL);                                    \
+    return;
+      PKC_FLASH_SIZES(PKC_FLASH_DKV_CASE)
+#undef PKC_FLASH_DKV_CASE
+    default: break;
+    }
+  pkc_flash_poison(dqkv, (pkc_i64)B * T * 3 * C);
+}
+
+#endif /* PD2BW_CUDA_FLASH_BWD_CUH */

@@ -1,0 +1,140 @@
+/* tests/cuda/test_cuda_sass.c — the attention kernels really run on tensor cores.
+ *
+ * NVRTC compiles the kernel library (pd_cuda_kernels_src) as the code generator does
+ * for a GPT-2 model (PKC_ATT_HS=64) for sm_80 and sm_90; cuobjdump -sass disassembles
+ * the cubin, and every tensor-core kernel's SASS must hold HMMA (mma.sync), LDSM
+ * (ldmatrix) and LDGSTS (cp.async). A helper that fell back to scalar code, or a kernel
+ * that stopped using it, fails here. Needs the toolkit's cuobjdump (configure-time
+ * PD2BW_CUOBJDUMP, or the environment's PD2BW_CUOBJDUMP): without it the test is
+ * skipped (exit 77), never passed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../test.h"
+#include "pkc_kernels_src.h"
+#include "runtime/cuda/cuda_backend.h"
+
+#ifndef PD2BW_CUOBJDUMP
+#define PD2BW_CUOBJDUMP ""
+#endif
+
+static const char *cuobjdump(void) {
+  const char *e = getenv("PD2BW_CUOBJDUMP");
+  if (e && *e) return e;
+  return PD2BW_CUOBJDUMP[0] && access(PD2BW_CUOBJDUMP, X_OK) == 0 ? PD2BW_CUOBJDUMP : NULL;
+}
+
+/* cuobjdump -sass of the cubin at path, as one string (NULL on failure). */
+static char *sass_of(const char *tool, const char *path) {
+  int fd[2];
+  if (pipe(fd) != 0) return NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* cuobjdump runs nvdisasm, which a toolkit keeps beside it: put its folder first */
+    const char *slash = strrchr(tool, '/'), *old = getenv("PATH");
+    if (slash) {
+      size_t n = (size_t)(slash - tool);
+      char *p = malloc(n + strlen(old ? old : "") + 2);
+      memcpy(p, tool, n);
+      p[n] = ':';
+      strcpy(p + n + 1, old ? old : "");
+      setenv("PATH", p, 1);
+    }
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    execl(tool, "cuobjdump", "-sass", path, (char *)NULL);
+    _exit(127);
+  }
+  close(fd[1]);
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  ssize_t r;
+  while ((r = read(fd[0], buf + n, cap - n - 1)) > 0) {
+    n += (size_t)r;
+    if (cap - n < 4096) buf = realloc(buf, cap *= 2);
+  }
+  close(fd[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  buf[n] = 0;
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* Whether kernel's SASS (from its "Function : name" header to the next) holds op. */
+static int kernel_has(const char *sass, const char *kernel, const char *op) {
+  char head[160];
+  snprintf(head, sizeof head, "Function : %s\n", kernel);
+  const char *s = strstr(sass, head);
+  if (!s) return -1;
+  s += strlen(head);
+  const char *end = strstr(s, "Function : ");
+  const char *hit = strstr(s, op);
+  return hit && (!end || hit < end);
+}
+
+static const char *const tensor_core_kernels[] = {
+    "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_stats_bf16",
+    "pkc_flash_attention_bwd_dq_bf16", "pkc_flash_attention_bwd_dkv_bf16"};
+
+static const char *tool;
+static int arch;
+
+static void test_tensor_core_sass(void) {
+  const char *def[] = {"-DPKC_ATT_HS=64"};
+  CudaCompileOptions o = {arch, "kernels.cu", "", def, 1};
+  CudaBinary b;
+  char *err = NULL;
+  bool ok = cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &b, &err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  free(err);
+  if (!ok) return;
+  char path[] = "/tmp/pd2bw-test-sass-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0);
+  EXPECT(write(fd, b.data, b.size) == (ssize_t)b.size);
+  close(fd);
+  char *sass = sass_of(tool, path);
+  unlink(path);
+  cuda_binary_free(&b);
+  EXPECT(sass != NULL);
+  if (!sass) return;
+  for (size_t k = 0; k < sizeof tensor_core_kernels / sizeof *tensor_core_kernels; k++) {
+    static const char *const ops[] = {"HMMA.16816.F32.BF16", "LDSM", "LDGSTS"};
+    for (int i = 0; i < 3; i++) {
+      int has = kernel_has(sass, tensor_core_kernels[k], ops[i]);
+      if (has != 1)
+        fprintf(stderr, "sm_%d: %s: %s\n", arch, tensor_core_kernels[k],
+                has < 0 ? "not in the SASS" : ops[i]);
+      EXPECT_EQ_INT(has, 1);
+    }
+  }
+  /* and the fp32 kernels stay scalar: the check can tell the two apart */
+  EXPECT_EQ_INT(kernel_has(sass, "pkc_attention_fwd_f32", "HMMA"), 0);
+  free(sass);
+}
+
+/* argv[1]: the SM version (80 or 90; CTest runs one test per arch). */
+int main(int argc, char **argv) {
+  arch = argc > 1 ? atoi(argv[1]) : 0;
+  if (arch != 80 && arch != 90) {
+    fprintf(stderr, "usage: test_cuda_sass 80|90\n");
+    return 2;
+  }
+  tool = cuobjdump();
+  if (!tool) {
+    printf("test_cuda_sass: skipped: no cuobjdump (configure with -DPD2BW_CUOBJDUMP=PATH)\n");
+    return 77;
+  }
+  RUN(test_tensor_core_sass);
+  return TEST_REPORT();
+}
