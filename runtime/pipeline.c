@@ -168,7 +168,8 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->tc = p->rt->train;
   if (o->seed_set) R->tc.seed = o->seed;
   R->first = first_step;
-  R->steps = o->steps;
+  /* resumed at or past --steps: an empty range [first, first), nothing to train */
+  R->steps = o->steps > first_step ? o->steps : first_step;
   R->mref = p->m * p->w;
   R->fault_step = -1;
   const char *fi = getenv("PD2BW_FAULT_INJECT");

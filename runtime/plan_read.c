@@ -137,6 +137,12 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtSta
     if (!r->failed && in->offset + in->bytes > s->blocks[BUF_INPUTS]) jr_fail(r, pp, "leaves the inputs block");
   }
   s->has_loss = jr_flag(prog, "loss");
+  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(prog, "cuda");
+  if (cuda) {
+    char cp[160];
+    snprintf(cp, sizeof cp, "%s.cuda", path);
+    s->att_head_size = (int)jr_count(r, cuda, cp, "att_head_size", 0, false);
+  }
   const cJSON *fl = cJSON_GetObjectItemCaseSensitive(prog, "flops");
   if (fl) {
     s->flops_fwd = jr_num(r, fl, path, "forward", 0, false);
