@@ -104,8 +104,11 @@ static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
   R->arena_bytes = R->pp->st[R->stage].planned_bytes;
   void *mem = NULL;
-  PD_CHECK(posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) == 0,
-           "(posix_memalign %llu bytes)", (unsigned long long)R->arena_bytes);
+  if (posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) != 0) {
+    char what[96];
+    snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
+    pd_out_of_memory((size_t)R->arena_bytes, what, __FILE__, __LINE__);
+  }
   memset(mem, 0, (size_t)R->arena_bytes);
   R->arena = mem;
   bool ok = true;

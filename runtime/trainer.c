@@ -116,8 +116,8 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   int64_t total = 0;
   for (int i = 0; i < 9; i++) total += (sizes[i] + 63) / 64 * 64;
   void *mem = NULL;
-  PD_CHECK(posix_memalign(&mem, 64, (size_t)(total ? total : 64)) == 0, "(posix_memalign %lld bytes)",
-           (long long)total);
+  if (posix_memalign(&mem, 64, (size_t)(total ? total : 64)) != 0)
+    pd_out_of_memory((size_t)total, "the trainer's arena (params, grads, AdamW state, stash, work)", __FILE__, __LINE__);
   memset(mem, 0, (size_t)total);
   t->arena = mem;
   char **slots[9] = {&t->params, &t->grads, &t->opt_m, &t->opt_v, &t->stash,

@@ -403,7 +403,11 @@ int transport_local_run(TransportWorld *w, TransportRankFn fn, void *arg, char *
   for (int r = 0; r < w->n; r++) {
     th[r] = (RankThread){.t = &w->ranks[r].base, .fn = fn, .arg = arg};
     int rc = pthread_create(&th[r].tid, NULL, rank_main, &th[r]);
-    PD_CHECK(rc == 0, "(pthread_create for rank %d: %s)", r, strerror(rc));
+    if (rc != 0) { /* EAGAIN: no memory for its stack (ulimit -v), or the thread limit */
+      char what[128];
+      snprintf(what, sizeof what, "starting the thread of rank %d (pthread_create: %s)", r, strerror(rc));
+      pd_out_of_memory(0, what, __FILE__, __LINE__);
+    }
   }
   for (int r = 0; r < w->n; r++)
     PD_CHECK(pthread_join(th[r].tid, NULL) == 0, "(pthread_join)");
