@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* program_invocation_short_name */
 #include "ir/ir.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,6 +46,21 @@ void *pd_malloc_at(size_t n, const char *file, int line) {
   void *p = malloc(n ? n : 1);
   if (!p) pd_out_of_memory(n, NULL, file, line);
   return p;
+}
+
+/* cJSON (plan.json, launch lists, profiles, the compiler's outputs) returns NULL both
+ * for bad input and when its malloc fails, and its callers take NULL for bad input
+ * (or a bug). Routing its allocations here makes a failed one what every other is:
+ * "out of memory", exit 1. Installed before main, so no cJSON call precedes it. */
+static void *cjson_malloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) pd_out_of_memory(n, "a JSON document (cJSON)", __FILE__, __LINE__);
+  return p;
+}
+
+__attribute__((constructor)) static void route_cjson_allocations(void) {
+  cJSON_Hooks h = {.malloc_fn = cjson_malloc, .free_fn = free};
+  cJSON_InitHooks(&h);
 }
 
 void *pd_calloc_at(size_t n, size_t size, const char *file, int line) {

@@ -1,7 +1,6 @@
 /* runtime/json_read.c — see json_read.h. */
 #include "runtime/json_read.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,20 +152,16 @@ static void mark_nul_escapes(char *t, size_t len) {
   }
 }
 
-cJSON *jr_parse(JsonRd *r, const char *text, size_t len, bool *oom) {
+cJSON *jr_parse(JsonRd *r, const char *text, size_t len) {
   char *copy = pd_malloc(len + 1);
   memcpy(copy, text, len);
   copy[len] = '\0';
   mark_nul_escapes(copy, len);
-  /* cJSON returns NULL both for bad JSON and when its malloc fails. POSIX malloc sets
-   * ENOMEM on failure and nothing else the parser calls does, so errno tells them
-   * apart; errno is per thread, where an allocation hook would be process-wide state
-   * shared with every other cJSON user. */
-  errno = 0;
+  /* NULL means bad JSON: a failed allocation never returns here (cJSON allocates
+   * through ir/support.c's hook, which reports out of memory and exits) */
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(copy, len, &end, false);
-  *oom = !root && errno == ENOMEM;
-  if (!root && !*oom) {
+  if (!root) {
     long at = end && end >= copy && end <= copy + len ? (long)(end - copy) : 0L;
     const char *ep = cJSON_GetErrorPtr();
     if (ep && ep >= copy && ep <= copy + len) at = (long)(ep - copy);

@@ -48,9 +48,9 @@ bool jr_flag(const cJSON *o, const char *key);
 
 /* Parses text as JSON. A string holding U+0000 is refused by name: cJSON would cut
  * it at the NUL ("gpipe\u0000junk" would read as "gpipe"), so such escapes become
- * U+0001 before parsing and jr_check_strings finds them. NULL with err set (and
- * *oom true when the parser ran out of memory, not into bad JSON). */
-cJSON *jr_parse(JsonRd *r, const char *text, size_t len, bool *oom);
+ * U+0001 before parsing and jr_check_strings finds them. NULL (bad JSON) with err
+ * set; out of memory never returns (cJSON allocates through pd_malloc's path). */
+cJSON *jr_parse(JsonRd *r, const char *text, size_t len);
 /* Every key and string value in the tree is free of control characters (U+0000 to
  * U+001F): no field pd2bwc writes has one. */
 void jr_check_strings(JsonRd *r, const cJSON *root);

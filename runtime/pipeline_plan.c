@@ -107,10 +107,8 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   char ierr[IO_ERR_LEN];
   size_t len;
   char *text = io_read_all(r.file, &len, ierr, sizeof ierr);
-  bool oom = false;
-  cJSON *root = text ? jr_parse(&r, text, len, &oom) : NULL;
+  cJSON *root = text ? jr_parse(&r, text, len) : NULL;
   free(text);
-  if (oom) pd_out_of_memory(len * 8, "parsing plan.json", __FILE__, __LINE__);
   if (!root) {
     snprintf(err, errlen, "%s: cannot be read again", r.file);
     rt_plan_free(rt);

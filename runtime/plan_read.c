@@ -271,9 +271,7 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     return NULL;
   }
   JsonRd r = {.file = file, .err = err, .errlen = errlen};
-  bool oom;
-  cJSON *root = jr_parse(&r, text, len, &oom);
-  if (oom) pd_out_of_memory(len * 8, "parsing plan.json", __FILE__, __LINE__);
+  cJSON *root = jr_parse(&r, text, len);
   if (root && !cJSON_IsObject(root)) jr_fail(&r, "(the top level)", "expected an object");
   jr_check_strings(&r, root);
   if (r.failed) {
