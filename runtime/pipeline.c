@@ -182,7 +182,11 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     char mode[16] = "exit";
     if (sscanf(fi, "%d:%lld:%15s", &fr, &fs, mode) >= 2 && fr == R->rank) {
       R->fault_step = fs;
-      R->fault_mode = strcmp(mode, "kill") == 0 ? 2 : strcmp(mode, "hang") == 0 ? 1 : 0;
+      R->fault_mode = strcmp(mode, "kill") == 0    ? 2
+                      : strcmp(mode, "hang") == 0  ? 1
+                      : strcmp(mode, "stop") == 0  ? 3
+                      : strcmp(mode, "stuck") == 0 ? 4
+                                                   : 0;
     }
   }
   if (!build_streams(R, err, errlen)) goto fail;
@@ -633,8 +637,12 @@ static void record(PipeRank *R, const PlanInstr *in, double t0, double t1) {
 
 static void inject_fault(PipeRank *R) {
   fprintf(stderr, "pd2bwrun: rank %d: PD2BW_FAULT_INJECT: failing at batch %lld (%s)\n", R->rank,
-          (long long)R->fault_step, R->fault_mode == 2 ? "kill" : R->fault_mode == 1 ? "hang" : "exit");
+          (long long)R->fault_step, (const char *[]){"exit", "hang", "kill", "stop", "stuck"}[R->fault_mode]);
   if (R->fault_mode == 2) raise(SIGKILL);
+  if (R->fault_mode == 3) raise(SIGSTOP); /* until someone kills or continues us */
+  if (R->fault_mode == 4)
+    for (volatile unsigned long spin = 0;; spin++) { /* nothing ends this but the process */
+    }
   if (R->fault_mode == 1) {
     /* stop answering; peers time out. Bounded, so the thread can be joined. */
     double until = pipe_now() + 2 * transport_timeout(R->t) + 1;
@@ -660,6 +668,7 @@ bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   for (int i = 0; ok && i < S->n; i++) {
     const PlanInstr *in = &S->ins[i];
     if (!in_batches(in, lo, hi)) continue;
+    transport_progress(R->t, plan_op_name(in->op), in->op == PI_FWD || in->op == PI_BWD ? in->mb : in->batch);
     if (in->batch == R->fault_step) {
       inject_fault(R);
       ok = false;
