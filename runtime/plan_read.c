@@ -53,14 +53,15 @@ static int shape(JsonRd *r, const cJSON *o, const char *path, int64_t *dims) {
 
 static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   const char *p = "train";
-  /* 0 for both: the model gave no train block (the frontend's defaults) */
-  c->batch = jr_int(r, t, p, "batch", 1, RT_MAX_BATCH, 0, false);
-  c->microbatch = jr_int(r, t, p, "microbatch", 1, RT_MAX_BATCH, 0, false);
+  /* 0 for both: the model gave none (what codegen_train_json writes then) */
+  c->batch = jr_int(r, t, p, "batch", 0, RT_MAX_BATCH, 0, false);
+  c->microbatch = jr_int(r, t, p, "microbatch", 0, RT_MAX_BATCH, 0, false);
   const char *opt = jr_str(r, t, p, "optimizer", "adamw");
   if (!optimizer_parse(opt, &c->optimizer))
     jr_fail_value(r, p, "optimizer", cJSON_GetObjectItemCaseSensitive(t, "optimizer"), "expected \"adamw\" or \"sgd\"");
-  /* the frontend's ranges (frontend/train.c), so every plan it writes is accepted */
-  c->lr = jr_real(r, t, p, "lr", 0, true, INFINITY, false, 1e-3, false);
+  /* the frontend's ranges (frontend/train.c), so every plan it writes is accepted;
+   * lr 0 too, which a graph built without the frontend carries (graph_create) */
+  c->lr = jr_real(r, t, p, "lr", 0, false, INFINITY, false, 1e-3, false);
   c->beta1 = jr_real(r, t, p, "beta1", 0, false, 1, false, 0.9, false);
   c->beta2 = jr_real(r, t, p, "beta2", 0, false, 1, false, 0.999, false);
   c->eps = jr_real(r, t, p, "eps", 0, true, INFINITY, false, 1e-8, false);
@@ -250,12 +251,8 @@ static void read_config(JsonRd *r, const cJSON *cfg, RtPlan *p) {
     if (p->m < 1 || p->m > RT_MAX_MICROBATCHES)
       jr_fail(r, "config.microbatches", "missing, and train.batch / (microbatch_size x replicas) is not 1..1048576");
   }
-  if (!r->failed && p->train.batch && p->b * p->m * w != p->train.batch) {
-    char m[256];
-    snprintf(m, sizeof m, "microbatch_size x microbatches x replicas = %lld x %lld x %lld, but train.batch = %lld",
-             (long long)p->b, (long long)p->m, (long long)w, (long long)p->train.batch);
-    jr_fail(r, "config", m);
-  }
+  /* train.batch is the model's; a plan may run another (codegen_single_stage_plan
+   * takes any b and m), so it is not checked against b·m·w */
 }
 
 RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {

@@ -32,11 +32,10 @@ P|config.schedule|"2bw\u0000junk"|config.schedule = "2bw\u0000junk": a string wi
 P|config.schedule|"zigzag"|config.schedule = "zigzag": expected gpipe, 1f1b, 2bw or pipedream
 P|config.recompute|"yes"|config.recompute = "yes": expected true or false
 P|config|+sched\u0000ule="gpipe"|config.(a key) = "sched\u0000ule": a string with a NUL
-P|train.batch|0|train.batch = 0: must be an integer 1..1073741824
-P|train.batch|7|config: microbatch_size x microbatches x replicas = 1 x 8 x 1, but train.batch = 7
-P|train.microbatch|-2|train.microbatch = -2: must be an integer 1..1073741824
-P|train.lr|-1|train.lr = -1: must be a finite number > 0
-P|train.lr|0|train.lr = 0: must be a finite number > 0
+P|train.batch|-8|train.batch = -8: must be an integer 0..1073741824
+P|train.batch|2147483648|train.batch = 2147483648: must be an integer 0..1073741824
+P|train.microbatch|-2|train.microbatch = -2: must be an integer 0..1073741824
+P|train.lr|-1|train.lr = -1: must be a finite number >= 0
 P|train.beta1|1|train.beta1 = 1: must be in [0, 1)
 P|train.beta2|-0.5|train.beta2 = -0.5: must be in [0, 1)
 P|train.eps|0|train.eps = 0: must be a finite number > 0
@@ -76,8 +75,8 @@ P|tied[0].stages[1]|5|tied[0].stages[1] = 5: a stage out of range
 P|tied[0].group|-1|tied[0].group = -1: must be an integer 0..65535
 R|config.microbatches|1099511627776|config.microbatches = 1099511627776: must be an integer 1..1048576
 R|config.schedule|"gpipe\u0000x"|config.schedule = "gpipe\u0000x": a string with a NUL
-R|train.lr|-1|train.lr = -1: must be a finite number > 0
-R|train.batch|0|train.batch = 0: must be an integer 1..1073741824
+R|train.lr|-1|train.lr = -1: must be a finite number >= 0
+R|train.batch|0.5|train.batch = 0.5: must be an integer 0..1073741824
 R|stages[0].program.params[1].offset|@stages[0].program.params[0].offset|overlaps params[0] "wte"
 TABLE
 sed -i "s#^P|#$P|#; s#^R|#$R|#" "$T/table"
