@@ -42,12 +42,24 @@ void pd_fatal(const char *file, int line, const char *fmt, ...)
     if (!(cond)) pd_fatal(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__); \
   } while (0)
 
-/* malloc/realloc/calloc that never return NULL (they PD_CHECK instead). All of
- * pd2bw allocates through these, so tests can count or fail allocations. */
-void *pd_malloc(size_t n);
-void *pd_calloc(size_t n, size_t size);
-void *pd_realloc(void *p, size_t n);
+/* malloc/realloc/calloc that never return NULL. All of pd2bw allocates through
+ * these, so tests can count or fail allocations. Out of memory is not a bug but a
+ * limit of the machine (or of ulimit -v): pd_out_of_memory says so, with the size
+ * and the call site, and exits 1. */
+void *pd_malloc_at(size_t n, const char *file, int line);
+void *pd_calloc_at(size_t n, size_t size, const char *file, int line);
+void *pd_realloc_at(void *p, size_t n, const char *file, int line);
+#define pd_malloc(n) pd_malloc_at((n), __FILE__, __LINE__)
+#define pd_calloc(n, size) pd_calloc_at((n), (size), __FILE__, __LINE__)
+#define pd_realloc(p, n) pd_realloc_at((p), (n), __FILE__, __LINE__)
 char *pd_strdup(const char *s);
+/* "<program>: error: out of memory allocating N bytes (X MiB) for WHAT (at
+ * file:line)" on stderr, then _exit(1): no atexit handler or library destructor
+ * runs (OpenBLAS's would join threads stuck retrying an allocation); an MPI job
+ * sees the process exit, a temporary file left behind is removed as stale by the
+ * next run. `what` may be NULL; bytes 0: unknown. For any allocation that fails
+ * outside pd_malloc too: posix_memalign, pthread_create, a library's parser. */
+void pd_out_of_memory(size_t bytes, const char *what, const char *file, int line) __attribute__((noreturn));
 
 /* ---- arena: one per compilation, for AST and IR ------------------------- */
 typedef struct Arena Arena;

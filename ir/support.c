@@ -1,13 +1,19 @@
 /* ir/support.c — allocation, the arena, and the internal-error path.
  *
  * Everything in pd2bw allocates through pd_malloc & co., so a failed allocation is
- * one PD_CHECK with a location, never a NULL dereference somewhere later. The arena
+ * one "out of memory" message with its size and location and exit status 1, never a
+ * NULL dereference somewhere later. The arena
  * is a list of 64 KiB chunks (larger requests get a chunk of their own); it is freed
  * all at once, which is how AST and IR memory lives: one arena per compilation. */
+#define _GNU_SOURCE /* program_invocation_short_name */
 #include "ir/ir.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void pd_fatal(const char *file, int line, const char *fmt, ...) {
   va_list ap;
@@ -20,21 +26,52 @@ void pd_fatal(const char *file, int line, const char *fmt, ...) {
   abort();
 }
 
-void *pd_malloc(size_t n) {
+void pd_out_of_memory(size_t bytes, const char *what, const char *file, int line) {
+  /* stderr is unbuffered and these conversions allocate nothing */
+  fflush(stdout);
+  const char *prog = program_invocation_short_name;
+  char mib[32] = "";
+  if (bytes >= (1 << 20)) snprintf(mib, sizeof mib, " (%.1f MiB)", (double)bytes / (1 << 20));
+  if (bytes)
+    fprintf(stderr, "%s: error: out of memory allocating %zu bytes%s%s%s (at %s:%d)\n", prog, bytes, mib,
+            what ? " for " : "", what ? what : "", file, line);
+  else
+    fprintf(stderr, "%s: error: out of memory%s%s (at %s:%d)\n", prog, what ? " " : "", what ? what : "", file, line);
+  /* _exit, not exit: exit runs library destructors, and OpenBLAS's joins its worker
+   * threads, which may be the ones stuck retrying an allocation. */
+  _exit(1);
+}
+
+void *pd_malloc_at(size_t n, const char *file, int line) {
   void *p = malloc(n ? n : 1);
-  PD_CHECK(p != NULL, "(malloc of %zu bytes)", n);
+  if (!p) pd_out_of_memory(n, NULL, file, line);
   return p;
 }
 
-void *pd_calloc(size_t n, size_t size) {
+/* cJSON (plan.json, launch lists, profiles, the compiler's outputs) returns NULL both
+ * for bad input and when its malloc fails, and its callers take NULL for bad input
+ * (or a bug). Routing its allocations here makes a failed one what every other is:
+ * "out of memory", exit 1. Installed before main, so no cJSON call precedes it. */
+static void *cjson_malloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) pd_out_of_memory(n, "a JSON document (cJSON)", __FILE__, __LINE__);
+  return p;
+}
+
+__attribute__((constructor)) static void route_cjson_allocations(void) {
+  cJSON_Hooks h = {.malloc_fn = cjson_malloc, .free_fn = free};
+  cJSON_InitHooks(&h);
+}
+
+void *pd_calloc_at(size_t n, size_t size, const char *file, int line) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  PD_CHECK(p != NULL, "(calloc of %zu x %zu bytes)", n, size);
+  if (!p) pd_out_of_memory(n > SIZE_MAX / (size ? size : 1) ? SIZE_MAX : n * size, NULL, file, line);
   return p;
 }
 
-void *pd_realloc(void *p, size_t n) {
+void *pd_realloc_at(void *p, size_t n, const char *file, int line) {
   void *q = realloc(p, n ? n : 1);
-  PD_CHECK(q != NULL, "(realloc to %zu bytes)", n);
+  if (!q) pd_out_of_memory(n, NULL, file, line);
   return q;
 }
 

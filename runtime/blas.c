@@ -136,6 +136,33 @@ static void blas_choose(void) {
 #endif
 }
 
+/* OpenBLAS allocates one GEMM buffer for the calling thread and one for each of its
+ * worker threads at their first GEMM, and when that allocation fails it retries
+ * forever (blas_memory_alloc; seen under ulimit -v with Debian's 0.3.21), so a run
+ * short of memory would hang inside a library call. The first GEMM of each thread
+ * therefore makes the same allocations first, all at once: BUFFER_SIZE (128 MiB on
+ * x86_64) plus the page OpenBLAS adds (the size seen failing there), once per GEMM
+ * thread. They are address space only (never touched), so this costs nothing when
+ * memory is there. */
+#define OPENBLAS_BUFFER_BYTES (((size_t)128 << 20) + 4096)
+
+static void probe_openblas_buffers(void) {
+  static _Thread_local bool probed;
+  if (probed) return;
+  enum { MOST = 256 };
+  void *p[MOST];
+  int n = blas_threads < 1 ? 1 : blas_threads > MOST ? MOST : blas_threads, got = 0;
+  while (got < n && (p[got] = malloc(OPENBLAS_BUFFER_BYTES)) != NULL) got++;
+  for (int i = 0; i < got; i++) free(p[i]);
+  if (got < n) {
+    char what[160];
+    snprintf(what, sizeof what, "OpenBLAS's GEMM buffers (one for each of %d thread%s; OpenBLAS would retry forever)", n,
+             n == 1 ? "" : "s");
+    pd_out_of_memory((size_t)n * OPENBLAS_BUFFER_BYTES, what, __FILE__, __LINE__);
+  }
+  probed = true;
+}
+
 void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   PD_CHECK(M >= 0 && N >= 0 && K >= 0, "(pd_sgemm M=%d N=%d K=%d)", M, N, K);
@@ -147,10 +174,14 @@ void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const fl
   if (M == 0 || N == 0) return;
   PD_CHECK(pthread_once(&blas_once, blas_choose) == 0);
   if (dl.sgemm) {
+    probe_openblas_buffers();
     dl.sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
              transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
+#if defined(PD_BLAS_OPENBLAS)
+  probe_openblas_buffers();
+#endif
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
               transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -200,6 +200,30 @@ static bool check_gpt_names(const char *path, const CkptParam *params, int n, in
 }
 
 /* ---- llm.c ------------------------------------------------------------------- */
+#define LLMC_MAX_DIM (1 << 20) /* maxT, Vp and C */
+#define LLMC_MAX_LAYERS (1 << 12)
+
+/* The header's NH against the model's head count (shapes cannot show it: 8 heads of 2
+ * and 4 heads of 4 have the same tensors, but attention computes something else). */
+static bool check_llmc_heads(const char *path, const CkptParam *params, int n, int64_t NH, int64_t C, char *err,
+                             size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    GptSlot s;
+    int l;
+    const CkptParam *p = &params[i];
+    if (p->att_head_size <= 0 || !parse_name(p->name, &s, &l) || s != G_ATTN_W) continue;
+    int64_t model_c = p->shape[0], hs = p->att_head_size;
+    if (model_c % hs == 0 && model_c / hs == NH && model_c == C) continue;
+    if (model_c != C) continue; /* a width mismatch: the shape check below names it */
+    snprintf(err, errlen,
+             "%s: offset 20: the llm.c header has NH=%lld attention heads (head size %lld), the model %lld "
+             "(head size %lld, parameter \"%s\")",
+             path, (long long)NH, (long long)(C / NH), (long long)(model_c / hs), (long long)hs, p->name);
+    return false;
+  }
+  return true;
+}
+
 static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
                         size_t errlen) {
   int fd = open(path, O_RDONLY);
@@ -236,13 +260,16 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
              path, h[1]);
     goto done;
   }
-  int64_t maxT = h[2], V = h[3], L = h[4], C = h[6], Vp = h[7];
-  if (maxT <= 0 || V <= 0 || L <= 0 || h[5] <= 0 || C <= 0 || Vp < V) {
+  int64_t maxT = h[2], V = h[3], L = h[4], NH = h[5], C = h[6], Vp = h[7];
+  /* Bounds far above any GPT, so that the sizes below cannot overflow int64. */
+  if (maxT <= 0 || V <= 0 || L <= 0 || NH <= 0 || C <= 0 || Vp < V || maxT > LLMC_MAX_DIM || Vp > LLMC_MAX_DIM ||
+      C > LLMC_MAX_DIM || L > LLMC_MAX_LAYERS || C % NH != 0) {
     snprintf(err, errlen,
-             "%s: offset 8: implausible header maxT=%lld V=%lld L=%lld NH=%d C=%lld Vp=%lld", path,
-             (long long)maxT, (long long)V, (long long)L, h[5], (long long)C, (long long)Vp);
+             "%s: offset 8: implausible header maxT=%lld V=%lld L=%lld NH=%lld C=%lld Vp=%lld", path,
+             (long long)maxT, (long long)V, (long long)L, (long long)NH, (long long)C, (long long)Vp);
     goto done;
   }
+  if (!check_llmc_heads(path, params, n, NH, C, err, errlen)) goto done;
   size_t elt = h[1] == 3 ? 4 : 2;
   /* Element counts of the 16 tensors, in file order (= GptSlot order). */
   int64_t count[G_COUNT], start[G_COUNT], total = 0;

@@ -295,6 +295,10 @@ typedef struct CkptParam {
   int rank;
   int64_t shape[4];
   float *dst; /* numel floats */
+  /* The model's attention head size (0: unknown). Shapes do not show the head count,
+   * so an llm.c header's NH (the only format that records it) is checked against
+   * C / att_head_size of an "h.<i>.attn_w" parameter that sets it. */
+  int att_head_size;
 } CkptParam;
 
 typedef enum CkptFormat {

@@ -104,8 +104,11 @@ static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
   R->arena_bytes = R->pp->st[R->stage].planned_bytes;
   void *mem = NULL;
-  PD_CHECK(posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) == 0,
-           "(posix_memalign %llu bytes)", (unsigned long long)R->arena_bytes);
+  if (posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) != 0) {
+    char what[96];
+    snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
+    pd_out_of_memory((size_t)R->arena_bytes, what, __FILE__, __LINE__);
+  }
   memset(mem, 0, (size_t)R->arena_bytes);
   R->arena = mem;
   bool ok = true;
@@ -168,7 +171,8 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->tc = p->rt->train;
   if (o->seed_set) R->tc.seed = o->seed;
   R->first = first_step;
-  R->steps = o->steps;
+  /* resumed at or past --steps: an empty range [first, first), nothing to train */
+  R->steps = o->steps > first_step ? o->steps : first_step;
   R->mref = p->m * p->w;
   R->fault_step = -1;
   const char *fi = getenv("PD2BW_FAULT_INJECT");
@@ -178,7 +182,11 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     char mode[16] = "exit";
     if (sscanf(fi, "%d:%lld:%15s", &fr, &fs, mode) >= 2 && fr == R->rank) {
       R->fault_step = fs;
-      R->fault_mode = strcmp(mode, "kill") == 0 ? 2 : strcmp(mode, "hang") == 0 ? 1 : 0;
+      R->fault_mode = strcmp(mode, "kill") == 0    ? 2
+                      : strcmp(mode, "hang") == 0  ? 1
+                      : strcmp(mode, "stop") == 0  ? 3
+                      : strcmp(mode, "stuck") == 0 ? 4
+                                                   : 0;
     }
   }
   if (!build_streams(R, err, errlen)) goto fail;
@@ -629,8 +637,12 @@ static void record(PipeRank *R, const PlanInstr *in, double t0, double t1) {
 
 static void inject_fault(PipeRank *R) {
   fprintf(stderr, "pd2bwrun: rank %d: PD2BW_FAULT_INJECT: failing at batch %lld (%s)\n", R->rank,
-          (long long)R->fault_step, R->fault_mode == 2 ? "kill" : R->fault_mode == 1 ? "hang" : "exit");
+          (long long)R->fault_step, (const char *[]){"exit", "hang", "kill", "stop", "stuck"}[R->fault_mode]);
   if (R->fault_mode == 2) raise(SIGKILL);
+  if (R->fault_mode == 3) raise(SIGSTOP); /* until someone kills or continues us */
+  if (R->fault_mode == 4)
+    for (volatile unsigned long spin = 0;; spin++) { /* nothing ends this but the process */
+    }
   if (R->fault_mode == 1) {
     /* stop answering; peers time out. Bounded, so the thread can be joined. */
     double until = pipe_now() + 2 * transport_timeout(R->t) + 1;
@@ -656,6 +668,7 @@ bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   for (int i = 0; ok && i < S->n; i++) {
     const PlanInstr *in = &S->ins[i];
     if (!in_batches(in, lo, hi)) continue;
+    transport_progress(R->t, plan_op_name(in->op), in->op == PI_FWD || in->op == PI_BWD ? in->mb : in->batch);
     if (in->batch == R->fault_step) {
       inject_fault(R);
       ok = false;

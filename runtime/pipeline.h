@@ -39,9 +39,15 @@
  * the arena beside the plan's figure per stage, and they are equal.
  *
  * Failures: every transport call is checked; the first failure aborts every rank
- * (transport_abort) and the run returns 1 with the root cause ("rank 3: timed out
- * after 5 s waiting for gradient of microbatch 7 from rank 4"). PD2BW_FAULT_INJECT=
- * RANK:STEP[:exit|hang|kill] makes rank RANK fail at the start of batch STEP (tests).
+ * (transport_abort) and the run returns 1 with the root cause: the rank that stopped
+ * answering, then the wait that timed out ("rank 4 stopped answering (no progress for
+ * 5.1 s, in FWD 7); rank 3 timed out after 5 s waiting for activation of microbatch 7
+ * from rank 4"). A rank stuck where it cannot notice (a library call) is ended by the
+ * local world's watchdog (transport_local.c). PD2BW_FAULT_INJECT=
+ * RANK:STEP[:exit|hang|kill|stop|stuck] makes rank RANK fail at the start of batch
+ * STEP (tests): exit, stop answering for a while (hang), SIGKILL, SIGSTOP itself, or
+ * spin forever without looking at anything (stuck, like a library call that never
+ * returns).
  */
 #ifndef PD2BW_RUNTIME_PIPELINE_H
 #define PD2BW_RUNTIME_PIPELINE_H

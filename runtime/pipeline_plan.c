@@ -21,7 +21,7 @@ static int cls_of(const char *s) {
 static void read_memory(JsonRd *r, const cJSON *mem, int i, PipeStage *ps) {
   char path[128];
   snprintf(path, sizeof path, "stages[%d].memory", i);
-  ps->planned_bytes = (uint64_t)jr_count(r, mem, path, "total_bytes", 0, true);
+  ps->planned_bytes = (uint64_t)jr_int(r, mem, path, "total_bytes", 0, (int64_t)1 << 48, 0, true);
   const cJSON *arr = mem ? cJSON_GetObjectItemCaseSensitive(mem, "buffers") : NULL;
   if (!r->failed && !cJSON_IsArray(arr)) jr_fail(r, path, "buffers: missing");
   if (r->failed) return;
@@ -35,18 +35,34 @@ static void read_memory(JsonRd *r, const cJSON *mem, int i, PipeStage *ps) {
     int k = -1;
     for (int j = 0; j < PB_COUNT && cJSON_IsString(kind); j++)
       if (strcmp(kind->valuestring, plan_buf_kind_name((PlanBufKind)j)) == 0) k = j;
-    if (k < 0) jr_fail(r, ep, "kind: not a buffer kind (docs/plan-format.md)");
+    if (k < 0) jr_fail_value(r, ep, "kind", kind ? kind : e, "not a buffer kind (docs/plan-format.md)");
     b->kind = (PlanBufKind)(k < 0 ? 0 : k);
-    b->index = (int)jr_count(r, e, ep, "index", 0, true);
-    b->offset = (uint64_t)jr_count(r, e, ep, "offset", 0, true);
-    b->size = (uint64_t)jr_count(r, e, ep, "size", 0, true);
+    b->index = (int)jr_int(r, e, ep, "index", 0, PIPE_MAX_SLOTS - 1, 0, true);
+    b->offset = (uint64_t)jr_int(r, e, ep, "offset", 0, (int64_t)ps->planned_bytes, 0, true);
+    b->size = (uint64_t)jr_int(r, e, ep, "size", 0, (int64_t)ps->planned_bytes, 0, true);
     if (!r->failed && (b->offset % 256 != 0 || b->offset + b->size > ps->planned_bytes))
       jr_fail(r, ep, "must be 256-byte aligned and inside total_bytes");
     if (r->failed) return;
   }
+  /* Buffers share no byte: two weight versions at one offset would make 2bw's W(t)
+   * and W(t-1) one buffer, and every update would silently corrupt the other. */
+  for (int a = 0; a < ps->nbufs; a++)
+    for (int c = 0; c < a; c++) {
+      const PipeBuf *x = &ps->bufs[a], *y = &ps->bufs[c];
+      if (x->size && y->size && x->offset < y->offset + y->size && y->offset < x->offset + x->size) {
+        char ep[160], m[256];
+        snprintf(ep, sizeof ep, "%s.buffers[%d]", path, a);
+        snprintf(m, sizeof m, "%s %d at bytes %llu..%llu overlaps buffers[%d] (%s %d at %llu..%llu)",
+                 plan_buf_kind_name(x->kind), x->index, (unsigned long long)x->offset,
+                 (unsigned long long)(x->offset + x->size), c, plan_buf_kind_name(y->kind), y->index,
+                 (unsigned long long)y->offset, (unsigned long long)(y->offset + y->size));
+        jr_fail(r, ep, m);
+        return;
+      }
+    }
 }
 
-static void read_boundary(JsonRd *r, const cJSON *prog, int i, const RtStage *rs, PipeStage *ps) {
+static void read_boundary(JsonRd *r, const cJSON *prog, int i, int d, const RtStage *rs, PipeStage *ps) {
   char path[256];
   snprintf(path, sizeof path, "stages[%d].program.pipeline.boundary", i);
   const cJSON *pipe = cJSON_GetObjectItemCaseSensitive(prog, "pipeline");
@@ -75,9 +91,9 @@ static void read_boundary(JsonRd *r, const cJSON *prog, int i, const RtStage *rs
     if ((int)b->role < 0) jr_fail(r, ep, "role must be act_in, act_out, grad_in or grad_out");
     b->cls = cJSON_IsString(block) ? cls_of(block->valuestring) : -1;
     if (b->cls < 0) jr_fail(r, ep, "block must name a program block");
-    b->offset = jr_count(r, e, ep, "offset", 0, true);
-    b->bytes = jr_count(r, e, ep, "bytes", 0, true);
-    b->peer = (int)jr_count(r, e, ep, "peer", 0, true);
+    b->offset = jr_int(r, e, ep, "offset", 0, (int64_t)1 << 48, 0, true);
+    b->bytes = jr_int(r, e, ep, "bytes", 0, (int64_t)1 << 48, 0, true);
+    b->peer = (int)jr_int(r, e, ep, "peer", 0, d - 1, 0, true);
     if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) jr_fail(r, ep, "leaves its block");
   }
 }
@@ -91,7 +107,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   char ierr[IO_ERR_LEN];
   size_t len;
   char *text = io_read_all(r.file, &len, ierr, sizeof ierr);
-  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  cJSON *root = text ? jr_parse(&r, text, len) : NULL;
   free(text);
   if (!root) {
     snprintf(err, errlen, "%s: cannot be read again", r.file);
@@ -101,6 +117,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   PipePlan *p = pd_calloc(1, sizeof *p);
   p->rt = rt;
   const cJSON *cfg = jr_get(&r, root, "", "config");
+  /* ranges checked by rt_plan_load (config.stages 1..16384, d·w <= 65536) */
   p->d = (int)jr_count(&r, cfg, "config", "stages", 1, true);
   p->w = (int)jr_count(&r, cfg, "config", "replicas", 1, false);
   p->b = rt->b;
@@ -125,16 +142,18 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
     PipeStage *ps = &p->st[i];
     char path[128];
     snprintf(path, sizeof path, "stages[%d]", i);
-    ps->nversions = (int)jr_count(&r, so, path, "weight_versions", 1, p->d > 1);
-    ps->nstash = (int)jr_count(&r, so, path, "stash_slots", 1, p->d > 1);
+    ps->nversions = (int)jr_int(&r, so, path, "weight_versions", 1, PIPE_MAX_SLOTS, 1, p->d > 1);
+    ps->nstash = (int)jr_int(&r, so, path, "stash_slots", 1, PIPE_MAX_SLOTS, 1, p->d > 1);
     const cJSON *mem = so ? cJSON_GetObjectItemCaseSensitive(so, "memory") : NULL;
     read_memory(&r, mem, i, ps);
     ps->rank_of_replica = pd_malloc((size_t)p->w * sizeof(int));
     const cJSON *ranks = so ? cJSON_GetObjectItemCaseSensitive(so, "ranks") : NULL;
     for (int rep = 0; rep < p->w; rep++) {
       const cJSON *re = ranks ? cJSON_GetArrayItem(ranks, rep) : NULL;
-      int rk = re ? (int)jr_count(&r, re, path, "rank", 0, true) : i * p->w + rep;
-      int rr = re ? (int)jr_count(&r, re, path, "replica", rep, false) : rep;
+      char rp[160];
+      snprintf(rp, sizeof rp, "%s.ranks[%d]", path, rep);
+      int rk = re ? (int)jr_int(&r, re, rp, "rank", 0, p->nranks - 1, 0, true) : i * p->w + rep;
+      int rr = re ? (int)jr_int(&r, re, rp, "replica", 0, p->w - 1, rep, false) : rep;
       if (!r.failed && (rk >= p->nranks || rr != rep || p->rank_stage[rk] >= 0)) {
         jr_fail(&r, path, "ranks: every rank 0..d·w-1 exactly once, replicas in order");
         break;
@@ -152,7 +171,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
       cJSON_ArrayForEach(sn, segs) if (cJSON_IsString(sn)) ps->seg_names[ps->nsegs++] = pd_strdup(sn->valuestring);
     }
     const cJSON *prog = so ? cJSON_GetObjectItemCaseSensitive(so, "program") : NULL;
-    if (!r.failed) read_boundary(&r, prog ? prog : so, i, &rt->stages[i], ps);
+    if (!r.failed) read_boundary(&r, prog ? prog : so, i, p->d, &rt->stages[i], ps);
   }
   const cJSON *tied = cJSON_GetObjectItemCaseSensitive(root, "tied");
   if (!r.failed && cJSON_IsArray(tied)) {
@@ -170,12 +189,21 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
       /* The stream generator needs only groups held by more than one stage, in the
        * plan's group order (its TIED_SYNC `group` numbers index this list). */
       PlanTiedGroup *g = &p->groups[p->ngroups];
-      g->tied = (int)jr_count(&r, e, "tied", "group", (int64_t)p->ngroups, false);
+      char tp[64];
+      snprintf(tp, sizeof tp, "tied[%d]", p->ngroups);
+      g->tied = (int)jr_int(&r, e, tp, "group", 0, 65535, (int64_t)p->ngroups, false);
       const cJSON *sv;
+      int si = 0;
       cJSON_ArrayForEach(sv, sts) {
-        int s = cJSON_IsNumber(sv) ? (int)sv->valuedouble : -1;
-        if (s < 0 || s >= p->d) jr_fail(&r, "tied.stages", "a stage out of range");
-        else g->stages[g->nstages++] = s;
+        int s = cJSON_IsNumber(sv) && sv->valuedouble >= 0 && sv->valuedouble < p->d ? (int)sv->valuedouble : -1;
+        if (s < 0 || s != sv->valuedouble) {
+          char b[96];
+          snprintf(b, sizeof b, "%s.stages[%d]", tp, si);
+          jr_fail_value(&r, b, "", sv, "a stage out of range");
+        } else {
+          g->stages[g->nstages++] = s;
+        }
+        si++;
       }
       p->group_names[p->ngroups++] = pd_strdup(nm->valuestring);
     }
@@ -220,8 +248,9 @@ int pipe_plan_ranks(const char *dir) {
   const cJSON *cfg = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
   const cJSON *d = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "stages") : NULL;
   const cJSON *w = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "replicas") : NULL;
-  int r = (cJSON_IsNumber(d) && d->valuedouble >= 1 ? (int)d->valuedouble : 1) *
-          (cJSON_IsNumber(w) && w->valuedouble >= 1 ? (int)w->valuedouble : 1);
+  double dv = cJSON_IsNumber(d) ? d->valuedouble : 1, wv = cJSON_IsNumber(w) ? w->valuedouble : 1;
+  /* out of range: "more than one", so that the pipeline's plan reader says why */
+  int r = dv >= 1 && dv <= 65536 && wv >= 1 && wv <= 65536 && dv * wv <= 65536 ? (int)dv * (int)wv : 2;
   cJSON_Delete(root);
   return r;
 }

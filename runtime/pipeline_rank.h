@@ -79,7 +79,7 @@ typedef struct PipeRank {
   double last_step_time;
   /* faults */
   int64_t fault_step;
-  int fault_mode; /* 0 exit, 1 hang, 2 kill */
+  int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */
   bool failed;
   char err[TRANSPORT_ERR_LEN + 64];
 } PipeRank;

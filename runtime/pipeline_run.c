@@ -28,12 +28,8 @@ bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen) {
   if (!path) return true;
   SafeTensors *s = st_open(path, err, errlen);
   if (!s) return false;
-  const char *v = st_meta(s, "step");
-  char *end = NULL;
-  long long n = v ? strtoll(v, &end, 10) : -1;
-  bool ok = v && !*end && n >= 0;
-  if (!ok) snprintf(err, errlen, "%s: no valid 'step' in the metadata (not a pd2bw training checkpoint)", path);
-  *step = ok ? n : 0;
+  bool ok = rt_ckpt_meta(s, path, step, NULL, err, errlen);
+  if (!ok) *step = 0;
   st_close(s);
   return ok;
 }
@@ -89,8 +85,9 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
       }
     }
   }
-  const char *seed = st_meta(s, "seed");
-  if (ok && seed && !R->o->seed_set) R->tc.seed = strtoull(seed, NULL, 10);
+  uint64_t seed = R->tc.seed;
+  ok = ok && rt_ckpt_meta(s, path, &step, &seed, err, errlen);
+  if (ok && !R->o->seed_set) R->tc.seed = seed;
   st_close(s);
   if (!ok) return false;
   /* every other slot starts as the newest version (only flush-free schedules use them) */
@@ -144,6 +141,7 @@ static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errl
     cp[k].rank = q->rank;
     for (int d = 0; d < q->rank && d < 4; d++) cp[k].shape[d] = q->shape[d];
     cp[k].dst = scratch;
+    cp[k].att_head_size = R->pp->rt->stages[pr[k].stage].att_head_size;
     for (int j = 0; j < R->st->nparams; j++)
       if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(R->w[0] + R->st->params[j].offset);
   }
@@ -314,9 +312,10 @@ static int run_rank(Transport *t, void *arg) {
     transport_abort(t, msg);
     return 1;
   }
-  if (first >= R->steps) {
-    if (rk == 0) fprintf(stderr, "pd2bwrun: the checkpoint is at step %lld already (--steps %lld)\n", (long long)first,
-                         (long long)R->steps);
+  if (first >= c->o->steps) {
+    if (rk == 0)
+      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
+              (long long)first, (long long)c->o->steps);
   }
   /* Training in stretches that end where an evaluation is due (after every K-th step
    * and the last); pipelined 2bw drains at each, which changes timing, not values. */

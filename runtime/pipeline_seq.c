@@ -90,7 +90,7 @@ typedef struct SeqStage {
 static char *block(int64_t bytes) {
   void *mem = NULL;
   size_t n = (size_t)(bytes > 0 ? bytes : 64);
-  PD_CHECK(posix_memalign(&mem, 64, n) == 0, "(posix_memalign %zu bytes)", n);
+  if (posix_memalign(&mem, 64, n) != 0) pd_out_of_memory(n, "a stage block of the sequential reference", __FILE__, __LINE__);
   memset(mem, 0, n);
   return mem;
 }

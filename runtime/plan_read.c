@@ -10,25 +10,40 @@
 #include "runtime/json_read.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Limits of the configuration (docs/plan-format.md, "What the runtime checks"):
+ * far above any real plan, low enough that no product of them overflows or asks for
+ * an allocation nobody meant. */
+#define RT_MAX_STAGES 16384
+#define RT_MAX_RANKS 65536
+#define RT_MAX_MICROBATCHES (1 << 20)
+#define RT_MAX_BATCH (1 << 30)
+#define RT_MAX_BYTES ((int64_t)1 << 48) /* 256 TiB: any block, arena or tensor */
+#define RT_MAX_DIM ((int64_t)1 << 40)
 
 static int shape(JsonRd *r, const cJSON *o, const char *path, int64_t *dims) {
   const cJSON *a = jr_get(r, o, path, "shape");
   if (!a) return 0;
   if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > IR_MAX_RANK) {
-    char b[512];
-    snprintf(b, sizeof b, "%s.shape", path);
-    jr_fail(r, b, "expected an array of at most 4 sizes");
+    jr_fail_value(r, path, "shape", a, "expected an array of at most 4 sizes");
     return 0;
   }
   int n = 0;
   const cJSON *d;
   cJSON_ArrayForEach(d, a) {
-    if (!cJSON_IsNumber(d) || d->valuedouble < 1) {
-      char b[512];
-      snprintf(b, sizeof b, "%s.shape[%d]", path, n);
-      jr_fail(r, b, "expected a positive size");
+    char b[512];
+    snprintf(b, sizeof b, "%s.shape", path);
+    char k[16];
+    snprintf(k, sizeof k, "[%d]", n);
+    if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > (double)RT_MAX_DIM ||
+        d->valuedouble != (double)(int64_t)d->valuedouble) {
+      char p[530];
+      snprintf(p, sizeof p, "%s%s", b, k);
+      jr_fail_value(r, p, "", d, "must be an integer 1..1099511627776");
       return 0;
     }
     dims[n++] = (int64_t)d->valuedouble;
@@ -38,64 +53,52 @@ static int shape(JsonRd *r, const cJSON *o, const char *path, int64_t *dims) {
 
 static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   const char *p = "train";
-  c->batch = jr_count(r, t, p, "batch", 0, false);
-  c->microbatch = jr_count(r, t, p, "microbatch", 0, false);
+  /* 0 for both: the model gave none (what codegen_train_json writes then) */
+  c->batch = jr_int(r, t, p, "batch", 0, RT_MAX_BATCH, 0, false);
+  c->microbatch = jr_int(r, t, p, "microbatch", 0, RT_MAX_BATCH, 0, false);
   const char *opt = jr_str(r, t, p, "optimizer", "adamw");
-  if (!optimizer_parse(opt, &c->optimizer)) jr_fail(r, "train.optimizer", "expected \"adamw\" or \"sgd\"");
-  c->lr = jr_num(r, t, p, "lr", 1e-3, false);
-  c->beta1 = jr_num(r, t, p, "beta1", 0.9, false);
-  c->beta2 = jr_num(r, t, p, "beta2", 0.999, false);
-  c->eps = jr_num(r, t, p, "eps", 1e-8, false);
-  c->weight_decay = jr_num(r, t, p, "weight_decay", 0, false);
+  if (!optimizer_parse(opt, &c->optimizer))
+    jr_fail_value(r, p, "optimizer", cJSON_GetObjectItemCaseSensitive(t, "optimizer"), "expected \"adamw\" or \"sgd\"");
+  /* the frontend's ranges (frontend/train.c), so every plan it writes is accepted;
+   * lr 0 too, which a graph built without the frontend carries (graph_create) */
+  c->lr = jr_real(r, t, p, "lr", 0, false, INFINITY, false, 1e-3, false);
+  c->beta1 = jr_real(r, t, p, "beta1", 0, false, 1, false, 0.9, false);
+  c->beta2 = jr_real(r, t, p, "beta2", 0, false, 1, false, 0.999, false);
+  c->eps = jr_real(r, t, p, "eps", 0, true, INFINITY, false, 1e-8, false);
+  c->weight_decay = jr_real(r, t, p, "weight_decay", 0, false, INFINITY, false, 0, false);
   const char *s = jr_str(r, t, p, "lr_schedule", "constant");
   if (!lr_schedule_parse(s, &c->schedule))
-    jr_fail(r, "train.lr_schedule", "expected \"constant\", \"cosine\" or \"linear\"");
+    jr_fail_value(r, p, "lr_schedule", cJSON_GetObjectItemCaseSensitive(t, "lr_schedule"),
+                  "expected \"constant\", \"cosine\" or \"linear\"");
   c->warmup = jr_count(r, t, p, "warmup", 0, false);
-  c->steps = jr_count(r, t, p, "steps", 0, false);
-  c->min_lr = jr_num(r, t, p, "min_lr", 0, false);
-  c->clip = jr_num(r, t, p, "clip", 0, false);
+  c->steps = jr_count(r, t, p, "steps", 0, false); /* 0: the run's --steps */
+  c->min_lr = jr_real(r, t, p, "min_lr", 0, false, INFINITY, false, 0, false);
+  c->clip = jr_real(r, t, p, "clip", 0, false, INFINITY, false, 0, false);
   const cJSON *seed = cJSON_GetObjectItemCaseSensitive(t, "seed");
   if (cJSON_IsString(seed)) {
-    char *end;
-    c->seed = strtoull(seed->valuestring, &end, 10);
-    if (*end) jr_fail(r, "train.seed", "expected a decimal integer string");
-  } else if (cJSON_IsNumber(seed)) {
-    c->seed = (uint64_t)seed->valuedouble;
+    const char *v = seed->valuestring;
+    bool digits = *v != '\0';
+    for (const char *q = v; *q && digits; q++) digits = *q >= '0' && *q <= '9';
+    errno = 0;
+    c->seed = digits ? strtoull(v, NULL, 10) : 0;
+    if (!digits || errno == ERANGE) jr_fail_value(r, p, "seed", seed, "must be a decimal integer 0..18446744073709551615");
+  } else if (seed) {
+    c->seed = (uint64_t)jr_count(r, t, p, "seed", 0, false);
   }
 }
 
-static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtStage *s) {
-  char path[128];
-  const cJSON *prog = cJSON_GetObjectItemCaseSensitive(so, "program");
-  snprintf(path, sizeof path, "stages[%d]%s", i, prog ? ".program" : "");
-  if (!prog) prog = so;
-  const char *src = jr_str(r, prog, path, "source", NULL);
-  size_t n = strlen(dir) + strlen(src) + 2;
-  s->source = pd_malloc(n);
-  snprintf(s->source, n, "%s/%s", dir, src);
-  if (strchr(src, '/')) jr_fail(r, path, "source must be a file name inside the plan directory");
-  snprintf(s->hash, sizeof s->hash, "%s", jr_str(r, prog, path, "hash", NULL));
-  int64_t abi = jr_count(r, prog, path, "abi", 0, true);
-  if (!r->failed && abi != PD2BW_STAGE_ABI) {
-    char b[256];
-    snprintf(b, sizeof b, "stage ABI version %lld, this runtime speaks %d: recompile the plan",
-             (long long)abi, PD2BW_STAGE_ABI);
-    jr_fail(r, path, b);
-  }
-  s->real_bytes = (int)jr_count(r, prog, path, "real_bytes", 4, false);
-  s->b = jr_count(r, prog, path, "microbatch_size", 0, true);
-  const cJSON *blocks = jr_get(r, prog, path, "blocks");
-  char bp[160];
-  snprintf(bp, sizeof bp, "%s.blocks", path);
-  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT && blocks; c++)
-    s->blocks[c] = jr_count(r, blocks, bp, buf_class_name((BufClass)c), 0, true);
-  const cJSON *params = jr_get(r, prog, path, "params");
-  const cJSON *inputs = jr_get(r, prog, path, "inputs");
-  if (r->failed) return;
-  if (!cJSON_IsArray(params) || !cJSON_IsArray(inputs)) {
-    jr_fail(r, path, "params and inputs must be arrays");
-    return;
-  }
+/* Byte ranges [offset, offset + bytes) of n items: the first two that overlap, or -1. */
+static int overlap(const int64_t *off, const int64_t *len, int n, int *other) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < i; j++)
+      if (len[i] > 0 && len[j] > 0 && off[i] < off[j] + len[j] && off[j] < off[i] + len[i]) {
+        *other = j;
+        return i;
+      }
+  return -1;
+}
+
+static void read_params(JsonRd *r, const cJSON *params, const char *path, RtStage *s) {
   s->nparams = cJSON_GetArraySize(params);
   s->params = pd_calloc((size_t)s->nparams + 1, sizeof *s->params);
   int k = 0;
@@ -105,43 +108,151 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtSta
     char pp[200];
     snprintf(pp, sizeof pp, "%s.params[%d]", path, k++);
     p->name = pd_strdup(jr_str(r, e, pp, "name", NULL));
+    if (!r->failed && !p->name[0]) jr_fail(r, pp, "name: must not be empty");
     p->rank = shape(r, e, pp, p->shape);
-    p->numel = jr_count(r, e, pp, "numel", 0, true);
-    p->offset = jr_count(r, e, pp, "offset", 0, true);
-    p->bytes = jr_count(r, e, pp, "bytes", 0, true);
+    p->numel = jr_int(r, e, pp, "numel", 1, RT_MAX_BYTES, 0, true);
+    p->offset = jr_int(r, e, pp, "offset", 0, RT_MAX_BYTES, 0, true);
+    p->bytes = jr_int(r, e, pp, "bytes", 1, RT_MAX_BYTES, 0, true);
     const char *init = jr_str(r, e, pp, "init", NULL);
-    if (!init_kind_parse(init, &p->init)) jr_fail(r, pp, "init must be zeros, ones or normal");
-    p->std = jr_num(r, e, pp, "std", 0, false);
-    p->decay = jr_flag(e, "decay");
-    p->has_grad = jr_flag(e, "has_grad");
+    if (!r->failed && !init_kind_parse(init, &p->init))
+      jr_fail_value(r, pp, "init", cJSON_GetObjectItemCaseSensitive(e, "init"), "expected zeros, ones or normal");
+    p->std = jr_real(r, e, pp, "std", 0, false, INFINITY, false, 0, false);
+    p->decay = jr_bool(r, e, pp, "decay");
+    p->has_grad = jr_bool(r, e, pp, "has_grad");
     int64_t ne = 1;
-    for (int d = 0; d < p->rank; d++) ne *= p->shape[d];
+    for (int d = 0; d < p->rank; d++) ne = ne > RT_MAX_BYTES / p->shape[d] ? RT_MAX_BYTES + 1 : ne * p->shape[d];
     if (!r->failed && (ne != p->numel || p->bytes != p->numel * s->real_bytes ||
                        p->offset + p->bytes > s->blocks[BUF_PARAMS]))
       jr_fail(r, pp, "shape, numel, bytes and offset disagree or leave the params block");
   }
+  int64_t *off = pd_calloc((size_t)s->nparams + 1, sizeof *off), *len = pd_calloc((size_t)s->nparams + 1, sizeof *len);
+  for (int i = 0; i < s->nparams; i++) off[i] = s->params[i].offset, len[i] = s->params[i].bytes;
+  int j, i = r->failed ? -1 : overlap(off, len, s->nparams, &j);
+  if (i >= 0) {
+    char pp[200], b[600];
+    snprintf(pp, sizeof pp, "%s.params[%d]", path, i);
+    snprintf(b, sizeof b, "\"%s\" at bytes %lld..%lld overlaps params[%d] \"%s\" at %lld..%lld", s->params[i].name,
+             (long long)off[i], (long long)(off[i] + len[i]), j, s->params[j].name, (long long)off[j],
+             (long long)(off[j] + len[j]));
+    jr_fail(r, pp, b);
+  }
+  free(off);
+  free(len);
+}
+
+static void read_inputs(JsonRd *r, const cJSON *inputs, const char *path, RtStage *s) {
   s->ninputs = cJSON_GetArraySize(inputs);
   s->inputs = pd_calloc((size_t)s->ninputs + 1, sizeof *s->inputs);
-  k = 0;
+  int k = 0;
+  const cJSON *e;
   cJSON_ArrayForEach(e, inputs) {
     RtInput *in = &s->inputs[k];
     char pp[200];
     snprintf(pp, sizeof pp, "%s.inputs[%d]", path, k++);
     in->name = pd_strdup(jr_str(r, e, pp, "name", NULL));
-    in->dtype = strcmp(jr_str(r, e, pp, "dtype", NULL), "i32") == 0 ? DT_I32 : DT_F32;
+    const char *dt = jr_str(r, e, pp, "dtype", NULL);
+    if (!r->failed && strcmp(dt, "i32") && strcmp(dt, "f32"))
+      jr_fail_value(r, pp, "dtype", cJSON_GetObjectItemCaseSensitive(e, "dtype"), "expected \"i32\" or \"f32\"");
+    in->dtype = strcmp(dt, "i32") == 0 ? DT_I32 : DT_F32;
     in->rank = shape(r, e, pp, in->shape);
-    in->offset = jr_count(r, e, pp, "offset", 0, true);
-    in->bytes = jr_count(r, e, pp, "bytes", 0, true);
+    in->offset = jr_int(r, e, pp, "offset", 0, RT_MAX_BYTES, 0, true);
+    in->bytes = jr_int(r, e, pp, "bytes", 0, RT_MAX_BYTES, 0, true);
     const char *st = jr_str(r, e, pp, "stream", "other");
     in->stream = strcmp(st, "tokens") == 0 ? STREAM_TOKENS : strcmp(st, "targets") == 0 ? STREAM_TARGETS : STREAM_OTHER;
+    if (!r->failed && in->stream == STREAM_OTHER && strcmp(st, "other"))
+      jr_fail_value(r, pp, "stream", cJSON_GetObjectItemCaseSensitive(e, "stream"),
+                    "expected \"tokens\", \"targets\" or \"other\"");
     if (!r->failed && in->offset + in->bytes > s->blocks[BUF_INPUTS]) jr_fail(r, pp, "leaves the inputs block");
   }
-  s->has_loss = jr_flag(prog, "loss");
+}
+
+static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, int64_t b, RtStage *s) {
+  char path[128];
+  const cJSON *prog = cJSON_GetObjectItemCaseSensitive(so, "program");
+  snprintf(path, sizeof path, "stages[%d]%s", i, prog ? ".program" : "");
+  if (!prog) prog = so;
+  const char *src = jr_str(r, prog, path, "source", NULL);
+  size_t n = strlen(dir) + strlen(src) + 2;
+  s->source = pd_malloc(n);
+  snprintf(s->source, n, "%s/%s", dir, src);
+  if (!r->failed && (!src[0] || strchr(src, '/') || strcmp(src, ".") == 0 || strcmp(src, "..") == 0))
+    jr_fail_value(r, path, "source", cJSON_GetObjectItemCaseSensitive(prog, "source"),
+                  "must be a file name inside the plan directory");
+  const char *hash = jr_str(r, prog, path, "hash", NULL);
+  if (!r->failed && (strlen(hash) != 16 || strspn(hash, "0123456789abcdef") != 16))
+    jr_fail_value(r, path, "hash", cJSON_GetObjectItemCaseSensitive(prog, "hash"), "expected 16 hex digits");
+  snprintf(s->hash, sizeof s->hash, "%s", hash);
+  int64_t abi = jr_count(r, prog, path, "abi", 0, true);
+  if (!r->failed && abi != PD2BW_STAGE_ABI) {
+    char m[256];
+    snprintf(m, sizeof m, "stage ABI version %lld, this runtime speaks %d: recompile the plan", (long long)abi,
+             PD2BW_STAGE_ABI);
+    jr_fail(r, path, m);
+  }
+  s->real_bytes = (int)jr_int(r, prog, path, "real_bytes", 0, 8, 4, false);
+  if (!r->failed && s->real_bytes != 4 && s->real_bytes != 8)
+    jr_fail_value(r, path, "real_bytes", cJSON_GetObjectItemCaseSensitive(prog, "real_bytes"), "must be 4 or 8");
+  s->b = jr_int(r, prog, path, "microbatch_size", 1, RT_MAX_MICROBATCHES, 0, true);
+  if (!r->failed && s->b != b) {
+    char m[128];
+    snprintf(m, sizeof m, "must equal config.microbatch_size (%lld)", (long long)b);
+    jr_fail_value(r, path, "microbatch_size", cJSON_GetObjectItemCaseSensitive(prog, "microbatch_size"), m);
+  }
+  const cJSON *blocks = jr_get(r, prog, path, "blocks");
+  char bp[160];
+  snprintf(bp, sizeof bp, "%s.blocks", path);
+  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT && blocks; c++)
+    s->blocks[c] = jr_int(r, blocks, bp, buf_class_name((BufClass)c), 0, RT_MAX_BYTES, 0, true);
+  const cJSON *params = jr_get(r, prog, path, "params");
+  const cJSON *inputs = jr_get(r, prog, path, "inputs");
+  if (r->failed) return;
+  if (!cJSON_IsArray(params) || !cJSON_IsArray(inputs)) {
+    jr_fail(r, path, "params and inputs must be arrays");
+    return;
+  }
+  read_params(r, params, path, s);
+  read_inputs(r, inputs, path, s);
+  s->has_loss = jr_bool(r, prog, path, "loss");
+  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(prog, "cuda");
+  if (cuda) {
+    char cp[160];
+    snprintf(cp, sizeof cp, "%s.cuda", path);
+    s->att_head_size = (int)jr_int(r, cuda, cp, "att_head_size", 0, 65536, 0, false);
+  }
   const cJSON *fl = cJSON_GetObjectItemCaseSensitive(prog, "flops");
   if (fl) {
-    s->flops_fwd = jr_num(r, fl, path, "forward", 0, false);
-    s->flops_bwd = jr_num(r, fl, path, "backward", 0, false);
+    char fp[160];
+    snprintf(fp, sizeof fp, "%s.flops", path);
+    s->flops_fwd = jr_real(r, fl, fp, "forward", 0, false, INFINITY, false, 0, false);
+    s->flops_bwd = jr_real(r, fl, fp, "backward", 0, false, INFINITY, false, 0, false);
   }
+}
+
+static void read_config(JsonRd *r, const cJSON *cfg, RtPlan *p) {
+  p->b = jr_int(r, cfg, "config", "microbatch_size", 1, RT_MAX_MICROBATCHES, 0, true);
+  p->m = jr_int(r, cfg, "config", "microbatches", 1, RT_MAX_MICROBATCHES, 0, false);
+  int64_t w = jr_int(r, cfg, "config", "replicas", 1, RT_MAX_RANKS, 1, false);
+  int64_t d = jr_int(r, cfg, "config", "stages", 1, RT_MAX_STAGES, 1, false);
+  if (!r->failed && d * w > RT_MAX_RANKS) {
+    char m[128];
+    snprintf(m, sizeof m, "stages x replicas = %lld ranks: must be at most %d", (long long)(d * w), RT_MAX_RANKS);
+    jr_fail(r, "config", m);
+  }
+  jr_bool(r, cfg, "config", "recompute");
+  snprintf(p->schedule, sizeof p->schedule, "%s", jr_str(r, cfg, "config", "schedule", "gpipe"));
+  if (!r->failed && strcmp(p->schedule, "gpipe") && strcmp(p->schedule, "1f1b") && strcmp(p->schedule, "2bw") &&
+      strcmp(p->schedule, "pipedream"))
+    jr_fail_value(r, "config", "schedule", cJSON_GetObjectItemCaseSensitive(cfg, "schedule"),
+                  "expected gpipe, 1f1b, 2bw or pipedream");
+  p->delayed = strcmp(p->schedule, "2bw") == 0;
+  /* no "microbatches": what the batch leaves (older plans) */
+  if (!r->failed && !cJSON_GetObjectItemCaseSensitive(cfg, "microbatches")) {
+    p->m = p->train.batch / (p->b * w);
+    if (p->m < 1 || p->m > RT_MAX_MICROBATCHES)
+      jr_fail(r, "config.microbatches", "missing, and train.batch / (microbatch_size x replicas) is not 1..1048576");
+  }
+  /* train.batch is the model's; a plan may run another (codegen_single_stage_plan
+   * takes any b and m), so it is not checked against b·m·w */
 }
 
 RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
@@ -156,17 +267,16 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     free(file);
     return NULL;
   }
-  cJSON *root = cJSON_ParseWithLength(text, len);
-  if (!root || !cJSON_IsObject(root)) {
-    const char *at = cJSON_GetErrorPtr();
-    snprintf(err, errlen, "%s: not valid JSON (near byte %ld)", file,
-             at && at >= text && at <= text + len ? (long)(at - text) : 0L);
+  JsonRd r = {.file = file, .err = err, .errlen = errlen};
+  cJSON *root = jr_parse(&r, text, len);
+  if (root && !cJSON_IsObject(root)) jr_fail(&r, "(the top level)", "expected an object");
+  jr_check_strings(&r, root);
+  if (r.failed) {
     cJSON_Delete(root);
     free(text);
     free(file);
     return NULL;
   }
-  JsonRd r = {.file = file, .err = err, .errlen = errlen};
   RtPlan *p = pd_calloc(1, sizeof *p);
   p->dir = pd_strdup(dir);
   int64_t version = jr_count(&r, root, "", "version", 0, true);
@@ -176,28 +286,18 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
   const cJSON *train = jr_get(&r, root, "", "train");
   if (train) read_train(&r, train, &p->train);
   const cJSON *cfg = jr_get(&r, root, "", "config");
-  if (cfg) {
-    p->b = jr_count(&r, cfg, "config", "microbatch_size", 0, true);
-    p->m = jr_count(&r, cfg, "config", "microbatches", 0, false);
-    int64_t w = jr_count(&r, cfg, "config", "replicas", 1, false);
-    snprintf(p->schedule, sizeof p->schedule, "%s", jr_str(&r, cfg, "config", "schedule", "gpipe"));
-    if (!r.failed && strcmp(p->schedule, "gpipe") && strcmp(p->schedule, "1f1b") && strcmp(p->schedule, "2bw") &&
-        strcmp(p->schedule, "pipedream"))
-      jr_fail(&r, "config.schedule", "expected gpipe, 1f1b, 2bw or pipedream");
-    p->delayed = strcmp(p->schedule, "2bw") == 0;
-    if (!r.failed && p->m == 0 && p->b > 0) p->m = p->train.batch / (p->b * (w ? w : 1));
-    if (!r.failed && (p->b < 1 || p->m < 1)) jr_fail(&r, "config", "microbatch_size and microbatches must be >= 1");
-  }
+  if (cfg) read_config(&r, cfg, p);
   const cJSON *stages = jr_get(&r, root, "", "stages");
-  if (!r.failed && (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1))
-    jr_fail(&r, "stages", "expected a non-empty array");
+  if (!r.failed && (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1 ||
+                    cJSON_GetArraySize(stages) > RT_MAX_STAGES))
+    jr_fail(&r, "stages", "expected an array of 1..16384 stages");
   if (!r.failed) {
     p->nstages = cJSON_GetArraySize(stages);
     p->stages = pd_calloc((size_t)p->nstages, sizeof *p->stages);
     int i = 0;
     const cJSON *s;
     cJSON_ArrayForEach(s, stages) {
-      read_stage(&r, s, i, dir, &p->stages[i]);
+      read_stage(&r, s, i, dir, p->b, &p->stages[i]);
       i++;
     }
   }

@@ -100,6 +100,7 @@ typedef struct RtStage {
   int ninputs;
   bool has_loss;
   double flops_fwd, flops_bwd; /* per microbatch */
+  int att_head_size; /* program.cuda.att_head_size: every attention op's; 0 unknown */
 } RtStage;
 
 typedef struct RtPlan {
@@ -183,6 +184,12 @@ typedef struct RtCkptBlocks {
   char *params, *opt_m, *opt_v, *prev;
 } RtCkptBlocks;
 bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char *path, char *err, size_t errlen);
+/* The largest step a checkpoint may record: --steps' own limit. */
+#define RT_STEP_MAX ((uint64_t)INT64_MAX / 2)
+/* A training checkpoint's metadata: step (0..RT_STEP_MAX, required) and, when seed is
+ * not NULL and the file has one, seed (a uint64); false with a message naming the key
+ * and its value. */
+bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 /* Fills the blocks; on success *step = the checkpoint's step and *seed its seed (left
  * as it is when the file has none). */
 bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);

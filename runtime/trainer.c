@@ -18,6 +18,7 @@
  * roles (DESIGN.md §3: the reference every 2bw pipeline must match). */
 #include "runtime/runtime.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,8 +116,8 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   int64_t total = 0;
   for (int i = 0; i < 9; i++) total += (sizes[i] + 63) / 64 * 64;
   void *mem = NULL;
-  PD_CHECK(posix_memalign(&mem, 64, (size_t)(total ? total : 64)) == 0, "(posix_memalign %lld bytes)",
-           (long long)total);
+  if (posix_memalign(&mem, 64, (size_t)(total ? total : 64)) != 0)
+    pd_out_of_memory((size_t)total, "the trainer's arena (params, grads, AdamW state, stash, work)", __FILE__, __LINE__);
   memset(mem, 0, (size_t)total);
   t->arena = mem;
   char **slots[9] = {&t->params, &t->grads, &t->opt_m, &t->opt_v, &t->stash,
@@ -356,16 +357,39 @@ static bool load_one(SafeTensors *s, const char *path, const RtParam *p, const c
   return st_read_f32(s, x, dst, err, errlen);
 }
 
+/* A metadata value that must be a decimal integer in [0, max]: strtoull saturates and
+ * strtoll accepts signs and spaces, so the digits are checked here and an out-of-range
+ * value is an error naming the key, never a clamped INT64_MAX. */
+static bool meta_uint(const SafeTensors *s, const char *path, const char *key, uint64_t max, uint64_t *out,
+                      char *err, size_t errlen) {
+  const char *v = st_meta(s, key);
+  if (!v) return ERR("%s: no '%s' in the metadata (not a pd2bw training checkpoint)", path, key);
+  bool digits = *v != '\0';
+  for (const char *c = v; *c && digits; c++) digits = *c >= '0' && *c <= '9';
+  errno = 0;
+  unsigned long long x = digits ? strtoull(v, NULL, 10) : 0;
+  if (!digits || errno == ERANGE || x > max)
+    return ERR("%s: metadata %s = \"%.40s\": must be an integer 0..%llu", path, key, v, (unsigned long long)max);
+  *out = x;
+  return true;
+}
+
+bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen) {
+  uint64_t x;
+  if (!meta_uint(s, path, "step", RT_STEP_MAX, &x, err, errlen)) return false;
+  *step = (int64_t)x;
+  if (seed && st_meta(s, "seed") && !meta_uint(s, path, "seed", UINT64_MAX, seed, err, errlen)) return false;
+  return true;
+}
+
 bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index, uint64_t *seed_value, char *err,
                     size_t errlen) {
   SafeTensors *s = st_open(path, err, errlen);
   if (!s) return false;
   const RtStage *st = b->st;
-  bool ok = true;
-  const char *step = st_meta(s, "step");
-  char *end = NULL;
-  long long sv = step ? strtoll(step, &end, 10) : -1;
-  if (!step || *end || sv < 0) ok = ERR("%s: no valid 'step' in the metadata (not a pd2bw training checkpoint)", path);
+  int64_t sv = 0;
+  uint64_t seed = *seed_value;
+  bool ok = rt_ckpt_meta(s, path, &sv, &seed, err, errlen);
   for (int k = 0; ok && k < st->nparams; k++) {
     const RtParam *p = &st->params[k];
     char nm[512];
@@ -379,8 +403,7 @@ bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index
       ok = ok && load_one(s, path, p, nm, b->prev + p->offset, err, errlen);
     }
   }
-  const char *seed = st_meta(s, "seed");
-  if (ok && seed) *seed_value = strtoull(seed, NULL, 10);
+  if (ok) *seed_value = seed;
   if (ok) *step_index = sv;
   st_close(s);
   return ok;
@@ -400,6 +423,7 @@ bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t err
     cp[k].rank = p->rank;
     for (int d = 0; d < p->rank && d < 4; d++) cp[k].shape[d] = p->shape[d];
     cp[k].dst = (float *)(void *)(b->params + p->offset);
+    cp[k].att_head_size = st->att_head_size;
   }
   bool ok = ckpt_import(path, CKPT_AUTO, cp, st->nparams, err, errlen);
   free(cp);

@@ -36,6 +36,10 @@ void transport_init_base(Transport *t, const TransportOps *ops, TransportKind ki
   t->timeout_s = timeout_s > 0 ? timeout_s : TRANSPORT_DEFAULT_TIMEOUT_S;
   t->status = TRANSPORT_OK;
   t->err[0] = '\0';
+  atomic_init(&t->beat_us, 0);
+  atomic_init(&t->waiting_on, -1);
+  atomic_init(&t->doing, NULL);
+  atomic_init(&t->doing_index, -1);
 }
 
 TransportStatus transport_fail(Transport *t, TransportStatus s, const char *fmt, ...) {
@@ -80,6 +84,46 @@ TransportStatus transport_fail_wait(Transport *t, TransportStatus s, bool is_sen
     break;
   }
   return transport_fail(t, s, "rank %d: %s: %s%s", t->rank, ctx, transport_status_name(s), d);
+}
+
+void transport_progress(Transport *t, const char *doing, long long index) {
+  atomic_store_explicit(&t->doing, doing, memory_order_relaxed);
+  atomic_store_explicit(&t->doing_index, index, memory_order_relaxed);
+  atomic_store_explicit(&t->beat_us, (long long)(transport_now() * 1e6), memory_order_relaxed);
+}
+
+void transport_mark_wait(Transport *t, int peer) {
+  atomic_store_explicit(&t->waiting_on, peer, memory_order_relaxed);
+  atomic_store_explicit(&t->beat_us, (long long)(transport_now() * 1e6), memory_order_relaxed);
+}
+
+void transport_describe_progress(const Transport *t, double now, char *buf, size_t n) {
+  long long beat = atomic_load_explicit(&t->beat_us, memory_order_relaxed);
+  const char *doing = atomic_load_explicit(&t->doing, memory_order_relaxed);
+  long long idx = atomic_load_explicit(&t->doing_index, memory_order_relaxed);
+  char in[96] = "";
+  if (doing && idx >= 0)
+    snprintf(in, sizeof in, ", in %s %lld", doing, idx);
+  else if (doing)
+    snprintf(in, sizeof in, ", in %s", doing);
+  if (beat)
+    snprintf(buf, n, "no progress for %.1f s%s", now - (double)beat / 1e6, in);
+  else
+    snprintf(buf, n, "no progress since it started%s", in);
+}
+
+TransportStatus transport_fail_blame(Transport *t, bool is_send, const char *what, const int *chain, int n,
+                                     const char *why) {
+  char ctx[TRANSPORT_WHAT_LEN + 64], via[256] = "";
+  if (is_send)
+    snprintf(ctx, sizeof ctx, "waiting for rank %d to take %s", chain[0], what);
+  else
+    snprintf(ctx, sizeof ctx, "waiting for %s from rank %d", what, chain[0]);
+  size_t k = 0;
+  for (int i = 1; i < n && k < sizeof via; i++)
+    k += (size_t)snprintf(via + k, sizeof via - k, ", which waits for rank %d", chain[i]);
+  return transport_fail(t, TRANSPORT_TIMEOUT, "rank %d stopped answering (%s); rank %d timed out after %g s %s%s",
+                        chain[n - 1], why, t->rank, t->timeout_s, ctx, via);
 }
 
 void transport_copy_what(char dst[TRANSPORT_WHAT_LEN], const char *what) {

@@ -36,6 +36,12 @@
  *     for (the caller's `what`), the peer and the cause, e.g.
  *         "rank 3: timed out after 60 s waiting for activation of microbatch 7
  *          from rank 2".
+ *     A timeout names first the rank that stopped answering, found by following
+ *     the waits from the peer (local: every rank's state is visible; mpi: each rank
+ *     is asked whom it waits on, from inside its own waits, and one that does not
+ *     answer, stopped or stuck outside the transport, is the culprit):
+ *         "rank 2 stopped answering (...); rank 0 timed out after 60 s waiting for
+ *          activation of microbatch 7 from rank 1, which waits for rank 2".
  *     Causes: the timeout (per wait, TRANSPORT_DEFAULT_TIMEOUT_S unless set); a
  *     peer that exited (local: at once; mpi: a process that calls exit() with
  *     its transport open says so from an atexit handler, one killed by a signal
@@ -196,6 +202,13 @@ void transport_abort(Transport *t, const char *why);
 /* SIGINT/SIGTERM set a flag that every blocked call checks; the first signal is
  * caught, a second one has its default effect (so a second Ctrl-C still kills a
  * process busy computing). Installed by both create functions; idempotent. */
+/* What this rank is about to do (`doing`: a string that outlives the run, such as a
+ * literal; `index`: a microbatch or batch, or -1), for the messages that name a rank
+ * that stopped progressing: the local world's watchdog and the culprit of a timeout
+ * ("rank 2 stopped answering: no progress for 5.1 s, in FWD 7"). Cheap: two
+ * relaxed atomic stores and a clock read. */
+void transport_progress(Transport *t, const char *doing, long long index);
+
 void transport_install_signal_handlers(void);
 int transport_interrupted(void); /* the signal number caught, or 0 */
 void transport_clear_interrupt(void); /* forget it and re-arm (tests, retries) */

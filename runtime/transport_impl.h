@@ -15,6 +15,7 @@
 #ifndef PD2BW_RUNTIME_TRANSPORT_IMPL_H
 #define PD2BW_RUNTIME_TRANSPORT_IMPL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "runtime/transport.h"
@@ -57,7 +58,25 @@ struct Transport {
   char err[TRANSPORT_ERR_LEN];  /* the first failure's message */
   float *scratch;               /* all-reduce receive space, grown once */
   size_t scratch_cap;           /* in floats */
+  /* Progress, written by the rank's thread, read by others (the local world's
+   * watchdog and timeout blame; an MPI rank's answer to a status query). */
+  _Atomic long long beat_us;        /* transport_now() in µs at the last progress */
+  _Atomic int waiting_on;           /* the peer of the wait in progress; -1: none */
+  _Atomic(const char *) doing;      /* transport_progress's `doing`, or NULL */
+  _Atomic long long doing_index;
 };
+
+/* Progress bookkeeping for implementations: a wait on `peer` begins (peer >= 0) or
+ * ends (-1). */
+void transport_mark_wait(Transport *t, int peer);
+/* "no progress for 5.1 s, in FWD 7" (or "... since it started") into buf. */
+void transport_describe_progress(const Transport *t, double now, char *buf, size_t n);
+/* A timeout whose cause lies down a chain of waits: this rank waited on chain[0],
+ * which waits on chain[1], ..., and chain[n-1] stopped answering (`why`: how it was
+ * seen). The message names chain[n-1] first: "rank 2 stopped answering (why); rank
+ * 0 timed out after 5 s waiting for X from rank 1, which waits for rank 2". */
+TransportStatus transport_fail_blame(Transport *t, bool is_send, const char *what, const int *chain, int n,
+                                     const char *why);
 
 /* Fills the shared fields. */
 void transport_init_base(Transport *t, const TransportOps *ops, TransportKind kind, int rank,

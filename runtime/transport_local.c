@@ -26,12 +26,15 @@
  * the rank function returns) cancels its outstanding requests and is marked
  * exited; a peer waiting on it fails at once with "rank N exited".
  */
+#define _GNU_SOURCE /* program_invocation_short_name */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ir/ir.h"
 #include "runtime/transport_impl.h"
@@ -262,10 +265,36 @@ static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, i
   return TRANSPORT_OK;
 }
 
+/* A timeout waiting on `peer`: follows the waits from there (every rank's
+ * waiting_on is visible here) to the rank that is not waiting on anyone, the one
+ * that stopped answering, and names it. Lock held. */
+static TransportStatus fail_timeout(LocalRank *me, const LocalReq *r) {
+  TransportWorld *w = me->w;
+  int chain[64], n = 0, c = r->peer;
+  for (;;) {
+    bool seen = c == me->base.rank;
+    for (int i = 0; i < n && !seen; i++) seen = chain[i] == c;
+    /* the waits lead back to a waiting rank: a deadlock, nobody stopped */
+    if (seen || n == 64) return transport_fail_wait(&me->base, TRANSPORT_TIMEOUT, r->is_send, r->peer, r->what, NULL);
+    chain[n++] = c;
+    int next = atomic_load_explicit(&w->ranks[c].base.waiting_on, memory_order_relaxed);
+    if (w->ranks[c].exited || next < 0) break;
+    c = next;
+  }
+  const LocalRank *culprit = &w->ranks[chain[n - 1]];
+  char why[160];
+  if (culprit->exited)
+    snprintf(why, sizeof why, "it exited");
+  else
+    transport_describe_progress(&culprit->base, transport_now(), why, sizeof why);
+  return transport_fail_blame(&me->base, r->is_send, r->what, chain, n, why);
+}
+
 static TransportStatus local_wait(Transport *t, TransportRequest *req, double deadline) {
   LocalRank *me = as_local(t);
   TransportWorld *w = me->w;
   LocalReq *r = (LocalReq *)req;
+  transport_mark_wait(t, r->peer);
   LOCK(w);
   TransportStatus s = TRANSPORT_OK;
   for (;;) {
@@ -289,7 +318,7 @@ static TransportStatus local_wait(Transport *t, TransportRequest *req, double de
       else if (transport_interrupted())
         s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, r->is_send, r->peer, r->what, NULL);
       else if (transport_now() >= deadline)
-        s = transport_fail_wait(t, TRANSPORT_TIMEOUT, r->is_send, r->peer, r->what, NULL);
+        s = fail_timeout(me, r);
       if (s != TRANSPORT_OK) {
         quiesce(me);
         break;
@@ -299,6 +328,7 @@ static TransportStatus local_wait(Transport *t, TransportRequest *req, double de
     wait_until(w, r->state == REQ_COPYING ? transport_now() + 1.0 : deadline);
   }
   UNLOCK(w);
+  transport_mark_wait(t, -1);
   return s;
 }
 
@@ -397,16 +427,76 @@ static void *rank_main(void *p) {
   return NULL;
 }
 
+/* The watchdog: a rank stuck inside a computation or a library call (OpenBLAS
+ * retrying an allocation, a kernel that never returns) cannot notice a failure, and
+ * the world's threads are joined, so the run would never end. Once any rank has
+ * failed, a rank outside the transport (a rank inside a wait notices the failure
+ * itself) that has made no progress for WATCHDOG_GRACE_S since then is stuck: the
+ * watchdog, a thread of its own that waits on nothing the ranks hold for long,
+ * prints the failure and that rank, and ends the process with _exit(1) (exit would
+ * run library destructors that may wait on the stuck thread). */
+#define WATCHDOG_GRACE_S 2.0
+
+typedef struct Watchdog {
+  TransportWorld *w;
+  pthread_t tid;
+  _Atomic bool done;
+} Watchdog;
+
+static void *watchdog_main(void *p) {
+  Watchdog *wd = p;
+  TransportWorld *w = wd->w;
+  double failed_at = -1, grace = WATCHDOG_GRACE_S;
+  long long grace_us = (long long)(grace * 1e6);
+  while (!atomic_load(&wd->done)) {
+    transport_sleep(0.05);
+    LOCK(w);
+    int first = -1, stuck = -1;
+    double now = transport_now();
+    for (int r = 0; r < w->n; r++) {
+      const LocalRank *lr = &w->ranks[r];
+      if (lr->base.status != TRANSPORT_OK && (first < 0 || lr->base.fail_seq < w->ranks[first].base.fail_seq))
+        first = r;
+      long long beat = atomic_load_explicit(&lr->base.beat_us, memory_order_relaxed);
+      if (!lr->exited && stuck < 0 && atomic_load_explicit(&lr->base.waiting_on, memory_order_relaxed) < 0 &&
+          (long long)(now * 1e6) - beat > grace_us)
+        stuck = r;
+    }
+    if ((first >= 0 || w->aborted) && failed_at < 0) failed_at = now;
+    if (failed_at >= 0 && stuck >= 0 && now - failed_at > grace) {
+      char how[160];
+      transport_describe_progress(&w->ranks[stuck].base, now, how, sizeof how);
+      fflush(stdout);
+      fprintf(stderr, "%s: error: %s\n%s: error: rank %d did not stop within %g s of that failure (%s): stuck "
+              "inside a computation or a library call; ending the run\n",
+              program_invocation_short_name, first >= 0 ? w->ranks[first].base.err : w->abort_cause,
+              program_invocation_short_name, stuck, grace, how);
+      _exit(1);
+    }
+    UNLOCK(w);
+  }
+  return NULL;
+}
+
 int transport_local_run(TransportWorld *w, TransportRankFn fn, void *arg, char *err,
                         size_t errlen) {
+  Watchdog wd = {.w = w};
+  int wrc = pthread_create(&wd.tid, NULL, watchdog_main, &wd);
+  if (wrc != 0) pd_out_of_memory(0, "starting the watchdog thread", __FILE__, __LINE__);
   RankThread *th = pd_calloc((size_t)w->n, sizeof *th);
   for (int r = 0; r < w->n; r++) {
     th[r] = (RankThread){.t = &w->ranks[r].base, .fn = fn, .arg = arg};
     int rc = pthread_create(&th[r].tid, NULL, rank_main, &th[r]);
-    PD_CHECK(rc == 0, "(pthread_create for rank %d: %s)", r, strerror(rc));
+    if (rc != 0) { /* EAGAIN: no memory for its stack (ulimit -v), or the thread limit */
+      char what[128];
+      snprintf(what, sizeof what, "starting the thread of rank %d (pthread_create: %s)", r, strerror(rc));
+      pd_out_of_memory(0, what, __FILE__, __LINE__);
+    }
   }
   for (int r = 0; r < w->n; r++)
     PD_CHECK(pthread_join(th[r].tid, NULL) == 0, "(pthread_join)");
+  atomic_store(&wd.done, true);
+  PD_CHECK(pthread_join(wd.tid, NULL) == 0, "(pthread_join)");
 
   /* The root cause is the earliest transport failure; a rank that failed
    * without one (its own error) is reported by its return code. */

@@ -29,7 +29,10 @@
 #include "ir/ir.h"
 #include "runtime/transport_impl.h"
 
-enum { CTRL_TAG = 1 };
+/* Control channel tags: an abort's reason; a status query ("whom do you wait
+ * on?") and its answer (an int: the peer, -1 none), so that a timed-out rank can
+ * follow the waits to the rank that stopped answering. */
+enum { CTRL_TAG = 1, ASK_TAG = 2, STATE_TAG = 3 };
 #define GRACE_S 0.3 /* how long a failing rank lets the others report */
 
 typedef struct MpiReq MpiReq;
@@ -53,6 +56,9 @@ typedef struct MpiTransport {
   MPI_Request *ctrl_sends;       /* one per rank, for our own abort message */
   char ctrl_msg[TRANSPORT_ERR_LEN];
   bool ctrl_sent;
+  int blamed;      /* after a timeout: the rank blamed; answered to queries after */
+  int one;         /* the payload of a query */
+  int answer;      /* the payload of the last answer (MPI_Send copies it out) */
 } MpiTransport;
 
 static MpiTransport *live; /* the process's transport, for the atexit handler */
@@ -143,12 +149,31 @@ static TransportStatus mpi_irecv(Transport *t, TransportChannel ch, int src, int
   return post(t, ch, false, src, tag, buf, bytes, what, out);
 }
 
-/* Reads one pending control message into cause; true if there was one. */
+/* Answers a pending status query from st.MPI_SOURCE: whom this rank waits on
+ * (after its own timeout: the rank it blamed). */
+static void answer_ask(MpiTransport *m, const MPI_Status *st) {
+  int dummy;
+  MPI_Recv(&dummy, 1, MPI_INT, st->MPI_SOURCE, ASK_TAG, m->ctrl, MPI_STATUS_IGNORE);
+  m->answer = m->blamed >= 0 ? m->blamed : atomic_load_explicit(&m->base.waiting_on, memory_order_relaxed);
+  MPI_Send(&m->answer, 1, MPI_INT, st->MPI_SOURCE, STATE_TAG, m->ctrl); /* small: sent eagerly */
+}
+
+/* Reads one pending control message into cause; true if it was an abort. Status
+ * queries are answered and stale answers dropped on the way. */
 static bool poll_ctrl(MpiTransport *m, char *cause, size_t len) {
   int flag = 0;
   MPI_Status st;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, CTRL_TAG, m->ctrl, &flag, &st) != MPI_SUCCESS || !flag)
+  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->ctrl, &flag, &st) != MPI_SUCCESS || !flag)
     return false;
+  if (st.MPI_TAG == ASK_TAG) {
+    answer_ask(m, &st);
+    return false;
+  }
+  if (st.MPI_TAG == STATE_TAG) {
+    int stale;
+    MPI_Recv(&stale, 1, MPI_INT, st.MPI_SOURCE, STATE_TAG, m->ctrl, MPI_STATUS_IGNORE);
+    return false;
+  }
   int n = 0;
   MPI_Get_count(&st, MPI_CHAR, &n);
   char buf[TRANSPORT_ERR_LEN];
@@ -162,7 +187,73 @@ static bool poll_ctrl(MpiTransport *m, char *cause, size_t len) {
   return true;
 }
 
-static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double deadline) {
+/* A timeout waiting on q->peer. Every other rank is asked whom it waits on (a rank
+ * answers from inside its own waits); the waits are followed from q->peer to the
+ * first rank that does not answer, or waits on no one, and that rank is named:
+ * a SIGSTOPped or stuck process answers nothing, so the neighbour waiting on it is
+ * not blamed. An abort arriving meanwhile wins (another rank found the cause). */
+static TransportStatus fail_timeout(MpiTransport *m, MpiReq *q) {
+  Transport *t = &m->base;
+  int n = t->size;
+  int *state = pd_malloc((size_t)n * sizeof *state);
+  MPI_Request *asks = pd_malloc((size_t)n * sizeof *asks);
+  for (int r = 0; r < n; r++) {
+    state[r] = -2; /* no answer */
+    asks[r] = MPI_REQUEST_NULL;
+    if (r != t->rank) MPI_Isend(&m->one, 1, MPI_INT, r, ASK_TAG, m->ctrl, &asks[r]);
+  }
+  double ask_s = t->timeout_s / 2 < 1.0 ? t->timeout_s / 2 : 1.0, stop = transport_now() + ask_s;
+  int answered = 0;
+  char cause[TRANSPORT_ERR_LEN];
+  bool aborted = false;
+  while (answered < n - 1 && transport_now() < stop && !aborted) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->ctrl, &flag, &st) != MPI_SUCCESS) break;
+    if (!flag) {
+      transport_sleep(1e-3);
+    } else if (st.MPI_TAG == STATE_TAG) {
+      int s;
+      MPI_Recv(&s, 1, MPI_INT, st.MPI_SOURCE, STATE_TAG, m->ctrl, MPI_STATUS_IGNORE);
+      if (state[st.MPI_SOURCE] == -2) answered++;
+      state[st.MPI_SOURCE] = s;
+    } else {
+      aborted = poll_ctrl(m, cause, sizeof cause);
+    }
+  }
+  for (int r = 0; r < n; r++)
+    if (asks[r] != MPI_REQUEST_NULL) MPI_Request_free(&asks[r]);
+  free(asks);
+  if (aborted) {
+    free(state);
+    m->remote_abort = true;
+    return transport_fail_wait(t, TRANSPORT_ABORTED, q->is_send, q->peer, q->what, cause);
+  }
+  int chain[64], len = 0, c = q->peer;
+  for (;;) {
+    bool seen = c == t->rank;
+    for (int i = 0; i < len && !seen; i++) seen = chain[i] == c;
+    if (seen || len == 64) { /* the waits lead back to a waiting rank: a deadlock, nobody stopped */
+      free(state);
+      return transport_fail_wait(t, TRANSPORT_TIMEOUT, q->is_send, q->peer, q->what, NULL);
+    }
+    chain[len++] = c;
+    if (state[c] < 0 || state[c] >= n) break;
+    c = state[c];
+  }
+  int culprit = chain[len - 1];
+  char why[160];
+  if (state[culprit] == -2)
+    snprintf(why, sizeof why, "no answer to a status query within %g s: stopped, or stuck outside the transport",
+             ask_s);
+  else
+    snprintf(why, sizeof why, "it waits on no one");
+  free(state);
+  m->blamed = culprit;
+  return transport_fail_blame(t, q->is_send, q->what, chain, len, why);
+}
+
+static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, double deadline) {
   MpiTransport *m = as_mpi(t);
   MpiReq *q = (MpiReq *)req;
   PD_CHECK(q->r != MPI_REQUEST_NULL, "(waiting on a finished request)");
@@ -210,7 +301,7 @@ static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double dead
     } else if (transport_interrupted()) {
       s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, q->is_send, q->peer, q->what, NULL);
     } else if (transport_now() >= deadline) {
-      s = transport_fail_wait(t, TRANSPORT_TIMEOUT, q->is_send, q->peer, q->what, NULL);
+      s = fail_timeout(m, q);
     }
     if (s != TRANSPORT_OK) {
       cancel_all(m);
@@ -221,6 +312,14 @@ static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double dead
       if (nap < 100e-6) nap *= 2;
     }
   }
+}
+
+static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double deadline) {
+  TransportStatus s = TRANSPORT_OK;
+  transport_mark_wait(t, ((MpiReq *)req)->peer);
+  s = mpi_wait_marked(t, req, deadline);
+  transport_mark_wait(t, -1);
+  return s;
 }
 
 /* Tells every other rank `msg` on the control channel (once per process). */
@@ -250,7 +349,13 @@ static void flush_ctrl(MpiTransport *m) {
   }
   fflush(stdout);
   fflush(stderr);
-  transport_sleep(GRACE_S);
+  /* the grace period answers status queries: a rank still asking learns whom we blamed */
+  double until = transport_now() + GRACE_S;
+  char cause[TRANSPORT_ERR_LEN];
+  while (transport_now() < until) {
+    poll_ctrl(m, cause, sizeof cause);
+    transport_sleep(1e-3);
+  }
 }
 
 static void mpi_abort(Transport *t, const char *why) {
@@ -343,6 +448,8 @@ Transport *transport_mpi_create(int *argc, char ***argv, double timeout_s, char 
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MpiTransport *m = pd_calloc(1, sizeof *m);
   transport_init_base(&m->base, &mpi_ops, TRANSPORT_MPI, rank, size, timeout_s);
+  m->blamed = -1;
+  m->one = 1;
   const char *what = NULL;
   for (int c = 0; c < TRANSPORT_NCHANNELS && !what; c++)
     if (MPI_Comm_dup(MPI_COMM_WORLD, &m->comm[c]) != MPI_SUCCESS) what = "MPI_Comm_dup";

@@ -294,6 +294,9 @@ int main(int argc, char **argv) {
       goto done;
     }
     if (!a.quiet) printf("pd2bwrun: resumed from %s at step %lld\n", a.resume, (long long)trainer_step_index(t));
+    if (trainer_step_index(t) >= a.steps) /* not an error: rerunning a finished job is a no-op, as in llm.c */
+      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", a.resume,
+              (long long)trainer_step_index(t), (long long)a.steps);
   }
   int T = 0;
   for (int k = 0; k < st->ninputs; k++)

@@ -200,6 +200,18 @@ static void test_llmc_errors(void) {
   find(&m, "wte")->shape[0] = V - 1;
   EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "\"wte\": the model wants [9,4]", "vocabulary must cover");
   find(&m, "wte")->shape[0] = V;
+  /* The head count: no tensor shows it, the header's NH must match the model's. */
+  for (int i = 0; i < m.n; i++) m.p[i].att_head_size = 1; /* C = 4: 4 heads of 1 */
+  EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "bad.bin: offset 20: the llm.c header has NH=2 attention heads (head size 2)",
+                      "the model 4 (head size 1, parameter \"h.0.attn_w\")");
+  for (int i = 0; i < m.n; i++) m.p[i].att_head_size = C / NH; /* the checkpoint's own: loads */
+  char ok_err[IO_ERR_LEN];
+  EXPECT(ckpt_import(p, CKPT_AUTO, m.p, m.n, ok_err, sizeof ok_err));
+  int32_t three = 3; /* C = 4 is no multiple of 3 heads */
+  FILE *f = fopen(p, "r+b");
+  EXPECT(f && fseek(f, 20, SEEK_SET) == 0 && fwrite(&three, 4, 1, f) == 1 && fclose(f) == 0);
+  EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "bad.bin: offset 8: implausible header", "NH=3 C=4");
+  write_llmc(p, CKPT_LLMC_MAGIC, 3, L, 0);
   m.p[3].name = "h.0.attn_q";
   EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "parameter \"h.0.attn_q\" has no GPT-2 counterpart");
   free(m.mem);

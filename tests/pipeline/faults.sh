@@ -40,6 +40,29 @@ PD2BW_FAULT_INJECT=2:1:kill expect_fail "mpi: rank 2 is killed" 30 "rank\|MPI" \
   mpitrain 4 "$T/a" 50 --timeout 3 --save "$T/ck.st"
 PD2BW_FAULT_INJECT=3:1:hang expect_fail "mpi: rank 3 stops answering" 30 "timed out after 3 s waiting for" \
   mpitrain 4 "$T/a" 50 --timeout 3 --save "$T/ck.st"
+# The right rank is blamed (issue 12): in a 4-stage pipeline rank 1 waits on rank 2
+# and rank 0 on rank 1; when rank 2 stops, every message names rank 2 as the one that
+# stopped answering, never the neighbour waiting on it.
+plan "$T/d4" -D bsz=8 -D mbs=1 --stages 4 --replicas 1 --microbatches 8 --schedule 1f1b --recompute off || exit 1
+blames() { # NAME RANK: every "stopped answering" line of the last run names RANK
+  if grep -q "stopped answering" "$T/out" && ! grep "stopped answering" "$T/out" | grep -qv "rank $2 stopped answering"; then
+    ok "$1: only rank $2 is blamed"
+  else
+    bad "$1: wanted every 'stopped answering' to name rank $2:"
+    cat "$T/out"
+  fi
+}
+PD2BW_FAULT_INJECT=2:1:hang expect_fail "local d=4: rank 2 stops answering" 30 "rank 2 stopped answering" \
+  train "$T/d4" 50 --timeout 3
+blames "local d=4, rank 2 hangs" 2
+PD2BW_FAULT_INJECT=2:1:stop expect_fail "mpi d=4: rank 2 is stopped (SIGSTOP)" 30 "rank 2 stopped answering" \
+  mpitrain 4 "$T/d4" 50 --timeout 3
+blames "mpi d=4, rank 2 SIGSTOPped" 2
+# A rank stuck where it cannot notice anything (a library call that never returns):
+# the watchdog ends the run soon after the others gave up on it.
+PD2BW_FAULT_INJECT=1:1:stuck expect_fail "local: rank 1 stuck in a computation" 20 \
+  "rank 1 did not stop within 2 s of that failure" train "$T/d4" 50 --timeout 3
+blames "local d=4, rank 1 stuck" 1
 # SIGTERM in the middle of a long run: every rank stops, non-zero exit, no checkpoint.
 term() { # NAME COMMAND...
   local name=$1
