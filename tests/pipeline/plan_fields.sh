@@ -63,11 +63,11 @@ P|stages[0].program.inputs[0].dtype|"i64"|stages[0].program.inputs[0].dtype = "i
 P|stages[0].program.inputs[0].stream|"labels"|stages[0].program.inputs[0].stream = "labels": expected "tokens", "targets" or "other"
 P|stages[0].program.flops.forward|-1|stages[0].program.flops.forward = -1: must be a finite number >= 0
 P|stages[0].program.cuda.att_head_size|-4|stages[0].program.cuda.att_head_size = -4: must be an integer 0..65536
-P|stages[0].weight_versions|100|stages[0].weight_versions = 100: must be an integer 1..16
-P|stages[0].stash_slots|0|stages[0].stash_slots = 0: must be an integer 1..16
+P|stages[0].weight_versions|200|stages[0].weight_versions = 200: must be an integer 1..128
+P|stages[0].stash_slots|0|stages[0].stash_slots = 0: must be an integer 1..128
 P|stages[0].memory.total_bytes|1152921504606846976|stages[0].memory.total_bytes = 1152921504606846976: must be an integer 0..281474976710656
 P|stages[0].memory.buffers[1].offset|@stages[0].memory.buffers[0].offset|stages[0].memory.buffers[1]: weights 1 at bytes 0..
-P|stages[0].memory.buffers[0].index|99|stages[0].memory.buffers[0].index = 99: must be an integer 0..15
+P|stages[0].memory.buffers[0].index|200|stages[0].memory.buffers[0].index = 200: must be an integer 0..127
 P|stages[0].memory.buffers[0].kind|"scratch"|stages[0].memory.buffers[0].kind = "scratch": not a buffer kind
 P|stages[0].ranks[0].rank|5|stages[0].ranks[0].rank = 5: must be an integer 0..1
 P|stages[0].program.pipeline.boundary[0].peer|7|stages[0].program.pipeline.boundary[0].peer = 7: must be an integer 0..1
