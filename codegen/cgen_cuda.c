@@ -145,13 +145,22 @@ static cJSON *DROP(double p) {
 static cJSON *OPID(int id) { return cu_arg_num("u32", id); }
 static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
 
+static int library_index(const char *name);
+
+/* Lists each kernel once, in first-use order. A library kernel is looked up in the
+ * listed set by its index (scanning the list per launch made the CUDA programs of a
+ * 10,000-layer model take minutes); a stage's own kernels are named s<stage>_fused<n>
+ * with n counting up, so each is launched, and listed, exactly once. */
 static void add_kernel_name(CuEmit *e, const char *name) {
-  cJSON *it;
-  cJSON_ArrayForEach(it, e->kernels) if (strcmp(it->valuestring, name) == 0) return;
+  int i = library_index(name);
+  if (i >= 0) {
+    if (e->lib_listed[i]) return;
+    e->lib_listed[i] = true;
+  }
   cJSON_AddItemToArray(e->kernels, cJSON_CreateString(name));
 }
 
-static bool in_library(const char *name);
+static bool in_library(const char *name) { return library_index(name) >= 0; }
 
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...) {
@@ -181,10 +190,12 @@ static const struct {
 
 /* True for a kernel of the library module (kernels.cu): every name of
  * cuda_kernel_list.h; the stage's own kernels (sN_fusedK) never are. */
-static bool in_library(const char *name) {
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (strcmp(kinds[i].name, name) == 0) return true;
-  return false;
+#define LIBRARY_KERNELS (sizeof kinds / sizeof kinds[0])
+
+static int library_index(const char *name) {
+  for (size_t i = 0; i < LIBRARY_KERNELS; i++)
+    if (strcmp(kinds[i].name, name) == 0) return (int)i;
+  return -1;
 }
 
 static int kind_of(const char *name) {
@@ -337,7 +348,7 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   int qkv = op->in[fwd ? 0 : 1];
   int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);
   int64_t qe, de;
-  if (e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(g, op, e->L->b, &qe, &de)) {
+  if (e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(g, op, e->flash_hs, e->L->b, &qe, &de)) {
     emit_flash_attention(e, op, Y, B, T, C);
     return;
   }
@@ -561,29 +572,34 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
 
 /* ---- the stage ------------------------------------------------------------------- */
 
-static bool region_has(const Graph *g, const int *ops, int n, int r) {
-  for (int k = 0; k < n; k++)
-    if (g->ops[ops[k]].region == r) return true;
-  return false;
+/* A stage's ops grouped by region, each region's in the stage's order (the CPU
+ * program's order): region r's ops are ops[start[r - first] .. start[r - first + 1]).
+ * One counting sort instead of a scan of the stage per region. */
+typedef struct RegionOps {
+  int first, *start, *ops;
+} RegionOps;
+
+static RegionOps region_ops_index(const Graph *g, const int *ops, int n, int first, int last) {
+  int nr = last - first + 1;
+  RegionOps x = {first, pd_calloc((size_t)nr + 1, sizeof(int)), pd_malloc(((size_t)n + 1) * sizeof(int))};
+  for (int k = 0; k < n; k++) x.start[g->ops[ops[k]].region - first + 1]++;
+  for (int r = 0; r < nr; r++) x.start[r + 1] += x.start[r];
+  int *fill = pd_malloc(((size_t)nr + 1) * sizeof(int));
+  memcpy(fill, x.start, ((size_t)nr + 1) * sizeof(int));
+  for (int k = 0; k < n; k++) x.ops[fill[g->ops[ops[k]].region - first]++] = ops[k];
+  free(fill);
+  return x;
 }
 
-/* The ops of region r, in the stage's order, into list (the CPU program's order). */
-static int region_ops(const Graph *g, const int *ops, int n, int r, int *list) {
-  int m = 0;
-  for (int k = 0; k < n; k++)
-    if (g->ops[ops[k]].region == r) list[m++] = ops[k];
-  return m;
-}
-
-static void emit_region(CuEmit *e, int r, const int *ops, int nops, int *buf) {
+static void emit_region(CuEmit *e, const RegionOps *x, int r) {
   const Graph *g = e->g;
-  int n = region_ops(g, ops, nops, r, buf);
+  int *list = x->ops + x->start[r - x->first], n = x->start[r - x->first + 1] - x->start[r - x->first];
   for (int k = 0; k < n; k++) {
-    const Op *op = &g->ops[buf[k]];
+    const Op *op = &g->ops[list[k]];
     if (e->done[op->id]) continue;
     if (e->o->fuse) {
       bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !acc(e, op->out[0]);
-      int used = cu_fuse_from(e, buf, n, k, linear_bias ? op->id : -1);
+      int used = cu_fuse_from(e, list, n, k, linear_bias ? op->id : -1);
       if (used > 0) continue; /* cu_fuse_from emitted (and marked) the ops */
     }
     e->done[op->id] = true;
@@ -624,16 +640,21 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray()};
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.scratch = CU_SCRATCH_ROWS; /* the bad-id counter is always there */
-  int *buf = pd_malloc(((size_t)L->nfwd + (size_t)L->nbwd + 1) * sizeof *buf);
+  e.lib_listed = pd_calloc(LIBRARY_KERNELS, sizeof *e.lib_listed);
+  e.flash_hs = layout_cuda_flash_head_size(g);
+  RegionOps fx = region_ops_index(g, L->fwd_ops, L->nfwd, L->first_region, L->last_region);
+  RegionOps bx = region_ops_index(g, L->bwd_ops, L->nbwd, L->first_region, L->last_region);
 
   cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
   e.list = fwd;
-  for (int r = L->first_region; r <= L->last_region; r++)
-    if (region_has(g, L->fwd_ops, L->nfwd, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, buf);
+  for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r);
   e.list = bwd;
-  for (int r = L->last_region; r >= L->first_region; r--)
-    if (region_has(g, L->bwd_ops, L->nbwd, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, buf);
-  free(buf);
+  for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r);
+  free(fx.start);
+  free(fx.ops);
+  free(bx.start);
+  free(bx.ops);
+  free(e.lib_listed);
   free(e.done);
   /* The block's size is layout_cuda_scratch_bytes's, the figure the planner counts in
    * the stage's device memory; what the launches above reach must lie inside it. */

@@ -50,6 +50,8 @@ typedef struct CuEmit {
   cJSON *list;      /* the array being filled: "forward" or "backward" */
   cJSON *kernels;   /* distinct kernel names launched, in first-use order */
   bool *done;       /* per op id: emitted (as part of a fused kernel) */
+  bool *lib_listed; /* per library kernel (cuda_kernel_list.h order): in `kernels` */
+  int flash_hs;     /* layout_cuda_flash_head_size(g): tensor-core attention's head size, or 0 */
   int nfused;       /* fused kernels written so far (their names' numbers) */
   int64_t scratch;  /* bytes of cuda_scratch needed */
 } CuEmit;

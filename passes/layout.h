@@ -139,10 +139,11 @@ int layout_cuda_head_size(const Graph *g);
 int layout_cuda_flash_head_size(const Graph *g);
 /* Float32 elements an attention op casts to bf16 for the tensor-core kernels in a bf16
  * plan: qkv, and for attention_bwd dy (0 forward); false for other ops, or when the
- * graph's head size keeps the fp32 kernels. Staged as layout_cuda_gemm_staging(qkv, dy)
+ * graph's head size keeps the fp32 kernels (flash_hs = layout_cuda_flash_head_size(g),
+ * 0: the caller computes it once, since it scans the whole graph). Staged as layout_cuda_gemm_staging(qkv, dy)
  * (counted, like a GEMM's operands, only with bf16). */
-bool layout_cuda_attention_operands(const Graph *g, const Op *op, int64_t b, int64_t *qkv_elems,
-                                    int64_t *dy_elems);
+bool layout_cuda_attention_operands(const Graph *g, const Op *op, int flash_hs, int64_t b,
+                                    int64_t *qkv_elems, int64_t *dy_elems);
 /* Bytes one bf16 GEMM stages: A's copy rounded up to 256, then B's. */
 int64_t layout_cuda_gemm_staging(int64_t a_elems, int64_t b_elems);
 /* Offset of the bf16 staging in cuda_scratch after ce_rows row losses. */

@@ -47,10 +47,10 @@ int layout_cuda_flash_head_size(const Graph *g) {
   return hs >= 16 && hs <= 128 && hs % 16 == 0 ? hs : 0;
 }
 
-bool layout_cuda_attention_operands(const Graph *g, const Op *op, int64_t b, int64_t *qkv_elems,
-                                    int64_t *dy_elems) {
+bool layout_cuda_attention_operands(const Graph *g, const Op *op, int flash_hs, int64_t b,
+                                    int64_t *qkv_elems, int64_t *dy_elems) {
   if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) return false;
-  if (!layout_cuda_flash_head_size(g)) return false;
+  if (!flash_hs) return false;
   bool fwd = op->kind == OP_ATTENTION;
   *qkv_elems = shape_numel(&g->tensors[op->in[fwd ? 0 : 1]].shape, b);
   *dy_elems = fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
@@ -74,6 +74,7 @@ int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf1
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
   const Graph *g = L->g;
   int64_t rows = 0, staging = 0, a, bb;
+  int flash_hs = layout_cuda_flash_head_size(g);
   for (int k = 0; k < L->nfwd + L->nbwd; k++) {
     const Op *op = &g->ops[k < L->nfwd ? L->fwd_ops[k] : L->bwd_ops[k - L->nfwd]];
     if (k < L->nfwd) { /* the row losses are the forward's */
@@ -82,7 +83,8 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
     }
     if (layout_cuda_gemm_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
       staging = layout_cuda_gemm_staging(a, bb);
-    if (layout_cuda_attention_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
+    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb) &&
+        layout_cuda_gemm_staging(a, bb) > staging)
       staging = layout_cuda_gemm_staging(a, bb);
   }
   return layout_cuda_scratch_size(rows, staging, bf16);

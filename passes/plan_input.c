@@ -44,13 +44,13 @@ void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
 /* The op's cuda_scratch needs as exact linear functions of b: layout.h's counts at
  * b = 1 and b = 2 (element counts are linear in b: numel(b) = b·numel(1) for a batched
  * shape, constant otherwise). */
-static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
+static void add_cuda_terms(const Graph *g, const Op *op, int flash_hs, PlanSegment *s) {
   int64_t a1, b1, a2, b2;
   if (layout_cuda_gemm_operands(g, op, 1, &a1, &b1)) {
     layout_cuda_gemm_operands(g, op, 2, &a2, &b2);
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
-  } else if (layout_cuda_attention_operands(g, op, 1, &a1, &b1)) { /* staged like a GEMM's */
-    layout_cuda_attention_operands(g, op, 2, &a2, &b2);
+  } else if (layout_cuda_attention_operands(g, op, flash_hs, 1, &a1, &b1)) { /* staged like a GEMM's */
+    layout_cuda_attention_operands(g, op, flash_hs, 2, &a2, &b2);
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {
     a2 = layout_cuda_ce_rows(g, op, 2);
@@ -99,11 +99,12 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   int *last_use = pd_malloc((size_t)g->ntensors * sizeof(int));
   bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
   for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
+  int flash_hs = layout_cuda_flash_head_size(g);
   for (int i = 0; i < g->nops; i++) {
     const Op *op = &g->ops[i];
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
-    add_cuda_terms(g, op, s);
+    add_cuda_terms(g, op, flash_hs, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
       s->bwd_flops += c.flops;
