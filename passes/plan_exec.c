@@ -89,7 +89,7 @@ static bool fail(Exec *x, int stage, int pc, const char *fmt, ...) {
 
 static double cost_of(const double *a, int i) { return a ? a[i] : 0; }
 
-static void event(Exec *x, int stage, int track, int pc, double start, double end) {
+static void event(Exec *x, int stage, int track, int pc, double start, double end, bool wait) {
   PlanSimResult *r = x->res;
   if (!r) return;
   if (r->nevents == r->cap_events) {
@@ -97,7 +97,7 @@ static void event(Exec *x, int stage, int track, int pc, double start, double en
     r->events = pd_realloc(r->events, (size_t)r->cap_events * sizeof *r->events);
   }
   const PlanInstr *in = &x->s->st[stage].ins[pc];
-  r->events[r->nevents++] = (PlanEvent){stage, track, pc, in->op, in->mb, in->batch, start, end};
+  r->events[r->nevents++] = (PlanEvent){stage, track, pc, in->op, in->mb, in->batch, start, end, wait};
 }
 
 static bool is_comm(PlanOp op) {
@@ -249,7 +249,7 @@ static bool run_compute(Exec *x, int s, const PlanInstr *in) {
   case PI_TIED_SYNC:
   case PI_COUNT: PD_CHECK(0, "not a compute op"); break;
   }
-  event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur);
+  event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur, false);
   S->clock += dur;
   if (in->op == PI_OPT_STEP && in->group < 0) S->step_end[in->batch] = S->clock;
   S->pc++;
@@ -350,7 +350,7 @@ static bool group_done(Exec *x, int s) {
     if (!S->matched[q - S->pc]) return false;
     if (S->done[q - S->pc] > end) end = S->done[q - S->pc];
   }
-  event(x, s, 1, S->pc, S->post_time, end);
+  event(x, s, 1, S->pc, S->post_time, end, false);
   S->clock = end;
   S->pc = S->gend;
   S->posted = false;
@@ -410,7 +410,7 @@ static int tied_wait(Exec *x, int s, const PlanInstr *in) {
     if (!tied_complete(x, g, t, &done)) return 0;
     if (done > ready) ready = done;
   }
-  if (ready > S->clock) event(x, s, 1, S->pc, S->clock, ready);
+  if (ready > S->clock) event(x, s, 1, S->pc, S->clock, ready, true);
   S->clock = ready;
   return 1;
 }
