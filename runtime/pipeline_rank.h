@@ -182,8 +182,8 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
  * process (the GPU), one thread per stage replica (tid stage·w + replica). */
 bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                           size_t errlen);
-/* Measured step time and per-stage bubble over the simulator's window (stage 0's
- * updates of batches 1..4 when the run has them, else the whole run). */
+/* Measured step time (the median of stage 0's update-to-update times after the first
+ * step) and per-stage bubble over the same span; a one-step run: the whole run. */
 void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
                   double *step_time, double *bubble);
 bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
