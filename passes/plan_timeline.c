@@ -20,7 +20,9 @@ const char *plan_event_label(const PlanEvent *e, char *buf, size_t n) {
   case PI_RECV_ACT:
   case PI_SEND_ACT:
   case PI_RECV_GRAD:
-  case PI_SEND_GRAD: snprintf(buf, n, "%s %" PRId64, plan_op_name(e->op), e->mb); break;
+  case PI_SEND_GRAD:
+    snprintf(buf, n, "%s%s %" PRId64, e->wait ? "wait: " : "", plan_op_name(e->op), e->mb);
+    break;
   case PI_COUNT: snprintf(buf, n, "?"); break;
   }
   return buf;

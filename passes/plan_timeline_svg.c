@@ -29,7 +29,7 @@ static const struct {
     {"fwd", "#4e79a7", "forward"},           {"bwd", "#59a14f", "backward"},
     {"step", "#e15759", "optimizer step"},   {"allreduce", "#f28e2b", "all-reduce"},
     {"tied", "#b07aa1", "tied sync"},        {"comm", "#bab0ac", "send / receive"},
-    {"wait", "#ffffff", "wait for a tied sum"}, {"mix", "#76b7b2", "several, too short to draw"},
+    {"wait", "#ffffff", "wait (for a peer, a tied sum)"}, {"mix", "#76b7b2", "several, too short to draw"},
 };
 
 static Kind kind_of(const PlanEvent *e) {
@@ -55,7 +55,8 @@ static void rect(FILE *f, const char *prefix, Kind k, double x, double y, double
   fprintf(f, "<rect class=\"%s %s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" ", prefix,
           kinds[k].cls, x, y, w, h);
   if (k == K_WAIT)
-    fprintf(f, "fill=\"%s\" stroke=\"#e15759\" stroke-dasharray=\"2,1\"", kinds[k].color);
+    fprintf(f, "fill=\"%s\" stroke=\"#79706e\" stroke-width=\"0.6\" stroke-dasharray=\"2,1\"",
+            kinds[k].color);
   else
     fprintf(f, "fill=\"%s\"", kinds[k].color);
   if (tip) fprintf(f, "><title>%s</title></rect>\n", tip);
@@ -102,7 +103,9 @@ static void overview_row(FILE *f, const Plan *p, const int *idx, int lo, int hi,
   Span sp = {0};
   for (int i = lo; i <= hi; i++) {
     const PlanEvent *e = i < hi ? &p->sim.events[idx[i]] : NULL;
-    if (e && e->track && kind_of(e) == K_COMM) continue; /* transfers: see the window */
+    /* compute, all-reduces and the tied step's wait; transfers and their waits: see the
+     * window (at hundreds of stages they would cover the compute) */
+    if (e && e->track && (kind_of(e) == K_COMM || (e->wait && e->op != PI_OPT_STEP))) continue;
     double x0 = e ? LEFT + e->start * sx : 0, x1 = e ? LEFT + e->end * sx : 0;
     if (e && sp.n && x0 <= sp.x1 + 0.5 &&
         (kind_of(e) == sp.k || (x1 - x0 < 1 && sp.x1 - sp.x0 < 1))) {
@@ -116,11 +119,13 @@ static void overview_row(FILE *f, const Plan *p, const int *idx, int lo, int hi,
   }
 }
 
-/* One lane of the window: spans narrower than 1.5 px take in the adjacent events; every
- * span is drawn one pixel short of its end, so consecutive blocks stay apart. */
+/* One lane of the window: adjacent events narrower than 1.5 px join into one span
+ * ("mix" if they differ); each span is drawn one pixel short of its end and never
+ * before the previous one's end plus a pixel, so consecutive blocks stay apart. */
 static void window_lane(FILE *f, const Plan *p, const int *idx, int lo, int hi, int track,
                         double t0, double t1, double y, double h, double sx) {
   Span sp = {0};
+  double cursor = 0; /* where the next block may start */
   for (int i = lo; i <= hi; i++) {
     const PlanEvent *e = i < hi ? &p->sim.events[idx[i]] : NULL;
     if (e && (e->track != track || e->end <= t0 || e->start >= t1)) continue;
@@ -128,7 +133,7 @@ static void window_lane(FILE *f, const Plan *p, const int *idx, int lo, int hi, 
     if (e) {
       x0 = LEFT + ((e->start > t0 ? e->start : t0) - t0) * sx;
       x1 = LEFT + ((e->end < t1 ? e->end : t1) - t0) * sx;
-      if (sp.n && sp.x1 - sp.x0 < 1.5 && x0 - sp.x1 < 1) {
+      if (sp.n && sp.x1 - sp.x0 < 1.5 && x1 - x0 < 1.5 && x0 - sp.x1 < 1) {
         if (kind_of(e) != sp.k) sp.k = K_MIX;
         sp.x1 = x1;
         sp.n++;
@@ -136,18 +141,20 @@ static void window_lane(FILE *f, const Plan *p, const int *idx, int lo, int hi, 
       }
     }
     if (sp.n) {
-      double w = sp.x1 - sp.x0 - 1;
+      double x = sp.x0 > cursor ? sp.x0 : cursor, w = sp.x1 - 1 - x;
+      if (w < 0.4) w = 0.4;
+      cursor = x + w + 1;
       char tip[96], label[64];
       plan_event_label(sp.first, label, sizeof label);
       snprintf(tip, sizeof tip, "stage %d %s%s", sp.first->stage, label,
                sp.n > 1 ? " and following" : "");
-      rect(f, "blk", sp.k, sp.x0, y, w < 0.4 ? 0.4 : w, h, tip);
+      rect(f, "blk", sp.k, x, y, w, h, tip);
       char mb[24];
       snprintf(mb, sizeof mb, "%" PRId64, sp.first->mb);
       if (sp.n == 1 && (sp.k == K_FWD || sp.k == K_BWD) && w >= strlen(mb) * 9 * CHAR_EM + 2 &&
           h >= 10)
         fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"9\" fill=\"white\" "
-                "text-anchor=\"middle\">%s</text>\n", sp.x0 + w / 2, y + h / 2 + 3, mb);
+                "text-anchor=\"middle\">%s</text>\n", x + w / 2, y + h / 2 + 3, mb);
     }
     if (e) sp = (Span){x0, x1, kind_of(e), e, 1};
   }

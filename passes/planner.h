@@ -264,7 +264,7 @@ typedef struct PlanEvent {
   int64_t mb;
   int batch;
   double start, end;
-  bool wait;  /* waiting for a collective (a tied gradient sum), not working */
+  bool wait;  /* waiting (for a send/receive's peer, a tied gradient sum), not working */
 } PlanEvent;
 
 typedef struct PlanSimResult {
