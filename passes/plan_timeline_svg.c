@@ -81,12 +81,16 @@ static void text(FILE *f, const char *cls, double x, double y, int size, const c
 
 /* Events by (stage, start): a stage runs one instruction at a time, so one stage's
  * events never overlap and this order is also each track's time order. */
-static const Plan *sort_plan;
+typedef struct Key {
+  int stage, index;
+  double start;
+} Key;
+
 static int by_stage_start(const void *a, const void *b) {
-  const PlanEvent *x = &sort_plan->sim.events[*(const int *)a];
-  const PlanEvent *y = &sort_plan->sim.events[*(const int *)b];
+  const Key *x = a, *y = b;
   if (x->stage != y->stage) return x->stage - y->stage;
-  return (x->start > y->start) - (x->start < y->start);
+  if (x->start != y->start) return (x->start > y->start) - (x->start < y->start);
+  return x->index - y->index; /* a zero-length event first, as recorded */
 }
 
 typedef struct Span {
@@ -210,16 +214,17 @@ void plan_timeline_svg(const Plan *p, FILE *f) {
   }
   fprintf(f, "</g>\n");
   /* overview */
+  Key *key = pd_malloc((size_t)(ne ? ne : 1) * sizeof *key);
+  for (int i = 0; i < ne; i++) key[i] = (Key){p->sim.events[i].stage, i, p->sim.events[i].start};
+  qsort(key, (size_t)ne, sizeof *key, by_stage_start);
   int *idx = pd_malloc((size_t)(ne ? ne : 1) * sizeof *idx);
-  for (int i = 0; i < ne; i++) idx[i] = i;
-  sort_plan = p;
-  qsort(idx, (size_t)ne, sizeof *idx, by_stage_start);
+  for (int i = 0; i < ne; i++) idx[i] = key[i].index;
+  free(key);
   int *first = pd_calloc((size_t)d + 1, sizeof *first); /* stage s: idx[first[s]..first[s+1]) */
   for (int i = 0; i < ne; i++) first[p->sim.events[i].stage + 1]++;
   for (int s2 = 0; s2 < d; s2++) first[s2 + 1] += first[s2];
-  snprintf(s, sizeof s, "whole run, %d batches (stages top to bottom); the box is the window",
-           p->streams.spec.nbatches);
-  text(f, "caption", LEFT, oy - 6, 10, s);
+  text(f, "caption", LEFT, oy - 6, 10,
+       "the whole simulated run (stages top to bottom); the box is the window below");
   fprintf(f, "<g class=\"overview\">\n");
   double sxo = PLOT / total;
   for (int st = 0; st < d; st++)
