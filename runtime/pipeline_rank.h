@@ -129,8 +129,9 @@ bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint6
  * rows take a stream the stage has no input for). */
 void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
                        int32_t *tok_tmp, int32_t *tgt_tmp);
-/* A training context for the reference's global microbatch mb (keys dropout). */
-StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+/* A training context of stage st for the reference's global microbatch mb (keys
+ * dropout, with the stage's rng_base). */
+StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
                         char *bnd, double *loss);
 /* One optimizer step of parameter pp for batch t: wout = step(win, g · scale). */
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,

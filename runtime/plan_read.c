@@ -83,6 +83,7 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, RtSta
     jr_fail(r, path, b);
   }
   s->real_bytes = (int)jr_count(r, prog, path, "real_bytes", 4, false);
+  s->rng_base = (uint32_t)jr_count(r, prog, path, "rng_base", 0, true);
   s->b = jr_count(r, prog, path, "microbatch_size", 0, true);
   const cJSON *blocks = jr_get(r, prog, path, "blocks");
   char bp[160];

@@ -100,6 +100,7 @@ typedef struct RtStage {
   int ninputs;
   bool has_loss;
   double flops_fwd, flops_bwd; /* per microbatch */
+  uint32_t rng_base; /* StageCtx.rng_base: the program's dropout op ids are relative to it */
 } RtStage;
 
 typedef struct RtPlan {
