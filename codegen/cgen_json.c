@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* No fsync: every file goes into pd2bwc's private temporary plan directory, which is
+ * renamed into place as a whole (tools/plan_dir.c), like plan.json beside it. An fsync
+ * per file cost 2.5 ms each on a busy disk: a second for a 98-stage plan. */
 bool cgen_write_file(const char *path, const void *p, size_t n, Diag *d) {
   size_t len = strlen(path) + 32;
   char *tmp = pd_malloc(len);
@@ -22,8 +25,6 @@ bool cgen_write_file(const char *path, const void *p, size_t n, Diag *d) {
   bool ok = f != NULL;
   if (ok) {
     ok = fwrite(p, 1, n, f) == n;
-    ok = fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok;
     ok = fclose(f) == 0 && ok;
   }
   if (ok) ok = rename(tmp, path) == 0;
@@ -50,24 +51,39 @@ static const char *input_stream(const Tensor *t) {
   return "other";
 }
 
-bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o,
-                     const char *dir, cJSON *j, Diag *d) {
-  char *src = codegen_c_source(g, L, stage, o);
+/* Writes DIR/stageN.c; its name and hash into name[64] and hash[17]. */
+static bool write_program(const char *dir, int stage, const char *src, char *name, char *hash, Diag *d) {
   size_t n = strlen(src);
-  char name[64], hash[17];
-  snprintf(name, sizeof name, "stage%d.c", stage);
+  snprintf(name, 64, "stage%d.c", stage);
   codegen_hash_hex(src, n, hash);
   size_t plen = strlen(dir) + strlen(name) + 2;
   char *path = pd_malloc(plen);
   snprintf(path, plen, "%s/%s", dir, name);
   bool ok = cgen_write_file(path, src, n, d);
   free(path);
-  free(src);
-  if (!ok) return false;
+  return ok;
+}
 
+static void program_json(const Graph *g, const StageLayout *L, const CodegenOptions *o, const char *name,
+                         const char *hash, cJSON *j);
+
+bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o,
+                     const char *dir, cJSON *j, Diag *d) {
+  char *src = codegen_c_source(g, L, stage, o);
+  char name[64], hash[17];
+  bool ok = write_program(dir, stage, src, name, hash, d);
+  free(src);
+  if (ok) program_json(g, L, o, name, hash, j);
+  return ok;
+}
+
+/* The stage program's description (codegen/codegen.h), naming the file it runs. */
+static void program_json(const Graph *g, const StageLayout *L, const CodegenOptions *o, const char *name,
+                         const char *hash, cJSON *j) {
   int rs = o->f64 ? 2 : 1;
   cJSON_AddStringToObject(j, "source", name);
   cJSON_AddStringToObject(j, "hash", hash);
+  cJSON_AddNumberToObject(j, "rng_base", codegen_rng_base(L));
   cJSON_AddNumberToObject(j, "abi", PD2BW_STAGE_ABI);
   cJSON_AddNumberToObject(j, "real_bytes", o->f64 ? 8 : 4);
   cJSON_AddNumberToObject(j, "microbatch_size", (double)L->b);
@@ -122,7 +138,6 @@ bool codegen_c_stage(const Graph *g, const StageLayout *L, int stage, const Code
   cJSON *fl = cJSON_AddObjectToObject(j, "flops");
   cJSON_AddNumberToObject(fl, "forward", ff);
   cJSON_AddNumberToObject(fl, "backward", fb);
-  return true;
 }
 
 cJSON *codegen_train_json(const TrainConfig *t) {
@@ -202,16 +217,77 @@ cJSON *cgen_stage_element(cJSON *stages, int i) {
   return st;
 }
 
+/* The text without its block comments: two stages whose programs differ only in
+ * comments (which name each stage's own ops and tensors) run the same code. */
+static char *code_only(const char *src) {
+  size_t n = strlen(src), k = 0;
+  char *out = pd_malloc(n + 1);
+  for (size_t i = 0; i < n; i++) {
+    if (src[i] == '/' && src[i + 1] == '*') {
+      const char *end = strstr(src + i + 2, "*/");
+      if (!end) break;
+      i = (size_t)(end - src) + 1;
+      continue;
+    }
+    out[k++] = src[i];
+  }
+  out[k] = 0;
+  return out;
+}
+
+/* The first stage's file, with a line naming the other stages that run it. */
+static char *with_sharers(const char *src, const int *owner, int n, int self) {
+  Str s = {0};
+  const char *nl = strchr(src, '\n');
+  str_printf(&s, "%.*s\n * Also the program of stages", (int)(nl - src), src);
+  int count = 0;
+  for (int i = self + 1; i < n; i++) {
+    if (owner[i] != self) continue;
+    int j = i;
+    while (j + 1 < n && owner[j + 1] == self) j++;
+    str_printf(&s, "%s %d", count++ ? "," : "", i);
+    if (j > i) str_printf(&s, "-%d", j);
+    i = j;
+  }
+  str_printf(&s, ": the same code (the comments name stage %d's ops and tensors;\n"
+                 " * each stage's rng_base and parameter offsets are in plan.json).%s", self, nl);
+  return s.p;
+}
+
+/* Every stage's program; stages whose code is the same (the middle blocks of a deep
+ * pipeline) share the first one's file: a 98-stage GPT writes 3 programs, not 98. */
 bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
                       int64_t b, const CodegenOptions *o, const char *dir, cJSON *stages, Diag *d) {
+  StageLayout **L = pd_calloc((size_t)nstages, sizeof *L);
+  char **src = pd_calloc((size_t)nstages, sizeof *src), **code = pd_calloc((size_t)nstages, sizeof *code);
+  char (*key)[17] = pd_calloc((size_t)nstages, sizeof *key);
+  int *owner = pd_calloc((size_t)nstages, sizeof *owner);
   for (int i = 0; i < nstages; i++) {
+    L[i] = layout_stage(g, first_region[i], last_region[i], b);
+    src[i] = codegen_c_source(g, L[i], i, o);
+    code[i] = code_only(src[i]);
+    codegen_hash_hex(code[i], strlen(code[i]), key[i]);
+    owner[i] = i;
+    for (int j = 0; j < i && owner[i] == i; j++)
+      if (owner[j] == j && strcmp(key[j], key[i]) == 0 && strcmp(code[j], code[i]) == 0) owner[i] = j;
+  }
+  char (*name)[64] = pd_calloc((size_t)nstages, sizeof *name);
+  char (*hash)[17] = pd_calloc((size_t)nstages, sizeof *hash);
+  bool ok = true;
+  for (int i = 0; i < nstages && ok; i++) {
     cJSON *st = cgen_stage_element(stages, i);
     cJSON_DeleteItemFromObjectCaseSensitive(st, "program");
     cJSON *prog = cJSON_AddObjectToObject(st, "program");
-    StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);
-    bool ok = codegen_c_stage(g, L, i, o, dir, prog, d);
-    layout_destroy(L);
-    if (!ok) return false;
+    if (owner[i] == i) {
+      bool shared = false;
+      for (int j = i + 1; j < nstages && !shared; j++) shared = owner[j] == i;
+      char *text = shared ? with_sharers(src[i], owner, nstages, i) : NULL;
+      ok = write_program(dir, i, text ? text : src[i], name[i], hash[i], d);
+      free(text);
+    }
+    if (ok) program_json(g, L[i], o, name[owner[i]], hash[owner[i]], prog);
   }
-  return true;
+  for (int i = 0; i < nstages; i++) layout_destroy(L[i]), free(src[i]), free(code[i]);
+  free(L), free(src), free(code), free(key), free(owner), free(name), free(hash);
+  return ok;
 }

@@ -36,7 +36,7 @@
 
 typedef struct cJSON cJSON;
 
-#define PD2BW_STAGE_ABI 1
+#define PD2BW_STAGE_ABI 2
 
 /* The context struct's fields, once, so the generated file and the runtime agree:
  * codegen pastes the stringised list into each stageN.c.
@@ -44,6 +44,9 @@ typedef struct cJSON cJSON;
  *              pd2bw_stage_abi() before the first call)
  *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
  *   microbatch the microbatch's global index (keys the dropout streams)
+ *   rng_base   added to the stage-relative op number of each dropout to give the
+ *              graph's op id that keys its stream (program.rng_base in plan.json), so
+ *              stages with the same code share one program (ABI 2)
  *   seed       the training seed (keys the dropout streams)
  *   params ... boundary: the bases of the blocks of passes/layout.h
  *   sgemm      a pk_sgemm_fn (runtime/kernels/cpu_kernels.h), e.g. &pd_sgemm, so
@@ -54,7 +57,7 @@ typedef struct cJSON cJSON;
   uint32_t abi;                                                                  \
   uint32_t training;                                                             \
   uint32_t microbatch;                                                           \
-  uint32_t reserved_;                                                            \
+  uint32_t rng_base;                                                             \
   uint64_t seed;                                                                 \
   void *params;                                                                  \
   void *grads;                                                                   \
@@ -96,6 +99,8 @@ bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_r
 /* The generated program as a string (pd_malloc'd; free it); what codegen_c_stage
  * writes. */
 char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o);
+/* The op id the stage's dropout ids are relative to (its smallest forward op id). */
+int codegen_rng_base(const StageLayout *L);
 
 /* FNV-1a 64-bit of a byte string, as 16 hex digits in out[17]. */
 void codegen_hash_hex(const void *p, size_t n, char out[17]);

@@ -35,6 +35,7 @@ typedef struct SState {
   int gend;
   bool matched[MAX_GROUP];
   double done[MAX_GROUP];
+  double began[MAX_GROUP]; /* when the transfer started: both sides had posted */
   /* per microbatch [N+1] */
   unsigned char *fwd, *bwd, *act_in, *grad_in;
   int *fver, *fvslot, *fsslot;
@@ -89,7 +90,7 @@ static bool fail(Exec *x, int stage, int pc, const char *fmt, ...) {
 
 static double cost_of(const double *a, int i) { return a ? a[i] : 0; }
 
-static void event(Exec *x, int stage, int track, int pc, double start, double end) {
+static void event(Exec *x, int stage, int track, int pc, double start, double end, bool wait) {
   PlanSimResult *r = x->res;
   if (!r) return;
   if (r->nevents == r->cap_events) {
@@ -97,7 +98,7 @@ static void event(Exec *x, int stage, int track, int pc, double start, double en
     r->events = pd_realloc(r->events, (size_t)r->cap_events * sizeof *r->events);
   }
   const PlanInstr *in = &x->s->st[stage].ins[pc];
-  r->events[r->nevents++] = (PlanEvent){stage, track, pc, in->op, in->mb, in->batch, start, end};
+  r->events[r->nevents++] = (PlanEvent){stage, track, pc, in->op, in->mb, in->batch, start, end, wait};
 }
 
 static bool is_comm(PlanOp op) {
@@ -249,7 +250,7 @@ static bool run_compute(Exec *x, int s, const PlanInstr *in) {
   case PI_TIED_SYNC:
   case PI_COUNT: PD_CHECK(0, "not a compute op"); break;
   }
-  event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur);
+  event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur, false);
   S->clock += dur;
   if (in->op == PI_OPT_STEP && in->group < 0) S->step_end[in->batch] = S->clock;
   S->pc++;
@@ -331,8 +332,8 @@ static int match(Exec *x, int s) {
                         ? cost_of(x->c ? x->c->act_xfer : NULL, sender)
                         : cost_of(x->c ? x->c->grad_xfer : NULL, sender);
       double t = (S->post_time > P->post_time ? S->post_time : P->post_time) + xfer;
-      S->matched[q - S->pc] = true, S->done[q - S->pc] = t;
-      P->matched[r - P->pc] = true, P->done[r - P->pc] = t;
+      S->matched[q - S->pc] = true, S->done[q - S->pc] = t, S->began[q - S->pc] = t - xfer;
+      P->matched[r - P->pc] = true, P->done[r - P->pc] = t, P->began[r - P->pc] = t - xfer;
       SState *R = sending ? P : S;
       if (in->op == PI_SEND_ACT || in->op == PI_RECV_ACT) R->act_in[in->mb] = 1;
       else R->grad_in[in->mb] = 1;
@@ -350,7 +351,20 @@ static bool group_done(Exec *x, int s) {
     if (!S->matched[q - S->pc]) return false;
     if (S->done[q - S->pc] > end) end = S->done[q - S->pc];
   }
-  event(x, s, 1, S->pc, S->post_time, end);
+  /* The group's time as waits for a peer (no transfer moving) and transfers, in
+   * order of start: a group of a send and a receive is mostly the receive's wait. */
+  int n = S->gend - S->pc, order[MAX_GROUP];
+  for (int k = 0; k < n; k++) {
+    int j = k;
+    for (; j > 0 && S->began[order[j - 1]] > S->began[k]; j--) order[j] = order[j - 1];
+    order[j] = k;
+  }
+  double at = S->post_time;
+  for (int k = 0; k < n; k++) {
+    int q = order[k];
+    if (S->began[q] > at) event(x, s, 1, S->pc + q, at, S->began[q], true), at = S->began[q];
+    if (S->done[q] > at) event(x, s, 1, S->pc + q, at, S->done[q], false), at = S->done[q];
+  }
   S->clock = end;
   S->pc = S->gend;
   S->posted = false;
@@ -410,7 +424,7 @@ static int tied_wait(Exec *x, int s, const PlanInstr *in) {
     if (!tied_complete(x, g, t, &done)) return 0;
     if (done > ready) ready = done;
   }
-  if (ready > S->clock) event(x, s, 1, S->pc, S->clock, ready);
+  if (ready > S->clock) event(x, s, 1, S->pc, S->clock, ready, true);
   S->clock = ready;
   return 1;
 }

@@ -116,7 +116,9 @@ static cJSON *config_json(const PlanConfig *c) {
   return o;
 }
 
-static cJSON *instr_json(const PlanInstr *in) {
+/* A send/receive's peer as an offset from the stage that runs it (-1 or +1): with it
+ * the middle stages of a pipeline run the same stream, which plan.json stores once. */
+static cJSON *instr_json(const PlanInstr *in, int stage) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "op", plan_op_name(in->op));
   switch (in->op) {
@@ -124,7 +126,7 @@ static cJSON *instr_json(const PlanInstr *in) {
   case PI_SEND_ACT:
   case PI_RECV_GRAD:
   case PI_SEND_GRAD:
-    num(o, "mb", (double)in->mb), num(o, "batch", in->batch), num(o, "peer", in->peer);
+    num(o, "mb", (double)in->mb), num(o, "batch", in->batch), num(o, "peer_delta", in->peer - stage);
     cJSON_AddBoolToObject(o, "with_next", in->with_next);
     break;
   case PI_FWD:
@@ -143,7 +145,7 @@ static cJSON *instr_json(const PlanInstr *in) {
   return o;
 }
 
-static cJSON *stage_json(const Plan *p, int i) {
+static cJSON *stage_json(const Plan *p, int i, int stream) {
   const PlanStage *s = &p->stages[i];
   cJSON *o = cJSON_CreateObject();
   num(o, "index", i);
@@ -182,9 +184,7 @@ static cJSON *stage_json(const Plan *p, int i) {
     num(x, "device", s->ranks[r].device);
     cJSON_AddItemToArray(ranks, x);
   }
-  cJSON *ins = cJSON_AddArrayToObject(o, "instructions");
-  const PlanStream *st = &p->streams.st[i];
-  for (int k = 0; k < st->n; k++) cJSON_AddItemToArray(ins, instr_json(&st->ins[k]));
+  num(o, "stream", stream);
   cJSON *sim = cJSON_AddObjectToObject(o, "simulated");
   num(sim, "busy_s", p->sim.busy_s[i]);
   num(sim, "idle_s", p->sim.idle_s[i]);
@@ -193,6 +193,40 @@ static cJSON *stage_json(const Plan *p, int i) {
   num(sim, "peak_bytes", (double)plan_stage_device_bytes(s) -
                              (double)(s->nstash - p->sim.max_stash[i]) * s->stash_slot_bytes);
   return o;
+}
+
+static bool same_relative(const PlanStream *a, int sa, const PlanStream *b, int sb) {
+  if (a->n != b->n) return false;
+  for (int k = 0; k < a->n; k++) {
+    const PlanInstr *x = &a->ins[k], *y = &b->ins[k];
+    if (x->op != y->op || x->mb != y->mb || x->batch != y->batch || x->version != y->version ||
+        x->vslot != y->vslot || x->src_vslot != y->src_vslot || x->sslot != y->sslot ||
+        x->group != y->group || x->with_next != y->with_next)
+      return false;
+    if (x->peer - sa != y->peer - sb && x->peer >= 0) return false; /* -1: no peer */
+  }
+  return true;
+}
+
+/* "streams": each distinct instruction stream once (peers relative); returns each
+ * stage's index into it. A 98-stage plan has about m + 3 distinct streams. */
+static int *stream_table(const Plan *p, cJSON *root) {
+  int d = p->cfg.stages, n = 0;
+  int *of = pd_malloc((size_t)d * sizeof *of), *first = pd_malloc((size_t)d * sizeof *first);
+  cJSON *streams = cJSON_AddArrayToObject(root, "streams");
+  for (int i = 0; i < d; i++) {
+    const PlanStream *st = &p->streams.st[i];
+    of[i] = -1;
+    for (int k = 0; k < n && of[i] < 0; k++)
+      if (same_relative(&p->streams.st[first[k]], first[k], st, i)) of[i] = k;
+    if (of[i] >= 0) continue;
+    of[i] = n, first[n++] = i;
+    cJSON *ins = cJSON_CreateArray();
+    for (int k = 0; k < st->n; k++) cJSON_AddItemToArray(ins, instr_json(&st->ins[k], i));
+    cJSON_AddItemToArray(streams, ins);
+  }
+  free(first);
+  return of;
 }
 
 static void add_sections(const Plan *p, cJSON *root) {
@@ -208,8 +242,10 @@ static void add_sections(const Plan *p, cJSON *root) {
   num(cl, "nodes", p->cluster.nodes);
   num(cl, "devices_per_node", p->cluster.devices_per_node);
   num(cl, "memory_bytes", p->cluster.memory_bytes);
+  int *stream = stream_table(p, root);
   cJSON *stages = cJSON_AddArrayToObject(root, "stages");
-  for (int i = 0; i < p->cfg.stages; i++) cJSON_AddItemToArray(stages, stage_json(p, i));
+  for (int i = 0; i < p->cfg.stages; i++) cJSON_AddItemToArray(stages, stage_json(p, i, stream[i]));
+  free(stream);
   cJSON *tied = cJSON_AddArrayToObject(root, "tied");
   for (int g = 0; g < p->ngroups; g++) {
     const PlanTiedGroup *G = &p->groups[g];

@@ -264,6 +264,7 @@ typedef struct PlanEvent {
   int64_t mb;
   int batch;
   double start, end;
+  bool wait;  /* waiting (for a send/receive's peer, a tied gradient sum), not working */
 } PlanEvent;
 
 typedef struct PlanSimResult {
@@ -498,5 +499,7 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
 /* Writers (plan_timeline.c): Chrome trace object and SVG of the simulation. */
 cJSON *plan_timeline_json(const Plan *p);
 void plan_timeline_svg(const Plan *p, FILE *f);
+/* "F3", "B3", "step 1", "wait for tied sum 1", "SEND_ACT 3", ... into buf. */
+const char *plan_event_label(const PlanEvent *e, char *buf, size_t n);
 
 #endif /* PD2BW_PLANNER_H */

@@ -332,12 +332,13 @@ static void fill_inputs(PipeRank *R, int64_t k) {
   pipe_fill_samples(R->st, R->inputs, R->dl, first, R->pp->b, R->T, R->tok_tmp, R->tgt_tmp);
 }
 
-StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
                         char *bnd, double *loss) {
   StageCtx c = {0};
   c.abi = PD2BW_STAGE_ABI;
   c.training = 1;
   c.microbatch = (uint32_t)mb;
+  c.rng_base = st->rng_base;
   c.seed = seed;
   c.params = params;
   c.grads = grads;
@@ -371,7 +372,7 @@ static StageCtx make_ctx(PipeRank *R, int64_t k, int vslot, int sslot, double *l
   int64_t t, jref;
   mb_index(R, k, &t, &jref);
   /* keyed by the reference's global microbatch index */
-  return pipe_stage_ctx(R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, pipe_block_base(R, BUF_STASH, vslot, sslot),
+  return pipe_stage_ctx(R->st, R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, pipe_block_base(R, BUF_STASH, vslot, sslot),
                         R->work, R->inputs, R->bnd, loss);
 }
 

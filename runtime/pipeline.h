@@ -151,7 +151,7 @@ typedef struct PipeOutcome {
   char **names;               /* every parameter of the model, once */
   int64_t *numel;
   float **weights;            /* the newest version */
-  double step_time_s;         /* measured steady-state time per batch */
+  double step_time_s;         /* median update-to-update time after the first step */
   double *bubble;             /* [d] measured, per stage */
   double *val_loss;           /* [steps - first_step] validation loss after that step, NAN if none */
   double val_final;           /* the last validation loss, NAN when none was computed */

@@ -133,7 +133,7 @@ bool pipe_eval_run(PipeEval *E, double *mean) {
       if (R->stage > 0 && !eval_xfer(E, PIPE_ACT_IN, n)) return false;
       double loss = 0;
       /* microbatch 0 and training 0, as trainer_eval: no dropout stream is drawn */
-      StageCtx c = pipe_stage_ctx(R->tc.seed, 0, R->w[R->newest], R->grads, stash, R->work, R->inputs, R->bnd,
+      StageCtx c = pipe_stage_ctx(R->st, R->tc.seed, 0, R->w[R->newest], R->grads, stash, R->work, R->inputs, R->bnd,
                                   R->st->has_loss ? &loss : NULL);
       c.training = 0;
       R->prog.forward(&c);

@@ -129,8 +129,9 @@ bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint6
  * rows take a stream the stage has no input for). */
 void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
                        int32_t *tok_tmp, int32_t *tgt_tmp);
-/* A training context for the reference's global microbatch mb (keys dropout). */
-StageCtx pipe_stage_ctx(uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+/* A training context of stage st for the reference's global microbatch mb (keys
+ * dropout, with the stage's rng_base). */
+StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
                         char *bnd, double *loss);
 /* One optimizer step of parameter pp for batch t: wout = step(win, g · scale). */
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
@@ -182,8 +183,8 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
  * process (the GPU), one thread per stage replica (tid stage·w + replica). */
 bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                           size_t errlen);
-/* Measured step time and per-stage bubble over the simulator's window (stage 0's
- * updates of batches 1..4 when the run has them, else the whole run). */
+/* Measured step time (the median of stage 0's update-to-update times after the first
+ * step) and per-stage bubble over the same span; a one-step run: the whole run. */
 void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
                   double *step_time, double *bubble);
 bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,

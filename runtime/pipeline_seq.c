@@ -298,7 +298,7 @@ static double one_microbatch(SeqRun *x, int64_t k, int64_t gmb) {
     SeqStage *s = &x->S[i];
     w[i] = weights(s, pipe_rule_version(x->rule, d, i, p->m, k));
     if (s->T) pipe_fill_samples(s->st, s->inputs, x->dl, gmb * p->b, p->b, s->T, x->tok_tmp, x->tgt_tmp);
-    StageCtx c = pipe_stage_ctx(x->seed, gmb, w[i], s->grads, s->stash, s->work, s->inputs, s->bnd,
+    StageCtx c = pipe_stage_ctx(s->st, x->seed, gmb, w[i], s->grads, s->stash, s->work, s->inputs, s->bnd,
                                 s->st->has_loss ? &loss : NULL);
     s->prog.forward(&c);
     x->bad_ids += c.bad_ids;
@@ -306,7 +306,7 @@ static double one_microbatch(SeqRun *x, int64_t k, int64_t gmb) {
   }
   for (int i = d - 1; i >= 0; i--) {
     SeqStage *s = &x->S[i];
-    StageCtx c = pipe_stage_ctx(x->seed, gmb, w[i], s->grads, s->stash, s->work, s->inputs, s->bnd, NULL);
+    StageCtx c = pipe_stage_ctx(s->st, x->seed, gmb, w[i], s->grads, s->stash, s->work, s->inputs, s->bnd, NULL);
     s->prog.backward(&c);
     if (i > 0) copy_pairs(s, w[i], &x->S[i - 1], w[i - 1], PIPE_GRAD_OUT, PIPE_GRAD_IN);
   }

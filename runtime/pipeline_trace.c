@@ -104,30 +104,43 @@ bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const c
   return trace_write(p, ev, n, false, root, path, err, errlen);
 }
 
-/* End of stage 0 (replica 0)'s update of batch t, or a negative value. */
-static double step_end(const PipeEvent *ev, int64_t n, int64_t t) {
-  for (int64_t i = 0; i < n; i++)
-    if (ev[i].op == PI_OPT_STEP && ev[i].group < 0 && ev[i].stage == 0 && ev[i].replica == 0 && ev[i].batch == t)
-      return ev[i].end;
-  return -1;
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
 }
 
+/* The step time is the median of stage 0 (replica 0)'s update-to-update times over
+ * the whole run after its first step (which fills the pipeline), so a slow start or
+ * a loaded stretch does not decide it; the bubble window is the same span. A run of
+ * one step: the whole run. */
 void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
                   double *step_time, double *bubble) {
-  double a = -1, b = -1;
-  int64_t nb = 3;
-  if (steps - first >= 5) {
-    a = step_end(ev, n, first + 1);
-    b = step_end(ev, n, first + 4);
-  }
-  if (a < 0 || b <= a) { /* too short a run: the whole of it */
+  int64_t nb = steps - first > 0 ? steps - first : 0;
+  double *end = pd_malloc((size_t)(nb + 1) * sizeof *end); /* end[k]: batch first + k */
+  for (int64_t k = 0; k < nb; k++) end[k] = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (ev[i].op == PI_OPT_STEP && ev[i].group < 0 && ev[i].stage == 0 && ev[i].replica == 0 &&
+        ev[i].batch >= first && ev[i].batch < steps)
+      end[ev[i].batch - first] = ev[i].end;
+  double *dur = pd_malloc((size_t)(nb + 1) * sizeof *dur);
+  int64_t nd = 0;
+  for (int64_t k = 1; k < nb; k++)
+    if (end[k - 1] >= 0 && end[k] > end[k - 1]) dur[nd++] = end[k] - end[k - 1];
+  double a, b;
+  if (nd > 0) {
+    qsort(dur, (size_t)nd, sizeof *dur, cmp_double);
+    *step_time = nd % 2 ? dur[nd / 2] : (dur[nd / 2 - 1] + dur[nd / 2]) / 2;
+    a = -1, b = -1; /* the first and last update found */
+    for (int64_t k = 0; k < nb; k++)
+      if (end[k] >= 0) b = end[k], a = a < 0 ? end[k] : a;
+  } else { /* too short a run: the whole of it */
     a = t_origin(ev, n);
     b = a;
     for (int64_t i = 0; i < n; i++)
       if (ev[i].end > b) b = ev[i].end;
-    nb = steps - first > 0 ? steps - first : 1;
+    *step_time = (b - a) / (double)(nb > 0 ? nb : 1);
   }
-  *step_time = (b - a) / (double)nb;
+  free(end), free(dur);
   for (int s = 0; s < p->d; s++) {
     double busy = 0;
     for (int64_t i = 0; i < n; i++) {

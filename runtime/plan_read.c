@@ -192,6 +192,7 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, int64
   s->real_bytes = (int)jr_int(r, prog, path, "real_bytes", 0, 8, 4, false);
   if (!r->failed && s->real_bytes != 4 && s->real_bytes != 8)
     jr_fail_value(r, path, "real_bytes", cJSON_GetObjectItemCaseSensitive(prog, "real_bytes"), "must be 4 or 8");
+  s->rng_base = (uint32_t)jr_int(r, prog, path, "rng_base", 0, 4294967295LL, 0, true);
   s->b = jr_int(r, prog, path, "microbatch_size", 1, RT_MAX_MICROBATCHES, 0, true);
   if (!r->failed && s->b != b) {
     char m[128];

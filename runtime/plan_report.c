@@ -140,6 +140,7 @@ static char *page_data(const char *plan_dir, const ReportRun *run, char *err, si
     cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)st, "instructions");
     cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)st, "program");
   }
+  cJSON_DeleteItemFromObjectCaseSensitive(plan, "streams"); /* the instructions, shared */
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(plan, "model"), "params");
   cJSON *root = cJSON_CreateObject();
   cJSON_AddItemToObject(root, "plan", plan);

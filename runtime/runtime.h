@@ -101,6 +101,7 @@ typedef struct RtStage {
   bool has_loss;
   double flops_fwd, flops_bwd; /* per microbatch */
   int att_head_size; /* program.cuda.att_head_size: every attention op's; 0 unknown */
+  uint32_t rng_base; /* StageCtx.rng_base: the program's dropout op ids are relative to it */
 } RtStage;
 
 typedef struct RtPlan {

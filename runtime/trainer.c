@@ -189,6 +189,7 @@ static StageCtx make_ctx(Trainer *t, int64_t microbatch, bool training, double *
   c.abi = PD2BW_STAGE_ABI;
   c.training = training;
   c.microbatch = (uint32_t)microbatch;
+  c.rng_base = t->st->rng_base;
   c.seed = t->tc.seed;
   c.params = w;
   c.grads = t->grads;

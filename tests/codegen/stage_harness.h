@@ -100,6 +100,7 @@ static StageCtx harness_ctx(Harness *h, bool training, uint32_t mb, double *loss
   c.abi = PD2BW_STAGE_ABI;
   c.training = training;
   c.microbatch = mb;
+  c.rng_base = (uint32_t)codegen_rng_base(h->L); /* as plan.json's program.rng_base */
   c.seed = 1234;
   c.params = h->block[BUF_PARAMS];
   c.grads = h->block[BUF_GRADS];

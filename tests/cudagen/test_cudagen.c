@@ -238,9 +238,12 @@ static void test_fusion_and_dropout_streams(void) {
     const Op *op = &g->ops[o];
     if (!(op_info[op->kind].flags & OPF_RNG)) continue;
     int stream = op->fwd_op >= 0 ? op->fwd_op : op->id;
-    char want_cpu[64], want_cpu_fused[80];
-    snprintf(want_cpu, sizeof want_cpu, "(PkRng){ctx->seed, %du, ctx->microbatch}", stream);
-    snprintf(want_cpu_fused, sizeof want_cpu_fused, "pk_rng_block(ctx->seed, %du, ctx->microbatch,", stream);
+    /* the C program: relative to its rng_base, which the runtime passes (stage ABI 2) */
+    char want_cpu[96], want_cpu_fused[96];
+    int rel = stream - codegen_rng_base(L);
+    snprintf(want_cpu, sizeof want_cpu, "(PkRng){ctx->seed, ctx->rng_base + %du, ctx->microbatch}", rel);
+    snprintf(want_cpu_fused, sizeof want_cpu_fused, "pk_rng_block(ctx->seed, ctx->rng_base + %du, ctx->microbatch,",
+             rel);
     /* unfused list: the op's launch passes u32 `stream` right after the seed */
     bool found = false;
     const cJSON *dirs[2] = {cJSON_GetObjectItem(plist, "forward"), cJSON_GetObjectItem(plist, "backward")}, *en;

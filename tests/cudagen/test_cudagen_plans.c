@@ -156,7 +156,8 @@ static void lists_case(const Case *c) {
     int bad = check_launch_list(list, lib, src);
     if (bad) fprintf(stderr, "  %s: %d launch-list problems\n", what, bad);
     EXPECT_EQ_INT(bad, 0);
-    snprintf(path, sizeof path, "%s/stage%d.c", out, i);
+    /* the C program the stage runs: its own stage<i>.c or one it shares */
+    snprintf(path, sizeof path, "%s/%s", out, cJSON_GetStringValue(cJSON_GetObjectItem(prog, "source")));
     char *csrc = cg_read_all(path);
     EXPECT(csrc != NULL);
     int ng = 0;

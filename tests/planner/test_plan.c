@@ -390,7 +390,11 @@ static void test_write_outputs(void) {
   EXPECT_EQ_INT(cJSON_GetArraySize(stages), 4);
   const cJSON *s0 = cJSON_GetArrayItem(stages, 0);
   EXPECT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(s0, "ranks")), 2);
-  EXPECT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(s0, "instructions")), p->streams.st[0].n);
+  /* stage i's instructions: streams[stages[i].stream], peers relative (peer_delta) */
+  const cJSON *streams = cJSON_GetObjectItem(j, "streams");
+  EXPECT(cJSON_IsArray(streams) && cJSON_GetObjectItem(s0, "instructions") == NULL);
+  EXPECT_EQ_INT(cJSON_GetArraySize(cJSON_GetArrayItem(streams, cJSON_GetObjectItem(s0, "stream")->valueint)),
+                p->streams.st[0].n);
   EXPECT(cJSON_GetObjectItem(cJSON_GetObjectItem(s0, "memory"), "total_bytes") != NULL);
   EXPECT(cJSON_GetObjectItem(j, "predicted") && cJSON_GetObjectItem(j, "candidates"));
   /* the runtime reads the streams back: they must round-trip and verify */
@@ -404,7 +408,7 @@ static void test_write_outputs(void) {
     const cJSON *si = cJSON_GetArrayItem(stages, i), *x;
     back.nversions[i] = cJSON_GetObjectItem(si, "weight_versions")->valueint;
     back.nstash[i] = cJSON_GetObjectItem(si, "stash_slots")->valueint;
-    cJSON_ArrayForEach(x, cJSON_GetObjectItem(si, "instructions")) {
+    cJSON_ArrayForEach(x, cJSON_GetArrayItem(streams, cJSON_GetObjectItem(si, "stream")->valueint)) {
       PlanInstr r = {PI_COUNT, 0, -1, -1, -1, -1, -1, -1, -1, false};
       for (int op = 0; op < PI_COUNT; op++)
         if (strcmp(plan_op_name((PlanOp)op), cJSON_GetStringValue(cJSON_GetObjectItem(x, "op"))) == 0)
@@ -416,7 +420,7 @@ static void test_write_outputs(void) {
       if ((f = cJSON_GetObjectItem(x, "vslot"))) r.vslot = f->valueint;
       if ((f = cJSON_GetObjectItem(x, "src_vslot"))) r.src_vslot = f->valueint;
       if ((f = cJSON_GetObjectItem(x, "stash"))) r.sslot = f->valueint;
-      if ((f = cJSON_GetObjectItem(x, "peer"))) r.peer = f->valueint;
+      if ((f = cJSON_GetObjectItem(x, "peer_delta"))) r.peer = i + f->valueint;
       if ((f = cJSON_GetObjectItem(x, "group"))) r.group = f->valueint;
       if ((f = cJSON_GetObjectItem(x, "with_next"))) r.with_next = cJSON_IsTrue(f);
       plan_stream_push(&back.st[i], r);
@@ -450,6 +454,43 @@ static void test_write_outputs(void) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   EXPECT(system(cmd) == 0);
   plan_destroy(p), plan_destroy(q);
+  plan_input_free(&in);
+}
+
+/* plan.json stores each distinct instruction stream once (issue 14: 8.8 MB at 1024
+ * devices): a gpipe pipeline's middle stages run the same stream, peers relative. */
+static void test_streams_shared(void) {
+  PlanInput in;
+  gpt_input(&in, 30, 256, 128, 1000, 4, 4);
+  Cluster c = test_cluster(2, 8, 80);
+  PlanPins pins;
+  plan_pins_init(&pins);
+  pins.stages = 16, pins.replicas = 1, pins.microbatch_size = 1, pins.schedule = PS_GPIPE;
+  Plan *p = make(&in, &c, &pins);
+  EXPECT(p != NULL);
+  if (!p) return;
+  char dir[] = "/tmp/planner_streams_XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  Diag d;
+  diag_init(&d, stderr);
+  EXPECT(plan_write(p, dir, NULL, &d));
+  char *a = slurp(dir, "plan.json");
+  cJSON *j = cJSON_Parse(a);
+  const cJSON *streams = cJSON_GetObjectItem(j, "streams"), *st;
+  EXPECT(cJSON_IsArray(streams) && cJSON_GetArraySize(streams) <= 4);
+  int k = 0;
+  cJSON_ArrayForEach(st, cJSON_GetObjectItem(j, "stages")) {
+    const cJSON *x = cJSON_GetObjectItem(st, "stream");
+    EXPECT(cJSON_IsNumber(x) && x->valueint >= 0 && x->valueint < cJSON_GetArraySize(streams));
+    EXPECT_EQ_INT(cJSON_GetArraySize(cJSON_GetArrayItem(streams, x ? x->valueint : 0)), p->streams.st[k].n);
+    k++;
+  }
+  cJSON_Delete(j);
+  free(a);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  EXPECT(system(cmd) == 0);
+  plan_destroy(p);
   plan_input_free(&in);
 }
 
@@ -578,6 +619,7 @@ int main(void) {
   RUN(test_search_and_candidates);
   RUN(test_gpt175b_on_1024_devices);
   RUN(test_write_outputs);
+  RUN(test_streams_shared);
   RUN(test_profile_replaces_roofline);
   RUN(test_profile_values_checked);
   RUN(test_placement);

@@ -282,13 +282,16 @@ static void test_bad_plans_give_clear_errors(void) {
   EXPECT(contains(err, "content hash"));
   /* plan from another ABI */
   EXPECT(make_plan(tmp("bad"), 1e-3));
-  replace_in_file(tmp("bad/plan.json"), "\"abi\":\t1", "\"abi\":\t99");
+  char abi_key[32];
+  snprintf(abi_key, sizeof abi_key, "\"abi\":\t%d", PD2BW_STAGE_ABI);
+  replace_in_file(tmp("bad/plan.json"), abi_key, "\"abi\":\t99");
   EXPECT(rt_plan_load(tmp("bad"), err, sizeof err) == NULL);
   EXPECT(contains(err, "ABI version 99"));
   /* a program whose entry point reports another ABI */
   EXPECT(make_plan(tmp("bad"), 1e-3));
-  replace_in_file(tmp("bad/stage0.c"), "int pd2bw_stage_abi(void) { return 1; }",
-                  "int pd2bw_stage_abi(void) { return 98; }");
+  char abi_line[64];
+  snprintf(abi_line, sizeof abi_line, "int pd2bw_stage_abi(void) { return %d; }", PD2BW_STAGE_ABI);
+  replace_in_file(tmp("bad/stage0.c"), abi_line, "int pd2bw_stage_abi(void) { return 98; }");
   StageProgram sp;
   EXPECT(!stage_program_load(tmp("bad/stage0.c"), 4, &sp, err, sizeof err));
   EXPECT(contains(err, "stage ABI version 98"));
