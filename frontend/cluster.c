@@ -45,6 +45,8 @@ static const ClusterKey keys[] = {
      "intra_node_gbs = 150"},
     {"inter_node_gbs", KEY_AMOUNT, offsetof(Cluster, inter_bandwidth), 1e9, 1e12, false,
      "inter_node_gbs = 3.125"},
+    {"cublas_workspace_mib", KEY_AMOUNT, offsetof(Cluster, cublas_workspace), 1048576.0, 1e6, true,
+     "cublas_workspace_mib = 32"},
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 

@@ -341,6 +341,9 @@ typedef struct Cluster {
   double mem_bandwidth;      /* bytes/s per device */
   double intra_bandwidth;    /* bytes/s between devices in a node (per link) */
   double inter_bandwidth;    /* bytes/s between nodes (per device) */
+  double cublas_workspace;   /* bytes cuBLAS gets per compute stream on this device
+                                ("cublas_workspace_mib"; 0 = not given: the planner
+                                charges 32 MiB, Hopper's size, to CUDA plans) */
   Loc loc;
 } Cluster;
 

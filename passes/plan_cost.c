@@ -138,6 +138,26 @@ int64_t plan_tied_params(const PlanInput *in, int a, int e) {
   return n;
 }
 
+double plan_tied_recv_bytes(const PlanInput *in, int a, int e, int d) {
+  double bytes = 0;
+  for (int t = 0; t < in->ntied; t++) {
+    const PlanTied *T = &in->tied[t];
+    if (!plan_tied_in(T, a, e)) continue;
+    int outside = 0;
+    for (int k = 0; k < T->nsegs; k++) outside += T->segs[k] < a || T->segs[k] >= e;
+    if (outside > d - 1) outside = d - 1;
+    bytes += (double)outside * (double)(((uint64_t)T->count * 4 + 255) / 256 * 256);
+  }
+  return bytes;
+}
+
+/* The runtime's size (runtime/cuda/cuda_device.c): 32 MiB on sm_90, 4 MiB before;
+ * a cluster file states its device's. One compute stream per stage device. */
+uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c) {
+  if (!in->cuda) return 0;
+  return c->cublas_workspace > 0 ? (uint64_t)c->cublas_workspace : (uint64_t)32 << 20;
+}
+
 int64_t plan_tied_spanning(const PlanInput *in, int a, int e) {
   int64_t n = 0;
   for (int t = 0; t < in->ntied; t++) {

@@ -123,10 +123,11 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   Layout L = {st, 0};
   double pbytes = (double)sum->params * 4.0;
   put_n(&L, PB_WEIGHTS, nversions, pbytes);
-  /* 2bw steps tied parameters spanning stages later, from double-buffered grads */
+  /* 2bw steps tied parameters spanning stages later, from double-buffered grads
+   * (beside PB_GRADS, which the program sizes for every parameter it holds) */
   bool split = cfg->schedule == PS_2BW && sum->tied_spanning > 0;
   double tbytes = (double)sum->tied_spanning * 4.0;
-  put(&L, PB_GRADS, 0, split ? pbytes - tbytes : pbytes);
+  put(&L, PB_GRADS, 0, pbytes);
   if (split) put_n(&L, PB_TIED_GRADS, 2, tbytes);
   put(&L, PB_OPT_M, 0, pbytes);
   put(&L, PB_OPT_V, 0, pbytes);
@@ -136,19 +137,22 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   if (i < d - 1) put(&L, PB_RECV_GRAD, 0, b * sum->out_bytes);
   if (i > 0) put(&L, PB_SEND_GRAD, 0, b * sum->in_bytes);
   put(&L, PB_WORKSPACE, 0, b * ws);
+  /* TIED_SYNC's receive buffers, double-buffered like the gradients they hold */
+  if (sum->tied_recv > 0) put_n(&L, PB_TIED_RECV, 2, sum->tied_recv);
   if (st) {
     st->total_bytes = st->estimated_bytes = L.top;
     st->cuda_scratch = sum->cuda_scratch;
+    st->cublas_workspace = sum->cublas_workspace;
     st->params = sum->params;
     st->stash_slot_bytes = b * slot;
     st->nversions = nversions;
     st->nstash = nstash;
   }
-  return L.top + align_up(sum->cuda_scratch);
+  return L.top + align_up(sum->cuda_scratch) + sum->cublas_workspace;
 }
 
 uint64_t plan_stage_device_bytes(const PlanStage *st) {
-  return st->total_bytes + align_up(st->cuda_scratch);
+  return st->total_bytes + align_up(st->cuda_scratch) + st->cublas_workspace;
 }
 
 void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging) {
@@ -189,11 +193,13 @@ void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum) {
   sum->out_bytes = in->segs[e - 1].out_bytes;
 }
 
-uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
-                           int nversions, int nstash, PlanStage *st) {
+uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a,
+                           int e, int nversions, int nstash, PlanStage *st) {
   PlanStageSums sum;
   plan_stage_sums(in, a, e, &sum);
   sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
+  sum.cublas_workspace = plan_cublas_workspace(in, c);
+  sum.tied_recv = plan_tied_recv_bytes(in, a, e, cfg->stages);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
 }
 
@@ -234,6 +240,7 @@ int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks) {
     if (recv) put_n(&L, PB_TIED_RECV, 2, (double)recv);
     st->total_bytes = L.top;
     st->cuda_scratch = B->cuda_scratch;
+    st->cublas_workspace = plan_cublas_workspace(&p->in, &p->cluster);
     st->stash_slot_bytes = (double)slot;
     over += (double)plan_stage_device_bytes(st) > p->cluster.memory_bytes;
   }

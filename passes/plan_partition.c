@@ -66,6 +66,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
    * search quadratic in the number of layers). */
   PlanStageSums s0;
   memset(&s0, 0, sizeof s0);
+  s0.cublas_workspace = plan_cublas_workspace(in, p->c);
   int64_t own0 = 0, rows0 = 0, staging0 = 0;
   for (int i = 0; i < d; i++) {
     /* stage i ends at e; stages after it need one segment each */
@@ -74,6 +75,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
       int barg = -1;
       PlanStageSums s;
       memset(&s, 0, sizeof s);
+      s.cublas_workspace = s0.cublas_workspace;
       int64_t own = 0, rows = 0, staging = 0;
       int from = e - 1;
       if (i == 0) {
@@ -99,6 +101,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
         if (in->ntied > 0) {
           s.params = own + plan_tied_params(in, a, e);
           s.tied_spanning = plan_tied_spanning(in, a, e);
+          s.tied_recv = plan_tied_recv_bytes(in, a, e, p->cfg->stages);
         } else {
           s.params = own;
         }
@@ -107,7 +110,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
          * tied parameter spans stages can change either way): once they pass, no
          * smaller a can do better. */
         PlanStageSums lb = s;
-        lb.in_bytes = 0, lb.tied_spanning = 0;
+        lb.in_bytes = 0, lb.tied_spanning = 0, lb.tied_recv = 0;
         double mem_lb = stage_mem(p, i, &lb);
         if (by_memory ? mem_lb >= bound : mem_lb > p->cap) break;
         if (!by_memory && stage_time(p, i, a, e, &lb) >= bound) break;

@@ -178,7 +178,7 @@ static void evaluate(Search *S, PlanConfig cfg) {
       peak = 0;
       for (int i = 0; i < d; i++) {
         double mem = (double)plan_stage_memory(
-            in, &cfg, i, cuts[i], cuts[i + 1], plan_versions_bound(cfg.schedule, d, i, cfg.microbatches),
+            in, S->c, &cfg, i, cuts[i], cuts[i + 1], plan_versions_bound(cfg.schedule, d, i, cfg.microbatches),
             plan_stash_bound(cfg.schedule, d, i, cfg.microbatches), NULL);
         if (mem > peak) peak = mem;
       }
@@ -351,7 +351,7 @@ static void build(Plan *p, PlanPlacement pl) {
   PD_CHECK(plan_streams_generate(p, size_batches, &sizing), "streams");
   for (int i = 0; i < d; i++) {
     PlanStage *st = &p->stages[i];
-    plan_stage_memory(in, cfg, i, st->first_seg, st->last_seg, sizing.nversions[i], sizing.nstash[i], st);
+    plan_stage_memory(in, c, cfg, i, st->first_seg, st->last_seg, sizing.nversions[i], sizing.nstash[i], st);
     /* the search sized memory with plan_versions_bound/plan_stash_bound */
     PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
                  sizing.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&

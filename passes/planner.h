@@ -357,6 +357,8 @@ typedef struct PlanStage {
                                plan_apply_layouts replaces the memory plan) */
   uint64_t cuda_scratch;/* the CUDA programs' GPU-only block, beside the arena (0
                            when the plan has no CUDA programs) */
+  uint64_t cublas_workspace; /* cuBLAS's workspace for the stage's compute stream
+                           (plan_cublas_workspace; 0 without CUDA programs) */
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
 
@@ -425,7 +427,8 @@ typedef struct PlanStageBlocks {
  * warns: estimated_bytes keeps the search's figure). */
 int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks);
 /* What stage st occupies on its device: the arena plus its cuda_scratch rounded up to
- * 256 bytes (what the CUDA runtimes allocate for the two). What must fit the device. */
+ * 256 bytes (what the CUDA runtimes allocate for the two) plus cuBLAS's workspace.
+ * What must fit the device. */
 uint64_t plan_stage_device_bytes(const PlanStage *st);
 /* Streams of this plan for any number of batches (the runtime's view). */
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out);
@@ -462,6 +465,15 @@ int64_t plan_tied_params(const PlanInput *in, int a, int e);
 /* True when tied parameter T is used in one of segments [a, e). */
 bool plan_tied_in(const PlanTied *T, int a, int e);
 int64_t plan_tied_spanning(const PlanInput *in, int a, int e);
+/* Bytes of one TIED_RECV buffer of a stage holding [a, e) in a d-stage plan: for each
+ * tied parameter held here and elsewhere, one 256-aligned gradient per other member
+ * stage. The other members are counted as the parameter's segments outside [a, e),
+ * at most d - 1: exact when those segments are on distinct stages (GPT's embedding
+ * and LM head), an upper bound otherwise. */
+double plan_tied_recv_bytes(const PlanInput *in, int a, int e, int d);
+/* cuBLAS's workspace on a stage's device: one per compute stream, the cluster's
+ * cublas_workspace_mib or 32 MiB; 0 for a plan without CUDA programs. */
+uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c);
 
 /* Memory accounting (plan_memory.c): versions and stash slots per schedule. */
 int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m);
@@ -473,6 +485,10 @@ typedef struct PlanStageSums {
   double stash, ws;          /* per sample: stash sum, largest workspace */
   double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
   uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
+  uint64_t cublas_workspace; /* plan_cublas_workspace */
+  double tied_recv;          /* one TIED_SYNC receive buffer: the other member stages'
+                                gradients of the spanning tied parameters
+                                (plan_tied_recv_bytes) */
 } PlanStageSums;
 void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum);
 /* Device bytes of a stage (its arena plus cuda_scratch, plan_stage_device_bytes);
@@ -485,8 +501,8 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
 uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b);
 void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging);
 /* Device bytes of stage i = segments [a, e) under cfg; lays the arena out when st != NULL. */
-uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
-                           int nversions, int nstash, PlanStage *st);
+uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a,
+                           int e, int nversions, int nstash, PlanStage *st);
 
 /* Partition (plan_partition.c): d contiguous stages minimising the slowest stage's
  * time per batch, each fitting in memory. Writes d+1 cut points (cuts[0] = 0,
