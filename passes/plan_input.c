@@ -75,6 +75,21 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
   return in->ntied++;
 }
 
+/* A differentiated segment's STASH, WORK and INPUTS blocks as its own stage program
+ * lays them out (the layout codegen and plan_apply_layouts use), as per-sample and
+ * fixed parts from b = 1 and b = 2. */
+static void layout_segment(const Graph *g, int r, PlanSegment *s) {
+  StageLayout *L1 = layout_stage(g, r, r, 1), *L2 = layout_stage(g, r, r, 2);
+  double st1 = (double)L1->total[BUF_STASH], st2 = (double)L2->total[BUF_STASH];
+  double w1 = (double)L1->total[BUF_WORK], w2 = (double)L2->total[BUF_WORK];
+  double i1 = (double)L1->total[BUF_INPUTS], i2 = (double)L2->total[BUF_INPUTS];
+  s->stash_bytes = st2 - st1, s->stash_fixed = 2 * st1 - st2;
+  s->workspace_bytes = w2 - w1, s->workspace_fixed = 2 * w1 - w2;
+  s->inputs_bytes = i2 - i1, s->inputs_fixed = 2 * i1 - i2;
+  layout_destroy(L1);
+  layout_destroy(L2);
+}
+
 static double tensor_bytes(const Tensor *t) {
   return (double)shape_numel(&t->shape, 1) * (double)dtype_size(t->dtype);
 }
@@ -145,6 +160,8 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
       out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
       out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
     }
+  else
+    for (int r = 0; r < R; r++) layout_segment(g, r, &out->segs[r]);
 
   /* Parameters: own region, unless used from several (tied). reader[t]: the region
    * of the last forward op reading tensor t (-1: none), for a param declared in one

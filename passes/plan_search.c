@@ -87,7 +87,7 @@ static void stage_times(const PlanInput *in, const Cluster *c, const PlanConfig 
       if (bw > 0) t[i] += 2 * in->segs[e - 1].out_bytes * b / bw;
     }
     PlanStageSums s;
-    plan_stage_sums(in, a, e, &s);
+    plan_stage_sums(in, a, e, cfg->microbatch_size, &s);
     A[i] = plan_cost_allreduce((double)s.params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
   }
 }

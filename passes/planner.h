@@ -70,8 +70,14 @@ typedef struct PlanSegment {
   double bwd_flops, bwd_bytes; /* backward (about 2x forward FLOPs for GEMMs) */
   int64_t params;        /* fp32 trainable scalars, tied parameters excluded */
   double out_bytes;      /* activation crossing a stage boundary after this segment */
-  double stash_bytes;    /* what the backward keeps from the forward (no recompute) */
-  double workspace_bytes;/* scratch needed while running the segment */
+  /* Memory as the segment's own stage program lays it out (passes/layout.h, from
+   * layout_stage at b = 1 and 2), bytes = per-sample x b + fixed: STASH (what its
+   * backward keeps, received activations included: the blocks of a stage's segments
+   * add up), WORK (transients and kernel scratch) and INPUTS (data tensors). A graph
+   * without a backward yet, and synthetic inputs, give op-table estimates. */
+  double stash_bytes, stash_fixed;
+  double workspace_bytes, workspace_fixed;
+  double inputs_bytes, inputs_fixed;
   /* Measured times per sample (from --profile); 0 = use the analytic roofline. */
   double fwd_time_s, bwd_time_s;
   PlanCudaTerm *cuda;    /* the segment's GEMMs and cross-entropies (pd_malloc'd) */
@@ -314,10 +320,11 @@ typedef enum PlanBufKind {
   PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
   PB_WORKSPACE, /* scratch for one segment at a time */
   PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
-                   index = batch % 2. Analytic plan: PB_GRADS leaves them out; exact
-                   plan: the runtime moves them out of PB_GRADS at each OPT_STEP */
-  /* The kinds below appear only in the exact plan (plan_apply_layouts), which mirrors
-   * the pipeline runtime's arena; PB_RECV_ACT .. PB_SEND_GRAD only in the analytic one. */
+                   index = batch % 2, beside PB_GRADS (which has every parameter: the
+                   runtime moves them out of PB_GRADS at each OPT_STEP) */
+  /* The kinds below are those of the runtime's arena, which the search's layout and
+   * the exact plan (plan_apply_layouts) both use; PB_RECV_ACT .. PB_SEND_GRAD are
+   * no longer laid out (plan files of older versions have them). */
   PB_ACTIVATIONS,/* with recomputation: the stage program's whole stash block, where the
                     backward rebuilds one microbatch's activations (the stash slots then
                     keep only the received input) */
@@ -482,7 +489,11 @@ int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m);
 typedef struct PlanStageSums {
   int64_t params;            /* own plus tied */
   int64_t tied_spanning;     /* tied held here whose group spans other stages too */
-  double stash, ws;          /* per sample: stash sum, largest workspace */
+  /* bytes at the configuration's b, as the stage program's blocks: STASH (the sum of
+   * the segments'), WORK (the largest segment's, plus the gradient of the widest cut
+   * inside the stage when it has several: that gradient is a transient then, where a
+   * one-segment program has it in BOUNDARY) and INPUTS (the sum) */
+  double stash, ws, inputs;
   double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
   uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
   uint64_t cublas_workspace; /* plan_cublas_workspace */
@@ -490,7 +501,11 @@ typedef struct PlanStageSums {
                                 gradients of the spanning tied parameters
                                 (plan_tied_recv_bytes) */
 } PlanStageSums;
-void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum);
+void plan_stage_sums(const PlanInput *in, int a, int e, int64_t b, PlanStageSums *sum);
+/* A segment's STASH, WORK and INPUTS bytes at microbatch size b. */
+double plan_seg_stash(const PlanSegment *s, int64_t b);
+double plan_seg_work(const PlanSegment *s, int64_t b);
+double plan_seg_inputs(const PlanSegment *s, int64_t b);
 /* Device bytes of a stage (its arena plus cuda_scratch, plan_stage_device_bytes);
  * lays the arena out when st != NULL. */
 uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum,

@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Issue 14, "exact memory": the search's memory figure for every stage equals the
-# exact arena (plan_apply_layouts: the stage programs' block sizes) within TOL, over
+# exact arena (plan_apply_layouts: the stage programs' block sizes) within 1%, over
 # GPT shapes, clusters, schedules and precisions, including the tied embedding's
 # buffers, and a CUDA plan counts the cuBLAS workspace of its compute stream. A plan
 # whose exact arena does not fit is an error (exit 1, no plan directory) unless
 # --allow-over is given.
-# TOL is 5%: the issue asks for 1%, which needs the segments' stash and workspace
-# from the programs' layouts (recomputation's activations block, the per-op kernel
-# scratch in WORK, the boundary block); the tied buffers (up to 15% before) are exact.
 # usage: memory_exact.sh PD2BWC   (run from the source root)
 set -u
 pd2bwc=$1
@@ -30,7 +27,7 @@ bad = False
 for i, s in enumerate(plan["stages"]):
     m = s["memory"]
     err = m["estimated_bytes"] / m["total_bytes"] - 1
-    if abs(err) > 0.05:
+    if abs(err) > 0.01:
         print("FAIL %s stage %d: search estimates %.3f GiB, exact arena %.3f GiB (%+.2f%%)" % (
             sys.argv[2], i, m["estimated_bytes"] / 2**30, m["total_bytes"] / 2**30, 100 * err))
         bad = True
@@ -46,14 +43,13 @@ PY
 for s in 2bw 1f1b gpipe; do
   check "g38-v100x8-$s" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule $s
 done
-check g38-v100x8-pipedream models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule pipedream --allow-over
+check g38-v100x8-pipedream models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule pipedream
+check g13-v100x64-gpipe-rc models/gpt.model $G13 --cluster models/clusters/v100x64.cluster --schedule gpipe --recompute on
 check g13-h200x8-2bw-bf16 models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 2bw --stages 2 --precision bf16
 check g13-h200x8-1f1b models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 1f1b --stages 4 --recompute on
-# Over memory (pipedream's stage 0: the search's figure fits, the exact arena is
-# 16.09 GiB of 16 and no other candidate fits exactly): an error without
-# --allow-over, and nothing written.
+# Over memory: an error, and nothing written.
 n=$((n + 1))
-if "$pd2bwc" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule pipedream -q \
+if "$pd2bwc" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule 2bw --stages 2 -q \
     -o "$work/over" 2>"$work/over.err"; then
   echo "FAIL over: a plan over device memory was written with exit status 0"; fail=$((fail + 1))
 elif [ -e "$work/over" ] || ! grep -q "error: .*memory" "$work/over.err"; then

@@ -20,7 +20,7 @@ static double stage_time(const PlanInput *in, const Cluster *c, const PlanConfig
   if (i > 0) t += 2 * plan_stage_in_bytes(in, a) * b / plan_place_p2p_bw(c, pl, d, w, i - 1);
   if (i < d - 1) t += 2 * in->segs[e - 1].out_bytes * b / plan_place_p2p_bw(c, pl, d, w, i);
   PlanStageSums s;
-  plan_stage_sums(in, a, e, &s);
+  plan_stage_sums(in, a, e, cfg->microbatch_size, &s);
   return m * t + plan_cost_allreduce((double)s.params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
 }
 
