@@ -369,19 +369,33 @@ typedef struct PlanStage {
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
 
-/* Why a candidate lost. */
-typedef struct PlanCandidate {
-  PlanConfig cfg;
-  bool fits;
-  bool chosen;
-  double step_time_s, samples_per_s, peak_bytes;
-  char why[256];
-} PlanCandidate;
-
 typedef enum PlanPlacement {
   PP_STAGE_MAJOR,   /* a stage's replicas on neighbouring devices: all-reduce in-node */
   PP_REPLICA_MAJOR, /* a pipeline's stages on neighbouring devices: p2p in-node */
 } PlanPlacement;
+
+/* Why a candidate lost. step_time_s is the simulation's steady-state time per batch
+ * (what plan.json predicts for a chosen plan) for the candidates of each schedule
+ * with the smallest analytic estimates (PLAN_SIM_PER_SCHEDULE), and that
+ * estimate for the others (simulated false): candidates are ranked by the
+ * simulated figure. */
+typedef struct PlanCandidate {
+  PlanConfig cfg;
+  PlanPlacement placement; /* the faster of the two for this configuration */
+  bool fits;
+  bool chosen;
+  bool simulated;
+  double analytic_s;       /* the analytic pipeline formula's time per batch */
+  double step_time_s, samples_per_s, peak_bytes;
+  char why[256];
+} PlanCandidate;
+
+/* How many candidates of each schedule are simulated: those with the smallest
+ * analytic estimates, at most PLAN_SIM_WITHIN times the schedule's best. Per
+ * schedule, so that a pinned schedule simulates the same ones as the free choice
+ * does, and the free choice is never slower than a pinned one. */
+#define PLAN_SIM_PER_SCHEDULE 6
+#define PLAN_SIM_WITHIN 2.0
 
 typedef struct Plan {
   PlanInput in; /* deep copy */
