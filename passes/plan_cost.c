@@ -56,22 +56,43 @@ static double roofline(const PlanInput *in, const Cluster *c, double flops, doub
   return tf > tb ? tf : tb;
 }
 
+double plan_op_time(const Cluster *c, PlanPrecision p, const PlanOpTerm *t, int64_t b) {
+  double flops = t->f1 * (double)b + t->f0, bytes = t->y1 * (double)b + t->y0;
+  double peak = plan_peak_flops(c, p);
+  if (t->gemm && c->gemm_efficiency > 0) peak *= c->gemm_efficiency;
+  double tf = peak > 0 ? flops / peak : 0;
+  double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
+  return (tf > tb ? tf : tb) + c->launch_s + (t->gemm ? c->gemm_latency_s : 0);
+}
+
+/* One segment's forward or backward at b: measured (per sample, scaled by b), its
+ * ops one by one, or one roofline over its totals. */
+static double seg_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b) {
+  double measured = bwd ? s->bwd_time_s : s->fwd_time_s;
+  if (measured > 0) return measured * (double)b;
+  if (s->nops == 0)
+    return (bwd ? roofline(in, c, s->bwd_flops, s->bwd_bytes) : roofline(in, c, s->fwd_flops, s->fwd_bytes)) *
+           (double)b;
+  double t = 0;
+  bool any = false;
+  for (int k = 0; k < s->nops; k++)
+    if (s->ops[k].bwd == bwd) t += plan_op_time(c, in->precision, &s->ops[k], b), any = true;
+  /* a graph without a backward yet: twice the forward, as its bwd_flops say */
+  if (bwd && !any)
+    for (int k = 0; k < s->nops; k++) t += 2 * plan_op_time(c, in->precision, &s->ops[k], b);
+  return t;
+}
+
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
   double t = 0;
-  for (int i = a; i < e; i++) {
-    const PlanSegment *s = &in->segs[i];
-    t += s->fwd_time_s > 0 ? s->fwd_time_s : roofline(in, c, s->fwd_flops, s->fwd_bytes);
-  }
-  return t * (double)b;
+  for (int i = a; i < e; i++) t += seg_time(in, c, &in->segs[i], false, b);
+  return t;
 }
 
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
   double t = 0;
-  for (int i = a; i < e; i++) {
-    const PlanSegment *s = &in->segs[i];
-    t += s->bwd_time_s > 0 ? s->bwd_time_s : roofline(in, c, s->bwd_flops, s->bwd_bytes);
-  }
-  return t * (double)b;
+  for (int i = a; i < e; i++) t += seg_time(in, c, &in->segs[i], true, b);
+  return t;
 }
 
 double plan_cost_allreduce(double bytes, int w, double bw) {

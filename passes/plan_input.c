@@ -17,7 +17,7 @@ void plan_input_init(PlanInput *in, const char *name) {
 }
 
 void plan_input_free(PlanInput *in) {
-  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda);
+  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda), free(in->segs[i].ops);
   for (int i = 0; i < in->ntied; i++) free(in->tied[i].name), free(in->tied[i].segs);
   free(in->segs);
   free(in->tied);
@@ -53,6 +53,23 @@ static void add_cuda_terms(const Graph *g, const Op *op, PlanSegment *s) {
     a2 = layout_cuda_ce_rows(g, op, 2);
     plan_segment_add_cuda(s, (PlanCudaTerm){false, a2 - a1, 2 * a1 - a2, 0, 0});
   }
+}
+
+void plan_segment_add_op(PlanSegment *s, PlanOpTerm t) {
+  if ((s->nops & (s->nops - 1)) == 0) /* grows at powers of two */
+    s->ops = pd_realloc(s->ops, (size_t)(s->nops ? 2 * s->nops : 1) * sizeof *s->ops);
+  s->ops[s->nops++] = t;
+}
+
+/* The op's FLOPs and bytes as linear functions of b (the op table at b = 1, 2). */
+static void add_op_term(const Graph *g, const Op *op, PlanSegment *s) {
+  if (!op_info[op->kind].cost) return;
+  OpCost c1 = op_info[op->kind].cost(g, op, 1), c2 = op_info[op->kind].cost(g, op, 2);
+  if (c1.flops == 0 && c1.bytes == 0 && c2.flops == 0 && c2.bytes == 0) return; /* views */
+  int64_t x, y;
+  PlanOpTerm t = {layout_cuda_gemm_operands(g, op, 1, &x, &y), op->fwd_op >= 0, c2.flops - c1.flops,
+                  2 * c1.flops - c2.flops, c2.bytes - c1.bytes, 2 * c1.bytes - c2.bytes};
+  plan_segment_add_op(s, t);
 }
 
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
@@ -116,6 +133,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
     add_cuda_terms(g, op, s);
+    add_op_term(g, op, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
       s->bwd_flops += c.flops;

@@ -51,7 +51,9 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
     *s = src->segs[i];
     s->name = name;
     s->cuda = NULL, s->ncuda = 0;
+    s->ops = NULL, s->nops = 0;
     for (int k = 0; k < src->segs[i].ncuda; k++) plan_segment_add_cuda(s, src->segs[i].cuda[k]);
+    for (int k = 0; k < src->segs[i].nops; k++) plan_segment_add_op(s, src->segs[i].ops[k]);
   }
   for (int i = 0; i < src->ntied; i++)
     plan_input_add_tied(dst, src->tied[i].name, src->tied[i].count, src->tied[i].segs,

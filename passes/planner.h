@@ -63,6 +63,15 @@ typedef struct PlanCudaTerm {
   int64_t b1, b0; /* GEMM: B's float32 elements = b1·b + b0 */
 } PlanCudaTerm;
 
+/* One op of a segment for the cost model, its FLOPs and bytes moved as linear
+ * functions of the microbatch size b (the op table's counts at b = 1 and 2). */
+typedef struct PlanOpTerm {
+  bool gemm;      /* a GEMM (cuBLAS / pd_sgemm): charged at the GEMM efficiency */
+  bool bwd;       /* a backward op */
+  double f1, f0;  /* FLOPs = f1·b + f0 */
+  double y1, y0;  /* bytes = y1·b + y0 */
+} PlanOpTerm;
+
 /* One cut-able piece of the model. All sizes are per sample (multiply by b). */
 typedef struct PlanSegment {
   char *name;            /* "prologue", "h.3", "epilogue" */
@@ -82,6 +91,12 @@ typedef struct PlanSegment {
   double fwd_time_s, bwd_time_s;
   PlanCudaTerm *cuda;    /* the segment's GEMMs and cross-entropies (pd_malloc'd) */
   int ncuda;
+  /* Its ops, when known (plan_input_from_graph): each is charged on its own
+   * (plan_op_time), so a GEMM's efficiency and every kernel's launch overhead
+   * depend on b. Without them the segment's FLOPs and bytes above are charged as
+   * one roofline, linear in b. */
+  PlanOpTerm *ops;
+  int nops;
 } PlanSegment;
 
 /* A parameter held by several segments (GPT's token embedding in the prologue and
@@ -116,6 +131,8 @@ void plan_input_free(PlanInput *in);
 PlanSegment *plan_input_add_segment(PlanInput *in, const char *name);
 /* Appends a cuda_scratch term to segment s. */
 void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t);
+/* Appends an op cost term to segment s. */
+void plan_segment_add_op(PlanSegment *s, PlanOpTerm t);
 /* Adds a tied group over the given segments; returns its index. */
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs);
@@ -466,7 +483,11 @@ void plan_json_sort(cJSON *node);
 
 /* ---- internals shared by plan_*.c ------------------------------------------- */
 
-/* Cost model (plan_cost.c). Per-microbatch compute time of segments [a, e). */
+/* Cost model (plan_cost.c). One op at microbatch size b on c (docs/cluster.md,
+ * "Compute"): launch_us + max(FLOPs / rate, bytes / memory bandwidth), where a
+ * GEMM's rate is peak x gemm_efficiency and its fixed cost gemm_latency_us. */
+double plan_op_time(const Cluster *c, PlanPrecision p, const PlanOpTerm *t, int64_t b);
+/* Per-microbatch compute time of segments [a, e). */
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 /* Ring all-reduce of `bytes` over w participants at bandwidth bw. */
