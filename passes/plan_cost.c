@@ -67,12 +67,25 @@ double plan_op_time(const Cluster *c, PlanPrecision p, const PlanOpTerm *t, int6
 
 /* One segment's forward or backward at b: measured (per sample, scaled by b), its
  * ops one by one, or one roofline over its totals. */
+static double ops_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b);
+
 static double seg_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b) {
   double measured = bwd ? s->bwd_time_s : s->fwd_time_s;
-  if (measured > 0) return measured * (double)b;
+  if (measured > 0) {
+    int64_t b0 = s->profile_b;
+    if (s->nops == 0 || b0 <= 0 || b0 == b) return measured * (double)b;
+    /* measured at b0: the model says how the time changes from b0 to b */
+    double m0 = ops_time(in, c, s, bwd, b0), m1 = ops_time(in, c, s, bwd, b);
+    return m0 > 0 ? measured * (double)b0 * (m1 / m0) : measured * (double)b;
+  }
   if (s->nops == 0)
     return (bwd ? roofline(in, c, s->bwd_flops, s->bwd_bytes) : roofline(in, c, s->fwd_flops, s->fwd_bytes)) *
            (double)b;
+  return ops_time(in, c, s, bwd, b);
+}
+
+/* The segment's ops one by one (plan_op_time). */
+static double ops_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b) {
   double t = 0;
   bool any = false;
   for (int k = 0; k < s->nops; k++)

@@ -87,8 +87,11 @@ typedef struct PlanSegment {
   double stash_bytes, stash_fixed;
   double workspace_bytes, workspace_fixed;
   double inputs_bytes, inputs_fixed;
-  /* Measured times per sample (from --profile); 0 = use the analytic roofline. */
+  /* Measured times per sample (from --profile); 0 = use the analytic roofline. At
+   * another microbatch size than the measured one (profile_b) they are scaled by the
+   * cost model's ratio between the two sizes when the segment's ops are known. */
   double fwd_time_s, bwd_time_s;
+  int64_t profile_b;
   PlanCudaTerm *cuda;    /* the segment's GEMMs and cross-entropies (pd_malloc'd) */
   int ncuda;
   /* Its ops, when known (plan_input_from_graph): each is charged on its own
