@@ -31,7 +31,11 @@
 #       tokens/s and achieved TFLOP/s (the plan's FLOPs / measured steady-state step
 #       time) beside cuBLAS's BF16 rate on the model's MLP GEMM measured in the same
 #       process; with CUDA graphs (the default), and for the 350M shape also with
-#       --cuda-graphs off beside it while the time budget allows.
+#       --cuda-graphs off beside it while the time budget allows;
+#   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
+#       2048 and 8192, and the planner's GEMM cost fitted to them (t = latency +
+#       FLOPs / rate; docs/language.md "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json
+#       with the cluster-file lines (gemm_efficiency, gemm_latency_us) in the log.
 # Steps (b)-(d) take about 2-4 minutes on an H200 (each run is bounded by `timeout`);
 # the script ends with a table of the figures, also written (atomically) to
 # $GPU_CHECK_OUT/last-gpu-check.md (default bench/gpu/).
@@ -260,6 +264,25 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
   pct=$(sed -n 's/.* = \([0-9]*\)% of it.*/\1/p' <<<"$gemm")
   rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph | ran |")
 done
+
+step "(e) cuBLAS GEMM sweep for the planner's cost model (bench/gpu/gemm_sweep)"
+outdir=${GPU_CHECK_OUT:-bench/gpu}
+mkdir -p "$outdir"
+if [ -x "$build/bench/gpu/gemm_sweep" ]; then
+  peaks=()
+  case "$(nvidia-smi -L 2>/dev/null | head -1)" in # dense peaks, as in models/clusters/h200*.cluster
+    *H100*|*H200*) peaks=(--peak-fp32 67 --peak-tf32 494.5 --peak-bf16 989) ;;
+  esac
+  if sweep=$(timeout 300 "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "$outdir/gemm-sweep.json"); then
+    echo "$sweep"
+    bf=$(grep '^bf16:' <<<"$sweep")
+    rows+=("| (e) cuBLAS GEMM sweep ($outdir/gemm-sweep.json) | ${bf:-?} | ran |")
+  else
+    echo "gpu-check: FAILED: gemm_sweep"; failed=1; rows+=("| (e) cuBLAS GEMM sweep | failed | FAIL |")
+  fi
+else
+  rows+=("| (e) cuBLAS GEMM sweep | $build/bench/gpu/gemm_sweep not built | - |")
+fi
 
 gpu=$(nvidia-smi -L 2>/dev/null | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null)
