@@ -56,13 +56,16 @@ static double roofline(const PlanInput *in, const Cluster *c, double flops, doub
   return tf > tb ? tf : tb;
 }
 
-double plan_op_time(const Cluster *c, PlanPrecision p, const PlanOpTerm *t, int64_t b) {
+double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b) {
   double flops = t->f1 * (double)b + t->f0, bytes = t->y1 * (double)b + t->y0;
-  double peak = plan_peak_flops(c, p);
-  if (t->gemm && c->gemm_efficiency > 0) peak *= c->gemm_efficiency;
+  double peak = plan_peak_flops(c, in->precision), latency = t->gemm ? c->gemm_latency_s : 0;
+  if (t->gemm && in->gemm_rate[in->precision] > 0)
+    peak = in->gemm_rate[in->precision], latency = in->gemm_latency_s[in->precision];
+  else if (t->gemm && c->gemm_efficiency > 0)
+    peak *= c->gemm_efficiency;
   double tf = peak > 0 ? flops / peak : 0;
   double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
-  return (tf > tb ? tf : tb) + c->launch_s + (t->gemm ? c->gemm_latency_s : 0);
+  return (tf > tb ? tf : tb) + c->launch_s + latency;
 }
 
 /* One segment's forward or backward at b: measured (per sample, scaled by b), its
@@ -89,10 +92,10 @@ static double ops_time(const PlanInput *in, const Cluster *c, const PlanSegment 
   double t = 0;
   bool any = false;
   for (int k = 0; k < s->nops; k++)
-    if (s->ops[k].bwd == bwd) t += plan_op_time(c, in->precision, &s->ops[k], b), any = true;
+    if (s->ops[k].bwd == bwd) t += plan_op_time(in, c, &s->ops[k], b), any = true;
   /* a graph without a backward yet: twice the forward, as its bwd_flops say */
   if (bwd && !any)
-    for (int k = 0; k < s->nops; k++) t += 2 * plan_op_time(c, in->precision, &s->ops[k], b);
+    for (int k = 0; k < s->nops; k++) t += 2 * plan_op_time(in, c, &s->ops[k], b);
   return t;
 }
 

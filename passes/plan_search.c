@@ -63,6 +63,8 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->microbatch = src->microbatch;
   dst->precision = src->precision;
   dst->cuda = src->cuda;
+  memcpy(dst->gemm_rate, src->gemm_rate, sizeof dst->gemm_rate);
+  memcpy(dst->gemm_latency_s, src->gemm_latency_s, sizeof dst->gemm_latency_s);
 }
 
 static const PlanSchedule pref[PS_COUNT] = {PS_2BW, PS_1F1B, PS_GPIPE, PS_PIPEDREAM};

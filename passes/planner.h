@@ -126,6 +126,9 @@ typedef struct PlanInput {
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
   bool cuda;               /* the plan runs CUDA programs: each stage's device also
                               holds its cuda_scratch block beside the arena */
+  /* Measured GEMM cost per precision (a profile's "gemm" section: gemm_sweep's
+   * file); rate 0 = the cluster's peak x gemm_efficiency and gemm_latency_us. */
+  double gemm_rate[PPR_COUNT], gemm_latency_s[PPR_COUNT];
 } PlanInput;
 
 void plan_input_init(PlanInput *in, const char *name);
@@ -486,10 +489,11 @@ void plan_json_sort(cJSON *node);
 
 /* ---- internals shared by plan_*.c ------------------------------------------- */
 
-/* Cost model (plan_cost.c). One op at microbatch size b on c (docs/cluster.md,
- * "Compute"): launch_us + max(FLOPs / rate, bytes / memory bandwidth), where a
- * GEMM's rate is peak x gemm_efficiency and its fixed cost gemm_latency_us. */
-double plan_op_time(const Cluster *c, PlanPrecision p, const PlanOpTerm *t, int64_t b);
+/* Cost model (plan_cost.c). One op at microbatch size b on c (docs/language.md,
+ * "Compute"): launch_us + max(FLOPs / rate, bytes / memory_gbs), where a
+ * GEMM's rate is peak x gemm_efficiency and its fixed cost gemm_latency_us, or the
+ * measured ones of in->gemm_rate / gemm_latency_s for the plan's precision. */
+double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b);
 /* Per-microbatch compute time of segments [a, e). */
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);

@@ -82,9 +82,40 @@ static void test_profile_stage_split_by_flops(void) {
   plan_input_free(&in);
 }
 
+/* gemm_sweep's file as a profile: the measured GEMM rate and latency of the plan's
+ * precision replace the cluster's peak x gemm_efficiency and gemm_latency_us. */
+static void test_gemm_sweep_file(void) {
+  PlanInput in;
+  two_gemms(&in);
+  in.precision = PPR_BF16;
+  Cluster c = cost_cluster();
+  c.flops_bf16 = 2e12;
+  char *path = write_tmp("{\"version\": 1, \"device\": \"test\", \"gemm\": {"
+                         "\"bf16\": {\"points\": [], \"latency_us\": 2000, \"rate_tflops\": 0.25, \"efficiency\": 0.1},"
+                         "\"fp32\": {\"latency_us\": 1, \"rate_tflops\": 1}}}");
+  Diag d;
+  diag_init(&d, stderr);
+  EXPECT(path && plan_profile_load(&in, path, &d));
+  if (path) unlink(path);
+  /* 1 GFLOP at 0.25 TFLOP/s + 2 ms + the 0.1 ms launch */
+  EXPECT_NEAR(plan_cost_fwd(&in, &c, 0, 1, 1), 4e-3 + 2e-3 + 0.1e-3, 1e-12, 0);
+  plan_input_free(&in);
+  /* an unknown precision is a located error */
+  two_gemms(&in);
+  path = write_tmp("{\"version\": 1, \"gemm\": {\"fp8\": {\"latency_us\": 1, \"rate_tflops\": 1}}}");
+  FILE *null = fopen("/dev/null", "w");
+  diag_init(&d, null);
+  EXPECT(path && !plan_profile_load(&in, path, &d));
+  EXPECT_EQ_INT(d.nerrors, 1);
+  if (null) fclose(null);
+  if (path) unlink(path);
+  plan_input_free(&in);
+}
+
 int main(void) {
   RUN(test_gemm_cost_depends_on_b);
   RUN(test_profile_scaled_by_model);
   RUN(test_profile_stage_split_by_flops);
+  RUN(test_gemm_sweep_file);
   return TEST_REPORT();
 }
