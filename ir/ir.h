@@ -353,6 +353,14 @@ typedef struct Cluster {
   double mem_bandwidth;      /* bytes/s per device */
   double intra_bandwidth;    /* bytes/s between devices in a node (per link) */
   double inter_bandwidth;    /* bytes/s between nodes (per device) */
+  /* Compute efficiency (planner cost model, docs/cluster.md "Compute"); 0 = not
+   * given: GEMMs at the peak, no per-kernel overhead. */
+  double gemm_efficiency;    /* fraction of the peak a large GEMM reaches */
+  double gemm_latency_s;     /* fixed time of one GEMM beyond the launch */
+  double launch_s;           /* per kernel (op) launch overhead */
+  double cublas_workspace;   /* bytes cuBLAS gets per compute stream on this device
+                                ("cublas_workspace_mib"; 0 = not given: the planner
+                                charges 32 MiB, Hopper's size, to CUDA plans) */
   Loc loc;
 } Cluster;
 

@@ -56,22 +56,59 @@ static double roofline(const PlanInput *in, const Cluster *c, double flops, doub
   return tf > tb ? tf : tb;
 }
 
+double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b) {
+  double flops = t->f1 * (double)b + t->f0, bytes = t->y1 * (double)b + t->y0;
+  double peak = plan_peak_flops(c, in->precision), latency = t->gemm ? c->gemm_latency_s : 0;
+  if (t->gemm && in->gemm_rate[in->precision] > 0)
+    peak = in->gemm_rate[in->precision], latency = in->gemm_latency_s[in->precision];
+  else if (t->gemm && c->gemm_efficiency > 0)
+    peak *= c->gemm_efficiency;
+  double tf = peak > 0 ? flops / peak : 0;
+  double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
+  return (tf > tb ? tf : tb) + c->launch_s + latency;
+}
+
+/* One segment's forward or backward at b: measured (per sample, scaled by b), its
+ * ops one by one, or one roofline over its totals. */
+static double ops_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b);
+
+static double seg_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b) {
+  double measured = bwd ? s->bwd_time_s : s->fwd_time_s;
+  if (measured > 0) {
+    int64_t b0 = s->profile_b;
+    if (s->nops == 0 || b0 <= 0 || b0 == b) return measured * (double)b;
+    /* measured at b0: the model says how the time changes from b0 to b */
+    double m0 = ops_time(in, c, s, bwd, b0), m1 = ops_time(in, c, s, bwd, b);
+    return m0 > 0 ? measured * (double)b0 * (m1 / m0) : measured * (double)b;
+  }
+  if (s->nops == 0)
+    return (bwd ? roofline(in, c, s->bwd_flops, s->bwd_bytes) : roofline(in, c, s->fwd_flops, s->fwd_bytes)) *
+           (double)b;
+  return ops_time(in, c, s, bwd, b);
+}
+
+/* The segment's ops one by one (plan_op_time). */
+static double ops_time(const PlanInput *in, const Cluster *c, const PlanSegment *s, bool bwd, int64_t b) {
+  double t = 0;
+  bool any = false;
+  for (int k = 0; k < s->nops; k++)
+    if (s->ops[k].bwd == bwd) t += plan_op_time(in, c, &s->ops[k], b), any = true;
+  /* a graph without a backward yet: twice the forward, as its bwd_flops say */
+  if (bwd && !any)
+    for (int k = 0; k < s->nops; k++) t += 2 * plan_op_time(in, c, &s->ops[k], b);
+  return t;
+}
+
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
   double t = 0;
-  for (int i = a; i < e; i++) {
-    const PlanSegment *s = &in->segs[i];
-    t += s->fwd_time_s > 0 ? s->fwd_time_s : roofline(in, c, s->fwd_flops, s->fwd_bytes);
-  }
-  return t * (double)b;
+  for (int i = a; i < e; i++) t += seg_time(in, c, &in->segs[i], false, b);
+  return t;
 }
 
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b) {
   double t = 0;
-  for (int i = a; i < e; i++) {
-    const PlanSegment *s = &in->segs[i];
-    t += s->bwd_time_s > 0 ? s->bwd_time_s : roofline(in, c, s->bwd_flops, s->bwd_bytes);
-  }
-  return t * (double)b;
+  for (int i = a; i < e; i++) t += seg_time(in, c, &in->segs[i], true, b);
+  return t;
 }
 
 double plan_cost_allreduce(double bytes, int w, double bw) {
@@ -136,6 +173,26 @@ int64_t plan_tied_params(const PlanInput *in, int a, int e) {
   for (int t = 0; t < in->ntied; t++)
     if (plan_tied_in(&in->tied[t], a, e)) n += in->tied[t].count;
   return n;
+}
+
+double plan_tied_recv_bytes(const PlanInput *in, int a, int e, int d) {
+  double bytes = 0;
+  for (int t = 0; t < in->ntied; t++) {
+    const PlanTied *T = &in->tied[t];
+    if (!plan_tied_in(T, a, e)) continue;
+    int outside = 0;
+    for (int k = 0; k < T->nsegs; k++) outside += T->segs[k] < a || T->segs[k] >= e;
+    if (outside > d - 1) outside = d - 1;
+    bytes += (double)outside * (double)(((uint64_t)T->count * 4 + 255) / 256 * 256);
+  }
+  return bytes;
+}
+
+/* The runtime's size (runtime/cuda/cuda_device.c): 32 MiB on sm_90, 4 MiB before;
+ * a cluster file states its device's. One compute stream per stage device. */
+uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c) {
+  if (!in->cuda) return 0;
+  return c->cublas_workspace > 0 ? (uint64_t)c->cublas_workspace : (uint64_t)32 << 20;
 }
 
 int64_t plan_tied_spanning(const PlanInput *in, int a, int e) {

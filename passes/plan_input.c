@@ -17,7 +17,7 @@ void plan_input_init(PlanInput *in, const char *name) {
 }
 
 void plan_input_free(PlanInput *in) {
-  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda);
+  for (int i = 0; i < in->nsegs; i++) free(in->segs[i].name), free(in->segs[i].cuda), free(in->segs[i].ops);
   for (int i = 0; i < in->ntied; i++) free(in->tied[i].name), free(in->tied[i].segs);
   free(in->segs);
   free(in->tied);
@@ -58,6 +58,23 @@ static void add_cuda_terms(const Graph *g, const Op *op, int flash_hs, PlanSegme
   }
 }
 
+void plan_segment_add_op(PlanSegment *s, PlanOpTerm t) {
+  if ((s->nops & (s->nops - 1)) == 0) /* grows at powers of two */
+    s->ops = pd_realloc(s->ops, (size_t)(s->nops ? 2 * s->nops : 1) * sizeof *s->ops);
+  s->ops[s->nops++] = t;
+}
+
+/* The op's FLOPs and bytes as linear functions of b (the op table at b = 1, 2). */
+static void add_op_term(const Graph *g, const Op *op, PlanSegment *s) {
+  if (!op_info[op->kind].cost) return;
+  OpCost c1 = op_info[op->kind].cost(g, op, 1), c2 = op_info[op->kind].cost(g, op, 2);
+  if (c1.flops == 0 && c1.bytes == 0 && c2.flops == 0 && c2.bytes == 0) return; /* views */
+  int64_t x, y;
+  PlanOpTerm t = {layout_cuda_gemm_operands(g, op, 1, &x, &y), op->fwd_op >= 0, c2.flops - c1.flops,
+                  2 * c1.flops - c2.flops, c2.bytes - c1.bytes, 2 * c1.bytes - c2.bytes};
+  plan_segment_add_op(s, t);
+}
+
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs) {
   PD_CHECK(nsegs > 0, "tied group of %d segments", nsegs);
@@ -76,6 +93,21 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
     t->segs[i] = segs[i];
   }
   return in->ntied++;
+}
+
+/* A differentiated segment's STASH, WORK and INPUTS blocks as its own stage program
+ * lays them out (the layout codegen and plan_apply_layouts use), as per-sample and
+ * fixed parts from b = 1 and b = 2. */
+static void layout_segment(const Graph *g, int r, PlanSegment *s) {
+  StageLayout *L1 = layout_stage(g, r, r, 1), *L2 = layout_stage(g, r, r, 2);
+  double st1 = (double)L1->total[BUF_STASH], st2 = (double)L2->total[BUF_STASH];
+  double w1 = (double)L1->total[BUF_WORK], w2 = (double)L2->total[BUF_WORK];
+  double i1 = (double)L1->total[BUF_INPUTS], i2 = (double)L2->total[BUF_INPUTS];
+  s->stash_bytes = st2 - st1, s->stash_fixed = 2 * st1 - st2;
+  s->workspace_bytes = w2 - w1, s->workspace_fixed = 2 * w1 - w2;
+  s->inputs_bytes = i2 - i1, s->inputs_fixed = 2 * i1 - i2;
+  layout_destroy(L1);
+  layout_destroy(L2);
 }
 
 static double tensor_bytes(const Tensor *t) {
@@ -105,6 +137,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
     add_cuda_terms(g, op, flash_hs, s);
+    add_op_term(g, op, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
       s->bwd_flops += c.flops;
@@ -149,6 +182,8 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
       out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
       out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
     }
+  else
+    for (int r = 0; r < R; r++) layout_segment(g, r, &out->segs[r]);
 
   /* Parameters: own region, unless used from several (tied). reader[t]: the region
    * of the last forward op reading tensor t (-1: none), for a param declared in one

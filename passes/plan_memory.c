@@ -9,10 +9,14 @@
  *   optimizer P x 8 (AdamW m and v, one copy whatever the number of versions)
  *   stash     one slot per microbatch in flight: m (gpipe), <= d-i (1f1b, 2bw,
  *             pipedream); a slot holds what the backward needs, or only the stage
- *             input when recomputing
- *   send/recv one microbatch of boundary activation / gradient each way
- *   workspace the largest segment's scratch (plus, when recomputing, the one
- *             microbatch whose activations are rebuilt during its backward)
+ *             input when recomputing (then one more block, "activations", where the
+ *             backward rebuilds one microbatch's)
+ *   inputs    the data tensors (tokens, targets)
+ *   boundary  the activation sent on and the gradients received and sent back
+ *   workspace the program's transients (PlanStageSums.ws)
+ *   tied_recv TIED_SYNC's receive buffers, two
+ * the same buffers, in the same order, as the exact plan below lays out from the
+ * programs' blocks; the segments' figures come from the same layout function.
  * P counts the stage's own parameters plus every tied parameter it holds.
  *
  * A plan with CUDA programs also needs, on each stage's device, the programs'
@@ -113,8 +117,7 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
                           int nversions, int nstash, PlanStage *st) {
   int d = cfg->stages;
   double b = (double)cfg->microbatch_size;
-  double slot = cfg->recompute ? sum->in_bytes : sum->stash;
-  double ws = sum->ws + (cfg->recompute ? sum->stash : 0);
+  double slot = cfg->recompute ? b * sum->in_bytes : sum->stash;
   if (st) {
     free(st->bufs);
     st->bufs = NULL;
@@ -123,32 +126,37 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   Layout L = {st, 0};
   double pbytes = (double)sum->params * 4.0;
   put_n(&L, PB_WEIGHTS, nversions, pbytes);
-  /* 2bw steps tied parameters spanning stages later, from double-buffered grads */
+  /* 2bw steps tied parameters spanning stages later, from double-buffered grads
+   * (beside PB_GRADS, which the program sizes for every parameter it holds) */
   bool split = cfg->schedule == PS_2BW && sum->tied_spanning > 0;
   double tbytes = (double)sum->tied_spanning * 4.0;
-  put(&L, PB_GRADS, 0, split ? pbytes - tbytes : pbytes);
+  put(&L, PB_GRADS, 0, pbytes);
   if (split) put_n(&L, PB_TIED_GRADS, 2, tbytes);
   put(&L, PB_OPT_M, 0, pbytes);
   put(&L, PB_OPT_V, 0, pbytes);
-  put_n(&L, PB_STASH, nstash, b * slot);
-  put(&L, PB_RECV_ACT, 0, b * sum->in_bytes); /* stage 0: the data loader's inputs */
-  if (i < d - 1) put(&L, PB_SEND_ACT, 0, b * sum->out_bytes);
-  if (i < d - 1) put(&L, PB_RECV_GRAD, 0, b * sum->out_bytes);
-  if (i > 0) put(&L, PB_SEND_GRAD, 0, b * sum->in_bytes);
-  put(&L, PB_WORKSPACE, 0, b * ws);
+  put_n(&L, PB_STASH, nstash, slot);
+  if (cfg->recompute) put(&L, PB_ACTIVATIONS, 0, sum->stash);
+  if (sum->inputs > 0) put(&L, PB_INPUTS, 0, sum->inputs);
+  /* the gradient sent back (i > 0); the activation sent on and its gradient (i < d-1) */
+  double boundary = (i > 0 ? sum->in_bytes : 0) + (i < d - 1 ? 2 * sum->out_bytes : 0);
+  if (boundary > 0) put(&L, PB_BOUNDARY, 0, b * boundary);
+  put(&L, PB_WORKSPACE, 0, sum->ws);
+  /* TIED_SYNC's receive buffers, double-buffered like the gradients they hold */
+  if (sum->tied_recv > 0) put_n(&L, PB_TIED_RECV, 2, sum->tied_recv);
   if (st) {
     st->total_bytes = st->estimated_bytes = L.top;
     st->cuda_scratch = sum->cuda_scratch;
+    st->cublas_workspace = sum->cublas_workspace;
     st->params = sum->params;
-    st->stash_slot_bytes = b * slot;
+    st->stash_slot_bytes = slot;
     st->nversions = nversions;
     st->nstash = nstash;
   }
-  return L.top + align_up(sum->cuda_scratch);
+  return L.top + align_up(sum->cuda_scratch) + sum->cublas_workspace;
 }
 
 uint64_t plan_stage_device_bytes(const PlanStage *st) {
-  return st->total_bytes + align_up(st->cuda_scratch);
+  return st->total_bytes + align_up(st->cuda_scratch) + st->cublas_workspace;
 }
 
 void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging) {
@@ -176,24 +184,35 @@ uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b) {
   return (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
 }
 
-void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum) {
+double plan_seg_stash(const PlanSegment *s, int64_t b) { return s->stash_bytes * (double)b + s->stash_fixed; }
+double plan_seg_work(const PlanSegment *s, int64_t b) { return s->workspace_bytes * (double)b + s->workspace_fixed; }
+double plan_seg_inputs(const PlanSegment *s, int64_t b) { return s->inputs_bytes * (double)b + s->inputs_fixed; }
+
+void plan_stage_sums(const PlanInput *in, int a, int e, int64_t b, PlanStageSums *sum) {
   memset(sum, 0, sizeof *sum);
   sum->params = plan_tied_params(in, a, e);
   sum->tied_spanning = plan_tied_spanning(in, a, e);
+  double internal = 0; /* the widest cut inside the stage, per sample */
   for (int s = a; s < e; s++) {
-    sum->params += in->segs[s].params;
-    sum->stash += in->segs[s].stash_bytes;
-    if (in->segs[s].workspace_bytes > sum->ws) sum->ws = in->segs[s].workspace_bytes;
+    const PlanSegment *g = &in->segs[s];
+    sum->params += g->params;
+    sum->stash += plan_seg_stash(g, b);
+    sum->inputs += plan_seg_inputs(g, b);
+    if (plan_seg_work(g, b) > sum->ws) sum->ws = plan_seg_work(g, b);
+    if (s < e - 1 && g->out_bytes > internal) internal = g->out_bytes;
   }
+  sum->ws += internal * (double)b;
   sum->in_bytes = plan_stage_in_bytes(in, a);
   sum->out_bytes = in->segs[e - 1].out_bytes;
 }
 
-uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
-                           int nversions, int nstash, PlanStage *st) {
+uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a,
+                           int e, int nversions, int nstash, PlanStage *st) {
   PlanStageSums sum;
-  plan_stage_sums(in, a, e, &sum);
+  plan_stage_sums(in, a, e, cfg->microbatch_size, &sum);
   sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
+  sum.cublas_workspace = plan_cublas_workspace(in, c);
+  sum.tied_recv = plan_tied_recv_bytes(in, a, e, cfg->stages);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
 }
 
@@ -234,6 +253,7 @@ int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks) {
     if (recv) put_n(&L, PB_TIED_RECV, 2, (double)recv);
     st->total_bytes = L.top;
     st->cuda_scratch = B->cuda_scratch;
+    st->cublas_workspace = plan_cublas_workspace(&p->in, &p->cluster);
     st->stash_slot_bytes = (double)slot;
     over += (double)plan_stage_device_bytes(st) > p->cluster.memory_bytes;
   }

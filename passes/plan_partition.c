@@ -29,6 +29,7 @@ typedef struct Dp {
   double *bw_ar;    /* [d] */
   double cap;       /* device memory */
   int64_t *ce_rows, *staging; /* per segment at the configuration's b (CUDA plans) */
+  double *stash, *work, *inputs; /* per segment: bytes at the configuration's b */
 } Dp;
 
 /* Time per batch of stage i holding [a, e) (sum given). */
@@ -66,7 +67,10 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
    * search quadratic in the number of layers). */
   PlanStageSums s0;
   memset(&s0, 0, sizeof s0);
+  s0.cublas_workspace = plan_cublas_workspace(in, p->c);
   int64_t own0 = 0, rows0 = 0, staging0 = 0;
+  double work0 = 0, internal0 = 0; /* largest WORK and widest inner cut of [1, e) */
+  double b = (double)p->cfg->microbatch_size;
   for (int i = 0; i < d; i++) {
     /* stage i ends at e; stages after it need one segment each */
     for (int e = i + 1; e <= n - (d - 1 - i); e++) {
@@ -74,17 +78,22 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
       int barg = -1;
       PlanStageSums s;
       memset(&s, 0, sizeof s);
+      s.cublas_workspace = s0.cublas_workspace;
       int64_t own = 0, rows = 0, staging = 0;
+      double work = 0, internal = 0;
       int from = e - 1;
       if (i == 0) {
         if (e - 1 >= 1) {
           own0 += in->segs[e - 1].params;
-          s0.stash += in->segs[e - 1].stash_bytes;
-          if (in->segs[e - 1].workspace_bytes > s0.ws) s0.ws = in->segs[e - 1].workspace_bytes;
+          s0.stash += p->stash[e - 1];
+          s0.inputs += p->inputs[e - 1];
+          if (p->work[e - 1] > work0) work0 = p->work[e - 1];
+          if (e - 2 >= 1 && in->segs[e - 2].out_bytes > internal0) internal0 = in->segs[e - 2].out_bytes;
           if (p->ce_rows[e - 1] > rows0) rows0 = p->ce_rows[e - 1];
           if (p->staging[e - 1] > staging0) staging0 = p->staging[e - 1];
         }
         s = s0, own = own0, rows = rows0, staging = staging0, from = 0;
+        work = work0, internal = internal0;
       }
       s.out_bytes = in->segs[e - 1].out_bytes;
       for (int a = from; a >= i; a--) {
@@ -94,11 +103,15 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
           s.cuda_scratch = (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
         }
         own += in->segs[a].params;
-        s.stash += in->segs[a].stash_bytes;
-        if (in->segs[a].workspace_bytes > s.ws) s.ws = in->segs[a].workspace_bytes;
+        s.stash += p->stash[a];
+        s.inputs += p->inputs[a];
+        if (p->work[a] > work) work = p->work[a];
+        if (a < e - 1 && in->segs[a].out_bytes > internal) internal = in->segs[a].out_bytes;
+        s.ws = work + internal * b; /* as plan_stage_sums */
         if (in->ntied > 0) {
           s.params = own + plan_tied_params(in, a, e);
           s.tied_spanning = plan_tied_spanning(in, a, e);
+          s.tied_recv = plan_tied_recv_bytes(in, a, e, p->cfg->stages);
         } else {
           s.params = own;
         }
@@ -107,7 +120,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
          * tied parameter spans stages can change either way): once they pass, no
          * smaller a can do better. */
         PlanStageSums lb = s;
-        lb.in_bytes = 0, lb.tied_spanning = 0;
+        lb.in_bytes = 0, lb.tied_spanning = 0, lb.tied_recv = 0;
         double mem_lb = stage_mem(p, i, &lb);
         if (by_memory ? mem_lb >= bound : mem_lb > p->cap) break;
         if (!by_memory && stage_time(p, i, a, e, &lb) >= bound) break;
@@ -142,17 +155,27 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
                       PlanPlacement pl, int *cuts, double *min_over_bytes) {
   int n = in->nsegs, d = cfg->stages, w = cfg->replicas;
   PD_CHECK(d >= 1 && d <= n, "stages %d for %d segments", d, n);
-  Dp p = {in, c, cfg, NULL, NULL, NULL, NULL, c->memory_bytes, NULL, NULL};
+  Dp p = {in, c, cfg, NULL, NULL, NULL, NULL, c->memory_bytes, NULL, NULL, NULL, NULL, NULL};
   p.ce_rows = pd_calloc((size_t)n, sizeof(int64_t));
   p.staging = pd_calloc((size_t)n, sizeof(int64_t));
   if (in->cuda)
     for (int s = 0; s < n; s++)
       plan_segment_cuda_needs(&in->segs[s], cfg->microbatch_size, &p.ce_rows[s], &p.staging[s]);
+  p.stash = pd_malloc((size_t)n * sizeof(double));
+  p.work = pd_malloc((size_t)n * sizeof(double));
+  p.inputs = pd_malloc((size_t)n * sizeof(double));
+  for (int s = 0; s < n; s++) {
+    p.stash[s] = plan_seg_stash(&in->segs[s], cfg->microbatch_size);
+    p.work[s] = plan_seg_work(&in->segs[s], cfg->microbatch_size);
+    p.inputs[s] = plan_seg_inputs(&in->segs[s], cfg->microbatch_size);
+  }
   p.F = pd_calloc((size_t)n + 1, sizeof(double));
   p.B = pd_calloc((size_t)n + 1, sizeof(double));
   for (int s = 0; s < n; s++) {
-    p.F[s + 1] = p.F[s] + plan_cost_fwd(in, c, s, s + 1, 1);
-    p.B[s + 1] = p.B[s] + plan_cost_bwd(in, c, s, s + 1, 1);
+    /* per sample at the configuration's b: a segment's time need not be linear in b */
+    double b = (double)cfg->microbatch_size;
+    p.F[s + 1] = p.F[s] + plan_cost_fwd(in, c, s, s + 1, cfg->microbatch_size) / b;
+    p.B[s + 1] = p.B[s] + plan_cost_bwd(in, c, s, s + 1, cfg->microbatch_size) / b;
   }
   p.bw_p2p = pd_calloc((size_t)d, sizeof(double));
   p.bw_ar = pd_calloc((size_t)d, sizeof(double));
@@ -171,5 +194,6 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
   free(p.bw_ar);
   free(p.ce_rows);
   free(p.staging);
+  free(p.stash), free(p.work), free(p.inputs);
   return r;
 }

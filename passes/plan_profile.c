@@ -3,9 +3,13 @@
  *   {"version": 1, "microbatch_size": 4,
  *    "segments": [{"name": "h.0", "forward_s": 0.0012, "backward_s": 0.0025}, ...],
  *    "ops":      [{"segment": "h.0", "forward_s": ..., "backward_s": ...}, ...]}
+ *    "stages":   [{"segments": ["h.1", "h.2"], "forward_s": ..., "backward_s": ...}],
+ *    "gemm":     {"bf16": {"latency_us": 22, "rate_tflops": 811}, ...}}
  * Times are seconds per microbatch of microbatch_size samples (an entry may carry
- * its own "microbatch_size"); per-op entries are summed into their segment. Compute
- * is taken as linear in b, which is what the roofline assumes too.
+ * its own "microbatch_size"); per-op entries are summed into their segment; a
+ * stage entry (what a pipeline run measures: one time per stage) is split over its
+ * segments in proportion to their FLOPs. At another microbatch size the cost model
+ * scales the measured time (plan_cost.c).
  */
 #include "passes/planner.h"
 
@@ -154,6 +158,89 @@ static bool apply(PlanInput *in, const ProfileText *src, const char *list, const
     fw[s] += f->valuedouble / bs;
     bw[s] += b->valuedouble / bs;
     seen[s] = true;
+    in->segs[s].profile_b = (int64_t)bs;
+  }
+  return true;
+}
+
+/* "gemm": per precision {"latency_us", "rate_tflops"} (bench/gpu/gemm_sweep's file;
+ * its "points" and "efficiency" are not needed here). */
+static bool apply_gemm(PlanInput *in, const ProfileText *src, Diag *d) {
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(src->json, "gemm");
+  if (!g) return true;
+  if (!cJSON_IsObject(g)) {
+    diag_error(d, key_loc(src, "gemm"), "bad profile: \"gemm\" must be an object of precisions");
+    return false;
+  }
+  const cJSON *e;
+  cJSON_ArrayForEach(e, g) {
+    PlanPrecision p;
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(e, "latency_us");
+    const cJSON *rate = cJSON_GetObjectItemCaseSensitive(e, "rate_tflops");
+    if (!plan_precision_parse(e->string, &p)) {
+      diag_error(d, key_loc(src, "gemm"), "bad profile: unknown GEMM precision '%.32s' (expected fp32, tf32, bf16)",
+                 e->string);
+      return false;
+    }
+    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(rate) || !isfinite(lat->valuedouble) || lat->valuedouble < 0 ||
+        lat->valuedouble > 1e6 || !isfinite(rate->valuedouble) || !(rate->valuedouble > 0) ||
+        rate->valuedouble > 1e9) {
+      diag_error(d, key_loc(src, "gemm"), "bad profile: gemm.%s needs \"latency_us\" (0 to 1e6) and "
+                 "\"rate_tflops\" (> 0, at most 1e9)", e->string);
+      return false;
+    }
+    in->gemm_rate[p] = rate->valuedouble * 1e12;
+    in->gemm_latency_s[p] = lat->valuedouble * 1e-6;
+  }
+  return true;
+}
+
+/* "stages": a stage's measured time split over its segments by their FLOPs. */
+static bool apply_stages(PlanInput *in, const ProfileText *src, double b0, double *fw, double *bw, bool *seen,
+                         Diag *d) {
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(src->json, "stages");
+  if (!arr) return true;
+  if (!cJSON_IsArray(arr)) {
+    diag_error(d, key_loc(src, "stages"), "bad profile: \"stages\" must be an array");
+    return false;
+  }
+  const cJSON *e;
+  int k = 0;
+  cJSON_ArrayForEach(e, arr) {
+    Loc at = entry_loc(src, "stages", k++);
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(e, "segments");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "forward_s");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "backward_s");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(e, "microbatch_size");
+    if (!cJSON_IsArray(names) || cJSON_GetArraySize(names) < 1 || !time_ok(f) || !time_ok(b)) {
+      diag_error(d, at, "bad profile: every entry of \"stages\" needs \"segments\" (a non-empty array of "
+                 "names), \"forward_s\" and \"backward_s\" (seconds per microbatch, from 0 to %g)",
+                 PROFILE_MAX_TIME_S);
+      return false;
+    }
+    if (mb && (!cJSON_IsNumber(mb) || !microbatch_ok(mb->valuedouble))) {
+      diag_error(d, at, "bad profile: microbatch_size must be an integer from 1 to %.0f", PROFILE_MAX_MICROBATCH);
+      return false;
+    }
+    double bs = mb ? mb->valuedouble : b0, ff = 0, fb = 0;
+    int n = cJSON_GetArraySize(names);
+    const cJSON *nm;
+    cJSON_ArrayForEach(nm, names) {
+      int s = cJSON_IsString(nm) ? find_seg(in, nm->valuestring) : -1;
+      if (s < 0) {
+        diag_error(d, at, "bad profile: unknown segment '%.64s'", cJSON_IsString(nm) ? nm->valuestring : "?");
+        return false;
+      }
+      ff += in->segs[s].fwd_flops, fb += in->segs[s].bwd_flops;
+    }
+    cJSON_ArrayForEach(nm, names) {
+      int s = find_seg(in, nm->valuestring);
+      double sf = ff > 0 ? in->segs[s].fwd_flops / ff : 1.0 / n, sb = fb > 0 ? in->segs[s].bwd_flops / fb : 1.0 / n;
+      fw[s] += f->valuedouble * sf / bs;
+      bw[s] += b->valuedouble * sb / bs;
+      seen[s] = true;
+      in->segs[s].profile_b = (int64_t)bs;
+    }
   }
   return true;
 }
@@ -180,7 +267,8 @@ bool plan_profile_load(PlanInput *in, const char *path, Diag *d) {
     double *fw = pd_calloc((size_t)in->nsegs + 1, sizeof(double));
     double *bw = pd_calloc((size_t)in->nsegs + 1, sizeof(double));
     bool *seen = pd_calloc((size_t)in->nsegs + 1, sizeof(bool));
-    ok = apply(in, &t, "segments", "name", b0, fw, bw, seen, d) && apply(in, &t, "ops", "segment", b0, fw, bw, seen, d);
+    ok = apply(in, &t, "segments", "name", b0, fw, bw, seen, d) && apply(in, &t, "ops", "segment", b0, fw, bw, seen, d) &&
+         apply_stages(in, &t, b0, fw, bw, seen, d) && apply_gemm(in, &t, d);
     if (ok)
       for (int s = 0; s < in->nsegs; s++)
         if (seen[s]) in->segs[s].fwd_time_s = fw[s], in->segs[s].bwd_time_s = bw[s];

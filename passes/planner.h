@@ -63,6 +63,15 @@ typedef struct PlanCudaTerm {
   int64_t b1, b0; /* GEMM: B's float32 elements = b1·b + b0 */
 } PlanCudaTerm;
 
+/* One op of a segment for the cost model, its FLOPs and bytes moved as linear
+ * functions of the microbatch size b (the op table's counts at b = 1 and 2). */
+typedef struct PlanOpTerm {
+  bool gemm;      /* a GEMM (cuBLAS / pd_sgemm): charged at the GEMM efficiency */
+  bool bwd;       /* a backward op */
+  double f1, f0;  /* FLOPs = f1·b + f0 */
+  double y1, y0;  /* bytes = y1·b + y0 */
+} PlanOpTerm;
+
 /* One cut-able piece of the model. All sizes are per sample (multiply by b). */
 typedef struct PlanSegment {
   char *name;            /* "prologue", "h.3", "epilogue" */
@@ -70,12 +79,27 @@ typedef struct PlanSegment {
   double bwd_flops, bwd_bytes; /* backward (about 2x forward FLOPs for GEMMs) */
   int64_t params;        /* fp32 trainable scalars, tied parameters excluded */
   double out_bytes;      /* activation crossing a stage boundary after this segment */
-  double stash_bytes;    /* what the backward keeps from the forward (no recompute) */
-  double workspace_bytes;/* scratch needed while running the segment */
-  /* Measured times per sample (from --profile); 0 = use the analytic roofline. */
+  /* Memory as the segment's own stage program lays it out (passes/layout.h, from
+   * layout_stage at b = 1 and 2), bytes = per-sample x b + fixed: STASH (what its
+   * backward keeps, received activations included: the blocks of a stage's segments
+   * add up), WORK (transients and kernel scratch) and INPUTS (data tensors). A graph
+   * without a backward yet, and synthetic inputs, give op-table estimates. */
+  double stash_bytes, stash_fixed;
+  double workspace_bytes, workspace_fixed;
+  double inputs_bytes, inputs_fixed;
+  /* Measured times per sample (from --profile); 0 = use the analytic roofline. At
+   * another microbatch size than the measured one (profile_b) they are scaled by the
+   * cost model's ratio between the two sizes when the segment's ops are known. */
   double fwd_time_s, bwd_time_s;
+  int64_t profile_b;
   PlanCudaTerm *cuda;    /* the segment's GEMMs and cross-entropies (pd_malloc'd) */
   int ncuda;
+  /* Its ops, when known (plan_input_from_graph): each is charged on its own
+   * (plan_op_time), so a GEMM's efficiency and every kernel's launch overhead
+   * depend on b. Without them the segment's FLOPs and bytes above are charged as
+   * one roofline, linear in b. */
+  PlanOpTerm *ops;
+  int nops;
 } PlanSegment;
 
 /* A parameter held by several segments (GPT's token embedding in the prologue and
@@ -102,6 +126,9 @@ typedef struct PlanInput {
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
   bool cuda;               /* the plan runs CUDA programs: each stage's device also
                               holds its cuda_scratch block beside the arena */
+  /* Measured GEMM cost per precision (a profile's "gemm" section: gemm_sweep's
+   * file); rate 0 = the cluster's peak x gemm_efficiency and gemm_latency_us. */
+  double gemm_rate[PPR_COUNT], gemm_latency_s[PPR_COUNT];
 } PlanInput;
 
 void plan_input_init(PlanInput *in, const char *name);
@@ -110,6 +137,8 @@ void plan_input_free(PlanInput *in);
 PlanSegment *plan_input_add_segment(PlanInput *in, const char *name);
 /* Appends a cuda_scratch term to segment s. */
 void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t);
+/* Appends an op cost term to segment s. */
+void plan_segment_add_op(PlanSegment *s, PlanOpTerm t);
 /* Adds a tied group over the given segments; returns its index. */
 int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const int *segs,
                         int nsegs);
@@ -315,10 +344,11 @@ typedef enum PlanBufKind {
   PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
   PB_WORKSPACE, /* scratch for one segment at a time */
   PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
-                   index = batch % 2. Analytic plan: PB_GRADS leaves them out; exact
-                   plan: the runtime moves them out of PB_GRADS at each OPT_STEP */
-  /* The kinds below appear only in the exact plan (plan_apply_layouts), which mirrors
-   * the pipeline runtime's arena; PB_RECV_ACT .. PB_SEND_GRAD only in the analytic one. */
+                   index = batch % 2, beside PB_GRADS (which has every parameter: the
+                   runtime moves them out of PB_GRADS at each OPT_STEP) */
+  /* The kinds below are those of the runtime's arena, which the search's layout and
+   * the exact plan (plan_apply_layouts) both use; PB_RECV_ACT .. PB_SEND_GRAD are
+   * no longer laid out (plan files of older versions have them). */
   PB_ACTIVATIONS,/* with recomputation: the stage program's whole stash block, where the
                     backward rebuilds one microbatch's activations (the stash slots then
                     keep only the received input) */
@@ -358,22 +388,38 @@ typedef struct PlanStage {
                                plan_apply_layouts replaces the memory plan) */
   uint64_t cuda_scratch;/* the CUDA programs' GPU-only block, beside the arena (0
                            when the plan has no CUDA programs) */
+  uint64_t cublas_workspace; /* cuBLAS's workspace for the stage's compute stream
+                           (plan_cublas_workspace; 0 without CUDA programs) */
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
-
-/* Why a candidate lost. */
-typedef struct PlanCandidate {
-  PlanConfig cfg;
-  bool fits;
-  bool chosen;
-  double step_time_s, samples_per_s, peak_bytes;
-  char why[256];
-} PlanCandidate;
 
 typedef enum PlanPlacement {
   PP_STAGE_MAJOR,   /* a stage's replicas on neighbouring devices: all-reduce in-node */
   PP_REPLICA_MAJOR, /* a pipeline's stages on neighbouring devices: p2p in-node */
 } PlanPlacement;
+
+/* Why a candidate lost. step_time_s is the simulation's steady-state time per batch
+ * (what plan.json predicts for a chosen plan) for the candidates of each schedule
+ * with the smallest analytic estimates (PLAN_SIM_PER_SCHEDULE), and that
+ * estimate for the others (simulated false): candidates are ranked by the
+ * simulated figure. */
+typedef struct PlanCandidate {
+  PlanConfig cfg;
+  PlanPlacement placement; /* the faster of the two for this configuration */
+  bool fits;
+  bool chosen;
+  bool simulated;
+  double analytic_s;       /* the analytic pipeline formula's time per batch */
+  double step_time_s, samples_per_s, peak_bytes;
+  char why[256];
+} PlanCandidate;
+
+/* How many candidates of each schedule are simulated: those with the smallest
+ * analytic estimates, at most PLAN_SIM_WITHIN times the schedule's best. Per
+ * schedule, so that a pinned schedule simulates the same ones as the free choice
+ * does, and the free choice is never slower than a pinned one. */
+#define PLAN_SIM_PER_SCHEDULE 6
+#define PLAN_SIM_WITHIN 2.0
 
 typedef struct Plan {
   PlanInput in; /* deep copy */
@@ -426,7 +472,8 @@ typedef struct PlanStageBlocks {
  * warns: estimated_bytes keeps the search's figure). */
 int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks);
 /* What stage st occupies on its device: the arena plus its cuda_scratch rounded up to
- * 256 bytes (what the CUDA runtimes allocate for the two). What must fit the device. */
+ * 256 bytes (what the CUDA runtimes allocate for the two) plus cuBLAS's workspace.
+ * What must fit the device. */
 uint64_t plan_stage_device_bytes(const PlanStage *st);
 /* Streams of this plan for any number of batches (the runtime's view). */
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out);
@@ -443,7 +490,12 @@ void plan_json_sort(cJSON *node);
 
 /* ---- internals shared by plan_*.c ------------------------------------------- */
 
-/* Cost model (plan_cost.c). Per-microbatch compute time of segments [a, e). */
+/* Cost model (plan_cost.c). One op at microbatch size b on c (docs/language.md,
+ * "Compute"): launch_us + max(FLOPs / rate, bytes / memory_gbs), where a
+ * GEMM's rate is peak x gemm_efficiency and its fixed cost gemm_latency_us, or the
+ * measured ones of in->gemm_rate / gemm_latency_s for the plan's precision. */
+double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b);
+/* Per-microbatch compute time of segments [a, e). */
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 /* Ring all-reduce of `bytes` over w participants at bandwidth bw. */
@@ -463,6 +515,15 @@ int64_t plan_tied_params(const PlanInput *in, int a, int e);
 /* True when tied parameter T is used in one of segments [a, e). */
 bool plan_tied_in(const PlanTied *T, int a, int e);
 int64_t plan_tied_spanning(const PlanInput *in, int a, int e);
+/* Bytes of one TIED_RECV buffer of a stage holding [a, e) in a d-stage plan: for each
+ * tied parameter held here and elsewhere, one 256-aligned gradient per other member
+ * stage. The other members are counted as the parameter's segments outside [a, e),
+ * at most d - 1: exact when those segments are on distinct stages (GPT's embedding
+ * and LM head), an upper bound otherwise. */
+double plan_tied_recv_bytes(const PlanInput *in, int a, int e, int d);
+/* cuBLAS's workspace on a stage's device: one per compute stream, the cluster's
+ * cublas_workspace_mib or 32 MiB; 0 for a plan without CUDA programs. */
+uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c);
 
 /* Memory accounting (plan_memory.c): versions and stash slots per schedule. */
 int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m);
@@ -471,11 +532,23 @@ int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m);
 typedef struct PlanStageSums {
   int64_t params;            /* own plus tied */
   int64_t tied_spanning;     /* tied held here whose group spans other stages too */
-  double stash, ws;          /* per sample: stash sum, largest workspace */
+  /* bytes at the configuration's b, as the stage program's blocks: STASH (the sum of
+   * the segments'), WORK (the largest segment's, plus the gradient of the widest cut
+   * inside the stage when it has several: that gradient is a transient then, where a
+   * one-segment program has it in BOUNDARY) and INPUTS (the sum) */
+  double stash, ws, inputs;
   double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
   uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
+  uint64_t cublas_workspace; /* plan_cublas_workspace */
+  double tied_recv;          /* one TIED_SYNC receive buffer: the other member stages'
+                                gradients of the spanning tied parameters
+                                (plan_tied_recv_bytes) */
 } PlanStageSums;
-void plan_stage_sums(const PlanInput *in, int a, int e, PlanStageSums *sum);
+void plan_stage_sums(const PlanInput *in, int a, int e, int64_t b, PlanStageSums *sum);
+/* A segment's STASH, WORK and INPUTS bytes at microbatch size b. */
+double plan_seg_stash(const PlanSegment *s, int64_t b);
+double plan_seg_work(const PlanSegment *s, int64_t b);
+double plan_seg_inputs(const PlanSegment *s, int64_t b);
 /* Device bytes of a stage (its arena plus cuda_scratch, plan_stage_device_bytes);
  * lays the arena out when st != NULL. */
 uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum,
@@ -486,8 +559,8 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
 uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b);
 void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging);
 /* Device bytes of stage i = segments [a, e) under cfg; lays the arena out when st != NULL. */
-uint64_t plan_stage_memory(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e,
-                           int nversions, int nstash, PlanStage *st);
+uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a,
+                           int e, int nversions, int nstash, PlanStage *st);
 
 /* Partition (plan_partition.c): d contiguous stages minimising the slowest stage's
  * time per batch, each fitting in memory. Writes d+1 cut points (cuts[0] = 0,

@@ -34,7 +34,11 @@
 #       process; with CUDA graphs (the default), and for the 350M shape also with
 #       --cuda-graphs off beside it while the time budget allows; then the tensor-core
 #       attention kernels' own rate, forward and backward, at B=8 T=1024 NH=16 hs=64
-#       causal (bench/gpu/gpu_attention_bench).
+#       causal (bench/gpu/gpu_attention_bench);
+#   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
+#       2048 and 8192, and the planner's GEMM cost fitted to them (t = latency +
+#       FLOPs / rate; docs/language.md "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json
+#       with the cluster-file lines (gemm_efficiency, gemm_latency_us) in the log.
 # Steps (b)-(d) take about 2-4 minutes on an H200 (each run is bounded by `timeout`);
 # the script ends with a table of the figures, also written (atomically) to
 # $GPU_CHECK_OUT/last-gpu-check.md (default bench/gpu/).
@@ -279,6 +283,25 @@ else
   else
     rows+=("| (d) attention B=8 T=1024 NH=16 hs=64 causal | forward $fwd, backward $bwd (FLOPs 4·B·NH·T²·hs/2, backward 2.5x) | ran |")
   fi
+fi
+
+step "(e) cuBLAS GEMM sweep for the planner's cost model (bench/gpu/gemm_sweep)"
+outdir=${GPU_CHECK_OUT:-bench/gpu}
+mkdir -p "$outdir"
+if [ -x "$build/bench/gpu/gemm_sweep" ]; then
+  peaks=()
+  case "$(nvidia-smi -L 2>/dev/null | head -1)" in # dense peaks, as in models/clusters/h200*.cluster
+    *H100*|*H200*) peaks=(--peak-fp32 67 --peak-tf32 494.5 --peak-bf16 989) ;;
+  esac
+  if sweep=$(timeout 300 "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "$outdir/gemm-sweep.json"); then
+    echo "$sweep"
+    bf=$(grep '^bf16:' <<<"$sweep")
+    rows+=("| (e) cuBLAS GEMM sweep ($outdir/gemm-sweep.json) | ${bf:-?} | ran |")
+  else
+    echo "gpu-check: FAILED: gemm_sweep"; failed=1; rows+=("| (e) cuBLAS GEMM sweep | failed | FAIL |")
+  fi
+else
+  rows+=("| (e) cuBLAS GEMM sweep | $build/bench/gpu/gemm_sweep not built | - |")
 fi
 
 gpu=$(nvidia-smi -L 2>/dev/null | head -1)

@@ -47,6 +47,8 @@ static const char usage[] =
     "                            float32 master weights, float32 accumulation); the planner\n"
     "                            charges the cluster's peak for it (tflops_tf32/_fp32/_bf16)\n"
     "                            and counts bf16's operand staging in each stage's memory\n"
+    "  --allow-over              write the plan even when a stage's exact arena is over\n"
+    "                            device memory (otherwise an error)\n"
     "  -q, --quiet               no summary on stdout\n"
     "  -h, --help                this text\n"
     "  --version                 print the version\n";
@@ -57,6 +59,7 @@ typedef struct Options {
   int ndefines;
   PlanPins pins;
   bool quiet;
+  bool allow_over;   /* write a plan whose exact arena is over device memory */
   bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
   PlanPrecision precision; /* the CUDA programs' GEMMs (--precision) */
 } Options;
@@ -84,7 +87,7 @@ static bool parse_count(const char *s, int64_t max, int64_t *out) {
 
 enum {
   OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
-  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND, OPT_PRECISION,
+  OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND, OPT_PRECISION, OPT_ALLOW_OVER,
 };
 
 /* Returns -1 to go on, else the exit status. */
@@ -103,6 +106,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"backend", required_argument, 0, OPT_BACKEND},
       {"precision", required_argument, 0, OPT_PRECISION},
       {"quiet", no_argument, 0, 'q'},
+      {"allow-over", no_argument, 0, OPT_ALLOW_OVER},
       {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0},
@@ -122,6 +126,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->defines[o->ndefines++] = optarg;
       break;
     case 'q': o->quiet = true; break;
+    case OPT_ALLOW_OVER: o->allow_over = true; break;
     case 'h': fputs(usage, stdout); return 0;
     case OPT_VERSION: printf("pd2bwc %s\n", PD2BW_VERSION); return 0;
     case OPT_CLUSTER: o->cluster = optarg; break;
@@ -298,15 +303,21 @@ static int apply_layouts(const Graph *g, Plan *plan) {
   return over;
 }
 
-static void warn_over_memory(const Plan *plan) {
+/* Each stage over device memory: an error, or with --allow-over a warning. */
+static void report_over_memory(const Plan *plan, bool allow_over, Diag *d) {
   for (int i = 0; i < plan->cfg.stages; i++) {
     const PlanStage *st = &plan->stages[i];
     double dev = (double)plan_stage_device_bytes(st);
     if (dev <= plan->cluster.memory_bytes) continue;
-    fprintf(stderr, "pd2bwc: warning: stage %d's arena and cuda_scratch are %.3f GiB, over the device's %.3f GiB "
-            "(the search estimated %.3f GiB); pin a configuration with more stages or recomputation (--stages, "
-            "--recompute on)\n", i, dev / 1073741824.0, plan->cluster.memory_bytes / 1073741824.0,
-            ((double)st->estimated_bytes + dev - (double)st->total_bytes) / 1073741824.0);
+    char msg[512];
+    snprintf(msg, sizeof msg, "stage %d's arena, cuda_scratch and cuBLAS workspace are %.3f GiB, over the "
+             "device memory of %.3f GiB (the search estimated %.3f GiB); pin a configuration with more stages "
+             "or recomputation (--stages, --recompute on)%s", i, dev / 1073741824.0,
+             plan->cluster.memory_bytes / 1073741824.0,
+             ((double)st->estimated_bytes + dev - (double)st->total_bytes) / 1073741824.0,
+             allow_over ? "" : ", or pass --allow-over to write it anyway");
+    if (allow_over) fprintf(stderr, "pd2bwc: warning: %s\n", msg);
+    else diag_error(d, plan->cluster.loc, "%s", msg);
   }
 }
 
@@ -318,9 +329,11 @@ static int by_throughput(const void *a, const void *b) {
 /* The search ranks candidates by per-segment memory estimates; the exact arena
  * (apply_layouts) can come out larger. When the chosen configuration then does not
  * fit, take the next-fastest candidate whose exact arena does, re-planned with that
- * configuration pinned. Returns the plan to use (the old one destroyed if replaced);
- * when none fits, warns and keeps the first choice. */
-static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Plan *plan) {
+ * configuration pinned; it keeps the whole candidate table, the first choice marked
+ * as over memory. Returns the plan to use (the old one destroyed if replaced); when
+ * none fits, an error and NULL, or with allow_over a warning and the first choice. */
+static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Plan *plan, bool allow_over,
+                       Diag *d) {
   if (apply_layouts(g, plan) == 0) return plan;
   const PlanCandidate **order = pd_malloc(((size_t)plan->ncands + 1) * sizeof *order);
   int n = 0;
@@ -348,9 +361,22 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
   if (devnull) fclose(devnull);
   free(order);
   if (!found) {
-    warn_over_memory(plan);
-    return plan;
+    report_over_memory(plan, allow_over, d);
+    if (allow_over) return plan;
+    plan_destroy(plan);
+    return NULL;
   }
+  /* the table the search made, not the one-row table of the pinned re-plan */
+  for (int k = 0; k < plan->ncands; k++) {
+    PlanCandidate *x = &plan->cands[k];
+    bool was = x->chosen;
+    x->chosen = memcmp(&x->cfg, &found->cfg, sizeof x->cfg) == 0 && x->fits;
+    if (x->chosen) snprintf(x->why, sizeof x->why, "chosen (the faster ones' exact arenas are over device memory)");
+    else if (was) snprintf(x->why, sizeof x->why, "exact arena over device memory");
+  }
+  free(found->cands);
+  found->cands = plan->cands, found->ncands = plan->ncands;
+  plan->cands = NULL, plan->ncands = 0;
   fprintf(stderr, "pd2bwc: note: the fastest candidate's exact arena is over device memory; using the "
           "next-fastest that fits (%d stages x %d replicas, microbatch %lld x %lld, %s%s)\n",
           found->cfg.stages, found->cfg.replicas, (long long)found->cfg.microbatch_size,
@@ -469,7 +495,8 @@ int main(int argc, char **argv) {
   pin.precision = o.backend_cuda ? o.precision : PPR_FP32;
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
-  plan = fit_exact(g, &pin, &cluster, plan);
+  plan = fit_exact(g, &pin, &cluster, plan, o.allow_over, &d);
+  if (!plan) goto done;
   if (!plan_check_limits(plan, g, &d)) goto done;
 
   root = cJSON_CreateObject();

@@ -1,7 +1,12 @@
 /* bench/sgemm/sgemm_bench.c — GFLOP/s of pd_sgemm and of the other BLAS libraries
  * on the GEMM shapes of GPT-2 small training, in one process.
  *
- *   sgemm_bench [--threads N] [--lib pd|openblas|blis|all] [--seconds S]
+ *   sgemm_bench [--threads N] [--lib pd|openblas|blis|all] [--seconds S] [--sweep]
+ *
+ * --sweep times M x 768 x 768 GEMMs for M = 8 .. 4096 instead (the rows a GPT-2
+ * small projection has at b·T tokens) and prints each best time in microseconds:
+ * the points the planner's GEMM cost (gemm_efficiency, gemm_latency_us in the
+ * cluster file, docs/cluster.md "Compute") is fitted to.
  *
  * "pd" is pd_sgemm (runtime/blas.h), i.e. whatever the runtime was built against;
  * "openblas" and "blis" are loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so each
@@ -13,6 +18,7 @@
  * itself use OpenBLAS (runtime/blas.c). Results and commands: RESULTS.md.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +43,12 @@ typedef struct Shape {
   int M, N, K, ta, tb;
   const char *what;
 } Shape;
+
+static const Shape sweep_shapes[] = {
+    {8, 768, 768, 0, 0, "sweep M=8"},       {32, 768, 768, 0, 0, "sweep M=32"},
+    {128, 768, 768, 0, 0, "sweep M=128"},   {512, 768, 768, 0, 0, "sweep M=512"},
+    {2048, 768, 768, 0, 0, "sweep M=2048"}, {4096, 768, 768, 0, 0, "sweep M=4096"},
+};
 
 static const Shape shapes[] = {
     {1024, 1024, 1024, 0, 0, "square 1024^3"},
@@ -102,11 +114,14 @@ static int load_lib(Lib *lib, const char *which, int threads) {
   return 1;
 }
 
-static void bench_lib(const Lib *lib, double seconds, float *a, float *b, float *c) {
+static void bench_lib(const Lib *lib, double seconds, bool sweep, float *a, float *b, float *c) {
+  const Shape *list = sweep ? sweep_shapes : shapes;
+  size_t n = sweep ? sizeof sweep_shapes / sizeof sweep_shapes[0] : sizeof shapes / sizeof shapes[0];
   printf("\n%s\n", lib->label);
-  printf("  %-34s %22s %9s %9s %6s\n", "shape", "M x N x K (ta,tb)", "best", "mean", "calls");
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    const Shape *s = &shapes[i];
+  printf("  %-34s %22s %9s %9s %6s%s\n", "shape", "M x N x K (ta,tb)", "best", "mean", "calls",
+         sweep ? "   best us" : "");
+  for (size_t i = 0; i < n; i++) {
+    const Shape *s = &list[i];
     double flops = 2.0 * s->M * s->N * s->K;
     gemm(lib, s, a, b, c); /* warm-up: threads, packing buffers */
     double best = 1e30, start = now_s();
@@ -121,15 +136,16 @@ static void bench_lib(const Lib *lib, double seconds, float *a, float *b, float 
     double mean = (now_s() - start) / calls;
     char dims[64];
     snprintf(dims, sizeof dims, "%dx%dx%d (%d,%d)", s->M, s->N, s->K, s->ta, s->tb);
-    printf("  %-34s %22s %9.1f %9.1f %6d\n", s->what, dims, flops / best * 1e-9,
-           flops / mean * 1e-9, calls);
+    printf("  %-34s %22s %9.1f %9.1f %6d", s->what, dims, flops / best * 1e-9, flops / mean * 1e-9, calls);
+    if (sweep) printf(" %9.1f", best * 1e6);
+    printf("\n");
     fflush(stdout);
   }
 }
 
 static void usage(void) {
   fprintf(stderr, "usage: sgemm_bench [--threads N] [--lib pd|openblas|blis|all] "
-                  "[--seconds S]\n");
+                  "[--seconds S] [--sweep]\n");
   exit(2);
 }
 
@@ -137,6 +153,7 @@ int main(int argc, char **argv) {
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   const char *which = "all";
   double seconds = 1.0;
+  bool sweep = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       threads = atoi(argv[++i]);
@@ -144,6 +161,8 @@ int main(int argc, char **argv) {
       which = argv[++i];
     else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (strcmp(argv[i], "--sweep") == 0)
+      sweep = true;
     else
       usage();
   }
@@ -178,7 +197,7 @@ int main(int argc, char **argv) {
       continue;
     Lib lib;
     if (!load_lib(&lib, order[i], threads)) continue;
-    bench_lib(&lib, seconds, a, b, c);
+    bench_lib(&lib, seconds, sweep, a, b, c);
     usleep(300000); /* let this library's worker threads stop spinning */
   }
   if (strcmp(which, "all") == 0 || strcmp(which, "pd") == 0)

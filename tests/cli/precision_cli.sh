@@ -6,7 +6,8 @@
 #  - plan.json records the precision and its peak; every stage's memory section has
 #    cuda_scratch, equal to the launch list's blocks.cuda_scratch (what the CUDA
 #    runtimes allocate for it: cx_program_block(CX_SCRATCH)) and device_bytes = the
-#    arena's buffers + cuda_scratch, each rounded up to 256 bytes; the LM head's stage
+#    arena's buffers + cuda_scratch, each rounded up to 256 bytes, + cuBLAS's
+#    workspace (32 MiB, the default of cublas_workspace_mib); the LM head's stage
 #    stages the largest bf16 operands; --backend cpu plans: cuda_scratch 0, fp32.
 # usage: precision_cli.sh PD2BWC (from the source root)
 set -u
@@ -85,7 +86,9 @@ for i, st in enumerate(plan["stages"]):
         assert mem["cuda_scratch"] == lst["blocks"]["cuda_scratch"], (i, mem["cuda_scratch"], lst["blocks"])
         assert mem["cuda_scratch"] == st["program"]["cuda"]["cuda_scratch"]
         assert lst["gemm_dtype"] == prec
-    assert mem["device_bytes"] == arena + up(mem["cuda_scratch"]), (i, mem)
+    # plus cuBLAS's workspace for the compute stream: 32 MiB unless the cluster says
+    cublas = 0 if prec == "fp32-cpu" else 32 << 20
+    assert mem["device_bytes"] == arena + up(mem["cuda_scratch"]) + cublas, (i, mem)
     cs.append(mem["cuda_scratch"])
 if prec == "bf16":  # the last stage has the LM head: the largest staged operands
     assert cs[-1] > 1000000 and cs[-1] > 10 * cs[0], cs

@@ -20,13 +20,13 @@ static double stage_time(const PlanInput *in, const Cluster *c, const PlanConfig
   if (i > 0) t += 2 * plan_stage_in_bytes(in, a) * b / plan_place_p2p_bw(c, pl, d, w, i - 1);
   if (i < d - 1) t += 2 * in->segs[e - 1].out_bytes * b / plan_place_p2p_bw(c, pl, d, w, i);
   PlanStageSums s;
-  plan_stage_sums(in, a, e, &s);
+  plan_stage_sums(in, a, e, cfg->microbatch_size, &s);
   return m * t + plan_cost_allreduce((double)s.params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
 }
 
-static double stage_mem(const PlanInput *in, const PlanConfig *cfg, int i, int a, int e) {
+static double stage_mem(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a, int e) {
   int d = cfg->stages;
-  return (double)plan_stage_memory(in, cfg, i, a, e,
+  return (double)plan_stage_memory(in, c, cfg, i, a, e,
                                    plan_versions_bound(cfg->schedule, d, i, cfg->microbatches),
                                    plan_stash_bound(cfg->schedule, d, i, cfg->microbatches), NULL);
 }
@@ -45,7 +45,7 @@ static double brute(const PlanInput *in, const Cluster *c, const PlanConfig *cfg
     double t = 0, mm = 0;
     bool fits = true;
     for (int i = 0; i < d; i++) {
-      double mem = stage_mem(in, cfg, i, cuts[i], cuts[i + 1]);
+      double mem = stage_mem(in, c, cfg, i, cuts[i], cuts[i + 1]);
       if (mem > mm) mm = mem;
       if (mem > c->memory_bytes) fits = false;
       double st = stage_time(in, c, cfg, pl, i, cuts[i], cuts[i + 1]);
@@ -106,7 +106,7 @@ static void test_dp_matches_brute_force(void) {
       double t = 0;
       for (int i = 0; i < d; i++) {
         EXPECT(cuts[i] < cuts[i + 1]);
-        EXPECT(stage_mem(&in, &cfg, i, cuts[i], cuts[i + 1]) <= c.memory_bytes);
+        EXPECT(stage_mem(&in, &c, &cfg, i, cuts[i], cuts[i + 1]) <= c.memory_bytes);
         double st = stage_time(&in, &c, &cfg, pl, i, cuts[i], cuts[i + 1]);
         if (st > t) t = st;
       }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 14, "exact memory": the search's memory figure for every stage equals the
+# exact arena (plan_apply_layouts: the stage programs' block sizes) within 1%, over
+# GPT shapes, clusters, schedules and precisions, including the tied embedding's
+# buffers, and a CUDA plan counts the cuBLAS workspace of its compute stream. A plan
+# whose exact arena does not fit is an error (exit 1, no plan directory) unless
+# --allow-over is given.
+# usage: memory_exact.sh PD2BWC   (run from the source root)
+set -u
+pd2bwc=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+G13="-D seq=512 -D layers=24 -D dim=2048 -D heads=16"
+G38="-D seq=512 -D layers=32 -D dim=3072 -D heads=32"
+fail=0 n=0
+check() { # NAME ARGS...: compile, then compare estimate and exact arena per stage
+  local name=$1; shift
+  n=$((n + 1))
+  # shellcheck disable=SC2068
+  if ! "$pd2bwc" $@ -q -o "$work/$name" 2>"$work/$name.err"; then
+    echo "FAIL $name: pd2bwc failed: $(cat "$work/$name.err")"; fail=$((fail + 1)); return
+  fi
+  python3 - "$work/$name/plan.json" "$name" <<'PY' || fail=$((fail + 1))
+import json, sys
+plan = json.load(open(sys.argv[1]))
+bad = False
+for i, s in enumerate(plan["stages"]):
+    m = s["memory"]
+    err = m["estimated_bytes"] / m["total_bytes"] - 1
+    if abs(err) > 0.01:
+        print("FAIL %s stage %d: search estimates %.3f GiB, exact arena %.3f GiB (%+.2f%%)" % (
+            sys.argv[2], i, m["estimated_bytes"] / 2**30, m["total_bytes"] / 2**30, 100 * err))
+        bad = True
+    scratch = (m["cuda_scratch"] + 255) // 256 * 256
+    ws = m["device_bytes"] - m["total_bytes"] - scratch
+    want = plan["precision"] and 32 << 20 if "h200" in sys.argv[2] else None
+    if want is not None and ws != want:
+        print("FAIL %s stage %d: device bytes leave %d bytes for cuBLAS, not %d" % (sys.argv[2], i, ws, want))
+        bad = True
+sys.exit(1 if bad else 0)
+PY
+}
+for s in 2bw 1f1b gpipe; do
+  check "g38-v100x8-$s" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule $s
+done
+check g38-v100x8-pipedream models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule pipedream
+check g13-v100x64-gpipe-rc models/gpt.model $G13 --cluster models/clusters/v100x64.cluster --schedule gpipe --recompute on
+check g13-h200x8-2bw-bf16 models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 2bw --stages 2 --precision bf16
+check g13-h200x8-1f1b models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 1f1b --stages 4 --recompute on
+# Over memory: an error, and nothing written.
+n=$((n + 1))
+if "$pd2bwc" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule 2bw --stages 2 -q \
+    -o "$work/over" 2>"$work/over.err"; then
+  echo "FAIL over: a plan over device memory was written with exit status 0"; fail=$((fail + 1))
+elif [ -e "$work/over" ] || ! grep -q "error: .*memory" "$work/over.err"; then
+  echo "FAIL over: expected a located error and no plan: $(cat "$work/over.err")"; fail=$((fail + 1))
+fi
+echo "$((n - fail)) passed, $fail failed"
+[ "$fail" -eq 0 ]
