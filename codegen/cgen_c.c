@@ -402,12 +402,12 @@ static void emit_op(Emit *e, const Op *op) {
     int64_t T = q->dim[1], C = lastd(e, qkv) / 3, B = numel(e, qkv) / (T * 3 * C);
     rng(e, r, sizeof r, op->kind == OP_ATTENTION ? op->id : op->fwd_op);
     if (op->kind == OP_ATTENTION)
-      str_printf(s, "  K(attention_fwd)(%s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
-                 ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
+      str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
+                 ptr(e, op->out[1]), ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
                  (int)op->attr[0], (int)op->attr[1], pexpr(op->attr[2]), r);
     else
-      str_printf(s, "  K(attention_bwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
-                 ptr(e, op->in[0]), ptr(e, qkv), scratch(e, op), (long long)B, (long long)T,
+      str_printf(s, "  K(attention_bwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n",
+                 Y, ptr(e, op->in[0]), ptr(e, qkv), ptr(e, op->in[2]), ptr(e, op->in[3]), scratch(e, op), (long long)B, (long long)T,
                  (long long)C, (int)op->attr[0], (int)op->attr[1], pexpr(op->attr[2]), r);
     break;
   }

@@ -318,7 +318,8 @@ static void need_scratch(CuEmit *e, int64_t bytes) {
  * size qualifies (layout_cuda_attention_operands; fp32 and tf32 plans keep the fp32
  * kernels, exact to the CPU's attention): qkv, and backward dy, cast to bf16 into
  * cuda_scratch's staging (as a bf16 GEMM's operands: the same bytes, qkv then dy), then
- * the forward, or the backward's three kernels with lse and D in the op's scratch. */
+ * the forward (out and lse), or the backward's dq and dkv kernels (lse from the
+ * forward, D already in the op's scratch: emit_attention). */
 static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, int64_t T, int64_t C) {
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1], NH = (int)op->attr[0], causal = (int)op->attr[1];
@@ -327,48 +328,52 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
   CuPtr Q16 = stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, bf16_staging(e), &end);
   if (fwd) {
-    LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), NUL(), PP(Q16), I32(B),
-             I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+    LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
+             PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
     return;
   }
   CuPtr Y16 = stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, align_up(end), &end);
   CuPtr work = scratch_of(e, op);
-  PD_CHECK(e->L->scratch_bytes[op->id] >= 2 * B * NH * T * 4, "(attention_bwd scratch too small)");
-  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_stats_bf16", tiles, CU_FLASH_BLOCK, PP(work), PP(Y16), PP(Q16),
-           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
-  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), PP(work), PP(Y16), PP(Q16),
-           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
-  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), PP(work), PP(Y16), PP(Q16),
-           I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
+           PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]),
+           PP(work), PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
+           OPID(stream), MB(p));
 }
 
+/* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
+ * backward, D = rowsum(dy∘out) per query row into the op's scratch (B·NH·T floats)
+ * first, then dq and dkv from lse and D (runtime/cuda/cuda_kernels.cuh). */
 static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   const Graph *g = e->g;
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1];
   int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);
-  int64_t qe, de;
+  int NH = (int)op->attr[0], causal = (int)op->attr[1];
+  double p = op->attr[2];
+  int stream = fwd ? op->id : op->fwd_op;
+  int64_t items = B * NH * T, qe, de;
+  CuPtr work = scratch_of(e, op);
+  if (!fwd) {
+    PD_CHECK(e->L->scratch_bytes[op->id] >= B * NH * T * 4, "(attention_bwd scratch too small)");
+    LAUNCH_B(e, op->id, "pkc_attention_bwd_delta_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
+             P(e, op->in[2]), I32(B), I32(T), I32(C), I32(NH));
+  }
   if (e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(g, op, e->flash_hs, e->L->b, &qe, &de)) {
     emit_flash_attention(e, op, Y, B, T, C);
     return;
   }
-  int NH = (int)op->attr[0], causal = (int)op->attr[1];
-  double p = op->attr[2];
-  int stream = fwd ? op->id : op->fwd_op;
-  int64_t items = B * NH * T;
   if (fwd) {
-    LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, qkv), I32(B), I32(T),
-             I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+    LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->out[1]), P(e, qkv),
+             I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
     return;
   }
-  CuPtr work = scratch_of(e, op);
-  PD_CHECK(e->L->scratch_bytes[op->id] >= 2 * B * NH * T * 4, "(attention_bwd scratch too small)");
-  LAUNCH_B(e, op->id, "pkc_attention_bwd_stats_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
-  LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
-  LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), PP(work), P(e, op->in[0]),
-           P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
+           P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
+           OPID(stream), MB(p));
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
+           P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
+           OPID(stream), MB(p));
 }
 
 /* Emits op (not fused). For a linear with a bias, `bias_done` says the caller fused

@@ -181,7 +181,10 @@ static int add_op(Graph *g, OpKind kind, const int *in, int nin, const double *a
   for (int i = 0; i < nin; i++) needs_grad |= g->tensors[in[i]].needs_grad;
   for (int i = 0; i < info->noutputs; i++) {
     const char *oname = name;
-    if (name && info->noutputs > 1) oname = arena_printf(g->arena, "%s.%d", name, i);
+    /* A forward op's first output is the one model text names (attention's out; its
+     * lse is out.1); a backward op's outputs are all numbered. */
+    if (name && info->noutputs > 1 && (i > 0 || !(info->flags & OPF_FWD)))
+      oname = arena_printf(g->arena, "%s.%d", name, i);
     int t = add_tensor(g, oname, dtypes[i], shapes[i], out_kind, loc);
     g->tensors[t].producer = id;
     g->tensors[t].needs_grad = needs_grad && (info->flags & OPF_FWD) && dtypes[i] == DT_F32;

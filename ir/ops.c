@@ -410,6 +410,9 @@ static bool op_shape_ATTENTION(SHAPE_ARGS) {
     return ERR("'attention' width %lld is not divisible by %g heads", (long long)(c3 / 3), heads);
   out[0] = with_last(qkv->shape, c3 / 3);
   odt[0] = DT_F32;
+  out[1] = (Shape){.rank = 3, .batched = qkv->shape.batched,
+                   .dim = {qkv->shape.dim[0], (int64_t)heads, qkv->shape.dim[1]}};
+  odt[1] = DT_F32;
   return true;
 }
 /* QK^T and PV: 2 GEMMs of 2·T·T·C each per sample, plus the softmax. The causal
@@ -424,8 +427,8 @@ static OpCost op_cost_ATTENTION(COST_ARGS) {
 static void op_grad_ATTENTION(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
-  int in[] = {dout[0], op->in[0]};
-  din[0] = emit1(g, op, OP_ATTENTION_BWD, in, 2, op->attr, gname(g, op->in[0]));
+  int in[] = {dout[0], op->in[0], op->out[0], op->out[1]};
+  din[0] = emit1(g, op, OP_ATTENTION_BWD, in, 4, op->attr, gname(g, op->in[0]));
 }
 
 /* ---- reshape, gather --------------------------------------------------------------- */

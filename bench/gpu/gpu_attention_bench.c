@@ -5,9 +5,10 @@
  *
  * Compiles the kernel library (pkc_kernels_src.h) with NVRTC for the GPU, with
  * PKC_ATT_HS = hs as the code generator does, and times with CUDA events:
- *   forward:  pkc_flash_attention_fwd_bf16;
- *   backward: pkc_flash_attention_bwd_stats_bf16 + _dq_bf16 + _dkv_bf16 (the three the
- *             code generator launches for attention_bwd);
+ *   forward:  pkc_flash_attention_fwd_bf16 (out and lse);
+ *   backward: pkc_attention_bwd_delta_f32 (D = dy·out) + pkc_flash_attention_bwd_dq_bf16
+ *             + _dkv_bf16 (the three the code generator launches for attention_bwd,
+ *             from the forward's out and lse);
  * on random bf16 qkv and dy (the casts are not timed: the code generator's casts go
  * away when activations become bf16). FLOPs, FlashAttention's convention: forward
  * 4·B·NH·T²·hs (two T×T×hs products), halved when causal; backward 2.5× forward.
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpu_attention_bench: %s\n", err);
     return 2;
   }
-  const char *names[4] = {"pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_stats_bf16",
+  const char *names[4] = {"pkc_flash_attention_fwd_bf16", "pkc_attention_bwd_delta_f32",
                           "pkc_flash_attention_bwd_dq_bf16", "pkc_flash_attention_bwd_dkv_bf16"};
   CudaKernel *k[4];
   for (int i = 0; i < 4; i++)
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
 
   int C = NH * hs;
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, rows = (size_t)B * NH * T;
-  size_t bytes = nq * 2 + no * 2 + no * 4 + nq * 4 + rows * 8 + 4 * 256 + 256;
+  size_t bytes = nq * 2 + no * 2 + no * 4 + nq * 4 + rows * 8 + no * 4 + 5 * 256 + 256;
   CudaPtr base;
   if (!cuda_arena_create(dev, bytes, &base, err, sizeof err)) {
     fprintf(stderr, "gpu_attention_bench: %s\n", err);
@@ -115,22 +116,30 @@ int main(int argc, char **argv) {
   }
   CudaPtr q16 = base, y16 = (q16 + nq * 2 + 255) & ~255ull, out = (y16 + no * 2 + 255) & ~255ull;
   CudaPtr dqkv = (out + no * 4 + 255) & ~255ull, work = (dqkv + nq * 4 + 255) & ~255ull;
-  CudaPtr mb = (work + rows * 8 + 255) & ~255ull;
+  CudaPtr lse = work, D = work + rows * 4, y32 = (work + rows * 8 + 255) & ~255ull;
+  CudaPtr mb = (y32 + no * 4 + 255) & ~255ull;
   unsigned long long s = 12345;
   unsigned short *hq = rand_bf16(nq, &s), *hy = rand_bf16(no, &s);
   unsigned mbkey = 0;
   cuda_memcpy_htod(dev, q16, hq, nq * 2);
   cuda_memcpy_htod(dev, y16, hy, no * 2);
+  float *hy32 = malloc(no * 4); /* dy as fp32, for D */
+  for (size_t i = 0; i < no; i++) {
+    unsigned u = (unsigned)hy[i] << 16;
+    memcpy(&hy32[i], &u, 4);
+  }
+  cuda_memcpy_htod(dev, y32, hy32, no * 4);
+  free(hy32);
   cuda_memcpy_htod(dev, mb, &mbkey, 4);
   free(hq), free(hy);
 
   unsigned long long seed = 1;
   unsigned op = 1;
-  CudaPtr nul = 0;
   unsigned grid = (unsigned)((size_t)B * NH * ((T + FLASH_ROWS - 1) / FLASH_ROWS));
-  void *fwd_args[] = {&out, &nul, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
-  void *stats_args[] = {&work, &y16, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
-  void *grad_args[] = {&dqkv, &work, &y16, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
+  unsigned dgrid = (unsigned)((rows + 255) / 256);
+  void *fwd_args[] = {&out, &lse, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
+  void *delta_args[] = {&D, &y32, &out, &B, &T, &C, &NH};
+  void *grad_args[] = {&dqkv, &lse, &D, &y16, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
   CudaEvent *e0 = cuda_event_create(dev), *e1 = cuda_event_create(dev), *e2 = cuda_event_create(dev);
   for (int warm = 0; warm < 2; warm++) { /* the first pass loads the code */
     cuda_event_record(e0, CUDA_STREAM_COMPUTE);
@@ -138,7 +147,7 @@ int main(int argc, char **argv) {
       cuda_launch(dev, CUDA_STREAM_COMPUTE, k[0], grid, FLASH_THREADS, fwd_args);
     cuda_event_record(e1, CUDA_STREAM_COMPUTE);
     for (int it = 0; it < (warm ? iters : 1); it++) {
-      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[1], grid, FLASH_THREADS, stats_args);
+      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[1], dgrid, 256, delta_args);
       cuda_launch(dev, CUDA_STREAM_COMPUTE, k[2], grid, FLASH_THREADS, grad_args);
       cuda_launch(dev, CUDA_STREAM_COMPUTE, k[3], grid, FLASH_THREADS, grad_args);
     }

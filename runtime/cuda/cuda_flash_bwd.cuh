@@ -1,11 +1,11 @@
 /* runtime/cuda/cuda_flash_bwd.cuh — attention backward on tensor cores (FlashAttention-2),
  * deterministic: no atomics, every output row written by one warp.
  *
- * Three launches, in order (all block PKC_FLASH_THREADS, any grid; qkv16 and dy16 are
- * qkv and dy as bf16):
- *   1. pkc_flash_attention_bwd_stats_bf16 (cuda_flash_fwd.cuh): work[row] = lse,
- *      work[B·NH·T + row] = D = dy·out, per query row (out recomputed in registers:
- *      the IR's attention_bwd takes only dy and qkv);
+ * Three launches, in order (all but the first block PKC_FLASH_THREADS, any grid; qkv16
+ * and dy16 are qkv and dy as bf16; lse[row] is the forward's log-sum-exp, row =
+ * (b·NH+h)·T + t, the IR's second output of attention):
+ *   1. pkc_attention_bwd_delta_f32 (cuda_kernels.cuh): D[row] = dy·out from the
+ *      forward's stored out (FlashAttention-2: nothing of the forward is recomputed);
  *   2. pkc_flash_attention_bwd_dq_bf16, one block per (b, h, 64-query tile):
  *      dq = scale·Σ_j dS_j·k_j, dS = P∘(dP∘M − D), P = exp(s − lse), dP = dy·vᵀ;
  *   3. pkc_flash_attention_bwd_dkv_bf16, one block per (b, h, 64-key tile), walking
@@ -26,7 +26,7 @@
 #define PKC_FLASH_LOG2E 1.4426950408889634f
 
 template <int HS>
-static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64 rows, const unsigned short *dy,
+static __device__ void pkc_flash_dq_tile(float *dqkv, const float *lse, const float *Dv, const unsigned short *dy,
                                          const unsigned short *qkv, int T, int C, int NH, int causal,
                                          const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sK,
                                          unsigned short *sV) {
@@ -57,8 +57,8 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
   PKC_UNROLL
   for (int r = 0; r < 2; r++) {
     int row = wq0 + g + 8 * r;
-    lse2[r] = row < T ? work[bh * T + row] * PKC_FLASH_LOG2E : 0.0f;
-    Dr[r] = row < T ? work[rows + bh * T + row] : 0.0f;
+    lse2[r] = row < T ? lse[bh * T + row] * PKC_FLASH_LOG2E : 0.0f;
+    Dr[r] = row < T ? Dv[bh * T + row] : 0.0f;
   }
   float dq[HS / 8][4];
   PKC_UNROLL
@@ -138,7 +138,7 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *work, pkc_i64
 
 /* One key tile; sL holds the query tile's lse·log2(e) (sL[0..63]) and D (sL[64..]). */
 template <int HS>
-static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i64 rows, const unsigned short *dy,
+static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *lse, const float *Dv, const unsigned short *dy,
                                           const unsigned short *qkv, int T, int C, int NH, int causal,
                                           const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sQ,
                                           unsigned short *sY, float *sL) {
@@ -178,8 +178,8 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
     pkc_cp_async_commit();
     for (int i = (int)threadIdx.x; i < PKC_FLASH_BR; i += PKC_FLASH_THREADS) {
       bool in = q0 + i < T;
-      sL[i] = in ? work[bh * T + q0 + i] * PKC_FLASH_LOG2E : 0.0f;
-      sL[PKC_FLASH_BR + i] = in ? work[rows + bh * T + q0 + i] : 0.0f;
+      sL[i] = in ? lse[bh * T + q0 + i] * PKC_FLASH_LOG2E : 0.0f;
+      sL[PKC_FLASH_BR + i] = in ? Dv[bh * T + q0 + i] : 0.0f;
     }
     pkc_cp_async_wait<0>();
     __syncthreads();
@@ -256,19 +256,20 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *work, pkc_i6
   }
 }
 
-extern "C" __global__ void pkc_flash_attention_bwd_dq_bf16(float *dqkv, const float *work, const unsigned short *dy,
+extern "C" __global__ void pkc_flash_attention_bwd_dq_bf16(float *dqkv, const float *lse, const float *Dv,
+                                                           const unsigned short *dy,
                                                            const unsigned short *qkv, int B, int T, int C, int NH,
                                                            int causal, double p, pkc_u64 seed, pkc_u32 op,
                                                            const pkc_u32 *mbkey) {
   __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 rows = (pkc_i64)B * NH * T, tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
-  (void)sKV, (void)tiles, (void)rows, (void)work, (void)qkv, (void)dy, (void)causal, (void)dr;
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  (void)sKV, (void)tiles, (void)lse, (void)Dv, (void)qkv, (void)dy, (void)causal, (void)dr;
   if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
 #define PKC_FLASH_DQ_CASE(n)                                                                               \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_dq_tile<n>(dqkv, work, rows, dy, qkv, T, C, NH, causal, &dr, t, sKV,                      \
+      pkc_flash_dq_tile<n>(dqkv, lse, Dv, dy, qkv, T, C, NH, causal, &dr, t, sKV,                      \
                            sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                         \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_DQ_CASE)
@@ -278,20 +279,21 @@ extern "C" __global__ void pkc_flash_attention_bwd_dq_bf16(float *dqkv, const fl
   pkc_flash_poison(dqkv, (pkc_i64)B * T * 3 * C);
 }
 
-extern "C" __global__ void pkc_flash_attention_bwd_dkv_bf16(float *dqkv, const float *work, const unsigned short *dy,
+extern "C" __global__ void pkc_flash_attention_bwd_dkv_bf16(float *dqkv, const float *lse, const float *Dv,
+                                                            const unsigned short *dy,
                                                             const unsigned short *qkv, int B, int T, int C, int NH,
                                                             int causal, double p, pkc_u64 seed, pkc_u32 op,
                                                             const pkc_u32 *mbkey) {
   __shared__ __align__(16) unsigned short sQY[2 * PKC_FLASH_BR * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   __shared__ float sL[2 * PKC_FLASH_BR];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 rows = (pkc_i64)B * NH * T, tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
-  (void)sQY, (void)sL, (void)tiles, (void)rows, (void)work, (void)qkv, (void)dy, (void)causal, (void)dr;
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  (void)sQY, (void)sL, (void)tiles, (void)lse, (void)Dv, (void)qkv, (void)dy, (void)causal, (void)dr;
   if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
 #define PKC_FLASH_DKV_CASE(n)                                                                              \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_dkv_tile<n>(dqkv, work, rows, dy, qkv, T, C, NH, causal, &dr, t, sQY,                     \
+      pkc_flash_dkv_tile<n>(dqkv, lse, Dv, dy, qkv, T, C, NH, causal, &dr, t, sQY,                     \
                             sQY + PKC_FLASH_BR * PKC_FLASH_LD(n), sL);                                    \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_DKV_CASE)

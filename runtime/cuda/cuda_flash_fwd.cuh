@@ -3,7 +3,8 @@
  * pkc_flash_attention_fwd_bf16(out, lse, qkv16, B, T, C, NH, causal, p, seed, op, mbkey):
  * out[B,T,C] fp32 as pkc_attention_fwd_f32, from qkv16 = qkv as bf16
  * (pkc_cast_f32_to_bf16). lse (may be NULL) gets each query row's log-sum-exp of
- * the scaled scores, lse[(b·NH+h)·T + t] (natural log), for a backward to reuse.
+ * the scaled scores, lse[(b·NH+h)·T + t] (natural log): the IR's second output of
+ * attention, which the backward (cuda_flash_bwd.cuh) takes instead of recomputing.
  *
  * One block per (b, h, 64-query tile), 4 warps of 16 query rows. The warp keeps its
  * Q rows as A fragments in registers, walks the key tiles (K and V tiles in shared
@@ -23,11 +24,9 @@
 #include "cuda_flash_common.cuh"
 #endif
 
-/* One query tile. STATS (the backward's first kernel): instead of out, writes
- * dvec[row] = D = dy·out (dy16: dy as bf16, [B,T,C]) beside lse[row]. */
-template <int HS, bool STATS>
-static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, const unsigned short *dy16,
-                                          const unsigned short *qkv, int T, int C, int NH, int causal,
+/* One query tile: out, and lse[row] when lse is not NULL. */
+template <int HS>
+static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned short *qkv, int T, int C, int NH, int causal,
                                           const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sK,
                                           unsigned short *sV) {
   const int nq = pkc_flash_ntiles(T);
@@ -145,26 +144,12 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, float *dvec, c
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     const int row = wq0 + g + 8 * r;
     const float inv = 1.0f / l[r];
-    if (STATS) { /* D = Σ_d dy·out over the row, the four lanes' parts summed */
-      float dsum = 0;
-      if (row < T) {
-        const unsigned short *gy = dy16 + ((pkc_i64)b * T + row) * C + (pkc_i64)h * HS + 2 * c;
-        PKC_UNROLL
-        for (int j = 0; j < HS / 8; j++)
-          dsum += pkc_bf16_to_f32(gy[8 * j]) * o[j][2 * r] + pkc_bf16_to_f32(gy[8 * j + 1]) * o[j][2 * r + 1];
-      }
-      dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-      dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
-      if (row < T && c == 0) dvec[bh * T + row] = dsum * inv;
-    }
     if (row >= T) continue;
-    if (!STATS) {
-      float *dst = out + ((pkc_i64)b * T + row) * C + (pkc_i64)h * HS + 2 * c;
-      PKC_UNROLL
-      for (int j = 0; j < HS / 8; j++) {
-        dst[8 * j] = o[j][2 * r] * inv;
-        dst[8 * j + 1] = o[j][2 * r + 1] * inv;
-      }
+    float *dst = out + ((pkc_i64)b * T + row) * C + (pkc_i64)h * HS + 2 * c;
+    PKC_UNROLL
+    for (int j = 0; j < HS / 8; j++) {
+      dst[8 * j] = o[j][2 * r] * inv;
+      dst[8 * j + 1] = o[j][2 * r + 1] * inv;
     }
     if (lse && c == 0) lse[bh * T + row] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
   }
@@ -181,8 +166,8 @@ extern "C" __global__ void pkc_flash_attention_fwd_bf16(float *out, float *lse, 
 #define PKC_FLASH_FWD_CASE(n)                                                                              \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_fwd_tile<n, false>(out, lse, 0, 0, qkv, T, C, NH, causal, &dr, t, sKV,              \
-                                   sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                 \
+      pkc_flash_fwd_tile<n>(out, lse, qkv, T, C, NH, causal, &dr, t, sKV,                              \
+                            sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                        \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_FWD_CASE)
 #undef PKC_FLASH_FWD_CASE
@@ -190,31 +175,6 @@ extern "C" __global__ void pkc_flash_attention_fwd_bf16(float *out, float *lse, 
     }
   pkc_flash_poison(out, (pkc_i64)B * T * C); /* not compiled for this head size */
   if (lse) pkc_flash_poison(lse, (pkc_i64)B * NH * T);
-}
-
-/* The backward's first kernel (cuda_flash_bwd.cuh has the other two): the forward
- * again, keeping per query row work[row] = lse and work[B·NH·T + row] = D = dy·out
- * (row = (b·NH+h)·T + t; work holds 2·B·NH·T floats). Same launch as the forward. */
-extern "C" __global__ void pkc_flash_attention_bwd_stats_bf16(float *work, const unsigned short *dy,
-                                                              const unsigned short *qkv, int B, int T, int C,
-                                                              int NH, int causal, double p, pkc_u64 seed,
-                                                              pkc_u32 op, const pkc_u32 *mbkey) {
-  __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
-  const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 rows = (pkc_i64)B * NH * T, tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
-  (void)sKV, (void)tiles, (void)qkv, (void)dy, (void)causal, (void)dr;
-  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
-#define PKC_FLASH_STATS_CASE(n)                                                                            \
-  case n:                                                                                                 \
-    for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_fwd_tile<n, true>(0, work, work + rows, dy, qkv, T, C, NH, causal, &dr, t, sKV,        \
-                                  sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                  \
-    return;
-      PKC_FLASH_SIZES(PKC_FLASH_STATS_CASE)
-#undef PKC_FLASH_STATS_CASE
-    default: break;
-    }
-  pkc_flash_poison(work, 2 * rows);
 }
 
 #endif /* PD2BW_CUDA_FLASH_FWD_CUH */

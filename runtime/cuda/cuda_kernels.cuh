@@ -610,15 +610,15 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
  * the query; dropout p on the probabilities, element ((b·NH+h)·T + t)·T + t2 of the
  * stream. One thread per query row (forward, dq) or key row (dk, dv), walking the
  * other rows with an online softmax (Milakov & Gimelshein; FlashAttention): no T×T
- * matrix is ever stored. Backward, as FlashAttention-2 but recomputing what the IR
- * does not keep (attention_bwd takes only dy and qkv):
- *   1. pkc_attention_bwd_stats_f32: per query row, lse = log Σ exp(s) and
- *      D = dy·out (out recomputed) into work (PKC_ATTENTION_WORK_ELEMS(B,T,NH) =
- *      2·B·NH·T floats, NOT the CPU's T×T scratch: work[2·row] = lse,
- *      work[2·row+1] = D, row = (b·NH+h)·T + t);
+ * matrix is ever stored. The forward keeps lse = log Σ exp(s) per query row (natural
+ * log, lse[row], row = (b·NH+h)·T + t: the IR's second output of attention); the
+ * backward is FlashAttention-2's, from the forward's out and lse:
+ *   1. pkc_attention_bwd_delta_f32: D[row] = dy·out, into work
+ *      (PKC_ATTENTION_WORK_ELEMS(B,T,NH) = B·NH·T floats, NOT the CPU's T×T scratch);
  *   2. pkc_attention_bwd_dq_f32:  dq = scale·Σ_j P_j(dP_j - D)·k_j;
  *   3. pkc_attention_bwd_dkv_f32: dv = Σ_t P'_tj·dy_t, dk = scale·Σ_t dS_tj·q_t.
- * with P = exp(s - lse), P' = P·mask/(1-p), dP = (dy·v)·mask/(1-p), dS = P(dP - D).
+ * with P = exp(s - lse), P' = P·mask/(1-p), dP = (dy·v)·mask/(1-p), dS = P(dP - D)
+ * (D = Σ_j P'_j (dy·v_j) = dy·out, with dropout too).
  * 2 and 3 write disjoint columns of dqkv and may run in either order. A head size
  * the kernels were not compiled for (PKC_ATT_HS, PKC_ATT_HS_MAX above) gives NaN
  * outputs, which any check catches. These are the fp32 kernels, exact to the CPU;
@@ -631,11 +631,11 @@ static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) x[i] = PKC_NAN;
 }
 
-/* Scratch floats the backward needs (the forward needs none). */
-#define PKC_ATTENTION_WORK_ELEMS(B, T, NH) (2 * (pkc_i64)(B) * (NH) * (T))
+/* Scratch floats the backward needs (D; the forward needs none). */
+#define PKC_ATTENTION_WORK_ELEMS(B, T, NH) ((pkc_i64)(B) * (NH) * (T))
 
-__global__ void pkc_attention_fwd_f32(float *out, const float *qkv, int B, int T, int C, int NH,
-                                      int causal, double p, pkc_u64 seed, pkc_u32 op,
+__global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                      int NH, int causal, double p, pkc_u64 seed, pkc_u32 op,
                                       const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   const int hs = PKC_ATT_HS_OF(C, NH);
@@ -646,6 +646,7 @@ __global__ void pkc_attention_fwd_f32(float *out, const float *qkv, int B, int T
   pkc_i64 rows = (pkc_i64)B * NH * T;
   if (!PKC_ATT_HS_OK(C, NH)) { /* not the head size compiled for: poison, don't guess */
     pkc_attention_poison(out, (pkc_i64)B * T * C);
+    pkc_attention_poison(lse, rows);
     return;
   }
   for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
@@ -685,64 +686,26 @@ __global__ void pkc_attention_fwd_f32(float *out, const float *qkv, int B, int T
     }
     float inv = 1.0f / l;
     for (int d = 0; d < hs; d++) o[d] = acc[d] * inv;
+    lse[row] = m + logf(l);
   }
 }
 
-__global__ void pkc_attention_bwd_stats_f32(float *work, const float *dy, const float *qkv, int B,
-                                            int T, int C, int NH, int causal, double p,
-                                            pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
-  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
-  const int hs = PKC_ATT_HS_OF(C, NH);
-  pkc_i64 C3 = 3 * (pkc_i64)C;
-  float scale = (float)(1.0 / sqrt((double)hs));
-  pkc_u64 thr = pk_rng_threshold(p);
-  float ks = pkc_keep_scale(p);
+__global__ void pkc_attention_bwd_delta_f32(float *D, const float *dy, const float *out, int B, int T,
+                                            int C, int NH) {
+  const int hs = C / NH;
   pkc_i64 rows = (pkc_i64)B * NH * T;
-  if (!PKC_ATT_HS_OK(C, NH)) {
-    pkc_attention_poison(work, 2 * rows);
-    return;
-  }
   for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
     int t = (int)(row % T);
     pkc_i64 bh = row / T;
     int b = (int)(bh / NH), h = (int)(bh % NH);
-    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
-    const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
-    float q[PKC_ATT_HS_MAX];
-    for (int d = 0; d < hs; d++) q[d] = base[(pkc_i64)t * C3 + d];
-    int n = causal ? t + 1 : T;
-    /* D = dy·out = Σ_j P'_j (dy·v_j): the same online rescaling, on a scalar. */
-    float m = -3.402823466e38f, l = 0, dsum = 0;
-    PhiloxCtr blk;
-    pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
-    for (int t2 = 0; t2 < n; t2++) {
-      const float *k = base + (pkc_i64)t2 * C3 + C;
-      float s = 0;
-      for (int d = 0; d < hs; d++) s += q[d] * k[d];
-      s *= scale;
-      if (s > m) {
-        float corr = expf(m - s);
-        l *= corr;
-        dsum *= corr;
-        m = s;
-      }
-      float w = expf(s - m);
-      l += w;
-      if (p > 0)
-        w = pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? w * ks : 0.0f;
-      if (w != 0.0f) {
-        const float *v = base + (pkc_i64)t2 * C3 + 2 * C;
-        float gv = 0;
-        for (int d = 0; d < hs; d++) gv += g[d] * v[d];
-        dsum += w * gv;
-      }
-    }
-    work[2 * row] = m + logf(l);
-    work[2 * row + 1] = dsum / l;
+    pkc_i64 at = ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+    float d = 0;
+    for (int k = 0; k < hs; k++) d += dy[at + k] * out[at + k];
+    D[row] = d;
   }
 }
 
-__global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const float *dy,
+__global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
                                          const float *qkv, int B, int T, int C, int NH, int causal,
                                          double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
@@ -768,7 +731,7 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const f
       q[d] = base[(pkc_i64)t * C3 + d];
       acc[d] = 0;
     }
-    float lse = work[2 * row], D = work[2 * row + 1];
+    float L = lse[row], D = Dv[row];
     int n = causal ? t + 1 : T;
     PhiloxCtr blk;
     pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
@@ -780,7 +743,7 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const f
         s += q[d] * k[d];
         gv += g[d] * v[d];
       }
-      float P = expf(s * scale - lse);
+      float P = expf(s * scale - L);
       float mk =
           p > 0 ? (pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? ks : 0.0f)
                 : 1.0f;
@@ -791,7 +754,7 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *work, const f
   }
 }
 
-__global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *work, const float *dy,
+__global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
                                           const float *qkv, int B, int T, int C, int NH, int causal,
                                           double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
@@ -827,14 +790,14 @@ __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *work, const 
         s += q[d] * k[d];
         gv += g[d] * v[d];
       }
-      float P = expf(s * scale - work[2 * qrow]);
+      float P = expf(s * scale - lse[qrow]);
       float mk = 1.0f;
       if (p > 0) {
         pkc_u64 e = (pkc_u64)qrow * (pkc_u64)T + (pkc_u64)j;
         mk = (pkc_u64)pk_rng_u32(seed, op, microbatch, e) >= thr ? ks : 0.0f;
       }
       float pd = P * mk; /* P' */
-      float ds = P * (gv * mk - work[2 * qrow + 1]) * scale;
+      float ds = P * (gv * mk - Dv[qrow]) * scale;
       for (int d = 0; d < hs; d++) {
         av[d] += pd * g[d];
         ak[d] += ds * q[d];

@@ -108,12 +108,15 @@ static inline int pk_keep_(PkRng r, uint64_t thr, uint64_t e, PhiloxCtr *blk,
   return (uint64_t)blk->v[e & 3] >= thr;
 }
 
-/* Scratch elements attention_fwd/bwd need: 2·T per (batch, head). The kernels work
- * through the T query rows in blocks of as many rows as this holds (two R×T score
- * blocks in the backward, so R = min(T, B·NH)): the workspace stays linear in T. The
- * planner sizes the stage workspace with this same formula (passes/layout.c). */
+/* Scratch elements attention_fwd/bwd need: T per (batch, head), and at least 2·T. The
+ * kernels work through the T query rows in blocks of as many rows as this holds (the
+ * forward one R×T score block, R = min(T, B·NH); the backward two, R = B·NH/2): the
+ * workspace stays linear in T. It is also what the CUDA backward needs (D, one float
+ * per query row), so the planner sizes the stage workspace with this same formula
+ * (passes/layout.c) for both backends. */
 PK_API int64_t pk_attention_work_elems(int B, int T, int NH) {
-  return (int64_t)B * NH * 2 * T;
+  int64_t rows = (int64_t)B * NH;
+  return (rows > 2 ? rows : 2) * T;
 }
 
 /* expf for loops the compiler vectorises (libm's expf is a call per element, which
@@ -766,14 +769,17 @@ PK_API void PK(cross_entropy_bwd)(PK_REAL *dlogits, const PK_REAL *logits,
 /* ---- fused multi-head self-attention ---------------------------------------------- */
 
 /* Softmax of one query row t of the scores s[0, nk) (already scaled) over keys
- * [0, n), zero on [n, nk); with dropout (thr > 0) and apply_mask, P' = P⊙mask·keep
- * instead. The mask element of (bh, t, u) is ((bh·T + t)·T + u) of rng's stream. */
-PK_API void PK(att_softmax_row_)(PK_REAL *s, int n, int nk, int T, int bh, int t, uint64_t thr,
-                                 PK_REAL keep_scale, int apply_mask, PkRng rng) {
+ * [0, n), zero on [n, nk), and *lse = log Σ_u e^(s_u) (natural log) for the backward;
+ * with dropout (thr > 0), P' = P⊙mask·keep instead. The mask element of (bh, t, u)
+ * is ((bh·T + t)·T + u) of rng's stream. */
+PK_API void PK(att_softmax_row_)(PK_REAL *s, PK_REAL *lse, int n, int nk, int T, int bh, int t,
+                                 uint64_t thr, PK_REAL keep_scale, PkRng rng) {
   PK_REAL mx = PK(row_max_)(s, n);
-  PK_REAL inv = (PK_REAL)(1 / PK(sum_exp_)(s, s, mx, n));
+  double sum = PK(sum_exp_)(s, s, mx, n);
+  PK_REAL inv = (PK_REAL)(1 / sum);
+  *lse = (PK_REAL)((double)mx + log(sum));
   for (int u = n; u < nk; u++) s[u] = 0;
-  if (apply_mask && thr > 0) {
+  if (thr > 0) {
     PhiloxCtr blk;
     uint64_t blk_id = UINT64_MAX, e0 = ((uint64_t)bh * T + (uint64_t)t) * (uint64_t)T;
     for (int u = 0; u < n; u++)
@@ -788,14 +794,16 @@ PK_API void PK(att_softmax_row_)(PK_REAL *s, int n, int nk, int T, int bh, int t
  * h·hs:(h+1)·hs of each, hs = C/NH. Scores are scaled by 1/sqrt(hs); causal != 0
  * masks keys after the query. Dropout p applies to the probabilities: element
  * ((b·NH + h)·T + t)·T + u of rng's stream (philox.h), kept ones scaled 1/(1-p).
+ * lse[B,NH,T] gets each query row's log-sum-exp of the scaled scores (natural log),
+ * as the CUDA flash forward writes it: the backward recomputes P = e^(s - lse)
+ * from it, with no softmax reduction over the keys.
  *
  * work: pk_attention_work_elems(B,T,NH) reals. Per (batch, head) in turn, blocks of
  * query rows as many as fit in work: S = scale·Q·Kᵀ and O = P'·V are GEMMs through
  * the hook (BLAS threads them; a causal block stops at its last row's key), the row
- * softmax runs rows in parallel. Nothing is kept for the backward, which recomputes
- * P: that is what lets the IR's attention_bwd take only (dy, qkv). */
-PK_API void PK(attention_fwd)(PK_REAL *out, const PK_REAL *qkv, PK_REAL *work, int B, int T,
-                              int C, int NH, int causal, double p, PkRng rng) {
+ * softmax runs rows in parallel. */
+PK_API void PK(attention_fwd)(PK_REAL *out, PK_REAL *lse, const PK_REAL *qkv, PK_REAL *work,
+                              int B, int T, int C, int NH, int causal, double p, PkRng rng) {
   int hs = C / NH, C3 = 3 * C;
   int R = (int)(pk_attention_work_elems(B, T, NH) / T); /* rows per block */
   R = R < T ? R : T;
@@ -811,22 +819,25 @@ PK_API void PK(attention_fwd)(PK_REAL *out, const PK_REAL *qkv, PK_REAL *work, i
       PK(gemm)(0, 1, t1 - t0, nk, hs, scale, q + (int64_t)t0 * C3, C3, q + C, C3, 0, work, nk);
       PK_OMP(omp parallel for schedule(static) if ((int64_t)(t1 - t0) * nk >= PK_PAR_MIN))
       for (int t = t0; t < t1; t++)
-        PK(att_softmax_row_)(work + (int64_t)(t - t0) * nk, causal ? t + 1 : T, nk, T, bh, t, thr,
-                             keep_scale, 1, rng);
+        PK(att_softmax_row_)(work + (int64_t)(t - t0) * nk, lse + (int64_t)bh * T + t,
+                             causal ? t + 1 : T, nk, T, bh, t, thr, keep_scale, rng);
       PK(gemm)(0, 0, t1 - t0, hs, nk, 1, work, nk, q + 2 * C, C3, 0, o + (int64_t)t0 * C, C);
     }
   }
 }
 
-/* dqkv[B,T,3C] (overwritten) from dy[B,T,C] and the forward's qkv, with the same
- * heads/causal/p/rng as the forward (the same mask is replayed). Per block of rows:
- *   P = softmax(S), P' = P⊙mask/(1-p)                         (recomputed)
- *   dV += P'ᵀ·dy, dP' = dy·Vᵀ, dP = dP'⊙mask/(1-p), dS = P⊙(dP - rowsum(P⊙dP)),
+/* dqkv[B,T,3C] (overwritten) from dy[B,T,C], the forward's qkv, its output out[B,T,C]
+ * and its lse[B,NH,T], with the same heads/causal/p/rng as the forward (the same mask
+ * is replayed). FlashAttention-2's backward: per query row t, D_t = dy_t·out_t (=
+ * Σ_u P_u·dP_u, with dropout too: Σ_u P'_u (dy_t·v_u) = dy_t·out_t), so no pass over
+ * the keys reduces anything. Per block of rows:
+ *   P = e^(S - lse), P' = P⊙mask/(1-p)                         (recomputed)
+ *   dV += P'ᵀ·dy, dP' = dy·Vᵀ, dP = dP'⊙mask/(1-p), dS = P⊙(dP - D),
  *   dQ = scale·dS·K, dK += scale·dSᵀ·Q.
  * work holds two blocks: P, and P' then dP' then dS. */
 PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *qkv,
-                              PK_REAL *work, int B, int T, int C, int NH, int causal, double p,
-                              PkRng rng) {
+                              const PK_REAL *out, const PK_REAL *lse, PK_REAL *work, int B, int T,
+                              int C, int NH, int causal, double p, PkRng rng) {
   int hs = C / NH, C3 = 3 * C;
   int R = (int)(pk_attention_work_elems(B, T, NH) / (2 * (int64_t)T)); /* rows per block */
   R = R < T ? R : T;
@@ -838,6 +849,8 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
     int b = bh / NH, h = bh % NH;
     const PK_REAL *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs;
     const PK_REAL *g = dy + (int64_t)b * T * C + (int64_t)h * hs;
+    const PK_REAL *o = out + (int64_t)b * T * C + (int64_t)h * hs;
+    const PK_REAL *lr = lse + (int64_t)bh * T;
     PK_REAL *dq = dqkv + (int64_t)b * T * C3 + (int64_t)h * hs;
     for (int t = 0; t < T; t++) { /* dK and dV accumulate over the blocks */
       memset(dq + (int64_t)t * C3 + C, 0, (size_t)hs * sizeof(PK_REAL));
@@ -850,7 +863,9 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
       for (int t = t0; t < t1; t++) {
         PK_REAL *pr = P + (int64_t)(t - t0) * nk, *dr = D + (int64_t)(t - t0) * nk;
         int n = causal ? t + 1 : T;
-        PK(att_softmax_row_)(pr, n, nk, T, bh, t, thr, keep_scale, 0, rng);
+        PK_REAL l = lr[t];
+        for (int u = 0; u < n; u++) pr[u] = PK_EXPV(pr[u] - l);
+        for (int u = n; u < nk; u++) pr[u] = 0;
         if (thr > 0) { /* P' = P⊙mask·keep_scale, for dV */
           PhiloxCtr blk;
           uint64_t blk_id = UINT64_MAX, e0 = ((uint64_t)bh * T + (uint64_t)t) * (uint64_t)T;
@@ -866,6 +881,7 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
       PK_OMP(omp parallel for schedule(static) if ((int64_t)nr * nk >= PK_PAR_MIN))
       for (int t = t0; t < t1; t++) {
         PK_REAL *pr = P + (int64_t)(t - t0) * nk, *dr = D + (int64_t)(t - t0) * nk;
+        const PK_REAL *gt = g + (int64_t)t * C, *ot = o + (int64_t)t * C;
         int n = causal ? t + 1 : T;
         if (thr > 0) {
           PhiloxCtr blk;
@@ -873,9 +889,10 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
           for (int u = 0; u < n; u++)
             dr[u] = pk_keep_(rng, thr, e0 + (uint64_t)u, &blk, &blk_id) ? dr[u] * keep_scale : 0;
         }
-        PK_REAL dot = 0;
-        for (int u = 0; u < n; u++) dot += pr[u] * dr[u];
-        for (int u = 0; u < n; u++) dr[u] = pr[u] * (dr[u] - dot);
+        double dot = 0; /* D_t = dy_t·out_t */
+        for (int k = 0; k < hs; k++) dot += (double)gt[k] * (double)ot[k];
+        PK_REAL Dt = (PK_REAL)dot;
+        for (int u = 0; u < n; u++) dr[u] = pr[u] * (dr[u] - Dt);
         for (int u = n; u < nk; u++) dr[u] = 0;
       }
       PK(gemm)(0, 0, nr, hs, nk, scale, D, nk, q + C, C3, 0, dq + (int64_t)t0 * C3, C3); /* dQ */

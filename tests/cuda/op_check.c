@@ -503,11 +503,12 @@ static void check_attention(Ctx *c) {
   int B = 2, T = 19, NH = 3, hs = 8, C = NH * hs;
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *qkv = oc_rvec(c, nq, 1.5f), *dy = oc_rvec(c, no, 1);
-  float *out = oc_zvec(no), *dqkv = oc_zvec(nq);
+  float *out = oc_zvec(no), *dqkv = oc_zvec(nq), *lse = oc_zvec((size_t)B * NH * T);
   float *work = oc_zvec((size_t)pk_attention_work_elems(B, T, NH));
   DevPtr dq = oc_up(c, qkv, nq * 4), ddy = oc_up(c, dy, no * 4);
   DevPtr dout = c->d->alloc(c->d->ctx, no * 4), ddq = oc_up(c, qkv, nq * 4); /* garbage in dqkv */
-  DevPtr dwork = c->d->alloc(c->d->ctx, (size_t)2 * B * NH * T * 4);
+  DevPtr dlse = c->d->alloc(c->d->ctx, (size_t)B * NH * T * 4);
+  DevPtr dwork = c->d->alloc(c->d->ctx, (size_t)B * NH * T * 4); /* D */
   unsigned long long seed = 42;
   unsigned op = 11, mb = 5;
   DevPtr dmb = oc_up(c, &mb, 4); /* the kernels read the microbatch key in device memory */
@@ -517,22 +518,24 @@ static void check_attention(Ctx *c) {
       double p = k ? 0.2 : 0.0;
       PkRng rng = {seed, op, mb};
       char name[64];
-      LAUNCH(c, "pkc_attention_fwd_f32", rows, &dout, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op,
-             &dmb);
-      pk_attention_fwd_f32(out, qkv, work, B, T, C, NH, causal, p, rng);
+      LAUNCH(c, "pkc_attention_fwd_f32", rows, &dout, &dlse, &dq, &B, &T, &C, &NH, &causal, &p, &seed,
+             &op, &dmb);
+      pk_attention_fwd_f32(out, lse, qkv, work, B, T, C, NH, causal, p, rng);
       snprintf(name, sizeof name, "attention_fwd%s.p%.1f", causal ? ".causal" : "", p);
       oc_check_vec(c, name, dout, out, no, 1e-4);
-      LAUNCH(c, "pkc_attention_bwd_stats_f32", rows, &dwork, &ddy, &dq, &B, &T, &C, &NH, &causal,
-             &p, &seed, &op, &dmb);
-      LAUNCH(c, "pkc_attention_bwd_dq_f32", rows, &ddq, &dwork, &ddy, &dq, &B, &T, &C, &NH, &causal,
-             &p, &seed, &op, &dmb);
-      LAUNCH(c, "pkc_attention_bwd_dkv_f32", rows, &ddq, &dwork, &ddy, &dq, &B, &T, &C, &NH,
+      snprintf(name, sizeof name, "attention_fwd_lse%s.p%.1f", causal ? ".causal" : "", p);
+      oc_check_vec(c, name, dlse, lse, (size_t)rows, 1e-4);
+      /* the backward from the GPU forward's out and lse, as a CUDA program runs it */
+      LAUNCH(c, "pkc_attention_bwd_delta_f32", rows, &dwork, &ddy, &dout, &B, &T, &C, &NH);
+      LAUNCH(c, "pkc_attention_bwd_dq_f32", rows, &ddq, &dlse, &dwork, &ddy, &dq, &B, &T, &C, &NH,
              &causal, &p, &seed, &op, &dmb);
-      pk_attention_bwd_f32(dqkv, dy, qkv, work, B, T, C, NH, causal, p, rng);
+      LAUNCH(c, "pkc_attention_bwd_dkv_f32", rows, &ddq, &dlse, &dwork, &ddy, &dq, &B, &T, &C, &NH,
+             &causal, &p, &seed, &op, &dmb);
+      pk_attention_bwd_f32(dqkv, dy, qkv, out, lse, work, B, T, C, NH, causal, p, rng);
       snprintf(name, sizeof name, "attention_bwd%s.p%.1f", causal ? ".causal" : "", p);
       oc_check_vec(c, name, ddq, dqkv, nq, 1e-4);
     }
-  free(qkv), free(dy), free(out), free(dqkv), free(work);
+  free(qkv), free(dy), free(out), free(dqkv), free(lse), free(work);
 }
 
 /* ---- GEMMs (linear, matmul) --------------------------------------------------------- */

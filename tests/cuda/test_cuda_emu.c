@@ -154,20 +154,25 @@ static void test_fixed_head_size(void) {
   OpDev d = emu_dev(64, 3);
   int n = 0;
   EXPECT_EQ_INT(op_check_all(&d, "attention", 0, &n), 0);
-  EXPECT(n == 8);
+  EXPECT(n == 12); /* 2 causal x 2 p x (out, lse, dqkv) */
   int B = 1, T = 3, C = 24, NH = 2, causal = 1; /* hs 12 */
   double p = 0;
   unsigned long long seed = 1;
   unsigned op = 1;
-  float qkv[3 * 72] = {0}, out[72];
+  float qkv[3 * 72] = {0}, out[72], lse[6];
   DevPtr dq = (DevPtr)(uintptr_t)qkv, dout = (DevPtr)(uintptr_t)out, dmb = 0; /* p is 0: no key read */
+  DevPtr dlse = (DevPtr)(uintptr_t)lse;
   memset(out, 0, sizeof out);
+  memset(lse, 0, sizeof lse);
   EXPECT_EQ_INT(emu_launch("pkc_attention_fwd_f32", 2, 64,
-                           (void *[]){&dout, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &dmb}),
+                           (void *[]){&dout, &dlse, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &dmb}),
                 0);
   int nan = 0;
   for (int i = 0; i < 72; i++) nan += isnan(out[i]) != 0;
   EXPECT_EQ_INT(nan, 72);
+  nan = 0;
+  for (int i = 0; i < 6; i++) nan += isnan(lse[i]) != 0;
+  EXPECT_EQ_INT(nan, 6);
 }
 #endif
 

@@ -82,8 +82,8 @@ static int kernel_has(const char *sass, const char *kernel, const char *op) {
 }
 
 static const char *const tensor_core_kernels[] = {
-    "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_stats_bf16",
-    "pkc_flash_attention_bwd_dq_bf16", "pkc_flash_attention_bwd_dkv_bf16"};
+    "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_dq_bf16",
+    "pkc_flash_attention_bwd_dkv_bf16"};
 
 static const char *tool;
 static int arch;

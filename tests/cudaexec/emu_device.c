@@ -190,7 +190,7 @@ static void *e_kernel(void *dev, void *module, const char *name) {
   k->launch = m->launch;
   k->cast = strcmp(name, "pkc_cast_f32_to_bf16") == 0;
   k->att_casts = strcmp(name, "pkc_flash_attention_fwd_bf16") == 0         ? 1
-                 : strcmp(name, "pkc_flash_attention_bwd_stats_bf16") == 0 ? 2
+                 : strcmp(name, "pkc_flash_attention_bwd_dq_bf16") == 0    ? 2
                                                                            : 0;
   snprintf(k->name, sizeof k->name, "%s", name);
   k->nargs = m->sizes(name, k->size);

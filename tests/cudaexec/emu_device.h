@@ -51,7 +51,7 @@ typedef struct EmuCounts {
   int launches;   /* kernel launches */
   int casts;      /* of those, pkc_cast_f32_to_bf16 */
   int att_casts;  /* the casts the tensor-core attention launched beside them: one per
-                     pkc_flash_attention_fwd_bf16 (qkv), two per bwd_stats (qkv, dy) */
+                     pkc_flash_attention_fwd_bf16 (qkv), two per bwd_dq (qkv, dy) */
   int gemms;      /* GEMMs of every type */
   int bf16_gemms; /* of those, CX_GEMM_BF16 */
   int dtods, records, waits; /* device copies, event records, stream waits */

@@ -98,17 +98,16 @@ static double check_cast(const cJSON *c, int op, const cJSON *src, double n, con
 
 /* The tf32 list's fp32 attention kernels and what a bf16 list launches instead when the
  * head size qualifies (codegen/cgen_cuda.c emit_flash_attention): `casts` casts first
- * (qkv, then dy), and every argument the same but the bf16 copies for the fp32 inputs. */
+ * (qkv, then dy), and every argument the same but the bf16 copies for the fp32 inputs
+ * (the backward's pkc_attention_bwd_delta_f32, D = dy·out, is in both lists alike). */
 static const struct {
   const char *f32, *flash;
   int casts;
   int qkv, dy; /* the fp32 kernel's argument indices of qkv and dy (-1: none) */
-  int extra;   /* the flash kernel's arguments inserted at qkv's index (fwd: lse, NULL) */
 } att_map[] = {
-    {"pkc_attention_fwd_f32", "pkc_flash_attention_fwd_bf16", 1, 1, -1, 1},
-    {"pkc_attention_bwd_stats_f32", "pkc_flash_attention_bwd_stats_bf16", 2, 2, 1, 0},
-    {"pkc_attention_bwd_dq_f32", "pkc_flash_attention_bwd_dq_bf16", 0, 3, 2, 0},
-    {"pkc_attention_bwd_dkv_f32", "pkc_flash_attention_bwd_dkv_bf16", 0, 3, 2, 0},
+    {"pkc_attention_fwd_f32", "pkc_flash_attention_fwd_bf16", 1, 2, -1},
+    {"pkc_attention_bwd_dq_f32", "pkc_flash_attention_bwd_dq_bf16", 2, 4, 3},
+    {"pkc_attention_bwd_dkv_f32", "pkc_flash_attention_bwd_dkv_bf16", 0, 4, 3},
 };
 
 /* Checks the bf16 launches at p16[*i..] standing for the fp32 attention launch e32
@@ -138,14 +137,10 @@ static void check_flash(const cJSON *p16, int *i, const cJSON *e32, int m, const
   EXPECT(num(e16, "op") == op && num(e16, "block") == 128 && num(e16, "grid") >= 1);
   const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(e16, "args");
   int n32 = cJSON_GetArraySize(a32);
-  EXPECT_EQ_INT(cJSON_GetArraySize(a16), n32 + att_map[m].extra);
-  for (int k = 0, j = 0; k < n32; k++, j++) {
+  EXPECT_EQ_INT(cJSON_GetArraySize(a16), n32);
+  for (int k = 0; k < n32; k++) {
     const cJSON *x = cJSON_GetArrayItem(a32, k);
-    if (k == att_map[m].qkv && att_map[m].extra) { /* the forward's lse: NULL */
-      EXPECT(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a16, j), "buf")));
-      j++;
-    }
-    const cJSON *y = cJSON_GetArrayItem(a16, j);
+    const cJSON *y = cJSON_GetArrayItem(a16, k);
     if (k == att_map[m].qkv) EXPECT(*q16 && same_ptr(y, *q16));
     else if (k == att_map[m].dy) EXPECT(*y16 && same_ptr(y, *y16));
     else EXPECT(y && cJSON_Compare(x, y, 1));

@@ -49,18 +49,19 @@ static float *shifted(float **base, size_t n, int shift) {
 static void att_run(const AttShape *s, int shift, float *out_copy, float *dqkv_copy) {
   size_t nq = (size_t)s->B * s->T * 3 * s->C, no = (size_t)s->B * s->T * s->C;
   size_t nw = (size_t)pk_attention_work_elems(s->B, s->T, s->NH);
-  float *b1, *b2, *b3, *b4, *b5;
+  size_t nl = (size_t)s->B * s->NH * s->T;
+  float *b1, *b2, *b3, *b4, *b5, *b6;
   float *qkv = shifted(&b1, nq, shift % 16), *dy = shifted(&b2, no, (shift * 3) % 16);
   float *out = shifted(&b3, no, (shift * 5) % 16), *dq = shifted(&b4, nq, (shift * 7) % 16);
-  float *work = shifted(&b5, nw, (shift * 11) % 16);
+  float *work = shifted(&b5, nw, (shift * 11) % 16), *lse = shifted(&b6, nl, (shift * 13) % 16);
   fill(qkv, nq, 1);
   fill(dy, no, 2);
   PkRng rng = {7, 3, 1};
-  pk_attention_fwd_f32(out, qkv, work, s->B, s->T, s->C, s->NH, 1, s->p, rng);
-  pk_attention_bwd_f32(dq, dy, qkv, work, s->B, s->T, s->C, s->NH, 1, s->p, rng);
+  pk_attention_fwd_f32(out, lse, qkv, work, s->B, s->T, s->C, s->NH, 1, s->p, rng);
+  pk_attention_bwd_f32(dq, dy, qkv, out, lse, work, s->B, s->T, s->C, s->NH, 1, s->p, rng);
   memcpy(out_copy, out, no * sizeof(float));
   memcpy(dqkv_copy, dq, nq * sizeof(float));
-  free(b1), free(b2), free(b3), free(b4), free(b5);
+  free(b1), free(b2), free(b3), free(b4), free(b5), free(b6);
 }
 
 static const AttShape att_shapes[] = {

@@ -104,13 +104,15 @@ static void test_pointwise_and_norm(void) {
 static void test_attention_and_loss(void) {
   Pair qkv = pair(BT * 3 * C, 0.1, 1.5), g = pair(BT * C, 0.1, 1), y = outn(BT * C);
   Pair dq = outn(BT * 3 * C), w = outn(pk_attention_work_elems(B, T, NH));
+  Pair lse = outn((BT / T) * NH * T);
   PkRng r = {5, 6, 7};
   for (int causal = 0; causal < 2; causal++) {
-    pk_attention_fwd_f64(y.d, qkv.d, w.d, B, T, C, NH, causal, 0.2, r);
-    pk_attention_fwd_f32(y.f, qkv.f, w.f, B, T, C, NH, causal, 0.2, r);
+    pk_attention_fwd_f64(y.d, lse.d, qkv.d, w.d, B, T, C, NH, causal, 0.2, r);
+    pk_attention_fwd_f32(y.f, lse.f, qkv.f, w.f, B, T, C, NH, causal, 0.2, r);
     AGREE("attention_fwd", y.f, y.d, y.n);
-    pk_attention_bwd_f64(dq.d, g.d, qkv.d, w.d, B, T, C, NH, causal, 0.2, r);
-    pk_attention_bwd_f32(dq.f, g.f, qkv.f, w.f, B, T, C, NH, causal, 0.2, r);
+    AGREE("attention_fwd lse", lse.f, lse.d, lse.n);
+    pk_attention_bwd_f64(dq.d, g.d, qkv.d, y.d, lse.d, w.d, B, T, C, NH, causal, 0.2, r);
+    pk_attention_bwd_f32(dq.f, g.f, qkv.f, y.f, lse.f, w.f, B, T, C, NH, causal, 0.2, r);
     AGREE("attention_bwd", dq.f, dq.d, dq.n);
   }
   Pair logits = pair(BT * V, 0.1, 4), dl = outn(BT * V);
@@ -123,7 +125,7 @@ static void test_attention_and_loss(void) {
   pk_cross_entropy_bwd_f64(dl.d, logits.d, tg, BT, V, -1, 1);
   pk_cross_entropy_bwd_f32(dl.f, logits.f, tg, BT, V, -1, 1);
   AGREE("cross_entropy_bwd", dl.f, dl.d, dl.n);
-  pair_free(&qkv), pair_free(&g), pair_free(&y), pair_free(&dq), pair_free(&w);
+  pair_free(&qkv), pair_free(&g), pair_free(&y), pair_free(&dq), pair_free(&w), pair_free(&lse);
   pair_free(&logits), pair_free(&dl);
 }
 
