@@ -43,20 +43,20 @@ static void make_model(void) {
                                        {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
   int n = 0;
   snprintf(names[n], 32, "wte");
-  model[n++] = (CkptParam){names[0], 2, {V, C}, NULL};
+  model[n++] = (CkptParam){names[0], 2, {V, C}, NULL, 0};
   snprintf(names[n], 32, "wpe");
-  model[n++] = (CkptParam){names[1], 2, {T, C}, NULL};
+  model[n++] = (CkptParam){names[1], 2, {T, C}, NULL, 0};
   for (int l = 0; l < L; l++)
     for (int k = 0; k < 12; k++) {
       snprintf(names[n], 32, "h.%d.%s", l, layer[k]);
-      model[n] = (CkptParam){names[n], shape[k][1] ? 2 : 1, {shape[k][0], shape[k][1]}, NULL};
+      model[n] = (CkptParam){names[n], shape[k][1] ? 2 : 1, {shape[k][0], shape[k][1]}, NULL, 0};
       n++;
     }
   snprintf(names[n], 32, "lnf_w");
-  model[n] = (CkptParam){names[n], 1, {C}, NULL};
+  model[n] = (CkptParam){names[n], 1, {C}, NULL, 0};
   n++;
   snprintf(names[n], 32, "lnf_b");
-  model[n] = (CkptParam){names[n], 1, {C}, NULL};
+  model[n] = (CkptParam){names[n], 1, {C}, NULL, 0};
   n++;
   uint32_t x = 12345;
   for (int i = 0; i < NP; i++) {
