@@ -257,7 +257,10 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   if (x->o->seed_set) x->tc.seed = x->o->seed;
   x->steps = x->o->steps;
   x->mref = p->m * p->w;
-  x->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule, .nbatches = (int)x->steps,
+  /* --steps 0 (save the initial weights): one batch's streams that never run, as in
+   * runtime/pipeline.c's build_streams */
+  x->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
+                             .nbatches = x->steps > 0 ? (int)x->steps : 1,
                              .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups};
   if (!plan_streams_build(&x->spec, &x->streams, err, errlen)) return false;
   if (!open_data(x, err, errlen)) return false;

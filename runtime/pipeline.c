@@ -62,11 +62,13 @@ static int param_by_name(const RtStage *s, const char *name) {
   return -1;
 }
 
-/* The streams for batches [0, steps), with the plan's tied groups. */
+/* The streams for batches [0, steps), with the plan's tied groups; --steps 0 (save
+ * the initial weights) builds one batch's streams that never run, as the scheduler
+ * wants at least one batch. */
 static bool build_streams(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
-                             .nbatches = (int)R->steps, .replicas = p->w, .groups = p->groups,
+                             .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
                              .ngroups = p->ngroups};
   return plan_streams_build(&R->spec, &R->streams, err, errlen);
 }

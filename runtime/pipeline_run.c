@@ -312,7 +312,7 @@ static int run_rank(Transport *t, void *arg) {
     transport_abort(t, msg);
     return 1;
   }
-  if (first >= c->o->steps) {
+  if (first >= c->o->steps && c->o->resume_path) {
     if (rk == 0)
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
               (long long)first, (long long)c->o->steps);
@@ -441,10 +441,14 @@ static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
     fprintf(stderr, "pd2bwrun: error: %s\n", err);
     return false;
   }
-  fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
-             "steady state)\n",
-          p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
-          nb ? r->step_loss[nb - 1] : NAN, r->step_time_s * 1e3);
+  if (nb > 0)
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
+               "steady state)\n",
+            p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
+            r->step_loss[nb - 1], r->step_time_s * 1e3);
+  else
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, nothing trained (at step %lld)\n", p->d, p->w,
+            plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)r->first_step);
   for (int s = 0; s < p->d; s++)
     fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
             (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);

@@ -32,7 +32,8 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --data FILE         training tokens\n"
-    "  --steps N           optimizer steps to run (a resumed run continues to N)\n"
+    "  --steps N           optimizer steps to run (a resumed run continues to N); 0 with\n"
+    "                      --save writes the initial (or --init) weights\n"
     "  --val-data FILE     held-out tokens for the validation loss\n"
     "  --eval-every K      validation loss every K steps and at the end (default 0: end only)\n"
     "  --eval-batches N    batches per validation (default 8, fewer if the file is short)\n"
@@ -73,7 +74,7 @@ typedef struct Args {
   bool reference, pipeline_flags;
   int64_t steps, eval_every, eval_batches;
   uint64_t seed;
-  bool seed_set, quiet, shuffle;
+  bool seed_set, steps_set, quiet, shuffle;
   int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
   int threads;
 } Args;
@@ -126,7 +127,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     case O_INIT: a->init = optarg; break;
     case O_LOG: a->log_json = optarg; break;
     case O_STEPS:
-      if (!parse_int(optarg, 1, INT64_MAX / 2, &a->steps)) goto bad_number;
+      /* 0: nothing trained; with --save, the initial (or --init) weights are written */
+      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->steps)) goto bad_number;
+      a->steps_set = true;
       break;
     case O_EVAL:
       if (!parse_int(optarg, 0, INT64_MAX / 2, &a->eval_every)) goto bad_number;
@@ -197,7 +200,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   if (optind != argc - 1) return fail(optind >= argc ? "no plan directory given (see pd2bwrun --help)" : "one plan directory only (see pd2bwrun --help)");
   a->plan = argv[optind];
   if (!a->data) return fail("--data FILE is required");
-  if (!a->steps) return fail("--steps N is required");
+  if (!a->steps_set) return fail("--steps N is required");
   return -1;
 }
 
