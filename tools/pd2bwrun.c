@@ -224,6 +224,7 @@ int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  pd_blas_set_quiet(a.quiet);
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
     /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
@@ -331,6 +332,7 @@ int main(int argc, char **argv) {
     fail(err);
     goto done;
   }
+  rt_log_set_peak(log, plan->peak_flops); /* one device */
   double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
   double total_ms = 0, last_loss = NAN, last_val = NAN;
   int64_t first = trainer_step_index(t);
