@@ -44,12 +44,23 @@ int console_step_line(const ConsoleStep *s, char *buf, size_t n) {
                   s->gflops, mfu, eta, val);
 }
 
+/* A JSON number (%.9g when exact, else %.6g), or null for NAN (not measured, or no
+ * peak known). */
+static const char *jnum(char *buf, size_t n, bool exact, double x) {
+  if (isnan(x) || isinf(x)) return "null";
+  if (exact) snprintf(buf, n, "%.9g", x);
+  else snprintf(buf, n, "%.6g", x);
+  return buf;
+}
+
 int console_json_line(const ConsoleStep *s, char *buf, size_t n) {
-  char mfu[32] = "null", val[48] = "";
-  if (!isnan(s->mfu)) snprintf(mfu, sizeof mfu, "%.6g", s->mfu);
+  char gn[32], ms[32], tps[32], gf[32], mfu[32], val[48] = "";
+  bool timed = !isnan(s->ms);
   if (!isnan(s->val_loss)) snprintf(val, sizeof val, ", \"val_loss\": %.9g", s->val_loss);
   return snprintf(buf, n,
-                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.6g, \"tokens_per_s\": "
-                  "%.6g, \"gflops\": %.6g, \"mfu\": %s%s}\n",
-                  (long long)s->step, s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s, s->gflops, mfu, val);
+                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": %s, \"tokens_per_s\": %s, "
+                  "\"gflops\": %s, \"mfu\": %s%s}\n",
+                  (long long)s->step, s->loss, s->lr, jnum(gn, sizeof gn, true, s->grad_norm),
+                  jnum(ms, sizeof ms, false, s->ms), jnum(tps, sizeof tps, false, timed ? s->tokens_per_s : NAN),
+                  jnum(gf, sizeof gf, false, timed ? s->gflops : NAN), jnum(mfu, sizeof mfu, false, s->mfu), val);
 }
