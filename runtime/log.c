@@ -102,6 +102,8 @@ static bool append_line(RtLog *l, const char *line, size_t n, int64_t step) {
 
 void rt_log_set_peak(RtLog *l, double peak_flops) { l->peak = peak_flops; }
 
+void rt_log_set_plain(RtLog *l) { l->tty = false; }
+
 bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens, double flops,
                  double val_loss) {
   ConsoleStep cs = console_step(step, nsteps, s->loss, s->lr, s->grad_norm, s->ms, tokens, flops, l->peak, val_loss);

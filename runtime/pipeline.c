@@ -257,6 +257,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     char lerr[IO_ERR_LEN];
     R->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
     rt_log_set_peak(R->console, pipe_peak_flops(p));
+    if (transport_kind(t) == TRANSPORT_MPI) rt_log_set_plain(R->console);
   }
   R->cap_ev = R->stream->n + 8;
   R->ev = pd_calloc((size_t)R->cap_ev, sizeof *R->ev);
@@ -650,7 +651,9 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
       char *src = R->grads + R->st->params[T->param].offset;
       memcpy(R->tg[par] + T->tg_off, src, T->bytes);
       memset(src, 0, T->bytes);
-      if (R->tc.clip > 0 && !tied_finish(R, g, t)) return false;
+      /* the group's sum now, for the global norm (clipping, the console, the log);
+       * its step still comes later */
+      if (!tied_finish(R, g, t)) return false;
     } else if (!tied_finish(R, g, t)) {
       return false;
     }

@@ -230,6 +230,9 @@ bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, dou
                  double flops, double val_loss);
 /* The peak FLOP/s of the devices the run's steps use (0: unknown, no MFU). */
 void rt_log_set_peak(RtLog *l, double peak_flops);
+/* Plain lines even on a terminal: an MPI rank's stdout is the launcher's pty
+ * whether or not the user's is a terminal, so a rank never draws the bar. */
+void rt_log_set_plain(RtLog *l);
 /* Flushes the JSON log to disk and closes it; false (why in err) on failure. */
 bool rt_log_finish(RtLog *l, char *err, size_t errlen);
 const char *rt_log_error(const RtLog *l);
