@@ -43,7 +43,7 @@ static const char usage[] =
     "  --seed N            override the plan's seed (weights, dropout, --shuffle)\n"
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
-    "  --log-json FILE     one JSON object per step\n"
+    "  --log-json FILE     one JSON object per step, the same keys in every mode (README)\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
     "                      all its stages on that one GPU); it takes every option above, but\n"
     "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
@@ -62,7 +62,7 @@ static const char usage[] =
     "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
     "  --reference         afterwards, train PLAN_DIR/reference sequentially and compare\n"
     "  --reference-tol X   relative bound for --reference (losses; weights 10x) (default 1e-5)\n"
-    "  -q, --quiet         only errors and the final summary\n"
+    "  -q, --quiet         only errors and the final summary (no step lines, no BLAS note)\n"
     "  -h, --help          this text\n";
 
 typedef struct Args {
