@@ -180,6 +180,22 @@ static void test_1f1b(void) {
   EXPECT(lines == STEPS);
 }
 
+/* --steps 0 --save: the initial weights, nothing trained (issue 16) */
+static void test_steps0(void) {
+  EXPECT(emu_pipe_make_plan("p0", "--precision fp32 --stages 2 --replicas 1 --microbatches 4 --schedule gpipe "
+                                  "--recompute off"));
+  char dir[256], data[256], save[256];
+  snprintf(dir, sizeof dir, "%s/p0", tmp);
+  snprintf(data, sizeof data, "%s/train.bin", tmp);
+  snprintf(save, sizeof save, "%s/p0.st", tmp);
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaExecOptions o = {.data_path = data, .steps = 0, .quiet = true, .gemm = CX_GEMM_PLAN, .save_path = save};
+  EXPECT(cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o) == 0);
+  FILE *f = fopen(save, "rb");
+  EXPECT(f != NULL);
+  if (f) fclose(f);
+}
+
 /* pipedream: a weight version per stage lag, stashed; the reference is the plan's
  * own stage programs run sequentially with the per-stage delay rule. */
 static void test_pipedream(void) {
@@ -248,6 +264,7 @@ int main(int argc, char **argv) {
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
+  if (emu_test_part(part, "1f1b")) RUN(test_steps0);
   if (emu_test_part(part, "pipedream")) RUN(test_pipedream);
   if (emu_test_part(part, "errors")) {
     RUN(test_errors);

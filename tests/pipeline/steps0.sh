@@ -42,6 +42,20 @@ def load(p):
 a, b = load(sys.argv[1]), load(sys.argv[2])
 sys.exit(0 if a and a == b else 1)
 PY
+# --init then --steps 0: the checkpoint's weights, written as they were loaded
+one 2 --save "$T/two.st" >/dev/null 2>&1 || bad "one-stage 2 steps"
+for m in one threads; do
+  if "$m" 0 --init "$T/two.st" --save "$T/$m.init0" >/dev/null 2>&1 && python3 - "$T/two.st" "$T/$m.init0" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if not k.startswith(("opt.", "prev."))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if a and a == b else 1)
+PY
+  then ok "$m: --init CKPT --steps 0 --save writes CKPT's weights"; else bad "$m: --init --steps 0 weights"; fi
+done
 if out=$("$RUN" "$T/p" --data "$T/train.bin" --steps -1 2>&1); then bad "--steps -1 accepted"
 else grep -q "non-negative integer" <<<"$out" && ok "--steps -1 refused: $out" || bad "--steps -1 message: $out"; fi
 finish
