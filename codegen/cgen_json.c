@@ -158,6 +158,16 @@ cJSON *codegen_train_json(const TrainConfig *t) {
   char seed[32];
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
   cJSON_AddStringToObject(j, "seed", seed);
+  /* what pd2bwc's -D train.KEY=VALUE changed (the values above are the ones in
+   * force); absent without any, so plans without overrides read as before */
+  cJSON *ov = t->overrides && *t->overrides ? cJSON_AddArrayToObject(j, "overrides") : NULL;
+  for (const char *p = t->overrides; p && *p;) {
+    size_t n = strcspn(p, " ");
+    char item[256];
+    snprintf(item, sizeof item, "%.*s", (int)n, p);
+    cJSON_AddItemToArray(ov, cJSON_CreateString(item));
+    p += n + (p[n] == ' ');
+  }
   return j;
 }
 

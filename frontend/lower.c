@@ -488,6 +488,11 @@ static bool apply_override(LowerCtx *c, const char *text) {
   }
   char *name = arena_printf(c->a, "%.*s", (int)(eq - text), text);
   int pi = namemap_get(&c->param_index, name);
+  if (pi < 0 && train_setting_known(name)) {
+    diag_error(c->d, cmd, "-D %s: '%s' is not a param of model '%s' (the train setting is -D train.%s)", text, name,
+               c->g->name, text);
+    return false;
+  }
   if (pi < 0) {
     diag_error(c->d, cmd, "-D %s: '%s' is not a param of model '%s'", text, name, c->g->name);
     return false;
@@ -538,7 +543,8 @@ static bool collect_params(LowerCtx *c, const Ast *model, const char *const *ove
     namemap_put(c->a, &c->param_index, s->name, c->nparams++);
   }
   if (!ok) return false;
-  for (int i = 0; i < noverrides; i++) ok &= apply_override(c, overrides[i]);
+  for (int i = 0; i < noverrides; i++)
+    if (!train_override_is(overrides[i])) ok &= apply_override(c, overrides[i]);
   if (!ok) return false;
   for (int i = 0; i < c->nparams; i++) {
     Value v;
@@ -586,6 +592,8 @@ Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *con
     c.region = graph_add_region(g, RG_PROLOGUE, 0, "prologue");
     ModelState st = {0};
     lower_items(&c, &st, model->list, false);
+    /* after the train section, so that the command line wins */
+    if (d->nerrors == errors) lower_train_overrides(&c, overrides, noverrides);
     if (!st.minimize && d->nerrors == errors)
       diag_error(d, model->name_loc, "model '%s' has no 'minimize LOSS;' (expected the "
                  "loss to train on)", model->name);

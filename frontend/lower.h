@@ -98,4 +98,11 @@ void lower_train(LowerCtx *c, const Ast *train);
 bool bind_call_args(LowerCtx *c, const Ast *call, const char *const *names, int n,
                     const Ast **slots);
 
+/* -D train.KEY=VALUE (frontend/train_override.c): whether text is one; whether KEY
+ * is a train setting; applies every such override in overrides[0, n) to the graph's
+ * train section (false after errors "on the command line"). */
+bool train_override_is(const char *text);
+bool train_setting_known(const char *key);
+bool lower_train_overrides(LowerCtx *c, const char *const *overrides, int n);
+
 #endif /* PD2BW_FRONTEND_LOWER_H */

@@ -264,6 +264,9 @@ typedef struct TrainConfig {
   double clip; /* global-norm gradient clipping; 0 = off */
   uint64_t seed;
   Loc loc;
+  /* pd2bwc's -D train.KEY=VALUE overrides as given, "KEY=VALUE" separated by
+   * spaces (frontend/train_override.c); NULL when none. plan.json: train.overrides */
+  const char *overrides;
 } TrainConfig;
 
 /* The spellings of these enums in the IR dump and plan.json (ir/names.c); "?" for

@@ -60,6 +60,9 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static DlOpenblas dl;      /* dl.sgemm != NULL: every GEMM goes to it */
 static char dl_reason[96]; /* why OpenBLAS replaced the linked library */
 static int blas_threads;   /* 0 until pd_blas_init */
+static bool blas_quiet;    /* pd_blas_set_quiet: no note on the library chosen */
+
+void pd_blas_set_quiet(int quiet) { blas_quiet = quiet != 0; }
 static char blas_name[240];
 
 #if defined(PD_BLAS_BLIS)
@@ -128,7 +131,8 @@ static void blas_choose(void) {
   const char *arch = bli_arch_string(bli_arch_query_id());
   if (cpu_has_avx512() && strcmp(arch, "skx") != 0 && dl_openblas_load()) {
     snprintf(dl_reason, sizeof dl_reason, "AVX-512 CPU, BLIS chose '%s'", arch);
-    fprintf(stderr,
+    if (!blas_quiet)
+      fprintf(stderr,
             "pd2bw: note: this CPU has AVX-512 but BLIS %s chose '%s' (256-bit); using "
             "OpenBLAS with OPENBLAS_CORETYPE=%s instead (bench/sgemm/RESULTS.md)\n",
             bli_info_get_version_str(), arch, getenv("OPENBLAS_CORETYPE"));

@@ -34,6 +34,9 @@ void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const fl
 /* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it.
  * Call once per process, before the first GEMM; later calls change the count. */
 void pd_blas_init(int nthreads);
+/* quiet (pd2bwrun -q): no note on which library was chosen; warnings still print.
+ * Before pd_blas_init. */
+void pd_blas_set_quiet(int quiet);
 
 /* "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2
  * threads)": library, version, kernel configuration, threading (and a note when an

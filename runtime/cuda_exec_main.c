@@ -112,10 +112,11 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     fail(prog, err);
     goto done;
   }
+  rt_log_set_peak(log, plan->peak_flops); /* one GPU */
   double tokens = (double)(plan->b * plan->m) * T, flops = cx_trainer_flops_per_step(t);
   double steady_ms = 0, last_loss = NAN, last_val = NAN;
   int64_t steady = 0, first = cx_trainer_step_index(t);
-  if (first >= o->steps && !o->quiet)
+  if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
     printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
            (long long)o->steps);
   for (int64_t s = first; s < o->steps; s++) {

@@ -257,7 +257,10 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   if (x->o->seed_set) x->tc.seed = x->o->seed;
   x->steps = x->o->steps;
   x->mref = p->m * p->w;
-  x->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule, .nbatches = (int)x->steps,
+  /* --steps 0 (save the initial weights): one batch's streams that never run, as in
+   * runtime/pipeline.c's build_streams */
+  x->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
+                             .nbatches = x->steps > 0 ? (int)x->steps : 1,
                              .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups};
   if (!plan_streams_build(&x->spec, &x->streams, err, errlen)) return false;
   if (!open_data(x, err, errlen)) return false;
@@ -333,6 +336,15 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     if (x->sr[i].image_bytes > img) img = (size_t)x->sr[i].image_bytes;
   x->host_image = pd_calloc((size_t)p->m * img + 1, 1);
   x->host_loss = pd_calloc((size_t)(x->steps * p->m) + 1, sizeof(float));
+  x->grad_norm = pd_malloc((size_t)(x->steps + 1) * sizeof(double));
+  x->step_ms = pd_malloc((size_t)(x->steps + 1) * sizeof(double));
+  for (int64_t b = 0; b <= x->steps; b++) x->grad_norm[b] = x->step_ms[b] = NAN;
+  if (!x->o->quiet) {
+    char lerr[IO_ERR_LEN];
+    x->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
+    rt_log_set_peak(x->console, x->p->rt->peak_flops); /* one GPU runs every stage */
+  }
+  x->t_prev_step = pipe_now();
   return true;
 }
 
@@ -359,6 +371,9 @@ void cp_teardown(CpRun *x) {
   free(x->tgt_tmp);
   free(x->host_image);
   free(x->host_loss);
+  free(x->grad_norm);
+  free(x->step_ms);
+  rt_log_close(x->console);
   free(x->msg);
 }
 
@@ -435,6 +450,12 @@ void cp_outcome_finish(const CpRun *x, PipeOutcome *out) {
     out->val_loss[b] = NAN; /* cx_pipe_train fills in its validations */
   }
   out->val_final = NAN;
+  out->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
+  for (int64_t b = 0; b < nb; b++) {
+    out->grad_norm[b] = x->grad_norm[x->first + b];
+    out->step_ms[b] = x->step_ms[x->first + b];
+  }
   out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
   out->bubble = pd_calloc((size_t)p->d, sizeof(double));
   out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));

@@ -109,6 +109,10 @@ typedef struct CpRun {
   int64_t steps_timed; /* batches between the first and last timed step */
   int64_t first_timed; /* multi-GPU mode: the batch of the first timed step */
   float *host_loss;
+  double *grad_norm;   /* [steps + 1] by batch: the global norm (NAN: not taken) */
+  double *step_ms;     /* [steps + 1] by batch: time since the previous step (NAN: not timed) */
+  double t_prev_step;  /* when the previous step (or the run) ended */
+  RtLog *console;      /* the step lines (not quiet), runtime/console.c */
   CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   bool failed;
   char err[RT_ERR_LEN];
@@ -206,6 +210,9 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
 /* Σ g² of the SR's gradients into s->norm (a double) on its stream. */
 void cp_launch_norm(CpRun *x, CpSr *s, int64_t t);
 /* The "step i/n | loss" line of batch t from SR `last` (a last-stage SR). */
-void cp_progress_line(CpRun *x, CpSr *last, int64_t t);
+/* The step line of batch t (runtime/console.c): own NULL, the mean loss of every
+ * replica's last stage on this GPU (the global loss); in multi-GPU mode own is
+ * this process's last stage of replica 0, and the loss its replica's. */
+void cp_progress_line(CpRun *x, CpSr *own, int64_t t);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H */

@@ -310,6 +310,7 @@ static void net_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     double tot = 0;
     ops->dtoh(ops->dev, &tot, s->norm, 8); /* waits for the device */
     double norm = sqrt(tot) * inv;
+    x->grad_norm[t] = norm; /* taken for clipping only in this mode */
     if (norm > x->tc.clip) scale = inv * x->tc.clip / norm;
   }
   s->scale[par] = scale;
@@ -338,6 +339,8 @@ static void net_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   else x->steps_timed = t - x->first_timed;
   if (x->t_first_step == 0) x->t_first_step = now;
   x->t_last_step = now;
+  x->step_ms[t] = (now - x->t_prev_step) * 1e3;
+  x->t_prev_step = now;
   if (!x->o->quiet && s->stage == p->d - 1 && s->replica == 0) cp_progress_line(x, s, t);
 }
 

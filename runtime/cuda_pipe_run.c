@@ -351,14 +351,18 @@ void cp_launch_norm(CpRun *x, CpSr *s, int64_t t) {
   else x->ops->memset0(x->ops->dev, s->stream, s->norm, 8);
 }
 
-void cp_progress_line(CpRun *x, CpSr *last, int64_t t) {
+void cp_progress_line(CpRun *x, CpSr *own, int64_t t) {
   const PipePlan *p = x->p;
-  x->ops->dtoh(x->ops->dev, x->host_loss, last->loss + (CxPtr)(t * p->m) * 4, (size_t)p->m * 4);
+  int nrep = own ? 1 : p->w;
   double sum = 0;
-  for (int64_t j = 0; j < p->m; j++) sum += x->host_loss[j];
-  printf("step %5lld/%lld | loss %.4f (replica 0) | lr %.2e\n", (long long)t + 1, (long long)x->steps,
-         sum / (double)p->m, rt_lr_at(&x->tc, t));
-  fflush(stdout);
+  for (int r = 0; r < nrep; r++) {
+    CpSr *last = own ? own : cp_sr(x, p->d - 1, r);
+    x->ops->dtoh(x->ops->dev, x->host_loss, last->loss + (CxPtr)(t * p->m) * 4, (size_t)p->m * 4);
+    for (int64_t j = 0; j < p->m; j++) sum += x->host_loss[j];
+  }
+  StepStats ss = {.loss = sum / (double)(p->m * nrep), .lr = rt_lr_at(&x->tc, t), .grad_norm = x->grad_norm[t],
+                  .ms = x->step_ms[t]};
+  (void)rt_log_step(x->console, t + 1, x->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), NAN);
 }
 
 /* OPT_STEP(t) of every stage of one pipeline at once (they all wait for it: the
@@ -394,10 +398,11 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     const CpSr *holder = NULL;
     for (int st = 0; st < p->d && !holder; st++)
       if (pipe[st]->tied[g].param >= 0) holder = pipe[st];
-    if (holder && (!holder->tied[g].deferred || x->tc.clip > 0)) PD_CHECK(tied_sum(x, holder, g, t));
+    /* deferred ones too: the global norm (clipping, the console, the log) needs them */
+    if (holder) PD_CHECK(tied_sum(x, holder, g, t));
   }
   double inv = 1.0 / (double)x->mref, scale = inv;
-  if (x->tc.clip > 0) {
+  { /* the norm with clipping off too: the console and the log report it */
     for (int st = 0; st < p->d; st++) cp_launch_norm(x, pipe[st], t);
     double tot = 0;
     for (int st = 0; st < p->d; st++) {
@@ -406,7 +411,8 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
       tot += part;
     }
     double norm = sqrt(tot) * inv;
-    if (norm > x->tc.clip) scale = inv * x->tc.clip / norm;
+    if (s->replica == 0) x->grad_norm[t] = norm;
+    if (x->tc.clip > 0 && norm > x->tc.clip) scale = inv * x->tc.clip / norm;
   }
   for (int st = 0; st < p->d; st++) {
     CpSr *q = pipe[st];
@@ -431,7 +437,9 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     if (t == 0) x->t_first_step = now;
     else x->steps_timed++;
     x->t_last_step = now;
-    if (!x->o->quiet) cp_progress_line(x, cp_sr(x, p->d - 1, 0), t);
+    x->step_ms[t] = (now - x->t_prev_step) * 1e3;
+    x->t_prev_step = now;
+    if (!x->o->quiet) cp_progress_line(x, NULL, t);
   }
   return CP_DONE;
 }

@@ -1,10 +1,11 @@
 /* runtime/log.c — what a training run prints.
  *
  * One line per step in the style of llm.c and Megatron, so logs can be compared by
- * eye; a JSON-lines file (--log-json) with the same numbers for plots and tests. On a
- * terminal the step lines are drawn over one another as a progress line (\r) and only
- * every `keep_every`-th step, evaluations and the last step stay on screen; piped to a
- * file every step is its own line.
+ * eye; a JSON-lines file (--log-json) with the same numbers for plots and tests; both
+ * formatted by runtime/console.c. On a terminal the step lines are drawn over one
+ * another as a progress bar (\r) and only every `keep_every`-th step, evaluations and
+ * the last step stay on screen; piped to a file every step is its own line. Quiet
+ * (-q): no step lines.
  *
  * The JSON log is streamed, not written to a temporary and renamed at the end like
  * every other output (atomic_file.c): a log is most wanted when a run is interrupted
@@ -34,6 +35,9 @@ struct RtLog {
   char err[IO_ERR_LEN];
   bool tty, quiet;
   int64_t keep_every;
+  double peak;            /* FLOP/s of the devices (0: unknown) */
+  double ms_sum;          /* the steps logged so far, for the ETA */
+  int64_t nlogged;
 };
 
 /* Opens path's target for appending; -1 with why in err. */
@@ -96,30 +100,35 @@ static bool append_line(RtLog *l, const char *line, size_t n, int64_t step) {
   return true;
 }
 
+void rt_log_set_peak(RtLog *l, double peak_flops) { l->peak = peak_flops; }
+
+void rt_log_set_plain(RtLog *l) { l->tty = false; }
+
 bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens, double flops,
                  double val_loss) {
-  double sec = s->ms / 1e3;
-  double tps = sec > 0 ? tokens / sec : 0, gf = sec > 0 ? flops / sec / 1e9 : 0;
-  char line[256];
-  int n = snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %.1f ms | %.0f tok/s | %.1f GFLOP/s",
-                   (long long)step, (long long)nsteps, s->loss, s->lr, s->grad_norm, s->ms, tps, gf);
-  if (!isnan(val_loss) && n > 0 && (size_t)n < sizeof line)
-    snprintf(line + n, sizeof line - (size_t)n, " | val loss %.4f", val_loss);
-  if (l->quiet && step != nsteps) {
+  ConsoleStep cs = console_step(step, nsteps, s->loss, s->lr, s->grad_norm, s->ms, tokens, flops, l->peak, val_loss);
+  l->ms_sum += s->ms;
+  l->nlogged++;
+  cs.eta_s = l->ms_sum / (double)l->nlogged * (double)(nsteps - step) / 1e3;
+  char line[512];
+  int n = console_step_line(&cs, line, sizeof line);
+  PD_CHECK(n > 0 && (size_t)n < sizeof line, "(step line of %d bytes)", n);
+  if (l->quiet) {
     /* nothing on the terminal */
-  } else if (l->tty) {
+  } else if (l->tty) { /* a progress bar drawn over itself; every keep_every-th line stays */
     bool keep = step == nsteps || step % l->keep_every == 0 || !isnan(val_loss) || step == 1;
-    fprintf(l->out, "\r%s\033[K%s", line, keep ? "\n" : "");
+    char bar[24];
+    int fill = nsteps > 0 ? (int)(20 * step / nsteps) : 20;
+    for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+    bar[20] = 0;
+    fprintf(l->out, "\r%s%s%s%s\033[K%s", keep ? "" : "[", keep ? "" : bar, keep ? "" : "] ", line, keep ? "\n" : "");
   } else {
     fprintf(l->out, "%s\n", line);
   }
   fflush(l->out);
   if (l->json < 0) return true;
   char js[512];
-  n = snprintf(js, sizeof js, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.6g, \"tokens_per_s\": %.6g, \"gflops\": %.6g",
-               (long long)step, s->loss, s->lr, s->grad_norm, s->ms, tps, gf);
-  if (!isnan(val_loss)) n += snprintf(js + n, sizeof js - (size_t)n, ", \"val_loss\": %.9g", val_loss);
-  n += snprintf(js + n, sizeof js - (size_t)n, "}\n");
+  n = console_json_line(&cs, js, sizeof js);
   PD_CHECK(n > 0 && (size_t)n < sizeof js, "(JSON log line of %d bytes)", n);
   return append_line(l, js, (size_t)n, step);
 }

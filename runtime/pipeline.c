@@ -27,7 +27,7 @@
 
 #include "runtime/kernels/cpu_kernels.h"
 
-enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_NORM = 3, TAG_GATHER = 4, TAG_TIED = 16 };
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_NORM = 3, TAG_GATHER = 4, TAG_LOSS = 12, TAG_TIED = 16 };
 
 double pipe_now(void) {
   struct timespec ts;
@@ -62,11 +62,13 @@ static int param_by_name(const RtStage *s, const char *name) {
   return -1;
 }
 
-/* The streams for batches [0, steps), with the plan's tied groups. */
+/* The streams for batches [0, steps), with the plan's tied groups; --steps 0 (save
+ * the initial weights) builds one batch's streams that never run, as the scheduler
+ * wants at least one batch. */
 static bool build_streams(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
-                             .nbatches = (int)R->steps, .replicas = p->w, .groups = p->groups,
+                             .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
                              .ngroups = p->ngroups};
   return plan_streams_build(&R->spec, &R->streams, err, errlen);
 }
@@ -249,6 +251,14 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   }
   int64_t nb = R->steps - R->first;
   R->loss = pd_calloc((size_t)(nb * p->m + 1), sizeof(double));
+  R->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
+  R->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (R->st->has_loss && R->replica == 0 && !o->quiet) {
+    char lerr[IO_ERR_LEN];
+    R->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
+    rt_log_set_peak(R->console, pipe_peak_flops(p));
+    if (transport_kind(t) == TRANSPORT_MPI) rt_log_set_plain(R->console);
+  }
   R->cap_ev = R->stream->n + 8;
   R->ev = pd_calloc((size_t)R->cap_ev, sizeof *R->ev);
   R->reqs = pd_calloc((size_t)(4 * ps->nbnd + 16), sizeof *R->reqs);
@@ -300,6 +310,9 @@ void pipe_rank_destroy(PipeRank *R) {
   free(R->reqs);
   free(R->norm_part);
   free(R->norm_req);
+  free(R->grad_norm);
+  free(R->step_ms);
+  rt_log_close(R->console);
   free(R);
 }
 
@@ -540,11 +553,11 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
 }
 
 /* 1/(w·m), times the clip factor of the global norm over every stage (the
- * reference's rule). Tied gradients are complete here and counted once. */
+ * reference's rule). Tied gradients are complete here and counted once. The norm
+ * is taken with clipping off too: the console and the log report it. */
 static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
   double inv = 1.0 / (double)R->mref;
   *scale = inv;
-  if (!(R->tc.clip > 0)) return true;
   double ss = 0;
   for (int k = 0; k < R->st->nparams; k++) {
     const RtParam *pp = &R->st->params[k];
@@ -573,9 +586,51 @@ static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
   double tot = 0;
   for (int s = 0; s < d; s++) tot += part[s];
   double norm = sqrt(tot) * inv;
-  if (norm > R->tc.clip) *scale = inv * R->tc.clip / norm;
+  R->grad_norm[t - R->first] = norm;
+  if (R->tc.clip > 0 && norm > R->tc.clip) *scale = inv * R->tc.clip / norm;
   return true;
 }
+
+/* The step line of batch t, with the global loss: the last stage of every other
+ * replica sends its share to replica 0's, which prints (runtime/console.c). The
+ * replicas' last stages all reach OPT_STEP(t) after batch t's all-reduce, so the
+ * small message waits for nothing else. Not quiet only (every rank knows). */
+static bool console_line(PipeRank *R, int64_t t) {
+  const PipePlan *p = R->pp;
+  double sum = 0;
+  for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
+  const int *last = p->st[p->d - 1].rank_of_replica;
+  char what[64];
+  snprintf(what, sizeof what, "loss of batch %lld", (long long)t);
+  if (R->replica != 0)
+    return pipe_transport_ok(R, transport_send(R->t, last[0], TAG_LOSS, &sum, sizeof sum, what));
+  for (int rep = 1; rep < p->w; rep++) {
+    double part = 0;
+    if (!pipe_transport_ok(R, transport_recv(R->t, last[rep], TAG_LOSS, &part, sizeof part, what))) return false;
+    sum += part;
+  }
+  StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
+                  .ms = R->step_ms[t - R->first]};
+  if (!rt_log_step(R->console, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), NAN))
+    return false; /* no file: not reached */
+  return true;
+}
+
+double pipe_tokens_per_step(const PipePlan *p) {
+  for (int s = 0; s < p->d; s++)
+    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
+      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
+        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
+  return 0;
+}
+
+double pipe_flops_per_step(const PipePlan *p) {
+  double f = 0;
+  for (int s = 0; s < p->d; s++) f += p->rt->stages[s].flops_fwd + p->rt->stages[s].flops_bwd;
+  return f * (double)(p->m * p->w);
+}
+
+double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
 
 static bool run_step(PipeRank *R, const PlanInstr *in) {
   int64_t t = in->batch;
@@ -597,7 +652,9 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
       char *src = R->grads + R->st->params[T->param].offset;
       memcpy(R->tg[par] + T->tg_off, src, T->bytes);
       memset(src, 0, T->bytes);
-      if (R->tc.clip > 0 && !tied_finish(R, g, t)) return false;
+      /* the group's sum now, for the global norm (clipping, the console, the log);
+       * its step still comes later */
+      if (!tied_finish(R, g, t)) return false;
     } else if (!tied_finish(R, g, t)) {
       return false;
     }
@@ -615,16 +672,10 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   memset(R->grads, 0, (size_t)R->st->blocks[BUF_GRADS]);
   R->newest = in->vslot;
   R->steps_done = t + 1;
-  /* progress, from the rank that sees the losses (its replica's share of them) */
-  if (R->st->has_loss && R->replica == 0 && !R->o->quiet) {
-    double now = pipe_now(), sum = 0;
-    for (int64_t j = 0; j < R->pp->m; j++) sum += R->loss[(t - R->first) * R->pp->m + j];
-    printf("step %5lld/%lld | loss %.4f (replica 0) | lr %.2e | %.1f ms\n", (long long)t + 1, (long long)R->steps,
-           sum / (double)R->pp->m, rt_lr_at(&R->tc, t), R->last_step_time > 0 ? (now - R->last_step_time) * 1e3 : 0.0);
-    fflush(stdout);
-    R->last_step_time = now;
-  }
-  return true;
+  double now = pipe_now();
+  R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
+  R->last_step_time = now;
+  return R->st->has_loss && !R->o->quiet ? console_line(R, t) : true;
 }
 
 /* ---- the interpreter ------------------------------------------------------------------- */
@@ -666,6 +717,7 @@ bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   for (int i = 0; i < S->n; i++)
     if (S->ins[i].op == PI_FWD) R->mb_sslot[S->ins[i].mb] = S->ins[i].sslot;
   bool ok = true;
+  R->last_step_time = pipe_now(); /* the first step's time starts here, not at 0 */
   for (int i = 0; ok && i < S->n; i++) {
     const PlanInstr *in = &S->ins[i];
     if (!in_batches(in, lo, hi)) continue;

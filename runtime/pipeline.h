@@ -154,6 +154,8 @@ typedef struct PipeOutcome {
   double step_time_s;         /* median update-to-update time after the first step */
   double *bubble;             /* [d] measured, per stage */
   double *val_loss;           /* [steps - first_step] validation loss after that step, NAN if none */
+  double *grad_norm;          /* [steps - first_step] before clipping; NULL: not measured */
+  double *step_ms;            /* [steps - first_step] wall time of each step; NULL: not measured */
   double val_final;           /* the last validation loss, NAN when none was computed */
   uint64_t *arena_bytes;      /* [d] */
   uint64_t *planned_bytes;    /* [d] */
@@ -184,6 +186,11 @@ bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const Pip
  * step of r, written atomically at the end (runtime/io.h); false with the path and the
  * cause in err. */
 bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
+/* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
+ * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
+double pipe_tokens_per_step(const PipePlan *p);
+double pipe_flops_per_step(const PipePlan *p);
+double pipe_peak_flops(const PipePlan *p);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
  * report.html with the measured timeline and the losses (runtime/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on

@@ -77,6 +77,9 @@ typedef struct PipeRank {
   int nev, cap_ev;
   int64_t steps_done;
   double last_step_time;
+  double *grad_norm; /* [steps - first] the global norm of each batch's averaged gradient */
+  double *step_ms;   /* [steps - first] this rank's time from one OPT_STEP to the next */
+  RtLog *console;    /* the step lines: last stage of replica 0 only, not quiet; else NULL */
   /* faults */
   int64_t fault_step;
   int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */

@@ -212,6 +212,11 @@ static void fill_outcome(const PipePlan *p, const PipeRank *R, const PipeGathere
   out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
   out->val_loss = pd_calloc((size_t)nb + 1, sizeof(double));
   if (nb > 0) memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
+  /* rank 0's: every rank has the same norms; its step times are the pipeline's */
+  out->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (nb > 0) memcpy(out->grad_norm, R->grad_norm, (size_t)nb * sizeof(double));
+  if (nb > 0) memcpy(out->step_ms, R->step_ms, (size_t)nb * sizeof(double));
   out->val_final = val_final;
   for (int64_t b = 0; b < nb; b++) {
     double s = 0;
@@ -253,6 +258,8 @@ void pipe_outcome_free(PipeOutcome *o) {
   free(o->mb_loss);
   free(o->step_loss);
   free(o->val_loss);
+  free(o->grad_norm);
+  free(o->step_ms);
   free(o->bubble);
   free(o->arena_bytes);
   free(o->planned_bytes);
@@ -312,7 +319,7 @@ static int run_rank(Transport *t, void *arg) {
     transport_abort(t, msg);
     return 1;
   }
-  if (first >= c->o->steps) {
+  if (first >= c->o->steps && c->o->resume_path) {
     if (rk == 0)
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
               (long long)first, (long long)c->o->steps);
@@ -419,14 +426,16 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
 bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
   AtomicFile af;
   if (!atomic_open(&af, path, err, errlen)) return false;
+  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
   for (int64_t b = 0; b < r->steps - r->first_step; b++) {
-    char line[256];
-    int n = snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g",
-                     (long long)(r->first_step + b + 1), r->step_loss[b], rt_lr_at(&p->rt->train, r->first_step + b));
-    /* the one-stage trainer's field (runtime/log.c) */
-    if (r->val_loss && !isnan(r->val_loss[b]))
-      n += snprintf(line + n, sizeof line - (size_t)n, ", \"val_loss\": %.9g", r->val_loss[b]);
-    n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
+    /* the one format of every mode (runtime/console.c); NAN: an executor that does
+     * not measure it writes null */
+    ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
+                                  rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,
+                                  r->step_ms ? r->step_ms[b] : NAN, tokens, flops, peak,
+                                  r->val_loss ? r->val_loss[b] : NAN);
+    char line[512];
+    int n = console_json_line(&cs, line, sizeof line);
     PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
     atomic_write(&af, line, (size_t)n);
   }
@@ -441,10 +450,14 @@ static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r
     fprintf(stderr, "pd2bwrun: error: %s\n", err);
     return false;
   }
-  fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
-             "steady state)\n",
-          p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
-          nb ? r->step_loss[nb - 1] : NAN, r->step_time_s * 1e3);
+  if (nb > 0)
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
+               "steady state)\n",
+            p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
+            r->step_loss[nb - 1], r->step_time_s * 1e3);
+  else
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, nothing trained (at step %lld)\n", p->d, p->w,
+            plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)r->first_step);
   for (int s = 0; s < p->d; s++)
     fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
             (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);

@@ -284,6 +284,8 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
   if (!r.failed && version != 1) jr_fail(&r, "version", "unsupported plan format version (this runtime reads 1)");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   p->model = pd_strdup(model ? jr_str(&r, model, "model", "name", "?") : "?");
+  /* the MFU's denominator (runtime/console.c); optional: older plans lack it */
+  p->peak_flops = jr_real(&r, root, "", "peak_flops", 0, false, INFINITY, false, 0, false);
   const cJSON *train = jr_get(&r, root, "", "train");
   if (train) read_train(&r, train, &p->train);
   const cJSON *cfg = jr_get(&r, root, "", "config");

@@ -111,6 +111,7 @@ typedef struct RtPlan {
   int64_t b, m; /* microbatch size and microbatches per update */
   char schedule[16]; /* config.schedule: gpipe, 1f1b, 2bw, pipedream */
   bool delayed;      /* the update rule is 2bw's: W(t+1) = W(t) - ν·∇f(W(t-1)) */
+  double peak_flops; /* "peak_flops": one device's peak FLOP/s for the plan's precision (0: not given) */
   int nstages;
   RtStage *stages;
 } RtPlan;
@@ -198,8 +199,28 @@ bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint
 bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
 
 /* ---- logs (log.c) ------------------------------------------------------------------ */
+/* One training step as every executor reports it (runtime/console.c): the step line
+ * and the JSON log line have one format each, whatever the mode. */
+typedef struct ConsoleStep {
+  int64_t step, nsteps;
+  double loss;          /* global: the mean over every microbatch of every replica */
+  double lr, grad_norm; /* grad_norm: of the averaged gradient, before clipping */
+  double ms, tokens_per_s, gflops;
+  double mfu;      /* achieved / peak FLOP/s; NAN when the plan knows no peak */
+  double eta_s;    /* NAN: unknown (the JSON line leaves it out) */
+  double val_loss; /* NAN: none taken at this step */
+} ConsoleStep;
+/* The rates from one step's tokens and FLOPs (all devices together) and the peak
+ * FLOP/s of the devices the step ran on (0: unknown); eta_s NAN. */
+ConsoleStep console_step(int64_t step, int64_t nsteps, double loss, double lr, double grad_norm, double ms,
+                         double tokens, double flops, double peak_flops, double val_loss);
+/* The step line (no newline) and the JSON log line (with its newline) into buf;
+ * snprintf's return value. */
+int console_step_line(const ConsoleStep *s, char *buf, size_t n);
+int console_json_line(const ConsoleStep *s, char *buf, size_t n);
+
 typedef struct RtLog RtLog;
-/* Step lines go to out (quiet: only the last step's); json_path (or NULL) gets one
+/* Step lines go to out (quiet: none); json_path (or NULL) gets one
  * JSON object per step in any case, streamed: the file holds whole lines only, the
  * steps done so far (log.c says why it is not written to a temporary). */
 RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size_t errlen);
@@ -208,6 +229,11 @@ RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size
  * (path, step and cause) is in rt_log_error, the file ends at the previous line. */
 bool rt_log_step(RtLog *l, int64_t step, int64_t nsteps, const StepStats *s, double tokens,
                  double flops, double val_loss);
+/* The peak FLOP/s of the devices the run's steps use (0: unknown, no MFU). */
+void rt_log_set_peak(RtLog *l, double peak_flops);
+/* Plain lines even on a terminal: an MPI rank's stdout is the launcher's pty
+ * whether or not the user's is a terminal, so a rank never draws the bar. */
+void rt_log_set_plain(RtLog *l);
 /* Flushes the JSON log to disk and closes it; false (why in err) on failure. */
 bool rt_log_finish(RtLog *l, char *err, size_t errlen);
 const char *rt_log_error(const RtLog *l);

@@ -32,7 +32,8 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --data FILE         training tokens\n"
-    "  --steps N           optimizer steps to run (a resumed run continues to N)\n"
+    "  --steps N           optimizer steps to run (a resumed run continues to N); 0 with\n"
+    "                      --save writes the initial (or --init) weights\n"
     "  --val-data FILE     held-out tokens for the validation loss\n"
     "  --eval-every K      validation loss every K steps and at the end (default 0: end only)\n"
     "  --eval-batches N    batches per validation (default 8, fewer if the file is short)\n"
@@ -42,7 +43,7 @@ static const char usage[] =
     "  --seed N            override the plan's seed (weights, dropout, --shuffle)\n"
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
-    "  --log-json FILE     one JSON object per step\n"
+    "  --log-json FILE     one JSON object per step, the same keys in every mode (README)\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
     "                      all its stages on that one GPU); it takes every option above, but\n"
     "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
@@ -61,7 +62,7 @@ static const char usage[] =
     "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
     "  --reference         afterwards, train PLAN_DIR/reference sequentially and compare\n"
     "  --reference-tol X   relative bound for --reference (losses; weights 10x) (default 1e-5)\n"
-    "  -q, --quiet         only errors and the final summary\n"
+    "  -q, --quiet         only errors and the final summary (no step lines, no BLAS note)\n"
     "  -h, --help          this text\n";
 
 typedef struct Args {
@@ -73,7 +74,7 @@ typedef struct Args {
   bool reference, pipeline_flags;
   int64_t steps, eval_every, eval_batches;
   uint64_t seed;
-  bool seed_set, quiet, shuffle;
+  bool seed_set, steps_set, quiet, shuffle;
   int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
   int threads;
 } Args;
@@ -126,7 +127,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     case O_INIT: a->init = optarg; break;
     case O_LOG: a->log_json = optarg; break;
     case O_STEPS:
-      if (!parse_int(optarg, 1, INT64_MAX / 2, &a->steps)) goto bad_number;
+      /* 0: nothing trained; with --save, the initial (or --init) weights are written */
+      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->steps)) goto bad_number;
+      a->steps_set = true;
       break;
     case O_EVAL:
       if (!parse_int(optarg, 0, INT64_MAX / 2, &a->eval_every)) goto bad_number;
@@ -197,7 +200,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   if (optind != argc - 1) return fail(optind >= argc ? "no plan directory given (see pd2bwrun --help)" : "one plan directory only (see pd2bwrun --help)");
   a->plan = argv[optind];
   if (!a->data) return fail("--data FILE is required");
-  if (!a->steps) return fail("--steps N is required");
+  if (!a->steps_set) return fail("--steps N is required");
   return -1;
 }
 
@@ -221,6 +224,7 @@ int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  pd_blas_set_quiet(a.quiet);
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
     /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
@@ -328,6 +332,7 @@ int main(int argc, char **argv) {
     fail(err);
     goto done;
   }
+  rt_log_set_peak(log, plan->peak_flops); /* one device */
   double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
   double total_ms = 0, last_loss = NAN, last_val = NAN;
   int64_t first = trainer_step_index(t);
