@@ -97,6 +97,9 @@ static int64_t lastd(const CuEmit *e, int t) {
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
 static int64_t rows(const CuEmit *e, int t) { return cu_numel(e, t) / lastd(e, t); }
+/* t's row stride in its place: its last dimension, or the padding layout.h gives the
+ * classifier's logits and their gradient (every GEMM and cross-entropy launch passes it) */
+static int64_t ld(const CuEmit *e, int t) { return e->L->ld[t]; }
 static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
 
 cJSON *cu_arg_ptr(CuPtr p) {
@@ -395,7 +398,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   }
   case OP_LINEAR: {
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
-    gemm(e, id, 0, 0, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, 0, Y, N);
+    gemm(e, id, 0, 0, M, N, K, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), 0, Y, ld(e, y));
     if (op->nin == 3 && !bias_done)
       LAUNCH(e, id, "pkc_add_bias_fwd_f32", M * N, PP(Y), PP(Y), P(e, op->in[2]), I64(M), I32(N));
     break;
@@ -403,8 +407,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   case OP_MATMUL: {
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
     int tb = op->attr[0] != 0;
-    gemm(e, id, 0, tb, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), tb ? K : N, 0, Y,
-         N);
+    gemm(e, id, 0, tb, M, N, K, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), 0, Y, ld(e, y));
     break;
   }
   case OP_ADD:
@@ -485,7 +489,7 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
     CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
     LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
-           I32((int64_t)op->attr[0]));
+           I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]));
     CuPtr loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
     LAUNCH(e, id, "pkc_cross_entropy_reduce_f32", 1, PP(loss), PP(cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID)), BAD(),
            PP(rl), P(e, op->in[1]), I64(M), I32(V), I32((int64_t)op->attr[0]));
@@ -508,7 +512,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   }
   case OP_LINEAR_DW: { /* dW[K,N] (+)= x[M,K]ᵀ·dy[M,N] */
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, op->in[1]);
-    gemm(e, id, 1, 0, K, N, M, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, A, Y, N);
+    gemm(e, id, 1, 0, K, N, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
   case OP_BIAS_GRAD:
@@ -517,7 +522,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     break;
   case OP_MATMUL_DW_T: { /* dW[N,K] (+)= dy[M,N]ᵀ·x[M,K] */
     int64_t M = rows(e, op->in[1]), K = lastd(e, op->in[1]), N = lastd(e, op->in[0]);
-    gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), N, cu_tensor(e, op->in[1]), K, A, Y, K);
+    gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
   case OP_LAYERNORM_BWD: {
@@ -558,8 +564,9 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     need_scratch(e, CU_SCRATCH_ROWS);
     CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
     LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V), I32(ign));
+    PD_CHECK(ld(e, y) == ld(e, op->in[0]), "(cross_entropy_bwd: dlogits and logits with different strides)");
     LAUNCH(e, id, "pkc_cross_entropy_bwd_f32", M, PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
-           I32(ign), F32(1), PP(nv));
+           I32(ld(e, y)), I32(ign), F32(1), PP(nv));
     break;
   }
   case OP_COUNT:

@@ -507,10 +507,14 @@ __global__ void pkc_gather_bwd_f32(float *dx, const float *dy, const int *pos, i
  * (one block). Backward: pkc_cross_entropy_count_f32 (one block; or reuse the nvalid
  * the forward's reduce wrote), then pkc_cross_entropy_bwd_f32 (row kernel). */
 
+/* Both row kernels read V columns of rows ld elements apart (ld >= V: the layout pads
+ * the logits' rows so that the LM-head GEMMs are aligned; the padding is never read
+ * or written). */
+
 /* rowloss[r] = logsumexp(logits[r,:]) - logits[r,target] in double for counted rows,
  * 0 for ignored and bad-target rows. */
 __global__ void pkc_cross_entropy_rows_f32(double *rowloss, const float *logits, const int *targets,
-                                           pkc_i64 M, int V, int ignore_index) {
+                                           pkc_i64 M, int V, int ld, int ignore_index) {
   __shared__ float sh[PKC_MAX_BLOCK];
   __shared__ double shd[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
@@ -519,7 +523,7 @@ __global__ void pkc_cross_entropy_rows_f32(double *rowloss, const float *logits,
       if (threadIdx.x == 0) rowloss[r] = 0;
       continue; /* uniform across the block: no barrier is skipped by some threads only */
     }
-    const float *x = logits + r * V;
+    const float *x = logits + r * ld;
     float mx = -3.402823466e38f;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
     mx = pkc_block_max(mx, sh);
@@ -578,15 +582,15 @@ __global__ void pkc_cross_entropy_count_f32(int *nvalid, const int *targets, pkc
  * rows, 0 elsewhere. dlogits may alias logits (each thread reads an element before
  * writing the same element). */
 __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int *targets,
-                                          pkc_i64 M, int V, int ignore_index, float dloss,
+                                          pkc_i64 M, int V, int ld, int ignore_index, float dloss,
                                           const int *nvalid) {
   __shared__ float sh[PKC_MAX_BLOCK];
   int nv = *nvalid;
   float w = nv ? dloss / (float)nv : 0.0f;
   for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
     int tg = targets[r];
-    const float *x = logits + r * V;
-    float *d = dlogits + r * V;
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
     if (tg == ignore_index || tg < 0 || tg >= V) {
       for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
       continue;

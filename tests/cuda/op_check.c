@@ -473,7 +473,7 @@ static void check_cross_entropy(Ctx *c) {
   DevPtr dnv = c->d->alloc(c->d->ctx, 4), dnv2 = c->d->alloc(c->d->ctx, 4);
   unsigned long long zero = 0;
   DevPtr bad = oc_up(c, &zero, 8);
-  LAUNCH(c, "pkc_cross_entropy_rows_f32", M, &rows, &dlg, &dtg, &M, &V, &ign);
+  LAUNCH(c, "pkc_cross_entropy_rows_f32", M, &rows, &dlg, &dtg, &M, &V, &V, &ign);
   LAUNCH(c, "pkc_cross_entropy_reduce_f32", 1, &dloss, &dnv, &bad, &rows, &dtg, &M, &V, &ign);
   float loss = 0, gl = 0;
   int64_t nb = pk_cross_entropy_fwd_f32(&loss, lg, tg, M, V, ign);
@@ -487,11 +487,11 @@ static void check_cross_entropy(Ctx *c) {
   oc_report_exact(c, "cross_entropy.nvalid", nv == 20 && nv2 == 20, "20 counted rows");
   float dloss_in = 0.75f;
   DevPtr ddl = c->d->alloc(c->d->ctx, (size_t)M * V * 4);
-  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &ddl, &dlg, &dtg, &M, &V, &ign, &dloss_in, &dnv);
+  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &ddl, &dlg, &dtg, &M, &V, &V, &ign, &dloss_in, &dnv);
   pk_cross_entropy_bwd_f32(dl, lg, tg, M, V, ign, dloss_in);
   oc_check_vec(c, "cross_entropy_bwd", ddl, dl, (size_t)M * V, 1e-5);
   /* in place: dlogits aliases logits */
-  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &dlg, &dlg, &dtg, &M, &V, &ign, &dloss_in, &dnv);
+  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &dlg, &dlg, &dtg, &M, &V, &V, &ign, &dloss_in, &dnv);
   oc_check_vec(c, "cross_entropy_bwd.inplace", dlg, dl, (size_t)M * V, 1e-5);
   free(lg), free(dl), free(tg);
 }
