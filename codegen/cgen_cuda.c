@@ -47,7 +47,15 @@
  * copy, of the weight version the microbatch uses) plus offset; "bytes" is the most
  * the kernel touches from there. Argument types are exactly the kernel's parameter
  * types (cuda_launch passes a pointer to each). GEMMs are row-major with cuda_gemm's
- * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes.
+ * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes, but
+ * for the leading dimension of the classifier's logits and their gradient: the layout
+ * pads those rows to a multiple of 128 when the vocabulary is not a multiple of 8
+ * (passes/layout.h, "padded rows"), so that cuBLAS runs its aligned kernels. The
+ * GEMMs keep N (or K) = V and pass ld = the padded stride rather than running over
+ * Vp columns: the padding then needs no zeroing and never reaches the loss, and the
+ * weight (wte[V, C], leading dimension C) is never padded, so neither are its
+ * gradient, its norm, its AdamW state or a checkpoint. The cross-entropy kernels take
+ * the stride too; the CPU program writes the same rows contiguously.
  * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements)
  * and C float32; the two pkc_cast_f32_to_bf16 launches before it (same "op") fill its
  * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
@@ -374,6 +382,23 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
            P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
 }
 
+/* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
+ * classifier kernel in the forward (pkc_classifier_f32, with fusion on): the stage's
+ * backward differentiates op with the same targets and ignore index, and the layout
+ * put its gradient over the logits (their last use), so the forward may overwrite the
+ * logits with the gradient: nothing reads them after it. Else NULL. */
+static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
+  if (!e->o->fuse) return NULL;
+  for (int k = 0; k < e->L->nbwd; k++) {
+    const Op *b = &e->g->ops[e->L->bwd_ops[k]];
+    if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;
+    const TensorPlace *pl = &e->L->place[b->out[0]];
+    bool same = b->in[0] == op->in[0] && b->in[1] == op->in[1] && b->attr[0] == op->attr[0];
+    return same && pl->alias == op->in[0] && !pl->accumulate ? b : NULL;
+  }
+  return NULL;
+}
+
 /* Emits op (not fused). For a linear with a bias, `bias_done` says the caller fused
  * the bias into a kernel of its own; else it is added here. */
 static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
@@ -488,8 +513,19 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
     CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
-    LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
-           I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]));
+    const Op *bw = classifier_bwd(e, op);
+    if (bw) { /* the fused classifier: the gradient too, over the logits, when training */
+      CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
+      LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V),
+             I32((int64_t)op->attr[0]));
+      LAUNCH(e, id, "pkc_classifier_f32", M, PP(rl), P(e, bw->out[0]), P(e, op->in[0]), P(e, op->in[1]), I64(M),
+             I32(V), I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]), F32(1), PP(nv),
+             cu_arg_runtime("i32", "training", 0));
+      e->done[bw->id] = true; /* its launches are these */
+    } else {
+      LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
+             I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]));
+    }
     CuPtr loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
     LAUNCH(e, id, "pkc_cross_entropy_reduce_f32", 1, PP(loss), PP(cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID)), BAD(),
            PP(rl), P(e, op->in[1]), I64(M), I32(V), I32((int64_t)op->attr[0]));

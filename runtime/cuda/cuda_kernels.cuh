@@ -608,6 +608,53 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
   }
 }
 
+/* The classifier in one pass over the logits (llm.c's fused classifier): the
+ * forward's pkc_cross_entropy_rows_f32 and, when training, the backward's
+ * pkc_cross_entropy_bwd_f32 at once, so the backward never reads the logits again.
+ * rowloss[r] as the rows kernel; with training != 0 also dlogits[r,:] =
+ * dloss·(softmax - onehot)/nvalid as the bwd kernel (nvalid: the count kernel's,
+ * launched before). dlogits may alias logits (the code generator fuses only when the
+ * layout put the gradient over the logits): each row's target logit is read before
+ * any thread writes the row. V columns of rows ld apart, as the row kernels. */
+__global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float *logits, const int *targets,
+                                   pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid,
+                                   int training) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  __shared__ double shd[PKC_MAX_BLOCK];
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      if (training)
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
+      continue; /* uniform across the block */
+    }
+    float xt = x[tg];
+    float mx = -3.402823466e38f;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+    mx = pkc_block_max(mx, sh);
+    double s = 0;
+    float sf = 0;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+      float ex = expf(x[c] - mx);
+      s += (double)ex;
+      sf += ex;
+    }
+    s = pkc_block_sum_d(s, shd);
+    float inv = w / pkc_block_sum(sf, sh); /* its barriers order every read of xt before the writes */
+    if (threadIdx.x == 0) rowloss[r] = log(s) + (double)mx - (double)xt;
+    if (!training) continue;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
+    __syncthreads();
+    if (threadIdx.x == 0) d[tg] -= w;
+    __syncthreads();
+  }
+}
+
 /* ===== fused multi-head self-attention ========================================== */
 /* qkv[B,T,3C] packed as GPT-2's c_attn (q | k | v), head h in columns h·hs..(h+1)·hs,
  * hs = C/NH ≤ PKC_ATT_HS_MAX; scores scaled by 1/sqrt(hs); causal masks keys after
