@@ -384,9 +384,10 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
 
 /* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
  * classifier kernel in the forward (pkc_classifier_f32, with fusion on): the stage's
- * backward differentiates op with the same targets and ignore index, and the layout
- * put its gradient over the logits (their last use), so the forward may overwrite the
- * logits with the gradient: nothing reads them after it. Else NULL. */
+ * backward differentiates op with the same targets and ignore index, the layout put
+ * its gradient over the logits, and no other op of the graph reads the logits, so the
+ * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
+ * cross-entropy op: a model has one.) */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
   if (!e->o->fuse) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
@@ -394,7 +395,13 @@ static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
     if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;
     const TensorPlace *pl = &e->L->place[b->out[0]];
     bool same = b->in[0] == op->in[0] && b->in[1] == op->in[1] && b->attr[0] == op->attr[0];
-    return same && pl->alias == op->in[0] && !pl->accumulate ? b : NULL;
+    if (!same || pl->alias != op->in[0] || pl->accumulate) return NULL;
+    for (int o = 0; o < e->g->nops; o++) { /* no other reader would see the gradient */
+      const Op *r = &e->g->ops[o];
+      for (int i = 0; i < r->nin; i++)
+        if (r->in[i] == op->in[0] && r != op && r != b) return NULL;
+    }
+    return b;
   }
   return NULL;
 }
