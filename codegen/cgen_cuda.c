@@ -47,7 +47,15 @@
  * copy, of the weight version the microbatch uses) plus offset; "bytes" is the most
  * the kernel touches from there. Argument types are exactly the kernel's parameter
  * types (cuda_launch passes a pointer to each). GEMMs are row-major with cuda_gemm's
- * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes.
+ * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes, but
+ * for the leading dimension of the classifier's logits and their gradient: the layout
+ * pads those rows to a multiple of 128 when the vocabulary is not a multiple of 8
+ * (passes/layout.h, "padded rows"), so that cuBLAS runs its aligned kernels. The
+ * GEMMs keep N (or K) = V and pass ld = the padded stride rather than running over
+ * Vp columns: the padding then needs no zeroing and never reaches the loss, and the
+ * weight (wte[V, C], leading dimension C) is never padded, so neither are its
+ * gradient, its norm, its AdamW state or a checkpoint. The cross-entropy kernels take
+ * the stride too; the CPU program writes the same rows contiguously.
  * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements)
  * and C float32; the two pkc_cast_f32_to_bf16 launches before it (same "op") fill its
  * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
@@ -97,6 +105,9 @@ static int64_t lastd(const CuEmit *e, int t) {
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
 static int64_t rows(const CuEmit *e, int t) { return cu_numel(e, t) / lastd(e, t); }
+/* t's row stride in its place: its last dimension, or the padding layout.h gives the
+ * classifier's logits and their gradient (every GEMM and cross-entropy launch passes it) */
+static int64_t ld(const CuEmit *e, int t) { return e->L->ld[t]; }
 static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
 
 cJSON *cu_arg_ptr(CuPtr p) {
@@ -376,6 +387,30 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
            OPID(stream), MB(p));
 }
 
+/* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
+ * classifier kernel in the forward (pkc_classifier_f32, with fusion on): the stage's
+ * backward differentiates op with the same targets and ignore index, the layout put
+ * its gradient over the logits, and no other op of the graph reads the logits, so the
+ * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
+ * cross-entropy op: a model has one.) */
+static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
+  if (!e->o->fuse) return NULL;
+  for (int k = 0; k < e->L->nbwd; k++) {
+    const Op *b = &e->g->ops[e->L->bwd_ops[k]];
+    if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;
+    const TensorPlace *pl = &e->L->place[b->out[0]];
+    bool same = b->in[0] == op->in[0] && b->in[1] == op->in[1] && b->attr[0] == op->attr[0];
+    if (!same || pl->alias != op->in[0] || pl->accumulate) return NULL;
+    for (int o = 0; o < e->g->nops; o++) { /* no other reader would see the gradient */
+      const Op *r = &e->g->ops[o];
+      for (int i = 0; i < r->nin; i++)
+        if (r->in[i] == op->in[0] && r != op && r != b) return NULL;
+    }
+    return b;
+  }
+  return NULL;
+}
+
 /* Emits op (not fused). For a linear with a bias, `bias_done` says the caller fused
  * the bias into a kernel of its own; else it is added here. */
 static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
@@ -400,7 +435,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   }
   case OP_LINEAR: {
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
-    gemm(e, id, 0, 0, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, 0, Y, N);
+    gemm(e, id, 0, 0, M, N, K, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), 0, Y, ld(e, y));
     if (op->nin == 3 && !bias_done)
       LAUNCH(e, id, "pkc_add_bias_fwd_f32", M * N, PP(Y), PP(Y), P(e, op->in[2]), I64(M), I32(N));
     break;
@@ -408,8 +444,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   case OP_MATMUL: {
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, y);
     int tb = op->attr[0] != 0;
-    gemm(e, id, 0, tb, M, N, K, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), tb ? K : N, 0, Y,
-         N);
+    gemm(e, id, 0, tb, M, N, K, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), 0, Y, ld(e, y));
     break;
   }
   case OP_ADD:
@@ -489,8 +525,19 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
     CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
-    LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
-           I32((int64_t)op->attr[0]));
+    const Op *bw = classifier_bwd(e, op);
+    if (bw) { /* the fused classifier: the gradient too, over the logits, when training */
+      CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
+      LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V),
+             I32((int64_t)op->attr[0]));
+      LAUNCH(e, id, "pkc_classifier_f32", M, PP(rl), P(e, bw->out[0]), P(e, op->in[0]), P(e, op->in[1]), I64(M),
+             I32(V), I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]), F32(1), PP(nv),
+             cu_arg_runtime("i32", "training", 0));
+      e->done[bw->id] = true; /* its launches are these */
+    } else {
+      LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
+             I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]));
+    }
     CuPtr loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
     LAUNCH(e, id, "pkc_cross_entropy_reduce_f32", 1, PP(loss), PP(cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID)), BAD(),
            PP(rl), P(e, op->in[1]), I64(M), I32(V), I32((int64_t)op->attr[0]));
@@ -513,7 +560,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   }
   case OP_LINEAR_DW: { /* dW[K,N] (+)= x[M,K]ᵀ·dy[M,N] */
     int64_t M = rows(e, op->in[0]), K = lastd(e, op->in[0]), N = lastd(e, op->in[1]);
-    gemm(e, id, 1, 0, K, N, M, 1, cu_tensor(e, op->in[0]), K, cu_tensor(e, op->in[1]), N, A, Y, N);
+    gemm(e, id, 1, 0, K, N, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
   case OP_BIAS_GRAD:
@@ -522,7 +570,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     break;
   case OP_MATMUL_DW_T: { /* dW[N,K] (+)= dy[M,N]ᵀ·x[M,K] */
     int64_t M = rows(e, op->in[1]), K = lastd(e, op->in[1]), N = lastd(e, op->in[0]);
-    gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), N, cu_tensor(e, op->in[1]), K, A, Y, K);
+    gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
+         ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
   case OP_LAYERNORM_BWD: {
@@ -563,8 +612,9 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     need_scratch(e, CU_SCRATCH_ROWS);
     CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
     LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V), I32(ign));
+    PD_CHECK(ld(e, y) == ld(e, op->in[0]), "(cross_entropy_bwd: dlogits and logits with different strides)");
     LAUNCH(e, id, "pkc_cross_entropy_bwd_f32", M, PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
-           I32(ign), F32(1), PP(nv));
+           I32(ld(e, y)), I32(ign), F32(1), PP(nv));
     break;
   }
   case OP_COUNT:

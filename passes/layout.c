@@ -26,10 +26,6 @@ const char *buf_class_name(BufClass c) {
   return c >= 0 && c < BUF_CLASS_COUNT ? names[c] : "?";
 }
 
-static int64_t tensor_bytes(const Graph *g, int t, int64_t b) {
-  return shape_numel(&g->tensors[t].shape, b) * (int64_t)dtype_size(g->tensors[t].dtype);
-}
-
 int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b) {
   if (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_BWD) {
     const Tensor *qkv = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]];
@@ -176,9 +172,10 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   L->place = pd_calloc((size_t)nt, sizeof *L->place);
   L->scratch_off = pd_calloc((size_t)g->nops, sizeof(int64_t));
   L->scratch_bytes = pd_calloc((size_t)g->nops, sizeof(int64_t));
+  L->ld = layout_row_strides(g);
   for (int t = 0; t < nt; t++) {
     L->place[t].alias = -1;
-    L->place[t].bytes = tensor_bytes(g, t, b);
+    L->place[t].bytes = layout_padded_numel(g, L->ld, t, b) * (int64_t)dtype_size(g->tensors[t].dtype);
   }
 
   /* Per tensor: read by a stage fwd op / bwd op / an op of another stage; consumer
@@ -417,6 +414,7 @@ void layout_destroy(StageLayout *L) {
   free(L->scratch_off);
   free(L->scratch_bytes);
   free(L->sole_reader);
+  free(L->ld);
   free(L);
 }
 

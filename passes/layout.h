@@ -60,7 +60,8 @@ const char *buf_class_name(BufClass c); /* "params", "grads", ... */
 typedef struct TensorPlace {
   BufClass cls;
   int64_t offset; /* bytes from the start of the block */
-  int64_t bytes;  /* numel(b) · dtype size (not rounded) */
+  int64_t bytes;  /* numel(b) · dtype size (not rounded), or with padded rows
+                     (StageLayout.ld) rows(b) · ld · dtype size */
   bool accumulate;/* the producer adds into the place instead of overwriting */
   int alias;      /* tensor whose place this one reuses in place, or -1 */
 } TensorPlace;
@@ -84,6 +85,9 @@ typedef struct StageLayout {
    * (no reader, or several): computed here once so that code generation's
    * per-op queries are not a scan of the graph each. */
   int *sole_reader;
+  /* Per tensor id: elements from one row (last dimension) to the next in its place,
+   * layout_row_strides's (the last dimension but for the classifier's logits). */
+  int64_t *ld;
 } StageLayout;
 
 /* Lays out stage [first_region, last_region] of g (differentiated or not) for
@@ -110,6 +114,24 @@ int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b);
  * overwriting it: the parameter-gradient kernels, add and scale. */
 bool layout_accumulates_natively(OpKind k);
 
+/* ---- padded rows: the classifier's logits and their gradient (layout_cuda.c) ---------
+ * GPT-2's vocabulary (50257) is odd, so a [rows, V] tensor's rows are not 16-byte
+ * aligned and cuBLAS falls back to its align1 kernels for the LM-head GEMMs. The
+ * logits (a cross-entropy's input) and their gradient (cross_entropy_bwd's output) are
+ * therefore laid out with rows LAYOUT_ROW_PAD elements apart when the last dimension is
+ * not a multiple of 8, and when every op touching them honours a row stride: produced
+ * by matmul, a linear without bias, or cross_entropy_bwd; read by cross_entropy(_bwd)
+ * or as a GEMM operand (matmul, linear, linear_dw, matmul_dw_t). The padding columns
+ * are never written or read: the GEMMs run with N (or K) = V and the leading dimension
+ * = the stride, the cross-entropy kernels see V columns; no parameter, gradient or data
+ * tensor is ever padded, so the loss, the gradients' norm and checkpoints never see it.
+ * The CPU program writes the same tensors contiguously, inside the larger place. */
+#define LAYOUT_ROW_PAD 128
+/* Per tensor id (caller frees): its row stride in elements, as above; O(ops). */
+int64_t *layout_row_strides(const Graph *g);
+/* Elements of tensor t's place at microbatch b with row stride ld[t]. */
+int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b);
+
 /* ---- the CUDA programs' GPU-only block, cuda_scratch (layout_cuda.c) ---------------
  * codegen/cgen_cuda.c lays it out: [0, 64) counters (bad ids, the cross-entropy's
  * valid count, the loss); from 64 the forward cross-entropy's per-row losses (8 bytes
@@ -126,9 +148,10 @@ bool layout_accumulates_natively(OpKind k);
 #define LAYOUT_CUDA_BF16_ALIGN 256  /* the staging buffers' alignment (cuBLAS wants it) */
 
 /* Float32 elements op reads as its GEMM's A and B on the CUDA backend (the whole
- * in[0] and in[1]: linear, matmul, linear_dw, matmul_dw_t); false for other ops. */
-bool layout_cuda_gemm_operands(const Graph *g, const Op *op, int64_t b, int64_t *a_elems,
-                               int64_t *b_elems);
+ * in[0] and in[1], padded rows included: ld = layout_row_strides(g); linear, matmul,
+ * linear_dw, matmul_dw_t); false for other ops. */
+bool layout_cuda_gemm_operands(const Graph *g, const Op *op, const int64_t *ld, int64_t b,
+                               int64_t *a_elems, int64_t *b_elems);
 /* Rows of a forward cross-entropy's row-loss array at microbatch b; 0 for other ops. */
 int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b);
 /* The head size every attention op of the graph uses, or 0 (none, or several): the

@@ -4,19 +4,66 @@
  * generator, counts the same bytes the launch lists declare: codegen/cgen_cuda.c takes
  * its cuda_scratch size and bf16 staging offset from these functions, and whether a bf16
  * plan's attention runs on the tensor-core kernels (layout_cuda_attention_operands). Every GEMM the
- * CUDA generator emits reads its A and B as whole tensors, contiguous (leading
- * dimension = row length), so an operand's extent is the tensor's element count.
+ * CUDA generator emits reads its A and B as whole tensors at their places' row stride
+ * (leading dimension = the row length, or its padding: layout_row_strides), so an
+ * operand's extent is its place's element count.
  */
 #include "passes/layout.h"
 
+#include <stdlib.h>
+
 static int64_t up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-bool layout_cuda_gemm_operands(const Graph *g, const Op *op, int64_t b, int64_t *a_elems,
-                               int64_t *b_elems) {
+static int64_t last_dim(const Graph *g, int t) {
+  const Shape *s = &g->tensors[t].shape;
+  return s->rank ? s->dim[s->rank - 1] : 1;
+}
+
+/* Reads of a padded tensor that honour its row stride (layout.h). */
+static bool stride_aware_read(const Op *op, int i) {
+  OpKind k = op->kind;
+  if (k == OP_CROSS_ENTROPY || k == OP_CROSS_ENTROPY_BWD || k == OP_LINEAR) return i == 0;
+  return (k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) && i <= 1;
+}
+
+int64_t *layout_row_strides(const Graph *g) {
+  int nt = g->ntensors;
+  int64_t *ld = pd_malloc((size_t)(nt ? nt : 1) * sizeof *ld);
+  char *cand = pd_calloc((size_t)(nt ? nt : 1), 1);
+  for (int t = 0; t < nt; t++) ld[t] = last_dim(g, t);
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_BWD) cand[op->in[0]] = 1;
+    if (op->kind == OP_CROSS_ENTROPY_BWD) cand[op->out[0]] = 1;
+  }
+  for (int o = 0; o < g->nops; o++) { /* one reader that would not honour the stride: no padding */
+    const Op *op = &g->ops[o];
+    for (int i = 0; i < op->nin; i++)
+      if (!stride_aware_read(op, i)) cand[op->in[i]] = 0;
+  }
+  for (int t = 0; t < nt; t++) {
+    const Tensor *x = &g->tensors[t];
+    if (!cand[t] || ld[t] % 8 == 0 || x->producer < 0 || (x->kind != TK_ACT && x->kind != TK_ACT_GRAD))
+      continue;
+    const Op *p = &g->ops[x->producer];
+    bool writer = p->kind == OP_MATMUL || (p->kind == OP_LINEAR && p->nin == 2) ||
+                  p->kind == OP_CROSS_ENTROPY_BWD;
+    if (writer && x->shape.rank >= 2) ld[t] = up(ld[t], LAYOUT_ROW_PAD);
+  }
+  free(cand);
+  return ld;
+}
+
+int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b) {
+  return shape_numel(&g->tensors[t].shape, b) / last_dim(g, t) * ld[t];
+}
+
+bool layout_cuda_gemm_operands(const Graph *g, const Op *op, const int64_t *ld, int64_t b,
+                               int64_t *a_elems, int64_t *b_elems) {
   OpKind k = op->kind;
   if (k != OP_LINEAR && k != OP_MATMUL && k != OP_LINEAR_DW && k != OP_MATMUL_DW_T) return false;
-  *a_elems = shape_numel(&g->tensors[op->in[0]].shape, b);
-  *b_elems = shape_numel(&g->tensors[op->in[1]].shape, b);
+  *a_elems = layout_padded_numel(g, ld, op->in[0], b);
+  *b_elems = layout_padded_numel(g, ld, op->in[1], b);
   return true;
 }
 
@@ -81,7 +128,7 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
       int64_t r = layout_cuda_ce_rows(g, op, L->b);
       if (r > rows) rows = r;
     }
-    if (layout_cuda_gemm_operands(g, op, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
+    if (layout_cuda_gemm_operands(g, op, L->ld, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
       staging = layout_cuda_gemm_staging(a, bb);
     if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb) &&
         layout_cuda_gemm_staging(a, bb) > staging)

@@ -44,10 +44,10 @@ void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
 /* The op's cuda_scratch needs as exact linear functions of b: layout.h's counts at
  * b = 1 and b = 2 (element counts are linear in b: numel(b) = b·numel(1) for a batched
  * shape, constant otherwise). */
-static void add_cuda_terms(const Graph *g, const Op *op, int flash_hs, PlanSegment *s) {
+static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, PlanSegment *s) {
   int64_t a1, b1, a2, b2;
-  if (layout_cuda_gemm_operands(g, op, 1, &a1, &b1)) {
-    layout_cuda_gemm_operands(g, op, 2, &a2, &b2);
+  if (layout_cuda_gemm_operands(g, op, ld, 1, &a1, &b1)) {
+    layout_cuda_gemm_operands(g, op, ld, 2, &a2, &b2);
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (layout_cuda_attention_operands(g, op, flash_hs, 1, &a1, &b1)) { /* staged like a GEMM's */
     layout_cuda_attention_operands(g, op, flash_hs, 2, &a2, &b2);
@@ -65,12 +65,12 @@ void plan_segment_add_op(PlanSegment *s, PlanOpTerm t) {
 }
 
 /* The op's FLOPs and bytes as linear functions of b (the op table at b = 1, 2). */
-static void add_op_term(const Graph *g, const Op *op, PlanSegment *s) {
+static void add_op_term(const Graph *g, const Op *op, const int64_t *ld, PlanSegment *s) {
   if (!op_info[op->kind].cost) return;
   OpCost c1 = op_info[op->kind].cost(g, op, 1), c2 = op_info[op->kind].cost(g, op, 2);
   if (c1.flops == 0 && c1.bytes == 0 && c2.flops == 0 && c2.bytes == 0) return; /* views */
   int64_t x, y;
-  PlanOpTerm t = {layout_cuda_gemm_operands(g, op, 1, &x, &y), op->fwd_op >= 0, c2.flops - c1.flops,
+  PlanOpTerm t = {layout_cuda_gemm_operands(g, op, ld, 1, &x, &y), op->fwd_op >= 0, c2.flops - c1.flops,
                   2 * c1.flops - c2.flops, c2.bytes - c1.bytes, 2 * c1.bytes - c2.bytes};
   plan_segment_add_op(s, t);
 }
@@ -110,8 +110,9 @@ static void layout_segment(const Graph *g, int r, PlanSegment *s) {
   layout_destroy(L2);
 }
 
-static double tensor_bytes(const Tensor *t) {
-  return (double)shape_numel(&t->shape, 1) * (double)dtype_size(t->dtype);
+/* Per sample, as layout.h places it (padded rows included: ld = layout_row_strides). */
+static double tensor_bytes(const Graph *g, const int64_t *ld, int t) {
+  return (double)layout_padded_numel(g, ld, t, 1) * (double)dtype_size(g->tensors[t].dtype);
 }
 
 bool plan_input_from_graph(const Graph *g, PlanInput *out) {
@@ -132,12 +133,13 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
   for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
   int flash_hs = layout_cuda_flash_head_size(g);
+  int64_t *ld = layout_row_strides(g);
   for (int i = 0; i < g->nops; i++) {
     const Op *op = &g->ops[i];
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
-    add_cuda_terms(g, op, flash_hs, s);
-    add_op_term(g, op, s);
+    add_cuda_terms(g, op, ld, flash_hs, s);
+    add_op_term(g, op, ld, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
       s->bwd_flops += c.flops;
@@ -157,11 +159,11 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   double *crossing = pd_calloc((size_t)R + 1, sizeof *crossing);
   for (int t = 0; t < g->ntensors; t++) {
     const Tensor *T = &g->tensors[t];
-    if (T->kind == TK_INPUT) out->input_bytes += tensor_bytes(T);
+    if (T->kind == TK_INPUT) out->input_bytes += tensor_bytes(g, ld, t);
     if (T->kind != TK_ACT || T->producer < 0) continue;
     const Op *p = &g->ops[T->producer];
     if (p->fwd_op >= 0) continue;
-    double bytes = tensor_bytes(T);
+    double bytes = tensor_bytes(g, ld, t);
     /* Stash: read by the backward; without a backward yet, every activation. */
     if (!has_bwd || bwd_reads[t]) out->segs[p->region].stash_bytes += bytes;
     if (p->region < last_use[t]) { /* crosses every boundary in between */
@@ -218,5 +220,6 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   free(reader);
   free(last_use);
   free(bwd_reads);
+  free(ld);
   return true;
 }

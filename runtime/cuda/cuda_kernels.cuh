@@ -507,10 +507,14 @@ __global__ void pkc_gather_bwd_f32(float *dx, const float *dy, const int *pos, i
  * (one block). Backward: pkc_cross_entropy_count_f32 (one block; or reuse the nvalid
  * the forward's reduce wrote), then pkc_cross_entropy_bwd_f32 (row kernel). */
 
+/* Both row kernels read V columns of rows ld elements apart (ld >= V: the layout pads
+ * the logits' rows so that the LM-head GEMMs are aligned; the padding is never read
+ * or written). */
+
 /* rowloss[r] = logsumexp(logits[r,:]) - logits[r,target] in double for counted rows,
  * 0 for ignored and bad-target rows. */
 __global__ void pkc_cross_entropy_rows_f32(double *rowloss, const float *logits, const int *targets,
-                                           pkc_i64 M, int V, int ignore_index) {
+                                           pkc_i64 M, int V, int ld, int ignore_index) {
   __shared__ float sh[PKC_MAX_BLOCK];
   __shared__ double shd[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
@@ -519,7 +523,7 @@ __global__ void pkc_cross_entropy_rows_f32(double *rowloss, const float *logits,
       if (threadIdx.x == 0) rowloss[r] = 0;
       continue; /* uniform across the block: no barrier is skipped by some threads only */
     }
-    const float *x = logits + r * V;
+    const float *x = logits + r * ld;
     float mx = -3.402823466e38f;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
     mx = pkc_block_max(mx, sh);
@@ -578,15 +582,15 @@ __global__ void pkc_cross_entropy_count_f32(int *nvalid, const int *targets, pkc
  * rows, 0 elsewhere. dlogits may alias logits (each thread reads an element before
  * writing the same element). */
 __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int *targets,
-                                          pkc_i64 M, int V, int ignore_index, float dloss,
+                                          pkc_i64 M, int V, int ld, int ignore_index, float dloss,
                                           const int *nvalid) {
   __shared__ float sh[PKC_MAX_BLOCK];
   int nv = *nvalid;
   float w = nv ? dloss / (float)nv : 0.0f;
   for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
     int tg = targets[r];
-    const float *x = logits + r * V;
-    float *d = dlogits + r * V;
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
     if (tg == ignore_index || tg < 0 || tg >= V) {
       for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
       continue;
@@ -597,6 +601,53 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
     float s = 0;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) s += expf(x[c] - mx);
     float inv = w / pkc_block_sum(s, sh);
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
+    __syncthreads();
+    if (threadIdx.x == 0) d[tg] -= w;
+    __syncthreads();
+  }
+}
+
+/* The classifier in one pass over the logits (llm.c's fused classifier): the
+ * forward's pkc_cross_entropy_rows_f32 and, when training, the backward's
+ * pkc_cross_entropy_bwd_f32 at once, so the backward never reads the logits again.
+ * rowloss[r] as the rows kernel; with training != 0 also dlogits[r,:] =
+ * dloss·(softmax - onehot)/nvalid as the bwd kernel (nvalid: the count kernel's,
+ * launched before). dlogits may alias logits (the code generator fuses only when the
+ * layout put the gradient over the logits): each row's target logit is read before
+ * any thread writes the row. V columns of rows ld apart, as the row kernels. */
+__global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float *logits, const int *targets,
+                                   pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid,
+                                   int training) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  __shared__ double shd[PKC_MAX_BLOCK];
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      if (training)
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
+      continue; /* uniform across the block */
+    }
+    float xt = x[tg];
+    float mx = -3.402823466e38f;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+    mx = pkc_block_max(mx, sh);
+    double s = 0;
+    float sf = 0;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+      float ex = expf(x[c] - mx);
+      s += (double)ex;
+      sf += ex;
+    }
+    s = pkc_block_sum_d(s, shd);
+    float inv = w / pkc_block_sum(sf, sh); /* its barriers order every read of xt before the writes */
+    if (threadIdx.x == 0) rowloss[r] = log(s) + (double)mx - (double)xt;
+    if (!training) continue;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
     __syncthreads();
     if (threadIdx.x == 0) d[tg] -= w;

@@ -460,6 +460,49 @@ static void check_dropout(Ctx *c) {
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
+/* The fused classifier (pkc_classifier_f32) against the CPU's forward loss and
+ * backward gradient (ref_dl at dloss), in place over logits whose rows are padded to
+ * ld = V + 27 columns (as the layout pads an odd vocabulary), with a sentinel in the
+ * padding that must stay as it was (a read of it would also change the loss). Then
+ * with training 0: the loss, and the logits untouched. dnv: the counted rows. */
+static void check_classifier(Ctx *c, const float *lg, const float *ref_dl, const int32_t *tg, long long M, int V,
+                             int ign, float dloss_in, float ref_loss, DevPtr dnv) {
+  int ld = V + 27;
+  size_t n = (size_t)M * ld;
+  float *h = oc_zvec(n), *got = oc_zvec(n);
+  for (long long r = 0; r < M; r++)
+    for (int k = 0; k < ld; k++) h[r * ld + k] = k < V ? lg[r * V + k] : 3e4f;
+  DevPtr dtg = oc_up(c, tg, (size_t)M * 4), rows = c->d->alloc(c->d->ctx, (size_t)M * 8);
+  DevPtr dloss = c->d->alloc(c->d->ctx, 4), nv2 = c->d->alloc(c->d->ctx, 4);
+  unsigned long long zero = 0;
+  DevPtr bad = oc_up(c, &zero, 8);
+  for (int training = 1; training >= 0; training--) {
+    DevPtr dx = oc_up(c, h, n * 4);
+    LAUNCH(c, "pkc_classifier_f32", M, &rows, &dx, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv, &training);
+    LAUNCH(c, "pkc_cross_entropy_reduce_f32", 1, &dloss, &nv2, &bad, &rows, &dtg, &M, &V, &ign);
+    float gl = 0;
+    oc_down(c, &gl, dloss, 4);
+    oc_report(c, training ? "classifier.loss" : "classifier.loss.eval", fabs((double)gl - ref_loss) / fabs((double)ref_loss),
+              1e-5);
+    oc_down(c, got, dx, n * 4);
+    double err = 0, scale = 0;
+    bool pad_kept = true, untouched = true;
+    for (long long r = 0; r < M; r++)
+      for (int k = 0; k < ld; k++) {
+        float g = got[r * ld + k];
+        if (k >= V) pad_kept = pad_kept && g == 3e4f;
+        else if (training) {
+          err = fmax(err, fabs((double)g - ref_dl[r * V + k]));
+          scale = fmax(scale, fabs((double)ref_dl[r * V + k]));
+        } else untouched = untouched && g == h[r * ld + k];
+      }
+    if (training) oc_report(c, "classifier.dlogits", scale > 0 ? err / scale : 1, 1e-5);
+    else oc_report_exact(c, "classifier.eval_untouched", untouched, "logits as they were");
+    oc_report_exact(c, training ? "classifier.padding" : "classifier.padding.eval", pad_kept, "padding never written");
+  }
+  free(h), free(got);
+}
+
 static void check_cross_entropy(Ctx *c) {
   if (!oc_want(c, "cross_entropy")) return;
   long long M = 23;
@@ -473,7 +516,7 @@ static void check_cross_entropy(Ctx *c) {
   DevPtr dnv = c->d->alloc(c->d->ctx, 4), dnv2 = c->d->alloc(c->d->ctx, 4);
   unsigned long long zero = 0;
   DevPtr bad = oc_up(c, &zero, 8);
-  LAUNCH(c, "pkc_cross_entropy_rows_f32", M, &rows, &dlg, &dtg, &M, &V, &ign);
+  LAUNCH(c, "pkc_cross_entropy_rows_f32", M, &rows, &dlg, &dtg, &M, &V, &V, &ign);
   LAUNCH(c, "pkc_cross_entropy_reduce_f32", 1, &dloss, &dnv, &bad, &rows, &dtg, &M, &V, &ign);
   float loss = 0, gl = 0;
   int64_t nb = pk_cross_entropy_fwd_f32(&loss, lg, tg, M, V, ign);
@@ -487,12 +530,13 @@ static void check_cross_entropy(Ctx *c) {
   oc_report_exact(c, "cross_entropy.nvalid", nv == 20 && nv2 == 20, "20 counted rows");
   float dloss_in = 0.75f;
   DevPtr ddl = c->d->alloc(c->d->ctx, (size_t)M * V * 4);
-  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &ddl, &dlg, &dtg, &M, &V, &ign, &dloss_in, &dnv);
+  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &ddl, &dlg, &dtg, &M, &V, &V, &ign, &dloss_in, &dnv);
   pk_cross_entropy_bwd_f32(dl, lg, tg, M, V, ign, dloss_in);
   oc_check_vec(c, "cross_entropy_bwd", ddl, dl, (size_t)M * V, 1e-5);
   /* in place: dlogits aliases logits */
-  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &dlg, &dlg, &dtg, &M, &V, &ign, &dloss_in, &dnv);
+  LAUNCH(c, "pkc_cross_entropy_bwd_f32", M, &dlg, &dlg, &dtg, &M, &V, &V, &ign, &dloss_in, &dnv);
   oc_check_vec(c, "cross_entropy_bwd.inplace", dlg, dl, (size_t)M * V, 1e-5);
+  check_classifier(c, lg, dl, tg, M, V, ign, dloss_in, loss, dnv);
   free(lg), free(dl), free(tg);
 }
 

@@ -33,14 +33,18 @@
  * microbatches; the emulator counts host waits that find work issued since the last
  * one), and the update runs as a graph from the second step of each weight-version
  * order on (2bw: from step 2, gpipe: from step 1).
+ * Part "vocab67": the same model with an odd vocabulary (67), whose logits' rows the
+ * layout pads to 128 so that the LM-head GEMMs are aligned: the emulated GPU trains
+ * as the CPU trainer, and the launch list really has the padded leading dimension.
  * Plus the user-error paths: a plan without launch lists, a stage0.cu that does not
  * match its launch list. The device, model, data and runs are emu_device.h's and
  * emu_train.h's (shared with test_cudaexec_bf16.c).
  *
- *   test_cudaexec_emu PD2BWC [all|2bw|gpipe|upd2bw|updgpipe|updsgd|errors]
+ *   test_cudaexec_emu PD2BWC [all|2bw|gpipe|vocab67|upd2bw|updgpipe|updsgd|errors]
  * (run in the source tree: it needs tests/cuda/cuda_emu.cpp; CTest runs the parts in
  * parallel, each about 15 s of emulation on a loaded 2-core machine)
  */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 
 #include "emu_train.h"
@@ -274,6 +278,44 @@ static void test_gpipe(void) {
   free(g.w);
 }
 
+/* The LM-head GEMM's leading dimension in plan's launch list (the forward GEMM whose
+ * C row is vocab wide, padded or not), or -1. */
+static long long lm_head_ldc(const char *plan, int vocab) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s/stage0.launch.json", tmp, plan);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  char *text = calloc(1 << 22, 1);
+  size_t n = fread(text, 1, (1 << 22) - 1, f);
+  fclose(f);
+  text[n] = 0;
+  cJSON *list = cJSON_Parse(text), *en;
+  free(text);
+  long long ld = -1;
+  cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, "forward")) {
+    const cJSON *gm = cJSON_GetObjectItem(en, "gemm");
+    if (gm && (int)cJSON_GetObjectItem(gm, "N")->valuedouble == vocab)
+      ld = (long long)cJSON_GetObjectItem(gm, "ldc")->valuedouble;
+  }
+  cJSON_Delete(list);
+  return ld;
+}
+
+/* An odd vocabulary (67): the layout pads the logits' rows to 128 (passes/layout.h),
+ * so the LM-head GEMMs run with N = 67, ld = 128 and the cross-entropy kernels read
+ * 67 of every 128; the emulated GPU still trains as the CPU trainer, whose program
+ * keeps the rows contiguous. */
+static void test_odd_vocab(void) {
+  EmuRun c = {0}, g = {0};
+  EXPECT(emu_make_plan("pv67", "--schedule 2bw -D vocab=67"));
+  long long ld = lm_head_ldc("pv67", 67);
+  printf("  vocab 67: LM-head GEMM ldc %lld\n", ld);
+  EXPECT(ld == 128);
+  if (run_cpu("pv67", &c) && run_emu("pv67", &g)) compare("vocab 67", &c, &g);
+  free(c.w);
+  free(g.w);
+}
+
 /* A plan made with --backend cpu has no launch lists: a message naming the file. */
 static void test_cpu_only_plan(void) {
   EXPECT(emu_make_plan("pcpu", "--backend cpu"));
@@ -307,7 +349,7 @@ static void test_edited_source(void) {
 
 int main(int argc, char **argv) {
   const char *part =
-      emu_test_begin(argc, argv, true, "usage: test_cudaexec_emu PD2BWC [all|2bw|gpipe|upd2bw|updgpipe|updsgd|errors]", tmp);
+      emu_test_begin(argc, argv, true, "usage: test_cudaexec_emu PD2BWC [all|2bw|gpipe|vocab67|upd2bw|updgpipe|updsgd|errors]", tmp);
   if (!part) return 2;
   EXPECT(emu_train_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
@@ -315,6 +357,7 @@ int main(int argc, char **argv) {
     RUN(test_gpipe);
     RUN(test_1f1b_graphs);
   }
+  if (emu_test_part(part, "vocab67")) RUN(test_odd_vocab);
   if (emu_test_part(part, "upd2bw")) RUN(test_update_2bw);
   if (emu_test_part(part, "updgpipe")) RUN(test_update_gpipe);
   if (emu_test_part(part, "updsgd")) RUN(test_update_sgd);

@@ -13,7 +13,11 @@
  *    "kernels" array is exactly the set launched.
  *  - check_gemms_match_cpu: the GEMMs of the launch list, in order, are the GEMM
  *    calls the CPU program (stageN.c) makes, re-derived from its kernel calls with
- *    the formulas of runtime/kernels/cpu_kernels.h.
+ *    the formulas of runtime/kernels/cpu_kernels.h (a leading dimension the GPU
+ *    layout pads, passes/layout.h's LAYOUT_ROW_PAD, stands for the CPU's unpadded one).
+ *  - check_gemm_alignment: every GEMM's A, B and C start 16 bytes aligned in their
+ *    blocks and have leading dimensions that are multiples of 8 elements (cuBLAS's
+ *    tensor-core kernels; else it falls back to its align1 kernels).
  */
 #ifndef PD2BW_TESTS_CUDAGEN_CHECK_H
 #define PD2BW_TESTS_CUDAGEN_CHECK_H
@@ -24,6 +28,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "passes/layout.h"
 #include "test.h"
 
 /* ---- kernel signatures ------------------------------------------------------------ */
@@ -128,6 +133,31 @@ static void check_gemm(const cJSON *list, const cJSON *gm) {
   const char *dt = cJSON_GetStringValue(cJSON_GetObjectItem(gm, "dtype"));
   if (!dt || (strcmp(dt, "tf32") != 0 && strcmp(dt, "fp32") != 0 && strcmp(dt, "bf16") != 0))
     CG_FAIL("GEMM dtype %s\n", dt ? dt : "(none)");
+}
+
+/* Problems (printed, up to 8) with the alignment of the list's GEMMs; `what` names
+ * the list in the messages. */
+static inline int check_gemm_alignment(const cJSON *list, const char *what) {
+  static const char *const dirs[] = {"forward", "backward"}, *const ops[] = {"A", "B", "C"},
+                           *const lds[] = {"lda", "ldb", "ldc"};
+  int bad = 0;
+  for (int d = 0; d < 2; d++) {
+    const cJSON *en;
+    cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, dirs[d])) {
+      const cJSON *gm = cJSON_GetObjectItem(en, "gemm");
+      if (!gm) continue;
+      int op = (int)cJSON_GetObjectItem(en, "op")->valuedouble;
+      for (int i = 0; i < 3; i++) {
+        long long off = (long long)cJSON_GetObjectItem(cJSON_GetObjectItem(gm, ops[i]), "offset")->valuedouble;
+        long long ld = (long long)cJSON_GetObjectItem(gm, lds[i])->valuedouble;
+        if (off % 16 == 0 && ld % 8 == 0) continue;
+        if (bad++ < 8)
+          fprintf(stderr, "  %s: %s GEMM of op %d: %s at offset %lld, %s %lld (want 16-byte offsets, ld %% 8 == 0)\n",
+                  what, dirs[d], op, ops[i], off, lds[i], ld);
+      }
+    }
+  }
+  return bad;
 }
 
 /* Returns the number of problems found (each printed, up to 8). lib: kernels.cu,
@@ -311,6 +341,12 @@ static GemmCall gpu_gemm(const cJSON *gm) {
   return g;
 }
 
+/* The CPU program's leading dimension cpu and the GPU's gpu agree: equal, or gpu is
+ * the layout's padding of an unaligned cpu (the CPU writes those rows contiguously). */
+static bool same_ld(long long cpu, long long gpu) {
+  return cpu == gpu || (cpu % 8 != 0 && gpu == (cpu + LAYOUT_ROW_PAD - 1) / LAYOUT_ROW_PAD * LAYOUT_ROW_PAD);
+}
+
 /* Number of disagreements (printed) between the launch list's GEMMs and the CPU
  * program's; *ngemm gets how many GEMMs were compared. */
 static int check_gemms_match_cpu(const cJSON *list, const char *cpu_src, int *ngemm) {
@@ -330,8 +366,8 @@ static int check_gemms_match_cpu(const cJSON *list, const char *cpu_src, int *ng
         continue;
       }
       GemmCall c = cpu[ng];
-      bool same = c.ta == g.ta && c.tb == g.tb && c.M == g.M && c.N == g.N && c.K == g.K && c.lda == g.lda &&
-                  c.ldb == g.ldb && c.ldc == g.ldc && c.Ab == g.Ab && c.Bb == g.Bb && c.Cb == g.Cb &&
+      bool same = c.ta == g.ta && c.tb == g.tb && c.M == g.M && c.N == g.N && c.K == g.K &&
+                  same_ld(c.lda, g.lda) && same_ld(c.ldb, g.ldb) && same_ld(c.ldc, g.ldc) && c.Ab == g.Ab && c.Bb == g.Bb && c.Cb == g.Cb &&
                   c.Ao == g.Ao && c.Bo == g.Bo && c.Co == g.Co && (c.beta < 0 || c.beta == g.beta);
       if (!same && bad++ < 4)
         fprintf(stderr,

@@ -207,14 +207,16 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
 }
 
 /* The end of the cross-entropy row losses in cuda_scratch (the staging must start
- * after it): ce_rows + 8 bytes per row of every pkc_cross_entropy_rows_f32 launch. */
+ * after it): ce_rows + 8 bytes per row of every pkc_cross_entropy_rows_f32 and
+ * pkc_classifier_f32 launch (M: argument 3, and 4 in the fused classifier). */
 static double ce_rows_end(const cJSON *l) {
   double end = num(cJSON_GetObjectItemCaseSensitive(l, "cuda_scratch"), "ce_rows");
   const cJSON *e;
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, "forward")) {
-    if (strcmp(str(e, "kernel"), "pkc_cross_entropy_rows_f32") != 0) continue;
+    bool fused = strcmp(str(e, "kernel"), "pkc_classifier_f32") == 0;
+    if (!fused && strcmp(str(e, "kernel"), "pkc_cross_entropy_rows_f32") != 0) continue;
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
-    double off = num(cJSON_GetArrayItem(args, 0), "offset"), rows = num(cJSON_GetArrayItem(args, 3), "value");
+    double off = num(cJSON_GetArrayItem(args, 0), "offset"), rows = num(cJSON_GetArrayItem(args, fused ? 4 : 3), "value");
     if (off + 8 * rows > end) end = off + 8 * rows;
   }
   return end;
