@@ -95,6 +95,10 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
   return in->ntied++;
 }
 
+/* Models with more segments than this get the per-tensor estimates instead of exact
+ * per-segment layouts (plan_input_from_graph says why). */
+#define EXACT_SEGMENT_LAYOUTS_MAX 256
+
 /* A differentiated segment's STASH, WORK and INPUTS blocks as its own stage program
  * lays them out (the layout codegen and plan_apply_layouts use), as per-sample and
  * fixed parts from b = 1 and b = 2. */
@@ -184,8 +188,12 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
       out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
       out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
     }
-  else
+  else if (R <= EXACT_SEGMENT_LAYOUTS_MAX)
     for (int r = 0; r < R; r++) layout_segment(g, r, &out->segs[r]);
+  /* else: the estimates above (activations the backward reads, the largest activation
+   * as workspace). layout_stage costs O(graph) per call, so exact layouts for every
+   * segment cost O(regions x graph): 5000 layers took minutes. The exact arena check
+   * after the search still refuses a plan that does not fit. */
 
   /* Parameters: own region, unless used from several (tied). reader[t]: the region
    * of the last forward op reading tensor t (-1: none), for a param declared in one
