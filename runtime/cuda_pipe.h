@@ -38,11 +38,11 @@
  *  - OPT_STEP: the AdamW/SGD kernels with the CPU executor's scale; with clip > 0 the
  *    per-stage Σg² (pkc_sumsq kernels) come back to the host once per batch.
  *
- * UNTESTED on a GPU so far (CI has none): tests/cudaexec/test_cudapipe_emu runs it on
- * an emulated device whose streams really reorder work, so the event protocol above is
- * checked, but not cuBLAS's behaviour with GEMMs of several streams in flight on one
- * handle (each stream has its own workspace: runtime/cuda/cuda_device.c);
- * scripts/gpu-check.sh step (c) is the GPU check.
+ * Tested: in CI, tests/cudaexec/test_cudapipe_emu runs it on an emulated device whose
+ * streams really reorder work, so the event protocol above is checked; on an H200
+ * (2026-11-30, bench/gpu/RESULTS.md), scripts/gpu-check.sh step (c) ran a 4-stage 2bw
+ * plan against the CPU reference, with GEMMs of several streams in flight on one cuBLAS
+ * handle (each stream has its own workspace: runtime/cuda/cuda_device.c).
  *
  * Checkpoints and validation, as runtime/pipeline_run.c does them (single-GPU mode
  * here; multi-GPU mode the same per rank, cuda_pipe_nccl.c's header says how):
