@@ -35,7 +35,7 @@ open(sys.argv[1], "wb").write(struct.pack("<%dH" % len(text), *text))
 PY
 for s in 1 2; do
   "$PD2BWC" "$SRC/tinygpt.model" -q -D layers=2 -D dim=16 -D seq=8 -D heads=2 --cluster "$SRC/cpu8.cluster" \
-    --stages $s --replicas 1 -o "$T/plan$s" || { echo "pd2bwc failed"; exit 1; }
+    --stages $s --replicas 1 --schedule 2bw -o "$T/plan$s" || { echo "pd2bwc failed"; exit 1; }
 done
 train() { # PLAN ARGS...: a short run (the stage programs are cached after the first)
   local plan=$1
