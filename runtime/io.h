@@ -101,6 +101,11 @@ bool stale_tmp_idle(const char *path, int seconds);
 /* How long a cache's temporary must be unchanged before a dead pid makes it stale:
  * the writer may be a live process on another host sharing the cache directory. */
 #define STALE_TMP_CACHE_IDLE_S 600
+/* Removes dir's temporary cache entries, <hexlen hex digits><ext>.tmp.<pid>.<n>, whose
+ * writer is dead and which were unchanged for STALE_TMP_CACHE_IDLE_S (a compile killed
+ * before its rename leaves one); the stage cache (16, ".so") and the cubin cache
+ * (32, ".cubin"). */
+void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext);
 
 /* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
  * *len excludes the NUL. (read_file.c) */

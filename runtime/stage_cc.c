@@ -16,7 +16,6 @@
  * (run_capture.c). */
 #include "runtime/runtime.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -101,26 +100,6 @@ static char *command_text(char *const *argv) {
   return s;
 }
 
-/* Removes `dir`'s temporary stage programs (<16 hex>.so.tmp.<pid>.<n>) whose writer
- * is dead: a compile killed before its rename leaves one behind. Only ones idle for
- * STALE_TMP_CACHE_IDLE_S: ~/.cache may be shared by the hosts of a cluster. */
-static void sweep_stale(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    const char *name = e->d_name;
-    if (strspn(name, "0123456789abcdef") != 16 || strncmp(name + 16, ".so", 3) != 0) continue;
-    long pid = stale_tmp_pid(name, 19, ".tmp.", true);
-    if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *path = pd_malloc(n);
-    snprintf(path, n, "%s/%s", dir, name);
-    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
-    free(path);
-  }
-  closedir(d);
-}
 
 /* Appends the seal of tmp's bytes to tmp. */
 static bool seal(const char *tmp, char *err, size_t errlen) {
@@ -194,7 +173,7 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
     fprintf(stderr, "pd2bw: note: the cached stage program %s is damaged (%s); compiling it again\n",
             out->so_path, why);
   if (!out->cache_hit) {
-    sweep_stale(cache);
+    stale_tmp_sweep_cache(cache, 16, ".so");
     char tmp[RT_PATH_MAX];
     /* Unique per process AND thread: ranks that are threads of one process may
      * compile the same stage at once; each builds its own file and the renames

@@ -9,7 +9,9 @@
  * (stale_tmp_idle): a live writer's temporary is seconds old when it is renamed. */
 #include "runtime/io.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Digits at *p (no sign, no leading zero) up to a non-digit; false if none or > max. */
 static bool digits(const char **p, long max, long *v) {
@@ -49,4 +52,23 @@ bool stale_tmp_pid_dead(long pid) {
 bool stale_tmp_idle(const char *path, int seconds) {
   struct stat st;
   return lstat(path, &st) == 0 && difftime(time(NULL), st.st_mtime) > seconds;
+}
+
+void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  size_t stem = hexlen + strlen(ext);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *name = e->d_name;
+    if (strspn(name, "0123456789abcdef") != hexlen || strncmp(name + hexlen, ext, strlen(ext)) != 0) continue;
+    long pid = stale_tmp_pid(name, stem, ".tmp.", true);
+    if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = pd_malloc(n);
+    snprintf(path, n, "%s/%s", dir, name);
+    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
+    free(path);
+  }
+  closedir(d);
 }

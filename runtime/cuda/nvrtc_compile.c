@@ -19,7 +19,6 @@
  * recompiled with a one-line note, never handed to the driver. A compile that writes
  * an entry first removes temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <nvrtc.h>
@@ -192,31 +191,13 @@ static char *cache_dir_for(const CudaCompileOptions *o) {
   return pd_asprintf("%s/.cache/pd2bw/cuda", home);
 }
 
-/* Removes dir's temporary entries (<32 hex>.cubin.tmp.<pid>.<n>) whose writer is
- * dead: a process killed between its write and its rename leaves one. Only ones idle
- * for STALE_TMP_CACHE_IDLE_S: ~/.cache may be shared by the hosts of a cluster. */
-static void sweep_stale(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    const char *name = e->d_name;
-    if (strspn(name, "0123456789abcdef") != 32 || strncmp(name + 32, ".cubin", 6) != 0) continue;
-    long pid = stale_tmp_pid(name, 38, ".tmp.", true);
-    if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
-    char *path = pd_asprintf("%s/%s", dir, name);
-    if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
-    free(path);
-  }
-  closedir(d);
-}
 
 /* Temporary file in the same directory, then rename: never a partial entry. The
  * entry is the cubin and its seal. A failure only costs the next run a recompile,
  * so it warns and goes on. */
 static void write_cache(const char *dir, const char *path, const void *data, size_t size) {
   static _Atomic unsigned long serial; /* unique per thread of this process */
-  sweep_stale(dir);
+  stale_tmp_sweep_cache(dir, 32, ".cubin");
   char *tmp = pd_asprintf("%s.tmp.%ld.%lu", path, (long)getpid(), ++serial);
   char seal[CACHE_SEAL_BYTES + 1];
   cache_seal_make(data, size, seal);
