@@ -134,6 +134,8 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
   for (int k = 0; k < s->st->nparams; k++)
     if (counts_in_norm(x, s, k)) s->nparts += (int)cp_grid(s->st->params[k].numel);
   int64_t nmb = p->m * x->steps + 2;
+  for (int i = 0; i < s->S->n; i++) /* --steps 0 still builds one batch's stream */
+    if (s->S->ins[i].op == PI_FWD && s->S->ins[i].mb >= nmb) nmb = s->S->ins[i].mb + 1;
   s->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
   for (int i = 0; i < s->S->n; i++)
     if (s->S->ins[i].op == PI_FWD) s->mb_sslot[s->S->ins[i].mb] = s->S->ins[i].sslot;

@@ -713,6 +713,8 @@ bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   const PlanStream *S = R->stream;
   /* stash slot of each microbatch's forward: receives of its input land there */
   int64_t nmb = R->pp->m * R->steps + 2;
+  for (int i = 0; i < S->n; i++) /* --steps 0 still builds one batch's stream */
+    if (S->ins[i].op == PI_FWD && S->ins[i].mb >= nmb) nmb = S->ins[i].mb + 1;
   R->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
   for (int i = 0; i < S->n; i++)
     if (S->ins[i].op == PI_FWD) R->mb_sslot[S->ins[i].mb] = S->ins[i].sslot;
