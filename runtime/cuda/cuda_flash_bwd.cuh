@@ -79,17 +79,10 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *lse, const fl
         PKC_UNROLL
         for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
       PKC_UNROLL
-      for (int kk = 0; kk < HS / 16; kk++)
-        PKC_UNROLL
-        for (int n = 0; n < PKC_FLASH_BC; n += 16) {
-          unsigned kb[4], vb[4];
-          pkc_flash_ld_bt<HS>(kb, sK, n, 16 * kk);
-          pkc_mma_bf16_16816(s[n / 8], qf[kk], kb);
-          pkc_mma_bf16_16816(s[n / 8 + 1], qf[kk], kb + 2);
-          pkc_flash_ld_bt<HS>(vb, sV, n, 16 * kk);
-          pkc_mma_bf16_16816(dp[n / 8], yf[kk], vb);
-          pkc_mma_bf16_16816(dp[n / 8 + 1], yf[kk], vb + 2);
-        }
+      for (int kk = 0; kk < HS / 16; kk++) {
+        pkc_flash_mma_bt<HS, PKC_FLASH_BC>(s, qf[kk], sK, 16 * kk);
+        pkc_flash_mma_bt<HS, PKC_FLASH_BC>(dp, yf[kk], sV, 16 * kk);
+      }
       PKC_UNROLL
       for (int r = 0; r < 2; r++) {
         int row = wq0 + g + 8 * r;
@@ -108,17 +101,9 @@ static __device__ void pkc_flash_dq_tile(float *dqkv, const float *lse, const fl
       }
       PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BC / 16; kk++) { /* dq += dS·K */
-        unsigned da[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
-                          pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        PKC_UNROLL
-        for (int n = 0; n < HS; n += 16) {
-          unsigned kb[4];
-          pkc_flash_ld_b<HS>(kb, sK, n, 16 * kk);
-          pkc_mma_bf16_16816(dq[n / 8], da, kb);
-          pkc_mma_bf16_16816(dq[n / 8 + 1], da, kb + 2);
-        }
+        unsigned da[4];
+        pkc_flash_acc_to_a(da, s, kk);
+        pkc_flash_mma_b<HS>(dq, da, sK, 16 * kk);
       }
     }
     __syncthreads();
@@ -190,17 +175,10 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *lse, const f
         PKC_UNROLL
         for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0;
       PKC_UNROLL
-      for (int kk = 0; kk < HS / 16; kk++)
-        PKC_UNROLL
-        for (int n = 0; n < PKC_FLASH_BR; n += 16) {
-          unsigned qb[4], yb[4];
-          pkc_flash_ld_bt<HS>(qb, sQ, n, 16 * kk);
-          pkc_mma_bf16_16816(s[n / 8], kf[kk], qb);
-          pkc_mma_bf16_16816(s[n / 8 + 1], kf[kk], qb + 2);
-          pkc_flash_ld_bt<HS>(yb, sY, n, 16 * kk);
-          pkc_mma_bf16_16816(dp[n / 8], vf[kk], yb);
-          pkc_mma_bf16_16816(dp[n / 8 + 1], vf[kk], yb + 2);
-        }
+      for (int kk = 0; kk < HS / 16; kk++) {
+        pkc_flash_mma_bt<HS, PKC_FLASH_BR>(s, kf[kk], sQ, 16 * kk);
+        pkc_flash_mma_bt<HS, PKC_FLASH_BR>(dp, vf[kk], sY, 16 * kk);
+      }
       PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BR / 8; j++)
         PKC_UNROLL
@@ -219,24 +197,11 @@ static __device__ void pkc_flash_dkv_tile(float *dqkv, const float *lse, const f
         }
       PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BR / 16; kk++) { /* dv += P'ᵀ·dy, dk += dSᵀ·q */
-        unsigned pa[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
-                          pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        unsigned da[4] = {pkc_pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]),
-                          pkc_pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]),
-                          pkc_pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                          pkc_pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-        PKC_UNROLL
-        for (int n = 0; n < HS; n += 16) {
-          unsigned yb[4], qb[4];
-          pkc_flash_ld_b<HS>(yb, sY, n, 16 * kk);
-          pkc_mma_bf16_16816(dv[n / 8], pa, yb);
-          pkc_mma_bf16_16816(dv[n / 8 + 1], pa, yb + 2);
-          pkc_flash_ld_b<HS>(qb, sQ, n, 16 * kk);
-          pkc_mma_bf16_16816(dk[n / 8], da, qb);
-          pkc_mma_bf16_16816(dk[n / 8 + 1], da, qb + 2);
-        }
+        unsigned pa[4], da[4];
+        pkc_flash_acc_to_a(pa, s, kk);
+        pkc_flash_acc_to_a(da, dp, kk);
+        pkc_flash_mma_b<HS>(dv, pa, sY, 16 * kk);
+        pkc_flash_mma_b<HS>(dk, da, sQ, 16 * kk);
       }
     }
     __syncthreads();

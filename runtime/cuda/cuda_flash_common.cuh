@@ -136,6 +136,43 @@ static __device__ __forceinline__ void pkc_flash_ld_b(unsigned b[4], const unsig
                                (lane >> 4) * 8);
 }
 
+/* acc[n/8], acc[n/8+1] += a · B for every 16 columns n < NCOLS of one k-step (k0..) of a
+ * tile holding B transposed ([n][k]): S = Q·Kᵀ, dP = dy·Vᵀ. */
+template <int HS, int NCOLS>
+static __device__ __forceinline__ void pkc_flash_mma_bt(float (*acc)[4], const unsigned a[4],
+                                                        const unsigned short *tile, int k0) {
+  PKC_UNROLL
+  for (int n = 0; n < NCOLS; n += 16) {
+    unsigned b[4];
+    pkc_flash_ld_bt<HS>(b, tile, n, k0);
+    pkc_mma_bf16_16816(acc[n / 8], a, b);
+    pkc_mma_bf16_16816(acc[n / 8 + 1], a, b + 2);
+  }
+}
+
+/* The same for a tile holding B as [k][n] (HS columns): O += P·V, dq += dS·K,
+ * dv += P'ᵀ·dy, dk += dSᵀ·q. */
+template <int HS>
+static __device__ __forceinline__ void pkc_flash_mma_b(float (*acc)[4], const unsigned a[4],
+                                                       const unsigned short *tile, int k0) {
+  PKC_UNROLL
+  for (int n = 0; n < HS; n += 16) {
+    unsigned b[4];
+    pkc_flash_ld_b<HS>(b, tile, n, k0);
+    pkc_mma_bf16_16816(acc[n / 8], a, b);
+    pkc_mma_bf16_16816(acc[n / 8 + 1], a, b + 2);
+  }
+}
+
+/* FlashAttention-2's register re-use: the fp32 accumulators of n-tiles 2kk and 2kk+1 (C
+ * layout) are, rounded to bf16, the A fragment of k-step kk of the next product. */
+static __device__ __forceinline__ void pkc_flash_acc_to_a(unsigned a[4], const float (*acc)[4], int kk) {
+  a[0] = pkc_pack_bf16x2(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = pkc_pack_bf16x2(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = pkc_pack_bf16x2(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = pkc_pack_bf16x2(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+
 /* Fills a whole output with NaN (a head size or block size not compiled for). */
 static __device__ void pkc_flash_poison(float *x, pkc_i64 n) {
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) x[i] = PKC_NAN;

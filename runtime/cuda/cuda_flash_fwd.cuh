@@ -70,14 +70,7 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned
       PKC_UNROLL
       for (int j = 0; j < PKC_FLASH_BC / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
       PKC_UNROLL
-      for (int kk = 0; kk < HS / 16; kk++)
-        PKC_UNROLL
-        for (int n = 0; n < PKC_FLASH_BC; n += 16) {
-          unsigned kb[4];
-          pkc_flash_ld_bt<HS>(kb, sK, n, 16 * kk);
-          pkc_mma_bf16_16816(s[n / 8], qf[kk], kb);
-          pkc_mma_bf16_16816(s[n / 8 + 1], qf[kk], kb + 2);
-        }
+      for (int kk = 0; kk < HS / 16; kk++) pkc_flash_mma_bt<HS, PKC_FLASH_BC>(s, qf[kk], sK, 16 * kk);
       /* mask, then the online softmax per row (i>>1 picks row g or g+8) */
       float mx[2] = {PKC_FLASH_NEG_INF, PKC_FLASH_NEG_INF};
       PKC_UNROLL
@@ -123,17 +116,9 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned
       /* O += P·V: S's accumulators of key tiles 2kk, 2kk+1 are P's A fragment kk. */
       PKC_UNROLL
       for (int kk = 0; kk < PKC_FLASH_BC / 16; kk++) {
-        unsigned pa[4] = {pkc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
-                          pkc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                          pkc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        PKC_UNROLL
-        for (int n = 0; n < HS; n += 16) {
-          unsigned vb[4];
-          pkc_flash_ld_b<HS>(vb, sV, n, 16 * kk);
-          pkc_mma_bf16_16816(o[n / 8], pa, vb);
-          pkc_mma_bf16_16816(o[n / 8 + 1], pa, vb + 2);
-        }
+        unsigned pa[4];
+        pkc_flash_acc_to_a(pa, s, kk);
+        pkc_flash_mma_b<HS>(o, pa, sV, 16 * kk);
       }
     }
     __syncthreads(); /* before the next tile overwrites sK, sV */
