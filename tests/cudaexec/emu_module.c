@@ -3,11 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#ifndef PD2BW_TEST_CXX
-#define PD2BW_TEST_CXX "c++"
-#endif
 
 void emu_include_emulator(FILE *f, const char *lib_src) {
   static const char def[] = "\n#define PKC_ATT_HS ";
@@ -38,13 +33,4 @@ void emu_table_end(FILE *f, const char *fallback) {
           "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
           "    return 0;\n  }\n  return %s;\n}\n",
           fallback);
-}
-
-bool emu_module_build(const char *cpp, const char *so, const char *incdir, char *err, size_t errlen) {
-  char cmd[2048], cwd[512];
-  if (!getcwd(cwd, sizeof cwd)) return snprintf(err, errlen, "getcwd failed"), false;
-  snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -I'%s' -I'%s' '%s' -o '%s'", PD2BW_TEST_CXX, cwd,
-           incdir, cpp, so);
-  if (system(cmd) != 0) return snprintf(err, errlen, "emulator build failed: %s", cmd), false;
-  return true;
 }

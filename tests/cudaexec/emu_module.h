@@ -36,7 +36,10 @@ void emu_table_entry(FILE *f, const char *name);
 void emu_table_end(FILE *f, const char *fallback);
 
 /* Compiles `cpp` into the shared object `so` (-I the source root, the current
- * directory, and `incdir`, where the .cu files it includes are). false with the
+ * directory, and `incdir`, where the .cu files it includes are). The compiled module
+ * is cached by its preprocessed text in $PD2BW_TEST_EMU_CACHE (default
+ * /tmp/pd2bw-test-cache-emu-UID) and `so` is a hard link to it, so each distinct
+ * module is compiled once per machine, not once per test process. false with the
  * command in err. */
 bool emu_module_build(const char *cpp, const char *so, const char *incdir, char *err, size_t errlen);
 

@@ -1,0 +1,105 @@
+/* tests/cudaexec/emu_module_build.c — emu_module_build: a module compiled once per
+ * distinct preprocessed text, across test processes (see emu_module.h). */
+#include "emu_module.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+
+#ifndef PD2BW_TEST_CXX
+#define PD2BW_TEST_CXX "c++"
+#endif
+
+extern char **environ;
+
+/* Runs argv (no shell) and waits; true on exit status 0. */
+static bool run(char *const argv[]) {
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0) return false;
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 20, len = 0;
+  char *buf = malloc(cap);
+  for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
+    len += got;
+    if (len == cap) {
+      char *more = realloc(buf, cap *= 2);
+      if (!more) free(buf);
+      buf = more;
+    }
+  }
+  fclose(f);
+  *n = len;
+  return buf;
+}
+
+/* The cache folder: $PD2BW_TEST_EMU_CACHE, else /tmp/pd2bw-test-cache-emu-UID. */
+static bool cache_dir(char *out, size_t n) {
+  const char *env = getenv("PD2BW_TEST_EMU_CACHE");
+  if (env && *env) snprintf(out, n, "%s", env);
+  else snprintf(out, n, "/tmp/pd2bw-test-cache-emu-%ld", (long)getuid());
+  return mkdir(out, 0700) == 0 || errno == EEXIST;
+}
+
+/* `so` becomes the cached module: a hard link, else nothing (the caller builds). */
+static bool link_cached(const char *cached, const char *so) {
+  unlink(so);
+  return link(cached, so) == 0;
+}
+
+/* The key is the preprocessed text without line markers (they name the per-process
+ * work folder) and the compile flags, so a kernel, emulator or generated-source edit
+ * makes a new module and identical modules of other test processes are reused. The
+ * module is compiled to a temporary name in the cache and renamed, so parallel test
+ * processes never load a half-written file. */
+bool emu_module_build(const char *cpp, const char *so, const char *incdir, char *err, size_t errlen) {
+  static const char *const flags[] = {"-std=c++17", "-O1", "-w", "-fPIC", "-shared"};
+  char cwd[512], inc_root[600], inc_dir[600], ii[600], dir[512], cached[700], tmp[760];
+  if (!getcwd(cwd, sizeof cwd)) return snprintf(err, errlen, "getcwd failed"), false;
+  snprintf(inc_root, sizeof inc_root, "-I%s", cwd);
+  snprintf(inc_dir, sizeof inc_dir, "-I%s", incdir);
+  snprintf(ii, sizeof ii, "%s.ii", so);
+  char *pre[] = {PD2BW_TEST_CXX, "-std=c++17", "-E", "-P", inc_root, inc_dir, (char *)cpp, "-o", ii, NULL};
+  if (!run(pre)) return snprintf(err, errlen, "emulator preprocessing failed: %s -E %s", PD2BW_TEST_CXX, cpp), false;
+  size_t n;
+  char *text = slurp(ii, &n);
+  if (!text) return snprintf(err, errlen, "%s: cannot read", ii), false;
+  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+    size_t fl = strlen(flags[i]);
+    char *more = realloc(text, n + fl + 2);
+    if (!more) return free(text), snprintf(err, errlen, "out of memory"), false;
+    text = more;
+    text[n++] = '\n';
+    memcpy(text + n, flags[i], fl);
+    n += fl;
+  }
+  char key[17];
+  codegen_hash_hex(text, n, key);
+  free(text);
+  if (!cache_dir(dir, sizeof dir)) return snprintf(err, errlen, "%s: cannot create", dir), false;
+  snprintf(cached, sizeof cached, "%s/emu-%s.so", dir, key);
+  if (access(cached, R_OK) == 0 && link_cached(cached, so)) return true;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cached, (long)getpid());
+  char *cc[] = {PD2BW_TEST_CXX, "-std=c++17", "-O1", "-w", "-fPIC", "-shared", "-x", "c++", ii, "-o", tmp, NULL};
+  if (!run(cc)) {
+    unlink(tmp);
+    return snprintf(err, errlen, "emulator build failed: %s -x c++ %s (from %s)", PD2BW_TEST_CXX, ii, cpp), false;
+  }
+  if (rename(tmp, cached) != 0) return unlink(tmp), snprintf(err, errlen, "%s: cannot rename", tmp), false;
+  if (!link_cached(cached, so)) return snprintf(err, errlen, "%s: cannot link to %s", so, cached), false;
+  return true;
+}
