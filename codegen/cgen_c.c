@@ -574,7 +574,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              (long long)(L->total[BUF_STASH] * e.rs), (long long)(L->total[BUF_WORK] * e.rs),
              (long long)(L->total[BUF_INPUTS] * e.rs), (long long)(L->total[BUF_BOUNDARY] * e.rs),
              PD2BW_STAGE_ABI);
-  str_printf(&s, "\n/* ==== runtime/kernels/philox.h and cpu_kernels.h, verbatim ==== */\n");
+  str_printf(&s, "\n/* ==== kernels/philox.h and cpu_kernels.h, verbatim ==== */\n");
   if (o->f64) str_printf(&s, "#define PK_F64\n");
   str_printf(&s, "%s", pd_cpu_kernels_src);
   const char *sfx = o->f64 ? "f64" : "f32";

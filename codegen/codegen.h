@@ -3,7 +3,7 @@
  * codegen/ owns turning one laid-out stage (passes/layout.h) into a self-contained
  * C file, stageN.c, that the runtime compiles on the machine that trains (cc -O3
  * -march=native -fopenmp -fPIC -shared) and loads with dlopen. The file begins with
- * the verbatim text of runtime/kernels/philox.h and cpu_kernels.h (embedded into
+ * the verbatim text of kernels/philox.h and cpu_kernels.h (embedded into
  * the compiler at build time), then one static function per region and direction
  * with every shape and buffer offset a constant, then the entry points below. It
  * also describes the program in a cJSON object (parameters with their initialisers,
@@ -49,7 +49,7 @@ typedef struct cJSON cJSON;
  *              stages with the same code share one program (ABI 2)
  *   seed       the training seed (keys the dropout streams)
  *   params ... boundary: the bases of the blocks of passes/layout.h
- *   sgemm      a pk_sgemm_fn (runtime/kernels/cpu_kernels.h), e.g. &pd_sgemm, so
+ *   sgemm      a pk_sgemm_fn (kernels/cpu_kernels.h), e.g. &pd_sgemm, so
  *              the .so links no BLAS; NULL: the kernels' naive loop
  *   loss       where forward writes the loss (NULL: not wanted)
  *   bad_ids    incremented by the number of out-of-range token ids / targets seen */
@@ -129,7 +129,7 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
 
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
  * A plan's GPU program is two NVRTC modules. kernels.cu, the kernel library, one per
- * plan: the verbatim text of runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh
+ * plan: the verbatim text of kernels/philox.h, cuda_helpers.cuh
  * and cuda_kernels.cuh (embedded at build time), preceded by "#define PKC_ATT_HS
  * <head size>" when the model has attention; the same bytes for every plan with the
  * same head size, so NVRTC's disk cache compiles it once. stageN.cu, the GPU twin of

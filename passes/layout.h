@@ -141,7 +141,7 @@ int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b)
  * figure (and checks its launches stay inside it), the planner counts it in a stage's
  * device memory. The bf16 staging therefore depends on the partition: it is the
  * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is).
- * With bf16, the tensor-core attention (runtime/cuda/cuda_flash_*.cuh) reads bf16
+ * With bf16, the tensor-core attention (kernels/cuda_flash_*.cuh) reads bf16
  * copies of qkv (and, backward, of dy) from the same staging bytes, qkv then dy at the
  * next 256-byte boundary, as a GEMM's A and B: the staging is the largest of those too. */
 #define LAYOUT_CUDA_SCRATCH_ROWS 64 /* where the row losses start */
