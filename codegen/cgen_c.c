@@ -52,16 +52,6 @@ void str_printf(Str *s, const char *fmt, ...) {
   }
 }
 
-void codegen_hash_hex(const void *p, size_t n, char out[17]) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 1099511628211ull;
-  }
-  snprintf(out, 17, "%016" PRIx64, h);
-}
-
 /* ---- operands ------------------------------------------------------------------ */
 
 typedef struct Emit {

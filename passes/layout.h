@@ -41,21 +41,9 @@
 #define PD2BW_PASSES_LAYOUT_H
 
 #include "ir/ir.h"
+#include "contract/contract.h" /* BufClass: the blocks, shared with the runtime */
 
 #define LAYOUT_ALIGN 64
-
-typedef enum BufClass {
-  BUF_NONE,     /* the stage does not touch this tensor; offset/bytes unused */
-  BUF_PARAMS,   /* a parameter: offset in the PARAMS block */
-  BUF_GRADS,    /* a parameter gradient, or a contribution accumulated into one */
-  BUF_STASH,    /* kept from forward to backward of one microbatch */
-  BUF_WORK,     /* transient; shares offsets with tensors not live at once */
-  BUF_INPUTS,   /* a data tensor (TK_INPUT) */
-  BUF_BOUNDARY, /* crosses to or from another stage */
-  BUF_CLASS_COUNT
-} BufClass;
-
-const char *buf_class_name(BufClass c); /* "params", "grads", ... */
 
 typedef struct TensorPlace {
   BufClass cls;
