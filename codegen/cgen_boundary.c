@@ -22,7 +22,7 @@
  * A tensor that skips a stage (made on i, read on i+2) has no channel in the plan's
  * instruction streams; that is reported as an error naming the tensor. */
 #include "codegen/codegen.h"
-#include "passes/plan_limits.h"
+#include "contract/plan_limits.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -52,16 +52,6 @@ void str_printf(Str *s, const char *fmt, ...) {
   }
 }
 
-void codegen_hash_hex(const void *p, size_t n, char out[17]) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 1099511628211ull;
-  }
-  snprintf(out, 17, "%016" PRIx64, h);
-}
-
 /* ---- operands ------------------------------------------------------------------ */
 
 typedef struct Emit {
@@ -574,7 +564,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
              (long long)(L->total[BUF_STASH] * e.rs), (long long)(L->total[BUF_WORK] * e.rs),
              (long long)(L->total[BUF_INPUTS] * e.rs), (long long)(L->total[BUF_BOUNDARY] * e.rs),
              PD2BW_STAGE_ABI);
-  str_printf(&s, "\n/* ==== runtime/kernels/philox.h and cpu_kernels.h, verbatim ==== */\n");
+  str_printf(&s, "\n/* ==== kernels/philox.h and cpu_kernels.h, verbatim ==== */\n");
   if (o->f64) str_printf(&s, "#define PK_F64\n");
   str_printf(&s, "%s", pd_cpu_kernels_src);
   const char *sfx = o->f64 ? "f64" : "f32";

@@ -5,7 +5,7 @@
  *    banner, "#define PKC_ATT_HS <hs>" when every attention op of the model has head
  *    size hs (the kernels then keep a head's q/accumulators in registers, and the
  *    tensor-core attention is compiled for hs), then the verbatim text of philox.h,
- *    runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh
+ *    kernels/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh
  *    (embedded at build time: pkc_kernels_src.h). Nothing in it depends on the plan
  *    but hs, so every plan with the same head size has the same text, and NVRTC's
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
@@ -82,7 +82,7 @@
 
 #include "pkc_helpers_src.h"
 #include "pkc_kernels_src.h"
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 
 /* ---- pointers and arguments ------------------------------------------------------- */
 
@@ -325,7 +325,7 @@ static void need_scratch(CuEmit *e, int64_t bytes) {
   if (bytes > e->scratch) e->scratch = bytes;
 }
 
-/* Attention on tensor cores (runtime/cuda/cuda_flash_*.cuh) in a bf16 plan whose head
+/* Attention on tensor cores (kernels/cuda_flash_*.cuh) in a bf16 plan whose head
  * size qualifies (layout_cuda_attention_operands; fp32 and tf32 plans keep the fp32
  * kernels, exact to the CPU's attention): qkv, and backward dy, cast to bf16 into
  * cuda_scratch's staging (as a bf16 GEMM's operands: the same bytes, qkv then dy), then
@@ -354,7 +354,7 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
 
 /* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
  * backward, D = rowsum(dy∘out) per query row into the op's scratch (B·NH·T floats)
- * first, then dq and dkv from lse and D (runtime/cuda/cuda_kernels.cuh). */
+ * first, then dq and dkv from lse and D (kernels/cuda_kernels.cuh). */
 static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   const Graph *g = e->g;
   bool fwd = op->kind == OP_ATTENTION;
@@ -675,7 +675,7 @@ char *codegen_cuda_library_source(const Graph *g) {
              " * Every library kernel, one module; each stage's launch list says which kernels it\n"
              " * launches from here (\"module\": \"library\") and which from its stageN.cu. */\n");
   if (hs) str_printf(&src, "\n/* every attention op of the model has head size %d */\n#define PKC_ATT_HS %d\n", hs, hs);
-  str_printf(&src, "\n/* ==== runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh, verbatim ==== */\n");
+  str_printf(&src, "\n/* ==== kernels/philox.h, cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh, verbatim ==== */\n");
   str_printf(&src, "%s", pd_cuda_kernels_src);
   str_printf(&src, "/* ==== end of the kernels ==== */\n");
   return src.p;
@@ -731,7 +731,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
              L->nfwd, L->nbwd, (long long)L->b, (long long)L->total[BUF_PARAMS],
              (long long)L->total[BUF_GRADS], (long long)L->total[BUF_STASH], (long long)L->total[BUF_WORK],
              (long long)L->total[BUF_INPUTS], (long long)L->total[BUF_BOUNDARY], (long long)e.scratch, stage);
-  str_printf(&src, "\n/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */\n");
+  str_printf(&src, "\n/* ==== kernels/philox.h and cuda_helpers.cuh, verbatim ==== */\n");
   str_printf(&src, "%s", pd_cuda_helpers_src);
   str_printf(&src, "/* ==== end of the helpers ==== */\n");
   if (own.p) {

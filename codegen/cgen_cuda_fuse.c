@@ -22,7 +22,7 @@
 
 #include <string.h>
 
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 
 #define MAX_CHAIN 16
 

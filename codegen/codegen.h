@@ -3,7 +3,7 @@
  * codegen/ owns turning one laid-out stage (passes/layout.h) into a self-contained
  * C file, stageN.c, that the runtime compiles on the machine that trains (cc -O3
  * -march=native -fopenmp -fPIC -shared) and loads with dlopen. The file begins with
- * the verbatim text of runtime/kernels/philox.h and cpu_kernels.h (embedded into
+ * the verbatim text of kernels/philox.h and cpu_kernels.h (embedded into
  * the compiler at build time), then one static function per region and direction
  * with every shape and buffer offset a constant, then the entry points below. It
  * also describes the program in a cJSON object (parameters with their initialisers,
@@ -33,45 +33,10 @@
 
 #include "ir/ir.h"
 #include "passes/layout.h"
+#include "contract/contract.h" /* the stage ABI (StageCtx), the launch list format and
+                                  codegen_hash_hex: shared with the runtime */
 
 typedef struct cJSON cJSON;
-
-#define PD2BW_STAGE_ABI 2
-
-/* The context struct's fields, once, so the generated file and the runtime agree:
- * codegen pastes the stringised list into each stageN.c.
- *   abi        PD2BW_STAGE_ABI (the program checks nothing; the runtime checks
- *              pd2bw_stage_abi() before the first call)
- *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
- *   microbatch the microbatch's global index (keys the dropout streams)
- *   rng_base   added to the stage-relative op number of each dropout to give the
- *              graph's op id that keys its stream (program.rng_base in plan.json), so
- *              stages with the same code share one program (ABI 2)
- *   seed       the training seed (keys the dropout streams)
- *   params ... boundary: the bases of the blocks of passes/layout.h
- *   sgemm      a pk_sgemm_fn (runtime/kernels/cpu_kernels.h), e.g. &pd_sgemm, so
- *              the .so links no BLAS; NULL: the kernels' naive loop
- *   loss       where forward writes the loss (NULL: not wanted)
- *   bad_ids    incremented by the number of out-of-range token ids / targets seen */
-#define PD2BW_STAGE_CTX_FIELDS                                                   \
-  uint32_t abi;                                                                  \
-  uint32_t training;                                                             \
-  uint32_t microbatch;                                                           \
-  uint32_t rng_base;                                                             \
-  uint64_t seed;                                                                 \
-  void *params;                                                                  \
-  void *grads;                                                                   \
-  void *stash;                                                                   \
-  void *work;                                                                    \
-  void *inputs;                                                                  \
-  void *boundary;                                                                \
-  void (*sgemm)(void);                                                           \
-  double *loss;                                                                  \
-  int64_t bad_ids;
-
-typedef struct StageCtx {
-  PD2BW_STAGE_CTX_FIELDS
-} StageCtx;
 
 typedef struct CodegenOptions {
   bool f64;  /* emit the float64 program (finite-difference tests) */
@@ -102,9 +67,6 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
 /* The op id the stage's dropout ids are relative to (its smallest forward op id). */
 int codegen_rng_base(const StageLayout *L);
 
-/* FNV-1a 64-bit of a byte string, as 16 hex digits in out[17]. */
-void codegen_hash_hex(const void *p, size_t n, char out[17]);
-
 /* The plan.json "train" section of a training configuration (same keys pd2bwc
  * writes: batch, microbatch, optimizer, lr, beta1, beta2, eps, weight_decay,
  * lr_schedule, warmup, steps, min_lr, clip, seed — the seed as a decimal string). */
@@ -129,7 +91,7 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
 
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
  * A plan's GPU program is two NVRTC modules. kernels.cu, the kernel library, one per
- * plan: the verbatim text of runtime/kernels/philox.h, runtime/cuda/cuda_helpers.cuh
+ * plan: the verbatim text of kernels/philox.h, cuda_helpers.cuh
  * and cuda_kernels.cuh (embedded at build time), preceded by "#define PKC_ATT_HS
  * <head size>" when the model has attention; the same bytes for every plan with the
  * same head size, so NVRTC's disk cache compiles it once. stageN.cu, the GPU twin of
@@ -169,11 +131,6 @@ typedef struct CodegenCudaOptions {
   bool fuse;           /* generate fused elementwise kernels (else one library kernel per op) */
   CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
 } CodegenCudaOptions;
-
-/* The plan's kernel library file, and the launch lists' "format" (2: two modules;
- * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument). */
-#define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 3
 
 /* The kernel library of g's plans (pd_malloc'd; free it): what codegen_cuda_stage
  * writes as kernels.cu. Depends only on the model's attention head size. */

@@ -20,12 +20,6 @@
 
 static int64_t align_up(int64_t x) { return (x + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN; }
 
-const char *buf_class_name(BufClass c) {
-  static const char *const names[BUF_CLASS_COUNT] = {"none", "params", "grads", "stash",
-                                                     "work", "inputs", "boundary"};
-  return c >= 0 && c < BUF_CLASS_COUNT ? names[c] : "?";
-}
-
 int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b) {
   if (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_BWD) {
     const Tensor *qkv = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]];

@@ -41,21 +41,9 @@
 #define PD2BW_PASSES_LAYOUT_H
 
 #include "ir/ir.h"
+#include "contract/contract.h" /* BufClass: the blocks, shared with the runtime */
 
 #define LAYOUT_ALIGN 64
-
-typedef enum BufClass {
-  BUF_NONE,     /* the stage does not touch this tensor; offset/bytes unused */
-  BUF_PARAMS,   /* a parameter: offset in the PARAMS block */
-  BUF_GRADS,    /* a parameter gradient, or a contribution accumulated into one */
-  BUF_STASH,    /* kept from forward to backward of one microbatch */
-  BUF_WORK,     /* transient; shares offsets with tensors not live at once */
-  BUF_INPUTS,   /* a data tensor (TK_INPUT) */
-  BUF_BOUNDARY, /* crosses to or from another stage */
-  BUF_CLASS_COUNT
-} BufClass;
-
-const char *buf_class_name(BufClass c); /* "params", "grads", ... */
 
 typedef struct TensorPlace {
   BufClass cls;
@@ -141,7 +129,7 @@ int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b)
  * figure (and checks its launches stay inside it), the planner counts it in a stage's
  * device memory. The bf16 staging therefore depends on the partition: it is the
  * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is).
- * With bf16, the tensor-core attention (runtime/cuda/cuda_flash_*.cuh) reads bf16
+ * With bf16, the tensor-core attention (kernels/cuda_flash_*.cuh) reads bf16
  * copies of qkv (and, backward, of dy) from the same staging bytes, qkv then dy at the
  * next 256-byte boundary, as a GEMM's A and B: the staging is the largest of those too. */
 #define LAYOUT_CUDA_SCRATCH_ROWS 64 /* where the row losses start */

@@ -1,4 +1,4 @@
-/* passes/plan_limits.c — a plan against the runtime's limits (passes/plan_limits.h),
+/* passes/plan_limits.c — a plan against the runtime's limits (contract/plan_limits.h),
  * checked by pd2bwc before it writes anything: a model the runtime would refuse
  * ("this runtime handles 8") is a compile error at the weight that causes it. */
 #include "passes/planner.h"

@@ -39,19 +39,6 @@
 
 #define PLAN_ALIGN 256u
 
-static const char *const buf_names[PB_COUNT] = {
-    [PB_WEIGHTS] = "weights",   [PB_GRADS] = "grads",         [PB_OPT_M] = "adam_m",
-    [PB_OPT_V] = "adam_v",      [PB_STASH] = "stash",         [PB_RECV_ACT] = "recv_act",
-    [PB_SEND_ACT] = "send_act", [PB_RECV_GRAD] = "recv_grad", [PB_SEND_GRAD] = "send_grad",
-    [PB_WORKSPACE] = "workspace", [PB_TIED_GRADS] = "tied_grads", [PB_ACTIVATIONS] = "activations",
-    [PB_INPUTS] = "inputs",       [PB_BOUNDARY] = "boundary",     [PB_TIED_RECV] = "tied_recv",
-};
-
-const char *plan_buf_kind_name(PlanBufKind k) {
-  PD_CHECK(k >= 0 && k < PB_COUNT, "buffer kind %d", (int)k);
-  return buf_names[k];
-}
-
 int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m) {
   switch (s) {
   case PS_GPIPE:

@@ -151,7 +151,7 @@ static void evaluate(Search *S, PlanConfig cfg) {
     return;
   }
   /* The runtime's tables hold PLAN_MAX_SLOTS weight versions and stash slots per
-   * stage (passes/plan_limits.h); stage 0 needs the most. */
+   * stage (contract/plan_limits.h); stage 0 needs the most. */
   int nv = plan_versions_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
   int ns = plan_stash_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
   if (nv > PLAN_MAX_SLOTS || ns > PLAN_MAX_SLOTS) {

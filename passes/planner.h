@@ -27,7 +27,8 @@
 #include <stdlib.h>
 
 #include "ir/ir.h"
-#include "passes/plan_limits.h"
+#include "contract/contract.h" /* schedules, instruction streams (plan_streams_build),
+                                  buffer kinds and limits: shared with the runtime */
 
 typedef struct cJSON cJSON;
 
@@ -150,20 +151,6 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out);
  * Reports bad files on d and returns false. */
 bool plan_profile_load(PlanInput *in, const char *path, Diag *d);
 
-/* ---- schedules ------------------------------------------------------------ */
-
-typedef enum PlanSchedule {
-  PS_GPIPE,     /* all m forwards, all m backwards, flush, step; 1 version, m stashes */
-  PS_1F1B,      /* PipeDream-Flush: warm-up d-i-1 F, steady 1F1B, cool-down, flush */
-  PS_2BW,       /* PipeDream-2BW: 1F1B without flush, 2 versions, v(k) delayed by one */
-  PS_PIPEDREAM, /* weight stashing: 1F1B without flush, up to d-i versions at stage i */
-  PS_COUNT
-} PlanSchedule;
-
-const char *plan_schedule_name(PlanSchedule s);
-/* "gpipe", "1f1b", "2bw", "pipedream" -> kind; false if unknown. */
-bool plan_schedule_parse(const char *s, PlanSchedule *out);
-
 typedef enum PlanRecompute {
   PR_AUTO, /* the search tries both */
   PR_OFF,  /* stash every activation the backward needs */
@@ -184,98 +171,6 @@ typedef struct PlanPins {
 } PlanPins;
 
 void plan_pins_init(PlanPins *p); /* everything "choose" */
-
-/* ---- instruction streams ---------------------------------------------------- */
-
-typedef enum PlanOp {
-  PI_RECV_ACT,  /* receive mb's activation from stage `peer` (= i-1) into recv_act */
-  PI_FWD,       /* forward of mb with version `version` (in slot vslot); keeps what the
-                   backward needs in stash slot sslot */
-  PI_SEND_ACT,  /* send mb's output activation (send_act buffer) to stage `peer` (= i+1) */
-  PI_RECV_GRAD, /* receive the gradient of mb's output from stage `peer` (= i+1) */
-  PI_BWD,       /* backward of mb with the same version/slot as its forward; frees
-                   stash slot sslot; accumulates into the gradient buffer (re-runs the
-                   forward first when the plan recomputes) */
-  PI_SEND_GRAD, /* send the gradient of mb's input to stage `peer` (= i-1) */
-  PI_ALLREDUCE, /* sum the gradient buffer over the stage's w replicas (batch `batch`) */
-  PI_TIED_SYNC, /* post this stage's part of the sum of tied parameter `group`'s
-                   gradient (batch `batch`) over the stages holding it; non-blocking:
-                   the OPT_STEP that updates the parameter waits for the sum */
-  PI_OPT_STEP,  /* optimizer step for batch `batch`: reads the newest weights (slot
-                   src_vslot), writes version `version` into slot vslot (the oldest
-                   one's, or in place), zeroes the gradient buffer. group -1: every
-                   parameter of the stage except tied ones stepped separately (see
-                   plan_tied_deferred); group g: only tied parameter g, after its
-                   TIED_SYNC, from tied_grads[batch % 2] */
-  PI_COUNT
-} PlanOp;
-
-const char *plan_op_name(PlanOp op);
-
-/* One instruction. Fields not meaningful for an op are -1 (mb is 0 for per-batch
- * ops). Consecutive send/receive instructions with `with_next` set are posted
- * together (one NCCL group / MPI waitall) and complete when all of them matched:
- * under blocking (rendezvous) semantics the 1F1B exchange "send act, receive grad"
- * deadlocks otherwise. */
-typedef struct PlanInstr {
-  PlanOp op;
-  int64_t mb;    /* microbatch k, 1-indexed, global across batches; 0 if none */
-  int batch;     /* 0-based batch (weight update) index of mb, or of the step */
-  int version;   /* weight version number used (FWD/BWD) or produced (OPT_STEP) */
-  int vslot;     /* version slot read (FWD/BWD) or written (OPT_STEP) */
-  int src_vslot; /* OPT_STEP: slot of the newest version it updates */
-  int sslot;     /* stash slot (FWD/BWD) */
-  int peer;      /* peer stage of a send/receive */
-  int group;     /* tied group (TIED_SYNC, OPT_STEP of a tied parameter), else -1 */
-  bool with_next;/* posted together with the next instruction */
-} PlanInstr;
-
-typedef struct PlanStream {
-  PlanInstr *ins;
-  int n, cap;
-} PlanStream;
-
-/* What the stream generator needs (a Plan fills it; tests fill it by hand). */
-typedef struct PlanTiedGroup {
-  int tied;    /* index into PlanInput.tied */
-  int nstages; /* stages holding it, ascending */
-  int stages[PLAN_MAX_TIED_SEGS];
-} PlanTiedGroup;
-
-typedef struct PlanStreamSpec {
-  int stages;
-  int64_t microbatches; /* m per batch */
-  PlanSchedule schedule;
-  int nbatches;
-  int replicas; /* > 1 emits ALLREDUCE */
-  const PlanTiedGroup *groups;
-  int ngroups;
-} PlanStreamSpec;
-
-typedef struct PlanStreams {
-  PlanStreamSpec spec; /* groups pointer borrowed from the caller */
-  PlanStream *st;      /* [stages] */
-  int *nversions;      /* [stages] version slots the streams use */
-  int *nstash;         /* [stages] stash slots the streams use */
-} PlanStreams;
-
-/* Whether tied group g is stepped apart from the stage's other parameters. Under
- * 2bw a group spanning stages is: W(t+1) is first read by batch t+2, so each member
- * posts batch t's TIED_SYNC after its own step of batch t and steps the tied
- * parameter (OPT_STEP with group g) just before batch t+2's first forward, rather
- * than stalling the last stage while batch t drains back to stage 0. Its gradient is
- * double-buffered (tied_grads[t % 2]) because batch t+1's backwards run meanwhile. */
-bool plan_tied_deferred(const PlanStreamSpec *spec, int g);
-
-/* Builds the streams of every stage for spec->nbatches batches. Returns false with a
- * reason in err (2bw with m < d) when the schedule cannot run. */
-bool plan_streams_build(const PlanStreamSpec *spec, PlanStreams *out, char *err,
-                        size_t errlen);
-void plan_streams_free(PlanStreams *s);
-/* Appends one instruction (tests use it to build broken streams). */
-void plan_stream_push(PlanStream *s, PlanInstr in);
-/* "FWD mb=3 v=0 vslot=0 stash=1" into buf. */
-const char *plan_instr_str(const PlanInstr *in, char *buf, size_t n);
 
 /* ---- verification and simulation (one engine, plan_exec.c) ------------------ */
 
@@ -331,37 +226,6 @@ typedef struct PlanConfig {
   PlanSchedule schedule;
   bool recompute;
 } PlanConfig;
-
-typedef enum PlanBufKind {
-  PB_WEIGHTS,   /* one weight version; index = version slot */
-  PB_GRADS,     /* gradient accumulator */
-  PB_OPT_M,     /* AdamW first moment (one copy) */
-  PB_OPT_V,     /* AdamW second moment (one copy) */
-  PB_STASH,     /* activations kept for the backward; index = stash slot */
-  PB_RECV_ACT,  /* incoming activation (stages > 0) */
-  PB_SEND_ACT,  /* outgoing activation (stages < d-1) */
-  PB_RECV_GRAD, /* incoming output gradient (stages < d-1) */
-  PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
-  PB_WORKSPACE, /* scratch for one segment at a time */
-  PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
-                   index = batch % 2, beside PB_GRADS (which has every parameter: the
-                   runtime moves them out of PB_GRADS at each OPT_STEP) */
-  /* The kinds below are those of the runtime's arena, which the search's layout and
-   * the exact plan (plan_apply_layouts) both use; PB_RECV_ACT .. PB_SEND_GRAD are
-   * no longer laid out (plan files of older versions have them). */
-  PB_ACTIVATIONS,/* with recomputation: the stage program's whole stash block, where the
-                    backward rebuilds one microbatch's activations (the stash slots then
-                    keep only the received input) */
-  PB_INPUTS,    /* the program's data-inputs block (tokens, targets), refilled from the
-                   token file before each FWD and BWD */
-  PB_BOUNDARY,  /* the program's boundary block: the outgoing activation and the
-                   gradients sent and received (program.pipeline.boundary) */
-  PB_TIED_RECV, /* TIED_SYNC receive buffers: the other member stages' gradients of
-                   every spanning tied parameter; index = batch % 2 */
-  PB_COUNT
-} PlanBufKind;
-
-const char *plan_buf_kind_name(PlanBufKind k);
 
 typedef struct PlanBuffer {
   PlanBufKind kind;
@@ -445,7 +309,7 @@ typedef struct Plan {
 
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
 
-/* Checks a plan against the runtime's limits (passes/plan_limits.h): tied
+/* Checks a plan against the runtime's limits (contract/plan_limits.h): tied
  * parameters, the stages holding each, weight versions and stash slots per stage.
  * Reports each one over (at the weight's declaration in g where there is one) and
  * returns false then. The boundary limit is checked where the boundary is listed

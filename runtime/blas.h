@@ -1,7 +1,7 @@
 /* runtime/blas.h — the one small BLAS interface of pd2bw.
  *
  * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
- * runtime/kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
+ * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
  * passes &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS
  * header. Which library sits behind it (bench/sgemm/RESULTS.md has the
  * measurements): the build links BLIS when found, OpenBLAS otherwise; BLIS picks its
@@ -26,7 +26,7 @@
  * ...): transa == 0: A stored M×K, lda >= K; transa != 0: A stored K×M, lda >= M;
  * transb == 0: B stored K×N, ldb >= N; transb != 0: B stored N×K, ldb >= K;
  * C stored M×N, ldc >= N; beta == 0: C is not read. Same signature as
- * pk_sgemm_fn in runtime/kernels/cpu_kernels.h. Bad dimensions are a bug in the
+ * pk_sgemm_fn in kernels/cpu_kernels.h. Bad dimensions are a bug in the
  * caller: PD_CHECK. */
 void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -5,12 +5,13 @@
  * crashed the run (SIGBUS, SIGILL). Each entry therefore ends in a seal: "PD2BWSUM",
  * the 64-bit FNV-1a hash of the bytes before it and their count, both as 16 hex
  * digits. FNV-1a is the hash the cache keys and the plans' launch lists already use
- * (codegen_hash_hex; pd2bw_io does not link codegen, hence the loop below): every
- * single-byte change changes it, a truncation changes the count, and it costs about
- * 1 ms per MB. It guards against damage, not an adversary: whoever can write the
- * cache can write a valid seal. The seal is written before the entry's rename, so an
- * entry and its checksum arrive together. */
+ * (codegen_hash_hex, contract/contract.h): every single-byte change changes it, a
+ * truncation changes the count, and it costs about 1 ms per MB. It guards against
+ * damage, not an adversary: whoever can write the cache can write a valid seal. The
+ * seal is written before the entry's rename, so an entry and its checksum arrive
+ * together. */
 #include "runtime/io.h"
+#include "contract/contract.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -18,13 +19,9 @@
 #define SEAL_MAGIC "PD2BWSUM"
 
 void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 1099511628211ull;
-  }
-  snprintf(out, CACHE_SEAL_BYTES + 1, SEAL_MAGIC "%016" PRIx64 "%016" PRIx64, h, (uint64_t)n);
+  char h[17];
+  codegen_hash_hex(p, n, h);
+  snprintf(out, CACHE_SEAL_BYTES + 1, SEAL_MAGIC "%s%016" PRIx64, h, (uint64_t)n);
 }
 
 bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen) {

@@ -17,4 +17,4 @@ add_library(pd2bw_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.c
   ${CMAKE_CURRENT_LIST_DIR}/ckpt_import.c)
 pd2bw_strict(pd2bw_io)
-target_link_libraries(pd2bw_io PUBLIC pd2bw_ir ${CJSON_LIB} PRIVATE PkgConfig::UTF8PROC)
+target_link_libraries(pd2bw_io PUBLIC pd2bw_contract pd2bw_ir ${CJSON_LIB} PRIVATE PkgConfig::UTF8PROC)

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
 enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_NORM = 3, TAG_GATHER = 4, TAG_LOSS = 12, TAG_TIED = 16 };
 

@@ -14,7 +14,7 @@ add_library(pd2bw_pipeline STATIC
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_ref.c
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_seq.c)
 pd2bw_strict(pd2bw_pipeline)
-target_link_libraries(pd2bw_pipeline PUBLIC pd2bw_runtime pd2bw_transport pd2bw_passes pd2bw_ir cjson Threads::Threads ${M_LIB})
+target_link_libraries(pd2bw_pipeline PUBLIC pd2bw_runtime pd2bw_transport pd2bw_contract pd2bw_ir cjson Threads::Threads ${M_LIB})
 
 # the validation loss through the pipeline (pd2bwrun --val-data; runtime/pipeline_eval.h)
 target_sources(pd2bw_pipeline PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pipeline_eval.c)

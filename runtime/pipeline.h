@@ -55,7 +55,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "passes/planner.h"
+#include "contract/contract.h"
 #include "runtime/transport.h"
 
 typedef struct cJSON cJSON;

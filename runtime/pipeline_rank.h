@@ -4,7 +4,7 @@
 #ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
 #define PD2BW_RUNTIME_PIPELINE_RANK_H
 
-#include "passes/plan_limits.h"
+#include "contract/plan_limits.h"
 #include "runtime/runtime.h"
 
 /* The runtime's names for passes/plan_limits.h's limits (pd2bwc checks them too). */

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
 /* ---- the rules ----------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@ add_library(pd2bw_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/log.c
   ${CMAKE_CURRENT_LIST_DIR}/console.c)
 pd2bw_strict(pd2bw_runtime)
-target_link_libraries(pd2bw_runtime PUBLIC pd2bw_io pd2bw_blas pd2bw_codegen pd2bw_ir ${CMAKE_DL_LIBS} ${M_LIB})
+target_link_libraries(pd2bw_runtime PUBLIC pd2bw_io pd2bw_blas pd2bw_contract pd2bw_ir ${CMAKE_DL_LIBS} ${M_LIB})
 # The trainer's optimizer and norm loops (cpu_kernels.h) run with OpenMP when the
 # compiler has it, like the stage programs do.
 find_package(OpenMP COMPONENTS C)

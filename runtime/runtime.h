@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "codegen/codegen.h"
 #include "ir/ir.h"
+#include "contract/contract.h"
 #include "runtime/blas.h"
 #include "runtime/io.h"
 

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
 

@@ -8,14 +8,14 @@
  * B·T·4C elements and cross_entropy_fwd/bwd over B·T rows of the vocabulary. It
  * prints each kernel's time and the CPU time per
  * training step they add up to. Against an older cpu_kernels.h:
- *   cc -O3 -march=native -fopenmp -std=c11 -I. -Iruntime/kernels \
+ *   cc -O3 -march=native -fopenmp -std=c11 -I. -Ikernels \
  *      -DPK_KERNELS_HEADER='"/path/to/old/cpu_kernels.h"' bench/train/kernel_bench.c -lm
  * Instruction-bound single-thread loops: far less sensitive to a loaded machine than
  * train_bench (RESULTS.md). */
 #ifdef PK_KERNELS_HEADER
 #include PK_KERNELS_HEADER
 #else
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #endif
 
 #include <stdio.h>

@@ -10,7 +10,7 @@
 
 #include <stdlib.h>
 
-static const char *const BEGIN = "/* ==== runtime/kernels/philox.h and cpu_kernels.h, verbatim ==== */\n";
+static const char *const BEGIN = "/* ==== kernels/philox.h and cpu_kernels.h, verbatim ==== */\n";
 static const char *const END = "/* ==== end of the kernels ==== */\n";
 
 /* The source with the kernels' text cut out (pd_malloc'd). */

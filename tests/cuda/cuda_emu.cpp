@@ -67,9 +67,9 @@ static inline float __uint_as_float(unsigned u) {
   return f;
 }
 
-#include "runtime/cuda/cuda_kernel_list.h"
-#include "runtime/cuda/cuda_kernels.cuh"
-#include "runtime/kernels/philox.h"
+#include "kernels/cuda_kernel_list.h"
+#include "kernels/cuda_kernels.cuh"
+#include "kernels/philox.h"
 #include "tests/cuda/emu_fiber.h"
 
 // ---- fibres ---------------------------------------------------------------------------

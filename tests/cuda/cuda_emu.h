@@ -1,11 +1,11 @@
 /* tests/cuda/cuda_emu.h — run the CUDA kernels on the CPU, for tests without a GPU.
  *
- * cuda_emu.cpp compiles runtime/cuda/cuda_kernels.cuh as host C++ (PKC_EMULATE) and
+ * cuda_emu.cpp compiles kernels/cuda_kernels.cuh as host C++ (PKC_EMULATE) and
  * runs a launch block after block; inside a block, each CUDA thread is a fibre
  * (tests/cuda/emu_fiber.h) on one OS thread, and __syncthreads() switches to the next fibre, so a
  * block's threads meet at every barrier exactly as on a GPU (threads that returned
  * count as arrived). Warp collectives (__shfl_xor_sync, __shfl_sync, __syncwarp and
- * the tensor-core helpers of runtime/cuda/cuda_mma.cuh) are a rendezvous of the warp's
+ * the tensor-core helpers of kernels/cuda_mma.cuh) are a rendezvous of the warp's
  * 32 lanes (threads 32w..32w+31): each lane waits until all its warp's lanes arrive,
  * so data moves between lanes as on a GPU; a collective that some lane of the warp
  * never reaches (it returned, or waits at __syncthreads) fails the launch instead of

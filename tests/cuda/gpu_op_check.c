@@ -23,7 +23,7 @@
 #include "op_check.h"
 #include "pkc_kernels_src.h"
 #include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 
 #define EXIT_NO_GPU 77
 

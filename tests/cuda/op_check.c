@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_kernel_list.h"
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cuda_kernel_list.h"
+#include "kernels/cpu_kernels.h"
 
 
 /* ---- helpers --------------------------------------------------------------------- */

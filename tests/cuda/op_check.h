@@ -1,8 +1,8 @@
 /* tests/cuda/op_check.h — every CUDA kernel against its CPU kernel, on any "device".
  *
- * The checks (op_check.c) run each op of runtime/cuda/cuda_kernels.cuh (plus the
+ * The checks (op_check.c) run each op of kernels/cuda_kernels.cuh (plus the
  * GEMMs that linear/matmul become) on random inputs through an OpDev, run the same
- * op with runtime/kernels/cpu_kernels.h, and compare with a bound per op and dtype.
+ * op with kernels/cpu_kernels.h, and compare with a bound per op and dtype.
  * Two OpDevs exist:
  *   - the real GPU (gpu_op_check.c: NVRTC + the driver API + cuBLAS), run by
  *     scripts/gpu-check.sh on a machine with a GPU;

@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "op_check_internal.h"
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
-#define FLASH_THREADS 128 /* runtime/cuda/cuda_flash_common.cuh PKC_FLASH_THREADS */
+#define FLASH_THREADS 128 /* kernels/cuda_flash_common.cuh PKC_FLASH_THREADS */
 #define FLASH_ROWS 64     /* PKC_FLASH_BR */
 
 static uint16_t bf16_bits(float f) { /* round to nearest even (no NaN here) */

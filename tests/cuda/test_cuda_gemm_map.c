@@ -12,7 +12,7 @@
 
 #include "../test.h"
 #include "runtime/cuda/cuda_internal.h"
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
 /* C = alpha·op(A)·op(B) + beta·C, column-major, as cublasSgemm defines it. */
 static void colmajor_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *A,

@@ -20,7 +20,7 @@
 #include "ir/ir.h"
 #include "pkc_kernels_src.h"
 #include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 
 static char cache_dir[] = "/tmp/pd2bw-test-nvrtc-XXXXXX";
 

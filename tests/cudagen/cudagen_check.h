@@ -13,7 +13,7 @@
  *    "kernels" array is exactly the set launched.
  *  - check_gemms_match_cpu: the GEMMs of the launch list, in order, are the GEMM
  *    calls the CPU program (stageN.c) makes, re-derived from its kernel calls with
- *    the formulas of runtime/kernels/cpu_kernels.h (a leading dimension the GPU
+ *    the formulas of kernels/cpu_kernels.h (a leading dimension the GPU
  *    layout pads, passes/layout.h's LAYOUT_ROW_PAD, stands for the CPU's unpadded one).
  *  - check_gemm_alignment: every GEMM's A, B and C start 16 bytes aligned in their
  *    blocks and have leading dimensions that are multiples of 8 elements (cuBLAS's

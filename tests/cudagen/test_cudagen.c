@@ -30,13 +30,13 @@
 #include "cudagen_util.h"
 #include "gpt_dropout.h"
 #include "passes/passes.h"
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 #include "test.h"
 #ifdef PD2BW_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
-static const char *const BEGIN = "/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */\n";
+static const char *const BEGIN = "/* ==== kernels/philox.h and cuda_helpers.cuh, verbatim ==== */\n";
 static const char *const END = "/* ==== end of the helpers ==== */\n";
 
 static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = CGEN_GEMM_TF32};

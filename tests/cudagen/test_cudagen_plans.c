@@ -38,7 +38,7 @@
 #include "cudagen_util.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/cuda/cuda_kernel_list.h"
+#include "kernels/cuda_kernel_list.h"
 #include "test.h"
 #ifdef PD2BW_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"

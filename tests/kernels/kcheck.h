@@ -17,9 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #define PK_F64
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "test.h"
 
 #define KC_H 1e-5

@@ -22,7 +22,7 @@
 #include "codegen/codegen.h"
 #include "passes/passes.h"
 #include "runtime/blas.h"
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "runtime/runtime.h"
 #include "test.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's limits on a plan (passes/plan_limits.h) are compile errors in pd2bwc,
+# The runtime's limits on a plan (contract/plan_limits.h) are compile errors in pd2bwc,
 # each with exit status 1, a message naming the limit (at the weight's declaration
 # where one causes it) and no plan directory: tied weights, stages holding one tied
 # weight, weight versions / stash slots per stage, tensors crossing a stage boundary,

@@ -3,7 +3,7 @@
  * float32. Blocks (bytes): params 832, grads 832, stash 2560, work 512,
  * inputs 192, boundary 0. ABI 2 (codegen/codegen.h). */
 
-/* ==== runtime/kernels/philox.h and cpu_kernels.h, verbatim ==== */
+/* ==== kernels/philox.h and cpu_kernels.h, verbatim ==== */
 /* (the kernels' text, elided in the golden file) */
 /* ==== end of the kernels ==== */
 

@@ -3,7 +3,7 @@
  * float32. Blocks (bytes): params 112128, grads 112128, stash 147968, work 41216,
  * inputs 256, boundary 0. ABI 2 (codegen/codegen.h). */
 
-/* ==== runtime/kernels/philox.h and cpu_kernels.h, verbatim ==== */
+/* ==== kernels/philox.h and cpu_kernels.h, verbatim ==== */
 /* (the kernels' text, elided in the golden file) */
 /* ==== end of the kernels ==== */
 

@@ -6,7 +6,7 @@
  * kernels; the library kernels it launches are in kernels.cu, a module of
  * their own. */
 
-/* ==== runtime/kernels/philox.h and runtime/cuda/cuda_helpers.cuh, verbatim ==== */
+/* ==== kernels/philox.h and cuda_helpers.cuh, verbatim ==== */
 /* (the helpers' text, elided in the golden file) */
 /* ==== end of the helpers ==== */
 

@@ -1,14 +1,13 @@
-# runtime/kernels/: the CPU kernels (cpu_kernels.h, philox.h — header-only), their
-# embedded text for generated stage code, and pd2bw_blas (runtime/blas.c).
-
-# ---- pd2bw_blas: pd_sgemm over BLIS, else OpenBLAS ------------------------------
+# runtime/blas.cmake — pd2bw_blas: pd_sgemm over BLIS, else OpenBLAS (runtime/blas.h),
+# the GEMM the CPU kernels (kernels/cpu_kernels.h) call through their pk_sgemm_fn hook.
+# Included from runtime/CMakeLists.txt.
 # BLIS first (bench/sgemm/RESULTS.md says why); a BLIS build may still switch to
 # OpenBLAS through dlopen at run time on AVX-512 CPUs (runtime/blas.c). Debian
 # puts blis.h in /usr/include/<multiarch>/ (an update-alternatives link to the
 # openmp, pthread or serial variant); other installs use /usr/include/blis/.
 find_path(PD2BW_BLIS_INCLUDE_DIR blis.h PATH_SUFFIXES blis)
 find_library(PD2BW_BLIS_LIBRARY blis)
-add_library(pd2bw_blas STATIC ../blas.c)
+add_library(pd2bw_blas STATIC ${CMAKE_CURRENT_LIST_DIR}/blas.c)
 pd2bw_strict(pd2bw_blas)
 if(PD2BW_BLIS_INCLUDE_DIR AND PD2BW_BLIS_LIBRARY)
   message(STATUS "pd2bw BLAS: BLIS (${PD2BW_BLIS_LIBRARY})")
@@ -28,23 +27,3 @@ else()
   target_link_libraries(pd2bw_blas PUBLIC ${PD2BW_OPENBLAS_LIBRARY})
 endif()
 target_link_libraries(pd2bw_blas PUBLIC pd2bw_ir Threads::Threads ${CMAKE_DL_LIBS} ${M_LIB})
-
-# ---- pd2bw_kernels_src: the kernels' text as a C array, for the code generator ----
-# Generates pk_kernels_src.h defining
-#   static const char pd_cpu_kernels_src[];   /* philox.h, then cpu_kernels.h, NUL-terminated */
-# which codegen pastes at the top of every stageN.c (the stage must not depend on
-# files of this checkout). Link pd2bw_kernels_src to get its include directory.
-set(PK_SRC_HEADER ${CMAKE_CURRENT_BINARY_DIR}/pk_kernels_src.h)
-add_custom_command(
-  OUTPUT ${PK_SRC_HEADER}
-  COMMAND ${CMAKE_COMMAND} -DOUT=${PK_SRC_HEADER}
-          "-DINPUTS=${CMAKE_CURRENT_SOURCE_DIR}/philox.h;${CMAKE_CURRENT_SOURCE_DIR}/cpu_kernels.h"
-          -P ${CMAKE_CURRENT_SOURCE_DIR}/embed.cmake
-  DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/philox.h ${CMAKE_CURRENT_SOURCE_DIR}/cpu_kernels.h
-          ${CMAKE_CURRENT_SOURCE_DIR}/embed.cmake
-  COMMENT "Embedding the CPU kernels' text (pk_kernels_src.h)"
-  VERBATIM)
-add_custom_target(pd2bw_kernels_src_gen DEPENDS ${PK_SRC_HEADER})
-add_library(pd2bw_kernels_src INTERFACE)
-add_dependencies(pd2bw_kernels_src pd2bw_kernels_src_gen)
-target_include_directories(pd2bw_kernels_src INTERFACE ${CMAKE_CURRENT_BINARY_DIR})

@@ -1,4 +1,5 @@
-/* passes/plan_schedule.c — per-stage instruction streams for the four schedules.
+/* contract/plan_streams.c — per-stage instruction streams for the four schedules
+ * (contract/plan_streams.h).
  *
  * Two steps. First each stage's compute order: F(k), B(k) and S(t) (the update
  * after batch t):
@@ -31,11 +32,14 @@
  * finishes batch t about d-1 backwards after the last stage, and waiting for it in
  * the step would stall the whole pipeline once per batch.
  */
-#include "passes/planner.h"
+#include "contract/plan_streams.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "ir/ir.h"
 
 static const char *const sched_names[PS_COUNT] = {
     [PS_GPIPE] = "gpipe", [PS_1F1B] = "1f1b", [PS_2BW] = "2bw", [PS_PIPEDREAM] = "pipedream"};

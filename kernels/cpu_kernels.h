@@ -16,9 +16,9 @@
  * instantiated per real type. Including this file plainly gives the float32
  * kernels, named pk_<op>_f32; defining PK_F64 before a (second) inclusion gives the
  * float64 ones, pk_<op>_f64, which the finite-difference tests use:
- *     #include "runtime/kernels/cpu_kernels.h"          // pk_..._f32
+ *     #include "kernels/cpu_kernels.h"          // pk_..._f32
  *     #define PK_F64
- *     #include "runtime/kernels/cpu_kernels.h"          // pk_..._f64
+ *     #include "kernels/cpu_kernels.h"          // pk_..._f64
  *
  * GEMMs go through one hook, pk_sgemm_fn (row-major, below). The float32 kernels
  * call the hook set by pk_set_sgemm() (the runtime hands a stage .so pd_sgemm from

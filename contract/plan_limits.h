@@ -1,10 +1,10 @@
-/* passes/plan_limits.h — the limits the runtime puts on a plan, defined once.
+/* contract/plan_limits.h — the limits the runtime puts on a plan, defined once.
  * The runtime sizes its tables with them and refuses a plan over them
  * (runtime/pipeline_rank.h, runtime/pipeline_plan.c); pd2bwc checks every plan
  * against them before it writes anything (plan_check_limits, passes/planner.h), so
  * that a model the runtime cannot run is a compile error, not a refusal at run time. */
-#ifndef PD2BW_PASSES_PLAN_LIMITS_H
-#define PD2BW_PASSES_PLAN_LIMITS_H
+#ifndef PD2BW_CONTRACT_PLAN_LIMITS_H
+#define PD2BW_CONTRACT_PLAN_LIMITS_H
 
 #define PLAN_MAX_TIED_SEGS 8    /* stages holding one tied parameter (its TIED_SYNC members) */
 #define PLAN_MAX_TIED_GROUPS 8  /* tied parameters in a plan (plan.json "tied" entries) */

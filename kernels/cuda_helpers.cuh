@@ -18,7 +18,7 @@
 #define PD2BW_CUDA_HELPERS_CUH
 
 #ifndef PD2BW_PHILOX_H
-#include "../kernels/philox.h"
+#include "philox.h"
 #endif
 
 /* Recommended block size, and the largest a row/column kernel accepts (its static

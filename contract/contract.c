@@ -1,0 +1,37 @@
+/* contract/contract.c — the names plan.json spells buffers by, and the hash of the
+ * program texts it carries (contract/contract.h). */
+#include "contract/contract.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+const char *buf_class_name(BufClass c) {
+  static const char *const names[BUF_CLASS_COUNT] = {"none", "params", "grads", "stash",
+                                                     "work", "inputs", "boundary"};
+  return c >= 0 && c < BUF_CLASS_COUNT ? names[c] : "?";
+}
+
+static const char *const buf_names[PB_COUNT] = {
+    [PB_WEIGHTS] = "weights",   [PB_GRADS] = "grads",         [PB_OPT_M] = "adam_m",
+    [PB_OPT_V] = "adam_v",      [PB_STASH] = "stash",         [PB_RECV_ACT] = "recv_act",
+    [PB_SEND_ACT] = "send_act", [PB_RECV_GRAD] = "recv_grad", [PB_SEND_GRAD] = "send_grad",
+    [PB_WORKSPACE] = "workspace", [PB_TIED_GRADS] = "tied_grads", [PB_ACTIVATIONS] = "activations",
+    [PB_INPUTS] = "inputs",       [PB_BOUNDARY] = "boundary",     [PB_TIED_RECV] = "tied_recv",
+};
+
+const char *plan_buf_kind_name(PlanBufKind k) {
+  PD_CHECK(k >= 0 && k < PB_COUNT, "buffer kind %d", (int)k);
+  return buf_names[k];
+}
+
+void codegen_hash_hex(const void *p, size_t n, char out[17]) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 1099511628211ull;
+  }
+  snprintf(out, 17, "%016" PRIx64, h);
+}

@@ -1,0 +1,129 @@
+/* contract/contract.h — what the compiler and the runtime must agree on, and nothing else.
+ *
+ * pd2bwc (passes/, codegen/) writes a plan directory and pd2bwrun (runtime/) reads it;
+ * the two meet only in plan.json and the programs it names. contract/ owns the few
+ * definitions both sides need to mean the same thing by the same bytes:
+ *  - the runtime's limits on a plan (plan_limits.h), which pd2bwc checks before it
+ *    writes one;
+ *  - the instruction streams: schedules, instructions and their generator
+ *    (plan_streams.h), which the planner verifies and the runtime regenerates for the
+ *    batches it runs;
+ *  - the blocks of a stage program (BufClass) and the buffers of a stage's arena
+ *    (PlanBufKind), with the names plan.json spells them by;
+ *  - the ABI of a generated stage program (StageCtx) and the format of a CUDA launch
+ *    list;
+ *  - the hash plan.json carries of every program text, which the caches key on.
+ * The kernels both sides share (the text the generated programs paste, the CUDA
+ * kernel list) are kernels/'s. Nothing here includes passes/, codegen/ or runtime/
+ * (tests/includes checks it), so either side can include this without the other.
+ */
+#ifndef PD2BW_CONTRACT_H
+#define PD2BW_CONTRACT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "contract/plan_limits.h"
+#include "contract/plan_streams.h"
+
+/* ---- a stage program's blocks (passes/layout.h places every tensor in one) ------ */
+
+typedef enum BufClass {
+  BUF_NONE,     /* the stage does not touch this tensor; offset/bytes unused */
+  BUF_PARAMS,   /* a parameter: offset in the PARAMS block */
+  BUF_GRADS,    /* a parameter gradient, or a contribution accumulated into one */
+  BUF_STASH,    /* kept from forward to backward of one microbatch */
+  BUF_WORK,     /* transient; shares offsets with tensors not live at once */
+  BUF_INPUTS,   /* a data tensor (TK_INPUT) */
+  BUF_BOUNDARY, /* crosses to or from another stage */
+  BUF_CLASS_COUNT
+} BufClass;
+
+const char *buf_class_name(BufClass c); /* "params", "grads", ... */
+
+/* ---- a stage's arena (plan.json stages[i].memory.buffers) ----------------------- */
+
+typedef enum PlanBufKind {
+  PB_WEIGHTS,   /* one weight version; index = version slot */
+  PB_GRADS,     /* gradient accumulator */
+  PB_OPT_M,     /* AdamW first moment (one copy) */
+  PB_OPT_V,     /* AdamW second moment (one copy) */
+  PB_STASH,     /* activations kept for the backward; index = stash slot */
+  PB_RECV_ACT,  /* incoming activation (stages > 0) */
+  PB_SEND_ACT,  /* outgoing activation (stages < d-1) */
+  PB_RECV_GRAD, /* incoming output gradient (stages < d-1) */
+  PB_SEND_GRAD, /* outgoing input gradient (stages > 0) */
+  PB_WORKSPACE, /* scratch for one segment at a time */
+  PB_TIED_GRADS,/* gradient of the stage's deferred tied parameters (plan_tied_deferred);
+                   index = batch % 2, beside PB_GRADS (which has every parameter: the
+                   runtime moves them out of PB_GRADS at each OPT_STEP) */
+  /* The kinds below are those of the runtime's arena, which the search's layout and
+   * the exact plan (plan_apply_layouts) both use; PB_RECV_ACT .. PB_SEND_GRAD are
+   * no longer laid out (plan files of older versions have them). */
+  PB_ACTIVATIONS,/* with recomputation: the stage program's whole stash block, where the
+                    backward rebuilds one microbatch's activations (the stash slots then
+                    keep only the received input) */
+  PB_INPUTS,    /* the program's data-inputs block (tokens, targets), refilled from the
+                   token file before each FWD and BWD */
+  PB_BOUNDARY,  /* the program's boundary block: the outgoing activation and the
+                   gradients sent and received (program.pipeline.boundary) */
+  PB_TIED_RECV, /* TIED_SYNC receive buffers: the other member stages' gradients of
+                   every spanning tied parameter; index = batch % 2 */
+  PB_COUNT
+} PlanBufKind;
+
+const char *plan_buf_kind_name(PlanBufKind k);
+
+/* ---- the stage program ABI (codegen/codegen.h describes the entry points) -------- */
+
+#define PD2BW_STAGE_ABI 2
+
+/* The context struct's fields, once, so the generated file and the runtime agree:
+ * codegen pastes the stringised list into each stageN.c.
+ *   abi        PD2BW_STAGE_ABI (the program checks nothing; the runtime checks
+ *              pd2bw_stage_abi() before the first call)
+ *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
+ *   microbatch the microbatch's global index (keys the dropout streams)
+ *   rng_base   added to the stage-relative op number of each dropout to give the
+ *              graph's op id that keys its stream (program.rng_base in plan.json), so
+ *              stages with the same code share one program (ABI 2)
+ *   seed       the training seed (keys the dropout streams)
+ *   params ... boundary: the bases of the blocks (BufClass above)
+ *   sgemm      a pk_sgemm_fn (kernels/cpu_kernels.h), e.g. &pd_sgemm, so
+ *              the .so links no BLAS; NULL: the kernels' naive loop
+ *   loss       where forward writes the loss (NULL: not wanted)
+ *   bad_ids    incremented by the number of out-of-range token ids / targets seen */
+#define PD2BW_STAGE_CTX_FIELDS                                                   \
+  uint32_t abi;                                                                  \
+  uint32_t training;                                                             \
+  uint32_t microbatch;                                                           \
+  uint32_t rng_base;                                                             \
+  uint64_t seed;                                                                 \
+  void *params;                                                                  \
+  void *grads;                                                                   \
+  void *stash;                                                                   \
+  void *work;                                                                    \
+  void *inputs;                                                                  \
+  void *boundary;                                                                \
+  void (*sgemm)(void);                                                           \
+  double *loss;                                                                  \
+  int64_t bad_ids;
+
+typedef struct StageCtx {
+  PD2BW_STAGE_CTX_FIELDS
+} StageCtx;
+
+/* ---- the CUDA programs ------------------------------------------------------------ */
+
+/* The plan's kernel library file, and the launch lists' "format" (2: two modules;
+ * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument). */
+#define CODEGEN_CUDA_LIBRARY "kernels.cu"
+#define CODEGEN_CUDA_LIST_FORMAT 3
+
+/* ---- the hash of program texts (plan.json's "hash" fields, the cache keys) --------- */
+
+/* FNV-1a 64-bit of a byte string, as 16 hex digits in out[17]. */
+void codegen_hash_hex(const void *p, size_t n, char out[17]);
+
+#endif /* PD2BW_CONTRACT_H */
