@@ -43,7 +43,7 @@ static const char usage[] =
     "  --seed N            override the plan's seed (weights, dropout, --shuffle)\n"
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
-    "  --log-json FILE     one JSON object per step, the same keys in every mode (README)\n"
+    "  --log-json FILE     one JSON object per step, the same keys in every mode (docs/data.md)\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
     "                      all its stages on that one GPU); it takes every option above, but\n"
     "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
@@ -51,7 +51,7 @@ static const char usage[] =
     "  --cuda-graphs on|off with --backend cuda: replay each forward/backward pass as a CUDA\n"
     "                      graph captured once (default on); off: launch by launch\n"
     "\n"
-    "pipelines (plans with several stages or replicas; see README \"Training with pipelines\"):\n"
+    "pipelines (plans with several stages or replicas; see docs/pipelines.md):\n"
     "  --transport T       local (threads of this process, the default) or mpi (under mpirun);\n"
     "                      with --backend cuda: nccl (under mpirun, one process per GPU)\n"
     "  --timeout S         seconds any rank waits for another before all stop (default 60)\n"
@@ -207,7 +207,7 @@ static int parse_args(int argc, char **argv, Args *a) {
 /* the reference (runtime/pipeline_ref.c) trains from the plan's own initial weights */
 static const char reference_init_msg[] =
     "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
-    "PLAN_DIR/reference with the same --init instead (README \"Training with pipelines\")";
+    "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
 
 /* The pipeline executor's path: several stages or replicas, or a pipeline flag. */
 static int run_pipeline(const Args *a, int *argc, char ***argv) {

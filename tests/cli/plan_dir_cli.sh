@@ -57,7 +57,7 @@ compile -o "$w/e" >/dev/null 2>&1 && [ -f "$w/e/plan.json" ] && ok || bad "a pla
 compile -D width=24 -o "$w/p" >/dev/null 2>&1 && ! cmp -s "$w/p/plan.json" "$w/p.json" && ok ||
   bad "a plan over a plan was not replaced"
 no_tmp_left p
-# DIR with a trailing slash (README: `-o plan/`) names the same directory
+# DIR with a trailing slash (docs/compiling.md: `-o plan/`) names the same directory
 compile -o "$w/p/" >/dev/null 2>&1 && [ -f "$w/p/plan.json" ] && ok || bad "-o DIR/ over a plan"
 compile -o "$w/s/" >/dev/null 2>&1 && [ -f "$w/s/plan.json" ] && ok || bad "-o DIR/ for a new plan"
 no_tmp_left p

@@ -98,27 +98,7 @@ printf '%s\n' "$DIR/p_val.bin" "$DIR/three.bin" "$DIR/nope.bin" "$DIR/p_train.bi
 cmp -s "$DIR/info_order.txt" "$DIR/want_order.txt" || fail "--info order/lines: $(cat "$DIR/info.txt")"
 grep -qxF "pd2bw-data: 2 of 4 files could not be read as token files" "$DIR/info.txt" || fail "--info summary: $(cat "$DIR/info.txt")"
 
-# ---- the real corpus (Debian's fortunes), when installed: every byte but the
-# '%' separator lines ("%\n", 2 bytes each) becomes a token --------------------
-FORT=/usr/share/games/fortunes
-if [ -f "$FORT/fortunes" ]; then
-  files=$(ls "$FORT"/* | grep -v '\.dat$' | grep -v '\.u8$')
-  # shellcheck disable=SC2086
-  "$BIN" --fortune --input $files --out-prefix "$DIR/fort" > "$DIR/out.txt" 2>&1 || fail "fortunes run: $(cat "$DIR/out.txt")"
-  # shellcheck disable=SC2086
-  want=$(( $(cat $files | wc -c) - 2 * $(cat $files | grep -c '^%$') ))
-  got=$(( ($(wc -c < "$DIR/fort_train.bin") - 1024 + $(wc -c < "$DIR/fort_val.bin") - 1024) / 2 ))
-  [ "$got" -eq "$want" ] || fail "fortunes: $got tokens, expected $want"
-  # The README's command, as written: the glob also names the *.dat indexes and
-  # the *.u8 links, which are skipped with a note; the tokens are the same.
-  "$BIN" --fortune --input "$FORT"/* --out-prefix "$DIR/fortall" > "$DIR/out.txt" 2>&1 ||
-    fail "README command: $(cat "$DIR/out.txt")"
-  [ "$(grep -c '^pd2bw-data: note: skipped .*\.dat: not text' "$DIR/out.txt")" -eq "$(ls "$FORT"/*.dat | wc -l)" ] ||
-    fail "README command notes: $(cat "$DIR/out.txt")"
-  cmp -s "$DIR/fort_train.bin" "$DIR/fortall_train.bin" && cmp -s "$DIR/fort_val.bin" "$DIR/fortall_val.bin" ||
-    fail "README command: tokens differ from the text files alone"
-  rm -f "$DIR"/fort_*.bin "$DIR"/fortall_*.bin
-fi
+# The real corpus (Debian's fortunes) and the documented command: fortunes_corpus.sh.
 
 # ---- user errors: message, status 1, previous outputs untouched, no temp files ----
 printf 'old' > "$DIR/e_train.bin"

@@ -3,11 +3,20 @@
 # (where mpirun exists) MPI print one line per step in the same format
 # (runtime/console.c) with the GLOBAL loss of the --log-json file, write the same
 # JSON keys, and -q prints no step line and no BLAS note (stderr empty on success).
-#   console.sh PD2BWC PD2BWRUN
+#   console.sh PD2BWC PD2BWRUN              the one-stage trainer and threads
+#   console.sh PD2BWC PD2BWRUN mpi MPI_BUILT  the one-stage trainer and MPI (exit 77,
+#                                             a CTest skip, without MPI: need_mpi.sh)
 set -u
 PD2BWC=$1
 RUN=$2
 . "$(dirname "$0")/common.sh"
+. "$(dirname "$0")/../need_mpi.sh"
+if [ "${3:-}" = mpi ]; then
+  need_mpi "${4:-0}"
+  modes=(one mpi)
+else
+  modes=(one threads)
+fi
 # 2 stages x 2 replicas: the global loss is the mean over both replicas' microbatches
 plan "$T/p" -D bsz=4 -D mbs=1 --stages 2 --replicas 2 --microbatches 2 --schedule 2bw --recompute off || exit 1
 runone() { local out=$1; shift; "$RUN" "$T/p/reference" --data "$T/train.bin" --steps 3 --threads 1 "$@"; }
@@ -16,8 +25,6 @@ runthreads() { local out=$1; shift; "$RUN" "$T/p" --data "$T/train.bin" --steps 
 # (sanitizer builds: the leaks LeakSanitizer reports under mpirun are Open MPI's own; mpi.sh)
 runmpi() { local out=$1; shift; ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 120 mpirun --oversubscribe --allow-run-as-root -x PD2BW_CACHE -np 4 "$RUN" "$T/p" --transport mpi --data "$T/train.bin" \
   --steps 3 --threads 1 "$@"; }
-modes=(one threads)
-command -v mpirun >/dev/null && modes+=(mpi) || echo "skip MPI (no mpirun)"
 for m in "${modes[@]}"; do
   if "run$m" x --log-json "$T/$m.json" >"$T/$m.out" 2>"$T/$m.err"; then ok "$m: 3 steps"
   else bad "$m: run failed"; cat "$T/$m.out" "$T/$m.err"; fi

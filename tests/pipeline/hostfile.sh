@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mpirun --hostfile: the launch path of a run on several machines, as far as one
-# machine shows it (README "Training with pipelines": what was and was not tested).
+# machine shows it (docs/pipelines.md, "MPI": what was and was not tested).
 #   1. a hostfile naming this machine (localhost slots=4): validation, --init and the
 #      sequential reference, bit-identical to the same run on local threads;
 #   2. two names for this machine (127.0.0.1 and the hostname), one line per slot:

@@ -10,11 +10,16 @@
 # Devices are made with mknod in the scratch directory when root (never /dev's own
 # nodes, which a broken build run as root would replace); otherwise /dev/null and
 # /dev/full stand in, which a non-root run cannot damage.
-#   output_paths.sh PD2BWC PD2BWRUN
+#   output_paths.sh PD2BWC PD2BWRUN                 the one-stage trainer and threads
+#   output_paths.sh PD2BWC PD2BWRUN mpi MPI_BUILT   under mpirun (exit 77, a CTest skip,
+#                                                   without MPI: tests/need_mpi.sh)
 set -u
 PD2BWC=$1
 RUN=$2
+MODE=${3:-local}
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../pipeline" && pwd)
+. "$SRC/../need_mpi.sh"
+[ "$MODE" = mpi ] && need_mpi "${4:-0}"
 T=$(mktemp -d /tmp/pd2bw-out-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 export PD2BW_CACHE=${PD2BW_CACHE:-/tmp/pd2bw-test-cache-$(id -u)}
@@ -42,6 +47,22 @@ train() { # PLAN ARGS...: a short run (the stage programs are cached after the f
   shift
   timeout 60 "$RUN" "$T/$plan" --data "$T/train.bin" --steps 3 --threads 1 "$@"
 }
+# ---- under mpirun (MODE mpi) rank 0 checks (it writes every output) and stops the job ----
+if [ "$MODE" = mpi ]; then
+  mkfifo "$T/fifo"
+  out=$(timeout 60 mpirun --oversubscribe --allow-run-as-root -x PD2BW_CACHE -np 2 "$RUN" "$T/plan2" \
+    --transport mpi --data "$T/train.bin" --steps 3 --threads 1 --save "$T/fifo" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "--save $T/fifo: .*FIFO" <<<"$out" && ! grep -q '^step' <<<"$out"; then
+    ok
+  else
+    bad "mpi --save FIFO: exit $rc, output: $out"
+  fi
+  check "the FIFO is still a FIFO" test "$(stat -c %F "$T/fifo")" = "fifo"
+  echo "$pass passed, $fail failed"
+  [ $fail -eq 0 ]
+  exit
+fi
 train plan1 -q >/dev/null && train plan2 -q >/dev/null || { echo "plain runs failed"; exit 1; }
 
 if [ "$(id -u)" = 0 ] && mknod "$T/null" c 1 3 2>/dev/null && mknod "$T/full" c 1 7 2>/dev/null; then
@@ -88,17 +109,6 @@ refused "--trace missing dir" "--trace /nonexistent/t.json: " plan2 --trace /non
 ln -s "$NULLDEV" "$T/to-null"
 refused "--save link to a device" "--save $T/to-null: .*character device" plan2 --save "$T/to-null"
 refused "two flags, one file" "name the same file" plan2 --trace "$T/same.json" --profile-out "$T/same.json"
-# under mpirun rank 0 checks (it writes every output) and stops the job
-if command -v mpirun >/dev/null; then
-  out=$(timeout 60 mpirun --oversubscribe --allow-run-as-root -x PD2BW_CACHE -np 2 "$RUN" "$T/plan2" \
-    --transport mpi --data "$T/train.bin" --steps 3 --threads 1 --save "$T/fifo" 2>&1)
-  rc=$?
-  if [ $rc -ne 0 ] && grep -q -- "--save $T/fifo: .*FIFO" <<<"$out" && ! grep -q '^step' <<<"$out"; then
-    ok
-  else
-    bad "mpi --save FIFO: exit $rc, output: $out"
-  fi
-fi
 check "the device is still a device" test "$(kind "$NULLDEV")" = "character special file"
 check "the other device too" test "$(kind "$FULLDEV")" = "character special file"
 check "the FIFO is still a FIFO" test "$(kind "$T/fifo")" = "fifo"
