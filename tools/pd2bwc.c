@@ -34,7 +34,7 @@ static const char usage[] =
     "  -D train.KEY=VALUE        override a train setting: batch, microbatch, optimizer (adamw,\n"
     "                            sgd), lr, beta1, beta2, eps, momentum (sgd), weight_decay,\n"
     "                            lr_schedule (constant, cosine, linear), warmup, steps, min_lr,\n"
-    "                            clip, seed; plan.json records it (train.overrides)\n"
+    "                            clip, seed, delay_comp (2bw); plan.json records it\n"
     "  --cluster FILE            cluster description (default: this host, one CPU device)\n"
     "  --emit=ast|ir             print the AST or the lowered IR to stdout and stop\n"
     "  --print-ir-after=PASS     print the IR after PASS (check, autodiff, all)\n"
