@@ -13,6 +13,7 @@
 #
 #   bench/convergence/run.sh                           # the whole grid (hours here)
 #   MODELS=tiny LRS=3e-3 BATCHES=16 bench/convergence/run.sh   # one setting
+#   TRAIN=0 RULES="1f1b 2bw 2bw-dc1000" bench/convergence/run.sh  # plots and table of the logs there
 #
 # MODELS: tiny (models/tinygpt.model, 0.2M weights) and big (the same text with
 # -D layers=8 -D dim=160: 2.5M weights, about 11x). RULES: 1f1b, pipedream, 2bw,
@@ -30,6 +31,7 @@ BATCHES=${BATCHES:-16 32}
 MODELS=${MODELS:-tiny big}
 RULES=${RULES:-1f1b pipedream 2bw 2bw-dc1}
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes}
+TRAIN=${TRAIN:-1} # 0: train nothing, draw what OUT holds
 export PD2BW_CACHE=${PD2BW_CACHE:-$OUT/cache}
 
 mkdir -p "$OUT"
@@ -67,7 +69,7 @@ for model in $MODELS; do
         log="$OUT/$set_name/$rule.jsonl"
         # several copies of the script may share OUT (one per core): a run is taken by
         # creating RUN.lock, which a copy killed meanwhile leaves behind (remove it)
-        if ! grep -q "\"step\": $STEPS,.*val_loss" "$log" 2>/dev/null && mkdir "$log.lock" 2>/dev/null; then
+        if [ "$TRAIN" = 1 ] && ! grep -q "\"step\": $STEPS,.*val_loss" "$log" 2>/dev/null && mkdir "$log.lock" 2>/dev/null; then
           echo "== $set_name $rule"
           rm -rf "$OUT/$set_name/$rule.plan" "$log"
           # shellcheck disable=SC2046 # the argument lists are words
