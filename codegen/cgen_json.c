@@ -155,6 +155,7 @@ cJSON *codegen_train_json(const TrainConfig *t) {
   cJSON_AddNumberToObject(j, "steps", (double)t->steps);
   cJSON_AddNumberToObject(j, "min_lr", t->min_lr);
   cJSON_AddNumberToObject(j, "clip", t->clip);
+  cJSON_AddNumberToObject(j, "delay_comp", t->delay_comp);
   char seed[32];
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
   cJSON_AddStringToObject(j, "seed", seed);
@@ -184,7 +185,10 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
   cJSON *model = cJSON_AddObjectToObject(root, "model");
   cJSON_AddStringToObject(model, "name", g->name);
   cJSON_AddNumberToObject(model, "parameters", (double)graph_param_count(g));
-  cJSON_AddItemToObject(root, "train", codegen_train_json(&g->train));
+  cJSON *train = codegen_train_json(&g->train);
+  /* gpipe keeps the vanilla rule: there is no W(t-1) for 2bw's compensation */
+  cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(train, "delay_comp"), 0);
+  cJSON_AddItemToObject(root, "train", train);
   cJSON *cfg = cJSON_AddObjectToObject(root, "config");
   cJSON_AddNumberToObject(cfg, "stages", 1);
   cJSON_AddNumberToObject(cfg, "replicas", 1);

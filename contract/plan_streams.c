@@ -49,6 +49,11 @@ const char *plan_schedule_name(PlanSchedule s) {
   return sched_names[s];
 }
 
+bool plan_schedule_stale(PlanSchedule s) {
+  PD_CHECK(s >= 0 && s < PS_COUNT, "schedule %d", (int)s);
+  return s == PS_2BW || s == PS_PIPEDREAM;
+}
+
 bool plan_schedule_parse(const char *s, PlanSchedule *out) {
   for (int i = 0; i < PS_COUNT; i++)
     if (strcmp(s, sched_names[i]) == 0) {

@@ -28,6 +28,9 @@ typedef enum PlanSchedule {
 } PlanSchedule;
 
 const char *plan_schedule_name(PlanSchedule s);
+/* True when the schedule changes the update rule (2bw, pipedream: gradients of stale
+ * weights); gpipe and 1f1b keep vanilla SGD's. */
+bool plan_schedule_stale(PlanSchedule s);
 /* "gpipe", "1f1b", "2bw", "pipedream" -> kind; false if unknown. */
 bool plan_schedule_parse(const char *s, PlanSchedule *out);
 

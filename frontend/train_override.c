@@ -42,10 +42,11 @@ static const Setting settings[] = {
     {"min_lr", K_REAL, 0, -1, false, false, -1},
     {"clip", K_REAL, 0, -1, false, false, -1},
     {"seed", K_INT, 0, -1, false, false, -1},
+    {"delay_comp", K_REAL, 0, -1, false, false, OPT_ADAMW},
 };
 enum { NSETTINGS = sizeof settings / sizeof settings[0] };
 static const char setting_list[] = "batch, microbatch, optimizer, lr, beta1, beta2, eps, momentum, weight_decay, "
-                                   "lr_schedule, warmup, steps, min_lr, clip, seed";
+                                   "lr_schedule, warmup, steps, min_lr, clip, seed, delay_comp";
 
 bool train_override_is(const char *text) { return strncmp(text, "train.", 6) == 0; }
 
@@ -124,6 +125,7 @@ static bool apply_one(LowerCtx *c, const Setting *s, const char *text, const cha
   else if (!strcmp(k, "min_lr")) t->min_lr = v;
   else if (!strcmp(k, "clip")) t->clip = v;
   else if (!strcmp(k, "seed")) t->seed = (uint64_t)v;
+  else if (!strcmp(k, "delay_comp")) t->delay_comp = v;
   else PD_CHECK(0, "(train setting '%s' has no field)", k);
   return true;
 }

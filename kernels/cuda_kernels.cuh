@@ -880,28 +880,32 @@ static __device__ __forceinline__ void pkc_adamw_apply(float *w_out, const float
                                                        pkc_i64 n, double lr, double beta1,
                                                        double beta2, double eps,
                                                        double weight_decay, int decay, float bc1,
-                                                       float bc2, double grad_scale) {
+                                                       float bc2, double grad_scale,
+                                                       double delay_comp) {
   float b1 = (float)beta1, b2 = (float)beta2;
   float ob1 = (float)(1.0 - beta1), ob2 = (float)(1.0 - beta2); /* in double, as the CPU */
   float lr_ = (float)lr, eps_ = (float)eps, gs = (float)grad_scale;
-  float wd = decay ? (float)weight_decay : 0.0f;
+  float wd = decay ? (float)weight_decay : 0.0f, dc = (float)delay_comp;
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
     float g = grad[i] * gs;
-    float mi = b1 * m[i] + ob1 * g;
     float vi = b2 * v[i] + ob2 * g * g;
+    float w = w_in[i];
+    /* delay compensation (2bw): w_out holds W(t-1) on entry, as the CPU's */
+    float gc = dc != 0.0f ? g + dc * sqrtf(vi / bc2) * (w - w_out[i]) : g;
+    float mi = b1 * m[i] + ob1 * gc;
     m[i] = mi;
     v[i] = vi;
-    float w = w_in[i];
     w_out[i] = w - lr_ * ((mi / bc1) / (sqrtf(vi / bc2) + eps_) + wd * w);
   }
 }
 
 /* AdamW, as the CPU's pk_adamw_step_f32 (same arguments, same float arithmetic;
- * the bias corrections in double, once per block). w_out may alias w_in. */
+ * the bias corrections in double, once per block). w_out may alias w_in; with
+ * delay_comp > 0 it holds W(t-1) on entry (the CPU's comment says what is done). */
 __global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float *grad, float *m,
                                    float *v, pkc_i64 n, double lr, double beta1, double beta2,
                                    double eps, double weight_decay, int decay, pkc_i64 t,
-                                   double grad_scale) {
+                                   double grad_scale, double delay_comp) {
   __shared__ float bc[2];
   if (threadIdx.x == 0) {
     bc[0] = (float)(1.0 - pow(beta1, (double)t));
@@ -909,13 +913,14 @@ __global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float 
   }
   __syncthreads();
   pkc_adamw_apply(w_out, w_in, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decay, bc[0],
-                  bc[1], grad_scale);
+                  bc[1], grad_scale, delay_comp);
 }
 
 /* pkc_adamw_step_f32 with lr, t and grad_scale read from s (bit for bit the same). */
 __global__ void pkc_adamw_step_dev_f32(float *w_out, const float *w_in, const float *grad, float *m,
                                        float *v, pkc_i64 n, double beta1, double beta2, double eps,
-                                       double weight_decay, int decay, const pkc_step_scalars *s) {
+                                       double weight_decay, int decay, double delay_comp,
+                                       const pkc_step_scalars *s) {
   __shared__ float bc[2];
   if (threadIdx.x == 0) {
     bc[0] = (float)(1.0 - pow(beta1, (double)s->t));
@@ -923,7 +928,7 @@ __global__ void pkc_adamw_step_dev_f32(float *w_out, const float *w_in, const fl
   }
   __syncthreads();
   pkc_adamw_apply(w_out, w_in, grad, m, v, n, s->lr, beta1, beta2, eps, weight_decay, decay,
-                  bc[0], bc[1], s->grad_scale);
+                  bc[0], bc[1], s->grad_scale, delay_comp);
 }
 
 /* SGD's element loop, shared by the by-value and _dev kernels. */

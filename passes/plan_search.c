@@ -67,7 +67,10 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   memcpy(dst->gemm_latency_s, src->gemm_latency_s, sizeof dst->gemm_latency_s);
 }
 
-static const PlanSchedule pref[PS_COUNT] = {PS_2BW, PS_1F1B, PS_GPIPE, PS_PIPEDREAM};
+/* Ties go to the vanilla update rule (1f1b, then gpipe): 2bw and pipedream train on
+ * stale weights (docs/update-rules.md, bench/convergence/RESULTS.md), which a schedule
+ * must buy with speed. */
+static const PlanSchedule pref[PS_COUNT] = {PS_1F1B, PS_GPIPE, PS_2BW, PS_PIPEDREAM};
 
 static int sched_rank(PlanSchedule s) {
   for (int i = 0; i < PS_COUNT; i++)
@@ -244,6 +247,8 @@ static void search(Search *S, const PlanPins *pins, int devices) {
       for (int si = 0; si < PS_COUNT; si++) {
         PlanSchedule s = pref[si];
         if (pins->schedule >= 0 && (int)s != pins->schedule) continue;
+        /* one stage has no pipeline to keep full: the stale-weight rules buy nothing */
+        if (pins->schedule < 0 && d == 1 && plan_schedule_stale(s)) continue;
         for (int rc = 0; rc < 2; rc++) {
           if (pins->recompute == PR_OFF && rc) continue;
           if (pins->recompute == PR_ON && !rc) continue;

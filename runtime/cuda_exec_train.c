@@ -360,12 +360,12 @@ static void launch_update(CxTrainer *t) {
     CxPtr g = t->part[A_GRADS] + (CxPtr)pp->offset, m = t->part[A_M] + (CxPtr)pp->offset,
           v = t->part[A_V] + (CxPtr)pp->offset;
     int decay = pp->decay;
-    double b1 = t->tc.beta1, b2 = t->tc.beta2, eps = t->tc.eps, wd = t->tc.weight_decay;
+    double b1 = t->tc.beta1, b2 = t->tc.beta2, eps = t->tc.eps, wd = t->tc.weight_decay, dc = t->tc.delay_comp;
     if (t->tc.optimizer == OPT_SGD) { /* momentum: beta1 */
       void *args[] = {&wout, &w, &g, &m, &n, &b1, &wd, &decay, &sc};
       launch(t, t->k_sgd, grid_for(n), CX_BLOCK, args);
     } else {
-      void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &sc};
+      void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &dc, &sc};
       launch(t, t->k_adamw, grid_for(n), CX_BLOCK, args);
     }
   }

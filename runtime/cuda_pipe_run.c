@@ -322,7 +322,8 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
     launch(x, s->stream, cx_program_kernel(s->prog, "pkc_sgd_step_f32"), n, args);
   } else {
     int64_t step = t + 1;
-    void *args[] = {&wout, &win, &g, &m, &v, &n, &lr, &b1, &b2, &eps, &wd, &decay, &step, &scale};
+    double dc = x->tc.delay_comp;
+    void *args[] = {&wout, &win, &g, &m, &v, &n, &lr, &b1, &b2, &eps, &wd, &decay, &step, &scale, &dc};
     launch(x, s->stream, cx_program_kernel(s->prog, "pkc_adamw_step_f32"), n, args);
   }
 }

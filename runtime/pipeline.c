@@ -549,7 +549,7 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
     pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, tc->beta1, tc->weight_decay, pp->decay, scale);
   else
     pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, pp->decay,
-                      t + 1, scale);
+                      t + 1, scale, tc->delay_comp);
 }
 
 /* 1/(w·m), times the clip factor of the global norm over every stage (the

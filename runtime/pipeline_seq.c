@@ -254,13 +254,18 @@ static double batch_scale(const PipePlan *p, SeqStage *S, const TrainConfig *tc)
   return norm > tc->clip ? inv * tc->clip / norm : inv;
 }
 
-/* Every stage: W(t+1) = step(W(t), g(t)) into the ring, gradients cleared. */
-static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, int64_t t) {
+/* Every stage: W(t+1) = step(W(t), g(t)) into the ring, gradients cleared. With
+ * 2bw's delay compensation (train.delay_comp) the optimizer reads W(t-1) from the
+ * buffer it writes, as the executors' 2bw update does: each parameter's W(t-1) (W(0)
+ * at t = 0, which compensates nothing) is copied there first. */
+static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, PipeRule rule, int64_t t) {
   tied_sum(p, S);
   double scale = batch_scale(p, S, tc);
+  bool comp = tc->delay_comp > 0;
+  PD_CHECK(!comp || rule == PIPE_RULE_DELAYED, "delay compensation under the %s rule", pipe_rule_name(rule));
   for (int i = 0; i < p->d; i++) {
     SeqStage *s = &S[i];
-    const char *src = weights(s, t);
+    const char *src = weights(s, t), *prev = comp ? weights(s, t > 0 ? t - 1 : 0) : src;
     int q = (int)((t + 1) % s->nring);
     memcpy(s->ring[q], src, (size_t)s->st->blocks[BUF_PARAMS]);
     s->ring_ver[q] = t + 1;
@@ -268,8 +273,10 @@ static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, int64_
       const RtParam *pp = &s->st->params[k];
       if (!with_grad(s, k)) continue;
       float *w = (float *)(void *)(s->ring[q] + pp->offset);
-      pipe_opt_step(tc, pp, w, w, (const float *)(const void *)(s->grads + pp->offset),
-                    (float *)(void *)(s->adam_m + pp->offset), (float *)(void *)(s->adam_v + pp->offset), t, scale);
+      if (comp) memcpy(w, prev + pp->offset, (size_t)pp->bytes);
+      pipe_opt_step(tc, pp, w, (const float *)(const void *)(src + pp->offset),
+                    (const float *)(const void *)(s->grads + pp->offset), (float *)(void *)(s->adam_m + pp->offset),
+                    (float *)(void *)(s->adam_v + pp->offset), t, scale);
     }
     memset(s->grads, 0, (size_t)s->st->blocks[BUF_GRADS]);
   }
@@ -366,7 +373,7 @@ bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutco
       sum += l;
     }
     out->step_loss[t] = sum / (double)mref;
-    update(p, x.S, &tc, t);
+    update(p, x.S, &tc, x.rule, t);
   }
   if (ok && x.bad_ids) {
     snprintf(err, errlen, "%s: %lld token ids or targets outside the model's vocabulary", o->data_path,

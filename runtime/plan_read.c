@@ -74,6 +74,10 @@ static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   c->steps = jr_count(r, t, p, "steps", 0, false); /* 0: the run's --steps */
   c->min_lr = jr_real(r, t, p, "min_lr", 0, false, INFINITY, false, 0, false);
   c->clip = jr_real(r, t, p, "clip", 0, false, INFINITY, false, 0, false);
+  c->delay_comp = jr_real(r, t, p, "delay_comp", 0, false, INFINITY, false, 0, false);
+  if (!r->failed && c->delay_comp > 0 && c->optimizer != OPT_ADAMW)
+    jr_fail_value(r, p, "delay_comp", cJSON_GetObjectItemCaseSensitive(t, "delay_comp"),
+                  "must be 0: it is a setting of adamw, and the optimizer is sgd");
   const cJSON *seed = cJSON_GetObjectItemCaseSensitive(t, "seed");
   if (cJSON_IsString(seed)) {
     const char *v = seed->valuestring;
@@ -246,6 +250,9 @@ static void read_config(JsonRd *r, const cJSON *cfg, RtPlan *p) {
     jr_fail_value(r, "config", "schedule", cJSON_GetObjectItemCaseSensitive(cfg, "schedule"),
                   "expected gpipe, 1f1b, 2bw or pipedream");
   p->delayed = strcmp(p->schedule, "2bw") == 0;
+  /* the compensation reads W(t-1) where 2bw's update writes W(t+1); no other rule has it there */
+  if (!r->failed && p->train.delay_comp > 0 && !p->delayed)
+    jr_fail(r, "train.delay_comp", "must be 0 unless config.schedule is 2bw (the only update rule it compensates)");
   /* no "microbatches": what the batch leaves (older plans) */
   if (!r->failed && !cJSON_GetObjectItemCaseSensitive(cfg, "microbatches")) {
     p->m = p->train.batch / (p->b * w);

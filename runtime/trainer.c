@@ -252,7 +252,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
       pk_sgd_step_f32(wout, w, g, m, pp->numel, lr, t->tc.beta1, t->tc.weight_decay, pp->decay, scale);
     else
       pk_adamw_step_f32(wout, w, g, m, v, pp->numel, lr, t->tc.beta1, t->tc.beta2, t->tc.eps,
-                        t->tc.weight_decay, pp->decay, t->step + 1, scale);
+                        t->tc.weight_decay, pp->decay, t->step + 1, scale, t->tc.delay_comp);
   }
   if (t->delayed) {
     /* Parameters without a gradient keep their value in both versions. */

@@ -34,7 +34,7 @@ static const char usage[] =
     "  -D train.KEY=VALUE        override a train setting: batch, microbatch, optimizer (adamw,\n"
     "                            sgd), lr, beta1, beta2, eps, momentum (sgd), weight_decay,\n"
     "                            lr_schedule (constant, cosine, linear), warmup, steps, min_lr,\n"
-    "                            clip, seed; plan.json records it (train.overrides)\n"
+    "                            clip, seed, delay_comp (2bw); plan.json records it\n"
     "  --cluster FILE            cluster description (default: this host, one CPU device)\n"
     "  --emit=ast|ir             print the AST or the lowered IR to stdout and stop\n"
     "  --print-ir-after=PASS     print the IR after PASS (check, autodiff, all)\n"
@@ -429,6 +429,32 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   return ok;
 }
 
+/* plan.json's "update_rule": what the chosen schedule does to the update (2bw and
+ * pipedream train on stale weights), and 2bw's delay compensation in force
+ * (docs/update-rules.md). A requested compensation under any other rule is dropped
+ * (*dropped set) and train.delay_comp says 0: only 2bw holds the W(t-1) it reads. */
+static cJSON *update_rule_json(Graph *g, PlanSchedule s, double *dropped) {
+  *dropped = 0;
+  if (s != PS_2BW && g->train.delay_comp > 0) *dropped = g->train.delay_comp, g->train.delay_comp = 0;
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "rule", s == PS_2BW ? "2bw" : s == PS_PIPEDREAM ? "pipedream" : "vanilla");
+  cJSON_AddBoolToObject(j, "changes_update", plan_schedule_stale(s));
+  cJSON_AddNumberToObject(j, "delay_comp", g->train.delay_comp);
+  return j;
+}
+
+static void print_update_rule(FILE *out, PlanSchedule s, double delay_comp, double dropped) {
+  if (s == PS_2BW)
+    fprintf(out, "update rule: 2bw, W(t+1) = W(t) - lr*grad f(W(t-1)) (one step stale, not vanilla's); delay "
+            "compensation %s\n", delay_comp > 0 ? "on" : "off (train.delay_comp)");
+  else if (s == PS_PIPEDREAM)
+    fprintf(out, "update rule: pipedream, stage i's gradients are d-1-i steps stale (not vanilla's)\n");
+  else
+    fprintf(out, "update rule: vanilla (schedule %s changes no update)\n", plan_schedule_name(s));
+  if (dropped > 0)
+    fprintf(out, "delay compensation: off, train.delay_comp=%g compensates the 2bw rule only\n", dropped);
+}
+
 static void print_count(FILE *out, int64_t n) {
   char digits[32], buf[48];
   int len = snprintf(digits, sizeof digits, "%lld", (long long)n), j = 0;
@@ -507,6 +533,8 @@ int main(int argc, char **argv) {
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);
   cJSON_AddStringToObject(root, "compiler", "pd2bwc " PD2BW_VERSION);
   cJSON_AddItemToObject(root, "model", model_json(g, plan->cfg.microbatch_size));
+  double dropped;
+  cJSON_AddItemToObject(root, "update_rule", update_rule_json(g, plan->cfg.schedule, &dropped));
   cJSON_AddItemToObject(root, "train", codegen_train_json(&g->train));
 
   char *tmp = plan_dir_begin(o.out, &d);
@@ -530,6 +558,7 @@ int main(int argc, char **argv) {
            graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
            graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
     plan_print_summary(plan, stdout);
+    print_update_rule(stdout, plan->cfg.schedule, g->train.delay_comp, dropped);
     printf("wrote %s/plan.json (and %s/report.html, the plan as a web page)\n", o.out, o.out);
   }
   rc = 0;

@@ -648,9 +648,10 @@ static void check_optim(Ctx *c) {
   double lr = 6e-4, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
   int decay = 1;
   long long t = 3;
+  double dc0 = 0;
   LAUNCH(c, "pkc_adamw_step_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &lr, &b1, &b2, &eps, &wd, &decay,
-         &t, &gs);
-  pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs);
+         &t, &gs, &dc0);
+  pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs, 0);
   oc_check_vec(c, "adamw_step.w", dwo, wo, n, 1e-6);
   oc_check_vec(c, "adamw_step.m", dm, m, n, 1e-6);
   oc_check_vec(c, "adamw_step.v", dv, v, n, 1e-6);
@@ -669,8 +670,8 @@ static void check_optim(Ctx *c) {
   memcpy(m, m0, (size_t)n * 4), memcpy(v, v0, (size_t)n * 4);
   c->d->upload(c->d->ctx, dm, m, (size_t)n * 4);
   c->d->upload(c->d->ctx, dv, v, (size_t)n * 4);
-  LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &ds);
-  pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs);
+  LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &dc0, &ds);
+  pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs, 0);
   oc_check_vec(c, "adamw_step_dev.w", dwo, wo, n, 1e-6);
   oc_check_vec(c, "adamw_step_dev.m", dm, m, n, 1e-6);
   oc_check_vec(c, "adamw_step_dev.v", dv, v, n, 1e-6);
@@ -680,7 +681,26 @@ static void check_optim(Ctx *c) {
   pk_sgd_step_f32(wo, w, g, m, n, lr, mom, wd, decay, gs);
   oc_check_vec(c, "sgd_step_dev.w", dwo, wo, n, 1e-6);
   oc_check_vec(c, "sgd_step_dev.buf", dm, m, n, 1e-6);
-  free(w), free(g), free(m), free(v), free(wo), free(m0), free(v0);
+  /* 2bw's delay compensation: w_out holds W(t-1) on entry and is read before it is
+   * overwritten (λ large enough that the correction is most of the first moment). */
+  double dc = 100;
+  float *wprev = oc_rvec(c, n, 0.01f);
+  for (long long i = 0; i < n; i++) wprev[i] += w[i];
+  for (int dev = 0; dev < 2; dev++) {
+    memcpy(m, m0, (size_t)n * 4), memcpy(v, v0, (size_t)n * 4), memcpy(wo, wprev, (size_t)n * 4);
+    c->d->upload(c->d->ctx, dm, m, (size_t)n * 4);
+    c->d->upload(c->d->ctx, dv, v, (size_t)n * 4);
+    c->d->upload(c->d->ctx, dwo, wprev, (size_t)n * 4);
+    if (dev)
+      LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &dc, &ds);
+    else
+      LAUNCH(c, "pkc_adamw_step_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &lr, &b1, &b2, &eps, &wd, &decay, &t,
+             &gs, &dc);
+    pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs, dc);
+    oc_check_vec(c, dev ? "adamw_step_dev.delay_comp.w" : "adamw_step.delay_comp.w", dwo, wo, n, 1e-6);
+    oc_check_vec(c, dev ? "adamw_step_dev.delay_comp.m" : "adamw_step.delay_comp.m", dm, m, n, 1e-6);
+  }
+  free(w), free(g), free(m), free(v), free(wo), free(m0), free(v0), free(wprev);
 }
 
 int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {

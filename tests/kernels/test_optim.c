@@ -17,14 +17,14 @@
 static void test_adamw_hand(void) {
   double w[3] = {1, -2, 0.5}, g1[3] = {0.5, 0.25, -1}, g2[3] = {-0.25, 0.5, 2};
   double m[3] = {0}, v[3] = {0}, w1[3], w2[3];
-  pk_adamw_step_f64(w1, w, g1, m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 1, 1.0);
+  pk_adamw_step_f64(w1, w, g1, m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 1, 1.0, 0);
   EXPECT_NEAR(w1[0], 0.899000002, 1e-15, 0);
   EXPECT_NEAR(w1[1], -2.097999996, 1e-15, 0);
   EXPECT_NEAR(w1[2], 0.599499999, 1e-15, 0);
   EXPECT(w[0] == 1 && w[1] == -2 && w[2] == 0.5); /* w_in untouched (2BW) */
   EXPECT_NEAR(m[0], 0.05, 1e-15, 0);
   EXPECT_NEAR(v[0], 0.00025, 1e-15, 0);
-  pk_adamw_step_f64(w2, w1, g2, m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 2, 1.0);
+  pk_adamw_step_f64(w2, w1, g2, m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 2, 1.0, 0);
   EXPECT_NEAR(m[1], 0.0725, 1e-14, 0);
   EXPECT_NEAR(v[2], 0.004999, 1e-14, 0);
   EXPECT_NEAR(w2[0], 0.8714672987058464, 1e-14, 0);
@@ -35,13 +35,13 @@ static void test_adamw_hand(void) {
 /* decay = 0 (biases, norms): no weight-decay term; grad_scale scales g first. */
 static void test_adamw_no_decay_and_scale(void) {
   double w[1] = {1}, g[1] = {1.0}, m[1] = {0}, v[1] = {0}, out[1];
-  pk_adamw_step_f64(out, w, g, m, v, 1, 0.1, 0.9, 0.999, 1e-8, 0.5, 0, 1, 0.5);
+  pk_adamw_step_f64(out, w, g, m, v, 1, 0.1, 0.9, 0.999, 1e-8, 0.5, 0, 1, 0.5, 0);
   /* g = 0.5 after scaling; m̂ = 0.5, √v̂ = 0.5: the step is lr·0.5/(0.5+1e-8) */
   EXPECT_NEAR(out[0], 1 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15, 0);
   EXPECT_NEAR(m[0], 0.05, 1e-15, 0);
   /* in place (w_out == w_in) works too, and float32 agrees */
   float wf[1] = {1}, gf[1] = {1}, mf[1] = {0}, vf[1] = {0};
-  pk_adamw_step_f32(wf, wf, gf, mf, vf, 1, 0.1, 0.9, 0.999, 1e-8, 0.5, 0, 1, 0.5);
+  pk_adamw_step_f32(wf, wf, gf, mf, vf, 1, 0.1, 0.9, 0.999, 1e-8, 0.5, 0, 1, 0.5, 0);
   EXPECT_NEAR(wf[0], out[0], 1e-7, 0);
 }
 
