@@ -47,6 +47,7 @@ static const ClusterKey keys[] = {
      "inter_node_gbs = 3.125"},
     {"gemm_efficiency", KEY_AMOUNT, offsetof(Cluster, gemm_efficiency), 1, 1, true, "gemm_efficiency = 0.8"},
     {"gemm_latency_us", KEY_AMOUNT, offsetof(Cluster, gemm_latency_s), 1e-6, 1e6, true, "gemm_latency_us = 10"},
+    {"optimizer_gbs", KEY_AMOUNT, offsetof(Cluster, optimizer_bandwidth), 1e9, 1e12, true, "optimizer_gbs = 7"},
     {"launch_us", KEY_AMOUNT, offsetof(Cluster, launch_s), 1e-6, 1e6, true, "launch_us = 4"},
     {"cublas_workspace_mib", KEY_AMOUNT, offsetof(Cluster, cublas_workspace), 1048576.0, 1e6, true,
      "cublas_workspace_mib = 32"},
@@ -136,8 +137,8 @@ bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out)
     if (k < 0) {
       diag_error(d, s->name_loc, "unknown cluster key '%s' (expected nodes, devices_per_node, "
                  "device, memory_gib, tflops, tflops_fp32, tflops_tf32, tflops_bf16, memory_gbs, "
-                 "intra_node_gbs, inter_node_gbs, gemm_efficiency, gemm_latency_us, launch_us or "
-                 "cublas_workspace_mib)",
+                 "intra_node_gbs, inter_node_gbs, gemm_efficiency, gemm_latency_us, launch_us, "
+                 "optimizer_gbs or cublas_workspace_mib)",
                  s->name);
       continue;
     }

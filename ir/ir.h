@@ -365,6 +365,8 @@ typedef struct Cluster {
   double gemm_efficiency;    /* fraction of the peak a large GEMM reaches */
   double gemm_latency_s;     /* fixed time of one GEMM beyond the launch */
   double launch_s;           /* per kernel (op) launch overhead */
+  double optimizer_bandwidth;/* bytes/s the optimizer step moves ("optimizer_gbs"; 0 = not
+                                given: mem_bandwidth); PLAN_STEP_BYTES per parameter */
   double cublas_workspace;   /* bytes cuBLAS gets per compute stream on this device
                                 ("cublas_workspace_mib"; 0 = not given: the planner
                                 charges 32 MiB, Hopper's size, to CUDA plans) */

@@ -15,6 +15,7 @@
  */
 #include "passes/layout.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,15 +111,47 @@ static void work_free(WorkAlloc *w, int owner) {
 
 /* ---- the layout -------------------------------------------------------------------- */
 
-/* True when t is a gradient contribution that step (2) folded into a sum. */
-static bool folded_contribution(const StageLayout *L, const Graph *g, int t) {
-  return L->place[t].alias >= 0 && L->place[t].accumulate && g->tensors[t].kind == TK_ACT_GRAD;
+/* ---- the layout, over the tensors the stage touches -------------------------------
+ * Everything below is indexed by a local slot (ix->slot[t]: the tensors the stage
+ * touches, in ascending id order), so one stage costs O(its ops and tensors); the
+ * whole-graph facts come from the LayoutIndex. Aliases are tensor ids, as in
+ * StageLayout. */
+
+typedef struct StageLocal {
+  const LayoutIndex *ix;
+  int first, last;
+  int64_t b;
+  int *order, nfwd, nbwd;        /* the stage's forward op ids, then its backward ones */
+  int n, *tens;                  /* touched tensor ids, ascending; slot k is tens[k] */
+  TensorPlace *pl;               /* per slot */
+  int64_t *scratch_off, *scratch_bytes; /* per position in order */
+  int *params, nparams;          /* parameter indices held, in PARAMS order */
+  int64_t total[BUF_CLASS_COUNT];
+  int loss;
+} StageLocal;
+
+static int slot_of(const StageLocal *S, int t) { return S->ix->slot[t]; }
+static TensorPlace *place_of(const StageLocal *S, int t) { return &S->pl[S->ix->slot[t]]; }
+static bool in_stage(const StageLocal *S, int o) {
+  int r = S->ix->g->ops[o].region;
+  return r >= S->first && r <= S->last;
 }
 
-static void unfold(StageLayout *L, int t) {
-  L->place[t].cls = BUF_WORK;
-  L->place[t].accumulate = false;
-  L->place[t].alias = -1;
+/* True when t is a gradient contribution that step (2) folded into a sum. */
+static bool folded_contribution(const StageLocal *S, const Graph *g, int t) {
+  const TensorPlace *p = place_of(S, t);
+  return p->alias >= 0 && p->accumulate && g->tensors[t].kind == TK_ACT_GRAD;
+}
+
+static void unfold(TensorPlace *p) {
+  p->cls = BUF_WORK;
+  p->accumulate = false;
+  p->alias = -1;
+}
+
+static int alias_root(const StageLocal *S, int t) {
+  while (place_of(S, t)->alias >= 0) t = place_of(S, t)->alias;
+  return t;
 }
 
 /* layernorm_bwd writes dgamma and dbeta with one accumulate flag, reading both
@@ -127,134 +160,166 @@ static void unfold(StageLayout *L, int t) {
  * parameter's own gradient: both accumulate, which is what step (2) gives. When the
  * two still disagree, or both fold onto the same gradient (gamma and beta one
  * weight), the folded ones go back to WORK and their sums add them explicitly. */
-static void layernorm_one_accumulate_flag(StageLayout *L, const Graph *g) {
-  for (int o = 0; o < g->nops; o++) {
-    const Op *op = &g->ops[o];
-    if (op->kind != OP_LAYERNORM_BWD || !layout_has_op(L, o)) continue;
+static void layernorm_one_accumulate_flag(StageLocal *S, const Graph *g) {
+  for (int k = 0; k < S->nfwd + S->nbwd; k++) {
+    const Op *op = &g->ops[S->order[k]];
+    if (op->kind != OP_LAYERNORM_BWD) continue;
     int dg = op->out[1], db = op->out[2];
-    bool same_root = false;
-    if (folded_contribution(L, g, dg) && folded_contribution(L, g, db)) {
-      int a = dg, b = db;
-      while (L->place[a].alias >= 0) a = L->place[a].alias;
-      while (L->place[b].alias >= 0) b = L->place[b].alias;
-      same_root = a == b;
-    }
-    if (!same_root && L->place[dg].accumulate == L->place[db].accumulate) continue;
-    if (folded_contribution(L, g, dg)) unfold(L, dg);
-    if (folded_contribution(L, g, db)) unfold(L, db);
+    bool same_root = folded_contribution(S, g, dg) && folded_contribution(S, g, db) &&
+                     alias_root(S, dg) == alias_root(S, db);
+    if (!same_root && place_of(S, dg)->accumulate == place_of(S, db)->accumulate) continue;
+    if (folded_contribution(S, g, dg)) unfold(place_of(S, dg));
+    if (folded_contribution(S, g, db)) unfold(place_of(S, db));
   }
 }
 
-StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b) {
-  PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
-  StageLayout *L = pd_calloc(1, sizeof *L);
-  L->g = g;
-  L->first_region = first_region;
-  L->last_region = last_region;
-  L->b = b;
-  L->loss = -1;
-  int nt = g->ntensors, nfwd_all = g->nfwd_ops ? g->nfwd_ops : g->nops;
-  L->fwd_ops = pd_malloc((size_t)g->nops * sizeof(int));
-  L->bwd_ops = pd_malloc((size_t)g->nops * sizeof(int));
-  for (int o = 0; o < g->nops; o++) {
-    if (!layout_has_op(L, o)) continue;
-    if (o < nfwd_all)
-      L->fwd_ops[L->nfwd++] = o;
-    else
-      L->bwd_ops[L->nbwd++] = o;
+/* layout_contribution_param through the index's consumer table: O(hops). */
+static int contribution_param(const LayoutIndex *ix, int t) {
+  const Graph *g = ix->g;
+  for (int hops = 0; hops < 64; hops++) {
+    if (g->tensors[t].kind == TK_GRAD) return g->tensors[t].param;
+    if (ix->nconsumers[t] != 1) return -1;
+    const Op *op = &g->ops[ix->consumer[t]];
+    if (op->kind != OP_ADD && !(op->kind == OP_SCALE && op->attr[0] == 1)) return -1;
+    t = op->out[0];
   }
-  L->place = pd_calloc((size_t)nt, sizeof *L->place);
-  L->scratch_off = pd_calloc((size_t)g->nops, sizeof(int64_t));
-  L->scratch_bytes = pd_calloc((size_t)g->nops, sizeof(int64_t));
-  L->ld = layout_row_strides(g);
-  for (int t = 0; t < nt; t++) {
-    L->place[t].alias = -1;
-    L->place[t].bytes = layout_padded_numel(g, L->ld, t, b) * (int64_t)dtype_size(g->tensors[t].dtype);
+  return -1;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Region first..last's op ids of one direction, ascending, into v. Autodiff numbers
+ * the backward ops from the loss back, so the regions' backward lists come out
+ * ascending when taken last region first. */
+static int collect_ops(const int *start, const int *ops, int first, int last, bool from_last, int *v) {
+  int n = 0;
+  for (int i = 0; i <= last - first; i++) {
+    int r = from_last ? last - i : first + i;
+    for (int j = start[r]; j < start[r + 1]; j++) v[n++] = ops[j];
+  }
+  for (int i = 1; i < n; i++)
+    if (v[i - 1] > v[i]) { /* regions interleave */
+      qsort(v, (size_t)n, sizeof *v, cmp_int);
+      break;
+    }
+  return n;
+}
+
+static void local_free(StageLocal *S) {
+  for (int k = 0; k < S->n; k++) S->ix->slot[S->tens[k]] = -1;
+  free(S->order), free(S->tens), free(S->pl), free(S->scratch_off), free(S->scratch_bytes), free(S->params);
+}
+
+static void layout_local(LayoutIndex *ix, int first_region, int last_region, int64_t b, StageLocal *S) {
+  const Graph *g = ix->g;
+  PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
+  memset(S, 0, sizeof *S);
+  S->ix = ix, S->first = first_region, S->last = last_region, S->b = b, S->loss = -1;
+  int nf = ix->fwd_start[last_region + 1] - ix->fwd_start[first_region];
+  int nb = ix->bwd_start[last_region + 1] - ix->bwd_start[first_region];
+  S->order = pd_malloc((size_t)(nf + nb ? nf + nb : 1) * sizeof(int));
+  S->nfwd = collect_ops(ix->fwd_start, ix->fwd_ops, first_region, last_region, false, S->order);
+  S->nbwd = collect_ops(ix->bwd_start, ix->bwd_ops, first_region, last_region, true, S->order + S->nfwd);
+  int norder = S->nfwd + S->nbwd;
+
+  /* The touched tensors, ascending (the block offsets below follow tensor order). */
+  int cap = 16;
+  S->tens = pd_malloc((size_t)cap * sizeof(int));
+  for (int k = 0; k < norder; k++) {
+    const Op *op = &g->ops[S->order[k]];
+    for (int i = 0; i < op->nin + op->nout; i++) {
+      int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
+      if (ix->slot[t] >= 0) continue;
+      if (S->n == cap) S->tens = pd_realloc(S->tens, (size_t)(cap *= 2) * sizeof(int));
+      ix->slot[t] = 0;
+      S->tens[S->n++] = t;
+    }
+  }
+  int tmin = INT_MAX, tmax = -1;
+  for (int k = 0; k < S->n; k++) {
+    if (S->tens[k] < tmin) tmin = S->tens[k];
+    if (S->tens[k] > tmax) tmax = S->tens[k];
+  }
+  if (tmax - tmin < 8 * S->n) { /* dense (a stage of many blocks): a scan, not a sort */
+    int k = 0;
+    for (int t = tmin; t <= tmax; t++)
+      if (ix->slot[t] >= 0) S->tens[k++] = t;
+  } else {
+    qsort(S->tens, (size_t)S->n, sizeof(int), cmp_int);
+  }
+  int n = S->n, nz = n ? n : 1;
+  for (int k = 0; k < n; k++) ix->slot[S->tens[k]] = k;
+  S->pl = pd_calloc((size_t)nz, sizeof *S->pl);
+  for (int k = 0; k < n; k++) {
+    S->pl[k].alias = -1;
+    S->pl[k].bytes = layout_padded_numel(g, ix->ld, S->tens[k], b) * (int64_t)dtype_size(g->tensors[S->tens[k]].dtype);
   }
 
-  /* Per tensor: read by a stage fwd op / bwd op / an op of another stage; consumer
-   * count over the whole graph; produced inside the stage. */
-  int norder = L->nfwd + L->nbwd;
-  int *order = pd_malloc((size_t)(norder ? norder : 1) * sizeof(int));
-  memcpy(order, L->fwd_ops, (size_t)L->nfwd * sizeof(int));
-  memcpy(order + L->nfwd, L->bwd_ops, (size_t)L->nbwd * sizeof(int));
-  bool *read_fwd = pd_calloc((size_t)nt, 1), *read_bwd = pd_calloc((size_t)nt, 1);
-  bool *read_out = pd_calloc((size_t)nt, 1), *touched = pd_calloc((size_t)nt, 1);
-  int *nuse = pd_calloc((size_t)nt, sizeof(int));
-  int *last = pd_malloc((size_t)nt * sizeof(int)); /* index into order of the last use */
-  for (int t = 0; t < nt; t++) last[t] = -1;
-  L->sole_reader = pd_malloc((size_t)(nt ? nt : 1) * sizeof(int));
-  for (int t = 0; t < nt; t++) L->sole_reader[t] = -1;
-  for (int o = 0; o < g->nops; o++) {
-    const Op *op = &g->ops[o];
-    bool in_stage = layout_has_op(L, o);
-    for (int i = 0; i < op->nin; i++) {
-      int t = op->in[i];
-      L->sole_reader[t] = nuse[t]++ == 0 ? o : -1;
-      if (!in_stage)
-        read_out[t] = true;
-      else if (o < nfwd_all)
-        read_fwd[t] = true;
-      else
-        read_bwd[t] = true;
-    }
-  }
+  /* Per slot: read by a backward op of the stage; the position in order of its last
+   * use. (Read by another stage's op: rmin/rmax of the index.) */
+  bool *read_bwd = pd_calloc((size_t)nz, 1);
+  int *last = pd_malloc((size_t)nz * sizeof(int));
+  for (int k = 0; k < n; k++) last[k] = -1;
   for (int k = 0; k < norder; k++) {
-    const Op *op = &g->ops[order[k]];
+    const Op *op = &g->ops[S->order[k]];
     for (int i = 0; i < op->nin; i++) {
-      touched[op->in[i]] = true;
-      last[op->in[i]] = k;
+      int s = slot_of(S, op->in[i]);
+      if (k >= S->nfwd) read_bwd[s] = true;
+      last[s] = k;
     }
-    for (int i = 0; i < op->nout; i++) touched[op->out[i]] = true;
   }
-  if (g->loss >= 0 && touched[g->loss]) L->loss = g->loss;
+  if (g->loss >= 0 && ix->slot[g->loss] >= 0) S->loss = g->loss;
 
   /* (1) classes. */
-  for (int t = 0; t < nt; t++) {
-    if (!touched[t]) continue;
+  for (int k = 0; k < n; k++) {
+    int t = S->tens[k];
     const Tensor *x = &g->tensors[t];
-    bool mine = x->producer >= 0 && layout_has_op(L, x->producer);
+    bool mine = x->producer >= 0 && in_stage(S, x->producer);
+    bool read_out = ix->rmin[t] < first_region || ix->rmax[t] > last_region;
     BufClass c = BUF_WORK;
     switch (x->kind) {
     case TK_PARAM: c = BUF_PARAMS; break;
     case TK_INPUT: c = BUF_INPUTS; break;
     case TK_GRAD: c = mine ? BUF_GRADS : BUF_BOUNDARY; break;
     case TK_ACT:
-      if (!mine || (read_bwd[t] && x->producer < nfwd_all))
+      if (!mine || (read_bwd[k] && x->producer < ix->nfwd_all))
         c = BUF_STASH;
-      else if (read_out[t])
+      else if (read_out)
         c = BUF_BOUNDARY;
       break;
     case TK_ACT_GRAD:
-      if (!mine || read_out[t]) c = BUF_BOUNDARY;
+      if (!mine || read_out) c = BUF_BOUNDARY;
       break;
     }
-    L->place[t].cls = c;
+    S->pl[k].cls = c;
   }
 
   /* A tied parameter's gradient contribution that another stage would sum (GPT: the
    * LM head's part of dwte, read by the prologue's add) accumulates straight into
    * this stage's own gradient of the parameter: TIED_SYNC sums the stages'. */
-  int *gparam = pd_malloc((size_t)nt * sizeof(int));
-  for (int t = 0; t < nt; t++) {
-    gparam[t] = -1;
+  int *gparam = pd_malloc((size_t)nz * sizeof(int));
+  for (int k = 0; k < n; k++) {
+    gparam[k] = -1;
+    int t = S->tens[k];
     const Tensor *x = &g->tensors[t];
-    if (L->place[t].cls != BUF_BOUNDARY || x->kind != TK_ACT_GRAD || x->producer < 0 ||
-        !layout_has_op(L, x->producer))
+    if (S->pl[k].cls != BUF_BOUNDARY || x->kind != TK_ACT_GRAD || x->producer < 0 || !in_stage(S, x->producer))
       continue;
-    int p = layout_contribution_param(g, t);
-    if (p < 0 || !touched[g->params[p].tensor]) continue;
-    if (L->place[t].bytes != L->place[g->params[p].tensor].bytes) continue;
-    L->place[t].cls = BUF_GRADS;
-    gparam[t] = p;
+    int p = contribution_param(ix, t);
+    if (p < 0 || slot_of(S, g->params[p].tensor) < 0) continue;
+    if (S->pl[k].bytes != place_of(S, g->params[p].tensor)->bytes) continue;
+    S->pl[k].cls = BUF_GRADS;
+    gparam[k] = p;
   }
 
   /* (2) accumulation: gradients, then their single-use contributions. */
-  int *stack = pd_malloc((size_t)nt * sizeof(int)), nstack = 0;
-  for (int t = 0; t < nt; t++)
-    if (L->place[t].cls == BUF_GRADS) {
-      L->place[t].accumulate = true;
-      stack[nstack++] = t;
+  int *stack = pd_malloc((size_t)nz * sizeof(int)), nstack = 0;
+  for (int k = 0; k < n; k++)
+    if (S->pl[k].cls == BUF_GRADS) {
+      S->pl[k].accumulate = true;
+      stack[nstack++] = S->tens[k];
     }
   while (nstack > 0) {
     int t = stack[--nstack];
@@ -264,138 +329,176 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
     for (int i = 0; i < p->nin; i++) {
       int c = p->in[i];
       const Tensor *x = &g->tensors[c];
-      if (x->kind != TK_ACT_GRAD || nuse[c] != 1) continue;
-      if (L->place[c].cls == BUF_BOUNDARY && x->producer >= 0 && !layout_has_op(L, x->producer) &&
-          L->place[c].bytes == L->place[t].bytes) {
+      TensorPlace *pc = place_of(S, c);
+      if (x->kind != TK_ACT_GRAD || ix->nuse[c] != 1) continue;
+      if (pc->cls == BUF_BOUNDARY && x->producer >= 0 && !in_stage(S, x->producer) &&
+          pc->bytes == place_of(S, t)->bytes) {
         /* another stage's contribution, accumulated into its own copy of the
          * gradient: here the sum skips it (TIED_SYNC adds the copies) */
-        L->place[c].cls = BUF_GRADS;
-        L->place[c].accumulate = true;
-        L->place[c].alias = t;
+        pc->cls = BUF_GRADS;
+        pc->accumulate = true;
+        pc->alias = t;
         continue;
       }
-      if (L->place[c].cls != BUF_WORK) continue;
-      if (L->place[c].bytes != L->place[t].bytes) continue;
+      if (pc->cls != BUF_WORK) continue;
+      if (pc->bytes != place_of(S, t)->bytes) continue;
       const Op *q = &g->ops[x->producer];
       if (!layout_accumulates_natively(q->kind)) continue;
-      L->place[c].cls = BUF_GRADS;
-      L->place[c].accumulate = true;
-      L->place[c].alias = t;
+      pc->cls = BUF_GRADS;
+      pc->accumulate = true;
+      pc->alias = t;
       stack[nstack++] = c;
     }
   }
   free(stack);
-  layernorm_one_accumulate_flag(L, g);
+  layernorm_one_accumulate_flag(S, g);
 
   /* In place: dlogits over the logits when that is their last use. */
-  for (int k = L->nfwd; k < norder; k++) {
-    const Op *op = &g->ops[order[k]];
+  for (int k = S->nfwd; k < norder; k++) {
+    const Op *op = &g->ops[S->order[k]];
     if (op->kind != OP_CROSS_ENTROPY_BWD) continue;
-    int in = op->in[0], out = op->out[0];
-    BufClass c = L->place[in].cls, co = L->place[out].cls;
-    if (last[in] == k && (c == BUF_WORK || c == BUF_STASH) && co == BUF_WORK &&
-        L->place[in].alias < 0 && L->place[in].bytes == L->place[out].bytes)
-      L->place[out].alias = in;
+    TensorPlace *pi = place_of(S, op->in[0]), *po = place_of(S, op->out[0]);
+    if (last[slot_of(S, op->in[0])] == k && (pi->cls == BUF_WORK || pi->cls == BUF_STASH) &&
+        po->cls == BUF_WORK && pi->alias < 0 && pi->bytes == po->bytes)
+      po->alias = op->in[0];
   }
 
   /* (3) offsets. Params (and their gradients, same offsets) in parameter order. */
-  L->params = pd_malloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
-  for (int p = 0; p < g->nparams; p++) {
-    int w = g->params[p].tensor;
-    if (!touched[w]) continue;
-    L->params[L->nparams++] = p;
-    L->place[w].offset = L->total[BUF_PARAMS];
-    L->total[BUF_PARAMS] += align_up(L->place[w].bytes);
+  S->params = pd_malloc((size_t)nz * sizeof(int));
+  for (int k = 0; k < n; k++)
+    if (g->tensors[S->tens[k]].kind == TK_PARAM) S->params[S->nparams++] = g->tensors[S->tens[k]].param;
+  qsort(S->params, (size_t)S->nparams, sizeof(int), cmp_int);
+  for (int i = 0; i < S->nparams; i++) {
+    TensorPlace *pw = place_of(S, g->params[S->params[i]].tensor);
+    pw->offset = S->total[BUF_PARAMS];
+    S->total[BUF_PARAMS] += align_up(pw->bytes);
   }
-  L->total[BUF_GRADS] = L->total[BUF_PARAMS];
-  for (int t = 0; t < nt; t++) {
-    TensorPlace *pl = &L->place[t];
+  S->total[BUF_GRADS] = S->total[BUF_PARAMS];
+  for (int k = 0; k < n; k++) {
+    TensorPlace *pl = &S->pl[k];
+    int t = S->tens[k];
     if (pl->cls == BUF_GRADS && pl->alias < 0) {
-      int p = g->tensors[t].param >= 0 ? g->tensors[t].param : gparam[t];
+      int p = g->tensors[t].param >= 0 ? g->tensors[t].param : gparam[k];
       PD_CHECK(p >= 0, "(gradient tensor %d has no parameter)", t);
       int w = g->params[p].tensor;
-      pl->offset = touched[w] ? L->place[w].offset : L->total[BUF_GRADS];
-      if (!touched[w]) L->total[BUF_GRADS] += align_up(pl->bytes);
+      pl->offset = slot_of(S, w) >= 0 ? place_of(S, w)->offset : S->total[BUF_GRADS];
+      if (slot_of(S, w) < 0) S->total[BUF_GRADS] += align_up(pl->bytes);
     } else if (pl->cls == BUF_INPUTS || pl->cls == BUF_STASH || pl->cls == BUF_BOUNDARY) {
-      pl->offset = L->total[pl->cls];
-      L->total[pl->cls] += align_up(pl->bytes);
+      pl->offset = S->total[pl->cls];
+      S->total[pl->cls] += align_up(pl->bytes);
     }
   }
 
   /* WORK by liveness. An alias extends its root's interval to its own last use. */
-  int *root = pd_malloc((size_t)nt * sizeof(int));
-  for (int t = 0; t < nt; t++) root[t] = t;
-  for (int t = 0; t < nt; t++)
-    if (L->place[t].alias >= 0 && L->place[t].cls == BUF_WORK) {
-      int r = L->place[t].alias;
-      while (L->place[r].alias >= 0) r = L->place[r].alias;
-      root[t] = r;
-    }
-  int *end = pd_malloc((size_t)nt * sizeof(int));
-  for (int t = 0; t < nt; t++) end[t] = -1;
+  int *root = pd_malloc((size_t)nz * sizeof(int));
+  for (int k = 0; k < n; k++)
+    root[k] = S->pl[k].alias >= 0 && S->pl[k].cls == BUF_WORK ? slot_of(S, alias_root(S, S->tens[k])) : k;
+  int *end = pd_malloc((size_t)nz * sizeof(int));
+  for (int k = 0; k < n; k++) end[k] = -1;
   for (int k = 0; k < norder; k++) {
-    const Op *op = &g->ops[order[k]];
+    const Op *op = &g->ops[S->order[k]];
     for (int i = 0; i < op->nout; i++) {
-      int t = op->out[i];
-      if (end[root[t]] < k) end[root[t]] = k; /* a value nobody reads dies at birth */
+      int r = root[slot_of(S, op->out[i])];
+      if (end[r] < k) end[r] = k; /* a value nobody reads dies at birth */
     }
   }
-  for (int t = 0; t < nt; t++)
-    if (last[t] > end[root[t]]) end[root[t]] = last[t];
+  for (int k = 0; k < n; k++)
+    if (last[k] > end[root[k]]) end[root[k]] = last[k];
 
+  S->scratch_off = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
+  S->scratch_bytes = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
   WorkAlloc w = {0};
   for (int k = 0; k < norder; k++) {
-    int o = order[k];
+    int o = S->order[k];
     const Op *op = &g->ops[o];
     /* Sizes are float32 bytes; a float64 program doubles every offset and size. */
     int64_t sc = layout_op_scratch_elems(g, op, b) * 4;
     for (int i = 0; i < op->nout; i++) {
-      const TensorPlace *pl = &L->place[op->out[i]];
+      const TensorPlace *pl = place_of(S, op->out[i]);
       if (pl->accumulate && pl->alias < 0 && !layout_accumulates_natively(op->kind))
         sc = align_up(sc) + pl->bytes; /* compute into scratch, then add */
     }
     if (sc > 0) {
-      L->scratch_bytes[o] = sc;
-      L->scratch_off[o] = work_alloc(&w, sc, -1 - o);
+      S->scratch_bytes[k] = sc;
+      S->scratch_off[k] = work_alloc(&w, sc, -1 - o);
     }
     for (int i = 0; i < op->nout; i++) {
-      int t = op->out[i];
-      if (L->place[t].cls != BUF_WORK) continue;
-      if (root[t] != t) continue; /* placed with its root below */
-      L->place[t].offset = work_alloc(&w, L->place[t].bytes, t);
+      int s = slot_of(S, op->out[i]);
+      if (S->pl[s].cls != BUF_WORK) continue;
+      if (root[s] != s) continue; /* placed with its root below */
+      S->pl[s].offset = work_alloc(&w, S->pl[s].bytes, op->out[i]);
     }
     if (sc > 0) work_free(&w, -1 - o);
     /* Release every WORK root whose life ends here (inputs read last, dead outputs). */
     for (int i = 0; i < op->nin + op->nout; i++) {
-      int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
-      int r = root[t];
-      if (L->place[r].cls != BUF_WORK || end[r] != k) continue;
+      int r = root[slot_of(S, i < op->nin ? op->in[i] : op->out[i - op->nin])];
+      if (S->pl[r].cls != BUF_WORK || end[r] != k) continue;
       end[r] = -2; /* released */
-      work_free(&w, r);
+      work_free(&w, S->tens[r]);
     }
   }
   PD_CHECK(w.n == 0, "(%d WORK intervals still live after the stage's last op)", w.n);
-  L->total[BUF_WORK] = align_up(w.peak);
+  S->total[BUF_WORK] = align_up(w.peak);
   free(w.v);
   /* Aliases take their target's place. */
-  for (int t = 0; t < nt; t++) {
-    TensorPlace *pl = &L->place[t];
+  for (int k = 0; k < n; k++) {
+    TensorPlace *pl = &S->pl[k];
     if (pl->alias < 0) continue;
-    int r = pl->alias;
-    while (L->place[r].alias >= 0) r = L->place[r].alias;
-    pl->cls = L->place[r].cls;
-    pl->offset = L->place[r].offset;
+    const TensorPlace *r = place_of(S, alias_root(S, S->tens[k]));
+    pl->cls = r->cls;
+    pl->offset = r->offset;
   }
   free(root);
   free(end);
   free(gparam);
-  free(order);
-  free(read_fwd);
   free(read_bwd);
-  free(read_out);
-  free(touched);
-  free(nuse);
   free(last);
+}
+
+void layout_stage_totals(LayoutIndex *ix, int first_region, int last_region, int64_t b,
+                         int64_t total[BUF_CLASS_COUNT]) {
+  StageLocal S;
+  layout_local(ix, first_region, last_region, b, &S);
+  memcpy(total, S.total, sizeof S.total);
+  local_free(&S);
+}
+
+StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b) {
+  LayoutIndex *ix = layout_index_create(g);
+  StageLocal S;
+  layout_local(ix, first_region, last_region, b, &S);
+  StageLayout *L = pd_calloc(1, sizeof *L);
+  L->g = g;
+  L->first_region = first_region;
+  L->last_region = last_region;
+  L->b = b;
+  L->loss = S.loss;
+  L->nfwd = S.nfwd, L->nbwd = S.nbwd;
+  L->fwd_ops = pd_malloc((size_t)(S.nfwd ? S.nfwd : 1) * sizeof(int));
+  L->bwd_ops = pd_malloc((size_t)(S.nbwd ? S.nbwd : 1) * sizeof(int));
+  memcpy(L->fwd_ops, S.order, (size_t)S.nfwd * sizeof(int));
+  memcpy(L->bwd_ops, S.order + S.nfwd, (size_t)S.nbwd * sizeof(int));
+  L->params = S.params, S.params = NULL;
+  L->nparams = S.nparams;
+  memcpy(L->total, S.total, sizeof S.total);
+  /* the graph-sized arrays codegen indexes by tensor and op id */
+  int nt = g->ntensors;
+  L->place = pd_calloc((size_t)(nt ? nt : 1), sizeof *L->place);
+  for (int t = 0; t < nt; t++) {
+    L->place[t].alias = -1;
+    L->place[t].bytes = layout_padded_numel(g, ix->ld, t, b) * (int64_t)dtype_size(g->tensors[t].dtype);
+  }
+  for (int k = 0; k < S.n; k++) L->place[S.tens[k]] = S.pl[k];
+  L->scratch_off = pd_calloc((size_t)(g->nops ? g->nops : 1), sizeof(int64_t));
+  L->scratch_bytes = pd_calloc((size_t)(g->nops ? g->nops : 1), sizeof(int64_t));
+  for (int k = 0; k < S.nfwd + S.nbwd; k++) {
+    L->scratch_off[S.order[k]] = S.scratch_off[k];
+    L->scratch_bytes[S.order[k]] = S.scratch_bytes[k];
+  }
+  local_free(&S);
+  L->sole_reader = ix->sole_reader, ix->sole_reader = NULL;
+  L->ld = ix->ld, ix->ld = NULL;
+  layout_index_destroy(ix);
   return L;
 }
 

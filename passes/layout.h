@@ -79,8 +79,33 @@ typedef struct StageLayout {
 } StageLayout;
 
 /* Lays out stage [first_region, last_region] of g (differentiated or not) for
- * microbatch size b >= 1. Never fails on a verified graph (internal errors abort). */
+ * microbatch size b >= 1. Never fails on a verified graph (internal errors abort).
+ * O(graph): its per-tensor and per-op arrays are the graph's size. */
 StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b);
+
+/* What every stage's layout reads of the whole graph, computed once in O(graph)
+ * (layout_index.c), so that layout_stage_totals costs O(the stage's ops and the
+ * tensors they touch). */
+typedef struct LayoutIndex {
+  const Graph *g;
+  int nfwd_all;                  /* ops [0, nfwd_all) are the forward's */
+  int64_t *ld;                   /* layout_row_strides(g) */
+  int *fwd_start, *fwd_ops;      /* region r's forward op ids, ascending:
+                                    fwd_ops[fwd_start[r] .. fwd_start[r + 1]) */
+  int *bwd_start, *bwd_ops;      /* and its backward op ids */
+  int *nuse, *sole_reader;       /* per tensor: reads over the graph; the one reader, else -1 */
+  int *nconsumers, *consumer;    /* per tensor: ops reading it (each once); the first */
+  int *rmin, *rmax;              /* per tensor: lowest and highest region reading it */
+  int *slot;                     /* per tensor: -1 between calls (a layout's scratch map) */
+} LayoutIndex;
+LayoutIndex *layout_index_create(const Graph *g);
+void layout_index_destroy(LayoutIndex *ix);
+
+/* layout_stage's block sizes (StageLayout.total) of stage [first_region,
+ * last_region] at microbatch b, in O(stage): the same layout, without the
+ * graph-sized per-tensor arrays. Uses ix->slot as scratch, so one call at a time. */
+void layout_stage_totals(LayoutIndex *ix, int first_region, int last_region, int64_t b,
+                         int64_t total[BUF_CLASS_COUNT]);
 void layout_destroy(StageLayout *L);
 
 /* Stable text dump: block totals, then one line per placed tensor. */

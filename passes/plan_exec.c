@@ -43,6 +43,7 @@ typedef struct SState {
   int *slot_ver, *slot_use, *stash_used;
   int maxv, maxs;
   int latest, latest_slot, steps;
+  int nposted;    /* batches whose OPT_STEP reached the gradient norm's exchange */
   int allreduced; /* batches whose gradients were all-reduced over the replicas */
   int live_stash, max_stash, max_versions;
   double *step_end; /* per batch */
@@ -65,6 +66,9 @@ typedef struct Exec {
   /* TIED_SYNC collectives, [ngroups][nbatches]: members posted, latest post */
   int *tposts;
   double *tpost_max;
+  /* the gradient norm's exchange at OPT_STEP, [nbatches]: stages arrived, latest */
+  int *nposts;
+  double *npost_max;
 } Exec;
 
 static bool fail(Exec *x, int stage, int pc, const char *fmt, ...)
@@ -211,7 +215,7 @@ static bool run_compute(Exec *x, int s, const PlanInstr *in) {
     int t = in->batch;
     if (in->group >= 0) {
       if (!tied_step(x, s, in)) return false;
-      dur = cost_of(c ? c->step : NULL, s);
+      dur = c && c->tied_step ? c->tied_step[in->group] : cost_of(c ? c->step : NULL, s);
       break;
     }
     if (t != S->steps) return fail(x, s, pc, "step of batch %d, expected batch %d", t, S->steps);
@@ -429,6 +433,29 @@ static int tied_wait(Exec *x, int s, const PlanInstr *in) {
   return 1;
 }
 
+/* The runtime's OPT_STEP of batch t (not a deferred tied step) first exchanges the
+ * squared gradient norm with every other stage of its pipeline (runtime/pipeline.c,
+ * batch_scale: for clipping, the console and the log), then updates: no stage
+ * updates before every stage has reached its step, a barrier. Returns 1 when all
+ * have (the clock advanced to the last arrival), 2 when this call arrived and the
+ * others have not, 0 still waiting, -1 error. */
+static int norm_wait(Exec *x, int s, const PlanInstr *in) {
+  SState *S = &x->st[s];
+  int t = in->batch, arrived = 0;
+  if (t < 0 || t >= x->s->spec.nbatches || t > S->nposted)
+    return fail(x, s, S->pc, "step of batch %d, expected batch %d", t, S->nposted), -1;
+  if (t == S->nposted) {
+    x->nposts[t]++;
+    if (S->clock > x->npost_max[t]) x->npost_max[t] = S->clock;
+    S->nposted++;
+    arrived = 2;
+  }
+  if (x->nposts[t] < x->d) return arrived;
+  if (x->npost_max[t] > S->clock) event(x, s, 1, S->pc, S->clock, x->npost_max[t], true);
+  if (x->npost_max[t] > S->clock) S->clock = x->npost_max[t];
+  return 1;
+}
+
 /* Moves stage s as far as it can; 1 progress, 0 blocked/finished, -1 error. */
 static int advance(Exec *x, int s) {
   SState *S = &x->st[s];
@@ -447,6 +474,10 @@ static int advance(Exec *x, int s) {
     return progress | r;
   }
   if (in->op == PI_TIED_SYNC) return tied_post(x, s) ? 1 : -1;
+  if (in->op == PI_OPT_STEP && in->group < 0 && x->d > 1 && x->c && x->c->norm_barrier) {
+    int r = norm_wait(x, s, in);
+    if (r != 1) return r == 2 ? 1 : r;
+  }
   if (in->op == PI_OPT_STEP) {
     int r = tied_wait(x, s, in);
     if (r <= 0) return r;
@@ -545,6 +576,8 @@ bool plan_exec(const PlanStreams *s, const int *max_versions, const int *max_sta
   size_t ntp = (size_t)(s->spec.ngroups > 0 ? s->spec.ngroups : 1) * (size_t)(nb > 0 ? nb : 1);
   x.tposts = pd_calloc(ntp, sizeof(int));
   x.tpost_max = pd_calloc(ntp, sizeof(double));
+  x.nposts = pd_calloc((size_t)nb + 1, sizeof(int));
+  x.npost_max = pd_calloc((size_t)nb + 1, sizeof(double));
   for (int i = 0; i < d; i++) {
     SState *S = &x.st[i];
     S->maxv = max_versions ? max_versions[i] : s->nversions[i];
@@ -610,7 +643,7 @@ bool plan_exec(const PlanStreams *s, const int *max_versions, const int *max_sta
     free(S->held), free(S->tsync), free(S->tsteps), free(S->tlatest_slot), free(S->tslot_ver);
   }
   free(x.st);
-  free(x.tposts), free(x.tpost_max);
+  free(x.tposts), free(x.tpost_max), free(x.nposts), free(x.npost_max);
   plan_sim_result_free(&scratch);
   return ok;
 }

@@ -95,23 +95,19 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
   return in->ntied++;
 }
 
-/* Models with more segments than this get the per-tensor estimates instead of exact
- * per-segment layouts (plan_input_from_graph says why). */
-#define EXACT_SEGMENT_LAYOUTS_MAX 256
-
 /* A differentiated segment's STASH, WORK and INPUTS blocks as its own stage program
  * lays them out (the layout codegen and plan_apply_layouts use), as per-sample and
- * fixed parts from b = 1 and b = 2. */
-static void layout_segment(const Graph *g, int r, PlanSegment *s) {
-  StageLayout *L1 = layout_stage(g, r, r, 1), *L2 = layout_stage(g, r, r, 2);
-  double st1 = (double)L1->total[BUF_STASH], st2 = (double)L2->total[BUF_STASH];
-  double w1 = (double)L1->total[BUF_WORK], w2 = (double)L2->total[BUF_WORK];
-  double i1 = (double)L1->total[BUF_INPUTS], i2 = (double)L2->total[BUF_INPUTS];
+ * fixed parts from b = 1 and b = 2. O(segment): the index holds the whole-graph part. */
+static void layout_segment(LayoutIndex *ix, int r, PlanSegment *s) {
+  int64_t t1[BUF_CLASS_COUNT], t2[BUF_CLASS_COUNT];
+  layout_stage_totals(ix, r, r, 1, t1);
+  layout_stage_totals(ix, r, r, 2, t2);
+  double st1 = (double)t1[BUF_STASH], st2 = (double)t2[BUF_STASH];
+  double w1 = (double)t1[BUF_WORK], w2 = (double)t2[BUF_WORK];
+  double i1 = (double)t1[BUF_INPUTS], i2 = (double)t2[BUF_INPUTS];
   s->stash_bytes = st2 - st1, s->stash_fixed = 2 * st1 - st2;
   s->workspace_bytes = w2 - w1, s->workspace_fixed = 2 * w1 - w2;
   s->inputs_bytes = i2 - i1, s->inputs_fixed = 2 * i1 - i2;
-  layout_destroy(L1);
-  layout_destroy(L2);
 }
 
 /* Per sample, as layout.h places it (padded rows included: ld = layout_row_strides). */
@@ -188,12 +184,11 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
       out->segs[r].bwd_flops = 2 * out->segs[r].fwd_flops;
       out->segs[r].bwd_bytes = 2 * out->segs[r].fwd_bytes;
     }
-  else if (R <= EXACT_SEGMENT_LAYOUTS_MAX)
-    for (int r = 0; r < R; r++) layout_segment(g, r, &out->segs[r]);
-  /* else: the estimates above (activations the backward reads, the largest activation
-   * as workspace). layout_stage costs O(graph) per call, so exact layouts for every
-   * segment cost O(regions x graph): 5000 layers took minutes. The exact arena check
-   * after the search still refuses a plan that does not fit. */
+  else {
+    LayoutIndex *ix = layout_index_create(g);
+    for (int r = 0; r < R; r++) layout_segment(ix, r, &out->segs[r]);
+    layout_index_destroy(ix);
+  }
 
   /* Parameters: own region, unless used from several (tied). reader[t]: the region
    * of the last forward op reading tensor t (-1: none), for a param declared in one

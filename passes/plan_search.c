@@ -398,6 +398,8 @@ static void build(Plan *p, PlanPlacement pl, bool rank_only) {
   p->allreduce_s = pd_calloc((size_t)d, sizeof(double));
   p->step_s = pd_calloc((size_t)d, sizeof(double));
   p->tied_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
+  p->tied_step_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
+  double opt_bw = c->optimizer_bandwidth > 0 ? c->optimizer_bandwidth : c->mem_bandwidth;
   for (int i = 0; i < d; i++) {
     PlanStage *st = &p->stages[i];
     p->fwd_s[i] = st->fwd_s, p->bwd_s[i] = st->bwd_s;
@@ -410,19 +412,26 @@ static void build(Plan *p, PlanPlacement pl, bool rank_only) {
       p->grad_xfer[i] = bw > 0 ? st->in_bytes / bw : 0;
     }
     p->allreduce_s[i] = plan_cost_allreduce((double)st->params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
-    /* AdamW reads weights, gradient, m, v and writes weights, m, v: 7 x 4 bytes */
-    p->step_s[i] = c->mem_bandwidth > 0 ? (double)st->params * 28.0 / c->mem_bandwidth : 0;
+    /* the parameters a deferred tied group's own OPT_STEP updates are not in this one
+     * (plan_tied_deferred's rule: 2bw, a group over several stages) */
+    double own = (double)st->params;
+    for (int g = 0; g < p->ngroups; g++)
+      if (p->groups[g].nstages > 1 && cfg->schedule == PS_2BW)
+        for (int q = 0; q < p->groups[g].nstages; q++)
+          if (p->groups[g].stages[q] == i) own -= (double)in->tied[p->groups[g].tied].count;
+    p->step_s[i] = opt_bw > 0 ? own * PLAN_STEP_BYTES / opt_bw : 0;
   }
   for (int g = 0; g < p->ngroups; g++) {
     const PlanTiedGroup *G = &p->groups[g];
     if (G->nstages < 2) continue;
     double bw = stage_bw_between(p, G->stages[0], G->stages[G->nstages - 1]);
     p->tied_s[g] = plan_cost_allreduce((double)in->tied[G->tied].count * 4, G->nstages, bw);
+    p->tied_step_s[g] = opt_bw > 0 ? (double)in->tied[G->tied].count * PLAN_STEP_BYTES / opt_bw : 0;
   }
   PlanStreams sim;
   PD_CHECK(plan_streams_generate(p, PLAN_SIM_BATCHES, &sim), "streams");
   PlanCosts costs = {p->fwd_s, p->bwd_s, p->act_xfer, p->grad_xfer, p->allreduce_s, p->step_s,
-                     p->tied_s};
+                     p->tied_s, p->tied_step_s, true};
   ok = plan_exec(&sim, nv, ns, &costs, !rank_only, &p->sim, err, sizeof err);
   PD_CHECK(ok, "simulation fails verification: %s", err);
   plan_streams_free(&sim);
@@ -559,7 +568,7 @@ static void plan_free_parts(Plan *p) {
   free(p->groups);
   plan_streams_free(&p->streams);
   plan_sim_result_free(&p->sim);
-  free(p->act_xfer), free(p->grad_xfer), free(p->allreduce_s), free(p->step_s), free(p->tied_s);
+  free(p->act_xfer), free(p->grad_xfer), free(p->allreduce_s), free(p->step_s), free(p->tied_s), free(p->tied_step_s);
   free(p->fwd_s), free(p->bwd_s);
 }
 

@@ -176,8 +176,18 @@ void plan_pins_init(PlanPins *p); /* everything "choose" */
 
 /* Durations the simulator charges; all zero for a pure verification. Arrays are
  * [stages] (tied: [ngroups]). act_xfer[i]: stage i -> i+1; grad_xfer[i]: i -> i-1. */
+/* Bytes the optimizer step moves per parameter (runtime/pipeline.c, run_step): the
+ * gradient norm reads the gradient (4), AdamW reads weights, gradient, m, v and writes
+ * weights, m, v (28), and the gradient is zeroed for the next batch (4). Charged at
+ * Cluster.optimizer_bandwidth. */
+#define PLAN_STEP_BYTES 36.0
+
 typedef struct PlanCosts {
   const double *fwd, *bwd, *act_xfer, *grad_xfer, *allreduce, *step, *tied;
+  const double *tied_step; /* per tied group: its deferred OPT_STEP (NULL: step[stage]) */
+  /* OPT_STEP of a batch waits for every stage's (the runtime's gradient-norm exchange,
+   * plan_exec.c norm_wait); false: the schedule alone, as in the paper */
+  bool norm_barrier;
 } PlanCosts;
 
 typedef struct PlanEvent {
@@ -301,7 +311,7 @@ typedef struct Plan {
   int ncands;
   PlanStreams streams; /* PLAN_FILE_BATCHES batches, what plan.json carries */
   PlanSimResult sim;   /* simulation of PLAN_SIM_BATCHES batches */
-  double *act_xfer, *grad_xfer, *allreduce_s, *step_s, *tied_s, *fwd_s, *bwd_s;
+  double *act_xfer, *grad_xfer, *allreduce_s, *step_s, *tied_s, *tied_step_s, *fwd_s, *bwd_s;
 } Plan;
 
 #define PLAN_FILE_BATCHES 3

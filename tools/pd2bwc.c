@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,6 +326,12 @@ static void report_over_memory(const Plan *plan, bool allow_over, Diag *d) {
   }
 }
 
+/* Field by field: a PlanConfig has padding, which memcmp would compare too. */
+static bool same_config(const PlanConfig *a, const PlanConfig *b) {
+  return a->stages == b->stages && a->replicas == b->replicas && a->microbatch_size == b->microbatch_size &&
+         a->microbatches == b->microbatches && a->schedule == b->schedule && a->recompute == b->recompute;
+}
+
 static int by_throughput(const void *a, const void *b) {
   const PlanCandidate *x = *(const PlanCandidate *const *)a, *y = *(const PlanCandidate *const *)b;
   return (x->samples_per_s < y->samples_per_s) - (x->samples_per_s > y->samples_per_s);
@@ -374,7 +381,7 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
   for (int k = 0; k < plan->ncands; k++) {
     PlanCandidate *x = &plan->cands[k];
     bool was = x->chosen;
-    x->chosen = memcmp(&x->cfg, &found->cfg, sizeof x->cfg) == 0 && x->fits;
+    x->chosen = same_config(&x->cfg, &found->cfg) && x->fits;
     if (x->chosen) snprintf(x->why, sizeof x->why, "chosen (the faster ones' exact arenas are over device memory)");
     else if (was) snprintf(x->why, sizeof x->why, "exact arena over device memory");
   }
@@ -475,6 +482,10 @@ static bool write_report(const char *tmp, Diag *d) {
 }
 
 int main(int argc, char **argv) {
+  /* No fastbins: the compiler makes millions of small objects (IR, cJSON nodes,
+   * strings) and then large buffers; every large malloc or free with fastbins in use
+   * walks them all (malloc_consolidate: 6-7 % of a 10000-layer compile's time). */
+  mallopt(M_MXFAST, 0);
   Options o;
   int rc = parse_args(argc, argv, &o);
   if (rc >= 0) {

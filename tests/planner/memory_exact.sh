@@ -47,6 +47,10 @@ check g38-v100x8-pipedream models/gpt.model $G38 --cluster models/clusters/v100x
 check g13-v100x64-gpipe-rc models/gpt.model $G13 --cluster models/clusters/v100x64.cluster --schedule gpipe --recompute on
 check g13-h200x8-2bw-bf16 models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 2bw --stages 2 --precision bf16
 check g13-h200x8-1f1b models/gpt.model $G13 --cluster models/clusters/h200x8.cluster --schedule 1f1b --stages 4 --recompute on
+# Over 256 segments (262 regions, 40 stages of 6-7): each segment's exact layout, in
+# O(segment) (passes/layout_index.c), not the per-tensor estimates (-4 %..+47 %).
+check g260-v100x64-40 models/gpt.model -D layers=260 -D dim=128 -D heads=2 -D seq=128 \
+  --cluster models/clusters/v100x64.cluster --stages 40 --replicas 1 --backend cpu
 # Over memory: an error, and nothing written.
 n=$((n + 1))
 if "$pd2bwc" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule 2bw --stages 2 -q \

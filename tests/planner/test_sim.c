@@ -14,7 +14,7 @@ static PlanSimResult sim(PlanSchedule s, int d, int64_t m, int nb) {
   PlanSimResult r;
   memset(&r, 0, sizeof r);
   EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
-  PlanCosts c = {fwd, bwd, zero, zero, zero, zero, zero};
+  PlanCosts c = {fwd, bwd, zero, zero, zero, zero, zero, NULL, false};
   bool ok = plan_exec(&st, NULL, NULL, &c, true, &r, err, sizeof err);
   if (!ok) fprintf(stderr, "%s\n", err);
   EXPECT(ok);
@@ -72,7 +72,7 @@ static void test_transfer_time(void) {
   PlanStreams st;
   char err[256];
   EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
-  PlanCosts c = {fwd, bwd, xfer, xfer, zero, zero, zero};
+  PlanCosts c = {fwd, bwd, xfer, xfer, zero, zero, zero, NULL, false};
   PlanSimResult r;
   EXPECT(plan_exec(&st, NULL, NULL, &c, true, &r, err, sizeof err));
   /* F0 1, send 0.5, F1 1, B1 2, send 0.5, B0 2 */
@@ -94,7 +94,7 @@ static void test_2bw_tied_no_stall(void) {
     PlanStreams st;
     char err[512];
     EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
-    PlanCosts c = {fwd, bwd, zero, zero, zero, zero, tied_cost};
+    PlanCosts c = {fwd, bwd, zero, zero, zero, zero, tied_cost, NULL, false};
     PlanSimResult r;
     bool ok = plan_exec(&st, NULL, NULL, &c, true, &r, err, sizeof err);
     if (!ok) fprintf(stderr, "%s\n", err);
@@ -106,7 +106,36 @@ static void test_2bw_tied_no_stall(void) {
   }
 }
 
+/* The runtime's OPT_STEP exchanges the gradient norm among the stages, a barrier
+ * (PlanCosts.norm_barrier). Under a flush (gpipe) the last stage would wait for the
+ * first stage's step anyway: no change. Under 2bw the last stage, done with batch t's
+ * backwards, waits at its step until stage 0 has run the last microbatch's backward
+ * (b = 2 after it) and can only then run on: 2 more per batch, every batch. */
+static void test_norm_barrier(void) {
+  for (int i = 0; i < 8; i++) fwd[i] = 1.0, bwd[i] = 2.0;
+  for (int s = 0; s < 2; s++) {
+    PlanSchedule sc = s ? PS_2BW : PS_GPIPE;
+    PlanStreamSpec sp = {2, 4, sc, 6, 1, NULL, 0};
+    PlanStreams st;
+    char err[512];
+    EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
+    PlanCosts c = {fwd, bwd, zero, zero, zero, zero, zero, NULL, true};
+    PlanSimResult r;
+    bool ok = plan_exec(&st, NULL, NULL, &c, true, &r, err, sizeof err);
+    if (!ok) fprintf(stderr, "%s\n", err);
+    EXPECT(ok);
+    EXPECT_NEAR(r.step_time_s, s ? 4 * 3.0 + 2.0 : (4 + 2 - 1) * 3.0, 1e-9, 0);
+    int waits = 0; /* the last stage's waits at its steps */
+    for (int e = 0; e < r.nevents; e++)
+      waits += r.events[e].stage == 1 && r.events[e].op == PI_OPT_STEP && r.events[e].wait;
+    EXPECT(waits >= 5);
+    plan_sim_result_free(&r);
+    plan_streams_free(&st);
+  }
+}
+
 int main(void) {
+  RUN(test_norm_barrier);
   RUN(test_2bw_tied_no_stall);
   RUN(test_flush_bubble_formula);
   RUN(test_2bw_steady_state_has_no_bubble);
