@@ -11,8 +11,9 @@
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
  *  - stageN.cu, the stage's own program: a banner, the verbatim text of philox.h and
  *    cuda_helpers.cuh (pkc_helpers_src.h: device helpers only, no kernel), then the
- *    stage's own kernels, sN_fusedK: one per fused elementwise chain
- *    (cgen_cuda_fuse.c), every length and offset a literal.
+ *    stage's own kernels, sN_fusedK: one per fused elementwise chain, or chain plus
+ *    the layernorm of its residual add (cgen_cuda_fuse.c), every length and offset a
+ *    literal.
  * Why two: the library is ~85% of a whole stage's NVRTC time and the same for every
  * stage; compiled once per plan (and cached across plans), a stage costs only its
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
