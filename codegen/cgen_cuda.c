@@ -11,8 +11,9 @@
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
  *  - stageN.cu, the stage's own program: a banner, the verbatim text of philox.h and
  *    cuda_helpers.cuh (pkc_helpers_src.h: device helpers only, no kernel), then the
- *    stage's own kernels, sN_fusedK: one per fused elementwise chain
- *    (cgen_cuda_fuse.c), every length and offset a literal.
+ *    stage's own kernels, sN_fusedK: one per fused elementwise chain, or chain plus
+ *    the layernorm of its residual add (cgen_cuda_fuse.c), every length and offset a
+ *    literal.
  * Why two: the library is ~85% of a whole stage's NVRTC time and the same for every
  * stage; compiled once per plan (and cached across plans), a stage costs only its
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
@@ -646,9 +647,11 @@ static RegionOps region_ops_index(const Graph *g, const int *ops, int n, int fir
   return x;
 }
 
-static void emit_region(CuEmit *e, const RegionOps *x, int r) {
+static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   const Graph *g = e->g;
   int *list = x->ops + x->start[r - x->first], n = x->start[r - x->first + 1] - x->start[r - x->first];
+  int end = x->start[r - x->first + 1], total = x->start[e->L->last_region - x->first + 1];
+  e->next_region_op = forward && end < total ? x->ops[end] : -1; /* regions without ops hold none */
   for (int k = 0; k < n; k++) {
     const Op *op = &g->ops[list[k]];
     if (e->done[op->id]) continue;
@@ -702,9 +705,9 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
 
   cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
   e.list = fwd;
-  for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r);
+  for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
   e.list = bwd;
-  for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r);
+  for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
   free(fx.start);
   free(fx.ops);
   free(bx.start);

@@ -17,6 +17,15 @@
  * so the launch is the same for every microbatch (a CUDA graph replays it). A chain
  * is cut short while its final output would overlap an operand it still reads at
  * another place (threads run in any order).
+ *
+ * Residual add + layernorm: when a chain ends with an add whose output the op emitted
+ * next, a layernorm, normalises (a GPT block's x + attn(...) then ln_2, or the
+ * embeddings' sum then ln_1), the kernel is a row kernel instead: block r computes row
+ * r of the chain, stores the sum (the residual stream, read later), and normalises it
+ * into the layernorm's output, with the arithmetic of pkc_layernorm_fwd_f32 (the same
+ * per-thread column loops at the same block size, the same block-sum tree, the same
+ * expressions), so the bits are those of the two kernels it replaces. A lone add (no
+ * chain) fuses with its layernorm the same way.
  */
 #include "codegen/cgen_cuda_internal.h"
 
@@ -98,6 +107,132 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
   return n;
 }
 
+/* The chain's statements for element i (in scope in the generated code): its
+ * values v0..v{n-1} in registers, the bias lead's vb, and the stores; `ind` indents
+ * them further. */
+static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y,
+                            int64_t len, const char *ind) {
+  const Graph *g = e->g;
+  Str *s = e->src;
+  int out = g->ops[chain[n - 1]].out[0];
+  char a[160], other[160];
+  const char *prev = NULL;
+  char prevbuf[16];
+  if (bias_lead >= 0) {
+    /* the linear's output is stored unless it is an intermediate like any other */
+    const TensorPlace *pl = &e->L->place[lead_y];
+    bool keep = pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
+                cgen_sole_consumer(e->g, e->L, lead_y) != chain[0];
+    operand(e, a, sizeof a, lead_y, len);
+    operand(e, other, sizeof other, first->in[2], len);
+    str_printf(s, "%s    const float vb = %s + %s;\n", ind, a, other);
+    if (keep) str_printf(s, "%s    %s = vb;\n", ind, a);
+    prev = "vb";
+  }
+  for (int i = 0; i < n; i++) {
+    const Op *op = &g->ops[chain[i]];
+    int in_chain = i > 0 ? g->ops[chain[i - 1]].out[0] : lead_y; /* the value in a register */
+    char x[160];
+    if (prev && (in_chain == op->in[0] || (op->nin > 1 && in_chain == op->in[1])))
+      snprintf(x, sizeof x, "%s", prev);
+    else
+      operand(e, x, sizeof x, op->in[0], len);
+    if (op->kind == OP_ADD || op->kind == OP_MUL) {
+      int oth = prev && op->in[0] == in_chain ? op->in[1] : prev && op->in[1] == in_chain ? op->in[0] : op->in[1];
+      operand(e, other, sizeof other, oth, len);
+    }
+    str_printf(s, "%s    const float v%d = ", ind, i);
+    if (op->kind == OP_ADD) {
+      str_printf(s, "%s + %s", x, other);
+    } else if (op->kind == OP_MUL) {
+      str_printf(s, "%s * %s", x, other);
+    } else if (op->kind == OP_SCALE) {
+      str_printf(s, "(float)%.17g * %s", op->attr[0], x);
+    } else if (op->kind == OP_RELU) {
+      str_printf(s, "%s > 0 ? %s : 0.0f", x, x);
+    } else if (op->kind == OP_GELU) {
+      str_printf(s, "0.5f * %s * (1.0f + tanhf(PKC_GELU_K * (%s + PKC_GELU_A * %s * %s * %s)))", x, x, x, x, x);
+    } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
+      /* the backward replays its forward's stream */
+      str_printf(s,
+                 "(pkc_u64)pk_rng_block(seed, %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? %s * ks%d : 0.0f",
+                 op->kind == OP_DROPOUT ? op->id : op->fwd_op, i, x, i);
+    } else {
+      PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
+               op_info[op->kind].name);
+      str_printf(s, "%s", x); /* dropout with p = 0 */
+    }
+    str_printf(s, ";\n");
+    snprintf(prevbuf, sizeof prevbuf, "v%d", i);
+    prev = prevbuf;
+  }
+  operand(e, a, sizeof a, out, len);
+  str_printf(s, "%s    %s = %s;\n", ind, a, prev);
+}
+
+static int64_t lastd_of(const CuEmit *e, int t) {
+  const Shape *sh = &e->g->tensors[t].shape;
+  return sh->dim[sh->rank - 1];
+}
+
+/* The layernorm that may fuse with chain[0..n) (its last op an add): the op emitted
+ * next (the region's next, or after the region's last the next region's first: a
+ * GPT's regions end at the residual stream) normalises the add's output over its last
+ * dimension into a tensor that is not accumulated, and whose place is disjoint from
+ * (or the same as) everything the chain reads and writes (a row's values are all read
+ * before its output is written, by the same threads). Else NULL. */
+static const Op *layernorm_after(const CuEmit *e, const int *ops, int nops, int next, const int *chain, int n,
+                                 int lead_y, int64_t len) {
+  const Graph *g = e->g;
+  int lo = next < nops ? ops[next] : e->next_region_op;
+  if (!e->o->fuse || n < 1 || lo < 0) return NULL;
+  const Op *last = &g->ops[chain[n - 1]], *ln = &g->ops[lo];
+  int sum = last->out[0], y = ln->out[0];
+  if (last->kind != OP_ADD || ln->kind != OP_LAYERNORM || e->done[ln->id]) return NULL;
+  if (ln->in[0] != sum || cu_numel(e, y) != len || acc(e, y) || len % lastd_of(e, sum) != 0) return NULL;
+  if (hazard(e, y, sum) || (lead_y >= 0 && hazard(e, y, lead_y))) return NULL;
+  for (int i = 0; i < n; i++) {
+    const Op *op = &g->ops[chain[i]];
+    for (int j = 0; j < op->nin; j++)
+      if (hazard(e, y, op->in[j])) return NULL;
+  }
+  return ln;
+}
+
+/* The row kernel of chain[0..n) + layernorm ln (see the top of the file): the loops
+ * and expressions of pkc_layernorm_fwd_f32, with the chain in place of its first read
+ * of x. */
+static void emit_add_layernorm(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y,
+                               int64_t len, const Op *ln) {
+  const Graph *g = e->g;
+  Str *s = e->src;
+  int sum = g->ops[chain[n - 1]].out[0];
+  int64_t C = lastd_of(e, sum), M = len / C;
+  CuPtr x = cu_tensor(e, sum), y = cu_tensor(e, ln->out[0]), ga = cu_tensor(e, ln->in[1]),
+        be = cu_tensor(e, ln->in[2]);
+  str_printf(s, "  __shared__ float sh[PKC_MAX_BLOCK];\n");
+  str_printf(s, "  for (pkc_i64 r = blockIdx.x; r < %lldLL; r += gridDim.x) {\n", (long long)M);
+  str_printf(s, "    float s = 0;\n");
+  str_printf(s, "    for (int c = (int)threadIdx.x; c < %lld; c += (int)blockDim.x) {\n", (long long)C);
+  str_printf(s, "      const pkc_i64 i = r * %lldLL + c;\n", (long long)C);
+  emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "  ");
+  str_printf(s, "      s += v%d;\n    }\n", n - 1);
+  str_printf(s, "    const float *xr = TF(%s, %lld) + r * %lldLL;\n", base_name(x.cls), (long long)x.off,
+             (long long)C);
+  str_printf(s, "    const float *gamma = TF(%s, %lld), *beta = TF(%s, %lld);\n", base_name(ga.cls),
+             (long long)ga.off, base_name(be.cls), (long long)be.off);
+  str_printf(s, "    float m = pkc_block_sum(s, sh) / (float)%lld;\n", (long long)C);
+  str_printf(s, "    float v = 0;\n");
+  str_printf(s, "    for (int c = (int)threadIdx.x; c < %lld; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);\n",
+             (long long)C);
+  str_printf(s, "    v = pkc_block_sum(v, sh) / (float)%lld;\n", (long long)C);
+  str_printf(s, "    float rs = 1.0f / sqrtf(v + (float)%.17g);\n", ln->attr[0]);
+  str_printf(s, "    float *yr = TF(%s, %lld) + r * %lldLL;\n", base_name(y.cls), (long long)y.off, (long long)C);
+  str_printf(s, "    for (int c = (int)threadIdx.x; c < %lld; c += (int)blockDim.x)\n", (long long)C);
+  str_printf(s, "      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];\n");
+  str_printf(s, "  }\n");
+}
+
 int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   const Graph *g = e->g;
   const Op *first = &g->ops[ops[k]];
@@ -128,9 +263,11 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     if (!bad) break;
     n--;
   }
-  if (bias_lead >= 0 ? n == 0 : n < 2) return 0;
+  const Op *ln = layernorm_after(e, ops, nops, k + n + (bias_lead >= 0 ? 1 : 0), chain, n, lead_y, len);
+  if (bias_lead >= 0 ? n == 0 : n < (ln ? 1 : 2)) return 0;
 
   for (int i = 0; i < n; i++) e->done[chain[i]] = true;
+  if (ln) e->done[ln->id] = true;
   if (bias_lead >= 0) {
     e->done[first->id] = true;
     cu_emit_linear_gemm(e, first); /* the GEMM only: the bias is added below */
@@ -148,7 +285,8 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   str_printf(s, "\n/* fused:");
   if (bias_lead >= 0) str_printf(s, " bias of linear(op %d)", first->id);
   for (int i = 0; i < n; i++) str_printf(s, " %s(op %d)", op_info[g->ops[chain[i]].kind].name, chain[i]);
-  str_printf(s, " -> %s, %lld elements */\n", g->tensors[out].name, (long long)len);
+  if (ln) str_printf(s, " layernorm(op %d)", ln->id);
+  str_printf(s, " -> %s, %lld elements */\n", g->tensors[ln ? ln->out[0] : out].name, (long long)len);
   str_printf(s,
              "extern \"C\" __global__ void %s(char *P, char *G, char *S, char *W, char *I, char *X,\n"
              "    pkc_u64 seed, const pkc_u32 *mbkey, int training) {\n"
@@ -164,67 +302,21 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
       str_printf(s, "  const float ks%d = pkc_keep_scale(p%d);\n", i, i);
     }
   }
-  str_printf(s, "  (void)training;\n  for (pkc_i64 i = pkc_tid(); i < %lldLL; i += pkc_nthreads()) {\n",
-             (long long)len);
-  char a[160], other[160];
-  const char *prev = NULL;
-  char prevbuf[16];
-  if (bias_lead >= 0) {
-    /* the linear's output is stored unless it is an intermediate like any other */
-    const TensorPlace *pl = &e->L->place[lead_y];
-    bool keep = pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
-                cgen_sole_consumer(e->g, e->L, lead_y) != chain[0];
-    operand(e, a, sizeof a, lead_y, len);
-    operand(e, other, sizeof other, first->in[2], len);
-    str_printf(s, "    const float vb = %s + %s;\n", a, other);
-    if (keep) str_printf(s, "    %s = vb;\n", a);
-    prev = "vb";
+  str_printf(s, "  (void)training;\n");
+  if (ln) {
+    emit_add_layernorm(e, chain, n, first, bias_lead, lead_y, len, ln);
+  } else {
+    str_printf(s, "  for (pkc_i64 i = pkc_tid(); i < %lldLL; i += pkc_nthreads()) {\n", (long long)len);
+    emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "");
+    str_printf(s, "  }\n");
   }
-  for (int i = 0; i < n; i++) {
-    const Op *op = &g->ops[chain[i]];
-    int in_chain = i > 0 ? g->ops[chain[i - 1]].out[0] : lead_y; /* the value in a register */
-    char x[160];
-    if (prev && (in_chain == op->in[0] || (op->nin > 1 && in_chain == op->in[1])))
-      snprintf(x, sizeof x, "%s", prev);
-    else
-      operand(e, x, sizeof x, op->in[0], len);
-    if (op->kind == OP_ADD || op->kind == OP_MUL) {
-      int oth = prev && op->in[0] == in_chain ? op->in[1] : prev && op->in[1] == in_chain ? op->in[0] : op->in[1];
-      operand(e, other, sizeof other, oth, len);
-    }
-    str_printf(s, "    const float v%d = ", i);
-    if (op->kind == OP_ADD) {
-      str_printf(s, "%s + %s", x, other);
-    } else if (op->kind == OP_MUL) {
-      str_printf(s, "%s * %s", x, other);
-    } else if (op->kind == OP_SCALE) {
-      str_printf(s, "(float)%.17g * %s", op->attr[0], x);
-    } else if (op->kind == OP_RELU) {
-      str_printf(s, "%s > 0 ? %s : 0.0f", x, x);
-    } else if (op->kind == OP_GELU) {
-      str_printf(s, "0.5f * %s * (1.0f + tanhf(PKC_GELU_K * (%s + PKC_GELU_A * %s * %s * %s)))", x, x, x, x, x);
-    } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      /* the backward replays its forward's stream */
-      str_printf(s,
-                 "(pkc_u64)pk_rng_block(seed, %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? %s * ks%d : 0.0f",
-                 op->kind == OP_DROPOUT ? op->id : op->fwd_op, i, x, i);
-    } else {
-      PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
-               op_info[op->kind].name);
-      str_printf(s, "%s", x); /* dropout with p = 0 */
-    }
-    str_printf(s, ";\n");
-    snprintf(prevbuf, sizeof prevbuf, "v%d", i);
-    prev = prevbuf;
-  }
-  operand(e, a, sizeof a, out, len);
-  str_printf(s, "    %s = %s;\n", a, prev);
-  str_printf(s, "  }\n}\n");
+  str_printf(s, "}\n");
 
-  cu_launch(e, chain[n - 1], name, PKC_ELEM, len, CU_BLOCK, 9, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
+  cu_launch(e, ln ? ln->id : chain[n - 1], name, ln ? PKC_ROW : PKC_ELEM, ln ? len / lastd_of(e, out) : len,
+            CU_BLOCK, 9, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
             cu_arg_ptr(cu_buf(BUF_GRADS, 0)), cu_arg_ptr(cu_buf(BUF_STASH, 0)), cu_arg_ptr(cu_buf(BUF_WORK, 0)),
             cu_arg_ptr(cu_buf(BUF_INPUTS, 0)), cu_arg_ptr(cu_buf(BUF_BOUNDARY, 0)), cu_arg_runtime("u64", "seed", 0),
             cu_arg_ptr(random ? cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY) : (CuPtr){-1, 0}),
             cu_arg_runtime("i32", "training", 0));
-  return n + (bias_lead >= 0 ? 1 : 0);
+  return n + (bias_lead >= 0 ? 1 : 0) + (ln ? 1 : 0);
 }

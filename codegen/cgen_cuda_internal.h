@@ -53,6 +53,8 @@ typedef struct CuEmit {
   bool *lib_listed; /* per library kernel (cuda_kernel_list.h order): in `kernels` */
   int flash_hs;     /* layout_cuda_flash_head_size(g): tensor-core attention's head size, or 0 */
   int nfused;       /* fused kernels written so far (their names' numbers) */
+  int next_region_op; /* forward: the first op of the next region of the stage that has
+                         ops (what is emitted after this region's last), else -1 */
   int64_t scratch;  /* bytes of cuda_scratch needed */
 } CuEmit;
 

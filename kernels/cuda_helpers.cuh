@@ -36,6 +36,21 @@ typedef unsigned int pkc_u32;
 #define PKC_NAN (__int_as_float(0x7fffffff))
 #endif
 
+/* 128-bit accesses, the elementwise kernels' fast path: pkc_f4 is CUDA's float4 and
+ * pkc_u4 its uint4 (one LDG.E.128 / STG.E.128 each at a 16-byte-aligned address);
+ * the emulator has no vector types and gets the same layout. */
+#if defined(PKC_EMULATE)
+struct __align__(16) pkc_f4 {
+  float x, y, z, w;
+};
+struct __align__(16) pkc_u4 {
+  unsigned x, y, z, w;
+};
+#else
+typedef float4 pkc_f4;
+typedef uint4 pkc_u4;
+#endif
+
 /* ---- device helpers ---------------------------------------------------------- */
 
 /* The flat id of this thread and the grid's total thread count (grid-stride loops). */
@@ -44,6 +59,11 @@ static __device__ __forceinline__ pkc_i64 pkc_tid(void) {
 }
 static __device__ __forceinline__ pkc_i64 pkc_nthreads(void) {
   return (pkc_i64)gridDim.x * blockDim.x;
+}
+
+/* Whether p is 16-byte aligned (a pkc_f4 / pkc_u4 may be read or written there). */
+static __device__ __forceinline__ bool pkc_aligned16(const void *p) {
+  return ((pkc_u64)p & 15u) == 0;
 }
 
 /* Sum of v over the block, the same in every thread; sh holds blockDim.x floats.

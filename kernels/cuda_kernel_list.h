@@ -17,40 +17,42 @@
 /* How a kernel's grid is sized (every kernel is correct with ANY grid: they all
  * stride; the kind only decides the parallelism). */
 typedef enum PkcLaunchKind {
-  PKC_ELEM, /* one thread per work item: grid = ceil(items / block) */
-  PKC_ROW,  /* one block per row: grid = rows */
-  PKC_COL,  /* one block per 32 columns: grid = ceil(columns / 32) */
-  PKC_ONE   /* exactly one block: grid = 1 (the kernel reduces over everything) */
+  PKC_ELEM,  /* one thread per work item: grid = ceil(items / block) */
+  PKC_ELEM4, /* one thread per 4 work items (128-bit float4 steps): ceil(items / 4 / block) */
+  PKC_ELEM8, /* one thread per 8 work items (128-bit steps of 8 bf16) */
+  PKC_ROW,   /* one block per row: grid = rows */
+  PKC_COL,   /* one block per 32 columns: grid = ceil(columns / 32) */
+  PKC_ONE    /* exactly one block: grid = 1 (the kernel reduces over everything) */
 } PkcLaunchKind;
 
 /* clang-format off */
 #define PKC_KERNEL_LIST(X) \
-  X(pkc_fill_f32, PKC_ELEM)                 /* n */ \
+  X(pkc_fill_f32, PKC_ELEM4)                /* n */ \
   X(pkc_set_u32, PKC_ONE)                   /* - */ \
-  X(pkc_copy_f32, PKC_ELEM)                 /* n */ \
-  X(pkc_scale_inplace_f32, PKC_ELEM)        /* n */ \
-  X(pkc_axpy_f32, PKC_ELEM)                 /* n */ \
+  X(pkc_copy_f32, PKC_ELEM4)                /* n */ \
+  X(pkc_scale_inplace_f32, PKC_ELEM4)       /* n */ \
+  X(pkc_axpy_f32, PKC_ELEM4)                /* n */ \
   X(pkc_sumsq_partial_f32, PKC_ELEM)        /* n; cap the grid: one part[] per block */ \
   X(pkc_sumsq_final_f32, PKC_ONE)           /* - */ \
-  X(pkc_cast_f32_to_bf16, PKC_ELEM)         /* n */ \
-  X(pkc_cast_bf16_to_f32, PKC_ELEM)         /* n */ \
+  X(pkc_cast_f32_to_bf16, PKC_ELEM8)        /* n */ \
+  X(pkc_cast_bf16_to_f32, PKC_ELEM8)        /* n */ \
   X(pkc_embedding_fwd_f32, PKC_ELEM)        /* n*C */ \
   X(pkc_embedding_bwd_f32, PKC_ELEM)        /* n*C */ \
   X(pkc_positions_fwd_f32, PKC_ELEM)        /* B*T*C */ \
   X(pkc_positions_bwd_f32, PKC_ELEM)        /* rows*C */ \
-  X(pkc_add_fwd_f32, PKC_ELEM)              /* n */ \
-  X(pkc_add_bias_fwd_f32, PKC_ELEM)         /* M*N */ \
-  X(pkc_mul_fwd_f32, PKC_ELEM)              /* n */ \
-  X(pkc_mul_bwd_f32, PKC_ELEM)              /* n */ \
-  X(pkc_scale_fwd_f32, PKC_ELEM)            /* n */ \
+  X(pkc_add_fwd_f32, PKC_ELEM4)             /* n */ \
+  X(pkc_add_bias_fwd_f32, PKC_ELEM4)        /* M*N */ \
+  X(pkc_mul_fwd_f32, PKC_ELEM4)             /* n */ \
+  X(pkc_mul_bwd_f32, PKC_ELEM4)             /* n */ \
+  X(pkc_scale_fwd_f32, PKC_ELEM4)           /* n */ \
   X(pkc_bias_grad_f32, PKC_COL)             /* N */ \
   X(pkc_layernorm_fwd_f32, PKC_ROW)         /* M */ \
   X(pkc_layernorm_bwd_dx_f32, PKC_ROW)      /* M */ \
   X(pkc_layernorm_bwd_params_f32, PKC_COL)  /* C */ \
-  X(pkc_gelu_fwd_f32, PKC_ELEM)             /* n */ \
-  X(pkc_gelu_bwd_f32, PKC_ELEM)             /* n */ \
-  X(pkc_relu_fwd_f32, PKC_ELEM)             /* n */ \
-  X(pkc_relu_bwd_f32, PKC_ELEM)             /* n */ \
+  X(pkc_gelu_fwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_gelu_bwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_relu_fwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_relu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_softmax_fwd_f32, PKC_ROW)           /* M */ \
   X(pkc_softmax_bwd_f32, PKC_ROW)           /* M */ \
   X(pkc_dropout_fwd_f32, PKC_ELEM)          /* (n+3)/4 */ \
@@ -83,6 +85,8 @@ static inline unsigned pkc_grid(PkcLaunchKind kind, int64_t items, unsigned bloc
   int64_t g = 1;
   switch (kind) {
   case PKC_ELEM: g = (items + block - 1) / block; break;
+  case PKC_ELEM4: g = ((items + 3) / 4 + block - 1) / block; break;
+  case PKC_ELEM8: g = ((items + 7) / 8 + block - 1) / block; break;
   case PKC_ROW: g = items; break;
   case PKC_COL: g = (items + 31) / 32; break;
   case PKC_ONE: return 1;

@@ -82,13 +82,68 @@
 #define PKC_ATT_HS_OF(C, NH) ((C) / (NH))
 #endif
 
+/* ===== 128-bit elementwise maps ================================================ */
+
+/* The elementwise kernels' loop: y[i] = f(x[i]) (pkc_map1) or y[i] = f(a[i], b[i])
+ * (pkc_map2) for i < n. The kernels are memory-bound, so when every pointer is 16-byte
+ * aligned each step of the grid-stride loop takes four elements with one 128-bit load
+ * per input and one 128-bit store (LDG.E.128 / STG.E.128: a quarter of the memory
+ * instructions); the n % 4 elements after the last group of four, or all n when a
+ * pointer is not aligned, take the scalar loop. The same f computes each element
+ * alone on both paths, so the bits never depend on the path (nor on the grid). y may
+ * alias an input. Their launch kind is PKC_ELEM4: a thread per four elements. */
+template <class F>
+static __device__ __forceinline__ void pkc_map1(float *y, const float *x, pkc_i64 n, F f) {
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(y) && pkc_aligned16(x)) {
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 v = ((const pkc_f4 *)x)[i];
+      v.x = f(v.x);
+      v.y = f(v.y);
+      v.z = f(v.z);
+      v.w = f(v.w);
+      ((pkc_f4 *)y)[i] = v;
+    }
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) y[i] = f(x[i]);
+}
+
+template <class F>
+static __device__ __forceinline__ void pkc_map2(float *y, const float *a, const float *b,
+                                                pkc_i64 n, F f) {
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(y) && pkc_aligned16(a) && pkc_aligned16(b)) {
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 u = ((const pkc_f4 *)a)[i], v = ((const pkc_f4 *)b)[i];
+      u.x = f(u.x, v.x);
+      u.y = f(u.y, v.y);
+      u.z = f(u.z, v.z);
+      u.w = f(u.w, v.w);
+      ((pkc_f4 *)y)[i] = u;
+    }
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) y[i] = f(a[i], b[i]);
+}
+
 extern "C" {
 
 /* ===== elementwise helpers ===================================================== */
 
 /* y[i] = v (v = 0 zeroes a gradient before a non-accumulating atomic kernel). */
 __global__ void pkc_fill_f32(float *y, float v, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = v;
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(y)) { /* pkc_map1's two paths, with no input */
+    pkc_f4 v4;
+    v4.x = v4.y = v4.z = v4.w = v;
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) ((pkc_f4 *)y)[i] = v4;
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) y[i] = v;
 }
 
 /* *dst = v, one thread: the runtime's stream-ordered write of a pass's microbatch key
@@ -99,17 +154,17 @@ __global__ void pkc_set_u32(pkc_u32 *dst, pkc_u32 v) {
 
 /* y = x (no overlap). */
 __global__ void pkc_copy_f32(float *y, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = x[i];
+  pkc_map1(y, x, n, [](float v) { return v; });
 }
 
 /* x *= s in place (1/accumulation, gradient clipping). */
 __global__ void pkc_scale_inplace_f32(float *x, float s, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) x[i] *= s;
+  pkc_map1(x, x, n, [=](float v) { return v * s; });
 }
 
 /* y += a·x: gradient accumulation, and gradients meeting at a fork. */
 __global__ void pkc_axpy_f32(float *y, float a, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] += a * x[i];
+  pkc_map2(y, y, x, n, [=](float yi, float xi) { return yi + a * xi; });
 }
 
 /* Σ x², phase 1: part[blockIdx.x] = this block's share, in double. Phase 2
@@ -132,13 +187,53 @@ __global__ void pkc_sumsq_final_f32(double *out, const double *part, int nparts)
   }
 }
 
-/* bfloat16 <-> float32 (mixed-precision GEMM operands; bits as unsigned short). */
+/* bfloat16 <-> float32 (mixed-precision GEMM operands; bits as unsigned short). Eight
+ * elements a step when both pointers are 16-byte aligned: two 128-bit float accesses
+ * and one 128-bit access of eight bf16 (element 2k in the low half of word k, as
+ * memory holds them on the little-endian GPU); the rest scalar. Launch kind PKC_ELEM8. */
+static __device__ __forceinline__ unsigned pkc_bf16_pair(float lo, float hi) {
+  return (unsigned)pkc_f32_to_bf16(lo) | ((unsigned)pkc_f32_to_bf16(hi) << 16);
+}
+
 __global__ void pkc_cast_f32_to_bf16(unsigned short *y, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = pkc_f32_to_bf16(x[i]);
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(y) && pkc_aligned16(x)) {
+    pkc_i64 n8 = n >> 3;
+    for (pkc_i64 i = pkc_tid(); i < n8; i += pkc_nthreads()) {
+      pkc_f4 a = ((const pkc_f4 *)x)[2 * i], b = ((const pkc_f4 *)x)[2 * i + 1];
+      pkc_u4 h;
+      h.x = pkc_bf16_pair(a.x, a.y);
+      h.y = pkc_bf16_pair(a.z, a.w);
+      h.z = pkc_bf16_pair(b.x, b.y);
+      h.w = pkc_bf16_pair(b.z, b.w);
+      ((pkc_u4 *)y)[i] = h;
+    }
+    i0 = n8 << 3;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) y[i] = pkc_f32_to_bf16(x[i]);
 }
 
 __global__ void pkc_cast_bf16_to_f32(float *y, const unsigned short *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = pkc_bf16_to_f32(x[i]);
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(y) && pkc_aligned16(x)) {
+    pkc_i64 n8 = n >> 3;
+    for (pkc_i64 i = pkc_tid(); i < n8; i += pkc_nthreads()) {
+      pkc_u4 h = ((const pkc_u4 *)x)[i];
+      pkc_f4 a, b;
+      a.x = __uint_as_float(h.x << 16);
+      a.y = __uint_as_float(h.x & 0xffff0000u);
+      a.z = __uint_as_float(h.y << 16);
+      a.w = __uint_as_float(h.y & 0xffff0000u);
+      b.x = __uint_as_float(h.z << 16);
+      b.y = __uint_as_float(h.z & 0xffff0000u);
+      b.z = __uint_as_float(h.w << 16);
+      b.w = __uint_as_float(h.w & 0xffff0000u);
+      ((pkc_f4 *)y)[2 * i] = a;
+      ((pkc_f4 *)y)[2 * i + 1] = b;
+    }
+    i0 = n8 << 3;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) y[i] = pkc_bf16_to_f32(x[i]);
 }
 
 /* ===== embedding, positions ==================================================== */
@@ -205,24 +300,63 @@ __global__ void pkc_positions_bwd_f32(float *dtable, const float *dy, int B, int
 /* ===== add, mul, scale, bias =================================================== */
 
 __global__ void pkc_add_fwd_f32(float *y, const float *a, const float *b, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = a[i] + b[i];
+  pkc_map2(y, a, b, n, [](float u, float v) { return u + v; });
 }
 
-/* y[M,N] = a[M,N] + bias[N] (y may alias a): also linear's bias after the GEMM. */
+/* y[M,N] = a[M,N] + bias[N] (y may alias a): also linear's bias after the GEMM.
+ * 128-bit steps (as pkc_map2) when N is a multiple of 4 and the pointers aligned. */
 __global__ void pkc_add_bias_fwd_f32(float *y, const float *a, const float *bias, pkc_i64 M,
                                      int N) {
-  pkc_i64 total = M * N;
-  for (pkc_i64 k = pkc_tid(); k < total; k += pkc_nthreads()) y[k] = a[k] + bias[k % N];
+  pkc_i64 total = M * N, k0 = 0;
+  if (N % 4 == 0 && pkc_aligned16(y) && pkc_aligned16(a) && pkc_aligned16(bias)) {
+    pkc_i64 n4 = total >> 2;
+    int N4 = N >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 u = ((const pkc_f4 *)a)[i], v = ((const pkc_f4 *)bias)[i % N4];
+      u.x = u.x + v.x;
+      u.y = u.y + v.y;
+      u.z = u.z + v.z;
+      u.w = u.w + v.w;
+      ((pkc_f4 *)y)[i] = u;
+    }
+    k0 = n4 << 2; /* = total */
+  }
+  for (pkc_i64 k = k0 + pkc_tid(); k < total; k += pkc_nthreads()) y[k] = a[k] + bias[k % N];
 }
 
 __global__ void pkc_mul_fwd_f32(float *y, const float *a, const float *b, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = a[i] * b[i];
+  pkc_map2(y, a, b, n, [](float u, float v) { return u * v; });
 }
 
-/* da = dy ⊙ b, db = dy ⊙ a; either may be NULL. */
+/* da = dy ⊙ b, db = dy ⊙ a; either may be NULL. dy is read once for both. */
 __global__ void pkc_mul_bwd_f32(float *da, float *db, const float *dy, const float *a,
                                 const float *b, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(da) && pkc_aligned16(db) && pkc_aligned16(dy) && pkc_aligned16(a) &&
+      pkc_aligned16(b)) { /* NULL is aligned, and then never read or written */
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 g = ((const pkc_f4 *)dy)[i];
+      if (da) {
+        pkc_f4 v = ((const pkc_f4 *)b)[i];
+        v.x = g.x * v.x;
+        v.y = g.y * v.y;
+        v.z = g.z * v.z;
+        v.w = g.w * v.w;
+        ((pkc_f4 *)da)[i] = v;
+      }
+      if (db) {
+        pkc_f4 u = ((const pkc_f4 *)a)[i];
+        u.x = g.x * u.x;
+        u.y = g.y * u.y;
+        u.z = g.z * u.z;
+        u.w = g.w * u.w;
+        ((pkc_f4 *)db)[i] = u;
+      }
+    }
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) {
     float g = dy[i];
     if (da) da[i] = g * b[i];
     if (db) db[i] = g * a[i];
@@ -230,7 +364,7 @@ __global__ void pkc_mul_bwd_f32(float *da, float *db, const float *dy, const flo
 }
 
 __global__ void pkc_scale_fwd_f32(float *y, const float *x, float s, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = s * x[i];
+  pkc_map1(y, x, n, [=](float v) { return s * v; });
 }
 
 /* db[N] (+)= Σ_rows dy[M,N]. Column kernel: a block owns 32 columns; its
@@ -363,32 +497,30 @@ __global__ void pkc_layernorm_bwd_params_f32(float *dgamma, float *dbeta, const 
 /* ===== gelu, relu, softmax ====================================================== */
 
 __global__ void pkc_gelu_fwd_f32(float *y, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
-    float v = x[i];
+  pkc_map1(y, x, n, [](float v) {
     float r = 0.5f * v * (1.0f + tanhf(PKC_GELU_K * (v + PKC_GELU_A * v * v * v)));
 #ifdef PKC_SELFTEST_PERTURB
     r *= 1.01f;
 #endif
-    y[i] = r;
-  }
+    return r;
+  });
 }
 
 __global__ void pkc_gelu_bwd_f32(float *dx, const float *dy, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
-    float v = x[i];
+  pkc_map2(dx, dy, x, n, [](float g, float v) {
     float th = tanhf(PKC_GELU_K * (v + PKC_GELU_A * v * v * v));
     float du = PKC_GELU_K * (1.0f + 3.0f * PKC_GELU_A * v * v);
     float d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
-    dx[i] = dy[i] * d;
-  }
+    return g * d;
+  });
 }
 
 __global__ void pkc_relu_fwd_f32(float *y, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) y[i] = x[i] > 0 ? x[i] : 0.0f;
+  pkc_map1(y, x, n, [](float v) { return v > 0 ? v : 0.0f; });
 }
 
 __global__ void pkc_relu_bwd_f32(float *dx, const float *dy, const float *x, pkc_i64 n) {
-  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+  pkc_map2(dx, dy, x, n, [](float g, float v) { return v > 0 ? g : 0.0f; });
 }
 
 /* Row kernel: softmax over each row of N, max-subtracted. */
@@ -422,16 +554,29 @@ __global__ void pkc_softmax_bwd_f32(float *dx, const float *dy, const float *y, 
 /* ===== dropout ================================================================== */
 
 /* y = x ⊙ mask / (1-p), the CPU's mask bit for bit (y may alias x). One thread per
- * block of four elements: one Philox call each. */
+ * block of four elements: one Philox call each, and one 128-bit load and store when
+ * the pointers are 16-byte aligned. */
 __global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double p, pkc_u64 seed,
                                     pkc_u32 op, const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   pkc_u64 thr = pk_rng_threshold(p);
   float ks = pkc_keep_scale(p);
   pkc_i64 nblk = (n + 3) / 4;
+  pkc_i64 nvec = pkc_aligned16(y) && pkc_aligned16(x) ? n >> 2 : 0; /* whole aligned blocks */
   for (pkc_i64 blk = pkc_tid(); blk < nblk; blk += pkc_nthreads()) {
     PhiloxCtr r;
     if (p > 0) r = pk_rng_block(seed, op, microbatch, (pkc_u64)blk);
+    if (blk < nvec) { /* the block's four elements in one 128-bit load and store */
+      pkc_f4 v = ((const pkc_f4 *)(x))[blk];
+      if (p > 0) {
+        v.x = (pkc_u64)r.v[0] >= thr ? v.x * ks : 0.0f;
+        v.y = (pkc_u64)r.v[1] >= thr ? v.y * ks : 0.0f;
+        v.z = (pkc_u64)r.v[2] >= thr ? v.z * ks : 0.0f;
+        v.w = (pkc_u64)r.v[3] >= thr ? v.w * ks : 0.0f;
+      }
+      ((pkc_f4 *)(y))[blk] = v;
+      continue;
+    }
     for (int j = 0; j < 4 && blk * 4 + j < n; j++) {
       pkc_i64 i = blk * 4 + j;
       if (!(p > 0))
@@ -449,9 +594,21 @@ __global__ void pkc_dropout_bwd_f32(float *dx, const float *dy, pkc_i64 n, doubl
   pkc_u64 thr = pk_rng_threshold(p);
   float ks = pkc_keep_scale(p);
   pkc_i64 nblk = (n + 3) / 4;
+  pkc_i64 nvec = pkc_aligned16(dx) && pkc_aligned16(dy) ? n >> 2 : 0; /* whole aligned blocks */
   for (pkc_i64 blk = pkc_tid(); blk < nblk; blk += pkc_nthreads()) {
     PhiloxCtr r;
     if (p > 0) r = pk_rng_block(seed, op, microbatch, (pkc_u64)blk);
+    if (blk < nvec) { /* the block's four elements in one 128-bit load and store */
+      pkc_f4 v = ((const pkc_f4 *)(dy))[blk];
+      if (p > 0) {
+        v.x = (pkc_u64)r.v[0] >= thr ? v.x * ks : 0.0f;
+        v.y = (pkc_u64)r.v[1] >= thr ? v.y * ks : 0.0f;
+        v.z = (pkc_u64)r.v[2] >= thr ? v.z * ks : 0.0f;
+        v.w = (pkc_u64)r.v[3] >= thr ? v.w * ks : 0.0f;
+      }
+      ((pkc_f4 *)(dx))[blk] = v;
+      continue;
+    }
     for (int j = 0; j < 4 && blk * 4 + j < n; j++) {
       pkc_i64 i = blk * 4 + j;
       if (!(p > 0))

@@ -267,11 +267,10 @@ static bool run_block(unsigned block) {
   }
 }
 
-extern "C" int emu_launch(const char *name, unsigned grid, unsigned block, void **args) {
-  const Entry *e = nullptr;
-  for (const Entry &k : kernels)
-    if (strcmp(k.name, name) == 0) e = &k;
-  if (!e) return -1;
+// Runs kernel `call` (a Caller's call) over the grid, each block's threads as fibres:
+// the library kernels (emu_launch) and a generated module's own kernels
+// (tests/cudaexec/emu_module.c: emu_stage_launch), some of which synchronise.
+static int emu_run(const char *name, void (*call)(void **), unsigned grid, unsigned block, void **args) {
   if (block > nfibers_alloc) {
     fibers = (Fiber *)realloc(fibers, block * sizeof *fibers);
     for (unsigned i = nfibers_alloc; i < block; i++) fibers[i].stack = (char *)malloc(kStack);
@@ -282,7 +281,7 @@ extern "C" int emu_launch(const char *name, unsigned grid, unsigned block, void 
     warps = (WarpSlots *)realloc(warps, nwarps_alloc * sizeof *warps);
   }
   divergence = nullptr;
-  cur_kernel = e->call;
+  cur_kernel = call;
   cur_args = args;
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
@@ -296,4 +295,10 @@ extern "C" int emu_launch(const char *name, unsigned grid, unsigned block, void 
     }
   }
   return 0;
+}
+
+extern "C" int emu_launch(const char *name, unsigned grid, unsigned block, void **args) {
+  for (const Entry &k : kernels)
+    if (strcmp(k.name, name) == 0) return emu_run(name, k.call, grid, block, args);
+  return -1;
 }

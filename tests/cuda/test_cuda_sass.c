@@ -1,10 +1,13 @@
-/* tests/cuda/test_cuda_sass.c — the attention kernels really run on tensor cores.
+/* tests/cuda/test_cuda_sass.c — the attention kernels really run on tensor cores, and
+ * the elementwise kernels really move 128 bits a memory instruction.
  *
  * NVRTC compiles the kernel library (pd_cuda_kernels_src) as the code generator does
  * for a GPT-2 model (PKC_ATT_HS=64) for sm_80 and sm_90; cuobjdump -sass disassembles
  * the cubin, and every tensor-core kernel's SASS must hold HMMA (mma.sync), LDSM
  * (ldmatrix) and LDGSTS (cp.async). A helper that fell back to scalar code, or a kernel
- * that stopped using it, fails here. Needs the toolkit's cuobjdump (configure-time
+ * that stopped using it, fails here. Every elementwise kernel with a 128-bit fast path
+ * (cuda_kernels.cuh: pkc_map1, pkc_map2, the casts, dropout) must hold LDG.E.128 and
+ * STG.E.128 (pkc_fill_f32, which reads nothing, only the store). Needs the toolkit's cuobjdump (configure-time
  * PD2BW_CUOBJDUMP, or the environment's PD2BW_CUOBJDUMP): without it the test is
  * skipped (exit 77), never passed.
  */
@@ -85,6 +88,15 @@ static const char *const tensor_core_kernels[] = {
     "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_dq_bf16",
     "pkc_flash_attention_bwd_dkv_bf16"};
 
+/* The elementwise kernels with a 128-bit path (launch kinds PKC_ELEM4 / PKC_ELEM8, and
+ * dropout's blocks of four). */
+static const char *const vector_kernels[] = {
+    "pkc_fill_f32",         "pkc_copy_f32",         "pkc_scale_inplace_f32", "pkc_axpy_f32",
+    "pkc_cast_f32_to_bf16", "pkc_cast_bf16_to_f32", "pkc_add_fwd_f32",       "pkc_add_bias_fwd_f32",
+    "pkc_mul_fwd_f32",      "pkc_mul_bwd_f32",      "pkc_scale_fwd_f32",     "pkc_gelu_fwd_f32",
+    "pkc_gelu_bwd_f32",     "pkc_relu_fwd_f32",     "pkc_relu_bwd_f32",      "pkc_dropout_fwd_f32",
+    "pkc_dropout_bwd_f32"};
+
 static const char *tool;
 static int arch;
 
@@ -120,6 +132,19 @@ static void test_tensor_core_sass(void) {
   }
   /* and the fp32 kernels stay scalar: the check can tell the two apart */
   EXPECT_EQ_INT(kernel_has(sass, "pkc_attention_fwd_f32", "HMMA"), 0);
+  for (size_t k = 0; k < sizeof vector_kernels / sizeof *vector_kernels; k++) {
+    static const char *const ops[] = {"STG.E.128", "LDG.E.128"};
+    int nops = strcmp(vector_kernels[k], "pkc_fill_f32") == 0 ? 1 : 2;
+    for (int i = 0; i < nops; i++) {
+      int has = kernel_has(sass, vector_kernels[k], ops[i]);
+      if (has != 1)
+        fprintf(stderr, "sm_%d: %s: %s\n", arch, vector_kernels[k],
+                has < 0 ? "not in the SASS" : ops[i]);
+      EXPECT_EQ_INT(has, 1);
+    }
+  }
+  /* a kernel with no vector path has none: the check can tell the two apart */
+  EXPECT_EQ_INT(kernel_has(sass, "pkc_positions_bwd_f32", "LDG.E.128"), 0);
   free(sass);
 }
 

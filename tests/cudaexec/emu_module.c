@@ -23,14 +23,11 @@ void emu_table_entry(FILE *f, const char *name) {
 void emu_table_end(FILE *f, const char *fallback) {
   fprintf(f,
           "  {nullptr, nullptr}};\n}\n"
-          "// The stage's kernels never synchronise: each thread runs to its end in turn.\n"
+          "// The stage's kernels run as the library's do: a block's threads as fibres (the\n"
+          "// fused residual-add + layernorm kernels synchronise).\n"
           "extern \"C\" int emu_stage_launch(const char *name, unsigned grid, unsigned block, void **args) {\n"
-          "  for (const StageEntry *e = stage_kernels; e->name; e++) {\n"
-          "    if (strcmp(e->name, name) != 0) continue;\n"
-          "    gridDim = {grid, 1, 1};\n    blockDim = {block, 1, 1};\n"
-          "    for (unsigned b = 0; b < grid; b++)\n"
-          "      for (unsigned t = 0; t < block; t++) {\n"
-          "        blockIdx = {b, 0, 0};\n        threadIdx = {t, 0, 0};\n        e->call(args);\n      }\n"
-          "    return 0;\n  }\n  return %s;\n}\n",
+          "  for (const StageEntry *e = stage_kernels; e->name; e++)\n"
+          "    if (strcmp(e->name, name) == 0) return emu_run(name, e->call, grid, block, args);\n"
+          "  return %s;\n}\n",
           fallback);
 }

@@ -4,8 +4,9 @@
  *
  * A module is one C++ file: cuda_emu.cpp (the library kernels, each CUDA thread a
  * fibre: emu_launch), the generated .cu files, and a table of the source's own
- * kernels with `emu_stage_launch`, which runs them (they never synchronise, so each
- * thread runs to its end in turn) and hands every other name to a fallback. The
+ * kernels with `emu_stage_launch`, which runs them as the library's (each thread a
+ * fibre: the fused add + layernorm kernels synchronise) and hands every other name to
+ * a fallback. The
  * writer below emits the table; emu_module_build compiles the file to a shared
  * object with the C++ compiler CMake found (PD2BW_TEST_CXX). Run from the source
  * root: the file includes "tests/cuda/cuda_emu.cpp".

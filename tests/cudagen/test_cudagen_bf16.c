@@ -91,8 +91,9 @@ static double check_cast(const cJSON *c, int op, const cJSON *src, double n, con
   double off = num(dst, "offset");
   EXPECT(off >= 0 && off + 2 * n <= num(blocks, "cuda_scratch"));
   EXPECT((long long)off % 256 == 0);
-  /* one block per 256 elements: the launch covers them all (kernels also stride) */
-  EXPECT(num(c, "grid") * num(c, "block") >= n || num(c, "grid") >= 1024);
+  /* one thread per 8 elements (PKC_ELEM8): the launch covers them all (kernels also
+   * stride) */
+  EXPECT(num(c, "grid") * num(c, "block") * 8 >= n || num(c, "grid") >= 1024);
   return off;
 }
 

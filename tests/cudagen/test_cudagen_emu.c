@@ -197,6 +197,28 @@ static double compare_block(const char *what, const float *cpu, const float *gpu
   return worst;
 }
 
+/* With fusion, every forward layernorm of an add's output (the residual stream) runs
+ * in the add's kernel, a stage kernel (codegen/cgen_cuda_fuse.c), so the comparison
+ * below covers that kernel and not the library's layernorm. */
+static void check_add_layernorm_fused(const Graph *g, const cJSON *list) {
+  int want = 0, got = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind != OP_LAYERNORM || g->tensors[op->in[0]].producer < 0 ||
+        g->ops[g->tensors[op->in[0]].producer].kind != OP_ADD)
+      continue;
+    want++;
+    const cJSON *en;
+    cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, "forward")) {
+      if ((int)cJSON_GetObjectItem(en, "op")->valuedouble != o) continue;
+      const cJSON *m = cJSON_GetObjectItem(en, "module");
+      got += cJSON_IsString(m) && strcmp(m->valuestring, "stage") == 0;
+    }
+  }
+  printf("  %d of %d layernorms of a residual add fused with it\n", got, want);
+  EXPECT(want > 0 && got == want);
+}
+
 static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool fuse, int id_range) {
   Harness h;
   EXPECT(harness_build_range(&h, g, r0, r1, b, false, true));
@@ -213,6 +235,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
   char *lib = codegen_cuda_library_source(g);
+  if (fuse) check_add_layernorm_fused(g, list);
   Replay r = {.seed = 1234, .mb = mb, .training = 1};
   for (int c = BUF_PARAMS; c < NBLK; c++) {
     const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);

@@ -13,20 +13,63 @@
 /* ==== stage 0's own kernels: fused elementwise chains ==== */
 #define TF(base, off) ((float *)(void *)((base) + (off)))
 
-/* fused: bias of linear(op 6) add(op 7) -> x, 1024 elements */
+/* fused: add(op 2) layernorm(op 3) -> h, 1024 elements */
 extern "C" __global__ void s0_fused0(char *P, char *G, char *S, char *W, char *I, char *X,
     pkc_u64 seed, const pkc_u32 *mbkey, int training) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
-    const float vb = TF(W, 0)[i] + TF(P, 27264)[i % 32];
-    const float v0 = vb + TF(S, 0)[i];
-    TF(S, 24832)[i] = v0;
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) {
+      const pkc_i64 i = r * 32LL + c;
+      const float v0 = TF(W, 0)[i] + TF(W, 4096)[i];
+      TF(S, 0)[i] = v0;
+      s += v0;
+    }
+    const float *xr = TF(S, 0) + r * 32LL;
+    const float *gamma = TF(P, 10240), *beta = TF(P, 10368);
+    float m = pkc_block_sum(s, sh) / (float)32;
+    float v = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = pkc_block_sum(v, sh) / (float)32;
+    float rs = 1.0f / sqrtf(v + (float)1.0000000000000001e-05);
+    float *yr = TF(S, 4096) + r * 32LL;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x)
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+  }
+}
+
+/* fused: bias of linear(op 6) add(op 7) layernorm(op 8) -> h, 1024 elements */
+extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+  (void)training;
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) {
+      const pkc_i64 i = r * 32LL + c;
+      const float vb = TF(W, 0)[i] + TF(P, 27264)[i % 32];
+      const float v0 = vb + TF(S, 0)[i];
+      TF(S, 24832)[i] = v0;
+      s += v0;
+    }
+    const float *xr = TF(S, 24832) + r * 32LL;
+    const float *gamma = TF(P, 27392), *beta = TF(P, 27520);
+    float m = pkc_block_sum(s, sh) / (float)32;
+    float v = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = pkc_block_sum(v, sh) / (float)32;
+    float rs = 1.0f / sqrtf(v + (float)1.0000000000000001e-05);
+    float *yr = TF(S, 28928) + r * 32LL;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x)
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
   }
 }
 
 /* fused: bias of linear(op 9) gelu(op 10) -> m, 4096 elements */
-extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I, char *X,
+extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I, char *X,
     pkc_u64 seed, const pkc_u32 *mbkey, int training) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
@@ -38,32 +81,64 @@ extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I
   }
 }
 
-/* fused: bias of linear(op 11) add(op 12) -> x, 1024 elements */
-extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
-  (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
-    const float vb = TF(W, 0)[i] + TF(P, 60928)[i % 32];
-    const float v0 = vb + TF(S, 24832)[i];
-    TF(S, 65792)[i] = v0;
-  }
-}
-
-/* fused: bias of linear(op 16) add(op 17) -> x, 1024 elements */
+/* fused: bias of linear(op 11) add(op 12) layernorm(op 13) -> h, 1024 elements */
 extern "C" __global__ void s0_fused3(char *P, char *G, char *S, char *W, char *I, char *X,
     pkc_u64 seed, const pkc_u32 *mbkey, int training) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
-    const float vb = TF(W, 0)[i] + TF(P, 78080)[i % 32];
-    const float v0 = vb + TF(S, 65792)[i];
-    TF(S, 90624)[i] = v0;
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) {
+      const pkc_i64 i = r * 32LL + c;
+      const float vb = TF(W, 0)[i] + TF(P, 60928)[i % 32];
+      const float v0 = vb + TF(S, 24832)[i];
+      TF(S, 65792)[i] = v0;
+      s += v0;
+    }
+    const float *xr = TF(S, 65792) + r * 32LL;
+    const float *gamma = TF(P, 61056), *beta = TF(P, 61184);
+    float m = pkc_block_sum(s, sh) / (float)32;
+    float v = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = pkc_block_sum(v, sh) / (float)32;
+    float rs = 1.0f / sqrtf(v + (float)1.0000000000000001e-05);
+    float *yr = TF(S, 69888) + r * 32LL;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x)
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+  }
+}
+
+/* fused: bias of linear(op 16) add(op 17) layernorm(op 18) -> h, 1024 elements */
+extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+  (void)training;
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) {
+      const pkc_i64 i = r * 32LL + c;
+      const float vb = TF(W, 0)[i] + TF(P, 78080)[i % 32];
+      const float v0 = vb + TF(S, 65792)[i];
+      TF(S, 90624)[i] = v0;
+      s += v0;
+    }
+    const float *xr = TF(S, 90624) + r * 32LL;
+    const float *gamma = TF(P, 78208), *beta = TF(P, 78336);
+    float m = pkc_block_sum(s, sh) / (float)32;
+    float v = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = pkc_block_sum(v, sh) / (float)32;
+    float rs = 1.0f / sqrtf(v + (float)1.0000000000000001e-05);
+    float *yr = TF(S, 94720) + r * 32LL;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x)
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
   }
 }
 
 /* fused: bias of linear(op 19) gelu(op 20) -> m, 4096 elements */
-extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I, char *X,
+extern "C" __global__ void s0_fused5(char *P, char *G, char *S, char *W, char *I, char *X,
     pkc_u64 seed, const pkc_u32 *mbkey, int training) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
@@ -75,14 +150,30 @@ extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I
   }
 }
 
-/* fused: bias of linear(op 21) add(op 22) -> x, 1024 elements */
-extern "C" __global__ void s0_fused5(char *P, char *G, char *S, char *W, char *I, char *X,
+/* fused: bias of linear(op 21) add(op 22) layernorm(op 23) -> x, 1024 elements */
+extern "C" __global__ void s0_fused6(char *P, char *G, char *S, char *W, char *I, char *X,
     pkc_u64 seed, const pkc_u32 *mbkey, int training) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
   (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 1024LL; i += pkc_nthreads()) {
-    const float vb = TF(W, 0)[i] + TF(P, 111744)[i % 32];
-    const float v0 = vb + TF(S, 90624)[i];
-    TF(S, 131584)[i] = v0;
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) {
+      const pkc_i64 i = r * 32LL + c;
+      const float vb = TF(W, 0)[i] + TF(P, 111744)[i % 32];
+      const float v0 = vb + TF(S, 90624)[i];
+      TF(S, 131584)[i] = v0;
+      s += v0;
+    }
+    const float *xr = TF(S, 131584) + r * 32LL;
+    const float *gamma = TF(P, 111872), *beta = TF(P, 112000);
+    float m = pkc_block_sum(s, sh) / (float)32;
+    float v = 0;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = pkc_block_sum(v, sh) / (float)32;
+    float rs = 1.0f / sqrtf(v + (float)1.0000000000000001e-05);
+    float *yr = TF(S, 135680) + r * 32LL;
+    for (int c = (int)threadIdx.x; c < 32; c += (int)blockDim.x)
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
   }
 }
