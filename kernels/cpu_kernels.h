@@ -1,4 +1,4 @@
-/* runtime/kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
+/* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
  *
  * This folder owns the numerics of the CPU backend: the kernels of every primitive op
  * of ir/ops.def (and the optimizer steps), the counter-based RNG (philox.h) and the
@@ -7,7 +7,7 @@
  * Why one header of static functions: a generated stageN.c must compile on the
  * machine that runs the plan with nothing but the system compiler, so the code
  * generator pastes philox.h and then this file verbatim at its top (the build embeds
- * the text: see pk_kernels_src.h made by runtime/kernels/CMakeLists.txt). The
+ * the text: see pk_kernels_src.h made by kernels/embed.cmake). The
  * shapes the generated code passes are compile-time constants, so `cc -O3` inlines
  * and specialises the loops. The sequential executor and the tests include the same
  * text, so there is exactly one implementation of each op.

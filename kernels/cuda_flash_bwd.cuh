@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_flash_bwd.cuh — attention backward on tensor cores (FlashAttention-2),
+/* kernels/cuda_flash_bwd.cuh — attention backward on tensor cores (FlashAttention-2),
  * deterministic: no atomics, every output row written by one warp.
  *
  * Three launches, in order (all but the first block PKC_FLASH_THREADS, any grid; qkv16

@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_flash_common.cuh — what the tensor-core attention kernels share
+/* kernels/cuda_flash_common.cuh — what the tensor-core attention kernels share
  * (cuda_flash_fwd.cuh, cuda_flash_bwd.cuh): tile sizes, the head sizes compiled, tile
  * loads, the Philox dropout context, and the kernels' refusal of what they were not
  * compiled for.

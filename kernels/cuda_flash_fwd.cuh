@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_flash_fwd.cuh — attention forward on tensor cores (FlashAttention-2).
+/* kernels/cuda_flash_fwd.cuh — attention forward on tensor cores (FlashAttention-2).
  *
  * pkc_flash_attention_fwd_bf16(out, lse, qkv16, B, T, C, NH, causal, p, seed, op, mbkey):
  * out[B,T,C] fp32 as pkc_attention_fwd_f32, from qkv16 = qkv as bf16

@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_helpers.cuh — the device helpers every pd2bw CUDA module shares.
+/* kernels/cuda_helpers.cuh — the device helpers every pd2bw CUDA module shares.
  *
  * What both kinds of generated module need, and nothing with a __global__: the
  * integer types, block sizes, grid-stride ids, block reductions, dropout's keep

@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_kernel_list.h — every kernel of the kernel library (cuda_kernels.cuh,
+/* kernels/cuda_kernel_list.h — every kernel of the kernel library (cuda_kernels.cuh,
  * cuda_mma.cuh, cuda_flash_fwd.cuh, cuda_flash_bwd.cuh), and how to size
  * its grid.
  *

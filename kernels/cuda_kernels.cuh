@@ -1,6 +1,6 @@
-/* runtime/cuda/cuda_kernels.cuh — every CUDA kernel of pd2bw, forward and backward.
+/* kernels/cuda_kernels.cuh — every CUDA kernel of pd2bw, forward and backward.
  *
- * The GPU twin of runtime/kernels/cpu_kernels.h: same ops, same layouts, same
+ * The GPU twin of kernels/cpu_kernels.h: same ops, same layouts, same
  * semantics (read that file's conventions; they hold here), float32 storage with
  * float32 arithmetic (double where the CPU sums in double). GEMMs are not here: the
  * runtime calls cuBLAS (cuda_backend.h: cuda_gemm), so linear/matmul and their

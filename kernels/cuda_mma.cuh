@@ -1,4 +1,4 @@
-/* runtime/cuda/cuda_mma.cuh — the tensor-core and async-copy helpers of the kernel
+/* kernels/cuda_mma.cuh — the tensor-core and async-copy helpers of the kernel
  * library (warp-collective; sm_80 and later).
  *
  * Four PTX instructions, as inline PTX (NVRTC has no headers, so no mma.h/cuda_bf16.h):

@@ -1,4 +1,4 @@
-/* runtime/kernels/philox.h — the counter-based RNG behind every random op.
+/* kernels/philox.h — the counter-based RNG behind every random op.
  *
  * Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as
  * 1, 2, 3", SC 2011): a keyed bijection of a 128-bit counter. Nothing is stateful,

@@ -7,7 +7,7 @@
 #include "contract/plan_limits.h"
 #include "runtime/runtime.h"
 
-/* The runtime's names for passes/plan_limits.h's limits (pd2bwc checks them too). */
+/* The runtime's names for contract/plan_limits.h's limits (pd2bwc checks them too). */
 #define PIPE_MAX_SLOTS PLAN_MAX_SLOTS       /* weight versions or stash slots per stage */
 #define PIPE_MAX_GROUPS PLAN_MAX_TIED_GROUPS /* tied groups */
 #define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
