@@ -175,7 +175,7 @@ PipeRule pipe_rule_of(PlanSchedule s);
  * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
  * parameter once per stage holding it). */
 bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen);
-/* The one-stage reference (PLAN/reference, runtime/trainer.c) with the vanilla or
+/* The one-stage reference (PLAN/reference, runtime/exec/exec_one.c) with the vanilla or
  * delayed rule, for batches [first, o->steps) (from o->resume_path when set). */
 bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
                       size_t errlen);

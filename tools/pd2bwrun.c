@@ -3,7 +3,7 @@
  *
  *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
  *
- * One-stage plans run on the sequential executor (runtime/trainer.c): per step, m
+ * One-stage plans run on the one-stage trainer (runtime/exec/exec_one.c): per step, m
  * microbatches forward and backward with gradients accumulated in place, clipping,
  * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
  * the pipeline executor (runtime/pipeline.h): one rank per stage replica, as threads

@@ -12,6 +12,9 @@
  *   exec_cpu.c        the CPU device (the stage program's host functions, the
  *                     runtime/kernels/cpu_kernels.h kernels, memcpy/memset).
  *   exec_link_transport.c  the link over runtime/transport.h (local threads or MPI).
+ *   exec_one.c        the one-stage trainer (runtime/runtime.h trainer_*): a plan with
+ *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
+ *                     batch by batch.
  * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
  * runtime/pipeline.c and is the interpreter's input; the contract of what a run
  * computes (data order, sums, scale) is runtime/pipeline.h's.
