@@ -1,20 +1,8 @@
-/* runtime/pipeline.c — one rank of a pipeline: its arena, its stage program and the
- * interpreter of its instruction stream (see runtime/pipeline.h for the contract).
- *
- * The stage program (codegen/codegen.h) is called with its block bases pointed into
- * this rank's arena: params at the instruction's weight slot, stash at the
- * instruction's stash slot (with recomputation: at one full activation block, after
- * the slot's stashed input was copied in), the boundary block where the outgoing
- * activation and the gradients sit. Messages go straight from and into those places
- * (one copy, by the transport). The data inputs are refilled from the token file
- * before a FWD and again before its BWD (embedding_bwd and cross_entropy_bwd read
- * them), so one inputs block serves any number of microbatches in flight.
- *
- * Invariants the schedule gives us (the planner's verifier checks them): a group of
- * sends/receives completes before the next instruction, so the single boundary block
- * is never overwritten under a message; the m backwards of batch t come before
- * OPT_STEP(t) and those of batch t+1 after it, so the gradient block holds exactly
- * batch t at OPT_STEP(t).
+/* runtime/pipeline.c — one rank of a pipeline as the interpreter (runtime/exec/)
+ * finds it: its device and link, its streams, its arena with every buffer at the
+ * plan's offset, its tied groups, its data; and, at the end, what rank 0 gathers.
+ * The pieces the sequential reference shares with it (samples, stage context, the
+ * optimizer step) are here too. See runtime/pipeline.h for the contract.
  */
 #include "runtime/pipeline_rank.h"
 
@@ -26,8 +14,6 @@
 #include <unistd.h>
 
 #include "kernels/cpu_kernels.h"
-
-enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_NORM = 3, TAG_GATHER = 4, TAG_LOSS = 12, TAG_TIED = 16 };
 
 double pipe_now(void) {
   struct timespec ts;
@@ -42,8 +28,8 @@ bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
   if (s == TRANSPORT_OK) return true;
   if (!R->failed) {
     R->failed = true;
-    snprintf(R->err, sizeof R->err, "%s", transport_error(R->t));
-    transport_abort(R->t, R->err);
+    snprintf(R->err, sizeof R->err, "%s", R->link->ops->error(R->link));
+    R->link->ops->abort(R->link, R->err);
   }
   return false;
 }
@@ -62,15 +48,82 @@ static int param_by_name(const RtStage *s, const char *name) {
   return -1;
 }
 
-/* The streams for batches [0, steps), with the plan's tied groups; --steps 0 (save
+/* The streams for batches [0, R->steps), with the plan's tied groups; --steps 0 (save
  * the initial weights) builds one batch's streams that never run, as the scheduler
- * wants at least one batch. */
-static bool build_streams(PipeRank *R, char *err, size_t errlen) {
+ * wants at least one batch. Then what the interpreter looks up in them: the stash
+ * slot of each microbatch's forward (receives of its input land there) and, per
+ * batch b, the span of the stream holding batch b's instructions (so a run of a few
+ * batches does not scan the whole stream). */
+static bool rank_streams(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
+  PlanStreams old = R->streams;
+  memset(&R->streams, 0, sizeof R->streams);
   R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
                              .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
                              .ngroups = p->ngroups};
-  return plan_streams_build(&R->spec, &R->streams, err, errlen);
+  bool built = plan_streams_build(&R->spec, &R->streams, err, errlen);
+  /* a longer run's streams must begin with what already ran (pipe_rank_extend) */
+  if (built && old.st) {
+    const PlanStream *a = &old.st[R->stage], *b = &R->streams.st[R->stage];
+    int n = R->ins_to[old.spec.nbatches - 1];
+    bool same = n <= b->n;
+    for (int i = 0; same && i < n; i++) {
+      const PlanInstr *x = &a->ins[i], *y = &b->ins[i];
+      same = x->op == y->op && x->mb == y->mb && x->batch == y->batch && x->vslot == y->vslot &&
+             x->src_vslot == y->src_vslot && x->sslot == y->sslot && x->group == y->group &&
+             x->with_next == y->with_next;
+    }
+    PD_CHECK(same, "(the streams of %d batches do not begin with those of %d)", R->spec.nbatches, old.spec.nbatches);
+  }
+  plan_streams_free(&old);
+  if (!built) return false;
+  R->stream = &R->streams.st[R->stage];
+  if (R->streams.nversions[R->stage] > R->nversions || R->streams.nstash[R->stage] > R->nstash) {
+    snprintf(err, errlen, "stage %d: %lld batches need %d weight versions and %d stash slots; the plan has %d and %d",
+             R->stage, (long long)R->steps, R->streams.nversions[R->stage], R->streams.nstash[R->stage],
+             R->nversions, R->nstash);
+    return false;
+  }
+  const PlanStream *S = R->stream;
+  int nb = R->spec.nbatches;
+  int64_t nmb = p->m * nb + 2;
+  for (int i = 0; i < S->n; i++)
+    if (S->ins[i].op == PI_FWD && S->ins[i].mb >= nmb) nmb = S->ins[i].mb + 1;
+  free(R->mb_sslot);
+  R->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
+  free(R->ins_from);
+  free(R->ins_to);
+  R->ins_from = pd_malloc((size_t)(nb + 1) * sizeof(int));
+  R->ins_to = pd_calloc((size_t)(nb + 1), sizeof(int));
+  for (int b = 0; b <= nb; b++) R->ins_from[b] = S->n;
+  for (int i = 0; i < S->n; i++) {
+    const PlanInstr *in = &S->ins[i];
+    if (in->op == PI_FWD) R->mb_sslot[in->mb] = in->sslot;
+    if (in->batch < 0 || in->batch >= nb) continue;
+    if (i < R->ins_from[in->batch]) R->ins_from[in->batch] = i;
+    R->ins_to[in->batch] = i + 1;
+  }
+  for (int b = nb - 1; b >= 0; b--) /* the first instruction of any batch >= b */
+    if (R->ins_from[b + 1] < R->ins_from[b]) R->ins_from[b] = R->ins_from[b + 1];
+  for (int b = 1; b < nb; b++) /* past the last instruction of any batch <= b */
+    if (R->ins_to[b - 1] > R->ins_to[b]) R->ins_to[b] = R->ins_to[b - 1];
+  return true;
+}
+
+bool pipe_rank_extend(PipeRank *R, int64_t steps, char *err, size_t errlen) {
+  if (steps <= R->steps) return true;
+  /* entries [0, had) are this run's so far (none when a resume moved first past them) */
+  int64_t had = R->steps > R->first ? R->steps - R->first : 0, nb = steps - R->first, m = R->pp->m;
+  R->steps = steps;
+  if (!rank_streams(R, err, errlen)) return false;
+  R->loss = pd_realloc(R->loss, (size_t)(nb * m + 1) * sizeof(double));
+  R->grad_norm = pd_realloc(R->grad_norm, (size_t)(nb + 1) * sizeof(double));
+  R->step_ms = pd_realloc(R->step_ms, (size_t)(nb + 1) * sizeof(double));
+  for (int64_t k = had; k <= nb; k++) {
+    R->grad_norm[k] = R->step_ms[k] = 0;
+    for (int64_t j = 0; j < m && k < nb; j++) R->loss[k * m + j] = 0;
+  }
+  return true;
 }
 
 /* The planned buffer (kind, index) of this rank's stage, or NULL. */
@@ -105,14 +158,9 @@ static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   const RtStage *st = R->st;
   uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
   R->arena_bytes = R->pp->st[R->stage].planned_bytes;
-  void *mem = NULL;
-  if (posix_memalign(&mem, 256, (size_t)(R->arena_bytes ? R->arena_bytes : 256)) != 0) {
-    char what[96];
-    snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
-    pd_out_of_memory((size_t)R->arena_bytes, what, __FILE__, __LINE__);
-  }
-  memset(mem, 0, (size_t)R->arena_bytes);
-  R->arena = mem;
+  char what[96];
+  snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
+  R->arena = R->dev->ops->arena_alloc(R->dev, R->arena_bytes, what);
   bool ok = true;
   for (int v = 0; ok && v < R->nversions; v++) ok = place(R, &R->w[v], PB_WEIGHTS, v, pb, err, errlen);
   ok = ok && place(R, &R->grads, PB_GRADS, 0, (uint64_t)st->blocks[BUF_GRADS], err, errlen);
@@ -166,6 +214,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->pp = p;
   R->o = o;
   R->t = t;
+  R->link = exec_transport_link(t);
   R->rank = transport_rank(t);
   R->stage = p->rank_stage[R->rank];
   R->replica = p->rank_replica[R->rank];
@@ -191,17 +240,10 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
                                                    : 0;
     }
   }
-  if (!build_streams(R, err, errlen)) goto fail;
-  R->stream = &R->streams.st[R->stage];
   /* the plan's slots; the streams of this run's length must fit in them */
   R->nversions = p->st[R->stage].nversions;
   R->nstash = p->st[R->stage].nstash;
-  if (R->streams.nversions[R->stage] > R->nversions || R->streams.nstash[R->stage] > R->nstash) {
-    snprintf(err, errlen, "stage %d: %lld batches need %d weight versions and %d stash slots; the plan has %d and %d",
-             R->stage, (long long)R->steps, R->streams.nversions[R->stage], R->streams.nstash[R->stage],
-             R->nversions, R->nstash);
-    goto fail;
-  }
+  if (!rank_streams(R, err, errlen)) goto fail;
   if (R->nversions > PIPE_MAX_SLOTS || R->nstash > PIPE_MAX_SLOTS) {
     snprintf(err, errlen, "stage %d needs %d weight versions and %d stash slots; this runtime keeps at most %d",
              R->stage, R->nversions, R->nstash, PIPE_MAX_SLOTS);
@@ -222,8 +264,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
       R->act_in_bytes += up256((uint64_t)ps->bnd[k].bytes);
     }
   if (!setup_tied(R, err, errlen)) goto fail;
-  if (!stage_program_load(R->st->source, 4, &R->prog, err, errlen)) goto fail;
-  R->prog_loaded = true;
+  if (!(R->dev = exec_cpu_device(R->st, err, errlen))) goto fail;
   if (!layout_arena(R, err, errlen)) goto fail;
   for (int k = 0; k < R->st->nparams; k++)
     rt_init_param((float *)(void *)(R->w[0] + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
@@ -243,11 +284,9 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     }
     R->T = (int)in->shape[1];
   }
-  if (R->T) {
+  if (R->T && o->data_path) {
     if (!pipe_data_open(o, pipe_vocab(p->rt), p->b * R->mref, R->T, R->tc.seed, &R->df, &R->dl, err, errlen))
       goto fail;
-    R->tok_tmp = pd_malloc((size_t)(R->T + 1) * sizeof(int32_t));
-    R->tgt_tmp = pd_malloc((size_t)(R->T + 1) * sizeof(int32_t));
   }
   int64_t nb = R->steps - R->first;
   R->loss = pd_calloc((size_t)(nb * p->m + 1), sizeof(double));
@@ -265,7 +304,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->norm_part = pd_calloc((size_t)p->d, sizeof(double));
   R->norm_req = pd_calloc((size_t)(2 * p->d), sizeof *R->norm_req);
   /* the stage's replica group (ALLREDUCE) */
-  if (p->w > 1 && !pipe_transport_ok(R, transport_group_create(t, ps->rank_of_replica, p->w, &R->rep_group))) {
+  if (p->w > 1 && !pipe_transport_ok(R, R->link->ops->group_create(R->link, ps->rank_of_replica, p->w, &R->rep_group))) {
     snprintf(err, errlen, "%s", R->err);
     goto fail;
   }
@@ -297,32 +336,25 @@ bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint6
 
 void pipe_rank_destroy(PipeRank *R) {
   if (!R) return;
-  if (R->rep_group) transport_group_destroy(R->rep_group);
-  if (R->prog_loaded) stage_program_unload(&R->prog);
+  if (R->rep_group) R->link->ops->group_destroy(R->rep_group);
   plan_streams_free(&R->streams);
   data_loader_destroy(R->dl);
   if (R->df) data_close(R->df);
-  free(R->tok_tmp);
-  free(R->tgt_tmp);
-  free(R->arena);
+  if (R->arena) R->dev->ops->arena_free(R->dev, R->arena);
+  exec_device_destroy(R->dev);
+  exec_link_destroy(R->link);
   free(R->loss);
   free(R->ev);
   free(R->reqs);
   free(R->norm_part);
   free(R->norm_req);
+  free(R->mb_sslot);
+  free(R->ins_from);
+  free(R->ins_to);
   free(R->grad_norm);
   free(R->step_ms);
   rt_log_close(R->console);
   free(R);
-}
-
-/* ---- one microbatch ------------------------------------------------------------------ */
-
-/* Replica r's j-th microbatch of batch t is the reference's microbatch r·m + j. */
-static void mb_index(const PipeRank *R, int64_t k, int64_t *t, int64_t *jref) {
-  int64_t m = R->pp->m;
-  *t = (k - 1) / m;
-  *jref = (int64_t)R->replica * m + (k - 1) % m;
 }
 
 void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
@@ -335,14 +367,6 @@ void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t 
   }
   for (int64_t r = 0; r < b; r++)
     data_get_sample(dl, first + r, tok ? tok + r * T : tok_tmp, tgt ? tgt + r * T : tgt_tmp);
-}
-
-static void fill_inputs(PipeRank *R, int64_t k) {
-  if (!R->T) return;
-  int64_t t, jref;
-  mb_index(R, k, &t, &jref);
-  int64_t first = t * R->pp->b * R->mref + jref * R->pp->b;
-  pipe_fill_samples(R->st, R->inputs, R->dl, first, R->pp->b, R->T, R->tok_tmp, R->tgt_tmp);
 }
 
 StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
@@ -381,167 +405,6 @@ char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot) {
   return NULL;
 }
 
-static StageCtx make_ctx(PipeRank *R, int64_t k, int vslot, int sslot, double *loss) {
-  int64_t t, jref;
-  mb_index(R, k, &t, &jref);
-  /* keyed by the reference's global microbatch index */
-  return pipe_stage_ctx(R->st, R->tc.seed, t * R->mref + jref, R->w[vslot], R->grads, pipe_block_base(R, BUF_STASH, vslot, sslot),
-                        R->work, R->inputs, R->bnd, loss);
-}
-
-/* With recomputation the slot keeps only the received input; put it back where the
- * program reads it. */
-static void restore_input(PipeRank *R, int sslot) {
-  const PipeStage *ps = &R->pp->st[R->stage];
-  for (int k = 0; k < ps->nbnd; k++)
-    if (ps->bnd[k].role == PIPE_ACT_IN)
-      memcpy(R->full + ps->bnd[k].offset, R->stash[sslot] + R->act_in_packed[k], (size_t)ps->bnd[k].bytes);
-}
-
-static void run_fwd(PipeRank *R, const PlanInstr *in) {
-  fill_inputs(R, in->mb);
-  if (R->pp->recompute && R->stage > 0) restore_input(R, in->sslot);
-  double loss = 0;
-  StageCtx c = make_ctx(R, in->mb, in->vslot, in->sslot, R->st->has_loss ? &loss : NULL);
-  R->prog.forward(&c);
-  R->bad_ids += c.bad_ids;
-  if (R->st->has_loss) {
-    int64_t t = (in->mb - 1) / R->pp->m, j = (in->mb - 1) % R->pp->m;
-    R->loss[(t - R->first) * R->pp->m + j] = loss;
-  }
-}
-
-static void run_bwd(PipeRank *R, const PlanInstr *in) {
-  fill_inputs(R, in->mb);
-  if (R->pp->recompute) {
-    /* the forward again, same version and dropout key: the activations it stashes
-     * are bit-identical to the first run's */
-    if (R->stage > 0) restore_input(R, in->sslot);
-    StageCtx f = make_ctx(R, in->mb, in->vslot, in->sslot, NULL);
-    R->prog.forward(&f);
-  }
-  StageCtx c = make_ctx(R, in->mb, in->vslot, in->sslot, NULL);
-  R->prog.backward(&c);
-  R->bad_ids += c.bad_ids;
-  /* a tied parameter's share is already in R->grads (the program accumulates it) */
-}
-
-/* ---- communication ------------------------------------------------------------------- */
-
-static int peer_rank(const PipeRank *R, int stage) { return R->pp->st[stage].rank_of_replica[R->replica]; }
-
-/* Posts one send/receive instruction's messages; returns false on failure. */
-static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
-  const PipeStage *ps = &R->pp->st[R->stage];
-  PipeRole role = in->op == PI_RECV_ACT ? PIPE_ACT_IN : in->op == PI_SEND_ACT ? PIPE_ACT_OUT
-                  : in->op == PI_RECV_GRAD ? PIPE_GRAD_IN : PIPE_GRAD_OUT;
-  bool send = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD;
-  int tag = in->op == PI_RECV_ACT || in->op == PI_SEND_ACT ? TAG_ACT : TAG_GRAD;
-  /* the stash slot of the microbatch's forward (receives land in it directly) */
-  int sslot = R->mb_sslot ? R->mb_sslot[in->mb] : 0;
-  for (int k = 0; k < ps->nbnd; k++) {
-    const PipeBoundary *b = &ps->bnd[k];
-    if (b->role != role) continue;
-    char *base;
-    if (role == PIPE_ACT_IN)
-      base = R->pp->recompute ? R->stash[sslot] + R->act_in_packed[k] : R->stash[sslot] + b->offset;
-    else
-      base = pipe_block_base(R, b->cls, -1, sslot) + b->offset;
-    char what[96];
-    snprintf(what, sizeof what, "%s of microbatch %lld %s stage %d", tag == TAG_ACT ? "activation" : "gradient",
-             (long long)in->mb, send ? "for" : "from", in->peer);
-    TransportRequest *rq = NULL;
-    TransportStatus s = send ? transport_isend(R->t, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq)
-                             : transport_irecv(R->t, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq);
-    if (!pipe_transport_ok(R, s)) return false;
-    R->reqs[(*nreq)++] = rq;
-  }
-  return true;
-}
-
-/* Sum of tied group g's gradient over the stages holding it: every member sends its
- * part to every other and adds them all in ascending stage order, so all members get
- * the same bits. Posted by TIED_SYNC, finished by the OPT_STEP that needs it. */
-static char *tied_buf(PipeRank *R, int g, int64_t t) {
-  PipeTied *T = &R->tied[g];
-  return T->deferred ? R->tg[t % 2] + T->tg_off : R->grads + R->st->params[T->param].offset;
-}
-
-static bool tied_post(PipeRank *R, int g, int64_t t) {
-  PipeTied *T = &R->tied[g];
-  int par = (int)(t % 2);
-  if (T->state[par] != 0) return true;
-  const PlanTiedGroup *G = &R->pp->groups[g];
-  char *buf = tied_buf(R, g, t);
-  int n = 0;
-  for (int q = 0; q < G->nstages; q++) {
-    if (q == T->member) continue;
-    char what[96];
-    snprintf(what, sizeof what, "tied gradient '%s' of batch %lld from stage %d", R->pp->group_names[g],
-             (long long)t, G->stages[q]);
-    int pr = peer_rank(R, G->stages[q]);
-    char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * up256(T->bytes);
-    if (!pipe_transport_ok(R, transport_isend(R->t, pr, TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
-    if (!pipe_transport_ok(R, transport_irecv(R->t, pr, TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
-  }
-  T->nreq[par] = n;
-  T->state[par] = 1;
-  return true;
-}
-
-static bool tied_finish(PipeRank *R, int g, int64_t t) {
-  PipeTied *T = &R->tied[g];
-  int par = (int)(t % 2);
-  if (T->state[par] == 0 && !tied_post(R, g, t)) return false;
-  if (T->state[par] == 2) return true;
-  if (!pipe_transport_ok(R, transport_waitall(R->t, T->req[par], T->nreq[par]))) return false;
-  const PlanTiedGroup *G = &R->pp->groups[g];
-  float *mine = (float *)(void *)tied_buf(R, g, t);
-  const float *src[PLAN_MAX_TIED_SEGS];
-  int n = 0;
-  for (int q = 0; q < G->nstages; q++)
-    src[q] = q == T->member ? mine : (const float *)(const void *)(R->tied_rx[par] + T->rx_off + (uint64_t)n++ * up256(T->bytes));
-  int64_t numel = (int64_t)(T->bytes / 4);
-  for (int64_t i = 0; i < numel; i++) {
-    float a = src[0][i];
-    for (int q = 1; q < G->nstages; q++) a += src[q][i];
-    mine[i] = a;
-  }
-  T->state[par] = 2;
-  return true;
-}
-
-/* ---- the update ------------------------------------------------------------------------ */
-
-/* Whether parameter k is stepped apart (a deferred tied group's). */
-static int deferred_group_of(const PipeRank *R, int k) {
-  for (int g = 0; g < R->pp->ngroups; g++)
-    if (R->tied[g].param == k && R->tied[g].deferred) return g;
-  return -1;
-}
-
-static int tied_group_of(const PipeRank *R, int k) {
-  for (int g = 0; g < R->pp->ngroups; g++)
-    if (R->tied[g].param == k) return g;
-  return -1;
-}
-
-/* A tied parameter has a gradient on every stage holding it (its program accumulates
- * its share there), whatever the program's has_grad says. */
-static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
-
-static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale) {
-  const RtParam *pp = &R->st->params[k];
-  float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
-  const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
-  if (!has_grad(R, k)) {
-    if (wout != win) memcpy(wout, win, (size_t)pp->bytes);
-    return;
-  }
-  pipe_opt_step(&R->tc, pp, wout, win, g, (float *)(void *)(R->adam_m + pp->offset),
-                (float *)(void *)(R->adam_v + pp->offset), t, scale);
-}
-
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
                    float *v, int64_t t, double scale) {
   double lr = rt_lr_at(tc, t);
@@ -552,69 +415,6 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
                       t + 1, scale, tc->delay_comp);
 }
 
-/* 1/(w·m), times the clip factor of the global norm over every stage (the
- * reference's rule). Tied gradients are complete here and counted once. The norm
- * is taken with clipping off too: the console and the log report it. */
-static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
-  double inv = 1.0 / (double)R->mref;
-  *scale = inv;
-  double ss = 0;
-  for (int k = 0; k < R->st->nparams; k++) {
-    const RtParam *pp = &R->st->params[k];
-    if (!has_grad(R, k)) continue;
-    int g = tied_group_of(R, k);
-    if (g >= 0 && R->tied[g].member != 0) continue; /* the group's first stage counts it */
-    const float *gr = g >= 0 ? (const float *)(const void *)tied_buf(R, g, t)
-                             : (const float *)(const void *)(R->grads + pp->offset);
-    ss += pk_sumsq_f32(gr, pp->numel);
-  }
-  int d = R->pp->d;
-  double *part = R->norm_part;
-  part[R->stage] = ss;
-  TransportRequest **rq = R->norm_req;
-  int n = 0;
-  for (int s = 0; s < d; s++) {
-    if (s == R->stage) continue;
-    char what[64];
-    snprintf(what, sizeof what, "gradient norm of batch %lld from stage %d", (long long)t, s);
-    if (!pipe_transport_ok(R, transport_isend(R->t, peer_rank(R, s), TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])))
-      return false;
-    if (!pipe_transport_ok(R, transport_irecv(R->t, peer_rank(R, s), TAG_NORM, &part[s], sizeof(double), what, &rq[n++])))
-      return false;
-  }
-  if (n && !pipe_transport_ok(R, transport_waitall(R->t, rq, n))) return false;
-  double tot = 0;
-  for (int s = 0; s < d; s++) tot += part[s];
-  double norm = sqrt(tot) * inv;
-  R->grad_norm[t - R->first] = norm;
-  if (R->tc.clip > 0 && norm > R->tc.clip) *scale = inv * R->tc.clip / norm;
-  return true;
-}
-
-/* The step line of batch t, with the global loss: the last stage of every other
- * replica sends its share to replica 0's, which prints (runtime/console.c). The
- * replicas' last stages all reach OPT_STEP(t) after batch t's all-reduce, so the
- * small message waits for nothing else. Not quiet only (every rank knows). */
-static bool console_line(PipeRank *R, int64_t t) {
-  const PipePlan *p = R->pp;
-  double sum = 0;
-  for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
-  const int *last = p->st[p->d - 1].rank_of_replica;
-  char what[64];
-  snprintf(what, sizeof what, "loss of batch %lld", (long long)t);
-  if (R->replica != 0)
-    return pipe_transport_ok(R, transport_send(R->t, last[0], TAG_LOSS, &sum, sizeof sum, what));
-  for (int rep = 1; rep < p->w; rep++) {
-    double part = 0;
-    if (!pipe_transport_ok(R, transport_recv(R->t, last[rep], TAG_LOSS, &part, sizeof part, what))) return false;
-    sum += part;
-  }
-  StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
-                  .ms = R->step_ms[t - R->first]};
-  if (!rt_log_step(R->console, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), NAN))
-    return false; /* no file: not reached */
-  return true;
-}
 
 double pipe_tokens_per_step(const PipePlan *p) {
   for (int s = 0; s < p->d; s++)
@@ -632,150 +432,6 @@ double pipe_flops_per_step(const PipePlan *p) {
 
 double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
 
-static bool run_step(PipeRank *R, const PlanInstr *in) {
-  int64_t t = in->batch;
-  int par = (int)(t % 2);
-  if (in->group >= 0) { /* a deferred tied parameter, W(t+1) for batch t+2 */
-    int g = in->group;
-    if (R->tied[g].param < 0) return true;
-    if (!tied_finish(R, g, t)) return false;
-    float *gr = (float *)(void *)tied_buf(R, g, t);
-    step_param(R, R->tied[g].param, gr, in->vslot, in->src_vslot, t, R->scale[par]);
-    memset(gr, 0, R->tied[g].bytes);
-    R->tied[g].state[par] = 0;
-    return true;
-  }
-  for (int g = 0; g < R->pp->ngroups; g++) {
-    PipeTied *T = &R->tied[g];
-    if (T->param < 0) continue;
-    if (T->deferred) { /* batch t+1's backwards accumulate here next: move it out */
-      char *src = R->grads + R->st->params[T->param].offset;
-      memcpy(R->tg[par] + T->tg_off, src, T->bytes);
-      memset(src, 0, T->bytes);
-      /* the group's sum now, for the global norm (clipping, the console, the log);
-       * its step still comes later */
-      if (!tied_finish(R, g, t)) return false;
-    } else if (!tied_finish(R, g, t)) {
-      return false;
-    }
-  }
-  double scale;
-  if (!batch_scale(R, t, &scale)) return false;
-  R->scale[par] = scale;
-  for (int k = 0; k < R->st->nparams; k++) {
-    if (deferred_group_of(R, k) >= 0) continue;
-    step_param(R, k, (const float *)(const void *)(R->grads + R->st->params[k].offset), in->vslot, in->src_vslot, t,
-               scale);
-  }
-  for (int g = 0; g < R->pp->ngroups; g++)
-    if (R->tied[g].param >= 0 && !R->tied[g].deferred) R->tied[g].state[par] = 0;
-  memset(R->grads, 0, (size_t)R->st->blocks[BUF_GRADS]);
-  R->newest = in->vslot;
-  R->steps_done = t + 1;
-  double now = pipe_now();
-  R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
-  R->last_step_time = now;
-  return R->st->has_loss && !R->o->quiet ? console_line(R, t) : true;
-}
-
-/* ---- the interpreter ------------------------------------------------------------------- */
-
-static void record(PipeRank *R, const PlanInstr *in, double t0, double t1) {
-  if (R->nev >= R->cap_ev) return;
-  R->ev[R->nev++] = (PipeEvent){.op = (int)in->op, .stage = R->stage, .replica = R->replica, .mb = in->mb,
-                                .batch = in->batch, .version = in->version, .group = in->group,
-                                .start = t0, .end = t1};
-}
-
-static void inject_fault(PipeRank *R) {
-  fprintf(stderr, "pd2bwrun: rank %d: PD2BW_FAULT_INJECT: failing at batch %lld (%s)\n", R->rank,
-          (long long)R->fault_step, (const char *[]){"exit", "hang", "kill", "stop", "stuck"}[R->fault_mode]);
-  if (R->fault_mode == 2) raise(SIGKILL);
-  if (R->fault_mode == 3) raise(SIGSTOP); /* until someone kills or continues us */
-  if (R->fault_mode == 4)
-    for (volatile unsigned long spin = 0;; spin++) { /* nothing ends this but the process */
-    }
-  if (R->fault_mode == 1) {
-    /* stop answering; peers time out. Bounded, so the thread can be joined. */
-    double until = pipe_now() + 2 * transport_timeout(R->t) + 1;
-    while (pipe_now() < until && !transport_interrupted()) usleep(20000);
-  }
-  if (transport_kind(R->t) == TRANSPORT_MPI) exit(3);
-  snprintf(R->err, sizeof R->err, "rank %d: injected fault", R->rank);
-  R->failed = true;
-}
-
-bool pipe_rank_run(PipeRank *R) { return pipe_rank_run_batches(R, R->first, R->steps); }
-
-static bool in_batches(const PlanInstr *in, int64_t lo, int64_t hi) { return in->batch >= lo && in->batch < hi; }
-
-bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
-  const PlanStream *S = R->stream;
-  /* stash slot of each microbatch's forward: receives of its input land there */
-  int64_t nmb = R->pp->m * R->steps + 2;
-  for (int i = 0; i < S->n; i++) /* --steps 0 still builds one batch's stream */
-    if (S->ins[i].op == PI_FWD && S->ins[i].mb >= nmb) nmb = S->ins[i].mb + 1;
-  R->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
-  for (int i = 0; i < S->n; i++)
-    if (S->ins[i].op == PI_FWD) R->mb_sslot[S->ins[i].mb] = S->ins[i].sslot;
-  bool ok = true;
-  R->last_step_time = pipe_now(); /* the first step's time starts here, not at 0 */
-  for (int i = 0; ok && i < S->n; i++) {
-    const PlanInstr *in = &S->ins[i];
-    if (!in_batches(in, lo, hi)) continue;
-    transport_progress(R->t, plan_op_name(in->op), in->op == PI_FWD || in->op == PI_BWD ? in->mb : in->batch);
-    if (in->batch == R->fault_step) {
-      inject_fault(R);
-      ok = false;
-      break;
-    }
-    double t0 = pipe_now();
-    switch (in->op) {
-    case PI_RECV_ACT:
-    case PI_SEND_ACT:
-    case PI_RECV_GRAD:
-    case PI_SEND_GRAD: {
-      int nreq = 0, j = i;
-      for (;;) {
-        const PlanInstr *x = &S->ins[j];
-        if (in_batches(x, lo, hi) && !post_p2p(R, x, &nreq)) {
-          ok = false;
-          break;
-        }
-        if (!x->with_next || j + 1 >= S->n) break;
-        j++;
-      }
-      if (ok && nreq && !pipe_transport_ok(R, transport_waitall(R->t, R->reqs, nreq))) ok = false;
-      double t1 = pipe_now();
-      for (int q = i; ok && q <= j; q++)
-        if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1);
-      i = j;
-      continue;
-    }
-    case PI_FWD: run_fwd(R, in); break;
-    case PI_BWD: run_bwd(R, in); break;
-    case PI_ALLREDUCE: {
-      char what[64];
-      snprintf(what, sizeof what, "all-reduce of batch %d's gradients", in->batch);
-      ok = pipe_transport_ok(R, transport_allreduce_sum_f32(R->rep_group, (float *)(void *)R->grads,
-                                              (size_t)R->st->blocks[BUF_GRADS] / 4, what));
-      break;
-    }
-    case PI_TIED_SYNC:
-      if (in->group >= 0 && in->group < R->pp->ngroups && R->tied[in->group].param >= 0)
-        ok = tied_post(R, in->group, in->batch);
-      break;
-    case PI_OPT_STEP: ok = run_step(R, in); break;
-    case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
-    }
-    record(R, in, t0, pipe_now());
-  }
-  free(R->mb_sslot);
-  R->mb_sslot = NULL;
-  if (ok) R->steps_done = hi;
-  return ok && !R->failed;
-}
-
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
@@ -789,16 +445,16 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   if (R->replica == 0 && !root) {
     const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
     for (int q = 0; q < 4; q++)
-      if (!pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
   }
   /* last stages: their microbatch losses; everyone: the trace events */
   int64_t nl = (R->steps - R->first) * p->m;
-  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
+  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
     return false;
   int64_t hdr[3] = {R->nev, (int64_t)R->arena_bytes, R->bad_ids};
   if (!root) {
-    if (!pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
-        (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
+    if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
+        (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
       return false;
     R->steps_done = R->steps;
     return true;
@@ -824,13 +480,13 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
       continue;
     }
     for (int q = 0; q < 4; q++)
-      if (!pipe_transport_ok(R, transport_recv(t, src, TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
   }
   double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
   for (int rep = 0; rep < p->w; rep++) {
     int src = p->st[p->d - 1].rank_of_replica[rep];
     if (src == 0) memcpy(tmp, R->loss, (size_t)nl * sizeof(double));
-    else if (!pipe_transport_ok(R, transport_recv(t, src, TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
+    else if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
       free(tmp);
       return false;
     }
@@ -847,12 +503,12 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   G->bad_ids = R->bad_ids;
   for (int rk = 1; rk < p->nranks; rk++) {
     int64_t h[3];
-    if (!pipe_transport_ok(R, transport_recv(t, rk, TAG_GATHER + 2, h, sizeof h, "trace"))) return false;
+    if (!pipe_transport_ok(R, transport_recv(t, rk, PIPE_TAG_GATHER + 2, h, sizeof h, "trace"))) return false;
     int64_t n = h[0];
     if ((uint64_t)h[1] > G->arena[p->rank_stage[rk]]) G->arena[p->rank_stage[rk]] = (uint64_t)h[1];
     G->bad_ids += h[2];
     G->ev = pd_realloc(G->ev, (size_t)(G->nev + n + 1) * sizeof(PipeEvent));
-    if (n && !pipe_transport_ok(R, transport_recv(t, rk, TAG_GATHER + 2, G->ev + G->nev, (size_t)n * sizeof(PipeEvent), "trace")))
+    if (n && !pipe_transport_ok(R, transport_recv(t, rk, PIPE_TAG_GATHER + 2, G->ev + G->nev, (size_t)n * sizeof(PipeEvent), "trace")))
       return false;
     G->nev += n;
   }

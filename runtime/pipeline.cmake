@@ -21,3 +21,10 @@ target_sources(pd2bw_pipeline PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pipeline_eval.c)
 
 # pd2bwrun --trace rewrites the plan's report.html with the run (runtime/plan_report.h)
 target_link_libraries(pd2bw_pipeline PRIVATE pd2bw_report)
+
+# the interpreter of the instruction streams and its seams (runtime/exec/exec.h)
+target_sources(pd2bw_pipeline PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_interp.c
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_cpu.c
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_link_transport.c
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_one.c)

@@ -10,7 +10,7 @@
  * run trains (a pure function of d, m, schedule, w > 1 and the tied groups), so a run
  * of any length executes what the planner verified.
  *
- * Data order (the contract with the sequential reference, runtime/trainer.c): the
+ * Data order (the contract with the sequential reference, runtime/exec/exec_one.c): the
  * global batch t holds B = b·w·m samples; replica r's j-th microbatch of batch t
  * (j = 0..m-1) is the reference's microbatch j' = r·m + j of step t: samples
  * t·B + j'·b .. + b, dropout keyed by the global microbatch index t·(w·m) + j'.

@@ -129,14 +129,14 @@ bool pipe_eval_run(PipeEval *E, double *mean) {
   for (int64_t k = 0; k < E->nbatches; k++)
     for (int64_t j = 0; j < m; j++) {
       int64_t n = k * m + j, first = k * B + ((int64_t)R->replica * m + j) * b;
-      if (R->T) pipe_fill_samples(R->st, R->inputs, E->dl, first, b, R->T, R->tok_tmp, R->tgt_tmp);
+      R->dev->ops->load_samples(R->dev, R->inputs, E->dl, first, b);
       if (R->stage > 0 && !eval_xfer(E, PIPE_ACT_IN, n)) return false;
       double loss = 0;
       /* microbatch 0 and training 0, as trainer_eval: no dropout stream is drawn */
-      StageCtx c = pipe_stage_ctx(R->st, R->tc.seed, 0, R->w[R->newest], R->grads, stash, R->work, R->inputs, R->bnd,
-                                  R->st->has_loss ? &loss : NULL);
-      c.training = 0;
-      R->prog.forward(&c);
+      ExecPass c = {.block = {[BUF_PARAMS] = R->w[R->newest], [BUF_GRADS] = R->grads, [BUF_STASH] = stash,
+                              [BUF_WORK] = R->work, [BUF_INPUTS] = R->inputs, [BUF_BOUNDARY] = R->bnd},
+                    .mb = 0, .seed = R->tc.seed, .training = false, .loss = R->st->has_loss ? &loss : NULL};
+      R->dev->ops->forward(R->dev, &c);
       if (R->st->has_loss) E->loss[n] = loss;
       if (R->stage < p->d - 1 && !eval_xfer(E, PIPE_ACT_OUT, n)) return false;
     }

@@ -13,7 +13,7 @@
  * not the older W(t) that batch t+1 trains on.
  *
  * How: every rank calls pipe_eval_run at the same point, between two
- * pipe_rank_run_batches calls, where no microbatch is in flight and no message is
+ * exec_run_batches calls, where no microbatch is in flight and no message is
  * pending. Replica r takes the reference's microbatches r·m .. r·m + m - 1 of each
  * validation batch (the same split as training, runtime/pipeline.h). Stage 0 reads the
  * tokens, each stage runs its forward and sends its output activation to the next

@@ -5,12 +5,20 @@
 #define PD2BW_RUNTIME_PIPELINE_RANK_H
 
 #include "contract/plan_limits.h"
+#include "runtime/exec/exec.h"
 #include "runtime/runtime.h"
 
 /* The runtime's names for contract/plan_limits.h's limits (pd2bwc checks them too). */
 #define PIPE_MAX_SLOTS PLAN_MAX_SLOTS       /* weight versions or stash slots per stage */
 #define PIPE_MAX_GROUPS PLAN_MAX_TIED_GROUPS /* tied groups */
 #define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
+
+/* Message tags between two ranks (the validation pass uses PIPE_TAG_EVAL and + 1,
+ * runtime/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g). */
+enum {
+  PIPE_TAG_ACT = 1, PIPE_TAG_GRAD = 2, PIPE_TAG_NORM = 3, PIPE_TAG_GATHER = 4, PIPE_TAG_LOSS = 12,
+  PIPE_TAG_TIED = 16
+};
 
 /* One executed instruction (a group of sends/receives: one per instruction, with the
  * group's common start and end). Times: CLOCK_MONOTONIC seconds. */
@@ -31,19 +39,19 @@ typedef struct PipeTied {
   uint64_t tg_off;   /* in tied_grads[par] */
   uint64_t rx_off;   /* in tied_rx[par] */
   int state[2];      /* per batch parity: 0 idle, 1 posted, 2 summed */
-  TransportRequest *req[2][2 * PLAN_MAX_TIED_SEGS];
+  ExecReq *req[2][2 * PLAN_MAX_TIED_SEGS];
   int nreq[2];
 } PipeTied;
 
 typedef struct PipeRank {
   const PipePlan *pp;
   const PipeOptions *o;
-  Transport *t;
+  Transport *t;       /* the run's transport: the driver's gather and evaluation */
+  ExecLink *link;     /* the interpreter's way to the other ranks (over t) */
+  ExecDevice *dev;    /* where the arena lives and the stage program runs */
   int rank, stage, replica;
   const RtStage *st;
   TrainConfig tc;
-  StageProgram prog;
-  bool prog_loaded;
   int64_t first, steps; /* batches [first, steps) */
   int64_t mref;         /* w·m: the reference's microbatches per step */
   PlanStreamSpec spec;
@@ -60,16 +68,17 @@ typedef struct PipeRank {
   int newest; /* slot of the newest weight version */
   PipeTied tied[PIPE_MAX_GROUPS];
   double scale[2]; /* gradient scale of batch t (parity), for deferred tied steps */
-  TransportGroup *rep_group;
-  TransportRequest **reqs;       /* one send/receive group */
+  ExecGroup *rep_group;
+  ExecReq **reqs;                /* one send/receive group */
   double *norm_part;             /* [d] per-stage sums of squares (clipping) */
-  TransportRequest **norm_req;   /* [2d] */
-  int *mb_sslot;
+  ExecReq **norm_req;            /* [2d] */
+  int *mb_sslot;                 /* stash slot of each microbatch's forward */
+  int *ins_from, *ins_to;        /* [batch] batch b's instructions lie in [from[b], to[b]) */
+  char *grads_out;               /* optional host copy of each step's gradient (trainer_grads) */
   /* data */
   DataFile *df;
   DataLoader *dl;
   int T;
-  int32_t *tok_tmp, *tgt_tmp;
   /* results */
   double *loss; /* [(steps - first) · m] last stage */
   int64_t bad_ids;
@@ -108,16 +117,18 @@ char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot);
 PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
                            char *err, size_t errlen);
 void pipe_rank_destroy(PipeRank *R);
+/* Lengthens the run to batches [first, steps) (the one-stage trainer, which steps
+ * without a horizon): the streams of the longer run begin with those of the shorter
+ * for a one-stage plan. false with a message. */
+bool pipe_rank_extend(PipeRank *R, int64_t steps, char *err, size_t errlen);
 /* Loads a checkpoint (any partition's, or the sequential trainer's) into the rank's
  * parameters and optimizer state; sets R->first. */
 bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
-bool pipe_rank_run(PipeRank *R);
-/* The instructions of batches [lo, hi) only, in stream order (pipe_rank_run is
- * [first, steps)). Consecutive calls over adjacent ranges compute exactly what one
- * call over their union does: an instruction of batch t reads only what instructions
- * of batches <= t wrote and waits only on messages of batch t. Between two calls no
+/* The instructions of batches [lo, hi) (runtime/exec/exec.h: exec_run_batches) run
+ * in stretches: consecutive calls over adjacent ranges compute exactly what one call
+ * over their union does (an instruction of batch t reads only what instructions of
+ * batches <= t wrote and waits only on messages of batch t). Between two calls no
  * microbatch is in flight and no message is pending (pipeline_eval.c runs there). */
-bool pipe_rank_run_batches(PipeRank *R, int64_t lo, int64_t hi);
 bool pipe_gather(PipeRank *R, PipeGathered *G);
 void pipe_gathered_free(PipeGathered *G);
 
@@ -164,7 +175,7 @@ PipeRule pipe_rule_of(PlanSchedule s);
  * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
  * parameter once per stage holding it). */
 bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen);
-/* The one-stage reference (PLAN/reference, runtime/trainer.c) with the vanilla or
+/* The one-stage reference (PLAN/reference, runtime/exec/exec_one.c) with the vanilla or
  * delayed rule, for batches [first, o->steps) (from o->resume_path when set). */
 bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
                       size_t errlen);

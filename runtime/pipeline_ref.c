@@ -2,7 +2,7 @@
  *
  * gpipe, 1f1b, 2bw: pd2bwc writes PLAN/reference/: the same model as ONE stage,
  * microbatch size b and w·m microbatches per step, i.e. the global batch of the
- * pipeline. The one-stage trainer (runtime/trainer.c) runs it with the pipeline's
+ * pipeline. The one-stage trainer (runtime/exec/exec_one.c) runs it with the pipeline's
  * update rule (vanilla for gpipe/1f1b, one step delayed for 2bw) over the same data in
  * the same microbatch order and dropout keys (runtime/pipeline.h), from the same
  * checkpoint when the run resumed.

@@ -1,7 +1,7 @@
 /* runtime/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
  * processes, checkpoints across partitions, --init, validation, the end-of-run report.
  *
- * With --val-data a rank trains in stretches of batches (pipe_rank_run_batches) that
+ * With --val-data a rank trains in stretches of batches (exec_run_batches) that
  * end where an evaluation is due, after every K-th step and the last; every rank then
  * runs pipe_eval_run (runtime/pipeline_eval.h) and rank 0 keeps the mean for the log.
  *
@@ -334,7 +334,7 @@ static int run_rank(Transport *t, void *arg) {
   do {
     int64_t hi = R->steps;
     if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-    ok = pipe_rank_run_batches(R, lo, hi);
+    ok = exec_run_batches(R, lo, hi);
     /* at the end always: also when resumed at (or past) --steps and nothing trained */
     if (ok && E && (hi == R->steps || (K > 0 && hi % K == 0))) {
       double v;

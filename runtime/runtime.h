@@ -127,7 +127,7 @@ void rt_plan_free(RtPlan *p);
  * counter holding FNV-1a(name) and e/2, so any partition draws identical weights. */
 void rt_init_param(float *w, const RtParam *p, uint64_t seed);
 
-/* ---- the one-stage trainer (trainer.c) ------------------------------------------ */
+/* ---- the one-stage trainer (runtime/exec/exec_one.c) ------------------------------ */
 typedef struct Trainer Trainer;
 
 typedef struct TrainerOptions {
@@ -145,15 +145,17 @@ typedef struct StepStats {
   int64_t bad_ids;  /* out-of-range token ids / targets seen */
 } StepStats;
 
-/* Loads stage 0 of a one-stage plan, allocates its arena and initialises the
- * parameters (AdamW state zeroed). The update rule follows the plan's schedule:
- * vanilla for gpipe/1f1b, one step delayed for 2bw (two weight versions).
- * NULL with a message on error. */
+/* Loads stage 0 of a one-stage plan as a plan with d = 1 and w = 1 for the
+ * interpreter (runtime/exec/exec.h), allocates its arena in the compiler's layout and
+ * initialises the parameters (AdamW state zeroed). The update rule follows
+ * RtPlan.delayed: vanilla (gpipe/1f1b), or one step delayed for 2bw (two weight
+ * versions). NULL with a message on error. */
 Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen);
 void trainer_destroy(Trainer *t);
 const StageProgram *trainer_program(const Trainer *t);
 const RtStage *trainer_stage(const Trainer *t);
-/* The params block (float32), for tests and checkpoints. */
+/* The params block (float32, the newest version), for tests and checkpoints; the
+ * last step's gradient (a copy: the step clears the gradient block). */
 float *trainer_params(Trainer *t);
 float *trainer_grads(Trainer *t);
 int64_t trainer_step_index(const Trainer *t); /* updates done so far */

@@ -3,7 +3,7 @@
  *
  *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
  *
- * One-stage plans run on the sequential executor (runtime/trainer.c): per step, m
+ * One-stage plans run on the one-stage trainer (runtime/exec/exec_one.c): per step, m
  * microbatches forward and backward with gradients accumulated in place, clipping,
  * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
  * the pipeline executor (runtime/pipeline.h): one rank per stage replica, as threads
@@ -220,6 +220,139 @@ static int run_pipeline(const Args *a, int *argc, char ***argv) {
   return pipeline_main(a->plan, &o, a->transport, a->reference, a->ref_tol, argc, argv);
 }
 
+/* ---- one-stage plans: the trainer (runtime/exec/exec_one.c) --------------------------- */
+
+typedef struct OneRun {
+  RtPlan *plan;
+  Trainer *t;
+  DataFile *df, *vf;
+  DataLoader *dl, *vl;
+  RtLog *log;
+  int T;
+  int64_t val_batches;
+} OneRun;
+
+/* Checks the outputs, loads the plan, the trainer (--init, --resume) and the data;
+ * false once the message is printed. */
+static bool one_open(const Args *a, OneRun *r) {
+  char err[RT_ERR_LEN];
+  char ierr[IO_ERR_LEN];
+  /* every output path before anything is loaded or trained (runtime/io.h); the
+   * pipeline and CUDA paths check theirs in pipeline_main and cuda_exec_main */
+  OutputFlag outs[] = {{"--save", a->save}, {"--log-json", a->log_json}};
+  if (!output_paths_check(outs, 2, err, sizeof err)) return fail(err), false;
+
+  /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
+  int threads = a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 1) threads = 1;
+  char tb[16];
+  snprintf(tb, sizeof tb, "%d", threads);
+  setenv("OMP_NUM_THREADS", tb, 1);
+  pd_blas_init(threads);
+
+  RtPlan *plan = r->plan = rt_plan_load(a->plan, err, sizeof err);
+  if (!plan) return fail(err), false;
+  /* The schedule's horizon is the plan's; a plan without one spans this run. */
+  if (plan->train.steps == 0) plan->train.steps = a->steps;
+  const RtStage *st = &plan->stages[0];
+  int64_t vocab = 0;
+  for (int k = 0; k < st->nparams; k++)
+    if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0];
+  if (!a->quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
+                        a->plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
+                        threads == 1 ? "" : "s", pd_blas_name());
+  TrainerOptions to = {.seed = a->seed, .seed_set = a->seed_set};
+  Trainer *t = r->t = trainer_create(plan, &to, err, sizeof err);
+  if (!t) return fail(err), false;
+  if (!a->quiet)
+    printf("pd2bwrun: stage program %s (%s)\n", trainer_program(t)->so_path,
+           trainer_program(t)->cache_hit ? "cached" : "compiled now");
+  if (a->init && !trainer_init_from(t, a->init, err, sizeof err)) return fail(err), false;
+  if (a->resume) {
+    if (!trainer_resume(t, a->resume, err, sizeof err)) return fail(err), false;
+    if (!a->quiet) printf("pd2bwrun: resumed from %s at step %lld\n", a->resume, (long long)trainer_step_index(t));
+    if (trainer_step_index(t) >= a->steps) /* not an error: rerunning a finished job is a no-op, as in llm.c */
+      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", a->resume,
+              (long long)trainer_step_index(t), (long long)a->steps);
+  }
+  for (int k = 0; k < st->ninputs; k++)
+    if (st->inputs[k].stream != STREAM_OTHER) r->T = (int)st->inputs[k].shape[1];
+  if (!r->T) return fail("the model has no 'tokens'/'targets' inputs: pd2bwrun trains language models on token files"), false;
+  r->df = data_open(a->data, DATA_AUTO, vocab, ierr, sizeof ierr);
+  /* Shuffled or not, sample n of the stream is a function of (seed, n) alone, so a
+   * resumed run reads what the uninterrupted one would have. */
+  uint64_t data_seed = a->seed_set ? a->seed : plan->train.seed;
+  if (!r->df || !(r->dl = data_loader_create(r->df, (int)(plan->b * plan->m), r->T, a->shuffle, data_seed, ierr, sizeof ierr)))
+    return fail(ierr), false;
+  if (a->val) {
+    r->vf = data_open(a->val, DATA_AUTO, vocab, ierr, sizeof ierr);
+    if (!r->vf || !(r->vl = data_loader_create(r->vf, (int)(plan->b * plan->m), r->T, false, 0, ierr, sizeof ierr)))
+      return fail(ierr), false;
+    r->val_batches = data_batches_per_epoch(r->vl);
+    if (r->val_batches > a->eval_batches) r->val_batches = a->eval_batches;
+  }
+  r->log = rt_log_open(a->log_json, stdout, a->quiet, err, sizeof err);
+  if (!r->log) return fail(err), false;
+  rt_log_set_peak(r->log, plan->peak_flops); /* one device */
+  return true;
+}
+
+/* Trains to --steps, evaluating after every K-th step and the last, then saves and
+ * reports; false once the message is printed. */
+static bool one_train(const Args *a, OneRun *r) {
+  char err[RT_ERR_LEN];
+  char ierr[IO_ERR_LEN];
+  Trainer *t = r->t;
+  double tokens = (double)(r->plan->b * r->plan->m) * r->T, flops = trainer_flops_per_step(t);
+  double total_ms = 0, last_loss = NAN, last_val = NAN;
+  int64_t first = trainer_step_index(t);
+  for (int64_t s = first; s < a->steps; s++) {
+    StepStats ss;
+    trainer_step(t, r->dl, &ss);
+    if (ss.bad_ids) {
+      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
+               a->data, (long long)ss.bad_ids, (long long)s + 1);
+      return fail(err), false;
+    }
+    if (!isfinite(ss.loss)) {
+      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged (lower the learning rate?)",
+               ss.loss, (long long)s + 1);
+      return fail(err), false;
+    }
+    total_ms += ss.ms;
+    last_loss = ss.loss;
+    double val = NAN;
+    bool last = s + 1 == a->steps;
+    if (r->vl && ((a->eval_every && (s + 1) % a->eval_every == 0) || last))
+      val = last_val = trainer_eval(t, r->vl, 0, r->val_batches);
+    if (!rt_log_step(r->log, s + 1, a->steps, &ss, tokens, flops, val)) return fail(rt_log_error(r->log)), false;
+  }
+  if (!rt_log_finish(r->log, err, sizeof err)) return fail(err), false;
+  if (a->save && !trainer_save(t, a->save, ierr, sizeof ierr)) return fail(ierr), false;
+  int64_t ran = a->steps - first;
+  if (ran > 0)
+    printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
+           (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
+           flops * (double)ran / (total_ms / 1e3) / 1e9, a->save ? ", saved " : "", a->save ? a->save : "");
+  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
+  if (ran <= 0 && r->vl) last_val = trainer_eval(t, r->vl, 0, r->val_batches);
+  if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
+  return true;
+}
+
+static int run_one_stage(const Args *a) {
+  OneRun r = {0};
+  int rc = one_open(a, &r) && one_train(a, &r) ? 0 : 1;
+  rt_log_close(r.log);
+  data_loader_destroy(r.dl);
+  data_loader_destroy(r.vl);
+  if (r.df) data_close(r.df);
+  if (r.vf) data_close(r.vf);
+  trainer_destroy(r.t);
+  rt_plan_free(r.plan);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
@@ -247,144 +380,5 @@ int main(int argc, char **argv) {
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
-  char err[RT_ERR_LEN];
-  char ierr[IO_ERR_LEN];
-  /* every output path before anything is loaded or trained (runtime/io.h); the
-   * pipeline and CUDA paths above check theirs in pipeline_main and cuda_exec_main */
-  OutputFlag outs[] = {{"--save", a.save}, {"--log-json", a.log_json}};
-  if (!output_paths_check(outs, 2, err, sizeof err)) return fail(err);
-
-  /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
-  int threads = a.threads ? a.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (threads < 1) threads = 1;
-  char tb[16];
-  snprintf(tb, sizeof tb, "%d", threads);
-  setenv("OMP_NUM_THREADS", tb, 1);
-  pd_blas_init(threads);
-
-  RtPlan *plan = rt_plan_load(a.plan, err, sizeof err);
-  if (!plan) return fail(err);
-  /* The schedule's horizon is the plan's; a plan without one spans this run. */
-  if (plan->train.steps == 0) plan->train.steps = a.steps;
-  const RtStage *st = &plan->stages[0];
-  int64_t vocab = 0;
-  for (int k = 0; k < st->nparams; k++)
-    if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0];
-
-  Trainer *t = NULL;
-  DataFile *df = NULL, *vf = NULL;
-  DataLoader *dl = NULL, *vl = NULL;
-  RtLog *log = NULL;
-  rc = 1;
-  if (!a.quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
-                       a.plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
-                       threads == 1 ? "" : "s", pd_blas_name());
-  TrainerOptions to = {.seed = a.seed, .seed_set = a.seed_set};
-  t = trainer_create(plan, &to, err, sizeof err);
-  if (!t) {
-    fail(err);
-    goto done;
-  }
-  if (!a.quiet)
-    printf("pd2bwrun: stage program %s (%s)\n", trainer_program(t)->so_path,
-           trainer_program(t)->cache_hit ? "cached" : "compiled now");
-  if (a.init && !trainer_init_from(t, a.init, err, sizeof err)) {
-    fail(err);
-    goto done;
-  }
-  if (a.resume) {
-    if (!trainer_resume(t, a.resume, err, sizeof err)) {
-      fail(err);
-      goto done;
-    }
-    if (!a.quiet) printf("pd2bwrun: resumed from %s at step %lld\n", a.resume, (long long)trainer_step_index(t));
-    if (trainer_step_index(t) >= a.steps) /* not an error: rerunning a finished job is a no-op, as in llm.c */
-      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", a.resume,
-              (long long)trainer_step_index(t), (long long)a.steps);
-  }
-  int T = 0;
-  for (int k = 0; k < st->ninputs; k++)
-    if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
-  if (!T) {
-    fail("the model has no 'tokens'/'targets' inputs: pd2bwrun trains language models on token files");
-    goto done;
-  }
-  df = data_open(a.data, DATA_AUTO, vocab, ierr, sizeof ierr);
-  /* Shuffled or not, sample n of the stream is a function of (seed, n) alone, so a
-   * resumed run reads what the uninterrupted one would have. */
-  uint64_t data_seed = a.seed_set ? a.seed : plan->train.seed;
-  if (!df || !(dl = data_loader_create(df, (int)(plan->b * plan->m), T, a.shuffle, data_seed, ierr, sizeof ierr))) {
-    fail(ierr);
-    goto done;
-  }
-  int64_t val_batches = 0;
-  if (a.val) {
-    vf = data_open(a.val, DATA_AUTO, vocab, ierr, sizeof ierr);
-    if (!vf || !(vl = data_loader_create(vf, (int)(plan->b * plan->m), T, false, 0, ierr, sizeof ierr))) {
-      fail(ierr);
-      goto done;
-    }
-    val_batches = data_batches_per_epoch(vl);
-    if (val_batches > a.eval_batches) val_batches = a.eval_batches;
-  }
-  log = rt_log_open(a.log_json, stdout, a.quiet, err, sizeof err);
-  if (!log) {
-    fail(err);
-    goto done;
-  }
-  rt_log_set_peak(log, plan->peak_flops); /* one device */
-  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
-  double total_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t first = trainer_step_index(t);
-  for (int64_t s = first; s < a.steps; s++) {
-    StepStats ss;
-    trainer_step(t, dl, &ss);
-    if (ss.bad_ids) {
-      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
-               a.data, (long long)ss.bad_ids, (long long)s + 1);
-      fail(err);
-      goto done;
-    }
-    if (!isfinite(ss.loss)) {
-      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged (lower the learning rate?)",
-               ss.loss, (long long)s + 1);
-      fail(err);
-      goto done;
-    }
-    total_ms += ss.ms;
-    last_loss = ss.loss;
-    double val = NAN;
-    bool last = s + 1 == a.steps;
-    if (vl && ((a.eval_every && (s + 1) % a.eval_every == 0) || last)) val = last_val = trainer_eval(t, vl, 0, val_batches);
-    if (!rt_log_step(log, s + 1, a.steps, &ss, tokens, flops, val)) {
-      fail(rt_log_error(log));
-      goto done;
-    }
-  }
-  if (!rt_log_finish(log, err, sizeof err)) {
-    fail(err);
-    goto done;
-  }
-  if (a.save && !trainer_save(t, a.save, ierr, sizeof ierr)) {
-    fail(ierr);
-    goto done;
-  }
-  int64_t ran = a.steps - first;
-  if (ran > 0)
-    printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
-           (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
-           flops * (double)ran / (total_ms / 1e3) / 1e9, a.save ? ", saved " : "", a.save ? a.save : "");
-  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (ran <= 0 && vl) last_val = trainer_eval(t, vl, 0, val_batches);
-  if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
-  rc = 0;
-done:
-  rt_log_close(log);
-  data_loader_destroy(dl);
-  data_loader_destroy(vl);
-  if (df) data_close(df);
-  if (vf) data_close(vf);
-  trainer_destroy(t);
-  rt_plan_free(plan);
-  return rc;
+  return run_one_stage(&a);
 }

@@ -344,6 +344,55 @@ static void test_param_init_by_name(void) {
   free(c);
 }
 
+/* The one-stage trainer's streams cover 64 batches and are lengthened as a run passes
+ * them (runtime/exec/exec_one.c): 70 steps straight (lengthened at batch 64) equal 66
+ * steps, a checkpoint, a fresh trainer resumed there (its streams rebuilt for 67
+ * batches, then 135), 4 steps; vanilla and 2bw. */
+static void test_streams_lengthen(void) {
+  char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
+  EXPECT(make_plan(tmp("plan"), 1e-3));
+  RtPlan *pv = rt_plan_load(tmp("plan"), err, sizeof err);
+  replace_in_file(tmp("plan/plan.json"), "\"schedule\":\t\"gpipe\"", "\"schedule\":\t\"2bw\"");
+  RtPlan *p2 = rt_plan_load(tmp("plan"), err, sizeof err);
+  EXPECT(pv && p2);
+  if (!pv || !p2) return;
+  DataFile *f = data_open(tmp("train.bin"), DATA_AUTO, 32, ierr, sizeof ierr);
+  DataLoader *l = data_loader_create(f, 8, 16, false, 0, ierr, sizeof ierr);
+  RtPlan *plans[2] = {pv, p2};
+  for (int k = 0; k < 2; k++) {
+    StepStats s;
+    double straight[70];
+    Trainer *t = trainer_create(plans[k], NULL, err, sizeof err);
+    for (int i = 0; i < 70; i++) {
+      trainer_step(t, l, &s);
+      straight[i] = s.loss;
+      if (!(s.loss > 0 && s.grad_norm > 0)) fprintf(stderr, "  step %d did not train (loss %g)\n", i, s.loss);
+      EXPECT(s.loss > 0 && s.grad_norm > 0); /* every step trains, past the first streams too */
+      if (i == 65) EXPECT(trainer_save(t, tmp("ck66.safetensors"), ierr, sizeof ierr));
+    }
+    int64_t pb = trainer_stage(t)->blocks[BUF_PARAMS];
+    float *final = malloc((size_t)pb);
+    memcpy(final, trainer_params(t), (size_t)pb);
+    trainer_destroy(t);
+    t = trainer_create(plans[k], NULL, err, sizeof err);
+    EXPECT(trainer_resume(t, tmp("ck66.safetensors"), ierr, sizeof ierr));
+    EXPECT_EQ_INT(trainer_step_index(t), 66);
+    for (int i = 66; i < 70; i++) {
+      trainer_step(t, l, &s);
+      if (s.loss != straight[i])
+        fprintf(stderr, "  %s step %d: %.9g straight, %.9g resumed\n", k ? "2bw" : "vanilla", i, straight[i], s.loss);
+      EXPECT(s.loss == straight[i]);
+    }
+    EXPECT(memcmp(final, trainer_params(t), (size_t)pb) == 0);
+    free(final);
+    trainer_destroy(t);
+  }
+  data_loader_destroy(l);
+  data_close(f);
+  rt_plan_free(pv);
+  rt_plan_free(p2);
+}
+
 int main(void) {
   (void)build_mlp;
   snprintf(tmpdir, sizeof tmpdir, "/tmp/pd2bw-rt-XXXXXX");
@@ -362,6 +411,7 @@ int main(void) {
   RUN(test_training_lowers_loss);
   RUN(test_resume_is_exact);
   RUN(test_2bw_delayed_update);
+  RUN(test_streams_lengthen);
   RUN(test_cache_hit_second_time);
   RUN(test_bad_plans_give_clear_errors);
   char cmd[400];

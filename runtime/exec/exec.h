@@ -1,0 +1,177 @@
+/* runtime/exec/exec.h — the interpreter of a plan's instruction streams, and the two
+ * seams it runs over: a DEVICE (where a stage's memory lives and its arithmetic runs)
+ * and a LINK (how a rank reaches the other ranks).
+ *
+ * What this folder owns:
+ *   exec_interp.c     the interpreter: one rank's instruction stream (FWD, BWD, the
+ *                     sends and receives, ALLREDUCE, TIED_SYNC, OPT_STEP) executed in
+ *                     stream order, with the tied-weight sums, the gradient scale and
+ *                     clipping by the global norm, the optimizer step and its has-grad
+ *                     rule, the console's step line, the events of the trace and the
+ *                     injected faults (PD2BW_FAULT_INJECT).
+ *   exec_cpu.c        the CPU device (the stage program's host functions, the
+ *                     runtime/kernels/cpu_kernels.h kernels, memcpy/memset).
+ *   exec_link_transport.c  the link over runtime/transport.h (local threads or MPI).
+ *   exec_one.c        the one-stage trainer (runtime/runtime.h trainer_*): a plan with
+ *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
+ *                     batch by batch.
+ * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
+ * runtime/pipeline.c and is the interpreter's input; the contract of what a run
+ * computes (data order, sums, scale) is runtime/pipeline.h's.
+ *
+ * The interpreter touches memory only through the device and other ranks only
+ * through the link, so another device or link changes nothing here. Every pointer
+ * the interpreter hands the device points into the rank's arena (device memory:
+ * exec_arena_alloc), except the host scalars named below.
+ *
+ * A DEVICE implements ExecDeviceOps. Order and rounding are part of the contract:
+ * the replay set (docs/replay.md) holds every device to the CPU's bits where the
+ * arithmetic is the same.
+ *   arena_alloc/free  one zeroed block of the plan's memory.total_bytes, 256-byte
+ *                     aligned; the rank finds every buffer at its planned offset.
+ *   forward/backward  a stage's pass over the blocks of ExecPass (the stage program
+ *                     loaded by the device; backward ADDS into the gradient block);
+ *                     the loss, when asked, and the count of out-of-range token ids
+ *                     come back in host memory.
+ *   load_samples      the token/target inputs of samples [first, first + b) from the
+ *                     host DataLoader into the inputs block (a GPU: via a host stage).
+ *   copy, zero        device-to-device copy and clear of `bytes`.
+ *   sum_ordered       dst[i] = ((src[0][i] + src[1][i]) + ...) + src[n-1][i], in that
+ *                     order per element, in float (the tied-weight sum: every member
+ *                     of a group gets the same bits). dst may be one of src.
+ *   sumsq             Σ x[i]² as pk_sumsq_f32 sums it (fixed blocking, double),
+ *                     returned to the host.
+ *   opt_step          one parameter's optimizer step (ExecOptStep), in place or from
+ *                     one weight version into another.
+ * A CUDA device implements them with the stage's kernels on one stream (a pass may
+ * be a captured graph), cudaMemcpyAsync/cudaMemsetAsync, a deterministic reduction
+ * for sumsq (its one synchronisation point) and the fused optimizer kernel.
+ *
+ * A LINK implements ExecLinkOps between the ranks of one run (rank numbers are the
+ * plan's: stage replica (i, r) is plan.rank_of_replica). Buffers are device
+ * memory, except the norm exchange's doubles, which are host memory. Every call
+ * returns a TransportStatus; on a failure error() names this rank and what it waited
+ * for, and abort(why) makes every other rank stop promptly — the timeouts that name a
+ * dead rank and the stall detector (progress) are the link's. tag separates streams
+ * of messages between one pair of ranks; messages with one (peer, tag) arrive in order.
+ *   isend/irecv/waitall  non-blocking point to point, completed together by waitall
+ *                     (the interpreter posts a `with_next` run of instructions at once).
+ *   send/recv         blocking point to point (losses for the console line).
+ *   group_create/allreduce_sum_f32/group_destroy  the replicas of one stage; the sum
+ *                     must be the same bits on every member (transport_coll.c: in
+ *                     ascending group rank order).
+ *   progress          what the rank is about to do (the stall detector's record).
+ * An NCCL link implements point to point with ncclSend/ncclRecv in a group, the
+ * all-reduce with ncclAllReduce (or a fixed-order ring to keep the bits), and
+ * requests as events on the device's stream; a same-GPU link (every stage replica
+ * in one process on one device) implements a send as a device copy into the
+ * receiver's buffer, posted when both sides have posted.
+ */
+#ifndef PD2BW_RUNTIME_EXEC_EXEC_H
+#define PD2BW_RUNTIME_EXEC_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+#include "runtime/transport.h"
+
+typedef struct PipeRank PipeRank;
+
+/* ---- the device ---------------------------------------------------------------- */
+
+typedef struct ExecDevice ExecDevice;
+
+/* One pass of the stage program over its blocks (BufClass-indexed bases in the
+ * arena). mb is the reference's global microbatch index; with seed it keys dropout. */
+typedef struct ExecPass {
+  char *block[BUF_CLASS_COUNT];
+  int64_t mb;
+  uint64_t seed;    /* the run's seed (a resumed run's is the checkpoint's) */
+  bool training;
+  double *loss;     /* host; NULL: not asked */
+  int64_t bad_ids;  /* out: token ids outside the vocabulary */
+} ExecPass;
+
+/* One parameter's optimizer step of batch t: wout = step(win, g · scale), with the
+ * moments m and v (v unused by SGD) updated in place. wout may be win. */
+typedef struct ExecOptStep {
+  const TrainConfig *tc;
+  const RtParam *param;
+  float *wout;
+  const float *win, *g;
+  float *m, *v;
+  int64_t t;
+  double scale;
+} ExecOptStep;
+
+typedef struct ExecDeviceOps {
+  const char *name;
+  char *(*arena_alloc)(ExecDevice *d, uint64_t bytes, const char *what);
+  void (*arena_free)(ExecDevice *d, char *arena);
+  void (*forward)(ExecDevice *d, ExecPass *p);
+  void (*backward)(ExecDevice *d, ExecPass *p);
+  void (*load_samples)(ExecDevice *d, char *inputs, DataLoader *dl, int64_t first, int64_t b);
+  void (*copy)(ExecDevice *d, void *dst, const void *src, uint64_t bytes);
+  void (*zero)(ExecDevice *d, void *dst, uint64_t bytes);
+  void (*sum_ordered)(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel);
+  double (*sumsq)(ExecDevice *d, const float *x, int64_t numel);
+  void (*opt_step)(ExecDevice *d, const ExecOptStep *s);
+  void (*destroy)(ExecDevice *d);
+} ExecDeviceOps;
+
+struct ExecDevice {
+  const ExecDeviceOps *ops;
+};
+
+/* The CPU device of stage st: loads its program (stage_program_load); NULL with the
+ * loader's message. */
+ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);
+/* The stage program a CPU device runs (its file and whether it came from the cache). */
+const StageProgram *exec_cpu_program(const ExecDevice *d);
+void exec_device_destroy(ExecDevice *d);
+
+/* ---- the link ------------------------------------------------------------------ */
+
+typedef struct ExecLink ExecLink;
+typedef struct ExecReq ExecReq;
+typedef struct ExecGroup ExecGroup;
+
+typedef struct ExecLinkOps {
+  const char *name;
+  TransportStatus (*isend)(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what,
+                           ExecReq **req);
+  TransportStatus (*irecv)(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what,
+                           ExecReq **req);
+  TransportStatus (*waitall)(ExecLink *l, ExecReq **reqs, int n);
+  TransportStatus (*send)(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what);
+  TransportStatus (*recv)(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what);
+  TransportStatus (*group_create)(ExecLink *l, const int *ranks, int n, ExecGroup **g);
+  void (*group_destroy)(ExecGroup *g);
+  TransportStatus (*allreduce_sum_f32)(ExecGroup *g, float *buf, size_t n, const char *what);
+  void (*progress)(ExecLink *l, const char *doing, long long index);
+  const char *(*error)(const ExecLink *l);
+  void (*abort)(ExecLink *l, const char *why);
+  double (*timeout)(const ExecLink *l);
+  void (*destroy)(ExecLink *l);
+} ExecLinkOps;
+
+struct ExecLink {
+  const ExecLinkOps *ops;
+  bool process_per_rank; /* each rank is its own process (MPI): an injected exit ends only it */
+};
+
+/* The link over an existing transport (not owned: destroying the link leaves t). */
+ExecLink *exec_transport_link(Transport *t);
+void exec_link_destroy(ExecLink *l);
+
+/* ---- the interpreter -------------------------------------------------------------- */
+
+/* Executes the instructions of batches [lo, hi) of R's stream, in stream order, on
+ * R's device and link. Consecutive calls over adjacent ranges compute exactly what
+ * one call over their union does (runtime/pipeline_rank.h).
+ * false on a failure, with the root cause in R->err (every other rank aborted). */
+bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi);
+
+#endif

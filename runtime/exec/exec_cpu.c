@@ -1,0 +1,124 @@
+/* runtime/exec/exec_cpu.c — the CPU device (runtime/exec/exec.h): the stage program's
+ * host functions, the runtime/kernels/cpu_kernels.h kernels and plain memory.
+ *
+ * The arithmetic is exactly what the executor did before it had seams: a pass is the
+ * program called with pipe_stage_ctx's context, the tied sum adds in member order per
+ * element, sumsq is pk_sumsq_f32, the optimizer step pipe_opt_step. */
+#include "runtime/exec/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/kernels/cpu_kernels.h"
+#include "runtime/pipeline_rank.h"
+
+typedef struct CpuDevice {
+  ExecDevice base;
+  const RtStage *st;
+  StageProgram prog;
+  int T;                      /* window length of the token streams (0: none) */
+  int32_t *tok_tmp, *tgt_tmp; /* a stream the stage has no input for */
+} CpuDevice;
+
+static CpuDevice *cpu(ExecDevice *d) { return (CpuDevice *)(void *)d; }
+
+static char *cpu_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
+  (void)d;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 256, (size_t)(bytes ? bytes : 256)) != 0) pd_out_of_memory((size_t)bytes, what, __FILE__, __LINE__);
+  memset(mem, 0, (size_t)bytes);
+  return mem;
+}
+
+static void cpu_arena_free(ExecDevice *d, char *arena) {
+  (void)d;
+  free(arena);
+}
+
+static StageCtx ctx_of(CpuDevice *c, const ExecPass *p) {
+  StageCtx x = pipe_stage_ctx(c->st, p->seed, p->mb, p->block[BUF_PARAMS], p->block[BUF_GRADS], p->block[BUF_STASH],
+                              p->block[BUF_WORK], p->block[BUF_INPUTS], p->block[BUF_BOUNDARY], p->loss);
+  x.training = p->training;
+  return x;
+}
+
+static void cpu_forward(ExecDevice *d, ExecPass *p) {
+  StageCtx x = ctx_of(cpu(d), p);
+  cpu(d)->prog.forward(&x);
+  p->bad_ids = x.bad_ids;
+}
+
+static void cpu_backward(ExecDevice *d, ExecPass *p) {
+  StageCtx x = ctx_of(cpu(d), p);
+  cpu(d)->prog.backward(&x);
+  p->bad_ids = x.bad_ids;
+}
+
+static void cpu_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t first, int64_t b) {
+  CpuDevice *c = cpu(d);
+  if (c->T) pipe_fill_samples(c->st, inputs, dl, first, b, c->T, c->tok_tmp, c->tgt_tmp);
+}
+
+static void cpu_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) {
+  (void)d;
+  memcpy(dst, src, (size_t)bytes);
+}
+
+static void cpu_zero(ExecDevice *d, void *dst, uint64_t bytes) {
+  (void)d;
+  memset(dst, 0, (size_t)bytes);
+}
+
+static void cpu_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
+  (void)d;
+  for (int64_t i = 0; i < numel; i++) {
+    float a = src[0][i];
+    for (int q = 1; q < n; q++) a += src[q][i];
+    dst[i] = a;
+  }
+}
+
+static double cpu_sumsq(ExecDevice *d, const float *x, int64_t numel) {
+  (void)d;
+  return pk_sumsq_f32(x, numel);
+}
+
+static void cpu_opt_step(ExecDevice *d, const ExecOptStep *s) {
+  (void)d;
+  pipe_opt_step(s->tc, s->param, s->wout, s->win, s->g, s->m, s->v, s->t, s->scale);
+}
+
+static void cpu_destroy(ExecDevice *d) {
+  CpuDevice *c = cpu(d);
+  stage_program_unload(&c->prog);
+  free(c->tok_tmp);
+  free(c->tgt_tmp);
+  free(c);
+}
+
+static const ExecDeviceOps cpu_ops = {
+    .name = "cpu", .arena_alloc = cpu_arena_alloc, .arena_free = cpu_arena_free, .forward = cpu_forward,
+    .backward = cpu_backward, .load_samples = cpu_load_samples, .copy = cpu_copy, .zero = cpu_zero,
+    .sum_ordered = cpu_sum_ordered, .sumsq = cpu_sumsq, .opt_step = cpu_opt_step, .destroy = cpu_destroy,
+};
+
+ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen) {
+  CpuDevice *c = pd_calloc(1, sizeof *c);
+  c->base.ops = &cpu_ops;
+  c->st = st;
+  if (!stage_program_load(st->source, 4, &c->prog, err, errlen)) {
+    free(c);
+    return NULL;
+  }
+  for (int k = 0; k < st->ninputs; k++)
+    if (st->inputs[k].stream != STREAM_OTHER && st->inputs[k].rank == 2) c->T = (int)st->inputs[k].shape[1];
+  c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
+  c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
+  return &c->base;
+}
+
+const StageProgram *exec_cpu_program(const ExecDevice *d) { return &((const CpuDevice *)(const void *)d)->prog; }
+
+void exec_device_destroy(ExecDevice *d) {
+  if (d) d->ops->destroy(d);
+}

@@ -1,0 +1,408 @@
+/* runtime/exec/exec_interp.c — the interpreter of one rank's instruction stream over
+ * its device and its link (runtime/exec/exec.h; what a run computes is
+ * runtime/pipeline.h's contract).
+ *
+ * The stage program runs with its block bases pointed into this rank's arena: params
+ * at the instruction's weight slot, stash at the instruction's stash slot (with
+ * recomputation: at one full activation block, after the slot's stashed input was
+ * copied in), the boundary block where the outgoing activation and the gradients sit.
+ * Messages go straight from and into those places. The data inputs are refilled from
+ * the token file before a FWD and again before its BWD (embedding_bwd and
+ * cross_entropy_bwd read them), so one inputs block serves any number of
+ * microbatches in flight.
+ *
+ * Invariants the schedule gives us (the planner's verifier checks them): a group of
+ * sends/receives completes before the next instruction, so the single boundary block
+ * is never overwritten under a message; the m backwards of batch t come before
+ * OPT_STEP(t) and those of batch t+1 after it, so the gradient block holds exactly
+ * batch t at OPT_STEP(t).
+ */
+#include "runtime/exec/exec.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/pipeline_rank.h"
+
+static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+/* ---- one microbatch ------------------------------------------------------------------ */
+
+/* Replica r's j-th microbatch of batch t is the reference's microbatch r·m + j. */
+static void mb_index(const PipeRank *R, int64_t k, int64_t *t, int64_t *jref) {
+  int64_t m = R->pp->m;
+  *t = (k - 1) / m;
+  *jref = (int64_t)R->replica * m + (k - 1) % m;
+}
+
+static void fill_inputs(PipeRank *R, int64_t k) {
+  if (!R->T) return;
+  int64_t t, jref;
+  mb_index(R, k, &t, &jref);
+  int64_t first = t * R->pp->b * R->mref + jref * R->pp->b;
+  R->dev->ops->load_samples(R->dev, R->inputs, R->dl, first, R->pp->b);
+}
+
+static ExecPass make_pass(PipeRank *R, int64_t k, int vslot, int sslot, double *loss) {
+  int64_t t, jref;
+  mb_index(R, k, &t, &jref);
+  ExecPass p = {.mb = t * R->mref + jref, .seed = R->tc.seed, .training = true, .loss = loss}; /* the reference's index */
+  for (int c = 0; c < BUF_CLASS_COUNT; c++)
+    if (c != BUF_NONE) p.block[c] = pipe_block_base(R, c, vslot, sslot);
+  return p;
+}
+
+/* With recomputation the slot keeps only the received input; put it back where the
+ * program reads it. */
+static void restore_input(PipeRank *R, int sslot) {
+  const PipeStage *ps = &R->pp->st[R->stage];
+  for (int k = 0; k < ps->nbnd; k++)
+    if (ps->bnd[k].role == PIPE_ACT_IN)
+      R->dev->ops->copy(R->dev, R->full + ps->bnd[k].offset, R->stash[sslot] + R->act_in_packed[k],
+                        (uint64_t)ps->bnd[k].bytes);
+}
+
+static void run_fwd(PipeRank *R, const PlanInstr *in) {
+  fill_inputs(R, in->mb);
+  if (R->pp->recompute && R->stage > 0) restore_input(R, in->sslot);
+  double loss = 0;
+  ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, R->st->has_loss ? &loss : NULL);
+  R->dev->ops->forward(R->dev, &c);
+  R->bad_ids += c.bad_ids;
+  if (R->st->has_loss) {
+    int64_t t = (in->mb - 1) / R->pp->m, j = (in->mb - 1) % R->pp->m;
+    R->loss[(t - R->first) * R->pp->m + j] = loss;
+  }
+}
+
+static void run_bwd(PipeRank *R, const PlanInstr *in) {
+  fill_inputs(R, in->mb);
+  if (R->pp->recompute) {
+    /* the forward again, same version and dropout key: the activations it stashes
+     * are bit-identical to the first run's */
+    if (R->stage > 0) restore_input(R, in->sslot);
+    ExecPass f = make_pass(R, in->mb, in->vslot, in->sslot, NULL);
+    R->dev->ops->forward(R->dev, &f);
+  }
+  ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, NULL);
+  R->dev->ops->backward(R->dev, &c);
+  R->bad_ids += c.bad_ids;
+  /* a tied parameter's share is already in R->grads (the program accumulates it) */
+}
+
+/* ---- communication ------------------------------------------------------------------- */
+
+static int peer_rank(const PipeRank *R, int stage) { return R->pp->st[stage].rank_of_replica[R->replica]; }
+
+/* Posts one send/receive instruction's messages; returns false on failure. */
+static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
+  const PipeStage *ps = &R->pp->st[R->stage];
+  PipeRole role = in->op == PI_RECV_ACT ? PIPE_ACT_IN : in->op == PI_SEND_ACT ? PIPE_ACT_OUT
+                  : in->op == PI_RECV_GRAD ? PIPE_GRAD_IN : PIPE_GRAD_OUT;
+  bool send = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD;
+  int tag = in->op == PI_RECV_ACT || in->op == PI_SEND_ACT ? PIPE_TAG_ACT : PIPE_TAG_GRAD;
+  /* the stash slot of the microbatch's forward (receives land in it directly) */
+  int sslot = R->mb_sslot ? R->mb_sslot[in->mb] : 0;
+  for (int k = 0; k < ps->nbnd; k++) {
+    const PipeBoundary *b = &ps->bnd[k];
+    if (b->role != role) continue;
+    char *base;
+    if (role == PIPE_ACT_IN)
+      base = R->pp->recompute ? R->stash[sslot] + R->act_in_packed[k] : R->stash[sslot] + b->offset;
+    else
+      base = pipe_block_base(R, b->cls, -1, sslot) + b->offset;
+    char what[96];
+    snprintf(what, sizeof what, "%s of microbatch %lld %s stage %d", tag == PIPE_TAG_ACT ? "activation" : "gradient",
+             (long long)in->mb, send ? "for" : "from", in->peer);
+    ExecReq *rq = NULL;
+    ExecLink *L = R->link;
+    TransportStatus s = send ? L->ops->isend(L, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq)
+                             : L->ops->irecv(L, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq);
+    if (!pipe_transport_ok(R, s)) return false;
+    R->reqs[(*nreq)++] = rq;
+  }
+  return true;
+}
+
+/* Sum of tied group g's gradient over the stages holding it: every member sends its
+ * part to every other and adds them all in ascending stage order, so all members get
+ * the same bits. Posted by TIED_SYNC, finished by the OPT_STEP that needs it. */
+static char *tied_buf(PipeRank *R, int g, int64_t t) {
+  PipeTied *T = &R->tied[g];
+  return T->deferred ? R->tg[t % 2] + T->tg_off : R->grads + R->st->params[T->param].offset;
+}
+
+static bool tied_post(PipeRank *R, int g, int64_t t) {
+  PipeTied *T = &R->tied[g];
+  int par = (int)(t % 2);
+  if (T->state[par] != 0) return true;
+  const PlanTiedGroup *G = &R->pp->groups[g];
+  char *buf = tied_buf(R, g, t);
+  int n = 0;
+  for (int q = 0; q < G->nstages; q++) {
+    if (q == T->member) continue;
+    char what[96];
+    snprintf(what, sizeof what, "tied gradient '%s' of batch %lld from stage %d", R->pp->group_names[g],
+             (long long)t, G->stages[q]);
+    int pr = peer_rank(R, G->stages[q]);
+    char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * up256(T->bytes);
+    if (!pipe_transport_ok(R, R->link->ops->isend(R->link, pr, PIPE_TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
+    if (!pipe_transport_ok(R, R->link->ops->irecv(R->link, pr, PIPE_TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
+  }
+  T->nreq[par] = n;
+  T->state[par] = 1;
+  return true;
+}
+
+static bool tied_finish(PipeRank *R, int g, int64_t t) {
+  PipeTied *T = &R->tied[g];
+  int par = (int)(t % 2);
+  if (T->state[par] == 0 && !tied_post(R, g, t)) return false;
+  if (T->state[par] == 2) return true;
+  if (!pipe_transport_ok(R, R->link->ops->waitall(R->link, T->req[par], T->nreq[par]))) return false;
+  const PlanTiedGroup *G = &R->pp->groups[g];
+  float *mine = (float *)(void *)tied_buf(R, g, t);
+  const float *src[PLAN_MAX_TIED_SEGS];
+  int n = 0;
+  for (int q = 0; q < G->nstages; q++)
+    src[q] = q == T->member ? mine : (const float *)(const void *)(R->tied_rx[par] + T->rx_off + (uint64_t)n++ * up256(T->bytes));
+  R->dev->ops->sum_ordered(R->dev, mine, src, G->nstages, (int64_t)(T->bytes / 4));
+  T->state[par] = 2;
+  return true;
+}
+
+/* ---- the update ------------------------------------------------------------------------ */
+
+/* Whether parameter k is stepped apart (a deferred tied group's). */
+static int deferred_group_of(const PipeRank *R, int k) {
+  for (int g = 0; g < R->pp->ngroups; g++)
+    if (R->tied[g].param == k && R->tied[g].deferred) return g;
+  return -1;
+}
+
+static int tied_group_of(const PipeRank *R, int k) {
+  for (int g = 0; g < R->pp->ngroups; g++)
+    if (R->tied[g].param == k) return g;
+  return -1;
+}
+
+/* A tied parameter has a gradient on every stage holding it (its program accumulates
+ * its share there), whatever the program's has_grad says. */
+static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
+
+static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale) {
+  const RtParam *pp = &R->st->params[k];
+  float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
+  const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
+  if (!has_grad(R, k)) {
+    if (wout != win) R->dev->ops->copy(R->dev, wout, win, (uint64_t)pp->bytes);
+    return;
+  }
+  ExecOptStep os = {.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = g,
+                    .m = (float *)(void *)(R->adam_m + pp->offset), .v = (float *)(void *)(R->adam_v + pp->offset),
+                    .t = t, .scale = scale};
+  R->dev->ops->opt_step(R->dev, &os);
+}
+
+/* 1/(w·m), times the clip factor of the global norm over every stage (the
+ * reference's rule). Tied gradients are complete here and counted once. The norm
+ * is taken with clipping off too: the console and the log report it. */
+static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
+  double inv = 1.0 / (double)R->mref;
+  *scale = inv;
+  double ss = 0;
+  for (int k = 0; k < R->st->nparams; k++) {
+    const RtParam *pp = &R->st->params[k];
+    if (!has_grad(R, k)) continue;
+    int g = tied_group_of(R, k);
+    if (g >= 0 && R->tied[g].member != 0) continue; /* the group's first stage counts it */
+    const float *gr = g >= 0 ? (const float *)(const void *)tied_buf(R, g, t)
+                             : (const float *)(const void *)(R->grads + pp->offset);
+    ss += R->dev->ops->sumsq(R->dev, gr, pp->numel);
+  }
+  int d = R->pp->d;
+  double *part = R->norm_part;
+  part[R->stage] = ss;
+  ExecReq **rq = R->norm_req;
+  int n = 0;
+  for (int s = 0; s < d; s++) {
+    if (s == R->stage) continue;
+    char what[64];
+    snprintf(what, sizeof what, "gradient norm of batch %lld from stage %d", (long long)t, s);
+    if (!pipe_transport_ok(R, R->link->ops->isend(R->link, peer_rank(R, s), PIPE_TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])))
+      return false;
+    if (!pipe_transport_ok(R, R->link->ops->irecv(R->link, peer_rank(R, s), PIPE_TAG_NORM, &part[s], sizeof(double), what, &rq[n++])))
+      return false;
+  }
+  if (n && !pipe_transport_ok(R, R->link->ops->waitall(R->link, rq, n))) return false;
+  double tot = 0;
+  for (int s = 0; s < d; s++) tot += part[s];
+  double norm = sqrt(tot) * inv;
+  R->grad_norm[t - R->first] = norm;
+  if (R->tc.clip > 0 && norm > R->tc.clip) *scale = inv * R->tc.clip / norm;
+  return true;
+}
+
+/* The step line of batch t, with the global loss: the last stage of every other
+ * replica sends its share to replica 0's, which prints (runtime/console.c). The
+ * replicas' last stages all reach OPT_STEP(t) after batch t's all-reduce, so the
+ * small message waits for nothing else. Not quiet only (every rank knows). */
+static bool console_line(PipeRank *R, int64_t t) {
+  const PipePlan *p = R->pp;
+  double sum = 0;
+  for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
+  const int *last = p->st[p->d - 1].rank_of_replica;
+  char what[64];
+  snprintf(what, sizeof what, "loss of batch %lld", (long long)t);
+  if (R->replica != 0)
+    return pipe_transport_ok(R, R->link->ops->send(R->link, last[0], PIPE_TAG_LOSS, &sum, sizeof sum, what));
+  for (int rep = 1; rep < p->w; rep++) {
+    double part = 0;
+    if (!pipe_transport_ok(R, R->link->ops->recv(R->link, last[rep], PIPE_TAG_LOSS, &part, sizeof part, what))) return false;
+    sum += part;
+  }
+  StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
+                  .ms = R->step_ms[t - R->first]};
+  if (!rt_log_step(R->console, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), NAN))
+    return false; /* no file: not reached */
+  return true;
+}
+static bool run_step(PipeRank *R, const PlanInstr *in) {
+  int64_t t = in->batch;
+  int par = (int)(t % 2);
+  if (in->group >= 0) { /* a deferred tied parameter, W(t+1) for batch t+2 */
+    int g = in->group;
+    if (R->tied[g].param < 0) return true;
+    if (!tied_finish(R, g, t)) return false;
+    float *gr = (float *)(void *)tied_buf(R, g, t);
+    step_param(R, R->tied[g].param, gr, in->vslot, in->src_vslot, t, R->scale[par]);
+    R->dev->ops->zero(R->dev, gr, R->tied[g].bytes);
+    R->tied[g].state[par] = 0;
+    return true;
+  }
+  for (int g = 0; g < R->pp->ngroups; g++) {
+    PipeTied *T = &R->tied[g];
+    if (T->param < 0) continue;
+    if (T->deferred) { /* batch t+1's backwards accumulate here next: move it out */
+      char *src = R->grads + R->st->params[T->param].offset;
+      R->dev->ops->copy(R->dev, R->tg[par] + T->tg_off, src, T->bytes);
+      R->dev->ops->zero(R->dev, src, T->bytes);
+      /* the group's sum now, for the global norm (clipping, the console, the log);
+       * its step still comes later */
+      if (!tied_finish(R, g, t)) return false;
+    } else if (!tied_finish(R, g, t)) {
+      return false;
+    }
+  }
+  double scale;
+  if (!batch_scale(R, t, &scale)) return false;
+  R->scale[par] = scale;
+  for (int k = 0; k < R->st->nparams; k++) {
+    if (deferred_group_of(R, k) >= 0) continue;
+    step_param(R, k, (const float *)(const void *)(R->grads + R->st->params[k].offset), in->vslot, in->src_vslot, t,
+               scale);
+  }
+  for (int g = 0; g < R->pp->ngroups; g++)
+    if (R->tied[g].param >= 0 && !R->tied[g].deferred) R->tied[g].state[par] = 0;
+  if (R->grads_out) R->dev->ops->copy(R->dev, R->grads_out, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
+  R->dev->ops->zero(R->dev, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
+  R->newest = in->vslot;
+  R->steps_done = t + 1;
+  double now = pipe_now();
+  R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
+  R->last_step_time = now;
+  return R->st->has_loss && !R->o->quiet ? console_line(R, t) : true;
+}
+
+/* ---- the interpreter ------------------------------------------------------------------- */
+
+static void record(PipeRank *R, const PlanInstr *in, double t0, double t1) {
+  if (R->nev >= R->cap_ev) return;
+  R->ev[R->nev++] = (PipeEvent){.op = (int)in->op, .stage = R->stage, .replica = R->replica, .mb = in->mb,
+                                .batch = in->batch, .version = in->version, .group = in->group,
+                                .start = t0, .end = t1};
+}
+
+static void inject_fault(PipeRank *R) {
+  fprintf(stderr, "pd2bwrun: rank %d: PD2BW_FAULT_INJECT: failing at batch %lld (%s)\n", R->rank,
+          (long long)R->fault_step, (const char *[]){"exit", "hang", "kill", "stop", "stuck"}[R->fault_mode]);
+  if (R->fault_mode == 2) raise(SIGKILL);
+  if (R->fault_mode == 3) raise(SIGSTOP); /* until someone kills or continues us */
+  if (R->fault_mode == 4)
+    for (volatile unsigned long spin = 0;; spin++) { /* nothing ends this but the process */
+    }
+  if (R->fault_mode == 1) {
+    /* stop answering; peers time out. Bounded, so the thread can be joined. */
+    double until = pipe_now() + 2 * R->link->ops->timeout(R->link) + 1;
+    while (pipe_now() < until && !transport_interrupted()) usleep(20000);
+  }
+  if (R->link->process_per_rank) exit(3);
+  snprintf(R->err, sizeof R->err, "rank %d: injected fault", R->rank);
+  R->failed = true;
+}
+
+static bool in_batches(const PlanInstr *in, int64_t lo, int64_t hi) { return in->batch >= lo && in->batch < hi; }
+
+bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
+  const PlanStream *S = R->stream;
+  int64_t top = hi < R->spec.nbatches ? hi : R->spec.nbatches;
+  int from = lo < top ? R->ins_from[lo] : 0, to = lo < top ? R->ins_to[top - 1] : 0;
+  bool ok = true;
+  R->last_step_time = pipe_now(); /* the first step's time starts here, not at 0 */
+  for (int i = from; ok && i < to; i++) {
+    const PlanInstr *in = &S->ins[i];
+    if (!in_batches(in, lo, hi)) continue;
+    R->link->ops->progress(R->link, plan_op_name(in->op), in->op == PI_FWD || in->op == PI_BWD ? in->mb : in->batch);
+    if (in->batch == R->fault_step) {
+      inject_fault(R);
+      ok = false;
+      break;
+    }
+    double t0 = pipe_now();
+    switch (in->op) {
+    case PI_RECV_ACT:
+    case PI_SEND_ACT:
+    case PI_RECV_GRAD:
+    case PI_SEND_GRAD: {
+      int nreq = 0, j = i;
+      for (;;) {
+        const PlanInstr *x = &S->ins[j];
+        if (in_batches(x, lo, hi) && !post_p2p(R, x, &nreq)) {
+          ok = false;
+          break;
+        }
+        if (!x->with_next || j + 1 >= S->n) break;
+        j++;
+      }
+      if (ok && nreq && !pipe_transport_ok(R, R->link->ops->waitall(R->link, R->reqs, nreq))) ok = false;
+      double t1 = pipe_now();
+      for (int q = i; ok && q <= j; q++)
+        if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1);
+      i = j;
+      continue;
+    }
+    case PI_FWD: run_fwd(R, in); break;
+    case PI_BWD: run_bwd(R, in); break;
+    case PI_ALLREDUCE: {
+      char what[64];
+      snprintf(what, sizeof what, "all-reduce of batch %d's gradients", in->batch);
+      ok = pipe_transport_ok(R, R->link->ops->allreduce_sum_f32(R->rep_group, (float *)(void *)R->grads,
+                                              (size_t)R->st->blocks[BUF_GRADS] / 4, what));
+      break;
+    }
+    case PI_TIED_SYNC:
+      if (in->group >= 0 && in->group < R->pp->ngroups && R->tied[in->group].param >= 0)
+        ok = tied_post(R, in->group, in->batch);
+      break;
+    case PI_OPT_STEP: ok = run_step(R, in); break;
+    case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
+    }
+    record(R, in, t0, pipe_now());
+  }
+  if (ok) R->steps_done = hi;
+  return ok && !R->failed;
+}
+

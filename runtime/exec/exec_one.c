@@ -1,0 +1,196 @@
+/* runtime/exec/exec_one.c — the one-stage trainer (runtime/runtime.h: trainer_*) as a
+ * plan with d = 1 and w = 1 run by the interpreter (runtime/exec/exec.h), step by step.
+ *
+ * The update is the reference rule every pipelined schedule must reproduce (DESIGN.md
+ * §3), written once in the interpreter's OPT_STEP: the m microbatches of batch t run
+ * forward then backward in order (the d = 1 stream of 1f1b, or of 2bw for the delayed
+ * rule: F1 B1 F2 B2 ...), the backwards adding into the gradient block; then the
+ * global norm (Σ over parameters of pk_sumsq, times 1/m), the clip factor folded into
+ * the optimizer's gradient scale, and the step of every parameter with a gradient.
+ * With the delayed rule (2bw) batch t trains on W(t-1) and the step writes W(t+1)
+ * over it: two weight versions. Microbatch j of batch t has global index t·m + j (it
+ * keys dropout) and reads samples t·B + j·b .. + b (B = b·m).
+ *
+ * Memory: one arena laid out as the compiler lays out a stage's (plan_apply_layouts:
+ * weights × versions, grads, adam_m, adam_v, stash × slots, inputs, boundary,
+ * workspace, each 256-byte aligned), so a one-stage plan's run holds exactly its
+ * memory.total_bytes; a plan without a memory section (PLAN/reference) gets the same.
+ * The streams are built for 64 batches and lengthened (doubled) when a run steps past
+ * them (pipe_rank_extend). */
+#include "runtime/exec/exec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/pipeline_rank.h"
+
+struct Trainer {
+  const RtPlan *plan;
+  PipePlan pp;
+  PipeStage ps;
+  int rank0;
+  PipeOptions o;
+  TransportWorld *world;
+  PipeRank *R;
+  int64_t step; /* updates done so far */
+};
+
+static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+/* The stage's arena, in plan_apply_layouts' order (empty buffers left out). */
+static void layout(PipeStage *ps, const RtStage *st) {
+  uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
+  struct {
+    PlanBufKind kind;
+    int count;
+    uint64_t size;
+  } order[] = {{PB_WEIGHTS, ps->nversions, pb}, {PB_GRADS, 1, (uint64_t)st->blocks[BUF_GRADS]}, {PB_OPT_M, 1, pb},
+               {PB_OPT_V, 1, pb}, {PB_STASH, ps->nstash, (uint64_t)st->blocks[BUF_STASH]},
+               {PB_INPUTS, 1, (uint64_t)st->blocks[BUF_INPUTS]}, {PB_BOUNDARY, 1, (uint64_t)st->blocks[BUF_BOUNDARY]},
+               {PB_WORKSPACE, 1, (uint64_t)st->blocks[BUF_WORK]}};
+  int n = (int)(sizeof order / sizeof order[0]);
+  ps->bufs = pd_calloc((size_t)(ps->nversions + ps->nstash + n), sizeof *ps->bufs);
+  uint64_t at = 0;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < order[k].count && order[k].size > 0; i++) {
+      ps->bufs[ps->nbufs++] = (PipeBuf){.kind = order[k].kind, .index = i, .offset = at, .size = order[k].size};
+      at += up256(order[k].size);
+    }
+  ps->planned_bytes = at;
+}
+
+/* The slots the d = 1 stream of `schedule` uses (one batch tells: they do not grow). */
+static bool slots_of(PipePlan *pp, char *err, size_t errlen) {
+  PlanStreamSpec spec = {.stages = 1, .microbatches = pp->m, .schedule = pp->schedule, .nbatches = 2, .replicas = 1};
+  PlanStreams s = {0};
+  if (!plan_streams_build(&spec, &s, err, errlen)) return false;
+  pp->st[0].nversions = s.nversions[0];
+  pp->st[0].nstash = s.nstash[0];
+  plan_streams_free(&s);
+  return true;
+}
+
+Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen) {
+  if (p->nstages != 1) {
+    snprintf(err, errlen, "%s: the plan has %d stages; the sequential executor runs one-stage plans", p->dir,
+             p->nstages);
+    return NULL;
+  }
+  const RtStage *st = &p->stages[0];
+  if (st->real_bytes != 4) {
+    snprintf(err, errlen, "%s: a float%d program cannot be trained (it is for gradient checks)", st->source,
+             st->real_bytes * 8);
+    return NULL;
+  }
+  if (!st->has_loss) {
+    snprintf(err, errlen, "%s: the stage does not compute the loss", st->source);
+    return NULL;
+  }
+  Trainer *t = pd_calloc(1, sizeof *t);
+  t->plan = p;
+  t->pp = (PipePlan){.rt = (RtPlan *)p, .d = 1, .w = 1, .b = p->b, .m = p->m,
+                     .schedule = p->delayed ? PS_2BW : PS_1F1B, .st = &t->ps, .nranks = 1,
+                     .rank_stage = &t->rank0, .rank_replica = &t->rank0};
+  t->ps.rank_of_replica = &t->rank0;
+  if (!slots_of(&t->pp, err, errlen)) {
+    free(t);
+    return NULL;
+  }
+  layout(&t->ps, st);
+  /* seed_set for the initial weights only: a checkpoint's seed then wins, as it always has */
+  /* the first streams cover 64 batches; a longer run doubles them as it goes */
+  t->o = (PipeOptions){.steps = 64, .quiet = true,
+                       .seed = o ? o->seed : 0, .seed_set = o && o->seed_set};
+  t->world = transport_local_create_world(1, 0);
+  t->R = pipe_rank_create(&t->pp, &t->o, transport_local_rank(t->world, 0), 0, err, errlen);
+  if (!t->R) {
+    trainer_destroy(t);
+    return NULL;
+  }
+  t->o.seed_set = false;
+  t->R->fault_step = -1; /* PD2BW_FAULT_INJECT is for the pipelined runs' ranks */
+  t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
+  return t;
+}
+
+void trainer_destroy(Trainer *t) {
+  if (!t) return;
+  if (t->R) {
+    free(t->R->grads_out);
+    t->R->dl = NULL; /* the caller's */
+    pipe_rank_destroy(t->R);
+  }
+  if (t->world) transport_local_destroy_world(t->world);
+  free(t->ps.bufs);
+  free(t);
+}
+
+const StageProgram *trainer_program(const Trainer *t) { return exec_cpu_program(t->R->dev); }
+const RtStage *trainer_stage(const Trainer *t) { return t->R->st; }
+float *trainer_params(Trainer *t) { return (float *)(void *)t->R->w[t->R->newest]; }
+float *trainer_grads(Trainer *t) { return (float *)(void *)t->R->grads_out; }
+int64_t trainer_step_index(const Trainer *t) { return t->step; }
+double trainer_flops_per_step(const Trainer *t) { return pipe_flops_per_step(&t->pp); }
+
+void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
+  PipeRank *R = t->R;
+  int64_t s = t->step, m = t->pp.m;
+  char err[RT_ERR_LEN];
+  if (s >= R->steps && !pipe_rank_extend(R, 2 * s + 1, err, sizeof err)) PD_CHECK(0, "(%s)", err);
+  R->dl = data;
+  int64_t bad = R->bad_ids;
+  double t0 = pipe_now();
+  bool ok = exec_run_batches(R, s, s + 1);
+  PD_CHECK(ok, "(one-stage step %lld: %s)", (long long)s, R->err); /* no link to fail on */
+  const double *mb = R->loss + (s - R->first) * m;
+  double sum = 0;
+  for (int64_t j = 0; j < m; j++) sum += mb[j];
+  *out = (StepStats){.loss = sum * (1.0 / (double)m), .mb_loss = mb, .lr = rt_lr_at(&R->tc, s),
+                     .grad_norm = R->grad_norm[s - R->first], .ms = (pipe_now() - t0) * 1e3,
+                     .bad_ids = R->bad_ids - bad};
+  t->step = s + 1;
+}
+
+double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches) {
+  PipeRank *R = t->R;
+  int64_t b = t->pp.b, m = t->pp.m;
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t k = first; k < first + nbatches; k++)
+    for (int64_t j = 0; j < m; j++) {
+      double loss = 0;
+      R->dev->ops->load_samples(R->dev, R->inputs, data, k * b * m + j * b, b);
+      /* microbatch 0 and training 0: no dropout stream is drawn */
+      ExecPass c = {.mb = 0, .seed = R->tc.seed, .training = false, .loss = &loss};
+      for (int cls = 0; cls < BUF_CLASS_COUNT; cls++)
+        if (cls != BUF_NONE) c.block[cls] = pipe_block_base(R, cls, -1, 0);
+      R->dev->ops->forward(R->dev, &c);
+      sum += loss;
+      n++;
+    }
+  return n ? sum / (double)n : 0;
+}
+
+static RtCkptBlocks blocks_of(const Trainer *t) {
+  const PipeRank *R = t->R;
+  return (RtCkptBlocks){.plan = t->plan, .st = R->st, .params = R->w[R->newest], .opt_m = R->adam_m,
+                        .opt_v = R->adam_v, .prev = t->pp.schedule == PS_2BW ? R->w[1 - R->newest] : NULL};
+}
+
+bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
+  RtCkptBlocks b = blocks_of(t);
+  return rt_ckpt_save(&b, t->step, t->R->tc.seed, path, err, errlen);
+}
+
+bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
+  PipeRank *R = t->R;
+  if (!pipe_rank_resume(R, path, err, errlen)) return false;
+  t->step = R->first;
+  return pipe_rank_extend(R, R->first + 1, err, errlen);
+}
+
+bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
+  RtCkptBlocks b = blocks_of(t);
+  return rt_ckpt_init(&b, path, err, errlen);
+}
