@@ -10,7 +10,7 @@
  *                     rule, the console's step line, the events of the trace and the
  *                     injected faults (PD2BW_FAULT_INJECT).
  *   exec_cpu.c        the CPU device (the stage program's host functions, the
- *                     runtime/kernels/cpu_kernels.h kernels, memcpy/memset).
+ *                     kernels/cpu_kernels.h kernels, memcpy/memset).
  *   exec_link_transport.c  the link over runtime/transport.h (local threads or MPI).
  *   exec_one.c        the one-stage trainer (runtime/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped

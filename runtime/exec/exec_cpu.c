@@ -1,5 +1,5 @@
 /* runtime/exec/exec_cpu.c — the CPU device (runtime/exec/exec.h): the stage program's
- * host functions, the runtime/kernels/cpu_kernels.h kernels and plain memory.
+ * host functions, the kernels/cpu_kernels.h kernels and plain memory.
  *
  * The arithmetic is exactly what the executor did before it had seams: a pass is the
  * program called with pipe_stage_ctx's context, the tied sum adds in member order per
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "runtime/pipeline_rank.h"
 
 typedef struct CpuDevice {
