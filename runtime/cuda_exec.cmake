@@ -12,6 +12,8 @@ add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_dev.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_link.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_trace.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_eval.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_main.c)

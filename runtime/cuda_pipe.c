@@ -99,6 +99,20 @@ static bool counts_in_norm(const CpRun *x, const CpSr *s, int k) {
   return s->st->params[k].has_grad;
 }
 
+/* The most messages one send/receive group of the SR's stream has (one per boundary
+ * tensor of each instruction's role): cuda_pipe_run.c builds a group's messages there. */
+static int group_messages_most(const CpSr *s) {
+  int most = 0, n = 0;
+  for (int i = 0; i < s->S->n; i++) {
+    const PlanInstr *in = &s->S->ins[i];
+    if (in->op != PI_RECV_ACT && in->op != PI_SEND_ACT && in->op != PI_RECV_GRAD && in->op != PI_SEND_GRAD) continue;
+    for (int k = 0; k < s->ps->nbnd; k++) n += s->ps->bnd[k].role == cp_p2p_role(in->op);
+    if (n > most) most = n;
+    if (!in->with_next) n = 0;
+  }
+  return most;
+}
+
 /* The SR's own settings before the arena exists: slots, boundary packing, tied groups. */
 static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_t errlen) {
   const PipePlan *p = x->p;
@@ -136,6 +150,8 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
   int64_t nmb = p->m * x->steps + 2;
   for (int i = 0; i < s->S->n; i++) /* --steps 0 still builds one batch's stream */
     if (s->S->ins[i].op == PI_FWD && s->S->ins[i].mb >= nmb) nmb = s->S->ins[i].mb + 1;
+  s->grp_cap = group_messages_most(s);
+  s->grp = pd_calloc((size_t)s->grp_cap + 1, sizeof *s->grp);
   s->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
   for (int i = 0; i < s->S->n; i++)
     if (s->S->ins[i].op == PI_FWD) s->mb_sslot[s->S->ins[i].mb] = s->S->ins[i].sslot;
@@ -356,6 +372,7 @@ void cp_teardown(CpRun *x) {
     for (int i = 0; i < x->nsr; i++) {
       if (x->sr[i].ev) ops->event_destroy(ops->dev, x->sr[i].ev);
       free(x->sr[i].mb_sslot);
+      free(x->sr[i].grp);
     }
   }
   if (x->comm_ev) ops->event_destroy(ops->dev, x->comm_ev);
@@ -610,7 +627,7 @@ static bool cp_save(CpRun *x, const char *path, char *err, size_t errlen) {
 
 int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                         CxPipeStats *stats, char *err, size_t errlen) {
-  CpRun x = {.p = p, .ops = ops, .o = o};
+  CpRun x = {.p = p, .ops = ops, .o = o, .link = &cp_link_local};
   memset(out, 0, sizeof *out);
   int rc = 1;
   bool ready = cp_setup(&x, err, errlen);
@@ -625,7 +642,10 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
     double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
     for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
     bool ok = true;
-    if (x.first > 0) x.t_first_step = pipe_now(); /* run_step starts the clock at batch 0 only */
+    if (x.first > 0) { /* run_step starts the clock at its first step otherwise */
+      x.t_first_step = pipe_now();
+      x.first_timed = x.first - 1;
+    }
     do {
       int64_t hi = x.steps;
       if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
