@@ -13,7 +13,8 @@
  *    (cp_launch_norm) and the optimizer step of one parameter (cp_step_param);
  *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c, single-GPU mode: every SR in
  *    this process) or NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
- * Setup, data and results are cuda_pipe.c's; --trace cuda_pipe_trace.c's; validation
+ * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's
+ * (multi-GPU mode's gathering cuda_pipe_nccl_gather.c's); --trace cuda_pipe_trace.c's; validation
  * cuda_pipe_eval.c's. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
@@ -162,13 +163,11 @@ struct CpRun {
   CpMsg *msg;
   int nmsg, cap_msg;
   /* results and progress */
-  double t_first_step, t_last_step;
-  int64_t steps_timed; /* batches between the first and last timed step */
-  int64_t first_timed; /* the batch before the first timed step (its clock start) */
   float *host_loss;
   double *grad_norm;   /* [steps + 1] by batch: the global norm (NAN: not taken) */
   double *step_ms;     /* [steps + 1] by batch: time since the previous step (NAN: not timed) */
-  double t_prev_step;  /* when the previous step (or the run) ended */
+  double t_prev_step;  /* when the previous timed step (or the run's start) ended, validations left out */
+  int64_t batch_prev;  /* its batch (first - 1: the start) */
   RtLog *console;      /* the step lines (not quiet), runtime/console.c */
   CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   bool failed;
@@ -190,6 +189,7 @@ void cp_teardown(CpRun *x);
  * uploading the batch's images first when its data slot holds another batch. false
  * (x->err set) when the slot is still needed: CP_DATA_SLOTS is too small. */
 bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
+/* cuda_pipe_drive.c: the results */
 void cp_fill_outcome(CpRun *x, PipeOutcome *out);
 /* Adds parameter q to out (names, numel, a weights buffer of q->bytes the caller fills)
  * and returns that buffer, or NULL when out already holds q (a tied copy); *cap starts
@@ -204,6 +204,18 @@ void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
  * start: cp_run then runs exactly those (runtime/pipeline.c's pipe_rank_run_batches:
  * consecutive ranges compute what one range over their union does). */
 void cp_select(CpRun *x, int64_t lo, int64_t hi);
+
+/* cuda_pipe_drive.c: the driver loop of both modes, after setup and --resume: trains
+ * batches [x->first, x->steps) in stretches (cp_select, cp_run) that end where a
+ * validation is due, runs eval between them (single-GPU mode: cp_eval_run; multi-GPU
+ * mode: every rank, collective) and prints its line (rank 0). val[b] gets batch
+ * first + b's validation loss (NAN: none), *val_final the last one. false with x->err. */
+bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final);
+
+/* cuda_pipe_nccl_gather.c, multi-GPU mode after training (collective): every rank's
+ * results to rank 0 over t, which assembles *out and writes --save; false with err
+ * (rank 0's own failures: only there). */
+bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t errlen);
 
 /* cuda_pipe_eval.c: validation (runtime/pipeline_eval.h's contract: the one-stage
  * trainer's loss on PLAN/reference for the newest weights). Opens o->val_path; false

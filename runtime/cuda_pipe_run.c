@@ -67,21 +67,16 @@ static CpStep run_p2p(CpRun *x, CpSr *s) {
 
 /* ---- the update ------------------------------------------------------------------------- */
 
-/* After a step of replica 0: the step's time (one wait for the device) and its line. */
+/* After a step of replica 0: the step's time (one wait for the device; per batch of
+ * the span since the last timed step) and its line. */
 static bool step_end(CpRun *x, CpSr *s, int64_t t) {
   if (!x->link->may_wait(x, s)) return true;
   x->ops->sync(x->ops->dev);
   cp_trace_harvest(x); /* the device is idle: read the pairs (no wait of their own) */
   double now = pipe_now();
-  if (x->t_first_step == 0) {
-    x->first_timed = t;
-    x->t_first_step = now;
-  } else {
-    x->steps_timed = t - x->first_timed;
-  }
-  x->t_last_step = now;
-  x->step_ms[t] = (now - x->t_prev_step) * 1e3;
+  x->step_ms[t] = (now - x->t_prev_step) * 1e3 / (double)(t > x->batch_prev ? t - x->batch_prev : 1);
   x->t_prev_step = now;
+  x->batch_prev = t;
   return x->o->quiet || x->link->progress(x, s, t);
 }
 
