@@ -12,6 +12,9 @@ add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_dev.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_link.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_drive.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_trace.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_eval.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_main.c)
@@ -19,7 +22,8 @@ pd2bw_strict(pd2bw_cuda_exec)
 target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_pipeline pd2bw_runtime pd2bw_io pd2bw_contract pd2bw_ir cjson ${M_LIB})
 if(TARGET pd2bw_cuda)
   target_sources(pd2bw_cuda_exec PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_dev.c
-                 ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_nccl.c)
+                 ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_nccl.c
+                 ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_nccl_gather.c)
   target_link_libraries(pd2bw_cuda_exec PUBLIC pd2bw_cuda)
 else()
   target_sources(pd2bw_cuda_exec PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_dev_none.c

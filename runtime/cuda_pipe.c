@@ -1,6 +1,7 @@
-/* runtime/cuda_pipe.c — single-GPU pipeline mode (cuda_pipe.h): the stage programs,
- * the one device allocation carved per stage replica as the plan lays it out, the
- * initial weights, the token images, and the results gathered at the end. Multi-GPU
+/* runtime/cuda_pipe.c — the CUDA pipeline modes' setup (cuda_pipe.h): the stage
+ * programs, the one device allocation carved per stage replica as the plan lays it
+ * out, the initial weights, the token images, --resume and the stretch selection
+ * (the driver loop and the results: cuda_pipe_drive.c). Multi-GPU
  * mode (cuda_pipe_nccl.c) uses the same setup for its one live SR (cp_live): only
  * that stage's program, that SR's part, streams for communication, the SR and each
  * tied group.
@@ -99,6 +100,20 @@ static bool counts_in_norm(const CpRun *x, const CpSr *s, int k) {
   return s->st->params[k].has_grad;
 }
 
+/* The most messages one send/receive group of the SR's stream has (one per boundary
+ * tensor of each instruction's role): cuda_pipe_run.c builds a group's messages there. */
+static int group_messages_most(const CpSr *s) {
+  int most = 0, n = 0;
+  for (int i = 0; i < s->S->n; i++) {
+    const PlanInstr *in = &s->S->ins[i];
+    if (in->op != PI_RECV_ACT && in->op != PI_SEND_ACT && in->op != PI_RECV_GRAD && in->op != PI_SEND_GRAD) continue;
+    for (int k = 0; k < s->ps->nbnd; k++) n += s->ps->bnd[k].role == cp_p2p_role(in->op);
+    if (n > most) most = n;
+    if (!in->with_next) n = 0;
+  }
+  return most;
+}
+
 /* The SR's own settings before the arena exists: slots, boundary packing, tied groups. */
 static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_t errlen) {
   const PipePlan *p = x->p;
@@ -136,6 +151,8 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
   int64_t nmb = p->m * x->steps + 2;
   for (int i = 0; i < s->S->n; i++) /* --steps 0 still builds one batch's stream */
     if (s->S->ins[i].op == PI_FWD && s->S->ins[i].mb >= nmb) nmb = s->S->ins[i].mb + 1;
+  s->grp_cap = group_messages_most(s);
+  s->grp = pd_calloc((size_t)s->grp_cap + 1, sizeof *s->grp);
   s->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
   for (int i = 0; i < s->S->n; i++)
     if (s->S->ins[i].op == PI_FWD) s->mb_sslot[s->S->ins[i].mb] = s->S->ins[i].sslot;
@@ -356,6 +373,7 @@ void cp_teardown(CpRun *x) {
     for (int i = 0; i < x->nsr; i++) {
       if (x->sr[i].ev) ops->event_destroy(ops->dev, x->sr[i].ev);
       free(x->sr[i].mb_sslot);
+      free(x->sr[i].grp);
     }
   }
   if (x->comm_ev) ops->event_destroy(ops->dev, x->comm_ev);
@@ -421,79 +439,6 @@ bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k) {
   CxPtr src = s->data + ((CxPtr)slot * (CxPtr)m + (CxPtr)j) * s->image_bytes;
   x->ops->dtod(x->ops->dev, s->stream, s->inputs, src, (size_t)s->st->blocks[BUF_INPUTS]);
   return true;
-}
-
-/* ---- results ------------------------------------------------------------------------- */
-
-float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q) {
-  for (int j = 0; j < out->nparams; j++)
-    if (strcmp(out->names[j], q->name) == 0) return NULL;
-  if (out->nparams == *cap) {
-    *cap = *cap ? 2 * *cap : 16;
-    out->names = pd_realloc(out->names, (size_t)*cap * sizeof(char *));
-    out->numel = pd_realloc(out->numel, (size_t)*cap * sizeof(int64_t));
-    out->weights = pd_realloc(out->weights, (size_t)*cap * sizeof(float *));
-  }
-  out->names[out->nparams] = pd_strdup(q->name);
-  out->numel[out->nparams] = q->numel;
-  out->weights[out->nparams] = pd_malloc((size_t)q->bytes + 4);
-  return out->weights[out->nparams++];
-}
-
-void cp_outcome_finish(const CpRun *x, PipeOutcome *out) {
-  const PipePlan *p = x->p;
-  int64_t nb = x->steps - x->first;
-  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
-  out->val_loss = pd_calloc((size_t)nb + 1, sizeof(double));
-  for (int64_t b = 0; b < nb; b++) {
-    double sum = 0;
-    for (int64_t j = 0; j < x->mref; j++) sum += out->mb_loss[b * x->mref + j];
-    out->step_loss[b] = sum / (double)x->mref;
-    out->val_loss[b] = NAN; /* cx_pipe_train fills in its validations */
-  }
-  out->val_final = NAN;
-  out->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
-  out->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
-  for (int64_t b = 0; b < nb; b++) {
-    out->grad_norm[b] = x->grad_norm[x->first + b];
-    out->step_ms[b] = x->step_ms[x->first + b];
-  }
-  out->step_time_s = x->steps_timed > 0 ? (x->t_last_step - x->t_first_step) / (double)x->steps_timed : 0;
-  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
-  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
-  for (int st = 0; st < p->d; st++) {
-    out->arena_bytes[st] = up256(p->st[st].planned_bytes);
-    out->planned_bytes[st] = p->st[st].planned_bytes;
-  }
-}
-
-void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
-  const PipePlan *p = x->p;
-  const CxDeviceOps *ops = x->ops;
-  memset(out, 0, sizeof *out);
-  out->first_step = x->first;
-  out->steps = x->steps;
-  out->mb_per_step = x->mref;
-  int64_t nb = x->steps - x->first, nl = nb * x->mref;
-  out->mb_loss = pd_calloc((size_t)nl + 1, sizeof(double));
-  for (int r = 0; r < p->w && nb > 0; r++) {
-    CpSr *s = cp_sr(x, p->d - 1, r);
-    ops->dtoh(ops->dev, x->host_loss, s->loss + (CxPtr)(x->first * p->m) * 4, (size_t)(nb * p->m) * 4);
-    for (int64_t b = 0; b < nb; b++)
-      for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = x->host_loss[b * p->m + j];
-  }
-  /* every parameter once, from the first stage holding it (replica 0, newest version) */
-  int cap = 0;
-  for (int st = 0; st < p->d; st++) {
-    CpSr *s = cp_sr(x, st, 0);
-    for (int k = 0; k < s->st->nparams; k++) {
-      const RtParam *q = &s->st->params[k];
-      float *dst = cp_outcome_param(out, &cap, q);
-      if (dst) ops->dtoh(ops->dev, dst, s->w[s->newest] + (CxPtr)q->offset, (size_t)q->bytes);
-    }
-  }
-  cp_outcome_finish(x, out);
 }
 
 /* --resume as runtime/pipeline_run.c's pipe_rank_resume: the checkpoint's step is the
@@ -579,108 +524,4 @@ void cp_select(CpRun *x, int64_t lo, int64_t hi) {
     x->sr[i].S = &x->part[x->sr[i].stage];
     x->sr[i].pc = 0;
   }
-}
-
-/* --save: replica 0 of every stage (newest weights, 2bw's older version, AdamW m and v)
- * copied to the host and written by the CPU pipeline's own writer (pipe_save: the
- * one-stage trainer's format, atomic), so the checkpoint resumes anywhere. */
-static bool cp_save(CpRun *x, const char *path, char *err, size_t errlen) {
-  const PipePlan *p = x->p;
-  const CxDeviceOps *ops = x->ops;
-  PipeGathered G = {.d = p->d};
-  G.stage_w = pd_calloc((size_t)p->d, sizeof(char *));
-  G.stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
-  G.stage_m = pd_calloc((size_t)p->d, sizeof(char *));
-  G.stage_v = pd_calloc((size_t)p->d, sizeof(char *));
-  for (int st = 0; st < p->d; st++) {
-    CpSr *s = cp_sr(x, st, 0);
-    size_t b = (size_t)s->st->blocks[BUF_PARAMS];
-    int prev = s->nversions >= 2 && p->schedule == PS_2BW ? 1 - s->newest : s->newest;
-    char **dst[4] = {&G.stage_w[st], &G.stage_prev[st], &G.stage_m[st], &G.stage_v[st]};
-    CxPtr src[4] = {s->w[s->newest], s->w[prev], s->adam_m, s->adam_v};
-    for (int q = 0; q < 4; q++) {
-      *dst[q] = pd_malloc(b ? b : 1);
-      if (b) ops->dtoh(ops->dev, *dst[q], src[q], b);
-    }
-  }
-  bool ok = pipe_save(p, &G, x->steps, x->tc.seed, path, err, errlen);
-  pipe_gathered_free(&G);
-  return ok;
-}
-
-int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                        CxPipeStats *stats, char *err, size_t errlen) {
-  CpRun x = {.p = p, .ops = ops, .o = o};
-  memset(out, 0, sizeof *out);
-  int rc = 1;
-  bool ready = cp_setup(&x, err, errlen);
-  /* --init (in cp_setup) then --resume, as the CPU executors: a checkpoint replaces both */
-  if (ready && o->resume_path) ready = cp_resume(&x, o->resume_path, err, errlen);
-  if (ready && o->val_path) ready = cp_eval_open(&x, err, errlen);
-  if (ready && o->trace_path) cp_trace_open(&x); /* cuda_pipe_trace.c */
-  if (ready) {
-    /* stretches that end where a validation is due (after every K-th step and the
-     * last), as runtime/pipeline_run.c trains; always one, even with nothing to train */
-    int64_t nb = x.steps > x.first ? x.steps - x.first : 0, K = o->val_path ? o->eval_every : 0, lo = x.first;
-    double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
-    for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
-    bool ok = true;
-    if (x.first > 0) x.t_first_step = pipe_now(); /* run_step starts the clock at batch 0 only */
-    do {
-      int64_t hi = x.steps;
-      if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-      cp_select(&x, lo, hi);
-      ok = cp_run(&x);
-      if (ok && o->val_path && (hi >= x.steps || (K > 0 && hi % K == 0))) {
-        double v, t0 = pipe_now();
-        ok = cp_eval_run(&x, &v);
-        x.t_first_step += pipe_now() - t0; /* the step time leaves the validations out */
-        val_final = v;
-        if (ok && hi > x.first) val[hi - 1 - x.first] = v;
-        if (ok && !o->quiet && hi > x.first) {
-          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)x.steps, v);
-          fflush(stdout);
-        }
-      }
-      lo = hi;
-    } while (ok && lo < x.steps);
-    if (ok) {
-      ops->sync(ops->dev);
-      cp_fill_outcome(&x, out);
-      memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
-      out->val_final = val_final;
-      uint64_t bad = 0, one = 0;
-      for (int i = 0; i < x.nsr; i++) {
-        ops->dtoh(ops->dev, &one, x.sr[i].scratch + (CxPtr)cx_program_bad_ids_offset(x.sr[i].prog), 8);
-        bad += one;
-      }
-      if (bad) snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", o->data_path,
-                        (unsigned long long)bad);
-      else if ((!o->save_path || cp_save(&x, o->save_path, err, errlen)) && cp_trace_finish(&x, out, err, errlen))
-        rc = 0;
-      if (stats) {
-        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes};
-        for (int s = 0; s < p->d; s++) {
-          CxGraphStats g = cx_program_graph_stats(x.prog[s]);
-          stats->graphs.captured += g.captured;
-          stats->graphs.launches += g.launches;
-          stats->graphs.eager += g.eager;
-        }
-      }
-    } else {
-      snprintf(err, errlen, "%s", x.err);
-      ops->sync(ops->dev); /* what was issued finishes before its events go */
-    }
-    free(val);
-  }
-  cp_teardown(&x);
-  return rc;
-}
-
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                  uint64_t *extra_bytes, char *err, size_t errlen) {
-  CxPipeStats st = {0};
-  int rc = cx_pipe_train_stats(p, ops, o, out, &st, err, errlen);
-  if (extra_bytes) *extra_bytes = st.extra_bytes;
-  return rc;
 }

@@ -35,8 +35,13 @@
  *    executor's own extras per SR (reported apart): the launch list's cuda_scratch,
  *    norm partials, the losses, and the token images of NB batches (uploaded once per
  *    batch, copied into the inputs block before each FWD/BWD on the SR's stream);
- *  - OPT_STEP: the AdamW/SGD kernels with the CPU executor's scale; with clip > 0 the
- *    per-stage Σg² (pkc_sumsq kernels) come back to the host once per batch.
+ *  - OPT_STEP: the AdamW/SGD kernels with the CPU executor's scale; the per-stage Σg²
+ *    (pkc_sumsq kernels) come back to the host once per batch (the global norm, for
+ *    clipping, the console and the log, in both modes).
+ *
+ * Both modes are one interpreter (cuda_pipe_run.c) over a link (same-GPU copies, or
+ * NCCL): cuda_pipe_internal.h names the seams. The measured step time is the median
+ * of the update-to-update times after the first step, as the CPU pipeline's.
  *
  * Tested: in CI, tests/cudaexec/test_cudapipe_emu runs it on an emulated device whose
  * streams really reorder work, so the event protocol above is checked; on an H200

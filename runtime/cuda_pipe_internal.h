@@ -1,8 +1,21 @@
-/* runtime/cuda_pipe_internal.h — the state of the CUDA pipeline executor, shared by
- * cuda_pipe.c (setup, data, results), cuda_pipe_run.c (single-GPU mode's interpreter),
- * cuda_pipe_trace.c (its --trace)
- * and cuda_pipe_nccl.c (multi-GPU mode: one SR per process, NCCL between them). See
- * runtime/cuda_pipe.h for the contract. */
+/* runtime/cuda_pipe_internal.h — the state of the CUDA pipeline executor: ONE
+ * interpreter of the plan's instruction streams (cuda_pipe_run.c) over a device and a
+ * link, shared by both modes. See runtime/cuda_pipe.h for the contract.
+ *
+ * The seams (what the CPU executor's device and link interfaces map onto):
+ *  - the interpreter (cuda_pipe_run.c): per-instruction dispatch of every live SR's
+ *    stream, the step's order (tied sums, the global norm, the update, the console),
+ *    2bw's deferred tied steps, stall detection. It touches the device only through
+ *    the device ops below and what crosses SRs only through x->link;
+ *  - the device ops (cuda_pipe_dev.c): a stage's forward and backward pass
+ *    (cp_run_fwd/bwd), copies (ops->dtod), the ordered sum of several buffers into
+ *    each (cp_dev_sum_into), the sum of squares of an SR's gradients
+ *    (cp_launch_norm) and the optimizer step of one parameter (cp_step_param);
+ *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c, single-GPU mode: every SR in
+ *    this process) or NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
+ * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's
+ * (multi-GPU mode's gathering cuda_pipe_nccl_gather.c's); --trace cuda_pipe_trace.c's; validation
+ * cuda_pipe_eval.c's. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 
@@ -51,12 +64,16 @@ typedef struct CpSr {
   int *mb_sslot;                     /* stash slot of each microbatch's FWD */
   CpTied tied[PIPE_MAX_GROUPS];
   double scale[2]; /* gradient scale of batch t (parity), for deferred tied steps */
-  /* a send/receive group in flight */
+  /* a send/receive group in flight: its messages (grp[0..grp_cap), sized at setup
+   * for the stream's largest group: nothing is allocated per group) */
   bool grp_posted;
   int grp_end, grp_pending;
+  struct CpMsg *grp;
+  int grp_cap;
 } CpSr;
 
-/* A posted, unmatched message. */
+/* A message of a send/receive group (single-GPU mode: posted, unmatched ones wait in
+ * CpRun.msg). */
 typedef struct CpMsg {
   int from, to; /* SR indices */
   int tag;      /* 0 activation, 1 gradient */
@@ -67,11 +84,52 @@ typedef struct CpMsg {
   const PlanInstr *in; /* the posting instruction (its copy is timed for --trace) */
 } CpMsg;
 
+/* What one attempt at an SR's next instruction did. */
+typedef enum CpStep {
+  CP_BLOCKED, /* nothing: it waits for another SR */
+  CP_POSTED,  /* posted messages but waits for their partners */
+  CP_DONE,    /* advanced */
+  CP_FAILED   /* x->err says why */
+} CpStep;
+
+typedef struct CpRun CpRun;
+
+/* The link: everything that crosses stage replicas. Entries return false with x->err
+ * on a failure unless said otherwise. */
+typedef struct CpLink {
+  /* One send/receive group of s: s->grp[0..n) (posting order: runtime/pipeline.c's
+   * tensors and order). Counts each message it leaves unfinished in s->grp_pending
+   * and decrements it when the message completes. */
+  bool (*p2p)(CpRun *x, CpSr *s, int n);
+  /* ALLREDUCE `in` of s: the sum of its stage's gradient block over the replicas into
+   * every replica's, in replica order. Advances the pc of every SR it completes
+   * (s's at least); CP_BLOCKED while a replica is not there yet. */
+  CpStep (*allreduce)(CpRun *x, CpSr *s, const PlanInstr *in);
+  /* s's part of tied group g of batch t is final (tied state 0 -> 1): the sum may start. */
+  void (*tied_post)(CpRun *x, CpSr *s, int g, int64_t t);
+  /* The sum of tied group g of batch t is in place on s for its next work (state 2);
+   * false (no error) while a member has not posted its part. */
+  bool (*tied_sum)(CpRun *x, CpSr *s, int g, int64_t t);
+  /* OPT_STEP `in` of s: the SRs whose step runs now (into grp, s's pipeline in stage
+   * order), 0 while one is not there yet. */
+  int (*step_group)(CpRun *x, CpSr *s, const PlanInstr *in, CpSr **grp);
+  /* Σg² of every stage of the pipeline, given grp's parts in their ->norm (device). */
+  double (*norm_total)(CpRun *x, CpSr **grp, int n);
+  /* After s's step: whether the host may wait for the device now (the step's time and
+   * line are taken then). */
+  bool (*may_wait)(CpRun *x, const CpSr *s);
+  /* The step line of batch t (not quiet; after the wait): the global loss. */
+  bool (*progress)(CpRun *x, CpSr *s, int64_t t);
+} CpLink;
+
+extern const CpLink cp_link_local; /* cuda_pipe_link.c: same-GPU copies */
+
 typedef struct CpNet CpNet; /* cuda_pipe_nccl.c: communicators and their events */
 typedef struct CpTrace CpTrace; /* cuda_pipe_trace.c: --trace's device events */
 
-typedef struct CpRun {
+struct CpRun {
   const PipePlan *p;
+  const CpLink *link;
   /* multi-GPU mode: this process sets up and runs only SR `self` (the other CpSr
    * entries hold just their idx, stage and replica); net talks to the others */
   bool multi;
@@ -105,18 +163,16 @@ typedef struct CpRun {
   CpMsg *msg;
   int nmsg, cap_msg;
   /* results and progress */
-  double t_first_step, t_last_step;
-  int64_t steps_timed; /* batches between the first and last timed step */
-  int64_t first_timed; /* multi-GPU mode: the batch of the first timed step */
   float *host_loss;
   double *grad_norm;   /* [steps + 1] by batch: the global norm (NAN: not taken) */
   double *step_ms;     /* [steps + 1] by batch: time since the previous step (NAN: not timed) */
-  double t_prev_step;  /* when the previous step (or the run) ended */
+  double t_prev_step;  /* when the previous timed step (or the run's start) ended, validations left out */
+  int64_t batch_prev;  /* its batch (first - 1: the start) */
   RtLog *console;      /* the step lines (not quiet), runtime/console.c */
   CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   bool failed;
   char err[RT_ERR_LEN];
-} CpRun;
+};
 
 static inline CpSr *cp_sr(CpRun *x, int stage, int replica) { return &x->sr[stage * x->p->w + replica]; }
 
@@ -133,6 +189,7 @@ void cp_teardown(CpRun *x);
  * uploading the batch's images first when its data slot holds another batch. false
  * (x->err set) when the slot is still needed: CP_DATA_SLOTS is too small. */
 bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
+/* cuda_pipe_drive.c: the results */
 void cp_fill_outcome(CpRun *x, PipeOutcome *out);
 /* Adds parameter q to out (names, numel, a weights buffer of q->bytes the caller fills)
  * and returns that buffer, or NULL when out already holds q (a tied copy); *cap starts
@@ -147,6 +204,18 @@ void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
  * start: cp_run then runs exactly those (runtime/pipeline.c's pipe_rank_run_batches:
  * consecutive ranges compute what one range over their union does). */
 void cp_select(CpRun *x, int64_t lo, int64_t hi);
+
+/* cuda_pipe_drive.c: the driver loop of both modes, after setup and --resume: trains
+ * batches [x->first, x->steps) in stretches (cp_select, cp_run) that end where a
+ * validation is due, runs eval between them (single-GPU mode: cp_eval_run; multi-GPU
+ * mode: every rank, collective) and prints its line (rank 0). val[b] gets batch
+ * first + b's validation loss (NAN: none), *val_final the last one. false with x->err. */
+bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final);
+
+/* cuda_pipe_nccl_gather.c, multi-GPU mode after training (collective): every rank's
+ * results to rank 0 over t, which assembles *out and writes --save; false with err
+ * (rank 0's own failures: only there). */
+bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t errlen);
 
 /* cuda_pipe_eval.c: validation (runtime/pipeline_eval.h's contract: the one-stage
  * trainer's loss on PLAN/reference for the newest weights). Opens o->val_path; false
@@ -196,23 +265,37 @@ bool cp_trace_finish(CpRun *x, PipeOutcome *out, char *err, size_t errlen);
 /* Whether this process sets up and runs SR i. */
 static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }
 
-/* cuda_pipe_run.c: runs every SR's stream to the end; false with x->err. */
+/* cuda_pipe_run.c: runs every live SR's stream to the end through x->link; false
+ * with x->err (a stall names every SR's blocked instruction). */
 bool cp_run(CpRun *x);
-/* The pieces multi-GPU mode shares with it (same semantics, one SR): */
+
+static inline const PlanInstr *cp_cur(const CpSr *s) { return s->pc < s->S->n ? &s->S->ins[s->pc] : NULL; }
+/* Whether s's next instruction is (op, batch, group). */
+static inline bool cp_at_instr(const CpSr *s, PlanOp op, int batch, int group) {
+  const PlanInstr *in = cp_cur(s);
+  return in && in->op == op && in->batch == batch && in->group == group;
+}
+
+/* cuda_pipe_dev.c: the device ops. Everything on s's stream unless said otherwise. */
 bool cp_run_fwd(CpRun *x, CpSr *s, const PlanInstr *in);
 bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in);
+/* An ordered sum on `stream`: buf[0] += buf[1] + ... (in that order, float32, n
+ * elements), then copies of buf[0] into the others, so all hold the same bits. */
+void cp_dev_sum_into(CpRun *x, const CxProgram *prog, int stream, const CxPtr *buf, int nbuf, int64_t n);
 PipeRole cp_p2p_role(PlanOp op);
 /* Where boundary tensor k of a send/receive instruction lies on the SR; false (x->err). */
 bool cp_bnd_ptr(CpRun *x, CpSr *s, const PlanInstr *in, int k, CxPtr *ptr);
+/* Where tied group g's gradient of batch t lies on SR s. */
 CxPtr cp_tied_buf(const CpSr *s, int g, int64_t t);
 int cp_tied_group_of(const CpSr *s, int k, int ngroups);
+/* The optimizer step of parameter k (gradient g, version src -> vslot, scale). */
 void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_t t, double scale);
 /* Σ g² of the SR's gradients into s->norm (a double) on its stream. */
 void cp_launch_norm(CpRun *x, CpSr *s, int64_t t);
-/* The "step i/n | loss" line of batch t from SR `last` (a last-stage SR). */
-/* The step line of batch t (runtime/console.c): own NULL, the mean loss of every
- * replica's last stage on this GPU (the global loss); in multi-GPU mode own is
- * this process's last stage of replica 0, and the loss its replica's. */
-void cp_progress_line(CpRun *x, CpSr *own, int64_t t);
+/* Adds SR last's m microbatch losses of batch t (a last stage), in order, to *sum. */
+void cp_add_losses(CpRun *x, const CpSr *last, int64_t t, double *sum);
+/* The step line of batch t (runtime/console.c): the loss sum over nrep replicas' m
+ * microbatches (the global loss), lr, the grad norm and the step's ms. */
+void cp_progress_line(CpRun *x, double loss_sum, int nrep, int64_t t);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H */

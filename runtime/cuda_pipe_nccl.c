@@ -6,14 +6,16 @@
  * (NCCL's calls over MPI on host memory, each finished before it returns) and checks
  * losses and weights against the sequential reference. What that leaves unchecked:
  * NCCL's device-side blocking (whether an issue order that completes with the fake's
- * host-blocking calls also completes on GPUs: the clip norm's read-back and the
- * per-step timing wait for the whole device, tied streams included; net_step says why
- * that should be safe), NCCL's summation order, and the real device table's stream
+ * host-blocking calls also completes on GPUs: the norm's read-back and the
+ * per-step timing wait for the whole device, tied streams included; nccl_may_wait says
+ * why that should be safe), NCCL's summation order, and the real device table's stream
  * handles (cuda_exec_dev.c: native_stream) in NCCL's hands.
  *
- * Each process runs the SAME executor as single-GPU mode (cuda_pipe.c's setup, the
- * FWD/BWD/update pieces of cuda_pipe_run.c) for its own SR only; what crossed SRs as
- * device copies is NCCL here, issued in the SR's instruction order:
+ * Each process runs the SAME interpreter as single-GPU mode (cuda_pipe.c's setup,
+ * cuda_pipe_run.c's cp_run) for its own SR only, through this file's link (nccl_link,
+ * cuda_pipe_internal.h's CpLink); what crosses SRs as device copies on one GPU is
+ * NCCL here, issued in the SR's instruction order (a group's messages go into the SR's
+ * message array, sized at setup: nothing is allocated per group):
  *  - a send/receive group (instructions chained with with_next) is ncclGroupStart,
  *    one ncclSend/ncclRecv of bytes per boundary tensor (runtime/pipeline.c's tensors
  *    and order), ncclGroupEnd, on the communication stream on the SR's pipeline
@@ -26,8 +28,11 @@
  *    runtime/pipeline.c posts its exchange (TIED_SYNC, or the OPT_STEP that needs it
  *    first) and WAITED for (an event of that post) by the step that uses it, so it
  *    does not hold up the pipeline traffic behind it on the comm stream;
- *  - the clip norm: each SR's Σg² (a double) summed over its pipeline with
- *    ncclAllReduce on the pipeline communicator, then read back.
+ *  - the global norm (every step: clipping, the console and the log need it): each
+ *    SR's Σg² (a double) summed over its pipeline with ncclAllReduce on the pipeline
+ *    communicator, then read back;
+ *  - the step line (not quiet): the last stage of replica 0 prints the global loss,
+ *    the other replicas' last stages sending it their step's losses (Transport).
  * Summation order. The CPU executor adds the replicas', the tied members' and the
  * norm parts in ascending order (transport.h); the fake does too, so the test's runs
  * match the reference bit for bit up to the kernels'. Real NCCL sums in its ring or
@@ -70,9 +75,10 @@
 #include "runtime/transport.h"
 
 #define TAG_NCCL_ID 32000  /* a communicator's unique id, from its first rank */
-#define TAG_RESULTS 32001  /* a rank's results, to rank 0 */
+/* 32001: cuda_pipe_nccl_gather.c's results, to rank 0 */
 #define TAG_AGREE 32002    /* agree(): a rank's message to rank 0, and rank 0's answer */
 #define TAG_EVAL 32003     /* a last stage's validation losses, to rank 0 */
+#define TAG_LOSS 32004     /* a last stage's losses of one step, to replica 0's (the step line) */
 
 struct CpNet {
   Transport *t;
@@ -211,52 +217,34 @@ static void *native(CpRun *x, int stream) { return x->ops->native_stream(x->ops-
 
 /* ---- instructions ---------------------------------------------------------------------------- */
 
-/* One send/receive group: every message of the chained instructions in one NCCL group. */
-static bool net_p2p(CpRun *x, CpSr *s) {
-  typedef struct { CxPtr ptr; int64_t bytes; int peer; bool send; } Msg;
-  int cap = 8, n = 0, j = s->pc;
-  Msg *m = pd_malloc((size_t)cap * sizeof *m);
-  for (;; j++) {
-    const PlanInstr *in = &s->S->ins[j];
-    if (in->peer < 0 || in->peer >= x->p->d || in->peer == s->stage) {
-      snprintf(x->err, sizeof x->err, "stage %d: a send/receive with stage %d", s->stage, in->peer);
-      free(m);
-      return false;
-    }
-    PipeRole role = cp_p2p_role(in->op);
-    for (int k = 0; k < s->ps->nbnd; k++) {
-      if (s->ps->bnd[k].role != role) continue;
-      if (n == cap) m = pd_realloc(m, (size_t)(cap *= 2) * sizeof *m);
-      m[n] = (Msg){.bytes = s->ps->bnd[k].bytes, .peer = in->peer,
-                   .send = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD};
-      if (!cp_bnd_ptr(x, s, in, k, &m[n].ptr)) {
-        free(m);
-        return false;
-      }
-      n++;
-    }
-    if (!in->with_next || j + 1 >= s->S->n) break;
-  }
+/* One send/receive group: every message in one NCCL group on the pipeline
+ * communicator (rank = stage), on the communication stream, fenced like the local
+ * copies. Each call has finished when it returns (as far as this process's order goes),
+ * so nothing is left pending. */
+static bool nccl_p2p(CpRun *x, CpSr *s, int n) {
   fence(x, s->ev, s->stream, CP_COMM_STREAM);
   void *cs = native(x, CP_COMM_STREAM);
   nccl_group_start(x->net->pipe);
   for (int i = 0; i < n; i++) {
-    if (m[i].send) nccl_send(x->net->pipe, cs, m[i].ptr, (size_t)m[i].bytes, NCCL_DT_U8, m[i].peer);
-    else nccl_recv(x->net->pipe, cs, m[i].ptr, (size_t)m[i].bytes, NCCL_DT_U8, m[i].peer);
+    const CpMsg *m = &s->grp[i];
+    if (m->send) nccl_send(x->net->pipe, cs, m->ptr, (size_t)m->bytes, NCCL_DT_U8, m->in->peer);
+    else nccl_recv(x->net->pipe, cs, m->ptr, (size_t)m->bytes, NCCL_DT_U8, m->in->peer);
   }
   nccl_group_end(x->net->pipe);
   fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
-  free(m);
-  s->pc = j + 1;
   return true;
 }
 
-static void net_allreduce(CpRun *x, CpSr *s) {
-  if (!x->net->rep) return;
-  fence(x, s->ev, s->stream, CP_COMM_STREAM);
-  size_t n = (size_t)s->st->blocks[BUF_GRADS] / 4;
-  nccl_allreduce_sum(x->net->rep, native(x, CP_COMM_STREAM), s->grads, s->grads, n, NCCL_DT_F32);
-  fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+static CpStep nccl_allreduce(CpRun *x, CpSr *s, const PlanInstr *in) {
+  (void)in;
+  if (x->net->rep) {
+    fence(x, s->ev, s->stream, CP_COMM_STREAM);
+    size_t n = (size_t)s->st->blocks[BUF_GRADS] / 4;
+    nccl_allreduce_sum(x->net->rep, native(x, CP_COMM_STREAM), s->grads, s->grads, n, NCCL_DT_F32);
+    fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+  }
+  s->pc++;
+  return CP_DONE;
 }
 
 /* Posts tied group g's sum of batch t (state 0 -> 1) on the group's stream. */
@@ -272,123 +260,87 @@ static void tied_post(CpRun *x, CpSr *s, int g, int64_t t) {
 }
 
 /* The SR's stream waits for that sum (state -> 2). */
-static void tied_finish(CpRun *x, CpSr *s, int g, int64_t t) {
+static bool tied_finish(CpRun *x, CpSr *s, int g, int64_t t) {
   CpTied *T = &s->tied[g];
   int par = (int)(t % 2);
   if (T->state[par] == 0) tied_post(x, s, g, t);
-  if (T->state[par] == 2) return;
+  if (T->state[par] == 2) return true;
   x->ops->stream_wait(x->ops->dev, s->stream, x->net->tied_ev[g][par]);
   T->state[par] = 2;
-}
-
-/* OPT_STEP(t) of the SR's stage: runtime/pipeline.c's run_step with NCCL sums. */
-static void net_step(CpRun *x, CpSr *s, const PlanInstr *in) {
-  const PipePlan *p = x->p;
-  const CxDeviceOps *ops = x->ops;
-  int64_t t = in->batch;
-  int par = (int)(t % 2);
-  for (int g = 0; g < p->ngroups; g++) {
-    CpTied *T = &s->tied[g];
-    if (T->param < 0) continue;
-    if (T->deferred) { /* batch t+1's backwards accumulate here next: move it out */
-      CxPtr src = s->grads + (CxPtr)s->st->params[T->param].offset;
-      ops->dtod(ops->dev, s->stream, s->tg[par] + T->tg_off, src, T->bytes);
-      ops->memset0(ops->dev, s->stream, src, T->bytes);
-      if (x->tc.clip > 0) tied_finish(x, s, g, t);
-    } else {
-      tied_finish(x, s, g, t);
-    }
-  }
-  double inv = 1.0 / (double)x->mref, scale = inv;
-  if (x->tc.clip > 0) {
-    cp_launch_norm(x, s, t);
-    if (x->net->pipe) {
-      fence(x, s->ev, s->stream, CP_COMM_STREAM);
-      nccl_allreduce_sum(x->net->pipe, native(x, CP_COMM_STREAM), s->norm, s->norm, 1, NCCL_DT_F64);
-      fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
-    }
-    double tot = 0;
-    ops->dtoh(ops->dev, &tot, s->norm, 8); /* waits for the device */
-    double norm = sqrt(tot) * inv;
-    x->grad_norm[t] = norm; /* taken for clipping only in this mode */
-    if (norm > x->tc.clip) scale = inv * x->tc.clip / norm;
-  }
-  s->scale[par] = scale;
-  for (int k = 0; k < s->st->nparams; k++) {
-    int g = cp_tied_group_of(s, k, p->ngroups);
-    if (g >= 0 && s->tied[g].deferred) continue;
-    cp_step_param(x, s, k, s->grads + (CxPtr)s->st->params[k].offset, in->vslot, in->src_vslot, t, scale);
-  }
-  for (int g = 0; g < p->ngroups; g++)
-    if (s->tied[g].param >= 0 && !s->tied[g].deferred) s->tied[g].state[par] = 0;
-  ops->memset0(ops->dev, s->stream, s->grads, (size_t)s->st->blocks[BUF_GRADS]);
-  s->newest = in->vslot;
-  /* Steady-state time per batch and the progress line wait for the whole device,
-   * tied streams included. runtime/pipeline.c never waits for a posted tied sum
-   * before the step that needs it (a deferred one without clipping is posted after
-   * this step and finished by a later tied step); waiting for it here could wait on
-   * work a partner issues only after this process's next messages: so not while one
-   * is outstanding (the times then span the batches between synced steps). */
-  bool outstanding = false;
-  for (int g = 0; g < p->ngroups; g++)
-    for (int q = 0; q < 2; q++) outstanding |= s->tied[g].param >= 0 && s->tied[g].state[q] == 1;
-  if (outstanding) return;
-  ops->sync(ops->dev);
-  double now = pipe_now();
-  if (x->t_first_step == 0) x->first_timed = t;
-  else x->steps_timed = t - x->first_timed;
-  if (x->t_first_step == 0) x->t_first_step = now;
-  x->t_last_step = now;
-  x->step_ms[t] = (now - x->t_prev_step) * 1e3;
-  x->t_prev_step = now;
-  if (!x->o->quiet && s->stage == p->d - 1 && s->replica == 0) cp_progress_line(x, s, t);
-}
-
-/* OPT_STEP of deferred tied group g: W(t+1) of the tied parameter, after its sum. */
-static void net_tied_step(CpRun *x, CpSr *s, const PlanInstr *in) {
-  int g = in->group;
-  CpTied *T = &s->tied[g];
-  if (T->param < 0) return;
-  int64_t t = in->batch;
-  int par = (int)(t % 2);
-  tied_finish(x, s, g, t);
-  CxPtr gr = cp_tied_buf(s, g, t);
-  cp_step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
-  x->ops->memset0(x->ops->dev, s->stream, gr, T->bytes);
-  T->state[par] = 0;
-}
-
-static bool net_run(CpRun *x) {
-  CpSr *s = &x->sr[x->self];
-  while (s->pc < s->S->n) {
-    const PlanInstr *in = &s->S->ins[s->pc];
-    switch (in->op) {
-    case PI_RECV_ACT:
-    case PI_SEND_ACT:
-    case PI_RECV_GRAD:
-    case PI_SEND_GRAD:
-      if (!net_p2p(x, s)) return false;
-      continue; /* net_p2p moved pc past the group */
-    case PI_FWD:
-      if (!cp_run_fwd(x, s, in)) return false;
-      break;
-    case PI_BWD:
-      if (!cp_run_bwd(x, s, in)) return false;
-      break;
-    case PI_ALLREDUCE: net_allreduce(x, s); break;
-    case PI_TIED_SYNC:
-      if (in->group >= 0 && in->group < x->p->ngroups) tied_post(x, s, in->group, in->batch);
-      break;
-    case PI_OPT_STEP:
-      if (in->group < 0) net_step(x, s, in);
-      else net_tied_step(x, s, in);
-      break;
-    case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
-    }
-    s->pc++;
-  }
   return true;
 }
+
+/* OPT_STEP(t) of this process's SR alone: its partners' parts of the norm come by NCCL. */
+static int nccl_step_group(CpRun *x, CpSr *s, const PlanInstr *in, CpSr **grp) {
+  (void)x, (void)in;
+  grp[0] = s;
+  return 1;
+}
+
+/* The SR's Σg² summed over its pipeline (ncclAllReduce on the pipeline communicator),
+ * then read back (waits for the device). */
+static double nccl_norm_total(CpRun *x, CpSr **grp, int n) {
+  CpSr *s = grp[0];
+  (void)n;
+  if (x->net->pipe) {
+    fence(x, s->ev, s->stream, CP_COMM_STREAM);
+    nccl_allreduce_sum(x->net->pipe, native(x, CP_COMM_STREAM), s->norm, s->norm, 1, NCCL_DT_F64);
+    fence(x, x->comm_ev, CP_COMM_STREAM, s->stream);
+  }
+  double tot = 0;
+  x->ops->dtoh(x->ops->dev, &tot, s->norm, 8);
+  return tot;
+}
+
+/* Steady-state time per batch and the progress line wait for the whole device, tied
+ * streams included. runtime/pipeline.c never waits for a posted tied sum before the
+ * step that needs it (one posted by a TIED_SYNC of the next batch before this step
+ * is finished by that batch's step); waiting for it here could wait on work a partner
+ * issues only after this process's next messages: so not while one is outstanding
+ * (the times then span the batches between synced steps). The tied states follow the
+ * stage's stream alone, so every replica of a stage decides alike. */
+static bool nccl_may_wait(CpRun *x, const CpSr *s) {
+  for (int g = 0; g < x->p->ngroups; g++)
+    for (int q = 0; q < 2; q++)
+      if (s->tied[g].param >= 0 && s->tied[g].state[q] == 1) return false;
+  return true;
+}
+
+/* The global loss of batch t on the line: the last stage of every replica > 0 sends
+ * its m losses to replica 0's (Transport), which adds them in replica order, as
+ * single-GPU mode does, and prints. */
+static bool nccl_progress(CpRun *x, CpSr *s, int64_t t) {
+  const PipePlan *p = x->p;
+  if (s->stage != p->d - 1) return true;
+  Transport *tr = x->net->t;
+  TransportStatus st = TRANSPORT_OK;
+  size_t bytes = (size_t)p->m * 4;
+  if (s->replica != 0) {
+    x->ops->dtoh(x->ops->dev, x->host_loss, s->loss + (CxPtr)(t * p->m) * 4, bytes);
+    st = transport_send(tr, (p->d - 1) * p->w, TAG_LOSS, x->host_loss, bytes, "a step's losses");
+  } else {
+    double sum = 0;
+    cp_add_losses(x, s, t, &sum);
+    for (int r = 1; r < p->w && st == TRANSPORT_OK; r++) {
+      st = transport_recv(tr, s->idx + r, TAG_LOSS, x->host_loss, bytes, "a step's losses");
+      for (int64_t j = 0; st == TRANSPORT_OK && j < p->m; j++) sum += x->host_loss[j];
+    }
+    if (st == TRANSPORT_OK) cp_progress_line(x, sum, p->w, t);
+  }
+  if (st != TRANSPORT_OK) snprintf(x->err, sizeof x->err, "%s", transport_error(tr));
+  return st == TRANSPORT_OK;
+}
+
+static const CpLink nccl_link = {
+    .p2p = nccl_p2p,
+    .allreduce = nccl_allreduce,
+    .tied_post = tied_post,
+    .tied_sum = tied_finish,
+    .step_group = nccl_step_group,
+    .norm_total = nccl_norm_total,
+    .may_wait = nccl_may_wait,
+    .progress = nccl_progress,
+};
 
 /* ---- validation ------------------------------------------------------------------------------ */
 
@@ -461,139 +413,6 @@ static bool net_eval(CpRun *x, double *mean) {
   return ok;
 }
 
-/* ---- results --------------------------------------------------------------------------------- */
-
-/* Batches this run trained: [first, steps). */
-static int64_t trained(const CpRun *x) { return x->steps > x->first ? x->steps - x->first : 0; }
-
-/* Blocks of a replica-0 rank's payload: its newest weights; with --save also the older
- * 2bw version (the newest otherwise), AdamW m and v (cuda_pipe.c cp_save's four). */
-static int payload_blocks(const CpRun *x) { return x->o->save_path ? 4 : 1; }
-
-/* What rank `sr` sends rank 0: its out-of-range id count, its losses of the trained
- * batches when it is a last stage, payload_blocks params blocks when it is replica 0.
- * Sizes known from the plan. */
-static size_t payload_bytes(const CpRun *x, int sr) {
-  const PipePlan *p = x->p;
-  int stage = sr / p->w, replica = sr % p->w;
-  size_t n = 8;
-  if (stage == p->d - 1) n += (size_t)(trained(x) * p->m) * 4;
-  if (replica == 0) n += (size_t)payload_blocks(x) * (size_t)p->rt->stages[stage].blocks[BUF_PARAMS];
-  return n;
-}
-
-static char *payload(CpRun *x, CpSr *s) {
-  const CxDeviceOps *ops = x->ops;
-  char *b = pd_calloc(payload_bytes(x, s->idx) + 1, 1), *at = b + 8;
-  uint64_t bad = 0;
-  ops->dtoh(ops->dev, &bad, s->scratch + (CxPtr)cx_program_bad_ids_offset(s->prog), 8);
-  memcpy(b, &bad, 8);
-  if (s->stage == x->p->d - 1) {
-    size_t n = (size_t)(trained(x) * x->p->m) * 4;
-    if (n) ops->dtoh(ops->dev, at, s->loss + (CxPtr)(x->first * x->p->m) * 4, n);
-    at += n;
-  }
-  if (s->replica == 0) {
-    size_t pb = (size_t)s->st->blocks[BUF_PARAMS];
-    int prev = s->nversions >= 2 && x->p->schedule == PS_2BW ? 1 - s->newest : s->newest;
-    CxPtr src[4] = {s->w[s->newest], s->w[prev], s->adam_m, s->adam_v};
-    for (int q = 0; q < payload_blocks(x) && pb; q++) ops->dtoh(ops->dev, at + (size_t)q * pb, src[q], pb);
-  }
-  return b;
-}
-
-/* Rank `sr`'s params blocks in its payload pl (replica 0 only). */
-static const char *payload_params(const CpRun *x, const char *pl, int sr) {
-  return pl + 8 + (sr / x->p->w == x->p->d - 1 ? (size_t)(trained(x) * x->p->m) * 4 : 0);
-}
-
-/* Rank 0, --save: the replica-0 blocks of every stage, written by the CPU pipeline's
- * writer (pipe_save: the one-stage trainer's format, atomic; cuda_pipe.c's cp_save). */
-static bool save_from(CpRun *x, char **pl, char *err, size_t errlen) {
-  const PipePlan *p = x->p;
-  PipeGathered G = {.d = p->d};
-  char **blk[4] = {G.stage_w = pd_calloc((size_t)p->d, sizeof(char *)),
-                   G.stage_prev = pd_calloc((size_t)p->d, sizeof(char *)),
-                   G.stage_m = pd_calloc((size_t)p->d, sizeof(char *)),
-                   G.stage_v = pd_calloc((size_t)p->d, sizeof(char *))};
-  for (int st = 0; st < p->d; st++)
-    for (int q = 0; q < 4; q++) /* pointers into the payloads, not copies */
-      blk[q][st] = (char *)payload_params(x, pl[st * p->w], st * p->w) +
-                   (size_t)q * (size_t)p->rt->stages[st].blocks[BUF_PARAMS];
-  bool ok = pipe_save(p, &G, x->steps, x->tc.seed, x->o->save_path, err, errlen);
-  for (int q = 0; q < 4; q++) free(blk[q]);
-  return ok;
-}
-
-/* Rank 0: the outcome from every rank's payload (cp_fill_outcome's layout). */
-static void assemble(CpRun *x, char **pl, PipeOutcome *out, uint64_t *bad) {
-  const PipePlan *p = x->p;
-  memset(out, 0, sizeof *out);
-  out->first_step = x->first;
-  out->steps = x->steps;
-  out->mb_per_step = x->mref;
-  int64_t nb = trained(x);
-  out->mb_loss = pd_calloc((size_t)(nb * x->mref) + 1, sizeof(double));
-  *bad = 0;
-  for (int i = 0; i < x->nsr; i++) {
-    uint64_t b;
-    memcpy(&b, pl[i], 8);
-    *bad += b;
-  }
-  for (int r = 0; r < p->w; r++) {
-    const float *l = (const float *)(const void *)(pl[(p->d - 1) * p->w + r] + 8);
-    for (int64_t b = 0; b < nb; b++)
-      for (int64_t j = 0; j < p->m; j++) out->mb_loss[b * x->mref + r * p->m + j] = l[b * p->m + j];
-  }
-  int cap = 0;
-  for (int st = 0; st < p->d; st++) {
-    const RtStage *rs = &p->rt->stages[st];
-    const char *w = payload_params(x, pl[st * p->w], st * p->w);
-    for (int k = 0; k < rs->nparams; k++) {
-      const RtParam *q = &rs->params[k];
-      float *dst = cp_outcome_param(out, &cap, q);
-      if (dst) memcpy(dst, w + q->offset, (size_t)q->bytes);
-    }
-  }
-  cp_outcome_finish(x, out);
-}
-
-/* Every rank's payload to rank 0, which assembles *out and writes --save; false with
- * err (rank 0's own failures: only there). */
-static bool gather(CpRun *x, PipeOutcome *out, char *err, size_t errlen) {
-  Transport *t = x->net->t;
-  char *mine = payload(x, &x->sr[x->self]);
-  if (x->self != 0) {
-    bool ok = transport_send(t, 0, TAG_RESULTS, mine, payload_bytes(x, x->self), "results") == TRANSPORT_OK;
-    free(mine);
-    if (!ok) snprintf(err, errlen, "%s", transport_error(t));
-    return ok;
-  }
-  char **pl = pd_calloc((size_t)x->nsr, sizeof(char *));
-  pl[0] = mine;
-  bool ok = true;
-  for (int i = 1; ok && i < x->nsr; i++) {
-    pl[i] = pd_malloc(payload_bytes(x, i) + 1);
-    ok = transport_recv(t, i, TAG_RESULTS, pl[i], payload_bytes(x, i), "results") == TRANSPORT_OK;
-  }
-  uint64_t bad = 0;
-  if (!ok) snprintf(err, errlen, "%s", transport_error(t));
-  else assemble(x, pl, out, &bad);
-  if (ok && bad) {
-    snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", x->o->data_path,
-             (unsigned long long)bad);
-    ok = false;
-  }
-  if (ok && x->o->save_path) ok = save_from(x, pl, err, errlen);
-  if (!ok) {
-    pipe_outcome_free(out);
-    memset(out, 0, sizeof *out);
-  }
-  for (int i = 0; i < x->nsr; i++) free(pl[i]);
-  free(pl);
-  return ok;
-}
-
 /* ---- entry points ----------------------------------------------------------------------------- */
 
 int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
@@ -611,7 +430,7 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   }
   if (!nccl_available(err, errlen)) return 1;
   CpNet net = {.t = t};
-  CpRun x = {.p = p, .ops = ops, .o = o, .multi = true, .self = transport_rank(t), .net = &net};
+  CpRun x = {.p = p, .ops = ops, .o = o, .link = &nccl_link, .multi = true, .self = transport_rank(t), .net = &net};
   int rc = 1;
   /* --init (in cp_setup), then --resume, then the validation file, as single-GPU mode;
    * every rank reads its own stage's part of a checkpoint, and all go on or all stop;
@@ -625,35 +444,12 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   ok = agree(t, ok, err, errlen, &together);
   if (ok) together = false; /* from here a failure aborts, unless agreed on again */
   if (ok && net_setup(&x, err, errlen)) {
-    /* stretches that end where a validation is due, as cx_pipe_train */
-    int64_t nb = trained(&x), K = o->val_path ? o->eval_every : 0, lo = x.first;
+    int64_t nb = x.steps > x.first ? x.steps - x.first : 0;
     double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
-    for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
-    if (x.first > 0) { /* net_step starts the clock at its first synced step otherwise */
-      x.t_first_step = pipe_now();
-      x.first_timed = x.first - 1;
-    }
-    do {
-      int64_t hi = x.steps;
-      if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-      cp_select(&x, lo, hi);
-      ok = net_run(&x);
-      if (ok && o->val_path && (hi >= x.steps || (K > 0 && hi % K == 0))) {
-        double v, t0 = pipe_now();
-        ok = net_eval(&x, &v);
-        if (x.t_first_step > 0) x.t_first_step += pipe_now() - t0; /* the step time leaves them out */
-        val_final = v;
-        if (ok && hi > x.first) val[hi - 1 - x.first] = v;
-        if (ok && !o->quiet && x.self == 0 && hi > x.first) {
-          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)x.steps, v);
-          fflush(stdout);
-        }
-      }
-      lo = hi;
-    } while (ok && lo < x.steps);
+    ok = cp_train(&x, net_eval, val, &val_final);
     if (ok) {
       ops->sync(ops->dev);
-      ok = gather(&x, out, err, errlen);
+      ok = cp_nccl_gather(&x, t, out, err, errlen);
       if (ok && x.self == 0) {
         memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
         out->val_final = val_final;

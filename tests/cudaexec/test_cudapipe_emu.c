@@ -72,16 +72,23 @@ static void expect_refused(const PipePlan *p, const CxDeviceOps *ops, char *err,
   printf("  %s\n", err);
 }
 
-/* Trains plan `name` on the emulated device; checks it against the sequential
- * reference. Returns the outcome (caller frees) in *out when out != NULL. */
-static bool run_check(const char *name, EmuOrder order, PipePlan **pp, PipeOutcome *out) {
+static int cmp_double(const void *a, const void *b) {
+  double u = *(const double *)a, v = *(const double *)b;
+  return (u > v) - (u < v);
+}
+
+/* Trains plan `name` for `steps` steps on the emulated device; checks it against the
+ * sequential reference, and that the step time is the median of the update-to-update
+ * times after the first step (as the CPU pipeline measures it; with 4 or more steps
+ * the mean would differ). Returns the outcome (caller frees) in *out when out != NULL. */
+static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp, PipeOutcome *out) {
   char data[256], err[RT_ERR_LEN];
   emu_path(data, sizeof data, "train.bin");
   PipePlan *p = load_plan(name);
   if (!p) return false;
-  if (p->rt->train.steps == 0) p->rt->train.steps = STEPS;
+  if (p->rt->train.steps == 0) p->rt->train.steps = steps;
   CxDeviceOps ops = emu_device_ops(tmp, order);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CudaExecOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN};
   PipeOutcome r;
   uint64_t extra = 0;
   double t0 = emu_now_s();
@@ -103,14 +110,22 @@ static bool run_check(const char *name, EmuOrder order, PipePlan **pp, PipeOutco
   if (order != EMU_IN_ORDER) EXPECT(emu.max_queued > 100); /* work really was deferred */
   /* the passes ran as CUDA graphs (the emulator's are on), queued in the same orders */
   EXPECT(emu.captures > 0 && emu.graph_launches > emu.captures);
-  PipeOptions po = {.data_path = data, .steps = STEPS};
+  PipeOptions po = {.data_path = data, .steps = steps};
   bool match = false;
   if (!rc) {
     match = pipeline_check_reference(p, &po, &r, TOL, stdout, err, sizeof err);
     if (!match) fprintf(stderr, "  %s\n", err);
     EXPECT(match);
     /* it trained: the loss moved */
-    EXPECT(fabs(r.step_loss[STEPS - 1] - r.step_loss[0]) > 10 * TOL * r.step_loss[0]);
+    EXPECT(fabs(r.step_loss[steps - 1] - r.step_loss[0]) > 10 * TOL * r.step_loss[0]);
+    double ms[16];
+    int n = 0;
+    for (int b = 1; b < steps && n < 16; b++) ms[n++] = r.step_ms[b];
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    double med = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    printf("    step time %.3f ms: the median of %d update-to-update times after the first step (%.3f ms)\n",
+           r.step_time_s * 1e3, n, med);
+    EXPECT(n > 0 && fabs(r.step_time_s * 1e3 - med) <= 1e-9 * med);
   }
   if (out && !rc) *out = r;
   else pipe_outcome_free(&r);
@@ -124,7 +139,7 @@ static void test_2bw(void) {
                                    "--schedule 2bw --recompute off"));
   PipePlan *p = NULL;
   PipeOutcome r = {0};
-  if (!run_check("p2bw", EMU_HIGHEST_FIRST, &p, &r)) return;
+  if (!run_check("p2bw", EMU_HIGHEST_FIRST, STEPS, &p, &r)) return;
   /* the bound discriminates: the same run checked against the vanilla rule differs */
   char data[256], err[RT_ERR_LEN];
   snprintf(data, sizeof data, "%s/train.bin", tmp);
@@ -142,7 +157,7 @@ static void test_2bw(void) {
 static void test_gpipe(void) {
   EXPECT(emu_pipe_make_plan("pgpipe", "--precision fp32 --stages 2 --replicas 2 --microbatches 2 --schedule gpipe "
                                      "--recompute off"));
-  run_check("pgpipe", EMU_LOWEST_FIRST, NULL, NULL);
+  run_check("pgpipe", EMU_LOWEST_FIRST, STEPS + 1, NULL, NULL); /* 3 times after the first */
 }
 
 /* Through cuda_pipe_main, as pd2bwrun --backend cuda --reference --log-json runs it:
@@ -201,7 +216,7 @@ static void test_steps0(void) {
 static void test_pipedream(void) {
   EXPECT(emu_pipe_make_plan("ppd", "--precision fp32 -D clipv=1.0 --stages 3 --replicas 1 --microbatches 4 "
                                   "--schedule pipedream --recompute off"));
-  run_check("ppd", EMU_LOWEST_FIRST, NULL, NULL);
+  run_check("ppd", EMU_LOWEST_FIRST, STEPS, NULL, NULL);
 }
 
 /* A device table without streams/events, a plan without launch lists: messages. */

@@ -19,15 +19,20 @@
  *       rule, which must NOT match (the bound discriminates);
  *   mpirun -np 4 test_nccl_emu PD2BWC gpipe   gpipe, d = 2, w = 2, m = 2 (the
  *       replica all-reduce, tied sums per replica), through cuda_pipe_nccl_main with
- *       --reference and --log-json;
+ *       --reference and --log-json; clipping off, yet every JSON line has a grad
+ *       norm, and the step lines (the last stage of replica 0's stdout) give the
+ *       global loss and that norm, as the JSON log (issue 16's one console);
  *   mpirun -np 3 test_nccl_emu PD2BWC 1f1b    1f1b, d = 3, w = 1, m = 4, clip 1,
  *       recomputation on (grouped send/receive of both kinds, a middle stage).
  * PD2BW_LIBNCCL must name the fake library (CTest sets it).
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cudaexec/emu_train.h"
 #include "nccl_emu_ops.h"
@@ -137,8 +142,48 @@ static void test_1f1b(void) {
             "--recompute on", EMU_LOWEST_FIRST, 2 * 4 * STEPS, false);
 }
 
+#define TAG_LINES 777 /* the printing rank's step-line numbers, to rank 0 */
+
+/* The step lines' (loss, grad norm) pairs in file `path`, at most n. */
+static int read_step_lines(const char *path, double *v, int n) {
+  FILE *f = fopen(path, "r");
+  char line[512];
+  int got = 0;
+  while (f && got < n && fgets(line, sizeof line, f)) {
+    const char *l = strstr(line, "| loss "), *g = strstr(line, "| grad norm ");
+    if (strncmp(line, "step ", 5) == 0 && l && g) {
+      v[2 * got] = atof(l + 7);
+      v[2 * got + 1] = atof(g + 12);
+      got++;
+    }
+  }
+  if (f) fclose(f);
+  return got;
+}
+
+/* The number after "key": in JSON line `line` (NAN for null or absent). */
+static double json_num(const char *line, const char *key) {
+  const char *at = strstr(line, key);
+  if (!at || strncmp(at + strlen(key), "null", 4) == 0) return NAN;
+  return atof(at + strlen(key));
+}
+
 static void test_gpipe(void) {
   int rank = transport_rank(T);
+  /* the step lines' printer: stage d-1 = 1 of replica 0, rank 1·w + 0 */
+  char lines_path[256];
+  emu_path(lines_path, sizeof lines_path, "steplines.txt");
+  int saved = -1;
+  if (rank == 2) {
+    fflush(stdout);
+    saved = dup(1);
+    int fd = open(lines_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    EXPECT(fd >= 0 && saved >= 0);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      close(fd);
+    }
+  }
   EXPECT(make_plan("pgpipe", "--precision fp32 --stages 2 --replicas 2 --microbatches 2 --schedule gpipe "
                              "--recompute off"));
   char dir[256], data[256], log[256];
@@ -150,6 +195,18 @@ static void test_gpipe(void) {
                        .reference = true, .ref_tol = TOL};
   int rc = cuda_pipe_nccl_main("test_nccl_emu", dir, &ops, "emulated", &o, T);
   EXPECT(rc == 0);
+  double shown[2 * STEPS] = {0};
+  if (rank == 2) {
+    fflush(stdout);
+    if (saved >= 0) {
+      dup2(saved, 1);
+      close(saved);
+    }
+    EXPECT(read_step_lines(lines_path, shown, STEPS) == STEPS);
+    EXPECT(transport_send(T, 0, TAG_LINES, shown, sizeof shown, "step lines") == TRANSPORT_OK);
+  } else if (rank == 0) {
+    EXPECT(transport_recv(T, 2, TAG_LINES, shown, sizeof shown, "step lines") == TRANSPORT_OK);
+  }
   long c[3];
   fake_counts(c);
   printf("  rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators\n", rank, c[0], c[1], c[2]);
@@ -159,6 +216,16 @@ static void test_gpipe(void) {
     FILE *f = fopen(log, "r");
     EXPECT(f != NULL);
     int lines = 0;
+    char line[512];
+    while (f && lines < STEPS && fgets(line, sizeof line, f)) {
+      double loss = json_num(line, "\"loss\": "), gn = json_num(line, "\"grad_norm\": ");
+      printf("  step %d: JSON loss %.9g grad_norm %.9g; step line loss %.4f grad norm %.4f\n", lines + 1, loss, gn,
+             shown[2 * lines], shown[2 * lines + 1]);
+      EXPECT(isfinite(gn) && gn > 0); /* taken with clipping off too */
+      EXPECT(fabs(loss - shown[2 * lines]) <= 0.6e-4);  /* the global loss, not replica 0's */
+      EXPECT(fabs(gn - shown[2 * lines + 1]) <= 0.6e-4);
+      lines++;
+    }
     for (int ch; f && (ch = fgetc(f)) != EOF;) lines += ch == '\n';
     if (f) fclose(f);
     EXPECT(lines == STEPS);
