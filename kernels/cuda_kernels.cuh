@@ -9,7 +9,7 @@
  * Why one header of extern "C" kernels: the CUDA code generator pastes philox.h,
  * cuda_helpers.cuh (the device helpers, shared with the stages' own kernels) and
  * then this file verbatim into a plan's kernel library, kernels.cu (the build embeds
- * the text: pkc_kernels_src.h, made by runtime/cuda/CMakeLists.txt), one module that
+ * the text: pkc_kernels_src.h, made by kernels/CMakeLists.txt), one module that
  * NVRTC compiles at load time beside each stage's stageN.cu. extern "C" keeps the
  * names unmangled, so the launch lists can name kernels and cuModuleGetFunction can
  * find them. The text includes no system header (NVRTC has none) and no

@@ -128,7 +128,7 @@ void cx_ops_no_graphs(CxDeviceOps *ops);
 
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
-/* The blocks a launch list's pointers name: BufClass values (passes/layout.h) for
+/* The blocks a launch list's pointers name: BufClass values (contract/contract.h) for
  * params .. boundary, and the CUDA-only scratch after them. */
 enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_NBLOCKS = BUF_CLASS_COUNT + 1 };
 

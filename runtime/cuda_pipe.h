@@ -4,7 +4,7 @@
  * says what differs and what has never run): one MPI process per stage replica, each
  * running this same executor for its own SR, NCCL for what crosses SRs.
  *
- * It runs the plan's instruction streams (passes/planner.h plan_streams_build, the
+ * It runs the plan's instruction streams (contract/plan_streams.h plan_streams_build, the
  * same streams runtime/pipeline.c interprets on CPU ranks) with the semantics of
  * runtime/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
  * clipping, tied-parameter sums in ascending stage order, weight versions (2bw's two,

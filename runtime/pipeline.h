@@ -2,7 +2,7 @@
  *
  * Private to runtime/ (runtime/runtime.h includes it). One rank runs one stage
  * replica (stage i, replica r) and interprets that stage's instruction stream
- * (passes/planner.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with
+ * (contract/plan_streams.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with
  * weight version v in slot vslot, sends and receives of activations and gradients
  * (a run of `with_next` instructions is posted at once and waited together), the
  * replica ALLREDUCE, TIED_SYNC, OPT_STEP writing the next version into the slot the
@@ -27,7 +27,7 @@
  * the program's boundary block. A tied parameter (GPT's wte: the embedding on the
  * first stage, the LM head on the last) is held by every stage using it; each stage's
  * program accumulates its own contribution straight into its gradient of the
- * parameter (passes/layout.h), and TIED_SYNC sums the stages' gradients before the
+ * parameter (contract/contract.h), and TIED_SYNC sums the stages' gradients before the
  * step. The executor adds nothing itself.
  *
  * Memory: each rank allocates ONE arena of exactly the plan's stages[i].memory.
