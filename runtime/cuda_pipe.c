@@ -331,6 +331,7 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
       *dst[q] = at;
       at += part[q];
     }
+    s->scalars = s->norm + 64; /* the norm's part: 256 bytes for its 8 */
   }
   free(tied_bytes);
   if (!ok) return false;
@@ -372,6 +373,7 @@ void cp_teardown(CpRun *x) {
   if (x->sr) {
     for (int i = 0; i < x->nsr; i++) {
       if (x->sr[i].ev) ops->event_destroy(ops->dev, x->sr[i].ev);
+      cp_graphs_free(x, &x->sr[i]);
       free(x->sr[i].mb_sslot);
       free(x->sr[i].grp);
     }

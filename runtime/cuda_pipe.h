@@ -89,6 +89,7 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
 typedef struct CxPipeStats {
   uint64_t extra_bytes; /* the executor's extras per SR (the largest) */
   CxGraphStats graphs;  /* cx_program_graph_stats summed over the stage programs */
+  CxGraphStats steps;   /* the norms and updates of every SR (cuda_pipe_graph.c) */
 } CxPipeStats;
 
 /* cx_pipe_train, filling stats (may be NULL). With o->trace_path, out->bubble holds

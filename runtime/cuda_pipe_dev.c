@@ -1,6 +1,7 @@
 /* runtime/cuda_pipe_dev.c — the CUDA pipeline interpreter's device ops
  * (cuda_pipe_internal.h): a stage's forward and backward pass, the ordered sum, the
- * sum of squares, the optimizer step, and where a boundary tensor or a tied gradient
+ * optimizer step of a deferred tied group (the step's norm and update:
+ * cuda_pipe_graph.c), and where a boundary tensor or a tied gradient
  * lies in an SR's part of the arena. Every op is issued on a stream and never waits
  * for the device; the interpreter (cuda_pipe_run.c) and the links decide the order. */
 #include "runtime/cuda_pipe_internal.h"
@@ -120,8 +121,7 @@ int cp_tied_group_of(const CpSr *s, int k, int ngroups) {
 
 /* ---- the update ------------------------------------------------------------------------- */
 
-/* A tied parameter has a gradient on every stage holding it. */
-static bool has_grad(const CpRun *x, const CpSr *s, int k) {
+bool cp_has_grad(const CpRun *x, const CpSr *s, int k) {
   return s->st->params[k].has_grad || cp_tied_group_of(s, k, x->p->ngroups) >= 0;
 }
 
@@ -129,7 +129,7 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
   const RtParam *pp = &s->st->params[k];
   CxPtr wout = s->w[vslot] + (CxPtr)pp->offset, win = s->w[src] + (CxPtr)pp->offset;
   int64_t n = pp->numel;
-  if (!has_grad(x, s, k)) {
+  if (!cp_has_grad(x, s, k)) {
     if (wout != win) x->ops->dtod(x->ops->dev, s->stream, wout, win, (size_t)pp->bytes);
     return;
   }
@@ -145,30 +145,6 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
     void *args[] = {&wout, &win, &g, &m, &v, &n, &lr, &b1, &b2, &eps, &wd, &decay, &step, &scale, &dc};
     launch(x, s->stream, cx_program_kernel(s->prog, "pkc_adamw_step_f32"), n, args);
   }
-}
-
-/* Σ g² of the SR's gradients (each tied parameter counted by its group's first stage,
- * after the sum), into s->norm, on its stream. */
-void cp_launch_norm(CpRun *x, CpSr *s, int64_t t) {
-  CxPtr part = s->parts;
-  void *k_part = cx_program_kernel(s->prog, "pkc_sumsq_partial_f32");
-  int np = 0;
-  for (int k = 0; k < s->st->nparams; k++) {
-    const RtParam *pp = &s->st->params[k];
-    int g = cp_tied_group_of(s, k, x->p->ngroups);
-    if (g >= 0 ? s->tied[g].member != 0 : !pp->has_grad) continue;
-    CxPtr gr = g >= 0 ? cp_tied_buf(s, g, t) : s->grads + (CxPtr)pp->offset;
-    int64_t n = pp->numel;
-    unsigned grid = cp_grid(n);
-    void *args[] = {&part, &gr, &n};
-    x->ops->launch(x->ops->dev, s->stream, k_part, grid, CP_BLOCK, args);
-    part += (CxPtr)grid * 8;
-    np += (int)grid;
-  }
-  CxPtr out = s->norm, parts = s->parts;
-  void *args[] = {&out, &parts, &np};
-  if (np) x->ops->launch(x->ops->dev, s->stream, cx_program_kernel(s->prog, "pkc_sumsq_final_f32"), 1, 32, args);
-  else x->ops->memset0(x->ops->dev, s->stream, s->norm, 8);
 }
 
 /* ---- the console ---------------------------------------------------------------------- */

@@ -9,8 +9,9 @@
  *    the device ops below and what crosses SRs only through x->link;
  *  - the device ops (cuda_pipe_dev.c): a stage's forward and backward pass
  *    (cp_run_fwd/bwd), copies (ops->dtod), the ordered sum of several buffers into
- *    each (cp_dev_sum_into), the sum of squares of an SR's gradients
- *    (cp_launch_norm) and the optimizer step of one parameter (cp_step_param);
+ *    each (cp_dev_sum_into), the sum of squares of an SR's gradients (cp_norm) and
+ *    its optimizer update (cp_update), both CUDA graphs (cuda_pipe_graph.c), and a
+ *    deferred tied parameter's step (cp_step_param);
  *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c, single-GPU mode: every SR in
  *    this process) or NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
  * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's
@@ -28,6 +29,16 @@
 #define CP_COMM_STREAM 0 /* ops stream of cross-SR work; SR k computes on 1 + k */
 #define CP_MAX_SR 63     /* stage replicas (d·w) on one device: 64 streams in all */
 #define CP_TIED_STREAM 2 /* multi-GPU mode: tied group g's sums on ops stream 2 + g */
+
+#define CP_UPD_GRAPHS 8 /* update graphs per SR, one per (version, source) pair; past it eager */
+
+/* One of the step's CUDA graphs (cuda_pipe_graph.c): eager on the first sighting,
+ * captured on the second, launched after. key: what its frozen arguments depend on. */
+typedef struct CpGraph {
+  bool seen;
+  int key;
+  void *graph;
+} CpGraph;
 
 /* A tied group as one SR sees it. */
 typedef struct CpTied {
@@ -57,7 +68,12 @@ typedef struct CpSr {
   int64_t act_in_packed[PIPE_MAX_BND];
   /* the executor's extras */
   CxPtr scratch, loss, data, parts, norm;
+  CxPtr scalars; /* the update's per-step values (pkc_step_scalars), in the norm's part */
   int nparts;
+  /* the step's CUDA graphs: the norm by batch parity (deferred tied gradients
+   * alternate between two blocks), the update by (version, source) */
+  CpGraph g_norm[2], g_upd[CP_UPD_GRAPHS];
+  int n_upd;
   int64_t data_batch[CP_DATA_SLOTS]; /* batch held by each data slot, -1 none */
   int data_uses[CP_DATA_SLOTS];      /* FWD/BWD refills of that batch still to come */
   uint64_t image_bytes;              /* one microbatch's inputs image (256-aligned) */
@@ -170,6 +186,7 @@ struct CpRun {
   int64_t batch_prev;  /* its batch (first - 1: the start) */
   RtLog *console;      /* the step lines (not quiet), runtime/console.c */
   CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
+  CxGraphStats step_graphs; /* how the norms and updates ran (CxPipeStats) */
   bool failed;
   char err[RT_ERR_LEN];
 };
@@ -288,10 +305,26 @@ bool cp_bnd_ptr(CpRun *x, CpSr *s, const PlanInstr *in, int k, CxPtr *ptr);
 /* Where tied group g's gradient of batch t lies on SR s. */
 CxPtr cp_tied_buf(const CpSr *s, int g, int64_t t);
 int cp_tied_group_of(const CpSr *s, int k, int ngroups);
-/* The optimizer step of parameter k (gradient g, version src -> vslot, scale). */
+/* The optimizer step of parameter k (gradient g, version src -> vslot, scale): a
+ * deferred tied group's step (run_tied_step), by value. */
 void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_t t, double scale);
-/* Σ g² of the SR's gradients into s->norm (a double) on its stream. */
-void cp_launch_norm(CpRun *x, CpSr *s, int64_t t);
+/* A tied parameter has a gradient on every stage holding it. */
+bool cp_has_grad(const CpRun *x, const CpSr *s, int k);
+
+/* cuda_pipe_graph.c: the step's norm and update as CUDA graphs (the one-stage
+ * trainer's scheme), on s's stream; launch by launch without graph ops, the same
+ * kernels, the same bits.
+ * Σ g² of the SR's gradients of batch t into s->norm (a double). */
+void cp_norm(CpRun *x, CpSr *s, int64_t t);
+/* Batch t's optimizer values (lr, the bias-correction step, the gradient scale) into
+ * s->scalars: a host copy, so it waits for the device (which the norm's read-back did
+ * already); every SR's before any update is issued, so no update waits for another. */
+void cp_step_scalars(CpRun *x, CpSr *s, int64_t t, double scale);
+/* The optimizer step of batch t of every parameter of s but deferred tied ones,
+ * version src -> vslot; the _dev kernels read the values cp_step_scalars wrote. */
+void cp_update(CpRun *x, CpSr *s, int vslot, int src, int64_t t);
+/* Destroys s's graphs. */
+void cp_graphs_free(CpRun *x, CpSr *s);
 /* Adds SR last's m microbatch losses of batch t (a last stage), in order, to *sum. */
 void cp_add_losses(CpRun *x, const CpSr *last, int64_t t, double *sum);
 /* The step line of batch t (runtime/console.c): the loss sum over nrep replicas' m

@@ -11,8 +11,9 @@
  * (batch t+1's backwards accumulate there next); every tied sum is posted and
  * finished (deferred ones too: the global norm needs them); Σg² per SR, summed over
  * the pipeline by the link, gives the global norm (always taken: the console and the
- * log report it; clipping scales by it); the update; the gradient block cleared. Then,
- * where the link lets the host wait, the step's time and line.
+ * log report it; clipping scales by it); the update; the gradient block cleared. The
+ * norm and the update run as CUDA graphs per SR (cuda_pipe_graph.c). Then, where the
+ * link lets the host wait, the step's time and line.
  *
  * With --trace every instruction is bracketed by a pair of event records
  * (cuda_pipe_trace.c): FWD/BWD/OPT_STEP on the SR's stream; the link brackets its
@@ -108,19 +109,16 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
     for (int i = 0; i < n; i++)
       if (grp[i]->tied[g].param >= 0) PD_CHECK(x->link->tied_sum(x, grp[i], g, t));
   double inv = 1.0 / (double)x->mref, scale = inv;
-  for (int i = 0; i < n; i++) cp_launch_norm(x, grp[i], t);
+  for (int i = 0; i < n; i++) cp_norm(x, grp[i], t);
   double norm = sqrt(x->link->norm_total(x, grp, n)) * inv;
   if (s->replica == 0) x->grad_norm[t] = norm;
   if (x->tc.clip > 0 && norm > x->tc.clip) scale = inv * x->tc.clip / norm;
+  for (int i = 0; i < n; i++) cp_step_scalars(x, grp[i], t, scale);
   for (int i = 0; i < n; i++) {
     CpSr *q = grp[i];
     const PlanInstr *qi = cp_cur(q);
     q->scale[par] = scale;
-    for (int k = 0; k < q->st->nparams; k++) {
-      int g = cp_tied_group_of(q, k, p->ngroups);
-      if (g >= 0 && q->tied[g].deferred) continue;
-      cp_step_param(x, q, k, q->grads + (CxPtr)q->st->params[k].offset, qi->vslot, qi->src_vslot, t, scale);
-    }
+    cp_update(x, q, qi->vslot, qi->src_vslot, t);
     for (int g = 0; g < p->ngroups; g++)
       if (q->tied[g].param >= 0 && !q->tied[g].deferred) q->tied[g].state[par] = 0;
     x->ops->memset0(x->ops->dev, q->stream, q->grads, (size_t)q->st->blocks[BUF_GRADS]);

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
@@ -90,11 +91,12 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   CxDeviceOps ops = emu_device_ops(tmp, order);
   CudaExecOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN};
   PipeOutcome r;
-  uint64_t extra = 0;
+  CxPipeStats st = {0};
   double t0 = emu_now_s();
-  int rc = cx_pipe_train(p, &ops, &o, &r, &extra, err, sizeof err);
+  int rc = cx_pipe_train_stats(p, &ops, &o, &r, &st, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
   EXPECT(rc == 0);
+  uint64_t extra = st.extra_bytes;
   EmuCounts emu = emu_device_counts();
   printf("  %s: %d stages x %d replicas, %s, emulated device (%s): %d launches, %d GEMMs, %d device copies, %d "
          "event records, %d stream waits, up to %d operations queued; CUDA graphs: %d captured, %d launched "
@@ -110,6 +112,11 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   if (order != EMU_IN_ORDER) EXPECT(emu.max_queued > 100); /* work really was deferred */
   /* the passes ran as CUDA graphs (the emulator's are on), queued in the same orders */
   EXPECT(emu.captures > 0 && emu.graph_launches > emu.captures);
+  /* so did each SR's norm and update (cuda_pipe_graph.c): the norm of batch 2 (the
+   * parity of batch 0's) at least replayed, every graph captured on a second sighting */
+  printf("    the step's norms and updates: %lld eager, %lld captured, %lld graph launches\n",
+         (long long)st.steps.eager, (long long)st.steps.captured, (long long)st.steps.launches);
+  EXPECT(st.steps.captured >= p->d * p->w && st.steps.launches >= st.steps.captured && st.steps.eager > 0);
   PipeOptions po = {.data_path = data, .steps = steps};
   bool match = false;
   if (!rc) {
@@ -150,6 +157,22 @@ static void test_2bw(void) {
   if (devnull) fclose(devnull);
   printf("  2bw run against the vanilla (gpipe) rule: %s\n", vanilla ? "matches (BAD)" : err);
   EXPECT(!vanilla);
+  /* the norm and update graphs change no bit: the same run launch by launch */
+  p->schedule = PS_2BW;
+  emu_device_set_graphs(false);
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  emu_device_set_graphs(true);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome e = {0};
+  CxPipeStats st = {0};
+  EXPECT(cx_pipe_train_stats(p, &ops, &o, &e, &st, err, sizeof err) == 0);
+  EXPECT(st.steps.captured == 0 && st.steps.launches == 0 && st.steps.eager > 0);
+  bool same = e.nparams == r.nparams && memcmp(e.mb_loss, r.mb_loss, (size_t)(STEPS * r.mb_per_step) * 8) == 0;
+  for (int k = 0; same && k < r.nparams; k++)
+    same = e.numel[k] == r.numel[k] && memcmp(e.weights[k], r.weights[k], (size_t)r.numel[k] * 4) == 0;
+  printf("  2bw without CUDA graphs: losses and weights %s\n", same ? "bit for bit the same" : "DIFFER");
+  EXPECT(same);
+  pipe_outcome_free(&e);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
 }
