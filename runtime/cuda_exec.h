@@ -216,7 +216,7 @@ typedef struct CudaExecOptions {
   bool nccl;
   /* --cuda-graphs off: replay every pass launch by launch (cx_ops_no_graphs). Named
    * for "off" so that zeroed options keep the default, graphs on. Multi-GPU mode
-   * (nccl) opens its devices itself and keeps graphs on. */
+   * (nccl) opens its devices itself and applies it there (cuda_pipe_main.c). */
   bool graphs_off;
   /* Checkpoints and validation (cuda_exec_main, cuda_pipe_main), as pd2bwrun's CPU
    * paths: NULL / 0 when unused. One-stage plans and single-GPU pipeline mode take all
