@@ -77,6 +77,7 @@
  */
 #include "codegen/cgen_cuda_internal.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +135,13 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "type", type);
   cJSON_AddStringToObject(a, "runtime", what);
-  if (strcmp(what, "dropout_p") == 0) cJSON_AddNumberToObject(a, "value", value);
+  if (strcmp(what, "dropout_p") == 0 || strcmp(what, "rng_base") == 0) cJSON_AddNumberToObject(a, "value", value);
   return a;
+}
+
+cJSON *cu_arg_stream(const CuEmit *e, int op_id) {
+  PD_CHECK(op_id >= e->rng_base, "(op %d's stream below the stage's rng_base %d)", op_id, e->rng_base);
+  return cu_arg_runtime("u32", "rng_base", op_id - e->rng_base);
 }
 
 static cJSON *P(const CuEmit *e, int t) { return cu_arg_ptr(cu_tensor(e, t)); }
@@ -154,7 +160,6 @@ static cJSON *MB(double p) { return p > 0 ? PP(cu_buf(CU_SCRATCH, CU_SCRATCH_MBK
 static cJSON *DROP(double p) {
   return p > 0 ? cu_arg_runtime("f64", "dropout_p", p) : cu_arg_num("f64", 0);
 }
-static cJSON *OPID(int id) { return cu_arg_num("u32", id); }
 static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
 
 static int library_index(const char *name);
@@ -177,7 +182,7 @@ static bool in_library(const char *name) { return library_index(name) >= 0; }
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...) {
   cJSON *l = cJSON_CreateObject();
-  cJSON_AddNumberToObject(l, "op", op);
+  cJSON_AddNumberToObject(l, "op", op - e->op_base);
   cJSON_AddStringToObject(l, "kernel", name);
   cJSON_AddStringToObject(l, "module", in_library(name) ? "library" : "stage");
   cJSON_AddNumberToObject(l, "grid", pkc_grid((PkcLaunchKind)kind, items, block, CU_MAX_GRID));
@@ -284,7 +289,7 @@ static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_
     B = stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, align_up(a_end), &b_end);
   }
   cJSON *l = cJSON_CreateObject();
-  cJSON_AddNumberToObject(l, "op", op);
+  cJSON_AddNumberToObject(l, "op", op - e->op_base);
   cJSON *gm = cJSON_AddObjectToObject(l, "gemm");
   cJSON_AddNumberToObject(gm, "transa", ta);
   cJSON_AddNumberToObject(gm, "transb", tb);
@@ -341,16 +346,16 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   CuPtr Q16 = stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, bf16_staging(e), &end);
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
-             PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+             PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
   CuPtr Y16 = stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, align_up(end), &end);
   CuPtr work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
-           PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+           PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]),
            PP(work), PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
 }
 
 /* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
@@ -377,15 +382,15 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   }
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->out[1]), P(e, qkv),
-             I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+             I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
 }
 
 /* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
@@ -504,7 +509,7 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     int64_t n = cu_numel(e, y);
     LAUNCH(e, id, op->kind == OP_DROPOUT ? "pkc_dropout_fwd_f32" : "pkc_dropout_bwd_f32", (n + 3) / 4,
            PP(Y), P(e, op->in[0]), I64(n), DROP(op->attr[0]), SEED(),
-           OPID(op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
+           cu_arg_stream(e, op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
     break;
   }
   case OP_RESHAPE: {
@@ -704,9 +709,14 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   RegionOps bx = region_ops_index(g, L->bwd_ops, L->nbwd, L->first_region, L->last_region);
 
   cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
+  e.rng_base = codegen_rng_base(L);
   e.list = fwd;
+  e.op_base = e.rng_base;
   for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
   e.list = bwd;
+  e.op_base = INT_MAX; /* the smallest backward op id */
+  for (int k = 0; k < L->nbwd; k++)
+    if (L->bwd_ops[k] < e.op_base) e.op_base = L->bwd_ops[k];
   for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
   free(fx.start);
   free(fx.ops);
@@ -750,7 +760,6 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     codegen_hash_hex(src.p, src.n, hash);
     char name[64];
     cJSON_AddNumberToObject(j, "format", CODEGEN_CUDA_LIST_FORMAT);
-    cJSON_AddNumberToObject(j, "stage", stage);
     snprintf(name, sizeof name, "stage%d.cu", stage);
     cJSON_AddStringToObject(j, "source", name);
     cJSON_AddStringToObject(j, "hash", hash);
@@ -792,69 +801,126 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   return src.p;
 }
 
+static bool write_in(const char *dir, const char *name, const char *text, Diag *d) {
+  size_t plen = strlen(dir) + strlen(name) + 2;
+  char *path = pd_malloc(plen);
+  snprintf(path, plen, "%s/%s", dir, name);
+  bool ok = cgen_write_file(path, text, strlen(text), d);
+  free(path);
+  return ok;
+}
+
+static void remove_in(const char *dir, const char *name) {
+  size_t plen = strlen(dir) + strlen(name) + 2;
+  char *path = pd_malloc(plen);
+  snprintf(path, plen, "%s/%s", dir, name);
+  remove(path);
+  free(path);
+}
+
+/* The stage's plan.json "cuda" object: the files it runs (maybe another stage's) and
+ * what a runtime checks before loading them. */
+static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *o, int rng_base, const char *name,
+                      const char *hash, const char *lname, const char *lhash) {
+  cJSON_DeleteItemFromObjectCaseSensitive(prog, "cuda");
+  cJSON *c = cJSON_AddObjectToObject(prog, "cuda");
+  cJSON_AddStringToObject(c, "source", name);
+  cJSON_AddStringToObject(c, "hash", hash);
+  cJSON_AddStringToObject(c, "launch_list", lname);
+  cJSON_AddStringToObject(c, "launch_hash", lhash);
+  cJSON_AddNumberToObject(c, "rng_base", rng_base);
+  const cJSON *lj = cJSON_GetObjectItem(list, "library");
+  cJSON_AddStringToObject(c, "library", CODEGEN_CUDA_LIBRARY);
+  cJSON_AddStringToObject(c, "library_hash", cJSON_GetStringValue(cJSON_GetObjectItem(lj, "hash")));
+  cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
+  cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
+  cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
+  cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+  cJSON_AddNumberToObject(c, "cuda_scratch",
+                          cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
+}
+
+/* Stages stage0 .. stage0 + n - 1 (layouts L, plan.json "program" objects prog): the
+ * library once, then each distinct program once. Stages whose .cu code is the same
+ * (comments aside) share the first one's stage<i>.cu, and stages whose launch lists
+ * are then the same text share its stage<i>.launch.json: both name nothing of the
+ * stage (fused kernels by place, op ids and dropout streams relative to the stage's
+ * bases), so a deep pipeline's middle stages write one of each. */
+static bool write_stages(const Graph *g, const StageLayout *const *L, int stage0, int n, const CodegenCudaOptions *o,
+                         const char *dir, cJSON *const *prog, Diag *d) {
+  char **src = pd_calloc((size_t)n, sizeof *src), **code = pd_calloc((size_t)n, sizeof *code);
+  char **text = pd_calloc((size_t)n, sizeof *text);
+  cJSON **list = pd_calloc((size_t)n, sizeof *list);
+  int *owner = pd_calloc((size_t)n, sizeof *owner), *lowner = pd_calloc((size_t)n, sizeof *lowner);
+  char (*name)[64] = pd_calloc((size_t)n, sizeof *name), (*lname)[64] = pd_calloc((size_t)n, sizeof *lname);
+  char (*hash)[17] = pd_calloc((size_t)n, sizeof *hash), (*lhash)[17] = pd_calloc((size_t)n, sizeof *lhash);
+  for (int i = 0; i < n; i++) {
+    src[i] = codegen_cuda_source(g, L[i], stage0 + i, o, &list[i]);
+    code[i] = cgen_code_only(src[i]);
+  }
+  cgen_share_owners(code, n, owner);
+  /* the library first (the same bytes for every stage of the plan), so that no stage
+   * program exists without the module it launches from */
+  char *lib = codegen_cuda_library_source(g);
+  bool ok = write_in(dir, CODEGEN_CUDA_LIBRARY, lib, d);
+  free(lib);
+  int wrote = 0; /* .cu files written, removed again if a launch list cannot be */
+  for (int i = 0; i < n && ok; i++) {
+    if (owner[i] != i) continue;
+    bool shared = false;
+    for (int j = i + 1; j < n && !shared; j++) shared = owner[j] == i;
+    char *t = shared ? cgen_with_sharers(src[i], owner, n, i) : NULL;
+    const char *body = t ? t : src[i];
+    snprintf(name[i], sizeof name[i], "stage%d.cu", stage0 + i);
+    codegen_hash_hex(body, strlen(body), hash[i]);
+    ok = write_in(dir, name[i], body, d);
+    wrote += ok;
+    free(t);
+  }
+  for (int i = 0; i < n && ok; i++) { /* each list names the .cu it runs */
+    cJSON_ReplaceItemInObjectCaseSensitive(list[i], "source", cJSON_CreateString(name[owner[i]]));
+    cJSON_ReplaceItemInObjectCaseSensitive(list[i], "hash", cJSON_CreateString(hash[owner[i]]));
+    text[i] = cJSON_Print(list[i]);
+    PD_CHECK(text[i] != NULL, "(cJSON_Print)");
+  }
+  if (ok) cgen_share_owners(text, n, lowner);
+  for (int i = 0; i < n && ok; i++) {
+    if (lowner[i] != i) continue;
+    snprintf(lname[i], sizeof lname[i], "stage%d.launch.json", stage0 + i);
+    codegen_hash_hex(text[i], strlen(text[i]), lhash[i]);
+    ok = write_in(dir, lname[i], text[i], d);
+  }
+  for (int i = 0; i < n && !ok && wrote; i++) /* no program without its launch list */
+    if (owner[i] == i && name[i][0]) remove_in(dir, name[i]);
+  for (int i = 0; i < n && ok; i++)
+    cuda_json(prog[i], list[i], o, codegen_rng_base(L[i]), name[owner[i]], hash[owner[i]], lname[lowner[i]],
+              lhash[lowner[i]]);
+  for (int i = 0; i < n; i++) free(src[i]), free(code[i]), free(text[i]), cJSON_Delete(list[i]);
+  free(src), free(code), free(text), free(list), free(owner), free(lowner), free(name), free(lname), free(hash),
+      free(lhash);
+  return ok;
+}
+
 bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
                         const char *dir, cJSON *stage_json, Diag *d) {
-  cJSON *list = NULL;
-  char *src = codegen_cuda_source(g, L, stage, o, &list);
-  char name[64], lname[64], hash[17], lhash[17];
-  snprintf(name, sizeof name, "stage%d.cu", stage);
-  snprintf(lname, sizeof lname, "stage%d.launch.json", stage);
-  codegen_hash_hex(src, strlen(src), hash);
-  char *text = cJSON_Print(list);
-  PD_CHECK(text != NULL, "(cJSON_Print)");
-  codegen_hash_hex(text, strlen(text), lhash);
-  size_t plen = strlen(dir) + 80;
-  char *path = pd_malloc(plen);
-  /* the library first (the same bytes for every stage of the plan; rewriting it is
-   * harmless), so that no stage program exists without the module it launches from */
-  char *lib = codegen_cuda_library_source(g);
-  snprintf(path, plen, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
-  bool ok = cgen_write_file(path, lib, strlen(lib), d);
-  free(lib);
-  snprintf(path, plen, "%s/%s", dir, name);
-  if (ok) ok = cgen_write_file(path, src, strlen(src), d);
-  if (ok) {
-    snprintf(path, plen, "%s/%s", dir, lname);
-    ok = cgen_write_file(path, text, strlen(text), d);
-    if (!ok) { /* no program without its launch list */
-      snprintf(path, plen, "%s/%s", dir, name);
-      remove(path);
-    }
-  }
-  free(path);
-  free(src);
-  if (ok) {
-    cJSON_DeleteItemFromObjectCaseSensitive(stage_json, "cuda");
-    cJSON *c = cJSON_AddObjectToObject(stage_json, "cuda");
-    cJSON_AddStringToObject(c, "source", name);
-    cJSON_AddStringToObject(c, "hash", hash);
-    cJSON_AddStringToObject(c, "launch_list", lname);
-    cJSON_AddStringToObject(c, "launch_hash", lhash);
-    const cJSON *lj = cJSON_GetObjectItem(list, "library");
-    cJSON_AddStringToObject(c, "library", CODEGEN_CUDA_LIBRARY);
-    cJSON_AddStringToObject(c, "library_hash", cJSON_GetStringValue(cJSON_GetObjectItem(lj, "hash")));
-    cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
-    cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
-    cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
-    cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
-    cJSON_AddNumberToObject(c, "cuda_scratch",
-                            cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
-  }
-  free(text);
-  cJSON_Delete(list);
-  return ok;
+  return write_stages(g, &L, stage, 1, o, dir, &stage_json, d);
 }
 
 bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
                          int64_t b, const CodegenCudaOptions *o, const char *dir, cJSON *stages, Diag *d) {
+  StageLayout **L = pd_calloc((size_t)nstages + 1, sizeof *L);
+  const StageLayout **cl = pd_calloc((size_t)nstages + 1, sizeof *cl);
+  cJSON **prog = pd_calloc((size_t)nstages + 1, sizeof *prog);
   for (int i = 0; i < nstages; i++) {
     cJSON *st = cgen_stage_element(stages, i);
-    cJSON *prog = cJSON_GetObjectItem(st, "program");
-    if (!prog) prog = cJSON_AddObjectToObject(st, "program");
-    StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);
-    bool ok = codegen_cuda_stage(g, L, i, o, dir, prog, d);
-    layout_destroy(L);
-    if (!ok) return false;
+    prog[i] = cJSON_GetObjectItem(st, "program");
+    if (!prog[i]) prog[i] = cJSON_AddObjectToObject(st, "program");
+    cl[i] = L[i] = layout_stage(g, first_region[i], last_region[i], b);
   }
-  return true;
+  bool ok = write_stages(g, cl, 0, nstages, o, dir, prog, d);
+  for (int i = 0; i < nstages; i++) layout_destroy(L[i]);
+  free(L);
+  free(cl);
+  free(prog);
+  return ok;
 }
