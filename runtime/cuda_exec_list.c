@@ -363,7 +363,7 @@ static bool stage_files(const char *plan_dir, int stage, char *lname, size_t lsi
   } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||
              !cJSON_IsNumber(rb) || rb->valuedouble < 0 || rb->valuedouble > UINT32_MAX) {
     snprintf(err, errlen,
-             "%s: stage %d's program.cuda has no launch_list file name and rng_base (a plan from an older pd2bwc, "
+             "%s: stage %d's program.cuda lacks a launch_list file name or an rng_base (a plan from an older pd2bwc, "
              "whose stages each had their own launch list); regenerate the plan with this pd2bwc",
              path, stage);
   } else {

@@ -236,6 +236,36 @@ static void no_module(cJSON *j) {
   if (en) cJSON_DeleteItemFromObject(en, "module");
 }
 
+/* A plan from before shared CUDA programs: program.cuda without rng_base (its launch
+ * lists were each stage's own). Refused, with what to do. */
+static void test_old_plan(void) {
+  char *orig = read_file("plan.json");
+  cJSON *j = orig ? cJSON_Parse(orig) : NULL;
+  EXPECT(j != NULL);
+  if (!j) {
+    free(orig);
+    return;
+  }
+  cJSON *cu = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1),
+                                                      "program"),
+                                  "cuda");
+  EXPECT(cJSON_GetObjectItem(cu, "rng_base") != NULL);
+  cJSON_DeleteItemFromObject(cu, "rng_base");
+  char *text = cJSON_Print(j);
+  write_text("plan.json", text);
+  CxDeviceOps ops = fake_ops();
+  char err[512] = "";
+  CxProgram *p = cx_program_load(&ops, dir, 1, CX_GEMM_PLAN, err, sizeof err);
+  printf("  %s\n", err);
+  EXPECT(p == NULL && strstr(err, "stage 1") && strstr(err, "regenerate the plan with this pd2bwc"));
+  EXPECT_EQ_INT(fake.nmod, 0);
+  cx_program_free(p);
+  write_text("plan.json", orig);
+  free(text);
+  cJSON_Delete(j);
+  free(orig);
+}
+
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
   bad_list(format2, "a launch list of format 2, older than this runtime's 4");
@@ -251,6 +281,7 @@ int main(void) {
   RUN(test_two_modules);
   RUN(test_edited_sources);
   RUN(test_bad_lists);
+  RUN(test_old_plan);
   fake_ops();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
