@@ -11,7 +11,7 @@
  *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
  *  - stageN.cu, the stage's own program: a banner, the verbatim text of philox.h and
  *    cuda_helpers.cuh (pkc_helpers_src.h: device helpers only, no kernel), then the
- *    stage's own kernels, sN_fusedK: one per fused elementwise chain, or chain plus
+ *    stage's own kernels, fusedK: one per fused elementwise chain, or chain plus
  *    the layernorm of its residual add (cgen_cuda_fuse.c), every length and offset a
  *    literal.
  * Why two: the library is ~85% of a whole stage's NVRTC time and the same for every
@@ -19,7 +19,7 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 3, "stage", "source", "hash" (of the .cu), "library": {"source":
+ *   { "format": 4, "source", "hash" (of the .cu), "library": {"source":
  *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
  *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
  *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
@@ -30,7 +30,7 @@
  *     bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
  *     offset} of the f32 loss after forward | null,
  *     "kernels": [distinct names launched], "forward": [entry], "backward": [entry] }
- *   entry: {"op": id, "kernel": name, "module": "library"|"stage" (the module that
+ *   entry: {"op": id - the pass's smallest op id, "kernel": name, "module": "library"|"stage" (the module that
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
  *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
@@ -38,7 +38,11 @@
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
  *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
  *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
- *                        (then "value" is p; the runtime passes 0 when not training)}
+ *                        (then "value" is p; the runtime passes 0 when not training)
+ *                        |"rng_base" (u32: a Philox stream, the runtime passes the
+ *                        stage's program.cuda.rng_base + "value")}
+ * Nothing in a list or its .cu names the stage, so stages with the same program share
+ * both files (codegen_cuda_stages; plan.json's program.cuda names each stage's).
  * The microbatch index is no argument (format 2 passed it by value): the random
  * kernels take a pointer to cuda_scratch's microbatch_key (a "ptr" argument, null when
  * the op's p is 0), so a pass's arguments are the same for every microbatch of a
@@ -77,6 +81,7 @@
  */
 #include "codegen/cgen_cuda_internal.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +139,13 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "type", type);
   cJSON_AddStringToObject(a, "runtime", what);
-  if (strcmp(what, "dropout_p") == 0) cJSON_AddNumberToObject(a, "value", value);
+  if (strcmp(what, "dropout_p") == 0 || strcmp(what, "rng_base") == 0) cJSON_AddNumberToObject(a, "value", value);
   return a;
+}
+
+cJSON *cu_arg_stream(const CuEmit *e, int op_id) {
+  PD_CHECK(op_id >= e->rng_base, "(op %d's stream below the stage's rng_base %d)", op_id, e->rng_base);
+  return cu_arg_runtime("u32", "rng_base", op_id - e->rng_base);
 }
 
 static cJSON *P(const CuEmit *e, int t) { return cu_arg_ptr(cu_tensor(e, t)); }
@@ -154,7 +164,6 @@ static cJSON *MB(double p) { return p > 0 ? PP(cu_buf(CU_SCRATCH, CU_SCRATCH_MBK
 static cJSON *DROP(double p) {
   return p > 0 ? cu_arg_runtime("f64", "dropout_p", p) : cu_arg_num("f64", 0);
 }
-static cJSON *OPID(int id) { return cu_arg_num("u32", id); }
 static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
 
 static int library_index(const char *name);
@@ -177,7 +186,7 @@ static bool in_library(const char *name) { return library_index(name) >= 0; }
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...) {
   cJSON *l = cJSON_CreateObject();
-  cJSON_AddNumberToObject(l, "op", op);
+  cJSON_AddNumberToObject(l, "op", op - e->op_base);
   cJSON_AddStringToObject(l, "kernel", name);
   cJSON_AddStringToObject(l, "module", in_library(name) ? "library" : "stage");
   cJSON_AddNumberToObject(l, "grid", pkc_grid((PkcLaunchKind)kind, items, block, CU_MAX_GRID));
@@ -201,7 +210,7 @@ static const struct {
 #undef KERNEL_KIND
 
 /* True for a kernel of the library module (kernels.cu): every name of
- * cuda_kernel_list.h; the stage's own kernels (sN_fusedK) never are. */
+ * cuda_kernel_list.h; the stage's own kernels (fusedK) never are. */
 #define LIBRARY_KERNELS (sizeof kinds / sizeof kinds[0])
 
 static int library_index(const char *name) {
@@ -284,7 +293,7 @@ static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_
     B = stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, align_up(a_end), &b_end);
   }
   cJSON *l = cJSON_CreateObject();
-  cJSON_AddNumberToObject(l, "op", op);
+  cJSON_AddNumberToObject(l, "op", op - e->op_base);
   cJSON *gm = cJSON_AddObjectToObject(l, "gemm");
   cJSON_AddNumberToObject(gm, "transa", ta);
   cJSON_AddNumberToObject(gm, "transb", tb);
@@ -341,16 +350,16 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   CuPtr Q16 = stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, bf16_staging(e), &end);
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
-             PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+             PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
   CuPtr Y16 = stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, align_up(end), &end);
   CuPtr work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
-           PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+           PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]),
            PP(work), PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
 }
 
 /* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
@@ -377,15 +386,15 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   }
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_attention_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->out[1]), P(e, qkv),
-             I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), OPID(stream), MB(p));
+             I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_attention_bwd_dkv_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            P(e, op->in[0]), P(e, qkv), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(),
-           OPID(stream), MB(p));
+           cu_arg_stream(e, stream), MB(p));
 }
 
 /* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
@@ -504,7 +513,7 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
     int64_t n = cu_numel(e, y);
     LAUNCH(e, id, op->kind == OP_DROPOUT ? "pkc_dropout_fwd_f32" : "pkc_dropout_bwd_f32", (n + 3) / 4,
            PP(Y), P(e, op->in[0]), I64(n), DROP(op->attr[0]), SEED(),
-           OPID(op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
+           cu_arg_stream(e, op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
     break;
   }
   case OP_RESHAPE: {
@@ -704,9 +713,14 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   RegionOps bx = region_ops_index(g, L->bwd_ops, L->nbwd, L->first_region, L->last_region);
 
   cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
+  e.rng_base = codegen_rng_base(L);
   e.list = fwd;
+  e.op_base = e.rng_base;
   for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
   e.list = bwd;
+  e.op_base = INT_MAX; /* the smallest backward op id */
+  for (int k = 0; k < L->nbwd; k++)
+    if (L->bwd_ops[k] < e.op_base) e.op_base = L->bwd_ops[k];
   for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
   free(fx.start);
   free(fx.ops);
@@ -750,7 +764,6 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     codegen_hash_hex(src.p, src.n, hash);
     char name[64];
     cJSON_AddNumberToObject(j, "format", CODEGEN_CUDA_LIST_FORMAT);
-    cJSON_AddNumberToObject(j, "stage", stage);
     snprintf(name, sizeof name, "stage%d.cu", stage);
     cJSON_AddStringToObject(j, "source", name);
     cJSON_AddStringToObject(j, "hash", hash);
@@ -790,71 +803,4 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_Delete(j);
   }
   return src.p;
-}
-
-bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
-                        const char *dir, cJSON *stage_json, Diag *d) {
-  cJSON *list = NULL;
-  char *src = codegen_cuda_source(g, L, stage, o, &list);
-  char name[64], lname[64], hash[17], lhash[17];
-  snprintf(name, sizeof name, "stage%d.cu", stage);
-  snprintf(lname, sizeof lname, "stage%d.launch.json", stage);
-  codegen_hash_hex(src, strlen(src), hash);
-  char *text = cJSON_Print(list);
-  PD_CHECK(text != NULL, "(cJSON_Print)");
-  codegen_hash_hex(text, strlen(text), lhash);
-  size_t plen = strlen(dir) + 80;
-  char *path = pd_malloc(plen);
-  /* the library first (the same bytes for every stage of the plan; rewriting it is
-   * harmless), so that no stage program exists without the module it launches from */
-  char *lib = codegen_cuda_library_source(g);
-  snprintf(path, plen, "%s/%s", dir, CODEGEN_CUDA_LIBRARY);
-  bool ok = cgen_write_file(path, lib, strlen(lib), d);
-  free(lib);
-  snprintf(path, plen, "%s/%s", dir, name);
-  if (ok) ok = cgen_write_file(path, src, strlen(src), d);
-  if (ok) {
-    snprintf(path, plen, "%s/%s", dir, lname);
-    ok = cgen_write_file(path, text, strlen(text), d);
-    if (!ok) { /* no program without its launch list */
-      snprintf(path, plen, "%s/%s", dir, name);
-      remove(path);
-    }
-  }
-  free(path);
-  free(src);
-  if (ok) {
-    cJSON_DeleteItemFromObjectCaseSensitive(stage_json, "cuda");
-    cJSON *c = cJSON_AddObjectToObject(stage_json, "cuda");
-    cJSON_AddStringToObject(c, "source", name);
-    cJSON_AddStringToObject(c, "hash", hash);
-    cJSON_AddStringToObject(c, "launch_list", lname);
-    cJSON_AddStringToObject(c, "launch_hash", lhash);
-    const cJSON *lj = cJSON_GetObjectItem(list, "library");
-    cJSON_AddStringToObject(c, "library", CODEGEN_CUDA_LIBRARY);
-    cJSON_AddStringToObject(c, "library_hash", cJSON_GetStringValue(cJSON_GetObjectItem(lj, "hash")));
-    cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
-    cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
-    cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
-    cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
-    cJSON_AddNumberToObject(c, "cuda_scratch",
-                            cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
-  }
-  free(text);
-  cJSON_Delete(list);
-  return ok;
-}
-
-bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
-                         int64_t b, const CodegenCudaOptions *o, const char *dir, cJSON *stages, Diag *d) {
-  for (int i = 0; i < nstages; i++) {
-    cJSON *st = cgen_stage_element(stages, i);
-    cJSON *prog = cJSON_GetObjectItem(st, "program");
-    if (!prog) prog = cJSON_AddObjectToObject(st, "program");
-    StageLayout *L = layout_stage(g, first_region[i], last_region[i], b);
-    bool ok = codegen_cuda_stage(g, L, i, o, dir, prog, d);
-    layout_destroy(L);
-    if (!ok) return false;
-  }
-  return true;
 }

@@ -155,8 +155,9 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
     } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
       /* the backward replays its forward's stream */
       str_printf(s,
-                 "(pkc_u64)pk_rng_block(seed, %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? %s * ks%d : 0.0f",
-                 op->kind == OP_DROPOUT ? op->id : op->fwd_op, i, x, i);
+                 "(pkc_u64)pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? %s * "
+                 "ks%d : 0.0f",
+                 (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base, i, x, i);
     } else {
       PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
                op_info[op->kind].name);
@@ -281,7 +282,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) random = true;
   }
   char name[64];
-  snprintf(name, sizeof name, "s%d_fused%d", e->stage, e->nfused++);
+  snprintf(name, sizeof name, "fused%d", e->nfused++); /* by place: stages may share the file */
   str_printf(s, "\n/* fused:");
   if (bias_lead >= 0) str_printf(s, " bias of linear(op %d)", first->id);
   for (int i = 0; i < n; i++) str_printf(s, " %s(op %d)", op_info[g->ops[chain[i]].kind].name, chain[i]);
@@ -289,8 +290,8 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   str_printf(s, " -> %s, %lld elements */\n", g->tensors[ln ? ln->out[0] : out].name, (long long)len);
   str_printf(s,
              "extern \"C\" __global__ void %s(char *P, char *G, char *S, char *W, char *I, char *X,\n"
-             "    pkc_u64 seed, const pkc_u32 *mbkey, int training) {\n"
-             "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;\n",
+             "    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {\n"
+             "  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;\n",
              name);
   if (random) /* read once, in device memory: the runtime writes it before the pass */
     str_printf(s, "  const pkc_u32 microbatch = training ? *mbkey : 0u;\n");
@@ -313,10 +314,10 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   str_printf(s, "}\n");
 
   cu_launch(e, ln ? ln->id : chain[n - 1], name, ln ? PKC_ROW : PKC_ELEM, ln ? len / lastd_of(e, out) : len,
-            CU_BLOCK, 9, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
+            CU_BLOCK, 10, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
             cu_arg_ptr(cu_buf(BUF_GRADS, 0)), cu_arg_ptr(cu_buf(BUF_STASH, 0)), cu_arg_ptr(cu_buf(BUF_WORK, 0)),
             cu_arg_ptr(cu_buf(BUF_INPUTS, 0)), cu_arg_ptr(cu_buf(BUF_BOUNDARY, 0)), cu_arg_runtime("u64", "seed", 0),
             cu_arg_ptr(random ? cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY) : (CuPtr){-1, 0}),
-            cu_arg_runtime("i32", "training", 0));
+            cu_arg_runtime("i32", "training", 0), cu_arg_stream(e, e->rng_base));
   return n + (bias_lead >= 0 ? 1 : 0) + (ln ? 1 : 0);
 }

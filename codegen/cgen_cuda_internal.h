@@ -56,6 +56,9 @@ typedef struct CuEmit {
   int next_region_op; /* forward: the first op of the next region of the stage that has
                          ops (what is emitted after this region's last), else -1 */
   int64_t scratch;  /* bytes of cuda_scratch needed */
+  int rng_base;     /* codegen_rng_base: dropout streams are passed relative to it */
+  int op_base;      /* the pass's smallest op id: entries' "op" is relative to it, so that
+                       stages with the same program have the same launch list */
 } CuEmit;
 
 /* cgen_cuda.c */
@@ -70,6 +73,9 @@ void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, uns
 cJSON *cu_arg_ptr(CuPtr p);
 cJSON *cu_arg_num(const char *type, double v);
 cJSON *cu_arg_runtime(const char *type, const char *what, double value);
+/* A dropout op's Philox stream (its forward op id) as a launch argument: the runtime
+ * passes the stage's rng_base + this stage-relative number. */
+cJSON *cu_arg_stream(const CuEmit *e, int op_id);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
 

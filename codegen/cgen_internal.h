@@ -26,4 +26,14 @@ int cgen_sole_consumer(const Graph *g, const StageLayout *L, int t);
  * and CUDA generators each add their part to the same element. */
 cJSON *cgen_stage_element(cJSON *stages, int i);
 
+/* Shared stage files (a deep pipeline's middle stages run the same program):
+ * cgen_code_only: the text without its block comments (pd_malloc'd), since comments
+ * name each stage's own ops and tensors; cgen_share_owners: owner[i] = the first stage
+ * whose text equals text[i] (i itself when none), compared by hash, then in full;
+ * cgen_with_sharers: the first stage's file (src, a block comment first) with a line
+ * naming the other stages whose owner is `self` (pd_malloc'd). */
+char *cgen_code_only(const char *src);
+void cgen_share_owners(char *const *text, int n, int *owner);
+char *cgen_with_sharers(const char *src, const int *owner, int n, int self);
+
 #endif

@@ -231,9 +231,7 @@ cJSON *cgen_stage_element(cJSON *stages, int i) {
   return st;
 }
 
-/* The text without its block comments: two stages whose programs differ only in
- * comments (which name each stage's own ops and tensors) run the same code. */
-static char *code_only(const char *src) {
+char *cgen_code_only(const char *src) {
   size_t n = strlen(src), k = 0;
   char *out = pd_malloc(n + 1);
   for (size_t i = 0; i < n; i++) {
@@ -249,8 +247,7 @@ static char *code_only(const char *src) {
   return out;
 }
 
-/* The first stage's file, with a line naming the other stages that run it. */
-static char *with_sharers(const char *src, const int *owner, int n, int self) {
+char *cgen_with_sharers(const char *src, const int *owner, int n, int self) {
   Str s = {0};
   const char *nl = strchr(src, '\n');
   str_printf(&s, "%.*s\n * Also the program of stages", (int)(nl - src), src);
@@ -268,23 +265,30 @@ static char *with_sharers(const char *src, const int *owner, int n, int self) {
   return s.p;
 }
 
+void cgen_share_owners(char *const *text, int n, int *owner) {
+  char (*key)[17] = pd_calloc((size_t)n + 1, sizeof *key);
+  for (int i = 0; i < n; i++) {
+    codegen_hash_hex(text[i], strlen(text[i]), key[i]);
+    owner[i] = i;
+    for (int j = 0; j < i && owner[i] == i; j++)
+      if (owner[j] == j && strcmp(key[j], key[i]) == 0 && strcmp(text[j], text[i]) == 0) owner[i] = j;
+  }
+  free(key);
+}
+
 /* Every stage's program; stages whose code is the same (the middle blocks of a deep
  * pipeline) share the first one's file: a 98-stage GPT writes 3 programs, not 98. */
 bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_region, int nstages,
                       int64_t b, const CodegenOptions *o, const char *dir, cJSON *stages, Diag *d) {
   StageLayout **L = pd_calloc((size_t)nstages, sizeof *L);
   char **src = pd_calloc((size_t)nstages, sizeof *src), **code = pd_calloc((size_t)nstages, sizeof *code);
-  char (*key)[17] = pd_calloc((size_t)nstages, sizeof *key);
   int *owner = pd_calloc((size_t)nstages, sizeof *owner);
   for (int i = 0; i < nstages; i++) {
     L[i] = layout_stage(g, first_region[i], last_region[i], b);
     src[i] = codegen_c_source(g, L[i], i, o);
-    code[i] = code_only(src[i]);
-    codegen_hash_hex(code[i], strlen(code[i]), key[i]);
-    owner[i] = i;
-    for (int j = 0; j < i && owner[i] == i; j++)
-      if (owner[j] == j && strcmp(key[j], key[i]) == 0 && strcmp(code[j], code[i]) == 0) owner[i] = j;
+    code[i] = cgen_code_only(src[i]);
   }
+  cgen_share_owners(code, nstages, owner);
   char (*name)[64] = pd_calloc((size_t)nstages, sizeof *name);
   char (*hash)[17] = pd_calloc((size_t)nstages, sizeof *hash);
   bool ok = true;
@@ -295,13 +299,13 @@ bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_r
     if (owner[i] == i) {
       bool shared = false;
       for (int j = i + 1; j < nstages && !shared; j++) shared = owner[j] == i;
-      char *text = shared ? with_sharers(src[i], owner, nstages, i) : NULL;
+      char *text = shared ? cgen_with_sharers(src[i], owner, nstages, i) : NULL;
       ok = write_program(dir, i, text ? text : src[i], name[i], hash[i], d);
       free(text);
     }
     if (ok) program_json(g, L[i], o, name[owner[i]], hash[owner[i]], prog);
   }
   for (int i = 0; i < nstages; i++) layout_destroy(L[i]), free(src[i]), free(code[i]);
-  free(L), free(src), free(code), free(key), free(owner), free(name), free(hash);
+  free(L), free(src), free(code), free(owner), free(name), free(hash);
   return ok;
 }

@@ -146,12 +146,16 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage,
  * stage_json["cuda"] = {"source": "stageN.cu", "hash", "launch_list":
  * "stageN.launch.json", "launch_hash", "library": "kernels.cu", "library_hash",
  * "kernels": [names the list launches],
- * "att_head_size", "gemm_dtype", "cuda_scratch" bytes}. false after reporting on d. */
+ * "att_head_size", "gemm_dtype", "cuda_scratch" bytes, "rng_base"}. false after
+ * reporting on d. */
 bool codegen_cuda_stage(const Graph *g, const StageLayout *L, int stage,
                         const CodegenCudaOptions *o, const char *dir, cJSON *stage_json, Diag *d);
 
-/* The twin of codegen_c_stages: for each stage, writes stage<i>.cu and its launch list
- * and puts the description under "cuda" in element i's "program" object (elements and
+/* The twin of codegen_c_stages: writes each distinct stage program once (stages whose
+ * .cu code, comments aside, is the same share the first one's stage<i>.cu; those whose
+ * launch lists are the same text share its stage<i>.launch.json) and puts the
+ * description, naming the files the stage runs, under "cuda" in element i's "program"
+ * object (elements and
  * "program" created when missing; call it AFTER codegen_c_stages, which replaces
  * "program"). */
 bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *last_region,

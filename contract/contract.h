@@ -117,9 +117,12 @@ typedef struct StageCtx {
 /* ---- the CUDA programs ------------------------------------------------------------ */
 
 /* The plan's kernel library file, and the launch lists' "format" (2: two modules;
- * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument). */
+ * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument;
+ * 4: nothing of the stage in the list or its .cu, so stages may share both: "op"
+ * relative to the pass's smallest op id, dropout streams as the runtime argument
+ * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 3
+#define CODEGEN_CUDA_LIST_FORMAT 4
 
 /* ---- the hash of program texts (plan.json's "hash" fields, the cache keys) --------- */
 

@@ -112,6 +112,7 @@ static int block_of(const char *name) {
 
 typedef struct Ld {
   CxProgram *p;
+  uint32_t rng_base; /* the stage's: a "rng_base" argument is it + the value */
   const char *file;
   char *err;
   size_t errlen;
@@ -245,6 +246,8 @@ static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *where, int i) 
   if (strcmp(w, "seed") == 0 && strcmp(ty->valuestring, "u64") == 0) out->kind = CXA_SEED;
   else if (strcmp(w, "training") == 0 && strcmp(ty->valuestring, "i32") == 0) out->kind = CXA_TRAINING;
   else if (strcmp(w, "dropout_p") == 0 && strcmp(ty->valuestring, "f64") == 0) out->kind = CXA_DROPOUT;
+  else if (strcmp(w, "rng_base") == 0 && strcmp(ty->valuestring, "u32") == 0 && v >= 0 && v <= UINT32_MAX - l->rng_base)
+    out->bits = l->rng_base + (uint32_t)v; /* a literal once the stage is known */
   else ld_fail(l, where, i, "runtime argument of an unknown kind or type");
 }
 
@@ -339,10 +342,46 @@ static char *read_checked(const char *plan_dir, const char *name, const char *wa
   return src;
 }
 
+/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
+ * the same program share one) and its rng_base. false with a message. */
+static bool stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
+                        size_t errlen) {
+  char *path = join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
+  cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
+  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
+  const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
+  const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
+  bool ok = false;
+  if (!text) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else if (!cuda) {
+    snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
+             stage);
+  } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||
+             !cJSON_IsNumber(rb) || rb->valuedouble < 0 || rb->valuedouble > UINT32_MAX) {
+    snprintf(err, errlen,
+             "%s: stage %d's program.cuda lacks a launch_list file name or an rng_base (a plan from an older pd2bwc, "
+             "whose stages each had their own launch list); regenerate the plan with this pd2bwc",
+             path, stage);
+  } else {
+    snprintf(lname, lsize, "%s", ln->valuestring);
+    *rng_base = (uint32_t)rb->valuedouble;
+    ok = true;
+  }
+  cJSON_Delete(plan);
+  free(text);
+  free(path);
+  return ok;
+}
+
 CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
                            char *err, size_t errlen) {
-  char name[64];
-  snprintf(name, sizeof name, "stage%d.launch.json", stage);
+  char name[256];
+  uint32_t rng_base = 0;
+  if (!stage_files(plan_dir, stage, name, sizeof name, &rng_base, err, errlen)) return NULL;
   char *lpath = join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
   CxProgram *p = NULL;
   cJSON *list = NULL;
@@ -365,7 +404,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
     snprintf(err, errlen,
              "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
-             "from device memory, for CUDA graphs); regenerate the plan with this pd2bwc",
+             "from device memory, for CUDA graphs, and takes dropout streams relative to the stage's rng_base, "
+             "so that stages share programs); regenerate the plan with this pd2bwc",
              lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
@@ -385,7 +425,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (!libsrc) goto out;
   p = pd_calloc(1, sizeof *p);
   p->ops = ops;
-  Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen};
+  Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
   for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
     const char *bn = c == CX_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, bn);

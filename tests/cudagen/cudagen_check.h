@@ -212,8 +212,10 @@ static int check_launch_list(const cJSON *list, const char *lib, const char *src
         const cJSON *rt = cJSON_GetObjectItem(a, "runtime");
         if (rt) {
           const char *w = cJSON_GetStringValue(rt);
-          /* no "microbatch" since format 3: it is read from cuda_scratch (microbatch_key) */
-          if (!w || (strcmp(w, "seed") && strcmp(w, "training") && strcmp(w, "dropout_p")))
+          /* no "microbatch" since format 3: it is read from cuda_scratch (microbatch_key);
+           * "rng_base" since format 4: the stage's base + value, a dropout stream */
+          if (!w || (strcmp(w, "seed") && strcmp(w, "training") && strcmp(w, "dropout_p") &&
+                     (strcmp(w, "rng_base") || !cJSON_IsNumber(cJSON_GetObjectItem(a, "value")))))
             CG_FAIL("%s argument %d: unknown runtime value\n", name, i);
         } else if (ty && strcmp(ty, "ptr") != 0 && !cJSON_IsNumber(cJSON_GetObjectItem(a, "value"))) {
           CG_FAIL("%s argument %d: scalar without a value\n", name, i);

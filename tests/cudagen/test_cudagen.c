@@ -213,8 +213,8 @@ static void test_fusion_and_dropout_streams(void) {
   cJSON *list = NULL, *plist = NULL;
   check_stage(g, 0, g->nregions - 1, 2, &FUSED, &src, &list);
   check_stage(g, 0, g->nregions - 1, 2, &UNFUSED, &plain, &plist);
-  EXPECT(strstr(src, "s0_fused0(") != NULL);
-  EXPECT(strstr(plain, "s0_fused0(") == NULL);
+  EXPECT(strstr(src, "void fused0(") != NULL);
+  EXPECT(strstr(plain, "void fused0(") == NULL);
   /* bias + gelu in one kernel, bias + dropout + residual add in another */
   bool bias_gelu = false, bias_drop_add = false;
   for (const char *p = src; (p = strstr(p, "/* fused: bias of linear")) != NULL; p++) {
@@ -230,8 +230,11 @@ static void test_fusion_and_dropout_streams(void) {
   EXPECT(cJSON_GetArraySize(cJSON_GetObjectItem(list, "forward")) <
          cJSON_GetArraySize(cJSON_GetObjectItem(plist, "forward")));
   /* Every dropout (forward and backward) and attention draws from the stream of its
-   * FORWARD op id, in both programs. */
+   * FORWARD op id, in both programs: relative to the stage's rng_base in both. */
   StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
+  int op_base[2] = {codegen_rng_base(L), g->nops}; /* the list's "op" is relative to them */
+  for (int k = 0; k < L->nbwd; k++)
+    if (L->bwd_ops[k] < op_base[1]) op_base[1] = L->bwd_ops[k];
   char *csrc = codegen_c_source(g, L, 0, &(CodegenOptions){.fuse = true});
   int ndrop = 0;
   for (int o = 0; o < g->nops; o++) {
@@ -249,12 +252,14 @@ static void test_fusion_and_dropout_streams(void) {
     const cJSON *dirs[2] = {cJSON_GetObjectItem(plist, "forward"), cJSON_GetObjectItem(plist, "backward")}, *en;
     for (int d = 0; d < 2; d++)
       cJSON_ArrayForEach(en, dirs[d]) {
-        if ((int)cJSON_GetObjectItem(en, "op")->valuedouble != o || !cJSON_GetObjectItem(en, "kernel")) continue;
+        if ((int)cJSON_GetObjectItem(en, "op")->valuedouble != o - op_base[d] || !cJSON_GetObjectItem(en, "kernel"))
+          continue;
         const cJSON *ar, *prev = NULL;
         cJSON_ArrayForEach(ar, cJSON_GetObjectItem(en, "args")) {
           const cJSON *rt = prev ? cJSON_GetObjectItem(prev, "runtime") : NULL;
           if (rt && strcmp(rt->valuestring, "seed") == 0) {
-            EXPECT_EQ_INT((int)cJSON_GetObjectItem(ar, "value")->valuedouble, stream);
+            EXPECT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(ar, "runtime")), "rng_base");
+            EXPECT_EQ_INT((int)cJSON_GetObjectItem(ar, "value")->valuedouble, rel);
             found = true;
           }
           prev = ar;
@@ -272,9 +277,10 @@ static void test_fusion_and_dropout_streams(void) {
   int nfused_rng = 0;
   for (const char *p = src; (p = strstr(p, "pk_rng_block(seed, ")) != NULL; p++) {
     int id = -1, used = 0;
-    if (sscanf(p, "pk_rng_block(seed, %du, microbatch, (pkc_u64)i >> 2)%n", &id, &used) != 1 || used == 0)
+    if (sscanf(p, "pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2)%n", &id, &used) != 1 || used == 0)
       continue; /* the library's own calls */
     nfused_rng++;
+    id += op_base[0];
     EXPECT(id >= 0 && id < g->nops && g->ops[id].kind == OP_DROPOUT);
   }
   EXPECT(nfused_rng > 0);
@@ -284,6 +290,61 @@ static void test_fusion_and_dropout_streams(void) {
   free(plain);
   cJSON_Delete(list);
   cJSON_Delete(plist);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
+/* Stages with the same program share one .cu and one launch list (issue 14: a
+ * 98-stage GPT wrote 98 of each): a 4-block GPT with dropout cut as embeddings | block
+ * 0 | block 1 | blocks 2-3 and the head. Stages 1 and 2 name stage1.cu and
+ * stage1.launch.json (no stage2.* is written) and keep their own rng_base, so their
+ * dropout streams stay distinct; stages 0 and 3 run files of their own. */
+static void test_shared_stage_files(void) {
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = build_gpt_dropout(a, &d, 64, 16, 32, 2, 4, 0.1);
+  EXPECT(g != NULL && pass_autodiff(g, &d));
+  char dir[] = "/tmp/pd2bw-test-cudagen-XXXXXX";
+  EXPECT(mkdtemp(dir) != NULL);
+  EXPECT_EQ_INT(g->nregions, 6); /* embeddings, 4 blocks, head */
+  int first[] = {0, 1, 2, 3}, last[] = {0, 1, 2, g->nregions - 1};
+  cJSON *stages = cJSON_CreateArray();
+  EXPECT(codegen_cuda_stages(g, first, last, 4, 2, &FUSED, dir, stages, &d));
+  const char *src[4], *ll[4];
+  double base[4];
+  for (int i = 0; i < 4; i++) {
+    cJSON *cu = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(stages, i), "program"), "cuda");
+    src[i] = cJSON_GetStringValue(cJSON_GetObjectItem(cu, "source"));
+    ll[i] = cJSON_GetStringValue(cJSON_GetObjectItem(cu, "launch_list"));
+    base[i] = cJSON_GetNumberValue(cJSON_GetObjectItem(cu, "rng_base"));
+    printf("  stage %d: %s, %s, rng_base %g\n", i, src[i] ? src[i] : "?", ll[i] ? ll[i] : "?", base[i]);
+  }
+  EXPECT_STREQ(src[1], "stage1.cu");
+  EXPECT_STREQ(src[2], "stage1.cu");
+  EXPECT_STREQ(ll[1], "stage1.launch.json");
+  EXPECT_STREQ(ll[2], "stage1.launch.json");
+  EXPECT(base[1] > base[0] && base[2] > base[1] && base[3] > base[2]);
+  EXPECT(src[3] && strcmp(src[3], "stage1.cu") != 0);
+  EXPECT(ll[0] && ll[3] && strcmp(ll[0], "stage0.launch.json") == 0 && strcmp(ll[3], "stage3.launch.json") == 0);
+  char p[600];
+  snprintf(p, sizeof p, "%s/stage2.cu", dir);
+  EXPECT(access(p, F_OK) != 0);
+  snprintf(p, sizeof p, "%s/stage2.launch.json", dir);
+  EXPECT(access(p, F_OK) != 0);
+  /* the shared .cu says who runs it; the list names it, and both stages load it */
+  snprintf(p, sizeof p, "%s/stage1.cu", dir);
+  char *cu1 = cg_read_all(p);
+  EXPECT(cu1 && strstr(cu1, "Also the program of stages 2:") != NULL);
+  free(cu1);
+  const char *names[] = {"stage0.cu", "stage0.launch.json", "stage1.cu", "stage1.launch.json", "stage3.cu",
+                         "stage3.launch.json", CODEGEN_CUDA_LIBRARY};
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+    unlink(p); /* stage0.cu may be stage 3's too: no check */
+  }
+  EXPECT(rmdir(dir) == 0); /* nothing else was written */
+  cJSON_Delete(stages);
   graph_destroy(g);
   arena_destroy(a);
 }
@@ -458,6 +519,7 @@ int main(int argc, char **argv) {
   RUN(test_checker_catches_errors);
   RUN(test_fusion_and_dropout_streams);
   RUN(test_stage_files);
+  RUN(test_shared_stage_files);
   RUN(test_library_shared);
   return TEST_REPORT();
 }

@@ -54,6 +54,7 @@ typedef struct Replay {
   uint64_t seed;
   uint32_t mb;
   int training;
+  uint32_t rng_base; /* codegen_rng_base of the stage: "rng_base" arguments add it */
 } Replay;
 
 static void *ptr_of(Replay *r, const cJSON *p) {
@@ -102,6 +103,7 @@ static void run_list(Replay *r, const cJSON *arr) {
       if (rt && strcmp(rt->valuestring, "seed") == 0) v = (double)r->seed;
       if (rt && strcmp(rt->valuestring, "training") == 0) v = r->training;
       if (rt && strcmp(rt->valuestring, "dropout_p") == 0 && !r->training) v = 0;
+      if (rt && strcmp(rt->valuestring, "rng_base") == 0) v += r->rng_base;
       vals[n] = 0;
       if (strcmp(ty, "ptr") == 0) {
         void *p = ptr_of(r, a);
@@ -236,7 +238,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
   char *lib = codegen_cuda_library_source(g);
   if (fuse) check_add_layernorm_fused(g, list);
-  Replay r = {.seed = 1234, .mb = mb, .training = 1};
+  Replay r = {.seed = 1234, .mb = mb, .training = 1, .rng_base = (uint32_t)codegen_rng_base(L)};
   for (int c = BUF_PARAMS; c < NBLK; c++) {
     const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
     int64_t n = (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), nm)->valuedouble;

@@ -82,7 +82,17 @@ static void write_plan(void) {
   int first[] = {0, 2}, last[] = {1, g->nregions - 1};
   cJSON *stages = cJSON_CreateArray();
   EXPECT(codegen_cuda_stages(g, first, last, 2, 2, &(CodegenCudaOptions){.fuse = true}, dir, stages, &d));
-  cJSON_Delete(stages);
+  /* the runtime finds each stage's launch list and rng_base in plan.json */
+  cJSON *plan = cJSON_CreateObject();
+  cJSON_AddItemToObject(plan, "stages", stages);
+  char *text = cJSON_Print(plan), path[256];
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  FILE *f = fopen(path, "w");
+  EXPECT(f != NULL && text != NULL);
+  if (f && text) fputs(text, f);
+  if (f) fclose(f);
+  free(text);
+  cJSON_Delete(plan);
   graph_destroy(g);
   arena_destroy(a);
 }
@@ -124,7 +134,7 @@ static void test_two_modules(void) {
     EXPECT_STREQ(fake.mod[0].name, CODEGEN_CUDA_LIBRARY);
     EXPECT_STREQ(fake.mod[1].name, want);
     EXPECT(strstr(fake.mod[1].src, "__global__ void pkc_") == NULL); /* the stage has no library kernel */
-    EXPECT(strstr(fake.mod[1].src, "__global__ void s") != NULL);    /* but its own */
+    EXPECT(strstr(fake.mod[1].src, "__global__ void fused") != NULL); /* but its own */
     EXPECT(fake.lookups > 5);
     EXPECT(cx_program_nlaunches(p, CX_FORWARD) > 5 && cx_program_nlaunches(p, CX_BACKWARD) > 5);
     /* the trainer's own kernels, from the library */
@@ -197,6 +207,9 @@ static void old_format(cJSON *j) {
 /* A format-2 list: the microbatch passed by value (a "runtime": "microbatch" u32
  * argument), no key in cuda_scratch. Refused whole: a runtime that captures passes as
  * graphs must not replay one. */
+/* A format-3 list: each stage's own, dropout streams as absolute op ids. */
+static void format3(cJSON *j) { cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(3)); }
+
 static void format2(cJSON *j) {
   cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(2));
   cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key");
@@ -223,9 +236,40 @@ static void no_module(cJSON *j) {
   if (en) cJSON_DeleteItemFromObject(en, "module");
 }
 
+/* A plan from before shared CUDA programs: program.cuda without rng_base (its launch
+ * lists were each stage's own). Refused, with what to do. */
+static void test_old_plan(void) {
+  char *orig = read_file("plan.json");
+  cJSON *j = orig ? cJSON_Parse(orig) : NULL;
+  EXPECT(j != NULL);
+  if (!j) {
+    free(orig);
+    return;
+  }
+  cJSON *cu = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1),
+                                                      "program"),
+                                  "cuda");
+  EXPECT(cJSON_GetObjectItem(cu, "rng_base") != NULL);
+  cJSON_DeleteItemFromObject(cu, "rng_base");
+  char *text = cJSON_Print(j);
+  write_text("plan.json", text);
+  CxDeviceOps ops = fake_ops();
+  char err[512] = "";
+  CxProgram *p = cx_program_load(&ops, dir, 1, CX_GEMM_PLAN, err, sizeof err);
+  printf("  %s\n", err);
+  EXPECT(p == NULL && strstr(err, "stage 1") && strstr(err, "regenerate the plan with this pd2bwc"));
+  EXPECT_EQ_INT(fake.nmod, 0);
+  cx_program_free(p);
+  write_text("plan.json", orig);
+  free(text);
+  cJSON_Delete(j);
+  free(orig);
+}
+
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
-  bad_list(format2, "a launch list of format 2, older than this runtime's 3");
+  bad_list(format2, "a launch list of format 2, older than this runtime's 4");
+  bad_list(format3, "a launch list of format 3, older than this runtime's 4");
   bad_list(format2, "regenerate the plan with this pd2bwc");
   bad_list(no_key, "'microbatch_key' missing");
   bad_list(wrong_module, "is not in the compiled stage program");
@@ -237,6 +281,7 @@ int main(void) {
   RUN(test_two_modules);
   RUN(test_edited_sources);
   RUN(test_bad_lists);
+  RUN(test_old_plan);
   fake_ops();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

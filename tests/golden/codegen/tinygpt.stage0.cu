@@ -14,9 +14,9 @@
 #define TF(base, off) ((float *)(void *)((base) + (off)))
 
 /* fused: add(op 2) layernorm(op 3) -> h, 1024 elements */
-extern "C" __global__ void s0_fused0(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused0(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   __shared__ float sh[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
@@ -41,9 +41,9 @@ extern "C" __global__ void s0_fused0(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 6) add(op 7) layernorm(op 8) -> h, 1024 elements */
-extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused1(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   __shared__ float sh[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
@@ -69,9 +69,9 @@ extern "C" __global__ void s0_fused1(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 9) gelu(op 10) -> m, 4096 elements */
-extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused2(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
     const float vb = TF(S, 33024)[i] + TF(P, 44032)[i % 128];
@@ -82,9 +82,9 @@ extern "C" __global__ void s0_fused2(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 11) add(op 12) layernorm(op 13) -> h, 1024 elements */
-extern "C" __global__ void s0_fused3(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused3(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   __shared__ float sh[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
@@ -110,9 +110,9 @@ extern "C" __global__ void s0_fused3(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 16) add(op 17) layernorm(op 18) -> h, 1024 elements */
-extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused4(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   __shared__ float sh[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
@@ -138,9 +138,9 @@ extern "C" __global__ void s0_fused4(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 19) gelu(op 20) -> m, 4096 elements */
-extern "C" __global__ void s0_fused5(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused5(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
     const float vb = TF(S, 98816)[i] + TF(P, 94848)[i % 128];
@@ -151,9 +151,9 @@ extern "C" __global__ void s0_fused5(char *P, char *G, char *S, char *W, char *I
 }
 
 /* fused: bias of linear(op 21) add(op 22) layernorm(op 23) -> x, 1024 elements */
-extern "C" __global__ void s0_fused6(char *P, char *G, char *S, char *W, char *I, char *X,
-    pkc_u64 seed, const pkc_u32 *mbkey, int training) {
-  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey;
+extern "C" __global__ void fused6(char *P, char *G, char *S, char *W, char *I, char *X,
+    pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
+  (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
   __shared__ float sh[PKC_MAX_BLOCK];
   for (pkc_i64 r = blockIdx.x; r < 32LL; r += gridDim.x) {
