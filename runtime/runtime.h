@@ -133,6 +133,7 @@ typedef struct Trainer Trainer;
 typedef struct TrainerOptions {
   uint64_t seed;     /* overrides the plan's seed when seed_set */
   bool seed_set;
+  const char *data_path; /* named in the out-of-range token id message; NULL: none */
 } TrainerOptions;
 
 typedef struct StepStats {
@@ -143,6 +144,10 @@ typedef struct StepStats {
   double grad_norm; /* global norm of the averaged gradient, before clipping */
   double ms;        /* wall time of the step */
   int64_t bad_ids;  /* out-of-range token ids / targets seen */
+  const char *error; /* NULL; else the per-step check that stopped the step (a
+                        non-finite loss, token ids outside the vocabulary: one
+                        message in every mode, runtime/exec/exec_interp.c). The
+                        trainer's storage; the trainer is then spent. */
 } StepStats;
 
 /* Loads stage 0 of a one-stage plan as a plan with d = 1 and w = 1 for the
@@ -162,7 +167,8 @@ int64_t trainer_step_index(const Trainer *t); /* updates done so far */
 double trainer_flops_per_step(const Trainer *t);
 
 /* One update from batch `step` of the data (its m microbatches, b samples each): the
- * loader must have been created with batch = b·m and the plan's T. */
+ * loader must have been created with batch = b·m and the plan's T. out->error says
+ * whether a per-step check stopped it. */
 void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
 /* Mean loss over batches first .. first + nbatches - 1 of `data`, dropout off, on
  * the newest weights. */

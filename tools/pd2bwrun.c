@@ -261,7 +261,7 @@ static bool one_open(const Args *a, OneRun *r) {
   if (!a->quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
                         a->plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
                         threads == 1 ? "" : "s", pd_blas_name());
-  TrainerOptions to = {.seed = a->seed, .seed_set = a->seed_set};
+  TrainerOptions to = {.seed = a->seed, .seed_set = a->seed_set, .data_path = a->data};
   Trainer *t = r->t = trainer_create(plan, &to, err, sizeof err);
   if (!t) return fail(err), false;
   if (!a->quiet)
@@ -308,17 +308,9 @@ static bool one_train(const Args *a, OneRun *r) {
   int64_t first = trainer_step_index(t);
   for (int64_t s = first; s < a->steps; s++) {
     StepStats ss;
+    /* the per-step checks (divergence, token ids) are the interpreter's, as in every mode */
     trainer_step(t, r->dl, &ss);
-    if (ss.bad_ids) {
-      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
-               a->data, (long long)ss.bad_ids, (long long)s + 1);
-      return fail(err), false;
-    }
-    if (!isfinite(ss.loss)) {
-      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged (lower the learning rate?)",
-               ss.loss, (long long)s + 1);
-      return fail(err), false;
-    }
+    if (ss.error) return fail(ss.error), false;
     total_ms += ss.ms;
     last_loss = ss.loss;
     double val = NAN;
