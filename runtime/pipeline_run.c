@@ -501,6 +501,13 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
                        {"--profile-out", o.profile_out}};
   bool paths_ok = (mpi && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
   PipePlan *p = paths_ok ? pipe_plan_load(plan_dir, err, sizeof err) : NULL;
+  /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
+   * and the checkpoint get the resolved seed */
+  if (p && !rt_run_seed(o.resume_path, o.seed_set, o.seed, p->rt->train.seed, &o.seed, err, sizeof err)) {
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  o.seed_set = true;
   if (p && mpi && transport_size(t) != p->nranks) {
     snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
              p->nranks, p->d, p->w, transport_size(t));

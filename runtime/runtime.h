@@ -131,7 +131,7 @@ void rt_init_param(float *w, const RtParam *p, uint64_t seed);
 typedef struct Trainer Trainer;
 
 typedef struct TrainerOptions {
-  uint64_t seed;     /* overrides the plan's seed when seed_set */
+  uint64_t seed;     /* overrides the plan's seed (and a checkpoint's) when seed_set */
   bool seed_set;
   const char *data_path; /* named in the out-of-range token id message; NULL: none */
 } TrainerOptions;
@@ -200,6 +200,12 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char
  * not NULL and the file has one, seed (a uint64); false with a message naming the key
  * and its value. */
 bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);
+/* The seed of a run (weights, dropout, the --shuffle order), one rule for every mode
+ * (docs/data.md, "Seeds"): --seed when given (seed_set), else the checkpoint's when
+ * resuming (so a resumed run continues the one that wrote it), else the plan's.
+ * false with a message when the checkpoint cannot be read. */
+bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
+                 size_t errlen);
 /* Fills the blocks; on success *step = the checkpoint's step and *seed its seed (left
  * as it is when the file has none). */
 bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);

@@ -261,7 +261,10 @@ static bool one_open(const Args *a, OneRun *r) {
   if (!a->quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
                         a->plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
                         threads == 1 ? "" : "s", pd_blas_name());
-  TrainerOptions to = {.seed = a->seed, .seed_set = a->seed_set, .data_path = a->data};
+  /* one seed rule for every mode (runtime.h rt_run_seed): weights, dropout, data order */
+  uint64_t seed;
+  if (!rt_run_seed(a->resume, a->seed_set, a->seed, plan->train.seed, &seed, err, sizeof err)) return fail(err), false;
+  TrainerOptions to = {.seed = seed, .seed_set = true, .data_path = a->data};
   Trainer *t = r->t = trainer_create(plan, &to, err, sizeof err);
   if (!t) return fail(err), false;
   if (!a->quiet)
@@ -281,8 +284,7 @@ static bool one_open(const Args *a, OneRun *r) {
   r->df = data_open(a->data, DATA_AUTO, vocab, ierr, sizeof ierr);
   /* Shuffled or not, sample n of the stream is a function of (seed, n) alone, so a
    * resumed run reads what the uninterrupted one would have. */
-  uint64_t data_seed = a->seed_set ? a->seed : plan->train.seed;
-  if (!r->df || !(r->dl = data_loader_create(r->df, (int)(plan->b * plan->m), r->T, a->shuffle, data_seed, ierr, sizeof ierr)))
+  if (!r->df || !(r->dl = data_loader_create(r->df, (int)(plan->b * plan->m), r->T, a->shuffle, seed, ierr, sizeof ierr)))
     return fail(ierr), false;
   if (a->val) {
     r->vf = data_open(a->val, DATA_AUTO, vocab, ierr, sizeof ierr);

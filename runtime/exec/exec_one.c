@@ -98,7 +98,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
     return NULL;
   }
   layout(&t->ps, st);
-  /* seed_set for the initial weights only: a checkpoint's seed then wins, as it always has */
+  /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
   t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL,
                        .seed = o ? o->seed : 0, .seed_set = o && o->seed_set};
@@ -108,7 +108,6 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
     trainer_destroy(t);
     return NULL;
   }
-  t->o.seed_set = false;
   t->R->fault_step = -1; /* PD2BW_FAULT_INJECT is for the pipelined runs' ranks */
   t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
   return t;
