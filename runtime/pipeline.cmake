@@ -27,4 +27,5 @@ target_sources(pd2bw_pipeline PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/exec/exec_interp.c
   ${CMAKE_CURRENT_LIST_DIR}/exec/exec_cpu.c
   ${CMAKE_CURRENT_LIST_DIR}/exec/exec_link_transport.c
-  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_one.c)
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_one.c
+  ${CMAKE_CURRENT_LIST_DIR}/exec/exec_one_main.c)

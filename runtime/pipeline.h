@@ -198,6 +198,11 @@ double pipe_peak_flops(const PipePlan *p);
 void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
                         bool quiet);
 
+/* pd2bwrun's one-stage path (runtime/exec/exec_one_main.c): the one-stage trainer on
+ * plan_dir with o's data, steps, validation, checkpoints, seed and log (the pipeline
+ * flags unused); the exit status, every failure reported on stderr. */
+int exec_one_main(const char *plan_dir, const PipeOptions *o);
+
 /* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
  * every output path (runtime/io.h: output_paths_check) before loading the plan. */
 int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport,

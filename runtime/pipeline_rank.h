@@ -93,6 +93,7 @@ typedef struct PipeRank {
   int64_t fault_step;
   int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */
   bool failed;
+  bool stopped; /* err is the run's root cause (a per-step check: exec_interp.c), not a link's */
   char err[TRANSPORT_ERR_LEN + 64];
 } PipeRank;
 

@@ -51,7 +51,7 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
   rp->train.steps = p->rt->train.steps;
   /* PLAN/reference is a gpipe plan, which cannot hold 2bw's compensation: the pipeline's */
   rp->train.delay_comp = rp->delayed ? p->rt->train.delay_comp : 0;
-  TrainerOptions to = {.seed = o->seed, .seed_set = o->seed_set};
+  TrainerOptions to = {.seed = o->seed, .seed_set = o->seed_set, .data_path = o->data_path};
   if (ok) ok = (t = trainer_create(rp, &to, err, errlen)) != NULL;
   if (ok && o->resume_path) ok = trainer_resume(t, o->resume_path, err, errlen);
   const RtStage *st = &rp->stages[0];
@@ -68,12 +68,19 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
     out->mb_per_step = rp->m;
     out->mb_loss = pd_calloc((size_t)(nb * rp->m + 1), sizeof(double));
     out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
-    for (int64_t s = 0; s < nb; s++) {
+    for (int64_t s = 0; ok && s < nb; s++) {
       StepStats ss;
       trainer_step(t, dl, &ss);
+      if (ss.error) {
+        snprintf(err, errlen, "the reference: %s", ss.error);
+        ok = false;
+        break;
+      }
       memcpy(out->mb_loss + s * rp->m, ss.mb_loss, (size_t)rp->m * sizeof(double));
       out->step_loss[s] = ss.loss;
     }
+  }
+  if (ok) {
     const float *w = trainer_params(t);
     out->nparams = st->nparams;
     out->names = pd_calloc((size_t)st->nparams + 1, sizeof(char *));

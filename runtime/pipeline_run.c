@@ -273,12 +273,16 @@ typedef struct RunCtx {
   const PipeOptions *o;
   PipeOutcome *out;
   pthread_mutex_t mu;
+  bool root; /* err is a per-step check's root cause */
   char err[2 * TRANSPORT_ERR_LEN + 512];
 } RunCtx;
 
-static void note_error(RunCtx *c, const char *msg) {
+/* The run's message: the first, unless a later one is the root cause that made the
+ * link abort the others (their "rank R aborted: ..." may be noted first). */
+static void note_error_root(RunCtx *c, const char *msg, bool root) {
   pthread_mutex_lock(&c->mu);
-  if (!c->err[0]) {
+  if (!c->err[0] || (root && !c->root)) {
+    c->root = root;
     size_t n = strlen(msg);
     if (n >= sizeof c->err) n = sizeof c->err - 1;
     memcpy(c->err, msg, n);
@@ -286,6 +290,8 @@ static void note_error(RunCtx *c, const char *msg) {
   }
   pthread_mutex_unlock(&c->mu);
 }
+
+static void note_error(RunCtx *c, const char *msg) { note_error_root(c, msg, false); }
 
 static int run_rank(Transport *t, void *arg) {
   RunCtx *c = arg;
@@ -354,7 +360,7 @@ static int run_rank(Transport *t, void *arg) {
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
   if (!ok) {
-    note_error(c, R->err);
+    note_error_root(c, R->err, R->stopped);
     pipe_rank_destroy(R);
     pipe_gathered_free(&G);
     free(val);
@@ -362,14 +368,9 @@ static int run_rank(Transport *t, void *arg) {
   }
   int rc = 0;
   if (rk == 0) {
+    /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
     fill_outcome(c->p, R, &G, val, val_final, c->out);
-    if (G.bad_ids) {
-      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary", c->o->data_path,
-               (long long)G.bad_ids);
-      note_error(c, err);
-      rc = 1;
-    }
-    if (!rc && c->o->trace_path && !pipe_trace_write(c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
+    if (c->o->trace_path && !pipe_trace_write(c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
       note_error(c, err);
       rc = 1;
     }
@@ -500,6 +501,13 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
                        {"--profile-out", o.profile_out}};
   bool paths_ok = (mpi && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
   PipePlan *p = paths_ok ? pipe_plan_load(plan_dir, err, sizeof err) : NULL;
+  /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
+   * and the checkpoint get the resolved seed */
+  if (p && !rt_run_seed(o.resume_path, o.seed_set, o.seed, p->rt->train.seed, &o.seed, err, sizeof err)) {
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  o.seed_set = true;
   if (p && mpi && transport_size(t) != p->nranks) {
     snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
              p->nranks, p->d, p->w, transport_size(t));

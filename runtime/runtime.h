@@ -131,8 +131,9 @@ void rt_init_param(float *w, const RtParam *p, uint64_t seed);
 typedef struct Trainer Trainer;
 
 typedef struct TrainerOptions {
-  uint64_t seed;     /* overrides the plan's seed when seed_set */
+  uint64_t seed;     /* overrides the plan's seed (and a checkpoint's) when seed_set */
   bool seed_set;
+  const char *data_path; /* named in the out-of-range token id message; NULL: none */
 } TrainerOptions;
 
 typedef struct StepStats {
@@ -143,6 +144,10 @@ typedef struct StepStats {
   double grad_norm; /* global norm of the averaged gradient, before clipping */
   double ms;        /* wall time of the step */
   int64_t bad_ids;  /* out-of-range token ids / targets seen */
+  const char *error; /* NULL; else the per-step check that stopped the step (a
+                        non-finite loss, token ids outside the vocabulary: one
+                        message in every mode, runtime/exec/exec_interp.c). The
+                        trainer's storage; the trainer is then spent. */
 } StepStats;
 
 /* Loads stage 0 of a one-stage plan as a plan with d = 1 and w = 1 for the
@@ -162,7 +167,8 @@ int64_t trainer_step_index(const Trainer *t); /* updates done so far */
 double trainer_flops_per_step(const Trainer *t);
 
 /* One update from batch `step` of the data (its m microbatches, b samples each): the
- * loader must have been created with batch = b·m and the plan's T. */
+ * loader must have been created with batch = b·m and the plan's T. out->error says
+ * whether a per-step check stopped it. */
 void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
 /* Mean loss over batches first .. first + nbatches - 1 of `data`, dropout off, on
  * the newest weights. */
@@ -194,6 +200,12 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char
  * not NULL and the file has one, seed (a uint64); false with a message naming the key
  * and its value. */
 bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);
+/* The seed of a run (weights, dropout, the --shuffle order), one rule for every mode
+ * (docs/data.md, "Seeds"): --seed when given (seed_set), else the checkpoint's when
+ * resuming (so a resumed run continues the one that wrote it), else the plan's.
+ * false with a message when the checkpoint cannot be read. */
+bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
+                 size_t errlen);
 /* Fills the blocks; on success *step = the checkpoint's step and *seed its seed (left
  * as it is when the file has none). */
 bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);

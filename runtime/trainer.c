@@ -142,6 +142,18 @@ bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_
   return true;
 }
 
+bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
+                 size_t errlen) {
+  *out = seed_set ? seed : plan_seed;
+  if (seed_set || !resume_path) return true;
+  SafeTensors *s = st_open(resume_path, err, errlen);
+  if (!s) return false;
+  int64_t step;
+  bool ok = rt_ckpt_meta(s, resume_path, &step, out, err, errlen);
+  st_close(s);
+  return ok;
+}
+
 bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index, uint64_t *seed_value, char *err,
                     size_t errlen) {
   SafeTensors *s = st_open(path, err, errlen);

@@ -3,7 +3,8 @@
  *
  *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
  *
- * One-stage plans run on the one-stage trainer (runtime/exec/exec_one.c): per step, m
+ * This file parses and dispatches. One-stage plans run on the one-stage trainer
+ * (runtime/exec/exec_one.c; its driver loop exec_one_main.c): per step, m
  * microbatches forward and backward with gradients accumulated in place, clipping,
  * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
  * the pipeline executor (runtime/pipeline.h): one rank per stage replica, as threads
@@ -40,7 +41,8 @@ static const char usage[] =
     "  --save FILE         write a checkpoint (safetensors) at the end\n"
     "  --resume FILE       continue from a checkpoint written by --save\n"
     "  --init FILE         initial weights from a GPT-2 checkpoint (Hugging Face, llm.c, pd2bw)\n"
-    "  --seed N            override the plan's seed (weights, dropout, --shuffle)\n"
+    "  --seed N            the seed of weights, dropout and --shuffle (default on the CPU:\n"
+    "                      a --resume checkpoint's, else the plan's; docs/data.md)\n"
     "  --shuffle           visit the training windows in a seeded random order per epoch\n"
     "  --threads N         CPU threads (default: all cores)\n"
     "  --log-json FILE     one JSON object per step, the same keys in every mode (docs/data.md)\n"
@@ -209,148 +211,13 @@ static const char reference_init_msg[] =
     "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
     "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
 
-/* The pipeline executor's path: several stages or replicas, or a pipeline flag. */
-static int run_pipeline(const Args *a, int *argc, char ***argv) {
-  if (a->reference && a->init) return fail(reference_init_msg);
-  PipeOptions o = {.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
-                   .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
-                   .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
-                   .threads = a->threads, .shuffle = a->shuffle, .val_path = a->val, .eval_every = a->eval_every,
-                   .eval_batches = a->eval_batches, .init_path = a->init};
-  return pipeline_main(a->plan, &o, a->transport, a->reference, a->ref_tol, argc, argv);
-}
-
-/* ---- one-stage plans: the trainer (runtime/exec/exec_one.c) --------------------------- */
-
-typedef struct OneRun {
-  RtPlan *plan;
-  Trainer *t;
-  DataFile *df, *vf;
-  DataLoader *dl, *vl;
-  RtLog *log;
-  int T;
-  int64_t val_batches;
-} OneRun;
-
-/* Checks the outputs, loads the plan, the trainer (--init, --resume) and the data;
- * false once the message is printed. */
-static bool one_open(const Args *a, OneRun *r) {
-  char err[RT_ERR_LEN];
-  char ierr[IO_ERR_LEN];
-  /* every output path before anything is loaded or trained (runtime/io.h); the
-   * pipeline and CUDA paths check theirs in pipeline_main and cuda_exec_main */
-  OutputFlag outs[] = {{"--save", a->save}, {"--log-json", a->log_json}};
-  if (!output_paths_check(outs, 2, err, sizeof err)) return fail(err), false;
-
-  /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
-  int threads = a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (threads < 1) threads = 1;
-  char tb[16];
-  snprintf(tb, sizeof tb, "%d", threads);
-  setenv("OMP_NUM_THREADS", tb, 1);
-  pd_blas_init(threads);
-
-  RtPlan *plan = r->plan = rt_plan_load(a->plan, err, sizeof err);
-  if (!plan) return fail(err), false;
-  /* The schedule's horizon is the plan's; a plan without one spans this run. */
-  if (plan->train.steps == 0) plan->train.steps = a->steps;
-  const RtStage *st = &plan->stages[0];
-  int64_t vocab = 0;
-  for (int k = 0; k < st->nparams; k++)
-    if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0];
-  if (!a->quiet) printf("pd2bwrun: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n",
-                        a->plan, plan->model, (long long)plan->b, (long long)plan->m, threads,
-                        threads == 1 ? "" : "s", pd_blas_name());
-  TrainerOptions to = {.seed = a->seed, .seed_set = a->seed_set};
-  Trainer *t = r->t = trainer_create(plan, &to, err, sizeof err);
-  if (!t) return fail(err), false;
-  if (!a->quiet)
-    printf("pd2bwrun: stage program %s (%s)\n", trainer_program(t)->so_path,
-           trainer_program(t)->cache_hit ? "cached" : "compiled now");
-  if (a->init && !trainer_init_from(t, a->init, err, sizeof err)) return fail(err), false;
-  if (a->resume) {
-    if (!trainer_resume(t, a->resume, err, sizeof err)) return fail(err), false;
-    if (!a->quiet) printf("pd2bwrun: resumed from %s at step %lld\n", a->resume, (long long)trainer_step_index(t));
-    if (trainer_step_index(t) >= a->steps) /* not an error: rerunning a finished job is a no-op, as in llm.c */
-      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", a->resume,
-              (long long)trainer_step_index(t), (long long)a->steps);
-  }
-  for (int k = 0; k < st->ninputs; k++)
-    if (st->inputs[k].stream != STREAM_OTHER) r->T = (int)st->inputs[k].shape[1];
-  if (!r->T) return fail("the model has no 'tokens'/'targets' inputs: pd2bwrun trains language models on token files"), false;
-  r->df = data_open(a->data, DATA_AUTO, vocab, ierr, sizeof ierr);
-  /* Shuffled or not, sample n of the stream is a function of (seed, n) alone, so a
-   * resumed run reads what the uninterrupted one would have. */
-  uint64_t data_seed = a->seed_set ? a->seed : plan->train.seed;
-  if (!r->df || !(r->dl = data_loader_create(r->df, (int)(plan->b * plan->m), r->T, a->shuffle, data_seed, ierr, sizeof ierr)))
-    return fail(ierr), false;
-  if (a->val) {
-    r->vf = data_open(a->val, DATA_AUTO, vocab, ierr, sizeof ierr);
-    if (!r->vf || !(r->vl = data_loader_create(r->vf, (int)(plan->b * plan->m), r->T, false, 0, ierr, sizeof ierr)))
-      return fail(ierr), false;
-    r->val_batches = data_batches_per_epoch(r->vl);
-    if (r->val_batches > a->eval_batches) r->val_batches = a->eval_batches;
-  }
-  r->log = rt_log_open(a->log_json, stdout, a->quiet, err, sizeof err);
-  if (!r->log) return fail(err), false;
-  rt_log_set_peak(r->log, plan->peak_flops); /* one device */
-  return true;
-}
-
-/* Trains to --steps, evaluating after every K-th step and the last, then saves and
- * reports; false once the message is printed. */
-static bool one_train(const Args *a, OneRun *r) {
-  char err[RT_ERR_LEN];
-  char ierr[IO_ERR_LEN];
-  Trainer *t = r->t;
-  double tokens = (double)(r->plan->b * r->plan->m) * r->T, flops = trainer_flops_per_step(t);
-  double total_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t first = trainer_step_index(t);
-  for (int64_t s = first; s < a->steps; s++) {
-    StepStats ss;
-    trainer_step(t, r->dl, &ss);
-    if (ss.bad_ids) {
-      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
-               a->data, (long long)ss.bad_ids, (long long)s + 1);
-      return fail(err), false;
-    }
-    if (!isfinite(ss.loss)) {
-      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged (lower the learning rate?)",
-               ss.loss, (long long)s + 1);
-      return fail(err), false;
-    }
-    total_ms += ss.ms;
-    last_loss = ss.loss;
-    double val = NAN;
-    bool last = s + 1 == a->steps;
-    if (r->vl && ((a->eval_every && (s + 1) % a->eval_every == 0) || last))
-      val = last_val = trainer_eval(t, r->vl, 0, r->val_batches);
-    if (!rt_log_step(r->log, s + 1, a->steps, &ss, tokens, flops, val)) return fail(rt_log_error(r->log)), false;
-  }
-  if (!rt_log_finish(r->log, err, sizeof err)) return fail(err), false;
-  if (a->save && !trainer_save(t, a->save, ierr, sizeof ierr)) return fail(ierr), false;
-  int64_t ran = a->steps - first;
-  if (ran > 0)
-    printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
-           (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
-           flops * (double)ran / (total_ms / 1e3) / 1e9, a->save ? ", saved " : "", a->save ? a->save : "");
-  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (ran <= 0 && r->vl) last_val = trainer_eval(t, r->vl, 0, r->val_batches);
-  if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
-  return true;
-}
-
-static int run_one_stage(const Args *a) {
-  OneRun r = {0};
-  int rc = one_open(a, &r) && one_train(a, &r) ? 0 : 1;
-  rt_log_close(r.log);
-  data_loader_destroy(r.dl);
-  data_loader_destroy(r.vl);
-  if (r.df) data_close(r.df);
-  if (r.vf) data_close(r.vf);
-  trainer_destroy(r.t);
-  rt_plan_free(r.plan);
-  return rc;
+/* The options of every CPU mode (runtime/pipeline.h). */
+static PipeOptions pipe_options(const Args *a) {
+  return (PipeOptions){.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
+                       .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
+                       .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
+                       .threads = a->threads, .shuffle = a->shuffle, .val_path = a->val, .eval_every = a->eval_every,
+                       .eval_batches = a->eval_batches, .init_path = a->init};
 }
 
 int main(int argc, char **argv) {
@@ -379,6 +246,10 @@ int main(int argc, char **argv) {
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
-  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return run_pipeline(&a, &argc, &argv);
-  return run_one_stage(&a);
+  PipeOptions o = pipe_options(&a);
+  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) {
+    if (a.reference && a.init) return fail(reference_init_msg);
+    return pipeline_main(a.plan, &o, a.transport, a.reference, a.ref_tol, &argc, &argv);
+  }
+  return exec_one_main(a.plan, &o);
 }

@@ -7,7 +7,9 @@
  *                     sends and receives, ALLREDUCE, TIED_SYNC, OPT_STEP) executed in
  *                     stream order, with the tied-weight sums, the gradient scale and
  *                     clipping by the global norm, the optimizer step and its has-grad
- *                     rule, the console's step line, the events of the trace and the
+ *                     rule, the console's step line, the per-step checks of every
+ *                     mode (a non-finite loss, token ids outside the vocabulary: one
+ *                     message, the run stopped), the events of the trace and the
  *                     injected faults (PD2BW_FAULT_INJECT).
  *   exec_cpu.c        the CPU device (the stage program's host functions, the
  *                     kernels/cpu_kernels.h kernels, memcpy/memset).
@@ -15,6 +17,8 @@
  *   exec_one.c        the one-stage trainer (runtime/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
+ *   exec_one_main.c   pd2bwrun's one-stage driver loop around it (runtime/pipeline.h
+ *                     exec_one_main; the pipelines' is pipeline_run.c's).
  * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
  * runtime/pipeline.c and is the interpreter's input; the contract of what a run
  * computes (data order, sums, scale) is runtime/pipeline.h's.

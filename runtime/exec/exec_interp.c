@@ -65,20 +65,44 @@ static void restore_input(PipeRank *R, int sslot) {
                         (uint64_t)ps->bnd[k].bytes);
 }
 
-static void run_fwd(PipeRank *R, const PlanInstr *in) {
+/* ---- the per-step checks of every mode ---------------------------------------------- */
+
+/* Stops the run with msg as its root cause: every other rank is aborted and ends
+ * with it (the driver prints R->err once, exit status 1). */
+static bool stop_run(PipeRank *R, const char *msg) {
+  if (!R->failed) {
+    R->failed = R->stopped = true;
+    snprintf(R->err, sizeof R->err, "%s", msg);
+    R->link->ops->abort(R->link, R->err);
+  }
+  return false;
+}
+
+/* Token ids or targets outside the vocabulary, checked after every pass that reads
+ * them (stage 0's tokens, the last stage's targets), so the message names the step. */
+static bool check_ids(PipeRank *R, const PlanInstr *in, int64_t bad) {
+  R->bad_ids += bad;
+  if (!bad) return true;
+  char msg[sizeof R->err];
+  snprintf(msg, sizeof msg, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
+           R->o->data_path ? R->o->data_path : "the training data", (long long)bad, (long long)in->batch + 1);
+  return stop_run(R, msg);
+}
+
+static bool run_fwd(PipeRank *R, const PlanInstr *in) {
   fill_inputs(R, in->mb);
   if (R->pp->recompute && R->stage > 0) restore_input(R, in->sslot);
   double loss = 0;
   ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, R->st->has_loss ? &loss : NULL);
   R->dev->ops->forward(R->dev, &c);
-  R->bad_ids += c.bad_ids;
   if (R->st->has_loss) {
     int64_t t = (in->mb - 1) / R->pp->m, j = (in->mb - 1) % R->pp->m;
     R->loss[(t - R->first) * R->pp->m + j] = loss;
   }
+  return check_ids(R, in, c.bad_ids);
 }
 
-static void run_bwd(PipeRank *R, const PlanInstr *in) {
+static bool run_bwd(PipeRank *R, const PlanInstr *in) {
   fill_inputs(R, in->mb);
   if (R->pp->recompute) {
     /* the forward again, same version and dropout key: the activations it stashes
@@ -89,8 +113,8 @@ static void run_bwd(PipeRank *R, const PlanInstr *in) {
   }
   ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, NULL);
   R->dev->ops->backward(R->dev, &c);
-  R->bad_ids += c.bad_ids;
   /* a tied parameter's share is already in R->grads (the program accumulates it) */
+  return check_ids(R, in, c.bad_ids);
 }
 
 /* ---- communication ------------------------------------------------------------------- */
@@ -246,11 +270,12 @@ static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
   return true;
 }
 
-/* The step line of batch t, with the global loss: the last stage of every other
- * replica sends its share to replica 0's, which prints (runtime/console.c). The
- * replicas' last stages all reach OPT_STEP(t) after batch t's all-reduce, so the
- * small message waits for nothing else. Not quiet only (every rank knows). */
-static bool console_line(PipeRank *R, int64_t t) {
+/* The end of batch t on a last stage: the global loss, its divergence check and the
+ * step line. The last stage of every other replica sends its share to replica 0's,
+ * which checks the mean (one rank stops the run, with one message in every mode and
+ * with -q too) and prints (runtime/console.c). The replicas' last stages all reach
+ * OPT_STEP(t) after batch t's all-reduce, so the small message waits for nothing else. */
+static bool step_loss(PipeRank *R, int64_t t) {
   const PipePlan *p = R->pp;
   double sum = 0;
   for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
@@ -264,7 +289,15 @@ static bool console_line(PipeRank *R, int64_t t) {
     if (!pipe_transport_ok(R, R->link->ops->recv(R->link, last[rep], PIPE_TAG_LOSS, &part, sizeof part, what))) return false;
     sum += part;
   }
-  StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
+  double loss = sum / (double)R->mref;
+  if (!isfinite(loss)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the loss is %g at step %lld: training diverged (lower the learning rate?)", loss,
+             (long long)t + 1);
+    return stop_run(R, msg);
+  }
+  if (R->o->quiet) return true;
+  StepStats ss = {.loss = loss, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
                   .ms = R->step_ms[t - R->first]};
   if (!rt_log_step(R->console, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), NAN))
     return false; /* no file: not reached */
@@ -314,7 +347,7 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   double now = pipe_now();
   R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
   R->last_step_time = now;
-  return R->st->has_loss && !R->o->quiet ? console_line(R, t) : true;
+  return R->st->has_loss ? step_loss(R, t) : true;
 }
 
 /* ---- the interpreter ------------------------------------------------------------------- */
@@ -384,8 +417,8 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
       i = j;
       continue;
     }
-    case PI_FWD: run_fwd(R, in); break;
-    case PI_BWD: run_bwd(R, in); break;
+    case PI_FWD: ok = run_fwd(R, in); break;
+    case PI_BWD: ok = run_bwd(R, in); break;
     case PI_ALLREDUCE: {
       char what[64];
       snprintf(what, sizeof what, "all-reduce of batch %d's gradients", in->batch);

@@ -98,9 +98,9 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
     return NULL;
   }
   layout(&t->ps, st);
-  /* seed_set for the initial weights only: a checkpoint's seed then wins, as it always has */
+  /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
-  t->o = (PipeOptions){.steps = 64, .quiet = true,
+  t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL,
                        .seed = o ? o->seed : 0, .seed_set = o && o->seed_set};
   t->world = transport_local_create_world(1, 0);
   t->R = pipe_rank_create(&t->pp, &t->o, transport_local_rank(t->world, 0), 0, err, errlen);
@@ -108,7 +108,6 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
     trainer_destroy(t);
     return NULL;
   }
-  t->o.seed_set = false;
   t->R->fault_step = -1; /* PD2BW_FAULT_INJECT is for the pipelined runs' ranks */
   t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
   return t;
@@ -141,8 +140,12 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
   R->dl = data;
   int64_t bad = R->bad_ids;
   double t0 = pipe_now();
-  bool ok = exec_run_batches(R, s, s + 1);
-  PD_CHECK(ok, "(one-stage step %lld: %s)", (long long)s, R->err); /* no link to fail on */
+  /* no link to fail on: only the interpreter's per-step checks stop it (exec_interp.c) */
+  if (!exec_run_batches(R, s, s + 1)) {
+    PD_CHECK(R->stopped, "(one-stage step %lld: %s)", (long long)s, R->err);
+    *out = (StepStats){.loss = NAN, .error = R->err};
+    return;
+  }
   const double *mb = R->loss + (s - R->first) * m;
   double sum = 0;
   for (int64_t j = 0; j < m; j++) sum += mb[j];
