@@ -284,7 +284,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     }
     R->T = (int)in->shape[1];
   }
-  if (R->T && o->data_path) {
+  if (R->T && o->data_path && !o->caller_batches) {
     if (!pipe_data_open(o, pipe_vocab(p->rt), p->b * R->mref, R->T, R->tc.seed, &R->df, &R->dl, err, errlen))
       goto fail;
   }

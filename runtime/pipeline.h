@@ -123,6 +123,9 @@ int pipe_plan_ranks(const char *dir);
 
 typedef struct PipeOptions {
   const char *data_path;   /* token file (required) */
+  bool caller_batches;     /* the one-stage trainer: trainer_step hands each batch's
+                              DataLoader in, so the rank opens none; data_path only
+                              names the file in messages */
   int64_t steps;           /* train until this many updates are done */
   double timeout_s;        /* every blocking wait; <= 0: TRANSPORT_DEFAULT_TIMEOUT_S */
   const char *trace_path;  /* Chrome trace of what every rank did, or NULL */

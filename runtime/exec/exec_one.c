@@ -100,7 +100,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   layout(&t->ps, st);
   /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
-  t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL,
+  t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL, .caller_batches = true,
                        .seed = o ? o->seed : 0, .seed_set = o && o->seed_set};
   t->world = transport_local_create_world(1, 0);
   t->R = pipe_rank_create(&t->pp, &t->o, transport_local_rank(t->world, 0), 0, err, errlen);
