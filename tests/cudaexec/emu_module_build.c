@@ -3,48 +3,28 @@
 #include "emu_module.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "codegen/codegen.h"
+#include "contract/contract.h"
+#include "runtime/io.h"
+#include "runtime/runtime.h"
 
 #ifndef PD2BW_TEST_CXX
 #define PD2BW_TEST_CXX "c++"
 #endif
 
-extern char **environ;
-
-/* Runs argv (no shell) and waits; true on exit status 0. */
-static bool run(char *const argv[]) {
-  pid_t pid;
-  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0) return false;
+/* Runs argv (no shell, rt_run_capture); true on exit status 0, else the tool's
+ * output, cut to fit, in err. */
+static bool run(char *const argv[], char *err, size_t errlen) {
   int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 20, len = 0;
-  char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
-    len += got;
-    if (len == cap) {
-      char *more = realloc(buf, cap *= 2);
-      if (!more) free(buf);
-      buf = more;
-    }
-  }
-  fclose(f);
-  *n = len;
-  return buf;
+  char *out = rt_run_capture(argv, &status);
+  bool ok = out && status == 0;
+  if (!ok) snprintf(err, errlen, "%s failed: %.600s", argv[0], out ? out : "cannot start");
+  free(out);
+  return ok;
 }
 
 /* The cache folder: $PD2BW_TEST_EMU_CACHE, else /tmp/pd2bw-test-cache-emu-UID. */
@@ -74,10 +54,10 @@ bool emu_module_build(const char *cpp, const char *so, const char *incdir, char 
   snprintf(inc_dir, sizeof inc_dir, "-I%s", incdir);
   snprintf(ii, sizeof ii, "%s.ii", so);
   char *pre[] = {PD2BW_TEST_CXX, "-std=c++17", "-E", "-P", inc_root, inc_dir, (char *)cpp, "-o", ii, NULL};
-  if (!run(pre)) return snprintf(err, errlen, "emulator preprocessing failed: %s -E %s", PD2BW_TEST_CXX, cpp), false;
+  if (!run(pre, err, errlen)) return false;
   size_t n;
-  char *text = slurp(ii, &n);
-  if (!text) return snprintf(err, errlen, "%s: cannot read", ii), false;
+  char *text = io_read_all(ii, &n, err, errlen);
+  if (!text) return false;
   for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
     size_t fl = strlen(flags[i]);
     char *more = realloc(text, n + fl + 2);
@@ -95,10 +75,7 @@ bool emu_module_build(const char *cpp, const char *so, const char *incdir, char 
   if (access(cached, R_OK) == 0 && link_cached(cached, so)) return true;
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cached, (long)getpid());
   char *cc[] = {PD2BW_TEST_CXX, "-std=c++17", "-O1", "-w", "-fPIC", "-shared", "-x", "c++", ii, "-o", tmp, NULL};
-  if (!run(cc)) {
-    unlink(tmp);
-    return snprintf(err, errlen, "emulator build failed: %s -x c++ %s (from %s)", PD2BW_TEST_CXX, ii, cpp), false;
-  }
+  if (!run(cc, err, errlen)) return unlink(tmp), false;
   if (rename(tmp, cached) != 0) return unlink(tmp), snprintf(err, errlen, "%s: cannot rename", tmp), false;
   if (!link_cached(cached, so)) return snprintf(err, errlen, "%s: cannot link to %s", so, cached), false;
   return true;
