@@ -553,11 +553,13 @@ __global__ void pkc_softmax_bwd_f32(float *dx, const float *dy, const float *y, 
 
 /* ===== dropout ================================================================== */
 
-/* y = x ⊙ mask / (1-p), the CPU's mask bit for bit (y may alias x). One thread per
+/* y = x ⊙ mask / (1-p), the CPU's mask bit for bit (y may alias x); the forward's
+ * and the backward's one loop. One thread per
  * block of four elements: one Philox call each, and one 128-bit load and store when
  * the pointers are 16-byte aligned. */
-__global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double p, pkc_u64 seed,
-                                    pkc_u32 op, const pkc_u32 *mbkey) {
+static __device__ __forceinline__ void pkc_dropout_apply(float *y, const float *x, pkc_i64 n, double p,
+                                                         pkc_u64 seed, pkc_u32 op,
+                                                         const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
   pkc_u64 thr = pk_rng_threshold(p);
   float ks = pkc_keep_scale(p);
@@ -587,36 +589,17 @@ __global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double 
   }
 }
 
+
+/* y = x ⊙ mask / (1-p). */
+__global__ void pkc_dropout_fwd_f32(float *y, const float *x, pkc_i64 n, double p, pkc_u64 seed,
+                                    pkc_u32 op, const pkc_u32 *mbkey) {
+  pkc_dropout_apply(y, x, n, p, seed, op, mbkey);
+}
+
 /* dx = dy ⊙ mask / (1-p) with the forward's (p, seed, op, microbatch). */
 __global__ void pkc_dropout_bwd_f32(float *dx, const float *dy, pkc_i64 n, double p, pkc_u64 seed,
                                     pkc_u32 op, const pkc_u32 *mbkey) {
-  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
-  pkc_u64 thr = pk_rng_threshold(p);
-  float ks = pkc_keep_scale(p);
-  pkc_i64 nblk = (n + 3) / 4;
-  pkc_i64 nvec = pkc_aligned16(dx) && pkc_aligned16(dy) ? n >> 2 : 0; /* whole aligned blocks */
-  for (pkc_i64 blk = pkc_tid(); blk < nblk; blk += pkc_nthreads()) {
-    PhiloxCtr r;
-    if (p > 0) r = pk_rng_block(seed, op, microbatch, (pkc_u64)blk);
-    if (blk < nvec) { /* the block's four elements in one 128-bit load and store */
-      pkc_f4 v = ((const pkc_f4 *)(dy))[blk];
-      if (p > 0) {
-        v.x = (pkc_u64)r.v[0] >= thr ? v.x * ks : 0.0f;
-        v.y = (pkc_u64)r.v[1] >= thr ? v.y * ks : 0.0f;
-        v.z = (pkc_u64)r.v[2] >= thr ? v.z * ks : 0.0f;
-        v.w = (pkc_u64)r.v[3] >= thr ? v.w * ks : 0.0f;
-      }
-      ((pkc_f4 *)(dx))[blk] = v;
-      continue;
-    }
-    for (int j = 0; j < 4 && blk * 4 + j < n; j++) {
-      pkc_i64 i = blk * 4 + j;
-      if (!(p > 0))
-        dx[i] = dy[i];
-      else
-        dx[i] = (pkc_u64)r.v[j] >= thr ? dy[i] * ks : 0.0f;
-    }
-  }
+  pkc_dropout_apply(dx, dy, n, p, seed, op, mbkey);
 }
 
 /* ===== gather =================================================================== */
