@@ -266,6 +266,7 @@ typedef struct CxTrainerState {
   CxPtr params, prev, adam_m, adam_v; /* params block layout each; prev 0 unless 2bw */
   int64_t step;
   uint64_t seed;
+  bool seed_set; /* the seed was given (--seed, or resolved by cx_run_seed): a resume keeps it */
 } CxTrainerState;
 CxTrainerState cx_trainer_state(const CxTrainer *t);
 /* After a resume: the next step is `step`, dropout keyed by `seed`. */
@@ -293,6 +294,12 @@ const char *cx_cuda_name(const CxDeviceOps *ops);
  * the device (in its own arena: call with no trainer alive). TFLOP/s, or -1 with a
  * message. */
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
+
+/* The seed rule of every mode (runtime.h rt_run_seed, docs/data.md "Seeds") on o:
+ * *out is o with seed_set and the run's seed (--seed, else the checkpoint's when
+ * resuming, else plan_seed) for the weights, dropout and the --shuffle order alike.
+ * false with a message naming the checkpoint. */
+bool cx_run_seed(const CudaExecOptions *o, uint64_t plan_seed, CudaExecOptions *out, char *err, size_t errlen);
 
 /* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for
  * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"

@@ -48,7 +48,7 @@ bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen)
   bool ok = rt_ckpt_resume(&b, path, &step, &seed, err, errlen);
   if (ok) {
     transfer(&s, &b, false);
-    cx_trainer_set_position(t, step, seed);
+    cx_trainer_set_position(t, step, s.seed_set ? s.seed : seed); /* --seed wins (rt_run_seed) */
   }
   free(b.params);
   return ok;

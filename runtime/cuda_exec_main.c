@@ -57,6 +57,12 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     goto done;
   }
   if (plan->train.steps == 0) plan->train.steps = o->steps;
+  CudaExecOptions mine; /* one seed rule for every mode: weights, dropout, data order */
+  if (!cx_run_seed(o, plan->train.seed, &mine, err, sizeof err)) {
+    fail(prog, err);
+    goto done;
+  }
+  o = &mine;
   const RtStage *st = &plan->stages[0];
   int64_t vocab = 0, dim = 0;
   for (int k = 0; k < st->nparams; k++)
@@ -90,8 +96,7 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     goto done;
   }
   df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
-  uint64_t data_seed = o->seed_set ? o->seed : plan->train.seed;
-  if (!df || !(dl = data_loader_create(df, (int)(plan->b * plan->m), T, o->shuffle, data_seed, ierr, sizeof ierr))) {
+  if (!df || !(dl = data_loader_create(df, (int)(plan->b * plan->m), T, o->shuffle, o->seed, ierr, sizeof ierr))) {
     fail(prog, ierr);
     goto done;
   }
@@ -181,6 +186,12 @@ done:
   cx_trainer_destroy(t);
   rt_plan_free(plan);
   return rc;
+}
+
+bool cx_run_seed(const CudaExecOptions *o, uint64_t plan_seed, CudaExecOptions *out, char *err, size_t errlen) {
+  *out = *o;
+  out->seed_set = true;
+  return rt_run_seed(o->resume_path, o->seed_set, o->seed, plan_seed, &out->seed, err, errlen);
 }
 
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,

@@ -80,6 +80,7 @@ struct CxTrainer {
   double *mb_loss;
   int T;
   int64_t step;
+  bool seed_set;  /* tc.seed was given: a resume keeps it (rt_run_seed's rule) */
   int nparts;     /* norm partials used */
   int *part_grid; /* [nparams] blocks of each parameter's partial sum (0: no grad) */
   void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy;
@@ -119,6 +120,7 @@ CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const Cuda
   t->ops = ops;
   t->tc = p->train;
   if (o && o->seed_set) t->tc.seed = o->seed;
+  t->seed_set = o && o->seed_set;
   t->delayed = p->delayed;
   t->prog = cx_program_load(ops, p->dir, 0, o ? o->gemm : CX_GEMM_PLAN, err, errlen);
   if (!t->prog) {
@@ -220,7 +222,7 @@ void cx_trainer_read_params(CxTrainer *t, float *dst) {
 CxTrainerState cx_trainer_state(const CxTrainer *t) {
   return (CxTrainerState){.plan = t->plan, .ops = t->ops, .params = t->part[A_PARAMS],
                           .prev = t->delayed ? t->part[A_PREV] : 0, .adam_m = t->part[A_M], .adam_v = t->part[A_V],
-                          .step = t->step, .seed = t->tc.seed};
+                          .step = t->step, .seed = t->tc.seed, .seed_set = t->seed_set};
 }
 
 void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed) {

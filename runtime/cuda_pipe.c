@@ -273,7 +273,9 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     return false;
   }
   x->tc = p->rt->train;
-  if (x->o->seed_set) x->tc.seed = x->o->seed;
+  /* one seed rule for every mode (runtime.h rt_run_seed), before the weights and the
+   * data order are drawn from it */
+  if (!rt_run_seed(x->o->resume_path, x->o->seed_set, x->o->seed, x->tc.seed, &x->tc.seed, err, errlen)) return false;
   x->steps = x->o->steps;
   x->mref = p->m * p->w;
   /* --steps 0 (save the initial weights): one batch's streams that never run, as in
@@ -446,7 +448,7 @@ bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k) {
 /* --resume as runtime/pipeline_run.c's pipe_rank_resume: the checkpoint's step is the
  * first batch to run; its weights go into the slot the streams treat as newest at that
  * batch (2bw: step % 2, the older version "prev.*" into the other), every other slot
- * a copy of them; AdamW m and v; its seed keys dropout unless --seed was given. The
+ * a copy of them; AdamW m and v (its seed: cp_setup, rt_run_seed's rule). The
  * tensors are read by the one-stage trainer's reader (rt_ckpt_resume) per stage. */
 bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
   const PipePlan *p = x->p;
@@ -493,8 +495,7 @@ bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
     free(mem);
   }
   if (!ok) return false;
-  if (!x->o->seed_set) x->tc.seed = seed;
-  x->first = step;
+  x->first = step; /* the seed is cp_setup's: rt_run_seed read the checkpoint's already */
   return true;
 }
 

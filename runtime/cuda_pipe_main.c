@@ -63,6 +63,12 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
   PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
   if (!p) return fail(prog, err);
   if (p->rt->train.steps == 0) p->rt->train.steps = o->steps;
+  CudaExecOptions mine; /* one seed rule for every mode: weights, dropout, data order */
+  if (!cx_run_seed(o, p->rt->train.seed, &mine, err, sizeof err)) {
+    pipe_plan_free(p);
+    return fail(prog, err);
+  }
+  o = &mine;
   if (!o->quiet)
     printf("%s: plan %s (model %s): %d stages x %d replicas, schedule %s%s, on GPU %d (%s): single-GPU pipeline "
            "mode\n", prog, plan_dir, p->rt->model, p->d, p->w, plan_schedule_name(p->schedule),
@@ -90,6 +96,13 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
     return fail(prog, err);
   }
   if (p->rt->train.steps == 0) p->rt->train.steps = o->steps;
+  CudaExecOptions mine; /* one seed rule for every mode: every rank reads the checkpoint's */
+  if (!cx_run_seed(o, p->rt->train.seed, &mine, err, sizeof err)) {
+    pipe_plan_free(p);
+    transport_abort(t, err);
+    return fail(prog, err);
+  }
+  o = &mine;
   bool root = transport_rank(t) == 0;
   if (!o->quiet && root)
     printf("%s: plan %s (model %s): %d stages x %d replicas, schedule %s%s: multi-GPU mode, one process per stage "
