@@ -302,6 +302,9 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->ev = pd_calloc((size_t)R->cap_ev, sizeof *R->ev);
   R->reqs = pd_calloc((size_t)(4 * ps->nbnd + 16), sizeof *R->reqs);
   R->norm_part = pd_calloc((size_t)p->d, sizeof(double));
+  R->norm_x = pd_calloc((size_t)R->st->nparams + 1, sizeof *R->norm_x);
+  R->norm_n = pd_calloc((size_t)R->st->nparams + 1, sizeof *R->norm_n);
+  R->opt = pd_calloc((size_t)R->st->nparams + 1, sizeof *R->opt);
   R->norm_req = pd_calloc((size_t)(2 * p->d), sizeof *R->norm_req);
   /* the stage's replica group (ALLREDUCE) */
   if (p->w > 1 && !pipe_transport_ok(R, R->link->ops->group_create(R->link, ps->rank_of_replica, p->w, &R->rep_group))) {
@@ -347,6 +350,9 @@ void pipe_rank_destroy(PipeRank *R) {
   free(R->ev);
   free(R->reqs);
   free(R->norm_part);
+  free(R->norm_x);
+  free(R->norm_n);
+  free(R->opt);
   free(R->norm_req);
   free(R->mb_sslot);
   free(R->ins_from);

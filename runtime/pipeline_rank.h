@@ -71,6 +71,9 @@ typedef struct PipeRank {
   ExecGroup *rep_group;
   ExecReq **reqs;                /* one send/receive group */
   double *norm_part;             /* [d] per-stage sums of squares (clipping) */
+  const float **norm_x;          /* [nparams] the gradients a step's norm counts (one sumsq call) */
+  int64_t *norm_n;               /* [nparams] their sizes */
+  ExecOptStep *opt;              /* [nparams] a step's parameter updates (one opt_step call) */
   ExecReq **norm_req;            /* [2d] */
   int *mb_sslot;                 /* stash slot of each microbatch's forward */
   int *ins_from, *ins_to;        /* [batch] batch b's instructions lie in [from[b], to[b]) */

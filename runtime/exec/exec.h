@@ -43,10 +43,15 @@
  *   sum_ordered       dst[i] = ((src[0][i] + src[1][i]) + ...) + src[n-1][i], in that
  *                     order per element, in float (the tied-weight sum: every member
  *                     of a group gets the same bits). dst may be one of src.
- *   sumsq             Σ x[i]² as pk_sumsq_f32 sums it (fixed blocking, double),
- *                     returned to the host.
- *   opt_step          one parameter's optimizer step (ExecOptStep), in place or from
- *                     one weight version into another.
+ *   sumsq             Σ over n tensors of Σ x[i]², in double, returned to the host:
+ *                     every gradient a step's norm counts, in one call. The CPU sums
+ *                     each tensor as pk_sumsq_f32 does (fixed blocking) and adds the
+ *                     tensors in order; a GPU may reduce all of them at once (its own
+ *                     fixed order: the replay set holds it to its own bits).
+ *   opt_step          the optimizer step of n parameters (ExecOptStep each: in place
+ *                     or from one weight version into another), all of a stage's
+ *                     parameters with a gradient in one call, in parameter order (a
+ *                     GPU: one graph, or one multi-tensor launch; the CPU: in turn).
  * A CUDA device implements them with the stage's kernels on one stream (a pass may
  * be a captured graph), cudaMemcpyAsync/cudaMemsetAsync, a deterministic reduction
  * for sumsq (its one synchronisation point) and the fused optimizer kernel.
@@ -120,8 +125,8 @@ typedef struct ExecDeviceOps {
   void (*copy)(ExecDevice *d, void *dst, const void *src, uint64_t bytes);
   void (*zero)(ExecDevice *d, void *dst, uint64_t bytes);
   void (*sum_ordered)(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel);
-  double (*sumsq)(ExecDevice *d, const float *x, int64_t numel);
-  void (*opt_step)(ExecDevice *d, const ExecOptStep *s);
+  double (*sumsq)(ExecDevice *d, const float *const *x, const int64_t *numel, int n);
+  void (*opt_step)(ExecDevice *d, const ExecOptStep *s, int n);
   void (*destroy)(ExecDevice *d);
 } ExecDeviceOps;
 

@@ -78,14 +78,17 @@ static void cpu_sum_ordered(ExecDevice *d, float *dst, const float *const *src, 
   }
 }
 
-static double cpu_sumsq(ExecDevice *d, const float *x, int64_t numel) {
+static double cpu_sumsq(ExecDevice *d, const float *const *x, const int64_t *numel, int n) {
   (void)d;
-  return pk_sumsq_f32(x, numel);
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += pk_sumsq_f32(x[i], numel[i]);
+  return ss;
 }
 
-static void cpu_opt_step(ExecDevice *d, const ExecOptStep *s) {
+static void cpu_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   (void)d;
-  pipe_opt_step(s->tc, s->param, s->wout, s->win, s->g, s->m, s->v, s->t, s->scale);
+  for (int i = 0; i < n; i++)
+    pipe_opt_step(s[i].tc, s[i].param, s[i].wout, s[i].win, s[i].g, s[i].m, s[i].v, s[i].t, s[i].scale);
 }
 
 static void cpu_destroy(ExecDevice *d) {

@@ -217,7 +217,10 @@ static int tied_group_of(const PipeRank *R, int k) {
  * its share there), whatever the program's has_grad says. */
 static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
 
-static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale) {
+/* Parameter k's step of batch t (gradient g, weight version src -> vslot) appended to
+ * R->opt[*n] for one opt_step call; one without a gradient keeps its value (copied
+ * into the other version). */
+static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale, int *n) {
   const RtParam *pp = &R->st->params[k];
   float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
   const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
@@ -225,10 +228,9 @@ static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, i
     if (wout != win) R->dev->ops->copy(R->dev, wout, win, (uint64_t)pp->bytes);
     return;
   }
-  ExecOptStep os = {.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = g,
-                    .m = (float *)(void *)(R->adam_m + pp->offset), .v = (float *)(void *)(R->adam_v + pp->offset),
-                    .t = t, .scale = scale};
-  R->dev->ops->opt_step(R->dev, &os);
+  R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = g,
+                                 .m = (float *)(void *)(R->adam_m + pp->offset),
+                                 .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale};
 }
 
 /* 1/(w·m), times the clip factor of the global norm over every stage (the
@@ -237,16 +239,17 @@ static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, i
 static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
   double inv = 1.0 / (double)R->mref;
   *scale = inv;
-  double ss = 0;
+  int nx = 0;
   for (int k = 0; k < R->st->nparams; k++) {
     const RtParam *pp = &R->st->params[k];
     if (!has_grad(R, k)) continue;
     int g = tied_group_of(R, k);
     if (g >= 0 && R->tied[g].member != 0) continue; /* the group's first stage counts it */
-    const float *gr = g >= 0 ? (const float *)(const void *)tied_buf(R, g, t)
-                             : (const float *)(const void *)(R->grads + pp->offset);
-    ss += R->dev->ops->sumsq(R->dev, gr, pp->numel);
+    R->norm_x[nx] = g >= 0 ? (const float *)(const void *)tied_buf(R, g, t)
+                           : (const float *)(const void *)(R->grads + pp->offset);
+    R->norm_n[nx++] = pp->numel;
   }
+  double ss = R->dev->ops->sumsq(R->dev, R->norm_x, R->norm_n, nx);
   int d = R->pp->d;
   double *part = R->norm_part;
   part[R->stage] = ss;
@@ -311,7 +314,9 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
     if (R->tied[g].param < 0) return true;
     if (!tied_finish(R, g, t)) return false;
     float *gr = (float *)(void *)tied_buf(R, g, t);
-    step_param(R, R->tied[g].param, gr, in->vslot, in->src_vslot, t, R->scale[par]);
+    int n = 0;
+    step_param(R, R->tied[g].param, gr, in->vslot, in->src_vslot, t, R->scale[par], &n);
+    if (n) R->dev->ops->opt_step(R->dev, R->opt, n);
     R->dev->ops->zero(R->dev, gr, R->tied[g].bytes);
     R->tied[g].state[par] = 0;
     return true;
@@ -333,11 +338,13 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   double scale;
   if (!batch_scale(R, t, &scale)) return false;
   R->scale[par] = scale;
+  int n = 0; /* every parameter's step in one call (a GPU: one graph or launch) */
   for (int k = 0; k < R->st->nparams; k++) {
     if (deferred_group_of(R, k) >= 0) continue;
     step_param(R, k, (const float *)(const void *)(R->grads + R->st->params[k].offset), in->vslot, in->src_vslot, t,
-               scale);
+               scale, &n);
   }
+  if (n) R->dev->ops->opt_step(R->dev, R->opt, n);
   for (int g = 0; g < R->pp->ngroups; g++)
     if (R->tied[g].param >= 0 && !R->tied[g].deferred) R->tied[g].state[par] = 0;
   if (R->grads_out) R->dev->ops->copy(R->dev, R->grads_out, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
