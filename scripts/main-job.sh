@@ -6,7 +6,7 @@
 # it with the planner's choice of stages and replicas (one rank per stage replica,
 # threads of one process), printing one line per step and, at the end, the measured
 # step time, bubble fraction and memory per stage, with the validation loss every
-# EVAL_EVERY steps and at the end (computed through the pipeline: runtime/pipeline_eval.h).
+# EVAL_EVERY steps and at the end (computed through the pipeline: runtime/pipeline/pipeline_eval.h).
 #
 #   scripts/main-job.sh                 # 300 steps, output in out/main-job
 #   STEPS=100 STAGES=2 OUT=/tmp/mj scripts/main-job.sh    # pin 2 pipeline stages

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec.h"
 
 static const char usage[] =
     "usage: pd2bw-cuda-train PLAN_DIR --data FILE --steps N [options]\n"

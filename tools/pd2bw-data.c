@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 typedef struct Doc {
   int file;

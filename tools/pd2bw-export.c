@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 typedef struct Options {
   const char *ckpt, *hf, *llmc;

@@ -8,7 +8,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/plan_report.h"
+#include "runtime/report/plan_report.h"
 #include "tools/plan_dir.h"
 
 #include <cjson/cJSON.h>

@@ -14,8 +14,8 @@
  * status 1. --val-data/--eval-every and --init mean the same on both executors: the
  * pipelined validation loss is the one-stage trainer's on PLAN_DIR/reference for the
  * same weights (runtime/pipeline_eval.h). */
-#include "runtime/cuda_exec.h"
-#include "runtime/runtime.h"
+#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/core/runtime.h"
 
 #include <errno.h>
 #include <getopt.h>

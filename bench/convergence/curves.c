@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cJSON.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 enum { MAXRUNS = 8, W = 760, H = 440, L = 64, R = 150, T = 40, B = 48 };
 

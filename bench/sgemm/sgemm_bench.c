@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/blas.h"
+#include "runtime/blas/blas.h"
 
 /* The CBLAS enums' values are fixed by the CBLAS standard. */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };

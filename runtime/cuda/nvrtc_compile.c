@@ -32,7 +32,7 @@
 
 #include "ir/ir.h"
 #include "runtime/cuda/cuda_internal.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 #ifndef PD2BW_CUDA_INCLUDE_DIR
 #define PD2BW_CUDA_INCLUDE_DIR ""

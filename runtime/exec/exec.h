@@ -78,8 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/runtime.h"
-#include "runtime/transport.h"
+#include "runtime/core/runtime.h"
+#include "runtime/transport/transport.h"
 
 typedef struct PipeRank PipeRank;
 

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 struct Trainer {
   const RtPlan *plan;

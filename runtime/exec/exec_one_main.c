@@ -5,7 +5,7 @@
  * is pipeline_run.c's pipeline_main; the per-step checks (divergence, token ids)
  * are the interpreter's in both (exec_interp.c), and so is the seed rule's use
  * (rt_run_seed). */
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
