@@ -1,7 +1,7 @@
-/* runtime/blas.c — pd_sgemm over CBLAS (see runtime/blas.h).
+/* runtime/blas/blas.c — pd_sgemm over CBLAS (see runtime/blas/blas.h).
  *
  * Which library: the build links BLIS when found, else OpenBLAS (the defines
- * PD_BLAS_BLIS / PD_BLAS_OPENBLAS come from runtime/blas.cmake). BLIS
+ * PD_BLAS_BLIS / PD_BLAS_OPENBLAS come from runtime/blas/CMakeLists.txt). BLIS
  * picks its kernel sub-configuration from cpuid when it initialises, and on the
  * machines measured it picks the right one (zen3 on AMD Milan; numbers in
  * bench/sgemm/RESULTS.md).
@@ -40,7 +40,7 @@ char *openblas_get_corename(void);
 char *openblas_get_config(void);
 void openblas_set_num_threads(int n);
 #else
-#error "define PD_BLAS_BLIS or PD_BLAS_OPENBLAS (runtime/blas.cmake does)"
+#error "define PD_BLAS_BLIS or PD_BLAS_OPENBLAS (runtime/blas/CMakeLists.txt does)"
 #endif
 
 /* cblas_sgemm with the enums as ints (their values are fixed by the CBLAS standard). */

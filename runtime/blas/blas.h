@@ -1,4 +1,4 @@
-/* runtime/blas.h — the one small BLAS interface of pd2bw.
+/* runtime/blas/blas.h — the one small BLAS interface of pd2bw.
  *
  * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
  * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime

@@ -1,6 +1,6 @@
-/* runtime/console.c — the one format of a training step, on the console and in the
+/* runtime/core/console.c — the one format of a training step, on the console and in the
  * --log-json file, for every executor (the one-stage trainer and the CUDA trainer
- * through runtime/log.c; the pipelined executors, threads, MPI and the GPU's,
+ * through runtime/core/log.c; the pipelined executors, threads, MPI and the GPU's,
  * through log.c or pipe_log_write).
  *
  * The line: step/total, the global loss (the mean over every microbatch of every

@@ -1,4 +1,4 @@
-/* runtime/json_read.c — see json_read.h. */
+/* runtime/core/json_read.c — see json_read.h. */
 #include "runtime/core/json_read.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* runtime/json_read.h — reading plan.json with errors that name the file, the key
+/* runtime/core/json_read.h — reading plan.json with errors that name the file, the key
  * and the value ("plan/plan.json: config.microbatches = 1099511627776: must be
  * 1..1048576"). Private to runtime/: the one-stage plan reader (plan_read.c) and the
  * pipeline's (pipeline_plan.c) share it. The first failure sticks; later calls

@@ -1,8 +1,8 @@
-/* runtime/log.c — what a training run prints.
+/* runtime/core/log.c — what a training run prints.
  *
  * One line per step in the style of llm.c and Megatron, so logs can be compared by
  * eye; a JSON-lines file (--log-json) with the same numbers for plots and tests; both
- * formatted by runtime/console.c. On a terminal the step lines are drawn over one
+ * formatted by runtime/core/console.c. On a terminal the step lines are drawn over one
  * another as a progress bar (\r) and only every `keep_every`-th step, evaluations and
  * the last step stay on screen; piped to a file every step is its own line. Quiet
  * (-q): no step lines.

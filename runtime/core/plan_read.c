@@ -1,4 +1,4 @@
-/* runtime/plan_read.c — plan.json back into structs the trainer can use.
+/* runtime/core/plan_read.c — plan.json back into structs the trainer can use.
  *
  * plan.json is a file a user can damage or hand us from another version, so every
  * key is checked for presence and type before use, and every message names the file
@@ -291,7 +291,7 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
   if (!r.failed && version != 1) jr_fail(&r, "version", "unsupported plan format version (this runtime reads 1)");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   p->model = pd_strdup(model ? jr_str(&r, model, "model", "name", "?") : "?");
-  /* the MFU's denominator (runtime/console.c); optional: older plans lack it */
+  /* the MFU's denominator (runtime/core/console.c); optional: older plans lack it */
   p->peak_flops = jr_real(&r, root, "", "peak_flops", 0, false, INFINITY, false, 0, false);
   const cJSON *train = jr_get(&r, root, "", "train");
   if (train) read_train(&r, train, &p->train);

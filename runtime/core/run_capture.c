@@ -1,4 +1,4 @@
-/* runtime/run_capture.c — running a program from an argument vector, output captured.
+/* runtime/core/run_capture.c — running a program from an argument vector, output captured.
  *
  * No shell ever sees a path (issue 12): a plan directory, $PD2BW_CACHE or $HOME may
  * hold quotes, `$(...)`, ';' or newlines, and each reaches the program as one argv

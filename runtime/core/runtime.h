@@ -1,11 +1,11 @@
-/* runtime/runtime.h — the runtime folder: load a plan and train it.
+/* runtime/core/runtime.h — the runtime folder: load a plan and train it.
  *
  * runtime/ owns everything that happens after the compiler: reading plan.json, compiling
  * each stage's generated C with the system compiler (cached on disk, loaded with
  * dlopen), allocating a stage's arena once, initialising parameters, running the
  * training loop (forward, backward, gradient accumulation over microbatches, clipping,
  * the optimizer, the learning-rate schedule), evaluation, checkpoints, logs, and the
- * data, tokenizer and checkpoint files (runtime/io.h) and the BLAS (runtime/blas.h).
+ * data, tokenizer and checkpoint files (runtime/io/io.h) and the BLAS (runtime/blas/blas.h).
  *
  * Promises: nothing in the training loop allocates; a user's mistake (a missing or
  * corrupt plan, a stage file that does not compile, an ABI mismatch, a data or
@@ -186,7 +186,7 @@ bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
 
 /* The three above on a one-stage training state in host memory, each block laid out
  * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
- * GPU trainer's blocks copied to the host (runtime/cuda_exec_ckpt.c), so both write
+ * GPU trainer's blocks copied to the host (runtime/cuda/exec/cuda_exec_ckpt.c), so both write
  * and read one format. prev: 2bw's older version, NULL for one version. */
 typedef struct RtCkptBlocks {
   const RtPlan *plan;
@@ -213,7 +213,7 @@ bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint
 bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
 
 /* ---- logs (log.c) ------------------------------------------------------------------ */
-/* One training step as every executor reports it (runtime/console.c): the step line
+/* One training step as every executor reports it (runtime/core/console.c): the step line
  * and the JSON log line have one format each, whatever the mode. */
 typedef struct ConsoleStep {
   int64_t step, nsteps;

@@ -1,4 +1,4 @@
-/* runtime/stage_cc.c — turning a generated stageN.c into loaded code.
+/* runtime/core/stage_cc.c — turning a generated stageN.c into loaded code.
  *
  * Compiling costs seconds; loading a cached .so costs milliseconds. The cache key
  * covers everything that changes the machine code: the source text, the exact

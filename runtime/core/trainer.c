@@ -1,4 +1,4 @@
-/* runtime/trainer.c — what every executor shares about a model's parameters: their
+/* runtime/core/trainer.c — what every executor shares about a model's parameters: their
  * deterministic initial values, the learning rate of a step, and the checkpoint format
  * (read and written from one stage's params and optimizer blocks in host memory).
  * The one-stage trainer itself is a d = 1, w = 1 plan run by the interpreter

@@ -1,4 +1,4 @@
-/* runtime/atomic_file.c — files that appear whole or not at all.
+/* runtime/io/atomic_file.c — files that appear whole or not at all.
  *
  * A reader (another rank resuming, a user's script) must never see half a
  * checkpoint or half a token file, even when we are killed mid-write. So we

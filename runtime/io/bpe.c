@@ -1,4 +1,4 @@
-/* runtime/bpe.c — GPT-2's byte-level byte-pair encoding, without Python.
+/* runtime/io/bpe.c — GPT-2's byte-level byte-pair encoding, without Python.
  *
  * GPT-2 encodes text in three steps, and so do we:
  *  1. Pre-tokenisation: the regex

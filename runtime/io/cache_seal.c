@@ -1,4 +1,4 @@
-/* runtime/cache_seal.c — the checksum that ends every on-disk cache entry (io.h).
+/* runtime/io/cache_seal.c — the checksum that ends every on-disk cache entry (io.h).
  *
  * The stage-program cache (stage_cc.c) and the cubin cache (cuda/nvrtc_compile.c)
  * decide a hit by a file's name; a truncated or bit-flipped file under a good name

@@ -1,4 +1,4 @@
-/* runtime/ckpt_import.c — filling pd2bw's GPT parameters from other programs'
+/* runtime/io/ckpt_import.c — filling pd2bw's GPT parameters from other programs'
  * checkpoints (and from pd2bw's own safetensors checkpoints).
  *
  * Every pd2bw GPT parameter name maps to one GPT-2 tensor (a GptSlot) of one

@@ -1,4 +1,4 @@
-/* runtime/data.c — memory-mapped token files and the batch sampler.
+/* runtime/io/data.c — memory-mapped token files and the batch sampler.
  *
  * Two layouts hold the same thing, uint16 token ids (see DataFormat in io.h).
  * The file is mapped read-only and checked once, whole, at open: header,

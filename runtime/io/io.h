@@ -1,6 +1,6 @@
-/* runtime/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
+/* runtime/io/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
  *
- * Private to runtime/ (runtime/runtime.h includes it; tools/pd2bw-data uses it).
+ * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
  * Everything here reads or writes a file a user handed us, so every failure that
  * the user can cause (a wrong, truncated or corrupt file) is reported as a message
  * in the caller's error buffer that names the file, and where it helps the byte

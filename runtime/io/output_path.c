@@ -1,4 +1,4 @@
-/* runtime/output_path.c — where an output file goes, decided before any work is done.
+/* runtime/io/output_path.c — where an output file goes, decided before any work is done.
  *
  * Every file pd2bw writes for the user (--save, --log-json, --trace, --profile-out,
  * pd2bw-data's token files) is a regular file that we create, or replace whole. What

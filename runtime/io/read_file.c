@@ -1,4 +1,4 @@
-/* runtime/read_file.c — reading a whole (small) file into memory.
+/* runtime/io/read_file.c — reading a whole (small) file into memory.
  *
  * For the text-sized inputs (vocab.json, merges.txt, corpus files); large
  * binary inputs (token files, checkpoints) are mapped instead.

@@ -1,4 +1,4 @@
-/* runtime/safetensors.c — reading and writing the safetensors format.
+/* runtime/io/safetensors.c — reading and writing the safetensors format.
  *
  * Layout: u64 little-endian N, then N bytes of JSON header, then the data area.
  * The header maps tensor names to {"dtype", "shape", "data_offsets": [begin,

@@ -1,4 +1,4 @@
-/* runtime/stale_tmp.c — recognising temporary files left by dead processes (io.h).
+/* runtime/io/stale_tmp.c — recognising temporary files left by dead processes (io.h).
  *
  * pd2bw names its temporaries after the writing process (DIR.tmp.<pid>,
  * <key>.so.tmp.<pid>.<n>), so a later run can tell one whose writer is gone

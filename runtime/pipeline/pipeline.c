@@ -1,8 +1,8 @@
-/* runtime/pipeline.c — one rank of a pipeline as the interpreter (runtime/exec/)
+/* runtime/pipeline/pipeline.c — one rank of a pipeline as the interpreter (runtime/exec/)
  * finds it: its device and link, its streams, its arena with every buffer at the
  * plan's offset, its tied groups, its data; and, at the end, what rank 0 gathers.
  * The pieces the sequential reference shares with it (samples, stage context, the
- * optimizer step) are here too. See runtime/pipeline.h for the contract.
+ * optimizer step) are here too. See runtime/pipeline/pipeline.h for the contract.
  */
 #include "runtime/pipeline/pipeline_rank.h"
 

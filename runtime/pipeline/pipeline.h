@@ -1,6 +1,6 @@
-/* runtime/pipeline.h — pipelined training: the instruction-stream executor.
+/* runtime/pipeline/pipeline.h — pipelined training: the instruction-stream executor.
  *
- * Private to runtime/ (runtime/runtime.h includes it). One rank runs one stage
+ * Private to runtime/ (runtime/core/runtime.h includes it). One rank runs one stage
  * replica (stage i, replica r) and interprets that stage's instruction stream
  * (contract/plan_streams.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with
  * weight version v in slot vslot, sends and receives of activations and gradients
@@ -98,7 +98,7 @@ typedef struct PipeStage {
 } PipeStage;
 
 typedef struct PipePlan {
-  RtPlan *rt;                /* stage programs (runtime/runtime.h) */
+  RtPlan *rt;                /* stage programs (runtime/core/runtime.h) */
   int d, w;
   int64_t b, m;              /* microbatch size, microbatches per pipeline and batch */
   PlanSchedule schedule;
@@ -138,7 +138,7 @@ typedef struct PipeOptions {
   bool seed_set;
   int threads;             /* CPU threads for the whole process; 0: all cores */
   bool shuffle;            /* seeded random window order per epoch (pd2bwrun --shuffle) */
-  const char *val_path;    /* held-out tokens: validation loss (runtime/pipeline_eval.h), or NULL */
+  const char *val_path;    /* held-out tokens: validation loss (runtime/pipeline/pipeline_eval.h), or NULL */
   int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* reference batches (B = b·w·m samples) per evaluation; <= 0: 8 */
   const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
@@ -179,14 +179,14 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
  * gpipe/1f1b/2bw loads plan_dir/reference (a one-stage plan with m = w·m) and runs
  * the schedule's update rule (vanilla, or delayed for 2bw); for pipedream runs the
  * plan's own stages one after another on one thread with the per-stage delay rule
- * (runtime/pipeline_seq.c; a resumed pipedream run is refused). Same steps; compares
+ * (runtime/reference/pipeline_seq.c; a resumed pipedream run is refused). Same steps; compares
  * per-microbatch losses and all weights with `got`. Prints a table to out;
  * false (with the worst difference in err) when a relative difference exceeds tol. */
 bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
                               double tol, FILE *out, char *err, size_t errlen);
 
 /* --log-json of a pipelined run (the CPU and the CUDA executors'): one JSON object per
- * step of r, written atomically at the end (runtime/io.h); false with the path and the
+ * step of r, written atomically at the end (runtime/io/io.h); false with the path and the
  * cause in err. */
 bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
 /* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
@@ -195,7 +195,7 @@ double pipe_tokens_per_step(const PipePlan *p);
 double pipe_flops_per_step(const PipePlan *p);
 double pipe_peak_flops(const PipePlan *p);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
- * report.html with the measured timeline and the losses (runtime/plan_report.h). A
+ * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on
  * stderr only: the run's own outputs are already written. */
 void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
@@ -207,7 +207,7 @@ void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutco
 int exec_one_main(const char *plan_dir, const PipeOptions *o);
 
 /* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
- * every output path (runtime/io.h: output_paths_check) before loading the plan. */
+ * every output path (runtime/io/io.h: output_paths_check) before loading the plan. */
 int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport,
                   bool reference, double ref_tol, int *argc, char ***argv);
 

@@ -1,5 +1,5 @@
-/* runtime/pipeline_eval.c — the validation loss through the pipeline (see
- * runtime/pipeline_eval.h for what is evaluated, where, and in which memory). */
+/* runtime/pipeline/pipeline_eval.c — the validation loss through the pipeline (see
+ * runtime/pipeline/pipeline_eval.h for what is evaluated, where, and in which memory). */
 #include "runtime/pipeline/pipeline_eval.h"
 
 #include <math.h>

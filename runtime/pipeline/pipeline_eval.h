@@ -1,9 +1,9 @@
-/* runtime/pipeline_eval.h — the validation loss of a pipelined run (pd2bwrun
+/* runtime/pipeline/pipeline_eval.h — the validation loss of a pipelined run (pd2bwrun
  * --val-data FILE [--eval-every K] [--eval-batches N]). Private to runtime/pipeline*.c.
  *
  * What is evaluated: exactly what the one-stage trainer evaluates on the pipeline's
  * reference plan (PLAN/reference: one stage, b·w·m samples per batch, see
- * runtime/trainer.c trainer_eval): the first N' = min(N, batches per epoch) batches of
+ * runtime/core/trainer.c trainer_eval): the first N' = min(N, batches per epoch) batches of
  * B = b·w·m samples of the file, read in order (never shuffled), every one of their
  * w·m microbatches forward-only (training = 0: no dropout), and the plain mean of the
  * N'·w·m microbatch losses. The weights are the NEWEST version: W(t+1) after batch t's
@@ -15,7 +15,7 @@
  * How: every rank calls pipe_eval_run at the same point, between two
  * exec_run_batches calls, where no microbatch is in flight and no message is
  * pending. Replica r takes the reference's microbatches r·m .. r·m + m - 1 of each
- * validation batch (the same split as training, runtime/pipeline.h). Stage 0 reads the
+ * validation batch (the same split as training, runtime/pipeline/pipeline.h). Stage 0 reads the
  * tokens, each stage runs its forward and sends its output activation to the next
  * stage of the same replica over the transport (tag PIPE_TAG_EVAL), the last stage
  * reads the targets and computes the loss; rank 0 gathers the losses of the last

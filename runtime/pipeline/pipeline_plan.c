@@ -1,4 +1,4 @@
-/* runtime/pipeline_plan.c — the parts of plan.json the pipeline executor needs beyond
+/* runtime/pipeline/pipeline_plan.c — the parts of plan.json the pipeline executor needs beyond
  * the stage programs: the configuration, the rank map, the tied groups, the memory
  * plan (every buffer's kind, index, offset and size) and each stage's boundary
  * tensors ("program.pipeline", written by codegen_boundary_stages). Every missing or

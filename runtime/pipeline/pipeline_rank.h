@@ -1,6 +1,6 @@
-/* runtime/pipeline_rank.h — internals shared by runtime/pipeline*.c: one rank's state,
+/* runtime/pipeline/pipeline_rank.h — internals shared by runtime/pipeline*.c: one rank's state,
  * the events it records, what rank 0 gathers at the end; the sequential references'
- * rules and runs (pipeline_seq.c, pipeline_ref.c). See runtime/pipeline.h. */
+ * rules and runs (pipeline_seq.c, pipeline_ref.c). See runtime/pipeline/pipeline.h. */
 #ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
 #define PD2BW_RUNTIME_PIPELINE_RANK_H
 
@@ -14,7 +14,7 @@
 #define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
 
 /* Message tags between two ranks (the validation pass uses PIPE_TAG_EVAL and + 1,
- * runtime/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g). */
+ * runtime/pipeline/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g). */
 enum {
   PIPE_TAG_ACT = 1, PIPE_TAG_GRAD = 2, PIPE_TAG_NORM = 3, PIPE_TAG_GATHER = 4, PIPE_TAG_LOSS = 12,
   PIPE_TAG_TIED = 16
@@ -170,7 +170,7 @@ PipeRule pipe_rule_of(PlanSchedule s);
 
 /* Runs the plan's own stage programs one after another on one thread with rule r
  * for batches [0, o->steps): every microbatch of a batch in the reference order
- * (runtime/pipeline.h "Data order"), forward through stages 0..d-1 and backward
+ * (runtime/pipeline/pipeline.h "Data order"), forward through stages 0..d-1 and backward
  * through d-1..0, each stage on its version of the rule; then the stages' step as
  * the executor does it. Starts from the initial weights (o->resume_path is not
  * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
@@ -181,7 +181,7 @@ bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutco
 bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
                       size_t errlen);
 /* Compares got with a reference outcome: a table of per-step losses to out, then
- * "reference: worst ... MATCH|DIFFER" (bounds in runtime/pipeline_ref.c). */
+ * "reference: worst ... MATCH|DIFFER" (bounds in runtime/reference/pipeline_ref.c). */
 bool pipe_outcome_compare(const PipeOutcome *got, const PipeOutcome *ref, double tol, FILE *out, char *err,
                           size_t errlen);
 
@@ -194,7 +194,7 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
 /* Trace and measurements (pipeline_trace.c). */
 bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                       size_t errlen);
-/* The same trace for single-GPU pipeline mode (runtime/cuda_pipe_trace.c): one
+/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_trace.c): one
  * process (the GPU), one thread per stage replica (tid stage·w + replica). */
 bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                           size_t errlen);

@@ -1,11 +1,11 @@
-/* runtime/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
+/* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
  * processes, checkpoints across partitions, --init, validation, the end-of-run report.
  *
  * With --val-data a rank trains in stretches of batches (exec_run_batches) that
  * end where an evaluation is due, after every K-th step and the last; every rank then
- * runs pipe_eval_run (runtime/pipeline_eval.h) and rank 0 keeps the mean for the log.
+ * runs pipe_eval_run (runtime/pipeline/pipeline_eval.h) and rank 0 keeps the mean for the log.
  *
- * A checkpoint is the sequential trainer's format (runtime/trainer.c): one tensor
+ * A checkpoint is the sequential trainer's format (runtime/core/trainer.c): one tensor
  * per parameter under its model name, "opt.m.<name>", "opt.v.<name>", and for 2bw the
  * older version "prev.<name>" (W(t-1), the one batch t trains on); metadata step,
  * seed, model, data_position. Names do not depend on the partition, so a checkpoint
@@ -121,7 +121,7 @@ static int model_params(const PipePlan *p, ParamRef **out) {
 }
 
 /* --init: the stage's parameters from a checkpoint of the whole model (pd2bw, Hugging
- * Face or llm.c GPT-2: runtime/io.h ckpt_import), into every weight version; the
+ * Face or llm.c GPT-2: runtime/io/io.h ckpt_import), into every weight version; the
  * optimizer state stays zero and the run starts at step 0. ckpt_import checks the
  * model's layer count against the file's, so it is given every parameter of the
  * model: this stage's land in its weights, the others in one scratch buffer that is
@@ -429,7 +429,7 @@ bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, c
   if (!atomic_open(&af, path, err, errlen)) return false;
   double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
   for (int64_t b = 0; b < r->steps - r->first_step; b++) {
-    /* the one format of every mode (runtime/console.c); NAN: an executor that does
+    /* the one format of every mode (runtime/core/console.c); NAN: an executor that does
      * not measure it writes null */
     ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
                                   rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,

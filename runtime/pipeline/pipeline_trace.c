@@ -1,4 +1,4 @@
-/* runtime/pipeline_trace.c — what the ranks did, measured: the Chrome trace
+/* runtime/pipeline/pipeline_trace.c — what the ranks did, measured: the Chrome trace
  * (--trace; the same form as the simulator's timeline.json, one process per rank,
  * thread 0 compute, thread 1 communication; or, for single-GPU pipeline mode,
  * pipe_trace_write_gpu: one process, one thread per stage replica, whose stream

@@ -1,14 +1,14 @@
-/* runtime/pipeline_ref.c — checking a pipelined run against the sequential reference.
+/* runtime/reference/pipeline_ref.c — checking a pipelined run against the sequential reference.
  *
  * gpipe, 1f1b, 2bw: pd2bwc writes PLAN/reference/: the same model as ONE stage,
  * microbatch size b and w·m microbatches per step, i.e. the global batch of the
  * pipeline. The one-stage trainer (runtime/exec/exec_one.c) runs it with the pipeline's
  * update rule (vanilla for gpipe/1f1b, one step delayed for 2bw) over the same data in
- * the same microbatch order and dropout keys (runtime/pipeline.h), from the same
+ * the same microbatch order and dropout keys (runtime/pipeline/pipeline.h), from the same
  * checkpoint when the run resumed.
  * pipedream: its stages read different versions of a tied parameter for the same
  * microbatch, which one stage cannot express; the sequential multi-stage executor
- * (runtime/pipeline_seq.c) runs the plan's own stage programs with the per-stage
+ * (runtime/reference/pipeline_seq.c) runs the plan's own stage programs with the per-stage
  * delay rule instead, from step 0 (a pipedream checkpoint lacks the stashed versions).
  * Then the loss of every microbatch and, at the end, every weight are compared:
  *     loss:   |a - b| <= tol · max(|b|, 1)

@@ -1,6 +1,6 @@
-/* runtime/pipeline_seq.c — the sequential multi-stage reference (runtime/pipeline_rank.h).
+/* runtime/reference/pipeline_seq.c — the sequential multi-stage reference (runtime/pipeline/pipeline_rank.h).
  *
- * The one-stage reference (PLAN/reference, runtime/trainer.c) holds a tied parameter
+ * The one-stage reference (PLAN/reference, runtime/core/trainer.c) holds a tied parameter
  * as ONE tensor read by every use of it; under pipedream the embedding (stage 0) and
  * the LM head (stage d-1) read different versions of it for the same microbatch, so
  * that rule needs the stages apart. This executor runs the pipeline plan's own stage

@@ -1,4 +1,4 @@
-/* runtime/plan_report.c — see plan_report.h.
+/* runtime/report/plan_report.c — see plan_report.h.
  *
  * The page is the template (plan_report.html, embedded at build time as
  * plan_report_page) with one marker, @PD2BW_REPORT_DATA@, replaced by a JSON object:

@@ -1,18 +1,18 @@
-/* runtime/plan_report.h — plan/report.html: the plan as a page a person looks at.
+/* runtime/report/plan_report.h — plan/report.html: the plan as a page a person looks at.
  *
  * One self-contained HTML file (inline CSS, script and SVG; nothing fetched) that
  * shows the chosen configuration and the candidate table with why each one lost,
  * each stage's memory as stacked bars against the device's, the simulated timeline
  * and, after a run, the measured timeline and the loss curve. The page is the
- * template runtime/plan_report.html with its data embedded as JSON; its script
+ * template runtime/report/plan_report.html with its data embedded as JSON; its script
  * draws the figures when the page is opened.
  *
  * Written by pd2bwc into every plan directory (from the plan.json it just wrote)
  * and rewritten by pd2bwrun --trace after a run with the run's data added. Both
- * link this writer through pd2bw_report (runtime/report.cmake), which needs only
+ * link this writer through pd2bw_report (runtime/report/CMakeLists.txt), which needs only
  * cJSON and pd2bw_io's file helpers: plan.json is the one thing the compiler and
  * the runtime share, so the writer reads that and includes neither passes/ nor the
- * trainers. The file is written with atomic_open/atomic_commit (runtime/io.h):
+ * trainers. The file is written with atomic_open/atomic_commit (runtime/io/io.h):
  * whole or not at all. */
 #ifndef PD2BW_RUNTIME_PLAN_REPORT_H
 #define PD2BW_RUNTIME_PLAN_REPORT_H

@@ -1,4 +1,4 @@
-/* runtime/transport.c — the transport-independent half of transport.h: argument
+/* runtime/transport/transport.c — the transport-independent half of transport.h: argument
  * checks, the sticky error and its wording, blocking calls built from posted
  * ones, accessors. Groups and collectives are in transport_coll.c; signals,
  * clocks and thread sizing in transport_sys.c.

@@ -1,4 +1,4 @@
-/* runtime/transport.h — how ranks talk: point-to-point pipeline traffic, the
+/* runtime/transport/transport.h — how ranks talk: point-to-point pipeline traffic, the
  * replica-group all-reduce, the tied-parameter sum, and failure handling.
  *
  * One rank runs one stage replica and owns one Transport. Two transports sit behind
@@ -58,7 +58,7 @@
  * Threads: a Transport is used by one thread at a time (its rank's). The local
  * world is shared by its rank threads and is internally locked.
  *
- * Adding a transport (nccl): implement TransportOps (runtime/transport_impl.h) —
+ * Adding a transport (nccl): implement TransportOps (runtime/transport/transport_impl.h) —
  * post, wait, abort, destroy — and the collectives come for free; a transport
  * with its own all-reduce must keep the summation order above to stay
  * bit-identical.

@@ -1,4 +1,4 @@
-/* runtime/transport_coll.c — groups and the collectives, written once over the
+/* runtime/transport/transport_coll.c — groups and the collectives, written once over the
  * transports' point-to-point layer (TRANSPORT_CH_COLL), so that both transports
  * give the same bits and the same failure handling (every wait has the timeout,
  * notices aborts and exited peers, and names the member it waited for).

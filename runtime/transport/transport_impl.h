@@ -1,4 +1,4 @@
-/* runtime/transport_impl.h — what a transport implements (private to the
+/* runtime/transport/transport_impl.h — what a transport implements (private to the
  * transport_*.c files).
  *
  * A transport provides point-to-point messages on two channels and a few

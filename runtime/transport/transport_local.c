@@ -1,4 +1,4 @@
-/* runtime/transport_local.c — the local transport: every rank is a thread of
+/* runtime/transport/transport_local.c — the local transport: every rank is a thread of
  * this process.
  *
  * Matching. Each rank has two FIFO queues: `inbox`, the sends addressed to it

@@ -1,4 +1,4 @@
-/* runtime/transport_mpi.c — the MPI transport: every rank is an MPI process.
+/* runtime/transport/transport_mpi.c — the MPI transport: every rank is an MPI process.
  * Built only when CMake finds Open MPI (transport_mpi_none.c otherwise).
  *
  * Three duplicates of MPI_COMM_WORLD keep traffic apart: the caller's messages,

@@ -1,4 +1,4 @@
-/* runtime/transport_mpi_none.c — the MPI transport's entry points in a build
+/* runtime/transport/transport_mpi_none.c — the MPI transport's entry points in a build
  * without MPI: they say so, and nothing else links against MPI. */
 #include <stdio.h>
 

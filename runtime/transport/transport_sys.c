@@ -1,4 +1,4 @@
-/* runtime/transport_sys.c — what the transports need from the operating system:
+/* runtime/transport/transport_sys.c — what the transports need from the operating system:
  * the SIGINT/SIGTERM flag every wait polls, a monotonic clock, short sleeps, a
  * failure counter, and sizing of a rank's compute threads.
  */

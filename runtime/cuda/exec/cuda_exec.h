@@ -1,4 +1,4 @@
-/* runtime/cuda_exec.h — training a plan on a GPU: the launch-list executor.
+/* runtime/cuda/exec/cuda_exec.h — training a plan on a GPU: the launch-list executor.
  *
  * pd2bwc writes, next to each stageN.c, the GPU twin stageN.cu and the launch list
  * stageN.launch.json (format in codegen/cgen_cuda.c): the ordered kernel launches and
@@ -15,7 +15,7 @@
  *    kernels through a key in device memory, launch list format 3), so it is captured
  *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
  *    one graph launch (cx_program_run);
- *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/trainer.c's
+ *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/core/trainer.c's
  *    update rule step for step (same data order, same dropout keys, same 1/m and
  *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
  *    rule for 2bw with two weight versions), so its losses must match the CPU
@@ -29,7 +29,7 @@
  *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
  *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
  *    cuda_pipe_main);
- *  - cuda_pipe*.c: single-GPU pipeline mode (runtime/cuda_pipe.h), every stage replica
+ *  - cuda_pipe*.c: single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h), every stage replica
  *    on the one device, one stream each, the plan's instruction streams interpreted
  *    from one host thread (it uses the ops' streams, events and device copies); and
  *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
@@ -41,7 +41,7 @@
  * naming the missing file.
  *
  *  - cuda_exec_ckpt.c: checkpoints (--save, --resume, --init) of the one-stage trainer in
- *    runtime/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
+ *    runtime/core/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
  *    Single-GPU pipeline mode's are in cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
  *
  * NOT done: checkpoints and validation in multi-GPU mode (--transport nccl).
@@ -228,7 +228,7 @@ typedef struct CudaExecOptions {
   int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
-   * events (runtime/cuda_pipe_trace.c), written here; NULL: none. */
+   * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
   const char *trace_path;
 } CudaExecOptions;
 

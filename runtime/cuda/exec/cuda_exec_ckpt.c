@@ -1,4 +1,4 @@
-/* runtime/cuda_exec_ckpt.c — checkpoints of the one-stage GPU trainer (cuda_exec.h).
+/* runtime/cuda/exec/cuda_exec_ckpt.c — checkpoints of the one-stage GPU trainer (cuda_exec.h).
  *
  * The format is the CPU trainer's, written and read by the same code (runtime.h
  * rt_ckpt_save / rt_ckpt_resume / rt_ckpt_init): the device blocks (newest weights,

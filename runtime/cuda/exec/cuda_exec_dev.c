@@ -1,4 +1,4 @@
-/* runtime/cuda_exec_dev.c — the executor's device ops on a real GPU
+/* runtime/cuda/exec/cuda_exec_dev.c — the executor's device ops on a real GPU
  * (runtime/cuda/cuda_backend.h), and the cuBLAS rate it is compared with.
  *
  * Stage sources go through cuda_nvrtc_compile for the device's architecture (cached
@@ -147,7 +147,7 @@ static void d_graph_launch(void *dev, void *graph, int stream) {
 static void d_graph_destroy(void *dev, void *graph) { cuda_graph_destroy(((CxCuda *)dev)->d, graph); }
 
 /* The driver's handle of stream s, for the multi-GPU executor's NCCL calls
- * (runtime/cuda_pipe_nccl.c). */
+ * (runtime/cuda/pipe/cuda_pipe_nccl.c). */
 static void *d_native_stream(void *dev, int s) { return (void *)cuda_dev_stream(((CxCuda *)dev)->d, (CudaStreamId)s); }
 
 CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {

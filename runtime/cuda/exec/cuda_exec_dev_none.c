@@ -1,4 +1,4 @@
-/* runtime/cuda_exec_dev_none.c — cuda_exec.h's device functions in a build without
+/* runtime/cuda/exec/cuda_exec_dev_none.c — cuda_exec.h's device functions in a build without
  * the CUDA toolkit: every one reports that, so `--backend cuda` fails cleanly. */
 #include "runtime/cuda/exec/cuda_exec.h"
 

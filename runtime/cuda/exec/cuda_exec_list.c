@@ -1,4 +1,4 @@
-/* runtime/cuda_exec_list.c — a stage's launch list, loaded once and replayed
+/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list, loaded once and replayed
  * (cuda_exec.h).
  *
  * A stage's kernels live in two modules (codegen/cgen_cuda.c): the plan's kernel

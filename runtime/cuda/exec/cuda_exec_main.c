@@ -1,4 +1,4 @@
-/* runtime/cuda_exec_main.c — the GPU training loop behind pd2bwrun --backend cuda and
+/* runtime/cuda/exec/cuda_exec_main.c — the GPU training loop behind pd2bwrun --backend cuda and
  * tools/pd2bw-cuda-train (cuda_exec.h). A plan with several stages or replicas goes to
  * single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main).
  *
@@ -36,7 +36,7 @@ typedef struct Bench {
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
-  /* every output path before anything is loaded or trained (runtime/io.h) */
+  /* every output path before anything is loaded or trained (runtime/io/io.h) */
   OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path}};
   if (!output_paths_check(outs, 3, err, sizeof err)) return fail(prog, err);
   if (pipe_plan_ranks(plan_dir) > 1) /* several stages or replicas: single-GPU pipeline mode */

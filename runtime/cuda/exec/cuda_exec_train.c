@@ -1,6 +1,6 @@
-/* runtime/cuda_exec_train.c — the one-stage trainer on a device (cuda_exec.h).
+/* runtime/cuda/exec/cuda_exec_train.c — the one-stage trainer on a device (cuda_exec.h).
  *
- * The update rule is runtime/trainer.c's, on device memory:
+ * The update rule is runtime/core/trainer.c's, on device memory:
  *     grads = 0; for j in 0..m-1: inputs <- samples s·B + j·b ..; forward; backward
  *     norm  = sqrt(Σ_params Σ g²) / m        (pkc_sumsq_*: deterministic, in double)
  *     scale = 1/m · min(1, clip / norm)

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe.c — the CUDA pipeline modes' setup (cuda_pipe.h): the stage
+/* runtime/cuda/pipe/cuda_pipe.c — the CUDA pipeline modes' setup (cuda_pipe.h): the stage
  * programs, the one device allocation carved per stage replica as the plan lays it
  * out, the initial weights, the token images, --resume and the stretch selection
  * (the driver loop and the results: cuda_pipe_drive.c). Multi-GPU
@@ -6,7 +6,7 @@
  * that stage's program, that SR's part, streams for communication, the SR and each
  * tied group.
  *
- * The planned part of each SR mirrors runtime/pipeline.c's layout_arena buffer for
+ * The planned part of each SR mirrors runtime/pipeline/pipeline.c's layout_arena buffer for
  * buffer (the same (kind, index) lookups and size checks), so a plan whose memory
  * plan is wrong fails here as it fails on the CPU. */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
@@ -230,7 +230,7 @@ static bool open_data(CpRun *x, char *err, size_t errlen) {
   return true;
 }
 
-/* --init as the CPU pipeline does it (runtime/pipeline_run.c): ckpt_import is given
+/* --init as the CPU pipeline does it (runtime/pipeline/pipeline_run.c): ckpt_import is given
  * every parameter of the model (it checks the layer count against the file's): SR
  * s's own land in w (its params block), the others in a scratch buffer, dropped. */
 static bool init_from(const CpRun *x, const CpSr *s, float *w, const char *path, char *err, size_t errlen) {
@@ -277,7 +277,7 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   x->steps = x->o->steps;
   x->mref = p->m * p->w;
   /* --steps 0 (save the initial weights): one batch's streams that never run, as in
-   * runtime/pipeline.c's build_streams */
+   * runtime/pipeline/pipeline.c's build_streams */
   x->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
                              .nbatches = x->steps > 0 ? (int)x->steps : 1,
                              .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups};
@@ -443,7 +443,7 @@ bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k) {
   return true;
 }
 
-/* --resume as runtime/pipeline_run.c's pipe_rank_resume: the checkpoint's step is the
+/* --resume as runtime/pipeline/pipeline_run.c's pipe_rank_resume: the checkpoint's step is the
  * first batch to run; its weights go into the slot the streams treat as newest at that
  * batch (2bw: step % 2, the older version "prev.*" into the other), every other slot
  * a copy of them; AdamW m and v; its seed keys dropout unless --seed was given. The

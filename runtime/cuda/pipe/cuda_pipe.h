@@ -1,12 +1,12 @@
-/* runtime/cuda_pipe.h — the CUDA pipeline executor. Single-GPU pipeline mode: every
+/* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline executor. Single-GPU pipeline mode: every
  * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
  * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_nccl.c, whose header
  * says what differs and what has never run): one MPI process per stage replica, each
  * running this same executor for its own SR, NCCL for what crosses SRs.
  *
  * It runs the plan's instruction streams (contract/plan_streams.h plan_streams_build, the
- * same streams runtime/pipeline.c interprets on CPU ranks) with the semantics of
- * runtime/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
+ * same streams runtime/pipeline/pipeline.c interprets on CPU ranks) with the semantics of
+ * runtime/pipeline/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
  * clipping, tied-parameter sums in ascending stage order, weight versions (2bw's two,
  * pipedream's per-stage lag) and 2bw's deferred tied steps — so its losses and weights
  * match the same sequential reference (pipeline_check_reference). What differs is only
@@ -49,14 +49,14 @@
  * plan against the CPU reference, with GEMMs of several streams in flight on one cuBLAS
  * handle (each stream has its own workspace: runtime/cuda/cuda_device.c).
  *
- * Checkpoints and validation, as runtime/pipeline_run.c does them (single-GPU mode
+ * Checkpoints and validation, as runtime/pipeline/pipeline_run.c does them (single-GPU mode
  * here; multi-GPU mode the same per rank, cuda_pipe_nccl.c's header says how):
  * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
  * the one-stage trainer's format, so any executor resumes it); --resume loads one
  * (any executor's) into the slots the streams use at its step and runs only the
  * instructions of the later batches (cp_select); --init reads the weights with
  * ckpt_import; --val-data trains in stretches that end where a validation is due and
- * evaluates between them (cuda_pipe_eval.c: runtime/pipeline_eval.h's loss).
+ * evaluates between them (cuda_pipe_eval.c: runtime/pipeline/pipeline_eval.h's loss).
  *
  * --trace (single-GPU mode, cuda_pipe_trace.c): every instruction of every SR timed
  * with device events (FWD/BWD/OPT_STEP on the SR's stream, sends/receives as their

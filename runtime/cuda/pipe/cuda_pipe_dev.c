@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_dev.c — the CUDA pipeline interpreter's device ops
+/* runtime/cuda/pipe/cuda_pipe_dev.c — the CUDA pipeline interpreter's device ops
  * (cuda_pipe_internal.h): a stage's forward and backward pass, the ordered sum, the
  * optimizer step of a deferred tied group (the step's norm and update:
  * cuda_pipe_graph.c), and where a boundary tensor or a tied gradient

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_drive.c — the CUDA pipeline modes' driver loop (cuda_pipe.h):
+/* runtime/cuda/pipe/cuda_pipe_drive.c — the CUDA pipeline modes' driver loop (cuda_pipe.h):
  * init/resume (cuda_pipe.c), training in stretches that end where a validation is due,
  * the validations, the results and --save, for single-GPU mode here and, through
  * cp_train, for multi-GPU mode (cuda_pipe_nccl.c). */
@@ -11,7 +11,7 @@
 bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final) {
   const CudaExecOptions *o = x->o;
   /* stretches that end where a validation is due (after every K-th step and the
-   * last), as runtime/pipeline_run.c trains; always one, even with nothing to train */
+   * last), as runtime/pipeline/pipeline_run.c trains; always one, even with nothing to train */
   int64_t nb = x->steps > x->first ? x->steps - x->first : 0, K = o->val_path ? o->eval_every : 0, lo = x->first;
   for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
   *val_final = NAN;

@@ -1,5 +1,5 @@
-/* runtime/cuda_pipe_eval.c — the validation loss in single-GPU pipeline mode
- * (cuda_pipe.h), with runtime/pipeline_eval.h's contract: the first
+/* runtime/cuda/pipe/cuda_pipe_eval.c — the validation loss in single-GPU pipeline mode
+ * (cuda_pipe.h), with runtime/pipeline/pipeline_eval.h's contract: the first
  * N' = min(N, batches per epoch) batches of B = b·w·m samples of the file, in order,
  * every one of their w·m microbatches forward-only (training off, microbatch key 0:
  * trainer_eval's context), on the NEWEST weights, and the plain mean of the losses in

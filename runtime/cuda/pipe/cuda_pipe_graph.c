@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_graph.c — the step's norm and update as CUDA graphs, in every
+/* runtime/cuda/pipe/cuda_pipe_graph.c — the step's norm and update as CUDA graphs, in every
  * mode of the CUDA pipeline interpreter (cuda_pipe_internal.h), as the one-stage
  * trainer (cuda_exec_train.c) runs them.
  *

@@ -1,6 +1,6 @@
-/* runtime/cuda_pipe_internal.h — the state of the CUDA pipeline executor: ONE
+/* runtime/cuda/pipe/cuda_pipe_internal.h — the state of the CUDA pipeline executor: ONE
  * interpreter of the plan's instruction streams (cuda_pipe_run.c) over a device and a
- * link, shared by both modes. See runtime/cuda_pipe.h for the contract.
+ * link, shared by both modes. See runtime/cuda/pipe/cuda_pipe.h for the contract.
  *
  * The seams (what the CPU executor's device and link interfaces map onto):
  *  - the interpreter (cuda_pipe_run.c): per-instruction dispatch of every live SR's
@@ -113,7 +113,7 @@ typedef struct CpRun CpRun;
 /* The link: everything that crosses stage replicas. Entries return false with x->err
  * on a failure unless said otherwise. */
 typedef struct CpLink {
-  /* One send/receive group of s: s->grp[0..n) (posting order: runtime/pipeline.c's
+  /* One send/receive group of s: s->grp[0..n) (posting order: runtime/pipeline/pipeline.c's
    * tensors and order). Counts each message it leaves unfinished in s->grp_pending
    * and decrements it when the message completes. */
   bool (*p2p)(CpRun *x, CpSr *s, int n);
@@ -184,7 +184,7 @@ struct CpRun {
   double *step_ms;     /* [steps + 1] by batch: time since the previous step (NAN: not timed) */
   double t_prev_step;  /* when the previous timed step (or the run's start) ended, validations left out */
   int64_t batch_prev;  /* its batch (first - 1: the start) */
-  RtLog *console;      /* the step lines (not quiet), runtime/console.c */
+  RtLog *console;      /* the step lines (not quiet), runtime/core/console.c */
   CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   CxGraphStats step_graphs; /* how the norms and updates ran (CxPipeStats) */
   bool failed;
@@ -218,7 +218,7 @@ void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
 
 /* Points every SR at the instructions of batches [lo, hi) of its stage's stream, in
  * stream order (a send/receive group keeps its members in the range), from the
- * start: cp_run then runs exactly those (runtime/pipeline.c's pipe_rank_run_batches:
+ * start: cp_run then runs exactly those (runtime/pipeline/pipeline.c's pipe_rank_run_batches:
  * consecutive ranges compute what one range over their union does). */
 void cp_select(CpRun *x, int64_t lo, int64_t hi);
 
@@ -234,7 +234,7 @@ bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, doubl
  * (rank 0's own failures: only there). */
 bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t errlen);
 
-/* cuda_pipe_eval.c: validation (runtime/pipeline_eval.h's contract: the one-stage
+/* cuda_pipe_eval.c: validation (runtime/pipeline/pipeline_eval.h's contract: the one-stage
  * trainer's loss on PLAN/reference for the newest weights). Opens o->val_path; false
  * with a message naming the file. */
 bool cp_eval_open(CpRun *x, char *err, size_t errlen);
@@ -327,7 +327,7 @@ void cp_update(CpRun *x, CpSr *s, int vslot, int src, int64_t t);
 void cp_graphs_free(CpRun *x, CpSr *s);
 /* Adds SR last's m microbatch losses of batch t (a last stage), in order, to *sum. */
 void cp_add_losses(CpRun *x, const CpSr *last, int64_t t, double *sum);
-/* The step line of batch t (runtime/console.c): the loss sum over nrep replicas' m
+/* The step line of batch t (runtime/core/console.c): the loss sum over nrep replicas' m
  * microbatches (the global loss), lr, the grad norm and the step's ms. */
 void cp_progress_line(CpRun *x, double loss_sum, int nrep, int64_t t);
 

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_link.c — the same-GPU link of the CUDA pipeline interpreter
+/* runtime/cuda/pipe/cuda_pipe_link.c — the same-GPU link of the CUDA pipeline interpreter
  * (cuda_pipe_internal.h's CpLink): single-GPU pipeline mode, every stage replica in
  * this process on one device.
  *
@@ -17,7 +17,7 @@
  * above carries the dependency. Matching is MPI's: per (sender, receiver, kind) in
  * posting order, a send/receive group completes when all its messages matched. The
  * replica all-reduce and the tied sums are ordered sums (cp_dev_sum_into: replica
- * order, ascending stage order: runtime/pipeline.c's order); OPT_STEP waits until
+ * order, ascending stage order: runtime/pipeline/pipeline.c's order); OPT_STEP waits until
  * every stage of its pipeline is there (the global norm needs them all).
  *
  * With --trace every message's copy and the all-reduce are bracketed by event pairs
@@ -128,7 +128,7 @@ static void local_tied_post(CpRun *x, CpSr *s, int g, int64_t t) {
 
 /* The sum over the members of tied group g (of s's replica) for batch t, added in
  * ascending stage order into the first member's buffer and copied to the others, so
- * all members hold the same bits (runtime/pipeline.c's tied_finish adds in the same
+ * all members hold the same bits (runtime/pipeline/pipeline.c's tied_finish adds in the same
  * order). Needs every member's part posted; false when one is not. */
 static bool local_tied_sum(CpRun *x, CpSr *s, int g, int64_t t) {
   const PlanTiedGroup *G = &x->p->groups[g];

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_main.c — pd2bwrun --backend cuda / pd2bw-cuda-train on a plan with
+/* runtime/cuda/pipe/cuda_pipe_main.c — pd2bwrun --backend cuda / pd2bw-cuda-train on a plan with
  * several stages or replicas: single-GPU pipeline mode, or with --transport nccl
  * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
  * pipeline path (rank 0's), and --reference against the sequential trainer on the

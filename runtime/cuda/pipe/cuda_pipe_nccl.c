@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_nccl.c — multi-GPU pipeline mode (cuda_pipe.h): one MPI process
+/* runtime/cuda/pipe/cuda_pipe_nccl.c — multi-GPU pipeline mode (cuda_pipe.h): one MPI process
  * per stage replica ("SR"), one GPU each, NCCL between them.
  *
  * STATUS: NEVER RUN ON GPUs WITH THE REAL libnccl. CI runs it under mpirun on the
@@ -17,7 +17,7 @@
  * NCCL here, issued in the SR's instruction order (a group's messages go into the SR's
  * message array, sized at setup: nothing is allocated per group):
  *  - a send/receive group (instructions chained with with_next) is ncclGroupStart,
- *    one ncclSend/ncclRecv of bytes per boundary tensor (runtime/pipeline.c's tensors
+ *    one ncclSend/ncclRecv of bytes per boundary tensor (runtime/pipeline/pipeline.c's tensors
  *    and order), ncclGroupEnd, on the communication stream on the SR's pipeline
  *    communicator (rank = stage), fenced like the local copies: the comm stream waits
  *    for the SR's event, the SR's stream for the comm stream's;
@@ -25,7 +25,7 @@
  *    replica communicator (rank = replica), on the comm stream;
  *  - the tied sum is ncclAllReduce on the group's communicator (rank = position among
  *    its stages, ascending) on the group's own stream (ops stream 2 + g), POSTED where
- *    runtime/pipeline.c posts its exchange (TIED_SYNC, or the OPT_STEP that needs it
+ *    runtime/pipeline/pipeline.c posts its exchange (TIED_SYNC, or the OPT_STEP that needs it
  *    first) and WAITED for (an event of that post) by the step that uses it, so it
  *    does not hold up the pipeline traffic behind it on the comm stream;
  *  - the global norm (every step: clipping, the console and the log need it): each
@@ -60,7 +60,7 @@
  * validation microbatches (cp_eval_forward, on the communication stream), the
  * activations going to the next stage by NCCL on the pipeline communicator, and the
  * last stages send their losses to rank 0 over the Transport, which takes the mean in
- * runtime/pipeline_eval.h's order.
+ * runtime/pipeline/pipeline_eval.h's order.
  * Failures: a failing rank aborts the Transport (the others, blocked in MPI, stop;
  * transport_destroy then ends the job through MPI_Abort); one blocked inside NCCL is
  * ended by that MPI_Abort too. */
@@ -293,7 +293,7 @@ static double nccl_norm_total(CpRun *x, CpSr **grp, int n) {
 }
 
 /* Steady-state time per batch and the progress line wait for the whole device, tied
- * streams included. runtime/pipeline.c never waits for a posted tied sum before the
+ * streams included. runtime/pipeline/pipeline.c never waits for a posted tied sum before the
  * step that needs it (one posted by a TIED_SYNC of the next batch before this step
  * is finished by that batch's step); waiting for it here could wait on work a partner
  * issues only after this process's next messages: so not while one is outstanding
@@ -366,7 +366,7 @@ static bool eval_xfer(CpRun *x, CpSr *s, PipeRole role) {
   return true;
 }
 
-/* Collective: cuda_pipe_eval.c's validation (runtime/pipeline_eval.h's loss) with one
+/* Collective: cuda_pipe_eval.c's validation (runtime/pipeline/pipeline_eval.h's loss) with one
  * SR per rank, between two stretches: each rank runs its stage's forward of its
  * replica's microbatches in order, receiving its input activations from the previous
  * stage and sending its outputs on (NCCL, eval_xfer); the last stages send their
@@ -434,7 +434,7 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   int rc = 1;
   /* --init (in cp_setup), then --resume, then the validation file, as single-GPU mode;
    * every rank reads its own stage's part of a checkpoint, and all go on or all stop;
-   * before all that, rank 0 checks the paths of the outputs it writes (runtime/io.h) */
+   * before all that, rank 0 checks the paths of the outputs it writes (runtime/io/io.h) */
   OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}};
   bool ok = x.self != 0 || output_paths_check(outs, 2, err, errlen);
   if (ok) ok = cp_setup(&x, err, errlen);

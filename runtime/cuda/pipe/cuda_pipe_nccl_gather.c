@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_nccl_gather.c — multi-GPU mode's results (cuda_pipe_nccl.c): at
+/* runtime/cuda/pipe/cuda_pipe_nccl_gather.c — multi-GPU mode's results (cuda_pipe_nccl.c): at
  * the end every rank sends rank 0 its payload over the Transport (its out-of-range id
  * count, a last stage's losses, a replica-0 rank's parameters, with --save also the
  * older 2bw version and AdamW m and v), and rank 0 assembles the outcome as

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_nccl_none.c — multi-GPU pipeline mode (cuda_pipe.h) in a build
+/* runtime/cuda/pipe/cuda_pipe_nccl_none.c — multi-GPU pipeline mode (cuda_pipe.h) in a build
  * without the CUDA toolkit (no runtime/cuda library, hence no NCCL): it says so. */
 #include "runtime/cuda/pipe/cuda_pipe.h"
 

@@ -1,4 +1,4 @@
-/* runtime/cuda_pipe_run.c — the CUDA pipeline interpreter (cuda_pipe.h): every live
+/* runtime/cuda/pipe/cuda_pipe_run.c — the CUDA pipeline interpreter (cuda_pipe.h): every live
  * stage replica's instruction stream issued from one host thread onto the device, in
  * both modes. Single-GPU mode walks all SRs round-robin over the same-GPU link
  * (cuda_pipe_link.c); multi-GPU mode runs its one SR over NCCL (cuda_pipe_nccl.c).
@@ -27,7 +27,7 @@
 /* ---- sends and receives -------------------------------------------------------------- */
 
 /* The group's messages into s->grp: per instruction, one per boundary tensor of its
- * role (runtime/pipeline.c's post_p2p: the same tensors, the same order). */
+ * role (runtime/pipeline/pipeline.c's post_p2p: the same tensors, the same order). */
 static int group_messages(CpRun *x, CpSr *s, int *end) {
   int n = 0, j = s->pc;
   for (;; j++) {

@@ -1,8 +1,8 @@
-/* runtime/cuda_pipe_trace.c — --trace in single-GPU pipeline mode (cuda_pipe.h,
+/* runtime/cuda/pipe/cuda_pipe_trace.c — --trace in single-GPU pipeline mode (cuda_pipe.h,
  * cuda_pipe_internal.h's cp_trace_*): every instruction of every stage replica timed
  * with a pair of device events, read back without extra host waits, the bubble
  * measured as the CPU executor measures it (pipe_measure) and the Chrome trace
- * written by runtime/pipeline_trace.c's writer (one process, one thread per SR).
+ * written by runtime/pipeline/pipeline_trace.c's writer (one process, one thread per SR).
  *
  * Events. Each SR has a ring of event pairs made up front (three batches' worth of its
  * stream's instructions, so it never fills in a normal run); a pair is taken when an
