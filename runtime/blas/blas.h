@@ -1,5 +1,8 @@
 /* runtime/blas/blas.h — the one small BLAS interface of pd2bw.
  *
+ * What this folder (runtime/blas/, library pd2bw_blas) owns: blas.c, pd_sgemm over
+ * BLIS or OpenBLAS, and the choice between them (CMakeLists.txt finds them).
+ *
  * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
  * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
  * passes &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS

@@ -1,4 +1,15 @@
-/* runtime/core/runtime.h — the runtime folder: load a plan and train it.
+/* runtime/core/runtime.h — the runtime's core: load a plan and train it.
+ *
+ * What this folder (runtime/core/, library pd2bw_runtime) owns:
+ *   stage_cc.c     a generated stageN.c turned into loaded code (cc, cache, dlopen)
+ *   run_capture.c  running a program from an argument vector, output captured
+ *   plan_read.c    plan.json back into the structs below
+ *   json_read.c/h  reading plan.json with errors that name the file, key and value
+ *   trainer.c      what every executor shares about parameters: initial values, the
+ *                  learning rate of a step, the checkpoint format
+ *   log.c          what a training run prints (console lines, --log-json)
+ *   console.c      the one format of a training step
+ * The other folders of runtime/ (runtime/CMakeLists.txt lists them) build on this one.
  *
  * runtime/ owns everything that happens after the compiler: reading plan.json, compiling
  * each stage's generated C with the system compiler (cached on disk, loaded with

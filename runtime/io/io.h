@@ -1,5 +1,16 @@
 /* runtime/io/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
  *
+ * What this folder (runtime/io/, library pd2bw_io) owns:
+ *   atomic_file.c   files that appear whole or not at all (atomic_open/atomic_commit)
+ *   output_path.c   where an output file goes, decided before any work is done
+ *   read_file.c     reading a whole (small) file into memory
+ *   stale_tmp.c     recognising temporary files left by dead processes
+ *   cache_seal.c    the checksum that ends every on-disk cache entry
+ *   data.c          memory-mapped token files and the batch sampler
+ *   bpe.c           GPT-2's byte-level BPE tokenizer
+ *   safetensors.c   reading and writing the safetensors format
+ *   ckpt_import.c   pd2bw's GPT parameters from other programs' checkpoints
+ *
  * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
  * Everything here reads or writes a file a user handed us, so every failure that
  * the user can cause (a wrong, truncated or corrupt file) is reported as a message

@@ -1,5 +1,19 @@
 /* runtime/pipeline/pipeline.h — pipelined training: the instruction-stream executor.
  *
+ * What this folder (runtime/pipeline/, library pd2bw_pipeline) owns:
+ *   pipeline.c        one rank as the interpreter (runtime/exec/) finds it: device,
+ *                     link, streams, arena, tied groups, data; what rank 0 gathers
+ *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs
+ *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
+ *                     --init, validation, the end-of-run report
+ *   pipeline_trace.c  what the ranks did, measured: the Chrome trace (--trace), the
+ *                     measured figures, the profile
+ *   pipeline_eval.c/h the validation loss through the pipeline
+ *   pipeline_rank.h   internals shared with runtime/exec/, runtime/reference/ and
+ *                     runtime/cuda/pipe/
+ * pd2bw_pipeline also holds runtime/exec/ (the interpreter) and runtime/reference/
+ * (the sequential references a run is checked against), each in its own folder.
+ *
  * Private to runtime/ (runtime/core/runtime.h includes it). One rank runs one stage
  * replica (stage i, replica r) and interprets that stage's instruction stream
  * (contract/plan_streams.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with

@@ -1,5 +1,9 @@
 /* runtime/report/plan_report.h — plan/report.html: the plan as a page a person looks at.
  *
+ * What this folder (runtime/report/, library pd2bw_report) owns: plan_report.c (the
+ * writer), plan_report.html (the page's template, edited as a web page) and
+ * embed_text.cmake (the template as a C array at build time).
+ *
  * One self-contained HTML file (inline CSS, script and SVG; nothing fetched) that
  * shows the chosen configuration and the candidate table with why each one lost,
  * each stage's memory as stacked bars against the device's, the simulated timeline

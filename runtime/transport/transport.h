@@ -1,6 +1,16 @@
 /* runtime/transport/transport.h — how ranks talk: point-to-point pipeline traffic, the
  * replica-group all-reduce, the tied-parameter sum, and failure handling.
  *
+ * What this folder (runtime/transport/, library pd2bw_transport) owns:
+ *   transport.c         the transport-independent half: argument checks, the sticky
+ *                       error, blocking calls built from posted ones
+ *   transport_coll.c    groups and the collectives, once over both transports
+ *   transport_sys.c     signals, the clock, sleeps, compute-thread sizing
+ *   transport_local.c   the local transport (ranks are threads)
+ *   transport_mpi.c     the MPI transport (transport_mpi_none.c without Open MPI)
+ *   transport_impl.h    what a transport implements (private to this folder and
+ *                       tests/transport)
+ *
  * One rank runs one stage replica and owns one Transport. Two transports sit behind
  * this one interface (DESIGN.md §5):
  *

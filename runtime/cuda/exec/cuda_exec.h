@@ -3,7 +3,8 @@
  * pd2bwc writes, next to each stageN.c, the GPU twin stageN.cu and the launch list
  * stageN.launch.json (format in codegen/cgen_cuda.c): the ordered kernel launches and
  * GEMM calls of one microbatch's forward and backward, every pointer a (block,
- * offset) pair. This sub-area replays those lists:
+ * offset) pair. This folder (runtime/cuda/exec/, library pd2bw_cuda_exec, which
+ * also builds runtime/cuda/pipe/) replays those lists:
  *
  *  - cuda_exec_list.c: the interpreter core. It loads a launch list once into flat
  *    arrays (kernel handles resolved, every offset checked against its block, every
@@ -29,7 +30,7 @@
  *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
  *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
  *    cuda_pipe_main);
- *  - cuda_pipe*.c: single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h), every stage replica
+ *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
  *    on the one device, one stream each, the plan's instruction streams interpreted
  *    from one host thread (it uses the ops' streams, events and device copies); and
  *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per

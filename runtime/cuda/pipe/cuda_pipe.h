@@ -4,6 +4,17 @@
  * says what differs and what has never run): one MPI process per stage replica, each
  * running this same executor for its own SR, NCCL for what crosses SRs.
  *
+ * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
+ *   cuda_pipe.c          setup: stage programs, the device allocation, weights, --resume
+ *   cuda_pipe_run.c      the interpreter of every stage replica's instruction stream
+ *   cuda_pipe_dev.c      its device ops; cuda_pipe_graph.c the step as CUDA graphs
+ *   cuda_pipe_link.c     the same-GPU link (single-GPU mode)
+ *   cuda_pipe_drive.c    the driver loop; cuda_pipe_main.c pd2bwrun's entry point
+ *   cuda_pipe_eval.c     the validation loss; cuda_pipe_trace.c --trace
+ *   cuda_pipe_nccl.c     multi-GPU mode (cuda_pipe_nccl_gather.c its results;
+ *                        cuda_pipe_nccl_none.c without the toolkit)
+ *   cuda_pipe_internal.h the executor's state, private to this folder
+ *
  * It runs the plan's instruction streams (contract/plan_streams.h plan_streams_build, the
  * same streams runtime/pipeline/pipeline.c interprets on CPU ranks) with the semantics of
  * runtime/pipeline/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
