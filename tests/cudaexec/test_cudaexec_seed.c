@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "emu_train.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-cudaseed-XXXXXX";
