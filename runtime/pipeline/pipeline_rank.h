@@ -155,6 +155,25 @@ StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *para
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
                    float *v, int64_t t, double scale);
 
+/* ---- the driver loop (pipeline_drive.c) ------------------------------------------ */
+
+/* What pipe_drive trains and validates; the mode's own work behind run and eval. */
+typedef struct PipeDrive {
+  int64_t first, steps; /* batches [first, steps) */
+  int64_t eval_every;   /* with eval: a validation after every K-th step too (0: the last only) */
+  bool (*run)(void *ctx, int64_t lo, int64_t hi); /* trains batches [lo, hi); false: the run failed */
+  bool (*eval)(void *ctx, double *mean);          /* NULL: no validation */
+  void *ctx;
+  bool print; /* the "step S/N | val loss L" line (rank 0, not quiet) */
+} PipeDrive;
+
+/* The driver loop of every pipelined mode (CPU ranks and CUDA): batches [first,
+ * steps) in stretches that end where a validation is due (after every K-th step and
+ * the last; always one stretch, so a run resumed at --steps still validates), the
+ * validation between them. val[b] (nb + 1 entries) gets batch first + b's validation
+ * loss (NAN: none), *val_final the last one. false as soon as run or eval fails. */
+bool pipe_drive(const PipeDrive *d, double *val, double *val_final);
+
 /* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
 
 /* Which weight version microbatch k (1-indexed, per replica) reads at a stage, in

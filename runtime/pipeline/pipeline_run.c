@@ -1,7 +1,8 @@
 /* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
  * processes, checkpoints across partitions, --init, validation, the end-of-run report.
  *
- * With --val-data a rank trains in stretches of batches (exec_run_batches) that
+ * With --val-data a rank trains in stretches of batches (exec_run_batches, driven by
+ * pipe_drive: pipeline_drive.c, the CUDA pipeline modes' loop too) that
  * end where an evaluation is due, after every K-th step and the last; every rank then
  * runs pipe_eval_run (runtime/pipeline/pipeline_eval.h) and rank 0 keeps the mean for the log.
  *
@@ -293,6 +294,15 @@ static void note_error_root(RunCtx *c, const char *msg, bool root) {
 
 static void note_error(RunCtx *c, const char *msg) { note_error_root(c, msg, false); }
 
+/* pipe_drive's work on a CPU rank: the interpreter and the validation pass. */
+typedef struct RankDrive {
+  PipeRank *R;
+  PipeEval *E;
+} RankDrive;
+
+static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
+static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
+
 static int run_rank(Transport *t, void *arg) {
   RunCtx *c = arg;
   char err[TRANSPORT_ERR_LEN + 256];
@@ -330,32 +340,13 @@ static int run_rank(Transport *t, void *arg) {
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
               (long long)first, (long long)c->o->steps);
   }
-  /* Training in stretches that end where an evaluation is due (after every K-th step
-   * and the last); pipelined 2bw drains at each, which changes timing, not values. */
-  int64_t nb = R->steps > R->first ? R->steps - R->first : 0, K = E ? c->o->eval_every : 0;
+  /* the driver loop of every pipelined mode (pipeline_drive.c) */
+  int64_t nb = R->steps > R->first ? R->steps - R->first : 0;
   double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
-  for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
-  bool ok = true;
-  int64_t lo = R->first;
-  do {
-    int64_t hi = R->steps;
-    if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-    ok = exec_run_batches(R, lo, hi);
-    /* at the end always: also when resumed at (or past) --steps and nothing trained */
-    if (ok && E && (hi == R->steps || (K > 0 && hi % K == 0))) {
-      double v;
-      ok = pipe_eval_run(E, &v);
-      if (ok && rk == 0) {
-        val_final = v;
-        if (hi > R->first) val[hi - 1 - R->first] = v;
-        if (!c->o->quiet && hi > R->first) {
-          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)R->steps, v);
-          fflush(stdout);
-        }
-      }
-    }
-    lo = hi;
-  } while (ok && lo < R->steps);
+  RankDrive rd = {R, E};
+  PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
+                     .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet};
+  bool ok = pipe_drive(&drive, val, &val_final);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);

@@ -1,5 +1,6 @@
 /* runtime/cuda/pipe/cuda_pipe_drive.c — the CUDA pipeline modes' driver loop (cuda_pipe.h):
- * init/resume (cuda_pipe.c), training in stretches that end where a validation is due,
+ * init/resume (cuda_pipe.c), training in stretches that end where a validation is due
+ * (pipe_drive, runtime/pipeline/pipeline_drive.c: the CPU pipelines' loop too),
  * the validations, the results and --save, for single-GPU mode here and, through
  * cp_train, for multi-GPU mode (cuda_pipe_nccl.c). */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
@@ -8,35 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* pipe_drive's work in the CUDA modes: cp_run over the stretch's instructions, and
+ * the mode's validation, which the step times leave out. */
+typedef struct CpDrive {
+  CpRun *x;
+  bool (*eval)(CpRun *x, double *mean);
+} CpDrive;
+
+static bool drive_run(void *ctx, int64_t lo, int64_t hi) {
+  CpRun *x = ((CpDrive *)ctx)->x;
+  cp_select(x, lo, hi);
+  return cp_run(x);
+}
+
+static bool drive_eval(void *ctx, double *mean) {
+  CpDrive *c = ctx;
+  double t0 = pipe_now();
+  bool ok = c->eval(c->x, mean);
+  c->x->t_prev_step += pipe_now() - t0; /* the step times leave the validations out */
+  return ok;
+}
+
 bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final) {
   const CudaExecOptions *o = x->o;
-  /* stretches that end where a validation is due (after every K-th step and the
-   * last), as runtime/pipeline/pipeline_run.c trains; always one, even with nothing to train */
-  int64_t nb = x->steps > x->first ? x->steps - x->first : 0, K = o->val_path ? o->eval_every : 0, lo = x->first;
-  for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
-  *val_final = NAN;
-  bool ok = true;
   x->batch_prev = x->first - 1; /* the clock starts now */
   x->t_prev_step = pipe_now();
-  do {
-    int64_t hi = x->steps;
-    if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-    cp_select(x, lo, hi);
-    ok = cp_run(x);
-    if (ok && o->val_path && (hi >= x->steps || (K > 0 && hi % K == 0))) {
-      double v, t0 = pipe_now();
-      ok = eval(x, &v);
-      x->t_prev_step += pipe_now() - t0; /* the step times leave the validations out */
-      *val_final = v;
-      if (ok && hi > x->first) val[hi - 1 - x->first] = v;
-      if (ok && !o->quiet && x->self == 0 && hi > x->first) {
-        printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)x->steps, v);
-        fflush(stdout);
-      }
-    }
-    lo = hi;
-  } while (ok && lo < x->steps);
-  return ok;
+  CpDrive cd = {x, eval};
+  PipeDrive drive = {.first = x->first, .steps = x->steps, .eval_every = o->eval_every, .run = drive_run,
+                     .eval = o->val_path ? drive_eval : NULL, .ctx = &cd, .print = x->self == 0 && !o->quiet};
+  return pipe_drive(&drive, val, val_final); /* the driver loop of every pipelined mode */
 }
 
 /* ---- results ------------------------------------------------------------------------- */

@@ -1,0 +1,37 @@
+/* runtime/pipeline/pipeline_drive.c — the driver loop every pipelined mode shares
+ * (runtime/pipeline/pipeline_rank.h: pipe_drive): the CPU ranks (pipeline_run.c, over
+ * exec_run_batches) and the CUDA pipeline modes (runtime/cuda/pipe/cuda_pipe_drive.c,
+ * over cp_run). Training runs in stretches that end where a validation is due, so
+ * nothing is in flight while the validation runs; 2bw drains at each, which changes
+ * timing, not values (consecutive stretches compute what one run over their union
+ * does). */
+#include <math.h>
+#include <stdio.h>
+
+#include "runtime/pipeline/pipeline_rank.h"
+
+bool pipe_drive(const PipeDrive *d, double *val, double *val_final) {
+  int64_t nb = d->steps > d->first ? d->steps - d->first : 0, K = d->eval ? d->eval_every : 0, lo = d->first;
+  for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
+  *val_final = NAN;
+  bool ok = true;
+  do { /* always one stretch: a run resumed at (or past) --steps still validates */
+    int64_t hi = d->steps;
+    if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+    ok = d->run(d->ctx, lo, hi);
+    if (ok && d->eval && (hi >= d->steps || (K > 0 && hi % K == 0))) {
+      double v;
+      ok = d->eval(d->ctx, &v);
+      if (ok) {
+        *val_final = v;
+        if (hi > d->first) val[hi - 1 - d->first] = v;
+      }
+      if (ok && d->print && hi > d->first) {
+        printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)d->steps, v);
+        fflush(stdout);
+      }
+    }
+    lo = hi;
+  } while (ok && lo < d->steps);
+  return ok;
+}
