@@ -186,6 +186,10 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
 double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches);
 /* Learning rate of step s (0-based) under the plan's schedule. */
 double rt_lr_at(const TrainConfig *c, int64_t s);
+/* The divergence check of every mode: false with its one message ("the loss is nan at
+ * step S: training diverged ...") in msg when the global loss of step s (0-based) is
+ * not finite. */
+bool rt_loss_ok(double loss, int64_t s, char *msg, size_t n);
 
 /* Checkpoints: params under their names, AdamW state as "opt.m.<name>" and
  * "opt.v.<name>", for 2bw the older weight version as "prev.<name>"; metadata

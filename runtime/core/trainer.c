@@ -48,6 +48,12 @@ void rt_init_param(float *w, const RtParam *p, uint64_t seed) {
 
 /* ---- the learning rate -------------------------------------------------------------- */
 
+bool rt_loss_ok(double loss, int64_t s, char *msg, size_t n) {
+  if (isfinite(loss)) return true;
+  snprintf(msg, n, "the loss is %g at step %lld: training diverged (lower the learning rate?)", loss, (long long)s + 1);
+  return false;
+}
+
 double rt_lr_at(const TrainConfig *c, int64_t s) {
   if (c->schedule == LR_CONSTANT) return c->lr;
   if (c->warmup > 0 && s < c->warmup) return c->lr * (double)(s + 1) / (double)c->warmup;

@@ -293,12 +293,8 @@ static bool step_loss(PipeRank *R, int64_t t) {
     sum += part;
   }
   double loss = sum / (double)R->mref;
-  if (!isfinite(loss)) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "the loss is %g at step %lld: training diverged (lower the learning rate?)", loss,
-             (long long)t + 1);
-    return stop_run(R, msg);
-  }
+  char msg[128];
+  if (!rt_loss_ok(loss, t, msg, sizeof msg)) return stop_run(R, msg);
   if (R->o->quiet) return true;
   StepStats ss = {.loss = loss, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
                   .ms = R->step_ms[t - R->first]};

@@ -133,8 +133,7 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
       fail(prog, err);
       goto done;
     }
-    if (!isfinite(ss.loss)) {
-      snprintf(err, sizeof err, "the loss is %g at step %lld: training diverged", ss.loss, (long long)s + 1);
+    if (!rt_loss_ok(ss.loss, s, err, sizeof err)) { /* the check of every mode */
       fail(prog, err);
       goto done;
     }

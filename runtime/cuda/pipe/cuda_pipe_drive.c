@@ -109,6 +109,12 @@ void cp_outcome_finish(const CpRun *x, PipeOutcome *out) {
   }
 }
 
+bool cp_outcome_loss_ok(const PipeOutcome *out, char *err, size_t errlen) {
+  for (int64_t b = 0; b < out->steps - out->first_step; b++)
+    if (!rt_loss_ok(out->step_loss[b], out->first_step + b, err, errlen)) return false;
+  return true;
+}
+
 void cp_fill_outcome(CpRun *x, PipeOutcome *out) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
@@ -191,6 +197,7 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
       }
       if (bad) snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", o->data_path,
                         (unsigned long long)bad);
+      else if (!cp_outcome_loss_ok(out, err, errlen)) (void)0; /* no checkpoint of a diverged run */
       else if ((!o->save_path || cp_save(&x, o->save_path, err, errlen)) && cp_trace_finish(&x, out, err, errlen))
         rc = 0;
       if (stats) {

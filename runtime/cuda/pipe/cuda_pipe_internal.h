@@ -215,6 +215,11 @@ float *cp_outcome_param(PipeOutcome *out, int *cap, const RtParam *q);
 /* After mb_loss and the parameters: step losses, the measured step time, memory per
  * stage (the SR part: the plan's figure), no validation. */
 void cp_outcome_finish(const CpRun *x, PipeOutcome *out);
+/* The divergence check of every mode (rt_loss_ok) on a finished run's step losses:
+ * false with the message naming the first step whose loss is not finite. The CUDA
+ * pipeline modes check after the run (the CPU interpreter stops at the step), before
+ * --save, so a diverged run leaves no checkpoint. */
+bool cp_outcome_loss_ok(const PipeOutcome *out, char *err, size_t errlen);
 
 /* Points every SR at the instructions of batches [lo, hi) of its stage's stream, in
  * stream order (a send/receive group keeps its members in the range), from the

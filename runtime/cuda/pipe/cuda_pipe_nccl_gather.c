@@ -130,6 +130,7 @@ bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t 
              (unsigned long long)bad);
     ok = false;
   }
+  if (ok) ok = cp_outcome_loss_ok(out, err, errlen); /* no checkpoint of a diverged run */
   if (ok && x->o->save_path) ok = save_from(x, pl, err, errlen);
   if (!ok) {
     pipe_outcome_free(out);
