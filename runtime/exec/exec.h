@@ -40,6 +40,10 @@
  *   load_samples      the token/target inputs of samples [first, first + b) from the
  *                     host DataLoader into the inputs block (a GPU: via a host stage).
  *   copy, zero        device-to-device copy and clear of `bytes`.
+ *   upload, download  host memory into the arena, and the arena into host memory once
+ *                     the device's work on it is done (weights at the start, a
+ *                     checkpoint read or written, the results gathered): the only
+ *                     way the runtime's host code reads or writes the arena.
  *   sum_ordered       dst[i] = ((src[0][i] + src[1][i]) + ...) + src[n-1][i], in that
  *                     order per element, in float (the tied-weight sum: every member
  *                     of a group gets the same bits). dst may be one of src.
@@ -124,6 +128,8 @@ typedef struct ExecDeviceOps {
   void (*load_samples)(ExecDevice *d, char *inputs, DataLoader *dl, int64_t first, int64_t b);
   void (*copy)(ExecDevice *d, void *dst, const void *src, uint64_t bytes);
   void (*zero)(ExecDevice *d, void *dst, uint64_t bytes);
+  void (*upload)(ExecDevice *d, void *dst, const void *host, uint64_t bytes);
+  void (*download)(ExecDevice *d, void *host, const void *src, uint64_t bytes);
   void (*sum_ordered)(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel);
   double (*sumsq)(ExecDevice *d, const float *const *x, const int64_t *numel, int n);
   void (*opt_step)(ExecDevice *d, const ExecOptStep *s, int n);

@@ -64,6 +64,10 @@ static void cpu_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) 
   memcpy(dst, src, (size_t)bytes);
 }
 
+/* The arena is host memory: upload and download are the copy. */
+static void cpu_upload(ExecDevice *d, void *dst, const void *host, uint64_t bytes) { cpu_copy(d, dst, host, bytes); }
+static void cpu_download(ExecDevice *d, void *host, const void *src, uint64_t bytes) { cpu_copy(d, host, src, bytes); }
+
 static void cpu_zero(ExecDevice *d, void *dst, uint64_t bytes) {
   (void)d;
   memset(dst, 0, (size_t)bytes);
@@ -102,6 +106,7 @@ static void cpu_destroy(ExecDevice *d) {
 static const ExecDeviceOps cpu_ops = {
     .name = "cpu", .arena_alloc = cpu_arena_alloc, .arena_free = cpu_arena_free, .forward = cpu_forward,
     .backward = cpu_backward, .load_samples = cpu_load_samples, .copy = cpu_copy, .zero = cpu_zero,
+    .upload = cpu_upload, .download = cpu_download,
     .sum_ordered = cpu_sum_ordered, .sumsq = cpu_sumsq, .opt_step = cpu_opt_step, .destroy = cpu_destroy,
 };
 

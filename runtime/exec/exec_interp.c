@@ -343,7 +343,7 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   if (n) R->dev->ops->opt_step(R->dev, R->opt, n);
   for (int g = 0; g < R->pp->ngroups; g++)
     if (R->tied[g].param >= 0 && !R->tied[g].deferred) R->tied[g].state[par] = 0;
-  if (R->grads_out) R->dev->ops->copy(R->dev, R->grads_out, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
+  if (R->grads_out) R->dev->ops->download(R->dev, R->grads_out, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
   R->dev->ops->zero(R->dev, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
   R->newest = in->vslot;
   R->steps_done = t + 1;

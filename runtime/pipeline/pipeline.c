@@ -266,10 +266,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   if (!setup_tied(R, err, errlen)) goto fail;
   if (!(R->dev = exec_cpu_device(R->st, err, errlen))) goto fail;
   if (!layout_arena(R, err, errlen)) goto fail;
-  for (int k = 0; k < R->st->nparams; k++)
-    rt_init_param((float *)(void *)(R->w[0] + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
-  for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
-  R->newest = 0;
+  pipe_rank_init_weights(R);
   /* data */
   for (int k = 0; k < R->st->ninputs; k++) {
     const RtInput *in = &R->st->inputs[k];
@@ -438,6 +435,23 @@ double pipe_flops_per_step(const PipePlan *p) {
 
 double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
 
+/* ---- the weights through host memory ------------------------------------------------ */
+
+void pipe_rank_set_weights(PipeRank *R, const char *w, int newest, const char *prev, int prev_slot) {
+  uint64_t pb = (uint64_t)R->st->blocks[BUF_PARAMS];
+  for (int v = 0; v < R->nversions; v++)
+    R->dev->ops->upload(R->dev, R->w[v], prev && v == prev_slot ? prev : w, pb);
+  R->newest = newest;
+}
+
+void pipe_rank_init_weights(PipeRank *R) {
+  char *w = pd_calloc((size_t)R->st->blocks[BUF_PARAMS] + 1, 1);
+  for (int k = 0; k < R->st->nparams; k++)
+    rt_init_param((float *)(void *)(w + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
+  pipe_rank_set_weights(R, w, 0, NULL, -1);
+  free(w);
+}
+
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
@@ -447,11 +461,18 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   const RtStage *st = R->st;
   int64_t pbytes = st->blocks[BUF_PARAMS];
   int prev = R->nversions >= 2 && p->schedule == PS_2BW ? 1 - R->newest : -1;
-  /* replica 0 of each stage: newest weights, 2bw's older version, AdamW moments */
+  /* replica 0 of each stage: newest weights, 2bw's older version, AdamW moments
+   * (through host memory: the arena is the device's) */
+  const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
   if (R->replica == 0 && !root) {
-    const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
-    for (int q = 0; q < 4; q++)
-      if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
+    char *host = pd_malloc((size_t)pbytes + 1);
+    bool ok = true;
+    for (int q = 0; ok && q < 4; q++) {
+      R->dev->ops->download(R->dev, host, bufs[q], (uint64_t)pbytes);
+      ok = pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER, host, (size_t)pbytes, "final weights"));
+    }
+    free(host);
+    if (!ok) return false;
   }
   /* last stages: their microbatch losses; everyone: the trace events */
   int64_t nl = (R->steps - R->first) * p->m;
@@ -479,10 +500,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     for (int q = 0; q < 4; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
     int src = p->st[s].rank_of_replica[0];
     if (src == 0) {
-      memcpy(G->stage_w[s], R->w[R->newest], (size_t)b);
-      memcpy(G->stage_prev[s], R->w[prev >= 0 ? prev : R->newest], (size_t)b);
-      memcpy(G->stage_m[s], R->adam_m, (size_t)b);
-      memcpy(G->stage_v[s], R->adam_v, (size_t)b);
+      for (int q = 0; q < 4; q++) R->dev->ops->download(R->dev, *dst[q], bufs[q], (uint64_t)b);
       continue;
     }
     for (int q = 0; q < 4; q++)

@@ -125,8 +125,15 @@ void pipe_rank_destroy(PipeRank *R);
  * without a horizon): the streams of the longer run begin with those of the shorter
  * for a one-stage plan. false with a message. */
 bool pipe_rank_extend(PipeRank *R, int64_t steps, char *err, size_t errlen);
+/* The rank's weights from host memory (the arena is the device's: ExecDeviceOps
+ * upload): w into every weight version but prev_slot, which gets prev (2bw's older
+ * version; prev NULL: none); newest becomes R->newest. */
+void pipe_rank_set_weights(PipeRank *R, const char *w, int newest, const char *prev, int prev_slot);
+/* The initial weights: rt_init_param of every parameter by name and R->tc.seed. */
+void pipe_rank_init_weights(PipeRank *R);
 /* Loads a checkpoint (any partition's, or the sequential trainer's) into the rank's
- * parameters and optimizer state; sets R->first. */
+ * parameters and optimizer state (read whole into host memory first: a failed read
+ * leaves the rank as it was); sets R->first. */
 bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
 /* The instructions of batches [lo, hi) (runtime/exec/exec.h: exec_run_batches) run
  * in stretches: consecutive calls over adjacent ranges compute exactly what one call

@@ -64,25 +64,29 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   if (!s) return false;
   bool two = R->pp->schedule == PS_2BW;
   int newest = two ? (int)(step % 2) : 0, prev = two ? (int)((step + 1) % 2) : 0;
+  /* host blocks of the params block's layout: the newest weights, AdamW m and v, 2bw's
+   * older version; onto the device when the whole file was read */
+  size_t pb = (size_t)R->st->blocks[BUF_PARAMS];
+  char *h = pd_calloc(4 * pb + 1, 1), *hw = h, *hm = h + pb, *hv = h + 2 * pb, *hp = h + 3 * pb;
   bool ok = true;
   for (int k = 0; ok && k < R->st->nparams; k++) {
     const RtParam *p = &R->st->params[k];
     char nm[512];
-    ok = load_tensor(s, path, p, p->name, R->w[newest] + p->offset, err, errlen);
+    ok = load_tensor(s, path, p, p->name, hw + p->offset, err, errlen);
     snprintf(nm, sizeof nm, "opt.m.%s", p->name);
-    ok = ok && load_tensor(s, path, p, nm, R->adam_m + p->offset, err, errlen);
+    ok = ok && load_tensor(s, path, p, nm, hm + p->offset, err, errlen);
     snprintf(nm, sizeof nm, "opt.v.%s", p->name);
-    ok = ok && load_tensor(s, path, p, nm, R->adam_v + p->offset, err, errlen);
+    ok = ok && load_tensor(s, path, p, nm, hv + p->offset, err, errlen);
     if (ok && two) {
       snprintf(nm, sizeof nm, "prev.%s", p->name);
       if (st_find(s, nm)) {
-        ok = load_tensor(s, path, p, nm, R->w[prev] + p->offset, err, errlen);
+        ok = load_tensor(s, path, p, nm, hp + p->offset, err, errlen);
       } else if (step > 0) {
         snprintf(err, errlen, "%s: no tensor '%s': the checkpoint holds one weight version (a gpipe/1f1b "
                  "run); 2bw at step %lld needs W(t) and W(t-1)", path, nm, (long long)step);
         ok = false;
       } else {
-        memcpy(R->w[prev] + p->offset, R->w[newest] + p->offset, (size_t)p->bytes);
+        memcpy(hp + p->offset, hw + p->offset, (size_t)p->bytes);
       }
     }
   }
@@ -90,13 +94,15 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   ok = ok && rt_ckpt_meta(s, path, &step, &seed, err, errlen);
   if (ok && !R->o->seed_set) R->tc.seed = seed;
   st_close(s);
-  if (!ok) return false;
-  /* every other slot starts as the newest version (only flush-free schedules use them) */
-  for (int v = 0; v < R->nversions; v++)
-    if (v != newest && !(two && v == prev)) memcpy(R->w[v], R->w[newest], (size_t)R->st->blocks[BUF_PARAMS]);
-  R->newest = newest;
-  R->first = step;
-  return true;
+  if (ok) {
+    /* every other slot starts as the newest version (only flush-free schedules use them) */
+    pipe_rank_set_weights(R, hw, newest, two ? hp : NULL, prev);
+    R->dev->ops->upload(R->dev, R->adam_m, hm, pb);
+    R->dev->ops->upload(R->dev, R->adam_v, hv, pb);
+    R->first = step;
+  }
+  free(h);
+  return ok;
 }
 
 /* The model's parameters, each once (the first stage holding it). */
@@ -135,6 +141,7 @@ static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errl
   for (int k = 0; k < n; k++)
     if (pr[k].p->numel > most) most = pr[k].p->numel;
   float *scratch = pd_malloc((size_t)most * sizeof(float));
+  char *w = pd_calloc((size_t)R->st->blocks[BUF_PARAMS] + 1, 1); /* host: onto the device when read */
   CkptParam *cp = pd_calloc((size_t)n + 1, sizeof *cp);
   for (int k = 0; k < n; k++) {
     const RtParam *q = pr[k].p;
@@ -144,16 +151,15 @@ static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errl
     cp[k].dst = scratch;
     cp[k].att_head_size = R->pp->rt->stages[pr[k].stage].att_head_size;
     for (int j = 0; j < R->st->nparams; j++)
-      if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(R->w[0] + R->st->params[j].offset);
+      if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(w + R->st->params[j].offset);
   }
   bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  if (ok) pipe_rank_set_weights(R, w, 0, NULL, -1);
+  free(w);
   free(cp);
   free(scratch);
   free(pr);
-  if (!ok) return false;
-  for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
-  R->newest = 0;
-  return true;
+  return ok;
 }
 
 bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
