@@ -145,6 +145,8 @@ typedef struct TrainerOptions {
   uint64_t seed;     /* overrides the plan's seed (and a checkpoint's) when seed_set */
   bool seed_set;
   const char *data_path; /* named in the out-of-range token id message; NULL: none */
+  struct ExecDevice *device; /* the device to train on (runtime/exec/exec.h), not owned;
+                                NULL: the CPU's */
 } TrainerOptions;
 
 typedef struct StepStats {
@@ -173,6 +175,9 @@ const RtStage *trainer_stage(const Trainer *t);
 /* The params block (float32, the newest version), for tests and checkpoints; the
  * last step's gradient (a copy: the step clears the gradient block). */
 float *trainer_params(Trainer *t);
+/* The newest weights copied into dst (params-block bytes) through the trainer's
+ * device (TrainerOptions.device: trainer_params is the CPU device's memory). */
+void trainer_read_params(Trainer *t, float *dst);
 float *trainer_grads(Trainer *t);
 int64_t trainer_step_index(const Trainer *t); /* updates done so far */
 double trainer_flops_per_step(const Trainer *t);

@@ -13,6 +13,9 @@
  *                     injected faults (PD2BW_FAULT_INJECT).
  *   exec_cpu.c        the CPU device (the stage program's host functions, the
  *                     kernels/cpu_kernels.h kernels, memcpy/memset).
+ *   (runtime/cuda/exec/cuda_exec_device.c: the CUDA device, cx_exec_device: the stage's
+ *                     launch lists and the GPU trainer's kernels over a CxDeviceOps
+ *                     table; the one-stage trainer takes it as TrainerOptions.device.)
  *   exec_link_transport.c  the link over runtime/transport/transport.h (local threads or MPI).
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped

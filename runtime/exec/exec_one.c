@@ -101,7 +101,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
   t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL, .caller_batches = true,
-                       .seed = o ? o->seed : 0, .seed_set = o && o->seed_set};
+                       .seed = o ? o->seed : 0, .seed_set = o && o->seed_set, .device = o ? o->device : NULL};
   t->world = transport_local_create_world(1, 0);
   t->R = pipe_rank_create(&t->pp, &t->o, transport_local_rank(t->world, 0), 0, err, errlen);
   if (!t->R) {
@@ -128,6 +128,9 @@ void trainer_destroy(Trainer *t) {
 const StageProgram *trainer_program(const Trainer *t) { return exec_cpu_program(t->R->dev); }
 const RtStage *trainer_stage(const Trainer *t) { return t->R->st; }
 float *trainer_params(Trainer *t) { return (float *)(void *)t->R->w[t->R->newest]; }
+void trainer_read_params(Trainer *t, float *dst) {
+  t->R->dev->ops->download(t->R->dev, dst, t->R->w[t->R->newest], (uint64_t)t->R->st->blocks[BUF_PARAMS]);
+}
 float *trainer_grads(Trainer *t) { return (float *)(void *)t->R->grads_out; }
 int64_t trainer_step_index(const Trainer *t) { return t->step; }
 double trainer_flops_per_step(const Trainer *t) { return pipe_flops_per_step(&t->pp); }

@@ -161,6 +161,10 @@ static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   char what[96];
   snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
   R->arena = R->dev->ops->arena_alloc(R->dev, R->arena_bytes, what);
+  if (!R->arena) { /* a GPU's (the CPU's ends the process: pd_out_of_memory) */
+    snprintf(err, errlen, "%s: the device cannot hold %llu bytes", what, (unsigned long long)R->arena_bytes);
+    return false;
+  }
   bool ok = true;
   for (int v = 0; ok && v < R->nversions; v++) ok = place(R, &R->w[v], PB_WEIGHTS, v, pb, err, errlen);
   ok = ok && place(R, &R->grads, PB_GRADS, 0, (uint64_t)st->blocks[BUF_GRADS], err, errlen);
@@ -264,7 +268,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
       R->act_in_bytes += up256((uint64_t)ps->bnd[k].bytes);
     }
   if (!setup_tied(R, err, errlen)) goto fail;
-  if (!(R->dev = exec_cpu_device(R->st, err, errlen))) goto fail;
+  if (!(R->dev = o->device ? o->device : exec_cpu_device(R->st, err, errlen))) goto fail;
   if (!layout_arena(R, err, errlen)) goto fail;
   pipe_rank_init_weights(R);
   /* data */
@@ -341,7 +345,7 @@ void pipe_rank_destroy(PipeRank *R) {
   data_loader_destroy(R->dl);
   if (R->df) data_close(R->df);
   if (R->arena) R->dev->ops->arena_free(R->dev, R->arena);
-  exec_device_destroy(R->dev);
+  if (R->dev != R->o->device) exec_device_destroy(R->dev);
   exec_link_destroy(R->link);
   free(R->loss);
   free(R->ev);

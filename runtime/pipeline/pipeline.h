@@ -156,6 +156,8 @@ typedef struct PipeOptions {
   int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* reference batches (B = b·w·m samples) per evaluation; <= 0: 8 */
   const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
+  struct ExecDevice *device; /* one rank (the one-stage trainer): its device, not owned;
+                                NULL: the CPU's (runtime/exec/exec.h) */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */

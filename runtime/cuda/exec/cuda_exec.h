@@ -273,6 +273,21 @@ CxTrainerState cx_trainer_state(const CxTrainer *t);
 /* After a resume: the next step is `step`, dropout keyed by `seed`. */
 void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
 
+/* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
+
+typedef struct ExecDevice ExecDevice;
+
+/* Stage `stage` of plan on the device behind ops (which outlives it) as a device of
+ * the plan interpreter (runtime/exec/exec.h): its launch lists loaded (gemm as
+ * cx_program_load takes it), its arena the table's one allocation. NULL with a
+ * message naming the plan. Destroyed with exec_device_destroy. */
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm, char *err,
+                           size_t errlen);
+/* How its passes ran (cx_program_graph_stats) and its optimizer steps (eager,
+ * captured, launched as a graph). */
+CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d);
+CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
+
 /* ---- checkpoints (cuda_exec_ckpt.c) ---------------------------------------------- */
 
 /* trainer_save / trainer_resume / trainer_init_from on the GPU trainer, in the same

@@ -1,0 +1,329 @@
+/* runtime/cuda/exec/cuda_exec_device.c — a stage on a GPU as the plan interpreter's
+ * device (runtime/exec/exec.h ExecDeviceOps) over a CxDeviceOps table (a real GPU, or
+ * the tests' emulator): the stage's launch lists (cx_program_run: the passes as CUDA
+ * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
+ * kernels the one-stage GPU trainer runs (cuda_exec_train.c), the norm and the update
+ * as CUDA graphs of their own (eager on the first sighting of a set of pointers,
+ * captured on the second, launched after), the update's per-step values (lr, the
+ * bias-correction step, the gradient scale) in device memory, so one graph serves
+ * every step.
+ *
+ * Everything runs on stream 0, in issue order. Host waits: the sum of squares (its
+ * result decides the clip factor), the loss and out-of-range id count of each pass
+ * (the interpreter checks them per pass), the inputs' upload and the step values'.
+ *
+ * Memory: ONE ops->alloc per device (the table allows one), carved into the
+ * interpreter's arena (the plan's memory.total_bytes, every buffer at its planned
+ * offset) and this device's extras after it: the launch list's scratch, the norm's
+ * partials and result, the step values. Device addresses are handed to the
+ * interpreter as pointers (CxPtr cast), which it only offsets. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/exec/exec.h"
+#include "runtime/pipeline/pipeline_rank.h"
+
+#define CD_BLOCK 256
+#define CD_MAX_GRID 4096 /* grid-stride kernels: enough blocks to fill a GPU */
+#define CD_GRAPHS 8      /* norm and update graphs per device (pointer sets), past it eager */
+
+/* cuda_kernels.cuh's pkc_step_scalars, field for field (cuda_exec_train.c's twin). */
+typedef struct StepScalars {
+  double lr, grad_scale;
+  int64_t t;
+} StepScalars;
+_Static_assert(sizeof(StepScalars) == 24, "StepScalars must match pkc_step_scalars");
+
+/* A norm or update graph, keyed by the pointers and sizes it was issued with. */
+typedef struct StepGraph {
+  uint64_t key;
+  bool seen;
+  void *graph;
+} StepGraph;
+
+typedef struct CudaDevice {
+  ExecDevice base;
+  const CxDeviceOps *ops;
+  const RtStage *st;
+  CxProgram *prog;
+  CxPtr scratch, parts, norm, scalars;
+  int64_t nparts; /* partials the norm can take: Σ grids of every parameter */
+  int T;
+  char *host_inputs; /* the inputs block's image (load_samples) */
+  int32_t *tok_tmp, *tgt_tmp;
+  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy;
+  StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
+  CxGraphStats upd_stats;
+  /* what the graphs' issue functions read */
+  const float *const *sq_x;
+  const int64_t *sq_n;
+  int sq_count;
+  const ExecOptStep *os;
+  int os_count;
+} CudaDevice;
+
+static CudaDevice *cud(ExecDevice *d) { return (CudaDevice *)(void *)d; }
+static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+static unsigned grid_for(int64_t n) {
+  int64_t g = (n + CD_BLOCK - 1) / CD_BLOCK;
+  if (g < 1) g = 1;
+  return (unsigned)(g > CD_MAX_GRID ? CD_MAX_GRID : g);
+}
+
+static void launch(CudaDevice *c, void *k, unsigned grid, unsigned block, void **args) {
+  c->ops->launch(c->ops->dev, 0, k, grid, block, args);
+}
+
+static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
+  CudaDevice *c = cud(d);
+  uint64_t at = up256(bytes), scratch = at, parts = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
+  uint64_t norm = (at += up256((uint64_t)(c->nparts * 8))), scalars = (at += 256);
+  at += up256(sizeof(StepScalars));
+  CxPtr base;
+  char err[RT_ERR_LEN];
+  if (!c->ops->alloc(c->ops->dev, (size_t)at, &base, err, sizeof err)) {
+    fprintf(stderr, "pd2bwrun: %s: %s\n", what, err);
+    return NULL;
+  }
+  c->ops->memset0(c->ops->dev, 0, base, (size_t)at);
+  c->scratch = base + scratch;
+  c->parts = base + parts;
+  c->norm = base + norm;
+  c->scalars = base + scalars;
+  return (char *)(uintptr_t)base;
+}
+
+static void cd_arena_free(ExecDevice *d, char *arena) {
+  (void)d; /* the table's one arena lives as long as the device table */
+  (void)arena;
+}
+
+static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
+  CudaDevice *c = cud(d);
+  const CxDeviceOps *ops = c->ops;
+  CxReplay r = {.seed = p->seed, .microbatch = (uint32_t)p->mb, .training = p->training, .stream = 0};
+  for (int k = BUF_PARAMS; k < BUF_CLASS_COUNT; k++) r.base[k] = dp(p->block[k]);
+  r.base[CX_SCRATCH] = c->scratch;
+  CxPtr bad = c->scratch + (CxPtr)cx_program_bad_ids_offset(c->prog);
+  ops->memset0(ops->dev, 0, bad, 8);
+  cx_program_run(c->prog, which, &r);
+  uint64_t nbad = 0;
+  ops->dtoh(ops->dev, &nbad, bad, 8);
+  p->bad_ids = (int64_t)nbad;
+  if (p->loss && which == CX_FORWARD) {
+    float loss = 0;
+    ops->dtoh(ops->dev, &loss, c->scratch + (CxPtr)cx_program_loss_offset(c->prog), 4);
+    *p->loss = loss;
+  }
+}
+
+static void cd_forward(ExecDevice *d, ExecPass *p) { pass(d, p, CX_FORWARD); }
+static void cd_backward(ExecDevice *d, ExecPass *p) { pass(d, p, CX_BACKWARD); }
+
+static void cd_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t first, int64_t b) {
+  CudaDevice *c = cud(d);
+  if (!c->T) return;
+  pipe_fill_samples(c->st, c->host_inputs, dl, first, b, c->T, c->tok_tmp, c->tgt_tmp);
+  c->ops->htod(c->ops->dev, dp(inputs), c->host_inputs, (size_t)c->st->blocks[BUF_INPUTS]);
+}
+
+static void cd_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) {
+  if (bytes) cud(d)->ops->dtod(cud(d)->ops->dev, 0, dp(dst), dp(src), (size_t)bytes);
+}
+
+static void cd_zero(ExecDevice *d, void *dst, uint64_t bytes) {
+  if (bytes) cud(d)->ops->memset0(cud(d)->ops->dev, 0, dp(dst), (size_t)bytes);
+}
+
+static void cd_upload(ExecDevice *d, void *dst, const void *host, uint64_t bytes) {
+  if (bytes) cud(d)->ops->htod(cud(d)->ops->dev, dp(dst), host, (size_t)bytes);
+}
+
+static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t bytes) {
+  if (bytes) cud(d)->ops->dtoh(cud(d)->ops->dev, host, dp(src), (size_t)bytes);
+}
+
+/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x). */
+static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
+  CudaDevice *c = cud(d);
+  CxPtr y = dp(dst);
+  if (dst != src[0]) {
+    CxPtr x0 = dp(src[0]);
+    void *args[] = {&y, &x0, &numel};
+    launch(c, c->k_copy, grid_for(numel), CD_BLOCK, args);
+  }
+  float one = 1.0f;
+  for (int q = 1; q < n; q++) {
+    CxPtr xq = dp(src[q]);
+    void *args[] = {&y, &one, &xq, &numel};
+    launch(c, c->k_axpy, grid_for(numel), CD_BLOCK, args);
+  }
+}
+
+/* ---- the step's graphs ----------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+/* Issues issue(c) on stream 0 as graph set[key]: eagerly (no graph ops, the first
+ * sighting, or no free entry), by capturing it (the second) or as the graph. */
+static void run_graph(CudaDevice *c, StepGraph *set, uint64_t key, void (*issue)(CudaDevice *), CxGraphStats *stats) {
+  const CxDeviceOps *ops = c->ops;
+  StepGraph *g = NULL;
+  for (int i = 0; i < CD_GRAPHS && !g; i++)
+    if (set[i].seen && set[i].key == key) g = &set[i];
+  for (int i = 0; i < CD_GRAPHS && !g; i++)
+    if (!set[i].seen) g = &set[i];
+  if (!ops->capture_begin || !g || !g->seen) {
+    if (g) *g = (StepGraph){.key = key, .seen = true};
+    issue(c);
+    if (stats) stats->eager++;
+    return;
+  }
+  if (!g->graph) {
+    char err[256] = "";
+    if (!ops->capture_begin(ops->dev, 0, err, sizeof err)) pd_fatal(__FILE__, __LINE__, "capturing a step graph: %s", err);
+    issue(c);
+    g->graph = ops->capture_end(ops->dev, 0, err, sizeof err);
+    if (!g->graph) pd_fatal(__FILE__, __LINE__, "capturing a step graph: %s", err);
+    if (stats) stats->captured++;
+  }
+  ops->graph_launch(ops->dev, g->graph, 0);
+  if (stats) stats->launches++;
+}
+
+/* Σ x² of every tensor: per-block partials of each in turn, then one sum of them all
+ * in order (the one-stage GPU trainer's norm, bit for bit). */
+static void issue_norm(CudaDevice *c) {
+  CxPtr part = c->parts;
+  int64_t np = 0;
+  for (int i = 0; i < c->sq_count; i++) {
+    CxPtr x = dp(c->sq_x[i]);
+    int64_t n = c->sq_n[i];
+    unsigned g = grid_for(n);
+    void *args[] = {&part, &x, &n};
+    launch(c, c->k_sumsq, g, CD_BLOCK, args);
+    part += (CxPtr)g * 8;
+    np += g;
+  }
+  CxPtr out = c->norm, parts = c->parts;
+  int npi = (int)np;
+  void *args[] = {&out, &parts, &npi};
+  launch(c, c->k_final, 1, 32, args);
+}
+
+static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *numel, int n) {
+  CudaDevice *c = cud(d);
+  int64_t np = 0;
+  uint64_t key = 14695981039346656037ull;
+  for (int i = 0; i < n; i++) {
+    np += grid_for(numel[i]);
+    key = mix(mix(key, dp(x[i])), (uint64_t)numel[i]);
+  }
+  PD_CHECK(np <= c->nparts, "(%lld norm partials, room for %lld)", (long long)np, (long long)c->nparts);
+  c->sq_x = x;
+  c->sq_n = numel;
+  c->sq_count = n;
+  run_graph(c, c->g_norm, key, issue_norm, NULL);
+  double ss = 0;
+  c->ops->dtoh(c->ops->dev, &ss, c->norm, 8);
+  return ss;
+}
+
+/* The optimizer kernels of every step in c->os, their per-step values read from
+ * c->scalars (cuda_exec_train.c's launch_update, argument for argument). */
+static void issue_update(CudaDevice *c) {
+  CxPtr sc = c->scalars;
+  for (int i = 0; i < c->os_count; i++) {
+    const ExecOptStep *s = &c->os[i];
+    const TrainConfig *tc = s->tc;
+    CxPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
+    int64_t n = s->param->numel;
+    int decay = s->param->decay;
+    double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay, dc = tc->delay_comp;
+    if (tc->optimizer == OPT_SGD) { /* momentum: beta1 */
+      void *args[] = {&wout, &w, &g, &m, &n, &b1, &wd, &decay, &sc};
+      launch(c, c->k_sgd, grid_for(n), CD_BLOCK, args);
+    } else {
+      void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &dc, &sc};
+      launch(c, c->k_adamw, grid_for(n), CD_BLOCK, args);
+    }
+  }
+}
+
+static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
+  CudaDevice *c = cud(d);
+  uint64_t key = 14695981039346656037ull;
+  for (int i = 0; i < n; i++) {
+    PD_CHECK(s[i].t == s[0].t && s[i].scale == s[0].scale && s[i].tc == s[0].tc, "(one step's values)");
+    key = mix(mix(mix(key, dp(s[i].wout)), dp(s[i].win)), dp(s[i].g));
+  }
+  StepScalars sv = {.lr = rt_lr_at(s[0].tc, s[0].t), .grad_scale = s[0].scale, .t = s[0].t + 1};
+  c->ops->htod(c->ops->dev, c->scalars, &sv, sizeof sv); /* waits: no update reads the last ones still */
+  c->os = s;
+  c->os_count = n;
+  run_graph(c, c->g_upd, key, issue_update, &c->upd_stats);
+}
+
+static void cd_destroy(ExecDevice *d) {
+  CudaDevice *c = cud(d);
+  for (int i = 0; i < CD_GRAPHS; i++) {
+    if (c->g_norm[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_norm[i].graph);
+    if (c->g_upd[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_upd[i].graph);
+  }
+  cx_program_free(c->prog);
+  free(c->host_inputs);
+  free(c->tok_tmp);
+  free(c->tgt_tmp);
+  free(c);
+}
+
+static const ExecDeviceOps cuda_ops = {
+    .name = "cuda", .arena_alloc = cd_arena_alloc, .arena_free = cd_arena_free, .forward = cd_forward,
+    .backward = cd_backward, .load_samples = cd_load_samples, .copy = cd_copy, .zero = cd_zero,
+    .upload = cd_upload, .download = cd_download, .sum_ordered = cd_sum_ordered, .sumsq = cd_sumsq,
+    .opt_step = cd_opt_step, .destroy = cd_destroy,
+};
+
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm, char *err,
+                           size_t errlen) {
+  const RtStage *st = &plan->stages[stage];
+  CxProgram *prog = cx_program_load(ops, plan->dir, stage, gemm, err, errlen);
+  if (!prog) return NULL;
+  for (int k = BUF_PARAMS; k < BUF_CLASS_COUNT; k++)
+    if (cx_program_block(prog, k) != st->blocks[k]) {
+      snprintf(err, errlen, "%s: the launch list's %s block (%lld bytes) is not the C program's (%lld): a mixed plan",
+               plan->dir, buf_class_name((BufClass)k), (long long)cx_program_block(prog, k), (long long)st->blocks[k]);
+      cx_program_free(prog);
+      return NULL;
+    }
+  CudaDevice *c = pd_calloc(1, sizeof *c);
+  c->base.ops = &cuda_ops;
+  c->ops = ops;
+  c->st = st;
+  c->prog = prog;
+  for (int k = 0; k < st->nparams; k++) c->nparts += grid_for(st->params[k].numel);
+  for (int k = 0; k < st->ninputs; k++)
+    if (st->inputs[k].stream != STREAM_OTHER && st->inputs[k].rank == 2) c->T = (int)st->inputs[k].shape[1];
+  c->host_inputs = pd_calloc((size_t)st->blocks[BUF_INPUTS] + 1, 1);
+  c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
+  c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
+  c->k_sumsq = cx_program_kernel(prog, "pkc_sumsq_partial_f32");
+  c->k_final = cx_program_kernel(prog, "pkc_sumsq_final_f32");
+  c->k_adamw = cx_program_kernel(prog, "pkc_adamw_step_dev_f32");
+  c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
+  c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
+  c->k_axpy = cx_program_kernel(prog, "pkc_axpy_f32");
+  return &c->base;
+}
+
+CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
+  return cx_program_graph_stats(((const CudaDevice *)(const void *)d)->prog);
+}
+
+CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) {
+  return ((const CudaDevice *)(const void *)d)->upd_stats;
+}
