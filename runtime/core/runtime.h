@@ -173,7 +173,9 @@ void trainer_destroy(Trainer *t);
 const StageProgram *trainer_program(const Trainer *t);
 const RtStage *trainer_stage(const Trainer *t);
 /* The params block (float32, the newest version), for tests and checkpoints; the
- * last step's gradient (a copy: the step clears the gradient block). */
+ * last step's gradient (a copy: the step clears the gradient block). Both the CPU
+ * device's only (TrainerOptions.device NULL; with a device: trainer_read_params, and
+ * trainer_grads is NULL). */
 float *trainer_params(Trainer *t);
 /* The newest weights copied into dst (params-block bytes) through the trainer's
  * device (TrainerOptions.device: trainer_params is the CPU device's memory). */

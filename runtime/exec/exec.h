@@ -39,9 +39,18 @@
  *   forward/backward  a stage's pass over the blocks of ExecPass (the stage program
  *                     loaded by the device; backward ADDS into the gradient block);
  *                     the loss, when asked, and the count of out-of-range token ids
- *                     come back in host memory.
+ *                     come back in host memory. A GPU may deliver both late, so that
+ *                     a step's passes run without a host wait: the loss by the next
+ *                     sumsq or flush, the count through late_bad_ids.
+ *   flush             waits for the device: the losses asked for so far have landed.
+ *   late_bad_ids      out-of-range token ids the passes since the last call counted
+ *                     but did not report in ExecPass.bad_ids (the CPU reports every
+ *                     pass's there and returns 0; a GPU counts on the device and
+ *                     reads the count at its next host wait). The interpreter asks at
+ *                     every OPT_STEP, after the norm.
  *   load_samples      the token/target inputs of samples [first, first + b) from the
- *                     host DataLoader into the inputs block (a GPU: via a host stage).
+ *                     host DataLoader into the inputs block (a GPU: via a host stage;
+ *                     it may upload the whole batch at its first sample, once).
  *   copy, zero        device-to-device copy and clear of `bytes`.
  *   upload, download  host memory into the arena, and the arena into host memory once
  *                     the device's work on it is done (weights at the start, a
@@ -136,6 +145,8 @@ typedef struct ExecDeviceOps {
   void (*sum_ordered)(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel);
   double (*sumsq)(ExecDevice *d, const float *const *x, const int64_t *numel, int n);
   void (*opt_step)(ExecDevice *d, const ExecOptStep *s, int n);
+  void (*flush)(ExecDevice *d);
+  int64_t (*late_bad_ids)(ExecDevice *d);
   void (*destroy)(ExecDevice *d);
 } ExecDeviceOps;
 

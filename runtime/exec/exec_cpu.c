@@ -95,6 +95,12 @@ static void cpu_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
     pipe_opt_step(s[i].tc, s[i].param, s[i].wout, s[i].win, s[i].g, s[i].m, s[i].v, s[i].t, s[i].scale);
 }
 
+static void cpu_flush(ExecDevice *d) { (void)d; /* every loss is written by its pass */ }
+static int64_t cpu_late_bad_ids(ExecDevice *d) {
+  (void)d;
+  return 0; /* every pass reports its own */
+}
+
 static void cpu_destroy(ExecDevice *d) {
   CpuDevice *c = cpu(d);
   stage_program_unload(&c->prog);
@@ -107,7 +113,8 @@ static const ExecDeviceOps cpu_ops = {
     .name = "cpu", .arena_alloc = cpu_arena_alloc, .arena_free = cpu_arena_free, .forward = cpu_forward,
     .backward = cpu_backward, .load_samples = cpu_load_samples, .copy = cpu_copy, .zero = cpu_zero,
     .upload = cpu_upload, .download = cpu_download,
-    .sum_ordered = cpu_sum_ordered, .sumsq = cpu_sumsq, .opt_step = cpu_opt_step, .destroy = cpu_destroy,
+    .sum_ordered = cpu_sum_ordered, .sumsq = cpu_sumsq, .opt_step = cpu_opt_step, .flush = cpu_flush,
+    .late_bad_ids = cpu_late_bad_ids, .destroy = cpu_destroy,
 };
 
 ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen) {

@@ -92,13 +92,10 @@ static bool check_ids(PipeRank *R, const PlanInstr *in, int64_t bad) {
 static bool run_fwd(PipeRank *R, const PlanInstr *in) {
   fill_inputs(R, in->mb);
   if (R->pp->recompute && R->stage > 0) restore_input(R, in->sslot);
-  double loss = 0;
-  ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, R->st->has_loss ? &loss : NULL);
+  /* the loss lands in R->loss by the step's norm (a GPU's: exec.h, late) */
+  int64_t t = (in->mb - 1) / R->pp->m, j = (in->mb - 1) % R->pp->m;
+  ExecPass c = make_pass(R, in->mb, in->vslot, in->sslot, R->st->has_loss ? &R->loss[(t - R->first) * R->pp->m + j] : NULL);
   R->dev->ops->forward(R->dev, &c);
-  if (R->st->has_loss) {
-    int64_t t = (in->mb - 1) / R->pp->m, j = (in->mb - 1) % R->pp->m;
-    R->loss[(t - R->first) * R->pp->m + j] = loss;
-  }
   return check_ids(R, in, c.bad_ids);
 }
 
@@ -333,6 +330,8 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   }
   double scale;
   if (!batch_scale(R, t, &scale)) return false;
+  /* ids a device counted without reporting them per pass (a GPU's, read with the norm) */
+  if (!check_ids(R, in, R->dev->ops->late_bad_ids(R->dev))) return false;
   R->scale[par] = scale;
   int n = 0; /* every parameter's step in one call (a GPU: one graph or launch) */
   for (int k = 0; k < R->st->nparams; k++) {

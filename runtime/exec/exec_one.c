@@ -109,7 +109,8 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
     return NULL;
   }
   t->R->fault_step = -1; /* PD2BW_FAULT_INJECT is for the pipelined runs' ranks */
-  t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
+  /* trainer_grads' copy: the CPU device's (a GPU's would be a host wait per step) */
+  if (!t->o.device) t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
   return t;
 }
 
@@ -161,20 +162,21 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
 double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches) {
   PipeRank *R = t->R;
   int64_t b = t->pp.b, m = t->pp.m;
-  double sum = 0;
+  double sum = 0, *loss = pd_calloc((size_t)m, sizeof(double));
   int64_t n = 0;
-  for (int64_t k = first; k < first + nbatches; k++)
+  for (int64_t k = first; k < first + nbatches; k++) {
     for (int64_t j = 0; j < m; j++) {
-      double loss = 0;
       R->dev->ops->load_samples(R->dev, R->inputs, data, k * b * m + j * b, b);
       /* microbatch 0 and training 0: no dropout stream is drawn */
-      ExecPass c = {.mb = 0, .seed = R->tc.seed, .training = false, .loss = &loss};
+      ExecPass c = {.mb = 0, .seed = R->tc.seed, .training = false, .loss = &loss[j]};
       for (int cls = 0; cls < BUF_CLASS_COUNT; cls++)
         if (cls != BUF_NONE) c.block[cls] = pipe_block_base(R, cls, -1, 0);
       R->dev->ops->forward(R->dev, &c);
-      sum += loss;
-      n++;
     }
+    R->dev->ops->flush(R->dev); /* the batch's losses land (a GPU's: one wait) */
+    for (int64_t j = 0; j < m; j++, n++) sum += loss[j];
+  }
+  free(loss);
   return n ? sum / (double)n : 0;
 }
 

@@ -131,14 +131,13 @@ bool pipe_eval_run(PipeEval *E, double *mean) {
       int64_t n = k * m + j, first = k * B + ((int64_t)R->replica * m + j) * b;
       R->dev->ops->load_samples(R->dev, R->inputs, E->dl, first, b);
       if (R->stage > 0 && !eval_xfer(E, PIPE_ACT_IN, n)) return false;
-      double loss = 0;
       /* microbatch 0 and training 0, as trainer_eval: no dropout stream is drawn */
       ExecPass c = {.block = {[BUF_PARAMS] = R->w[R->newest], [BUF_GRADS] = R->grads, [BUF_STASH] = stash,
                               [BUF_WORK] = R->work, [BUF_INPUTS] = R->inputs, [BUF_BOUNDARY] = R->bnd},
-                    .mb = 0, .seed = R->tc.seed, .training = false, .loss = R->st->has_loss ? &loss : NULL};
+                    .mb = 0, .seed = R->tc.seed, .training = false, .loss = R->st->has_loss ? &E->loss[n] : NULL};
       R->dev->ops->forward(R->dev, &c);
-      if (R->st->has_loss) E->loss[n] = loss;
       if (R->stage < p->d - 1 && !eval_xfer(E, PIPE_ACT_OUT, n)) return false;
     }
+  R->dev->ops->flush(R->dev); /* the losses land (a GPU's, late: runtime/exec/exec.h) */
   return eval_gather(E, mean);
 }

@@ -279,10 +279,11 @@ typedef struct ExecDevice ExecDevice;
 
 /* Stage `stage` of plan on the device behind ops (which outlives it) as a device of
  * the plan interpreter (runtime/exec/exec.h): its launch lists loaded (gemm as
- * cx_program_load takes it), its arena the table's one allocation. NULL with a
- * message naming the plan. Destroyed with exec_device_destroy. */
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm, char *err,
-                           size_t errlen);
+ * cx_program_load takes it), its arena the table's one allocation; batch_samples:
+ * the samples of one batch (b·m·w), uploaded at once. NULL with a message naming
+ * the plan. Destroyed with exec_device_destroy. */
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
+                           int64_t batch_samples, char *err, size_t errlen);
 /* How its passes ran (cx_program_graph_stats) and its optimizer steps (eager,
  * captured, launched as a graph). */
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d);

@@ -8,15 +8,21 @@
  * bias-correction step, the gradient scale) in device memory, so one graph serves
  * every step.
  *
- * Everything runs on stream 0, in issue order. Host waits: the sum of squares (its
- * result decides the clip factor), the loss and out-of-range id count of each pass
- * (the interpreter checks them per pass), the inputs' upload and the step values'.
+ * Everything runs on stream 0, in issue order, and a step's passes without a host
+ * wait (the GPU trainer's scheme): a batch's input images go up in ONE copy at its
+ * first sample (into one of CD_DATA_SLOTS slots, keyed by loader and batch) and each
+ * pass's inputs are a device copy from there; a pass's loss is copied into a ring on
+ * the device and its out-of-range ids stay in the device counter, both read at the
+ * next host wait (the norm's read-back, or flush). So a training step waits twice:
+ * its upload (for the previous step's update) and its norm. The step values go up
+ * after the norm's wait (nothing issued since: no stall).
  *
  * Memory: ONE ops->alloc per device (the table allows one), carved into the
  * interpreter's arena (the plan's memory.total_bytes, every buffer at its planned
  * offset) and this device's extras after it: the launch list's scratch, the norm's
- * partials and result, the step values. Device addresses are handed to the
- * interpreter as pointers (CxPtr cast), which it only offsets. */
+ * partials and result, the step values, the loss ring, the data slots. Device
+ * addresses are handed to the interpreter as pointers (CxPtr cast), which it only
+ * offsets. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +34,8 @@
 #define CD_BLOCK 256
 #define CD_MAX_GRID 4096 /* grid-stride kernels: enough blocks to fill a GPU */
 #define CD_GRAPHS 8      /* norm and update graphs per device (pointer sets), past it eager */
+#define CD_DATA_SLOTS 4  /* batches of input images on the device */
+#define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
 
 /* cuda_kernels.cuh's pkc_step_scalars, field for field (cuda_exec_train.c's twin). */
 typedef struct StepScalars {
@@ -48,10 +56,19 @@ typedef struct CudaDevice {
   const CxDeviceOps *ops;
   const RtStage *st;
   CxProgram *prog;
-  CxPtr scratch, parts, norm, scalars;
+  CxPtr scratch, parts, norm, scalars, losses, data;
   int64_t nparts; /* partials the norm can take: Σ grids of every parameter */
   int T;
-  char *host_inputs; /* the inputs block's image (load_samples) */
+  int64_t batch_samples, images; /* samples a data slot holds; their images (of st->b each) */
+  uint64_t image_bytes;          /* one image: the inputs block, 256-aligned */
+  char *host_inputs;             /* a data slot's images, staged */
+  const DataLoader *slot_dl[CD_DATA_SLOTS];
+  int64_t slot_batch[CD_DATA_SLOTS];
+  int next_slot;
+  double *pending[CD_LOSSES]; /* where each loss in the ring goes */
+  int npending;
+  float *host_losses;
+  int64_t late_bad;           /* read from the counter, not yet reported */
   int32_t *tok_tmp, *tgt_tmp;
   void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy;
   StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
@@ -82,7 +99,9 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   CudaDevice *c = cud(d);
   uint64_t at = up256(bytes), scratch = at, parts = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
   uint64_t norm = (at += up256((uint64_t)(c->nparts * 8))), scalars = (at += 256);
-  at += up256(sizeof(StepScalars));
+  uint64_t losses = (at += up256(sizeof(StepScalars)));
+  uint64_t data = (at += up256(CD_LOSSES * 4));
+  at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
   CxPtr base;
   char err[RT_ERR_LEN];
   if (!c->ops->alloc(c->ops->dev, (size_t)at, &base, err, sizeof err)) {
@@ -94,6 +113,8 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   c->parts = base + parts;
   c->norm = base + norm;
   c->scalars = base + scalars;
+  c->losses = base + losses;
+  c->data = base + data;
   return (char *)(uintptr_t)base;
 }
 
@@ -102,33 +123,82 @@ static void cd_arena_free(ExecDevice *d, char *arena) {
   (void)arena;
 }
 
+/* After a host wait (the device idle): the ring's losses to where they were asked
+ * for, the id counter's count kept for late_bad_ids and the counter cleared. */
+static void land(CudaDevice *c) {
+  const CxDeviceOps *ops = c->ops;
+  if (c->npending) {
+    ops->dtoh(ops->dev, c->host_losses, c->losses, (size_t)c->npending * 4);
+    for (int i = 0; i < c->npending; i++) *c->pending[i] = c->host_losses[i];
+    c->npending = 0;
+  }
+  CxPtr bad = c->scratch + (CxPtr)cx_program_bad_ids_offset(c->prog);
+  uint64_t n = 0;
+  ops->dtoh(ops->dev, &n, bad, 8);
+  if (n) ops->memset0(ops->dev, 0, bad, 8);
+  c->late_bad += (int64_t)n;
+}
+
+static void cd_flush(ExecDevice *d) {
+  CudaDevice *c = cud(d);
+  c->ops->sync(c->ops->dev);
+  land(c);
+}
+
+static int64_t cd_late_bad_ids(ExecDevice *d) {
+  int64_t n = cud(d)->late_bad;
+  cud(d)->late_bad = 0;
+  return n;
+}
+
 static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
   CudaDevice *c = cud(d);
-  const CxDeviceOps *ops = c->ops;
   CxReplay r = {.seed = p->seed, .microbatch = (uint32_t)p->mb, .training = p->training, .stream = 0};
   for (int k = BUF_PARAMS; k < BUF_CLASS_COUNT; k++) r.base[k] = dp(p->block[k]);
   r.base[CX_SCRATCH] = c->scratch;
-  CxPtr bad = c->scratch + (CxPtr)cx_program_bad_ids_offset(c->prog);
-  ops->memset0(ops->dev, 0, bad, 8);
   cx_program_run(c->prog, which, &r);
-  uint64_t nbad = 0;
-  ops->dtoh(ops->dev, &nbad, bad, 8);
-  p->bad_ids = (int64_t)nbad;
-  if (p->loss && which == CX_FORWARD) {
-    float loss = 0;
-    ops->dtoh(ops->dev, &loss, c->scratch + (CxPtr)cx_program_loss_offset(c->prog), 4);
-    *p->loss = loss;
+  p->bad_ids = 0; /* counted on the device: late_bad_ids */
+  if (p->loss && which == CX_FORWARD) { /* into the ring, stream-ordered */
+    if (c->npending == CD_LOSSES) cd_flush(d);
+    CxPtr dst = c->losses + (CxPtr)c->npending * 4, src = c->scratch + (CxPtr)cx_program_loss_offset(c->prog);
+    int64_t one = 1;
+    void *args[] = {&dst, &src, &one};
+    launch(c, c->k_copy, 1, 32, args);
+    c->pending[c->npending++] = p->loss;
   }
 }
 
 static void cd_forward(ExecDevice *d, ExecPass *p) { pass(d, p, CX_FORWARD); }
 static void cd_backward(ExecDevice *d, ExecPass *p) { pass(d, p, CX_BACKWARD); }
 
+/* The data slot holding batch `batch` of dl, uploading it first (one copy: it waits
+ * for the device, so the slot it replaces is no longer read). */
+static int data_slot(CudaDevice *c, DataLoader *dl, int64_t batch) {
+  for (int s = 0; s < CD_DATA_SLOTS; s++)
+    if (c->slot_dl[s] == dl && c->slot_batch[s] == batch) return s;
+  int s = c->next_slot;
+  c->next_slot = (s + 1) % CD_DATA_SLOTS;
+  int64_t b = c->st->b;
+  for (int64_t i = 0; i < c->images; i++)
+    pipe_fill_samples(c->st, c->host_inputs + (uint64_t)i * c->image_bytes, dl, batch * c->batch_samples + i * b, b,
+                      c->T, c->tok_tmp, c->tgt_tmp);
+  CxPtr at = c->data + (CxPtr)s * (CxPtr)c->images * c->image_bytes;
+  c->ops->htod(c->ops->dev, at, c->host_inputs, (size_t)((uint64_t)c->images * c->image_bytes));
+  land(c); /* the device was waited for: what the ring holds is there */
+  c->slot_dl[s] = dl;
+  c->slot_batch[s] = batch;
+  return s;
+}
+
 static void cd_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t first, int64_t b) {
   CudaDevice *c = cud(d);
   if (!c->T) return;
-  pipe_fill_samples(c->st, c->host_inputs, dl, first, b, c->T, c->tok_tmp, c->tgt_tmp);
-  c->ops->htod(c->ops->dev, dp(inputs), c->host_inputs, (size_t)c->st->blocks[BUF_INPUTS]);
+  bool image = b == c->st->b && first % b == 0; /* (no '%' in PD_CHECK's condition: it is a format) */
+  PD_CHECK(image, "(samples %lld + %lld: not an image of the stage)", (long long)first, (long long)b);
+  int s = data_slot(c, dl, first / c->batch_samples);
+  int64_t i = first % c->batch_samples / b;
+  CxPtr src = c->data + ((CxPtr)s * (CxPtr)c->images + (CxPtr)i) * c->image_bytes;
+  c->ops->dtod(c->ops->dev, 0, dp(inputs), src, (size_t)c->st->blocks[BUF_INPUTS]);
 }
 
 static void cd_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) {
@@ -230,6 +300,7 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
   run_graph(c, c->g_norm, key, issue_norm, NULL);
   double ss = 0;
   c->ops->dtoh(c->ops->dev, &ss, c->norm, 8);
+  land(c); /* the device was waited for: the step's losses and id count */
   return ss;
 }
 
@@ -276,6 +347,7 @@ static void cd_destroy(ExecDevice *d) {
   }
   cx_program_free(c->prog);
   free(c->host_inputs);
+  free(c->host_losses);
   free(c->tok_tmp);
   free(c->tgt_tmp);
   free(c);
@@ -285,11 +357,11 @@ static const ExecDeviceOps cuda_ops = {
     .name = "cuda", .arena_alloc = cd_arena_alloc, .arena_free = cd_arena_free, .forward = cd_forward,
     .backward = cd_backward, .load_samples = cd_load_samples, .copy = cd_copy, .zero = cd_zero,
     .upload = cd_upload, .download = cd_download, .sum_ordered = cd_sum_ordered, .sumsq = cd_sumsq,
-    .opt_step = cd_opt_step, .destroy = cd_destroy,
+    .opt_step = cd_opt_step, .flush = cd_flush, .late_bad_ids = cd_late_bad_ids, .destroy = cd_destroy,
 };
 
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm, char *err,
-                           size_t errlen) {
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
+                           int64_t batch_samples, char *err, size_t errlen) {
   const RtStage *st = &plan->stages[stage];
   CxProgram *prog = cx_program_load(ops, plan->dir, stage, gemm, err, errlen);
   if (!prog) return NULL;
@@ -308,7 +380,12 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   for (int k = 0; k < st->nparams; k++) c->nparts += grid_for(st->params[k].numel);
   for (int k = 0; k < st->ninputs; k++)
     if (st->inputs[k].stream != STREAM_OTHER && st->inputs[k].rank == 2) c->T = (int)st->inputs[k].shape[1];
-  c->host_inputs = pd_calloc((size_t)st->blocks[BUF_INPUTS] + 1, 1);
+  c->batch_samples = batch_samples;
+  c->images = batch_samples / st->b;
+  c->image_bytes = up256((uint64_t)st->blocks[BUF_INPUTS]);
+  for (int s = 0; s < CD_DATA_SLOTS; s++) c->slot_batch[s] = -1;
+  c->host_inputs = pd_calloc((size_t)((uint64_t)c->images * c->image_bytes) + 1, 1);
+  c->host_losses = pd_calloc(CD_LOSSES, sizeof(float));
   c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->k_sumsq = cx_program_kernel(prog, "pkc_sumsq_partial_f32");
