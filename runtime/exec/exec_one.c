@@ -180,15 +180,26 @@ double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatche
   return n ? sum / (double)n : 0;
 }
 
-static RtCkptBlocks blocks_of(const Trainer *t) {
-  const PipeRank *R = t->R;
-  return (RtCkptBlocks){.plan = t->plan, .st = R->st, .params = R->w[R->newest], .opt_m = R->adam_m,
-                        .opt_v = R->adam_v, .prev = t->pp.schedule == PS_2BW ? R->w[1 - R->newest] : NULL};
+/* Host blocks of the params block's layout for a checkpoint (prev only for 2bw), one
+ * allocation freed with free(b.params): the arena is the device's. */
+static RtCkptBlocks host_blocks(const Trainer *t) {
+  size_t pb = (size_t)t->R->st->blocks[BUF_PARAMS];
+  char *mem = pd_calloc(4 * pb + 1, 1);
+  return (RtCkptBlocks){.plan = t->plan, .st = t->R->st, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
+                        .prev = t->pp.schedule == PS_2BW ? mem + 3 * pb : NULL};
 }
 
 bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
-  RtCkptBlocks b = blocks_of(t);
-  return rt_ckpt_save(&b, t->step, t->R->tc.seed, path, err, errlen);
+  PipeRank *R = t->R;
+  RtCkptBlocks b = host_blocks(t);
+  uint64_t pb = (uint64_t)R->st->blocks[BUF_PARAMS];
+  R->dev->ops->download(R->dev, b.params, R->w[R->newest], pb);
+  R->dev->ops->download(R->dev, b.opt_m, R->adam_m, pb);
+  R->dev->ops->download(R->dev, b.opt_v, R->adam_v, pb);
+  if (b.prev) R->dev->ops->download(R->dev, b.prev, R->w[1 - R->newest], pb);
+  bool ok = rt_ckpt_save(&b, t->step, R->tc.seed, path, err, errlen);
+  free(b.params);
+  return ok;
 }
 
 bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
@@ -199,6 +210,10 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
 }
 
 bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
-  RtCkptBlocks b = blocks_of(t);
-  return rt_ckpt_init(&b, path, err, errlen);
+  RtCkptBlocks b = host_blocks(t);
+  b.opt_m = b.opt_v = b.prev = NULL; /* the optimizer state stays zero; every version gets the weights */
+  bool ok = rt_ckpt_init(&b, path, err, errlen);
+  if (ok) pipe_rank_set_weights(t->R, b.params, t->R->newest, NULL, -1);
+  free(b.params);
+  return ok;
 }

@@ -127,20 +127,21 @@ static CxDeviceOps nccl_emu_ops(const char *dir, int order) {
 }
 #endif
 
-/* The one-stage trainers, on the CPU (trainer.c) or the emulated device
- * (cuda_exec_train.c): the same data setup as the reference (pipe_trainer_run). */
+/* The one-stage trainer (runtime/exec/exec_one.c), on the CPU device or on the
+ * emulated GPU as its device (cuda_exec_device.c; cuda_exec_train.c when recorded):
+ * the same data setup as the reference (pipe_trainer_run). */
 static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, PipeOutcome *out, double *norms,
                           char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (p->d != 1 || p->w != 1) return snprintf(err, errlen, "the one-stage trainers need d = w = 1"), false;
   RtPlan *rp = p->rt;
   Trainer *ct = NULL;
-  CxTrainer *gt = NULL;
-  CxDeviceOps ops = {0}; /* the trainer keeps &ops: it lives as long as the run */
-  CudaExecOptions co = {.gemm = CX_GEMM_PLAN};
+  ExecDevice *dev = NULL;
+  CxDeviceOps ops = {0}; /* the device keeps &ops: it lives as long as the run */
   if (gpu && emu_start()) {
     ops = emu_device_ops(workdir, EMU_IN_ORDER);
-    gt = cx_trainer_create(rp, &ops, &co, err, errlen);
+    dev = cx_exec_device(&ops, rp, 0, CX_GEMM_PLAN, rp->b * rp->m, err, errlen);
+    if (dev) ct = trainer_create(rp, &(TrainerOptions){.device = dev}, err, errlen);
   } else if (!gpu) {
     ct = trainer_create(rp, NULL, err, errlen);
   }
@@ -150,7 +151,7 @@ static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, Pip
     if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
   DataFile *df = NULL;
   DataLoader *dl = NULL;
-  bool ok = (ct || gt) && pipe_data_open(o, pipe_vocab(rp), rp->b * rp->m, T, rp->train.seed, &df, &dl, err, errlen);
+  bool ok = ct && pipe_data_open(o, pipe_vocab(rp), rp->b * rp->m, T, rp->train.seed, &df, &dl, err, errlen);
   if (ok) {
     out->steps = o->steps;
     out->mb_per_step = rp->m;
@@ -158,15 +159,13 @@ static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, Pip
     out->step_loss = calloc((size_t)o->steps, sizeof(double));
     for (int64_t s = 0; s < o->steps; s++) {
       StepStats ss;
-      if (gt) cx_trainer_step(gt, dl, &ss);
-      else trainer_step(ct, dl, &ss);
+      trainer_step(ct, dl, &ss);
       memcpy(out->mb_loss + s * rp->m, ss.mb_loss, (size_t)rp->m * sizeof(double));
       out->step_loss[s] = ss.loss;
       norms[s] = ss.grad_norm;
     }
     float *w = malloc((size_t)st->blocks[BUF_PARAMS]);
-    if (gt) cx_trainer_read_params(gt, w);
-    else memcpy(w, trainer_params(ct), (size_t)st->blocks[BUF_PARAMS]);
+    trainer_read_params(ct, w);
     out->nparams = st->nparams;
     out->names = calloc((size_t)st->nparams, sizeof(char *));
     out->numel = calloc((size_t)st->nparams, sizeof(int64_t));
@@ -182,8 +181,8 @@ static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, Pip
   }
   data_loader_destroy(dl);
   if (df) data_close(df);
-  cx_trainer_destroy(gt);
   trainer_destroy(ct);
+  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   return ok;
 }
 

@@ -288,6 +288,10 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
  * captured, launched as a graph). */
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d);
 CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
+/* The device memory it holds (the arena and its extras), once the arena is allocated;
+ * the dtype of its GEMMs (cx_program_gemm_type). */
+uint64_t cx_exec_device_bytes(const ExecDevice *d);
+CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
 
 /* ---- checkpoints (cuda_exec_ckpt.c) ---------------------------------------------- */
 

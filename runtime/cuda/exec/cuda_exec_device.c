@@ -69,6 +69,7 @@ typedef struct CudaDevice {
   int npending;
   float *host_losses;
   int64_t late_bad;           /* read from the counter, not yet reported */
+  uint64_t bytes;             /* the one allocation: the arena and the extras */
   int32_t *tok_tmp, *tgt_tmp;
   void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy;
   StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
@@ -102,6 +103,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   uint64_t losses = (at += up256(sizeof(StepScalars)));
   uint64_t data = (at += up256(CD_LOSSES * 4));
   at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
+  c->bytes = at;
   CxPtr base;
   char err[RT_ERR_LEN];
   if (!c->ops->alloc(c->ops->dev, (size_t)at, &base, err, sizeof err)) {
@@ -372,6 +374,11 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
       cx_program_free(prog);
       return NULL;
     }
+  if (st->has_loss && cx_program_loss_offset(prog) < 0) {
+    snprintf(err, errlen, "%s: the launch list of stage %d has no loss", plan->dir, stage);
+    cx_program_free(prog);
+    return NULL;
+  }
   CudaDevice *c = pd_calloc(1, sizeof *c);
   c->base.ops = &cuda_ops;
   c->ops = ops;
@@ -399,6 +406,12 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
 
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
   return cx_program_graph_stats(((const CudaDevice *)(const void *)d)->prog);
+}
+
+uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->bytes; }
+
+CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) {
+  return cx_program_gemm_type(((const CudaDevice *)(const void *)d)->prog);
 }
 
 CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) {

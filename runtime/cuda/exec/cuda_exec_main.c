@@ -2,10 +2,12 @@
  * tools/pd2bw-cuda-train (cuda_exec.h). A plan with several stages or replicas goes to
  * single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main).
  *
- * The same contract as pd2bwrun's one-stage path: the same data order and log lines
- * (rt_log_step), --init then --resume, validation after every K-th step and the last
- * (cx_trainer_eval), --save at the end (cuda_exec_ckpt.c: the CPU trainer's format),
- * one error line and status 1 for every user mistake. The GPU is
+ * The one-stage trainer is pd2bwrun's CPU one (runtime/exec/exec_one.c: the plan as
+ * d = w = 1 through the interpreter) with the GPU as its device (cuda_exec_device.c),
+ * so the same data order, per-step checks and log lines (rt_log_step), --init then
+ * --resume, validation after every K-th step and the last (trainer_eval), --save at
+ * the end (the CPU trainer's format), one error line and status 1 for every user
+ * mistake. The GPU is
  * opened first, so on a machine without one the message is the backend's "no CUDA
  * driver found ... use --backend cpu" before anything else is read. The summary
  * reports the steady-state rate (steps after the first, which pays for NVRTC, module
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/exec/exec.h"
 
 static int fail(const char *prog, const char *msg) {
   fprintf(stderr, "%s: error: %s\n", prog, msg);
@@ -46,7 +49,8 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     return fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
                       "one-stage plan is compared with the CPU backend by scripts/gpu-check.sh");
   RtPlan *plan = NULL;
-  CxTrainer *t = NULL;
+  ExecDevice *dev = NULL;
+  Trainer *t = NULL;
   DataFile *df = NULL, *vf = NULL;
   DataLoader *dl = NULL, *vl = NULL;
   RtLog *log = NULL;
@@ -70,23 +74,26 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
   if (!o->quiet)
     printf("%s: plan %s (model %s), microbatch %lld x %lld per step, GPU %d (%s)\n", prog, plan_dir, plan->model,
            (long long)plan->b, (long long)plan->m, o->device, device_name);
-  t = cx_trainer_create(plan, ops, o, err, sizeof err);
-  if (!t) {
+  /* the one-stage trainer: the plan as d = w = 1 through the interpreter (runtime/exec/),
+   * on the GPU as its device */
+  dev = cx_exec_device(ops, plan, 0, o->gemm, plan->b * plan->m, err, sizeof err);
+  TrainerOptions to = {.seed = o->seed, .seed_set = true, .data_path = o->data_path, .device = dev};
+  if (!dev || !(t = trainer_create(plan, &to, err, sizeof err))) {
     fail(prog, err);
     goto done;
   }
   /* --init then --resume, as the CPU trainer: a checkpoint replaces both */
-  if (o->init_path && !cx_trainer_init_from(t, o->init_path, ierr, sizeof ierr)) {
+  if (o->init_path && !trainer_init_from(t, o->init_path, ierr, sizeof ierr)) {
     fail(prog, ierr);
     goto done;
   }
   if (o->resume_path) {
-    if (!cx_trainer_resume(t, o->resume_path, ierr, sizeof ierr)) {
+    if (!trainer_resume(t, o->resume_path, ierr, sizeof ierr)) {
       fail(prog, ierr);
       goto done;
     }
     if (!o->quiet)
-      printf("%s: resumed from %s at step %lld\n", prog, o->resume_path, (long long)cx_trainer_step_index(t));
+      printf("%s: resumed from %s at step %lld\n", prog, o->resume_path, (long long)trainer_step_index(t));
   }
   int T = 0;
   for (int k = 0; k < st->ninputs; k++)
@@ -118,23 +125,17 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     goto done;
   }
   rt_log_set_peak(log, plan->peak_flops); /* one GPU */
-  double tokens = (double)(plan->b * plan->m) * T, flops = cx_trainer_flops_per_step(t);
+  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
   double steady_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t steady = 0, first = cx_trainer_step_index(t);
+  int64_t steady = 0, first = trainer_step_index(t);
   if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
     printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
            (long long)o->steps);
   for (int64_t s = first; s < o->steps; s++) {
     StepStats ss;
-    cx_trainer_step(t, dl, &ss);
-    if (ss.bad_ids) {
-      snprintf(err, sizeof err, "%s: %lld token ids or targets outside the model's vocabulary in step %lld",
-               o->data_path, (long long)ss.bad_ids, (long long)s + 1);
-      fail(prog, err);
-      goto done;
-    }
-    if (!rt_loss_ok(ss.loss, s, err, sizeof err)) { /* the check of every mode */
-      fail(prog, err);
+    trainer_step(t, dl, &ss);
+    if (ss.error) { /* the per-step checks of every mode (the interpreter's) */
+      fail(prog, ss.error);
       goto done;
     }
     if (s > first || o->steps - first == 1) steady_ms += ss.ms, steady++;
@@ -142,7 +143,7 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     double val = NAN;
     bool last = s + 1 == o->steps;
     if (vl && ((o->eval_every && (s + 1) % o->eval_every == 0) || last))
-      val = last_val = cx_trainer_eval(t, vl, 0, val_batches);
+      val = last_val = trainer_eval(t, vl, 0, val_batches);
     if (!rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val)) {
       fail(prog, rt_log_error(log));
       goto done;
@@ -152,7 +153,7 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     fail(prog, err);
     goto done;
   }
-  if (o->save_path && !cx_trainer_save(t, o->save_path, ierr, sizeof ierr)) {
+  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) {
     fail(prog, ierr);
     goto done;
   }
@@ -160,21 +161,21 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
   if (steady)
     printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
            prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
-           (double)cx_trainer_arena_bytes(t) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
+           (double)cx_exec_device_bytes(dev) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
            o->save_path ? o->save_path : "");
   if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
-    CxGraphStats gs = cx_trainer_graph_stats(t), us = cx_trainer_update_graph_stats(t);
+    CxGraphStats gs = cx_exec_device_pass_stats(dev), us = cx_exec_device_update_stats(dev);
     printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
            "launch by launch%s\n",
            prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
            (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
   }
   /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (!steady && vl) last_val = cx_trainer_eval(t, vl, 0, val_batches);
+  if (!steady && vl) last_val = trainer_eval(t, vl, 0, val_batches);
   if (!isnan(last_val)) printf("%s: validation loss %.4f\n", prog, last_val);
   rc = 0;
   if (bench && dim > 0 && steady) /* the dtype training ran: bf16 plans time BF16 */
-    *bench = (Bench){.type = cx_trainer_gemm_type(t), .M = (int)(plan->b * T), .N = (int)(4 * dim), .K = (int)dim,
+    *bench = (Bench){.type = cx_exec_device_gemm_type(dev), .M = (int)(plan->b * T), .N = (int)(4 * dim), .K = (int)dim,
                      .tflops = tflops};
 done:
   rt_log_close(log);
@@ -182,7 +183,8 @@ done:
   data_loader_destroy(vl);
   if (df) data_close(df);
   if (vf) data_close(vf);
-  cx_trainer_destroy(t);
+  trainer_destroy(t);
+  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   rt_plan_free(plan);
   return rc;
 }
