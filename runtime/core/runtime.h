@@ -208,7 +208,7 @@ bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
 
 /* The three above on a one-stage training state in host memory, each block laid out
  * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
- * GPU trainer's blocks copied to the host (runtime/cuda/exec/cuda_exec_ckpt.c), so both write
+ * GPU's blocks copied to the host (runtime/exec/exec_one.c: the device's download), so both write
  * and read one format. prev: 2bw's older version, NULL for one version. */
 typedef struct RtCkptBlocks {
   const RtPlan *plan;

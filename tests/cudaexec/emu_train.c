@@ -1,6 +1,8 @@
 /* tests/cudaexec/emu_train.c — see emu_train.h. */
 #include "emu_train.h"
 
+#include "runtime/exec/exec.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -163,46 +165,49 @@ static bool run(const char *plan, bool gpu, EmuRun *r) {
   double t0 = emu_now_s();
   RtPlan *p = load_plan(plan);
   Trainer *ct = NULL;
-  CxTrainer *gt = NULL;
-  CxDeviceOps ops = {0}; /* the trainer keeps &ops: it lives as long as the run */
-  CudaExecOptions o = {.gemm = CX_GEMM_PLAN};
-  if (p && gpu) {
+  ExecDevice *dev = NULL;
+  CxDeviceOps ops = {0}; /* the device keeps &ops: it lives as long as the run */
+  if (p && gpu) { /* the one-stage trainer with the GPU as its device, as pd2bwrun --backend cuda */
     ops = emu_device_ops(workdir, EMU_IN_ORDER);
-    gt = cx_trainer_create(p, &ops, &o, err, sizeof err);
+    dev = cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err);
+    if (dev) ct = trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err);
   } else if (p) {
     ct = trainer_create(p, NULL, err, sizeof err);
   }
-  if (p && !ct && !gt) fprintf(stderr, "  %s\n", err);
+  if (p && !ct) fprintf(stderr, "  %s\n", err);
   DataFile *df = NULL;
-  DataLoader *dl = ct || gt ? open_data(p, &df) : NULL;
+  DataLoader *dl = ct ? open_data(p, &df) : NULL;
   bool ok = dl != NULL;
   r->bad_ids = 0;
   for (int s = 0; ok && s < EMU_STEPS; s++) {
     StepStats ss;
-    if (gt) cx_trainer_step(gt, dl, &ss);
-    else trainer_step(ct, dl, &ss);
-    if (gt) r->bad_ids += ss.bad_ids;
+    trainer_step(ct, dl, &ss);
+    if (ss.error) {
+      fprintf(stderr, "  %s: step %d: %s\n", plan, s + 1, ss.error);
+      ok = false;
+      break;
+    }
+    r->bad_ids += ss.bad_ids;
     for (int j = 0; j < EMU_MB; j++) r->mb[s * EMU_MB + j] = ss.mb_loss[j];
     r->norm[s] = ss.grad_norm;
   }
   if (ok) {
     r->nw = p->stages[0].blocks[BUF_PARAMS] / 4;
     r->w = malloc((size_t)r->nw * 4);
-    if (gt) {
-      r->steps = cx_trainer_step_index(gt);
-      cx_trainer_read_params(gt, r->w);
+    trainer_read_params(ct, r->w);
+    if (dev) {
+      r->steps = trainer_step_index(ct);
       r->counts = emu_device_counts();
       printf("  %s on the emulated GPU: %d launches (%d casts), %d GEMMs (%d bf16) in %d steps, %.1f s\n", plan,
              r->counts.launches, r->counts.casts, r->counts.gemms, r->counts.bf16_gemms, EMU_STEPS, emu_now_s() - t0);
     } else {
-      memcpy(r->w, trainer_params(ct), (size_t)r->nw * 4);
       printf("  %s on the CPU trainer: %.1f s\n", plan, emu_now_s() - t0);
     }
   }
   data_loader_destroy(dl);
   data_close(df);
-  cx_trainer_destroy(gt);
   trainer_destroy(ct);
+  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   rt_plan_free(p);
   return ok;
 }

@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_cudaexec_ckpt.c — checkpoints, --init and validation of the GPU
- * trainer (runtime/cuda/exec/cuda_exec.h, cuda_exec_ckpt.c) and of single-GPU pipeline mode
+ * trainer (runtime/cuda/exec/cuda_exec.h: the CPU trainer's on the GPU device) and of single-GPU pipeline mode
  * (runtime/cuda/pipe/cuda_pipe.h), without a GPU: the device is the host CUDA emulator
  * (emu_device.h), which runs the very launch lists a GPU would.
  *
@@ -12,7 +12,7 @@
  *     start at step 4 (they run no earlier step);
  *   - init: the GPU trainer with --init (a pd2bw checkpoint) gives the CPU trainer's
  *     losses with the same --init (weights within INIT_WEIGHT_TOL: see there);
- *   - eval: cx_trainer_eval equals trainer_eval for the same weights within EVAL_TOL
+ *   - eval: trainer_eval on the GPU device equals it on the CPU for the same weights within EVAL_TOL
  *     (float vs double loss accumulation only), and through cuda_exec_run (pd2bwrun
  *     --backend cuda's loop) the logged "val_loss" is that number too;
  *   - pipe: single-GPU pipeline mode (2bw, d = 2) trains 3 steps and saves; the CPU
@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "emu_train.h"
+#include "runtime/exec/exec.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
@@ -90,51 +91,46 @@ static bool train(const char *plan, const How *h, Run *r) {
   if (!p) return fprintf(stderr, "  %s\n", err), false;
   if (p->train.steps == 0) p->train.steps = STEPS;
   CxDeviceOps ops = {0};
-  CudaExecOptions o = {.gemm = CX_GEMM_PLAN};
-  Trainer *ct = NULL;
-  CxTrainer *gt = NULL;
-  if (h->gpu) {
+  ExecDevice *dev = NULL;
+  if (h->gpu) { /* the one-stage trainer with the GPU as its device (pd2bwrun --backend cuda's) */
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    gt = cx_trainer_create(p, &ops, &o, err, sizeof err);
-  } else {
-    ct = trainer_create(p, NULL, err, sizeof err);
+    dev = cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err);
   }
-  bool ok = ct || gt;
+  Trainer *ct = !h->gpu || dev ? trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err) : NULL;
+  bool ok = ct != NULL;
   if (ok && h->init) {
     emu_path(path, sizeof path, h->init);
-    ok = gt ? cx_trainer_init_from(gt, path, err, sizeof err) : trainer_init_from(ct, path, err, sizeof err);
+    ok = trainer_init_from(ct, path, err, sizeof err);
   }
   if (ok && h->resume) {
     emu_path(path, sizeof path, h->resume);
-    ok = gt ? cx_trainer_resume(gt, path, err, sizeof err) : trainer_resume(ct, path, err, sizeof err);
+    ok = trainer_resume(ct, path, err, sizeof err);
   }
   DataFile *df = NULL;
   DataLoader *dl = ok ? open_loader(p, &df) : NULL;
   ok = ok && dl;
-  r->from = gt ? cx_trainer_step_index(gt) : ct ? trainer_step_index(ct) : 0;
+  r->from = ct ? trainer_step_index(ct) : 0;
   for (int64_t s = r->from; ok && s < h->to; s++) {
     StepStats ss;
-    if (gt) cx_trainer_step(gt, dl, &ss);
-    else trainer_step(ct, dl, &ss);
+    trainer_step(ct, dl, &ss);
     for (int j = 0; j < EMU_MB; j++) r->mb[s * EMU_MB + j] = ss.mb_loss[j];
   }
   r->to = h->to;
-  if (ok && h->val) r->val = gt ? cx_trainer_eval(gt, dl, 0, 2) : trainer_eval(ct, dl, 0, 2);
+  if (ok && h->val) r->val = trainer_eval(ct, dl, 0, 2);
   if (ok && h->save) {
     emu_path(path, sizeof path, h->save);
-    ok = gt ? cx_trainer_save(gt, path, err, sizeof err) : trainer_save(ct, path, err, sizeof err);
+    ok = trainer_save(ct, path, err, sizeof err);
   }
   if (ok) {
     r->nw = p->stages[0].blocks[BUF_PARAMS] / 4;
     r->w = malloc((size_t)r->nw * 4);
-    if (gt) cx_trainer_read_params(gt, r->w);
-    else memcpy(r->w, trainer_params(ct), (size_t)r->nw * 4);
+    trainer_read_params(ct, r->w);
   }
   if (!ok && err[0]) fprintf(stderr, "  %s\n", err);
   data_loader_destroy(dl);
   if (df) data_close(df);
-  cx_trainer_destroy(gt);
   trainer_destroy(ct);
+  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   rt_plan_free(p);
   return ok;
 }

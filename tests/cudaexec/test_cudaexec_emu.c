@@ -31,7 +31,8 @@
  * differ), within the bounds of the CPU trainer on the same schedule; every step
  * stalls the host exactly twice (the norm read-back and the end: none between
  * microbatches; the emulator counts host waits that find work issued since the last
- * one), and the update runs as a graph from the second step of each weight-version
+ * one: the batch's upload, which waits for the previous update, and the norm; the
+ * first step once), and the update runs as a graph from the second step of each weight-version
  * order on (2bw: from step 2, gpipe: from step 1).
  * Part "vocab67": the same model with an odd vocabulary (67), whose logits' rows the
  * layout pads to 128 so that the LM-head GEMMs are aligned: the emulated GPU trains
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 
 #include "emu_train.h"
+#include "runtime/exec/exec.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-cudaexec-XXXXXX";
@@ -142,17 +144,17 @@ static bool upd_run(const char *plan, bool gpu, UpdRun *u) {
   p->train.min_lr = p->train.lr / 10;
   if (upd_sgd) p->train.optimizer = OPT_SGD; /* momentum: beta1, as trainer.c */
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CxTrainer *gt = gpu ? cx_trainer_create(p, &ops, NULL, err, sizeof err) : NULL;
-  Trainer *ct = gpu ? NULL : trainer_create(p, NULL, err, sizeof err);
+  /* the one-stage trainer, with the GPU as its device (pd2bwrun --backend cuda's) or the CPU */
+  ExecDevice *dev = gpu ? cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
+  Trainer *ct = !gpu || dev ? trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err) : NULL;
   DataFile *df = data_open(path, DATA_AUTO, 64, err, sizeof err);
   DataLoader *dl = df ? data_loader_create(df, (int)(p->b * p->m), 8, false, 0, err, sizeof err) : NULL;
-  bool ok = (gt || ct) && dl;
+  bool ok = ct && dl;
   if (!ok) printf("  %s\n", err);
   EmuCounts before = emu_device_counts();
   for (int s = 0; ok && s < UPD_STEPS; s++) {
     StepStats ss;
-    if (gt) cx_trainer_step(gt, dl, &ss);
-    else trainer_step(ct, dl, &ss);
+    trainer_step(ct, dl, &ss);
     EmuCounts now = emu_device_counts();
     u->stalls[s] = now.host_stalls - before.host_stalls;
     u->waits[s] = now.host_waits - before.host_waits;
@@ -160,18 +162,17 @@ static bool upd_run(const char *plan, bool gpu, UpdRun *u) {
     for (int j = 0; j < EMU_MB; j++) u->mb[s * EMU_MB + j] = ss.mb_loss[j];
     u->norm[s] = ss.grad_norm;
     u->lr[s] = ss.lr;
-    if (gt) u->upd[s] = cx_trainer_update_graph_stats(gt);
+    if (dev) u->upd[s] = cx_exec_device_update_stats(dev);
   }
   if (ok) {
     u->nw = p->stages[0].blocks[BUF_PARAMS] / 4;
     u->w = malloc((size_t)u->nw * 4);
-    if (gt) cx_trainer_read_params(gt, u->w);
-    else memcpy(u->w, trainer_params(ct), (size_t)u->nw * 4);
+    trainer_read_params(ct, u->w);
   }
   data_loader_destroy(dl);
   data_close(df);
-  cx_trainer_destroy(gt);
   trainer_destroy(ct);
+  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   rt_plan_free(p);
   return ok;
 }
@@ -193,9 +194,10 @@ static void update_case(const char *plan, const char *flags, int first_graph) {
              (long long)on.upd[s].eager, (long long)on.upd[s].captured, (long long)on.upd[s].launches);
     for (int s = 0; s < UPD_STEPS; s++) {
       if (s > 0) EXPECT(on.lr[s] > on.lr[s - 1] * 1.1); /* the lr really changes */
-      /* (a) the norm read-back and the end of the step, m microbatches or not */
-      EXPECT_EQ_INT(on.stalls[s], 2);
-      EXPECT_EQ_INT(off.stalls[s], 2);
+      /* (a) the batch's upload (it waits for the previous step's update) and the norm's
+       * read-back, m microbatches or not; the first step has no update to wait for */
+      EXPECT_EQ_INT(on.stalls[s], s ? 2 : 1);
+      EXPECT_EQ_INT(off.stalls[s], s ? 2 : 1);
       /* (b) eager until each version order was seen once, a graph from then on */
       int64_t graphs = s >= first_graph ? s - first_graph + 1 : 0;
       EXPECT_EQ_INT((int)on.upd[s].launches, (int)graphs);
@@ -324,11 +326,11 @@ static void test_cpu_only_plan(void) {
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
   EXPECT(p != NULL);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CxTrainer *t = p ? cx_trainer_create(p, &ops, NULL, err, sizeof err) : NULL;
+  ExecDevice *t = p ? cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
   EXPECT(t == NULL);
   printf("  %s\n", err);
   EXPECT(strstr(err, "stage 0 has no CUDA program") != NULL && strstr(err, "--backend cpu") != NULL);
-  cx_trainer_destroy(t);
+  exec_device_destroy(t);
   rt_plan_free(p);
 }
 

@@ -14,7 +14,7 @@
  *                runtime/core/trainer.c on PLAN/reference with the schedule's rule, or for
  *                pipedream runtime/reference/pipeline_seq.c (the plan's stages one after another)
  *   trainer      the one-stage CPU trainer (runtime/core/trainer.c) on a one-stage PLAN
- *   emu-trainer  the one-stage GPU trainer (runtime/cuda/exec/cuda_exec_train.c) on the emulated
+ *   emu-trainer  the one-stage GPU trainer (the interpreter on runtime/cuda/exec/cuda_exec_device.c) on the emulated
  *                device (tests/cudaexec/emu_device.h), in order
  *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_run.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)

@@ -16,13 +16,13 @@
  *    kernels through a key in device memory, launch list format 3), so it is captured
  *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
  *    one graph launch (cx_program_run);
- *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/core/trainer.c's
- *    update rule step for step (same data order, same dropout keys, same 1/m and
- *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
- *    rule for 2bw with two weight versions), so its losses must match the CPU
- *    trainer's from the same initial weights (rt_init_param by name and seed). A
- *    step uploads its m input images in one copy and issues every microbatch with
- *    no host wait; the norm and the update run as CUDA graphs, the update's per-step
+ *  - cuda_exec_device.c: a stage on those ops as the plan interpreter's device
+ *    (runtime/exec/exec.h): the one-stage trainer is the CPU's (runtime/exec/exec_one.c,
+ *    the plan as d = w = 1 through the one interpreter) with this as its device, so its
+ *    update rule, data order, dropout keys, per-step checks and checkpoints are the
+ *    CPU trainer's. A step uploads its batch's input images in one copy and issues
+ *    every microbatch with no host wait (losses and out-of-range ids come back with
+ *    the norm); the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
  *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
@@ -41,9 +41,10 @@
  * never a crash. A plan made with --backend cpu (no launch lists) is a user error
  * naming the missing file.
  *
- *  - cuda_exec_ckpt.c: checkpoints (--save, --resume, --init) of the one-stage trainer in
- *    runtime/core/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
- *    Single-GPU pipeline mode's are in cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
+ *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
+ *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
+ *    through the device's upload/download). Single-GPU pipeline mode's are in
+ *    cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
  *
  * NOT done: checkpoints and validation in multi-GPU mode (--transport nccl).
  */
@@ -192,7 +193,7 @@ typedef struct CxGraphStats {
 } CxGraphStats;
 CxGraphStats cx_program_graph_stats(const CxProgram *p);
 
-/* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
+/* ---- what pd2bwrun --backend cuda asks for (cuda_exec_main.c, cuda/pipe/) -------- */
 
 typedef struct CudaExecOptions {
   const char *data_path; /* token file (cuda_exec_main) */
@@ -233,46 +234,6 @@ typedef struct CudaExecOptions {
   const char *trace_path;
 } CudaExecOptions;
 
-typedef struct CxTrainer CxTrainer;
-
-/* Loads stage 0 of the one-stage plan p on the device behind ops (p and ops outlive
- * the trainer), allocates its arena and initialises the parameters on the host with
- * rt_init_param (the CPU trainer's weights, bit for bit), AdamW state zeroed. NULL
- * with a message. */
-CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, char *err,
-                             size_t errlen);
-void cx_trainer_destroy(CxTrainer *t);
-/* One update from batch `step` of data: the contract of trainer_step (runtime.h). */
-void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out);
-/* Copies the newest weights (the params block, float32) to host memory dst. */
-void cx_trainer_read_params(CxTrainer *t, float *dst);
-int64_t cx_trainer_step_index(const CxTrainer *t);
-double cx_trainer_flops_per_step(const CxTrainer *t);
-/* The device arena's size in bytes. */
-uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
-/* The dtype of its GEMMs (cx_program_gemm_type of the stage program). */
-CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
-/* cx_program_graph_stats of its stage program. */
-CxGraphStats cx_trainer_graph_stats(const CxTrainer *t);
-/* How its optimizer updates ran: eager (no graph ops, or the first step of a weight
- * version order: 2bw has two), captured, launched as a graph (tests). */
-CxGraphStats cx_trainer_update_graph_stats(const CxTrainer *t);
-/* trainer_eval's contract: the mean loss over batches first .. first + nbatches - 1
- * of data (m microbatches each), dropout off, on the newest weights. */
-double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nbatches);
-/* Where the trainer's state lies on the device, for cuda_exec_ckpt.c. */
-typedef struct CxTrainerState {
-  const RtPlan *plan;
-  const CxDeviceOps *ops;
-  CxPtr params, prev, adam_m, adam_v; /* params block layout each; prev 0 unless 2bw */
-  int64_t step;
-  uint64_t seed;
-  bool seed_set; /* the seed was given (--seed, or resolved by cx_run_seed): a resume keeps it */
-} CxTrainerState;
-CxTrainerState cx_trainer_state(const CxTrainer *t);
-/* After a resume: the next step is `step`, dropout keyed by `seed`. */
-void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
-
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
 
 typedef struct ExecDevice ExecDevice;
@@ -292,15 +253,6 @@ CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
-
-/* ---- checkpoints (cuda_exec_ckpt.c) ---------------------------------------------- */
-
-/* trainer_save / trainer_resume / trainer_init_from on the GPU trainer, in the same
- * format (runtime.h rt_ckpt_*: the blocks go through host memory), so a checkpoint
- * moves between the CPU and GPU trainers and the pipeline executors. */
-bool cx_trainer_save(CxTrainer *t, const char *path, char *err, size_t errlen);
-bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen);
-bool cx_trainer_init_from(CxTrainer *t, const char *path, char *err, size_t errlen);
 
 /* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
 

@@ -2,7 +2,7 @@
  * device (runtime/exec/exec.h ExecDeviceOps) over a CxDeviceOps table (a real GPU, or
  * the tests' emulator): the stage's launch lists (cx_program_run: the passes as CUDA
  * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
- * kernels the one-stage GPU trainer runs (cuda_exec_train.c), the norm and the update
+ * kernels (the one-stage GPU trainer's before it ran on the interpreter), the norm and the update
  * as CUDA graphs of their own (eager on the first sighting of a set of pointers,
  * captured on the second, launched after), the update's per-step values (lr, the
  * bias-correction step, the gradient scale) in device memory, so one graph serves
@@ -37,7 +37,7 @@
 #define CD_DATA_SLOTS 4  /* batches of input images on the device */
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
 
-/* cuda_kernels.cuh's pkc_step_scalars, field for field (cuda_exec_train.c's twin). */
+/* cuda_kernels.cuh's pkc_step_scalars, field for field. */
 typedef struct StepScalars {
   double lr, grad_scale;
   int64_t t;
@@ -307,7 +307,7 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
 }
 
 /* The optimizer kernels of every step in c->os, their per-step values read from
- * c->scalars (cuda_exec_train.c's launch_update, argument for argument). */
+ * c->scalars. */
 static void issue_update(CudaDevice *c) {
   CxPtr sc = c->scalars;
   for (int i = 0; i < c->os_count; i++) {

@@ -1,6 +1,6 @@
 /* runtime/cuda/pipe/cuda_pipe_graph.c — the step's norm and update as CUDA graphs, in every
  * mode of the CUDA pipeline interpreter (cuda_pipe_internal.h), as the one-stage
- * trainer (cuda_exec_train.c) runs them.
+ * trainer's device (runtime/cuda/exec/cuda_exec_device.c) runs them.
  *
  * A graph per SR: eager on its first sighting, captured on its second, launched
  * after (CpGraph). A graph freezes kernel arguments, so
