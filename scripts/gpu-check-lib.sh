@@ -92,6 +92,22 @@ gc_train_parse() {
   [ -n "$gc_tok" ] && [ -n "$gc_ms" ] && [ -n "$gc_plan_tflops" ]
 }
 
+# gc_log_parse LOG: the same figures from a --log-json file, for a run that `timeout`
+# stopped before its summary: steps 2.. of the log (the first pays for NVRTC and
+# cuBLAS's first calls), tokens per step from its first line; no cuBLAS figure (that
+# comes after training). Status 1 with fewer than 2 steps logged.
+gc_log_parse() {
+  local f
+  f=$(awk -F'[:,}]' '
+    { for (i = 1; i < NF; i++) { k = $i; gsub(/[ "{]/, "", k); v[k] = $(i + 1) + 0 } }
+    NR == 1 { per_step = v["tokens_per_s"] * v["ms"] / 1000; next }
+    { ms += v["ms"]; gf += v["gflops"]; n++ }
+    END { if (n < 1 || ms <= 0) exit 1; printf "%.0f %.1f %.2f %d\n", per_step * n * 1000 / ms, ms / n, gf / n / 1000, n + 1 }' "$1" 2>/dev/null) ||
+    return 1
+  read -r gc_tok gc_ms gc_plan_tflops gc_logged <<<"$f"
+  gc_cublas="" gc_cublas_shape=""
+}
+
 # gc_mfu TOK N L D T: MFU in percent, one decimal (6N + 6·L·d·T FLOPs per token over
 # GC_PEAK_TFLOPS).
 gc_mfu() {
@@ -126,7 +142,9 @@ gc_table_row() {
   fi
   local mfu
   mfu=$(gc_mfu "$gc_tok" "$n" "$L" "$D" 1024)
-  echo "| GPT $name ($L x $D, $H heads) | $b | $gc_tok | $gc_ms | $mfu% | $gc_plan_tflops | ${gc_cublas:-?} TFLOP/s (${gc_cublas_shape:-?}) | $fwd | $bwd |"
+  local cub="-"
+  [ -n "$gc_cublas" ] && cub="$gc_cublas TFLOP/s ($gc_cublas_shape)"
+  echo "| GPT $name ($L x $D, $H heads) | $b | $gc_tok | $gc_ms | $mfu% | $gc_plan_tflops | $cub | $fwd | $bwd |"
 }
 
 # gc_ncu_table CSV: ncu's raw per-launch CSV (--csv --page raw --print-units base

@@ -4,7 +4,8 @@
 #  - the training summary (train-350M.out: the 2026-11-30 H200 run's lines) parses
 #    into tok/s, ms/step, plan TFLOP/s and cuBLAS's rate; MFU = tok/s x (6N + 6LdT) /
 #    989e12 against a figure worked by hand; gpu_attention_bench's lines parse;
-#  - a summary without its numbers is refused (no row of blanks);
+#  - a summary without its numbers is refused (no row of blanks); a run that timeout
+#    stopped is read from its --log-json (train-timeout.jsonl): steps 2.. only;
 #  - ncu's raw CSV (ncu-raw.csv: quoted names with commas, the units row, ==PROF==
 #    lines) becomes the table cuda_exec_kprof.c writes: the ten kernels with the most
 #    time in descending order, launches of one kernel summed, one "(N other kernels)"
@@ -46,6 +47,15 @@ check "mfu 124M" $? "$mfu"
 gc_train_parse "pd2bw-cuda-train: 8 steps, final loss 11.0328, ms/step, tok/s"
 [ $? -ne 0 ]
 check "a summary without numbers is refused" $? "parsed: $gc_tok $gc_ms"
+# a run stopped by timeout: steps 2..3 of its log (65536 tokens a step, 4200 ms)
+gc_log_parse $dir/train-timeout.jsonl
+check "log status" $? ""
+[ "$gc_tok|$gc_ms|$gc_plan_tflops|$gc_logged|$gc_cublas" = "31208|2100.0|19.00|3|" ]
+check "log fields" $? "$gc_tok|$gc_ms|$gc_plan_tflops|$gc_logged|$gc_cublas"
+head -1 $dir/train-timeout.jsonl >"$work/one.jsonl"
+gc_log_parse "$work/one.jsonl"
+[ $? -ne 0 ]
+check "a log of one step is not a rate" $? "$gc_tok"
 gc_attention_parse "$(cat $dir/attention.out)"
 check "attention status" $? ""
 [ "$gc_att_fwd|$gc_att_bwd" = "166.8 TFLOP/s (0.412 ms)|112.3 TFLOP/s (1.530 ms)" ]
