@@ -38,9 +38,10 @@
 #   (f) the ten kernels with the most GPU time at one shape (GPU_CHECK_PROFILE_SHAPE,
 #       default 350M): Nsight Compute when there is one, else pd2bw-cuda-train
 #       --kernel-profile (runtime/cuda/exec/cuda_exec_kprof.c), the same table;
-#   (g) multi-GPU mode with the real libnccl: mpirun -np 1 pd2bwrun --backend cuda
-#       --transport nccl on a one-stage tinygpt vs pd2bw-cuda-train (skipped, saying
-#       why, without mpirun or libnccl.so.2);
+#   (g) the real libnccl on a one-rank communicator (bench/gpu/gpu_nccl_check), then
+#       multi-GPU mode's driver, mpirun -np 1 pd2bwrun --backend cuda --transport nccl,
+#       on a one-stage tinygpt vs pd2bw-cuda-train (each skipped, saying why, without
+#       libnccl.so.2 / mpirun; one rank makes no NCCL communicator, hence the first);
 #   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
 #       2048 and 8192, and the planner's GEMM cost fitted to them (t = latency +
 #       FLOPs / rate; docs/language.md "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json
@@ -374,23 +375,37 @@ measure_kernel_profile() {
   rows+=("| (f) per-kernel GPU time, GPT $name b=${D_b[$name]} | $kprof_how: table below | ran |")
 }
 
-# (g) multi-GPU mode (--transport nccl) with the real libnccl, one rank: a one-stage
-# tinygpt (FP32 GEMMs) trained 10 steps under mpirun -np 1, its losses against
-# pd2bw-cuda-train's on the same plan (the FP32 bound of (b), 1e-3).
+# (g) the real libnccl. On one GPU, multi-GPU mode makes no communicator (it makes them
+# for groups of two ranks or more, and NCCL refuses two ranks on one GPU), so first
+# bench/gpu/gpu_nccl_check drives libnccl through the runtime's NCCL layer on a
+# one-rank communicator (all-reduces, send/receive to itself); then multi-GPU mode's
+# driver under mpirun -np 1 (MPI bootstrap, the rank's device, the pipeline
+# interpreter) on a one-stage tinygpt, its losses against pd2bw-cuda-train's on the
+# same plan within (b)'s FP32 bound. Each part is skipped, saying why, without
+# libnccl.so.2 or mpirun.
 check_nccl() {
-  step "(g) multi-GPU mode with the real libnccl: mpirun -np 1 pd2bwrun --backend cuda --transport nccl"
-  local where mpirun rc d
+  step "(g) the real libnccl (gpu_nccl_check) and multi-GPU mode's driver (mpirun -np 1 ... --transport nccl)"
+  local where mpirun rc d out r
+  if [ "$(limit 999)" -lt 30 ]; then echo "skipped: the time budget is spent"; rows+=("| (g) real libnccl, multi-GPU mode | skipped (time budget) | - |"); return; fi
+  if ! gc_find_nccl; then
+    echo "skipped: $gc_nccl_where"; rows+=("| (g) real libnccl | skipped: no libnccl.so.2 | - |")
+  elif [ ! -x "$build/bench/gpu/gpu_nccl_check" ]; then
+    rows+=("| (g) real libnccl | $build/bench/gpu/gpu_nccl_check not built | - |")
+  else
+    where=$gc_nccl_where
+    echo "libnccl: $where"
+    out=$(timeout "$(limit 60)" "$build/bench/gpu/gpu_nccl_check" --device "$device" 2>&1)
+    rc=$?
+    echo "$out"
+    if [ $rc -eq 0 ]; then r=PASS; else r=FAIL; failed=1; fi
+    rows+=("| (g) real libnccl ($where), one-rank communicator: all-reduce f32/bf16/f64, send/recv to itself | $(sed -n 's/^gpu_nccl_check: [A-Z]*: //p' <<<"$out" | head -1) (exit $rc) | $r |")
+  fi
   mpirun=$(command -v mpirun)
   if [ -z "$mpirun" ]; then
     echo "skipped: no mpirun on this machine (Open MPI's launcher; carry it, or install openmpi-bin)"
-    rows+=("| (g) multi-GPU mode, real libnccl | skipped: no mpirun | - |"); return
+    rows+=("| (g) multi-GPU mode's driver, 1 rank | skipped: no mpirun | - |"); return
   fi
-  if ! gc_find_nccl; then
-    echo "skipped: $gc_nccl_where"; rows+=("| (g) multi-GPU mode, real libnccl | skipped: no libnccl.so.2 | - |"); return
-  fi
-  where=$gc_nccl_where
-  echo "libnccl: $where"
-  if [ "$(limit 999)" -lt 30 ]; then echo "skipped: the time budget is spent"; rows+=("| (g) multi-GPU mode, real libnccl | skipped (time budget) | - |"); return; fi
+  if [ "$(limit 999)" -lt 30 ]; then echo "skipped: the time budget is spent"; rows+=("| (g) multi-GPU mode's driver | skipped (time budget) | - |"); return; fi
   [ -f "$work/small.bin" ] || tokens "$work/small.bin" 200000 256
   if ! "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 --stages 1 --replicas 1 --precision fp32 \
        -o "$work/nccl1" -q; then
@@ -405,8 +420,8 @@ check_nccl() {
     --log-json "$work/nccl-ref.jsonl" -q
   d=$(maxrel "$work/nccl-ref.jsonl" "$work/nccl.jsonl")
   if [ $rc -eq 0 ] && le "$d" 1e-3; then r=PASS; else r=FAIL; failed=1; fi
-  echo "multi-GPU mode (1 rank, real NCCL) vs pd2bw-cuda-train: worst relative loss difference $d (bound 1e-3): $r"
-  rows+=("| (g) multi-GPU mode, 1 rank, real libnccl ($where), tinygpt 10 steps vs pd2bw-cuda-train | max rel. loss diff $d (bound 1e-3), exit $rc | $r |")
+  echo "multi-GPU mode's driver (1 rank) vs pd2bw-cuda-train: worst relative loss difference $d (bound 1e-3): $r"
+  rows+=("| (g) multi-GPU mode's driver, mpirun -np 1, tinygpt 10 steps vs pd2bw-cuda-train (one rank: no NCCL communicator) | max rel. loss diff $d (bound 1e-3), exit $rc | $r |")
 }
 
 # The order: the figures the device session is for first (the item-6 table, the
