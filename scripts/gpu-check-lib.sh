@@ -117,7 +117,7 @@ gc_mfu() {
 
 # gc_out_of_memory OUT: whether a run failed for want of device memory (the planner's
 # arena estimate was short): gpu-check then halves b once.
-gc_out_of_memory() { grep -qiE 'out of memory|too little memory|CUDA_ERROR_OUT_OF_MEMORY' <<<"$1"; }
+gc_out_of_memory() { grep -qiE 'out of memory|cannot allocate the stage arena|CUDA_ERROR_OUT_OF_MEMORY|ALLOC_FAILED' <<<"$1"; }
 
 # gc_attention_parse OUT: gpu_attention_bench's two lines into gc_att_fwd and
 # gc_att_bwd ("X TFLOP/s (Y ms)"); status 1 when either is missing.
