@@ -2,8 +2,10 @@
 # scripts/gpu-carry.sh — makes what a lent GPU machine needs to run scripts/gpu-check.sh
 # with GPU_CHECK_PREBUILT=1: a Release build with the CUDA toolkit in build-gpu/ and, in
 # devlibs/, the shared libraries its GPU-check binaries link that are not glibc's (BLIS,
-# OpenBLAS, cJSON, Open MPI's libmpi and its dependencies, libgomp, ...): such a
-# machine may lack the -dev packages and flex/bison (bench/gpu/RESULTS.md, 2026-11-30).
+# cJSON, Open MPI's libmpi and its dependencies, libgomp, ...): such a machine may lack
+# the -dev packages and flex/bison (bench/gpu/RESULTS.md, 2026-11-30). Not OpenBLAS
+# (36 MB), which runtime/blas only prefers on AVX-512 CPUs: without it the CPU runs of
+# step (b) use BLIS, and the carry stays well under its 64 MiB.
 # The NVIDIA libraries (libcuda, NVRTC, cuBLAS, libnccl) are the machine's own: libnccl
 # alone (about 220 MB) is over what a device call carries (64 MiB).
 #
@@ -25,7 +27,6 @@ mkdir -p devlibs
 # every library ldd resolves, less glibc's own (the machine's must match its loader)
 libs=$(ldd "${bins[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' || true)
-openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 / { print $NF; exit }') # dlopen()ed by runtime/blas
-for f in $libs $openblas; do cp -L "$f" devlibs/; done
+for f in $libs; do cp -L "$f" devlibs/; done
 du -sh "$build" devlibs
 echo "gpu-carry: carry $build and devlibs (under 64 MiB together: see the sizes above)"
