@@ -19,10 +19,10 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 4, "source", "hash" (of the .cu), "library": {"source":
+ *   { "format": 5, "source", "hash" (of the .cu), "library": {"source":
  *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
  *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
- *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
+ *     "none"|"bf16-fp32-master" (with bf16), "gemm_epilogues": "on"|"off", "blocks": {params, grads, stash, work,
  *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
  *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
  *     microbatch_key (u32: the microbatch's global index, written by the runtime
@@ -34,7 +34,12 @@
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
  *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
- *                               A, B, C: pointer, dtype}}
+ *                               A, B, C: pointer, dtype, and with an epilogue
+ *                               (contract/contract.h GemmEpilogue, format 5):
+ *                               epilogue: "bias"|"gelu_aux_bias"|"dgelu"|"bgradb",
+ *                               bias: pointer (bias, gelu_aux_bias, bgradb),
+ *                               bias_accumulate: 0|1 (bgradb), aux: pointer and
+ *                               ldaux (gelu_aux_bias, dgelu)}}
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
  *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
  *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
@@ -664,6 +669,7 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   for (int k = 0; k < n; k++) {
     const Op *op = &g->ops[list[k]];
     if (e->done[op->id]) continue;
+    if (cu_epilogue_from(e, list, n, k) > 0) continue; /* it emitted (and marked) the ops */
     if (e->o->fuse) {
       bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !acc(e, op->out[0]);
       int used = cu_fuse_from(e, list, n, k, linear_bias ? op->id : -1);
@@ -674,7 +680,8 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   }
 }
 
-/* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
+/* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone; by
+ * cu_epilogue_from for the GEMM op it gives an epilogue. */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
 
 char *codegen_cuda_library_source(const Graph *g) {
@@ -779,6 +786,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+    cJSON_AddStringToObject(j, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
     add_blocks(j, L, e.scratch);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);

@@ -47,6 +47,7 @@ static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *
   cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
   cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
   cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+  cJSON_AddStringToObject(c, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
   cJSON_AddNumberToObject(c, "cuda_scratch",
                           cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
 }

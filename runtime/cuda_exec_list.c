@@ -63,6 +63,9 @@ typedef struct CxEntry {
   float alpha, beta;
   int ablk, bblk, cblk;
   int64_t aoff, boff, coff;
+  GemmEpilogue epi; /* and its vectors: bias (bgradb: the gradient), aux */
+  int biasblk, auxblk, bias_acc, ldaux;
+  int64_t biasoff, auxoff;
 } CxEntry;
 
 /* What makes a captured pass reusable: everything cx_program_run reads from the
@@ -164,6 +167,37 @@ static CxGemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
   return CX_GEMM_FP32;
 }
 
+/* The GEMM's "epilogue" (format 5), checked against what every device can run (the
+ * emulator replays it as the unfused kernels, which want unpadded rows). */
+static void ld_epilogue(Ld *l, const cJSON *gm, CxEntry *e, const char *where, int i) {
+  const cJSON *k = cJSON_GetObjectItemCaseSensitive(gm, "epilogue");
+  e->biasblk = e->auxblk = -1;
+  if (!k || l->failed) return;
+  if (!cJSON_IsString(k) || !gemm_epilogue_parse(k->valuestring, &e->epi)) {
+    ld_fail(l, where, i, "GEMM epilogue is not none, bias, gelu_aux_bias, dgelu or bgradb");
+    return;
+  }
+  GemmEpilogue x = e->epi;
+  bool bias = x == GEMM_EPI_BIAS || x == GEMM_EPI_GELU_AUX_BIAS || x == GEMM_EPI_BGRADB;
+  bool aux = x == GEMM_EPI_GELU_AUX_BIAS || x == GEMM_EPI_DGELU;
+  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(gm, "bias"), *ao = cJSON_GetObjectItemCaseSensitive(gm, "aux");
+  if (bias && bo) ld_ptr(l, bo, where, i, &e->biasblk, &e->biasoff);
+  if (aux && ao) ld_ptr(l, ao, where, i, &e->auxblk, &e->auxoff);
+  if (aux) e->ldaux = (int)ld_num(l, gm, "ldaux", where, i);
+  if (x == GEMM_EPI_BGRADB) e->bias_acc = (int)ld_num(l, gm, "bias_accumulate", where, i) != 0;
+  const char *bad = NULL;
+  if ((bias && e->biasblk < 0) || (aux && (e->auxblk < 0 || e->ldaux != e->N)))
+    bad = "GEMM epilogue without its bias or aux, or aux rows padded";
+  else if (bias && e->biasoff + (int64_t)e->N * 4 > l->p->block[e->biasblk])
+    bad = "GEMM epilogue's bias outside its block";
+  else if (aux && e->auxoff + (int64_t)e->M * e->ldaux * 4 > l->p->block[e->auxblk])
+    bad = "GEMM epilogue's aux outside its block";
+  else if (x == GEMM_EPI_BGRADB ? e->tb || e->ldb != e->N || e->type == CX_GEMM_BF16
+                                : x != GEMM_EPI_NONE && (e->ldc != e->N || (x != GEMM_EPI_BIAS && e->beta != 0)))
+    bad = "GEMM epilogue on a padded, transposed, accumulating or bf16 operand it cannot take";
+  if (bad && !l->failed) ld_fail(l, where, i, bad);
+}
+
 static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const char *where, int i) {
   e->is_gemm = true;
   e->ta = (int)ld_num(l, gm, "transa", where, i);
@@ -194,6 +228,7 @@ static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const c
                         {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
   for (int k = 0; k < 3 && !l->failed; k++)
     if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
+  ld_epilogue(l, gm, e, where, i);
 }
 
 static uint64_t encode(const char *ty, double v, bool *ok) {
@@ -404,8 +439,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
     snprintf(err, errlen,
              "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
-             "from device memory, for CUDA graphs, and takes dropout streams relative to the stage's rng_base, "
-             "so that stages share programs); regenerate the plan with this pd2bwc",
+             "from device memory, for CUDA graphs, takes dropout streams relative to the stage's rng_base, "
+             "so that stages share programs, and GEMM epilogues); regenerate the plan with this pd2bwc",
              lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
@@ -504,8 +539,9 @@ static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
   for (int i = 0; i < p->ne[pass]; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
+      CxEpilogue ep = {e->epi, at(r, e->biasblk, e->biasoff), e->bias_acc, at(r, e->auxblk, e->auxoff), e->ldaux};
       ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
-                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc);
+                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc, e->epi ? &ep : NULL);
       continue;
     }
     uint64_t cell[CX_MAX_ARGS];

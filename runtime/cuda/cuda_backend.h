@@ -144,6 +144,36 @@ void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid,
 void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
                float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc);
 
+/* cuBLASLt epilogues of cuda_gemm_epilogue, in cuda_gemm's row-major terms
+ * (contract/contract.h GemmEpilogue describes each). */
+typedef enum CudaEpilogueKind {
+  CUDA_EPI_NONE,
+  CUDA_EPI_BIAS,          /* C += bias[N] per row */
+  CUDA_EPI_GELU_AUX_BIAS, /* aux = C + bias, C = gelu(aux); beta 0 */
+  CUDA_EPI_DGELU,         /* C *= gelu'(aux); beta 0 */
+  CUDA_EPI_BGRADB         /* bias[N] (+)= Σ_k op(B)[k, :] */
+} CudaEpilogueKind;
+
+typedef struct CudaEpilogue {
+  CudaEpilogueKind kind;
+  CudaPtr bias;  /* float32 [N]: added, or (BGRADB) the bias gradient */
+  int bias_acc;  /* BGRADB: add into bias (cuBLASLt writes a temporary, then cuBLAS adds it) */
+  CudaPtr aux;   /* float32 [M, ldaux]: GELU_AUX_BIAS writes it, DGELU reads it */
+  int ldaux;     /* a multiple of 8 */
+} CudaEpilogue;
+
+/* True when cuBLASLt can be loaded with every function cuda_gemm_epilogue calls (no
+ * GPU needed); false with a message. */
+bool cuda_lt_available(char *err, size_t errlen);
+
+/* cuda_gemm followed by epilogue ep, as ONE cuBLASLt matmul (runtime/cuda/cuda_lt.c):
+ * the same types and operand swap, the stream's cuBLAS workspace. A shape or layout
+ * cuBLASLt has no algorithm for stops with a message naming pd2bwc --gemm-epilogues
+ * off. Asynchronous. */
+void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
+                        float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc,
+                        const CudaEpilogue *ep);
+
 /* Copies (synchronous with respect to the host; they order after all earlier work
  * on the default stream, so synchronise the streams first). */
 void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes);
