@@ -186,8 +186,8 @@ static void ld_epilogue(Ld *l, const cJSON *gm, CxEntry *e, const char *where, i
   if (aux) e->ldaux = (int)ld_num(l, gm, "ldaux", where, i);
   if (x == GEMM_EPI_BGRADB) e->bias_acc = (int)ld_num(l, gm, "bias_accumulate", where, i) != 0;
   const char *bad = NULL;
-  if ((bias && e->biasblk < 0) || (aux && (e->auxblk < 0 || e->ldaux != e->N)))
-    bad = "GEMM epilogue without its bias or aux, or aux rows padded";
+  if ((bias && e->biasblk < 0) || (aux && (e->auxblk < 0 || e->ldaux != e->N || e->ldaux % 8)))
+    bad = "GEMM epilogue without its bias or aux, or aux rows padded (or not a multiple of 8: cuBLASLt)";
   else if (bias && e->biasoff + (int64_t)e->N * 4 > l->p->block[e->biasblk])
     bad = "GEMM epilogue's bias outside its block";
   else if (aux && e->auxoff + (int64_t)e->M * e->ldaux * 4 > l->p->block[e->auxblk])

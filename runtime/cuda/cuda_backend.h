@@ -10,10 +10,11 @@
  *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
  *    modules, launches, copies, streams, events, CUDA graph capture and replay) and
  *    GEMMs through cuBLAS;
+ *  - cuda_lt.c: GEMMs with epilogues (bias, GELU, their gradients) through cuBLASLt;
  *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
  *
  * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
- * libcublas and libnccl are opened with dlopen the first time they are needed, so a
+ * libcublas, libcublasLt and libnccl are opened with dlopen the first time they are needed, so a
  * pd2bw binary built with the toolkit starts on a machine without a GPU driver (where
  * the toolkit ships only a stub libcuda, and linking it would stop the binary from
  * loading at all: DESIGN.md §5). Asking for the backend there gives a clear message,
@@ -28,7 +29,7 @@
  * the call, file, line and the library's error name.
  *
  * Libraries are found as: $PD2BW_LIBCUDA / $PD2BW_LIBNVRTC / $PD2BW_LIBCUBLAS /
- * $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
+ * $PD2BW_LIBCUBLASLT / $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
  * loader's search path, else the toolkit's lib64 directory this build was configured
  * with.
  */
