@@ -23,7 +23,7 @@
 #       same model made with pd2bwc --gemm-epilogues on (bias, GELU and bias gradients
 #       as cuBLASLt epilogues: runtime/cuda/cuda_lt.c, never run on a GPU before),
 #       20 FP32 steps against the CPU, the FP32 bound 1e-3;
-#   (c) single-GPU pipeline mode (runtime/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
+#   (c) single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
 #       one-stage trainer on PLAN/reference with 2bw's delayed rule): every microbatch

@@ -9,7 +9,7 @@
  * sets CUBLASLT_MATMUL_DESC_EPILOGUE, _BIAS_POINTER and _EPILOGUE_AUX_POINTER/_LD,
  * asks the heuristic for one algorithm within the stream's workspace and runs it. The
  * descriptors are rebuilt per call: a pass runs eagerly once and is then replayed as
- * a CUDA graph (runtime/cuda_exec_list.c), which keeps none of this host work.
+ * a CUDA graph (runtime/cuda/exec/cuda_exec_list.c), which keeps none of this host work.
  *
  * Row-major to column-major: the operands swap as for cuBLAS (cuda_gemm_colmajor),
  * so row-major N is column-major m, the rows of D: the bias vector (length N) and
