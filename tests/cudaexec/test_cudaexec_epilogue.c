@@ -26,7 +26,7 @@
 #include <stdlib.h>
 
 #include "emu_train.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-cudaexec-epi-XXXXXX";
