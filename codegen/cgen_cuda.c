@@ -22,7 +22,7 @@
  *   { "format": 5, "source", "hash" (of the .cu), "library": {"source":
  *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
  *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
- *     "none"|"bf16-fp32-master" (with bf16), "gemm_epilogues": "on"|"off", "blocks": {params, grads, stash, work,
+ *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
  *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
  *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
  *     microbatch_key (u32: the microbatch's global index, written by the runtime
@@ -34,12 +34,8 @@
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
  *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
- *                               A, B, C: pointer, dtype, and with an epilogue
- *                               (contract/contract.h GemmEpilogue, format 5):
- *                               epilogue: "bias"|"gelu_aux_bias"|"dgelu"|"bgradb",
- *                               bias: pointer (bias, gelu_aux_bias, bgradb),
- *                               bias_accumulate: 0|1 (bgradb), aux: pointer and
- *                               ldaux (gelu_aux_bias, dgelu)}}
+ *                               A, B, C: pointer, dtype[, epilogue, bias, bias_accumulate,
+ *                               aux, ldaux: contract/contract.h GemmEpilogue; the list says "gemm_epilogues"]}}
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
  *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
  *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
@@ -243,16 +239,6 @@ static cJSON *ptr_json(CuPtr p) {
   cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
   cJSON_AddNumberToObject(a, "offset", (double)p.off);
   return a;
-}
-
-const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
-  switch (t) {
-  case CGEN_GEMM_TF32: return "tf32";
-  case CGEN_GEMM_FP32: return "fp32";
-  case CGEN_GEMM_BF16: return "bf16";
-  }
-  PD_CHECK(false, "(GEMM dtype %d)", (int)t);
-  return "";
 }
 
 /* The bf16 staging buffers start at multiples of 256 bytes (the arena aligns the
@@ -680,8 +666,7 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   }
 }
 
-/* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone; by
- * cu_epilogue_from for the GEMM op it gives an epilogue. */
+/* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
 
 char *codegen_cuda_library_source(const Graph *g) {

@@ -28,6 +28,7 @@
  * launched as a graph from then on. Keys are remembered in a fixed table
  * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec_epilogue.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -63,9 +64,7 @@ typedef struct CxEntry {
   float alpha, beta;
   int ablk, bblk, cblk;
   int64_t aoff, boff, coff;
-  GemmEpilogue epi; /* and its vectors: bias (bgradb: the gradient), aux */
-  int biasblk, auxblk, bias_acc, ldaux;
-  int64_t biasoff, auxoff;
+  CxEpiRef epi; /* its epilogue (cuda_exec_epilogue.h) */
 } CxEntry;
 
 /* What makes a captured pass reusable: everything cx_program_run reads from the
@@ -106,7 +105,7 @@ struct CxProgram {
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
 
-static int block_of(const char *name) {
+int cx_block_of(const char *name) {
   if (strcmp(name, "cuda_scratch") == 0) return CX_SCRATCH;
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
     if (strcmp(name, buf_class_name((BufClass)c)) == 0) return c;
@@ -143,7 +142,7 @@ static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, in
   *blk = -1;
   *off = 0;
   if (cJSON_IsNull(buf)) return;
-  if (!cJSON_IsString(buf) || (*blk = block_of(buf->valuestring)) < 0) {
+  if (!cJSON_IsString(buf) || (*blk = cx_block_of(buf->valuestring)) < 0) {
     ld_fail(l, where, i, "pointer with an unknown 'buf'");
     *blk = -1;
     return;
@@ -165,37 +164,6 @@ static CxGemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
   if (strcmp(s, "bf16") == 0) return CX_GEMM_BF16;
   ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
   return CX_GEMM_FP32;
-}
-
-/* The GEMM's "epilogue" (format 5), checked against what every device can run (the
- * emulator replays it as the unfused kernels, which want unpadded rows). */
-static void ld_epilogue(Ld *l, const cJSON *gm, CxEntry *e, const char *where, int i) {
-  const cJSON *k = cJSON_GetObjectItemCaseSensitive(gm, "epilogue");
-  e->biasblk = e->auxblk = -1;
-  if (!k || l->failed) return;
-  if (!cJSON_IsString(k) || !gemm_epilogue_parse(k->valuestring, &e->epi)) {
-    ld_fail(l, where, i, "GEMM epilogue is not none, bias, gelu_aux_bias, dgelu or bgradb");
-    return;
-  }
-  GemmEpilogue x = e->epi;
-  bool bias = x == GEMM_EPI_BIAS || x == GEMM_EPI_GELU_AUX_BIAS || x == GEMM_EPI_BGRADB;
-  bool aux = x == GEMM_EPI_GELU_AUX_BIAS || x == GEMM_EPI_DGELU;
-  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(gm, "bias"), *ao = cJSON_GetObjectItemCaseSensitive(gm, "aux");
-  if (bias && bo) ld_ptr(l, bo, where, i, &e->biasblk, &e->biasoff);
-  if (aux && ao) ld_ptr(l, ao, where, i, &e->auxblk, &e->auxoff);
-  if (aux) e->ldaux = (int)ld_num(l, gm, "ldaux", where, i);
-  if (x == GEMM_EPI_BGRADB) e->bias_acc = (int)ld_num(l, gm, "bias_accumulate", where, i) != 0;
-  const char *bad = NULL;
-  if ((bias && e->biasblk < 0) || (aux && (e->auxblk < 0 || e->ldaux != e->N || e->ldaux % 8)))
-    bad = "GEMM epilogue without its bias or aux, or aux rows padded (or not a multiple of 8: cuBLASLt)";
-  else if (bias && e->biasoff + (int64_t)e->N * 4 > l->p->block[e->biasblk])
-    bad = "GEMM epilogue's bias outside its block";
-  else if (aux && e->auxoff + (int64_t)e->M * e->ldaux * 4 > l->p->block[e->auxblk])
-    bad = "GEMM epilogue's aux outside its block";
-  else if (x == GEMM_EPI_BGRADB ? e->tb || e->ldb != e->N || e->type == CX_GEMM_BF16
-                                : x != GEMM_EPI_NONE && (e->ldc != e->N || (x != GEMM_EPI_BIAS && e->beta != 0)))
-    bad = "GEMM epilogue on a padded, transposed, accumulating or bf16 operand it cannot take";
-  if (bad && !l->failed) ld_fail(l, where, i, bad);
 }
 
 static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const char *where, int i) {
@@ -228,7 +196,8 @@ static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const c
                         {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
   for (int k = 0; k < 3 && !l->failed; k++)
     if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
-  ld_epilogue(l, gm, e, where, i);
+  const char *bad = cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta, e->type == CX_GEMM_BF16, l->p->block, &e->epi);
+  if (bad) ld_fail(l, where, i, bad); /* (ld_fail keeps the first failure) */
 }
 
 static uint64_t encode(const char *ty, double v, bool *ok) {
@@ -539,9 +508,9 @@ static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
   for (int i = 0; i < p->ne[pass]; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
-      CxEpilogue ep = {e->epi, at(r, e->biasblk, e->biasoff), e->bias_acc, at(r, e->auxblk, e->auxoff), e->ldaux};
+      CxEpilogue ep;
       ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
-                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc, e->epi ? &ep : NULL);
+                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc, cx_epilogue_at(&e->epi, r->base, &ep));
       continue;
     }
     uint64_t cell[CX_MAX_ARGS];
