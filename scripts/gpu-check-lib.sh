@@ -31,16 +31,18 @@ GC_SHAPES=("124M:12:768:12" "350M:24:1024:16" "1.3B:24:2048:32")
 # 512 would make a step 512/B microbatches long).
 gc_model() { sed "s/^\(  *\)batch = 512;/\1batch = $2;/" models/gpt.model >"$1"; }
 
-# gc_plan PD2BWC WORK L D H B: a one-stage BF16 plan of the shape at microbatch B on
-# the H200 cluster file into WORK/gpt-LxD-bB (printed). pd2bwc exits 1 when the plan's
-# exact arena is over the device's memory (the planner's check; --allow-over is not
-# given), so a refused B costs no device time.
+# gc_plan PD2BWC WORK L D H B [FLAG...]: a one-stage BF16 plan of the shape at
+# microbatch B on the H200 cluster file into WORK/gpt-LxD-bB (printed; with extra
+# pd2bwc flags, a variant: WORK/gpt-LxD-bB-v). pd2bwc exits 1 when the plan's exact
+# arena is over the device's memory (the planner's check; --allow-over is not given),
+# so a refused B costs no device time.
 gc_plan() {
   local pc=$1 work=$2 L=$3 D=$4 H=$5 b=$6
-  local dir="$work/gpt-${L}x$D-b$b"
+  shift 6
+  local dir="$work/gpt-${L}x$D-b$b${1:+-v}"
   gc_model "$work/gpt-b$b.model" "$b"
   "$pc" "$work/gpt-b$b.model" -D "layers=$L" -D "dim=$D" -D "heads=$H" --cluster models/clusters/h200.cluster \
-    --stages 1 --replicas 1 --microbatch-size "$b" --microbatches 1 --precision bf16 -o "$dir" -q >/dev/null 2>&1 ||
+    --stages 1 --replicas 1 --microbatch-size "$b" --microbatches 1 --precision bf16 "$@" -o "$dir" -q >/dev/null 2>&1 ||
     return 1
   echo "$dir"
 }

@@ -19,7 +19,10 @@
 #       runs, graphs or not; identical lines are counted and reported); and a
 #       checkpoint round trip: 10 FP32 steps + --save, resumed on the GPU for 10 more,
 #       must match the 20 straight GPU steps, and the CPU resuming the GPU checkpoint
-#       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3);
+#       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3); and the
+#       same model made with pd2bwc --gemm-epilogues on (bias, GELU and bias gradients
+#       as cuBLASLt epilogues: runtime/cuda/cuda_lt.c, never run on a GPU before),
+#       20 FP32 steps against the CPU, the FP32 bound 1e-3;
 #   (c) single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
@@ -34,7 +37,9 @@
 #       tok/s, ms/step, MFU (6N + 6·L·d·T FLOPs per token over 989 TFLOP/s), the plan's
 #       own TFLOP/s, cuBLAS's BF16 rate on the MLP GEMM from the same process; then the
 #       tensor-core attention kernels' own rate, forward and backward, at each shape's
-#       b and heads, hs 64, causal (bench/gpu/gpu_attention_bench);
+#       b and heads, hs 64, causal (bench/gpu/gpu_attention_bench); and the 350M
+#       model made with --gemm-epilogues on (cuBLASLt epilogues) beside it: its tok/s
+#       against the plain plan's, which decides pd2bwc's default (docs/gpu.md);
 #   (f) the ten kernels with the most GPU time at one shape (GPU_CHECK_PROFILE_SHAPE,
 #       default 350M): Nsight Compute when there is one, else pd2bw-cuda-train
 #       --kernel-profile (runtime/cuda/exec/cuda_exec_kprof.c), the same table;
@@ -228,6 +233,16 @@ if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdro
   echo "checkpoint round trip: cuda resumed vs 20 straight $d_gres, cpu resuming the cuda checkpoint vs cpu 20 straight" \
        "$d_cres (bound 1e-3; first segment ${d_first}): $rck"
   rows+=("| (b) small GPT, cuda 10 steps + --save, resumed to 20 on cuda / on cpu | vs 20 straight: cuda $d_gres, cpu $d_cres (bound 1e-3) | $rck |")
+  # GEMM epilogues through cuBLASLt: the same model, the FP32 run against the CPU
+  "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdrop=0.1 --stages 1 --replicas 1 \
+    --gemm-epilogues on -o "$work/small-epi" -q &&
+    timeout "$(limit 120)" "$run_gpu" "$work/small-epi" --data "$work/small.bin" --steps 20 --gemm fp32 \
+      --device "$device" --log-json "$work/gpu-epi.jsonl" -q
+  echo "cuda (fp32 GEMMs, --gemm-epilogues on): exit $?"
+  dep=$(maxrel "$work/cpu.jsonl" "$work/gpu-epi.jsonl")
+  if le "$dep" 1e-3; then rep=PASS; else rep=FAIL; failed=1; fi
+  echo "GEMM epilogues (cuBLASLt), fp32: worst relative loss difference vs cpu $dep (bound 1e-3): $rep"
+  rows+=("| (b) small GPT 20 steps, cuda FP32, --gemm-epilogues on (cuBLASLt) vs cpu | max rel. loss diff $dep (bound 1e-3) | $rep |")
 else
   echo "gpu-check: FAILED: pd2bwc could not compile the small GPT"; failed=1
   rows+=("| (b) small GPT | pd2bwc failed | FAIL |")
@@ -311,6 +326,30 @@ measure_shapes() {
       rows+=("| (d) GPT $name, b=${D_b[$name]} | ${D_status[$name]} | FAIL |")
     fi
   done
+}
+
+# (d) the 350M model made with --gemm-epilogues on (bias, GELU and bias gradients as
+# cuBLASLt epilogues) at the b chosen above, beside the plain plan's rate: the figure
+# that decides pd2bwc's default (docs/gpu.md).
+measure_epilogues() {
+  step "(d) GPT 350M with --gemm-epilogues on (cuBLASLt epilogues) beside the plain plan"
+  local b=${D_b[350M]:-0} plan out rc tok
+  if [ "${D_status[350M]:-}" != ran ]; then echo "skipped: GPT 350M did not train above"; return; fi
+  if [ "$(limit 999)" -lt 60 ]; then echo "skipped: the time budget is spent"; rows+=("| (d) GPT 350M, --gemm-epilogues on | skipped (time budget) | - |"); return; fi
+  if ! plan=$(gc_plan "$pc" "$work" 24 1024 16 "$b" --gemm-epilogues on); then
+    echo "gpu-check: FAILED: pd2bwc --gemm-epilogues on"; failed=1; rows+=("| (d) GPT 350M, --gemm-epilogues on | pd2bwc failed | FAIL |"); return
+  fi
+  out=$(timeout "$(limit 110)" "$run_gpu" "$plan" --data "$work/gpt.bin" --steps "$steps_d" --device "$device" -q 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ] && gc_train_parse "$out"; then
+    tok=$gc_tok
+    echo "GPT 350M b=$b: --gemm-epilogues on $tok tok/s, off ${D_tok[350M]} tok/s"
+    rows+=("| (d) GPT 350M b=$b T=1024, --gemm-epilogues on (cuBLASLt) vs off | $tok tok/s vs ${D_tok[350M]} tok/s ($(awk -v a="$tok" -v b="${D_tok[350M]}" 'BEGIN { printf "%.2fx", a / b }')) | ran |")
+  else
+    echo "gpu-check: FAILED: GPT 350M with --gemm-epilogues on (exit $rc)"; failed=1
+    rows+=("| (d) GPT 350M, --gemm-epilogues on | run failed (exit $rc) | FAIL |")
+  fi
 }
 
 # (d) the tensor-core attention kernels alone, at each shape's b and heads (hs 64).
@@ -435,6 +474,7 @@ unless_spent() { # SECONDS ROW-NAME FUNCTION
   rows+=("| $2 | skipped (time budget) | - |")
 }
 measure_shapes
+measure_epilogues
 measure_attention
 measure_kernel_profile
 check_nccl

@@ -4,7 +4,7 @@
  * A profiling CxDeviceOps table wraps the device's: every kernel launch and every GEMM
  * is issued between two event records on its stream, and the elapsed time of each
  * pair is added to its "site" (a kernel by the name it was resolved under, a GEMM by
- * its dtype, transposes and M×N×K: cuBLAS picks its kernels per shape). Nothing else
+ * its dtype, transposes, M×N×K and epilogue: cuBLAS picks its kernels per shape). Nothing else
  * changes: the executors issue exactly what they issue without it. The table has no
  * CUDA graphs (a captured pass could not be timed launch by launch), so every pass
  * and update runs eagerly, as under `--cuda-graphs off` or ncu.
@@ -125,14 +125,15 @@ static void w_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   k->in->event_record(k->in->dev, p->end, stream);
 }
 static void w_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
   CxKprof *k = dev;
-  char name[96];
-  snprintf(name, sizeof name, "cuBLAS %s GEMM %c%c %dx%dx%d",
+  char name[128];
+  bool epi = ep && ep->kind != GEMM_EPI_NONE;
+  snprintf(name, sizeof name, "cuBLAS %s GEMM %c%c %dx%dx%d%s%s",
            type == CX_GEMM_BF16 ? "BF16" : type == CX_GEMM_TF32 ? "TF32" : "FP32", ta ? 'T' : 'N', tb ? 'T' : 'N', M,
-           N, K);
+           N, K, epi ? " + " : "", epi ? gemm_epilogue_name(ep->kind) : "");
   KprofPair *p = begin(k, stream, site_of(k, name));
-  k->in->gemm(k->in->dev, stream, type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  k->in->gemm(k->in->dev, stream, type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
   k->in->event_record(k->in->dev, p->end, stream);
 }
 static void w_htod(void *dev, CxPtr dst, const void *src, size_t bytes) {
