@@ -41,6 +41,9 @@
  * never a crash. A plan made with --backend cpu (no launch lists) is a user error
  * naming the missing file.
  *
+ *  - cuda_exec_kprof.c: --kernel-profile, the per-kernel GPU time of a run without
+ *    Nsight Compute: a CxDeviceOps table that times each launch and GEMM of the one it
+ *    wraps (cuda_exec_main.c puts it between the executors and the device).
  *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
  *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
  *    through the device's upload/download). Single-GPU pipeline mode's are in
@@ -70,6 +73,17 @@ typedef enum CxGemmType {
                    launch list says "bf16" (its casts made the operands); never an override */
 } CxGemmType;
 
+/* A GEMM's epilogue: the launch list's (contract/contract.h GemmEpilogue says what
+ * each kind computes, in the GEMM's row-major terms). */
+typedef struct CxEpilogue {
+  GemmEpilogue kind;
+  CxPtr bias;   /* bias, gelu_aux_bias: the vector added (N floats); bgradb: the bias
+                   gradient written, or added to when bias_acc */
+  int bias_acc; /* bgradb: 1 adds into bias */
+  CxPtr aux;    /* gelu_aux_bias: the pre-GELU output written; dgelu: the pre-GELU input */
+  int ldaux;    /* aux's leading dimension (floats) */
+} CxEpilogue;
+
 /* The device as the executor sees it. Every call is on one device; `stream` is a
  * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
  * stream; htod/dtoh first wait for all the device's work, so the host may reuse or
@@ -87,9 +101,11 @@ typedef struct CxDeviceOps {
   /* args: one pointer per kernel parameter, to a value of exactly its type. */
   void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
   /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics); A and B
-   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32. */
+   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32.
+   * ep: the epilogue that follows (NULL: none; a GPU runs it as cuBLASLt's, the
+   * emulator as the kernels it stands for). */
   void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
-               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc);
+               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep);
   void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
   void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
   void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
@@ -232,6 +248,10 @@ typedef struct CudaExecOptions {
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
    * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
   const char *trace_path;
+  /* pd2bw-cuda-train --kernel-profile FILE: every launch and GEMM timed with device
+   * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
+   * none. Not in multi-GPU mode. */
+  const char *kernel_profile;
 } CudaExecOptions;
 
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
@@ -253,6 +273,21 @@ CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
+
+/* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
+
+typedef struct CxKprof CxKprof;
+/* Fills *out with a table that passes every op on to `in` (which outlives it), each
+ * launch and GEMM between two event records on its stream, and no graph entries
+ * (every pass eager). */
+CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out);
+/* Waits for the device, then writes (atomically) the Markdown table of the ten
+ * kernels (GEMMs by dtype and shape) with the most GPU time, and one row for the
+ * rest: calls, ms, share of the total; `what` names the run in its first line.
+ * The last use of k but cx_kprof_free. false with a message. */
+bool cx_kprof_write(CxKprof *k, const char *path, const char *what, char *err, size_t errlen);
+/* Destroys its events (before the device closes) and frees it. */
+void cx_kprof_free(CxKprof *k);
 
 /* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
 

@@ -36,6 +36,61 @@ typedef struct Bench {
   double tflops;
 } Bench;
 
+/* Trains a one-stage plan to --steps with validation after every K-th step and the
+ * last, then --save and the summary lines (rate, graphs, validation loss). *tflops: the
+ * steady-state rate, NAN when nothing trained. false once the error line is printed. */
+static bool train_and_report(const char *prog, const CudaExecOptions *o, const CxDeviceOps *ops, const RtPlan *plan,
+                             ExecDevice *dev, Trainer *t, DataLoader *dl, DataLoader *vl, int64_t val_batches,
+                             RtLog *log, int T, double *tflops_out) {
+  char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
+  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
+  double steady_ms = 0, last_loss = NAN, last_val = NAN;
+  int64_t steady = 0, first = trainer_step_index(t);
+  if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
+    printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
+           (long long)o->steps);
+  for (int64_t s = first; s < o->steps; s++) {
+    StepStats ss;
+    trainer_step(t, dl, &ss);
+    if (ss.error) { /* the per-step checks of every mode (the interpreter's) */
+      return fail(prog, ss.error), false;
+    }
+    if (s > first || o->steps - first == 1) steady_ms += ss.ms, steady++;
+    last_loss = ss.loss;
+    double val = NAN;
+    bool last = s + 1 == o->steps;
+    if (vl && ((o->eval_every && (s + 1) % o->eval_every == 0) || last))
+      val = last_val = trainer_eval(t, vl, 0, val_batches);
+    if (!rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val)) {
+      return fail(prog, rt_log_error(log)), false;
+    }
+  }
+  if (!rt_log_finish(log, err, sizeof err)) {
+    return fail(prog, err), false;
+  }
+  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) {
+    return fail(prog, ierr), false;
+  }
+  double sec = steady ? steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
+  if (steady)
+    printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
+           prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
+           (double)cx_exec_device_bytes(dev) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
+           o->save_path ? o->save_path : "");
+  if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
+    CxGraphStats gs = cx_exec_device_pass_stats(dev), us = cx_exec_device_update_stats(dev);
+    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
+           "launch by launch%s\n",
+           prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
+           (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
+  }
+  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
+  if (!steady && vl) last_val = trainer_eval(t, vl, 0, val_batches);
+  if (!isnan(last_val)) printf("%s: validation loss %.4f\n", prog, last_val);
+  *tflops_out = steady ? tflops : NAN;
+  return true;
+}
+
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
@@ -125,56 +180,10 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     goto done;
   }
   rt_log_set_peak(log, plan->peak_flops); /* one GPU */
-  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
-  double steady_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t steady = 0, first = trainer_step_index(t);
-  if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
-    printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
-           (long long)o->steps);
-  for (int64_t s = first; s < o->steps; s++) {
-    StepStats ss;
-    trainer_step(t, dl, &ss);
-    if (ss.error) { /* the per-step checks of every mode (the interpreter's) */
-      fail(prog, ss.error);
-      goto done;
-    }
-    if (s > first || o->steps - first == 1) steady_ms += ss.ms, steady++;
-    last_loss = ss.loss;
-    double val = NAN;
-    bool last = s + 1 == o->steps;
-    if (vl && ((o->eval_every && (s + 1) % o->eval_every == 0) || last))
-      val = last_val = trainer_eval(t, vl, 0, val_batches);
-    if (!rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val)) {
-      fail(prog, rt_log_error(log));
-      goto done;
-    }
-  }
-  if (!rt_log_finish(log, err, sizeof err)) {
-    fail(prog, err);
-    goto done;
-  }
-  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) {
-    fail(prog, ierr);
-    goto done;
-  }
-  double sec = steady ? steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
-  if (steady)
-    printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
-           prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
-           (double)cx_exec_device_bytes(dev) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
-           o->save_path ? o->save_path : "");
-  if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
-    CxGraphStats gs = cx_exec_device_pass_stats(dev), us = cx_exec_device_update_stats(dev);
-    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
-           "launch by launch%s\n",
-           prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
-           (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
-  }
-  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (!steady && vl) last_val = trainer_eval(t, vl, 0, val_batches);
-  if (!isnan(last_val)) printf("%s: validation loss %.4f\n", prog, last_val);
+  double tflops = NAN;
+  if (!train_and_report(prog, o, ops, plan, dev, t, dl, vl, val_batches, log, T, &tflops)) goto done;
   rc = 0;
-  if (bench && dim > 0 && steady) /* the dtype training ran: bf16 plans time BF16 */
+  if (bench && dim > 0 && !isnan(tflops)) /* the dtype training ran: bf16 plans time BF16 */
     *bench = (Bench){.type = cx_exec_device_gemm_type(dev), .M = (int)(plan->b * T), .N = (int)(4 * dim), .K = (int)dim,
                      .tflops = tflops};
 done:
@@ -195,19 +204,37 @@ bool cx_run_seed(const CudaExecOptions *o, uint64_t plan_seed, CudaExecOptions *
   return rt_run_seed(o->resume_path, o->seed_set, o->seed, plan_seed, &out->seed, err, errlen);
 }
 
+/* run_plan; with --kernel-profile on the profiling table between the executors and the
+ * device (cuda_exec_kprof.c: every launch and GEMM timed, graphs off), the table
+ * written after a run that succeeded. The one place the profile hooks in. */
+static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+               const CudaExecOptions *o, Bench *bench) {
+  if (!o->kernel_profile) return run_plan(prog, plan_dir, ops, device_name, o, bench);
+  char err[RT_ERR_LEN];
+  if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return fail(prog, err);
+  CxDeviceOps prof;
+  CxKprof *k = cx_kprof_wrap(ops, &prof);
+  int rc = run_plan(prog, plan_dir, &prof, device_name, o, bench);
+  if (rc == 0 && !cx_kprof_write(k, o->kernel_profile, plan_dir, err, sizeof err)) rc = fail(prog, err);
+  if (rc == 0) printf("%s: kernel profile %s\n", prog, o->kernel_profile);
+  cx_kprof_free(k);
+  return rc;
+}
+
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                   const CudaExecOptions *o) {
-  return run_plan(prog, plan_dir, ops, device_name, o, NULL);
+  return run(prog, plan_dir, ops, device_name, o, NULL);
 }
 
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN];
+  if (o->nccl && o->kernel_profile) return fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
   if (o->nccl) return cuda_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
   if (!ops) return fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
   Bench b = {.M = 0};
-  int rc = run_plan(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
+  int rc = run(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
   /* the trainer's arena must go before the benchmark's (one arena per device) */
   cx_cuda_close(ops);
   if (rc || !b.M) return rc;
