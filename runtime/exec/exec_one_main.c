@@ -1,7 +1,9 @@
 /* runtime/exec/exec_one_main.c — pd2bwrun's one-stage path (runtime/pipeline/pipeline.h
  * exec_one_main): the driver loop around the one-stage trainer (exec_one.c): the
  * plan, --init then --resume, the data, training to --steps with validation after
- * every K-th step and the last, the checkpoint and the report. The pipelines' loop
+ * every K-th step and the last, the checkpoint and the report. Its step loop
+ * (trainer_train) is --backend cuda's too (runtime/cuda/exec/cuda_exec_main.c: the same
+ * trainer with the GPU as its device). The pipelines' loop
  * is pipeline_run.c's pipeline_main; the per-step checks (divergence, token ids)
  * are the interpreter's in both (exec_interp.c), and so is the seed rule's use
  * (rt_run_seed). */
@@ -94,6 +96,28 @@ static bool one_open(const char *plan_dir, const PipeOptions *a, OneRun *r) {
   return true;
 }
 
+bool trainer_train(Trainer *t, DataLoader *dl, DataLoader *vl, int64_t val_batches, int64_t steps, int64_t eval_every,
+                   RtLog *log, double tokens, TrainLoop *r, const char **error) {
+  double flops = trainer_flops_per_step(t);
+  *r = (TrainLoop){.first = trainer_step_index(t), .last_loss = NAN, .last_val = NAN};
+  r->ran = steps - r->first;
+  for (int64_t s = r->first; s < steps; s++) {
+    StepStats ss;
+    /* the per-step checks (divergence, token ids) are the interpreter's, as in every mode */
+    trainer_step(t, dl, &ss);
+    if (ss.error) return *error = ss.error, false;
+    r->total_ms += ss.ms;
+    if (s > r->first || r->ran == 1) r->steady_ms += ss.ms, r->steady++;
+    r->last_loss = ss.loss;
+    double val = NAN;
+    if (vl && ((eval_every && (s + 1) % eval_every == 0) || s + 1 == steps))
+      val = r->last_val = trainer_eval(t, vl, 0, val_batches);
+    if (!rt_log_step(log, s + 1, steps, &ss, tokens, flops, val))
+      return *error = rt_log_error(log), false;
+  }
+  return true;
+}
+
 /* Trains to --steps, evaluating after every K-th step and the last, then saves and
  * reports; false once the message is printed. */
 static bool one_train(const PipeOptions *a, OneRun *r) {
@@ -101,31 +125,19 @@ static bool one_train(const PipeOptions *a, OneRun *r) {
   char ierr[IO_ERR_LEN];
   Trainer *t = r->t;
   double tokens = (double)(r->plan->b * r->plan->m) * r->T, flops = trainer_flops_per_step(t);
-  double total_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t first = trainer_step_index(t);
-  for (int64_t s = first; s < a->steps; s++) {
-    StepStats ss;
-    /* the per-step checks (divergence, token ids) are the interpreter's, as in every mode */
-    trainer_step(t, r->dl, &ss);
-    if (ss.error) return fail(ss.error), false;
-    total_ms += ss.ms;
-    last_loss = ss.loss;
-    double val = NAN;
-    bool last = s + 1 == a->steps;
-    if (r->vl && ((a->eval_every && (s + 1) % a->eval_every == 0) || last))
-      val = last_val = trainer_eval(t, r->vl, 0, r->val_batches);
-    if (!rt_log_step(r->log, s + 1, a->steps, &ss, tokens, flops, val)) return fail(rt_log_error(r->log)), false;
-  }
+  TrainLoop L;
+  const char *why = NULL;
+  if (!trainer_train(t, r->dl, r->vl, r->val_batches, a->steps, a->eval_every, r->log, tokens, &L, &why))
+    return fail(why), false;
   if (!rt_log_finish(r->log, err, sizeof err)) return fail(err), false;
   if (a->save_path && !trainer_save(t, a->save_path, ierr, sizeof ierr)) return fail(ierr), false;
-  int64_t ran = a->steps - first;
-  if (ran > 0)
+  if (L.ran > 0)
     printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
-           (long long)ran, last_loss, "", total_ms / (double)ran, tokens * (double)ran / (total_ms / 1e3),
-           flops * (double)ran / (total_ms / 1e3) / 1e9, a->save_path ? ", saved " : "", a->save_path ? a->save_path : "");
+           (long long)L.ran, L.last_loss, "", L.total_ms / (double)L.ran, tokens * (double)L.ran / (L.total_ms / 1e3),
+           flops * (double)L.ran / (L.total_ms / 1e3) / 1e9, a->save_path ? ", saved " : "", a->save_path ? a->save_path : "");
   /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (ran <= 0 && r->vl) last_val = trainer_eval(t, r->vl, 0, r->val_batches);
-  if (!isnan(last_val)) printf("pd2bwrun: validation loss %.4f\n", last_val);
+  if (L.ran <= 0 && r->vl) L.last_val = trainer_eval(t, r->vl, 0, r->val_batches);
+  if (!isnan(L.last_val)) printf("pd2bwrun: validation loss %.4f\n", L.last_val);
   return true;
 }
 

@@ -44,34 +44,19 @@ static bool train_and_report(const char *prog, const CudaExecOptions *o, const C
                              RtLog *log, int T, double *tflops_out) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
   double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
-  double steady_ms = 0, last_loss = NAN, last_val = NAN;
-  int64_t steady = 0, first = trainer_step_index(t);
+  int64_t first = trainer_step_index(t);
   if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
     printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
            (long long)o->steps);
-  for (int64_t s = first; s < o->steps; s++) {
-    StepStats ss;
-    trainer_step(t, dl, &ss);
-    if (ss.error) { /* the per-step checks of every mode (the interpreter's) */
-      return fail(prog, ss.error), false;
-    }
-    if (s > first || o->steps - first == 1) steady_ms += ss.ms, steady++;
-    last_loss = ss.loss;
-    double val = NAN;
-    bool last = s + 1 == o->steps;
-    if (vl && ((o->eval_every && (s + 1) % o->eval_every == 0) || last))
-      val = last_val = trainer_eval(t, vl, 0, val_batches);
-    if (!rt_log_step(log, s + 1, o->steps, &ss, tokens, flops, val)) {
-      return fail(prog, rt_log_error(log)), false;
-    }
-  }
-  if (!rt_log_finish(log, err, sizeof err)) {
-    return fail(prog, err), false;
-  }
-  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) {
-    return fail(prog, ierr), false;
-  }
-  double sec = steady ? steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
+  TrainLoop L; /* the one-stage step loop of every device (runtime.h) */
+  const char *why = NULL;
+  if (!trainer_train(t, dl, vl, val_batches, o->steps, o->eval_every, log, tokens, &L, &why))
+    return fail(prog, why), false;
+  if (!rt_log_finish(log, err, sizeof err)) return fail(prog, err), false;
+  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) return fail(prog, ierr), false;
+  int64_t steady = L.steady;
+  double last_loss = L.last_loss, last_val = L.last_val;
+  double sec = steady ? L.steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
   if (steady)
     printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
            prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
