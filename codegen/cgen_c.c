@@ -8,7 +8,8 @@
  *      (block, constant offset) into a typed pointer;
  *   4. per region, a static forward function and a static backward function: one
  *      kernel call (or one fused loop) per op, every shape and offset a literal;
- *   5. the exported entry points, which run the region functions in order.
+ *   5. the exported entry points, which run the region functions in order, and the
+ *      per-segment ones (one region each: what pd2bwrun --profile-out times).
  *
  * Ops map to kernels through one switch (emit_op); -Wswitch-enum makes a new op
  * kind a compile error here until it has its call. Gradient accumulation follows
@@ -549,6 +550,27 @@ static void emit_region(Emit *e, int r, const int *ops, int nops, const RegionIn
   str_printf(e->s, "}\n");
 }
 
+/* The per-segment entry points (ABI 3): segment k is the stage's k-th region, whose
+ * pass runs the same region function pd2bw_stage_forward/backward call, so timing
+ * the segments one by one (pd2bwrun --profile-out) computes the same bits. */
+static void emit_segment_entries(Str *s, const StageLayout *L, const RegionIndex *fx, const RegionIndex *bx) {
+  int n = L->last_region - L->first_region + 1;
+  char fn[128];
+  str_printf(s, "\nint pd2bw_stage_segments(void) { return %d; }\n", n);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *dir = pass ? "bwd" : "fwd";
+    str_printf(s, "\nvoid pd2bw_stage_%s_segment(StageCtx *ctx, int k) {\n"
+                  "  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);\n  switch (k) {\n",
+               pass ? "backward" : "forward");
+    for (int r = L->first_region; r <= L->last_region; r++)
+      if (region_has(pass ? bx : fx, r)) {
+        region_fn_name(L, r, dir, fn, sizeof fn);
+        str_printf(s, "  case %d: %s(ctx); break;\n", r - L->first_region, fn);
+      }
+    str_printf(s, "  default: break;\n  }\n}\n");
+  }
+}
+
 char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o) {
   Str s = {0};
   Emit e = {.g = g, .L = L, .o = o, .s = &s, .rs = o->f64 ? 2 : 1, .rng_base = codegen_rng_base(L)};
@@ -606,6 +628,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
       str_printf(&s, "  %s(ctx);\n", fn);
     }
   str_printf(&s, "}\n");
+  emit_segment_entries(&s, L, &fx, &bx);
   free(fx.start), free(fx.pos), free(bx.start), free(bx.pos);
   free(e.done);
   return s.p;

@@ -77,12 +77,13 @@ const char *plan_buf_kind_name(PlanBufKind k);
 
 /* ---- the stage program ABI (codegen/codegen.h describes the entry points) -------- */
 
-#define PD2BW_STAGE_ABI 2
+#define PD2BW_STAGE_ABI 3
 
 /* The context struct's fields, once, so the generated file and the runtime agree:
  * codegen pastes the stringised list into each stageN.c.
  *   abi        PD2BW_STAGE_ABI (the program checks nothing; the runtime checks
- *              pd2bw_stage_abi() before the first call)
+ *              pd2bw_stage_abi() before the first call; 3: the per-segment entry
+ *              points of codegen/codegen.h)
  *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
  *   microbatch the microbatch's global index (keys the dropout streams)
  *   rng_base   added to the stage-relative op number of each dropout to give the

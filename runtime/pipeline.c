@@ -265,6 +265,10 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     }
   if (!setup_tied(R, err, errlen)) goto fail;
   if (!(R->dev = exec_cpu_device(R->st, err, errlen))) goto fail;
+  if (o->profile_out) { /* each segment's time, the first step's passes left out unless it is the only one */
+    seg_times_init(&R->segt, exec_cpu_program(R->dev)->nsegs, R->steps - R->first > 1 ? (R->first + 1) * R->mref : 0);
+    exec_cpu_profile(R->dev, &R->segt);
+  }
   if (!layout_arena(R, err, errlen)) goto fail;
   for (int k = 0; k < R->st->nparams; k++)
     rt_init_param((float *)(void *)(R->w[0] + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
@@ -353,6 +357,7 @@ void pipe_rank_destroy(PipeRank *R) {
   free(R->ins_to);
   free(R->grad_norm);
   free(R->step_ms);
+  seg_times_free(&R->segt);
   rt_log_close(R->console);
   free(R);
 }
@@ -434,6 +439,47 @@ double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p
 
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
+/* --profile-out: a rank's per-segment sums as one message, {nsegs, nfwd, nbwd} then
+ * fwd_s[] and bwd_s[] as doubles. */
+static bool send_seg_times(PipeRank *R) {
+  const SegTimes *t = &R->segt;
+  size_t n = 3 + 2 * (size_t)t->nsegs;
+  double *msg = pd_malloc(n * sizeof(double));
+  msg[0] = t->nsegs, msg[1] = (double)t->nfwd, msg[2] = (double)t->nbwd;
+  memcpy(msg + 3, t->fwd_s, (size_t)t->nsegs * sizeof(double));
+  memcpy(msg + 3 + t->nsegs, t->bwd_s, (size_t)t->nsegs * sizeof(double));
+  bool ok = pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, msg, n * sizeof(double), "segment times"));
+  free(msg);
+  return ok;
+}
+
+/* Rank 0: every rank's sums, added per stage over its replicas. A stage program with
+ * another count of segments than the plan's comes through as is: the writer says so. */
+static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
+  const PipePlan *p = R->pp;
+  G->seg = pd_calloc((size_t)p->d, sizeof(SegTimes));
+  for (int s = 0; s < p->d; s++) seg_times_init(&G->seg[s], s == R->stage ? R->segt.nsegs : p->st[s].nsegs, 0);
+  seg_times_add(&G->seg[R->stage], &R->segt);
+  for (int rk = 1; rk < p->nranks; rk++) {
+    SegTimes *dst = &G->seg[p->rank_stage[rk]];
+    size_t n = 3 + 2 * (size_t)dst->nsegs;
+    double *msg = pd_calloc(n, sizeof(double));
+    bool ok = pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, msg, n * sizeof(double),
+                                                  "segment times"));
+    if (ok && msg[0] != dst->nsegs) { /* mark it for the writer's message */
+      seg_times_free(dst);
+      seg_times_init(dst, (int)msg[0], 0);
+    } else if (ok) {
+      SegTimes src = {.nsegs = dst->nsegs, .fwd_s = msg + 3, .bwd_s = msg + 3 + dst->nsegs,
+                      .nfwd = (int64_t)msg[1], .nbwd = (int64_t)msg[2]};
+      seg_times_add(dst, &src);
+    }
+    free(msg);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
   const PipePlan *p = R->pp;
   Transport *t = R->t;
@@ -456,6 +502,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
         (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
       return false;
+    if (R->o->profile_out && !send_seg_times(R)) return false;
     R->steps_done = R->steps;
     return true;
   }
@@ -512,7 +559,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
       return false;
     G->nev += n;
   }
-  return true;
+  return !R->o->profile_out || gather_seg_times(R, G);
 }
 
 void pipe_gathered_free(PipeGathered *G) {
@@ -529,5 +576,7 @@ void pipe_gathered_free(PipeGathered *G) {
   free(G->mb_loss);
   free(G->ev);
   free(G->arena);
+  for (int s = 0; G->seg && s < G->d; s++) seg_times_free(&G->seg[s]);
+  free(G->seg);
   memset(G, 0, sizeof *G);
 }

@@ -3,8 +3,8 @@
  * thread 0 compute, thread 1 communication; or, for single-GPU pipeline mode,
  * pipe_trace_write_gpu: one process, one thread per stage replica, whose stream
  * and communication-stream work never overlap), the step time and bubble fraction over
- * the simulator's window, and measured compute times in the profile format that
- * `pd2bwc --profile` reads (docs/plan-format.md). */
+ * the simulator's window, and measured compute times per segment in the profile
+ * format that `pd2bwc --profile` reads (docs/plan-format.md), for both backends. */
 #include "runtime/pipeline_rank.h"
 
 #include <cjson/cJSON.h>
@@ -155,45 +155,50 @@ void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t fir
   }
 }
 
-bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+void seg_times_init(SegTimes *t, int n, int64_t from_mb) {
+  *t = (SegTimes){.nsegs = n, .from_mb = from_mb};
+  t->fwd_s = pd_calloc((size_t)n + 1, sizeof(double));
+  t->bwd_s = pd_calloc((size_t)n + 1, sizeof(double));
+}
+
+void seg_times_free(SegTimes *t) {
+  free(t->fwd_s), free(t->bwd_s);
+  *t = (SegTimes){0};
+}
+
+void seg_times_add(SegTimes *dst, const SegTimes *src) {
+  PD_CHECK(dst->nsegs == src->nsegs, "(segment times of %d and %d segments)", dst->nsegs, src->nsegs);
+  for (int q = 0; q < src->nsegs; q++) dst->fwd_s[q] += src->fwd_s[q], dst->bwd_s[q] += src->bwd_s[q];
+  dst->nfwd += src->nfwd, dst->nbwd += src->nbwd;
+}
+
+/* Each segment's own mean time per pass (runtime/seg_times.h), named as plan.json
+ * names the stage's segments, in pd2bwc --profile's "segments" form. */
+bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *backend, const char *path, char *err,
                         size_t errlen) {
+  for (int s = 0; s < p->d; s++)
+    if (seg[s].nsegs != p->st[s].nsegs) {
+      snprintf(err, errlen, "--profile-out %s: stage %d's program has %d segments, plan.json names %d (the plan "
+               "was edited or mixed)", path, s, seg[s].nsegs, p->st[s].nsegs);
+      return false;
+    }
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", 1);
   cJSON_AddNumberToObject(root, "microbatch_size", (double)p->b);
-  cJSON_AddStringToObject(root, "note",
-                          "measured by pd2bwrun per stage; a stage's time is split evenly over its segments "
-                          "(run with one segment per stage for exact per-segment times)");
+  char note[160];
+  snprintf(note, sizeof note, "measured by pd2bwrun --backend %s: each segment's own mean time per pass, the training "
+           "passes after the first step", backend);
+  cJSON_AddStringToObject(root, "note", note);
   cJSON *segs = cJSON_AddArrayToObject(root, "segments");
-  for (int s = 0; s < p->d; s++) {
-    double f = 0, bw = 0;
-    int64_t nf = 0, nbw = 0;
-    /* skip the first batch: cold caches and page faults */
-    for (int64_t i = 0; i < n; i++) {
-      const PipeEvent *e = &ev[i];
-      if (e->stage != s || e->batch < 1) continue;
-      if (e->op == PI_FWD) f += e->end - e->start, nf++;
-      if (e->op == PI_BWD) bw += e->end - e->start, nbw++;
-    }
-    if (!nf || !nbw) {
-      for (int64_t i = 0; i < n; i++) {
-        const PipeEvent *e = &ev[i];
-        if (e->stage != s) continue;
-        if (e->op == PI_FWD) f += e->end - e->start, nf++;
-        if (e->op == PI_BWD) bw += e->end - e->start, nbw++;
-      }
-    }
-    f = nf ? f / (double)nf : 0;
-    bw = nbw ? bw / (double)nbw : 0;
-    if (p->recompute) bw = bw > f ? bw - f : 0; /* the profile wants the backward alone */
-    int k = p->st[s].nsegs ? p->st[s].nsegs : 1;
+  for (int s = 0; s < p->d; s++)
     for (int q = 0; q < p->st[s].nsegs; q++) {
+      const SegTimes *t = &seg[s];
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "name", p->st[s].seg_names[q]);
-      cJSON_AddNumberToObject(o, "forward_s", f / k);
-      cJSON_AddNumberToObject(o, "backward_s", bw / k);
+      cJSON_AddNumberToObject(o, "forward_s", t->nfwd ? t->fwd_s[q] / (double)t->nfwd : 0);
+      cJSON_AddNumberToObject(o, "backward_s", t->nbwd ? t->bwd_s[q] / (double)t->nbwd : 0);
       cJSON_AddItemToArray(segs, o);
     }
-  }
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   bool ok = atomic_write_text(path, text, err, errlen);

@@ -221,10 +221,14 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
   if (!out->handle) return ERR("%s: cannot load the compiled stage: %s", out->so_path, dlerror());
   int (*abi)(void);
   int (*rb)(void);
+  int (*nsegs)(void);
   *(void **)&abi = dlsym(out->handle, "pd2bw_stage_abi");
   *(void **)&rb = dlsym(out->handle, "pd2bw_stage_real_bytes");
   *(void **)&out->forward = dlsym(out->handle, "pd2bw_stage_forward");
   *(void **)&out->backward = dlsym(out->handle, "pd2bw_stage_backward");
+  *(void **)&nsegs = dlsym(out->handle, "pd2bw_stage_segments");
+  *(void **)&out->forward_segment = dlsym(out->handle, "pd2bw_stage_forward_segment");
+  *(void **)&out->backward_segment = dlsym(out->handle, "pd2bw_stage_backward_segment");
   if (!abi || !rb || !out->forward || !out->backward) {
     stage_program_unload(out);
     return ERR("%s: not a pd2bw stage program (missing pd2bw_stage_* entry points)", c_path);
@@ -235,7 +239,13 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
     return ERR("%s: stage ABI version %d, this runtime speaks %d: recompile the plan with this pd2bwc",
                c_path, v, PD2BW_STAGE_ABI);
   }
+  if (!nsegs || !out->forward_segment || !out->backward_segment) {
+    stage_program_unload(out);
+    return ERR("%s: a stage program of ABI %d without its per-segment entry points (pd2bw_stage_segments)", c_path,
+               PD2BW_STAGE_ABI);
+  }
   out->real_bytes = rb();
+  out->nsegs = nsegs();
   if (real_bytes && out->real_bytes != real_bytes) {
     int v = out->real_bytes;
     stage_program_unload(out);
@@ -248,4 +258,5 @@ void stage_program_unload(StageProgram *p) {
   if (p->handle) dlclose(p->handle);
   p->handle = NULL;
   p->forward = p->backward = NULL;
+  p->forward_segment = p->backward_segment = NULL;
 }

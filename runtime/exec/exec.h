@@ -79,6 +79,7 @@
 #include <stdint.h>
 
 #include "runtime/runtime.h"
+#include "runtime/seg_times.h"
 #include "runtime/transport.h"
 
 typedef struct PipeRank PipeRank;
@@ -134,6 +135,12 @@ struct ExecDevice {
 ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);
 /* The stage program a CPU device runs (its file and whether it came from the cache). */
 const StageProgram *exec_cpu_program(const ExecDevice *d);
+/* pd2bwrun --profile-out: from now on the device runs each training pass of a
+ * microbatch from acc->from_mb on segment by segment (the program's per-segment
+ * entry points: the same functions in the same order, so the same bits) and adds
+ * each segment's time into acc (nsegs: the program's). NULL: off, the pass is one
+ * call as before. */
+void exec_cpu_profile(ExecDevice *d, SegTimes *acc);
 void exec_device_destroy(ExecDevice *d);
 
 /* ---- the link ------------------------------------------------------------------ */
