@@ -121,9 +121,10 @@ typedef struct StageCtx {
  * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument;
  * 4: nothing of the stage in the list or its .cu, so stages may share both: "op"
  * relative to the pass's smallest op id, dropout streams as the runtime argument
- * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base). */
+ * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base;
+ * 5: "segments", each segment's count of launches per pass, for --profile-out). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 4
+#define CODEGEN_CUDA_LIST_FORMAT 5
 
 /* ---- the hash of program texts (plan.json's "hash" fields, the cache keys) --------- */
 

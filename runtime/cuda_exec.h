@@ -190,6 +190,8 @@ typedef struct CxGraphStats {
   int64_t eager;    /* passes replayed launch by launch */
 } CxGraphStats;
 CxGraphStats cx_program_graph_stats(const CxProgram *p);
+/* The stage's segments (the list's "segments"). */
+int cx_program_segments(const CxProgram *p);
 
 /* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
 

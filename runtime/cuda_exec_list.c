@@ -94,6 +94,9 @@ struct CxProgram {
   void *set_u32;     /* the library's pkc_set_u32, which writes the key */
   CxEntry *e[2];
   int ne[2];
+  int nseg;         /* the stage's segments ("segments", format 5) */
+  int *seg_n[2];    /* per pass, per segment: its launches (forward from segment 0 on,
+                       backward from segment nseg-1 down) */
   CxArg *args;
   int nargs;
   CxGraphSlot slot[CX_MAX_KEYS];
@@ -312,6 +315,33 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
   }
 }
 
+/* "segments": {"forward": [n], "backward": [n]}, per segment of the stage its count
+ * of the pass's entries; every entry belongs to one segment. */
+static void ld_segments(Ld *l, const cJSON *list) {
+  const cJSON *segs = cJSON_GetObjectItemCaseSensitive(list, "segments");
+  CxProgram *p = l->p;
+  for (int pass = 0; pass < 2 && !l->failed; pass++) {
+    const char *where = pass == CX_FORWARD ? "segments.forward" : "segments.backward";
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(segs, pass == CX_FORWARD ? "forward" : "backward");
+    int n = cJSON_GetArraySize(arr), sum = 0, k = 0;
+    if (!cJSON_IsArray(arr) || n < 1 || (pass == CX_BACKWARD && n != p->nseg)) {
+      ld_fail(l, where, 0, "missing, empty, or not one count per segment of the stage");
+      return;
+    }
+    p->nseg = n;
+    p->seg_n[pass] = pd_calloc((size_t)n, sizeof(int));
+    const cJSON *c;
+    cJSON_ArrayForEach(c, arr) {
+      if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > p->ne[pass] - sum) {
+        ld_fail(l, where, k, "not a count of the pass's launches");
+        return;
+      }
+      sum += p->seg_n[pass][k++] = (int)c->valuedouble;
+    }
+    if (sum != p->ne[pass]) ld_fail(l, where, 0, "the segments' launches do not add up to the pass's");
+  }
+}
+
 static char *join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
   char *s = pd_malloc(n);
@@ -404,8 +434,9 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
     snprintf(err, errlen,
              "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
-             "from device memory, for CUDA graphs, and takes dropout streams relative to the stage's rng_base, "
-             "so that stages share programs); regenerate the plan with this pd2bwc",
+             "from device memory, for CUDA graphs, takes dropout streams relative to the stage's rng_base, "
+             "so that stages share programs, and says where each segment's launches are, for --profile-out); "
+             "regenerate the plan with this pd2bwc",
              lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
@@ -455,6 +486,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   }
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
+  ld_segments(&l, list);
   if (!l.failed) goto out;
 fail:
   cx_program_free(p);
@@ -474,6 +506,8 @@ void cx_program_free(CxProgram *p) {
     if (p->slot[i].graph) p->ops->graph_destroy(p->ops->dev, p->slot[i].graph);
   free(p->e[0]);
   free(p->e[1]);
+  free(p->seg_n[0]);
+  free(p->seg_n[1]);
   free(p->args);
   free(p);
 }
@@ -498,10 +532,11 @@ void *cx_program_kernel(const CxProgram *p, const char *name) {
 
 static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
 
-/* The pass's launches, one by one (or into a capture: the device records them). */
-static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
+/* Launches [from, to) of the pass, one by one (or into a capture: the device records
+ * them). */
+static void replay_range(const CxProgram *p, CxPass pass, const CxReplay *r, int from, int to) {
   const CxDeviceOps *ops = p->ops;
-  for (int i = 0; i < p->ne[pass]; i++) {
+  for (int i = from; i < to; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
       ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
@@ -531,6 +566,8 @@ static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
     ops->launch(ops->dev, r->stream, e->kernel, e->grid, e->block, args);
   }
 }
+
+static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) { replay_range(p, pass, r, 0, p->ne[pass]); }
 
 static bool same_key(const CxGraphKey *a, const CxGraphKey *b) {
   if (a->pass != b->pass || a->stream != b->stream || a->training != b->training || a->seed != b->seed) return false;
@@ -586,6 +623,8 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
 }
 
 CxGraphStats cx_program_graph_stats(const CxProgram *p) { return p->stats; }
+
+int cx_program_segments(const CxProgram *p) { return p->nseg; }
 
 void cx_ops_no_graphs(CxDeviceOps *ops) {
   ops->capture_begin = NULL;
