@@ -7,6 +7,7 @@
 # Included from runtime/CMakeLists.txt (after runtime/cuda).
 add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_list.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_profile.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_train.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_ckpt.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_exec_main.c

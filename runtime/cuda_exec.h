@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "runtime/runtime.h"
+#include "runtime/seg_times.h"
 
 /* A device address: an arena base plus a byte offset. */
 typedef uint64_t CxPtr;
@@ -193,6 +194,30 @@ CxGraphStats cx_program_graph_stats(const CxProgram *p);
 /* The stage's segments (the list's "segments"). */
 int cx_program_segments(const CxProgram *p);
 
+/* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
+
+/* From now on cx_program_run replays each training pass of a microbatch from from_mb
+ * on (the reference's index, CxReplay.microbatch) launch by launch, not as a graph,
+ * with a device event at each segment boundary, and sums each segment's time. Off
+ * (never called): cx_program_run is unchanged. */
+void cx_program_profile(CxProgram *p, int64_t from_mb);
+/* The sums so far (waits for the device first); NULL when not profiled. */
+const SegTimes *cx_program_profile_times(CxProgram *p);
+/* Writes stage s = 0 .. p->d-1's sums (progs[s], each profiled) with
+ * pipe_profile_write, the CPU backend's writer. false with a message. */
+typedef struct PipePlan PipePlan;
+bool cx_profile_write(CxProgram *const *progs, const PipePlan *p, const char *path, char *err, size_t errlen);
+/* What cx_program_run calls (cuda_profile.c). */
+typedef struct CxProfile CxProfile;
+CxProfile *cx_profile_create(const CxDeviceOps *ops, int nsegs, int64_t from_mb);
+void cx_profile_destroy(CxProfile *f);
+bool cx_profile_timed(const CxProfile *f, const CxReplay *r);
+/* Records the pass's first event on `stream`; returns its record. */
+int cx_profile_begin(CxProfile *f, CxPass pass, int stream);
+/* Records the event after segment seg of record rec. */
+void cx_profile_mark(CxProfile *f, int rec, int seg);
+const SegTimes *cx_profile_times(CxProfile *f);
+
 /* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
 
 typedef struct CudaExecOptions {
@@ -232,6 +257,9 @@ typedef struct CudaExecOptions {
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
    * events (runtime/cuda_pipe_trace.c), written here; NULL: none. */
   const char *trace_path;
+  /* --profile-out: each segment's measured time (cuda_profile.c) in the profile format
+   * pd2bwc --profile reads; NULL: none. One-stage plans and single-GPU pipeline mode. */
+  const char *profile_out;
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;
@@ -253,6 +281,8 @@ double cx_trainer_flops_per_step(const CxTrainer *t);
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
 /* The dtype of its GEMMs (cx_program_gemm_type of the stage program). */
 CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
+/* Its stage program (cx_program_profile: --profile-out). */
+CxProgram *cx_trainer_program(CxTrainer *t);
 /* cx_program_graph_stats of its stage program. */
 CxGraphStats cx_trainer_graph_stats(const CxTrainer *t);
 /* How its optimizer updates ran: eager (no graph ops, or the first step of a weight

@@ -97,6 +97,7 @@ struct CxProgram {
   int nseg;         /* the stage's segments ("segments", format 5) */
   int *seg_n[2];    /* per pass, per segment: its launches (forward from segment 0 on,
                        backward from segment nseg-1 down) */
+  CxProfile *prof;  /* --profile-out: timed passes replay segment by segment; NULL: off */
   CxArg *args;
   int nargs;
   CxGraphSlot slot[CX_MAX_KEYS];
@@ -504,6 +505,7 @@ void cx_program_free(CxProgram *p) {
   if (!p) return;
   for (int i = 0; i < p->nslots; i++)
     if (p->slot[i].graph) p->ops->graph_destroy(p->ops->dev, p->slot[i].graph);
+  cx_profile_destroy(p->prof);
   free(p->e[0]);
   free(p->e[1]);
   free(p->seg_n[0]);
@@ -569,6 +571,18 @@ static void replay_range(const CxProgram *p, CxPass pass, const CxReplay *r, int
 
 static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) { replay_range(p, pass, r, 0, p->ne[pass]); }
 
+/* --profile-out: the pass segment by segment in its order, a device event on its
+ * stream before the first and after each (runtime/cuda_profile.c reads them). */
+static void replay_timed(CxProgram *p, CxPass pass, const CxReplay *r) {
+  int rec = cx_profile_begin(p->prof, pass, r->stream), at = 0;
+  for (int i = 0; i < p->nseg; i++) {
+    int k = pass == CX_FORWARD ? i : p->nseg - 1 - i;
+    replay_range(p, pass, r, at, at + p->seg_n[pass][k]);
+    at += p->seg_n[pass][k];
+    cx_profile_mark(p->prof, rec, k);
+  }
+}
+
 static bool same_key(const CxGraphKey *a, const CxGraphKey *b) {
   if (a->pass != b->pass || a->stream != b->stream || a->training != b->training || a->seed != b->seed) return false;
   for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
@@ -598,6 +612,11 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
     void *args[2] = {&dst, &mb};
     ops->launch(ops->dev, r->stream, p->set_u32, 1, 1, args);
   }
+  if (p->prof && cx_profile_timed(p->prof, r)) { /* launch by launch: a graph cannot be split by segment */
+    replay_timed(p, pass, r);
+    p->stats.eager++;
+    return;
+  }
   bool fresh = false;
   CxGraphSlot *s = ops->capture_begin && p->ne[pass] > 0 ? find_slot(p, pass, r, &fresh) : NULL;
   if (s && !s->graph && !fresh && p->ngraphs < CX_MAX_GRAPHS) { /* the second sighting: capture */
@@ -625,6 +644,12 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
 CxGraphStats cx_program_graph_stats(const CxProgram *p) { return p->stats; }
 
 int cx_program_segments(const CxProgram *p) { return p->nseg; }
+
+void cx_program_profile(CxProgram *p, int64_t from_mb) {
+  if (!p->prof) p->prof = cx_profile_create(p->ops, p->nseg, from_mb);
+}
+
+const SegTimes *cx_program_profile_times(CxProgram *p) { return p->prof ? cx_profile_times(p->prof) : NULL; }
 
 void cx_ops_no_graphs(CxDeviceOps *ops) {
   ops->capture_begin = NULL;

@@ -33,12 +33,22 @@ typedef struct Bench {
   double tflops;
 } Bench;
 
+/* --profile-out of a one-stage plan: the writer names segments as plan.json's
+ * pipeline section does (runtime/pipeline.h). */
+static bool write_profile(const char *plan_dir, CxProgram *prog, const char *path, char *err, size_t errlen) {
+  PipePlan *p = pipe_plan_load(plan_dir, err, errlen);
+  bool ok = p && cx_profile_write(&prog, p, path, err, errlen);
+  pipe_plan_free(p);
+  return ok;
+}
+
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
   /* every output path before anything is loaded or trained (runtime/io.h) */
-  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path}};
-  if (!output_paths_check(outs, 3, err, sizeof err)) return fail(prog, err);
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
+                       {"--profile-out", o->profile_out}};
+  if (!output_paths_check(outs, 4, err, sizeof err)) return fail(prog, err);
   if (pipe_plan_ranks(plan_dir) > 1) /* several stages or replicas: single-GPU pipeline mode */
     return o->bench_gemm ? fail(prog, "--bench-gemm times one-stage plans only")
                          : cuda_pipe_main(prog, plan_dir, ops, device_name, o);
@@ -82,6 +92,9 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     if (!o->quiet)
       printf("%s: resumed from %s at step %lld\n", prog, o->resume_path, (long long)cx_trainer_step_index(t));
   }
+  if (o->profile_out) /* each segment's time, from the second step on (cuda_profile.c) */
+    cx_program_profile(cx_trainer_program(t), o->steps - cx_trainer_step_index(t) > 1
+                                                  ? (cx_trainer_step_index(t) + 1) * plan->m : 0);
   int T = 0;
   for (int k = 0; k < st->ninputs; k++)
     if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
@@ -150,6 +163,10 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
   }
   if (o->save_path && !cx_trainer_save(t, o->save_path, ierr, sizeof ierr)) {
     fail(prog, ierr);
+    goto done;
+  }
+  if (o->profile_out && !write_profile(plan_dir, cx_trainer_program(t), o->profile_out, err, sizeof err)) {
+    fail(prog, err);
     goto done;
   }
   double sec = steady ? steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;

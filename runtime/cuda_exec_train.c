@@ -211,6 +211,7 @@ double cx_trainer_flops_per_step(const CxTrainer *t) { return (t->st->flops_fwd 
 uint64_t cx_trainer_arena_bytes(const CxTrainer *t) { return t->arena_bytes; }
 CxGemmType cx_trainer_gemm_type(const CxTrainer *t) { return cx_program_gemm_type(t->prog); }
 CxGraphStats cx_trainer_graph_stats(const CxTrainer *t) { return cx_program_graph_stats(t->prog); }
+CxProgram *cx_trainer_program(CxTrainer *t) { return t->prog; }
 CxGraphStats cx_trainer_update_graph_stats(const CxTrainer *t) { return t->update_stats; }
 
 void cx_trainer_read_params(CxTrainer *t, float *dst) {
