@@ -147,7 +147,7 @@ __global__ void pkc_fill_f32(float *y, float v, pkc_i64 n) {
 }
 
 /* *dst = v, one thread: the runtime's stream-ordered write of a pass's microbatch key
- * (runtime/cuda_exec_list.c), which the random kernels then read through mbkey. */
+ * (runtime/cuda/exec/cuda_exec_list.c), which the random kernels then read through mbkey. */
 __global__ void pkc_set_u32(pkc_u32 *dst, pkc_u32 v) {
   if (pkc_tid() == 0) *dst = v;
 }
@@ -1004,7 +1004,7 @@ __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const f
 /* ===== optimizers ================================================================ */
 
 /* The per-step optimizer values in device memory, written by the host once per step
- * (runtime/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
+ * (runtime/cuda/exec/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
  * update graph (arguments frozen at capture) serves every step: the _dev optimizer
  * variants read them through a pointer. */
 struct pkc_step_scalars {

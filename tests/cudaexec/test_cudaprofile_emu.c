@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_cudaprofile_emu.c — pd2bwrun --backend cuda --profile-out
- * (runtime/cuda_profile.c) on the emulated device (emu_device.h), whose fake clock
+ * (runtime/cuda/exec/cuda_profile.c) on the emulated device (emu_device.h), whose fake clock
  * ticks once (reported as 1 µs) per operation run: a segment's measured time is then
  * exactly its count of launches in the launch list ("segments", format 5), so the
  * checks are exact.
@@ -27,8 +27,8 @@
 #include <cjson/cJSON.h>
 
 #include "emu_train.h"
-#include "runtime/cuda_pipe.h"
-#include "runtime/io.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-cudaprof-XXXXXX";
