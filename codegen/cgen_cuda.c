@@ -19,21 +19,15 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 5, "source", "hash" (of the .cu), "library": {"source":
- *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
- *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
- *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
- *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
- *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
- *     microbatch_key (u32: the microbatch's global index, written by the runtime
- *     before every pass that reads it), ce_rows: offsets; with bf16 also
- *     bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
- *     offset} of the f32 loss after forward | null,
- *     "kernels": [distinct names launched], "segments": {"forward": [n], "backward":
- *     [n]} (format 5: per segment of the stage, its regions in order, how many of the
- *     pass's entries are its own; forward runs segment 0's first, backward the last
- *     segment's first; a fused kernel that also computes the next region's layernorm
- *     counts to the region it starts in), "forward": [entry], "backward": [entry] }
+ *   { "format": 5, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"} (the
+ *     plan's kernel library), "block": 256, "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16",
+ *     "mixed_precision": "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
+ *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter of out-of-range
+ *     ids/targets; the runtime zeroes and reads it), ce_nvalid, loss, microbatch_key (u32: the
+ *     microbatch's global index, written by the runtime before every pass that reads it), ce_rows:
+ *     offsets; with bf16 also bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
+ *     offset} of the f32 loss after forward | null, "kernels": [distinct names launched], "forward":
+ *     [entry], "backward": [entry], "segments" (cgen_cuda_segments.c) }
  *   entry: {"op": id - the pass's smallest op id, "kernel": name, "module": "library"|"stage" (the module that
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
@@ -678,21 +672,6 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   }
 }
 
-/* Region r's launches appended to the pass's list `pass`; returns how many (the list's
- * "segments" counts). They are emitted into an array of their own and moved over one
- * by one (detaching the first item is O(1)), so counting costs O(launches), not a
- * walk of the whole pass's list per region. */
-static int emit_region_counted(CuEmit *e, cJSON *pass, const RegionOps *x, int r, bool forward) {
-  e->list = cJSON_CreateArray();
-  emit_region(e, x, r, forward);
-  int n = 0;
-  for (cJSON *it; (it = e->list->child) != NULL; n++)
-    cJSON_AddItemToArray(pass, cJSON_DetachItemViaPointer(e->list, it));
-  cJSON_Delete(e->list);
-  e->list = pass;
-  return n;
-}
-
 /* Called by cu_fuse_from for the linear whose bias it fuses: the GEMM alone. */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op) { emit_op(e, op, true); }
 
@@ -732,17 +711,15 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   RegionOps bx = region_ops_index(g, L->bwd_ops, L->nbwd, L->first_region, L->last_region);
 
   cJSON *fwd = cJSON_CreateArray(), *bwd = cJSON_CreateArray();
-  int nseg = L->last_region - L->first_region + 1;
-  int *fwd_n = pd_calloc((size_t)nseg, sizeof(int)), *bwd_n = pd_calloc((size_t)nseg, sizeof(int));
   e.rng_base = codegen_rng_base(L);
+  e.list = fwd;
   e.op_base = e.rng_base;
-  for (int r = L->first_region; r <= L->last_region; r++)
-    fwd_n[r - L->first_region] = emit_region_counted(&e, fwd, &fx, r, true);
+  for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
+  e.list = bwd;
   e.op_base = INT_MAX; /* the smallest backward op id */
   for (int k = 0; k < L->nbwd; k++)
     if (L->bwd_ops[k] < e.op_base) e.op_base = L->bwd_ops[k];
-  for (int r = L->last_region; r >= L->first_region; r--)
-    bwd_n[r - L->first_region] = emit_region_counted(&e, bwd, &bx, r, false);
+  for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
   free(fx.start);
   free(fx.ops);
   free(bx.start);
@@ -814,11 +791,9 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
       cJSON_AddNullToObject(j, "loss");
     }
     cJSON_AddItemToObject(j, "kernels", e.kernels);
-    cJSON *segs = cJSON_AddObjectToObject(j, "segments");
-    cJSON_AddItemToObject(segs, "forward", cJSON_CreateIntArray(fwd_n, nseg));
-    cJSON_AddItemToObject(segs, "backward", cJSON_CreateIntArray(bwd_n, nseg));
     cJSON_AddItemToObject(j, "forward", fwd);
     cJSON_AddItemToObject(j, "backward", bwd);
+    cu_list_segments(g, L, j);
     *launch_list = j;
   } else {
     cJSON_Delete(fwd);
@@ -826,7 +801,5 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_Delete(e.kernels);
     cJSON_Delete(j);
   }
-  free(fwd_n);
-  free(bwd_n);
   return src.p;
 }

@@ -78,6 +78,8 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 cJSON *cu_arg_stream(const CuEmit *e, int op_id);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
+/* cgen_cuda_segments.c: adds the launch list's "segments" (format 5) to list j. */
+void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
  * as one generated kernel; returns the number of ops consumed (0: none, the caller

@@ -195,6 +195,19 @@ CxGraphStats cx_program_graph_stats(const CxProgram *p);
 /* The stage's segments (the list's "segments"). */
 int cx_program_segments(const CxProgram *p);
 
+/* ---- the launch list's files (cuda_exec_files.c), for cx_program_load ------------- */
+
+/* dir/name (pd_malloc'd). */
+char *cx_join(const char *dir, const char *name);
+/* plan.json's stages[stage].program.cuda: the launch list's file name (into lname) and
+ * the stage's rng_base. false with a message. */
+bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
+                    size_t errlen);
+/* plan_dir/name, checked to hash to `want` (the launch list lpath's record); NULL with
+ * a message. */
+char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
+                      size_t errlen);
+
 /* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
 
 /* From now on cx_program_run replays each training pass of a microbatch from from_mb

@@ -42,6 +42,21 @@ static bool write_profile(const char *plan_dir, CxProgram *prog, const char *pat
   return ok;
 }
 
+/* The run's last lines: the steady-state rate, and how the passes ran (cx_program_run:
+ * captured once, then one launch each). */
+static void summary(const char *prog, const CudaExecOptions *o, const CxTrainer *t, const CxDeviceOps *ops,
+                    int64_t steps, double last_loss, double sec, double tok_s, double tflops) {
+  printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
+         prog, (long long)steps, last_loss, sec * 1e3, tok_s, tflops,
+         (double)cx_trainer_arena_bytes(t) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
+         o->save_path ? o->save_path : "");
+  CxGraphStats gs = cx_trainer_graph_stats(t), us = cx_trainer_update_graph_stats(t);
+  printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
+         "launch by launch%s\n",
+         prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
+         (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
+}
+
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
@@ -161,27 +176,13 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     fail(prog, err);
     goto done;
   }
-  if (o->save_path && !cx_trainer_save(t, o->save_path, ierr, sizeof ierr)) {
+  if ((o->save_path && !cx_trainer_save(t, o->save_path, ierr, sizeof ierr)) ||
+      (o->profile_out && !write_profile(plan_dir, cx_trainer_program(t), o->profile_out, ierr, sizeof ierr))) {
     fail(prog, ierr);
     goto done;
   }
-  if (o->profile_out && !write_profile(plan_dir, cx_trainer_program(t), o->profile_out, err, sizeof err)) {
-    fail(prog, err);
-    goto done;
-  }
   double sec = steady ? steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
-  if (steady)
-    printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
-           prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
-           (double)cx_trainer_arena_bytes(t) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
-           o->save_path ? o->save_path : "");
-  if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
-    CxGraphStats gs = cx_trainer_graph_stats(t), us = cx_trainer_update_graph_stats(t);
-    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
-           "launch by launch%s\n",
-           prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
-           (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
-  }
+  if (steady) summary(prog, o, t, ops, o->steps - first, last_loss, sec, tokens / sec, tflops);
   /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
   if (!steady && vl) last_val = cx_trainer_eval(t, vl, 0, val_batches);
   if (!isnan(last_val)) printf("%s: validation loss %.4f\n", prog, last_val);

@@ -70,19 +70,6 @@ static void bwd_region1(StageCtx *ctx) {
 /* ==== entry points ==== */
 int pd2bw_stage_abi(void) { return 3; }
 int pd2bw_stage_real_bytes(void) { return 4; }
-
-void pd2bw_stage_forward(StageCtx *ctx) {
-  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);
-  fwd_region1(ctx);
-  fwd_region2(ctx);
-}
-
-void pd2bw_stage_backward(StageCtx *ctx) {
-  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);
-  bwd_region2(ctx);
-  bwd_region1(ctx);
-}
-
 int pd2bw_stage_segments(void) { return 3; }
 
 void pd2bw_stage_forward_segment(StageCtx *ctx, int k) {
@@ -101,4 +88,12 @@ void pd2bw_stage_backward_segment(StageCtx *ctx, int k) {
   case 2: bwd_region2(ctx); break;
   default: break;
   }
+}
+
+void pd2bw_stage_forward(StageCtx *ctx) {
+  for (int k = 0; k < 3; k++) pd2bw_stage_forward_segment(ctx, k);
+}
+
+void pd2bw_stage_backward(StageCtx *ctx) {
+  for (int k = 2; k >= 0; k--) pd2bw_stage_backward_segment(ctx, k);
 }
