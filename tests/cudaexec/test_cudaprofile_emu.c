@@ -12,7 +12,8 @@
  *    gives bit-identical losses and weights (the timed passes run the same launches,
  *    eagerly instead of as graphs);
  *  - one: a one-stage plan through cuda_exec_run (pd2bwrun --backend cuda's one-stage
- *    path): the same checks of the file;
+ *    path), 6 steps (more timed passes than the event ring holds, so it is read back
+ *    mid-run too): the same checks of the file;
  *  - errors: a --profile-out path whose directory is a file: status 1, the path in the
  *    message, nothing written; with --transport nccl: refused before MPI starts.
  *
@@ -144,7 +145,8 @@ static void test_one(void) {
   emu_path(prof, sizeof prof, "one.profile.json");
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = CX_GEMM_PLAN, .profile_out = prof};
+  /* 6 steps of 4 microbatches: 40 timed passes, more than cuda_profile.c's ring holds */
+  CudaExecOptions o = {.data_path = data, .steps = 6, .quiet = true, .gemm = CX_GEMM_PLAN, .profile_out = prof};
   EXPECT(cuda_exec_run("test_cudaprofile_emu", dir, &ops, "emulated", &o) == 0);
   check_profile("one", prof);
   check_replan(prof);
