@@ -137,9 +137,9 @@ ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);
 const StageProgram *exec_cpu_program(const ExecDevice *d);
 /* pd2bwrun --profile-out: from now on the device runs each training pass of a
  * microbatch from acc->from_mb on segment by segment (the program's per-segment
- * entry points: the same functions in the same order, so the same bits) and adds
- * each segment's time into acc (nsegs: the program's). NULL: off, the pass is one
- * call as before. */
+ * entry points: the same functions in the same order, so the same bits), each
+ * segment's time into a row of acc (seg_times_row; nsegs: the program's), until the
+ * rows are full. NULL: off, the pass is one call as before. */
 void exec_cpu_profile(ExecDevice *d, SegTimes *acc);
 void exec_device_destroy(ExecDevice *d);
 

@@ -44,31 +44,34 @@ static StageCtx ctx_of(CpuDevice *c, const ExecPass *p) {
 }
 
 /* --profile-out: the pass segment by segment (forward 0 .. n-1, backward n-1 .. 0:
- * what the whole-pass entry point runs), each one's time added to the sums. */
-static bool timed(CpuDevice *c, const ExecPass *p) { return c->prof && p->training && p->mb >= c->prof->from_mb; }
+ * what the whole-pass entry point runs), each one's time into the pass's row; NULL
+ * when the pass is not timed (off, evaluation, the first step, the rows full). */
+static double *timed_row(CpuDevice *c, const ExecPass *p, bool bwd) {
+  return c->prof && p->training && p->mb >= c->prof->from_mb ? seg_times_row(c->prof, bwd) : NULL;
+}
 
-static void timed_pass(CpuDevice *c, StageCtx *x, bool bwd) {
-  SegTimes *t = c->prof;
-  for (int i = 0; i < t->nsegs; i++) {
-    int k = bwd ? t->nsegs - 1 - i : i;
+static void timed_pass(CpuDevice *c, StageCtx *x, bool bwd, double *row) {
+  int n = c->prof->nsegs;
+  for (int i = 0; i < n; i++) {
+    int k = bwd ? n - 1 - i : i;
     double t0 = pipe_now();
     (bwd ? c->prog.backward_segment : c->prog.forward_segment)(x, k);
-    (bwd ? t->bwd_s : t->fwd_s)[k] += pipe_now() - t0;
+    row[k] = pipe_now() - t0;
   }
-  if (bwd) t->nbwd++;
-  else t->nfwd++;
 }
 
 static void cpu_forward(ExecDevice *d, ExecPass *p) {
   StageCtx x = ctx_of(cpu(d), p);
-  if (timed(cpu(d), p)) timed_pass(cpu(d), &x, false);
+  double *row = timed_row(cpu(d), p, false);
+  if (row) timed_pass(cpu(d), &x, false, row);
   else cpu(d)->prog.forward(&x);
   p->bad_ids = x.bad_ids;
 }
 
 static void cpu_backward(ExecDevice *d, ExecPass *p) {
   StageCtx x = ctx_of(cpu(d), p);
-  if (timed(cpu(d), p)) timed_pass(cpu(d), &x, true);
+  double *row = timed_row(cpu(d), p, true);
+  if (row) timed_pass(cpu(d), &x, true, row);
   else cpu(d)->prog.backward(&x);
   p->bad_ids = x.bad_ids;
 }

@@ -439,22 +439,25 @@ double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p
 
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
-/* --profile-out: a rank's per-segment sums as one message, {nsegs, nfwd, nbwd} then
- * fwd_s[] and bwd_s[] as doubles. */
+/* --profile-out: a rank's per-segment times as two messages: {nsegs, nfwd, nbwd}, then
+ * the forward rows and the backward rows (runtime/pipeline/seg_times.h). */
 static bool send_seg_times(PipeRank *R) {
   const SegTimes *t = &R->segt;
-  size_t n = 3 + 2 * (size_t)t->nsegs;
-  double *msg = pd_malloc(n * sizeof(double));
-  msg[0] = t->nsegs, msg[1] = (double)t->nfwd, msg[2] = (double)t->nbwd;
-  memcpy(msg + 3, t->fwd_s, (size_t)t->nsegs * sizeof(double));
-  memcpy(msg + 3 + t->nsegs, t->bwd_s, (size_t)t->nsegs * sizeof(double));
-  bool ok = pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, msg, n * sizeof(double), "segment times"));
-  free(msg);
+  int64_t hdr[3] = {t->nsegs, t->nfwd, t->nbwd};
+  size_t nf = (size_t)(t->nfwd * t->nsegs), nb = (size_t)(t->nbwd * t->nsegs);
+  double *rows = pd_malloc((nf + nb + 1) * sizeof(double));
+  if (nf) memcpy(rows, t->fwd, nf * sizeof(double));
+  if (nb) memcpy(rows + nf, t->bwd, nb * sizeof(double));
+  bool ok = pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, hdr, sizeof hdr, "segment times")) &&
+            (!(nf + nb) || pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, rows,
+                                                               (nf + nb) * sizeof(double), "segment times")));
+  free(rows);
   return ok;
 }
 
-/* Rank 0: every rank's sums, added per stage over its replicas. A stage program with
- * another count of segments than the plan's comes through as is: the writer says so. */
+/* Rank 0: every rank's rows, put together per stage over its replicas. A stage
+ * program with another count of segments than the plan's comes through as that
+ * count: the writer says so. */
 static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
   const PipePlan *p = R->pp;
   G->seg = pd_calloc((size_t)p->d, sizeof(SegTimes));
@@ -462,19 +465,21 @@ static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
   seg_times_add(&G->seg[R->stage], &R->segt);
   for (int rk = 1; rk < p->nranks; rk++) {
     SegTimes *dst = &G->seg[p->rank_stage[rk]];
-    size_t n = 3 + 2 * (size_t)dst->nsegs;
-    double *msg = pd_calloc(n, sizeof(double));
-    bool ok = pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, msg, n * sizeof(double),
-                                                  "segment times"));
-    if (ok && msg[0] != dst->nsegs) { /* mark it for the writer's message */
+    int64_t h[3];
+    if (!pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, h, sizeof h, "segment times")))
+      return false;
+    size_t n = (size_t)((h[1] + h[2]) * h[0]);
+    double *rows = pd_malloc((n + 1) * sizeof(double));
+    bool ok = !n || pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, rows, n * sizeof(double),
+                                                        "segment times"));
+    if (ok && h[0] != dst->nsegs) { /* the writer names the mismatch */
       seg_times_free(dst);
-      seg_times_init(dst, (int)msg[0], 0);
+      seg_times_init(dst, (int)h[0], 0);
     } else if (ok) {
-      SegTimes src = {.nsegs = dst->nsegs, .fwd_s = msg + 3, .bwd_s = msg + 3 + dst->nsegs,
-                      .nfwd = (int64_t)msg[1], .nbwd = (int64_t)msg[2]};
+      SegTimes src = {.nsegs = (int)h[0], .fwd = rows, .bwd = rows + h[1] * h[0], .nfwd = h[1], .nbwd = h[2]};
       seg_times_add(dst, &src);
     }
-    free(msg);
+    free(rows);
     if (!ok) return false;
   }
   return true;

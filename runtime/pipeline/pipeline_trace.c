@@ -155,24 +155,53 @@ void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t fir
   }
 }
 
-void seg_times_init(SegTimes *t, int n, int64_t from_mb) {
-  *t = (SegTimes){.nsegs = n, .from_mb = from_mb};
-  t->fwd_s = pd_calloc((size_t)n + 1, sizeof(double));
-  t->bwd_s = pd_calloc((size_t)n + 1, sizeof(double));
-}
+void seg_times_init(SegTimes *t, int n, int64_t from_mb) { *t = (SegTimes){.nsegs = n, .from_mb = from_mb}; }
 
 void seg_times_free(SegTimes *t) {
-  free(t->fwd_s), free(t->bwd_s);
+  free(t->fwd), free(t->bwd);
   *t = (SegTimes){0};
+}
+
+/* Room for row `at` of a direction (doubling). */
+static double *seg_row_at(SegTimes *t, bool bwd, int64_t at) {
+  double **rows = bwd ? &t->bwd : &t->fwd;
+  int64_t *cap = &t->cap[bwd];
+  if (at >= *cap) {
+    *cap = at + 1 > 2 * *cap ? at + 1 : 2 * *cap;
+    *rows = pd_realloc(*rows, (size_t)(*cap * (t->nsegs ? t->nsegs : 1)) * sizeof(double));
+  }
+  return *rows + at * t->nsegs;
+}
+
+double *seg_times_row(SegTimes *t, bool bwd) {
+  int64_t *n = bwd ? &t->nbwd : &t->nfwd;
+  if (*n >= SEG_TIMES_MAX_PASSES) return NULL;
+  return seg_row_at(t, bwd, (*n)++);
 }
 
 void seg_times_add(SegTimes *dst, const SegTimes *src) {
   PD_CHECK(dst->nsegs == src->nsegs, "(segment times of %d and %d segments)", dst->nsegs, src->nsegs);
-  for (int q = 0; q < src->nsegs; q++) dst->fwd_s[q] += src->fwd_s[q], dst->bwd_s[q] += src->bwd_s[q];
-  dst->nfwd += src->nfwd, dst->nbwd += src->nbwd;
+  for (int bwd = 0; bwd < 2; bwd++) {
+    int64_t n = bwd ? src->nbwd : src->nfwd, *dn = bwd ? &dst->nbwd : &dst->nfwd;
+    for (int64_t i = 0; i < n; i++)
+      memcpy(seg_row_at(dst, bwd, (*dn)++), (bwd ? src->bwd : src->fwd) + i * src->nsegs,
+             (size_t)src->nsegs * sizeof(double));
+  }
 }
 
-/* Each segment's own mean time per pass (runtime/pipeline/seg_times.h), named as plan.json
+/* The median of segment q's column of n rows (0 when there are none). */
+static double seg_median(const double *rows, int64_t n, int nsegs, int q) {
+  if (!n) return 0;
+  double *col = pd_malloc((size_t)n * sizeof(double));
+  for (int64_t i = 0; i < n; i++) col[i] = rows[i * nsegs + q];
+  qsort(col, (size_t)n, sizeof(double), cmp_double);
+  double m = n % 2 ? col[n / 2] : (col[n / 2 - 1] + col[n / 2]) / 2;
+  free(col);
+  return m;
+}
+
+/* Each segment's own median time per pass (runtime/pipeline/seg_times.h: the median, so
+ * that a pass the OS preempted does not count as a slower segment), named as plan.json
  * names the stage's segments, in pd2bwc --profile's "segments" form. */
 bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *backend, const char *path, char *err,
                         size_t errlen) {
@@ -186,8 +215,8 @@ bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *back
   cJSON_AddNumberToObject(root, "version", 1);
   cJSON_AddNumberToObject(root, "microbatch_size", (double)p->b);
   char note[160];
-  snprintf(note, sizeof note, "measured by pd2bwrun --backend %s: each segment's own mean time per pass, the training "
-           "passes after the first step", backend);
+  snprintf(note, sizeof note, "measured by pd2bwrun --backend %s: each segment's own median time per pass, over the "
+           "training passes after the first step", backend);
   cJSON_AddStringToObject(root, "note", note);
   cJSON *segs = cJSON_AddArrayToObject(root, "segments");
   for (int s = 0; s < p->d; s++)
@@ -195,8 +224,8 @@ bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *back
       const SegTimes *t = &seg[s];
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "name", p->st[s].seg_names[q]);
-      cJSON_AddNumberToObject(o, "forward_s", t->nfwd ? t->fwd_s[q] / (double)t->nfwd : 0);
-      cJSON_AddNumberToObject(o, "backward_s", t->nbwd ? t->bwd_s[q] / (double)t->nbwd : 0);
+      cJSON_AddNumberToObject(o, "forward_s", seg_median(t->fwd, t->nfwd, t->nsegs, q));
+      cJSON_AddNumberToObject(o, "backward_s", seg_median(t->bwd, t->nbwd, t->nsegs, q));
       cJSON_AddItemToArray(segs, o);
     }
   char *text = cJSON_Print(root);

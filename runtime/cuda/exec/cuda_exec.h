@@ -212,12 +212,12 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
 
 /* From now on cx_program_run replays each training pass of a microbatch from from_mb
  * on (the reference's index, CxReplay.microbatch) launch by launch, not as a graph,
- * with a device event at each segment boundary, and sums each segment's time. Off
+ * with a device event at each segment boundary, and keeps each segment's time. Off
  * (never called): cx_program_run is unchanged. */
 void cx_program_profile(CxProgram *p, int64_t from_mb);
-/* The sums so far (waits for the device first); NULL when not profiled. */
+/* The times so far (waits for the device first); NULL when not profiled. */
 const SegTimes *cx_program_profile_times(CxProgram *p);
-/* Writes stage s = 0 .. p->d-1's sums (progs[s], each profiled) with
+/* Writes stage s = 0 .. p->d-1's times (progs[s], each profiled) with
  * pipe_profile_write, the CPU backend's writer. false with a message. */
 typedef struct PipePlan PipePlan;
 bool cx_profile_write(CxProgram *const *progs, const PipePlan *p, const char *path, char *err, size_t errlen);

@@ -7,7 +7,7 @@
  * stream before its first launch and after each segment's last (the launch list's
  * "segments", format 5). The events of up to CX_PROFILE_RING passes wait here; when
  * the ring is full, and at the end (cx_profile_times), the device is synchronised once
- * and each segment's elapsed time is added to the sums (runtime/pipeline/seg_times.h), which
+ * and each segment's elapsed time is kept (runtime/pipeline/seg_times.h), which
  * pipe_profile_write writes as the CPU backend's are. Without --profile-out no
  * program has a CxProfile and cx_program_run is what it was: graphs, no events.
  *
@@ -56,9 +56,13 @@ void cx_profile_destroy(CxProfile *f) {
   free(f);
 }
 
-bool cx_profile_timed(const CxProfile *f, const CxReplay *r) { return r->training && r->microbatch >= f->t.from_mb; }
+/* Room kept for the passes recorded but not read yet (either direction's). */
+bool cx_profile_timed(const CxProfile *f, const CxReplay *r) {
+  int64_t kept = f->t.nfwd > f->t.nbwd ? f->t.nfwd : f->t.nbwd;
+  return r->training && r->microbatch >= f->t.from_mb && kept + f->nrec < SEG_TIMES_MAX_PASSES;
+}
 
-/* Waits for the device, then adds every recorded pass's segments to the sums. */
+/* Waits for the device, then keeps every recorded pass's segment times. */
 static void drain(CxProfile *f) {
   if (!f->nrec) return;
   const CxDeviceOps *ops = f->ops;
@@ -68,10 +72,10 @@ static void drain(CxProfile *f) {
     const CxProfileRec *c = &f->rec[i];
     PD_CHECK(c->n == n + 1, "(a timed pass with %d of its %d segment events)", c->n - 1, n);
     bool fwd = c->pass == CX_FORWARD;
+    double *row = seg_times_row(&f->t, !fwd);
+    PD_CHECK(row != NULL, "(more timed passes than cx_profile_timed allows)");
     for (int q = 0; q < n; q++) /* the q-th interval is segment q forward, n-1-q backward */
-      (fwd ? f->t.fwd_s : f->t.bwd_s)[fwd ? q : n - 1 - q] += ops->event_ms(ops->dev, c->ev[q], c->ev[q + 1]) / 1e3;
-    if (fwd) f->t.nfwd++;
-    else f->t.nbwd++;
+      row[fwd ? q : n - 1 - q] = ops->event_ms(ops->dev, c->ev[q], c->ev[q + 1]) / 1e3;
   }
   f->nrec = 0;
 }
