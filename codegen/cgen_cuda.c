@@ -19,7 +19,7 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 5, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"} (the
+ *   { "format": 6, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"} (the
  *     plan's kernel library), "block": 256, "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16",
  *     "mixed_precision": "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
  *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter of out-of-range
@@ -32,7 +32,8 @@
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
  *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
- *                               A, B, C: pointer, dtype}}
+ *                               A, B, C: pointer, dtype[, epilogue, bias, bias_accumulate,
+ *                               aux, ldaux: contract/contract.h GemmEpilogue; the list says "gemm_epilogues"]}}
  *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
  *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
  *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
@@ -236,16 +237,6 @@ static cJSON *ptr_json(CuPtr p) {
   cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
   cJSON_AddNumberToObject(a, "offset", (double)p.off);
   return a;
-}
-
-const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
-  switch (t) {
-  case CGEN_GEMM_TF32: return "tf32";
-  case CGEN_GEMM_FP32: return "fp32";
-  case CGEN_GEMM_BF16: return "bf16";
-  }
-  PD_CHECK(false, "(GEMM dtype %d)", (int)t);
-  return "";
 }
 
 /* The bf16 staging buffers start at multiples of 256 bytes (the arena aligns the
@@ -662,6 +653,7 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   for (int k = 0; k < n; k++) {
     const Op *op = &g->ops[list[k]];
     if (e->done[op->id]) continue;
+    if (cu_epilogue_from(e, list, n, k) > 0) continue; /* it emitted (and marked) the ops */
     if (e->o->fuse) {
       bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !acc(e, op->out[0]);
       int used = cu_fuse_from(e, list, n, k, linear_bias ? op->id : -1);
@@ -777,6 +769,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+    cJSON_AddStringToObject(j, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
     add_blocks(j, L, e.scratch);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);

@@ -76,7 +76,8 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 /* A dropout op's Philox stream (its forward op id) as a launch argument: the runtime
  * passes the stage's rng_base + this stage-relative number. */
 cJSON *cu_arg_stream(const CuEmit *e, int op_id);
-/* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
+/* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
+ * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
 /* cgen_cuda_segments.c: adds the launch list's "segments" (format 5) to list j. */
 void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
@@ -86,5 +87,12 @@ void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
  * emits ops[k] alone). `bias_lead` >= 0: ops[k] is a linear with a bias whose GEMM
  * was already emitted, and the kernel starts by adding the bias in place. */
 int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead);
+/* An op kind cu_fuse_from may put in a chain. */
+bool cu_fusible_kind(const Graph *g, const Op *op);
+
+/* cgen_cuda_epilogue.c (with e->o->gemm_epilogues): emits ops[k] as a GEMM with a
+ * cuBLASLt epilogue when it starts one of the file's patterns, marking the ops it
+ * absorbed done; returns the number of ops emitted (0: none, go on as usual). */
+int cu_epilogue_from(CuEmit *e, const int *ops, int nops, int k);
 
 #endif

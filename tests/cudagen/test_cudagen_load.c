@@ -12,7 +12,7 @@
  *  - kernels.cu or stageN.cu edited after pd2bwc: refused, naming the file and the
  *    hash, before anything is loaded;
  *  - a launch list of format 1 (one module) or with a kernel whose module is missing
- *    or wrong: a message, no crash; one of format 2-4 (no "segments"), or whose
+ *    or wrong: a message, no crash; one of format 2-5 (no "segments"), or whose
  *    segment counts do not cover its passes: a message.
  */
 #include <cjson/cJSON.h>
@@ -211,14 +211,16 @@ static void old_format(cJSON *j) {
  * graphs must not replay one. */
 /* A format-3 list: each stage's own, dropout streams as absolute op ids. */
 static void format3(cJSON *j) { cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(3)); }
+/* format 4: no GEMM epilogues (pd2bwc --gemm-epilogues) */
+static void format4(cJSON *j) { cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(4)); }
 
 static void format2(cJSON *j) {
   cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(2));
   cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key");
 }
-/* A format-4 list: no "segments" (where each segment's launches are: --profile-out). */
-static void format4(cJSON *j) {
-  cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(4));
+/* A format-5 list: no "segments" (where each segment's launches are: --profile-out). */
+static void format5(cJSON *j) {
+  cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(5));
   cJSON_DeleteItemFromObject(j, "segments");
 }
 /* Segment counts that do not cover the pass, or not one per segment in each pass. */
@@ -285,10 +287,12 @@ static void test_old_plan(void) {
 
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
-  bad_list(format2, "a launch list of format 2, older than this runtime's 5");
-  bad_list(format3, "a launch list of format 3, older than this runtime's 5");
-  bad_list(format4, "a launch list of format 4, older than this runtime's 5");
-  bad_list(format4, "for --profile-out");
+  bad_list(format2, "a launch list of format 2, older than this runtime's 6");
+  bad_list(format3, "a launch list of format 3, older than this runtime's 6");
+  bad_list(format4, "a launch list of format 4, older than this runtime's 6");
+  bad_list(format4, "regenerate the plan with this pd2bwc");
+  bad_list(format5, "a launch list of format 5, older than this runtime's 6");
+  bad_list(format5, "for --profile-out");
   bad_list(no_segments, "segments.forward[0]: missing");
   bad_list(segments_short, "the segments' launches do not add up to the pass's");
   bad_list(segments_uneven, "segments.backward[0]: missing, empty, or not one count per segment");
