@@ -62,11 +62,14 @@
  * gradient, its norm, its AdamW state or a checkpoint. The cross-entropy kernels take
  * the stride too; the CPU program writes the same rows contiguously.
  * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements)
- * and C float32; the two pkc_cast_f32_to_bf16 launches before it (same "op") fill its
- * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
- * cuda_scratch from bf16_staging on: A, then B at the next LAYOUT_ALIGN boundary; every
- * GEMM reuses the same bytes (one stream, in order), so cuda_scratch grows by the
- * largest GEMM's two operands at 2 bytes an element. In a bf16 list, attention with a
+ * and C float32. A weight operand is read from the "params_bf16" block (blocks:
+ * params/2 bytes, only in bf16 lists), the bf16 copy of the weight version that the
+ * optimizer step writes (kernels/cuda_adamw_multi.cuh), at half the weight's offset:
+ * no launch casts it. Any other operand (an activation or a gradient) gets a
+ * pkc_cast_f32_to_bf16 launch before the GEMM (same "op") from the float32 tensor the
+ * fp32/tf32 list would name into cuda_scratch from bf16_staging on: A, then B at the
+ * next LAYOUT_ALIGN boundary; every GEMM reuses the same bytes (one stream, in order),
+ * so cuda_scratch grows by the largest GEMM's staged operands at 2 bytes an element. In a bf16 list, attention with a
  * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
  * after casts of its qkv (and, backward, dy) into the same staging bytes.
  *
@@ -93,7 +96,7 @@
 /* ---- pointers and arguments ------------------------------------------------------- */
 
 const char *cu_buf_name(int cls) {
-  return cls == CU_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)cls);
+  return cls == CU_SCRATCH ? "cuda_scratch" : cls == CU_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)cls);
 }
 
 CuPtr cu_buf(int cls, int64_t off) { return (CuPtr){cls, off}; }
@@ -282,15 +285,23 @@ static CuPtr stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int
   return S;
 }
 
+/* A bf16 GEMM's operand: a weight is read from its bf16 copy (params_bf16, half the
+ * offset), anything else staged after *end (layout_cuda_gemm_operands counts the same). */
+static CuPtr gemm_bf16_operand(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t *end) {
+  if (X.cls == BUF_PARAMS) return cu_buf(CU_PARAMS16, X.off / 2);
+  return stage_bf16(e, op, X, r, cols, ld, align_up(*end), end);
+}
+
 /* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm).
- * bf16: A and B first go through stage_bf16 (the launch list says so), C stays f32. */
+ * bf16: A and B are bf16 (gemm_bf16_operand: the weight copy, or a cast into the
+ * staging), C stays f32. */
 static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
   PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
   if (e->o->gemm == CGEN_GEMM_BF16) {
-    int64_t a_end, b_end;
-    A = stage_bf16(e, op, A, ta ? K : M, ta ? M : K, lda, bf16_staging(e), &a_end);
-    B = stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, align_up(a_end), &b_end);
+    int64_t end = bf16_staging(e);
+    A = gemm_bf16_operand(e, op, A, ta ? K : M, ta ? M : K, lda, &end);
+    B = gemm_bf16_operand(e, op, B, tb ? N : K, tb ? K : N, ldb, &end);
   }
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op - e->op_base);
@@ -693,11 +704,12 @@ char *codegen_cuda_library_source(const Graph *g) {
   return src.p;
 }
 
-static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch) {
+static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch, bool bf16) {
   cJSON *b = cJSON_AddObjectToObject(j, "blocks");
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
     cJSON_AddNumberToObject(b, buf_class_name((BufClass)c), (double)L->total[c]);
   cJSON_AddNumberToObject(b, "cuda_scratch", (double)scratch);
+  if (bf16) cJSON_AddNumberToObject(b, "params_bf16", (double)(L->total[BUF_PARAMS] / 2));
 }
 
 char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
@@ -779,7 +791,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
-    add_blocks(j, L, e.scratch);
+    add_blocks(j, L, e.scratch, o->gemm == CGEN_GEMM_BF16);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);

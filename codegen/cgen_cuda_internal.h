@@ -19,6 +19,10 @@
  * CUDA graph) and the row losses (double from 64). One copy: a stage's launches run
  * in order on one stream, so no two ops use it at once. */
 #define CU_SCRATCH ((int)BUF_CLASS_COUNT)
+/* bf16 lists: the "params_bf16" block, a bfloat16 copy of the weight version the
+ * microbatch uses (the params block's layout at half the offsets), which the optimizer
+ * step writes (kernels/cuda_adamw_multi.cuh): the GEMMs read their weight operands there. */
+#define CU_PARAMS16 ((int)BUF_CLASS_COUNT + 1)
 #define CU_SCRATCH_BAD 0
 #define CU_SCRATCH_NVALID 8
 #define CU_SCRATCH_LOSS 16

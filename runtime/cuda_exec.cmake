@@ -14,6 +14,7 @@ add_library(pd2bw_cuda_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_run.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_dev.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_graph.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_adamw_multi.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_link.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_drive.c
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pipe_trace.c

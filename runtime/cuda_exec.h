@@ -129,8 +129,10 @@ void cx_ops_no_graphs(CxDeviceOps *ops);
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
 /* The blocks a launch list's pointers name: BufClass values (contract/contract.h) for
- * params .. boundary, and the CUDA-only scratch after them. */
-enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_NBLOCKS = BUF_CLASS_COUNT + 1 };
+ * params .. boundary, then the CUDA-only scratch and, in bf16 lists, params_bf16: the
+ * bfloat16 copy of the weight version a pass uses (params' layout at half the offsets;
+ * the optimizer step writes it), where the GEMMs read their weight operands. */
+enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_PARAMS16, CX_NBLOCKS };
 
 typedef enum CxPass {
   CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */
@@ -268,6 +270,9 @@ typedef struct CxTrainerState {
   uint64_t seed;
 } CxTrainerState;
 CxTrainerState cx_trainer_state(const CxTrainer *t);
+/* After new weights were written into its params (and prev) blocks: their bf16 copies
+ * (bf16 lists) are made again. */
+void cx_trainer_weights_loaded(CxTrainer *t);
 /* After a resume: the next step is `step`, dropout keyed by `seed`. */
 void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
 
