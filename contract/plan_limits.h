@@ -1,6 +1,6 @@
 /* contract/plan_limits.h — the limits the runtime puts on a plan, defined once.
  * The runtime sizes its tables with them and refuses a plan over them
- * (runtime/pipeline_rank.h, runtime/pipeline_plan.c); pd2bwc checks every plan
+ * (runtime/pipeline/pipeline_rank.h, runtime/pipeline/pipeline_plan.c); pd2bwc checks every plan
  * against them before it writes anything (plan_check_limits, passes/planner.h), so
  * that a model the runtime cannot run is a compile error, not a refusal at run time. */
 #ifndef PD2BW_CONTRACT_PLAN_LIMITS_H

@@ -22,7 +22,7 @@
  *
  * GEMMs go through one hook, pk_sgemm_fn (row-major, below). The float32 kernels
  * call the hook set by pk_set_sgemm() (the runtime hands a stage .so pd_sgemm from
- * runtime/blas.h); with no hook set they fall back to a naive loop, so a kernel
+ * runtime/blas/blas.h); with no hook set they fall back to a naive loop, so a kernel
  * never crashes for want of a BLAS. The float64 kernels always use the naive loop.
  *
  * Conventions for every kernel:

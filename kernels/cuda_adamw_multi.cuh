@@ -12,7 +12,7 @@
  * blocks' bases: one table serves every (version written, version read) pair.
  * The work is cut into chunks of `chunk` elements (a multiple of 4, so every chunk of
  * a 16-byte-aligned tensor starts 16-byte aligned); the host writes a map with one
- * (tensor, chunk) entry per chunk (runtime/cuda_adamw_multi.c), and block b steps
+ * (tensor, chunk) entry per chunk (runtime/cuda/exec/cuda_adamw_multi.c), and block b steps
  * chunk b, b + gridDim.x, ... (any grid is correct). A chunk whose five float
  * streams are 16-byte aligned (and its bf16 copy 8-byte aligned) moves them with
  * 128-bit loads and stores, four elements a step, its tail one by one; any other
@@ -31,7 +31,7 @@
 #endif
 
 /* The per-step optimizer values in device memory, written by the host once per step
- * (runtime/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
+ * (runtime/cuda/exec/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
  * update graph (arguments frozen at capture) serves every step: the _dev optimizer
  * variants read them through a pointer. */
 struct pkc_step_scalars {
@@ -76,7 +76,7 @@ static __device__ __forceinline__ float pkc_adamw_elem(const pkc_adamw_c &c, flo
   return w - c.lr * ((mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps) + c.wd * w);
 }
 
-/* One tensor of the multi-tensor step: runtime/cuda_adamw_multi.h's CxAdamwTensor,
+/* One tensor of the multi-tensor step: runtime/cuda/exec/cuda_adamw_multi.h's CxAdamwTensor,
  * field for field. */
 struct pkc_adamw_tensor {
   pkc_i64 off; /* element offset in every block */

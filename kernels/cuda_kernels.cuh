@@ -151,7 +151,7 @@ __global__ void pkc_fill_f32(float *y, float v, pkc_i64 n) {
 }
 
 /* *dst = v, one thread: the runtime's stream-ordered write of a pass's microbatch key
- * (runtime/cuda_exec_list.c), which the random kernels then read through mbkey. */
+ * (runtime/cuda/exec/cuda_exec_list.c), which the random kernels then read through mbkey. */
 __global__ void pkc_set_u32(pkc_u32 *dst, pkc_u32 v) {
   if (pkc_tid() == 0) *dst = v;
 }

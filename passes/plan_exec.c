@@ -434,7 +434,7 @@ static int tied_wait(Exec *x, int s, const PlanInstr *in) {
 }
 
 /* The runtime's OPT_STEP of batch t (not a deferred tied step) first exchanges the
- * squared gradient norm with every other stage of its pipeline (runtime/pipeline.c,
+ * squared gradient norm with every other stage of its pipeline (runtime/pipeline/pipeline.c,
  * batch_scale: for clipping, the console and the log), then updates: no stage
  * updates before every stage has reached its step, a barrier. Returns 1 when all
  * have (the clock advanced to the last arrival), 2 when this call arrived and the

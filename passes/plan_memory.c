@@ -31,7 +31,7 @@
  * Those are the search's estimates (PlanSegment sums, no graph needed). Once the
  * configuration is chosen, plan_apply_layouts() rebuilds each stage's plan from the
  * stage programs' exact block sizes, buffer for buffer what the pipeline runtime
- * (runtime/pipeline.c) allocates, so the plan's figure is the measured one.
+ * (runtime/pipeline/pipeline.c) allocates, so the plan's figure is the measured one.
  */
 #include "passes/planner.h"
 

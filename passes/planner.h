@@ -176,7 +176,7 @@ void plan_pins_init(PlanPins *p); /* everything "choose" */
 
 /* Durations the simulator charges; all zero for a pure verification. Arrays are
  * [stages] (tied: [ngroups]). act_xfer[i]: stage i -> i+1; grad_xfer[i]: i -> i-1. */
-/* Bytes the optimizer step moves per parameter (runtime/pipeline.c, run_step): the
+/* Bytes the optimizer step moves per parameter (runtime/pipeline/pipeline.c, run_step): the
  * gradient norm reads the gradient (4), AdamW reads weights, gradient, m, v and writes
  * weights, m, v (28), and the gradient is zeroed for the next batch (4). Charged at
  * Cluster.optimizer_bandwidth. */

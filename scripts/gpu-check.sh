@@ -20,7 +20,7 @@
 #       checkpoint round trip: 10 FP32 steps + --save, resumed on the GPU for 10 more,
 #       must match the 20 straight GPU steps, and the CPU resuming the GPU checkpoint
 #       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3);
-#   (c) single-GPU pipeline mode (runtime/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
+#   (c) single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
 #       one-stage trainer on PLAN/reference with 2bw's delayed rule): every microbatch

@@ -17,12 +17,12 @@
 #
 # The grid, on tests/pipeline's tiny GPT (3 layers, width 16, 8 tokens; tied wte / LM
 # head, dropout 0.1, AdamW), 3 steps each:
-#   - local threads (runtime/pipeline.c): gpipe, 1f1b, 2bw, pipedream x d in {1,2,3}
+#   - local threads (runtime/pipeline/pipeline.c): gpipe, 1f1b, 2bw, pipedream x d in {1,2,3}
 #     x w in {1,2} x m in {d, 2d}; m = 2d with global-norm clipping (clipv 0.05), m = d
 #     without; each with its sequential reference as pd2bwrun --reference runs it
-#     (runtime/trainer.c on PLAN/reference, or pipeline_seq.c for pipedream);
-#   - the one-stage CPU trainer (runtime/trainer.c) on every d = w = 1 plan;
-#   - MPI (mpirun, runtime/pipeline.c over transport_mpi): four plans of the grid;
+#     (runtime/core/trainer.c on PLAN/reference, or pipeline_seq.c for pipedream);
+#   - the one-stage CPU trainer (runtime/core/trainer.c) on every d = w = 1 plan;
+#   - MPI (mpirun, runtime/pipeline/pipeline.c over transport_mpi): four plans of the grid;
 #   - the emulated CUDA device (tests/cudaexec): the one-stage GPU trainer
 #     (cuda_exec_train.c) and single-GPU pipeline mode (cuda_pipe_run.c), --precision
 #     fp32 plans with clipping, each with the CPU trainer / reference beside it;

@@ -1,5 +1,5 @@
-/* tools/pd2bw-cuda-train.c — train a plan on one GPU (runtime/cuda_exec.h; a plan with
- * several stages or replicas in single-GPU pipeline mode, runtime/cuda_pipe.h).
+/* tools/pd2bw-cuda-train.c — train a plan on one GPU (runtime/cuda/exec/cuda_exec.h; a plan with
+ * several stages or replicas in single-GPU pipeline mode, runtime/cuda/pipe/cuda_pipe.h).
  *
  *   pd2bw-cuda-train PLAN_DIR --data FILE --steps N [--device K] [--gemm fp32|tf32]
  *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec.h"
 
 static const char usage[] =
     "usage: pd2bw-cuda-train PLAN_DIR --data FILE --steps N [options]\n"

@@ -1,6 +1,6 @@
 /* tools/pd2bw-export.c — a pd2bw checkpoint of a GPT-2-shaped model, written for
  * the programs GPT-2 users already have: a Hugging Face GPT-2 directory and an
- * llm.c model file. The inverse of pd2bwrun --init (runtime/ckpt_import.c).
+ * llm.c model file. The inverse of pd2bwrun --init (runtime/io/ckpt_import.c).
  *
  *   pd2bw-export CKPT.safetensors --heads N [--vocab-size V]
  *                [--hf DIR] [--llmc FILE.bin] [--force]
@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 typedef struct Options {
   const char *ckpt, *hf, *llmc;

@@ -8,7 +8,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/plan_report.h"
+#include "runtime/report/plan_report.h"
 #include "tools/plan_dir.h"
 
 #include <cjson/cJSON.h>
@@ -475,7 +475,7 @@ static void print_count(FILE *out, int64_t n) {
   fputs(buf, out);
 }
 
-/* report.html, drawn from the plan.json just written (runtime/plan_report.h). */
+/* report.html, drawn from the plan.json just written (runtime/report/plan_report.h). */
 static bool write_report(const char *tmp, Diag *d) {
   char err[1024];
   if (plan_report_write(tmp, NULL, err, sizeof err)) return true;

@@ -7,15 +7,15 @@
  * (runtime/exec/exec_one.c; its driver loop exec_one_main.c): per step, m
  * microbatches forward and backward with gradients accumulated in place, clipping,
  * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
- * the pipeline executor (runtime/pipeline.h): one rank per stage replica, as threads
+ * the pipeline executor (runtime/pipeline/pipeline.h): one rank per stage replica, as threads
  * (--transport local) or MPI processes (mpirun ... --transport mpi). Every failure
  * the user can cause (a missing plan, a bad flag, a data file that does not fit the
  * model, a checkpoint of another model) ends with one line naming the file and exit
  * status 1. --val-data/--eval-every and --init mean the same on both executors: the
  * pipelined validation loss is the one-stage trainer's on PLAN_DIR/reference for the
- * same weights (runtime/pipeline_eval.h). */
-#include "runtime/cuda_exec.h"
-#include "runtime/runtime.h"
+ * same weights (runtime/pipeline/pipeline_eval.h). */
+#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/core/runtime.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -70,7 +70,7 @@ static const char usage[] =
 typedef struct Args {
   const char *plan, *data, *val, *save, *resume, *init, *log_json;
   const char *transport, *trace, *profile_out;
-  const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda_exec.h */
+  const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda/exec/cuda_exec.h */
   int device;
   double timeout, ref_tol;
   bool reference, pipeline_flags;
@@ -206,12 +206,12 @@ static int parse_args(int argc, char **argv, Args *a) {
   return -1;
 }
 
-/* the reference (runtime/pipeline_ref.c) trains from the plan's own initial weights */
+/* the reference (runtime/reference/pipeline_ref.c) trains from the plan's own initial weights */
 static const char reference_init_msg[] =
     "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
     "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
 
-/* The options of every CPU mode (runtime/pipeline.h). */
+/* The options of every CPU mode (runtime/pipeline/pipeline.h). */
 static PipeOptions pipe_options(const Args *a) {
   return (PipeOptions){.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
                        .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
@@ -226,14 +226,14 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   pd_blas_set_quiet(a.quiet);
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
-    /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda_pipe.h) */
+    /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda/pipe/cuda_pipe.h) */
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
-    /* checkpoints and validation: runtime/cuda_exec.h says which modes take them */
+    /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
     if ((a.transport && !nccl) || a.profile_out || a.timeout > 0)
       return fail("--backend cuda supports every option but --profile-out and --timeout, and of the "
                   "transports only --transport nccl");
-    /* --trace: single-GPU pipeline mode's (runtime/cuda_pipe_trace.c); nccl refuses it itself */
+    /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_trace.c); nccl refuses it itself */
     if (a.trace && !nccl && pipe_plan_ranks(a.plan) <= 1)
       return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
     if (a.reference && a.init) return fail(reference_init_msg);

@@ -2,7 +2,7 @@
 #define _GNU_SOURCE /* syscall(SYS_getdents64) for the signal-time removal */
 #include "tools/plan_dir.h"
 #include "passes/passes.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 #include <dirent.h>
 #include <errno.h>

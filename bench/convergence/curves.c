@@ -4,7 +4,7 @@
  *   pd2bw-curves --svg OUT.svg --title TEXT LABEL=LOG.jsonl [LABEL=LOG.jsonl ...]
  *
  * Each log is one JSON object per step ({"step", "loss", ..., "val_loss"} where an
- * evaluation ran: runtime/console.c console_json_line). The plot draws, per run, the
+ * evaluation ran: runtime/core/console.c console_json_line). The plot draws, per run, the
  * training loss smoothed by an exponential moving average (the raw per-step loss of
  * one batch is too noisy to compare runs by) as a thin line and the validation
  * losses as a thick line with dots, one colour per run. The y range covers every
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cJSON.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 enum { MAXRUNS = 8, W = 760, H = 440, L = 64, R = 150, T = 40, B = 48 };
 

@@ -71,7 +71,7 @@ for model in $MODELS; do
         # creating RUN.lock, which a copy killed meanwhile leaves behind (remove it)
         if [ "$TRAIN" = 1 ] && ! grep -q "\"step\": $STEPS,.*val_loss" "$log" 2>/dev/null && mkdir "$log.lock" 2>/dev/null; then
           echo "== $set_name $rule"
-          rm -rf "$OUT/$set_name/$rule.plan" "$log"
+          rm -f "$log" # (pd2bwc replaces the plan directory it wrote before)
           # shellcheck disable=SC2046 # the argument lists are words
           "$BUILD"/tools/pd2bwc models/tinygpt.model $(model_args "$model") --cluster models/clusters/cpu2.cluster \
             --stages 2 $(rule_args "$rule") -D train.lr="$lr" -D train.batch="$batch" -D train.steps="$STEPS" \

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec.h"
 
 static const char *const names[] = {"fp32", "tf32", "bf16"};
 static const CxGemmType types[] = {CX_GEMM_FP32, CX_GEMM_TF32, CX_GEMM_BF16};

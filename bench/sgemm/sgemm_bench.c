@@ -8,14 +8,14 @@
  * the points the planner's GEMM cost (gemm_efficiency, gemm_latency_us in the
  * cluster file, docs/cluster.md "Compute") is fitted to.
  *
- * "pd" is pd_sgemm (runtime/blas.h), i.e. whatever the runtime was built against;
+ * "pd" is pd_sgemm (runtime/blas/blas.h), i.e. whatever the runtime was built against;
  * "openblas" and "blis" are loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so each
  * runs its own code even though both export cblas_sgemm. Which kernels a library
  * picks is decided when it is loaded: set OPENBLAS_CORETYPE=Haswell (etc.) in the
  * environment to try another OpenBLAS kernel set. (BLIS_ARCH_TYPE makes Debian's
  * BLIS 0.9.0 abort; see RESULTS.md.) When pd_sgemm is BLIS (the usual build), "blis"
  * is that same library, so --lib all skips it. PD2BW_BLAS=openblas makes pd_sgemm
- * itself use OpenBLAS (runtime/blas.c). Results and commands: RESULTS.md.
+ * itself use OpenBLAS (runtime/blas/blas.c). Results and commands: RESULTS.md.
  */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/blas.h"
+#include "runtime/blas/blas.h"
 
 /* The CBLAS enums' values are fixed by the CBLAS standard. */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };

@@ -16,7 +16,7 @@
 #include "build_models.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 
 #include <ftw.h>
 #include <stdio.h>

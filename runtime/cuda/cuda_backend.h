@@ -11,6 +11,9 @@
  *    modules, launches, copies, streams, events, CUDA graph capture and replay) and
  *    GEMMs through cuBLAS;
  *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
+ * Its subfolders hold the GPU executors, built with or without the toolkit (they reach
+ * this library only through tables of functions): exec/ (the launch-list trainer,
+ * exec/cuda_exec.h) and pipe/ (the pipeline executor, pipe/cuda_pipe.h).
  *
  * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
  * libcublas and libnccl are opened with dlopen the first time they are needed, so a

@@ -82,7 +82,7 @@ CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A
                                   CudaPtr B, int ldb, CudaPtr C, int ldc);
 
 /* The raw driver handles, for code that calls other NVIDIA libraries on this device
- * (runtime/cuda_exec_dev.c hands the CUstream to the NCCL calls of cuda_pipe_nccl.c). */
+ * (runtime/cuda/exec/cuda_exec_dev.c hands the CUstream to the NCCL calls of cuda_pipe_nccl.c). */
 const CuApi *cuda_dev_api(const CudaDev *d);
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
 

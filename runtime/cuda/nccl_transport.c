@@ -1,5 +1,5 @@
 /* runtime/cuda/nccl_transport.c — NCCL communicators for the nccl transport
- * (runtime/cuda_pipe_nccl.c: multi-GPU pipeline mode).
+ * (runtime/cuda/pipe/cuda_pipe_nccl.c: multi-GPU pipeline mode).
  *
  * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs (the machines this was written on
  * have none). What runs in CI is this file against tests/nccl/fake_nccl.c, a stand-in

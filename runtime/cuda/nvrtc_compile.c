@@ -14,7 +14,7 @@
  * tag, the source, every option in order, NVRTC's version and the architecture: a
  * new toolkit, a new option or a changed kernel all miss. Entries are written to a
  * temporary file in the cache directory and renamed into place, so a reader never
- * sees half a cubin. Each entry ends in a checksum of its bytes (runtime/cache_seal.c,
+ * sees half a cubin. Each entry ends in a checksum of its bytes (runtime/io/cache_seal.c,
  * shared with the stage-program cache): a truncated or byte-flipped entry is
  * recompiled with a one-line note, never handed to the driver. A compile that writes
  * an entry first removes temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes.
@@ -32,7 +32,7 @@
 
 #include "ir/ir.h"
 #include "runtime/cuda/cuda_internal.h"
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 #ifndef PD2BW_CUDA_INCLUDE_DIR
 #define PD2BW_CUDA_INCLUDE_DIR ""

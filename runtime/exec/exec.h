@@ -13,15 +13,15 @@
  *                     injected faults (PD2BW_FAULT_INJECT).
  *   exec_cpu.c        the CPU device (the stage program's host functions, the
  *                     kernels/cpu_kernels.h kernels, memcpy/memset).
- *   exec_link_transport.c  the link over runtime/transport.h (local threads or MPI).
- *   exec_one.c        the one-stage trainer (runtime/runtime.h trainer_*): a plan with
+ *   exec_link_transport.c  the link over runtime/transport/transport.h (local threads or MPI).
+ *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
- *   exec_one_main.c   pd2bwrun's one-stage driver loop around it (runtime/pipeline.h
+ *   exec_one_main.c   pd2bwrun's one-stage driver loop around it (runtime/pipeline/pipeline.h
  *                     exec_one_main; the pipelines' is pipeline_run.c's).
  * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
- * runtime/pipeline.c and is the interpreter's input; the contract of what a run
- * computes (data order, sums, scale) is runtime/pipeline.h's.
+ * runtime/pipeline/pipeline.c and is the interpreter's input; the contract of what a run
+ * computes (data order, sums, scale) is runtime/pipeline/pipeline.h's.
  *
  * The interpreter touches memory only through the device and other ranks only
  * through the link, so another device or link changes nothing here. Every pointer
@@ -78,8 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/runtime.h"
-#include "runtime/transport.h"
+#include "runtime/core/runtime.h"
+#include "runtime/transport/transport.h"
 
 typedef struct PipeRank PipeRank;
 
@@ -174,7 +174,7 @@ void exec_link_destroy(ExecLink *l);
 
 /* Executes the instructions of batches [lo, hi) of R's stream, in stream order, on
  * R's device and link. Consecutive calls over adjacent ranges compute exactly what
- * one call over their union does (runtime/pipeline_rank.h).
+ * one call over their union does (runtime/pipeline/pipeline_rank.h).
  * false on a failure, with the root cause in R->err (every other rank aborted). */
 bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi);
 

@@ -1,6 +1,6 @@
 /* runtime/exec/exec_interp.c — the interpreter of one rank's instruction stream over
  * its device and its link (runtime/exec/exec.h; what a run computes is
- * runtime/pipeline.h's contract).
+ * runtime/pipeline/pipeline.h's contract).
  *
  * The stage program runs with its block bases pointed into this rank's arena: params
  * at the instruction's weight slot, stash at the instruction's stash slot (with
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
@@ -273,7 +273,7 @@ static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
 /* The end of batch t on a last stage: the global loss, its divergence check and the
  * step line. The last stage of every other replica sends its share to replica 0's,
  * which checks the mean (one rank stops the run, with one message in every mode and
- * with -q too) and prints (runtime/console.c). The replicas' last stages all reach
+ * with -q too) and prints (runtime/core/console.c). The replicas' last stages all reach
  * OPT_STEP(t) after batch t's all-reduce, so the small message waits for nothing else. */
 static bool step_loss(PipeRank *R, int64_t t) {
   const PipePlan *p = R->pp;

@@ -1,4 +1,4 @@
-/* runtime/exec/exec_link_transport.c — the link over runtime/transport.h (local
+/* runtime/exec/exec_link_transport.c — the link over runtime/transport/transport.h (local
  * threads or MPI; runtime/exec/exec.h). Requests and groups are the transport's own,
  * passed through; the failures, timeouts and the stall detector are the transport's. */
 #include "runtime/exec/exec.h"

@@ -1,4 +1,4 @@
-/* runtime/exec/exec_one.c — the one-stage trainer (runtime/runtime.h: trainer_*) as a
+/* runtime/exec/exec_one.c — the one-stage trainer (runtime/core/runtime.h: trainer_*) as a
  * plan with d = 1 and w = 1 run by the interpreter (runtime/exec/exec.h), step by step.
  *
  * The update is the reference rule every pipelined schedule must reproduce (DESIGN.md
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 struct Trainer {
   const RtPlan *plan;

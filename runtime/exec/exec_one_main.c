@@ -1,11 +1,11 @@
-/* runtime/exec/exec_one_main.c — pd2bwrun's one-stage path (runtime/pipeline.h
+/* runtime/exec/exec_one_main.c — pd2bwrun's one-stage path (runtime/pipeline/pipeline.h
  * exec_one_main): the driver loop around the one-stage trainer (exec_one.c): the
  * plan, --init then --resume, the data, training to --steps with validation after
  * every K-th step and the last, the checkpoint and the report. The pipelines' loop
  * is pipeline_run.c's pipeline_main; the per-step checks (divergence, token ids)
  * are the interpreter's in both (exec_interp.c), and so is the seed rule's use
  * (rt_run_seed). */
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,7 +32,7 @@ typedef struct OneRun {
 static bool one_open(const char *plan_dir, const PipeOptions *a, OneRun *r) {
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];
-  /* every output path before anything is loaded or trained (runtime/io.h); the
+  /* every output path before anything is loaded or trained (runtime/io/io.h); the
    * pipeline and CUDA paths check theirs in pipeline_main and cuda_exec_main */
   OutputFlag outs[] = {{"--save", a->save_path}, {"--log-json", a->log_json}};
   if (!output_paths_check(outs, 2, err, sizeof err)) return fail(err), false;

@@ -3,7 +3,7 @@
 # with a plan directory, a token file, $PD2BW_CACHE and $HOME whose names hold a
 # quote, a double quote, $(...), backquotes, ';', a newline and a space. It must
 # train, and none of the embedded commands may run. PD2BW_CC with arguments is
-# split on spaces (runtime/stage_cc.c). The model is tests/pipeline/mlp.model
+# split on spaces (runtime/core/stage_cc.c). The model is tests/pipeline/mlp.model
 # (its stage program compiles in about a second).
 #   hostile_paths.sh PD2BWC PD2BWRUN   (from the source root)
 set -u

@@ -14,7 +14,7 @@
 
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 
 typedef struct Harness {
   const Graph *g;

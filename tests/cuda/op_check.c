@@ -144,7 +144,7 @@ static void check_basic(Ctx *c) {
   pk_copy_f32(r, x, n);
   oc_check_vec(c, "copy", dz, r, n, 0);
 
-  /* the microbatch key's write (runtime/cuda_exec_list.c): one u32, its neighbours kept */
+  /* the microbatch key's write (runtime/cuda/exec/cuda_exec_list.c): one u32, its neighbours kept */
   uint32_t key[3] = {7, 7, 7}, want_key[3] = {7, 0xdeadbeefu, 7}, got_key[3];
   DevPtr dkey = oc_up(c, key, sizeof key), dkey1 = dkey + 4;
   uint32_t kv = 0xdeadbeefu;

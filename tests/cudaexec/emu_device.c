@@ -9,7 +9,7 @@
 
 #include "emu_module.h"
 #include "codegen/codegen.h"
-#include "runtime/blas.h"
+#include "runtime/blas/blas.h"
 
 typedef int (*EmuSizesFn)(const char *name, unsigned char *sizes);
 typedef void (*EmuGemmBf16Fn)(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B,

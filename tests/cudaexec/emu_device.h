@@ -1,4 +1,4 @@
-/* tests/cudaexec/emu_device.h — a CxDeviceOps table (runtime/cuda_exec.h) on the host
+/* tests/cudaexec/emu_device.h — a CxDeviceOps table (runtime/cuda/exec/cuda_exec.h) on the host
  * CUDA emulator (tests/cuda/cuda_emu.cpp), shared by the tests of the GPU trainer and
  * of single-GPU pipeline mode.
  *
@@ -37,7 +37,7 @@
 #ifndef PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H
 #define PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H
 
-#include "runtime/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec.h"
 
 /* How queued work runs. */
 typedef enum EmuOrder {

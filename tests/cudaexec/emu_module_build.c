@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "contract/contract.h"
-#include "runtime/io.h"
-#include "runtime/runtime.h"
+#include "runtime/io/io.h"
+#include "runtime/core/runtime.h"
 
 #ifndef PD2BW_TEST_CXX
 #define PD2BW_TEST_CXX "c++"

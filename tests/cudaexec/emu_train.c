@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 
 static const char *pd2bwc;
 static const char *workdir;

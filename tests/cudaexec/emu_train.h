@@ -1,5 +1,5 @@
-/* tests/cudaexec/emu_train.h — the one-stage GPU trainer (runtime/cuda_exec.h) on the
- * emulated device (emu_device.h) beside the CPU trainer (runtime/trainer.c), shared
+/* tests/cudaexec/emu_train.h — the one-stage GPU trainer (runtime/cuda/exec/cuda_exec.h) on the
+ * emulated device (emu_device.h) beside the CPU trainer (runtime/core/trainer.c), shared
  * by test_cudaexec_emu.c and test_cudaexec_bf16.c; and the start and end of the
  * emulator tests' main (test_cudapipe_emu.c too).
  *

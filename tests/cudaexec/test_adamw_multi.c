@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_adamw_multi.c — the multi-tensor AdamW (kernels/cuda_adamw_multi.cuh,
- * runtime/cuda_adamw_multi.h) gives the per-tensor kernel's bits in one launch.
+ * runtime/cuda/exec/cuda_adamw_multi.h) gives the per-tensor kernel's bits in one launch.
  *
  * On the host CUDA emulator (emu_device.h: the kernel library compiled as host C++),
  * a stage's worth of parameters in one params block, as a stage replica lays them out
@@ -26,7 +26,7 @@
 
 #include "emu_train.h"
 #include "pkc_kernels_src.h"
-#include "runtime/cuda_adamw_multi.h"
+#include "runtime/cuda/exec/cuda_adamw_multi.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-adamw-multi-XXXXXX";

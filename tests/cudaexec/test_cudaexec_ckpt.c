@@ -1,6 +1,6 @@
 /* tests/cudaexec/test_cudaexec_ckpt.c — checkpoints, --init and validation of the GPU
- * trainer (runtime/cuda_exec.h, cuda_exec_ckpt.c) and of single-GPU pipeline mode
- * (runtime/cuda_pipe.h), without a GPU: the device is the host CUDA emulator
+ * trainer (runtime/cuda/exec/cuda_exec.h, cuda_exec_ckpt.c) and of single-GPU pipeline mode
+ * (runtime/cuda/pipe/cuda_pipe.h), without a GPU: the device is the host CUDA emulator
  * (emu_device.h), which runs the very launch lists a GPU would.
  *
  * A checkpoint must move between the CPU and GPU trainers with nothing lost:
@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "emu_train.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
 #define STEPS 6
@@ -532,7 +532,7 @@ static void test_errors(void) {
   EXPECT(run_cli("p2bw", &o, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "nodir/x.safetensors") != NULL);
   /* output flags naming a FIFO: refused before anything runs, the FIFO left as it was
-   * (runtime/io.h: output_paths_check), one-stage and single-GPU pipeline mode alike */
+   * (runtime/io/io.h: output_paths_check), one-stage and single-GPU pipeline mode alike */
   char fifo[256];
   emu_path(fifo, sizeof fifo, "out.fifo");
   EXPECT(mkfifo(fifo, 0644) == 0);

@@ -1,7 +1,7 @@
 /* tests/cudaexec/test_cudaexec_emu.c — the GPU trainer trains like the CPU trainer,
  * without a GPU.
  *
- * The GPU trainer (runtime/cuda_exec.h) reaches the device only through a
+ * The GPU trainer (runtime/cuda/exec/cuda_exec.h) reaches the device only through a
  * CxDeviceOps table. Here that table is the host CUDA emulator of tests/cuda/
  * cuda_emu.cpp: "loading" a stage program compiles the plan's stage0.cu as host C++
  * with the emulator (each CUDA thread a fibre; the stage's own fused kernels added
@@ -13,7 +13,7 @@
  * A small GPT with dropout (the tinygpt text with its own train section: a large
  * constant learning rate, so that the update rule shows in the losses within a few
  * steps) is compiled by pd2bwc twice, 2bw and gpipe. Each trains 4 steps on the CPU
- * trainer (runtime/trainer.c: stage0.c through cc) and on the emulated GPU from the
+ * trainer (runtime/core/trainer.c: stage0.c through cc) and on the emulated GPU from the
  * same initial weights (rt_init_param by name and seed); every microbatch loss and
  * the final weights must agree. The bound is shown to be discriminating: the 2bw and
  * gpipe runs differ by far more than it from step 2 on (the rules differ from then).

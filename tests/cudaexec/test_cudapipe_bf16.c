@@ -31,7 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "emu_train.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
 #define STEPS 3

@@ -1,4 +1,4 @@
-/* tests/cudaexec/test_cudapipe_emu.c — single-GPU pipeline mode (runtime/cuda_pipe.h)
+/* tests/cudaexec/test_cudapipe_emu.c — single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h)
  * trains like the sequential reference, without a GPU.
  *
  * The device is the host CUDA emulator (emu_device.h on tests/cuda/cuda_emu.cpp):
@@ -43,7 +43,7 @@
 #include <cjson/cJSON.h>
 
 #include "emu_train.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
 #define TOL 1e-5
@@ -206,7 +206,7 @@ static void test_1f1b(void) {
   EXPECT(f != NULL);
   int lines = 0;
   char line[1024];
-  /* the one log format of every mode (runtime/console.c): the grad norm and the
+  /* the one log format of every mode (runtime/core/console.c): the grad norm and the
    * step's time measured here too */
   while (f && fgets(line, sizeof line, f)) {
     lines++;

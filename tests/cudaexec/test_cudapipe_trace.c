@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_cudapipe_trace.c — --trace in single-GPU pipeline mode
- * (runtime/cuda_pipe_trace.c) on the emulated device (emu_device.h: streams that
+ * (runtime/cuda/pipe/cuda_pipe_trace.c) on the emulated device (emu_device.h: streams that
  * reorder work, event times from its fake clock of one tick per operation run).
  *
  *  - 2bw4: 2bw, d = 4, w = 1, m = 4, clip 1 (tied groups: TIED_SYNC, deferred tied
@@ -30,8 +30,8 @@
 
 #include "emu_train.h"
 #include "passes/planner.h"
-#include "runtime/cuda_pipe.h"
-#include "runtime/io.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 static char tmp[64] = "/tmp/pd2bw-test-cudatrace-XXXXXX";
@@ -56,7 +56,7 @@ static int by_key(const void *a, const void *b) {
   return c ? c : x->batch - y->batch;
 }
 
-/* runtime/pipeline_trace.c's label of an instruction (the trace's "name"). */
+/* runtime/pipeline/pipeline_trace.c's label of an instruction (the trace's "name"). */
 static void label(const PlanInstr *in, char *buf, size_t n) {
   switch (in->op) {
   case PI_FWD: snprintf(buf, n, "F%lld v%d", (long long)in->mb, in->version); break;
@@ -257,7 +257,7 @@ static void test_2bw4(void) {
   pipe_plan_free(p);
 }
 
-/* The plan's report.html after the run (runtime/plan_report.h): its embedded data
+/* The plan's report.html after the run (runtime/report/plan_report.h): its embedded data
  * holds the run's losses and the trace in single-GPU form (a thread per replica). */
 static void check_report(const char *dir, const PipeOutcome *r, int steps) {
   char path[300], ierr[IO_ERR_LEN];

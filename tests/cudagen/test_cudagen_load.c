@@ -1,7 +1,7 @@
 /* tests/cudagen/test_cudagen_load.c — the runtime loads a stage's two modules.
  *
  * codegen_cuda_stages writes a two-stage tiny GPT (kernels.cu, stageN.cu, their launch
- * lists); cx_program_load (runtime/cuda_exec_list.c) then loads each stage through a
+ * lists); cx_program_load (runtime/cuda/exec/cuda_exec_list.c) then loads each stage through a
  * recording CxDeviceOps whose "modules" hold exactly the kernels their source defines
  * (no compiler: the emulator tests run the kernels). Checked:
  *  - each stage loads the library (kernels.cu) first, then its stageN.cu, and every
@@ -25,7 +25,7 @@
 #include "build_models.h"
 #pragma GCC diagnostic pop
 #include "passes/passes.h"
-#include "runtime/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec.h"
 #include "test.h"
 
 /* ---- a device that records what is loaded ------------------------------------------ */

@@ -1,4 +1,4 @@
-/* GPT-2 BPE on Unicode text (runtime/bpe.c) against reference token ids.
+/* GPT-2 BPE on Unicode text (runtime/io/bpe.c) against reference token ids.
  *
  * tests/data/unicode/cases.tsv holds, per case, UTF-8 text (as hex) and the ids
  * tiktoken gives it with GPT-2's pattern and the vocabulary in the same folder
@@ -8,7 +8,7 @@
  * them and says how. Every case must give the same ids, in the same order. */
 #include <stdlib.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 #define DIR "tests/data/unicode/"

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
 

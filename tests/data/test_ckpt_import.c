@@ -1,8 +1,8 @@
-/* Checkpoint import (runtime/ckpt_import.c) on tiny GPT-2 checkpoints that this
+/* Checkpoint import (runtime/io/ckpt_import.c) on tiny GPT-2 checkpoints that this
  * test writes itself: llm.c model files (float32 v3, bfloat16 v5; with an
  * llm.c-format writer below, following llm.c's train_gpt2.c layout) and Hugging
  * Face / pd2bw safetensors; then every way they can be wrong. */
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -1,6 +1,6 @@
-/* Token files (runtime/data.c): both layouts, every error with its message, and
+/* Token files (runtime/io/data.c): both layouts, every error with its message, and
  * the batch sampler's windows, wrap-around, shuffle determinism and seeking. */
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
 

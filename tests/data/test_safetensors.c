@@ -1,6 +1,6 @@
-/* safetensors (runtime/safetensors.c): write/read round trips, half and
+/* safetensors (runtime/io/safetensors.c): write/read round trips, half and
  * bfloat16 conversion, and every header check with its message. */
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -9,7 +9,10 @@
 #   passes/, codegen/  include nothing of runtime/;
 #   contract/, kernels/ include nothing of passes/, codegen/ or runtime/;
 # and no file of these folders climbs out of its folder with "../" (which would
-# dodge the rules). Each breach is printed as FILE:LINE: error: ...; exit 1 if any.
+# dodge the rules). runtime/ itself holds only its CMakeLists.txt: every source file
+# lives in the subfolder that owns it (runtime/CMakeLists.txt lists them), so a
+# source, header, .cmake or .html file in runtime/'s root is a breach too.
+# Each breach is printed as FILE:LINE: error: ...; exit 1 if any.
 set -u
 src=${1:?usage: check_includes.sh SRC_DIR}
 cd "$src" || exit 2
@@ -35,6 +38,13 @@ forbid kernels 'passes/|codegen/|runtime/|contract/' 'kernels/ lies below the co
 for d in runtime passes codegen contract kernels; do
   forbid "$d" '\.\./' "a relative include out of $d/ (name the file from the repository root)"
 done
+# runtime/'s root: no source, header, .cmake or .html file (CMakeLists.txt is its one file).
+hits=$(find runtime -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
+         -o -name '*.cpp' -o -name '*.cmake' -o -name '*.html' \) | sort)
+if [ -n "$hits" ]; then
+  printf '%s\n' "$hits" | awk '{ print $1 ":1: error: a file in runtime/'"'"'s root: put it in the subfolder that owns it (see runtime/CMakeLists.txt)" }'
+  bad=1
+fi
 # The link: no runtime library may pull the compiler's in.
 hits=$(grep -rnE --include='CMakeLists.txt' --include='*.cmake' 'pd2bw_(passes|codegen)\b' runtime)
 if [ -n "$hits" ]; then

@@ -1,4 +1,4 @@
-/* pd_sgemm (runtime/blas.h) against the naive loop for all four transpose
+/* pd_sgemm (runtime/blas/blas.h) against the naive loop for all four transpose
  * combinations, with padded leading dimensions, alpha and beta; beta = 0 ignores
  * NaNs in C; the kernels' hook drives it; the library reports its name and a
  * positive rate (never asserted against a speed); and the embedded kernel text
@@ -8,7 +8,7 @@
 
 #include "kcheck.h"
 #include "pk_kernels_src.h"
-#include "runtime/blas.h"
+#include "runtime/blas/blas.h"
 
 enum { M = 37, N = 29, K = 23, PAD = 3 };
 

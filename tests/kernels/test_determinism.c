@@ -21,9 +21,9 @@
 #include "build_models.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/blas.h"
+#include "runtime/blas/blas.h"
 #include "kernels/cpu_kernels.h"
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 #include "test.h"
 
 typedef struct AttShape {

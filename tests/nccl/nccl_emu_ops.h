@@ -7,7 +7,7 @@
 #define PD2BW_TESTS_NCCL_EMU_OPS_H
 
 #include "cudaexec/emu_device.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 /* The device of work directory `dir` (emu_device_ops: its modules are built there;
  * the string must outlive the device) with native_stream. */

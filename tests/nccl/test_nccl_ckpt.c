@@ -1,5 +1,5 @@
 /* tests/nccl/test_nccl_ckpt.c — checkpoints, --init and validation in multi-GPU mode
- * (runtime/cuda_pipe_nccl.c) under mpirun -np 2, without GPUs: each rank one stage of a
+ * (runtime/cuda/pipe/cuda_pipe_nccl.c) under mpirun -np 2, without GPUs: each rank one stage of a
  * d = 2, w = 1 2bw plan (clip 1: the pipeline norm; a tied wte: deferred tied steps) on
  * its own emulated device, tests/nccl/fake_nccl.c as libnccl (test_nccl_emu.c says
  * what that checks and what not). Rank 0 compares with the CPU pipeline (threads,
@@ -32,7 +32,7 @@
 
 #include "cudaexec/emu_train.h"
 #include "nccl_emu_ops.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
 #define STEPS 6
@@ -388,7 +388,7 @@ static void test_errors(void) {
   rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
   expect_one_failure(rc, msg, "nodir/x.safetensors", out);
   /* a --save naming a FIFO: rank 0 refuses it before anything is read or trained,
-   * every rank stops with its one message, and the FIFO stays (runtime/io.h) */
+   * every rank stops with its one message, and the FIFO stays (runtime/io/io.h) */
   emu_path(out, sizeof out, "out.fifo");
   if (rank == 0) EXPECT(mkfifo(out, 0644) == 0);
   rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);

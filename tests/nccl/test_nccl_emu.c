@@ -1,4 +1,4 @@
-/* tests/nccl/test_nccl_emu.c — multi-GPU pipeline mode (runtime/cuda_pipe_nccl.c)
+/* tests/nccl/test_nccl_emu.c — multi-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_nccl.c)
  * under mpirun, without GPUs: each MPI rank is one stage replica on its own emulated
  * device (tests/cudaexec/emu_device.h: streams that reorder work), NCCL is
  * tests/nccl/fake_nccl.c (NCCL's calls over MPI on host memory, loaded through
@@ -36,7 +36,7 @@
 
 #include "cudaexec/emu_train.h"
 #include "nccl_emu_ops.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "test.h"
 
 #define TOL 1e-5

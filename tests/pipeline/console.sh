@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One console for every mode (issue 16): the one-stage trainer, pipelined threads and
 # (where mpirun exists) MPI print one line per step in the same format
-# (runtime/console.c) with the GLOBAL loss of the --log-json file, write the same
+# (runtime/core/console.c) with the GLOBAL loss of the --log-json file, write the same
 # JSON keys, and -q prints no step line and no BLAS note (stderr empty on success).
 #   console.sh PD2BWC PD2BWRUN              the one-stage trainer and threads
 #   console.sh PD2BWC PD2BWRUN mpi MPI_BUILT  the one-stage trainer and MPI (exit 77,

@@ -6,7 +6,7 @@
 # AdamW and dropout 0.1; the MLP (tests/pipeline/mlp.model) over d in {2,3}, w in
 # {1,2}; plus recomputation, global-norm clipping and pipedream m < d cases.
 # Losses of every step within 1e-5 relative and all weights after 4 updates within
-# 1e-4 (runtime/pipeline_ref.c says why the weights' bound is looser).
+# 1e-4 (runtime/reference/pipeline_ref.c says why the weights' bound is looser).
 #   equiv.sh PD2BWC PD2BWRUN [quick]
 set -u
 PD2BWC=$1

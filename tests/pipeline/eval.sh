@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Validation through the pipeline (pd2bwrun --val-data --eval-every, runtime/pipeline_eval.h):
+# Validation through the pipeline (pd2bwrun --val-data --eval-every, runtime/pipeline/pipeline_eval.h):
 # the pipelined validation loss equals the one-stage trainer's on the same weights
 # (gpipe: PLAN/reference; 2bw: a one-stage 2bw plan of the same global batch, whose
 # trainer evaluates the newest version W(t+1) as the pipeline does), and evaluating

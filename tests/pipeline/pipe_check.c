@@ -1,5 +1,5 @@
 /* tests/pipeline/pipe_check.c — runs one plan on local threads and checks it against
- * the sequential reference (runtime/pipeline.h).
+ * the sequential reference (runtime/pipeline/pipeline.h).
  *
  *   pipe_check PLAN_DIR DATA STEPS [TOL] [--resume CKPT] [--save CKPT] [--timeout S] [--mpi]
  *
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 int main(int argc, char **argv) {
   if (argc < 4) {

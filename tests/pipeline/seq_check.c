@@ -1,5 +1,5 @@
 /* tests/pipeline/seq_check.c — checks the sequential multi-stage executor
- * (runtime/pipeline_seq.c) itself, and that a reference check can fail.
+ * (runtime/reference/pipeline_seq.c) itself, and that a reference check can fail.
  *
  *   seq_check PLAN_DIR DATA STEPS RULE AGAINST [TOL] [--expect-differ]
  *     RULE     vanilla | delayed | stage-delay: the rule the multi-stage executor runs
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 int main(int argc, char **argv) {
   if (argc < 6) {

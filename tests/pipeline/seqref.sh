@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The sequential multi-stage executor (runtime/pipeline_seq.c, pipedream's reference)
+# The sequential multi-stage executor (runtime/reference/pipeline_seq.c, pipedream's reference)
 # checked by itself: with the vanilla or the 2bw rule it must agree with the one-stage
-# reference (runtime/trainer.c, an independent implementation) on gpipe/2bw plans of
+# reference (runtime/core/trainer.c, an independent implementation) on gpipe/2bw plans of
 # the tiny tied GPT (AdamW, dropout 0.1) and the MLP, with clipping too. And the check
 # must be able to fail: a pipedream run against the multi-stage executor WITHOUT the
 # per-stage delay (vanilla or 2bw rule), and a 2bw run against the per-stage delay,

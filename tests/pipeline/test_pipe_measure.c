@@ -1,7 +1,7 @@
 /* pipe_measure: the summary's "measured, steady state" step time is the median of the
  * run's per-step times (stage 0's update to update), not the mean over steps 2-5, and
  * the bubble window spans the run after the first step (issue 14). */
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 #include "test.h"
 
 /* Stage 0's updates end at the given times; each step idles its first 0.25 s. */

@@ -1,11 +1,11 @@
 /* tests/pipeline/test_pipe_rule.c — the sequential references' version rules
- * (runtime/pipeline_rank.h, pipe_rule_version) against the versions the planner's
+ * (runtime/pipeline/pipeline_rank.h, pipe_rule_version) against the versions the planner's
  * instruction streams give every FWD and BWD (contract/plan_streams.c), for all four
  * schedules over d 1..6, m 1..8 (m < d too where the schedule allows it), one and two
  * replicas, with and without a tied group on the first and last stage. The streams
  * are what the executor runs, the rules what the references run: they must agree
  * instruction by instruction. */
-#include "runtime/pipeline_rank.h"
+#include "runtime/pipeline/pipeline_rank.h"
 #include "test.h"
 
 /* Every FWD/BWD of the streams reads the rule's version; returns how many it checked. */

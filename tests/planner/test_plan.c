@@ -146,7 +146,7 @@ static void test_memory_per_schedule(void) {
 
 /* Recomputation stashes only the stage input per slot. */
 /* plan_apply_layouts: the exact arena, from the programs' block sizes, buffer for
- * buffer what the pipeline runtime allocates (runtime/pipeline.c). */
+ * buffer what the pipeline runtime allocates (runtime/pipeline/pipeline.c). */
 static void test_apply_layouts(void) {
   PlanInput in;
   gpt_input(&in, 8, 256, 128, 1000, 4, 64);

@@ -8,17 +8,17 @@
  *   replay_case selftest                      the SHA-256 against known digests
  *
  * MODE, the code path:
- *   pipe         runtime/pipeline.c on local threads (pipeline_run_local)
- *   pipe-mpi     runtime/pipeline.c as this MPI rank (mpirun -np d·w; rank 0 writes)
+ *   pipe         runtime/pipeline/pipeline.c on local threads (pipeline_run_local)
+ *   pipe-mpi     runtime/pipeline/pipeline.c as this MPI rank (mpirun -np d·w; rank 0 writes)
  *   ref          the sequential reference pd2bwrun --reference runs for this plan:
- *                runtime/trainer.c on PLAN/reference with the schedule's rule, or for
- *                pipedream runtime/pipeline_seq.c (the plan's stages one after another)
- *   trainer      the one-stage CPU trainer (runtime/trainer.c) on a one-stage PLAN
- *   emu-trainer  the one-stage GPU trainer (runtime/cuda_exec_train.c) on the emulated
+ *                runtime/core/trainer.c on PLAN/reference with the schedule's rule, or for
+ *                pipedream runtime/reference/pipeline_seq.c (the plan's stages one after another)
+ *   trainer      the one-stage CPU trainer (runtime/core/trainer.c) on a one-stage PLAN
+ *   emu-trainer  the one-stage GPU trainer (runtime/cuda/exec/cuda_exec_train.c) on the emulated
  *                device (tests/cudaexec/emu_device.h), in order
- *   emu-pipe     single-GPU pipeline mode (runtime/cuda_pipe_run.c) on the emulated
+ *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_run.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)
- *   nccl         multi-GPU mode (runtime/cuda_pipe_nccl.c) as this MPI rank, one
+ *   nccl         multi-GPU mode (runtime/cuda/pipe/cuda_pipe_nccl.c) as this MPI rank, one
  *                emulated device per rank, PD2BW_LIBNCCL = tests/nccl's fake libnccl
  *
  * The case file: every step's loss (the mean) and every microbatch's loss as C99 hex
@@ -35,15 +35,15 @@
 #include <unistd.h>
 
 #include "replay/sha256.h"
-#include "runtime/cuda_pipe.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #if REPLAY_HAVE_EMU
 #include "cudaexec/emu_train.h"
 #endif
 #if REPLAY_HAVE_NCCL
 #include "nccl/nccl_emu_ops.h"
 #endif
-#include "runtime/io.h"
-#include "runtime/pipeline_rank.h"
+#include "runtime/io/io.h"
+#include "runtime/pipeline/pipeline_rank.h"
 
 /* ---- the case file --------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plan/report.html in a real browser (runtime/plan_report.h): pd2bwc writes it with
+# plan/report.html in a real browser (runtime/report/plan_report.h): pd2bwc writes it with
 # every plan, pd2bwrun --trace rewrites it with the run; headless Chromium (Debian's
 # `chromium`, scripts/deps.sh) loads the page once, and the dumped DOM must hold
 # every figure, no script error, and the screenshot must be a real picture.

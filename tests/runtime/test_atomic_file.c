@@ -1,4 +1,4 @@
-/* tests/runtime/test_atomic_file.c — runtime/atomic_file.c: what every output file
+/* tests/runtime/test_atomic_file.c — runtime/io/atomic_file.c: what every output file
  * of pd2bw (checkpoints, traces, profiles, token files) goes through.
  *
  * - a symlink is written through: its final target is replaced, the link stays;
@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/io.h"
+#include "runtime/io/io.h"
 #include "test.h"
 
 static char dir[256];

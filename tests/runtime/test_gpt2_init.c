@@ -7,7 +7,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* tests/runtime/test_plan_report.c — the report writer (runtime/plan_report.h) on
+/* tests/runtime/test_plan_report.c — the report writer (runtime/report/plan_report.h) on
  * hand-made plan directories, without a browser (tests/report/report.sh opens the
  * page in one):
  *  - the page is the template with its marker replaced by JSON that parses back to
@@ -18,8 +18,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "runtime/io.h"
-#include "runtime/plan_report.h"
+#include "runtime/io/io.h"
+#include "runtime/report/plan_report.h"
 #include "test.h"
 
 static char dir[64] = "/tmp/pd2bw-test-report-XXXXXX";

@@ -5,7 +5,7 @@
 #include "build_models.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/runtime.h"
+#include "runtime/core/runtime.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/transport.h"
-#include "runtime/transport_impl.h" /* transport_now, transport_sleep */
+#include "runtime/transport/transport.h"
+#include "runtime/transport/transport_impl.h" /* transport_now, transport_sleep */
 #include "test.h"
 
 #define CONTAINS(hay, needle) (strstr((hay), (needle)) != NULL)

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/transport.h"
-#include "runtime/transport_impl.h" /* transport_now */
+#include "runtime/transport/transport.h"
+#include "runtime/transport/transport_impl.h" /* transport_now */
 
 enum { SMALL_ROUNDS = 2000, BIG_BYTES = 8 << 20, BIG_ROUNDS = 20, AR_N = 4 << 20, AR_ROUNDS = 5 };
 

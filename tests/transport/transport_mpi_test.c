@@ -24,8 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/transport.h"
-#include "runtime/transport_impl.h" /* transport_sleep */
+#include "runtime/transport/transport.h"
+#include "runtime/transport/transport_impl.h" /* transport_sleep */
 #include "test.h"
 
 static int me, nranks;

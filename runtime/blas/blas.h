@@ -1,0 +1,55 @@
+/* runtime/blas/blas.h — the one small BLAS interface of pd2bw.
+ *
+ * What this folder (runtime/blas/, library pd2bw_blas) owns: blas.c, pd_sgemm over
+ * BLIS or OpenBLAS, and the choice between them (CMakeLists.txt finds them).
+ *
+ * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
+ * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
+ * passes &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS
+ * header. Which library sits behind it (bench/sgemm/RESULTS.md has the
+ * measurements): the build links BLIS when found, OpenBLAS otherwise; BLIS picks its
+ * kernel configuration for the CPU it runs on by itself (cpuid), so a binary built
+ * on one machine runs the right kernels on another. Where BLIS 0.9.0 cannot (an
+ * AVX-512 CPU it files under 'haswell'), pd_sgemm switches to OpenBLAS loaded with
+ * dlopen and its AVX-512 kernels. PD2BW_BLAS=openblas|blis in the environment
+ * overrides the choice. The choice is made once per process, at pd_blas_init or the
+ * first GEMM; pd_blas_name() says what was picked.
+ *
+ * Thread count: pd_blas_init(nthreads) once, before the first GEMM and before the
+ * process starts other threads (it may setenv OPENBLAS_CORETYPE), with nthreads =
+ * the host's cores divided by the ranks it runs (so ranks never oversubscribe).
+ * Calling pd_sgemm without pd_blas_init works (the library's default threads).
+ * pd_sgemm itself may be called from many threads at once (each rank of the local
+ * transport is a thread); both libraries allow concurrent calls.
+ */
+#ifndef PD2BW_BLAS_H
+#define PD2BW_BLAS_H
+
+/* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C, exactly cblas_sgemm(CblasRowMajor,
+ * ...): transa == 0: A stored M×K, lda >= K; transa != 0: A stored K×M, lda >= M;
+ * transb == 0: B stored K×N, ldb >= N; transb != 0: B stored N×K, ldb >= K;
+ * C stored M×N, ldc >= N; beta == 0: C is not read. Same signature as
+ * pk_sgemm_fn in kernels/cpu_kernels.h. Bad dimensions are a bug in the
+ * caller: PD_CHECK. */
+void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it.
+ * Call once per process, before the first GEMM; later calls change the count. */
+void pd_blas_init(int nthreads);
+/* quiet (pd2bwrun -q): no note on which library was chosen; warnings still print.
+ * Before pd_blas_init. */
+void pd_blas_set_quiet(int quiet);
+
+/* "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2
+ * threads)": library, version, kernel configuration, threading (and a note when an
+ * AVX-512 CPU runs 256-bit BLIS kernels). Static storage, rewritten by each call. */
+const char *pd_blas_name(void);
+
+/* Measures this machine's SGEMM rate now: 1024×1024×1024 through pd_sgemm for about
+ * 0.3 s after one warm-up call; returns the GFLOP/s of the best call (2·M·N·K flops
+ * per call). Training benchmarks print it beside their own rate. Allocates 12 MiB
+ * for the duration of the call. */
+double pd_sgemm_peak_gflops(void);
+
+#endif /* PD2BW_BLAS_H */

@@ -1,0 +1,251 @@
+/* runtime/core/stage_cc.c — turning a generated stageN.c into loaded code.
+ *
+ * Compiling costs seconds; loading a cached .so costs milliseconds. The cache key
+ * covers everything that changes the machine code: the source text, the exact
+ * command, and the compiler's own `--version` banner (an upgraded compiler is a new
+ * key). The .so is built under a temporary name in the cache directory and renamed
+ * into place, so two runs racing on one key both end with a whole file.
+ *
+ * A cache hit is not trusted on its name alone: a truncated entry (a full disk, a
+ * crash before the data reached the disk) died with SIGBUS in dlopen, a flipped byte
+ * with SIGILL mid-step. Each entry ends in a seal, a checksum of its bytes
+ * (cache_seal.c), appended to the temporary file before the rename and checked
+ * before dlopen; the loader ignores bytes past the ELF segments. One file rather
+ * than a sidecar: a second file would need a second rename, which racing writers
+ * could pair with the other's .so. The compiler runs without a shell
+ * (run_capture.c). */
+#include "runtime/core/runtime.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
+
+/* The key's first line: entries of an older layout (no seal) are other keys, never
+ * reported as damaged. */
+#define CACHE_FORMAT "pd2bw-stage-so-2"
+/* The longest cache directory: room for "/<16 hex>.so.tmp.<pid>.<serial>". */
+#define CACHE_DIR_ROOM 64
+
+static const char *compiler(void) {
+  const char *cc = getenv("PD2BW_CC");
+  return cc && strspn(cc, " \t") < strlen(cc) ? cc : "cc";
+}
+
+/* mkdir -p */
+static bool make_dirs(const char *path) {
+  char *buf = pd_strdup(path);
+  bool ok = true;
+  for (char *p = buf + 1; *p && ok; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    ok = mkdir(buf, 0777) == 0 || errno == EEXIST;
+    *p = '/';
+  }
+  ok = ok && (mkdir(buf, 0777) == 0 || errno == EEXIST);
+  free(buf);
+  return ok;
+}
+
+bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen) {
+  const char *env = getenv("PD2BW_CACHE");
+  size_t len, room = n > CACHE_DIR_ROOM ? n - CACHE_DIR_ROOM : 0;
+  if (env && *env) {
+    len = strlen(env);
+    if (len >= room)
+      return ERR("PD2BW_CACHE is %zu characters; the stage cache directory's path may have at most %zu", len,
+                 room - 1);
+    memcpy(buf, env, len + 1);
+  } else {
+    const char *home = getenv("HOME");
+    if (!home || !*home) home = "/tmp";
+    len = strlen(home) + strlen("/.cache/pd2bw");
+    if (len >= room)
+      return ERR("HOME is %zu characters; the stage cache directory $HOME/.cache/pd2bw may have at most %zu "
+                 "(set PD2BW_CACHE to a shorter one)", strlen(home), room - 1);
+    snprintf(buf, n, "%s/.cache/pd2bw", home);
+  }
+  if (!make_dirs(buf)) return ERR("cannot create the stage cache directory %s: %s", buf, strerror(errno));
+  return true;
+}
+
+/* argv: the compiler's words, then the `nextra` words of extra, NULL-terminated;
+ * free with free_words. */
+static char **command(const char *const *extra, int nextra) {
+  char **w;
+  int n = rt_split_words(compiler(), &w);
+  w = pd_realloc(w, (size_t)(n + nextra + 1) * sizeof *w);
+  for (int i = 0; i < nextra; i++) w[n++] = pd_strdup(extra[i]);
+  w[n] = NULL;
+  return w;
+}
+
+static void free_words(char **w) {
+  for (char **p = w; *p; p++) free(*p);
+  free(w);
+}
+
+/* The command as one line, for messages only: it is never run as text. */
+static char *command_text(char *const *argv) {
+  size_t n = 1;
+  for (char *const *p = argv; *p; p++) n += strlen(*p) + 1;
+  char *s = pd_malloc(n), *e = s;
+  for (char *const *p = argv; *p; p++) e += sprintf(e, "%s%s", p == argv ? "" : " ", *p);
+  *e = 0;
+  return s;
+}
+
+
+/* Appends the seal of tmp's bytes to tmp. */
+static bool seal(const char *tmp, char *err, size_t errlen) {
+  char ierr[IO_ERR_LEN], s[CACHE_SEAL_BYTES + 1];
+  size_t n;
+  char *bytes = io_read_all(tmp, &n, ierr, sizeof ierr);
+  if (!bytes) return ERR("%s", ierr);
+  cache_seal_make(bytes, n, s);
+  free(bytes);
+  int fd = open(tmp, O_WRONLY | O_APPEND);
+  bool ok = fd >= 0 && write(fd, s, CACHE_SEAL_BYTES) == CACHE_SEAL_BYTES;
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  return ok || ERR("cannot seal the compiled stage %s: %s", tmp, strerror(errno));
+}
+
+/* True when path is a whole, sealed entry; else false, why saying what is wrong
+ * (why[0] == 0: there is no entry at all). */
+static bool verify(const char *path, char *why, size_t whylen) {
+  why[0] = 0;
+  struct stat sb;
+  if (stat(path, &sb) != 0 && errno == ENOENT) return false;
+  char ierr[IO_ERR_LEN];
+  size_t n;
+  char *bytes = io_read_all(path, &n, ierr, sizeof ierr);
+  if (!bytes) return snprintf(why, whylen, "%s", ierr), false;
+  bool ok = cache_seal_check(bytes, n, why, whylen);
+  free(bytes);
+  return ok;
+}
+
+bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, char *err,
+                        size_t errlen) {
+  memset(out, 0, sizeof *out);
+  char ierr[IO_ERR_LEN];
+  size_t len;
+  char *src = io_read_all(c_path, &len, ierr, sizeof ierr);
+  if (!src) return ERR("%s", ierr);
+  char cache[RT_PATH_MAX];
+  if (!rt_cache_dir(cache, sizeof cache, err, errlen)) {
+    free(src);
+    return false;
+  }
+  /* The key: source, command, compiler banner. */
+  char **cmdv = command((const char *const[]){"--version"}, 1);
+  int st;
+  char *banner = rt_run_capture(cmdv, &st);
+  int spawn_errno = errno;
+  free_words(cmdv);
+  if (!banner || st != 0) {
+    free(src);
+    free(banner);
+    return ERR("%s: cannot run the C compiler '%s' (%s; set PD2BW_CC to one that works)", c_path, compiler(),
+               banner ? "its --version failed" : strerror(spawn_errno));
+  }
+  size_t keylen = len + strlen(banner) + strlen(compiler()) + 256;
+  char *keytext = pd_malloc(keylen);
+  int kn = snprintf(keytext, keylen, CACHE_FORMAT "\n%s\n%s\n%s\n", compiler(), RT_CC_FLAGS, banner);
+  memcpy(keytext + kn, src, len);
+  char key[17];
+  codegen_hash_hex(keytext, (size_t)kn + len, key);
+  free(keytext);
+  free(banner);
+  free(src);
+
+  /* rt_cache_dir left CACHE_DIR_ROOM for the names, so neither is ever cut short */
+  if (snprintf(out->so_path, sizeof out->so_path, "%s/%s.so", cache, key) >= (int)sizeof out->so_path)
+    return ERR("%s: the cache path is too long", cache);
+  char why[IO_ERR_LEN + 64];
+  out->cache_hit = verify(out->so_path, why, sizeof why);
+  if (!out->cache_hit && why[0])
+    fprintf(stderr, "pd2bw: note: the cached stage program %s is damaged (%s); compiling it again\n",
+            out->so_path, why);
+  if (!out->cache_hit) {
+    stale_tmp_sweep_cache(cache, 16, ".so");
+    char tmp[RT_PATH_MAX];
+    /* Unique per process AND thread: ranks that are threads of one process may
+     * compile the same stage at once; each builds its own file and the renames
+     * race harmlessly (the contents are identical). */
+    static _Atomic unsigned long serial;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", out->so_path, (long)getpid(), ++serial) >= (int)sizeof tmp)
+      return ERR("%s: the cache path is too long", cache);
+    char **words, **cc;
+    int nflags = rt_split_words(RT_CC_FLAGS, &words);
+    words = pd_realloc(words, (size_t)(nflags + 4) * sizeof *words);
+    words[nflags++] = pd_strdup("-o");
+    words[nflags++] = pd_strdup(tmp);
+    words[nflags++] = pd_strdup(c_path);
+    words[nflags++] = pd_strdup("-lm");
+    cc = command((const char *const *)words, nflags);
+    for (int i = 0; i < nflags; i++) free(words[i]);
+    free(words);
+    char *log = rt_run_capture(cc, &st);
+    if (!log || st != 0) {
+      remove(tmp);
+      /* Enough of the compiler's complaint to act on. */
+      if (log && strlen(log) > 1200) log[1200] = 0;
+      char *text = command_text(cc);
+      bool r = ERR("%s: the C compiler failed (%s):\n%s", c_path, text,
+                   log ? log : "(could not run it)");
+      free(text);
+      free(log);
+      free_words(cc);
+      return r;
+    }
+    free(log);
+    free_words(cc);
+    if (!seal(tmp, err, errlen)) {
+      remove(tmp);
+      return false;
+    }
+    if (rename(tmp, out->so_path) != 0) {
+      remove(tmp);
+      return ERR("cannot move the compiled stage into the cache (%s): %s", out->so_path, strerror(errno));
+    }
+  }
+  /* Verified above (or just written): a racing writer can only rename another whole,
+   * sealed file over it, never damage this one in place. */
+  out->handle = dlopen(out->so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!out->handle) return ERR("%s: cannot load the compiled stage: %s", out->so_path, dlerror());
+  int (*abi)(void);
+  int (*rb)(void);
+  *(void **)&abi = dlsym(out->handle, "pd2bw_stage_abi");
+  *(void **)&rb = dlsym(out->handle, "pd2bw_stage_real_bytes");
+  *(void **)&out->forward = dlsym(out->handle, "pd2bw_stage_forward");
+  *(void **)&out->backward = dlsym(out->handle, "pd2bw_stage_backward");
+  if (!abi || !rb || !out->forward || !out->backward) {
+    stage_program_unload(out);
+    return ERR("%s: not a pd2bw stage program (missing pd2bw_stage_* entry points)", c_path);
+  }
+  if (abi() != PD2BW_STAGE_ABI) {
+    int v = abi();
+    stage_program_unload(out);
+    return ERR("%s: stage ABI version %d, this runtime speaks %d: recompile the plan with this pd2bwc",
+               c_path, v, PD2BW_STAGE_ABI);
+  }
+  out->real_bytes = rb();
+  if (real_bytes && out->real_bytes != real_bytes) {
+    int v = out->real_bytes;
+    stage_program_unload(out);
+    return ERR("%s: program computes in %d-byte reals, the plan says %d", c_path, v, real_bytes);
+  }
+  return true;
+}
+
+void stage_program_unload(StageProgram *p) {
+  if (p->handle) dlclose(p->handle);
+  p->handle = NULL;
+  p->forward = p->backward = NULL;
+}

@@ -1,0 +1,200 @@
+/* runtime/core/trainer.c — what every executor shares about a model's parameters: their
+ * deterministic initial values, the learning rate of a step, and the checkpoint format
+ * (read and written from one stage's params and optimizer blocks in host memory).
+ * The one-stage trainer itself is a d = 1, w = 1 plan run by the interpreter
+ * (runtime/exec/exec_one.c). */
+#include "runtime/core/runtime.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_kernels.h"
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
+
+/* ---- parameters ---------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void rt_init_param(float *w, const RtParam *p, uint64_t seed) {
+  if (p->init != INIT_NORMAL) {
+    float v = p->init == INIT_ONES ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < p->numel; i++) w[i] = v;
+    return;
+  }
+  uint64_t h = fnv1a(p->name);
+  /* Counter words 2 and 3 hold the name's hash; words 0-1 the pair index. One block
+   * of four draws makes two normals (Box-Muller, u1 in (0,1], u2 in [0,1)). */
+  int64_t npairs = (p->numel + 1) / 2;
+  PK_OMP(omp parallel for schedule(static) if (npairs >= PK_PAR_MIN))
+  for (int64_t k = 0; k < npairs; k++) {
+    int64_t i = 2 * k;
+    PhiloxCtr r = pk_rng_block(seed, (uint32_t)(h >> 32), (uint32_t)h, (uint64_t)k);
+    double u1 = ((double)r.v[0] + 1.0) / 4294967296.0, u2 = (double)r.v[1] / 4294967296.0;
+    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    w[i] = (float)(p->std * rad * cos(th));
+    if (i + 1 < p->numel) w[i + 1] = (float)(p->std * rad * sin(th));
+  }
+}
+
+/* ---- the learning rate -------------------------------------------------------------- */
+
+double rt_lr_at(const TrainConfig *c, int64_t s) {
+  if (c->schedule == LR_CONSTANT) return c->lr;
+  if (c->warmup > 0 && s < c->warmup) return c->lr * (double)(s + 1) / (double)c->warmup;
+  int64_t span = c->steps - c->warmup;
+  double prog = span > 0 ? (double)(s - c->warmup) / (double)span : 1.0;
+  if (prog > 1) prog = 1;
+  if (c->schedule == LR_COSINE) return c->min_lr + 0.5 * (1 + cos(M_PI * prog)) * (c->lr - c->min_lr);
+  return c->lr - (c->lr - c->min_lr) * prog;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+static void entry_of(StEntry *e, const RtParam *p, const char *name, const void *data) {
+  memset(e, 0, sizeof *e);
+  e->name = name;
+  e->dtype = ST_F32;
+  e->rank = p->rank;
+  for (int d = 0; d < p->rank; d++) e->shape[d] = p->shape[d];
+  e->data = data;
+}
+
+bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value, const char *path, char *err,
+                  size_t errlen) {
+  const RtStage *st = b->st;
+  int n = st->nparams;
+  StEntry *e = pd_calloc((size_t)n * 4 + 1, sizeof *e);
+  char **names = pd_calloc((size_t)n * 3 + 1, sizeof *names);
+  int ne = 0;
+  for (int k = 0; k < n; k++) {
+    const RtParam *p = &st->params[k];
+    size_t len = strlen(p->name) + 8;
+    for (int j = 0; j < 3; j++) names[3 * k + j] = pd_malloc(len);
+    snprintf(names[3 * k], len, "opt.m.%s", p->name);
+    snprintf(names[3 * k + 1], len, "opt.v.%s", p->name);
+    snprintf(names[3 * k + 2], len, "prev.%s", p->name);
+    entry_of(&e[ne++], p, p->name, b->params + p->offset);
+    entry_of(&e[ne++], p, names[3 * k], b->opt_m + p->offset);
+    entry_of(&e[ne++], p, names[3 * k + 1], b->opt_v + p->offset);
+    /* 2bw: the older version too, which the next batch trains on */
+    if (b->prev) entry_of(&e[ne++], p, names[3 * k + 2], b->prev + p->offset);
+  }
+  char step[32], seed[32], pos[32];
+  snprintf(step, sizeof step, "%lld", (long long)step_index);
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)seed_value);
+  snprintf(pos, sizeof pos, "%lld", (long long)(step_index * b->plan->b * b->plan->m));
+  const char *meta[] = {"format", "pd2bw", "model", b->plan->model, "step", step,
+                        "seed", seed, "data_position", pos};
+  bool ok = st_write(path, e, ne, meta, 5, err, errlen);
+  for (int k = 0; k < 3 * n; k++) free(names[k]);
+  free(names);
+  free(e);
+  return ok;
+}
+
+/* Reads tensor `name` of shape p into dst; false with a message. */
+static bool load_one(SafeTensors *s, const char *path, const RtParam *p, const char *name, void *dst,
+                     char *err, size_t errlen) {
+  const StTensor *x = st_find(s, name);
+  if (!x) return ERR("%s: no tensor '%s' (a checkpoint of a different model?)", path, name);
+  bool same = x->rank == p->rank;
+  for (int d = 0; same && d < p->rank; d++) same = x->shape[d] == p->shape[d];
+  if (!same) {
+    char a[64], b[64];
+    return ERR("%s: tensor '%s' is %s, the plan wants %s", path, name, st_shape_str(x->rank, x->shape, a, sizeof a),
+               st_shape_str(p->rank, p->shape, b, sizeof b));
+  }
+  return st_read_f32(s, x, dst, err, errlen);
+}
+
+/* A metadata value that must be a decimal integer in [0, max]: strtoull saturates and
+ * strtoll accepts signs and spaces, so the digits are checked here and an out-of-range
+ * value is an error naming the key, never a clamped INT64_MAX. */
+static bool meta_uint(const SafeTensors *s, const char *path, const char *key, uint64_t max, uint64_t *out,
+                      char *err, size_t errlen) {
+  const char *v = st_meta(s, key);
+  if (!v) return ERR("%s: no '%s' in the metadata (not a pd2bw training checkpoint)", path, key);
+  bool digits = *v != '\0';
+  for (const char *c = v; *c && digits; c++) digits = *c >= '0' && *c <= '9';
+  errno = 0;
+  unsigned long long x = digits ? strtoull(v, NULL, 10) : 0;
+  if (!digits || errno == ERANGE || x > max)
+    return ERR("%s: metadata %s = \"%.40s\": must be an integer 0..%llu", path, key, v, (unsigned long long)max);
+  *out = x;
+  return true;
+}
+
+bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen) {
+  uint64_t x;
+  if (!meta_uint(s, path, "step", RT_STEP_MAX, &x, err, errlen)) return false;
+  *step = (int64_t)x;
+  if (seed && st_meta(s, "seed") && !meta_uint(s, path, "seed", UINT64_MAX, seed, err, errlen)) return false;
+  return true;
+}
+
+bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
+                 size_t errlen) {
+  *out = seed_set ? seed : plan_seed;
+  if (seed_set || !resume_path) return true;
+  SafeTensors *s = st_open(resume_path, err, errlen);
+  if (!s) return false;
+  int64_t step;
+  bool ok = rt_ckpt_meta(s, resume_path, &step, out, err, errlen);
+  st_close(s);
+  return ok;
+}
+
+bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index, uint64_t *seed_value, char *err,
+                    size_t errlen) {
+  SafeTensors *s = st_open(path, err, errlen);
+  if (!s) return false;
+  const RtStage *st = b->st;
+  int64_t sv = 0;
+  uint64_t seed = *seed_value;
+  bool ok = rt_ckpt_meta(s, path, &sv, &seed, err, errlen);
+  for (int k = 0; ok && k < st->nparams; k++) {
+    const RtParam *p = &st->params[k];
+    char nm[512];
+    ok = load_one(s, path, p, p->name, b->params + p->offset, err, errlen);
+    snprintf(nm, sizeof nm, "opt.m.%s", p->name);
+    ok = ok && load_one(s, path, p, nm, b->opt_m + p->offset, err, errlen);
+    snprintf(nm, sizeof nm, "opt.v.%s", p->name);
+    ok = ok && load_one(s, path, p, nm, b->opt_v + p->offset, err, errlen);
+    if (b->prev) {
+      snprintf(nm, sizeof nm, "prev.%s", p->name);
+      ok = ok && load_one(s, path, p, nm, b->prev + p->offset, err, errlen);
+    }
+  }
+  if (ok) *seed_value = seed;
+  if (ok) *step_index = sv;
+  st_close(s);
+  return ok;
+}
+
+bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen) {
+  const RtStage *st = b->st;
+  CkptParam *cp = pd_calloc((size_t)st->nparams + 1, sizeof *cp);
+  for (int k = 0; k < st->nparams; k++) {
+    const RtParam *p = &st->params[k];
+    cp[k].name = p->name;
+    cp[k].rank = p->rank;
+    for (int d = 0; d < p->rank && d < 4; d++) cp[k].shape[d] = p->shape[d];
+    cp[k].dst = (float *)(void *)(b->params + p->offset);
+    cp[k].att_head_size = st->att_head_size;
+  }
+  bool ok = ckpt_import(path, CKPT_AUTO, cp, st->nparams, err, errlen);
+  free(cp);
+  if (ok && b->prev) memcpy(b->prev, b->params, (size_t)st->blocks[BUF_PARAMS]);
+  return ok;
+}
+

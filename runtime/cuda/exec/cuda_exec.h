@@ -1,0 +1,315 @@
+/* runtime/cuda/exec/cuda_exec.h — training a plan on a GPU: the launch-list executor.
+ *
+ * pd2bwc writes, next to each stageN.c, the GPU twin stageN.cu and the launch list
+ * stageN.launch.json (format in codegen/cgen_cuda.c): the ordered kernel launches and
+ * GEMM calls of one microbatch's forward and backward, every pointer a (block,
+ * offset) pair. This folder (runtime/cuda/exec/, library pd2bw_cuda_exec, which
+ * also builds runtime/cuda/pipe/) replays those lists:
+ *
+ *  - cuda_exec_list.c: the interpreter core. It loads a launch list once into flat
+ *    arrays (kernel handles resolved, every offset checked against its block, every
+ *    argument pre-encoded), then replays a pass with no allocation and no JSON. It
+ *    talks to the device ONLY through a CxDeviceOps table (launch, GEMM, copies,
+ *    zeroing), so tests plug in the host CUDA emulator (tests/cuda/cuda_emu.h) and
+ *    replay the very lists a GPU would run, on the CPU. A pass repeats every
+ *    microbatch with the same launches (the microbatch index reaches the dropout
+ *    kernels through a key in device memory, launch list format 3), so it is captured
+ *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
+ *    one graph launch (cx_program_run);
+ *  - cuda_exec_train.c: the one-stage trainer on those ops. It is runtime/core/trainer.c's
+ *    update rule step for step (same data order, same dropout keys, same 1/m and
+ *    global-norm clipping folded into AdamW's grad_scale, the same one-step-delayed
+ *    rule for 2bw with two weight versions), so its losses must match the CPU
+ *    trainer's from the same initial weights (rt_init_param by name and seed). A
+ *    step uploads its m input images in one copy and issues every microbatch with
+ *    no host wait; the norm and the update run as CUDA graphs, the update's per-step
+ *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
+ *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
+ *    (the pipeline interpreter's update, which also writes bf16 weight copies);
+ *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
+ *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
+ *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
+ *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
+ *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
+ *    cuda_pipe_main);
+ *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
+ *    on the one device, one stream each, the plan's instruction streams interpreted
+ *    from one host thread (it uses the ops' streams, events and device copies); and
+ *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
+ *    stage replica, NCCL between them; never run on GPUs, see its header).
+ *
+ * What it promises: on a machine without a GPU driver, opening the device fails with
+ * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
+ * never a crash. A plan made with --backend cpu (no launch lists) is a user error
+ * naming the missing file.
+ *
+ *  - cuda_exec_ckpt.c: checkpoints (--save, --resume, --init) of the one-stage trainer in
+ *    runtime/core/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
+ *    Single-GPU pipeline mode's are in cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
+ *
+ * NOT done: checkpoints and validation in multi-GPU mode (--transport nccl).
+ */
+#ifndef PD2BW_RUNTIME_CUDA_EXEC_H
+#define PD2BW_RUNTIME_CUDA_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/core/runtime.h"
+
+/* A device address: an arena base plus a byte offset. */
+typedef uint64_t CxPtr;
+
+/* The element/compute type of a GEMM. */
+typedef enum CxGemmType {
+  CX_GEMM_PLAN, /* as the launch list says (its "dtype"); only in CudaExecOptions */
+  CX_GEMM_FP32, /* float32 operands, float32 arithmetic (bit-comparable to the CPU) */
+  CX_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation */
+  CX_GEMM_BF16  /* A, B bfloat16 (uint16 bits), C float32, float32 accumulation (cuBLAS:
+                   CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F). Only where the
+                   launch list says "bf16" (its casts made the operands); never an override */
+} CxGemmType;
+
+/* The device as the executor sees it. Every call is on one device; `stream` is a
+ * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
+ * stream; htod/dtoh first wait for all the device's work, so the host may reuse or
+ * read its buffer when they return. */
+typedef struct CxDeviceOps {
+  void *dev;
+  /* The one arena (called once per device). false with a message (too little memory). */
+  bool (*alloc)(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen);
+  /* Compiles/loads module source `src` (a stage's stageN.cu or the plan's kernels.cu;
+   * name for diagnostics); NULL with a message. May return the module it already
+   * loaded for the same text (stages on one device then share the library). */
+  void *(*load)(void *dev, const char *src, const char *name, char *err, size_t errlen);
+  /* Kernel `name` of a loaded module, or NULL when it has none. */
+  void *(*kernel)(void *dev, void *module, const char *name);
+  /* args: one pointer per kernel parameter, to a value of exactly its type. */
+  void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
+  /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics); A and B
+   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32. */
+  void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
+               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc);
+  void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
+  void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
+  void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
+  void (*sync)(void *dev); /* waits for all streams */
+  /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
+   * needs them; the one-stage trainer calls only dtod (on stream 0). */
+  /* Makes streams 0 .. n-1 usable; false with a message past the device's limit. */
+  bool (*streams)(void *dev, int n, char *err, size_t errlen);
+  void *(*event_create)(void *dev);
+  void (*event_destroy)(void *dev, void *ev);
+  /* ev now marks the work issued on `stream` so far (CUDA's cuEventRecord). */
+  void (*event_record)(void *dev, void *ev, int stream);
+  /* Work issued on `stream` after this call starts after the work ev marked when this
+   * was called (cuStreamWaitEvent: a later record of ev does not matter). */
+  void (*stream_wait)(void *dev, int stream, void *ev);
+  /* Milliseconds from start to end, both recorded and complete (a host wait since
+   * their records: cuEventElapsedTime); the traces of single-GPU pipeline mode. */
+  float (*event_ms)(void *dev, void *start, void *end);
+  /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
+  void (*dtod)(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes);
+  /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
+   * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
+  void *(*native_stream)(void *dev, int stream);
+  /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
+   * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
+   * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel
+   * arguments by value as at the call); capture_end returns the executable graph, or
+   * NULL with a message. graph_launch issues a copy of the recorded work on `stream`,
+   * asynchronously, ordered like any work on it. */
+  bool (*capture_begin)(void *dev, int stream, char *err, size_t errlen);
+  void *(*capture_end)(void *dev, int stream, char *err, size_t errlen);
+  void (*graph_launch)(void *dev, void *graph, int stream);
+  void (*graph_destroy)(void *dev, void *graph);
+} CxDeviceOps;
+
+/* Clears ops' four graph entries (pd2bwrun --cuda-graphs off). */
+void cx_ops_no_graphs(CxDeviceOps *ops);
+
+/* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
+
+/* The blocks a launch list's pointers name: BufClass values (contract/contract.h) for
+ * params .. boundary, then the CUDA-only scratch and, in bf16 lists, params_bf16: the
+ * bfloat16 copy of the weight version a pass uses (params' layout at half the offsets;
+ * the optimizer step writes it), where the GEMMs read their weight operands. */
+enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_PARAMS16, CX_NBLOCKS };
+
+typedef enum CxPass {
+  CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */
+  CX_BACKWARD /* "backward": the same microbatch's backward; ADDS into grads */
+} CxPass;
+
+typedef struct CxProgram CxProgram;
+
+/* What a replay needs besides the list: the block bases of this microbatch (params:
+ * the weight version it uses; stash: its slot) and the runtime arguments. */
+typedef struct CxReplay {
+  CxPtr base[CX_NBLOCKS]; /* indexed by BufClass / CX_SCRATCH; [BUF_NONE] unused */
+  uint64_t seed;
+  uint32_t microbatch; /* global index: keys the dropout streams (written to the device
+                          before the pass: see cx_program_run) */
+  bool training;       /* false: dropout is the identity */
+  int stream;
+} CxReplay;
+
+/* Reads plan_dir/stage<stage>.launch.json, its stageN.cu and the plan's kernel
+ * library (kernels.cu), checks both sources' hashes against the list's (before
+ * compiling either), loads both modules through ops (the library first) and resolves
+ * every kernel in the module its entry names.
+ * gemm != CX_GEMM_PLAN overrides the list's GEMM dtype between fp32 and tf32 (a
+ * "bf16" list's GEMMs read bf16 staging buffers: overriding them is an error, and so
+ * is CX_GEMM_BF16 on a float32 list: pd2bwc --precision bf16 makes the casts). NULL
+ * with a message naming the file (a plan made with --backend cpu has no launch lists). */
+CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
+                           char *err, size_t errlen);
+void cx_program_free(CxProgram *p);
+/* Bytes of block c (CX_SCRATCH included) the list needs. */
+int64_t cx_program_block(const CxProgram *p, int c);
+/* Offset of the f32 loss in CX_SCRATCH, or -1 (the stage has no loss); of the u64
+ * out-of-range id counter the runtime zeroes and reads. */
+int64_t cx_program_loss_offset(const CxProgram *p);
+int64_t cx_program_bad_ids_offset(const CxProgram *p);
+/* A kernel of the program's library module (cuda_kernels.cuh); PD_CHECKs it exists. */
+void *cx_program_kernel(const CxProgram *p, const char *name);
+int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
+/* The dtype of the program's GEMMs as loaded (overrides applied; the first GEMM's when
+ * they differ, CX_GEMM_FP32 when there is none): what a benchmark beside it times. */
+CxGemmType cx_program_gemm_type(const CxProgram *p);
+/* Replays pass `pass` with bases and runtime values from r. Asynchronous. When the
+ * pass has dropout it first launches pkc_set_u32(scratch + microbatch_key,
+ * r->microbatch) on r->stream (stream-ordered, no host wait). With graph ops, the
+ * pass's launches are cached as CUDA graphs keyed by (pass, every base, stream,
+ * training, seed): the first sighting of a key replays eagerly (warms cuBLAS and
+ * module loading), the second captures, instantiates and launches it, later ones
+ * launch it; past CX_MAX_GRAPHS graphs a program replays eagerly. A failed capture is
+ * a bug (pd_fatal). */
+void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r);
+#define CX_MAX_GRAPHS 64
+/* What cx_program_run did so far (tests; cuda_exec_main's summary). */
+typedef struct CxGraphStats {
+  int64_t captured; /* graphs captured and instantiated */
+  int64_t launches; /* passes run as a graph launch */
+  int64_t eager;    /* passes replayed launch by launch */
+} CxGraphStats;
+CxGraphStats cx_program_graph_stats(const CxProgram *p);
+
+/* ---- the one-stage trainer (cuda_exec_train.c) ----------------------------------- */
+
+typedef struct CudaExecOptions {
+  const char *data_path; /* token file (cuda_exec_main) */
+  int64_t steps;         /* updates to run (cuda_exec_main) */
+  const char *log_json;  /* one JSON object per step, or NULL (cuda_exec_main) */
+  bool quiet;
+  bool shuffle;    /* seeded random window order per epoch (pd2bwrun --shuffle) */
+  int device;      /* GPU ordinal */
+  CxGemmType gemm; /* CX_GEMM_PLAN: as the launch lists say */
+  uint64_t seed;   /* overrides the plan's seed when seed_set */
+  bool seed_set;
+  /* cuda_exec_main: after training, time cuBLAS on the model's largest GEMM shape in
+   * the same process and print it beside the achieved rate. */
+  bool bench_gemm;
+  /* A plan with several stages or replicas (single-GPU pipeline mode, cuda_pipe.h):
+   * afterwards train PLAN/reference sequentially on the CPU and compare
+   * (pipeline_check_reference) with relative bound ref_tol (0: 1e-5). */
+  bool reference;
+  double ref_tol;
+  /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h: cuda_pipe_nccl_launch),
+   * one process per stage replica on GPU device + its local rank. */
+  bool nccl;
+  /* --cuda-graphs off: replay every pass launch by launch (cx_ops_no_graphs). Named
+   * for "off" so that zeroed options keep the default, graphs on. Multi-GPU mode
+   * (nccl) opens its devices itself and applies it there (cuda_pipe_main.c). */
+  bool graphs_off;
+  /* Checkpoints and validation (cuda_exec_main, cuda_pipe_main), as pd2bwrun's CPU
+   * paths: NULL / 0 when unused. One-stage plans and single-GPU pipeline mode take all
+   * of them; multi-GPU mode (nccl) none (refused with a message). */
+  const char *save_path;   /* the trainer's checkpoint format at the end (runtime.h) */
+  const char *resume_path; /* continue from a checkpoint (CPU or GPU, any partition) */
+  const char *init_path;   /* initial weights: Hugging Face, llm.c or pd2bw GPT-2 */
+  const char *val_path;    /* held-out tokens: the validation loss */
+  int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
+  int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
+  /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
+   * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
+  const char *trace_path;
+} CudaExecOptions;
+
+typedef struct CxTrainer CxTrainer;
+
+/* Loads stage 0 of the one-stage plan p on the device behind ops (p and ops outlive
+ * the trainer), allocates its arena and initialises the parameters on the host with
+ * rt_init_param (the CPU trainer's weights, bit for bit), AdamW state zeroed. NULL
+ * with a message. */
+CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, char *err,
+                             size_t errlen);
+void cx_trainer_destroy(CxTrainer *t);
+/* One update from batch `step` of data: the contract of trainer_step (runtime.h). */
+void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out);
+/* Copies the newest weights (the params block, float32) to host memory dst. */
+void cx_trainer_read_params(CxTrainer *t, float *dst);
+int64_t cx_trainer_step_index(const CxTrainer *t);
+double cx_trainer_flops_per_step(const CxTrainer *t);
+/* The device arena's size in bytes. */
+uint64_t cx_trainer_arena_bytes(const CxTrainer *t);
+/* The dtype of its GEMMs (cx_program_gemm_type of the stage program). */
+CxGemmType cx_trainer_gemm_type(const CxTrainer *t);
+/* cx_program_graph_stats of its stage program. */
+CxGraphStats cx_trainer_graph_stats(const CxTrainer *t);
+/* How its optimizer updates ran: eager (no graph ops, or the first step of a weight
+ * version order: 2bw has two), captured, launched as a graph (tests). */
+CxGraphStats cx_trainer_update_graph_stats(const CxTrainer *t);
+/* trainer_eval's contract: the mean loss over batches first .. first + nbatches - 1
+ * of data (m microbatches each), dropout off, on the newest weights. */
+double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nbatches);
+/* Where the trainer's state lies on the device, for cuda_exec_ckpt.c. */
+typedef struct CxTrainerState {
+  const RtPlan *plan;
+  const CxDeviceOps *ops;
+  CxPtr params, prev, adam_m, adam_v; /* params block layout each; prev 0 unless 2bw */
+  int64_t step;
+  uint64_t seed;
+} CxTrainerState;
+CxTrainerState cx_trainer_state(const CxTrainer *t);
+/* After new weights were written into its params (and prev) blocks: their bf16 copies
+ * (bf16 lists) are made again. */
+void cx_trainer_weights_loaded(CxTrainer *t);
+/* After a resume: the next step is `step`, dropout keyed by `seed`. */
+void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
+
+/* ---- checkpoints (cuda_exec_ckpt.c) ---------------------------------------------- */
+
+/* trainer_save / trainer_resume / trainer_init_from on the GPU trainer, in the same
+ * format (runtime.h rt_ckpt_*: the blocks go through host memory), so a checkpoint
+ * moves between the CPU and GPU trainers and the pipeline executors. */
+bool cx_trainer_save(CxTrainer *t, const char *path, char *err, size_t errlen);
+bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen);
+bool cx_trainer_init_from(CxTrainer *t, const char *path, char *err, size_t errlen);
+
+/* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
+
+/* Opens GPU `device` (context, streams, cuBLAS; stage sources compiled with NVRTC
+ * for its architecture, cached on disk). NULL with the backend's message (no driver:
+ * "cuda backend: no CUDA driver found (...); use --backend cpu"). */
+CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen);
+void cx_cuda_close(CxDeviceOps *ops);
+/* The device's name ("NVIDIA H200"), or "" */
+const char *cx_cuda_name(const CxDeviceOps *ops);
+/* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
+ * the device (in its own arena: call with no trainer alive). TFLOP/s, or -1 with a
+ * message. */
+double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
+
+/* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for
+ * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
+ * line on stderr. */
+int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
+/* cuda_exec_main on an open device (tests pass the emulator's): a one-stage plan on
+ * the GPU trainer (with --init, --resume, validation, --save), else cuda_pipe_main. */
+int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                  const CudaExecOptions *o);
+
+#endif /* PD2BW_RUNTIME_CUDA_EXEC_H */

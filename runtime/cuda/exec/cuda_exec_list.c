@@ -1,0 +1,597 @@
+/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list, loaded once and replayed
+ * (cuda_exec.h).
+ *
+ * A stage's kernels live in two modules (codegen/cgen_cuda.c): the plan's kernel
+ * library (kernels.cu) and the stage's own program (stageN.cu). Both sources are
+ * checked against the hashes the list records before either is compiled, the library
+ * is loaded first (a device may hand back the module it already has for the same
+ * text: stages on one GPU then share it), and each kernel is resolved in the module
+ * its entry names.
+ *
+ * Loading turns stageN.launch.json into flat arrays: per entry either a GEMM (its
+ * operands as (block, offset), its dtype) or a kernel (the resolved handle, grid,
+ * block, and its arguments pre-encoded as 8-byte cells). Runtime arguments (seed,
+ * training, dropout p) stay symbolic and are filled at replay. Every pointer is
+ * checked against its block's size here, so a damaged list is a message at load time,
+ * not a wild write on the GPU. Replay builds each launch's argument array on the
+ * stack: nothing is allocated per microbatch.
+ *
+ * CUDA graphs. The microbatch index is the one value that changes from microbatch to
+ * microbatch; since launch list format 3 the random kernels read it from
+ * cuda_scratch's microbatch_key, which cx_program_run writes with a one-thread
+ * library kernel (pkc_set_u32) on the pass's stream just before the pass: same
+ * stream, so ordered before the pass's kernels with no host wait, and each stage
+ * replica of pipeline mode has its own scratch and stream. What is left to vary is
+ * the block bases (weight version, stash slot, data slot: a few values), the stream,
+ * training and the seed: the cache key. A pass is replayed eagerly on the first
+ * sighting of its key, captured on the second (so one-off keys cost no capture), and
+ * launched as a graph from then on. Keys are remembered in a fixed table
+ * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
+#include "runtime/cuda/exec/cuda_exec.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CX_MAX_ARGS 32
+
+/* What an argument cell holds. */
+typedef enum CxArgKind {
+  CXA_PTR,      /* base[blk] + off (blk < 0: the null pointer) */
+  CXA_LITERAL,  /* `bits`, the value encoded as the parameter's type */
+  CXA_SEED,     /* the training seed, as a u64 */
+  CXA_TRAINING, /* 1 or 0, as an i32 */
+  CXA_DROPOUT   /* f64 p when training, else 0 (value in `bits` as a double) */
+} CxArgKind;
+
+typedef struct CxArg {
+  CxArgKind kind;
+  int blk;
+  int64_t off;
+  uint64_t bits;
+} CxArg;
+
+typedef struct CxEntry {
+  bool is_gemm;
+  /* kernel */
+  void *kernel;
+  unsigned grid, block;
+  int nargs, first_arg; /* into CxProgram.args */
+  /* GEMM */
+  CxGemmType type;
+  int ta, tb, M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  int ablk, bblk, cblk;
+  int64_t aoff, boff, coff;
+} CxEntry;
+
+/* What makes a captured pass reusable: everything cx_program_run reads from the
+ * CxReplay except the microbatch (which the pass reads from the device). */
+typedef struct CxGraphKey {
+  CxPass pass;
+  int stream;
+  bool training;
+  uint64_t seed;
+  CxPtr base[CX_NBLOCKS];
+} CxGraphKey;
+
+typedef struct CxGraphSlot {
+  CxGraphKey key;
+  void *graph; /* NULL until the second sighting captured it */
+} CxGraphSlot;
+
+/* Distinct keys remembered (seen once or captured); the graphs are at most
+ * CX_MAX_GRAPHS of them. Twice as many: keys seen only once need a slot too. */
+#define CX_MAX_KEYS (2 * CX_MAX_GRAPHS)
+
+struct CxProgram {
+  const CxDeviceOps *ops;
+  void *module;     /* stageN.cu: the stage's own kernels */
+  void *lib_module; /* kernels.cu: the library */
+  int64_t block[CX_NBLOCKS];
+  int64_t loss_off, bad_off, mbkey_off;
+  bool needs_key[2]; /* per pass: some kernel reads the microbatch key */
+  void *set_u32;     /* the library's pkc_set_u32, which writes the key */
+  CxEntry *e[2];
+  int ne[2];
+  CxArg *args;
+  int nargs;
+  CxGraphSlot slot[CX_MAX_KEYS];
+  int nslots, ngraphs;
+  CxGraphStats stats;
+};
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
+
+static int block_of(const char *name) {
+  if (strcmp(name, "cuda_scratch") == 0) return CX_SCRATCH;
+  if (strcmp(name, "params_bf16") == 0) return CX_PARAMS16;
+  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
+    if (strcmp(name, buf_class_name((BufClass)c)) == 0) return c;
+  return -1;
+}
+
+typedef struct Ld {
+  CxProgram *p;
+  uint32_t rng_base; /* the stage's: a "rng_base" argument is it + the value */
+  const char *file;
+  char *err;
+  size_t errlen;
+  bool failed;
+} Ld;
+
+static void ld_fail(Ld *l, const char *where, int i, const char *what) {
+  if (l->failed) return;
+  l->failed = true;
+  snprintf(l->err, l->errlen, "%s: %s[%d]: %s", l->file, where, i, what);
+}
+
+static double ld_num(Ld *l, const cJSON *o, const char *key, const char *where, int i) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (cJSON_IsNumber(v)) return v->valuedouble;
+  char b[128];
+  snprintf(b, sizeof b, "'%s' missing or not a number", key);
+  ld_fail(l, where, i, b);
+  return 0;
+}
+
+/* A (buf, offset) pointer; checks that `bytes` (if given) from there lie in the block. */
+static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, int64_t *off) {
+  const cJSON *buf = cJSON_GetObjectItemCaseSensitive(o, "buf");
+  *blk = -1;
+  *off = 0;
+  if (cJSON_IsNull(buf)) return;
+  if (!cJSON_IsString(buf) || (*blk = block_of(buf->valuestring)) < 0) {
+    ld_fail(l, where, i, "pointer with an unknown 'buf'");
+    *blk = -1;
+    return;
+  }
+  *off = (int64_t)ld_num(l, o, "offset", where, i);
+  const cJSON *by = cJSON_GetObjectItemCaseSensitive(o, "bytes");
+  int64_t bytes = cJSON_IsNumber(by) ? (int64_t)by->valuedouble : 0;
+  if (*off < 0 || *off + bytes > l->p->block[*blk]) {
+    char b[160];
+    snprintf(b, sizeof b, "pointer %s+%lld (%lld bytes) outside the block (%lld bytes)", buf->valuestring,
+             (long long)*off, (long long)bytes, (long long)l->p->block[*blk]);
+    ld_fail(l, where, i, b);
+  }
+}
+
+static CxGemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
+  if (strcmp(s, "fp32") == 0) return CX_GEMM_FP32;
+  if (strcmp(s, "tf32") == 0) return CX_GEMM_TF32;
+  if (strcmp(s, "bf16") == 0) return CX_GEMM_BF16;
+  ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
+  return CX_GEMM_FP32;
+}
+
+static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const char *where, int i) {
+  e->is_gemm = true;
+  e->ta = (int)ld_num(l, gm, "transa", where, i);
+  e->tb = (int)ld_num(l, gm, "transb", where, i);
+  e->M = (int)ld_num(l, gm, "M", where, i);
+  e->N = (int)ld_num(l, gm, "N", where, i);
+  e->K = (int)ld_num(l, gm, "K", where, i);
+  e->lda = (int)ld_num(l, gm, "lda", where, i);
+  e->ldb = (int)ld_num(l, gm, "ldb", where, i);
+  e->ldc = (int)ld_num(l, gm, "ldc", where, i);
+  e->alpha = (float)ld_num(l, gm, "alpha", where, i);
+  e->beta = (float)ld_num(l, gm, "beta", where, i);
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(gm, "dtype");
+  e->type = cJSON_IsString(dt) ? gemm_type(l, dt->valuestring, where, i) : CX_GEMM_FP32;
+  /* bf16 operands are the list's own casts: no override can make them float32 or back */
+  if (over != CX_GEMM_PLAN && (e->type == CX_GEMM_BF16) != (over == CX_GEMM_BF16))
+    ld_fail(l, where, i, e->type == CX_GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
+                                                 : "a float32 GEMM cannot be run as bf16 (make the plan with "
+                                                   "pd2bwc --precision bf16)");
+  if (over != CX_GEMM_PLAN) e->type = over;
+  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "A"), where, i, &e->ablk, &e->aoff);
+  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "B"), where, i, &e->bblk, &e->boff);
+  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "C"), where, i, &e->cblk, &e->coff);
+  /* the extents the row-major operands span, from their leading dimensions */
+  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == CX_GEMM_BF16 ? 2 : 4;
+  int64_t need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * ab},
+                        {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * ab},
+                        {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
+  for (int k = 0; k < 3 && !l->failed; k++)
+    if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
+}
+
+static uint64_t encode(const char *ty, double v, bool *ok) {
+  uint64_t bits = 0;
+  *ok = true;
+  if (strcmp(ty, "i32") == 0) {
+    int32_t x = (int32_t)v;
+    memcpy(&bits, &x, 4);
+  } else if (strcmp(ty, "u32") == 0) {
+    uint32_t x = (uint32_t)v;
+    memcpy(&bits, &x, 4);
+  } else if (strcmp(ty, "i64") == 0) {
+    int64_t x = (int64_t)v;
+    memcpy(&bits, &x, 8);
+  } else if (strcmp(ty, "u64") == 0) {
+    uint64_t x = (uint64_t)v;
+    memcpy(&bits, &x, 8);
+  } else if (strcmp(ty, "f32") == 0) {
+    float x = (float)v;
+    memcpy(&bits, &x, 4);
+  } else if (strcmp(ty, "f64") == 0) {
+    memcpy(&bits, &v, 8);
+  } else {
+    *ok = false;
+  }
+  return bits;
+}
+
+static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *where, int i) {
+  memset(out, 0, sizeof *out);
+  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(a, "type");
+  if (!cJSON_IsString(ty)) {
+    ld_fail(l, where, i, "argument without a 'type'");
+    return;
+  }
+  if (strcmp(ty->valuestring, "ptr") == 0) {
+    out->kind = CXA_PTR;
+    ld_ptr(l, a, where, i, &out->blk, &out->off);
+    return;
+  }
+  const cJSON *rt = cJSON_GetObjectItemCaseSensitive(a, "runtime");
+  const cJSON *val = cJSON_GetObjectItemCaseSensitive(a, "value");
+  double v = cJSON_IsNumber(val) ? val->valuedouble : 0;
+  bool ok;
+  out->kind = CXA_LITERAL;
+  out->bits = encode(ty->valuestring, v, &ok);
+  if (!ok) ld_fail(l, where, i, "argument of an unknown type");
+  if (!cJSON_IsString(rt)) return;
+  const char *w = rt->valuestring;
+  if (strcmp(w, "seed") == 0 && strcmp(ty->valuestring, "u64") == 0) out->kind = CXA_SEED;
+  else if (strcmp(w, "training") == 0 && strcmp(ty->valuestring, "i32") == 0) out->kind = CXA_TRAINING;
+  else if (strcmp(w, "dropout_p") == 0 && strcmp(ty->valuestring, "f64") == 0) out->kind = CXA_DROPOUT;
+  else if (strcmp(w, "rng_base") == 0 && strcmp(ty->valuestring, "u32") == 0 && v >= 0 && v <= UINT32_MAX - l->rng_base)
+    out->bits = l->rng_base + (uint32_t)v; /* a literal once the stage is known */
+  else ld_fail(l, where, i, "runtime argument of an unknown kind or type");
+}
+
+static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
+  const char *where = pass == CX_FORWARD ? "forward" : "backward";
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(list, where);
+  if (!cJSON_IsArray(arr)) {
+    ld_fail(l, where, 0, "missing or not an array");
+    return;
+  }
+  int n = cJSON_GetArraySize(arr), nargs = 0;
+  const cJSON *en;
+  cJSON_ArrayForEach(en, arr) nargs += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(en, "args"));
+  CxProgram *p = l->p;
+  p->e[pass] = pd_calloc((size_t)n + 1, sizeof(CxEntry));
+  p->ne[pass] = n;
+  p->args = pd_realloc(p->args, ((size_t)p->nargs + (size_t)nargs + 1) * sizeof(CxArg));
+  int i = 0;
+  cJSON_ArrayForEach(en, arr) {
+    CxEntry *e = &p->e[pass][i];
+    const cJSON *gm = cJSON_GetObjectItemCaseSensitive(en, "gemm");
+    if (gm) {
+      ld_gemm(l, gm, e, over, where, i);
+    } else {
+      const cJSON *k = cJSON_GetObjectItemCaseSensitive(en, "kernel");
+      const cJSON *args = cJSON_GetObjectItemCaseSensitive(en, "args");
+      const cJSON *mod = cJSON_GetObjectItemCaseSensitive(en, "module");
+      if (!cJSON_IsString(k) || !cJSON_IsArray(args)) {
+        ld_fail(l, where, i, "neither a GEMM nor a kernel with 'args'");
+        break;
+      }
+      bool lib = cJSON_IsString(mod) && strcmp(mod->valuestring, "library") == 0;
+      if (!lib && !(cJSON_IsString(mod) && strcmp(mod->valuestring, "stage") == 0)) {
+        ld_fail(l, where, i, "kernel without a 'module' (\"library\" or \"stage\")");
+        break;
+      }
+      e->kernel = p->ops->kernel(p->ops->dev, lib ? p->lib_module : p->module, k->valuestring);
+      if (!e->kernel) {
+        char b[256];
+        snprintf(b, sizeof b, "kernel %s is not in the compiled %s", k->valuestring,
+                 lib ? "kernel library (" CODEGEN_CUDA_LIBRARY ")" : "stage program");
+        ld_fail(l, where, i, b);
+      }
+      e->grid = (unsigned)ld_num(l, en, "grid", where, i);
+      e->block = (unsigned)ld_num(l, en, "block", where, i);
+      if (e->grid < 1 || e->block < 1 || e->block > 1024) ld_fail(l, where, i, "grid or block out of range");
+      e->first_arg = p->nargs;
+      const cJSON *a;
+      cJSON_ArrayForEach(a, args) {
+        if (e->nargs == CX_MAX_ARGS) {
+          ld_fail(l, where, i, "more than 32 kernel arguments");
+          break;
+        }
+        CxArg *arg = &p->args[p->nargs++];
+        ld_arg(l, a, arg, where, i);
+        if (arg->kind == CXA_PTR && arg->blk == CX_SCRATCH && arg->off == p->mbkey_off) p->needs_key[pass] = true;
+        e->nargs++;
+      }
+    }
+    if (l->failed) break;
+    i++;
+  }
+}
+
+static char *join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *s = pd_malloc(n);
+  snprintf(s, n, "%s/%s", dir, name);
+  return s;
+}
+
+/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
+ * with a message. */
+static char *read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
+                          size_t errlen) {
+  char *path = join(plan_dir, name), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
+  if (!src) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else {
+    char h[17];
+    codegen_hash_hex(src, len, h);
+    if (strcmp(h, want) != 0) {
+      snprintf(err, errlen, "%s: its hash %s is not the launch list's %s (%s): the plan was edited or mixed", path, h,
+               want, lpath);
+      free(src);
+      src = NULL;
+    }
+  }
+  free(path);
+  return src;
+}
+
+/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
+ * the same program share one) and its rng_base. false with a message. */
+static bool stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
+                        size_t errlen) {
+  char *path = join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
+  cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
+  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
+  const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
+  const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
+  bool ok = false;
+  if (!text) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else if (!cuda) {
+    snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
+             stage);
+  } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||
+             !cJSON_IsNumber(rb) || rb->valuedouble < 0 || rb->valuedouble > UINT32_MAX) {
+    snprintf(err, errlen,
+             "%s: stage %d's program.cuda lacks a launch_list file name or an rng_base (a plan from an older pd2bwc, "
+             "whose stages each had their own launch list); regenerate the plan with this pd2bwc",
+             path, stage);
+  } else {
+    snprintf(lname, lsize, "%s", ln->valuestring);
+    *rng_base = (uint32_t)rb->valuedouble;
+    ok = true;
+  }
+  cJSON_Delete(plan);
+  free(text);
+  free(path);
+  return ok;
+}
+
+CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
+                           char *err, size_t errlen) {
+  char name[256];
+  uint32_t rng_base = 0;
+  if (!stage_files(plan_dir, stage, name, sizeof name, &rng_base, err, errlen)) return NULL;
+  char *lpath = join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
+  CxProgram *p = NULL;
+  cJSON *list = NULL;
+  size_t len = 0;
+  char ioerr[IO_ERR_LEN];
+  text = io_read_all(lpath, &len, ioerr, sizeof ioerr);
+  if (!text) {
+    snprintf(err, errlen, "%s (a plan made with pd2bwc --backend cpu has no CUDA programs)", ioerr);
+    goto out;
+  }
+  list = cJSON_ParseWithLength(text, len);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(list, "format");
+  const cJSON *srcname = cJSON_GetObjectItemCaseSensitive(list, "source");
+  const cJSON *hash = cJSON_GetObjectItemCaseSensitive(list, "hash");
+  const cJSON *lib = cJSON_GetObjectItemCaseSensitive(list, "library");
+  const cJSON *libname = cJSON_GetObjectItemCaseSensitive(lib, "source");
+  const cJSON *libhash = cJSON_GetObjectItemCaseSensitive(lib, "hash");
+  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(list, "blocks");
+  const cJSON *scr = cJSON_GetObjectItemCaseSensitive(list, "cuda_scratch");
+  if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
+    snprintf(err, errlen,
+             "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
+             "from device memory, for CUDA graphs, and takes dropout streams relative to the stage's rng_base, "
+             "so that stages share programs); regenerate the plan with this pd2bwc",
+             lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
+    goto out;
+  }
+  if (!list || !cJSON_IsNumber(fmt) || fmt->valueint != CODEGEN_CUDA_LIST_FORMAT || !cJSON_IsString(srcname) ||
+      !cJSON_IsString(hash) || !cJSON_IsString(libname) || !cJSON_IsString(libhash) || !cJSON_IsObject(blocks) ||
+      !cJSON_IsObject(scr)) {
+    snprintf(err, errlen,
+             "%s: not a launch list of format %d (format, source, hash, library {source, hash}, blocks, "
+             "cuda_scratch); a plan from an older pd2bwc must be compiled again",
+             lpath, CODEGEN_CUDA_LIST_FORMAT);
+    goto out;
+  }
+  /* both sources checked before anything is compiled */
+  src = read_checked(plan_dir, srcname->valuestring, hash->valuestring, lpath, err, errlen);
+  if (!src) goto out;
+  libsrc = read_checked(plan_dir, libname->valuestring, libhash->valuestring, lpath, err, errlen);
+  if (!libsrc) goto out;
+  p = pd_calloc(1, sizeof *p);
+  p->ops = ops;
+  Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
+    const char *bn = c == CX_SCRATCH ? "cuda_scratch" : c == CX_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)c);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, bn);
+    if (c == CX_PARAMS16 && !v) continue; /* only bf16 lists have it */
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
+    else p->block[c] = (int64_t)v->valuedouble;
+  }
+  const cJSON *loss = cJSON_GetObjectItemCaseSensitive(list, "loss");
+  p->loss_off = -1;
+  if (cJSON_IsObject(loss)) {
+    int blk;
+    ld_ptr(&l, loss, "loss", 0, &blk, &p->loss_off);
+    if (blk != CX_SCRATCH) ld_fail(&l, "loss", 0, "the loss is not in cuda_scratch");
+  }
+  p->bad_off = (int64_t)ld_num(&l, scr, "bad_ids", "cuda_scratch", 0);
+  p->mbkey_off = (int64_t)ld_num(&l, scr, "microbatch_key", "cuda_scratch", 0);
+  if (!l.failed && (p->mbkey_off < 0 || p->mbkey_off % 4 || p->mbkey_off + 4 > p->block[CX_SCRATCH]))
+    ld_fail(&l, "cuda_scratch", 0, "microbatch_key outside cuda_scratch or not 4-byte aligned");
+  if (l.failed) goto fail;
+  p->lib_module = ops->load(ops->dev, libsrc, libname->valuestring, err, errlen);
+  if (!p->lib_module) goto fail;
+  p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
+  if (!p->module) goto fail;
+  p->set_u32 = ops->kernel(ops->dev, p->lib_module, "pkc_set_u32");
+  if (!p->set_u32) {
+    ld_fail(&l, "library", 0, "the kernel library has no pkc_set_u32 (an older " CODEGEN_CUDA_LIBRARY ")");
+    goto fail;
+  }
+  ld_pass(&l, list, CX_FORWARD, gemm);
+  ld_pass(&l, list, CX_BACKWARD, gemm);
+  if (!l.failed) goto out;
+fail:
+  cx_program_free(p);
+  p = NULL;
+out:
+  cJSON_Delete(list);
+  free(text);
+  free(src);
+  free(libsrc);
+  free(lpath);
+  return p;
+}
+
+void cx_program_free(CxProgram *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nslots; i++)
+    if (p->slot[i].graph) p->ops->graph_destroy(p->ops->dev, p->slot[i].graph);
+  free(p->e[0]);
+  free(p->e[1]);
+  free(p->args);
+  free(p);
+}
+
+int64_t cx_program_block(const CxProgram *p, int c) { return c > BUF_NONE && c < CX_NBLOCKS ? p->block[c] : 0; }
+int64_t cx_program_loss_offset(const CxProgram *p) { return p->loss_off; }
+int64_t cx_program_bad_ids_offset(const CxProgram *p) { return p->bad_off; }
+int cx_program_nlaunches(const CxProgram *p, CxPass pass) { return p->ne[pass]; }
+
+CxGemmType cx_program_gemm_type(const CxProgram *p) {
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < p->ne[pass]; i++)
+      if (p->e[pass][i].is_gemm) return p->e[pass][i].type;
+  return CX_GEMM_FP32;
+}
+
+void *cx_program_kernel(const CxProgram *p, const char *name) {
+  void *k = p->ops->kernel(p->ops->dev, p->lib_module, name);
+  PD_CHECK(k != NULL, "(library kernel %s missing from the library module)", name);
+  return k;
+}
+
+static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
+
+/* The pass's launches, one by one (or into a capture: the device records them). */
+static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
+  const CxDeviceOps *ops = p->ops;
+  for (int i = 0; i < p->ne[pass]; i++) {
+    const CxEntry *e = &p->e[pass][i];
+    if (e->is_gemm) {
+      ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
+                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc);
+      continue;
+    }
+    uint64_t cell[CX_MAX_ARGS];
+    void *args[CX_MAX_ARGS];
+    for (int k = 0; k < e->nargs; k++) {
+      const CxArg *a = &p->args[e->first_arg + k];
+      cell[k] = 0;
+      switch (a->kind) {
+      case CXA_PTR: cell[k] = at(r, a->blk, a->off); break; /* a CUdeviceptr-sized pointer */
+      case CXA_LITERAL: cell[k] = a->bits; break;
+      case CXA_SEED: cell[k] = r->seed; break;
+      case CXA_TRAINING: {
+        int32_t x = r->training ? 1 : 0;
+        memcpy(&cell[k], &x, 4);
+        break;
+      }
+      case CXA_DROPOUT:
+        cell[k] = r->training ? a->bits : 0; /* the f64 0.0 is all-zero bits */
+        break;
+      }
+      args[k] = &cell[k];
+    }
+    ops->launch(ops->dev, r->stream, e->kernel, e->grid, e->block, args);
+  }
+}
+
+static bool same_key(const CxGraphKey *a, const CxGraphKey *b) {
+  if (a->pass != b->pass || a->stream != b->stream || a->training != b->training || a->seed != b->seed) return false;
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
+    if (a->base[c] != b->base[c]) return false;
+  return true;
+}
+
+/* The slot of r's key for `pass`, a new one on its first sighting (*fresh), or NULL
+ * when the table is full. */
+static CxGraphSlot *find_slot(CxProgram *p, CxPass pass, const CxReplay *r, bool *fresh) {
+  CxGraphKey k = {.pass = pass, .stream = r->stream, .training = r->training, .seed = r->seed};
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) k.base[c] = r->base[c];
+  *fresh = false;
+  for (int i = 0; i < p->nslots; i++)
+    if (same_key(&p->slot[i].key, &k)) return &p->slot[i];
+  if (p->nslots == CX_MAX_KEYS) return NULL;
+  *fresh = true;
+  p->slot[p->nslots] = (CxGraphSlot){.key = k};
+  return &p->slot[p->nslots++];
+}
+
+void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
+  const CxDeviceOps *ops = p->ops;
+  if (p->needs_key[pass]) { /* before the pass, on its stream: the kernels read it there */
+    CxPtr dst = r->base[CX_SCRATCH] + (CxPtr)p->mbkey_off;
+    uint32_t mb = r->microbatch;
+    void *args[2] = {&dst, &mb};
+    ops->launch(ops->dev, r->stream, p->set_u32, 1, 1, args);
+  }
+  bool fresh = false;
+  CxGraphSlot *s = ops->capture_begin && p->ne[pass] > 0 ? find_slot(p, pass, r, &fresh) : NULL;
+  if (s && !s->graph && !fresh && p->ngraphs < CX_MAX_GRAPHS) { /* the second sighting: capture */
+    char err[512];
+    if (!ops->capture_begin(ops->dev, r->stream, err, sizeof err))
+      pd_fatal(__FILE__, __LINE__, "capturing the %s pass as a CUDA graph: %s",
+               pass == CX_FORWARD ? "forward" : "backward", err);
+    replay(p, pass, r);
+    s->graph = ops->capture_end(ops->dev, r->stream, err, sizeof err);
+    if (!s->graph)
+      pd_fatal(__FILE__, __LINE__, "capturing the %s pass as a CUDA graph: %s",
+               pass == CX_FORWARD ? "forward" : "backward", err);
+    p->ngraphs++;
+    p->stats.captured++;
+  }
+  if (s && s->graph) {
+    ops->graph_launch(ops->dev, s->graph, r->stream);
+    p->stats.launches++;
+    return;
+  }
+  replay(p, pass, r);
+  p->stats.eager++;
+}
+
+CxGraphStats cx_program_graph_stats(const CxProgram *p) { return p->stats; }
+
+void cx_ops_no_graphs(CxDeviceOps *ops) {
+  ops->capture_begin = NULL;
+  ops->capture_end = NULL;
+  ops->graph_launch = NULL;
+  ops->graph_destroy = NULL;
+}

@@ -1,0 +1,450 @@
+/* runtime/io/ckpt_import.c — filling pd2bw's GPT parameters from other programs'
+ * checkpoints (and from pd2bw's own safetensors checkpoints).
+ *
+ * Every pd2bw GPT parameter name maps to one GPT-2 tensor (a GptSlot) of one
+ * layer. A source is described in pd2bw's orientation: element (r, c) of the
+ * [rows, cols] matrix the model wants is src[r·rs + c·cs]. That one copy loop
+ * then serves Hugging Face (Conv1D weights are already [in, out]: rs = cols,
+ * cs = 1) and llm.c (linear weights are stored [out, in], so the copy
+ * transposes: rs = 1, cs = in).
+ *
+ * llm.c's model file (train_gpt2.c, gpt2_build_from_checkpoint and
+ * fill_in_parameter_sizes): int32 header[256] = {20240326, version, maxT, V, L,
+ * NH, C, Vp, ...}; version 3 holds float32, version 5 bfloat16; then 16
+ * tensors, each holding all L layers back to back: wte [Vp,C], wpe [maxT,C],
+ * ln1w [L,C], ln1b [L,C], qkvw [L,3C,C], qkvb [L,3C], attprojw [L,C,C],
+ * attprojb [L,C], ln2w [L,C], ln2b [L,C], fcw [L,4C,C], fcb [L,4C],
+ * fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C]. Rows V..Vp of wte are
+ * padding.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/io/io.h"
+
+/* One GPT-2 tensor kind; the order is llm.c's file order. Shapes are pd2bw's
+ * ([in, out] for linear weights); "per layer" kinds exist once per block. */
+typedef enum GptSlot {
+  G_WTE,        /* token embedding [V, C] */
+  G_WPE,        /* position embedding [T, C] */
+  G_LN1_W,      /* per layer: first layer norm's scale [C] */
+  G_LN1_B,      /* per layer: its shift [C] */
+  G_ATTN_W,     /* per layer: fused q,k,v projection [C, 3C] */
+  G_ATTN_B,     /* per layer: its bias [3C] */
+  G_ATTNPROJ_W, /* per layer: attention output projection [C, C] */
+  G_ATTNPROJ_B, /* per layer: its bias [C] */
+  G_LN2_W,      /* per layer: second layer norm's scale [C] */
+  G_LN2_B,      /* per layer: its shift [C] */
+  G_FC_W,       /* per layer: MLP up projection [C, 4C] */
+  G_FC_B,       /* per layer: its bias [4C] */
+  G_FCPROJ_W,   /* per layer: MLP down projection [4C, C] */
+  G_FCPROJ_B,   /* per layer: its bias [C] */
+  G_LNF_W,      /* final layer norm's scale [C] */
+  G_LNF_B,      /* final layer norm's shift [C] */
+  G_COUNT
+} GptSlot;
+
+/* Per slot: pd2bw name (suffix after "h.<i>." for layer slots), Hugging Face
+ * name (same), and the shape in pd2bw orientation as multiples of C (rows,
+ * cols; 0 rows = rank 1). The table's order is llm.c's tensor order. */
+static const struct {
+  const char *pd, *hf;
+  int rows_c, cols_c; /* -1: V or T rows, not a multiple of C */
+  bool linear;        /* llm.c stores it [out, in]: transpose */
+} slots[G_COUNT] = {
+    [G_WTE] = {"wte", "wte.weight", -1, 1, false},
+    [G_WPE] = {"wpe", "wpe.weight", -1, 1, false},
+    [G_LN1_W] = {"ln1_w", "ln_1.weight", 0, 1, false},
+    [G_LN1_B] = {"ln1_b", "ln_1.bias", 0, 1, false},
+    [G_ATTN_W] = {"attn_w", "attn.c_attn.weight", 1, 3, true},
+    [G_ATTN_B] = {"attn_b", "attn.c_attn.bias", 0, 3, false},
+    [G_ATTNPROJ_W] = {"attnproj_w", "attn.c_proj.weight", 1, 1, true},
+    [G_ATTNPROJ_B] = {"attnproj_b", "attn.c_proj.bias", 0, 1, false},
+    [G_LN2_W] = {"ln2_w", "ln_2.weight", 0, 1, false},
+    [G_LN2_B] = {"ln2_b", "ln_2.bias", 0, 1, false},
+    [G_FC_W] = {"fc_w", "mlp.c_fc.weight", 1, 4, true},
+    [G_FC_B] = {"fc_b", "mlp.c_fc.bias", 0, 4, false},
+    [G_FCPROJ_W] = {"fcproj_w", "mlp.c_proj.weight", 4, 1, true},
+    [G_FCPROJ_B] = {"fcproj_b", "mlp.c_proj.bias", 0, 1, false},
+    [G_LNF_W] = {"lnf_w", "ln_f.weight", 0, 1, false},
+    [G_LNF_B] = {"lnf_b", "ln_f.bias", 0, 1, false},
+};
+
+static bool slot_per_layer(GptSlot s) { return s >= G_LN1_W && s <= G_FCPROJ_B; }
+
+CkptGpt2Kind ckpt_gpt2_kind(int k) {
+  PD_CHECK(k >= 0 && k < G_COUNT && G_COUNT == CKPT_GPT2_KINDS);
+  return (CkptGpt2Kind){slots[k].pd,     slots[k].hf,
+                        slots[k].rows_c, slots[k].cols_c,
+                        slot_per_layer((GptSlot)k), slots[k].linear};
+}
+
+const char *ckpt_format_name(CkptFormat f) {
+  switch (f) {
+    case CKPT_AUTO:
+      return "auto";
+    case CKPT_PD2BW:
+      return "pd2bw safetensors";
+    case CKPT_HF:
+      return "Hugging Face GPT-2 safetensors";
+    case CKPT_LLMC:
+      return "llm.c GPT-2";
+  }
+  return "?";
+}
+
+/* "h.3.attn_w" -> (G_ATTN_W, 3); "wte" -> (G_WTE, -1). False if not a GPT name. */
+static bool parse_name(const char *name, GptSlot *slot, int *layer) {
+  const char *suffix = name;
+  *layer = -1;
+  if (strncmp(name, "h.", 2) == 0) {
+    char *end;
+    errno = 0;
+    long l = strtol(name + 2, &end, 10);
+    if (end == name + 2 || *end != '.' || errno || l < 0 || l > 1000000) return false;
+    *layer = (int)l;
+    suffix = end + 1;
+  }
+  for (int s = 0; s < G_COUNT; s++)
+    if (strcmp(slots[s].pd, suffix) == 0 && slot_per_layer((GptSlot)s) == (*layer >= 0)) {
+      *slot = (GptSlot)s;
+      return true;
+    }
+  return false;
+}
+
+/* ---- the one copy ---------------------------------------------------------- */
+/* A source tensor in pd2bw orientation; `data` holds float32 (converted). */
+typedef struct Src {
+  char desc[300]; /* where it came from, for messages */
+  int rank;
+  int64_t rows, cols; /* rank 1: rows = 1 */
+  int64_t rs, cs;
+  const float *data;
+  int64_t min_rows; /* wte: the real vocabulary the model must cover */
+} Src;
+
+static const char *param_shape_str(const CkptParam *p, char *buf, size_t n) {
+  return st_shape_str(p->rank, p->shape, buf, n);
+}
+
+static const char *src_shape_str(const Src *s, char *buf, size_t n) {
+  int64_t sh[2] = {s->rows, s->cols};
+  return s->rank == 1 ? st_shape_str(1, &sh[1], buf, n) : st_shape_str(2, sh, buf, n);
+}
+
+static bool copy_param(const CkptParam *p, GptSlot slot, const Src *s, const char *path, char *err,
+                       size_t errlen) {
+  int64_t rows = p->rank == 2 ? p->shape[0] : 1, cols = p->rank == 2 ? p->shape[1] : p->shape[0];
+  bool ok = p->rank == s->rank && cols == s->cols;
+  if (ok && slot == G_WTE)
+    ok = rows >= s->min_rows; /* padded vocabulary */
+  else if (ok && slot == G_WPE)
+    ok = rows <= s->rows; /* shorter context */
+  else if (ok)
+    ok = rows == s->rows;
+  if (!ok) {
+    char a[64], b[64];
+    snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (%s)%s",
+             path, p->name, param_shape_str(p, a, sizeof a), src_shape_str(s, b, sizeof b), s->desc,
+             slot == G_WTE   ? "; the model's vocabulary must cover the checkpoint's"
+             : slot == G_WPE ? "; the model's context must not exceed the checkpoint's"
+                             : "");
+    return false;
+  }
+  int64_t have = rows < s->rows ? rows : s->rows;
+  for (int64_t r = 0; r < have; r++)
+    for (int64_t c = 0; c < cols; c++) p->dst[r * cols + c] = s->data[r * s->rs + c * s->cs];
+  memset(p->dst + have * cols, 0, (size_t)((rows - have) * cols) * sizeof(float));
+  return true;
+}
+
+/* Number of layers the model's parameters name (1 + the largest h.<i>). */
+static int model_layers(const CkptParam *params, int n) {
+  int L = 0;
+  for (int i = 0; i < n; i++) {
+    GptSlot s;
+    int l;
+    if (parse_name(params[i].name, &s, &l) && l + 1 > L) L = l + 1;
+  }
+  return L;
+}
+
+/* Checks every name is GPT's and the layer counts agree. */
+static bool check_gpt_names(const char *path, const CkptParam *params, int n, int ckpt_layers,
+                            char *err, size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    GptSlot s;
+    int l;
+    if (!parse_name(params[i].name, &s, &l)) {
+      snprintf(err, errlen,
+               "%s: parameter \"%s\" has no GPT-2 counterpart (pd2bw's GPT names are wte, wpe, "
+               "h.<i>.{ln1_w,ln1_b,attn_w,attn_b,attnproj_w,attnproj_b,ln2_w,ln2_b,fc_w,fc_b,"
+               "fcproj_w,fcproj_b}, lnf_w, lnf_b)",
+               path, params[i].name);
+      return false;
+    }
+  }
+  int L = model_layers(params, n);
+  if (L != ckpt_layers) {
+    snprintf(err, errlen, "%s: the checkpoint has %d transformer layers, the model %d", path,
+             ckpt_layers, L);
+    return false;
+  }
+  return true;
+}
+
+/* ---- llm.c ------------------------------------------------------------------- */
+#define LLMC_MAX_DIM (1 << 20) /* maxT, Vp and C */
+#define LLMC_MAX_LAYERS (1 << 12)
+
+/* The header's NH against the model's head count (shapes cannot show it: 8 heads of 2
+ * and 4 heads of 4 have the same tensors, but attention computes something else). */
+static bool check_llmc_heads(const char *path, const CkptParam *params, int n, int64_t NH, int64_t C, char *err,
+                             size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    GptSlot s;
+    int l;
+    const CkptParam *p = &params[i];
+    if (p->att_head_size <= 0 || !parse_name(p->name, &s, &l) || s != G_ATTN_W) continue;
+    int64_t model_c = p->shape[0], hs = p->att_head_size;
+    if (model_c % hs == 0 && model_c / hs == NH && model_c == C) continue;
+    if (model_c != C) continue; /* a width mismatch: the shape check below names it */
+    snprintf(err, errlen,
+             "%s: offset 20: the llm.c header has NH=%lld attention heads (head size %lld), the model %lld "
+             "(head size %lld, parameter \"%s\")",
+             path, (long long)NH, (long long)(C / NH), (long long)(model_c / hs), (long long)hs, p->name);
+    return false;
+  }
+  return true;
+}
+
+static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
+                        size_t errlen) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    return false;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 1024) {
+    snprintf(err, errlen, "%s: truncated: %lld bytes, shorter than llm.c's 1024-byte header", path,
+             (long long)sb.st_size);
+    close(fd);
+    return false;
+  }
+  size_t size = (size_t)sb.st_size;
+  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+    return false;
+  }
+  const int32_t *h = map;
+  bool ok = false;
+  float *tmp = NULL;
+  if (h[0] != CKPT_LLMC_MAGIC) {
+    snprintf(err, errlen, "%s: offset 0: bad magic %d (an llm.c model file starts with %d)", path,
+             h[0], CKPT_LLMC_MAGIC);
+    goto done;
+  }
+  if (h[1] != 3 && h[1] != 5) {
+    snprintf(err, errlen,
+             "%s: offset 4: unsupported llm.c model version %d (3 = float32 and 5 = bfloat16 "
+             "are read)",
+             path, h[1]);
+    goto done;
+  }
+  int64_t maxT = h[2], V = h[3], L = h[4], NH = h[5], C = h[6], Vp = h[7];
+  /* Bounds far above any GPT, so that the sizes below cannot overflow int64. */
+  if (maxT <= 0 || V <= 0 || L <= 0 || NH <= 0 || C <= 0 || Vp < V || maxT > LLMC_MAX_DIM || Vp > LLMC_MAX_DIM ||
+      C > LLMC_MAX_DIM || L > LLMC_MAX_LAYERS || C % NH != 0) {
+    snprintf(err, errlen,
+             "%s: offset 8: implausible header maxT=%lld V=%lld L=%lld NH=%lld C=%lld Vp=%lld", path,
+             (long long)maxT, (long long)V, (long long)L, (long long)NH, (long long)C, (long long)Vp);
+    goto done;
+  }
+  if (!check_llmc_heads(path, params, n, NH, C, err, errlen)) goto done;
+  size_t elt = h[1] == 3 ? 4 : 2;
+  /* Element counts of the 16 tensors, in file order (= GptSlot order). */
+  int64_t count[G_COUNT], start[G_COUNT], total = 0;
+  for (int s = 0; s < G_COUNT; s++) {
+    int64_t rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
+                   : slots[s].rows_c   ? slots[s].rows_c * C
+                                       : 1;
+    count[s] = rows * slots[s].cols_c * C * (slot_per_layer((GptSlot)s) ? L : 1);
+    start[s] = total;
+    total += count[s];
+  }
+  uint64_t want = 1024 + (uint64_t)total * elt;
+  if (size != want) {
+    snprintf(err, errlen,
+             "%s: %s: %zu bytes, but maxT=%lld V=%lld (padded %lld) L=%lld C=%lld in %s need "
+             "%llu",
+             path, size < want ? "truncated" : "trailing bytes", size, (long long)maxT,
+             (long long)V, (long long)Vp, (long long)L, (long long)C,
+             elt == 4 ? "float32" : "bfloat16", (unsigned long long)want);
+    goto done;
+  }
+  if (!check_gpt_names(path, params, n, (int)L, err, errlen)) goto done;
+  for (int i = 0; i < n; i++) {
+    const CkptParam *p = &params[i];
+    GptSlot s;
+    int l;
+    parse_name(p->name, &s, &l);
+    Src src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .min_rows = 1};
+    src.rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
+               : slots[s].rows_c   ? slots[s].rows_c * C
+                                   : 1;
+    src.cols = slots[s].cols_c * C;
+    if (s == G_WTE) src.min_rows = V;
+    int64_t ne = src.rows * src.cols;
+    int64_t first = start[s] + (l > 0 ? l : 0) * ne;
+    tmp = pd_realloc(tmp, (size_t)ne * sizeof *tmp);
+    const unsigned char *base = (const unsigned char *)map + 1024 + (size_t)first * elt;
+    if (elt == 4) {
+      memcpy(tmp, base, (size_t)ne * 4);
+    } else {
+      for (int64_t k = 0; k < ne; k++) {
+        uint16_t b;
+        memcpy(&b, base + 2 * k, 2);
+        uint32_t bits = (uint32_t)b << 16;
+        memcpy(&tmp[k], &bits, 4);
+      }
+    }
+    src.data = tmp;
+    if (slots[s].linear) { /* stored [out = cols, in = rows] */
+      src.rs = 1;
+      src.cs = src.rows;
+    } else {
+      src.rs = src.cols;
+      src.cs = 1;
+    }
+    snprintf(src.desc, sizeof src.desc, "llm.c tensor #%d%s", (int)s,
+             slot_per_layer(s) ? ", one layer" : "");
+    if (!copy_param(p, s, &src, path, err, errlen)) goto done;
+  }
+  ok = true;
+done:
+  free(tmp);
+  munmap(map, size);
+  return ok;
+}
+
+/* ---- Hugging Face and pd2bw safetensors ----------------------------------------- */
+static const StTensor *find_tensor(const SafeTensors *st, const char *name, const CkptParam *p,
+                                   char *err, size_t errlen) {
+  const StTensor *t = st_find(st, name);
+  if (!t) {
+    snprintf(err, errlen, "%s: parameter \"%s\": the checkpoint has no tensor \"%s\"", st_path(st),
+             p->name, name);
+    return NULL;
+  }
+  return t;
+}
+
+static bool import_hf(const SafeTensors *st, const CkptParam *params, int n, char *err,
+                      size_t errlen) {
+  const char *prefix = st_find(st, "transformer.wte.weight") ? "transformer." : "";
+  char name[256];
+  int L = 0;
+  for (;; L++) {
+    snprintf(name, sizeof name, "%sh.%d.ln_1.weight", prefix, L);
+    if (!st_find(st, name)) break;
+  }
+  if (!check_gpt_names(st_path(st), params, n, L, err, errlen)) return false;
+  bool ok = true;
+  float *tmp = NULL;
+  for (int i = 0; i < n && ok; i++) {
+    const CkptParam *p = &params[i];
+    GptSlot s;
+    int l;
+    parse_name(p->name, &s, &l);
+    if (l >= 0)
+      snprintf(name, sizeof name, "%sh.%d.%s", prefix, l, slots[s].hf);
+    else
+      snprintf(name, sizeof name, "%s%s", prefix, slots[s].hf);
+    const StTensor *t = find_tensor(st, name, p, err, errlen);
+    if (!t) {
+      ok = false;
+      break;
+    }
+    int want_rank = slots[s].rows_c == 0 ? 1 : 2;
+    if (t->rank != want_rank) {
+      char a[64], b[64];
+      snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (%s)",
+               st_path(st), p->name, param_shape_str(p, a, sizeof a),
+               st_shape_str(t->rank, t->shape, b, sizeof b), name);
+      ok = false;
+      break;
+    }
+    tmp = pd_realloc(tmp, (size_t)(t->numel + 1) * sizeof *tmp);
+    if (!st_read_f32(st, t, tmp, err, errlen)) {
+      ok = false;
+      break;
+    }
+    Src src = {.rank = want_rank, .data = tmp, .min_rows = 1};
+    src.rows = want_rank == 2 ? t->shape[0] : 1;
+    src.cols = t->shape[want_rank - 1];
+    src.rs = src.cols;
+    src.cs = 1;
+    if (s == G_WTE) src.min_rows = src.rows;
+    snprintf(src.desc, sizeof src.desc, "\"%s\"", name);
+    ok = copy_param(p, s, &src, st_path(st), err, errlen);
+  }
+  free(tmp);
+  return ok;
+}
+
+static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, char *err,
+                         size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    const CkptParam *p = &params[i];
+    const StTensor *t = find_tensor(st, p->name, p, err, errlen);
+    if (!t) return false;
+    bool same = t->rank == p->rank;
+    for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == p->shape[d];
+    if (!same) {
+      char a[64], b[64];
+      snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s",
+               st_path(st), p->name, param_shape_str(p, a, sizeof a),
+               st_shape_str(t->rank, t->shape, b, sizeof b));
+      return false;
+    }
+    if (!st_read_f32(st, t, p->dst, err, errlen)) return false;
+  }
+  return true;
+}
+
+bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
+                 size_t errlen) {
+  bool detect = fmt == CKPT_AUTO;
+  if (detect) {
+    int32_t magic = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+      snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(errno));
+      return false;
+    }
+    size_t got = fread(&magic, 4, 1, f);
+    fclose(f);
+    if (got == 1 && magic == CKPT_LLMC_MAGIC) fmt = CKPT_LLMC;
+  }
+  if (fmt == CKPT_LLMC) return import_llmc(path, params, n, err, errlen);
+  SafeTensors *st = st_open(path, err, errlen);
+  if (!st) return false;
+  if (detect) /* Hugging Face names, and not also ours */
+    fmt =
+        (st_find(st, "wte.weight") || st_find(st, "transformer.wte.weight")) && !st_find(st, "wte")
+            ? CKPT_HF
+            : CKPT_PD2BW;
+  bool ok = fmt == CKPT_HF ? import_hf(st, params, n, err, errlen)
+                           : import_pd2bw(st, params, n, err, errlen);
+  st_close(st);
+  return ok;
+}

@@ -1,0 +1,349 @@
+/* runtime/io/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
+ *
+ * What this folder (runtime/io/, library pd2bw_io) owns:
+ *   atomic_file.c   files that appear whole or not at all (atomic_open/atomic_commit)
+ *   output_path.c   where an output file goes, decided before any work is done
+ *   read_file.c     reading a whole (small) file into memory
+ *   stale_tmp.c     recognising temporary files left by dead processes
+ *   cache_seal.c    the checksum that ends every on-disk cache entry
+ *   data.c          memory-mapped token files and the batch sampler
+ *   bpe.c           GPT-2's byte-level BPE tokenizer
+ *   safetensors.c   reading and writing the safetensors format
+ *   ckpt_import.c   pd2bw's GPT parameters from other programs' checkpoints
+ *
+ * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
+ * Everything here reads or writes a file a user handed us, so every failure that
+ * the user can cause (a wrong, truncated or corrupt file) is reported as a message
+ * in the caller's error buffer that names the file, and where it helps the byte
+ * offset and the tensor — never a crash. Internal invariants and failed library
+ * calls on our own memory go through PD_CHECK (ir/ir.h).
+ *
+ * Promises:
+ *   - every file we write appears whole or not at all: it is written to
+ *     TARGET.tmp.<pid>, fsynced, then renamed over TARGET (atomic_file.c), where
+ *     TARGET is the path with its symlinks followed; a device, FIFO, socket or
+ *     directory is refused, never opened or replaced (output_path.c);
+ *   - a file we read is validated completely before any of its data is used:
+ *     token ids against the model's vocabulary, safetensors headers against the
+ *     file size, checkpoints against the shapes the model asks for;
+ *   - byte order is little-endian on disk (the llm.c and safetensors formats);
+ *     the code assumes a little-endian host and refuses to build on another.
+ *
+ * Error buffers: functions that can fail on user input take (char *err, size_t
+ * errlen) and return false/NULL with a one-line message there; IO_ERR_LEN is a
+ * size that always suffices.
+ */
+#ifndef PD2BW_RUNTIME_IO_H
+#define PD2BW_RUNTIME_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+#define IO_ERR_LEN 1024
+
+/* ---- output paths (output_path.c) -----------------------------------------
+ * Where a file we write goes. Every output flag of every driver passes through
+ * output_paths_check before the driver loads anything, so a bad path costs no
+ * training: it follows symlinks, refuses what is not a regular file, and creates and
+ * removes a temporary in the target's directory. Messages: "FLAG PATH: why". */
+typedef struct OutputFlag {
+  const char *flag; /* "--save" */
+  const char *path; /* as given; NULL: the flag was not given (skipped) */
+} OutputFlag;
+
+bool output_path_check(const char *flag, const char *path, char *err, size_t errlen);
+/* Each given flag as above; also refuses two flags that name the same file. */
+bool output_paths_check(const OutputFlag *flags, int n, char *err, size_t errlen);
+/* The file a write to path replaces: path with its symlinks followed (a new string;
+ * it may not exist yet). NULL, with why in err, when that is not a regular file, when
+ * there are too many links, or when path cannot be looked up. */
+char *output_target(const char *path, char *err, size_t errlen);
+/* Removes TARGET.tmp.<pid> beside target for every pid that is no longer a process
+ * (kill(pid, 0) fails with ESRCH), regular files only; how many. */
+int output_remove_stale_temps(const char *target);
+/* The directory part of path ("." when none): a new string. */
+char *output_dir_of(const char *path);
+
+/* ---- atomic files (atomic_file.c) ----------------------------------------
+ * A file under construction. Writes go to `tmp`; atomic_commit() makes it
+ * appear at `target` in one rename, atomic_abort() leaves no trace, and a signal
+ * that ends the process meanwhile removes `tmp` (atomic_file.c says how). A write
+ * error is remembered and reported by atomic_commit(), so callers may write
+ * without checking every call. */
+typedef struct AtomicFile {
+  FILE *f;
+  char *path;   /* as given, for messages */
+  char *target; /* path with its symlinks followed: what the rename replaces */
+  char *tmp;    /* target + ".tmp.<pid>" */
+  int err_no;   /* first errno of a failed write, 0 while all is well */
+  int slot;     /* in the table of temporaries a signal removes; -1: none */
+} AtomicFile;
+
+/* Fails (nothing created) when path leads to something other than a regular file
+ * or its directory takes no new file. */
+bool atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);
+void atomic_write(AtomicFile *af, const void *p, size_t n);
+/* Flushes, fsyncs, closes and renames; on any failure removes the temp file. */
+bool atomic_commit(AtomicFile *af, char *err, size_t errlen);
+void atomic_abort(AtomicFile *af);
+/* The whole of text as path, through the steps above (JSON reports, traces). */
+bool atomic_write_text(const char *path, const char *text, char *err, size_t errlen);
+
+/* Cache entries end in a seal: a checksum of the bytes before it (cache_seal.c). */
+#define CACHE_SEAL_BYTES 40
+/* The seal of p[0..n) as text (CACHE_SEAL_BYTES characters and a NUL). */
+void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]);
+/* True when p[0..n) is bytes followed by their seal; else false, `why` saying what
+ * is wrong. The entry's content is the first n - CACHE_SEAL_BYTES bytes. */
+bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
+
+/* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
+ * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,
+ * returns the pid; else -1. The caller checks the stem is its own. */
+long stale_tmp_pid(const char *name, size_t stem, const char *tag, bool serial);
+/* True only when no process `pid` exists (kill(pid, 0) fails with ESRCH). */
+bool stale_tmp_pid_dead(long pid);
+/* True when path was last modified more than `seconds` ago. */
+bool stale_tmp_idle(const char *path, int seconds);
+/* How long a cache's temporary must be unchanged before a dead pid makes it stale:
+ * the writer may be a live process on another host sharing the cache directory. */
+#define STALE_TMP_CACHE_IDLE_S 600
+/* Removes dir's temporary cache entries, <hexlen hex digits><ext>.tmp.<pid>.<n>, whose
+ * writer is dead and which were unchanged for STALE_TMP_CACHE_IDLE_S (a compile killed
+ * before its rename leaves one); the stage cache (16, ".so") and the cubin cache
+ * (32, ".cubin"). */
+void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext);
+
+/* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
+ * *len excludes the NUL. (read_file.c) */
+char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
+
+/* ---- token data files (data.c) -------------------------------------------
+ * A read-only memory map of uint16 token ids. */
+#define DATA_LLMC_MAGIC 20240520
+#define DATA_LLMC_VERSION 1
+#define DATA_LLMC_HEADER_BYTES 1024 /* 256 int32 */
+
+typedef enum DataFormat {
+  DATA_AUTO, /* open: llm.c when the file starts with its magic, else raw */
+  DATA_LLMC, /* llm.c: int32 header[256] = {magic, version 1, ntokens, 0...},
+                then ntokens uint16 */
+  DATA_RAW,  /* nanoGPT: uint16 tokens, no header */
+} DataFormat;
+
+typedef struct DataFile DataFile;
+
+/* Maps and validates `path`. vocab > 0: every token must be < vocab (the first
+ * bad one is reported with its byte offset); vocab == 0 skips that check. */
+DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, size_t errlen);
+void data_close(DataFile *f);
+const char *data_path(const DataFile *f);
+DataFormat data_format(const DataFile *f); /* DATA_LLMC or DATA_RAW after open */
+int64_t data_ntokens(const DataFile *f);
+const uint16_t *data_tokens(const DataFile *f);
+/* Largest token id in the file (found while validating); -1 when empty. */
+int64_t data_max_token(const DataFile *f);
+
+/* Windows: window i is tokens [i·T, i·T + T] (T + 1 of them): inputs are the
+ * first T, targets the last T. Consecutive windows share one token, so their
+ * inputs never overlap — exactly llm.c's DataLoader, whose batch of B rows is B
+ * consecutive windows. */
+int64_t data_nwindows(const DataFile *f, int T);
+/* Copies window `w` (0 <= w < data_nwindows) as int32 into in[T], tgt[T]. */
+void data_get_window(const DataFile *f, int64_t w, int T, int32_t *in, int32_t *tgt);
+
+/* The batch sampler. It walks a stream of samples (one sample = one window):
+ * sample n lies in epoch e = n / E at position p = n % E, where
+ * E = (nwindows / B) · B (the windows that make whole batches, as llm.c drops
+ * the tail). Unshuffled, sample n is window p; shuffled, it is perm_e[p], a
+ * permutation of all windows drawn from (seed, e) alone — so any sample can be
+ * found without replaying the ones before it (resume; replicas that take
+ * disjoint microbatches of one batch). Batch k is samples [k·B, k·B + B).
+ * One loader per thread: it caches the current epoch's permutation. The
+ * DataFile must outlive its loaders; loaders of one file share its mapping. */
+typedef struct DataLoader DataLoader;
+
+DataLoader *data_loader_create(const DataFile *f, int B, int T, bool shuffle, uint64_t seed,
+                               char *err, size_t errlen);
+void data_loader_destroy(DataLoader *l);
+int64_t data_batches_per_epoch(const DataLoader *l);
+/* Fills in[B·T], tgt[B·T] with batch `next` and advances; row b of the batch is
+ * in[b·T .. b·T + T). */
+void data_next_batch(DataLoader *l, int32_t *in, int32_t *tgt);
+/* Positions the loader so that the next data_next_batch returns batch k. */
+void data_seek_batch(DataLoader *l, int64_t k);
+int64_t data_tell_batch(const DataLoader *l);
+/* The window that sample n (absolute, across epochs) reads. */
+int64_t data_sample_window(DataLoader *l, int64_t n);
+/* Copies sample n into in[T], tgt[T]. */
+void data_get_sample(DataLoader *l, int64_t n, int32_t *in, int32_t *tgt);
+
+/* ---- GPT-2 byte-pair encoding (bpe.c) --------------------------------------
+ * Token ids are uint16 on disk, so a vocabulary may hold at most 65536 ids. */
+typedef struct Bpe Bpe;
+
+/* Loads a GPT-2 style vocab.json ({"token": id, ...}, tokens spelled with
+ * GPT-2's byte-to-unicode map) and merges.txt ("a b" per line, highest
+ * priority first, an optional "#version" first line). */
+Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t errlen);
+void bpe_destroy(Bpe *b);
+/* 1 + the largest id in vocab.json. */
+int64_t bpe_vocab_size(const Bpe *b);
+/* Id of a vocabulary entry spelled in byte-to-unicode form, or -1. */
+int64_t bpe_token_id(const Bpe *b, const char *token);
+
+/* A growable array of token ids. */
+typedef struct TokenBuf {
+  uint16_t *ids;
+  size_t n, cap;
+} TokenBuf;
+void tokenbuf_push(TokenBuf *t, uint16_t id);
+void tokenbuf_free(TokenBuf *t);
+
+/* Appends the tokens of text[0, n) to out. Fails only when the vocabulary
+ * lacks the symbol of a single byte: then *bad_offset is that byte's offset in
+ * text (tokens before it may have been appended). b == NULL encodes bytes:
+ * token = byte value (vocab 256). */
+bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t *bad_offset);
+/* The vocabulary spelling of one byte (GPT-2's byte-to-unicode map), into out. */
+const char *bpe_byte_symbol(uint8_t byte, char out[4]);
+/* Length in bytes of the pre-token (GPT-2's regex) that starts text[0]; n > 0. */
+size_t bpe_pretoken_len(const char *text, size_t n);
+/* GPT-2's byte-to-unicode map: the code point that spells byte `byte`. */
+uint32_t bpe_byte_to_unicode(uint8_t byte);
+/* Whether text[0, n) reads as text: false, with *offset set to the first
+ * offending byte and *why to "NUL byte" or "invalid UTF-8", when it holds a
+ * NUL byte or a byte that is not part of valid UTF-8. A multi-byte sequence
+ * cut off by the end of the buffer counts as valid (the buffer may be the
+ * first block of a longer file). */
+bool text_check(const char *text, size_t n, size_t *offset, const char **why);
+
+/* ---- safetensors (safetensors.c) -----------------------------------------
+ * 8-byte little-endian header length N, N bytes of JSON
+ * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {"key": "value"}}, then the data area; offsets are relative
+ * to the data area. */
+#define ST_MAX_RANK 8
+
+typedef enum StDType {
+  ST_F32,  /* "F32"  float32 */
+  ST_F16,  /* "F16"  IEEE half */
+  ST_BF16, /* "BF16" bfloat16 (the top half of a float32) */
+  ST_F64,  /* "F64" */
+  ST_I64,  /* "I64" */
+  ST_I32,  /* "I32" */
+  ST_I16,  /* "I16" */
+  ST_I8,   /* "I8" */
+  ST_U8,   /* "U8" */
+  ST_U16,  /* "U16" */
+  ST_U32,  /* "U32" */
+  ST_U64,  /* "U64" */
+  ST_BOOL, /* "BOOL" one byte */
+  ST_DTYPE_COUNT
+} StDType;
+
+const char *st_dtype_name(StDType t);
+size_t st_dtype_size(StDType t);
+
+/* One tensor to write. */
+typedef struct StEntry {
+  const char *name;
+  StDType dtype;
+  int rank;
+  int64_t shape[ST_MAX_RANK];
+  const void *data; /* numel · dtype size bytes */
+} StEntry;
+
+/* Writes the tensors (sorted by name in the file) and metadata
+ * meta_kv = {key0, value0, key1, value1, ...} (nmeta pairs) atomically. */
+bool st_write(const char *path, const StEntry *e, int n, const char *const *meta_kv, int nmeta,
+              char *err, size_t errlen);
+/* The same, but left in *af uncommitted (atomic_commit or atomic_abort it), so
+ * that several files can appear together (pd2bw-export's model.safetensors
+ * and config.json). */
+bool st_write_uncommitted(AtomicFile *af, const char *path, const StEntry *e, int n,
+                          const char *const *meta_kv, int nmeta, char *err, size_t errlen);
+
+/* One tensor of an open file; data points into the mapping (it may be
+ * unaligned: read it with memcpy or st_read_f32). */
+typedef struct StTensor {
+  const char *name;
+  StDType dtype;
+  int rank;
+  int64_t shape[ST_MAX_RANK];
+  int64_t numel;
+  const void *data;
+  size_t nbytes;
+  uint64_t offset; /* of the data in the file, for messages */
+} StTensor;
+
+typedef struct SafeTensors SafeTensors;
+
+SafeTensors *st_open(const char *path, char *err, size_t errlen);
+void st_close(SafeTensors *st);
+const char *st_path(const SafeTensors *st);
+int st_count(const SafeTensors *st);
+const StTensor *st_tensor(const SafeTensors *st, int i); /* sorted by name */
+const StTensor *st_find(const SafeTensors *st, const char *name);
+/* Metadata value for key, or NULL. */
+const char *st_meta(const SafeTensors *st, const char *key);
+/* Converts t (F32, F16 or BF16) to float32 into dst[t->numel]. */
+bool st_read_f32(const SafeTensors *st, const StTensor *t, float *dst, char *err, size_t errlen);
+/* "[3,768]" into buf. */
+const char *st_shape_str(int rank, const int64_t *shape, char *buf, size_t n);
+
+/* ---- checkpoint import (ckpt_import.c) -------------------------------------
+ * Fills pd2bw's GPT parameters from a checkpoint of another program. pd2bw's
+ * names: "wte" [V,C], "wpe" [T,C], "h.<i>.{ln1_w,ln1_b}" [C],
+ * "h.<i>.attn_w" [C,3C], "h.<i>.attn_b" [3C], "h.<i>.attnproj_w" [C,C],
+ * "h.<i>.attnproj_b" [C], "h.<i>.{ln2_w,ln2_b}" [C], "h.<i>.fc_w" [C,4C],
+ * "h.<i>.fc_b" [4C], "h.<i>.fcproj_w" [4C,C], "h.<i>.fcproj_b" [C],
+ * "lnf_w", "lnf_b" [C]; linear weights are [in, out].
+ * Two leniencies, both for fine-tuning: "wte" may have more rows than the
+ * checkpoint's vocabulary (a padded vocab; extra rows are zero), and "wpe"
+ * fewer rows than its context (a shorter T takes the first rows). */
+typedef struct CkptParam {
+  const char *name;
+  int rank;
+  int64_t shape[4];
+  float *dst; /* numel floats */
+  /* The model's attention head size (0: unknown). Shapes do not show the head count,
+   * so an llm.c header's NH (the only format that records it) is checked against
+   * C / att_head_size of an "h.<i>.attn_w" parameter that sets it. */
+  int att_head_size;
+} CkptParam;
+
+typedef enum CkptFormat {
+  CKPT_AUTO,  /* by content: llm.c magic, else safetensors names */
+  CKPT_PD2BW, /* safetensors with pd2bw's own names (our checkpoints) */
+  CKPT_HF,    /* Hugging Face GPT2LMHeadModel model.safetensors */
+  CKPT_LLMC,  /* llm.c gpt2_*.bin, version 3 (fp32) or 5 (bf16) */
+} CkptFormat;
+
+#define CKPT_LLMC_MAGIC 20240326
+
+/* The 16 GPT-2 tensor kinds, in llm.c's file order, for writers of GPT-2
+ * checkpoints (tools/pd2bw-export.c): pd2bw's name and Hugging Face's (after
+ * "h.<i>." for per-layer kinds), the shape in pd2bw's orientation as multiples
+ * of C (rows_c -1: V rows for wte, T for wpe; rows_c 0: rank 1), and whether
+ * llm.c stores it transposed ([out, in]). */
+#define CKPT_GPT2_KINDS 16
+typedef struct CkptGpt2Kind {
+  const char *pd, *hf;
+  int rows_c, cols_c;
+  bool per_layer, linear;
+} CkptGpt2Kind;
+CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
+
+/* Fills every params[i].dst or fails naming the missing or mismatched tensor
+ * (a shape mismatch reports both shapes). The number of transformer layers
+ * in the checkpoint must equal the number the params ask for. */
+bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
+                 size_t errlen);
+const char *ckpt_format_name(CkptFormat f);
+
+#endif /* PD2BW_RUNTIME_IO_H */

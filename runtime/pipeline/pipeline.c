@@ -1,0 +1,533 @@
+/* runtime/pipeline/pipeline.c — one rank of a pipeline as the interpreter (runtime/exec/)
+ * finds it: its device and link, its streams, its arena with every buffer at the
+ * plan's offset, its tied groups, its data; and, at the end, what rank 0 gathers.
+ * The pieces the sequential reference shares with it (samples, stage context, the
+ * optimizer step) are here too. See runtime/pipeline/pipeline.h for the contract.
+ */
+#include "runtime/pipeline/pipeline_rank.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/cpu_kernels.h"
+
+double pipe_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+/* The first transport failure: keep its message, make every other rank stop. */
+bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
+  if (s == TRANSPORT_OK) return true;
+  if (!R->failed) {
+    R->failed = true;
+    snprintf(R->err, sizeof R->err, "%s", R->link->ops->error(R->link));
+    R->link->ops->abort(R->link, R->err);
+  }
+  return false;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int group_index_of_stage(const PlanTiedGroup *g, int stage) {
+  for (int q = 0; q < g->nstages; q++)
+    if (g->stages[q] == stage) return q;
+  return -1;
+}
+
+static int param_by_name(const RtStage *s, const char *name) {
+  for (int k = 0; k < s->nparams; k++)
+    if (strcmp(s->params[k].name, name) == 0) return k;
+  return -1;
+}
+
+/* The streams for batches [0, R->steps), with the plan's tied groups; --steps 0 (save
+ * the initial weights) builds one batch's streams that never run, as the scheduler
+ * wants at least one batch. Then what the interpreter looks up in them: the stash
+ * slot of each microbatch's forward (receives of its input land there) and, per
+ * batch b, the span of the stream holding batch b's instructions (so a run of a few
+ * batches does not scan the whole stream). */
+static bool rank_streams(PipeRank *R, char *err, size_t errlen) {
+  const PipePlan *p = R->pp;
+  PlanStreams old = R->streams;
+  memset(&R->streams, 0, sizeof R->streams);
+  R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
+                             .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
+                             .ngroups = p->ngroups};
+  bool built = plan_streams_build(&R->spec, &R->streams, err, errlen);
+  /* a longer run's streams must begin with what already ran (pipe_rank_extend) */
+  if (built && old.st) {
+    const PlanStream *a = &old.st[R->stage], *b = &R->streams.st[R->stage];
+    int n = R->ins_to[old.spec.nbatches - 1];
+    bool same = n <= b->n;
+    for (int i = 0; same && i < n; i++) {
+      const PlanInstr *x = &a->ins[i], *y = &b->ins[i];
+      same = x->op == y->op && x->mb == y->mb && x->batch == y->batch && x->vslot == y->vslot &&
+             x->src_vslot == y->src_vslot && x->sslot == y->sslot && x->group == y->group &&
+             x->with_next == y->with_next;
+    }
+    PD_CHECK(same, "(the streams of %d batches do not begin with those of %d)", R->spec.nbatches, old.spec.nbatches);
+  }
+  plan_streams_free(&old);
+  if (!built) return false;
+  R->stream = &R->streams.st[R->stage];
+  if (R->streams.nversions[R->stage] > R->nversions || R->streams.nstash[R->stage] > R->nstash) {
+    snprintf(err, errlen, "stage %d: %lld batches need %d weight versions and %d stash slots; the plan has %d and %d",
+             R->stage, (long long)R->steps, R->streams.nversions[R->stage], R->streams.nstash[R->stage],
+             R->nversions, R->nstash);
+    return false;
+  }
+  const PlanStream *S = R->stream;
+  int nb = R->spec.nbatches;
+  int64_t nmb = p->m * nb + 2;
+  for (int i = 0; i < S->n; i++)
+    if (S->ins[i].op == PI_FWD && S->ins[i].mb >= nmb) nmb = S->ins[i].mb + 1;
+  free(R->mb_sslot);
+  R->mb_sslot = pd_calloc((size_t)nmb, sizeof(int));
+  free(R->ins_from);
+  free(R->ins_to);
+  R->ins_from = pd_malloc((size_t)(nb + 1) * sizeof(int));
+  R->ins_to = pd_calloc((size_t)(nb + 1), sizeof(int));
+  for (int b = 0; b <= nb; b++) R->ins_from[b] = S->n;
+  for (int i = 0; i < S->n; i++) {
+    const PlanInstr *in = &S->ins[i];
+    if (in->op == PI_FWD) R->mb_sslot[in->mb] = in->sslot;
+    if (in->batch < 0 || in->batch >= nb) continue;
+    if (i < R->ins_from[in->batch]) R->ins_from[in->batch] = i;
+    R->ins_to[in->batch] = i + 1;
+  }
+  for (int b = nb - 1; b >= 0; b--) /* the first instruction of any batch >= b */
+    if (R->ins_from[b + 1] < R->ins_from[b]) R->ins_from[b] = R->ins_from[b + 1];
+  for (int b = 1; b < nb; b++) /* past the last instruction of any batch <= b */
+    if (R->ins_to[b - 1] > R->ins_to[b]) R->ins_to[b] = R->ins_to[b - 1];
+  return true;
+}
+
+bool pipe_rank_extend(PipeRank *R, int64_t steps, char *err, size_t errlen) {
+  if (steps <= R->steps) return true;
+  /* entries [0, had) are this run's so far (none when a resume moved first past them) */
+  int64_t had = R->steps > R->first ? R->steps - R->first : 0, nb = steps - R->first, m = R->pp->m;
+  R->steps = steps;
+  if (!rank_streams(R, err, errlen)) return false;
+  R->loss = pd_realloc(R->loss, (size_t)(nb * m + 1) * sizeof(double));
+  R->grad_norm = pd_realloc(R->grad_norm, (size_t)(nb + 1) * sizeof(double));
+  R->step_ms = pd_realloc(R->step_ms, (size_t)(nb + 1) * sizeof(double));
+  for (int64_t k = had; k <= nb; k++) {
+    R->grad_norm[k] = R->step_ms[k] = 0;
+    for (int64_t j = 0; j < m && k < nb; j++) R->loss[k * m + j] = 0;
+  }
+  return true;
+}
+
+/* The planned buffer (kind, index) of this rank's stage, or NULL. */
+static const PipeBuf *planned(const PipeRank *R, PlanBufKind kind, int index) {
+  const PipeStage *ps = &R->pp->st[R->stage];
+  for (int k = 0; k < ps->nbufs; k++)
+    if (ps->bufs[k].kind == kind && ps->bufs[k].index == index) return &ps->bufs[k];
+  return NULL;
+}
+
+/* Points *at into the arena at the planned buffer (kind, index), which must hold
+ * `need` bytes; a buffer the plan leaves out is fine when nothing is needed. */
+static bool place(PipeRank *R, char **at, PlanBufKind kind, int index, uint64_t need, char *err, size_t errlen) {
+  const PipeBuf *b = planned(R, kind, index);
+  if (!b && need == 0) {
+    *at = R->arena;
+    return true;
+  }
+  if (!b || b->size < need) {
+    snprintf(err, errlen, "stage %d: the plan's memory has %s buffer %s %d (%llu bytes) where the stage program "
+             "needs %llu bytes: the plan and its programs disagree (recompile the plan)", R->stage,
+             b ? "a" : "no", plan_buf_kind_name(kind), index, b ? (unsigned long long)b->size : 0ULL,
+             (unsigned long long)need);
+    return false;
+  }
+  *at = R->arena + b->offset;
+  return true;
+}
+
+/* One arena of exactly the planned size; every buffer at its planned offset. */
+static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
+  const RtStage *st = R->st;
+  uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
+  R->arena_bytes = R->pp->st[R->stage].planned_bytes;
+  char what[96];
+  snprintf(what, sizeof what, "rank %d's arena (stage %d, memory.total_bytes)", R->rank, R->stage);
+  R->arena = R->dev->ops->arena_alloc(R->dev, R->arena_bytes, what);
+  bool ok = true;
+  for (int v = 0; ok && v < R->nversions; v++) ok = place(R, &R->w[v], PB_WEIGHTS, v, pb, err, errlen);
+  ok = ok && place(R, &R->grads, PB_GRADS, 0, (uint64_t)st->blocks[BUF_GRADS], err, errlen);
+  for (int q = 0; ok && q < 2; q++) ok = place(R, &R->tg[q], PB_TIED_GRADS, q, R->tied_deferred_bytes, err, errlen);
+  ok = ok && place(R, &R->adam_m, PB_OPT_M, 0, pb, err, errlen);
+  ok = ok && place(R, &R->adam_v, PB_OPT_V, 0, pb, err, errlen);
+  uint64_t slot = R->pp->recompute ? R->act_in_bytes : (uint64_t)st->blocks[BUF_STASH];
+  for (int s = 0; ok && s < R->nstash; s++) ok = place(R, &R->stash[s], PB_STASH, s, slot, err, errlen);
+  R->full = NULL;
+  if (ok && R->pp->recompute)
+    ok = place(R, &R->full, PB_ACTIVATIONS, 0, (uint64_t)st->blocks[BUF_STASH], err, errlen);
+  ok = ok && place(R, &R->inputs, PB_INPUTS, 0, (uint64_t)st->blocks[BUF_INPUTS], err, errlen);
+  ok = ok && place(R, &R->bnd, PB_BOUNDARY, 0, (uint64_t)st->blocks[BUF_BOUNDARY], err, errlen);
+  ok = ok && place(R, &R->work, PB_WORKSPACE, 0, (uint64_t)st->blocks[BUF_WORK], err, errlen);
+  for (int q = 0; ok && q < 2; q++) ok = place(R, &R->tied_rx[q], PB_TIED_RECV, q, R->tied_rx_bytes, err, errlen);
+  return ok;
+}
+
+/* Tied groups this stage holds: its parameter, where its gradient goes. */
+static bool setup_tied(PipeRank *R, char *err, size_t errlen) {
+  const PipePlan *p = R->pp;
+  uint64_t dbytes = 0, rxbytes = 0;
+  for (int g = 0; g < p->ngroups && g < PIPE_MAX_GROUPS; g++) {
+    PipeTied *T = &R->tied[g];
+    T->member = group_index_of_stage(&p->groups[g], R->stage);
+    T->param = -1;
+    if (T->member < 0 || p->groups[g].nstages < 2) continue;
+    T->param = param_by_name(R->st, p->group_names[g]);
+    if (T->param < 0) {
+      snprintf(err, errlen, "stage %d should hold tied parameter '%s' but its program has no such "
+               "parameter", R->stage, p->group_names[g]);
+      return false;
+    }
+    T->deferred = plan_tied_deferred(&R->spec, g);
+    T->bytes = (uint64_t)R->st->params[T->param].bytes;
+    if (T->deferred) {
+      T->tg_off = dbytes;
+      dbytes += up256(T->bytes);
+    }
+    T->rx_off = rxbytes;
+    rxbytes += (uint64_t)(p->groups[g].nstages - 1) * up256(T->bytes);
+  }
+  R->tied_deferred_bytes = dbytes;
+  R->tied_rx_bytes = rxbytes;
+  return true;
+}
+
+PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
+                           char *err, size_t errlen) {
+  PipeRank *R = pd_calloc(1, sizeof *R);
+  R->pp = p;
+  R->o = o;
+  R->t = t;
+  R->link = exec_transport_link(t);
+  R->rank = transport_rank(t);
+  R->stage = p->rank_stage[R->rank];
+  R->replica = p->rank_replica[R->rank];
+  R->st = &p->rt->stages[R->stage];
+  R->tc = p->rt->train;
+  if (o->seed_set) R->tc.seed = o->seed;
+  R->first = first_step;
+  /* resumed at or past --steps: an empty range [first, first), nothing to train */
+  R->steps = o->steps > first_step ? o->steps : first_step;
+  R->mref = p->m * p->w;
+  R->fault_step = -1;
+  const char *fi = getenv("PD2BW_FAULT_INJECT");
+  if (fi && *fi) {
+    int fr = -1;
+    long long fs = -1;
+    char mode[16] = "exit";
+    if (sscanf(fi, "%d:%lld:%15s", &fr, &fs, mode) >= 2 && fr == R->rank) {
+      R->fault_step = fs;
+      R->fault_mode = strcmp(mode, "kill") == 0    ? 2
+                      : strcmp(mode, "hang") == 0  ? 1
+                      : strcmp(mode, "stop") == 0  ? 3
+                      : strcmp(mode, "stuck") == 0 ? 4
+                                                   : 0;
+    }
+  }
+  /* the plan's slots; the streams of this run's length must fit in them */
+  R->nversions = p->st[R->stage].nversions;
+  R->nstash = p->st[R->stage].nstash;
+  if (!rank_streams(R, err, errlen)) goto fail;
+  if (R->nversions > PIPE_MAX_SLOTS || R->nstash > PIPE_MAX_SLOTS) {
+    snprintf(err, errlen, "stage %d needs %d weight versions and %d stash slots; this runtime keeps at most %d",
+             R->stage, R->nversions, R->nstash, PIPE_MAX_SLOTS);
+    goto fail;
+  }
+  if (p->ngroups > PIPE_MAX_GROUPS) {
+    snprintf(err, errlen, "the plan has %d tied groups; this runtime handles %d", p->ngroups, PIPE_MAX_GROUPS);
+    goto fail;
+  }
+  const PipeStage *ps = &p->st[R->stage];
+  for (int k = 0; k < ps->nbnd; k++)
+    if (ps->bnd[k].role == PIPE_ACT_IN) {
+      if (ps->bnd[k].cls != BUF_STASH) {
+        snprintf(err, errlen, "stage %d: its input activation is not in the stash block", R->stage);
+        goto fail;
+      }
+      R->act_in_packed[k] = (int64_t)R->act_in_bytes;
+      R->act_in_bytes += up256((uint64_t)ps->bnd[k].bytes);
+    }
+  if (!setup_tied(R, err, errlen)) goto fail;
+  if (!(R->dev = exec_cpu_device(R->st, err, errlen))) goto fail;
+  if (!layout_arena(R, err, errlen)) goto fail;
+  for (int k = 0; k < R->st->nparams; k++)
+    rt_init_param((float *)(void *)(R->w[0] + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
+  for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
+  R->newest = 0;
+  /* data */
+  for (int k = 0; k < R->st->ninputs; k++) {
+    const RtInput *in = &R->st->inputs[k];
+    if (in->stream == STREAM_OTHER) {
+      snprintf(err, errlen, "%s: input '%s' is not fed by the token file (only 'tokens' and 'targets' are)",
+               R->st->source, in->name);
+      goto fail;
+    }
+    if (in->dtype != DT_I32 || in->rank != 2 || in->shape[0] != p->b) {
+      snprintf(err, errlen, "%s: data input '%s' must be i32 [b, T]", R->st->source, in->name);
+      goto fail;
+    }
+    R->T = (int)in->shape[1];
+  }
+  if (R->T && o->data_path && !o->caller_batches) {
+    if (!pipe_data_open(o, pipe_vocab(p->rt), p->b * R->mref, R->T, R->tc.seed, &R->df, &R->dl, err, errlen))
+      goto fail;
+  }
+  int64_t nb = R->steps - R->first;
+  R->loss = pd_calloc((size_t)(nb * p->m + 1), sizeof(double));
+  R->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
+  R->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (R->st->has_loss && R->replica == 0 && !o->quiet) {
+    char lerr[IO_ERR_LEN];
+    R->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
+    rt_log_set_peak(R->console, pipe_peak_flops(p));
+    if (transport_kind(t) == TRANSPORT_MPI) rt_log_set_plain(R->console);
+  }
+  R->cap_ev = R->stream->n + 8;
+  R->ev = pd_calloc((size_t)R->cap_ev, sizeof *R->ev);
+  R->reqs = pd_calloc((size_t)(4 * ps->nbnd + 16), sizeof *R->reqs);
+  R->norm_part = pd_calloc((size_t)p->d, sizeof(double));
+  R->norm_req = pd_calloc((size_t)(2 * p->d), sizeof *R->norm_req);
+  /* the stage's replica group (ALLREDUCE) */
+  if (p->w > 1 && !pipe_transport_ok(R, R->link->ops->group_create(R->link, ps->rank_of_replica, p->w, &R->rep_group))) {
+    snprintf(err, errlen, "%s", R->err);
+    goto fail;
+  }
+  return R;
+fail:
+  pipe_rank_destroy(R);
+  return NULL;
+}
+
+int64_t pipe_vocab(const RtPlan *rt) {
+  int64_t vocab = 0;
+  for (int s = 0; s < rt->nstages; s++)
+    for (int k = 0; k < rt->stages[s].nparams; k++)
+      if (strcmp(rt->stages[s].params[k].name, "wte") == 0) vocab = rt->stages[s].params[k].shape[0];
+  return vocab;
+}
+
+bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,
+                    DataLoader **dl, char *err, size_t errlen) {
+  char ierr[IO_ERR_LEN];
+  *dl = NULL;
+  *df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
+  if (!*df || !(*dl = data_loader_create(*df, (int)B, T, o->shuffle, seed, ierr, sizeof ierr))) {
+    snprintf(err, errlen, "%s", ierr);
+    return false;
+  }
+  return true;
+}
+
+void pipe_rank_destroy(PipeRank *R) {
+  if (!R) return;
+  if (R->rep_group) R->link->ops->group_destroy(R->rep_group);
+  plan_streams_free(&R->streams);
+  data_loader_destroy(R->dl);
+  if (R->df) data_close(R->df);
+  if (R->arena) R->dev->ops->arena_free(R->dev, R->arena);
+  exec_device_destroy(R->dev);
+  exec_link_destroy(R->link);
+  free(R->loss);
+  free(R->ev);
+  free(R->reqs);
+  free(R->norm_part);
+  free(R->norm_req);
+  free(R->mb_sslot);
+  free(R->ins_from);
+  free(R->ins_to);
+  free(R->grad_norm);
+  free(R->step_ms);
+  rt_log_close(R->console);
+  free(R);
+}
+
+void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
+                       int32_t *tok_tmp, int32_t *tgt_tmp) {
+  int32_t *tok = NULL, *tgt = NULL;
+  for (int q = 0; q < st->ninputs; q++) {
+    const RtInput *in = &st->inputs[q];
+    if (in->stream == STREAM_TOKENS) tok = (int32_t *)(void *)(inputs + in->offset);
+    if (in->stream == STREAM_TARGETS) tgt = (int32_t *)(void *)(inputs + in->offset);
+  }
+  for (int64_t r = 0; r < b; r++)
+    data_get_sample(dl, first + r, tok ? tok + r * T : tok_tmp, tgt ? tgt + r * T : tgt_tmp);
+}
+
+StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+                        char *bnd, double *loss) {
+  StageCtx c = {0};
+  c.abi = PD2BW_STAGE_ABI;
+  c.training = 1;
+  c.microbatch = (uint32_t)mb;
+  c.rng_base = st->rng_base;
+  c.seed = seed;
+  c.params = params;
+  c.grads = grads;
+  c.stash = stash;
+  c.work = work;
+  c.inputs = inputs;
+  c.boundary = bnd;
+  c.sgemm = (void (*)(void))pd_sgemm;
+  c.loss = loss;
+  return c;
+}
+
+/* Where a program block lives for an instruction using weight slot vslot and stash
+ * slot sslot. */
+char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot) {
+  switch ((BufClass)cls) {
+  case BUF_PARAMS: return R->w[vslot < 0 ? R->newest : vslot];
+  case BUF_GRADS: return R->grads;
+  case BUF_STASH: return R->pp->recompute ? R->full : R->stash[sslot < 0 ? 0 : sslot];
+  case BUF_WORK: return R->work;
+  case BUF_INPUTS: return R->inputs;
+  case BUF_BOUNDARY: return R->bnd;
+  case BUF_NONE:
+  case BUF_CLASS_COUNT: break;
+  }
+  PD_CHECK(0, "block class %d", cls);
+  return NULL;
+}
+
+void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
+                   float *v, int64_t t, double scale) {
+  double lr = rt_lr_at(tc, t);
+  if (tc->optimizer == OPT_SGD)
+    pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, tc->beta1, tc->weight_decay, pp->decay, scale);
+  else
+    pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, pp->decay,
+                      t + 1, scale, tc->delay_comp);
+}
+
+
+double pipe_tokens_per_step(const PipePlan *p) {
+  for (int s = 0; s < p->d; s++)
+    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
+      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
+        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
+  return 0;
+}
+
+double pipe_flops_per_step(const PipePlan *p) {
+  double f = 0;
+  for (int s = 0; s < p->d; s++) f += p->rt->stages[s].flops_fwd + p->rt->stages[s].flops_bwd;
+  return f * (double)(p->m * p->w);
+}
+
+double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
+
+/* ---- gathering to rank 0 ------------------------------------------------------------- */
+
+bool pipe_gather(PipeRank *R, PipeGathered *G) {
+  const PipePlan *p = R->pp;
+  Transport *t = R->t;
+  bool root = R->rank == 0;
+  const RtStage *st = R->st;
+  int64_t pbytes = st->blocks[BUF_PARAMS];
+  int prev = R->nversions >= 2 && p->schedule == PS_2BW ? 1 - R->newest : -1;
+  /* replica 0 of each stage: newest weights, 2bw's older version, AdamW moments */
+  if (R->replica == 0 && !root) {
+    const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
+    for (int q = 0; q < 4; q++)
+      if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER, bufs[q], (size_t)pbytes, "final weights"))) return false;
+  }
+  /* last stages: their microbatch losses; everyone: the trace events */
+  int64_t nl = (R->steps - R->first) * p->m;
+  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
+    return false;
+  int64_t hdr[3] = {R->nev, (int64_t)R->arena_bytes, R->bad_ids};
+  if (!root) {
+    if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
+        (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
+      return false;
+    R->steps_done = R->steps;
+    return true;
+  }
+  /* rank 0 */
+  memset(G, 0, sizeof *G);
+  G->d = p->d;
+  G->stage_w = pd_calloc((size_t)p->d, sizeof(char *));
+  G->stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
+  G->stage_m = pd_calloc((size_t)p->d, sizeof(char *));
+  G->stage_v = pd_calloc((size_t)p->d, sizeof(char *));
+  G->mb_loss = pd_calloc((size_t)(nl * p->w + 1), sizeof(double));
+  for (int s = 0; s < p->d; s++) {
+    int64_t b = p->rt->stages[s].blocks[BUF_PARAMS];
+    char **dst[4] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s]};
+    for (int q = 0; q < 4; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
+    int src = p->st[s].rank_of_replica[0];
+    if (src == 0) {
+      memcpy(G->stage_w[s], R->w[R->newest], (size_t)b);
+      memcpy(G->stage_prev[s], R->w[prev >= 0 ? prev : R->newest], (size_t)b);
+      memcpy(G->stage_m[s], R->adam_m, (size_t)b);
+      memcpy(G->stage_v[s], R->adam_v, (size_t)b);
+      continue;
+    }
+    for (int q = 0; q < 4; q++)
+      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
+  }
+  double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
+  for (int rep = 0; rep < p->w; rep++) {
+    int src = p->st[p->d - 1].rank_of_replica[rep];
+    if (src == 0) memcpy(tmp, R->loss, (size_t)nl * sizeof(double));
+    else if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
+      free(tmp);
+      return false;
+    }
+    /* reference order: batch t, then replica, then j */
+    for (int64_t b = 0; b < R->steps - R->first; b++)
+      for (int64_t j = 0; j < p->m; j++) G->mb_loss[b * p->w * p->m + rep * p->m + j] = tmp[b * p->m + j];
+  }
+  free(tmp);
+  G->ev = pd_malloc((size_t)(R->nev + 1) * sizeof(PipeEvent));
+  memcpy(G->ev, R->ev, (size_t)R->nev * sizeof(PipeEvent));
+  G->nev = R->nev;
+  G->arena = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  G->arena[R->stage] = R->arena_bytes;
+  G->bad_ids = R->bad_ids;
+  for (int rk = 1; rk < p->nranks; rk++) {
+    int64_t h[3];
+    if (!pipe_transport_ok(R, transport_recv(t, rk, PIPE_TAG_GATHER + 2, h, sizeof h, "trace"))) return false;
+    int64_t n = h[0];
+    if ((uint64_t)h[1] > G->arena[p->rank_stage[rk]]) G->arena[p->rank_stage[rk]] = (uint64_t)h[1];
+    G->bad_ids += h[2];
+    G->ev = pd_realloc(G->ev, (size_t)(G->nev + n + 1) * sizeof(PipeEvent));
+    if (n && !pipe_transport_ok(R, transport_recv(t, rk, PIPE_TAG_GATHER + 2, G->ev + G->nev, (size_t)n * sizeof(PipeEvent), "trace")))
+      return false;
+    G->nev += n;
+  }
+  return true;
+}
+
+void pipe_gathered_free(PipeGathered *G) {
+  for (int s = 0; s < G->d; s++) {
+    if (G->stage_w) free(G->stage_w[s]);
+    if (G->stage_prev) free(G->stage_prev[s]);
+    if (G->stage_m) free(G->stage_m[s]);
+    if (G->stage_v) free(G->stage_v[s]);
+  }
+  free(G->stage_w);
+  free(G->stage_prev);
+  free(G->stage_m);
+  free(G->stage_v);
+  free(G->mb_loss);
+  free(G->ev);
+  free(G->arena);
+  memset(G, 0, sizeof *G);
+}

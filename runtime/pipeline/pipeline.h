@@ -1,0 +1,228 @@
+/* runtime/pipeline/pipeline.h — pipelined training: the instruction-stream executor.
+ *
+ * What this folder (runtime/pipeline/, library pd2bw_pipeline) owns:
+ *   pipeline.c        one rank as the interpreter (runtime/exec/) finds it: device,
+ *                     link, streams, arena, tied groups, data; what rank 0 gathers
+ *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs
+ *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
+ *                     --init, validation, the end-of-run report
+ *   pipeline_trace.c  what the ranks did, measured: the Chrome trace (--trace), the
+ *                     measured figures, the profile
+ *   pipeline_eval.c/h the validation loss through the pipeline
+ *   pipeline_rank.h   internals shared with runtime/exec/, runtime/reference/ and
+ *                     runtime/cuda/pipe/
+ * pd2bw_pipeline also holds runtime/exec/ (the interpreter) and runtime/reference/
+ * (the sequential references a run is checked against), each in its own folder.
+ *
+ * Private to runtime/ (runtime/core/runtime.h includes it). One rank runs one stage
+ * replica (stage i, replica r) and interprets that stage's instruction stream
+ * (contract/plan_streams.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with
+ * weight version v in slot vslot, sends and receives of activations and gradients
+ * (a run of `with_next` instructions is posted at once and waited together), the
+ * replica ALLREDUCE, TIED_SYNC, OPT_STEP writing the next version into the slot the
+ * plan names. The streams come from plan_streams_build() for exactly the batches the
+ * run trains (a pure function of d, m, schedule, w > 1 and the tied groups), so a run
+ * of any length executes what the planner verified.
+ *
+ * Data order (the contract with the sequential reference, runtime/exec/exec_one.c): the
+ * global batch t holds B = b·w·m samples; replica r's j-th microbatch of batch t
+ * (j = 0..m-1) is the reference's microbatch j' = r·m + j of step t: samples
+ * t·B + j'·b .. + b, dropout keyed by the global microbatch index t·(w·m) + j'.
+ * Gradients are summed over the m microbatches in place, over the w replicas by the
+ * all-reduce, over the stages holding a tied parameter by TIED_SYNC (in ascending
+ * stage order), then scaled by 1/(w·m) and clipped by the global norm over every
+ * stage exactly as the reference does (a norm exchange among a pipeline's d stages at
+ * each OPT_STEP when clip > 0: the one point where 2bw waits for the whole pipeline).
+ *
+ * Stage boundaries: pd2bwc lists, per stage, the tensors another stage produces or
+ * consumes ("program.pipeline.boundary", codegen/cgen_boundary.c): an incoming
+ * activation is received straight into its place in the stash slot of the FWD that
+ * reads it; the outgoing activation and the gradients are sent from / received into
+ * the program's boundary block. A tied parameter (GPT's wte: the embedding on the
+ * first stage, the LM head on the last) is held by every stage using it; each stage's
+ * program accumulates its own contribution straight into its gradient of the
+ * parameter (contract/contract.h), and TIED_SYNC sums the stages' gradients before the
+ * step. The executor adds nothing itself.
+ *
+ * Memory: each rank allocates ONE arena of exactly the plan's stages[i].memory.
+ * total_bytes when it starts and finds every buffer at its planned offset (weights ×
+ * versions, grads, tied_grads × 2, adam_m, adam_v, stash × slots, activations when
+ * recomputing, inputs, boundary, workspace, tied_recv × 2: plan_apply_layouts). A
+ * buffer smaller than the stage program needs, or outside the arena, is an error at
+ * load time. Nothing else is allocated for tensors while training; the run reports
+ * the arena beside the plan's figure per stage, and they are equal.
+ *
+ * Failures: every transport call is checked; the first failure aborts every rank
+ * (transport_abort) and the run returns 1 with the root cause: the rank that stopped
+ * answering, then the wait that timed out ("rank 4 stopped answering (no progress for
+ * 5.1 s, in FWD 7); rank 3 timed out after 5 s waiting for activation of microbatch 7
+ * from rank 4"). A rank stuck where it cannot notice (a library call) is ended by the
+ * local world's watchdog (transport_local.c). PD2BW_FAULT_INJECT=
+ * RANK:STEP[:exit|hang|kill|stop|stuck] makes rank RANK fail at the start of batch
+ * STEP (tests): exit, stop answering for a while (hang), SIGKILL, SIGSTOP itself, or
+ * spin forever without looking at anything (stuck, like a library call that never
+ * returns).
+ */
+#ifndef PD2BW_RUNTIME_PIPELINE_H
+#define PD2BW_RUNTIME_PIPELINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "contract/contract.h"
+#include "runtime/transport/transport.h"
+
+typedef struct cJSON cJSON;
+typedef struct RtPlan RtPlan;
+
+/* ---- the plan, as the executor sees it (pipeline_plan.c) --------------------------- */
+
+typedef enum PipeRole {
+  PIPE_ACT_IN,   /* activation from stage i-1, received into the stash slot */
+  PIPE_ACT_OUT,  /* activation for stage i+1 */
+  PIPE_GRAD_IN,  /* gradient of the output, from stage i+1 */
+  PIPE_GRAD_OUT, /* gradient of the input, for stage i-1 */
+} PipeRole;
+
+typedef struct PipeBoundary {
+  PipeRole role;
+  int cls;          /* BufClass of the program block holding it */
+  int64_t offset;   /* in that block */
+  int64_t bytes;
+  int peer;         /* the other stage */
+} PipeBoundary;
+
+/* One buffer of the stage's memory plan (stages[i].memory.buffers). */
+typedef struct PipeBuf {
+  PlanBufKind kind;
+  int index;        /* version or stash slot, batch parity for tied_grads/tied_recv */
+  uint64_t offset, size;
+} PipeBuf;
+
+typedef struct PipeStage {
+  int nversions, nstash;     /* slots the plan gives the stage */
+  uint64_t planned_bytes;    /* memory.total_bytes: the rank's whole arena */
+  PipeBuf *bufs;             /* memory.buffers */
+  int nbufs;
+  int *rank_of_replica;      /* [w] */
+  char **seg_names;          /* the planner's segments the stage runs */
+  int nsegs;
+  PipeBoundary *bnd;
+  int nbnd;
+} PipeStage;
+
+typedef struct PipePlan {
+  RtPlan *rt;                /* stage programs (runtime/core/runtime.h) */
+  int d, w;
+  int64_t b, m;              /* microbatch size, microbatches per pipeline and batch */
+  PlanSchedule schedule;
+  bool recompute;
+  PipeStage *st;             /* [d] */
+  PlanTiedGroup *groups;     /* tied parameters held by several stages */
+  char **group_names;        /* [ngroups] the parameter's name */
+  int ngroups;
+  int nranks;
+  int *rank_stage, *rank_replica; /* [nranks] */
+} PipePlan;
+
+/* Reads dir/plan.json (and checks the stage programs through rt_plan_load). NULL with
+ * a message naming the file and key. */
+PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen);
+void pipe_plan_free(PipePlan *p);
+/* stages × replicas of dir/plan.json; 1 when it cannot be read (the caller's own
+ * loading then reports why). */
+int pipe_plan_ranks(const char *dir);
+
+/* ---- running ------------------------------------------------------------------- */
+
+typedef struct PipeOptions {
+  const char *data_path;   /* token file (required) */
+  bool caller_batches;     /* the one-stage trainer: trainer_step hands each batch's
+                              DataLoader in, so the rank opens none; data_path only
+                              names the file in messages */
+  int64_t steps;           /* train until this many updates are done */
+  double timeout_s;        /* every blocking wait; <= 0: TRANSPORT_DEFAULT_TIMEOUT_S */
+  const char *trace_path;  /* Chrome trace of what every rank did, or NULL */
+  const char *profile_out; /* measured per-segment times (pd2bwc --profile), or NULL */
+  const char *save_path;   /* checkpoint at the end, or NULL */
+  const char *resume_path; /* checkpoint to start from, or NULL */
+  const char *log_json;    /* one JSON object per step, or NULL */
+  bool quiet;
+  uint64_t seed;
+  bool seed_set;
+  int threads;             /* CPU threads for the whole process; 0: all cores */
+  bool shuffle;            /* seeded random window order per epoch (pd2bwrun --shuffle) */
+  const char *val_path;    /* held-out tokens: validation loss (runtime/pipeline/pipeline_eval.h), or NULL */
+  int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
+  int64_t eval_batches;    /* reference batches (B = b·w·m samples) per evaluation; <= 0: 8 */
+  const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
+} PipeOptions;
+
+/* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */
+typedef struct PipeOutcome {
+  int64_t first_step, steps;  /* batches [first_step, steps) ran */
+  int64_t mb_per_step;        /* w·m */
+  double *mb_loss;            /* [(steps - first_step) · w·m], by reference order */
+  double *step_loss;          /* [steps - first_step] mean over the batch */
+  int nparams;
+  char **names;               /* every parameter of the model, once */
+  int64_t *numel;
+  float **weights;            /* the newest version */
+  double step_time_s;         /* median update-to-update time after the first step */
+  double *bubble;             /* [d] measured, per stage */
+  double *val_loss;           /* [steps - first_step] validation loss after that step, NAN if none */
+  double *grad_norm;          /* [steps - first_step] before clipping; NULL: not measured */
+  double *step_ms;            /* [steps - first_step] wall time of each step; NULL: not measured */
+  double val_final;           /* the last validation loss, NAN when none was computed */
+  uint64_t *arena_bytes;      /* [d] */
+  uint64_t *planned_bytes;    /* [d] */
+} PipeOutcome;
+
+void pipe_outcome_free(PipeOutcome *o);
+
+/* Trains on local threads: one thread per rank. 0 on success, else 1 with the root
+ * cause in err. */
+int pipeline_run_local(const PipePlan *p, const PipeOptions *o, PipeOutcome *out, char *err,
+                       size_t errlen);
+/* This process is one MPI rank (transport already created). Same contract; only
+ * rank 0 fills out. */
+int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, PipeOutcome *out,
+                      char *err, size_t errlen);
+
+/* The sequential reference on the same model, data and microbatch order: for
+ * gpipe/1f1b/2bw loads plan_dir/reference (a one-stage plan with m = w·m) and runs
+ * the schedule's update rule (vanilla, or delayed for 2bw); for pipedream runs the
+ * plan's own stages one after another on one thread with the per-stage delay rule
+ * (runtime/reference/pipeline_seq.c; a resumed pipedream run is refused). Same steps; compares
+ * per-microbatch losses and all weights with `got`. Prints a table to out;
+ * false (with the worst difference in err) when a relative difference exceeds tol. */
+bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
+                              double tol, FILE *out, char *err, size_t errlen);
+
+/* --log-json of a pipelined run (the CPU and the CUDA executors'): one JSON object per
+ * step of r, written atomically at the end (runtime/io/io.h); false with the path and the
+ * cause in err. */
+bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
+/* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
+ * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
+double pipe_tokens_per_step(const PipePlan *p);
+double pipe_flops_per_step(const PipePlan *p);
+double pipe_peak_flops(const PipePlan *p);
+/* After a run with --trace (trace_path, already written): rewrites plan_dir's
+ * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
+ * plan directory that takes no new file (shared, read-only) costs a warning on
+ * stderr only: the run's own outputs are already written. */
+void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
+                        bool quiet);
+
+/* pd2bwrun's one-stage path (runtime/exec/exec_one_main.c): the one-stage trainer on
+ * plan_dir with o's data, steps, validation, checkpoints, seed and log (the pipeline
+ * flags unused); the exit status, every failure reported on stderr. */
+int exec_one_main(const char *plan_dir, const PipeOptions *o);
+
+/* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
+ * every output path (runtime/io/io.h: output_paths_check) before loading the plan. */
+int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport,
+                  bool reference, double ref_tol, int *argc, char ***argv);
+
+#endif

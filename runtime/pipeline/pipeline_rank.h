@@ -1,0 +1,208 @@
+/* runtime/pipeline/pipeline_rank.h — internals shared by runtime/pipeline*.c: one rank's state,
+ * the events it records, what rank 0 gathers at the end; the sequential references'
+ * rules and runs (pipeline_seq.c, pipeline_ref.c). See runtime/pipeline/pipeline.h. */
+#ifndef PD2BW_RUNTIME_PIPELINE_RANK_H
+#define PD2BW_RUNTIME_PIPELINE_RANK_H
+
+#include "contract/plan_limits.h"
+#include "runtime/exec/exec.h"
+#include "runtime/core/runtime.h"
+
+/* The runtime's names for contract/plan_limits.h's limits (pd2bwc checks them too). */
+#define PIPE_MAX_SLOTS PLAN_MAX_SLOTS       /* weight versions or stash slots per stage */
+#define PIPE_MAX_GROUPS PLAN_MAX_TIED_GROUPS /* tied groups */
+#define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
+
+/* Message tags between two ranks (the validation pass uses PIPE_TAG_EVAL and + 1,
+ * runtime/pipeline/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g). */
+enum {
+  PIPE_TAG_ACT = 1, PIPE_TAG_GRAD = 2, PIPE_TAG_NORM = 3, PIPE_TAG_GATHER = 4, PIPE_TAG_LOSS = 12,
+  PIPE_TAG_TIED = 16
+};
+
+/* One executed instruction (a group of sends/receives: one per instruction, with the
+ * group's common start and end). Times: CLOCK_MONOTONIC seconds. */
+typedef struct PipeEvent {
+  int op; /* PlanOp */
+  int stage, replica;
+  int64_t mb;
+  int batch, version, group;
+  double start, end;
+} PipeEvent;
+
+/* A tied group as this rank sees it. */
+typedef struct PipeTied {
+  int member;        /* index among the group's stages; -1: not held here */
+  int param;         /* index in RtStage.params; -1: not held or the group is one stage */
+  bool deferred;     /* 2bw: stepped apart, gradient in tied_grads[batch % 2] */
+  uint64_t bytes;
+  uint64_t tg_off;   /* in tied_grads[par] */
+  uint64_t rx_off;   /* in tied_rx[par] */
+  int state[2];      /* per batch parity: 0 idle, 1 posted, 2 summed */
+  ExecReq *req[2][2 * PLAN_MAX_TIED_SEGS];
+  int nreq[2];
+} PipeTied;
+
+typedef struct PipeRank {
+  const PipePlan *pp;
+  const PipeOptions *o;
+  Transport *t;       /* the run's transport: the driver's gather and evaluation */
+  ExecLink *link;     /* the interpreter's way to the other ranks (over t) */
+  ExecDevice *dev;    /* where the arena lives and the stage program runs */
+  int rank, stage, replica;
+  const RtStage *st;
+  TrainConfig tc;
+  int64_t first, steps; /* batches [first, steps) */
+  int64_t mref;         /* w·m: the reference's microbatches per step */
+  PlanStreamSpec spec;
+  PlanStreams streams;
+  const PlanStream *stream;
+  int nversions, nstash;
+  /* the arena and what lives in it */
+  char *arena;
+  uint64_t arena_bytes;
+  char *w[PIPE_MAX_SLOTS], *grads, *tg[2], *adam_m, *adam_v, *stash[PIPE_MAX_SLOTS], *full, *inputs,
+      *bnd, *work, *tied_rx[2];
+  uint64_t act_in_bytes, tied_deferred_bytes, tied_rx_bytes;
+  int64_t act_in_packed[PIPE_MAX_BND];
+  int newest; /* slot of the newest weight version */
+  PipeTied tied[PIPE_MAX_GROUPS];
+  double scale[2]; /* gradient scale of batch t (parity), for deferred tied steps */
+  ExecGroup *rep_group;
+  ExecReq **reqs;                /* one send/receive group */
+  double *norm_part;             /* [d] per-stage sums of squares (clipping) */
+  ExecReq **norm_req;            /* [2d] */
+  int *mb_sslot;                 /* stash slot of each microbatch's forward */
+  int *ins_from, *ins_to;        /* [batch] batch b's instructions lie in [from[b], to[b]) */
+  char *grads_out;               /* optional host copy of each step's gradient (trainer_grads) */
+  /* data */
+  DataFile *df;
+  DataLoader *dl;
+  int T;
+  /* results */
+  double *loss; /* [(steps - first) · m] last stage */
+  int64_t bad_ids;
+  PipeEvent *ev;
+  int nev, cap_ev;
+  int64_t steps_done;
+  double last_step_time;
+  double *grad_norm; /* [steps - first] the global norm of each batch's averaged gradient */
+  double *step_ms;   /* [steps - first] this rank's time from one OPT_STEP to the next */
+  RtLog *console;    /* the step lines: last stage of replica 0 only, not quiet; else NULL */
+  /* faults */
+  int64_t fault_step;
+  int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */
+  bool failed;
+  bool stopped; /* err is the run's root cause (a per-step check: exec_interp.c), not a link's */
+  char err[TRANSPORT_ERR_LEN + 64];
+} PipeRank;
+
+/* What rank 0 holds after pipe_gather. */
+typedef struct PipeGathered {
+  int d;
+  char **stage_w, **stage_prev, **stage_m, **stage_v; /* [d] params blocks of replica 0 */
+  double *mb_loss; /* reference order */
+  PipeEvent *ev;
+  int64_t nev;
+  uint64_t *arena; /* [d] bytes allocated per stage (largest replica) */
+  int64_t bad_ids; /* out-of-range token ids seen by any rank */
+} PipeGathered;
+
+double pipe_now(void);
+/* false when s is a transport failure: the first one keeps its message in R->err and
+ * aborts every other rank (transport_abort); every transport call goes through it. */
+bool pipe_transport_ok(PipeRank *R, TransportStatus s);
+/* Where a program block of class cls lives for an instruction using weight slot vslot
+ * (-1: the newest) and stash slot sslot (the full activation block when recomputing). */
+char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot);
+PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
+                           char *err, size_t errlen);
+void pipe_rank_destroy(PipeRank *R);
+/* Lengthens the run to batches [first, steps) (the one-stage trainer, which steps
+ * without a horizon): the streams of the longer run begin with those of the shorter
+ * for a one-stage plan. false with a message. */
+bool pipe_rank_extend(PipeRank *R, int64_t steps, char *err, size_t errlen);
+/* Loads a checkpoint (any partition's, or the sequential trainer's) into the rank's
+ * parameters and optimizer state; sets R->first. */
+bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
+/* The instructions of batches [lo, hi) (runtime/exec/exec.h: exec_run_batches) run
+ * in stretches: consecutive calls over adjacent ranges compute exactly what one call
+ * over their union does (an instruction of batch t reads only what instructions of
+ * batches <= t wrote and waits only on messages of batch t). Between two calls no
+ * microbatch is in flight and no message is pending (pipeline_eval.c runs there). */
+bool pipe_gather(PipeRank *R, PipeGathered *G);
+void pipe_gathered_free(PipeGathered *G);
+
+/* Pieces of a rank's setup, shared with the sequential multi-stage reference
+ * (pipeline_seq.c), which runs the same stage programs without a transport. */
+/* Rows of the model's "wte" in any stage (0 when it has none): the token ids allowed. */
+int64_t pipe_vocab(const RtPlan *rt);
+/* Opens o->data_path and a loader of B samples of T tokens per batch. */
+bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,
+                    DataLoader **dl, char *err, size_t errlen);
+/* Samples first .. first + b - 1 into stage st's token and target inputs (the tmp
+ * rows take a stream the stage has no input for). */
+void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
+                       int32_t *tok_tmp, int32_t *tgt_tmp);
+/* A training context of stage st for the reference's global microbatch mb (keys
+ * dropout, with the stage's rng_base). */
+StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
+                        char *bnd, double *loss);
+/* One optimizer step of parameter pp for batch t: wout = step(win, g · scale). */
+void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
+                   float *v, int64_t t, double scale);
+
+/* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
+
+/* Which weight version microbatch k (1-indexed, per replica) reads at a stage, in
+ * forward and backward alike: v = max(floor((k - 1 - delay) / m), 0) with delay
+ * (in microbatches) 0, m or d-1-stage. */
+typedef enum PipeRule {
+  PIPE_RULE_VANILLA,     /* gpipe, 1f1b: batch t reads W(t) */
+  PIPE_RULE_DELAYED,     /* 2bw: batch t reads W(t-1) (W(0) for t = 0, 1) */
+  PIPE_RULE_STAGE_DELAY, /* pipedream: stage i lags d-1-i microbatches behind */
+} PipeRule;
+
+const char *pipe_rule_name(PipeRule r);
+int64_t pipe_rule_version(PipeRule r, int d, int stage, int64_t m, int64_t k);
+/* The rule the plan's schedule must match. */
+PipeRule pipe_rule_of(PlanSchedule s);
+
+/* Runs the plan's own stage programs one after another on one thread with rule r
+ * for batches [0, o->steps): every microbatch of a batch in the reference order
+ * (runtime/pipeline/pipeline.h "Data order"), forward through stages 0..d-1 and backward
+ * through d-1..0, each stage on its version of the rule; then the stages' step as
+ * the executor does it. Starts from the initial weights (o->resume_path is not
+ * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
+ * parameter once per stage holding it). */
+bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen);
+/* The one-stage reference (PLAN/reference, runtime/exec/exec_one.c) with the vanilla or
+ * delayed rule, for batches [first, o->steps) (from o->resume_path when set). */
+bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
+                      size_t errlen);
+/* Compares got with a reference outcome: a table of per-step losses to out, then
+ * "reference: worst ... MATCH|DIFFER" (bounds in runtime/reference/pipeline_ref.c). */
+bool pipe_outcome_compare(const PipeOutcome *got, const PipeOutcome *ref, double tol, FILE *out, char *err,
+                          size_t errlen);
+
+/* Reads the "step" of a checkpoint (0 when path is NULL); false with a message. */
+bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen);
+/* Writes the gathered state as one checkpoint, the sequential trainer's format. */
+bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
+               char *err, size_t errlen);
+
+/* Trace and measurements (pipeline_trace.c). */
+bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                      size_t errlen);
+/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_trace.c): one
+ * process (the GPU), one thread per stage replica (tid stage·w + replica). */
+bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                          size_t errlen);
+/* Measured step time (the median of stage 0's update-to-update times after the first
+ * step) and per-stage bubble over the same span; a one-step run: the whole run. */
+void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
+                  double *step_time, double *bubble);
+bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+                        size_t errlen);
+
+#endif

@@ -1,0 +1,554 @@
+/* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
+ * processes, checkpoints across partitions, --init, validation, the end-of-run report.
+ *
+ * With --val-data a rank trains in stretches of batches (exec_run_batches) that
+ * end where an evaluation is due, after every K-th step and the last; every rank then
+ * runs pipe_eval_run (runtime/pipeline/pipeline_eval.h) and rank 0 keeps the mean for the log.
+ *
+ * A checkpoint is the sequential trainer's format (runtime/core/trainer.c): one tensor
+ * per parameter under its model name, "opt.m.<name>", "opt.v.<name>", and for 2bw the
+ * older version "prev.<name>" (W(t-1), the one batch t trains on); metadata step,
+ * seed, model, data_position. Names do not depend on the partition, so a checkpoint
+ * of any (d, w, schedule) loads into any other plan of the same model and into the
+ * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
+ * st_write writes a temporary file and renames it), every rank reads it back itself. */
+#include "runtime/pipeline/pipeline_eval.h"
+#include "runtime/report/plan_report.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen) {
+  *step = 0;
+  if (!path) return true;
+  SafeTensors *s = st_open(path, err, errlen);
+  if (!s) return false;
+  bool ok = rt_ckpt_meta(s, path, step, NULL, err, errlen);
+  if (!ok) *step = 0;
+  st_close(s);
+  return ok;
+}
+
+static bool load_tensor(SafeTensors *s, const char *path, const RtParam *p, const char *name, void *dst,
+                        char *err, size_t errlen) {
+  const StTensor *x = st_find(s, name);
+  if (!x) {
+    snprintf(err, errlen, "%s: no tensor '%s' (a checkpoint of a different model?)", path, name);
+    return false;
+  }
+  bool same = x->rank == p->rank;
+  for (int d = 0; same && d < p->rank; d++) same = x->shape[d] == p->shape[d];
+  if (!same) {
+    char a[64], b[64];
+    snprintf(err, errlen, "%s: tensor '%s' is %s, the plan wants %s", path, name,
+             st_shape_str(x->rank, x->shape, a, sizeof a), st_shape_str(p->rank, p->shape, b, sizeof b));
+    return false;
+  }
+  return st_read_f32(s, x, dst, err, errlen);
+}
+
+bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
+  int64_t step;
+  if (!pipe_ckpt_step(path, &step, err, errlen)) return false;
+  if (R->pp->schedule == PS_PIPEDREAM && step > 0) {
+    snprintf(err, errlen, "%s: resuming a pipedream run is not supported (its stashed versions are not saved)", path);
+    return false;
+  }
+  SafeTensors *s = st_open(path, err, errlen);
+  if (!s) return false;
+  bool two = R->pp->schedule == PS_2BW;
+  int newest = two ? (int)(step % 2) : 0, prev = two ? (int)((step + 1) % 2) : 0;
+  bool ok = true;
+  for (int k = 0; ok && k < R->st->nparams; k++) {
+    const RtParam *p = &R->st->params[k];
+    char nm[512];
+    ok = load_tensor(s, path, p, p->name, R->w[newest] + p->offset, err, errlen);
+    snprintf(nm, sizeof nm, "opt.m.%s", p->name);
+    ok = ok && load_tensor(s, path, p, nm, R->adam_m + p->offset, err, errlen);
+    snprintf(nm, sizeof nm, "opt.v.%s", p->name);
+    ok = ok && load_tensor(s, path, p, nm, R->adam_v + p->offset, err, errlen);
+    if (ok && two) {
+      snprintf(nm, sizeof nm, "prev.%s", p->name);
+      if (st_find(s, nm)) {
+        ok = load_tensor(s, path, p, nm, R->w[prev] + p->offset, err, errlen);
+      } else if (step > 0) {
+        snprintf(err, errlen, "%s: no tensor '%s': the checkpoint holds one weight version (a gpipe/1f1b "
+                 "run); 2bw at step %lld needs W(t) and W(t-1)", path, nm, (long long)step);
+        ok = false;
+      } else {
+        memcpy(R->w[prev] + p->offset, R->w[newest] + p->offset, (size_t)p->bytes);
+      }
+    }
+  }
+  uint64_t seed = R->tc.seed;
+  ok = ok && rt_ckpt_meta(s, path, &step, &seed, err, errlen);
+  if (ok && !R->o->seed_set) R->tc.seed = seed;
+  st_close(s);
+  if (!ok) return false;
+  /* every other slot starts as the newest version (only flush-free schedules use them) */
+  for (int v = 0; v < R->nversions; v++)
+    if (v != newest && !(two && v == prev)) memcpy(R->w[v], R->w[newest], (size_t)R->st->blocks[BUF_PARAMS]);
+  R->newest = newest;
+  R->first = step;
+  return true;
+}
+
+/* The model's parameters, each once (the first stage holding it). */
+typedef struct ParamRef {
+  const RtParam *p;
+  int stage;
+} ParamRef;
+
+static int model_params(const PipePlan *p, ParamRef **out) {
+  int n = 0, cap = 16;
+  ParamRef *r = pd_malloc((size_t)cap * sizeof *r);
+  for (int s = 0; s < p->d; s++)
+    for (int k = 0; k < p->rt->stages[s].nparams; k++) {
+      const RtParam *q = &p->rt->stages[s].params[k];
+      bool seen = false;
+      for (int j = 0; j < n && !seen; j++) seen = strcmp(r[j].p->name, q->name) == 0;
+      if (seen) continue;
+      if (n == cap) r = pd_realloc(r, (size_t)(cap *= 2) * sizeof *r);
+      r[n++] = (ParamRef){q, s};
+    }
+  *out = r;
+  return n;
+}
+
+/* --init: the stage's parameters from a checkpoint of the whole model (pd2bw, Hugging
+ * Face or llm.c GPT-2: runtime/io/io.h ckpt_import), into every weight version; the
+ * optimizer state stays zero and the run starts at step 0. ckpt_import checks the
+ * model's layer count against the file's, so it is given every parameter of the
+ * model: this stage's land in its weights, the others in one scratch buffer that is
+ * overwritten and dropped (startup only). A tied parameter is read by every stage
+ * holding it from the same file: the copies are identical. */
+static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errlen) {
+  ParamRef *pr;
+  int n = model_params(R->pp, &pr);
+  int64_t most = 1;
+  for (int k = 0; k < n; k++)
+    if (pr[k].p->numel > most) most = pr[k].p->numel;
+  float *scratch = pd_malloc((size_t)most * sizeof(float));
+  CkptParam *cp = pd_calloc((size_t)n + 1, sizeof *cp);
+  for (int k = 0; k < n; k++) {
+    const RtParam *q = pr[k].p;
+    cp[k].name = q->name;
+    cp[k].rank = q->rank;
+    for (int d = 0; d < q->rank && d < 4; d++) cp[k].shape[d] = q->shape[d];
+    cp[k].dst = scratch;
+    cp[k].att_head_size = R->pp->rt->stages[pr[k].stage].att_head_size;
+    for (int j = 0; j < R->st->nparams; j++)
+      if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(R->w[0] + R->st->params[j].offset);
+  }
+  bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  free(cp);
+  free(scratch);
+  free(pr);
+  if (!ok) return false;
+  for (int v = 1; v < R->nversions; v++) memcpy(R->w[v], R->w[0], (size_t)R->st->blocks[BUF_PARAMS]);
+  R->newest = 0;
+  return true;
+}
+
+bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
+               char *err, size_t errlen) {
+  ParamRef *pr;
+  int n = model_params(p, &pr);
+  bool two = p->schedule == PS_2BW;
+  StEntry *e = pd_calloc((size_t)n * 4 + 1, sizeof *e);
+  char **names = pd_calloc((size_t)n * 3 + 1, sizeof *names);
+  int ne = 0;
+  for (int k = 0; k < n; k++) {
+    const RtParam *q = pr[k].p;
+    int s = pr[k].stage;
+    size_t len = strlen(q->name) + 8;
+    for (int j = 0; j < 3; j++) names[3 * k + j] = pd_malloc(len);
+    snprintf(names[3 * k], len, "opt.m.%s", q->name);
+    snprintf(names[3 * k + 1], len, "opt.v.%s", q->name);
+    snprintf(names[3 * k + 2], len, "prev.%s", q->name);
+    const char *src[4] = {G->stage_w[s], G->stage_m[s], G->stage_v[s], G->stage_prev[s]};
+    const char *nm[4] = {q->name, names[3 * k], names[3 * k + 1], names[3 * k + 2]};
+    for (int j = 0; j < (two ? 4 : 3); j++) {
+      StEntry *x = &e[ne++];
+      x->name = nm[j];
+      x->dtype = ST_F32;
+      x->rank = q->rank;
+      for (int d = 0; d < q->rank; d++) x->shape[d] = q->shape[d];
+      x->data = src[j] + q->offset;
+    }
+  }
+  char st[32], sd[32], pos[32], part[64];
+  snprintf(st, sizeof st, "%lld", (long long)step);
+  snprintf(sd, sizeof sd, "%llu", (unsigned long long)seed);
+  snprintf(pos, sizeof pos, "%lld", (long long)(step * p->b * p->m * p->w));
+  snprintf(part, sizeof part, "%d stages x %d replicas", p->d, p->w);
+  const char *meta[] = {"format", "pd2bw", "model", p->rt->model, "step", st, "seed", sd, "data_position", pos,
+                        "schedule", plan_schedule_name(p->schedule), "weight_versions", two ? "2 (prev.* = W(step-1))" : "1",
+                        "partition", part};
+  bool ok = st_write(path, e, ne, meta, 8, err, errlen);
+  for (int k = 0; k < 3 * n; k++) free(names[k]);
+  free(names);
+  free(e);
+  free(pr);
+  return ok;
+}
+
+/* ---- outcome ------------------------------------------------------------------------ */
+
+static void fill_outcome(const PipePlan *p, const PipeRank *R, const PipeGathered *G, const double *val,
+                         double val_final, PipeOutcome *out) {
+  memset(out, 0, sizeof *out);
+  out->first_step = R->first;
+  out->steps = R->steps;
+  out->mb_per_step = p->w * p->m;
+  int64_t nb = R->steps - R->first, nl = nb * out->mb_per_step;
+  out->mb_loss = pd_malloc((size_t)(nl + 1) * sizeof(double));
+  memcpy(out->mb_loss, G->mb_loss, (size_t)nl * sizeof(double));
+  out->step_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->val_loss = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (nb > 0) memcpy(out->val_loss, val, (size_t)nb * sizeof(double));
+  /* rank 0's: every rank has the same norms; its step times are the pipeline's */
+  out->grad_norm = pd_calloc((size_t)nb + 1, sizeof(double));
+  out->step_ms = pd_calloc((size_t)nb + 1, sizeof(double));
+  if (nb > 0) memcpy(out->grad_norm, R->grad_norm, (size_t)nb * sizeof(double));
+  if (nb > 0) memcpy(out->step_ms, R->step_ms, (size_t)nb * sizeof(double));
+  out->val_final = val_final;
+  for (int64_t b = 0; b < nb; b++) {
+    double s = 0;
+    for (int64_t j = 0; j < out->mb_per_step; j++) s += G->mb_loss[b * out->mb_per_step + j];
+    out->step_loss[b] = s / (double)out->mb_per_step;
+  }
+  ParamRef *pr;
+  int n = model_params(p, &pr);
+  out->nparams = n;
+  out->names = pd_calloc((size_t)n + 1, sizeof(char *));
+  out->numel = pd_calloc((size_t)n + 1, sizeof(int64_t));
+  out->weights = pd_calloc((size_t)n + 1, sizeof(float *));
+  for (int k = 0; k < n; k++) {
+    out->names[k] = pd_strdup(pr[k].p->name);
+    out->numel[k] = pr[k].p->numel;
+    out->weights[k] = pd_malloc((size_t)pr[k].p->bytes + 4);
+    memcpy(out->weights[k], G->stage_w[pr[k].stage] + pr[k].p->offset, (size_t)pr[k].p->bytes);
+  }
+  free(pr);
+  out->bubble = pd_calloc((size_t)p->d, sizeof(double));
+  out->arena_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  out->planned_bytes = pd_calloc((size_t)p->d, sizeof(uint64_t));
+  for (int s = 0; s < p->d; s++) {
+    out->arena_bytes[s] = G->arena[s];
+    out->planned_bytes[s] = p->st[s].planned_bytes;
+  }
+  pipe_measure(p, G->ev, G->nev, R->first, R->steps, &out->step_time_s, out->bubble);
+}
+
+void pipe_outcome_free(PipeOutcome *o) {
+  if (!o) return;
+  for (int k = 0; k < o->nparams; k++) {
+    free(o->names[k]);
+    free(o->weights[k]);
+  }
+  free(o->names);
+  free(o->numel);
+  free(o->weights);
+  free(o->mb_loss);
+  free(o->step_loss);
+  free(o->val_loss);
+  free(o->grad_norm);
+  free(o->step_ms);
+  free(o->bubble);
+  free(o->arena_bytes);
+  free(o->planned_bytes);
+  memset(o, 0, sizeof *o);
+}
+
+/* ---- one rank, on any transport ----------------------------------------------------- */
+
+typedef struct RunCtx {
+  const PipePlan *p;
+  const PipeOptions *o;
+  PipeOutcome *out;
+  pthread_mutex_t mu;
+  bool root; /* err is a per-step check's root cause */
+  char err[2 * TRANSPORT_ERR_LEN + 512];
+} RunCtx;
+
+/* The run's message: the first, unless a later one is the root cause that made the
+ * link abort the others (their "rank R aborted: ..." may be noted first). */
+static void note_error_root(RunCtx *c, const char *msg, bool root) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->err[0] || (root && !c->root)) {
+    c->root = root;
+    size_t n = strlen(msg);
+    if (n >= sizeof c->err) n = sizeof c->err - 1;
+    memcpy(c->err, msg, n);
+    c->err[n] = 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void note_error(RunCtx *c, const char *msg) { note_error_root(c, msg, false); }
+
+static int run_rank(Transport *t, void *arg) {
+  RunCtx *c = arg;
+  char err[TRANSPORT_ERR_LEN + 256];
+  int64_t first = 0;
+  int rk = transport_rank(t);
+  if (!pipe_ckpt_step(c->o->resume_path, &first, err, sizeof err)) {
+    note_error(c, err);
+    transport_abort(t, err);
+    return 1;
+  }
+  PipeRank *R = pipe_rank_create(c->p, c->o, t, first, err, sizeof err);
+  /* --init then --resume, as the one-stage trainer: a checkpoint replaces both */
+  if (R && c->o->init_path && !rank_init_from(R, c->o->init_path, err, sizeof err)) {
+    pipe_rank_destroy(R);
+    R = NULL;
+  }
+  if (R && c->o->resume_path && !pipe_rank_resume(R, c->o->resume_path, err, sizeof err)) {
+    pipe_rank_destroy(R);
+    R = NULL;
+  }
+  PipeEval *E = NULL;
+  if (R && c->o->val_path && !(E = pipe_eval_create(R, err, sizeof err))) {
+    pipe_rank_destroy(R);
+    R = NULL;
+  }
+  if (!R) {
+    char msg[sizeof err + 32];
+    snprintf(msg, sizeof msg, "rank %d: %s", rk, err);
+    note_error(c, msg);
+    transport_abort(t, msg);
+    return 1;
+  }
+  if (first >= c->o->steps && c->o->resume_path) {
+    if (rk == 0)
+      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
+              (long long)first, (long long)c->o->steps);
+  }
+  /* Training in stretches that end where an evaluation is due (after every K-th step
+   * and the last); pipelined 2bw drains at each, which changes timing, not values. */
+  int64_t nb = R->steps > R->first ? R->steps - R->first : 0, K = E ? c->o->eval_every : 0;
+  double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
+  for (int64_t b = 0; b <= nb; b++) val[b] = NAN;
+  bool ok = true;
+  int64_t lo = R->first;
+  do {
+    int64_t hi = R->steps;
+    if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+    ok = exec_run_batches(R, lo, hi);
+    /* at the end always: also when resumed at (or past) --steps and nothing trained */
+    if (ok && E && (hi == R->steps || (K > 0 && hi % K == 0))) {
+      double v;
+      ok = pipe_eval_run(E, &v);
+      if (ok && rk == 0) {
+        val_final = v;
+        if (hi > R->first) val[hi - 1 - R->first] = v;
+        if (!c->o->quiet && hi > R->first) {
+          printf("step %5lld/%lld | val loss %.4f\n", (long long)hi, (long long)R->steps, v);
+          fflush(stdout);
+        }
+      }
+    }
+    lo = hi;
+  } while (ok && lo < R->steps);
+  pipe_eval_destroy(E);
+  PipeGathered G = {0};
+  if (ok) ok = pipe_gather(R, &G);
+  if (!ok) {
+    note_error_root(c, R->err, R->stopped);
+    pipe_rank_destroy(R);
+    pipe_gathered_free(&G);
+    free(val);
+    return 1;
+  }
+  int rc = 0;
+  if (rk == 0) {
+    /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
+    fill_outcome(c->p, R, &G, val, val_final, c->out);
+    if (c->o->trace_path && !pipe_trace_write(c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
+      note_error(c, err);
+      rc = 1;
+    }
+    if (!rc && c->o->profile_out && !pipe_profile_write(c->p, G.ev, G.nev, c->o->profile_out, err, sizeof err)) {
+      note_error(c, err);
+      rc = 1;
+    }
+    if (!rc && c->o->save_path && !pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err)) {
+      note_error(c, err);
+      rc = 1;
+    }
+  }
+  pipe_gathered_free(&G);
+  pipe_rank_destroy(R);
+  free(val);
+  return rc;
+}
+
+int pipeline_run_local(const PipePlan *p, const PipeOptions *o, PipeOutcome *out, char *err, size_t errlen) {
+  /* Compile (or find in the cache) every stage program once, here: the replicas of a
+   * stage would otherwise compile the same file at the same time from one process,
+   * and the compile cache's temporary names are per process, not per thread. */
+  for (int s = 0; s < p->d; s++) {
+    StageProgram prog;
+    if (!stage_program_load(p->rt->stages[s].source, 4, &prog, err, errlen)) return 1;
+    stage_program_unload(&prog);
+  }
+  RunCtx c = {.p = p, .o = o, .out = out};
+  pthread_mutex_init(&c.mu, NULL);
+  memset(out, 0, sizeof *out);
+  TransportWorld *w = transport_local_create_world(p->nranks, o->timeout_s);
+  char terr[TRANSPORT_ERR_LEN];
+  terr[0] = 0;
+  int rc = transport_local_run(w, run_rank, &c, terr, sizeof terr);
+  transport_local_destroy_world(w);
+  pthread_mutex_destroy(&c.mu);
+  if (rc) snprintf(err, errlen, "%s", c.err[0] ? c.err : terr);
+  return rc ? 1 : 0;
+}
+
+int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, PipeOutcome *out, char *err,
+                      size_t errlen) {
+  RunCtx c = {.p = p, .o = o, .out = out};
+  pthread_mutex_init(&c.mu, NULL);
+  memset(out, 0, sizeof *out);
+  int rc = run_rank(t, &c);
+  pthread_mutex_destroy(&c.mu);
+  if (rc) snprintf(err, errlen, "%s", c.err[0] ? c.err : transport_error(t));
+  return rc ? 1 : 0;
+}
+
+/* ---- pd2bwrun's pipeline path ---------------------------------------------------------- */
+
+bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
+  AtomicFile af;
+  if (!atomic_open(&af, path, err, errlen)) return false;
+  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
+  for (int64_t b = 0; b < r->steps - r->first_step; b++) {
+    /* the one format of every mode (runtime/core/console.c); NAN: an executor that does
+     * not measure it writes null */
+    ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
+                                  rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,
+                                  r->step_ms ? r->step_ms[b] : NAN, tokens, flops, peak,
+                                  r->val_loss ? r->val_loss[b] : NAN);
+    char line[512];
+    int n = console_json_line(&cs, line, sizeof line);
+    PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
+    atomic_write(&af, line, (size_t)n);
+  }
+  return atomic_commit(&af, err, errlen);
+}
+
+/* false (the message printed) when the JSON log cannot be written */
+static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r, FILE *f) {
+  int64_t nb = r->steps - r->first_step;
+  char err[IO_ERR_LEN];
+  if (o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) {
+    fprintf(stderr, "pd2bwrun: error: %s\n", err);
+    return false;
+  }
+  if (nb > 0)
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
+               "steady state)\n",
+            p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
+            r->step_loss[nb - 1], r->step_time_s * 1e3);
+  else
+    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, nothing trained (at step %lld)\n", p->d, p->w,
+            plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)r->first_step);
+  for (int s = 0; s < p->d; s++)
+    fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
+            (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
+  if (!isnan(r->val_final)) fprintf(f, "pd2bwrun: validation loss %.4f\n", r->val_final);
+  return true;
+}
+
+void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
+                        bool quiet) {
+  ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
+                   .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
+                   .bubble = r->bubble, .stages = p->d};
+  char err[IO_ERR_LEN];
+  if (plan_report_write(plan_dir, &run, err, sizeof err)) {
+    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
+  } else {
+    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
+  }
+}
+
+int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *transport, bool reference, double ref_tol,
+                  int *argc, char ***argv) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  PipeOptions o = *opt;
+  bool mpi = transport && strcmp(transport, "mpi") == 0;
+  if (transport && !mpi && strcmp(transport, "local") != 0) {
+    fprintf(stderr, "pd2bwrun: error: --transport must be local or mpi, got '%s'\n", transport);
+    return 1;
+  }
+  Transport *t = NULL;
+  if (mpi) {
+    t = transport_mpi_create(argc, argv, o.timeout_s, err, sizeof err);
+    if (!t) {
+      fprintf(stderr, "pd2bwrun: error: %s\n", err);
+      return 1;
+    }
+  }
+  /* every output path before anything is loaded or trained; rank 0 writes them all */
+  OutputFlag outs[] = {{"--save", o.save_path}, {"--log-json", o.log_json}, {"--trace", o.trace_path},
+                       {"--profile-out", o.profile_out}};
+  bool paths_ok = (mpi && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
+  PipePlan *p = paths_ok ? pipe_plan_load(plan_dir, err, sizeof err) : NULL;
+  /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
+   * and the checkpoint get the resolved seed */
+  if (p && !rt_run_seed(o.resume_path, o.seed_set, o.seed, p->rt->train.seed, &o.seed, err, sizeof err)) {
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  o.seed_set = true;
+  if (p && mpi && transport_size(t) != p->nranks) {
+    snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
+             p->nranks, p->d, p->w, transport_size(t));
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  if (!p) {
+    fprintf(stderr, "pd2bwrun: error: %s\n", err);
+    if (t) {
+      transport_abort(t, err);
+      transport_destroy(t);
+    }
+    return 1;
+  }
+  if (p->rt->train.steps == 0) p->rt->train.steps = o.steps;
+  /* Threads: the host's cores shared by the ranks it runs. */
+  int on_host = mpi ? transport_ranks_on_host(t) : p->nranks;
+  int threads = o.threads ? o.threads : transport_host_cores();
+  int per = threads / on_host > 0 ? threads / on_host : 1;
+  char tb[16];
+  snprintf(tb, sizeof tb, "%d", per);
+  setenv("OMP_NUM_THREADS", tb, 1);
+  pd_blas_init(per);
+  PipeOutcome r = {0};
+  int rc = mpi ? pipeline_run_rank(p, &o, t, &r, err, sizeof err) : pipeline_run_local(p, &o, &r, err, sizeof err);
+  bool root = !mpi || transport_rank(t) == 0;
+  if (rc) {
+    fprintf(stderr, "pd2bwrun: error: %s\n", err);
+  } else if (root && !report(p, &o, &r, stdout)) {
+    rc = 1;
+  } else if (root) {
+    if (o.save_path) printf("pd2bwrun: saved %s\n", o.save_path);
+    if (o.trace_path) printf("pd2bwrun: trace %s\n", o.trace_path);
+    if (o.trace_path) pipe_report_update(plan_dir, p, &r, o.trace_path, o.quiet);
+    if (reference && !pipeline_check_reference(p, &o, &r, ref_tol, stdout, err, sizeof err)) {
+      fprintf(stderr, "pd2bwrun: error: %s\n", err);
+      rc = 1;
+    }
+  }
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+  if (t) transport_destroy(t);
+  return rc;
+}

@@ -1,0 +1,525 @@
+/* runtime/transport/transport_local.c — the local transport: every rank is a thread of
+ * this process.
+ *
+ * Matching. Each rank has two FIFO queues: `inbox`, the sends addressed to it
+ * that no receive has matched yet, and `posted`, its own receives that no send
+ * has matched yet. A new send looks for the first matching receive in the
+ * destination's `posted`; a new receive for the first matching send in its own
+ * `inbox` (same sender, channel and tag). Only one of the two queues can hold a
+ * match at any time, so per (sender, receiver, channel, tag) messages match in
+ * the order they were posted, as MPI's non-overtaking rule says.
+ *
+ * Copying. The thread that completes a match copies the bytes straight from
+ * the sender's buffer into the receiver's buffer — the one copy the message
+ * needs, no staging — outside the lock, with both requests marked COPYING; a
+ * COPYING request is always waited out, even by a failing rank, so a buffer is
+ * never freed under a copy. A send therefore completes when its data is in the
+ * receiver's buffer (a rendezvous); queues hold requests, never data, and are
+ * bounded by the requests the ranks have posted.
+ *
+ * Waking. One mutex and one condition variable guard the world (ranks post a few
+ * messages per microbatch; the copies, the expensive part, run unlocked). Every
+ * completion, exit and abort broadcasts; waits also wake every 50 ms to see a
+ * signal flag, which a handler cannot broadcast.
+ *
+ * Exiting. A rank that calls transport_destroy (transport_local_run does it when
+ * the rank function returns) cancels its outstanding requests and is marked
+ * exited; a peer waiting on it fails at once with "rank N exited".
+ */
+#define _GNU_SOURCE /* program_invocation_short_name */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ir/ir.h"
+#include "runtime/transport/transport_impl.h"
+
+typedef enum LocalReqState {
+  REQ_FREE,    /* on its rank's free list */
+  REQ_POSTED,  /* in a queue (inbox of the destination, or posted of the owner) */
+  REQ_COPYING, /* matched; some thread is copying the bytes, unlocked */
+  REQ_DONE,    /* complete; freed by the owner's wait */
+  REQ_FAILED,  /* matched with a message of another size; `mismatch` says how */
+} LocalReqState;
+
+typedef struct LocalReq LocalReq;
+struct LocalReq {
+  TransportRequest base; /* owner */
+  LocalReq *next;        /* in a queue or on the free list */
+  LocalReq *all_next;    /* every request its rank ever allocated */
+  LocalReqState state;
+  bool is_send;
+  TransportChannel ch;
+  int peer, tag;
+  const void *sbuf; /* send: the data */
+  void *rbuf;       /* receive: where it goes */
+  size_t bytes;
+  char what[TRANSPORT_WHAT_LEN];
+  char mismatch[TRANSPORT_ERR_LEN];
+};
+
+typedef struct LocalQueue {
+  LocalReq *head, *tail;
+} LocalQueue;
+
+typedef struct LocalRank {
+  Transport base; /* first: a Transport * is a LocalRank * */
+  TransportWorld *w;
+  bool exited;
+  char exit_note[TRANSPORT_ERR_LEN / 2]; /* appended to "rank N exited" */
+  LocalQueue inbox, posted;
+  LocalReq *free_list, *all;
+} LocalRank;
+
+struct TransportWorld {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* broadcast on every completion, exit and abort */
+  int n;
+  LocalRank *ranks;
+  bool aborted;
+  char abort_cause[TRANSPORT_ERR_LEN]; /* "rank R aborted: why" */
+};
+
+static const TransportOps local_ops;
+
+#define LOCK(w) PD_CHECK(pthread_mutex_lock(&(w)->mu) == 0, "(pthread_mutex_lock)")
+#define UNLOCK(w) PD_CHECK(pthread_mutex_unlock(&(w)->mu) == 0, "(pthread_mutex_unlock)")
+
+static LocalRank *as_local(Transport *t) { return (LocalRank *)t; }
+
+static void broadcast(TransportWorld *w) {
+  PD_CHECK(pthread_cond_broadcast(&w->cv) == 0, "(pthread_cond_broadcast)");
+}
+
+/* Waits on the world's condition until woken or `until` (transport_now
+ * seconds), at most 50 ms so that the signal flag is seen. Lock held. */
+static void wait_until(TransportWorld *w, double until) {
+  double now = transport_now(), stop = now + 0.05;
+  if (until < stop) stop = until;
+  if (stop <= now) return;
+  struct timespec ts;
+  PD_CHECK(clock_gettime(CLOCK_REALTIME, &ts) == 0, "(clock_gettime)");
+  double rel = stop - now;
+  long sec = (long)rel;
+  long nsec = ts.tv_nsec + (long)((rel - (double)sec) * 1e9);
+  ts.tv_sec += sec + nsec / 1000000000L;
+  ts.tv_nsec = nsec % 1000000000L;
+  int rc = pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  PD_CHECK(rc == 0 || rc == ETIMEDOUT, "(pthread_cond_timedwait: %s)", strerror(rc));
+}
+
+/* ---- queues and the request pool (lock held) ----------------------------- */
+
+static void enqueue(LocalQueue *q, LocalReq *r) {
+  r->next = NULL;
+  if (q->tail)
+    q->tail->next = r;
+  else
+    q->head = r;
+  q->tail = r;
+}
+
+static void unlink_req(LocalQueue *q, LocalReq *r) {
+  LocalReq *prev = NULL;
+  for (LocalReq *p = q->head; p; prev = p, p = p->next) {
+    if (p != r) continue;
+    if (prev)
+      prev->next = p->next;
+    else
+      q->head = p->next;
+    if (q->tail == p) q->tail = prev;
+    p->next = NULL;
+    return;
+  }
+  PD_CHECK(0, "(request not in its queue)");
+}
+
+/* The first request in q from/to `peer` with this channel and tag. */
+static LocalReq *find_match(LocalQueue *q, int peer_rank_of_entry, TransportChannel ch, int tag,
+                            bool entries_are_sends) {
+  for (LocalReq *p = q->head; p; p = p->next) {
+    int from = entries_are_sends ? p->base.owner->rank : p->peer;
+    if (from == peer_rank_of_entry && p->ch == ch && p->tag == tag) return p;
+  }
+  return NULL;
+}
+
+static LocalReq *req_alloc(LocalRank *me) {
+  LocalReq *r = me->free_list;
+  if (r) {
+    me->free_list = r->next;
+  } else { /* grows to the most requests ever outstanding, then stays */
+    r = pd_calloc(1, sizeof *r);
+    r->all_next = me->all;
+    me->all = r;
+  }
+  r->next = NULL;
+  r->base.owner = &me->base;
+  return r;
+}
+
+static void req_free(LocalRank *me, LocalReq *r) {
+  r->state = REQ_FREE;
+  r->next = me->free_list;
+  me->free_list = r;
+}
+
+/* Completes a matched pair: copies unlocked, or fails both on a size mismatch.
+ * Lock held on entry and on return. */
+static void deliver(TransportWorld *w, LocalReq *send, LocalReq *recv) {
+  int src = send->base.owner->rank, dst = recv->base.owner->rank;
+  if (send->bytes != recv->bytes) {
+    snprintf(recv->mismatch, sizeof recv->mismatch,
+             "rank %d: received %zu bytes of %s from rank %d, expected %zu", dst, send->bytes,
+             recv->what, src, recv->bytes);
+    snprintf(send->mismatch, sizeof send->mismatch,
+             "rank %d: sent %zu bytes of %s to rank %d, which expected %zu", src, send->bytes,
+             send->what, dst, recv->bytes);
+    send->state = recv->state = REQ_FAILED;
+    broadcast(w);
+    return;
+  }
+  send->state = recv->state = REQ_COPYING;
+  UNLOCK(w);
+  if (send->bytes) memcpy(recv->rbuf, send->sbuf, send->bytes);
+  LOCK(w);
+  send->state = recv->state = REQ_DONE;
+  broadcast(w);
+}
+
+/* Cancels everything this rank still has outstanding: a copy in progress is
+ * waited out (it never blocks), posted requests leave their queues, and all
+ * return to the free list. Afterwards no buffer of this rank is referenced.
+ * Lock held. */
+static void quiesce(LocalRank *me) {
+  TransportWorld *w = me->w;
+  for (LocalReq *r = me->all; r; r = r->all_next) {
+    while (r->state == REQ_COPYING) wait_until(w, transport_now() + 1.0);
+    if (r->state == REQ_POSTED)
+      unlink_req(r->is_send ? &w->ranks[r->peer].inbox : &me->posted, r);
+    if (r->state != REQ_FREE) req_free(me, r);
+  }
+}
+
+/* ---- operations ---------------------------------------------------------- */
+
+static TransportStatus local_isend(Transport *t, TransportChannel ch, int dst, int tag,
+                                  const void *buf, size_t bytes, const char *what,
+                                  TransportRequest **out) {
+  LocalRank *me = as_local(t);
+  TransportWorld *w = me->w;
+  LOCK(w);
+  LocalReq *r = req_alloc(me);
+  r->is_send = true;
+  r->ch = ch;
+  r->peer = dst;
+  r->tag = tag;
+  r->sbuf = buf;
+  r->rbuf = NULL;
+  r->bytes = bytes;
+  transport_copy_what(r->what, what);
+  *out = &r->base;
+  LocalRank *peer = &w->ranks[dst];
+  LocalReq *recv = find_match(&peer->posted, t->rank, ch, tag, false);
+  if (recv) {
+    unlink_req(&peer->posted, recv);
+    deliver(w, r, recv);
+  } else {
+    r->state = REQ_POSTED;
+    enqueue(&peer->inbox, r);
+  }
+  UNLOCK(w);
+  return TRANSPORT_OK;
+}
+
+static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, int tag,
+                                  void *buf, size_t bytes, const char *what,
+                                  TransportRequest **out) {
+  LocalRank *me = as_local(t);
+  TransportWorld *w = me->w;
+  LOCK(w);
+  LocalReq *r = req_alloc(me);
+  r->is_send = false;
+  r->ch = ch;
+  r->peer = src;
+  r->tag = tag;
+  r->sbuf = NULL;
+  r->rbuf = buf;
+  r->bytes = bytes;
+  transport_copy_what(r->what, what);
+  *out = &r->base;
+  LocalReq *send = find_match(&me->inbox, src, ch, tag, true);
+  if (send) {
+    unlink_req(&me->inbox, send);
+    deliver(w, send, r);
+  } else {
+    r->state = REQ_POSTED;
+    enqueue(&me->posted, r);
+  }
+  UNLOCK(w);
+  return TRANSPORT_OK;
+}
+
+/* A timeout waiting on `peer`: follows the waits from there (every rank's
+ * waiting_on is visible here) to the rank that is not waiting on anyone, the one
+ * that stopped answering, and names it. Lock held. */
+static TransportStatus fail_timeout(LocalRank *me, const LocalReq *r) {
+  TransportWorld *w = me->w;
+  int chain[64], n = 0, c = r->peer;
+  for (;;) {
+    bool seen = c == me->base.rank;
+    for (int i = 0; i < n && !seen; i++) seen = chain[i] == c;
+    /* the waits lead back to a waiting rank: a deadlock, nobody stopped */
+    if (seen || n == 64) return transport_fail_wait(&me->base, TRANSPORT_TIMEOUT, r->is_send, r->peer, r->what, NULL);
+    chain[n++] = c;
+    int next = atomic_load_explicit(&w->ranks[c].base.waiting_on, memory_order_relaxed);
+    if (w->ranks[c].exited || next < 0) break;
+    c = next;
+  }
+  const LocalRank *culprit = &w->ranks[chain[n - 1]];
+  char why[160];
+  if (culprit->exited)
+    snprintf(why, sizeof why, "it exited");
+  else
+    transport_describe_progress(&culprit->base, transport_now(), why, sizeof why);
+  return transport_fail_blame(&me->base, r->is_send, r->what, chain, n, why);
+}
+
+static TransportStatus local_wait(Transport *t, TransportRequest *req, double deadline) {
+  LocalRank *me = as_local(t);
+  TransportWorld *w = me->w;
+  LocalReq *r = (LocalReq *)req;
+  transport_mark_wait(t, r->peer);
+  LOCK(w);
+  TransportStatus s = TRANSPORT_OK;
+  for (;;) {
+    if (r->state == REQ_DONE) {
+      req_free(me, r);
+      break;
+    }
+    if (r->state == REQ_FAILED) {
+      s = transport_fail(t, TRANSPORT_MISMATCH, "%s", r->mismatch);
+      quiesce(me);
+      break;
+    }
+    if (r->state == REQ_POSTED) {
+      LocalRank *peer = &w->ranks[r->peer];
+      if (w->aborted)
+        s = transport_fail_wait(t, TRANSPORT_ABORTED, r->is_send, r->peer, r->what,
+                                w->abort_cause);
+      else if (peer->exited)
+        s = transport_fail_wait(t, TRANSPORT_PEER_EXITED, r->is_send, r->peer, r->what,
+                                peer->exit_note);
+      else if (transport_interrupted())
+        s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, r->is_send, r->peer, r->what, NULL);
+      else if (transport_now() >= deadline)
+        s = fail_timeout(me, r);
+      if (s != TRANSPORT_OK) {
+        quiesce(me);
+        break;
+      }
+    }
+    PD_CHECK(r->state != REQ_FREE, "(waiting on a finished request)");
+    wait_until(w, r->state == REQ_COPYING ? transport_now() + 1.0 : deadline);
+  }
+  UNLOCK(w);
+  transport_mark_wait(t, -1);
+  return s;
+}
+
+static void local_abort(Transport *t, const char *why) {
+  LocalRank *me = as_local(t);
+  TransportWorld *w = me->w;
+  LOCK(w);
+  if (!w->aborted) {
+    w->aborted = true;
+    snprintf(w->abort_cause, sizeof w->abort_cause, "rank %d aborted: %s", t->rank, why);
+    broadcast(w);
+  }
+  transport_fail(t, TRANSPORT_ABORTED, "rank %d: aborted: %s", t->rank, why);
+  quiesce(me);
+  UNLOCK(w);
+}
+
+/* Marks the rank exited; note (may be NULL) is appended to "rank N exited". */
+static void local_exit(LocalRank *me, const char *note) {
+  TransportWorld *w = me->w;
+  LOCK(w);
+  if (!me->exited) {
+    quiesce(me);
+    if (note)
+      snprintf(me->exit_note, sizeof me->exit_note, "%s", note);
+    else if (me->base.status != TRANSPORT_OK)
+      snprintf(me->exit_note, sizeof me->exit_note, " after an error (%.480s)", me->base.err);
+    me->exited = true;
+    broadcast(w);
+  }
+  UNLOCK(w);
+}
+
+static void local_destroy(Transport *t) { local_exit(as_local(t), NULL); }
+
+static const TransportOps local_ops = {
+    .isend = local_isend,
+    .irecv = local_irecv,
+    .wait = local_wait,
+    .abort = local_abort,
+    .destroy = local_destroy,
+};
+
+/* ---- the world ----------------------------------------------------------- */
+
+TransportWorld *transport_local_create_world(int nranks, double timeout_s) {
+  PD_CHECK(nranks >= 1, "(a world of %d ranks)", nranks);
+  TransportWorld *w = pd_calloc(1, sizeof *w);
+  PD_CHECK(pthread_mutex_init(&w->mu, NULL) == 0, "(pthread_mutex_init)");
+  PD_CHECK(pthread_cond_init(&w->cv, NULL) == 0, "(pthread_cond_init)");
+  w->n = nranks;
+  w->ranks = pd_calloc((size_t)nranks, sizeof *w->ranks);
+  for (int r = 0; r < nranks; r++) {
+    transport_init_base(&w->ranks[r].base, &local_ops, TRANSPORT_LOCAL, r, nranks, timeout_s);
+    w->ranks[r].w = w;
+  }
+  transport_install_signal_handlers();
+  return w;
+}
+
+Transport *transport_local_rank(TransportWorld *w, int rank) {
+  PD_CHECK(rank >= 0 && rank < w->n, "(rank %d of a world of %d)", rank, w->n);
+  return &w->ranks[rank].base;
+}
+
+void transport_local_destroy_world(TransportWorld *w) {
+  if (!w) return;
+  for (int r = 0; r < w->n; r++) {
+    LocalRank *lr = &w->ranks[r];
+    free(lr->base.scratch);
+    for (LocalReq *q = lr->all, *next; q; q = next) {
+      next = q->all_next;
+      free(q);
+    }
+  }
+  free(w->ranks);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+typedef struct RankThread {
+  Transport *t;
+  TransportRankFn fn;
+  void *arg;
+  int rc;
+  pthread_t tid;
+} RankThread;
+
+static void *rank_main(void *p) {
+  RankThread *rt = p;
+  rt->rc = rt->fn(rt->t, rt->arg);
+  char note[64];
+  snprintf(note, sizeof note, " (its rank function returned %d)", rt->rc);
+  local_exit(as_local(rt->t), rt->rc != 0 && rt->t->status == TRANSPORT_OK ? note : NULL);
+  return NULL;
+}
+
+/* The watchdog: a rank stuck inside a computation or a library call (OpenBLAS
+ * retrying an allocation, a kernel that never returns) cannot notice a failure, and
+ * the world's threads are joined, so the run would never end. Once any rank has
+ * failed, a rank outside the transport (a rank inside a wait notices the failure
+ * itself) that has made no progress for WATCHDOG_GRACE_S since then is stuck: the
+ * watchdog, a thread of its own that waits on nothing the ranks hold for long,
+ * prints the failure and that rank, and ends the process with _exit(1) (exit would
+ * run library destructors that may wait on the stuck thread). */
+#define WATCHDOG_GRACE_S 2.0
+
+typedef struct Watchdog {
+  TransportWorld *w;
+  pthread_t tid;
+  _Atomic bool done;
+} Watchdog;
+
+static void *watchdog_main(void *p) {
+  Watchdog *wd = p;
+  TransportWorld *w = wd->w;
+  double failed_at = -1, grace = WATCHDOG_GRACE_S;
+  long long grace_us = (long long)(grace * 1e6);
+  while (!atomic_load(&wd->done)) {
+    transport_sleep(0.05);
+    LOCK(w);
+    int first = -1, stuck = -1;
+    double now = transport_now();
+    for (int r = 0; r < w->n; r++) {
+      const LocalRank *lr = &w->ranks[r];
+      if (lr->base.status != TRANSPORT_OK && (first < 0 || lr->base.fail_seq < w->ranks[first].base.fail_seq))
+        first = r;
+      long long beat = atomic_load_explicit(&lr->base.beat_us, memory_order_relaxed);
+      if (!lr->exited && stuck < 0 && atomic_load_explicit(&lr->base.waiting_on, memory_order_relaxed) < 0 &&
+          (long long)(now * 1e6) - beat > grace_us)
+        stuck = r;
+    }
+    if ((first >= 0 || w->aborted) && failed_at < 0) failed_at = now;
+    if (failed_at >= 0 && stuck >= 0 && now - failed_at > grace) {
+      char how[160];
+      transport_describe_progress(&w->ranks[stuck].base, now, how, sizeof how);
+      fflush(stdout);
+      fprintf(stderr, "%s: error: %s\n%s: error: rank %d did not stop within %g s of that failure (%s): stuck "
+              "inside a computation or a library call; ending the run\n",
+              program_invocation_short_name, first >= 0 ? w->ranks[first].base.err : w->abort_cause,
+              program_invocation_short_name, stuck, grace, how);
+      _exit(1);
+    }
+    UNLOCK(w);
+  }
+  return NULL;
+}
+
+int transport_local_run(TransportWorld *w, TransportRankFn fn, void *arg, char *err,
+                        size_t errlen) {
+  Watchdog wd = {.w = w};
+  int wrc = pthread_create(&wd.tid, NULL, watchdog_main, &wd);
+  if (wrc != 0) pd_out_of_memory(0, "starting the watchdog thread", __FILE__, __LINE__);
+  RankThread *th = pd_calloc((size_t)w->n, sizeof *th);
+  for (int r = 0; r < w->n; r++) {
+    th[r] = (RankThread){.t = &w->ranks[r].base, .fn = fn, .arg = arg};
+    int rc = pthread_create(&th[r].tid, NULL, rank_main, &th[r]);
+    if (rc != 0) { /* EAGAIN: no memory for its stack (ulimit -v), or the thread limit */
+      char what[128];
+      snprintf(what, sizeof what, "starting the thread of rank %d (pthread_create: %s)", r, strerror(rc));
+      pd_out_of_memory(0, what, __FILE__, __LINE__);
+    }
+  }
+  for (int r = 0; r < w->n; r++)
+    PD_CHECK(pthread_join(th[r].tid, NULL) == 0, "(pthread_join)");
+  atomic_store(&wd.done, true);
+  PD_CHECK(pthread_join(wd.tid, NULL) == 0, "(pthread_join)");
+
+  /* The root cause is the earliest transport failure; a rank that failed
+   * without one (its own error) is reported by its return code. */
+  int first = -1;
+  for (int r = 0; r < w->n; r++) {
+    const Transport *t = th[r].t;
+    if (t->status != TRANSPORT_OK && (first < 0 || t->fail_seq < th[first].t->fail_seq))
+      first = r;
+  }
+  int rc = 0;
+  for (int r = 0; r < w->n && !rc; r++) rc = th[r].rc;
+  if (err && errlen) err[0] = '\0';
+  if (first >= 0) {
+    if (err && errlen) snprintf(err, errlen, "%s", th[first].t->err);
+    if (th[first].rc) rc = th[first].rc;
+    if (!rc) rc = 1;
+  } else if (rc && err && errlen) {
+    for (int r = 0; r < w->n; r++)
+      if (th[r].rc) {
+        snprintf(err, errlen, "rank %d returned %d", r, th[r].rc);
+        break;
+      }
+  }
+  free(th);
+  return rc;
+}
