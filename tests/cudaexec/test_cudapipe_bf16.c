@@ -22,7 +22,10 @@
  *   - the losses and weights against the CPU sequential reference within BF16_TOL (the
  *     bound of test_cudaexec_bf16: bf16 keeps 8 significant bits).
  *
- *   test_cudapipe_bf16 PD2BWC [2bw|1f1b]   (in the source tree)
+ * And (resume) a resumed bf16 run makes its copies from the checkpoint: bit for bit the
+ * uninterrupted run.
+ *
+ *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume]   (in the source tree)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -116,12 +119,55 @@ static void test_1f1b(void) {
       0);
 }
 
+/* A resumed run makes its bf16 copies from the checkpoint's weights (one cast per
+ * version at load): 2 steps, --save, then resumed to 4 steps gives the losses of steps
+ * 3-4 and the final weights of 4 uninterrupted steps bit for bit (the emulated device
+ * is deterministic; without the cast at load the copies would be zeros). */
+static void test_resume(void) {
+  EXPECT(emu_pipe_make_plan("pres", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
+                                    "--schedule 2bw --recompute off"));
+  char dir[256], data[256], ck[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, "pres");
+  emu_path(data, sizeof data, "train.bin");
+  emu_path(ck, sizeof ck, "pres2.safetensors");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  EXPECT(p != NULL);
+  if (!p) return;
+  p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
+  PipeOutcome full = {0}, half = {0}, rest = {0};
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaExecOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = CX_GEMM_PLAN};
+  int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
+  ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  o.steps = 2, o.save_path = ck;
+  rc = rc || cx_pipe_train(p, &ops, &o, &half, NULL, err, sizeof err);
+  ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  o.steps = 4, o.save_path = NULL, o.resume_path = ck;
+  rc = rc || cx_pipe_train(p, &ops, &o, &rest, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  if (!rc) {
+    int mb = full.mb_per_step;
+    bool same = rest.first_step == 2 && memcmp(rest.mb_loss, full.mb_loss + 2 * mb, (size_t)(2 * mb) * 8) == 0; /* from first_step */
+    for (int k = 0; same && k < full.nparams; k++)
+      same = memcmp(rest.weights[k], full.weights[k], (size_t)full.numel[k] * 4) == 0;
+    printf("  2bw bf16, 2 steps + --save + --resume to 4 vs 4 steps: losses of steps 3-4 and final weights %s\n",
+           same ? "bit for bit the same" : "DIFFER");
+    EXPECT(same);
+  }
+  pipe_outcome_free(&full);
+  pipe_outcome_free(&half);
+  pipe_outcome_free(&rest);
+  pipe_plan_free(p);
+}
+
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume]", tmp);
   if (!part) return 2;
   EXPECT(emu_pipe_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
+  if (emu_test_part(part, "resume")) RUN(test_resume);
   emu_test_end();
   return TEST_REPORT();
 }
