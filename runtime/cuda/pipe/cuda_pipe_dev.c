@@ -132,6 +132,7 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
   int64_t n = pp->numel;
   if (!cp_has_grad(x, s, k)) {
     if (wout != win) x->ops->dtod(x->ops->dev, s->stream, wout, win, (size_t)pp->bytes);
+    cp_cast_weights(x, s, vslot, (int64_t)pp->offset / 4, n, s->stream);
     return;
   }
   CxPtr m = s->adam_m + (CxPtr)pp->offset, v = s->adam_v + (CxPtr)pp->offset;
