@@ -29,6 +29,16 @@ static void remove_in(const char *dir, const char *name) {
   free(path);
 }
 
+const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
+  switch (t) {
+  case CGEN_GEMM_TF32: return "tf32";
+  case CGEN_GEMM_FP32: return "fp32";
+  case CGEN_GEMM_BF16: return "bf16";
+  }
+  PD_CHECK(false, "(GEMM dtype %d)", (int)t);
+  return "";
+}
+
 /* The stage's plan.json "cuda" object: the files it runs (maybe another stage's) and
  * what a runtime checks before loading them. */
 static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *o, int rng_base, const char *name,
@@ -47,6 +57,7 @@ static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *
   cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
   cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
   cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+  cJSON_AddStringToObject(c, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
   cJSON_AddNumberToObject(c, "cuda_scratch",
                           cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
 }

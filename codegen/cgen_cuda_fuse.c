@@ -41,6 +41,8 @@ static bool fusible_kind(const Graph *g, const Op *op) {
   return k == OP_SCALE || k == OP_GELU || k == OP_RELU || k == OP_DROPOUT || k == OP_DROPOUT_BWD;
 }
 
+bool cu_fusible_kind(const Graph *g, const Op *op) { return fusible_kind(g, op); }
+
 static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
 
 static bool uses(const Op *op, int t) {

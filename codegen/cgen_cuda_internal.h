@@ -80,13 +80,31 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 /* A dropout op's Philox stream (its forward op id) as a launch argument: the runtime
  * passes the stage's rng_base + this stage-relative number. */
 cJSON *cu_arg_stream(const CuEmit *e, int op_id);
-/* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it). */
+/* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
+ * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
+
+/* cgen_cuda_bf16.c: a bf16 list's GEMM and attention operands. n rounded up to the
+ * staging's 256-byte alignment; where the staging starts in cuda_scratch (after the
+ * stage's largest cross-entropy row-loss array, which the emission may not have reached
+ * yet); operand X (rows x cols at leading dimension ld, float32) as bfloat16: a weight's
+ * bf16 copy (params_bf16), else cast into the staging at `to`. *end: the staging's end
+ * after it (bytes; `to` for a weight). */
+int64_t cu_bf16_align(int64_t n);
+int64_t cu_bf16_staging(const CuEmit *e);
+CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
  * as one generated kernel; returns the number of ops consumed (0: none, the caller
  * emits ops[k] alone). `bias_lead` >= 0: ops[k] is a linear with a bias whose GEMM
  * was already emitted, and the kernel starts by adding the bias in place. */
 int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead);
+/* An op kind cu_fuse_from may put in a chain. */
+bool cu_fusible_kind(const Graph *g, const Op *op);
+
+/* cgen_cuda_epilogue.c (with e->o->gemm_epilogues): emits ops[k] as a GEMM with a
+ * cuBLASLt epilogue when it starts one of the file's patterns, marking the ops it
+ * absorbed done; returns the number of ops emitted (0: none, go on as usual). */
+int cu_epilogue_from(CuEmit *e, const int *ops, int nops, int k);
 
 #endif

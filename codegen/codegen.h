@@ -130,6 +130,8 @@ const char *cgen_gemm_dtype_name(CgenGemmDtype t);
 typedef struct CodegenCudaOptions {
   bool fuse;           /* generate fused elementwise kernels (else one library kernel per op) */
   CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
+  bool gemm_epilogues; /* bias, GELU and bias gradients as GEMM epilogues (cuBLASLt on a
+                          GPU: codegen/cgen_cuda_epilogue.c), else kernels of their own */
 } CodegenCudaOptions;
 
 /* The kernel library of g's plans (pd_malloc'd; free it): what codegen_cuda_stage

@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ir/ir.h"
 
@@ -24,6 +25,19 @@ static const char *const buf_names[PB_COUNT] = {
 const char *plan_buf_kind_name(PlanBufKind k) {
   PD_CHECK(k >= 0 && k < PB_COUNT, "buffer kind %d", (int)k);
   return buf_names[k];
+}
+
+static const char *const epilogue_names[GEMM_EPI_COUNT] = {"none", "bias", "gelu_aux_bias", "dgelu", "bgradb"};
+
+const char *gemm_epilogue_name(GemmEpilogue k) {
+  PD_CHECK(k >= 0 && k < GEMM_EPI_COUNT, "GEMM epilogue %d", (int)k);
+  return epilogue_names[k];
+}
+
+bool gemm_epilogue_parse(const char *name, GemmEpilogue *out) {
+  for (int k = 0; k < GEMM_EPI_COUNT; k++)
+    if (strcmp(name, epilogue_names[k]) == 0) return *out = (GemmEpilogue)k, true;
+  return false;
 }
 
 void codegen_hash_hex(const void *p, size_t n, char out[17]) {

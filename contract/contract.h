@@ -120,9 +120,38 @@ typedef struct StageCtx {
  * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument;
  * 4: nothing of the stage in the list or its .cu, so stages may share both: "op"
  * relative to the pass's smallest op id, dropout streams as the runtime argument
- * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base). */
+ * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base;
+ * 5: a GEMM may carry an "epilogue", below). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 4
+#define CODEGEN_CUDA_LIST_FORMAT 5
+
+/* A launch-list GEMM's epilogue (pd2bwc --gemm-epilogues on; cuBLASLt's epilogues on a
+ * GPU), in the GEMM's row-major terms, C[M,N] = alpha·op(A)·op(B) + beta·C first:
+ *  - bias:          C[i,j] += bias[j]                  (CUBLASLT_EPILOGUE_BIAS)
+ *  - gelu_aux_bias: aux[i,j] = C[i,j] + bias[j]; C[i,j] = gelu(aux[i,j]); beta 0
+ *                   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: aux is the pre-GELU input the
+ *                   backward reads)
+ *  - dgelu:         C[i,j] *= gelu'(aux[i,j]); beta 0   (CUBLASLT_EPILOGUE_DGELU)
+ *  - bgradb:        bias[j] (+)= Σ_k op(B)[k,j], the bias gradient of the row-major B
+ *                   operand (a linear's dy in its dW GEMM); "bias_accumulate" 1 adds
+ *                   (CUBLASLT_EPILOGUE_BGRADA after the row-to-column-major swap, plus
+ *                   an add when accumulating: cuBLASLt only writes)
+ * Each is what the unfused kernels compute (pkc_add_bias_fwd_f32, pkc_gelu_fwd_f32,
+ * pkc_gelu_bwd_f32, pkc_bias_grad_f32) in the same order, so an emulator can replay
+ * them bit for bit. "aux" is float32 M×N at leading dimension "ldaux". */
+typedef enum GemmEpilogue {
+  GEMM_EPI_NONE,
+  GEMM_EPI_BIAS,
+  GEMM_EPI_GELU_AUX_BIAS,
+  GEMM_EPI_DGELU,
+  GEMM_EPI_BGRADB,
+  GEMM_EPI_COUNT
+} GemmEpilogue;
+
+/* "none", "bias", "gelu_aux_bias", "dgelu", "bgradb": the launch list's spelling. */
+const char *gemm_epilogue_name(GemmEpilogue k);
+/* The kind spelled `name`; false when there is none. */
+bool gemm_epilogue_parse(const char *name, GemmEpilogue *out);
 
 /* ---- the hash of program texts (plan.json's "hash" fields, the cache keys) --------- */
 

@@ -1,5 +1,5 @@
-/* frontend/lower.h — state shared by the lowering files (lower.c, eval.c,
- * train.c, cluster.c); private to frontend/.
+/* frontend/lower.h — state shared by the lowering files (lower.c, lower_expr.c,
+ * eval.c, train.c, cluster.c); private to frontend/.
  *
  * Lowering walks the AST once, in order. Names live in one binding list with a
  * hash index: params, inputs, weights and values (op results). A repeat body is
@@ -90,6 +90,12 @@ bool eval_param(LowerCtx *c, int i, Loc use, Value *out);
 Binding *lower_lookup(LowerCtx *c, const char *name);
 /* The closest known op or name to `name` for a "did you mean" hint, or NULL. */
 const char *lower_suggest_op(const char *name);
+/* A graph-unique tensor name: base, else base.1, base.2, ... */
+const char *lower_unique_name(LowerCtx *c, const char *base);
+/* Lowers a tensor expression (lower_expr.c); `name` (or NULL) names its result.
+ * Returns the tensor id, or -1 after an error was reported (or a poisoned name was
+ * used). */
+int lower_tensor(LowerCtx *c, const Ast *e, const char *name);
 
 /* Lowers the train { } section into g->train. */
 void lower_train(LowerCtx *c, const Ast *train);

@@ -263,7 +263,7 @@ typedef struct TrainConfig {
   double min_lr;
   double clip; /* global-norm gradient clipping; 0 = off */
   /* λ of 2bw's delay compensation (adamw only; 0 = off): the first moment takes
-   * g + λ·sqrt(v̂)·(W(t) - W(t-1)) (kernels/cpu_kernels.h pk_adamw_step,
+   * g + λ·sqrt(v̂)·(W(t) - W(t-1)) (kernels/cpu_kernels_optim.h pk_adamw_step,
    * docs/update-rules.md). Zero under every other update rule. */
   double delay_comp;
   uint64_t seed;

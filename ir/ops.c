@@ -1,32 +1,22 @@
-/* ir/ops.c — the op table: per op kind its shape rule, cost and gradient rule.
+/* ir/ops.c — the forward ops' rules: per op kind its shape rule, cost and gradient rule.
  *
- * The table itself is generated from ops.def; this file supplies the three
- * functions each row names (op_shape_<ID>, op_cost_<ID>, op_grad_<ID>), so a new
- * row without them does not link. Shape rules speak to the user: their messages
- * say what was expected. Costs count a multiply-add as 2 FLOPs and bytes as
- * the float32 traffic of inputs and outputs, per microbatch of size b; the
- * planner's roofline uses both. Gradient rules emit backward ops (kinds from the
- * same table) through graph_emit. */
-#include "ir/ir.h"
+ * The table (ops_table.c, generated from ops.def) names the three functions each row
+ * needs (op_shape_<ID>, op_cost_<ID>, op_grad_<ID>); this file supplies them for the
+ * forward ops, ops_backward.c the shapes and costs of the backward ops they emit.
+ * Shape rules speak to the user: their messages say what was expected. Costs count
+ * a multiply-add as 2 FLOPs and bytes as the float32 traffic of inputs and outputs,
+ * per microbatch of size b; the planner's roofline uses both. Gradient rules emit
+ * backward ops (kinds from the same table) through graph_emit. */
+#include "ir/ops_rules.h"
 
 #include <math.h>
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------- */
 
-#define T(id) (&g->tensors[(id)])
-#define IN(i) T(op->in[i])
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
-#define SHAPE_ARGS const Graph *g, const Op *op, Shape *out, DType *odt, char *err, size_t errlen
-#define COST_ARGS const Graph *g, const Op *op, int64_t b
-#define GRAD_ARGS Graph *g, const Op *op, const int *dout, int *din
 
 static const char *sh(const Tensor *t, char *buf) { return shape_str(&t->shape, buf, 64); }
-
-static int64_t last_dim(const Tensor *t) { return t->shape.rank ? t->shape.dim[t->shape.rank - 1] : 1; }
-
-/* Elements of tensor t at microbatch size b. */
-static double numel(const Tensor *t, int64_t b) { return (double)shape_numel(&t->shape, b); }
 
 static bool need_f32(const Graph *g, const Op *op, int i, char *err, size_t errlen) {
   if (IN(i)->dtype == DT_F32) return true;
@@ -54,25 +44,9 @@ static bool need_rank(const Graph *g, const Op *op, int i, int lo, int hi, char 
 
 static bool is_int_attr(double v) { return v == floor(v) && fabs(v) < 9e15; }
 
-/* Output i of op has the same shape and dtype as input j. */
-static void same_as(const Graph *g, const Op *op, Shape *out, DType *odt, int i, int j) {
-  out[i] = IN(j)->shape;
-  odt[i] = IN(j)->dtype;
-}
-
 /* Shape `s` with its last dim replaced by n. */
 static Shape with_last(Shape s, int64_t n) {
   s.dim[s.rank - 1] = n;
-  return s;
-}
-
-static Shape shape2(int64_t a, int64_t c) {
-  Shape s = {.rank = 2, .batched = false, .dim = {a, c}};
-  return s;
-}
-
-static Shape shape1(int64_t a) {
-  Shape s = {.rank = 1, .batched = false, .dim = {a}};
   return s;
 }
 
@@ -89,7 +63,7 @@ static bool wants(const Graph *g, const Op *op, int i) { return g->tensors[op->i
 
 /* ---- embedding ---------------------------------------------------------------- */
 
-static bool op_shape_EMBEDDING(SHAPE_ARGS) {
+bool op_shape_EMBEDDING(SHAPE_ARGS) {
   char b[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 2, 2, err, errlen)) return false;
   if (!need_i32(g, op, 1, err, errlen) || !need_rank(g, op, 1, 1, 3, err, errlen)) return false;
@@ -99,11 +73,11 @@ static bool op_shape_EMBEDDING(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-static OpCost op_cost_EMBEDDING(COST_ARGS) {
+OpCost op_cost_EMBEDDING(COST_ARGS) {
   (void)g;
   return (OpCost){0, 4.0 * 2 * numel(T(op->out[0]), b)};
 }
-static void op_grad_EMBEDDING(GRAD_ARGS) {
+void op_grad_EMBEDDING(GRAD_ARGS) {
   din[1] = -1;
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
@@ -112,7 +86,7 @@ static void op_grad_EMBEDDING(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_EMBEDDING_BWD, in, 2, attr, gname(g, op->in[0]));
 }
 
-static bool op_shape_POSITIONS(SHAPE_ARGS) {
+bool op_shape_POSITIONS(SHAPE_ARGS) {
   char b[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 2, 2, err, errlen)) return false;
   if (!need_i32(g, op, 1, err, errlen) || !need_rank(g, op, 1, 2, 2, err, errlen)) return false;
@@ -124,11 +98,11 @@ static bool op_shape_POSITIONS(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-static OpCost op_cost_POSITIONS(COST_ARGS) {
+OpCost op_cost_POSITIONS(COST_ARGS) {
   (void)g;
   return (OpCost){0, 4.0 * 2 * numel(T(op->out[0]), b)};
 }
-static void op_grad_POSITIONS(GRAD_ARGS) {
+void op_grad_POSITIONS(GRAD_ARGS) {
   din[1] = -1;
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
@@ -138,7 +112,7 @@ static void op_grad_POSITIONS(GRAD_ARGS) {
 
 /* ---- linear / matmul ------------------------------------------------------------ */
 
-static bool op_shape_LINEAR(SHAPE_ARGS) {
+bool op_shape_LINEAR(SHAPE_ARGS) {
   char b1[64], b2[64];
   for (int i = 0; i < op->nin; i++)
     if (!need_f32(g, op, i, err, errlen)) return false;
@@ -158,18 +132,14 @@ static bool op_shape_LINEAR(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-/* rows = elements of x / K: the M of the GEMM */
-static OpCost gemm_cost(double m, double n, double k) {
-  return (OpCost){2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)};
-}
-static OpCost op_cost_LINEAR(COST_ARGS) {
+OpCost op_cost_LINEAR(COST_ARGS) {
   const Tensor *x = IN(0), *w = IN(1);
   double k = (double)w->shape.dim[0], n = (double)w->shape.dim[1];
   OpCost c = gemm_cost(numel(x, b) / k, n, k);
   if (op->nin == 3) c.flops += numel(x, b) / k * n;
   return c;
 }
-static void op_grad_LINEAR(GRAD_ARGS) {
+void op_grad_LINEAR(GRAD_ARGS) {
   for (int i = 0; i < op->nin; i++) din[i] = -1;
   if (dout[0] < 0) return;
   if (wants(g, op, 0)) {
@@ -184,7 +154,7 @@ static void op_grad_LINEAR(GRAD_ARGS) {
   if (op->nin == 3 && wants(g, op, 2)) din[2] = emit1(g, op, OP_BIAS_GRAD, &dout[0], 1, NULL, gname(g, op->in[2]));
 }
 
-static bool op_shape_MATMUL(SHAPE_ARGS) {
+bool op_shape_MATMUL(SHAPE_ARGS) {
   char b1[64], b2[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_f32(g, op, 1, err, errlen)) return false;
   if (!need_rank(g, op, 0, 1, 4, err, errlen) || !need_rank(g, op, 1, 2, 2, err, errlen))
@@ -201,13 +171,13 @@ static bool op_shape_MATMUL(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-static OpCost op_cost_MATMUL(COST_ARGS) {
+OpCost op_cost_MATMUL(COST_ARGS) {
   const Tensor *a = IN(0), *w = IN(1);
   double k = (double)last_dim(a), n = (double)last_dim(T(op->out[0]));
   (void)w;
   return gemm_cost(numel(a, b) / k, n, k);
 }
-static void op_grad_MATMUL(GRAD_ARGS) {
+void op_grad_MATMUL(GRAD_ARGS) {
   din[0] = din[1] = -1;
   if (dout[0] < 0) return;
   bool tb = op->attr[0] != 0;
@@ -229,7 +199,7 @@ static void op_grad_MATMUL(GRAD_ARGS) {
 
 /* ---- elementwise ---------------------------------------------------------------- */
 
-static bool op_shape_ADD(SHAPE_ARGS) {
+bool op_shape_ADD(SHAPE_ARGS) {
   char b1[64], b2[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_f32(g, op, 1, err, errlen)) return false;
   const Tensor *a = IN(0), *c = IN(1);
@@ -241,11 +211,11 @@ static bool op_shape_ADD(SHAPE_ARGS) {
   same_as(g, op, out, odt, 0, 0);
   return true;
 }
-static OpCost op_cost_ADD(COST_ARGS) {
+OpCost op_cost_ADD(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){n, 4.0 * (2 * n + numel(IN(1), b) - n + n)};
 }
-static void op_grad_ADD(GRAD_ARGS) {
+void op_grad_ADD(GRAD_ARGS) {
   din[0] = din[1] = -1;
   if (dout[0] < 0) return;
   if (wants(g, op, 0)) din[0] = dout[0];
@@ -257,7 +227,7 @@ static void op_grad_ADD(GRAD_ARGS) {
   }
 }
 
-static bool op_shape_MUL(SHAPE_ARGS) {
+bool op_shape_MUL(SHAPE_ARGS) {
   char b1[64], b2[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_f32(g, op, 1, err, errlen)) return false;
   if (!shape_equal(&IN(0)->shape, &IN(1)->shape))
@@ -266,11 +236,11 @@ static bool op_shape_MUL(SHAPE_ARGS) {
   same_as(g, op, out, odt, 0, 0);
   return true;
 }
-static OpCost op_cost_MUL(COST_ARGS) {
+OpCost op_cost_MUL(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){n, 12.0 * n};
 }
-static void op_grad_MUL(GRAD_ARGS) {
+void op_grad_MUL(GRAD_ARGS) {
   din[0] = din[1] = -1;
   if (dout[0] < 0) return;
   if (wants(g, op, 0)) {
@@ -283,17 +253,17 @@ static void op_grad_MUL(GRAD_ARGS) {
   }
 }
 
-static bool op_shape_SCALE(SHAPE_ARGS) {
+bool op_shape_SCALE(SHAPE_ARGS) {
   if (!need_f32(g, op, 0, err, errlen)) return false;
   if (!isfinite(op->attr[0])) return ERR("'scale' attribute s must be finite");
   same_as(g, op, out, odt, 0, 0);
   return true;
 }
-static OpCost op_cost_SCALE(COST_ARGS) {
+OpCost op_cost_SCALE(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){n, 8.0 * n};
 }
-static void op_grad_SCALE(GRAD_ARGS) {
+void op_grad_SCALE(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   din[0] = emit1(g, op, OP_SCALE, &dout[0], 1, op->attr, gname(g, op->in[0]));
@@ -306,36 +276,36 @@ static bool unary_f32(SHAPE_ARGS) {
   return true;
 }
 
-static bool op_shape_GELU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
-static OpCost op_cost_GELU(COST_ARGS) {
+bool op_shape_GELU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
+OpCost op_cost_GELU(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){12.0 * n, 8.0 * n};
 }
-static void op_grad_GELU(GRAD_ARGS) {
+void op_grad_GELU(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {dout[0], op->in[0]};
   din[0] = emit1(g, op, OP_GELU_BWD, in, 2, NULL, gname(g, op->in[0]));
 }
 
-static bool op_shape_RELU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
-static OpCost op_cost_RELU(COST_ARGS) {
+bool op_shape_RELU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
+OpCost op_cost_RELU(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){n, 8.0 * n};
 }
-static void op_grad_RELU(GRAD_ARGS) {
+void op_grad_RELU(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {dout[0], op->in[0]};
   din[0] = emit1(g, op, OP_RELU_BWD, in, 2, NULL, gname(g, op->in[0]));
 }
 
-static bool op_shape_SOFTMAX(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
-static OpCost op_cost_SOFTMAX(COST_ARGS) {
+bool op_shape_SOFTMAX(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
+OpCost op_cost_SOFTMAX(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){5.0 * n, 8.0 * n};
 }
-static void op_grad_SOFTMAX(GRAD_ARGS) {
+void op_grad_SOFTMAX(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {dout[0], op->out[0]};
@@ -347,15 +317,15 @@ static bool check_p(double p, const char *opname, char *err, size_t errlen) {
   return ERR("'%s' dropout probability p must be in [0, 1), got %g", opname, p);
 }
 
-static bool op_shape_DROPOUT(SHAPE_ARGS) {
+bool op_shape_DROPOUT(SHAPE_ARGS) {
   if (!check_p(op->attr[0], "dropout", err, errlen)) return false;
   return unary_f32(g, op, out, odt, err, errlen);
 }
-static OpCost op_cost_DROPOUT(COST_ARGS) {
+OpCost op_cost_DROPOUT(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){op->attr[0] > 0 ? 4.0 * n : 0, op->attr[0] > 0 ? 8.0 * n : 0};
 }
-static void op_grad_DROPOUT(GRAD_ARGS) {
+void op_grad_DROPOUT(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   din[0] = emit1(g, op, OP_DROPOUT_BWD, &dout[0], 1, op->attr, gname(g, op->in[0]));
@@ -363,7 +333,7 @@ static void op_grad_DROPOUT(GRAD_ARGS) {
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-static bool op_shape_LAYERNORM(SHAPE_ARGS) {
+bool op_shape_LAYERNORM(SHAPE_ARGS) {
   char b1[64], b2[64];
   for (int i = 0; i < 3; i++)
     if (!need_f32(g, op, i, err, errlen)) return false;
@@ -378,11 +348,11 @@ static bool op_shape_LAYERNORM(SHAPE_ARGS) {
   same_as(g, op, out, odt, 0, 0);
   return true;
 }
-static OpCost op_cost_LAYERNORM(COST_ARGS) {
+OpCost op_cost_LAYERNORM(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
   return (OpCost){8.0 * n, 8.0 * n};
 }
-static void op_grad_LAYERNORM(GRAD_ARGS) {
+void op_grad_LAYERNORM(GRAD_ARGS) {
   din[0] = din[1] = din[2] = -1;
   if (dout[0] < 0) return;
   int in[] = {dout[0], op->in[0], op->in[1]};
@@ -394,7 +364,7 @@ static void op_grad_LAYERNORM(GRAD_ARGS) {
 
 /* ---- attention ------------------------------------------------------------------ */
 
-static bool op_shape_ATTENTION(SHAPE_ARGS) {
+bool op_shape_ATTENTION(SHAPE_ARGS) {
   char b1[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 3, 3, err, errlen)) return false;
   const Tensor *qkv = IN(0);
@@ -418,13 +388,13 @@ static bool op_shape_ATTENTION(SHAPE_ARGS) {
 /* QK^T and PV: 2 GEMMs of 2·T·T·C each per sample, plus the softmax. The causal
  * mask halves the useful work but the kernels compute full tiles; count them
  * all, as llm.c and Megatron's FLOP formulas do. */
-static OpCost op_cost_ATTENTION(COST_ARGS) {
+OpCost op_cost_ATTENTION(COST_ARGS) {
   const Tensor *qkv = IN(0);
   double t = (double)qkv->shape.dim[1], c = (double)last_dim(qkv) / 3, h = op->attr[0];
   double nb = (double)(qkv->shape.batched ? b : qkv->shape.dim[0]);
   return (OpCost){nb * (4.0 * t * t * c + 5.0 * h * t * t), 4.0 * nb * t * 4 * c};
 }
-static void op_grad_ATTENTION(GRAD_ARGS) {
+void op_grad_ATTENTION(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {dout[0], op->in[0], op->out[0], op->out[1]};
@@ -433,7 +403,7 @@ static void op_grad_ATTENTION(GRAD_ARGS) {
 
 /* ---- reshape, gather --------------------------------------------------------------- */
 
-static bool op_shape_RESHAPE(SHAPE_ARGS) {
+bool op_shape_RESHAPE(SHAPE_ARGS) {
   char b1[64];
   const Tensor *x = IN(0);
   Shape s = {.batched = x->shape.batched};
@@ -455,11 +425,11 @@ static bool op_shape_RESHAPE(SHAPE_ARGS) {
   odt[0] = x->dtype;
   return true;
 }
-static OpCost op_cost_RESHAPE(COST_ARGS) {
+OpCost op_cost_RESHAPE(COST_ARGS) {
   (void)g, (void)op, (void)b;
   return (OpCost){0, 0};
 }
-static void op_grad_RESHAPE(GRAD_ARGS) {
+void op_grad_RESHAPE(GRAD_ARGS) {
   din[0] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   const Shape *s = &IN(0)->shape;
@@ -468,7 +438,7 @@ static void op_grad_RESHAPE(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_RESHAPE, &dout[0], 1, attr, gname(g, op->in[0]));
 }
 
-static bool op_shape_GATHER(SHAPE_ARGS) {
+bool op_shape_GATHER(SHAPE_ARGS) {
   char b1[64], b2[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 3, 3, err, errlen)) return false;
   if (!need_i32(g, op, 1, err, errlen) || !need_rank(g, op, 1, 2, 2, err, errlen)) return false;
@@ -481,11 +451,11 @@ static bool op_shape_GATHER(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-static OpCost op_cost_GATHER(COST_ARGS) {
+OpCost op_cost_GATHER(COST_ARGS) {
   (void)g;
   return (OpCost){0, 8.0 * numel(T(op->out[0]), b)};
 }
-static void op_grad_GATHER(GRAD_ARGS) {
+void op_grad_GATHER(GRAD_ARGS) {
   din[0] = din[1] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {dout[0], op->in[1]};
@@ -495,7 +465,7 @@ static void op_grad_GATHER(GRAD_ARGS) {
 
 /* ---- loss ------------------------------------------------------------------------- */
 
-static bool op_shape_CROSS_ENTROPY(SHAPE_ARGS) {
+bool op_shape_CROSS_ENTROPY(SHAPE_ARGS) {
   char b1[64], b2[64];
   if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 2, 4, err, errlen)) return false;
   if (!need_i32(g, op, 1, err, errlen)) return false;
@@ -511,175 +481,13 @@ static bool op_shape_CROSS_ENTROPY(SHAPE_ARGS) {
   odt[0] = DT_F32;
   return true;
 }
-static OpCost op_cost_CROSS_ENTROPY(COST_ARGS) {
+OpCost op_cost_CROSS_ENTROPY(COST_ARGS) {
   double n = numel(IN(0), b);
   return (OpCost){5.0 * n, 4.0 * n};
 }
-static void op_grad_CROSS_ENTROPY(GRAD_ARGS) {
+void op_grad_CROSS_ENTROPY(GRAD_ARGS) {
   din[0] = din[1] = -1;
   if (dout[0] < 0 || !wants(g, op, 0)) return;
   int in[] = {op->in[0], op->in[1]};
   din[0] = emit1(g, op, OP_CROSS_ENTROPY_BWD, in, 2, op->attr, gname(g, op->in[0]));
-}
-
-/* ---- backward ops: shapes and costs (never differentiated again) --------------------- */
-
-static bool op_shape_EMBEDDING_BWD(SHAPE_ARGS) {
-  out[0] = shape2((int64_t)op->attr[0], last_dim(IN(0)));
-  odt[0] = DT_F32;
-  (void)err, (void)errlen;
-  return true;
-}
-static OpCost op_cost_EMBEDDING_BWD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){n, 12.0 * n};
-}
-static bool op_shape_POSITIONS_BWD(SHAPE_ARGS) { return op_shape_EMBEDDING_BWD(g, op, out, odt, err, errlen); }
-static OpCost op_cost_POSITIONS_BWD(COST_ARGS) { return op_cost_EMBEDDING_BWD(g, op, b); }
-
-static bool op_shape_LINEAR_DW(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  out[0] = shape2(last_dim(IN(0)), last_dim(IN(1)));
-  odt[0] = DT_F32;
-  return true;
-}
-static OpCost op_cost_LINEAR_DW(COST_ARGS) {
-  double k = (double)last_dim(IN(0)), n = (double)last_dim(IN(1));
-  return gemm_cost(k, n, numel(IN(0), b) / k);
-}
-static bool op_shape_BIAS_GRAD(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  out[0] = shape1(last_dim(IN(0)));
-  odt[0] = DT_F32;
-  return true;
-}
-static OpCost op_cost_BIAS_GRAD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){n, 4.0 * n};
-}
-static bool op_shape_MATMUL_DW_T(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  out[0] = shape2(last_dim(IN(0)), last_dim(IN(1)));
-  odt[0] = DT_F32;
-  return true;
-}
-static OpCost op_cost_MATMUL_DW_T(COST_ARGS) {
-  double n = (double)last_dim(IN(0)), k = (double)last_dim(IN(1));
-  return gemm_cost(n, k, numel(IN(0), b) / n);
-}
-static bool op_shape_LAYERNORM_BWD(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  out[0] = IN(1)->shape;
-  out[1] = out[2] = shape1(last_dim(IN(1)));
-  odt[0] = odt[1] = odt[2] = DT_F32;
-  return true;
-}
-static OpCost op_cost_LAYERNORM_BWD(COST_ARGS) {
-  double n = numel(IN(1), b);
-  return (OpCost){16.0 * n, 16.0 * n};
-}
-/* dy-shaped outputs: gelu_bwd, relu_bwd, softmax_bwd, dropout_bwd, cross_entropy_bwd */
-static bool same_as_in1(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  same_as(g, op, out, odt, 0, op->nin > 1 ? 1 : 0);
-  return true;
-}
-static bool op_shape_GELU_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
-static OpCost op_cost_GELU_BWD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){20.0 * n, 12.0 * n};
-}
-static bool op_shape_RELU_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
-static OpCost op_cost_RELU_BWD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){n, 12.0 * n};
-}
-static bool op_shape_SOFTMAX_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
-static OpCost op_cost_SOFTMAX_BWD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){4.0 * n, 12.0 * n};
-}
-static bool op_shape_ATTENTION_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
-/* dQ, dK, dV, dP: twice the forward GEMM work (recomputing P is counted in the
- * forward-sized term, as flash-attention's backward does). */
-static OpCost op_cost_ATTENTION_BWD(COST_ARGS) {
-  OpCost f = op_cost_ATTENTION(g, op, b);
-  f.bytes *= 2;
-  f.flops *= 2;
-  return f;
-}
-static bool op_shape_DROPOUT_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
-static OpCost op_cost_DROPOUT_BWD(COST_ARGS) { return op_cost_DROPOUT(g, op, b); }
-static bool op_shape_GATHER_BWD(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  out[0] = IN(0)->shape;
-  out[0].dim[1] = (int64_t)op->attr[0];
-  odt[0] = DT_F32;
-  return true;
-}
-static OpCost op_cost_GATHER_BWD(COST_ARGS) {
-  double n = numel(T(op->out[0]), b);
-  return (OpCost){0, 8.0 * n};
-}
-static bool op_shape_CROSS_ENTROPY_BWD(SHAPE_ARGS) {
-  (void)err, (void)errlen;
-  same_as(g, op, out, odt, 0, 0);
-  return true;
-}
-static OpCost op_cost_CROSS_ENTROPY_BWD(COST_ARGS) {
-  double n = numel(IN(0), b);
-  return (OpCost){5.0 * n, 8.0 * n};
-}
-
-/* Backward ops are not differentiated again (no double backward): their grad
- * entry is NULL, through these names that the table pastes. */
-#define op_grad_EMBEDDING_BWD NULL
-#define op_grad_POSITIONS_BWD NULL
-#define op_grad_LINEAR_DW NULL
-#define op_grad_BIAS_GRAD NULL
-#define op_grad_MATMUL_DW_T NULL
-#define op_grad_LAYERNORM_BWD NULL
-#define op_grad_GELU_BWD NULL
-#define op_grad_RELU_BWD NULL
-#define op_grad_SOFTMAX_BWD NULL
-#define op_grad_ATTENTION_BWD NULL
-#define op_grad_DROPOUT_BWD NULL
-#define op_grad_GATHER_BWD NULL
-#define op_grad_CROSS_ENTROPY_BWD NULL
-
-/* ---- the table -------------------------------------------------------------------- */
-
-#define A0 .nattrs = 0
-#define A1(n1, d1) .nattrs = 1, .attr_names = {n1}, .attr_defaults = {d1}
-#define A2(n1, d1, n2, d2) .nattrs = 2, .attr_names = {n1, n2}, .attr_defaults = {d1, d2}
-#define A3(n1, d1, n2, d2, n3, d3)                                             \
-  .nattrs = 3, .attr_names = {n1, n2, n3}, .attr_defaults = {d1, d2, d3}
-#define A4(n1, d1, n2, d2, n3, d3, n4, d4)                                     \
-  .nattrs = 4, .attr_names = {n1, n2, n3, n4}, .attr_defaults = {d1, d2, d3, d4}
-
-const OpInfo op_info[OP_COUNT] = {
-#define OP(id, nm, mini, maxi, nout, attrs, fl)                                \
-  [OP_##id] = {.name = nm,                                                     \
-               .min_inputs = mini,                                             \
-               .max_inputs = maxi,                                             \
-               .noutputs = nout,                                               \
-               attrs,                                                          \
-               .flags = fl,                                                    \
-               .shape = op_shape_##id,                                         \
-               .cost = op_cost_##id,                                           \
-               .grad = op_grad_##id},
-#include "ops.def"
-#undef OP
-};
-
-int op_lookup(const char *name) {
-  for (int k = 0; k < OP_COUNT; k++)
-    if (strcmp(op_info[k].name, name) == 0) return k;
-  return -1;
-}
-
-int op_attr_index(OpKind kind, const char *name) {
-  for (int i = 0; i < op_info[kind].nattrs; i++)
-    if (strcmp(op_info[kind].attr_names[i], name) == 0) return i;
-  return -1;
 }

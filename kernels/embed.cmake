@@ -3,11 +3,31 @@
 # Writes OUT declaring `static const char VAR[]`: the INPUTS' bytes concatenated in
 # order, NUL-terminated, as a hex array (a string literal would hit compilers' length
 # limits). Written to a temporary name and renamed: never a partial header.
-set(hex "")
+#
+# A line `#include "NAME"` (at column 0) in an input, where NAME is a file beside that
+# input and not itself one of the INPUTS, is replaced by NAME's text: how
+# cpu_kernels.h's parts (cpu_kernels_<family>.h, included inside each instantiation)
+# reach a program that has no files to include. Includes of the INPUTS stay, skipped
+# there by their include guards, as does anything else.
+cmake_policy(SET CMP0057 NEW) # if(... IN_LIST ...) in script mode
+set(text "")
 foreach(in IN LISTS INPUTS)
-  file(READ ${in} h HEX)
-  string(APPEND hex "${h}")
+  file(READ ${in} body)
+  get_filename_component(dir ${in} DIRECTORY)
+  string(REGEX MATCHALL "#include \"[^\"\n]+\"\n" incs "${body}")
+  foreach(inc IN LISTS incs)
+    string(REGEX REPLACE "#include \"([^\"\n]+)\"\n" "\\1" name "${inc}")
+    set(part ${dir}/${name})
+    if(EXISTS ${part} AND NOT part IN_LIST INPUTS)
+      file(READ ${part} part_text)
+      string(REPLACE "\n${inc}" "\n${part_text}" body "${body}")
+    endif()
+  endforeach()
+  string(APPEND text "${body}")
 endforeach()
+file(WRITE ${OUT}.txt "${text}")
+file(READ ${OUT}.txt hex HEX)
+file(REMOVE ${OUT}.txt)
 string(LENGTH "${hex}" nhex)
 math(EXPR nbytes "${nhex} / 2")
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," body "${hex}")

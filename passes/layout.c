@@ -213,19 +213,12 @@ static void local_free(StageLocal *S) {
   free(S->order), free(S->tens), free(S->pl), free(S->scratch_off), free(S->scratch_bytes), free(S->params);
 }
 
-static void layout_local(LayoutIndex *ix, int first_region, int last_region, int64_t b, StageLocal *S) {
+/* The touched tensors, ascending (the block offsets below follow tensor order),
+ * their slots and their placements' sizes. */
+static void collect_tensors(StageLocal *S) {
+  const LayoutIndex *ix = S->ix;
   const Graph *g = ix->g;
-  PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
-  memset(S, 0, sizeof *S);
-  S->ix = ix, S->first = first_region, S->last = last_region, S->b = b, S->loss = -1;
-  int nf = ix->fwd_start[last_region + 1] - ix->fwd_start[first_region];
-  int nb = ix->bwd_start[last_region + 1] - ix->bwd_start[first_region];
-  S->order = pd_malloc((size_t)(nf + nb ? nf + nb : 1) * sizeof(int));
-  S->nfwd = collect_ops(ix->fwd_start, ix->fwd_ops, first_region, last_region, false, S->order);
-  S->nbwd = collect_ops(ix->bwd_start, ix->bwd_ops, first_region, last_region, true, S->order + S->nfwd);
   int norder = S->nfwd + S->nbwd;
-
-  /* The touched tensors, ascending (the block offsets below follow tensor order). */
   int cap = 16;
   S->tens = pd_malloc((size_t)cap * sizeof(int));
   for (int k = 0; k < norder; k++) {
@@ -250,18 +243,21 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   } else {
     qsort(S->tens, (size_t)S->n, sizeof(int), cmp_int);
   }
-  int n = S->n, nz = n ? n : 1;
+  int n = S->n;
   for (int k = 0; k < n; k++) ix->slot[S->tens[k]] = k;
-  S->pl = pd_calloc((size_t)nz, sizeof *S->pl);
+  S->pl = pd_calloc((size_t)(n ? n : 1), sizeof *S->pl);
   for (int k = 0; k < n; k++) {
     S->pl[k].alias = -1;
-    S->pl[k].bytes = layout_padded_numel(g, ix->ld, S->tens[k], b) * (int64_t)dtype_size(g->tensors[S->tens[k]].dtype);
+    S->pl[k].bytes = layout_padded_numel(g, ix->ld, S->tens[k], S->b) * (int64_t)dtype_size(g->tensors[S->tens[k]].dtype);
   }
+}
 
-  /* Per slot: read by a backward op of the stage; the position in order of its last
-   * use. (Read by another stage's op: rmin/rmax of the index.) */
-  bool *read_bwd = pd_calloc((size_t)nz, 1);
-  int *last = pd_malloc((size_t)nz * sizeof(int));
+/* Per slot: read by a backward op of the stage; the position in order of its last
+ * use. (Read by another stage's op: rmin/rmax of the index.) And the loss, when the
+ * stage holds it. */
+static void find_reads(StageLocal *S, bool *read_bwd, int *last) {
+  const Graph *g = S->ix->g;
+  int n = S->n, norder = S->nfwd + S->nbwd;
   for (int k = 0; k < n; k++) last[k] = -1;
   for (int k = 0; k < norder; k++) {
     const Op *op = &g->ops[S->order[k]];
@@ -271,14 +267,19 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
       last[s] = k;
     }
   }
-  if (g->loss >= 0 && ix->slot[g->loss] >= 0) S->loss = g->loss;
+  if (g->loss >= 0 && S->ix->slot[g->loss] >= 0) S->loss = g->loss;
+}
 
-  /* (1) classes. */
+/* (1) classes: which block each tensor lives in. */
+static void assign_classes(StageLocal *S, const bool *read_bwd) {
+  const LayoutIndex *ix = S->ix;
+  const Graph *g = ix->g;
+  int n = S->n;
   for (int k = 0; k < n; k++) {
     int t = S->tens[k];
     const Tensor *x = &g->tensors[t];
     bool mine = x->producer >= 0 && in_stage(S, x->producer);
-    bool read_out = ix->rmin[t] < first_region || ix->rmax[t] > last_region;
+    bool read_out = ix->rmin[t] < S->first || ix->rmax[t] > S->last;
     BufClass c = BUF_WORK;
     switch (x->kind) {
     case TK_PARAM: c = BUF_PARAMS; break;
@@ -296,25 +297,33 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
     }
     S->pl[k].cls = c;
   }
+}
 
-  /* A tied parameter's gradient contribution that another stage would sum (GPT: the
-   * LM head's part of dwte, read by the prologue's add) accumulates straight into
-   * this stage's own gradient of the parameter: TIED_SYNC sums the stages'. */
-  int *gparam = pd_malloc((size_t)nz * sizeof(int));
+/* A tied parameter's gradient contribution that another stage would sum (GPT: the
+ * LM head's part of dwte, read by the prologue's add) accumulates straight into
+ * this stage's own gradient of the parameter: TIED_SYNC sums the stages'. gparam[k]:
+ * the parameter slot k contributes to, or -1. */
+static void tied_contributions(StageLocal *S, int *gparam) {
+  const Graph *g = S->ix->g;
+  int n = S->n;
   for (int k = 0; k < n; k++) {
     gparam[k] = -1;
     int t = S->tens[k];
     const Tensor *x = &g->tensors[t];
     if (S->pl[k].cls != BUF_BOUNDARY || x->kind != TK_ACT_GRAD || x->producer < 0 || !in_stage(S, x->producer))
       continue;
-    int p = contribution_param(ix, t);
+    int p = contribution_param(S->ix, t);
     if (p < 0 || slot_of(S, g->params[p].tensor) < 0) continue;
     if (S->pl[k].bytes != place_of(S, g->params[p].tensor)->bytes) continue;
     S->pl[k].cls = BUF_GRADS;
     gparam[k] = p;
   }
+}
 
-  /* (2) accumulation: gradients, then their single-use contributions. */
+/* (2) accumulation: gradients, then their single-use contributions. */
+static void fold_accumulation(StageLocal *S) {
+  const Graph *g = S->ix->g;
+  int n = S->n, nz = n ? n : 1;
   int *stack = pd_malloc((size_t)nz * sizeof(int)), nstack = 0;
   for (int k = 0; k < n; k++)
     if (S->pl[k].cls == BUF_GRADS) {
@@ -330,7 +339,7 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
       int c = p->in[i];
       const Tensor *x = &g->tensors[c];
       TensorPlace *pc = place_of(S, c);
-      if (x->kind != TK_ACT_GRAD || ix->nuse[c] != 1) continue;
+      if (x->kind != TK_ACT_GRAD || S->ix->nuse[c] != 1) continue;
       if (pc->cls == BUF_BOUNDARY && x->producer >= 0 && !in_stage(S, x->producer) &&
           pc->bytes == place_of(S, t)->bytes) {
         /* another stage's contribution, accumulated into its own copy of the
@@ -352,8 +361,12 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   }
   free(stack);
   layernorm_one_accumulate_flag(S, g);
+}
 
-  /* In place: dlogits over the logits when that is their last use. */
+/* In place: dlogits over the logits when that is their last use. */
+static void dlogits_in_place(StageLocal *S, const int *last) {
+  const Graph *g = S->ix->g;
+  int norder = S->nfwd + S->nbwd;
   for (int k = S->nfwd; k < norder; k++) {
     const Op *op = &g->ops[S->order[k]];
     if (op->kind != OP_CROSS_ENTROPY_BWD) continue;
@@ -362,8 +375,13 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
         po->cls == BUF_WORK && pi->alias < 0 && pi->bytes == po->bytes)
       po->alias = op->in[0];
   }
+}
 
-  /* (3) offsets. Params (and their gradients, same offsets) in parameter order. */
+/* (3) offsets. Params (and their gradients, same offsets) in parameter order; then
+ * INPUTS, STASH and BOUNDARY in tensor order. */
+static void fixed_offsets(StageLocal *S, const int *gparam) {
+  const Graph *g = S->ix->g;
+  int n = S->n, nz = n ? n : 1;
   S->params = pd_malloc((size_t)nz * sizeof(int));
   for (int k = 0; k < n; k++)
     if (g->tensors[S->tens[k]].kind == TK_PARAM) S->params[S->nparams++] = g->tensors[S->tens[k]].param;
@@ -388,8 +406,14 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
       S->total[pl->cls] += align_up(pl->bytes);
     }
   }
+}
 
-  /* WORK by liveness. An alias extends its root's interval to its own last use. */
+/* WORK by liveness: first fit in op order (work_alloc), scratch included. An alias
+ * extends its root's interval to its own last use. */
+static void work_offsets(StageLocal *S, const int *last) {
+  const Graph *g = S->ix->g;
+  int n = S->n, norder = S->nfwd + S->nbwd;
+  int nz = n ? n : 1;
   int *root = pd_malloc((size_t)nz * sizeof(int));
   for (int k = 0; k < n; k++)
     root[k] = S->pl[k].alias >= 0 && S->pl[k].cls == BUF_WORK ? slot_of(S, alias_root(S, S->tens[k])) : k;
@@ -412,7 +436,7 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
     int o = S->order[k];
     const Op *op = &g->ops[o];
     /* Sizes are float32 bytes; a float64 program doubles every offset and size. */
-    int64_t sc = layout_op_scratch_elems(g, op, b) * 4;
+    int64_t sc = layout_op_scratch_elems(g, op, S->b) * 4;
     for (int i = 0; i < op->nout; i++) {
       const TensorPlace *pl = place_of(S, op->out[i]);
       if (pl->accumulate && pl->alias < 0 && !layout_accumulates_natively(op->kind))
@@ -440,7 +464,13 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   PD_CHECK(w.n == 0, "(%d WORK intervals still live after the stage's last op)", w.n);
   S->total[BUF_WORK] = align_up(w.peak);
   free(w.v);
-  /* Aliases take their target's place. */
+  free(root);
+  free(end);
+}
+
+/* Aliases take their target's place. */
+static void alias_places(StageLocal *S) {
+  int n = S->n;
   for (int k = 0; k < n; k++) {
     TensorPlace *pl = &S->pl[k];
     if (pl->alias < 0) continue;
@@ -448,8 +478,33 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
     pl->cls = r->cls;
     pl->offset = r->offset;
   }
-  free(root);
-  free(end);
+}
+
+/* Lays out regions first..last at microbatch b: the stage's ops in order, the tensors
+ * they touch, then the steps above, each over all of them before the next. */
+static void layout_local(LayoutIndex *ix, int first_region, int last_region, int64_t b, StageLocal *S) {
+  const Graph *g = ix->g;
+  PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
+  memset(S, 0, sizeof *S);
+  S->ix = ix, S->first = first_region, S->last = last_region, S->b = b, S->loss = -1;
+  int nf = ix->fwd_start[last_region + 1] - ix->fwd_start[first_region];
+  int nb = ix->bwd_start[last_region + 1] - ix->bwd_start[first_region];
+  S->order = pd_malloc((size_t)(nf + nb ? nf + nb : 1) * sizeof(int));
+  S->nfwd = collect_ops(ix->fwd_start, ix->fwd_ops, first_region, last_region, false, S->order);
+  S->nbwd = collect_ops(ix->bwd_start, ix->bwd_ops, first_region, last_region, true, S->order + S->nfwd);
+  collect_tensors(S);
+  int nz = S->n ? S->n : 1;
+  bool *read_bwd = pd_calloc((size_t)nz, 1);
+  int *last = pd_malloc((size_t)nz * sizeof(int));
+  find_reads(S, read_bwd, last);
+  assign_classes(S, read_bwd);
+  int *gparam = pd_malloc((size_t)nz * sizeof(int));
+  tied_contributions(S, gparam);
+  fold_accumulation(S);
+  dlogits_in_place(S, last);
+  fixed_offsets(S, gparam);
+  work_offsets(S, last);
+  alias_places(S);
   free(gparam);
   free(read_bwd);
   free(last);

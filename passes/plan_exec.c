@@ -19,61 +19,12 @@
  * flight still reads, and follows all m backwards of its batch; stash and version
  * slots stay within the plan's counts.
  */
-#include "passes/planner.h"
+#include "passes/plan_exec_state.h"
 
-#include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
 
-#define MAX_GROUP 8
-
-typedef struct SState {
-  int pc;
-  double clock;
-  bool posted;
-  double post_time;
-  int gend;
-  bool matched[MAX_GROUP];
-  double done[MAX_GROUP];
-  double began[MAX_GROUP]; /* when the transfer started: both sides had posted */
-  /* per microbatch [N+1] */
-  unsigned char *fwd, *bwd, *act_in, *grad_in;
-  int *fver, *fvslot, *fsslot;
-  int64_t *bwd_count; /* per batch */
-  int *slot_ver, *slot_use, *stash_used;
-  int maxv, maxs;
-  int latest, latest_slot, steps;
-  int nposted;    /* batches whose OPT_STEP reached the gradient norm's exchange */
-  int allreduced; /* batches whose gradients were all-reduced over the replicas */
-  int live_stash, max_stash, max_versions;
-  double *step_end; /* per batch */
-  /* per tied group [ngroups] */
-  bool *held;
-  int *tsync, *tsteps, *tlatest_slot;
-  int *tslot_ver; /* [ngroups][maxv]: version of the deferred tied parameter per slot */
-} SState;
-
-typedef struct Exec {
-  const PlanStreams *s;
-  const PlanCosts *c;
-  SState *st;
-  int d;
-  int64_t m, N;
-  PlanSimResult *res;
-  char *err;
-  size_t errlen;
-  bool failed;
-  /* TIED_SYNC collectives, [ngroups][nbatches]: members posted, latest post */
-  int *tposts;
-  double *tpost_max;
-  /* the gradient norm's exchange at OPT_STEP, [nbatches]: stages arrived, latest */
-  int *nposts;
-  double *npost_max;
-} Exec;
-
-static bool fail(Exec *x, int stage, int pc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static bool fail(Exec *x, int stage, int pc, const char *fmt, ...) {
+bool exec_fail(Exec *x, int stage, int pc, const char *fmt, ...) {
   if (x->failed) return false;
   x->failed = true;
   int o = 0;
@@ -92,9 +43,7 @@ static bool fail(Exec *x, int stage, int pc, const char *fmt, ...) {
   return false;
 }
 
-static double cost_of(const double *a, int i) { return a ? a[i] : 0; }
-
-static void event(Exec *x, int stage, int track, int pc, double start, double end, bool wait) {
+void exec_event(Exec *x, int stage, int track, int pc, double start, double end, bool wait) {
   PlanSimResult *r = x->res;
   if (!r) return;
   if (r->nevents == r->cap_events) {
@@ -105,148 +54,164 @@ static void event(Exec *x, int stage, int track, int pc, double start, double en
   r->events[r->nevents++] = (PlanEvent){stage, track, pc, in->op, in->mb, in->batch, start, end, wait};
 }
 
-static bool is_comm(PlanOp op) {
-  return op == PI_RECV_ACT || op == PI_SEND_ACT || op == PI_RECV_GRAD || op == PI_SEND_GRAD;
-}
-
-static bool mb_ok(Exec *x, int s, int pc, int64_t k) {
-  if (k < 1 || k > x->N)
-    return fail(x, s, pc, "microbatch %" PRId64 " outside 1..%" PRId64, k, x->N);
-  return true;
-}
-
 /* OPT_STEP of a deferred tied parameter (plan_tied_deferred). */
 static bool tied_step(Exec *x, int s, const PlanInstr *in) {
   SState *S = &x->st[s];
   int pc = S->pc, g = in->group, t = in->batch;
   const PlanStreamSpec *sp = &x->s->spec;
   if (g >= sp->ngroups || !S->held[g] || !plan_tied_deferred(sp, g))
-    return fail(x, s, pc, "steps tied group %d, which this stage does not step apart", g);
+    return exec_fail(x, s, pc, "steps tied group %d, which this stage does not step apart", g);
   if (t != S->tsteps[g])
-    return fail(x, s, pc, "tied step of batch %d, expected batch %d", t, S->tsteps[g]);
+    return exec_fail(x, s, pc, "tied step of batch %d, expected batch %d", t, S->tsteps[g]);
   if (in->version != t + 1 || in->src_vslot != S->tlatest_slot[g])
-    return fail(x, s, pc, "tied step writes version %d from slot %d, expected %d from slot %d",
-                in->version, in->src_vslot, t + 1, S->tlatest_slot[g]);
+    return exec_fail(x, s, pc, "tied step writes version %d from slot %d, expected %d from slot %d",
+                     in->version, in->src_vslot, t + 1, S->tlatest_slot[g]);
   if (in->vslot < 0 || in->vslot >= S->maxv)
-    return fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
+    return exec_fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
   if (S->slot_use[in->vslot] > 0)
-    return fail(x, s, pc, "tied step overwrites slot %d still read by a microbatch in flight",
-                in->vslot);
+    return exec_fail(x, s, pc, "tied step overwrites slot %d still read by a microbatch in flight",
+                     in->vslot);
   S->tslot_ver[g * S->maxv + in->vslot] = in->version;
   S->tlatest_slot[g] = in->vslot;
   S->tsteps[g]++;
   return true;
 }
 
-/* FWD / BWD / ALLREDUCE / OPT_STEP: returns false on a violation. */
-static bool run_compute(Exec *x, int s, const PlanInstr *in) {
+/* FWD: the version the schedule prescribes, in the slot it names, with a free stash
+ * slot; takes both. */
+static bool run_fwd(Exec *x, int s, const PlanInstr *in) {
+  SState *S = &x->st[s];
+  int pc = S->pc;
+  int64_t k = in->mb, m = x->m;
+  if (!mb_ok(x, s, pc, k)) return false;
+  if (S->fwd[k]) return exec_fail(x, s, pc, "second forward of the microbatch");
+  if (s > 0 && !S->act_in[k]) return exec_fail(x, s, pc, "forward before its activation was received");
+  if (in->vslot < 0 || in->vslot >= S->maxv)
+    return exec_fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
+  if (S->slot_ver[in->vslot] != in->version)
+    return exec_fail(x, s, pc, "version slot %d holds version %d, not %d", in->vslot,
+                     S->slot_ver[in->vslot], in->version);
+  int want = S->latest;
+  if (x->s->spec.schedule == PS_2BW) {
+    int64_t v = (k - 1) / m - 1;
+    want = v > 0 ? (int)v : 0;
+  }
+  if (in->version != want)
+    return exec_fail(x, s, pc, "uses version %d, the schedule prescribes %d", in->version, want);
+  for (int g = 0; g < x->s->spec.ngroups; g++)
+    if (S->held[g] && plan_tied_deferred(&x->s->spec, g) &&
+        S->tslot_ver[g * S->maxv + in->vslot] != in->version)
+      return exec_fail(x, s, pc, "tied group %d in slot %d holds version %d, not %d", g, in->vslot,
+                       S->tslot_ver[g * S->maxv + in->vslot], in->version);
+  if (in->sslot < 0 || in->sslot >= S->maxs)
+    return exec_fail(x, s, pc, "stash slot %d outside the plan's %d", in->sslot, S->maxs);
+  if (S->stash_used[in->sslot]) return exec_fail(x, s, pc, "stash slot %d still in use", in->sslot);
+  S->fwd[k] = 1;
+  S->fver[k] = in->version, S->fvslot[k] = in->vslot, S->fsslot[k] = in->sslot;
+  S->slot_use[in->vslot]++;
+  S->stash_used[in->sslot] = 1;
+  if (++S->live_stash > S->max_stash) S->max_stash = S->live_stash;
+  return true;
+}
+
+/* BWD: after its forward and its gradient's receive, with the forward's version and
+ * stash slot; frees both. */
+static bool run_bwd(Exec *x, int s, const PlanInstr *in) {
   SState *S = &x->st[s];
   int pc = S->pc, d = x->d;
   int64_t k = in->mb, m = x->m;
+  if (!mb_ok(x, s, pc, k)) return false;
+  if (!S->fwd[k]) return exec_fail(x, s, pc, "backward before the forward");
+  if (S->bwd[k]) return exec_fail(x, s, pc, "second backward of the microbatch");
+  if (s < d - 1 && !S->grad_in[k]) return exec_fail(x, s, pc, "backward before its gradient was received");
+  if (in->version != S->fver[k] || in->vslot != S->fvslot[k])
+    return exec_fail(x, s, pc, "backward uses version %d (slot %d), its forward used %d (slot %d)",
+                     in->version, in->vslot, S->fver[k], S->fvslot[k]);
+  if (in->sslot != S->fsslot[k])
+    return exec_fail(x, s, pc, "backward reads stash slot %d, its forward wrote %d", in->sslot,
+                     S->fsslot[k]);
+  if (S->slot_ver[in->vslot] != in->version)
+    return exec_fail(x, s, pc, "version %d was overwritten before the backward", in->version);
+  for (int g = 0; g < x->s->spec.ngroups; g++)
+    if (S->held[g] && plan_tied_deferred(&x->s->spec, g) && S->tsteps[g] < (k - 1) / m - 1)
+      return exec_fail(x, s, pc, "accumulates into tied group %d's gradient buffer before batch %d "
+                       "was synced and stepped", g, (int)((k - 1) / m - 2));
+  S->bwd[k] = 1;
+  S->slot_use[in->vslot]--;
+  S->stash_used[in->sslot] = 0;
+  S->live_stash--;
+  S->bwd_count[(k - 1) / m]++;
+  return true;
+}
+
+/* OPT_STEP of a batch (not a deferred tied step): after its m backwards (and its
+ * all-reduce), from the newest version into a slot no microbatch in flight reads. */
+static bool run_step(Exec *x, int s, const PlanInstr *in) {
+  SState *S = &x->st[s];
+  int pc = S->pc, t = in->batch;
+  int64_t m = x->m;
+  if (t != S->steps) return exec_fail(x, s, pc, "step of batch %d, expected batch %d", t, S->steps);
+  if (S->bwd_count[t] != m)
+    return exec_fail(x, s, pc, "step of batch %d after %" PRId64 " of its %" PRId64 " backwards", t,
+                     S->bwd_count[t], m);
+  if (x->s->spec.replicas > 1 && S->allreduced != t + 1)
+    return exec_fail(x, s, pc, "step of batch %d before its all-reduce over the replicas", t);
+  if (in->src_vslot != S->latest_slot)
+    return exec_fail(x, s, pc, "updates slot %d, the newest version is in slot %d", in->src_vslot,
+                     S->latest_slot);
+  if (in->version != S->latest + 1)
+    return exec_fail(x, s, pc, "produces version %d, expected %d", in->version, S->latest + 1);
+  if (in->vslot < 0 || in->vslot >= S->maxv)
+    return exec_fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
+  if (S->slot_use[in->vslot] > 0) {
+    int64_t who = 0;
+    for (int64_t q = 1; q <= x->N && !who; q++)
+      if (S->fwd[q] && !S->bwd[q] && S->fvslot[q] == in->vslot) who = q;
+    return exec_fail(x, s, pc, "overwrites version %d still read by microbatch %" PRId64 " in flight",
+                     S->slot_ver[in->vslot], who);
+  }
+  S->slot_ver[in->vslot] = in->version;
+  S->latest = in->version, S->latest_slot = in->vslot;
+  S->steps++;
+  int live = 0;
+  for (int q = 0; q < S->maxv; q++) live += S->slot_ver[q] >= 0;
+  if (live > S->max_versions) S->max_versions = live;
+  return true;
+}
+
+/* FWD / BWD / ALLREDUCE / OPT_STEP: returns false on a violation. */
+static bool run_compute(Exec *x, int s, const PlanInstr *in) {
+  SState *S = &x->st[s];
+  int pc = S->pc;
+  int64_t m = x->m;
   const PlanCosts *c = x->c;
   double dur = 0;
   switch (in->op) {
-  case PI_FWD: {
-    if (!mb_ok(x, s, pc, k)) return false;
-    if (S->fwd[k]) return fail(x, s, pc, "second forward of the microbatch");
-    if (s > 0 && !S->act_in[k]) return fail(x, s, pc, "forward before its activation was received");
-    if (in->vslot < 0 || in->vslot >= S->maxv)
-      return fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
-    if (S->slot_ver[in->vslot] != in->version)
-      return fail(x, s, pc, "version slot %d holds version %d, not %d", in->vslot,
-                  S->slot_ver[in->vslot], in->version);
-    int want = S->latest;
-    if (x->s->spec.schedule == PS_2BW) {
-      int64_t v = (k - 1) / m - 1;
-      want = v > 0 ? (int)v : 0;
-    }
-    if (in->version != want)
-      return fail(x, s, pc, "uses version %d, the schedule prescribes %d", in->version, want);
-    for (int g = 0; g < x->s->spec.ngroups; g++)
-      if (S->held[g] && plan_tied_deferred(&x->s->spec, g) &&
-          S->tslot_ver[g * S->maxv + in->vslot] != in->version)
-        return fail(x, s, pc, "tied group %d in slot %d holds version %d, not %d", g, in->vslot,
-                    S->tslot_ver[g * S->maxv + in->vslot], in->version);
-    if (in->sslot < 0 || in->sslot >= S->maxs)
-      return fail(x, s, pc, "stash slot %d outside the plan's %d", in->sslot, S->maxs);
-    if (S->stash_used[in->sslot]) return fail(x, s, pc, "stash slot %d still in use", in->sslot);
-    S->fwd[k] = 1;
-    S->fver[k] = in->version, S->fvslot[k] = in->vslot, S->fsslot[k] = in->sslot;
-    S->slot_use[in->vslot]++;
-    S->stash_used[in->sslot] = 1;
-    if (++S->live_stash > S->max_stash) S->max_stash = S->live_stash;
+  case PI_FWD:
+    if (!run_fwd(x, s, in)) return false;
     dur = cost_of(c ? c->fwd : NULL, s);
     break;
-  }
-  case PI_BWD: {
-    if (!mb_ok(x, s, pc, k)) return false;
-    if (!S->fwd[k]) return fail(x, s, pc, "backward before the forward");
-    if (S->bwd[k]) return fail(x, s, pc, "second backward of the microbatch");
-    if (s < d - 1 && !S->grad_in[k]) return fail(x, s, pc, "backward before its gradient was received");
-    if (in->version != S->fver[k] || in->vslot != S->fvslot[k])
-      return fail(x, s, pc, "backward uses version %d (slot %d), its forward used %d (slot %d)",
-                  in->version, in->vslot, S->fver[k], S->fvslot[k]);
-    if (in->sslot != S->fsslot[k])
-      return fail(x, s, pc, "backward reads stash slot %d, its forward wrote %d", in->sslot,
-                  S->fsslot[k]);
-    if (S->slot_ver[in->vslot] != in->version)
-      return fail(x, s, pc, "version %d was overwritten before the backward", in->version);
-    for (int g = 0; g < x->s->spec.ngroups; g++)
-      if (S->held[g] && plan_tied_deferred(&x->s->spec, g) && S->tsteps[g] < (k - 1) / m - 1)
-        return fail(x, s, pc, "accumulates into tied group %d's gradient buffer before batch %d "
-                    "was synced and stepped", g, (int)((k - 1) / m - 2));
-    S->bwd[k] = 1;
-    S->slot_use[in->vslot]--;
-    S->stash_used[in->sslot] = 0;
-    S->live_stash--;
-    S->bwd_count[(k - 1) / m]++;
+  case PI_BWD:
+    if (!run_bwd(x, s, in)) return false;
     dur = cost_of(c ? c->bwd : NULL, s);
     break;
-  }
   case PI_ALLREDUCE:
     if (in->batch != S->steps || S->bwd_count[in->batch] != m)
-      return fail(x, s, pc, "all-reduce of batch %d before its %" PRId64 " backwards", in->batch, m);
+      return exec_fail(x, s, pc, "all-reduce of batch %d before its %" PRId64 " backwards", in->batch, m);
     if (in->batch != S->allreduced)
-      return fail(x, s, pc, "all-reduce of batch %d, expected batch %d", in->batch, S->allreduced);
+      return exec_fail(x, s, pc, "all-reduce of batch %d, expected batch %d", in->batch, S->allreduced);
     S->allreduced++;
     dur = cost_of(c ? c->allreduce : NULL, s);
     break;
-  case PI_OPT_STEP: {
-    int t = in->batch;
+  case PI_OPT_STEP:
     if (in->group >= 0) {
       if (!tied_step(x, s, in)) return false;
       dur = c && c->tied_step ? c->tied_step[in->group] : cost_of(c ? c->step : NULL, s);
-      break;
+    } else {
+      if (!run_step(x, s, in)) return false;
+      dur = cost_of(c ? c->step : NULL, s);
     }
-    if (t != S->steps) return fail(x, s, pc, "step of batch %d, expected batch %d", t, S->steps);
-    if (S->bwd_count[t] != m)
-      return fail(x, s, pc, "step of batch %d after %" PRId64 " of its %" PRId64 " backwards", t,
-                  S->bwd_count[t], m);
-    if (x->s->spec.replicas > 1 && S->allreduced != t + 1)
-      return fail(x, s, pc, "step of batch %d before its all-reduce over the replicas", t);
-    if (in->src_vslot != S->latest_slot)
-      return fail(x, s, pc, "updates slot %d, the newest version is in slot %d", in->src_vslot,
-                  S->latest_slot);
-    if (in->version != S->latest + 1)
-      return fail(x, s, pc, "produces version %d, expected %d", in->version, S->latest + 1);
-    if (in->vslot < 0 || in->vslot >= S->maxv)
-      return fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
-    if (S->slot_use[in->vslot] > 0) {
-      int64_t who = 0;
-      for (int64_t q = 1; q <= x->N && !who; q++)
-        if (S->fwd[q] && !S->bwd[q] && S->fvslot[q] == in->vslot) who = q;
-      return fail(x, s, pc, "overwrites version %d still read by microbatch %" PRId64 " in flight",
-                  S->slot_ver[in->vslot], who);
-    }
-    S->slot_ver[in->vslot] = in->version;
-    S->latest = in->version, S->latest_slot = in->vslot;
-    S->steps++;
-    int live = 0;
-    for (int q = 0; q < S->maxv; q++) live += S->slot_ver[q] >= 0;
-    if (live > S->max_versions) S->max_versions = live;
-    dur = cost_of(c ? c->step : NULL, s);
     break;
-  }
   case PI_RECV_ACT:
   case PI_SEND_ACT:
   case PI_RECV_GRAD:
@@ -254,206 +219,11 @@ static bool run_compute(Exec *x, int s, const PlanInstr *in) {
   case PI_TIED_SYNC:
   case PI_COUNT: PD_CHECK(0, "not a compute op"); break;
   }
-  event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur, false);
+  exec_event(x, s, in->op == PI_ALLREDUCE ? 1 : 0, pc, S->clock, S->clock + dur, false);
   S->clock += dur;
   if (in->op == PI_OPT_STEP && in->group < 0) S->step_end[in->batch] = S->clock;
   S->pc++;
   return true;
-}
-
-/* The operation a peer must post to match `op` from the other side. */
-static PlanOp partner(PlanOp op) {
-  switch (op) {
-  case PI_SEND_ACT: return PI_RECV_ACT;
-  case PI_RECV_ACT: return PI_SEND_ACT;
-  case PI_SEND_GRAD: return PI_RECV_GRAD;
-  case PI_RECV_GRAD: return PI_SEND_GRAD;
-  case PI_FWD:
-  case PI_BWD:
-  case PI_ALLREDUCE:
-  case PI_TIED_SYNC:
-  case PI_OPT_STEP:
-  case PI_COUNT: break;
-  }
-  PD_CHECK(0, "not a send/receive");
-  return PI_COUNT;
-}
-
-static bool post(Exec *x, int s) {
-  SState *S = &x->st[s];
-  const PlanStream *st = &x->s->st[s];
-  int d = x->d, e = S->pc;
-  while (e < st->n && st->ins[e].with_next) e++;
-  if (e >= st->n) return fail(x, s, e - 1, "with_next on the last instruction");
-  e++;
-  if (e - S->pc > MAX_GROUP) return fail(x, s, S->pc, "group of more than %d", MAX_GROUP);
-  for (int q = S->pc; q < e; q++) {
-    const PlanInstr *in = &st->ins[q];
-    if (!is_comm(in->op)) return fail(x, s, q, "grouped with a send/receive but is not one");
-    if (!mb_ok(x, s, q, in->mb)) return false;
-    int want = in->op == PI_RECV_ACT || in->op == PI_SEND_GRAD ? s - 1 : s + 1;
-    if (in->peer != want || want < 0 || want >= d)
-      return fail(x, s, q, "peer stage %d, expected %d of %d stages", in->peer, want, d);
-    if (in->op == PI_SEND_ACT && !S->fwd[in->mb])
-      return fail(x, s, q, "sends an activation before computing it");
-    if (in->op == PI_SEND_GRAD && !S->bwd[in->mb])
-      return fail(x, s, q, "sends a gradient before computing it");
-    S->matched[q - S->pc] = false;
-  }
-  S->posted = true;
-  S->post_time = S->clock;
-  S->gend = e;
-  return true;
-}
-
-/* Tries to match stage s's posted operations; returns 1 progress, 0 none, -1 error. */
-static int match(Exec *x, int s) {
-  SState *S = &x->st[s];
-  const PlanStream *st = &x->s->st[s];
-  int progress = 0;
-  for (int q = S->pc; q < S->gend; q++) {
-    if (S->matched[q - S->pc]) continue;
-    const PlanInstr *in = &st->ins[q];
-    int p = in->peer;
-    SState *P = &x->st[p];
-    if (!P->posted) continue;
-    const PlanStream *pst = &x->s->st[p];
-    PlanOp want = partner(in->op);
-    for (int r = P->pc; r < P->gend; r++) {
-      const PlanInstr *pin = &pst->ins[r];
-      if (P->matched[r - P->pc] || pin->op != want || pin->peer != s) continue;
-      bool sending = in->op == PI_SEND_ACT || in->op == PI_SEND_GRAD;
-      if (pin->mb != in->mb) {
-        int ss = sending ? s : p, sq = sending ? q : r;
-        int rs = sending ? p : s, rq = sending ? r : q;
-        const PlanInstr *rin = sending ? pin : in;
-        fail(x, ss, sq, "stage %d instruction %d (%s) expects microbatch %" PRId64
-             " first: sends and receives out of order", rs, rq, plan_op_name(rin->op), rin->mb);
-        return -1;
-      }
-      int sender = sending ? s : p;
-      double xfer = in->op == PI_SEND_ACT || in->op == PI_RECV_ACT
-                        ? cost_of(x->c ? x->c->act_xfer : NULL, sender)
-                        : cost_of(x->c ? x->c->grad_xfer : NULL, sender);
-      double t = (S->post_time > P->post_time ? S->post_time : P->post_time) + xfer;
-      S->matched[q - S->pc] = true, S->done[q - S->pc] = t, S->began[q - S->pc] = t - xfer;
-      P->matched[r - P->pc] = true, P->done[r - P->pc] = t, P->began[r - P->pc] = t - xfer;
-      SState *R = sending ? P : S;
-      if (in->op == PI_SEND_ACT || in->op == PI_RECV_ACT) R->act_in[in->mb] = 1;
-      else R->grad_in[in->mb] = 1;
-      progress = 1;
-      break;
-    }
-  }
-  return progress;
-}
-
-static bool group_done(Exec *x, int s) {
-  SState *S = &x->st[s];
-  double end = S->post_time;
-  for (int q = S->pc; q < S->gend; q++) {
-    if (!S->matched[q - S->pc]) return false;
-    if (S->done[q - S->pc] > end) end = S->done[q - S->pc];
-  }
-  /* The group's time as waits for a peer (no transfer moving) and transfers, in
-   * order of start: a group of a send and a receive is mostly the receive's wait. */
-  int n = S->gend - S->pc, order[MAX_GROUP];
-  for (int k = 0; k < n; k++) {
-    int j = k;
-    for (; j > 0 && S->began[order[j - 1]] > S->began[k]; j--) order[j] = order[j - 1];
-    order[j] = k;
-  }
-  double at = S->post_time;
-  for (int k = 0; k < n; k++) {
-    int q = order[k];
-    if (S->began[q] > at) event(x, s, 1, S->pc + q, at, S->began[q], true), at = S->began[q];
-    if (S->done[q] > at) event(x, s, 1, S->pc + q, at, S->done[q], false), at = S->done[q];
-  }
-  S->clock = end;
-  S->pc = S->gend;
-  S->posted = false;
-  return true;
-}
-
-/* TIED_SYNC posts this stage's part of the sum of tied group g's gradient for a
- * batch and goes on; the collective completes when every member posted, and the
- * OPT_STEP that updates the parameter waits for that (a non-blocking collective:
- * NCCL on its own stream, MPI_Iallreduce). */
-static bool tied_post(Exec *x, int s) {
-  SState *S = &x->st[s];
-  const PlanInstr *in = &x->s->st[s].ins[S->pc];
-  const PlanStreamSpec *sp = &x->s->spec;
-  int g = in->group, t = in->batch;
-  if (g < 0 || g >= sp->ngroups) return fail(x, s, S->pc, "tied group %d does not exist", g);
-  if (!S->held[g]) return fail(x, s, S->pc, "stage holds no part of tied group %d", g);
-  if (t != S->tsync[g])
-    return fail(x, s, S->pc, "tied sync of batch %d, expected batch %d", t, S->tsync[g]);
-  if (t >= sp->nbatches || S->bwd_count[t] != x->m ||
-      (!plan_tied_deferred(sp, g) && t != S->steps))
-    return fail(x, s, S->pc, "tied sync of batch %d before its backwards", t);
-  if (sp->replicas > 1 && S->allreduced < t + 1)
-    return fail(x, s, S->pc, "tied sync of batch %d before its all-reduce over the replicas", t);
-  size_t at = (size_t)g * (size_t)sp->nbatches + (size_t)t;
-  x->tposts[at]++;
-  if (S->clock > x->tpost_max[at]) x->tpost_max[at] = S->clock;
-  S->tsync[g]++;
-  S->pc++;
-  return true;
-}
-
-/* Whether the sum of group g for batch t is complete; *done = when. */
-static bool tied_complete(const Exec *x, int g, int t, double *done) {
-  const PlanStreamSpec *sp = &x->s->spec;
-  size_t at = (size_t)g * (size_t)sp->nbatches + (size_t)t;
-  if (x->tposts[at] < sp->groups[g].nstages) return false;
-  *done = x->tpost_max[at] + cost_of(x->c ? x->c->tied : NULL, g);
-  return true;
-}
-
-/* An OPT_STEP reading tied gradients must have posted their sync; it waits for the
- * sum. Returns 1 ready (clock advanced to the sum), 0 waiting, -1 error. */
-static int tied_wait(Exec *x, int s, const PlanInstr *in) {
-  SState *S = &x->st[s];
-  const PlanStreamSpec *sp = &x->s->spec;
-  int t = in->batch;
-  if (t < 0 || t >= sp->nbatches) return fail(x, s, S->pc, "step of batch %d", t), -1;
-  double ready = S->clock;
-  for (int g = 0; g < sp->ngroups; g++) {
-    if (!S->held[g] || sp->groups[g].nstages < 2) continue;
-    bool mine = in->group < 0 ? !plan_tied_deferred(sp, g) : g == in->group;
-    if (!mine) continue;
-    if (S->tsync[g] < t + 1)
-      return fail(x, s, S->pc, "step of batch %d before tied group %d's sync was posted", t, g), -1;
-    double done;
-    if (!tied_complete(x, g, t, &done)) return 0;
-    if (done > ready) ready = done;
-  }
-  if (ready > S->clock) event(x, s, 1, S->pc, S->clock, ready, true);
-  S->clock = ready;
-  return 1;
-}
-
-/* The runtime's OPT_STEP of batch t (not a deferred tied step) first exchanges the
- * squared gradient norm with every other stage of its pipeline (runtime/pipeline/pipeline.c,
- * batch_scale: for clipping, the console and the log), then updates: no stage
- * updates before every stage has reached its step, a barrier. Returns 1 when all
- * have (the clock advanced to the last arrival), 2 when this call arrived and the
- * others have not, 0 still waiting, -1 error. */
-static int norm_wait(Exec *x, int s, const PlanInstr *in) {
-  SState *S = &x->st[s];
-  int t = in->batch, arrived = 0;
-  if (t < 0 || t >= x->s->spec.nbatches || t > S->nposted)
-    return fail(x, s, S->pc, "step of batch %d, expected batch %d", t, S->nposted), -1;
-  if (t == S->nposted) {
-    x->nposts[t]++;
-    if (S->clock > x->npost_max[t]) x->npost_max[t] = S->clock;
-    S->nposted++;
-    arrived = 2;
-  }
-  if (x->nposts[t] < x->d) return arrived;
-  if (x->npost_max[t] > S->clock) event(x, s, 1, S->pc, S->clock, x->npost_max[t], true);
-  if (x->npost_max[t] > S->clock) S->clock = x->npost_max[t];
-  return 1;
 }
 
 /* Moves stage s as far as it can; 1 progress, 0 blocked/finished, -1 error. */
@@ -462,28 +232,18 @@ static int advance(Exec *x, int s) {
   const PlanStream *st = &x->s->st[s];
   if (S->pc >= st->n) return 0;
   const PlanInstr *in = &st->ins[S->pc];
-  if (is_comm(in->op)) {
-    int progress = 0;
-    if (!S->posted) {
-      if (!post(x, s)) return -1;
-      progress = 1;
-    }
-    int r = match(x, s);
-    if (r < 0) return -1;
-    if (group_done(x, s)) return 1;
-    return progress | r;
-  }
-  if (in->op == PI_TIED_SYNC) return tied_post(x, s) ? 1 : -1;
+  if (is_comm(in->op)) return exec_comm(x, s);
+  if (in->op == PI_TIED_SYNC) return exec_tied_post(x, s) ? 1 : -1;
   if (in->op == PI_OPT_STEP && in->group < 0 && x->d > 1 && x->c && x->c->norm_barrier) {
-    int r = norm_wait(x, s, in);
+    int r = exec_norm_wait(x, s, in);
     if (r != 1) return r == 2 ? 1 : r;
   }
   if (in->op == PI_OPT_STEP) {
-    int r = tied_wait(x, s, in);
+    int r = exec_tied_wait(x, s, in);
     if (r <= 0) return r;
   }
-  if (in->with_next) return fail(x, s, S->pc, "with_next on a compute instruction"), -1;
-  if ((unsigned)in->op >= PI_COUNT) return fail(x, s, S->pc, "unknown op %d", (int)in->op), -1;
+  if (in->with_next) return exec_fail(x, s, S->pc, "with_next on a compute instruction"), -1;
+  if ((unsigned)in->op >= PI_COUNT) return exec_fail(x, s, S->pc, "unknown op %d", (int)in->op), -1;
   return run_compute(x, s, in) ? 1 : -1;
 }
 
@@ -500,28 +260,28 @@ static void deadlock(Exec *x) {
                      S->pc, plan_instr_str(&x->s->st[s].ins[S->pc], ib, sizeof ib));
     if (w > 0 && (size_t)w < sizeof buf - o) o += (size_t)w;
   }
-  fail(x, first, x->st[first].pc, "deadlock:%s", buf);
+  exec_fail(x, first, x->st[first].pc, "deadlock:%s", buf);
 }
 
 static bool finish_checks(Exec *x) {
   for (int s = 0; s < x->d; s++) {
     SState *S = &x->st[s];
     for (int64_t k = 1; k <= x->N; k++) {
-      if (!S->fwd[k]) return fail(x, s, -1, "microbatch %" PRId64 " never ran forward", k);
-      if (!S->bwd[k]) return fail(x, s, -1, "microbatch %" PRId64 " never ran backward", k);
+      if (!S->fwd[k]) return exec_fail(x, s, -1, "microbatch %" PRId64 " never ran forward", k);
+      if (!S->bwd[k]) return exec_fail(x, s, -1, "microbatch %" PRId64 " never ran backward", k);
     }
     if (S->steps != x->s->spec.nbatches)
-      return fail(x, s, -1, "%d optimizer steps for %d batches", S->steps, x->s->spec.nbatches);
+      return exec_fail(x, s, -1, "%d optimizer steps for %d batches", S->steps, x->s->spec.nbatches);
     if (x->s->spec.replicas > 1 && S->allreduced != x->s->spec.nbatches)
-      return fail(x, s, -1, "%d all-reduces for %d batches", S->allreduced, x->s->spec.nbatches);
+      return exec_fail(x, s, -1, "%d all-reduces for %d batches", S->allreduced, x->s->spec.nbatches);
     for (int g = 0; g < x->s->spec.ngroups; g++) {
       if (!S->held[g] || x->s->spec.groups[g].nstages < 2) continue;
       if (S->tsync[g] != x->s->spec.nbatches)
-        return fail(x, s, -1, "%d tied syncs of group %d for %d batches", S->tsync[g], g,
-                    x->s->spec.nbatches);
+        return exec_fail(x, s, -1, "%d tied syncs of group %d for %d batches", S->tsync[g], g,
+                         x->s->spec.nbatches);
       if (plan_tied_deferred(&x->s->spec, g) && S->tsteps[g] != x->s->spec.nbatches)
-        return fail(x, s, -1, "%d tied steps of group %d for %d batches", S->tsteps[g], g,
-                    x->s->spec.nbatches);
+        return exec_fail(x, s, -1, "%d tied steps of group %d for %d batches", S->tsteps[g], g,
+                         x->s->spec.nbatches);
     }
   }
   return true;

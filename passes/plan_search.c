@@ -302,142 +302,6 @@ static bool check_pins(const PlanInput *in, const Cluster *c, const PlanPins *p,
   return true;
 }
 
-static double stage_bw_between(const Plan *p, int sa, int sb) {
-  int ra = p->stages[sa].ranks[0].rank, rb = p->stages[sb].ranks[0].rank;
-  return plan_cost_link(&p->cluster, ra, rb);
-}
-
-/* Builds stages, groups, streams, memory and the simulation for the chosen config. */
-/* rank_only: what ranking needs, the simulation, without the streams plan.json
- * carries, their verification and events (slots sized by the schedules' bounds,
- * which the full build checks the streams against). */
-static void build(Plan *p, PlanPlacement pl, bool rank_only) {
-  const PlanInput *in = &p->in;
-  const Cluster *c = &p->cluster;
-  PlanConfig *cfg = &p->cfg;
-  int d = cfg->stages, w = cfg->replicas;
-  int dpn = c->devices_per_node > 0 ? c->devices_per_node : 1;
-  p->placement = pl;
-  int *cuts = pd_malloc((size_t)(d + 1) * sizeof(int));
-  double over = 0;
-  PD_CHECK(plan_partition(in, c, cfg, pl, cuts, &over) >= 0, "chosen config no longer fits");
-  p->stages = pd_calloc((size_t)d, sizeof *p->stages);
-  for (int i = 0; i < d; i++) {
-    PlanStage *st = &p->stages[i];
-    st->first_seg = cuts[i], st->last_seg = cuts[i + 1];
-    st->ranks = pd_calloc((size_t)w, sizeof *st->ranks);
-    for (int r = 0; r < w; r++) {
-      int rank = plan_place_rank(pl, d, w, i, r);
-      st->ranks[r] = (PlanRank){r, rank, rank / dpn, rank % dpn};
-    }
-  }
-  /* tied groups: stages holding each tied parameter */
-  p->groups = pd_calloc((size_t)(in->ntied > 0 ? in->ntied : 1), sizeof *p->groups);
-  p->tied_over = -1, p->tied_over_stages = 0;
-  for (int t = 0; t < in->ntied; t++) {
-    PlanTiedGroup *G = &p->groups[p->ngroups++];
-    G->tied = t;
-    int held = 0;
-    for (int i = 0; i < d; i++)
-      if (plan_tied_in(&in->tied[t], cuts[i], cuts[i + 1])) {
-        if (G->nstages < PLAN_MAX_TIED_SEGS) G->stages[G->nstages++] = i;
-        held++;
-      }
-    if (held > PLAN_MAX_TIED_SEGS && p->tied_over < 0) p->tied_over = t, p->tied_over_stages = held;
-  }
-  if (!rank_only) PD_CHECK(plan_streams_generate(p, PLAN_FILE_BATCHES, &p->streams), "streams");
-  /* Slots are sized from streams long enough to reach the steady state: with few
-   * microbatches per batch (pipedream, m < d) the 3 batches plan.json carries end
-   * before a stage holds its most versions, and a longer run (the runtime generates
-   * streams for every batch it trains, the simulator for PLAN_SIM_BATCHES) needs more
-   * slots than those 3 batches show. */
-  int64_t mb_per_batch = cfg->microbatches > 0 ? cfg->microbatches : 1;
-  int size_batches = (int)((4 * (int64_t)d + mb_per_batch - 1) / mb_per_batch) + 2;
-  if (size_batches < PLAN_SIM_BATCHES) size_batches = PLAN_SIM_BATCHES;
-  PlanStreams sizing;
-  memset(&sizing, 0, sizeof sizing);
-  if (rank_only) {
-    sizing.nversions = pd_malloc((size_t)d * sizeof(int));
-    sizing.nstash = pd_malloc((size_t)d * sizeof(int));
-    for (int i = 0; i < d; i++) {
-      sizing.nversions[i] = plan_versions_bound(cfg->schedule, d, i, cfg->microbatches);
-      sizing.nstash[i] = plan_stash_bound(cfg->schedule, d, i, cfg->microbatches);
-    }
-  } else {
-    PD_CHECK(plan_streams_generate(p, size_batches, &sizing), "streams");
-  }
-  for (int i = 0; i < d; i++) {
-    PlanStage *st = &p->stages[i];
-    plan_stage_memory(in, c, cfg, i, st->first_seg, st->last_seg, sizing.nversions[i], sizing.nstash[i], st);
-    /* the search sized memory with plan_versions_bound/plan_stash_bound */
-    PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
-                 sizing.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
-                 (double)plan_stage_device_bytes(st) <= c->memory_bytes,
-             "stage %d needs %d versions, %d stash slots, %.0f bytes", i, sizing.nversions[i],
-             sizing.nstash[i], (double)plan_stage_device_bytes(st));
-    int64_t b = cfg->microbatch_size;
-    double f = plan_cost_fwd(in, c, st->first_seg, st->last_seg, b);
-    st->fwd_s = f;
-    st->bwd_s = plan_cost_bwd(in, c, st->first_seg, st->last_seg, b) + (cfg->recompute ? f : 0);
-    st->in_bytes = plan_stage_in_bytes(in, st->first_seg) * (double)b;
-    st->out_bytes = in->segs[st->last_seg - 1].out_bytes * (double)b;
-  }
-  if (rank_only) free(sizing.nversions), free(sizing.nstash);
-  else plan_streams_free(&sizing);
-  char err[512];
-  int *nv = pd_malloc((size_t)d * sizeof(int)), *ns = pd_malloc((size_t)d * sizeof(int));
-  for (int i = 0; i < d; i++) nv[i] = p->stages[i].nversions, ns[i] = p->stages[i].nstash;
-  bool ok = rank_only || plan_verify(&p->streams, nv, ns, err, sizeof err);
-  PD_CHECK(ok, "plan streams fail verification: %s", err);
-
-  /* costs for the simulator */
-  p->fwd_s = pd_calloc((size_t)d, sizeof(double));
-  p->bwd_s = pd_calloc((size_t)d, sizeof(double));
-  p->act_xfer = pd_calloc((size_t)d, sizeof(double));
-  p->grad_xfer = pd_calloc((size_t)d, sizeof(double));
-  p->allreduce_s = pd_calloc((size_t)d, sizeof(double));
-  p->step_s = pd_calloc((size_t)d, sizeof(double));
-  p->tied_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
-  p->tied_step_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
-  double opt_bw = c->optimizer_bandwidth > 0 ? c->optimizer_bandwidth : c->mem_bandwidth;
-  for (int i = 0; i < d; i++) {
-    PlanStage *st = &p->stages[i];
-    p->fwd_s[i] = st->fwd_s, p->bwd_s[i] = st->bwd_s;
-    if (i < d - 1) {
-      double bw = plan_place_p2p_bw(c, pl, d, w, i);
-      p->act_xfer[i] = bw > 0 ? st->out_bytes / bw : 0;
-    }
-    if (i > 0) {
-      double bw = plan_place_p2p_bw(c, pl, d, w, i - 1);
-      p->grad_xfer[i] = bw > 0 ? st->in_bytes / bw : 0;
-    }
-    p->allreduce_s[i] = plan_cost_allreduce((double)st->params * 4, w, plan_place_ar_bw(c, pl, d, w, i));
-    /* the parameters a deferred tied group's own OPT_STEP updates are not in this one
-     * (plan_tied_deferred's rule: 2bw, a group over several stages) */
-    double own = (double)st->params;
-    for (int g = 0; g < p->ngroups; g++)
-      if (p->groups[g].nstages > 1 && cfg->schedule == PS_2BW)
-        for (int q = 0; q < p->groups[g].nstages; q++)
-          if (p->groups[g].stages[q] == i) own -= (double)in->tied[p->groups[g].tied].count;
-    p->step_s[i] = opt_bw > 0 ? own * PLAN_STEP_BYTES / opt_bw : 0;
-  }
-  for (int g = 0; g < p->ngroups; g++) {
-    const PlanTiedGroup *G = &p->groups[g];
-    if (G->nstages < 2) continue;
-    double bw = stage_bw_between(p, G->stages[0], G->stages[G->nstages - 1]);
-    p->tied_s[g] = plan_cost_allreduce((double)in->tied[G->tied].count * 4, G->nstages, bw);
-    p->tied_step_s[g] = opt_bw > 0 ? (double)in->tied[G->tied].count * PLAN_STEP_BYTES / opt_bw : 0;
-  }
-  PlanStreams sim;
-  PD_CHECK(plan_streams_generate(p, PLAN_SIM_BATCHES, &sim), "streams");
-  PlanCosts costs = {p->fwd_s, p->bwd_s, p->act_xfer, p->grad_xfer, p->allreduce_s, p->step_s,
-                     p->tied_s, p->tied_step_s, true};
-  ok = plan_exec(&sim, nv, ns, &costs, !rank_only, &p->sim, err, sizeof err);
-  PD_CHECK(ok, "simulation fails verification: %s", err);
-  plan_streams_free(&sim);
-  free(nv), free(ns), free(cuts);
-}
-
 /* Candidate x is better than y: a smaller step time, then the preferred schedule,
  * then the earlier candidate (x < y given as indices). */
 static bool better(const PlanCandidate *cands, int x, int y) {
@@ -457,8 +321,6 @@ static int by_analytic(const void *x, const void *y) {
   return *(const int *)x - *(const int *)y;
 }
 
-static void plan_free_parts(Plan *p);
-
 /* Builds and simulates the PLAN_SIM_PER_SCHEDULE best candidates of each schedule by
  * analytic estimate, replaces their step times by the simulation's and returns the
  * best candidate by that ranking. */
@@ -471,7 +333,7 @@ static int rank_by_simulation(const PlanInput *in, const Cluster *c, PlanCandida
   int taken[PS_COUNT] = {0}, best = -1;
   double first[PS_COUNT] = {0}; /* each schedule's best analytic estimate */
   Plan *p = pd_calloc(1, sizeof *p);
-  p->in = *in; /* borrowed: build() only reads it */
+  p->in = *in; /* borrowed: plan_build only reads it */
   p->cluster = *c;
   for (int j = 0; j < nf; j++) {
     PlanCandidate *k = &cands[order[j]];
@@ -480,7 +342,7 @@ static int rank_by_simulation(const PlanInput *in, const Cluster *c, PlanCandida
     if (taken[s] >= PLAN_SIM_PER_SCHEDULE || k->analytic_s > PLAN_SIM_WITHIN * first[s]) continue;
     taken[s]++;
     p->cfg = k->cfg;
-    build(p, k->placement, true);
+    plan_build(p, k->placement, true);
     k->simulated = true;
     k->step_time_s = p->sim.step_time_s;
     k->samples_per_s = k->step_time_s > 0 ? (double)in->batch / k->step_time_s : 0;
@@ -493,13 +355,6 @@ static int rank_by_simulation(const PlanInput *in, const Cluster *c, PlanCandida
     if (cands[order[j]].simulated && (best < 0 || better(cands, order[j], best))) best = order[j];
   free(order);
   return best;
-}
-
-bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out) {
-  PlanStreamSpec sp = {p->cfg.stages, p->cfg.microbatches, p->cfg.schedule, nbatches,
-                       p->cfg.replicas, p->groups, p->ngroups};
-  char err[512];
-  return plan_streams_build(&sp, out, err, sizeof err);
 }
 
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *dg) {
@@ -557,19 +412,8 @@ Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, D
     }
     if (k->chosen) snprintf(k->why, sizeof k->why, "chosen");
   }
-  build(p, b->placement, false);
+  plan_build(p, b->placement, false);
   return p;
-}
-
-/* Everything build() made (not the input, the candidates). */
-static void plan_free_parts(Plan *p) {
-  for (int i = 0; i < p->cfg.stages; i++) free(p->stages[i].bufs), free(p->stages[i].ranks);
-  free(p->stages);
-  free(p->groups);
-  plan_streams_free(&p->streams);
-  plan_sim_result_free(&p->sim);
-  free(p->act_xfer), free(p->grad_xfer), free(p->allreduce_s), free(p->step_s), free(p->tied_s), free(p->tied_step_s);
-  free(p->fwd_s), free(p->bwd_s);
 }
 
 void plan_destroy(Plan *p) {

@@ -443,6 +443,15 @@ void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, 
 uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a,
                            int e, int nversions, int nstash, PlanStage *st);
 
+/* Building (plan_build.c): the Plan's parts for p->cfg under placement pl: stages,
+ * tied groups, streams, memory, the simulator's costs and the simulation. rank_only:
+ * what ranking needs, the simulation, without the streams plan.json carries, their
+ * verification and events (slots sized by the schedules' bounds, which the full
+ * build checks the streams against). plan_free_parts frees what it made (not the
+ * input, not the candidates). */
+void plan_build(Plan *p, PlanPlacement pl, bool rank_only);
+void plan_free_parts(Plan *p);
+
 /* Partition (plan_partition.c): d contiguous stages minimising the slowest stage's
  * time per batch, each fitting in memory. Writes d+1 cut points (cuts[0] = 0,
  * cuts[d] = nsegs). Returns the bottleneck time, or a negative value when no

@@ -19,7 +19,10 @@
 #       runs, graphs or not; identical lines are counted and reported); and a
 #       checkpoint round trip: 10 FP32 steps + --save, resumed on the GPU for 10 more,
 #       must match the 20 straight GPU steps, and the CPU resuming the GPU checkpoint
-#       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3);
+#       the 20 straight CPU steps (steps 11-20, the step's FP32 bound 1e-3); and the
+#       same model made with pd2bwc --gemm-epilogues on (bias, GELU and bias gradients
+#       as cuBLASLt epilogues: runtime/cuda/cuda_lt.c, never run on a GPU before),
+#       20 FP32 steps against the CPU, the FP32 bound 1e-3;
 #   (c) single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe.h): a 4-stage 2bw plan of tinygpt
 #       (4 x 64, dropout on, clip 1, FP32 GEMMs) trained 10 steps with every stage on the
 #       one GPU, then compared by --reference with the CPU sequential reference (the
@@ -32,7 +35,9 @@
 #       tokens/s and achieved TFLOP/s (the plan's FLOPs / measured steady-state step
 #       time) beside cuBLAS's BF16 rate on the model's MLP GEMM measured in the same
 #       process; with CUDA graphs (the default), and for the 350M shape also with
-#       --cuda-graphs off beside it while the time budget allows; then the tensor-core
+#       --cuda-graphs off beside it while the time budget allows, and the same model
+#       made with --gemm-epilogues on (cuBLASLt epilogues) beside it: its tok/s against
+#       the plain plan's, which decides pd2bwc's default (docs/gpu.md); then the tensor-core
 #       attention kernels' own rate, forward and backward, at B=8 T=1024 NH=16 hs=64
 #       causal (bench/gpu/gpu_attention_bench);
 #   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
@@ -199,6 +204,16 @@ if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdro
   echo "checkpoint round trip: cuda resumed vs 20 straight $d_gres, cpu resuming the cuda checkpoint vs cpu 20 straight" \
        "$d_cres (bound 1e-3; first segment ${d_first}): $rck"
   rows+=("| (b) small GPT, cuda 10 steps + --save, resumed to 20 on cuda / on cpu | vs 20 straight: cuda $d_gres, cpu $d_cres (bound 1e-3) | $rck |")
+  # GEMM epilogues through cuBLASLt: the same model, the FP32 run against the CPU
+  "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdrop=0.1 --stages 1 --replicas 1 \
+    --gemm-epilogues on -o "$work/small-epi" -q &&
+    timeout "$(limit 120)" "$run_gpu" "$work/small-epi" --data "$work/small.bin" --steps 20 --gemm fp32 \
+      --device "$device" --log-json "$work/gpu-epi.jsonl" -q
+  echo "cuda (fp32 GEMMs, --gemm-epilogues on): exit $?"
+  dep=$(maxrel "$work/cpu.jsonl" "$work/gpu-epi.jsonl")
+  if le "$dep" 1e-3; then rep=PASS; else rep=FAIL; failed=1; fi
+  echo "GEMM epilogues (cuBLASLt), fp32: worst relative loss difference vs cpu $dep (bound 1e-3): $rep"
+  rows+=("| (b) small GPT 20 steps, cuda FP32, --gemm-epilogues on (cuBLASLt) vs cpu | max rel. loss diff $dep (bound 1e-3) | $rep |")
 else
   echo "gpu-check: FAILED: pd2bwc could not compile the small GPT"; failed=1
   rows+=("| (b) small GPT | pd2bwc failed | FAIL |")
@@ -253,6 +268,19 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
     ms2=$(grep ' steps, final loss ' <<<"$out2" | sed -n 's/.*, \([0-9.]*\) ms\/step.*/\1/p')
     [ -n "$ms2" ] && nograph="; graphs off: $ms2 ms/step"
   fi
+  # the same model with cuBLASLt epilogues, beside it (350M only, while the budget allows)
+  epi=""
+  if [ "$name" = 350M ] && [ "$(limit 999)" -ge 60 ]; then
+    # shellcheck disable=SC2086
+    if "$pc" "$work/gpt.model" $defs --cluster models/clusters/h200.cluster --stages 1 --replicas 1 \
+         --microbatch-size 8 --microbatches 1 --precision bf16 --gemm-epilogues on -o "$work/gpt-$name-epi" -q; then
+      out3=$(timeout "$(limit 200)" "$run_gpu" "$work/gpt-$name-epi" --data "$work/gpt.bin" --steps "$nsteps" \
+               --device "$device" -q 2>&1)
+      echo "$out3"
+      tok3=$(grep ' steps, final loss ' <<<"$out3" | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
+      epi="; --gemm-epilogues on: ${tok3:-failed} tok/s"
+    fi
+  fi
   summary=$(grep ' steps, final loss ' <<<"$out")
   gemm=$(grep 'cuBLAS .* GEMM ' <<<"$out")
   if [ $rc -ne 0 ] || [ -z "$summary" ] || [ -z "$gemm" ]; then
@@ -265,7 +293,7 @@ for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D
   peak=$(sed -n 's/.*: \([0-9.]*\) TFLOP\/s measured.*/\1/p' <<<"$gemm")
   shapeg=$(sed -n 's/.*GEMM \([0-9x]*\):.*/\1/p' <<<"$gemm")
   pct=$(sed -n 's/.* = \([0-9]*\)% of it.*/\1/p' <<<"$gemm")
-  rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph | ran |")
+  rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph$epi | ran |")
 done
 
 step "(d) attention kernels: B=8 T=1024 NH=16 hs=64 causal (tensor cores, bf16 operands)"

@@ -200,6 +200,136 @@ static int parse_args(int argc, char **argv, Options *o) {
   return 0;
 }
 
+/* The inputs' texts (NULL for one skipped) cut into documents. */
+typedef struct Corpus {
+  char **texts;
+  size_t *lens;
+  Doc *docs;
+  int ndocs, cap;
+  int nfiles; /* inputs read, not skipped */
+  size_t total_bytes;
+} Corpus;
+
+/* Reads every input and cuts it into documents; skips, with a note, an input that
+ * is not text and one naming a file already read. Returns 0, or 1 after an error. */
+static int read_inputs(const Options *o, Corpus *c) {
+  char err[IO_ERR_LEN];
+  c->texts = pd_calloc((size_t)o->ninputs, sizeof *c->texts);
+  c->lens = pd_calloc((size_t)o->ninputs, sizeof *c->lens);
+  int rc = 0;
+  struct stat *seen = pd_calloc((size_t)o->ninputs, sizeof *seen);
+  int nskipped = 0, first_skip = 0, first_dup = 0;
+  for (int i = 0; i < o->ninputs && !rc; i++) {
+    c->texts[i] = io_read_all(o->inputs[i], &c->lens[i], err, sizeof err);
+    if (!c->texts[i]) {
+      rc = fail("%s", err);
+      break;
+    }
+    size_t bad_at;
+    const char *why;
+    if (!text_check(c->texts[i], c->lens[i] < TEXT_SNIFF_BYTES ? c->lens[i] : TEXT_SNIFF_BYTES,
+                    &bad_at, &why)) {
+      fprintf(stderr, "pd2bw-data: note: skipped %s: not text (%s at offset %zu%s)\n",
+              o->inputs[i], why, bad_at,
+              is_strfile_index(o->inputs[i], c->texts[i], c->lens[i]) ? "; a strfile(1) index" : "");
+      free(c->texts[i]);
+      c->texts[i] = NULL;
+      continue;
+    }
+    int dup = -1;
+    if (stat(o->inputs[i], &seen[i]) == 0)
+      for (int j = 0; j < i && dup < 0; j++)
+        if (c->texts[j] && seen[j].st_dev == seen[i].st_dev && seen[j].st_ino == seen[i].st_ino)
+          dup = j;
+    if (dup >= 0) {
+      if (nskipped++ == 0) first_skip = i, first_dup = dup;
+      free(c->texts[i]);
+      c->texts[i] = NULL;
+      continue;
+    }
+    c->nfiles++;
+    c->total_bytes += c->lens[i];
+    split_docs(c->texts[i], c->lens[i], i, o->fortune, &c->docs, &c->ndocs, &c->cap);
+  }
+  free(seen);
+  if (nskipped)
+    fprintf(stderr,
+            "pd2bw-data: note: skipped %d input%s naming a file already read (%s is %s%s)\n",
+            nskipped, nskipped > 1 ? "s" : "", o->inputs[first_skip], o->inputs[first_dup],
+            nskipped > 1 ? ", ..." : "");
+  return rc;
+}
+
+/* Tokenises each document into train or val (the split rule at the top), each
+ * preceded by eot when eot >= 0; checks both streams are usable. Returns 0, or 1
+ * after an error. */
+static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t eot,
+                    TokenBuf *train, TokenBuf *val, int *nval_docs) {
+  int rc = 0;
+  for (int i = 0; i < c->ndocs && !rc; i++) {
+    const Doc *d = &c->docs[i];
+    bool is_val = (long long)((i + 1) * o->val_fraction) > (long long)(i * o->val_fraction);
+    *nval_docs += is_val;
+    size_t bad;
+    if (eot >= 0) tokenbuf_push(is_val ? val : train, (uint16_t)eot);
+    if (!bpe_encode(bpe, c->texts[d->file] + d->start, d->len, is_val ? val : train, &bad)) {
+      char sym[4], msg[IO_ERR_LEN];
+      unsigned char byte = (unsigned char)c->texts[d->file][d->start + bad];
+      snprintf(msg, sizeof msg, "%s: offset %zu: byte 0x%02x has no token: %s lacks \"%s\"",
+               o->inputs[d->file], d->start + bad, byte, o->vocab, bpe_byte_symbol(byte, sym));
+      rc = fail("%s", msg);
+    }
+  }
+  if (!rc && train->n == 0) rc = fail("no text to train on in the input");
+  if (!rc && o->val_fraction > 0 && val->n == 0) {
+    rc = fail(
+        "--val-fraction %g of %d documents is less than one document; give more text "
+        "or --val-fraction 0",
+        o->val_fraction, c->ndocs);
+  }
+  if (!rc && (train->n > INT32_MAX || val->n > INT32_MAX))
+    rc = fail("more than 2^31 tokens: the llm.c header cannot count them");
+  return rc;
+}
+
+/* Writes PREFIX_train.bin and PREFIX_val.bin, both or neither, and says what they
+ * hold. Returns 0, or 1 after an error. */
+static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, const TokenBuf *train,
+                         const TokenBuf *val, int nval_docs) {
+  char err[IO_ERR_LEN];
+  int rc = 0;
+  size_t plen = strlen(o->out_prefix) + 16;
+  char *train_path = pd_malloc(plen), *val_path = pd_malloc(plen);
+  snprintf(train_path, plen, "%s_train.bin", o->out_prefix);
+  snprintf(val_path, plen, "%s_val.bin", o->out_prefix);
+  /* Both temp files first, then both renames: an error leaves neither. */
+  AtomicFile a = {0}, b = {0};
+  bool ok = write_tokens(&a, train_path, train, o->format, err, sizeof err) &&
+            (o->val_fraction == 0 || write_tokens(&b, val_path, val, o->format, err, sizeof err));
+  if (ok) ok = atomic_commit(&a, err, sizeof err);
+  if (ok && b.f) ok = atomic_commit(&b, err, sizeof err);
+  if (!ok) {
+    atomic_abort(&a);
+    atomic_abort(&b);
+    rc = fail("%s", err);
+  }
+  if (!rc) {
+    printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", c->nfiles,
+           c->total_bytes, c->ndocs, nval_docs);
+    if (bpe)
+      printf("  tokenizer: GPT-2 BPE from %s, vocab %lld\n", o->vocab,
+             (long long)bpe_vocab_size(bpe));
+    else
+      printf("  tokenizer: bytes, vocab 256\n");
+    printf("  train: %zu tokens -> %s (%s)\n", train->n, train_path,
+           o->format == DATA_LLMC ? "llm.c format" : "raw uint16");
+    if (o->val_fraction > 0) printf("  val:   %zu tokens -> %s\n", val->n, val_path);
+  }
+  free(train_path);
+  free(val_path);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -222,115 +352,18 @@ int main(int argc, char **argv) {
     return fail("--eot: %s has no \"<|endoftext|>\" token", o.vocab);
   }
 
-  char **texts = pd_calloc((size_t)o.ninputs, sizeof *texts);
-  size_t *lens = pd_calloc((size_t)o.ninputs, sizeof *lens);
-  Doc *docs = NULL;
-  int ndocs = 0, cap = 0, rc = 0;
-  size_t total_bytes = 0;
-  struct stat *seen = pd_calloc((size_t)o.ninputs, sizeof *seen);
-  int nfiles = 0, nskipped = 0, first_skip = 0, first_dup = 0;
-  for (int i = 0; i < o.ninputs && !rc; i++) {
-    texts[i] = io_read_all(o.inputs[i], &lens[i], err, sizeof err);
-    if (!texts[i]) {
-      rc = fail("%s", err);
-      break;
-    }
-    size_t bad_at;
-    const char *why;
-    if (!text_check(texts[i], lens[i] < TEXT_SNIFF_BYTES ? lens[i] : TEXT_SNIFF_BYTES, &bad_at,
-                    &why)) {
-      fprintf(stderr, "pd2bw-data: note: skipped %s: not text (%s at offset %zu%s)\n",
-              o.inputs[i], why, bad_at,
-              is_strfile_index(o.inputs[i], texts[i], lens[i]) ? "; a strfile(1) index" : "");
-      free(texts[i]);
-      texts[i] = NULL;
-      continue;
-    }
-    int dup = -1;
-    if (stat(o.inputs[i], &seen[i]) == 0)
-      for (int j = 0; j < i && dup < 0; j++)
-        if (texts[j] && seen[j].st_dev == seen[i].st_dev && seen[j].st_ino == seen[i].st_ino)
-          dup = j;
-    if (dup >= 0) {
-      if (nskipped++ == 0) first_skip = i, first_dup = dup;
-      free(texts[i]);
-      texts[i] = NULL;
-      continue;
-    }
-    nfiles++;
-    total_bytes += lens[i];
-    split_docs(texts[i], lens[i], i, o.fortune, &docs, &ndocs, &cap);
-  }
-  free(seen);
-  if (nskipped)
-    fprintf(stderr,
-            "pd2bw-data: note: skipped %d input%s naming a file already read (%s is %s%s)\n",
-            nskipped, nskipped > 1 ? "s" : "", o.inputs[first_skip], o.inputs[first_dup],
-            nskipped > 1 ? ", ..." : "");
-
+  Corpus c = {0};
   TokenBuf train = {0}, val = {0};
   int nval_docs = 0;
-  for (int i = 0; i < ndocs && !rc; i++) {
-    const Doc *d = &docs[i];
-    bool is_val = (long long)((i + 1) * o.val_fraction) > (long long)(i * o.val_fraction);
-    nval_docs += is_val;
-    size_t bad;
-    if (eot >= 0) tokenbuf_push(is_val ? &val : &train, (uint16_t)eot);
-    if (!bpe_encode(bpe, texts[d->file] + d->start, d->len, is_val ? &val : &train, &bad)) {
-      char sym[4], msg[IO_ERR_LEN];
-      unsigned char byte = (unsigned char)texts[d->file][d->start + bad];
-      snprintf(msg, sizeof msg, "%s: offset %zu: byte 0x%02x has no token: %s lacks \"%s\"",
-               o.inputs[d->file], d->start + bad, byte, o.vocab, bpe_byte_symbol(byte, sym));
-      rc = fail("%s", msg);
-    }
-  }
-  if (!rc && train.n == 0) rc = fail("no text to train on in the input");
-  if (!rc && o.val_fraction > 0 && val.n == 0) {
-    rc = fail(
-        "--val-fraction %g of %d documents is less than one document; give more text "
-        "or --val-fraction 0",
-        o.val_fraction, ndocs);
-  }
-  if (!rc && (train.n > INT32_MAX || val.n > INT32_MAX))
-    rc = fail("more than 2^31 tokens: the llm.c header cannot count them");
-
-  size_t plen = strlen(o.out_prefix) + 16;
-  char *train_path = pd_malloc(plen), *val_path = pd_malloc(plen);
-  snprintf(train_path, plen, "%s_train.bin", o.out_prefix);
-  snprintf(val_path, plen, "%s_val.bin", o.out_prefix);
-  if (!rc) {
-    /* Both temp files first, then both renames: an error leaves neither. */
-    AtomicFile a = {0}, b = {0};
-    bool ok = write_tokens(&a, train_path, &train, o.format, err, sizeof err) &&
-              (o.val_fraction == 0 || write_tokens(&b, val_path, &val, o.format, err, sizeof err));
-    if (ok) ok = atomic_commit(&a, err, sizeof err);
-    if (ok && b.f) ok = atomic_commit(&b, err, sizeof err);
-    if (!ok) {
-      atomic_abort(&a);
-      atomic_abort(&b);
-      rc = fail("%s", err);
-    }
-  }
-  if (!rc) {
-    printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", nfiles, total_bytes,
-           ndocs, nval_docs);
-    if (bpe)
-      printf("  tokenizer: GPT-2 BPE from %s, vocab %lld\n", o.vocab,
-             (long long)bpe_vocab_size(bpe));
-    else
-      printf("  tokenizer: bytes, vocab 256\n");
-    printf("  train: %zu tokens -> %s (%s)\n", train.n, train_path,
-           o.format == DATA_LLMC ? "llm.c format" : "raw uint16");
-    if (o.val_fraction > 0) printf("  val:   %zu tokens -> %s\n", val.n, val_path);
-  }
-  free(train_path);
-  free(val_path);
+  int rc = read_inputs(&o, &c);
+  if (!rc) rc = tokenize(&o, &c, bpe, eot, &train, &val, &nval_docs);
+  if (!rc) rc = write_outputs(&o, &c, bpe, &train, &val, nval_docs);
   tokenbuf_free(&train);
   tokenbuf_free(&val);
-  for (int i = 0; i < o.ninputs; i++) free(texts[i]);
-  free(texts);
-  free(lens);
-  free(docs);
+  for (int i = 0; i < o.ninputs; i++) free(c.texts[i]);
+  free(c.texts);
+  free(c.lens);
+  free(c.docs);
   bpe_destroy(bpe);
   return rc;
 }

@@ -52,6 +52,9 @@ static const char usage[] =
     "                            float32 master weights, float32 accumulation); the planner\n"
     "                            charges the cluster's peak for it (tflops_tf32/_fp32/_bf16)\n"
     "                            and counts bf16's operand staging in each stage's memory\n"
+    "  --gemm-epilogues on|off   the CUDA programs' bias, GELU and bias gradients as cuBLASLt\n"
+    "                            GEMM epilogues (default off: not yet measured on a GPU;\n"
+    "                            docs/gpu.md)\n"
     "  --allow-over              write the plan even when a stage's exact arena is over\n"
     "                            device memory (otherwise an error)\n"
     "  -q, --quiet               no summary on stdout\n"
@@ -67,6 +70,7 @@ typedef struct Options {
   bool allow_over;   /* write a plan whose exact arena is over device memory */
   bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
   PlanPrecision precision; /* the CUDA programs' GEMMs (--precision) */
+  bool gemm_epilogues;     /* --gemm-epilogues on */
 } Options;
 
 static int user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -93,6 +97,7 @@ static bool parse_count(const char *s, int64_t max, int64_t *out) {
 enum {
   OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
   OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND, OPT_PRECISION, OPT_ALLOW_OVER,
+  OPT_EPILOGUES,
 };
 
 /* Returns -1 to go on, else the exit status. */
@@ -110,6 +115,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"profile", required_argument, 0, OPT_PROFILE},
       {"backend", required_argument, 0, OPT_BACKEND},
       {"precision", required_argument, 0, OPT_PRECISION},
+      {"gemm-epilogues", required_argument, 0, OPT_EPILOGUES},
       {"quiet", no_argument, 0, 'q'},
       {"allow-over", no_argument, 0, OPT_ALLOW_OVER},
       {"help", no_argument, 0, 'h'},
@@ -186,6 +192,10 @@ static int parse_args(int argc, char **argv, Options *o) {
       if (!plan_precision_parse(optarg, &o->precision))
         return user_error("--precision takes tf32, fp32 or bf16, got '%s'", optarg);
       break;
+    case OPT_EPILOGUES:
+      if (strcmp(optarg, "on") && strcmp(optarg, "off")) return user_error("--gemm-epilogues takes on or off, got '%s'", optarg);
+      o->gemm_epilogues = strcmp(optarg, "on") == 0;
+      break;
     case ':': return user_error("option '%s' needs a value", argv[optind - 1]);
     default: return user_error("unknown option '%s'", argv[optind - 1]);
     }
@@ -198,6 +208,8 @@ static int parse_args(int argc, char **argv, Options *o) {
   if (!o->backend_cuda && o->precision == PPR_BF16)
     return user_error("%s", "--precision bf16 applies to the CUDA programs, and --backend cpu writes none (the C "
                             "programs are float32)");
+  if (!o->backend_cuda && o->gemm_epilogues)
+    return user_error("%s", "--gemm-epilogues on applies to the CUDA programs, and --backend cpu writes none");
   return -1;
 }
 
@@ -402,7 +414,7 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
-                                bool want_cuda, PlanPrecision precision, Diag *d) {
+                                bool want_cuda, PlanPrecision precision, bool epilogues, Diag *d) {
   int n = plan->cfg.stages;
   int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
   for (int i = 0; i < n; i++) {
@@ -414,7 +426,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   CodegenOptions co = {.f64 = false, .fuse = true};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
-    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision)};
+    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision), .gemm_epilogues = epilogues};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
   /* For the pipeline executor: what crosses each stage boundary (codegen/codegen.h),
@@ -553,7 +565,7 @@ int main(int argc, char **argv) {
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
   bool ok = plan_write(plan, tmp, root, &d) &&
-            emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.precision, &d);
+            emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.precision, o.gemm_epilogues, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
   ok = ok && write_report(tmp, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);

@@ -10,13 +10,14 @@
  *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
  *    modules, launches, copies, streams, events, CUDA graph capture and replay) and
  *    GEMMs through cuBLAS;
+ *  - cuda_lt.c: GEMMs with epilogues (bias, GELU, their gradients) through cuBLASLt;
  *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
  * Its subfolders hold the GPU executors, built with or without the toolkit (they reach
  * this library only through tables of functions): exec/ (the launch-list trainer,
  * exec/cuda_exec.h) and pipe/ (the pipeline executor, pipe/cuda_pipe.h).
  *
  * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
- * libcublas and libnccl are opened with dlopen the first time they are needed, so a
+ * libcublas, libcublasLt and libnccl are opened with dlopen the first time they are needed, so a
  * pd2bw binary built with the toolkit starts on a machine without a GPU driver (where
  * the toolkit ships only a stub libcuda, and linking it would stop the binary from
  * loading at all: DESIGN.md §5). Asking for the backend there gives a clear message,
@@ -31,7 +32,7 @@
  * the call, file, line and the library's error name.
  *
  * Libraries are found as: $PD2BW_LIBCUDA / $PD2BW_LIBNVRTC / $PD2BW_LIBCUBLAS /
- * $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
+ * $PD2BW_LIBCUBLASLT / $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
  * loader's search path, else the toolkit's lib64 directory this build was configured
  * with.
  */
@@ -146,6 +147,36 @@ void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid,
  * with element types by `type`. Asynchronous. */
 void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
                float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc);
+
+/* cuBLASLt epilogues of cuda_gemm_epilogue, in cuda_gemm's row-major terms
+ * (contract/contract.h GemmEpilogue describes each). */
+typedef enum CudaEpilogueKind {
+  CUDA_EPI_NONE,
+  CUDA_EPI_BIAS,          /* C += bias[N] per row */
+  CUDA_EPI_GELU_AUX_BIAS, /* aux = C + bias, C = gelu(aux); beta 0 */
+  CUDA_EPI_DGELU,         /* C *= gelu'(aux); beta 0 */
+  CUDA_EPI_BGRADB         /* bias[N] (+)= Σ_k op(B)[k, :] */
+} CudaEpilogueKind;
+
+typedef struct CudaEpilogue {
+  CudaEpilogueKind kind;
+  CudaPtr bias;  /* float32 [N]: added, or (BGRADB) the bias gradient */
+  int bias_acc;  /* BGRADB: add into bias (cuBLASLt writes a temporary, then cuBLAS adds it) */
+  CudaPtr aux;   /* float32 [M, ldaux]: GELU_AUX_BIAS writes it, DGELU reads it */
+  int ldaux;     /* a multiple of 8 */
+} CudaEpilogue;
+
+/* True when cuBLASLt can be loaded with every function cuda_gemm_epilogue calls (no
+ * GPU needed); false with a message. */
+bool cuda_lt_available(char *err, size_t errlen);
+
+/* cuda_gemm followed by epilogue ep, as ONE cuBLASLt matmul (runtime/cuda/cuda_lt.c):
+ * the same types and operand swap, the stream's cuBLAS workspace. A shape or layout
+ * cuBLASLt has no algorithm for stops with a message naming pd2bwc --gemm-epilogues
+ * off. Asynchronous. */
+void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
+                        float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc,
+                        const CudaEpilogue *ep);
 
 /* Copies (synchronous with respect to the host; they order after all earlier work
  * on the default stream, so synchronise the streams first). */

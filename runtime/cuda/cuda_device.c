@@ -135,7 +135,7 @@ const CuApi *cuda_driver_api(char *err, size_t errlen) {
 /* clang-format off */
 #define PD_CUBLAS_FUNCS(X)                                                                \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode) X(cublasGemmEx) \
-  X(cublasGetStatusString) X(cublasSetWorkspace)
+  X(cublasGetStatusString) X(cublasSetWorkspace) X(cublasSaxpy)
 /* clang-format on */
 
 typedef struct CublasApi {
@@ -393,12 +393,26 @@ void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, in
   }
   CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
-  if (!d->ws[s]) CU_CHECK(d->api, d->api->cuMemAlloc(&d->ws[s], d->ws_bytes)); /* never while capturing: see top */
-  CUBLAS_CHECK(cublas_api.cublasSetWorkspace(d->blas, (void *)(uintptr_t)d->ws[s], d->ws_bytes));
+  size_t ws_bytes;
+  CudaPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
+  CUBLAS_CHECK(cublas_api.cublasSetWorkspace(d->blas, (void *)(uintptr_t)ws, ws_bytes));
   CUBLAS_CHECK(cublas_api.cublasGemmEx(
       d->blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
       g.k, &alpha, (const void *)(uintptr_t)g.A, ab_t, g.lda, (const void *)(uintptr_t)g.B, ab_t,
       g.ldb, &beta, (void *)(uintptr_t)g.C, c_t, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
+}
+
+CudaPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes) {
+  (void)cuda_dev_stream(d, s); /* checks s */
+  if (!d->ws[s]) CU_CHECK(d->api, d->api->cuMemAlloc(&d->ws[s], d->ws_bytes)); /* never while capturing: see top */
+  *bytes = d->ws_bytes;
+  return (CudaPtr)d->ws[s];
+}
+
+void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y) {
+  const float one = 1;
+  CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
+  CUBLAS_CHECK(cublas_api.cublasSaxpy(d->blas, n, &one, (const float *)(uintptr_t)x, 1, (float *)(uintptr_t)y, 1));
 }
 
 /* ---- copies, streams, events -------------------------------------------------------- */

@@ -81,6 +81,16 @@ typedef struct CublasGemmArgs {
 CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
                                   CudaPtr B, int ldb, CudaPtr C, int ldc);
 
+/* The stream's cuBLAS workspace (cuda_device.c allocates it at its first use) and its
+ * size: cuBLAS and cuBLASLt (cuda_lt.c) share it, their calls on one stream being in
+ * order. */
+CudaPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes);
+/* y[0..n) += x[0..n) (float32) on stream s, through cuBLAS (cublasSaxpy). */
+void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y);
+/* The cublasLtEpilogue_t that runs row-major epilogue k after cuda_gemm_colmajor's
+ * operand swap (cuda_lt.c says why BGRADB becomes CUBLASLT_EPILOGUE_BGRADA). */
+int cuda_lt_epilogue_colmajor(CudaEpilogueKind k);
+
 /* The raw driver handles, for code that calls other NVIDIA libraries on this device
  * (runtime/cuda/exec/cuda_exec_dev.c hands the CUstream to the NCCL calls of cuda_pipe_nccl.c). */
 const CuApi *cuda_dev_api(const CudaDev *d);

@@ -61,5 +61,13 @@ expect 0 'cross_entropy' -- "$pd2bwc" models/mlp.model --emit=ir
 expect 0 'IR after autodiff' -- "$pd2bwc" models/mlp.model --print-ir-after=autodiff -o "$work/m"
 expect 0 'linear_dw' -- "$pd2bwc" models/mlp.model --print-ir-after=autodiff -o "$work/m"
 
+# --gemm-epilogues: on|off only, CUDA programs only; plan.json and the list record it
+expect 1 "--gemm-epilogues takes on or off, got 'yes'" -- "$pd2bwc" models/mlp.model --gemm-epilogues yes -o "$work/x"
+expect 1 "--gemm-epilogues on applies to the CUDA programs" -- \
+  "$pd2bwc" models/mlp.model --backend cpu --gemm-epilogues on -o "$work/x"
+expect 0 '' -- "$pd2bwc" models/mlp.model --gemm-epilogues on -q -o "$work/epi"
+grep -q '"gemm_epilogues":[[:space:]]*"on"' "$work/epi/plan.json" && ok || bad "plan.json lacks gemm_epilogues on"
+grep -q '"epilogue":[[:space:]]*"bias"' "$work/epi/stage0.launch.json" && ok || bad "the MLP's launch list has no bias epilogue"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -22,6 +22,7 @@ typedef enum Scenario {
   SC_DEVICE, /* cuda_dev_create(0): "" on success, else its message */
   SC_NVRTC,  /* compile a tiny kernel */
   SC_CUBLAS, /* cuda_cublas_available */
+  SC_LT,     /* cuda_lt_available (cuBLASLt: GEMM epilogues) */
   SC_NCCL    /* nccl_available */
 } Scenario;
 
@@ -65,6 +66,9 @@ static void run_child(Scenario sc, const char *env_name, const char *env_value, 
     }
     case SC_CUBLAS:
       if (!cuda_cublas_available(err, sizeof err)) snprintf(msg, sizeof msg, "%s", err);
+      break;
+    case SC_LT:
+      if (!cuda_lt_available(err, sizeof err)) snprintf(msg, sizeof msg, "%s", err);
       break;
     case SC_NCCL:
       if (!nccl_available(err, sizeof err)) snprintf(msg, sizeof msg, "%s", err);
@@ -132,7 +136,7 @@ static void test_no_nvrtc_message(void) {
   EXPECT(starts_with(msg, "cannot compile CUDA code: NVRTC not found (/nonexistent/libnvrtc.so"));
 }
 
-/* cuBLAS and NCCL need no GPU to load: all their symbols must resolve here. */
+/* cuBLAS, cuBLASLt and NCCL need no GPU to load: all their symbols must resolve here. */
 static void test_cublas_and_nccl_load(void) {
   char msg[1024];
   run_child(SC_CUBLAS, NULL, NULL, msg, sizeof msg);
@@ -145,6 +149,11 @@ static void test_cublas_and_nccl_load(void) {
   EXPECT(starts_with(msg, "nccl transport: NCCL not found (/nonexistent/libnccl.so.2"));
   run_child(SC_CUBLAS, "PD2BW_LIBCUBLAS", "/nonexistent/libcublas.so", msg, sizeof msg);
   EXPECT(starts_with(msg, "cuda backend: cuBLAS not found (/nonexistent/libcublas.so"));
+  run_child(SC_LT, NULL, NULL, msg, sizeof msg);
+  printf("cublasLt: %s\n", msg);
+  EXPECT_STREQ(msg, "OK");
+  run_child(SC_LT, "PD2BW_LIBCUBLASLT", "/nonexistent/libcublasLt.so", msg, sizeof msg);
+  EXPECT(starts_with(msg, "cuda backend: cuBLASLt not found (/nonexistent/libcublasLt.so"));
 }
 
 /* `test_cuda_device stub` runs the stub-driver check alone: a CTest skip (exit 77,

@@ -6,7 +6,15 @@
  * n, k, lda, ldb, ldc), fed the mapped arguments, must equal the CPU kernels'
  * row-major GEMM for every transpose combination, odd sizes and padded leading
  * dimensions.
+ * The epilogues of cuda_gemm_epilogue likewise: a column-major reference with
+ * cuBLASLt's documented meaning of each cublasLtEpilogue_t (bias along D's rows;
+ * BGRADA / BGRADB: op(A) / op(B) summed over k), fed the mapped arguments and the
+ * epilogue cuda_lt_epilogue_colmajor picks, must give the row-major epilogue
+ * (contract/contract.h GemmEpilogue): bias per column N, the gradient of op(B)'s
+ * columns for bgradb (BGRADA after the swap: BGRADB would sum the wrong operand).
  */
+#include <cublasLt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -61,7 +69,97 @@ static void test_all_transposes(void) {
     }
 }
 
+static double gelu(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double dgelu(double x) {
+  double h = 1e-4;
+  return (gelu(x + h) - gelu(x - h)) / (2 * h); /* any fixed derivative: both sides use it */
+}
+
+/* cuBLASLt's epilogue `epi` after C = alpha·op(A)·op(B) + beta·C, column-major (m, n, k
+ * and operands as cublasLtMatmul gets them). */
+static void colmajor_epilogue(int epi, int transa, int transb, int m, int n, int k, const float *A, int lda,
+                              const float *B, int ldb, float *C, int ldc, float *bias, float *aux, int ldaux) {
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      float *c = &C[i + (int64_t)j * ldc];
+      if (epi == CUBLASLT_EPILOGUE_BIAS) *c += bias[i];
+      if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        aux[i + (int64_t)j * ldaux] = *c + bias[i];
+        *c = (float)gelu(aux[i + (int64_t)j * ldaux]);
+      }
+      if (epi == CUBLASLT_EPILOGUE_DGELU) *c = (float)(*c * dgelu(aux[i + (int64_t)j * ldaux]));
+    }
+  if (epi == CUBLASLT_EPILOGUE_BGRADA) /* length m: op(A) summed over k */
+    for (int i = 0; i < m; i++) {
+      double s = 0;
+      for (int p = 0; p < k; p++) s += transa ? A[p + (int64_t)i * lda] : A[i + (int64_t)p * lda];
+      bias[i] = (float)s;
+    }
+  if (epi == CUBLASLT_EPILOGUE_BGRADB) /* length n: op(B) summed over k */
+    for (int j = 0; j < n; j++) {
+      double s = 0;
+      for (int p = 0; p < k; p++) s += transb ? B[j + (int64_t)p * ldb] : B[p + (int64_t)j * ldb];
+      bias[j] = (float)s;
+    }
+}
+
+/* The row-major meaning (contract/contract.h), after C = alpha·op(A)·op(B) + beta·C. */
+static void rowmajor_epilogue(CudaEpilogueKind kind, int tb, int M, int N, int K, const float *B, int ldb, float *C,
+                              int ldc, float *bias, float *aux, int ldaux) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float *c = &C[(int64_t)i * ldc + j];
+      if (kind == CUDA_EPI_BIAS) *c += bias[j];
+      if (kind == CUDA_EPI_GELU_AUX_BIAS) {
+        aux[(int64_t)i * ldaux + j] = *c + bias[j];
+        *c = (float)gelu(aux[(int64_t)i * ldaux + j]);
+      }
+      if (kind == CUDA_EPI_DGELU) *c = (float)(*c * dgelu(aux[(int64_t)i * ldaux + j]));
+    }
+  if (kind == CUDA_EPI_BGRADB)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int p = 0; p < K; p++) s += tb ? B[(int64_t)j * ldb + p] : B[(int64_t)p * ldb + j];
+      bias[j] = (float)s;
+    }
+}
+
+static void test_epilogues(void) {
+  enum { M = 6, N = 8, K = 5, pad = 2, ldaux = N };
+  unsigned seed = 7;
+  const CudaEpilogueKind kinds[] = {CUDA_EPI_BIAS, CUDA_EPI_GELU_AUX_BIAS, CUDA_EPI_DGELU, CUDA_EPI_BGRADB};
+  for (int kk = 0; kk < 4; kk++)
+    for (int ta = 0; ta <= 1; ta++)
+      for (int tb = 0; tb <= 1; tb++) {
+        int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad, ar = ta ? K : M, br = tb ? N : K;
+        float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb);
+        float *C1 = malloc(sizeof(float) * M * ldc), *C2 = malloc(sizeof(float) * M * ldc);
+        float aux1[M * N], aux2[M * N], bias1[N], bias2[N];
+        for (int i = 0; i < ar * lda; i++) A[i] = frand(&seed);
+        for (int i = 0; i < br * ldb; i++) B[i] = frand(&seed);
+        for (int i = 0; i < M * ldc; i++) C1[i] = C2[i] = frand(&seed);
+        for (int i = 0; i < M * N; i++) aux1[i] = aux2[i] = frand(&seed);
+        for (int i = 0; i < N; i++) bias1[i] = bias2[i] = frand(&seed);
+        float beta = kinds[kk] == CUDA_EPI_BIAS || kinds[kk] == CUDA_EPI_BGRADB ? 0.5f : 0;
+        pk_gemm_naive_f32(ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C1, ldc);
+        rowmajor_epilogue(kinds[kk], tb, M, N, K, B, ldb, C1, ldc, bias1, aux1, ldaux);
+        CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, (CudaPtr)(uintptr_t)A, lda, (CudaPtr)(uintptr_t)B, ldb,
+                                              (CudaPtr)(uintptr_t)C2, ldc);
+        const float *gA = (const float *)(uintptr_t)g.A, *gB = (const float *)(uintptr_t)g.B;
+        colmajor_gemm(g.transa, g.transb, g.m, g.n, g.k, 1.5f, gA, g.lda, gB, g.ldb, beta, (float *)(uintptr_t)g.C,
+                      g.ldc);
+        colmajor_epilogue(cuda_lt_epilogue_colmajor(kinds[kk]), g.transa, g.transb, g.m, g.n, g.k, gA, g.lda, gB,
+                          g.ldb, (float *)(uintptr_t)g.C, g.ldc, bias2, aux2, ldaux);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < ldc; j++) EXPECT_NEAR(C2[i * ldc + j], C1[i * ldc + j], 1e-5, 1e-6);
+        for (int i = 0; i < M * N; i++) EXPECT_NEAR(aux2[i], aux1[i], 1e-5, 1e-6);
+        for (int i = 0; i < N; i++) EXPECT_NEAR(bias2[i], bias1[i], 1e-5, 1e-6);
+        free(A), free(B), free(C1), free(C2);
+      }
+}
+
 int main(void) {
   RUN(test_all_transposes);
+  RUN(test_epilogues);
   return TEST_REPORT();
 }

@@ -9,6 +9,7 @@
 
 #include "emu_module.h"
 #include "codegen/codegen.h"
+#include "kernels/cuda_kernel_list.h"
 #include "runtime/blas/blas.h"
 
 typedef int (*EmuSizesFn)(const char *name, unsigned char *sizes);
@@ -62,6 +63,7 @@ typedef struct EmuOp {
   int ta, tb, M, N, K, lda, ldb, ldc;
   float alpha, beta;
   CxPtr a, b, c; /* GEMM operands; memset/dtod: a = dst, b = src */
+  CxEpilogue ep;  /* the GEMM's epilogue (GEMM_EPI_NONE: none) */
   size_t bytes;
   EmuEvent *ev;
   int64_t gen;
@@ -201,6 +203,52 @@ static void *e_kernel(void *dev, void *module, const char *name) {
   return k;
 }
 
+/* The block size of the code generator's launches (codegen's CU_BLOCK): a GEMM
+ * epilogue runs as the kernels the unfused launch list would launch, at their block
+ * size, because the bias gradient's summation order depends on it. */
+#define EMU_EPI_BLOCK 256
+
+static void epi_kernel(EmuDev *d, const char *name, PkcLaunchKind kind, int64_t items, void **args) {
+  unsigned grid = pkc_grid(kind, items, EMU_EPI_BLOCK, 1u << 20);
+  PD_CHECK(d->nmod > 0 && d->mod[0].launch(name, grid, EMU_EPI_BLOCK, args) == 0, "(emulated epilogue kernel %s)",
+           name);
+}
+
+/* After the GEMM: the epilogue as those kernels (contract/contract.h says which), on
+ * the same bytes in the same order, so the fused path replays the unfused one's bits
+ * (gelu_aux_bias's GEMM wrote aux, the pre-GELU value, and C gets its gelu). */
+static void exec_epilogue(EmuDev *d, const EmuOp *op) {
+  float *C = P(op->c), *aux = P(op->ep.aux), *bias = P(op->ep.bias);
+  const float *B = P(op->b);
+  int64_t M = op->M, K = op->K, n = (int64_t)op->M * op->N;
+  int N = op->N, acc = op->ep.bias_acc;
+  switch (op->ep.kind) {
+  case GEMM_EPI_BIAS: {
+    void *a[] = {&C, &C, &bias, &M, &N};
+    epi_kernel(d, "pkc_add_bias_fwd_f32", PKC_ELEM4, n, a);
+    break;
+  }
+  case GEMM_EPI_GELU_AUX_BIAS: {
+    void *a[] = {&aux, &aux, &bias, &M, &N}, *g[] = {&C, &aux, &n};
+    epi_kernel(d, "pkc_add_bias_fwd_f32", PKC_ELEM4, n, a);
+    epi_kernel(d, "pkc_gelu_fwd_f32", PKC_ELEM4, n, g);
+    break;
+  }
+  case GEMM_EPI_DGELU: {
+    void *a[] = {&C, &C, &aux, &n};
+    epi_kernel(d, "pkc_gelu_bwd_f32", PKC_ELEM4, n, a);
+    break;
+  }
+  case GEMM_EPI_BGRADB: { /* op(B) is B[K, N] (the launch list checks: not transposed, unpadded) */
+    void *a[] = {&bias, &B, &K, &N, &acc};
+    epi_kernel(d, "pkc_bias_grad_f32", PKC_COL, N, a);
+    break;
+  }
+  case GEMM_EPI_NONE:
+  case GEMM_EPI_COUNT: break;
+  }
+}
+
 static void exec_op(EmuDev *d, EmuOp *op) {
   switch (op->kind) {
   case Q_LAUNCH: {
@@ -209,17 +257,22 @@ static void exec_op(EmuDev *d, EmuOp *op) {
     PD_CHECK(op->k->launch(op->k->name, op->grid, op->block, args) == 0, "(emulated launch of %s)", op->k->name);
     break;
   }
-  case Q_GEMM:
+  case Q_GEMM: {
+    bool to_aux = op->ep.kind == GEMM_EPI_GELU_AUX_BIAS; /* the product is the pre-GELU value */
+    CxPtr c = to_aux ? op->ep.aux : op->c;
+    int ldc = to_aux ? op->ep.ldaux : op->ldc;
     if (op->type == CX_GEMM_BF16) {
       /* every module holds the emulator, so the first one's will do */
       PD_CHECK(d->nmod > 0 && d->mod[0].gemm_bf16, "(the emulator module has no emu_gemm_bf16)");
       d->mod[0].gemm_bf16(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb,
-                          op->beta, P(op->c), op->ldc);
+                          op->beta, P(c), ldc);
     } else {
-      pd_sgemm(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb, op->beta,
-               P(op->c), op->ldc);
+      pd_sgemm(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb, op->beta, P(c),
+               ldc);
     }
+    exec_epilogue(d, op);
     break;
+  }
   case Q_MEMSET: memset(P(op->a), 0, op->bytes); break;
   case Q_DTOD: memcpy(P(op->a), P(op->b), op->bytes); break;
   case Q_RECORD:
@@ -302,13 +355,14 @@ static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
 }
 
 static void e_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
   EmuDev *d = dev;
   EmuOp op = {.kind = Q_GEMM, .type = type, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .a = A,
-              .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = ldc};
+              .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = ldc, .ep = ep ? *ep : (CxEpilogue){0}};
   if (!capturing(d, stream)) {
     d->n.gemms++;
     d->n.bf16_gemms += type == CX_GEMM_BF16;
+    d->n.epilogues[op.ep.kind]++;
   }
   issue(d, stream, &op);
 }

@@ -7,7 +7,10 @@
  * kernels and the parameter sizes of every kernel it can launch; device memory is
  * host memory; float32 GEMMs run through pd_sgemm (the CPU program's BLAS), bf16 GEMMs
  * through the emulator's emu_gemm_bf16 (bfloat16 A and B widened exactly, float
- * accumulation), which reads only the 16-bit copies the cast launches made. Kernel
+ * accumulation), which reads only the 16-bit copies the cast launches made. A GEMM's
+ * epilogue (pd2bwc --gemm-epilogues on; cuBLASLt's on a GPU) runs as the library
+ * kernels it replaces, at the generated launches' block size, so a plan with
+ * epilogues trains to the same bits as one without. Kernel
  * arguments are captured at launch with the kernel's own parameter sizes, as
  * cuLaunchKernel does.
  *
@@ -56,6 +59,7 @@ typedef struct EmuCounts {
   int adamw_one;   /* of those, the per-tensor AdamW kernels (pkc_adamw_step_f32 and _dev) */
   int gemms;      /* GEMMs of every type */
   int bf16_gemms; /* of those, CX_GEMM_BF16 */
+  int epilogues[GEMM_EPI_COUNT]; /* GEMMs by epilogue ([GEMM_EPI_NONE]: plain ones) */
   int dtods, records, waits; /* device copies, event records, stream waits */
   int max_queued;            /* most operations queued at once (0 in order) */
   int captures;              /* graphs captured (capture_end) */

@@ -209,6 +209,8 @@ static void old_format(cJSON *j) {
  * graphs must not replay one. */
 /* A format-3 list: each stage's own, dropout streams as absolute op ids. */
 static void format3(cJSON *j) { cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(3)); }
+/* format 4: no GEMM epilogues (pd2bwc --gemm-epilogues) */
+static void format4(cJSON *j) { cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(4)); }
 
 static void format2(cJSON *j) {
   cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(2));
@@ -268,8 +270,10 @@ static void test_old_plan(void) {
 
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
-  bad_list(format2, "a launch list of format 2, older than this runtime's 4");
-  bad_list(format3, "a launch list of format 3, older than this runtime's 4");
+  bad_list(format2, "a launch list of format 2, older than this runtime's 5");
+  bad_list(format3, "a launch list of format 3, older than this runtime's 5");
+  bad_list(format4, "a launch list of format 4, older than this runtime's 5");
+  bad_list(format4, "regenerate the plan with this pd2bwc");
   bad_list(format2, "regenerate the plan with this pd2bwc");
   bad_list(no_key, "'microbatch_key' missing");
   bad_list(wrong_module, "is not in the compiled stage program");

@@ -72,6 +72,17 @@ typedef enum CxGemmType {
                    launch list says "bf16" (its casts made the operands); never an override */
 } CxGemmType;
 
+/* A GEMM's epilogue: the launch list's (contract/contract.h GemmEpilogue says what
+ * each kind computes, in the GEMM's row-major terms). */
+typedef struct CxEpilogue {
+  GemmEpilogue kind;
+  CxPtr bias;   /* bias, gelu_aux_bias: the vector added (N floats); bgradb: the bias
+                   gradient written, or added to when bias_acc */
+  int bias_acc; /* bgradb: 1 adds into bias */
+  CxPtr aux;    /* gelu_aux_bias: the pre-GELU output written; dgelu: the pre-GELU input */
+  int ldaux;    /* aux's leading dimension (floats) */
+} CxEpilogue;
+
 /* The device as the executor sees it. Every call is on one device; `stream` is a
  * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
  * stream; htod/dtoh first wait for all the device's work, so the host may reuse or
@@ -89,9 +100,11 @@ typedef struct CxDeviceOps {
   /* args: one pointer per kernel parameter, to a value of exactly its type. */
   void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
   /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics); A and B
-   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32. */
+   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32.
+   * ep: the epilogue that follows (NULL: none; a GPU runs it as cuBLASLt's, the
+   * emulator as the kernels it stands for). */
   void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
-               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc);
+               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep);
   void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
   void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
   void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
@@ -137,6 +150,10 @@ void cx_ops_no_graphs(CxDeviceOps *ops);
  * bfloat16 copy of the weight version a pass uses (params' layout at half the offsets;
  * the optimizer step writes it), where the GEMMs read their weight operands. */
 enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_PARAMS16, CX_NBLOCKS };
+/* Block c's name in a launch list. */
+static inline const char *cx_block_name(int c) {
+  return c == CX_SCRATCH ? "cuda_scratch" : c == CX_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)c);
+}
 
 typedef enum CxPass {
   CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */

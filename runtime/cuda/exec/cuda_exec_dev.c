@@ -78,10 +78,22 @@ static CudaGemmType cuda_type(CxGemmType type) {
   return CUDA_GEMM_F32;
 }
 
+/* A GEMM with an epilogue goes to cuBLASLt (runtime/cuda/cuda_lt.c), one without to
+ * cuBLAS as before. */
 static void d_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc) {
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
   CudaGemmType t = cuda_type(type);
-  cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (!ep) {
+    cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  static const CudaEpilogueKind kinds[GEMM_EPI_COUNT] = {
+      [GEMM_EPI_NONE] = CUDA_EPI_NONE, [GEMM_EPI_BIAS] = CUDA_EPI_BIAS,
+      [GEMM_EPI_GELU_AUX_BIAS] = CUDA_EPI_GELU_AUX_BIAS, [GEMM_EPI_DGELU] = CUDA_EPI_DGELU,
+      [GEMM_EPI_BGRADB] = CUDA_EPI_BGRADB};
+  CudaEpilogue ce = {kinds[ep->kind], ep->bias, ep->bias_acc, ep->aux, ep->ldaux};
+  cuda_gemm_epilogue(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                     ldc, &ce);
 }
 
 static void d_htod(void *dev, CxPtr dst, const void *src, size_t bytes) {

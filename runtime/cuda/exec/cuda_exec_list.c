@@ -28,6 +28,7 @@
  * launched as a graph from then on. Keys are remembered in a fixed table
  * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec_epilogue.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ typedef struct CxEntry {
   float alpha, beta;
   int ablk, bblk, cblk;
   int64_t aoff, boff, coff;
+  CxEpiRef epi; /* its epilogue (cuda_exec_epilogue.h) */
 } CxEntry;
 
 /* What makes a captured pass reusable: everything cx_program_run reads from the
@@ -103,11 +105,9 @@ struct CxProgram {
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
 
-static int block_of(const char *name) {
-  if (strcmp(name, "cuda_scratch") == 0) return CX_SCRATCH;
-  if (strcmp(name, "params_bf16") == 0) return CX_PARAMS16;
-  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
-    if (strcmp(name, buf_class_name((BufClass)c)) == 0) return c;
+int cx_block_of(const char *name) {
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
+    if (strcmp(name, cx_block_name(c)) == 0) return c;
   return -1;
 }
 
@@ -141,7 +141,7 @@ static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, in
   *blk = -1;
   *off = 0;
   if (cJSON_IsNull(buf)) return;
-  if (!cJSON_IsString(buf) || (*blk = block_of(buf->valuestring)) < 0) {
+  if (!cJSON_IsString(buf) || (*blk = cx_block_of(buf->valuestring)) < 0) {
     ld_fail(l, where, i, "pointer with an unknown 'buf'");
     *blk = -1;
     return;
@@ -195,6 +195,8 @@ static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const c
                         {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
   for (int k = 0; k < 3 && !l->failed; k++)
     if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
+  const char *bad = cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta, e->type == CX_GEMM_BF16, l->p->block, &e->epi);
+  if (bad) ld_fail(l, where, i, bad); /* (ld_fail keeps the first failure) */
 }
 
 static uint64_t encode(const char *ty, double v, bool *ok) {
@@ -405,8 +407,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (list && cJSON_IsNumber(fmt) && fmt->valueint < CODEGEN_CUDA_LIST_FORMAT) {
     snprintf(err, errlen,
              "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
-             "from device memory, for CUDA graphs, and takes dropout streams relative to the stage's rng_base, "
-             "so that stages share programs); regenerate the plan with this pd2bwc",
+             "from device memory, for CUDA graphs, takes dropout streams relative to the stage's rng_base, "
+             "so that stages share programs, and GEMM epilogues); regenerate the plan with this pd2bwc",
              lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
@@ -428,8 +430,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   p->ops = ops;
   Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
   for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
-    const char *bn = c == CX_SCRATCH ? "cuda_scratch" : c == CX_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)c);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, bn);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, cx_block_name(c));
     if (c == CX_PARAMS16 && !v) continue; /* only bf16 lists have it */
     if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
     else p->block[c] = (int64_t)v->valuedouble;
@@ -506,8 +507,9 @@ static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
   for (int i = 0; i < p->ne[pass]; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
+      CxEpilogue ep;
       ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
-                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc);
+                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc, cx_epilogue_at(&e->epi, r->base, &ep));
       continue;
     }
     uint64_t cell[CX_MAX_ARGS];

@@ -1,0 +1,189 @@
+/* runtime/cuda/cuda_lt.c — GEMMs with epilogues through cuBLASLt (cuda_backend.h:
+ * cuda_gemm_epilogue), for the launch lists of pd2bwc --gemm-epilogues on.
+ *
+ * cuBLASLt (libcublasLt) is dlopen()ed like cuBLAS (cuda_internal.h says why and how
+ * the symbols are named), the first time a GEMM with an epilogue runs. Each call
+ * builds a matmul descriptor (compute type and scale type by the plan's precision:
+ * fp32 CUBLAS_COMPUTE_32F, tf32 CUBLAS_COMPUTE_32F_FAST_TF32, bf16 CUBLAS_COMPUTE_32F
+ * on CUDA_R_16BF A and B; C, D, the bias and the aux matrix float32 in every case),
+ * sets CUBLASLT_MATMUL_DESC_EPILOGUE, _BIAS_POINTER and _EPILOGUE_AUX_POINTER/_LD,
+ * asks the heuristic for one algorithm within the stream's workspace and runs it. The
+ * descriptors are rebuilt per call: a pass runs eagerly once and is then replayed as
+ * a CUDA graph (runtime/cuda/exec/cuda_exec_list.c), which keeps none of this host work.
+ *
+ * Row-major to column-major: the operands swap as for cuBLAS (cuda_gemm_colmajor),
+ * so row-major N is column-major m, the rows of D: the bias vector (length N) and
+ * the aux matrix (ld = ldaux) keep their meaning, and the bias gradient of the
+ * row-major B operand is that of column-major A, CUBLASLT_EPILOGUE_BGRADA
+ * (cuda_lt_epilogue_colmajor, unit-tested in tests/cuda/test_cuda_gemm_map.c).
+ *
+ * Workspace: the stream's cuBLAS workspace (cuda_dev_workspace): cuBLAS and cuBLASLt
+ * calls on one stream run one after the other, so they share it, and the planner's
+ * memory needs no second one. An accumulating bias gradient (every gradient of a
+ * training step accumulates over its microbatches) is the one thing cuBLASLt cannot
+ * do, as it only writes the vector: it writes it into the workspace's last bytes (the
+ * matmul is given the rest) and cuBLAS adds it (cuda_dev_axpy).
+ *
+ * UNTESTED on a GPU (no GPU in CI): compiled, loaded (cuda_lt_available) and its
+ * mapping unit-tested; scripts/gpu-check.sh runs it and times it against the plain
+ * path (docs/gpu.md).
+ */
+#include <cublasLt.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+#include "runtime/cuda/cuda_internal.h"
+
+#ifndef PD2BW_CUDA_MAJOR
+#define PD2BW_CUDA_MAJOR 13
+#endif
+#define LT_XSTR_(x) #x
+#define LT_XSTR(x) LT_XSTR_(x)
+
+/* clang-format off */
+#define PD_LT_FUNCS(X)                                                                          \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusString) X(cublasLtMatmul)             \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)    \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                    \
+  X(cublasLtMatmulAlgoGetHeuristic)
+/* clang-format on */
+
+typedef struct LtApi {
+#define PD_LT_FIELD(f) __typeof__(f) *f;
+  PD_LT_FUNCS(PD_LT_FIELD)
+#undef PD_LT_FIELD
+} LtApi;
+
+static LtApi lt;
+static cublasLtHandle_t lt_handle; /* one per process: a handle is not tied to a device */
+static int lt_state;               /* 0 not tried, 1 ready, -1 failed (lt_why says why) */
+static char lt_why[640];
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+
+static void lt_load_once(void) {
+  static const char *const names[] = {"libcublasLt.so." LT_XSTR(PD2BW_CUDA_MAJOR), "libcublasLt.so", NULL};
+  char why[512];
+  lt_state = -1;
+  void *h = cuda_dlopen("PD2BW_LIBCUBLASLT", names, why, sizeof why);
+  bool ok = h != NULL;
+  if (!ok) snprintf(lt_why, sizeof lt_why, "cuda backend: cuBLASLt not found (%s)", why);
+#define PD_LT_SYM(f)                                                                               \
+  if (ok && !(lt.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcublasLt", why, sizeof why))) { \
+    ok = false;                                                                                    \
+    snprintf(lt_why, sizeof lt_why, "cuda backend: %s", why);                                      \
+  }
+  PD_LT_FUNCS(PD_LT_SYM)
+#undef PD_LT_SYM
+  if (ok) lt_state = 1;
+}
+
+bool cuda_lt_available(char *err, size_t errlen) {
+  pthread_once(&lt_once, lt_load_once);
+  if (lt_state < 0) snprintf(err, errlen, "%s", lt_why);
+  return lt_state > 0;
+}
+
+#define LT_CHECK(call)                                                                             \
+  do {                                                                                             \
+    cublasStatus_t lt_s_ = (call);                                                                 \
+    if (lt_s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+      pd_fatal(__FILE__, __LINE__, "cuBLASLt call failed: %s returned %s (%d)", #call,               \
+               lt.cublasLtGetStatusString(lt_s_), (int)lt_s_);                                     \
+  } while (0)
+
+static pthread_once_t lt_handle_once = PTHREAD_ONCE_INIT;
+static void lt_handle_create(void) { LT_CHECK(lt.cublasLtCreate(&lt_handle)); }
+
+int cuda_lt_epilogue_colmajor(CudaEpilogueKind k) {
+  switch (k) {
+  case CUDA_EPI_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
+  case CUDA_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+  case CUDA_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  case CUDA_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+  case CUDA_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADA; /* row-major B is column-major A */
+  }
+  PD_CHECK(false, "(epilogue %d)", (int)k);
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
+  LT_CHECK(lt.cublasLtMatmulDescSetAttribute(desc, a, v, n));
+}
+
+static const char *const kind_names[] = {"none", "bias", "gelu_aux_bias", "dgelu", "bgradb"};
+
+void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
+                        float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc,
+                        const CudaEpilogue *ep) {
+  char err[640];
+  if (!cuda_lt_available(err, sizeof err)) pd_fatal(__FILE__, __LINE__, "%s; make the plan with pd2bwc --gemm-epilogues off", err);
+  pthread_once(&lt_handle_once, lt_handle_create);
+  if (M <= 0 || N <= 0) return;
+  PD_CHECK(type != CUDA_GEMM_BF16_OUT, "(a bf16 output takes no epilogue)");
+  cudaDataType ab_t = type == CUDA_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  cublasComputeType_t ct = type == CUDA_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+
+  size_t ws_bytes = 0;
+  CudaPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
+  CudaPtr bias = ep->bias;
+  bool add_after = ep->kind == CUDA_EPI_BGRADB && ep->bias_acc;
+  if (add_after) { /* the gradient's temporary: the workspace's last (256-aligned) bytes */
+    size_t tb_bytes = ((size_t)N * 4 + 255) / 256 * 256;
+    PD_CHECK(tb_bytes * 2 <= ws_bytes, "(a bias gradient of %d floats in a %zu-byte workspace)", N, ws_bytes);
+    ws_bytes -= tb_bytes;
+    bias = ws + ws_bytes;
+  }
+
+  cublasLtMatmulDesc_t desc;
+  LT_CHECK(lt.cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F));
+  cublasOperation_t opa = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  uint32_t epi = (uint32_t)cuda_lt_epilogue_colmajor(ep->kind);
+  set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  if (ep->kind == CUDA_EPI_BIAS || ep->kind == CUDA_EPI_GELU_AUX_BIAS || ep->kind == CUDA_EPI_BGRADB) {
+    void *bp = (void *)(uintptr_t)bias;
+    int32_t bt = CUDA_R_32F; /* the bias, and the bias gradient, stay float32 with bf16 operands */
+    set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+    set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+  }
+  if (ep->kind == CUDA_EPI_GELU_AUX_BIAS || ep->kind == CUDA_EPI_DGELU) {
+    void *ap = (void *)(uintptr_t)ep->aux;
+    int64_t ld = ep->ldaux;
+    int32_t at = CUDA_R_32F;
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap);
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at);
+  }
+  cublasLtMatrixLayout_t la, lb, lc;
+  LT_CHECK(lt.cublasLtMatrixLayoutCreate(&la, ab_t, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
+  LT_CHECK(lt.cublasLtMatrixLayoutCreate(&lb, ab_t, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
+  LT_CHECK(lt.cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, g.m, g.n, g.ldc));
+  cublasLtMatmulPreference_t pref;
+  LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t wsmax = ws_bytes;
+  LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax,
+                                                   sizeof wsmax));
+  cublasLtMatmulHeuristicResult_t h;
+  int found = 0;
+  cublasStatus_t hs = lt.cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, lb, lc, lc, pref, 1, &h, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS || found < 1)
+    pd_fatal(__FILE__, __LINE__,
+             "cuBLASLt has no algorithm for a GEMM with the %s epilogue (row-major M %d N %d K %d, transposes %d %d, "
+             "ld %d %d %d, aux ld %d: %s); make the plan with pd2bwc --gemm-epilogues off",
+             kind_names[ep->kind], M, N, K, ta, tb, lda, ldb, ldc, ep->ldaux,
+             hs != CUBLAS_STATUS_SUCCESS ? lt.cublasLtGetStatusString(hs) : "none found");
+  CUstream st = cuda_dev_stream(d, s);
+  LT_CHECK(lt.cublasLtMatmul(lt_handle, desc, &alpha, (const void *)(uintptr_t)g.A, la, (const void *)(uintptr_t)g.B,
+                             lb, &beta, (const void *)(uintptr_t)g.C, lc, (void *)(uintptr_t)g.C, lc, &h.algo,
+                             (void *)(uintptr_t)ws, ws_bytes, (cudaStream_t)st));
+  LT_CHECK(lt.cublasLtMatmulPreferenceDestroy(pref));
+  LT_CHECK(lt.cublasLtMatrixLayoutDestroy(la));
+  LT_CHECK(lt.cublasLtMatrixLayoutDestroy(lb));
+  LT_CHECK(lt.cublasLtMatrixLayoutDestroy(lc));
+  LT_CHECK(lt.cublasLtMatmulDescDestroy(desc));
+  if (add_after) cuda_dev_axpy(d, s, N, bias, ep->bias);
+}
