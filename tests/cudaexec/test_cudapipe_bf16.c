@@ -25,7 +25,10 @@
  * And (resume) a resumed bf16 run makes its copies from the checkpoint: bit for bit the
  * uninterrupted run.
  *
- *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume]   (in the source tree)
+ * And (sgd) 1f1b with SGD: no AdamW; the copy is one cast of the version written per
+ * stage replica and step, and the run stays within the bound of the reference.
+ *
+ *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]   (in the source tree)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,7 +45,9 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-cudapipe-bf16-XXXXXX";
 
-static void run(const char *name, const char *args, int deferred_per_step) {
+/* sgd: the plan trains with SGD (per-parameter steps, then one cast of the version
+ * written into its bf16 copy per stage replica and step). */
+static void run(const char *name, const char *args, int deferred_per_step, bool sgd) {
   EXPECT(emu_pipe_make_plan(name, args));
   char dir[256], data[256], err[RT_ERR_LEN] = "";
   emu_path(dir, sizeof dir, name);
@@ -88,14 +93,14 @@ static void run(const char *name, const char *args, int deferred_per_step) {
   EmuCounts n = emu_device_counts();
   int nsr = p->d * p->w;
   int64_t passes = (int64_t)STEPS * p->m * p->w; /* each stage: a forward and a backward per microbatch */
-  int64_t want_casts = list_casts * passes + (int64_t)loads + (int64_t)deferred_per_step * STEPS;
+  int64_t want_casts = list_casts * passes + (int64_t)loads + (int64_t)deferred_per_step * STEPS + (sgd ? STEPS * nsr : 0);
   printf("  %s: %d launches, %d casts (want %lld: lists %lld x %lld microbatches + %llu at load + %d deferred tied), "
          "AdamW: %d multi-tensor, %d per tensor; bf16 copies %llu bytes (plan %llu)\n", name, n.launches, n.casts,
          (long long)want_casts, (long long)list_casts, (long long)passes, (unsigned long long)loads,
          deferred_per_step * STEPS, n.adamw_multi, n.adamw_one, (unsigned long long)stats.weights_bf16,
          (unsigned long long)planned_w16);
-  EXPECT_EQ_INT(n.adamw_multi, STEPS * nsr);
-  EXPECT_EQ_INT(n.adamw_one, deferred_per_step * STEPS);
+  EXPECT_EQ_INT(n.adamw_multi, sgd ? 0 : STEPS * nsr);
+  EXPECT_EQ_INT(n.adamw_one, sgd ? 0 : deferred_per_step * STEPS);
   EXPECT_EQ_INT(n.casts, want_casts);
   EXPECT(planned_w16 > 0);
   EXPECT_EQ_INT(stats.weights_bf16, planned_w16);
@@ -111,12 +116,17 @@ static void run(const char *name, const char *args, int deferred_per_step) {
 
 static void test_2bw(void) {
   run("p2bw", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw --recompute off",
-      2);
+      2, false);
 }
 
 static void test_1f1b(void) {
   run("p1f1b", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off",
-      0);
+      0, false);
+}
+
+static void test_sgd(void) {
+  run("psgd", "--precision bf16 -D clipv=1.0 -D train.optimizer=sgd -D train.momentum=0.9 -D train.lr=0.05 "
+              "--stages 2 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off", 0, true);
 }
 
 /* A resumed run makes its bf16 copies from the checkpoint's weights (one cast per
@@ -162,12 +172,13 @@ static void test_resume(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]", tmp);
   if (!part) return 2;
   EXPECT(emu_pipe_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
   if (emu_test_part(part, "resume")) RUN(test_resume);
+  if (emu_test_part(part, "sgd")) RUN(test_sgd);
   emu_test_end();
   return TEST_REPORT();
 }
