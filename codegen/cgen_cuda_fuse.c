@@ -249,7 +249,9 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     if (!fusible_kind(g, first) || acc(e, first->out[0])) return 0;
     len = cu_numel(e, first->out[0]);
     chain[n++] = ops[k];
-    n = extend(e, ops, nops, k + 1, first->region, first->out[0], len, chain, 1);
+    /* extend looks at ops[next + n]: with ops[k] already the chain's first, the next
+     * candidate is ops[k + 1] */
+    n = extend(e, ops, nops, k, first->region, first->out[0], len, chain, 1);
   }
   /* Drop ops from the end until the final output clobbers nothing still read. */
   while (n > 0) {

@@ -29,30 +29,41 @@
 #       one-stage trainer on PLAN/reference with 2bw's delayed rule): every microbatch
 #       loss within 1e-3 relative (step (b)'s FP32 bound), every weight within 1e-2 of
 #       its tensor's largest (pipeline_ref.c: 10x the loss bound);
-#   (d) GPT training time at the 350M (24 x 1024, 16 heads) and 1.3B (24 x 2048, 32
-#       heads) shapes, seq 1024, microbatch 8, BF16 plans (pd2bwc --precision bf16:
-#       bf16 GEMM operands cast from the FP32 master weights, FP32 accumulation):
-#       tokens/s and achieved TFLOP/s (the plan's FLOPs / measured steady-state step
-#       time) beside cuBLAS's BF16 rate on the model's MLP GEMM measured in the same
-#       process; with CUDA graphs (the default), and for the 350M shape also with
-#       --cuda-graphs off beside it while the time budget allows, and the same model
-#       made with --gemm-epilogues on (cuBLASLt epilogues) beside it: its tok/s against
-#       the plain plan's, which decides pd2bwc's default (docs/gpu.md); then the tensor-core
-#       attention kernels' own rate, forward and backward, at B=8 T=1024 NH=16 hs=64
-#       causal (bench/gpu/gpu_attention_bench);
+#   (d) the issue-11 item-6 table (scripts/gpu-check-lib.sh defines every figure): GPT
+#       124M (12 x 768), 350M (24 x 1024) and 1.3B (24 x 2048) at T=1024, BF16 plans
+#       (pd2bwc --precision bf16: bf16 GEMM operands cast from the FP32 master weights),
+#       each at the largest power-of-two microbatch whose plan pd2bwc fits in the H200's
+#       memory (searched on the CPU, so no device time goes to runs that cannot fit):
+#       tok/s, ms/step, MFU (6N + 6·L·d·T FLOPs per token over 989 TFLOP/s), the plan's
+#       own TFLOP/s, cuBLAS's BF16 rate on the MLP GEMM from the same process; then the
+#       tensor-core attention kernels' own rate, forward and backward, at each shape's
+#       b and heads, hs 64, causal (bench/gpu/gpu_attention_bench); and the 350M
+#       model made with --gemm-epilogues on (cuBLASLt epilogues) beside it: its tok/s
+#       against the plain plan's, which decides pd2bwc's default (docs/gpu.md);
+#   (f) the ten kernels with the most GPU time at one shape (GPU_CHECK_PROFILE_SHAPE,
+#       default 350M): Nsight Compute when there is one, else pd2bw-cuda-train
+#       --kernel-profile (runtime/cuda/exec/cuda_exec_kprof.c), the same table;
+#   (g) the real libnccl on a one-rank communicator (bench/gpu/gpu_nccl_check), then
+#       multi-GPU mode's driver, mpirun -np 1 pd2bwrun --backend cuda --transport nccl,
+#       on a one-stage tinygpt vs pd2bw-cuda-train (each skipped, saying why, without
+#       libnccl.so.2 / mpirun; one rank makes no NCCL communicator, hence the first);
 #   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
 #       2048 and 8192, and the planner's GEMM cost fitted to them (t = latency +
 #       FLOPs / rate; docs/language.md "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json
 #       with the cluster-file lines (gemm_efficiency, gemm_latency_us) in the log.
-# Steps (b)-(d) take about 2-4 minutes on an H200 (each run is bounded by `timeout`);
-# the script ends with a table of the figures, also written (atomically) to
-# $GPU_CHECK_OUT/last-gpu-check.md (default bench/gpu/).
+# Order: build check, (0), the self-test, then the figures ((d), attention, (f), (g)),
+# then (a)'s op checks, (b), (c), (e), all within GPU_CHECK_BUDGET_S (default 420 s;
+# every run under `timeout`, a step with too little time left skipped and reported),
+# so one device command of 8 minutes holds the whole script. Each step's elapsed time
+# is printed and listed. The script ends with the result as a section of
+# bench/gpu/RESULTS.md, also written (atomically) to $GPU_CHECK_OUT/last-gpu-check.md
+# (default bench/gpu/).
 #
 # Usage: scripts/gpu-check.sh            (BUILD_DIR, default build-gpu; DEVICE, default 0;
 #        GPU_CHECK_PREBUILT=1: use BUILD_DIR as built elsewhere, at the same path)
 # Exit status:
 #   0  every check ran and passed, OR there is no GPU/driver here: the script then
-#      says "NO GPU" on its last line and skips (a)-(d) (set GPU_CHECK_REQUIRE_GPU=1 to
+#      says "NO GPU" on its last line and skips (a)-(g) (set GPU_CHECK_REQUIRE_GPU=1 to
 #      make that case exit 77 instead);
 #   1  a check failed;
 #   2  the build failed, or the CUDA toolkit was not found.
@@ -62,13 +73,23 @@ build=${BUILD_DIR:-build-gpu}
 device=${DEVICE:-0}
 jobs=${JOBS:-$(nproc)}
 
-step() { printf '\n== %s\n' "$*"; }
+# Every step's elapsed time: printed when the next begins, and listed at the end.
+step_name="" step_t0=$SECONDS step_times=()
+step_done() {
+  [ -z "$step_name" ] && return
+  echo "(${step_name%%:*}: $((SECONDS - step_t0)) s)"
+  step_times+=("| ${step_name%%:*} | $((SECONDS - step_t0)) s |")
+}
+step() { step_done; step_name="$*"; step_t0=$SECONDS; printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
+# the item-6 table's builders and parsers (tests/gpucheck tests them without a GPU)
+# shellcheck source=scripts/gpu-check-lib.sh
+. scripts/gpu-check-lib.sh
 
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   # A build made on another machine (same paths, same architecture): a lent GPU machine
   # may lack flex, bison and the -dev packages; nothing is configured or rebuilt here.
   step "build ($build): prebuilt (GPU_CHECK_PREBUILT=1)"
-  for b in tests/cuda/gpu_op_check tools/pd2bwc tools/pd2bwrun runtime/pd2bw-cuda-train bench/gpu/gpu_attention_bench; do
+  for b in tests/cuda/gpu_op_check tools/pd2bwc tools/pd2bwrun runtime/cuda/exec/pd2bw-cuda-train bench/gpu/gpu_attention_bench; do
     [ -x "$build/$b" ] || { echo "gpu-check: GPU_CHECK_PREBUILT=1 but $build/$b is missing"; exit 2; }
   done
 else
@@ -105,7 +126,7 @@ rc=$?
 if [ $rc -eq 77 ]; then
   echo
   echo "gpu-check: NO GPU on this machine (see the message above): built and unit-tested;"
-  echo "gpu-check: NO GPU: the GPU checks (a)-(d) were skipped"
+  echo "gpu-check: NO GPU: the GPU checks (a)-(g) were skipped"
   [ "${GPU_CHECK_REQUIRE_GPU:-0}" = 1 ] && exit 77
   exit 0
 fi
@@ -115,18 +136,11 @@ if [ $rc -ne 0 ]; then
   rows+=("| (a) op-check self-test | a perturbed kernel was not caught | FAIL |")
 fi
 
-step "(a) every CUDA op against the CPU op"
-if ! "$op_check" --device "$device" --verbose; then
-  echo "gpu-check: FAILED: CUDA ops differ from the CPU ops beyond their bounds"; failed=1
-  rows+=("| (a) every CUDA op vs the CPU op | some op beyond its bound | FAIL |")
-else
-  rows+=("| (a) every CUDA op vs the CPU op | within the bounds of tests/cuda/op_check.c | PASS |")
-fi
 work=$(mktemp -d /tmp/pd2bw-gpu-check-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 pc="$build/tools/pd2bwc"
 run_cpu="$build/tools/pd2bwrun"
-run_gpu=${GPU_CHECK_TRAIN:-$build/runtime/pd2bw-cuda-train} # (a stand-in, to test this script)
+run_gpu=${GPU_CHECK_TRAIN:-$build/runtime/cuda/exec/pd2bw-cuda-train} # (a stand-in, to test this script)
 export PD2BW_CACHE=${PD2BW_CACHE:-$work/cache}
 # uint16 token files: tokens(FILE, COUNT, VOCAB)
 tokens() { perl -e 'srand(7); my ($n, $v) = @ARGV; print pack("v*", map { int(rand($v)) } 1..$n)' "$2" "$3" >"$1"; }
@@ -137,12 +151,27 @@ maxrel() { paste <(losses "$1") <(losses "$2") | awk 'NF != 2 { bad = 1 }
   { d = $1 - $2; if (d < 0) d = -d; m = ($1 < 0 ? -$1 : $1); if (m > 0 && d / m > w) w = d / m; n++ }
   END { if (bad || n == 0) print "inf"; else printf "%.2e\n", w }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "inf" && a + 0 <= b + 0) }'; }
-# Steps (b)-(d) share a time budget (GPU_CHECK_BUDGET_S, default 480 s): each run gets
-# `timeout` with the smaller of its own cap and what is left, and a run with under 20 s
-# left is skipped (and reported so) rather than started.
-deadline=$((SECONDS + ${GPU_CHECK_BUDGET_S:-480}))
+# Every step after the self-test shares a time budget (GPU_CHECK_BUDGET_S, default 420 s:
+# with the build check, (0) and the self-test the script fits one 8-minute device
+# command): each run gets `timeout` with the smaller of its own cap and what is left,
+# and a run with too little left is skipped (and reported so) rather than started.
+deadline=$((SECONDS + ${GPU_CHECK_BUDGET_S:-420}))
 limit() { local left=$((deadline - SECONDS)); [ "$left" -lt 1 ] && left=1; [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }  # never 0: timeout 0 is no limit
 
+
+# (a) every CUDA op against the CPU op
+check_ops() {
+step "(a) every CUDA op against the CPU op"
+if ! "$op_check" --device "$device" --verbose; then
+  echo "gpu-check: FAILED: CUDA ops differ from the CPU ops beyond their bounds"; failed=1
+  rows+=("| (a) every CUDA op vs the CPU op | some op beyond its bound | FAIL |")
+else
+  rows+=("| (a) every CUDA op vs the CPU op | within the bounds of tests/cuda/op_check.c | PASS |")
+fi
+}
+
+# (b) a small GPT on both backends, graphs on/off, checkpoints
+check_small_gpt() {
 step "(b) a small GPT, 20 steps: cuda (FP32 and TF32 GEMMs) vs the cpu backend"
 if "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 -D pdrop=0.1 --stages 1 --replicas 1 \
      -o "$work/small" -q; then
@@ -218,7 +247,10 @@ else
   echo "gpu-check: FAILED: pd2bwc could not compile the small GPT"; failed=1
   rows+=("| (b) small GPT | pd2bwc failed | FAIL |")
 fi
+}
 
+# (c) single-GPU pipeline mode against the CPU sequential reference
+check_pipeline() {
 step "(c) single-GPU pipeline mode: a 4-stage 2bw plan on one GPU vs the CPU sequential reference"
 # (the 8-GPU cluster file only lets the planner place 4 stages; they all run on one GPU)
 if "$pc" models/tinygpt.model -D pdrop=0.1 --cluster models/clusters/h200x8.cluster --stages 4 --replicas 1 \
@@ -238,80 +270,217 @@ else
   echo "gpu-check: FAILED: pd2bwc could not compile the 4-stage plan"; failed=1
   rows+=("| (c) 4-stage 2bw plan, single-GPU pipeline mode | pd2bwc failed | FAIL |")
 fi
+}
 
-step "(d) timing: GPT 350M and 1.3B shapes, seq 1024, microbatch 8, BF16 plans (FP32 master weights)"
-# the model text with a global batch of one microbatch (its own 512 would make a step
-# 64 microbatches long)
-sed 's/^\(  *\)batch = 512;/\1batch = 8;/' models/gpt.model >"$work/gpt.model"
-tokens "$work/gpt.bin" 120000 50257
-for shape in "350M:-D layers=24 -D dim=1024 -D heads=16:8" "1.3B:-D layers=24 -D dim=2048 -D heads=32:6"; do
-  IFS=: read -r name defs nsteps <<<"$shape"
-  if [ "$(limit 999)" -lt 20 ]; then
-    echo "skipped: the time budget is spent"; rows+=("| (d) GPT $name | skipped (time budget) | - |"); continue
-  fi
-  # shellcheck disable=SC2086
-  if ! "$pc" "$work/gpt.model" $defs --cluster models/clusters/h200.cluster --stages 1 --replicas 1 \
-       --microbatch-size 8 --microbatches 1 --precision bf16 -o "$work/gpt-$name" -q; then
-    echo "gpu-check: FAILED: pd2bwc ($name)"; failed=1; rows+=("| (d) GPT $name | pd2bwc failed | FAIL |"); continue
-  fi
-  out=$(timeout "$(limit 200)" "$run_gpu" "$work/gpt-$name" --data "$work/gpt.bin" --steps "$nsteps" --device "$device" \
-          --bench-gemm -q 2>&1)
+# (d) the item-6 table (scripts/gpu-check-lib.sh says what each figure is): per GPT
+# shape, the largest microbatch the planner fits on the H200 (no device time spent on
+# runs that would not fit; one retry at half b if the device still runs out), then
+# pd2bw-cuda-train's steady-state rate and cuBLAS's beside it, from the same process.
+steps_d=${GPU_CHECK_STEPS:-5}
+# one pd2bw-cuda-train run of shape NAME's plan, its log in $work/NAME.jsonl
+train_run() {
+  timeout "$(limit "$2")" "$run_gpu" "${D_plan[$1]}" --data "$work/gpt.bin" --steps "$steps_d" --device "$device" \
+    --bench-gemm --log-json "$work/$1.jsonl" -q 2>&1
+}
+train_shape() { # NAME L D H CAP: one run at D_b[NAME] (D_plan[NAME]); sets D_*[NAME]
+  local name=$1 L=$2 D=$3 H=$4 cap=$5 out rc
+  out=$(train_run "$name" "$cap")
   rc=$?
   echo "$out"
-  graphs=$(sed -n 's/.*graphs: \([0-9]*\) captured, \([0-9]*\) launches.*/\1 captured, \2 launched/p' <<<"$out")
-  # the same without graphs, beside it (350M only: the 1.3B run is the budget's largest)
-  nograph=""
-  if [ "$name" = 350M ] && [ "$(limit 999)" -ge 60 ]; then
-    out2=$(timeout "$(limit 200)" "$run_gpu" "$work/gpt-$name" --data "$work/gpt.bin" --steps "$nsteps" \
-             --device "$device" --cuda-graphs off -q 2>&1)
-    echo "$out2"
-    ms2=$(grep ' steps, final loss ' <<<"$out2" | sed -n 's/.*, \([0-9.]*\) ms\/step.*/\1/p')
-    [ -n "$ms2" ] && nograph="; graphs off: $ms2 ms/step"
+  if [ $rc -ne 0 ] && gc_out_of_memory "$out" && [ "${D_b[$name]}" -gt 1 ] && [ "$(limit 999)" -ge 30 ]; then
+    D_b[$name]=$((D_b[$name] / 2))
+    echo "GPT $name: out of device memory: again at b=${D_b[$name]}"
+    D_plan[$name]=$(gc_plan "$pc" "$work" "$L" "$D" "$H" "${D_b[$name]}") || { D_status[$name]="pd2bwc failed"; return 1; }
+    out=$(train_run "$name" "$cap")
+    rc=$?
+    echo "$out"
   fi
-  # the same model with cuBLASLt epilogues, beside it (350M only, while the budget allows)
-  epi=""
-  if [ "$name" = 350M ] && [ "$(limit 999)" -ge 60 ]; then
-    # shellcheck disable=SC2086
-    if "$pc" "$work/gpt.model" $defs --cluster models/clusters/h200.cluster --stages 1 --replicas 1 \
-         --microbatch-size 8 --microbatches 1 --precision bf16 --gemm-epilogues on -o "$work/gpt-$name-epi" -q; then
-      out3=$(timeout "$(limit 200)" "$run_gpu" "$work/gpt-$name-epi" --data "$work/gpt.bin" --steps "$nsteps" \
-               --device "$device" -q 2>&1)
-      echo "$out3"
-      tok3=$(grep ' steps, final loss ' <<<"$out3" | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
-      epi="; --gemm-epilogues on: ${tok3:-failed} tok/s"
+  if [ $rc -eq 124 ] && gc_log_parse "$work/$name.jsonl"; then # the steps it finished, from its log
+    echo "GPT $name: timed out after $gc_logged steps: the rate of steps 2..$gc_logged from its --log-json"
+  elif [ $rc -ne 0 ] || ! gc_train_parse "$out"; then
+    D_status[$name]="run failed (exit $rc$([ $rc -eq 124 ] && echo ': timeout'))"; return 1
+  fi
+  D_status[$name]=ran D_tok[$name]=$gc_tok D_ms[$name]=$gc_ms D_pt[$name]=$gc_plan_tflops
+  D_cub[$name]=$gc_cublas D_cubs[$name]=$gc_cublas_shape
+}
+measure_shapes() {
+  step "(d) GPT 124M, 350M and 1.3B at T=1024, each at the largest microbatch that fits, BF16 plans, CUDA graphs"
+  tokens "$work/gpt.bin" 600000 50257 # > 256 windows of 1025: the largest b's batch
+  local spec name L D H cap
+  for spec in "${GC_SHAPES[@]}"; do
+    IFS=: read -r name L D H <<<"$spec"
+    case $name in 124M) cap=90 ;; 350M) cap=110 ;; *) cap=150 ;; esac
+    if [ "$(limit 999)" -lt 30 ]; then
+      echo "GPT $name: skipped: the time budget is spent"; D_status[$name]="skipped (time budget)"; continue
+    fi
+    echo "GPT $name ($L x $D, $H heads): the largest microbatch whose plan fits (pd2bwc, h200 cluster, --precision bf16)"
+    D_b[$name]=$(gc_pick_b "$pc" "$work" "$L" "$D" "$H" 8 256)
+    echo "GPT $name: b=${D_b[$name]} (chosen)"
+    if [ "${D_b[$name]}" -eq 0 ]; then
+      D_status[$name]="no microbatch fits (pd2bwc)"; failed=1; rows+=("| (d) GPT $name | no microbatch fits | FAIL |"); continue
+    fi
+    D_plan[$name]="$work/gpt-${L}x$D-b${D_b[$name]}"
+    D_n[$name]=$(gc_params "${D_plan[$name]}")
+    if ! train_shape "$name" "$L" "$D" "$H" "$cap"; then
+      echo "gpu-check: FAILED: GPT $name training: ${D_status[$name]}"; failed=1
+      rows+=("| (d) GPT $name, b=${D_b[$name]} | ${D_status[$name]} | FAIL |")
+    fi
+  done
+}
+
+# (d) the 350M model made with --gemm-epilogues on (bias, GELU and bias gradients as
+# cuBLASLt epilogues) at the b chosen above, beside the plain plan's rate: the figure
+# that decides pd2bwc's default (docs/gpu.md).
+measure_epilogues() {
+  step "(d) GPT 350M with --gemm-epilogues on (cuBLASLt epilogues) beside the plain plan"
+  local b=${D_b[350M]:-0} plan out rc tok
+  if [ "${D_status[350M]:-}" != ran ]; then echo "skipped: GPT 350M did not train above"; return; fi
+  if [ "$(limit 999)" -lt 60 ]; then echo "skipped: the time budget is spent"; rows+=("| (d) GPT 350M, --gemm-epilogues on | skipped (time budget) | - |"); return; fi
+  if ! plan=$(gc_plan "$pc" "$work" 24 1024 16 "$b" --gemm-epilogues on); then
+    echo "gpu-check: FAILED: pd2bwc --gemm-epilogues on"; failed=1; rows+=("| (d) GPT 350M, --gemm-epilogues on | pd2bwc failed | FAIL |"); return
+  fi
+  out=$(timeout "$(limit 110)" "$run_gpu" "$plan" --data "$work/gpt.bin" --steps "$steps_d" --device "$device" -q 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ] && gc_train_parse "$out"; then
+    tok=$gc_tok
+    echo "GPT 350M b=$b: --gemm-epilogues on $tok tok/s, off ${D_tok[350M]} tok/s"
+    rows+=("| (d) GPT 350M b=$b T=1024, --gemm-epilogues on (cuBLASLt) vs off | $tok tok/s vs ${D_tok[350M]} tok/s ($(awk -v a="$tok" -v b="${D_tok[350M]}" 'BEGIN { printf "%.2fx", a / b }')) | ran |")
+  else
+    echo "gpu-check: FAILED: GPT 350M with --gemm-epilogues on (exit $rc)"; failed=1
+    rows+=("| (d) GPT 350M, --gemm-epilogues on | run failed (exit $rc) | FAIL |")
+  fi
+}
+
+# (d) the tensor-core attention kernels alone, at each shape's b and heads (hs 64).
+measure_attention() {
+  step "(d) attention kernels at each shape's b, T=1024, hs=64, causal (tensor cores, bf16 operands)"
+  local spec name L D H att rc
+  for spec in "${GC_SHAPES[@]}"; do
+    IFS=: read -r name L D H <<<"$spec"
+    [ "${D_b[$name]:-0}" -gt 0 ] || continue
+    if [ "$(limit 999)" -lt 20 ]; then echo "attention at GPT $name: skipped (time budget)"; continue; fi
+    att=$(timeout "$(limit 40)" "$build/bench/gpu/gpu_attention_bench" --device "$device" --B "${D_b[$name]}" \
+            --T 1024 --NH "$H" --hs 64 --causal 1 2>&1)
+    rc=$?
+    echo "$att"
+    if [ $rc -eq 0 ] && gc_attention_parse "$att"; then
+      A_fwd[$name]=$gc_att_fwd A_bwd[$name]=$gc_att_bwd
+    else
+      echo "gpu-check: FAILED: gpu_attention_bench at GPT $name (exit $rc)"; failed=1
+      rows+=("| (d) attention at GPT $name | run failed (exit $rc) | FAIL |")
+    fi
+  done
+}
+
+# (f) the per-kernel GPU time at one shape (GPU_CHECK_PROFILE_SHAPE, default 350M, at its
+# b): Nsight Compute when the machine has it, else pd2bw-cuda-train --kernel-profile
+# (runtime/cuda/exec/cuda_exec_kprof.c); the same table either way.
+kprof_table="" kprof_how=""
+measure_kernel_profile() {
+  local name=${GPU_CHECK_PROFILE_SHAPE:-350M} ncu out rc
+  step "(f) per-kernel GPU time, GPT $name at b=${D_b[$name]:-?} (top 10 kernels, share of GPU time)"
+  if [ "${D_status[$name]:-}" != ran ]; then echo "skipped: GPT $name did not train above"; return; fi
+  if [ "$(limit 999)" -lt 40 ]; then echo "skipped: the time budget is spent"; rows+=("| (f) kernel profile | skipped (time budget) | - |"); return; fi
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu" ]; then
+    echo "Nsight Compute: $ncu"
+    out=$(timeout "$(limit 150)" "$ncu" --csv --page raw --print-units base --metrics gpu__time_duration.sum \
+            --log-file "$work/ncu.csv" "$run_gpu" "${D_plan[$name]}" --data "$work/gpt.bin" --steps 2 \
+            --device "$device" --cuda-graphs off -q 2>&1)
+    rc=$?
+    echo "$out" | tail -5
+    if [ $rc -eq 0 ] && kprof_table=$(gc_ncu_table "$work/ncu.csv"); then
+      kprof_how="ncu --metrics gpu__time_duration.sum, 2 steps, --cuda-graphs off"
+    else
+      echo "ncu failed (exit $rc): the built-in profile instead"; kprof_table=""
+    fi
+  else
+    echo "no Nsight Compute (ncu) here: pd2bw-cuda-train --kernel-profile"
+  fi
+  if [ -z "$kprof_table" ]; then
+    out=$(timeout "$(limit 120)" "$run_gpu" "${D_plan[$name]}" --data "$work/gpt.bin" --steps 2 --device "$device" \
+            --kernel-profile "$work/kprof.md" -q 2>&1)
+    rc=$?
+    echo "$out"
+    if [ $rc -eq 0 ] && [ -s "$work/kprof.md" ]; then
+      kprof_table=$(cat "$work/kprof.md")
+      kprof_how="pd2bw-cuda-train --kernel-profile (CUDA events around each launch and GEMM), 2 steps, graphs off"
+    else
+      echo "gpu-check: FAILED: the kernel profile (exit $rc)"; failed=1; rows+=("| (f) kernel profile | failed (exit $rc) | FAIL |"); return
     fi
   fi
-  summary=$(grep ' steps, final loss ' <<<"$out")
-  gemm=$(grep 'cuBLAS .* GEMM ' <<<"$out")
-  if [ $rc -ne 0 ] || [ -z "$summary" ] || [ -z "$gemm" ]; then
-    echo "gpu-check: FAILED: GPT $name training (exit $rc)"; failed=1
-    rows+=("| (d) GPT $name | run failed (exit $rc) | FAIL |"); continue
-  fi
-  tok=$(sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p' <<<"$summary")
-  ms=$(sed -n 's/.*, \([0-9.]*\) ms\/step.*/\1/p' <<<"$summary")
-  ach=$(sed -n 's/.* \([0-9.]*\) TFLOP\/s achieved.*/\1/p' <<<"$summary")
-  peak=$(sed -n 's/.*: \([0-9.]*\) TFLOP\/s measured.*/\1/p' <<<"$gemm")
-  shapeg=$(sed -n 's/.*GEMM \([0-9x]*\):.*/\1/p' <<<"$gemm")
-  pct=$(sed -n 's/.* = \([0-9]*\)% of it.*/\1/p' <<<"$gemm")
-  rows+=("| (d) GPT $name, b=8 T=1024, $nsteps steps, CUDA graphs (${graphs:-?}) | $tok tok/s, $ms ms/step, $ach TFLOP/s = $pct% of cuBLAS BF16 $shapeg ($peak TFLOP/s)$nograph$epi | ran |")
-done
+  echo "$kprof_table"
+  rows+=("| (f) per-kernel GPU time, GPT $name b=${D_b[$name]} | $kprof_how: table below | ran |")
+}
 
-step "(d) attention kernels: B=8 T=1024 NH=16 hs=64 causal (tensor cores, bf16 operands)"
-if [ "$(limit 999)" -lt 20 ]; then
-  echo "skipped: the time budget is spent"; rows+=("| (d) attention kernels | skipped (time budget) | - |")
-else
-  att=$(timeout "$(limit 60)" "$build/bench/gpu/gpu_attention_bench" --device "$device" 2>&1)
-  rc=$?
-  echo "$att"
-  fwd=$(sed -n 's/^attention fwd .*: \([0-9.]*\) ms, \([0-9.]*\) TFLOP\/s$/\2 TFLOP\/s (\1 ms)/p' <<<"$att")
-  bwd=$(sed -n 's/^attention bwd .*: \([0-9.]*\) ms, \([0-9.]*\) TFLOP\/s$/\2 TFLOP\/s (\1 ms)/p' <<<"$att")
-  if [ $rc -ne 0 ] || [ -z "$fwd" ] || [ -z "$bwd" ]; then
-    echo "gpu-check: FAILED: gpu_attention_bench (exit $rc)"; failed=1
-    rows+=("| (d) attention kernels | run failed (exit $rc) | FAIL |")
+# (g) the real libnccl. On one GPU, multi-GPU mode makes no communicator (it makes them
+# for groups of two ranks or more, and NCCL refuses two ranks on one GPU), so first
+# bench/gpu/gpu_nccl_check drives libnccl through the runtime's NCCL layer on a
+# one-rank communicator (all-reduces, send/receive to itself); then multi-GPU mode's
+# driver under mpirun -np 1 (MPI bootstrap, the rank's device, the pipeline
+# interpreter) on a one-stage tinygpt, its losses against pd2bw-cuda-train's on the
+# same plan within (b)'s FP32 bound. Each part is skipped, saying why, without
+# libnccl.so.2 or mpirun.
+check_nccl() {
+  step "(g) the real libnccl (gpu_nccl_check) and multi-GPU mode's driver (mpirun -np 1 ... --transport nccl)"
+  local where mpirun rc d out r
+  if [ "$(limit 999)" -lt 30 ]; then echo "skipped: the time budget is spent"; rows+=("| (g) real libnccl, multi-GPU mode | skipped (time budget) | - |"); return; fi
+  if ! gc_find_nccl; then
+    echo "skipped: $gc_nccl_where"; rows+=("| (g) real libnccl | skipped: no libnccl.so.2 | - |")
+  elif [ ! -x "$build/bench/gpu/gpu_nccl_check" ]; then
+    rows+=("| (g) real libnccl | $build/bench/gpu/gpu_nccl_check not built | - |")
   else
-    rows+=("| (d) attention B=8 T=1024 NH=16 hs=64 causal | forward $fwd, backward $bwd (FLOPs 4·B·NH·T²·hs/2, backward 2.5x) | ran |")
+    where=$gc_nccl_where
+    echo "libnccl: $where"
+    out=$(timeout "$(limit 60)" "$build/bench/gpu/gpu_nccl_check" --device "$device" 2>&1)
+    rc=$?
+    echo "$out"
+    if [ $rc -eq 0 ]; then r=PASS; else r=FAIL; failed=1; fi
+    rows+=("| (g) real libnccl ($where), one-rank communicator: all-reduce f32/bf16/f64, send/recv to itself | $(sed -n 's/^gpu_nccl_check: [A-Z]*: //p' <<<"$out" | head -1) (exit $rc) | $r |")
   fi
-fi
+  mpirun=$(command -v mpirun)
+  if [ -z "$mpirun" ]; then
+    echo "skipped: no mpirun on this machine (Open MPI's launcher; carry it, or install openmpi-bin)"
+    rows+=("| (g) multi-GPU mode's driver, 1 rank | skipped: no mpirun | - |"); return
+  fi
+  if [ "$(limit 999)" -lt 30 ]; then echo "skipped: the time budget is spent"; rows+=("| (g) multi-GPU mode's driver | skipped (time budget) | - |"); return; fi
+  [ -f "$work/small.bin" ] || tokens "$work/small.bin" 200000 256
+  if ! "$pc" models/tinygpt.model -D layers=2 -D dim=64 -D heads=4 -D seq=64 --stages 1 --replicas 1 --precision fp32 \
+       -o "$work/nccl1" -q; then
+    echo "gpu-check: FAILED: pd2bwc (the NCCL plan)"; failed=1; rows+=("| (g) multi-GPU mode | pd2bwc failed | FAIL |"); return
+  fi
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$(limit 60)" "$mpirun" --allow-run-as-root -np 1 \
+    ${PD2BW_LIBNCCL:+-x PD2BW_LIBNCCL} "$run_cpu" "$work/nccl1" --backend cuda --transport nccl --device "$device" \
+    --data "$work/small.bin" --steps 10 --log-json "$work/nccl.jsonl" -q
+  rc=$?
+  echo "mpirun -np 1 pd2bwrun --backend cuda --transport nccl: exit $rc"
+  timeout "$(limit 60)" "$run_gpu" "$work/nccl1" --data "$work/small.bin" --steps 10 --device "$device" \
+    --log-json "$work/nccl-ref.jsonl" -q
+  d=$(maxrel "$work/nccl-ref.jsonl" "$work/nccl.jsonl")
+  if [ $rc -eq 0 ] && le "$d" 1e-3; then r=PASS; else r=FAIL; failed=1; fi
+  echo "multi-GPU mode's driver (1 rank) vs pd2bw-cuda-train: worst relative loss difference $d (bound 1e-3): $r"
+  rows+=("| (g) multi-GPU mode's driver, mpirun -np 1, tinygpt 10 steps vs pd2bw-cuda-train (one rank: no NCCL communicator) | max rel. loss diff $d (bound 1e-3), exit $rc | $r |")
+}
+
+# The order: the figures the device session is for first (the item-6 table, the
+# attention kernels, the kernel profile, the real NCCL), then the checks of (a)-(c),
+# then the GEMM sweep; each run bounded by `timeout` within the shared budget.
+# A check that cannot finish in what is left is reported as skipped, not started (its
+# runs under a `timeout` of a few seconds would only fail).
+unless_spent() { # SECONDS ROW-NAME FUNCTION
+  if [ "$(limit 999)" -ge "$1" ]; then "$3"; return; fi
+  step "$2: skipped (time budget)"
+  rows+=("| $2 | skipped (time budget) | - |")
+}
+measure_shapes
+measure_epilogues
+measure_attention
+measure_kernel_profile
+check_nccl
+unless_spent 30 "(a) every CUDA op vs the CPU op" check_ops
+unless_spent 40 "(b) small GPT, cuda vs cpu" check_small_gpt
+unless_spent 20 "(c) single-GPU pipeline mode" check_pipeline
 
 step "(e) cuBLAS GEMM sweep for the planner's cost model (bench/gpu/gemm_sweep)"
 outdir=${GPU_CHECK_OUT:-bench/gpu}
@@ -321,7 +490,9 @@ if [ -x "$build/bench/gpu/gemm_sweep" ]; then
   case "$(nvidia-smi -L 2>/dev/null | head -1)" in # dense peaks, as in models/clusters/h200*.cluster
     *H100*|*H200*) peaks=(--peak-fp32 67 --peak-tf32 494.5 --peak-bf16 989) ;;
   esac
-  if sweep=$(timeout 300 "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "$outdir/gemm-sweep.json"); then
+  if [ "$(limit 999)" -lt 60 ]; then
+    echo "skipped: the time budget is spent"; rows+=("| (e) cuBLAS GEMM sweep | skipped (time budget) | - |")
+  elif sweep=$(timeout "$(limit 150)" "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "$outdir/gemm-sweep.json"); then
     echo "$sweep"
     bf=$(grep '^bf16:' <<<"$sweep")
     rows+=("| (e) cuBLAS GEMM sweep ($outdir/gemm-sweep.json) | ${bf:-?} | ran |")
@@ -334,21 +505,19 @@ fi
 
 gpu=$(nvidia-smi -L 2>/dev/null | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null)
-table=$(printf '| check | figure | result |\n|---|---|---|\n'; printf '%s\n' "${rows[@]}")
-step "summary"
-echo "$table"
+step_done
+step_name=""
+printf '\n== summary (at %d s)\n' "$SECONDS"
+report=$(gc_report "${gpu:-unknown}" "${commit:-unknown}" "$(git status --porcelain 2>/dev/null | wc -l)" "$build" "$SECONDS")
+echo "$report"
 outdir=${GPU_CHECK_OUT:-bench/gpu}
 mkdir -p "$outdir"
-{
-  echo "# scripts/gpu-check.sh, $(date -u '+%F %T UTC')"
-  echo
-  echo "GPU: ${gpu:-unknown}; commit ${commit:-unknown} (plus uncommitted changes: $(git status --porcelain 2>/dev/null | wc -l) files); build $build"
-  echo
-  echo "$table"
-} >"$outdir/.last-gpu-check.md.tmp" && mv "$outdir/.last-gpu-check.md.tmp" "$outdir/last-gpu-check.md"
+printf '%s\n' "$report" >"$outdir/.last-gpu-check.md.tmp" && mv "$outdir/.last-gpu-check.md.tmp" "$outdir/last-gpu-check.md"
 echo "(written to $outdir/last-gpu-check.md)"
 
 echo
 if [ $failed -ne 0 ]; then echo "gpu-check: FAILED (see above)"; exit 1; fi
-echo "gpu-check: all GPU checks passed"
+skipped=$(grep -c 'skipped' <<<"$report")
+if [ "$skipped" -gt 0 ]; then echo "gpu-check: every check that ran passed; $skipped rows say skipped (see the table)"
+else echo "gpu-check: all GPU checks passed"; fi
 exit 0

@@ -5,7 +5,7 @@
  *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
  *                    [--cuda-graphs on|off] [--save FILE] [--resume FILE] [--init FILE]
  *                    [--val-data FILE [--eval-every K] [--eval-batches N]]
- *                    [--reference [--reference-tol X]] [-q]
+ *                    [--reference [--reference-tol X]] [--kernel-profile FILE] [-q]
  *
  * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
  * `--backend cuda` (it will call the same function). Without a GPU driver it prints
@@ -43,6 +43,9 @@ static const char usage[] =
     "  --reference       (pipeline plans) afterwards, train PLAN_DIR/reference on the CPU\n"
     "                    sequentially and compare losses and weights\n"
     "  --reference-tol X relative bound for --reference (losses; weights 10x; default 1e-5)\n"
+    "  --kernel-profile FILE  time every kernel launch and GEMM with device events (CUDA\n"
+    "                    graphs off) and write the ten with the most GPU time, as a\n"
+    "                    Markdown table (share of the total), to FILE\n"
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
 
@@ -62,7 +65,7 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 
 int main(int argc, char **argv) {
   enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL, O_GRAPHS,
-         O_SAVE, O_RESUME, O_INIT, O_VAL, O_EVAL, O_EVALB };
+         O_SAVE, O_RESUME, O_INIT, O_VAL, O_EVAL, O_EVALB, O_KPROF };
   static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
                                         {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
                                         {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
@@ -76,6 +79,7 @@ int main(int argc, char **argv) {
                                         {"val-data", required_argument, 0, O_VAL},
                                         {"eval-every", required_argument, 0, O_EVAL},
                                         {"eval-batches", required_argument, 0, O_EVALB},
+                                        {"kernel-profile", required_argument, 0, O_KPROF},
                                         {"quiet", no_argument, 0, 'q'},
                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   CudaExecOptions o = {0};
@@ -111,6 +115,7 @@ int main(int argc, char **argv) {
       break;
     case O_SHUFFLE: o.shuffle = true; break;
     case O_SAVE: o.save_path = optarg; break;
+    case O_KPROF: o.kernel_profile = optarg; break;
     case O_RESUME: o.resume_path = optarg; break;
     case O_INIT: o.init_path = optarg; break;
     case O_VAL: o.val_path = optarg; break;

@@ -221,6 +221,26 @@ static void check_add_layernorm_fused(const Graph *g, const cJSON *list) {
   EXPECT(want > 0 && got == want);
 }
 
+/* With fusion, the tiny GPT's forward runs no elementwise add or dropout as a library
+ * kernel: the embedding sum's add and its dropout are one stage kernel, and every
+ * residual add is fused with what follows it. (A chain that did not start from a
+ * linear's bias once skipped the op right after its first, leaving the embedding
+ * add and dropout as two library launches.) */
+static void check_forward_elementwise_fused(const cJSON *list) {
+  int library = 0;
+  const cJSON *en;
+  cJSON_ArrayForEach(en, cJSON_GetObjectItem(list, "forward")) {
+    const cJSON *m = cJSON_GetObjectItem(en, "module"), *k = cJSON_GetObjectItem(en, "kernel");
+    if (!cJSON_IsString(m) || strcmp(m->valuestring, "library") != 0 || !cJSON_IsString(k)) continue;
+    if (strcmp(k->valuestring, "pkc_add_fwd_f32") == 0 || strcmp(k->valuestring, "pkc_dropout_fwd_f32") == 0) {
+      printf("  forward runs %s (op %d) as a library kernel, not fused\n", k->valuestring,
+             (int)cJSON_GetObjectItem(en, "op")->valuedouble);
+      library++;
+    }
+  }
+  EXPECT(library == 0);
+}
+
 static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool fuse, int id_range) {
   Harness h;
   EXPECT(harness_build_range(&h, g, r0, r1, b, false, true));
@@ -238,6 +258,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
   char *lib = codegen_cuda_library_source(g);
   if (fuse) check_add_layernorm_fused(g, list);
+  if (fuse && r0 == 0 && r1 == g->nregions - 1) check_forward_elementwise_fused(list);
   Replay r = {.seed = 1234, .mb = mb, .training = 1, .rng_base = (uint32_t)codegen_rng_base(L)};
   for (int c = BUF_PARAMS; c < NBLK; c++) {
     const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);

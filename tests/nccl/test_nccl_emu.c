@@ -23,7 +23,9 @@
  *       norm, and the step lines (the last stage of replica 0's stdout) give the
  *       global loss and that norm, as the JSON log (issue 16's one console);
  *   mpirun -np 3 test_nccl_emu PD2BWC 1f1b    1f1b, d = 3, w = 1, m = 4, clip 1,
- *       recomputation on (grouped send/receive of both kinds, a middle stage).
+ *       recomputation on (grouped send/receive of both kinds, a middle stage);
+ *   mpirun -np 1 test_nccl_emu PD2BWC one     one stage, one replica (2bw, m = 4):
+ *       scripts/gpu-check.sh step (g)'s run; it makes no NCCL call (no group of two).
  * PD2BW_LIBNCCL must name the fake library (CTest sets it).
  */
 #include <dlfcn.h>
@@ -111,7 +113,8 @@ static void run_check(const char *name, const char *args, EmuOrder order, long s
   printf("  %s rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators; emulated device (%s): "
          "%d launches, %d event records, %d stream waits; %.1f s\n", name, rank, c[0], c[1], c[2],
          emu_order_name(order), emu.launches, emu.records, emu.waits, emu_now_s() - t0);
-  EXPECT(c[0] >= sends && c[2] >= 1); /* a middle stage holds no tied parameter */
+  if (transport_size(T) > 1) EXPECT(c[0] >= sends && c[2] >= 1); /* a middle stage holds no tied parameter */
+  else EXPECT(c[0] == 0 && c[1] == 0 && c[2] == 0); /* one rank: no group of two, no NCCL at all */
   EXPECT(emu.max_queued > 10); /* work really was deferred between the syncs */
   if (!rc && rank == 0) {
     PipeOptions po = {.data_path = data, .steps = STEPS};
@@ -140,6 +143,14 @@ static void test_2bw(void) {
 static void test_1f1b(void) {
   run_check("p1f1b", "--precision fp32 -D clipv=1.0 --stages 3 --replicas 1 --microbatches 4 --schedule 1f1b "
             "--recompute on", EMU_LOWEST_FIRST, 2 * 4 * STEPS, false);
+}
+
+/* one rank, a one-stage plan: what scripts/gpu-check.sh step (g) runs under mpirun -np 1
+ * on a GPU machine. It trains like the reference and makes no NCCL call at all (no
+ * group has two ranks), which is why step (g) drives libnccl with gpu_nccl_check. */
+static void test_one(void) {
+  run_check("p1", "--precision fp32 -D clipv=1.0 --stages 1 --replicas 1 --microbatches 4 --schedule 2bw",
+            EMU_LOWEST_FIRST, 0, false);
 }
 
 #define TAG_LINES 777 /* the printing rank's step-line numbers, to rank 0 */
@@ -239,7 +250,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_nccl_emu: %s\n", err);
     return 2;
   }
-  const char *part = emu_test_begin(argc, argv, true, "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b|one]", tmp);
   if (!part || !getenv("PD2BW_LIBNCCL")) {
     if (part) fprintf(stderr, "test_nccl_emu: PD2BW_LIBNCCL must name tests/nccl's fake libnccl\n");
     transport_abort(T, "bad arguments");
@@ -250,6 +261,7 @@ int main(int argc, char **argv) {
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
+  if (emu_test_part(part, "one")) RUN(test_one);
   emu_test_end();
   int rc = TEST_REPORT();
   transport_destroy(T);

@@ -44,6 +44,9 @@
  * never a crash. A plan made with --backend cpu (no launch lists) is a user error
  * naming the missing file.
  *
+ *  - cuda_exec_kprof.c: --kernel-profile, the per-kernel GPU time of a run without
+ *    Nsight Compute: a CxDeviceOps table that times each launch and GEMM of the one it
+ *    wraps (cuda_exec_main.c puts it between the executors and the device).
  *  - cuda_exec_ckpt.c: checkpoints (--save, --resume, --init) of the one-stage trainer in
  *    runtime/core/trainer.c's format; cx_trainer_eval (cuda_exec_train.c) is --val-data's loss.
  *    Single-GPU pipeline mode's are in cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
@@ -253,6 +256,10 @@ typedef struct CudaExecOptions {
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
    * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
   const char *trace_path;
+  /* pd2bw-cuda-train --kernel-profile FILE: every launch and GEMM timed with device
+   * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
+   * none. Not in multi-GPU mode. */
+  const char *kernel_profile;
 } CudaExecOptions;
 
 typedef struct CxTrainer CxTrainer;
@@ -305,6 +312,21 @@ void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
 bool cx_trainer_save(CxTrainer *t, const char *path, char *err, size_t errlen);
 bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen);
 bool cx_trainer_init_from(CxTrainer *t, const char *path, char *err, size_t errlen);
+
+/* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
+
+typedef struct CxKprof CxKprof;
+/* Fills *out with a table that passes every op on to `in` (which outlives it), each
+ * launch and GEMM between two event records on its stream, and no graph entries
+ * (every pass eager). */
+CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out);
+/* Waits for the device, then writes (atomically) the Markdown table of the ten
+ * kernels (GEMMs by dtype and shape) with the most GPU time, and one row for the
+ * rest: calls, ms, share of the total; `what` names the run in its first line.
+ * The last use of k but cx_kprof_free. false with a message. */
+bool cx_kprof_write(CxKprof *k, const char *path, const char *what, char *err, size_t errlen);
+/* Destroys its events (before the device closes) and frees it. */
+void cx_kprof_free(CxKprof *k);
 
 /* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
 

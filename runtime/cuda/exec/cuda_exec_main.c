@@ -183,19 +183,37 @@ done:
   return rc;
 }
 
+/* run_plan; with --kernel-profile on the profiling table between the executors and the
+ * device (cuda_exec_kprof.c: every launch and GEMM timed, graphs off), the table
+ * written after a run that succeeded. The one place the profile hooks in. */
+static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+               const CudaExecOptions *o, Bench *bench) {
+  if (!o->kernel_profile) return run_plan(prog, plan_dir, ops, device_name, o, bench);
+  char err[RT_ERR_LEN];
+  if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return fail(prog, err);
+  CxDeviceOps prof;
+  CxKprof *k = cx_kprof_wrap(ops, &prof);
+  int rc = run_plan(prog, plan_dir, &prof, device_name, o, bench);
+  if (rc == 0 && !cx_kprof_write(k, o->kernel_profile, plan_dir, err, sizeof err)) rc = fail(prog, err);
+  if (rc == 0) printf("%s: kernel profile %s\n", prog, o->kernel_profile);
+  cx_kprof_free(k);
+  return rc;
+}
+
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                   const CudaExecOptions *o) {
-  return run_plan(prog, plan_dir, ops, device_name, o, NULL);
+  return run(prog, plan_dir, ops, device_name, o, NULL);
 }
 
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN];
+  if (o->nccl && o->kernel_profile) return fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
   if (o->nccl) return cuda_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
   if (!ops) return fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
   Bench b = {.M = 0};
-  int rc = run_plan(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
+  int rc = run(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
   /* the trainer's arena must go before the benchmark's (one arena per device) */
   cx_cuda_close(ops);
   if (rc || !b.M) return rc;
