@@ -24,6 +24,9 @@
  *    step uploads its m input images in one copy and issues every microbatch with
  *    no host wait; the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
+ *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
+ *    (the pipeline interpreter's update, which also writes bf16 weight copies);
  *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
@@ -147,8 +150,14 @@ void cx_ops_no_graphs(CxDeviceOps *ops);
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
 /* The blocks a launch list's pointers name: BufClass values (contract/contract.h) for
- * params .. boundary, and the CUDA-only scratch after them. */
-enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_NBLOCKS = BUF_CLASS_COUNT + 1 };
+ * params .. boundary, then the CUDA-only scratch and, in bf16 lists, params_bf16: the
+ * bfloat16 copy of the weight version a pass uses (params' layout at half the offsets;
+ * the optimizer step writes it), where the GEMMs read their weight operands. */
+enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_PARAMS16, CX_NBLOCKS };
+/* Block c's name in a launch list. */
+static inline const char *cx_block_name(int c) {
+  return c == CX_SCRATCH ? "cuda_scratch" : c == CX_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)c);
+}
 
 typedef enum CxPass {
   CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */
@@ -334,6 +343,9 @@ typedef struct CxTrainerState {
   uint64_t seed;
 } CxTrainerState;
 CxTrainerState cx_trainer_state(const CxTrainer *t);
+/* After new weights were written into its params (and prev) blocks: their bf16 copies
+ * (bf16 lists) are made again. */
+void cx_trainer_weights_loaded(CxTrainer *t);
 /* After a resume: the next step is `step`, dropout keyed by `seed`. */
 void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed);
 

@@ -48,6 +48,7 @@ bool cx_trainer_resume(CxTrainer *t, const char *path, char *err, size_t errlen)
   bool ok = rt_ckpt_resume(&b, path, &step, &seed, err, errlen);
   if (ok) {
     transfer(&s, &b, false);
+    cx_trainer_weights_loaded(t);
     cx_trainer_set_position(t, step, seed);
   }
   free(b.params);
@@ -59,7 +60,10 @@ bool cx_trainer_init_from(CxTrainer *t, const char *path, char *err, size_t errl
   RtCkptBlocks b = host_blocks(&s);
   b.opt_m = b.opt_v = NULL; /* the optimizer state stays zero */
   bool ok = rt_ckpt_init(&b, path, err, errlen);
-  if (ok) transfer(&s, &b, false);
+  if (ok) {
+    transfer(&s, &b, false);
+    cx_trainer_weights_loaded(t);
+  }
   free(b.params);
   return ok;
 }

@@ -110,9 +110,8 @@ struct CxProgram {
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
 
 int cx_block_of(const char *name) {
-  if (strcmp(name, "cuda_scratch") == 0) return CX_SCRATCH;
-  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
-    if (strcmp(name, buf_class_name((BufClass)c)) == 0) return c;
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
+    if (strcmp(name, cx_block_name(c)) == 0) return c;
   return -1;
 }
 
@@ -398,8 +397,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   p->ops = ops;
   Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
   for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
-    const char *bn = c == CX_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, bn);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, cx_block_name(c));
+    if (c == CX_PARAMS16 && !v) continue; /* only bf16 lists have it */
     if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
     else p->block[c] = (int64_t)v->valuedouble;
   }

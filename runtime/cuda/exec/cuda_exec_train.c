@@ -29,7 +29,10 @@
  * Arena (one allocation, each part 256-byte aligned):
  *   params | grads | adam m | adam v | stash | work | inputs | boundary | prev (2bw) |
  *   cuda_scratch | norm partials (double) | norm (double) | losses (f32 × m) |
- *   input slots (m × the inputs block, each 256-aligned) | step scalars */
+ *   input slots (m × the inputs block, each 256-aligned) | step scalars |
+ *   bf16 lists: the bf16 copies of params and prev (2bw), which the GEMMs read; this
+ *   trainer rewrites them with one cast launch after its update (the pipeline
+ *   interpreter's multi-tensor AdamW writes them itself: cuda_adamw_multi.h) */
 #include "runtime/cuda/exec/cuda_exec.h"
 
 #include <math.h>
@@ -41,7 +44,7 @@
 #define CX_MAX_GRID 4096 /* grid-stride kernels: enough blocks to fill a GPU */
 
 enum { A_PARAMS, A_GRADS, A_M, A_V, A_STASH, A_WORK, A_INPUTS, A_BOUNDARY, A_PREV, A_SCRATCH, A_PARTS, A_NORM, A_LOSS,
-       A_SLOTS, A_SCALARS, A_COUNT };
+       A_SLOTS, A_SCALARS, A_P16, A_PREV16, A_COUNT };
 
 /* The per-step optimizer values on the device: cuda_kernels.cuh's pkc_step_scalars,
  * field for field. */
@@ -82,7 +85,7 @@ struct CxTrainer {
   int64_t step;
   int nparts;     /* norm partials used */
   int *part_grid; /* [nparams] blocks of each parameter's partial sum (0: no grad) */
-  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy;
+  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_cast;
   CxStepGraph graph[G_COUNT];
   CxGraphStats update_stats; /* the update's runs (cx_trainer_update_graph_stats) */
 };
@@ -145,7 +148,9 @@ CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const Cuda
   int64_t sizes[A_COUNT] = {pb, st->blocks[BUF_GRADS], pb, pb, st->blocks[BUF_STASH], st->blocks[BUF_WORK],
                             st->blocks[BUF_INPUTS], st->blocks[BUF_BOUNDARY], t->delayed ? pb : 0,
                             cx_program_block(t->prog, CX_SCRATCH), (int64_t)t->nparts * 8, 8, p->m * 4,
-                            p->m * t->slot_bytes, (int64_t)sizeof(CxStepScalars)};
+                            p->m * t->slot_bytes, (int64_t)sizeof(CxStepScalars),
+                            cx_program_block(t->prog, CX_PARAMS16),
+                            t->delayed ? cx_program_block(t->prog, CX_PARAMS16) : 0};
   uint64_t total = 0;
   for (int i = 0; i < A_COUNT; i++) {
     t->size[i] = sizes[i];
@@ -183,12 +188,14 @@ CxTrainer *cx_trainer_create(const RtPlan *p, const CxDeviceOps *ops, const Cuda
   t->k_adamw = cx_program_kernel(t->prog, "pkc_adamw_step_dev_f32");
   t->k_sgd = cx_program_kernel(t->prog, "pkc_sgd_step_dev_f32");
   t->k_copy = cx_program_kernel(t->prog, "pkc_copy_f32");
+  t->k_cast = cx_program_kernel(t->prog, "pkc_cast_f32_to_bf16");
   /* The CPU trainer's initial weights, drawn on the host and copied once. */
   float *w = pd_calloc((size_t)pb / 4 + 1, sizeof(float));
   for (int k = 0; k < st->nparams; k++) rt_init_param(w + st->params[k].offset / 4, &st->params[k], t->tc.seed);
   ops->htod(ops->dev, t->part[A_PARAMS], w, (size_t)pb);
   if (t->delayed) ops->htod(ops->dev, t->part[A_PREV], w, (size_t)pb);
   free(w);
+  cx_trainer_weights_loaded(t);
   return t;
 }
 
@@ -222,6 +229,19 @@ CxTrainerState cx_trainer_state(const CxTrainer *t) {
   return (CxTrainerState){.plan = t->plan, .ops = t->ops, .params = t->part[A_PARAMS],
                           .prev = t->delayed ? t->part[A_PREV] : 0, .adam_m = t->part[A_M], .adam_v = t->part[A_V],
                           .step = t->step, .seed = t->tc.seed};
+}
+
+/* The bf16 copy of weight block `w` into `w16` (a bf16 list; nothing otherwise). */
+static void cast_weights(CxTrainer *t, CxPtr w16, CxPtr w) {
+  int64_t n = t->st->blocks[BUF_PARAMS] / 4;
+  if (!t->size[A_P16]) return;
+  void *args[] = {&w16, &w, &n};
+  t->ops->launch(t->ops->dev, 0, t->k_cast, grid_for((n + 7) / 8), CX_BLOCK, args);
+}
+
+void cx_trainer_weights_loaded(CxTrainer *t) {
+  cast_weights(t, t->part[A_P16], t->part[A_PARAMS]);
+  if (t->delayed) cast_weights(t, t->part[A_PREV16], t->part[A_PREV]);
 }
 
 void cx_trainer_set_position(CxTrainer *t, int64_t step, uint64_t seed) {
@@ -277,6 +297,7 @@ double cx_trainer_eval(CxTrainer *t, DataLoader *data, int64_t first, int64_t nb
                                  t->part[A_WORK], t->part[A_INPUTS], t->part[A_BOUNDARY]};
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++) r.base[c] = base[c];
   r.base[CX_SCRATCH] = t->part[A_SCRATCH];
+  r.base[CX_PARAMS16] = t->part[A_P16];
   double sum = 0;
   int64_t n = 0;
   for (int64_t k = first; k < first + nbatches; k++) {
@@ -370,6 +391,7 @@ static void launch_update(CxTrainer *t) {
       launch(t, t->k_adamw, grid_for(n), CX_BLOCK, args);
     }
   }
+  cast_weights(t, t->part[t->delayed ? A_PREV16 : A_P16], t->part[t->delayed ? A_PREV : A_PARAMS]);
 }
 
 void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out) {
@@ -387,6 +409,7 @@ void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out) {
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++) r.base[c] = *slot[c];
   /* 2bw trains on the older version */
   if (t->delayed) r.base[BUF_PARAMS] = t->part[A_PREV];
+  r.base[CX_PARAMS16] = t->part[t->delayed ? A_PREV16 : A_P16];
   r.base[CX_SCRATCH] = t->part[A_SCRATCH];
   for (int64_t j = 0; j < p->m; j++) { /* no host wait in here */
     select_inputs(t, j);
@@ -411,6 +434,9 @@ void cx_trainer_step(CxTrainer *t, DataLoader *data, StepStats *out) {
     CxPtr x = t->part[A_PARAMS];
     t->part[A_PARAMS] = t->part[A_PREV];
     t->part[A_PREV] = x;
+    x = t->part[A_P16]; /* the bf16 copies follow their versions */
+    t->part[A_P16] = t->part[A_PREV16];
+    t->part[A_PREV16] = x;
     t->swapped = !t->swapped;
   }
   ops->sync(ops->dev);

@@ -196,7 +196,7 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
                (!o->profile_out || cx_profile_write(x.prog, p, o->profile_out, err, errlen)))
         rc = 0;
       if (stats) {
-        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes, .steps = x.step_graphs};
+        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes, .weights_bf16 = x.w16_bytes, .steps = x.step_graphs};
         for (int s = 0; s < p->d; s++) {
           CxGraphStats g = cx_program_graph_stats(x.prog[s]);
           stats->graphs.captured += g.captured;
