@@ -8,7 +8,7 @@
  *      (block, constant offset) into a typed pointer;
  *   4. per region, a static forward function and a static backward function: one
  *      kernel call (or one fused loop) per op, every shape and offset a literal;
- *   5. the exported entry points, which run the region functions in order.
+ *   5. the exported entry points (cgen_c_entry.c).
  *
  * Ops map to kernels through one switch (emit_op); -Wswitch-enum makes a new op
  * kind a compile error here until it has its call. Gradient accumulation follows
@@ -496,12 +496,6 @@ static void emit_op(Emit *e, const Op *op) {
 
 /* ---- the file ---------------------------------------------------------------------- */
 
-/* By the region's place in the stage (its name is in the comment above the function),
- * so stages running the same code get the same text. */
-static void region_fn_name(const StageLayout *L, int r, const char *dir, char *b, size_t n) {
-  snprintf(b, n, "%s_region%d", dir, r - L->first_region);
-}
-
 /* The positions in a stage's op list of each region's ops, in list order (a
  * counting sort), so that emitting region by region is linear in the ops, not a
  * scan of the whole list per region. Region r's are pos[start[r - first] ..
@@ -527,7 +521,7 @@ static bool region_has(const RegionIndex *x, int r) { return x->start[r - x->fir
 static void emit_region(Emit *e, int r, const int *ops, int nops, const RegionIndex *x, const char *dir) {
   const Graph *g = e->g;
   char fn[128];
-  region_fn_name(e->L, r, dir, fn, sizeof fn);
+  cgen_c_region_fn(fn, sizeof fn, dir, r - e->L->first_region);
   str_printf(e->s, "\n/* %s of region %s */\nstatic void %s(StageCtx *ctx) {\n  BASES;\n",
              strcmp(dir, "fwd") == 0 ? "forward" : "backward", g->regions[r].name, fn);
   for (int j = x->start[r - x->first]; j < x->start[r - x->first + 1]; j++) {
@@ -587,25 +581,12 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
     if (region_has(&fx, r)) emit_region(&e, r, L->fwd_ops, L->nfwd, &fx, "fwd");
   for (int r = L->last_region; r >= L->first_region; r--)
     if (region_has(&bx, r)) emit_region(&e, r, L->bwd_ops, L->nbwd, &bx, "bwd");
-  str_printf(&s, "\n/* ==== entry points ==== */\n"
-                 "int pd2bw_stage_abi(void) { return %d; }\n"
-                 "int pd2bw_stage_real_bytes(void) { return %d; }\n\n"
-                 "void pd2bw_stage_forward(StageCtx *ctx) {\n"
-                 "  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);\n",
-             PD2BW_STAGE_ABI, o->f64 ? 8 : 4);
-  char fn[128];
-  for (int r = L->first_region; r <= L->last_region; r++)
-    if (region_has(&fx, r)) {
-      region_fn_name(L, r, "fwd", fn, sizeof fn);
-      str_printf(&s, "  %s(ctx);\n", fn);
-    }
-  str_printf(&s, "}\n\nvoid pd2bw_stage_backward(StageCtx *ctx) {\n  pk_set_sgemm((pk_sgemm_fn)ctx->sgemm);\n");
-  for (int r = L->last_region; r >= L->first_region; r--)
-    if (region_has(&bx, r)) {
-      region_fn_name(L, r, "bwd", fn, sizeof fn);
-      str_printf(&s, "  %s(ctx);\n", fn);
-    }
-  str_printf(&s, "}\n");
+  int nseg = L->last_region - L->first_region + 1;
+  bool *has = pd_calloc(2 * (size_t)nseg, sizeof(bool));
+  for (int k = 0; k < nseg; k++)
+    has[k] = region_has(&fx, L->first_region + k), has[nseg + k] = region_has(&bx, L->first_region + k);
+  cgen_c_entries(&s, nseg, has, has + nseg, o->f64);
+  free(has);
   free(fx.start), free(fx.pos), free(bx.start), free(bx.pos);
   free(e.done);
   return s.p;

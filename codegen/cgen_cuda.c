@@ -19,17 +19,15 @@
  * fused kernels. Nothing in either runs by itself. What runs, in order, is
  * stageN.launch.json:
  *
- *   { "format": 5, "source", "hash" (of the .cu), "library": {"source":
- *     "kernels.cu", "hash"} (the plan's kernel library), "block": 256,
- *     "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16", "mixed_precision":
- *     "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
- *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter
- *     of out-of-range ids/targets; the runtime zeroes and reads it), ce_nvalid, loss,
- *     microbatch_key (u32: the microbatch's global index, written by the runtime
- *     before every pass that reads it), ce_rows: offsets; with bf16 also
- *     bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
- *     offset} of the f32 loss after forward | null,
- *     "kernels": [distinct names launched], "forward": [entry], "backward": [entry] }
+ *   { "format": 6, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"} (the
+ *     plan's kernel library), "block": 256, "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16",
+ *     "mixed_precision": "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
+ *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter of out-of-range
+ *     ids/targets; the runtime zeroes and reads it), ce_nvalid, loss, microbatch_key (u32: the
+ *     microbatch's global index, written by the runtime before every pass that reads it), ce_rows:
+ *     offsets; with bf16 also bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
+ *     offset} of the f32 loss after forward | null, "kernels": [distinct names launched], "forward":
+ *     [entry], "backward": [entry], "segments" (cgen_cuda_segments.c) }
  *   entry: {"op": id - the pass's smallest op id, "kernel": name, "module": "library"|"stage" (the module that
  *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
  *           "args": [arg]}
@@ -62,12 +60,11 @@
  * weight (wte[V, C], leading dimension C) is never padded, so neither are its
  * gradient, its norm, its AdamW state or a checkpoint. The cross-entropy kernels take
  * the stride too; the CPU program writes the same rows contiguously.
- * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements)
- * and C float32; the two pkc_cast_f32_to_bf16 launches before it (same "op") fill its
- * A and B from the float32 operands the fp32/tf32 list would name. Its operands sit in
- * cuda_scratch from bf16_staging on: A, then B at the next LAYOUT_ALIGN boundary; every
- * GEMM reuses the same bytes (one stream, in order), so cuda_scratch grows by the
- * largest GEMM's two operands at 2 bytes an element. In a bf16 list, attention with a
+ * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements),
+ * C float32: a weight is read from "params_bf16", its version's bf16 copy that the
+ * optimizer writes, and any other operand is cast before it (cgen_cuda_bf16.c; the
+ * casts' staging is cuda_scratch from bf16_staging on, the same bytes for every GEMM,
+ * so cuda_scratch grows by the largest GEMM's cast operands). In a bf16 list, attention with a
  * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
  * after casts of its qkv (and, backward, dy) into the same staging bytes.
  *
@@ -94,7 +91,7 @@
 /* ---- pointers and arguments ------------------------------------------------------- */
 
 const char *cu_buf_name(int cls) {
-  return cls == CU_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)cls);
+  return cls == CU_SCRATCH ? "cuda_scratch" : cls == CU_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)cls);
 }
 
 CuPtr cu_buf(int cls, int64_t off) { return (CuPtr){cls, off}; }
@@ -241,47 +238,15 @@ static cJSON *ptr_json(CuPtr p) {
   return a;
 }
 
-/* The bf16 staging buffers start at multiples of 256 bytes (the arena aligns the
- * cuda_scratch block so): cuBLAS's tensor-core kernels want aligned operands. */
-#define CU_BF16_ALIGN 256
-static int64_t align_up(int64_t n) { return (n + CU_BF16_ALIGN - 1) / CU_BF16_ALIGN * CU_BF16_ALIGN; }
-
-/* cuda_scratch's size and the staging offset are passes/layout.h's (the planner counts
- * the same bytes); its constants must be this file's. */
-_Static_assert(CU_SCRATCH_ROWS == LAYOUT_CUDA_SCRATCH_ROWS && CU_BF16_ALIGN == LAYOUT_CUDA_BF16_ALIGN,
-               "cuda_scratch layout constants differ from passes/layout.h");
-
-/* Where the bf16 GEMM operands start in cuda_scratch: after the largest cross-entropy
- * row-loss array of the stage (which the emission below may not have reached yet). */
-static int64_t bf16_staging(const CuEmit *e) {
-  int64_t r = 0;
-  for (int k = 0; k < e->L->nfwd; k++)
-    if (layout_cuda_ce_rows(e->g, &e->g->ops[e->L->fwd_ops[k]], e->L->b) > r)
-      r = layout_cuda_ce_rows(e->g, &e->g->ops[e->L->fwd_ops[k]], e->L->b);
-  return layout_cuda_bf16_staging(r);
-}
-
-/* A bf16 GEMM's operand X (rows x cols at leading dimension ld, float32) cast into the
- * staging buffer at `to`; returns the staging pointer and its end (bytes). */
-static CuPtr stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
-                        int64_t *end) {
-  int64_t n = (r - 1) * ld + cols; /* the elements the GEMM reads, gaps included */
-  CuPtr S = cu_buf(CU_SCRATCH, to);
-  LAUNCH(e, op, "pkc_cast_f32_to_bf16", n, PP(S), PP(X), I64(n));
-  *end = to + n * 2;
-  if (*end > e->scratch) e->scratch = *end;
-  return S;
-}
-
 /* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm).
- * bf16: A and B first go through stage_bf16 (the launch list says so), C stays f32. */
+ * bf16: A and B first go through cu_stage_bf16 (a weight's bf16 copy, or a cast), C f32. */
 static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
   PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
   if (e->o->gemm == CGEN_GEMM_BF16) {
     int64_t a_end, b_end;
-    A = stage_bf16(e, op, A, ta ? K : M, ta ? M : K, lda, bf16_staging(e), &a_end);
-    B = stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, align_up(a_end), &b_end);
+    A = cu_stage_bf16(e, op, A, ta ? K : M, ta ? M : K, lda, cu_bf16_staging(e), &a_end);
+    B = cu_stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, cu_bf16_align(a_end), &b_end);
   }
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op - e->op_base);
@@ -338,13 +303,13 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   double p = op->attr[2];
   int stream = fwd ? op->id : op->fwd_op;
   int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
-  CuPtr Q16 = stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, bf16_staging(e), &end);
+  CuPtr Q16 = cu_stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
              PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
-  CuPtr Y16 = stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, align_up(end), &end);
+  CuPtr Y16 = cu_stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
   CuPtr work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
@@ -685,11 +650,12 @@ char *codegen_cuda_library_source(const Graph *g) {
   return src.p;
 }
 
-static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch) {
+static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch, bool bf16) {
   cJSON *b = cJSON_AddObjectToObject(j, "blocks");
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
     cJSON_AddNumberToObject(b, buf_class_name((BufClass)c), (double)L->total[c]);
   cJSON_AddNumberToObject(b, "cuda_scratch", (double)scratch);
+  if (bf16) cJSON_AddNumberToObject(b, "params_bf16", (double)(L->total[BUF_PARAMS] / 2));
 }
 
 char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
@@ -772,14 +738,14 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
     cJSON_AddStringToObject(j, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
-    add_blocks(j, L, e.scratch);
+    add_blocks(j, L, e.scratch, o->gemm == CGEN_GEMM_BF16);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
     cJSON_AddNumberToObject(cs, "ce_rows", CU_SCRATCH_ROWS);
     cJSON_AddNumberToObject(cs, "loss", CU_SCRATCH_LOSS);
     cJSON_AddNumberToObject(cs, "microbatch_key", CU_SCRATCH_MBKEY);
-    if (o->gemm == CGEN_GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)bf16_staging(&e));
+    if (o->gemm == CGEN_GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)cu_bf16_staging(&e));
     if (L->loss >= 0) { /* written by the forward; valid until the next forward */
       cJSON_AddItemToObject(j, "loss", ptr_json(cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS)));
     } else {
@@ -788,6 +754,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddItemToObject(j, "kernels", e.kernels);
     cJSON_AddItemToObject(j, "forward", fwd);
     cJSON_AddItemToObject(j, "backward", bwd);
+    cu_list_segments(g, L, j);
     *launch_list = j;
   } else {
     cJSON_Delete(fwd);

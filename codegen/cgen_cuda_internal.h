@@ -19,6 +19,10 @@
  * CUDA graph) and the row losses (double from 64). One copy: a stage's launches run
  * in order on one stream, so no two ops use it at once. */
 #define CU_SCRATCH ((int)BUF_CLASS_COUNT)
+/* bf16 lists: the "params_bf16" block, a bfloat16 copy of the weight version the
+ * microbatch uses (the params block's layout at half the offsets), which the optimizer
+ * step writes (kernels/cuda_adamw_multi.cuh): the GEMMs read their weight operands there. */
+#define CU_PARAMS16 ((int)BUF_CLASS_COUNT + 1)
 #define CU_SCRATCH_BAD 0
 #define CU_SCRATCH_NVALID 8
 #define CU_SCRATCH_LOSS 16
@@ -79,6 +83,18 @@ cJSON *cu_arg_stream(const CuEmit *e, int op_id);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
  * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
+/* cgen_cuda_segments.c: adds the launch list's "segments" (format 5) to list j. */
+void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
+
+/* cgen_cuda_bf16.c: a bf16 list's GEMM and attention operands. n rounded up to the
+ * staging's 256-byte alignment; where the staging starts in cuda_scratch (after the
+ * stage's largest cross-entropy row-loss array, which the emission may not have reached
+ * yet); operand X (rows x cols at leading dimension ld, float32) as bfloat16: a weight's
+ * bf16 copy (params_bf16), else cast into the staging at `to`. *end: the staging's end
+ * after it (bytes; `to` for a weight). */
+int64_t cu_bf16_align(int64_t n);
+int64_t cu_bf16_staging(const CuEmit *e);
+CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
  * as one generated kernel; returns the number of ops consumed (0: none, the caller

@@ -14,6 +14,14 @@ typedef struct Str {
 
 void str_printf(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* cgen_c_entry.c: a C stage program's region functions are named by place,
+ * "<dir>_region<k>" (dir "fwd" or "bwd", k the region's position in the stage), so
+ * stages running the same code get the same text; cgen_c_entries appends the
+ * exported entry points (codegen.h, "The ABI") for nseg segments, has_fwd[k] /
+ * has_bwd[k] saying which region functions exist. */
+void cgen_c_region_fn(char *b, size_t n, const char *dir, int k);
+void cgen_c_entries(Str *s, int nseg, const bool *has_fwd, const bool *has_bwd, bool f64);
+
 /* Writes n bytes to path through path.tmp.<pid> + fsync + rename: the file appears
  * whole or not at all. False after reporting on d. */
 bool cgen_write_file(const char *path, const void *p, size_t n, Diag *d);

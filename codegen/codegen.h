@@ -24,6 +24,13 @@
  *                                         into the grads block, so the m microbatches
  *                                         of a batch sum in place (the runtime zeroes
  *                                         it once per batch)
+ *   int  pd2bw_stage_segments(void);      the stage's segments (its regions, in order)
+ *   void pd2bw_stage_forward_segment(StageCtx *, int k);
+ *   void pd2bw_stage_backward_segment(StageCtx *, int k);
+ *                                         the forward / backward of segment k alone:
+ *                                         k = 0 .. n-1 forward, then n-1 .. 0 backward,
+ *                                         is exactly the two calls above (ABI 3; how
+ *                                         pd2bwrun --profile-out times each segment)
  * A float64 program uses the same layout with every offset and block size doubled.
  */
 #ifndef PD2BW_CODEGEN_H

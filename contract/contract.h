@@ -77,12 +77,13 @@ const char *plan_buf_kind_name(PlanBufKind k);
 
 /* ---- the stage program ABI (codegen/codegen.h describes the entry points) -------- */
 
-#define PD2BW_STAGE_ABI 2
+#define PD2BW_STAGE_ABI 3
 
 /* The context struct's fields, once, so the generated file and the runtime agree:
  * codegen pastes the stringised list into each stageN.c.
  *   abi        PD2BW_STAGE_ABI (the program checks nothing; the runtime checks
- *              pd2bw_stage_abi() before the first call)
+ *              pd2bw_stage_abi() before the first call; 3: the per-segment entry
+ *              points of codegen/codegen.h)
  *   training   1: dropout draws masks; 0: dropout is the identity (evaluation)
  *   microbatch the microbatch's global index (keys the dropout streams)
  *   rng_base   added to the stage-relative op number of each dropout to give the
@@ -121,9 +122,10 @@ typedef struct StageCtx {
  * 4: nothing of the stage in the list or its .cu, so stages may share both: "op"
  * relative to the pass's smallest op id, dropout streams as the runtime argument
  * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base;
- * 5: a GEMM may carry an "epilogue", below). */
+ * 5: a GEMM may carry an "epilogue", below; 6: "segments", each segment's count of
+ * launches per pass, for --profile-out). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
-#define CODEGEN_CUDA_LIST_FORMAT 5
+#define CODEGEN_CUDA_LIST_FORMAT 6
 
 /* A launch-list GEMM's epilogue (pd2bwc --gemm-epilogues on; cuBLASLt's epilogues on a
  * GPU), in the GEMM's row-major terms, C[M,N] = alpha·op(A)·op(B) + beta·C first:

@@ -1,5 +1,5 @@
 /* kernels/cuda_kernel_list.h — every kernel of the kernel library (cuda_kernels.cuh,
- * cuda_mma.cuh, cuda_flash_fwd.cuh, cuda_flash_bwd.cuh), and how to size
+ * cuda_mma.cuh, cuda_flash_fwd.cuh, cuda_flash_bwd.cuh, cuda_adamw_multi.cuh), and how to size
  * its grid.
  *
  * An X-macro, plain C, so host code can enumerate the kernels without parsing CUDA:
@@ -75,7 +75,8 @@ typedef enum PkcLaunchKind {
   X(pkc_adamw_step_f32, PKC_ELEM)           /* n */ \
   X(pkc_sgd_step_f32, PKC_ELEM)             /* n */ \
   X(pkc_adamw_step_dev_f32, PKC_ELEM)       /* n */ \
-  X(pkc_sgd_step_dev_f32, PKC_ELEM)         /* n */
+  X(pkc_sgd_step_dev_f32, PKC_ELEM)         /* n */ \
+  X(pkc_adamw_multi_dev_f32, PKC_ROW)       /* one block per chunk (cuda_adamw_multi.cuh) */
 /* clang-format on */
 
 /* Blocks for `items` work items (elements, rows or columns by kind) with `block`

@@ -63,6 +63,10 @@
 #ifndef PD2BW_CUDA_FLASH_BWD_CUH
 #include "cuda_flash_bwd.cuh"
 #endif
+/* AdamW's element step and the multi-tensor AdamW kernel (embedded before this file too). */
+#ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
+#include "cuda_adamw_multi.cuh"
+#endif
 
 /* Head size of the attention kernels. Defining PKC_ATT_HS (the code generator knows
  * the model's head size) makes it a compile-time constant, so the per-thread q/o
@@ -1003,18 +1007,7 @@ __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const f
 
 /* ===== optimizers ================================================================ */
 
-/* The per-step optimizer values in device memory, written by the host once per step
- * (runtime/cuda/exec/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
- * update graph (arguments frozen at capture) serves every step: the _dev optimizer
- * variants read them through a pointer. */
-struct pkc_step_scalars {
-  double lr;         /* this step's learning rate */
-  double grad_scale; /* 1/m · the clip factor */
-  pkc_i64 t;         /* the 1-based step of the bias corrections */
-};
-
-/* AdamW's element loop, shared by the by-value and _dev kernels (the same float
- * arithmetic, so both give the same bits). bc1, bc2: the bias corrections. */
+/* AdamW's element loop, shared by the by-value and _dev kernels. */
 static __device__ __forceinline__ void pkc_adamw_apply(float *w_out, const float *w_in,
                                                        const float *grad, float *m, float *v,
                                                        pkc_i64 n, double lr, double beta1,
@@ -1022,20 +1015,15 @@ static __device__ __forceinline__ void pkc_adamw_apply(float *w_out, const float
                                                        double weight_decay, int decay, float bc1,
                                                        float bc2, double grad_scale,
                                                        double delay_comp) {
-  float b1 = (float)beta1, b2 = (float)beta2;
-  float ob1 = (float)(1.0 - beta1), ob2 = (float)(1.0 - beta2); /* in double, as the CPU */
-  float lr_ = (float)lr, eps_ = (float)eps, gs = (float)grad_scale;
-  float wd = decay ? (float)weight_decay : 0.0f, dc = (float)delay_comp;
+  pkc_adamw_c c = pkc_adamw_consts(lr, beta1, beta2, eps, weight_decay, decay, bc1, bc2,
+                                   grad_scale, delay_comp);
   for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) {
-    float g = grad[i] * gs;
-    float vi = b2 * v[i] + ob2 * g * g;
-    float w = w_in[i];
-    /* delay compensation (2bw): w_out holds W(t-1) on entry, as the CPU's */
-    float gc = dc != 0.0f ? g + dc * sqrtf(vi / bc2) * (w - w_out[i]) : g;
-    float mi = b1 * m[i] + ob1 * gc;
+    float mi = m[i], vi = v[i];
+    /* w_out holds W(t-1) on entry (2bw) */
+    float wo = pkc_adamw_elem(c, grad[i], w_in[i], c.dc != 0.0f ? w_out[i] : 0.0f, mi, vi);
     m[i] = mi;
     v[i] = vi;
-    w_out[i] = w - lr_ * ((mi / bc1) / (sqrtf(vi / bc2) + eps_) + wd * w);
+    w_out[i] = wo;
   }
 }
 

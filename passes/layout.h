@@ -150,7 +150,8 @@ int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b)
  * valid count, the loss); from 64 the forward cross-entropy's per-row losses (8 bytes
  * a row); with bf16 GEMMs, from the next 256-byte boundary, one GEMM's operands as
  * bfloat16, A then B at the next 256-byte boundary, reused by every GEMM of the stage
- * (so the largest GEMM decides). Its SIZE is defined here, once: codegen records this
+ * (so the largest GEMM decides); a weight operand is not staged (the GEMM reads the
+ * bf16 weight copy the optimizer writes: plan_weights_bf16). Its SIZE is defined here, once: codegen records this
  * figure (and checks its launches stay inside it), the planner counts it in a stage's
  * device memory. The bf16 staging therefore depends on the partition: it is the
  * largest GEMM among the stage's own ops (a GPT's LM head only where the epilogue is).
@@ -160,9 +161,10 @@ int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b)
 #define LAYOUT_CUDA_SCRATCH_ROWS 64 /* where the row losses start */
 #define LAYOUT_CUDA_BF16_ALIGN 256  /* the staging buffers' alignment (cuBLAS wants it) */
 
-/* Float32 elements op reads as its GEMM's A and B on the CUDA backend (the whole
- * in[0] and in[1], padded rows included: ld = layout_row_strides(g); linear, matmul,
- * linear_dw, matmul_dw_t); false for other ops. */
+/* Float32 elements a bf16 plan stages as op's GEMM's A and B on the CUDA backend (the
+ * whole in[0] and in[1], padded rows included: ld = layout_row_strides(g); 0 for a
+ * weight, which the GEMM reads from the bf16 weight copy; linear, matmul, linear_dw,
+ * matmul_dw_t); false for other ops. */
 bool layout_cuda_gemm_operands(const Graph *g, const Op *op, const int64_t *ld, int64_t b,
                                int64_t *a_elems, int64_t *b_elems);
 /* Rows of a forward cross-entropy's row-loss array at microbatch b; 0 for other ops. */

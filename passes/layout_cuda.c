@@ -6,7 +6,8 @@
  * plan's attention runs on the tensor-core kernels (layout_cuda_attention_operands). Every GEMM the
  * CUDA generator emits reads its A and B as whole tensors at their places' row stride
  * (leading dimension = the row length, or its padding: layout_row_strides), so an
- * operand's extent is its place's element count.
+ * operand's extent is its place's element count; a weight (TK_PARAM) is read from the
+ * bf16 weight copy (codegen/cgen_cuda.c: params_bf16) and stages nothing.
  */
 #include "passes/layout.h"
 
@@ -58,12 +59,17 @@ int64_t layout_padded_numel(const Graph *g, const int64_t *ld, int t, int64_t b)
   return shape_numel(&g->tensors[t].shape, b) / last_dim(g, t) * ld[t];
 }
 
+/* A weight operand is read from the bf16 weight copy, never staged. */
+static int64_t staged_elems(const Graph *g, const int64_t *ld, int t, int64_t b) {
+  return g->tensors[t].kind == TK_PARAM ? 0 : layout_padded_numel(g, ld, t, b);
+}
+
 bool layout_cuda_gemm_operands(const Graph *g, const Op *op, const int64_t *ld, int64_t b,
                                int64_t *a_elems, int64_t *b_elems) {
   OpKind k = op->kind;
   if (k != OP_LINEAR && k != OP_MATMUL && k != OP_LINEAR_DW && k != OP_MATMUL_DW_T) return false;
-  *a_elems = layout_padded_numel(g, ld, op->in[0], b);
-  *b_elems = layout_padded_numel(g, ld, op->in[1], b);
+  *a_elems = staged_elems(g, ld, op->in[0], b);
+  *b_elems = staged_elems(g, ld, op->in[1], b);
   return true;
 }
 

@@ -24,7 +24,9 @@
  * losses and, with bf16 GEMMs, the largest GEMM's operands as bfloat16). The CUDA
  * runtimes allocate it beside the arena, so it is not a buffer of the arena; it is
  * part of what must fit the device (plan_stage_device_bytes), in the search and in
- * the exact plan alike.
+ * the exact plan alike. So are a bf16 plan's bf16 weight copies, one per version
+ * (2 bytes a parameter: the optimizer writes them, the GEMMs read them), also beside
+ * the arena.
  *
  * Those are the search's estimates (PlanSegment sums, no graph needed). Once the
  * configuration is chosen, plan_apply_layouts() rebuilds each stage's plan from the
@@ -130,20 +132,22 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   put(&L, PB_WORKSPACE, 0, sum->ws);
   /* TIED_SYNC's receive buffers, double-buffered like the gradients they hold */
   if (sum->tied_recv > 0) put_n(&L, PB_TIED_RECV, 2, sum->tied_recv);
+  uint64_t w16 = sum->bf16_weights ? (uint64_t)nversions * align_up((uint64_t)sum->params * 2) : 0;
   if (st) {
     st->total_bytes = st->estimated_bytes = L.top;
     st->cuda_scratch = sum->cuda_scratch;
+    st->weights_bf16 = w16;
     st->cublas_workspace = sum->cublas_workspace;
     st->params = sum->params;
     st->stash_slot_bytes = slot;
     st->nversions = nversions;
     st->nstash = nstash;
   }
-  return L.top + align_up(sum->cuda_scratch) + sum->cublas_workspace;
+  return L.top + align_up(sum->cuda_scratch) + w16 + sum->cublas_workspace;
 }
 
 uint64_t plan_stage_device_bytes(const PlanStage *st) {
-  return st->total_bytes + align_up(st->cuda_scratch) + st->cublas_workspace;
+  return st->total_bytes + align_up(st->cuda_scratch) + st->weights_bf16 + st->cublas_workspace;
 }
 
 void plan_segment_cuda_needs(const PlanSegment *s, int64_t b, int64_t *ce_rows, int64_t *staging) {
@@ -199,6 +203,7 @@ uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConf
   plan_stage_sums(in, a, e, cfg->microbatch_size, &sum);
   sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
   sum.cublas_workspace = plan_cublas_workspace(in, c);
+  sum.bf16_weights = in->cuda && in->precision == PPR_BF16;
   sum.tied_recv = plan_tied_recv_bytes(in, a, e, cfg->stages);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
 }
@@ -240,6 +245,7 @@ int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks) {
     if (recv) put_n(&L, PB_TIED_RECV, 2, (double)recv);
     st->total_bytes = L.top;
     st->cuda_scratch = B->cuda_scratch;
+    st->weights_bf16 = (uint64_t)st->nversions * align_up(B->params_bf16);
     st->cublas_workspace = plan_cublas_workspace(&p->in, &p->cluster);
     st->stash_slot_bytes = (double)slot;
     over += (double)plan_stage_device_bytes(st) > p->cluster.memory_bytes;

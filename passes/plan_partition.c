@@ -68,6 +68,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
   PlanStageSums s0;
   memset(&s0, 0, sizeof s0);
   s0.cublas_workspace = plan_cublas_workspace(in, p->c);
+  s0.bf16_weights = in->cuda && in->precision == PPR_BF16;
   int64_t own0 = 0, rows0 = 0, staging0 = 0;
   double work0 = 0, internal0 = 0; /* largest WORK and widest inner cut of [1, e) */
   double b = (double)p->cfg->microbatch_size;
@@ -79,6 +80,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
       PlanStageSums s;
       memset(&s, 0, sizeof s);
       s.cublas_workspace = s0.cublas_workspace;
+      s.bf16_weights = s0.bf16_weights;
       int64_t own = 0, rows = 0, staging = 0;
       double work = 0, internal = 0;
       int from = e - 1;

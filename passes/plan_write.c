@@ -165,6 +165,7 @@ static cJSON *stage_json(const Plan *p, int i, int stream) {
   num(mem, "total_bytes", (double)s->total_bytes);
   num(mem, "estimated_bytes", (double)s->estimated_bytes);
   num(mem, "cuda_scratch", (double)s->cuda_scratch);
+  if (s->weights_bf16) num(mem, "weights_bf16", (double)s->weights_bf16);
   num(mem, "device_bytes", (double)plan_stage_device_bytes(s));
   cJSON *bufs = cJSON_AddArrayToObject(mem, "buffers");
   for (int b = 0; b < s->nbufs; b++) {
@@ -314,8 +315,12 @@ static void memory_txt(const Plan *p, FILE *f) {
               s->bufs[b].size);
     fprintf(f, "  %-12s %3d  (beside the arena)    size %14" PRIu64 "\n", "cuda_scratch", 0,
             s->cuda_scratch);
-    fprintf(f, "  device: %" PRIu64 " bytes (%.3f GiB) = arena + cuda_scratch rounded to 256\n",
-            plan_stage_device_bytes(s), (double)plan_stage_device_bytes(s) / (1024.0 * 1024 * 1024));
+    if (s->weights_bf16)
+      fprintf(f, "  %-12s %3d  (beside the arena)    size %14" PRIu64 "\n", "weights_bf16", s->nversions,
+              s->weights_bf16);
+    fprintf(f, "  device: %" PRIu64 " bytes (%.3f GiB) = arena + cuda_scratch rounded to 256%s\n",
+            plan_stage_device_bytes(s), (double)plan_stage_device_bytes(s) / (1024.0 * 1024 * 1024),
+            s->weights_bf16 ? " + weights_bf16" : "");
   }
 }
 

@@ -264,6 +264,9 @@ typedef struct PlanStage {
                            when the plan has no CUDA programs) */
   uint64_t cublas_workspace; /* cuBLAS's workspace for the stage's compute stream
                            (plan_cublas_workspace; 0 without CUDA programs) */
+  uint64_t weights_bf16; /* bf16 CUDA plans: the bfloat16 copy of each weight version
+                           (2 bytes a parameter, 256-aligned, one per version) that the
+                           optimizer writes and the GEMMs read, beside the arena; else 0 */
   PlanRank *ranks;      /* [replicas] */
 } PlanStage;
 
@@ -331,6 +334,8 @@ bool plan_check_limits(const Plan *p, const Graph *g, Diag *d);
 typedef struct PlanStageBlocks {
   uint64_t params, grads, stash, work, inputs, boundary;
   uint64_t cuda_scratch; /* layout_cuda_scratch_bytes (0: no CUDA programs) */
+  uint64_t params_bf16;  /* a bf16 weight copy (the launch list's params_bf16: params/2;
+                            0 unless bf16 CUDA programs) */
   uint64_t act_in; /* activations received from stage i-1, each rounded up to 256
                       bytes: a stash slot's size when recomputing */
 } PlanStageBlocks;
@@ -346,7 +351,8 @@ typedef struct PlanStageBlocks {
  * warns: estimated_bytes keeps the search's figure). */
 int plan_apply_layouts(Plan *p, const PlanStageBlocks *blocks);
 /* What stage st occupies on its device: the arena plus its cuda_scratch rounded up to
- * 256 bytes (what the CUDA runtimes allocate for the two) plus cuBLAS's workspace.
+ * 256 bytes (what the CUDA runtimes allocate for the two), the bf16 weight copies and
+ * cuBLAS's workspace.
  * What must fit the device. */
 uint64_t plan_stage_device_bytes(const PlanStage *st);
 /* Streams of this plan for any number of batches (the runtime's view). */
@@ -414,6 +420,7 @@ typedef struct PlanStageSums {
   double in_bytes, out_bytes;/* per sample, at the stage's boundaries */
   uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
   uint64_t cublas_workspace; /* plan_cublas_workspace */
+  bool bf16_weights;         /* bf16 CUDA programs: a bf16 copy per weight version */
   double tied_recv;          /* one TIED_SYNC receive buffer: the other member stages'
                                 gradients of the spanning tied parameters
                                 (plan_tied_recv_bytes) */

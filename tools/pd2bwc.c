@@ -306,6 +306,8 @@ static int apply_layouts(const Graph *g, Plan *plan) {
     B->boundary = (uint64_t)L->total[BUF_BOUNDARY];
     /* the CUDA programs' GPU-only block, the size codegen records (passes/layout.h) */
     if (plan->in.cuda) B->cuda_scratch = (uint64_t)layout_cuda_scratch_bytes(L, plan->in.precision == PPR_BF16);
+    /* a bf16 copy of the weights per version (codegen/cgen_cuda.c's params_bf16 block) */
+    if (plan->in.cuda && plan->in.precision == PPR_BF16) B->params_bf16 = B->params / 2;
     /* what stage i-1 sends: the stash slot's content when recomputing */
     for (int t = 0; t < g->ntensors; t++) {
       const Tensor *x = &g->tensors[t];

@@ -61,7 +61,9 @@ static const char usage[] =
     "                      replica's instructions on the one GPU, timed with device events,\n"
     "                      and the measured bubble; not with --transport nccl); also\n"
     "                      rewrites PLAN_DIR/report.html with the run (timeline, losses)\n"
-    "  --profile-out FILE  measured compute times, for pd2bwc --profile\n"
+    "  --profile-out FILE  each segment's measured compute time, for pd2bwc --profile (any\n"
+    "                      plan; --backend cuda: timed launch by launch with device events,\n"
+    "                      not as CUDA graphs; not with --transport nccl)\n"
     "  --reference         afterwards, train PLAN_DIR/reference sequentially and compare\n"
     "  --reference-tol X   relative bound for --reference (losses; weights 10x) (default 1e-5)\n"
     "  -q, --quiet         only errors and the final summary (no step lines, no BLAS note)\n"
@@ -230,9 +232,9 @@ int main(int argc, char **argv) {
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
-    if ((a.transport && !nccl) || a.profile_out || a.timeout > 0)
-      return fail("--backend cuda supports every option but --profile-out and --timeout, and of the "
-                  "transports only --transport nccl");
+    if ((a.transport && !nccl) || a.timeout > 0)
+      return fail("--backend cuda supports every option but --timeout, and of the transports only "
+                  "--transport nccl");
     /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_trace.c); nccl refuses it itself */
     if (a.trace && !nccl && pipe_plan_ranks(a.plan) <= 1)
       return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
@@ -242,7 +244,7 @@ int main(int argc, char **argv) {
                           .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl, .save_path = a.save,
                           .resume_path = a.resume, .init_path = a.init, .val_path = a.val,
                           .eval_every = a.eval_every, .eval_batches = a.eval_batches,
-                          .graphs_off = a.graphs < 0, .trace_path = a.trace};
+                          .graphs_off = a.graphs < 0, .trace_path = a.trace, .profile_out = a.profile_out};
     return cuda_exec_main("pd2bwrun", a.plan, &co);
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");

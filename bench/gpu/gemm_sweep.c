@@ -6,7 +6,8 @@
  *
  * For each precision (fp32, tf32, bf16) it times M x N x K GEMMs with N = K = 2048
  * and 8192 and M = 512 .. 16384 (the rows of a GPT layer at b x seq tokens), fits
- * t = latency + FLOPs / rate by least squares, and writes OUT.json (atomically):
+ * t = latency + FLOPs / rate by least squares (gemm_fit.c), and writes OUT.json
+ * (atomically; gemm_sweep_json: a precision that could not be fitted is left out):
  *   {"version": 1, "device": "NVIDIA H200",
  *    "gemm": {"bf16": {"latency_us": L, "rate_tflops": R, "efficiency": R / peak,
  *                      "points": [{"m": M, "n": N, "k": K, "seconds": t}, ...]}, ...}}
@@ -18,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/gpu/gemm_fit.h"
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/io/io.h"
 
 static const char *const names[] = {"fp32", "tf32", "bf16"};
 static const CxGemmType types[] = {CX_GEMM_FP32, CX_GEMM_TF32, CX_GEMM_BF16};
@@ -45,29 +48,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_sweep: no output file\n");
     return 2;
   }
-  char err[512], tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp) {
-    fprintf(stderr, "gemm_sweep: %s: path too long\n", out);
-    return 1;
-  }
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    perror(tmp);
-    return 1;
-  }
+  char err[512];
   CxDeviceOps *ops = cx_cuda_open(device, err, sizeof err);
   if (!ops) {
     fprintf(stderr, "gemm_sweep: %s\n", err);
-    fclose(f);
-    remove(tmp);
     return 77;
   }
-  fprintf(f, "{\"version\": 1, \"device\": \"%s\", \"gemm\": {", cx_cuda_name(ops));
+  char name[256];
+  snprintf(name, sizeof name, "%s", cx_cuda_name(ops));
   cx_cuda_close(ops); /* cx_cuda_gemm_tflops opens the device itself */
+  GemmPoint pt[3][NNK * NM];
+  GemmSweep sw[3];
   for (int p = 0; p < 3; p++) {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    int n = 0;
-    fprintf(f, "%s\n  \"%s\": {\"points\": [", p ? "," : "", names[p]);
+    sw[p] = (GemmSweep){.name = names[p], .pt = pt[p], .n = 0, .peak_tflops = peak[p]};
     for (int a = 0; a < NNK; a++)
       for (int j = 0; j < NM; j++) {
         int M = ms[j], N = nks[a], K = nks[a];
@@ -76,27 +69,25 @@ int main(int argc, char **argv) {
           fprintf(stderr, "gemm_sweep: %s %dx%dx%d: %s\n", names[p], M, N, K, err);
           continue;
         }
-        double flops = 2.0 * M * N * (double)K, t = flops / (tf * 1e12);
-        fprintf(f, "%s{\"m\": %d, \"n\": %d, \"k\": %d, \"seconds\": %.6e}", n ? ", " : "", M, N, K, t);
-        sx += flops, sy += t, sxx += flops * flops, sxy += flops * t, n++;
+        pt[p][sw[p].n++] = (GemmPoint){M, N, K, 2.0 * M * N * (double)K / (tf * 1e12)};
       }
-    double den = n * sxx - sx * sx;
-    double slope = n > 1 && den > 0 ? (n * sxy - sx * sy) / den : 0, lat = n ? (sy - slope * sx) / n : 0;
-    if (lat < 0) lat = 0;
-    double rate = slope > 0 ? 1 / slope / 1e12 : 0;
-    fprintf(f, "],\n    \"latency_us\": %.3f, \"rate_tflops\": %.3f", lat * 1e6, rate);
-    if (peak[p] > 0) fprintf(f, ", \"efficiency\": %.4f", rate / peak[p]);
-    fprintf(f, "}");
-    printf("%s: t = %.1f us + FLOPs / %.1f TFLOP/s", names[p], lat * 1e6, rate);
-    if (peak[p] > 0) printf("  ->  gemm_efficiency = %.3f; gemm_latency_us = %.1f;", rate / peak[p], lat * 1e6);
+    double lat, rate;
+    if (!gemm_fit(pt[p], sw[p].n, &lat, &rate)) {
+      printf("%s: too few GEMMs timed to fit (%d); left out of %s\n", names[p], sw[p].n, out);
+      continue;
+    }
+    printf("%s: t = %.1f us + FLOPs / %.1f TFLOP/s", names[p], lat * 1e6, rate / 1e12);
+    if (peak[p] > 0)
+      printf("  ->  gemm_efficiency = %.3f; gemm_latency_us = %.1f;", rate / 1e12 / peak[p], lat * 1e6);
     printf("\n");
   }
-  fprintf(f, "}}\n");
-  if (fclose(f) != 0 || rename(tmp, out) != 0) {
-    perror(out);
-    remove(tmp);
+  char *text = gemm_sweep_json(name, sw, 3);
+  bool ok = atomic_write_text(out, text, err, sizeof err);
+  free(text);
+  if (!ok) {
+    fprintf(stderr, "gemm_sweep: %s\n", err);
     return 1;
   }
-  printf("wrote %s\n", out);
+  printf("wrote %s (pd2bwc --profile %s)\n", out, out);
   return 0;
 }

@@ -2,7 +2,8 @@
 # bench/pipeline/predict.sh — predicted against measured (issue 14): the bundled tiny
 # GPT on models/clusters/cpu2.cluster, d = 2, gpipe and 2bw. For each schedule, one
 # training run with --profile-out; the plan re-made with that profile; its predicted
-# step beside the same run's measured median step.
+# step beside the same run's measured median step, and whether the re-plan kept the
+# run's stage cuts (the profile gives each segment its own measured time).
 #
 #   bench/pipeline/predict.sh [BUILD_DIR] [OUT_DIR]      (STEPS=40 by default)
 set -euo pipefail
@@ -25,15 +26,18 @@ for sched in gpipe 2bw; do
     --profile-out "$OUT/$sched.profile.json" >"$OUT/$sched.run.txt"
   "$BUILD"/tools/pd2bwc models/tinygpt.model "${PIN[@]}" -q --profile "$OUT/$sched.profile.json" \
     -o "$OUT/$sched.profiled"
-  python3 - "$OUT/$sched.profiled/plan.json" "$OUT/$sched.run.txt" "$sched" <<'PY'
+  python3 - "$OUT/$sched.profiled/plan.json" "$OUT/$sched.run.txt" "$sched" "$OUT/$sched/plan.json" <<'PY'
 import json, re, sys
 plan = json.load(open(sys.argv[1]))
 pred = plan["predicted"]["step_time_s"] * 1e3
 cfg = plan["config"]
 run = open(sys.argv[2]).read()
 meas = float(re.search(r"([0-9.]+) ms/step", run).group(1))
-print("%-5s b=%d m=%d  predicted (profiled) %7.2f ms  measured median %7.2f ms  ratio %.3f"
-      % (sys.argv[3], cfg["microbatch_size"], cfg["microbatches"], pred, meas, pred / meas))
+cut = lambda p: [s["last_segment"] for s in p["stages"][:-1]]
+ran = cut(json.load(open(sys.argv[4])))
+print("%-5s b=%d m=%d  predicted (profiled) %7.2f ms  measured median %7.2f ms  ratio %.3f  cut %s"
+      % (sys.argv[3], cfg["microbatch_size"], cfg["microbatches"], pred, meas, pred / meas,
+         "kept %s" % ran if cut(plan) == ran else "moved %s -> %s" % (ran, cut(plan))))
 for line in run.splitlines():
     if line.startswith("  stage "): print("       " + line.strip())
 PY

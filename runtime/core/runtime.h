@@ -52,6 +52,10 @@ typedef struct StageProgram {
   int real_bytes; /* 4 or 8 (pd2bw_stage_real_bytes) */
   void (*forward)(StageCtx *);
   void (*backward)(StageCtx *);
+  /* segment k's pass alone (ABI 3): pd2bwrun --profile-out times them one by one */
+  int nsegs;
+  void (*forward_segment)(StageCtx *, int k);
+  void (*backward_segment)(StageCtx *, int k);
   bool cache_hit; /* the .so came from the cache */
   char so_path[RT_PATH_MAX];
 } StageProgram;

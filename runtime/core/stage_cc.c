@@ -130,6 +130,44 @@ static bool verify(const char *path, char *why, size_t whylen) {
   return ok;
 }
 
+/* The loaded program's entry points (codegen/codegen.h, "The ABI"), its ABI version and
+ * real size checked; false (unloaded) with a message. */
+static bool resolve(StageProgram *out, const char *c_path, int real_bytes, char *err, size_t errlen) {
+  int (*abi)(void);
+  int (*rb)(void);
+  int (*nsegs)(void);
+  *(void **)&abi = dlsym(out->handle, "pd2bw_stage_abi");
+  *(void **)&rb = dlsym(out->handle, "pd2bw_stage_real_bytes");
+  *(void **)&out->forward = dlsym(out->handle, "pd2bw_stage_forward");
+  *(void **)&out->backward = dlsym(out->handle, "pd2bw_stage_backward");
+  *(void **)&nsegs = dlsym(out->handle, "pd2bw_stage_segments");
+  *(void **)&out->forward_segment = dlsym(out->handle, "pd2bw_stage_forward_segment");
+  *(void **)&out->backward_segment = dlsym(out->handle, "pd2bw_stage_backward_segment");
+  if (!abi || !rb || !out->forward || !out->backward) {
+    stage_program_unload(out);
+    return ERR("%s: not a pd2bw stage program (missing pd2bw_stage_* entry points)", c_path);
+  }
+  if (abi() != PD2BW_STAGE_ABI) {
+    int v = abi();
+    stage_program_unload(out);
+    return ERR("%s: stage ABI version %d, this runtime speaks %d: recompile the plan with this pd2bwc",
+               c_path, v, PD2BW_STAGE_ABI);
+  }
+  if (!nsegs || !out->forward_segment || !out->backward_segment) {
+    stage_program_unload(out);
+    return ERR("%s: a stage program of ABI %d without its per-segment entry points (pd2bw_stage_segments)", c_path,
+               PD2BW_STAGE_ABI);
+  }
+  out->real_bytes = rb();
+  out->nsegs = nsegs();
+  if (real_bytes && out->real_bytes != real_bytes) {
+    int v = out->real_bytes;
+    stage_program_unload(out);
+    return ERR("%s: program computes in %d-byte reals, the plan says %d", c_path, v, real_bytes);
+  }
+  return true;
+}
+
 bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, char *err,
                         size_t errlen) {
   memset(out, 0, sizeof *out);
@@ -219,33 +257,12 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
    * sealed file over it, never damage this one in place. */
   out->handle = dlopen(out->so_path, RTLD_NOW | RTLD_LOCAL);
   if (!out->handle) return ERR("%s: cannot load the compiled stage: %s", out->so_path, dlerror());
-  int (*abi)(void);
-  int (*rb)(void);
-  *(void **)&abi = dlsym(out->handle, "pd2bw_stage_abi");
-  *(void **)&rb = dlsym(out->handle, "pd2bw_stage_real_bytes");
-  *(void **)&out->forward = dlsym(out->handle, "pd2bw_stage_forward");
-  *(void **)&out->backward = dlsym(out->handle, "pd2bw_stage_backward");
-  if (!abi || !rb || !out->forward || !out->backward) {
-    stage_program_unload(out);
-    return ERR("%s: not a pd2bw stage program (missing pd2bw_stage_* entry points)", c_path);
-  }
-  if (abi() != PD2BW_STAGE_ABI) {
-    int v = abi();
-    stage_program_unload(out);
-    return ERR("%s: stage ABI version %d, this runtime speaks %d: recompile the plan with this pd2bwc",
-               c_path, v, PD2BW_STAGE_ABI);
-  }
-  out->real_bytes = rb();
-  if (real_bytes && out->real_bytes != real_bytes) {
-    int v = out->real_bytes;
-    stage_program_unload(out);
-    return ERR("%s: program computes in %d-byte reals, the plan says %d", c_path, v, real_bytes);
-  }
-  return true;
+  return resolve(out, c_path, real_bytes, err, errlen);
 }
 
 void stage_program_unload(StageProgram *p) {
   if (p->handle) dlclose(p->handle);
   p->handle = NULL;
   p->forward = p->backward = NULL;
+  p->forward_segment = p->backward_segment = NULL;
 }

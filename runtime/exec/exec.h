@@ -100,6 +100,7 @@
 #include <stdint.h>
 
 #include "runtime/core/runtime.h"
+#include "runtime/pipeline/seg_times.h"
 #include "runtime/transport/transport.h"
 
 typedef struct PipeRank PipeRank;
@@ -159,6 +160,12 @@ struct ExecDevice {
 ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);
 /* The stage program a CPU device runs (its file and whether it came from the cache). */
 const StageProgram *exec_cpu_program(const ExecDevice *d);
+/* pd2bwrun --profile-out: from now on the device runs each training pass of a
+ * microbatch from acc->from_mb on segment by segment (the program's per-segment
+ * entry points: the same functions in the same order, so the same bits), each
+ * segment's time into a row of acc (seg_times_row; nsegs: the program's), until the
+ * rows are full. NULL: off, the pass is one call as before. */
+void exec_cpu_profile(ExecDevice *d, SegTimes *acc);
 void exec_device_destroy(ExecDevice *d);
 
 /* ---- the link ------------------------------------------------------------------ */

@@ -18,6 +18,7 @@ typedef struct CpuDevice {
   StageProgram prog;
   int T;                      /* window length of the token streams (0: none) */
   int32_t *tok_tmp, *tgt_tmp; /* a stream the stage has no input for */
+  SegTimes *prof;             /* --profile-out: per-segment sums; NULL: off */
 } CpuDevice;
 
 static CpuDevice *cpu(ExecDevice *d) { return (CpuDevice *)(void *)d; }
@@ -42,15 +43,36 @@ static StageCtx ctx_of(CpuDevice *c, const ExecPass *p) {
   return x;
 }
 
+/* --profile-out: the pass segment by segment (forward 0 .. n-1, backward n-1 .. 0:
+ * what the whole-pass entry point runs), each one's time into the pass's row; NULL
+ * when the pass is not timed (off, evaluation, the first step, the rows full). */
+static double *timed_row(CpuDevice *c, const ExecPass *p, bool bwd) {
+  return c->prof && p->training && p->mb >= c->prof->from_mb ? seg_times_row(c->prof, bwd) : NULL;
+}
+
+static void timed_pass(CpuDevice *c, StageCtx *x, bool bwd, double *row) {
+  int n = c->prof->nsegs;
+  for (int i = 0; i < n; i++) {
+    int k = bwd ? n - 1 - i : i;
+    double t0 = pipe_now();
+    (bwd ? c->prog.backward_segment : c->prog.forward_segment)(x, k);
+    row[k] = pipe_now() - t0;
+  }
+}
+
 static void cpu_forward(ExecDevice *d, ExecPass *p) {
   StageCtx x = ctx_of(cpu(d), p);
-  cpu(d)->prog.forward(&x);
+  double *row = timed_row(cpu(d), p, false);
+  if (row) timed_pass(cpu(d), &x, false, row);
+  else cpu(d)->prog.forward(&x);
   p->bad_ids = x.bad_ids;
 }
 
 static void cpu_backward(ExecDevice *d, ExecPass *p) {
   StageCtx x = ctx_of(cpu(d), p);
-  cpu(d)->prog.backward(&x);
+  double *row = timed_row(cpu(d), p, true);
+  if (row) timed_pass(cpu(d), &x, true, row);
+  else cpu(d)->prog.backward(&x);
   p->bad_ids = x.bad_ids;
 }
 
@@ -133,6 +155,12 @@ ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen) {
 }
 
 const StageProgram *exec_cpu_program(const ExecDevice *d) { return &((const CpuDevice *)(const void *)d)->prog; }
+
+void exec_cpu_profile(ExecDevice *d, SegTimes *acc) {
+  PD_CHECK(!acc || acc->nsegs == cpu(d)->prog.nsegs, "(segment times of %d segments, program of %d)",
+           acc ? acc->nsegs : 0, cpu(d)->prog.nsegs);
+  cpu(d)->prof = acc;
+}
 
 void exec_device_destroy(ExecDevice *d) {
   if (d) d->ops->destroy(d);

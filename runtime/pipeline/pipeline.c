@@ -269,6 +269,10 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     }
   if (!setup_tied(R, err, errlen)) goto fail;
   if (!(R->dev = o->device ? o->device : exec_cpu_device(R->st, err, errlen))) goto fail;
+  if (o->profile_out && !o->device) { /* each segment's time, the first step's passes left out unless it is the only one */
+    seg_times_init(&R->segt, exec_cpu_program(R->dev)->nsegs, R->steps - R->first > 1 ? (R->first + 1) * R->mref : 0);
+    exec_cpu_profile(R->dev, &R->segt);
+  }
   if (!layout_arena(R, err, errlen)) goto fail;
   pipe_rank_init_weights(R);
   /* data */
@@ -360,6 +364,7 @@ void pipe_rank_destroy(PipeRank *R) {
   free(R->ins_to);
   free(R->grad_norm);
   free(R->step_ms);
+  seg_times_free(&R->segt);
   rt_log_close(R->console);
   free(R);
 }
@@ -439,24 +444,53 @@ double pipe_flops_per_step(const PipePlan *p) {
 
 double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
 
-/* ---- the weights through host memory ------------------------------------------------ */
-
-void pipe_rank_set_weights(PipeRank *R, const char *w, int newest, const char *prev, int prev_slot) {
-  uint64_t pb = (uint64_t)R->st->blocks[BUF_PARAMS];
-  for (int v = 0; v < R->nversions; v++)
-    R->dev->ops->upload(R->dev, R->w[v], prev && v == prev_slot ? prev : w, pb);
-  R->newest = newest;
-}
-
-void pipe_rank_init_weights(PipeRank *R) {
-  char *w = pd_calloc((size_t)R->st->blocks[BUF_PARAMS] + 1, 1);
-  for (int k = 0; k < R->st->nparams; k++)
-    rt_init_param((float *)(void *)(w + R->st->params[k].offset), &R->st->params[k], R->tc.seed);
-  pipe_rank_set_weights(R, w, 0, NULL, -1);
-  free(w);
-}
-
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
+
+/* --profile-out: a rank's per-segment times as two messages: {nsegs, nfwd, nbwd}, then
+ * the forward rows and the backward rows (runtime/pipeline/seg_times.h). */
+static bool send_seg_times(PipeRank *R) {
+  const SegTimes *t = &R->segt;
+  int64_t hdr[3] = {t->nsegs, t->nfwd, t->nbwd};
+  size_t nf = (size_t)(t->nfwd * t->nsegs), nb = (size_t)(t->nbwd * t->nsegs);
+  double *rows = pd_malloc((nf + nb + 1) * sizeof(double));
+  if (nf) memcpy(rows, t->fwd, nf * sizeof(double));
+  if (nb) memcpy(rows + nf, t->bwd, nb * sizeof(double));
+  bool ok = pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, hdr, sizeof hdr, "segment times")) &&
+            (!(nf + nb) || pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_GATHER + 3, rows,
+                                                               (nf + nb) * sizeof(double), "segment times")));
+  free(rows);
+  return ok;
+}
+
+/* Rank 0: every rank's rows, put together per stage over its replicas. A stage
+ * program with another count of segments than the plan's comes through as that
+ * count: the writer says so. */
+static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
+  const PipePlan *p = R->pp;
+  G->seg = pd_calloc((size_t)p->d, sizeof(SegTimes));
+  for (int s = 0; s < p->d; s++) seg_times_init(&G->seg[s], s == R->stage ? R->segt.nsegs : p->st[s].nsegs, 0);
+  seg_times_add(&G->seg[R->stage], &R->segt);
+  for (int rk = 1; rk < p->nranks; rk++) {
+    SegTimes *dst = &G->seg[p->rank_stage[rk]];
+    int64_t h[3];
+    if (!pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, h, sizeof h, "segment times")))
+      return false;
+    size_t n = (size_t)((h[1] + h[2]) * h[0]);
+    double *rows = pd_malloc((n + 1) * sizeof(double));
+    bool ok = !n || pipe_transport_ok(R, transport_recv(R->t, rk, PIPE_TAG_GATHER + 3, rows, n * sizeof(double),
+                                                        "segment times"));
+    if (ok && h[0] != dst->nsegs) { /* the writer names the mismatch */
+      seg_times_free(dst);
+      seg_times_init(dst, (int)h[0], 0);
+    } else if (ok) {
+      SegTimes src = {.nsegs = (int)h[0], .fwd = rows, .bwd = rows + h[1] * h[0], .nfwd = h[1], .nbwd = h[2]};
+      seg_times_add(dst, &src);
+    }
+    free(rows);
+    if (!ok) return false;
+  }
+  return true;
+}
 
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
   const PipePlan *p = R->pp;
@@ -487,6 +521,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
         (hdr[0] && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, R->ev, (size_t)hdr[0] * sizeof(PipeEvent), "trace"))))
       return false;
+    if (R->o->profile_out && !send_seg_times(R)) return false;
     R->steps_done = R->steps;
     return true;
   }
@@ -540,7 +575,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
       return false;
     G->nev += n;
   }
-  return true;
+  return !R->o->profile_out || gather_seg_times(R, G);
 }
 
 void pipe_gathered_free(PipeGathered *G) {
@@ -557,5 +592,7 @@ void pipe_gathered_free(PipeGathered *G) {
   free(G->mb_loss);
   free(G->ev);
   free(G->arena);
+  for (int s = 0; G->seg && s < G->d; s++) seg_times_free(&G->seg[s]);
+  free(G->seg);
   memset(G, 0, sizeof *G);
 }

@@ -7,6 +7,7 @@
 #include "contract/plan_limits.h"
 #include "runtime/exec/exec.h"
 #include "runtime/core/runtime.h"
+#include "runtime/pipeline/seg_times.h"
 
 /* The runtime's names for contract/plan_limits.h's limits (pd2bwc checks them too). */
 #define PIPE_MAX_SLOTS PLAN_MAX_SLOTS       /* weight versions or stash slots per stage */
@@ -91,6 +92,7 @@ typedef struct PipeRank {
   double last_step_time;
   double *grad_norm; /* [steps - first] the global norm of each batch's averaged gradient */
   double *step_ms;   /* [steps - first] this rank's time from one OPT_STEP to the next */
+  SegTimes segt;     /* --profile-out: this rank's per-segment times (nsegs 0: off) */
   RtLog *console;    /* the step lines: last stage of replica 0 only, not quiet; else NULL */
   /* faults */
   int64_t fault_step;
@@ -109,6 +111,7 @@ typedef struct PipeGathered {
   int64_t nev;
   uint64_t *arena; /* [d] bytes allocated per stage (largest replica) */
   int64_t bad_ids; /* out-of-range token ids seen by any rank */
+  SegTimes *seg;   /* [d] --profile-out: each stage's per-segment times, all its replicas' */
 } PipeGathered;
 
 double pipe_now(void);
@@ -231,7 +234,10 @@ bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, con
  * step) and per-stage bubble over the same span; a one-step run: the whole run. */
 void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t first, int64_t steps,
                   double *step_time, double *bubble);
-bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+/* --profile-out: seg[s] is stage s's times, all replicas' (runtime/pipeline/seg_times.h); the
+ * note names the backend. false with a message (a program's segment count is not
+ * the plan's). */
+bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *backend, const char *path, char *err,
                         size_t errlen);
 
 #endif

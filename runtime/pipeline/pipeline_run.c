@@ -371,7 +371,7 @@ static int run_rank(Transport *t, void *arg) {
       note_error(c, err);
       rc = 1;
     }
-    if (!rc && c->o->profile_out && !pipe_profile_write(c->p, G.ev, G.nev, c->o->profile_out, err, sizeof err)) {
+    if (!rc && c->o->profile_out && !pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err)) {
       note_error(c, err);
       rc = 1;
     }

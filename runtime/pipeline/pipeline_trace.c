@@ -3,8 +3,8 @@
  * thread 0 compute, thread 1 communication; or, for single-GPU pipeline mode,
  * pipe_trace_write_gpu: one process, one thread per stage replica, whose stream
  * and communication-stream work never overlap), the step time and bubble fraction over
- * the simulator's window, and measured compute times in the profile format that
- * `pd2bwc --profile` reads (docs/plan-format.md). */
+ * the simulator's window, and measured compute times per segment in the profile
+ * format that `pd2bwc --profile` reads (docs/plan-format.md), for both backends. */
 #include "runtime/pipeline/pipeline_rank.h"
 
 #include <cjson/cJSON.h>
@@ -155,45 +155,79 @@ void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t fir
   }
 }
 
-bool pipe_profile_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
+void seg_times_init(SegTimes *t, int n, int64_t from_mb) { *t = (SegTimes){.nsegs = n, .from_mb = from_mb}; }
+
+void seg_times_free(SegTimes *t) {
+  free(t->fwd), free(t->bwd);
+  *t = (SegTimes){0};
+}
+
+/* Room for row `at` of a direction (doubling). */
+static double *seg_row_at(SegTimes *t, bool bwd, int64_t at) {
+  double **rows = bwd ? &t->bwd : &t->fwd;
+  int64_t *cap = &t->cap[bwd];
+  if (at >= *cap) {
+    *cap = at + 1 > 2 * *cap ? at + 1 : 2 * *cap;
+    *rows = pd_realloc(*rows, (size_t)(*cap * (t->nsegs ? t->nsegs : 1)) * sizeof(double));
+  }
+  return *rows + at * t->nsegs;
+}
+
+double *seg_times_row(SegTimes *t, bool bwd) {
+  int64_t *n = bwd ? &t->nbwd : &t->nfwd;
+  if (*n >= SEG_TIMES_MAX_PASSES) return NULL;
+  return seg_row_at(t, bwd, (*n)++);
+}
+
+void seg_times_add(SegTimes *dst, const SegTimes *src) {
+  PD_CHECK(dst->nsegs == src->nsegs, "(segment times of %d and %d segments)", dst->nsegs, src->nsegs);
+  for (int bwd = 0; bwd < 2; bwd++) {
+    int64_t n = bwd ? src->nbwd : src->nfwd, *dn = bwd ? &dst->nbwd : &dst->nfwd;
+    for (int64_t i = 0; i < n; i++)
+      memcpy(seg_row_at(dst, bwd, (*dn)++), (bwd ? src->bwd : src->fwd) + i * src->nsegs,
+             (size_t)src->nsegs * sizeof(double));
+  }
+}
+
+/* The median of segment q's column of n rows (0 when there are none). */
+static double seg_median(const double *rows, int64_t n, int nsegs, int q) {
+  if (!n) return 0;
+  double *col = pd_malloc((size_t)n * sizeof(double));
+  for (int64_t i = 0; i < n; i++) col[i] = rows[i * nsegs + q];
+  qsort(col, (size_t)n, sizeof(double), cmp_double);
+  double m = n % 2 ? col[n / 2] : (col[n / 2 - 1] + col[n / 2]) / 2;
+  free(col);
+  return m;
+}
+
+/* Each segment's own median time per pass (runtime/pipeline/seg_times.h: the median, so
+ * that a pass the OS preempted does not count as a slower segment), named as plan.json
+ * names the stage's segments, in pd2bwc --profile's "segments" form. */
+bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *backend, const char *path, char *err,
                         size_t errlen) {
+  for (int s = 0; s < p->d; s++)
+    if (seg[s].nsegs != p->st[s].nsegs) {
+      snprintf(err, errlen, "--profile-out %s: stage %d's program has %d segments, plan.json names %d (the plan "
+               "was edited or mixed)", path, s, seg[s].nsegs, p->st[s].nsegs);
+      return false;
+    }
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", 1);
   cJSON_AddNumberToObject(root, "microbatch_size", (double)p->b);
-  cJSON_AddStringToObject(root, "note",
-                          "measured by pd2bwrun per stage; a stage's time is split evenly over its segments "
-                          "(run with one segment per stage for exact per-segment times)");
+  char note[160];
+  snprintf(note, sizeof note, "measured by pd2bwrun --backend %s: each segment's own median time per pass, over the "
+           "training passes after the first step", backend);
+  cJSON_AddStringToObject(root, "note", note);
   cJSON *segs = cJSON_AddArrayToObject(root, "segments");
-  for (int s = 0; s < p->d; s++) {
-    double f = 0, bw = 0;
-    int64_t nf = 0, nbw = 0;
-    /* skip the first batch: cold caches and page faults */
-    for (int64_t i = 0; i < n; i++) {
-      const PipeEvent *e = &ev[i];
-      if (e->stage != s || e->batch < 1) continue;
-      if (e->op == PI_FWD) f += e->end - e->start, nf++;
-      if (e->op == PI_BWD) bw += e->end - e->start, nbw++;
-    }
-    if (!nf || !nbw) {
-      for (int64_t i = 0; i < n; i++) {
-        const PipeEvent *e = &ev[i];
-        if (e->stage != s) continue;
-        if (e->op == PI_FWD) f += e->end - e->start, nf++;
-        if (e->op == PI_BWD) bw += e->end - e->start, nbw++;
-      }
-    }
-    f = nf ? f / (double)nf : 0;
-    bw = nbw ? bw / (double)nbw : 0;
-    if (p->recompute) bw = bw > f ? bw - f : 0; /* the profile wants the backward alone */
-    int k = p->st[s].nsegs ? p->st[s].nsegs : 1;
+  for (int s = 0; s < p->d; s++)
     for (int q = 0; q < p->st[s].nsegs; q++) {
+      const SegTimes *t = &seg[s];
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "name", p->st[s].seg_names[q]);
-      cJSON_AddNumberToObject(o, "forward_s", f / k);
-      cJSON_AddNumberToObject(o, "backward_s", bw / k);
+      cJSON_AddNumberToObject(o, "forward_s", seg_median(t->fwd, t->nfwd, t->nsegs, q));
+      cJSON_AddNumberToObject(o, "backward_s", seg_median(t->bwd, t->nbwd, t->nsegs, q));
       cJSON_AddItemToArray(segs, o);
     }
-  }
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   bool ok = atomic_write_text(path, text, err, errlen);

@@ -6,7 +6,9 @@
 #  - plan.json records the precision and its peak; every stage's memory section has
 #    cuda_scratch, equal to the launch list's blocks.cuda_scratch (what the CUDA
 #    runtimes allocate for it: cx_program_block(CX_SCRATCH)) and device_bytes = the
-#    arena's buffers + cuda_scratch, each rounded up to 256 bytes, + cuBLAS's
+#    arena's buffers + cuda_scratch, each rounded up to 256 bytes, + (bf16) the bf16
+#    weight copies, weights_bf16 = versions x the launch list's params_bf16 (params/2)
+#    rounded up to 256, + cuBLAS's
 #    workspace (32 MiB, the default of cublas_workspace_mib); the LM head's stage
 #    stages the largest bf16 operands; --backend cpu plans: cuda_scratch 0, fp32.
 # usage: precision_cli.sh PD2BWC (from the source root)
@@ -88,7 +90,15 @@ for i, st in enumerate(plan["stages"]):
         assert lst["gemm_dtype"] == prec
     # plus cuBLAS's workspace for the compute stream: 32 MiB unless the cluster says
     cublas = 0 if prec == "fp32-cpu" else 32 << 20
-    assert mem["device_bytes"] == arena + up(mem["cuda_scratch"]) + cublas, (i, mem)
+    # and with bf16 the bf16 copy of each weight version (the launch list's params_bf16 block)
+    w16 = 0
+    if prec == "bf16":
+        w16 = st["weight_versions"] * up(lst["blocks"]["params_bf16"])
+        assert lst["blocks"]["params_bf16"] * 2 == lst["blocks"]["params"], lst["blocks"]
+        assert mem["weights_bf16"] == w16, (i, mem, w16)
+    else:
+        assert "weights_bf16" not in mem, mem
+    assert mem["device_bytes"] == arena + up(mem["cuda_scratch"]) + w16 + cublas, (i, mem)
     cs.append(mem["cuda_scratch"])
 if prec == "bf16":  # the last stage has the LM head: the largest staged operands
     assert cs[-1] > 1000000 and cs[-1] > 10 * cs[0], cs

@@ -6,7 +6,8 @@
  * the cubin, and every tensor-core kernel's SASS must hold HMMA (mma.sync), LDSM
  * (ldmatrix) and LDGSTS (cp.async). A helper that fell back to scalar code, or a kernel
  * that stopped using it, fails here. Every elementwise kernel with a 128-bit fast path
- * (cuda_kernels.cuh: pkc_map1, pkc_map2, the casts, dropout) must hold LDG.E.128 and
+ * (cuda_kernels.cuh: pkc_map1, pkc_map2, the casts, dropout; cuda_adamw_multi.cuh: the
+ * multi-tensor AdamW) must hold LDG.E.128 and
  * STG.E.128 (pkc_fill_f32, which reads nothing, only the store). Needs the toolkit's cuobjdump (configure-time
  * PD2BW_CUOBJDUMP, or the environment's PD2BW_CUOBJDUMP): without it the test is
  * skipped (exit 77), never passed.
@@ -95,7 +96,7 @@ static const char *const vector_kernels[] = {
     "pkc_cast_f32_to_bf16", "pkc_cast_bf16_to_f32", "pkc_add_fwd_f32",       "pkc_add_bias_fwd_f32",
     "pkc_mul_fwd_f32",      "pkc_mul_bwd_f32",      "pkc_scale_fwd_f32",     "pkc_gelu_fwd_f32",
     "pkc_gelu_bwd_f32",     "pkc_relu_fwd_f32",     "pkc_relu_bwd_f32",      "pkc_dropout_fwd_f32",
-    "pkc_dropout_bwd_f32"};
+    "pkc_dropout_bwd_f32",  "pkc_adamw_multi_dev_f32"};
 
 static const char *tool;
 static int arch;

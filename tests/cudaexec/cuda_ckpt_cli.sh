@@ -7,8 +7,9 @@
 #    and no --save file;
 #  - --transport nccl takes every checkpoint/validation flag too (the same: as far as
 #    the device, no --save file; tests/nccl/test_nccl_ckpt is what they do there), and
-#    --profile-out/--timeout are refused, and --trace on a one-stage plan (single-GPU
-#    pipeline mode takes it), each with one line and exit 1;
+#    --timeout is refused, --profile-out with nccl (single-GPU mode and one-stage plans
+#    take it: accepted as far as the device, no file), and --trace on a one-stage plan
+#    (single-GPU pipeline mode takes it), each with one line and exit 1;
 #  - --help says what the cuda backend takes.
 # What the flags do on a device is tests/cudaexec/test_cudaexec_ckpt (emulated GPU).
 #   cuda_ckpt_cli.sh PD2BWRUN PD2BWC
@@ -66,8 +67,14 @@ done
 [ ! -e "$T/x.safetensors" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: nccl left a --save file" >&2; }
 expect_error "trace, one stage" "needs a pipeline plan" "$T/plan" --backend cuda --data "$T/train.bin" --steps 1 \
   --trace "$T/t.json"
-expect_error "timeout" "supports every option but --profile-out" "$T/plan" --backend cuda --data "$T/train.bin" \
+expect_error "timeout" "supports every option but --timeout" "$T/plan" --backend cuda --data "$T/train.bin" \
   --steps 1 --timeout 5
+# --profile-out: accepted (it reaches the device, and writes nothing there); not with nccl yet
+expect_error "profile-out" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda \
+  --data "$T/train.bin" --steps 1 --profile-out "$T/prof.json"
+[ ! -e "$T/prof.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a --profile-out file" >&2; }
+expect_error "profile-out, nccl" "--profile-out is not supported with --transport nccl" "$T/plan" --backend cuda \
+  --transport nccl --data "$T/train.bin" --steps 1 --profile-out "$T/prof.json"
 expect_error "reference with init" "--reference starts from the plan's initial weights" "$T/plan" --backend cuda \
   --data "$T/train.bin" --steps 1 --reference --init "$T/ck.safetensors"
 if "$RUN" --help | grep -q "it takes every option above"; then

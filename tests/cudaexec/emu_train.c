@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/io/io.h"
+
 static const char *pd2bwc;
 static const char *workdir;
 
@@ -232,4 +234,41 @@ double emu_weights_diff(const EmuRun *a, const EmuRun *b) {
     if (!(d <= worst)) worst = d;
   }
   return worst / (scale + 1e-30);
+}
+
+cJSON *emu_read_json(const char *path) {
+  char err[256];
+  size_t n = 0;
+  char *text = io_read_all(path, &n, err, sizeof err);
+  if (!text) fprintf(stderr, "  %s\n", err);
+  cJSON *j = text ? cJSON_ParseWithLength(text, n) : NULL;
+  free(text);
+  return j;
+}
+
+bool emu_list_casts(const char *dir, int stage, int *casts, int *weight_casts, int *w16_operands) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/stage%d.launch.json", dir, stage);
+  cJSON *l = emu_read_json(path);
+  *casts = *weight_casts = *w16_operands = 0;
+  const char *pass[2] = {"forward", "backward"};
+  for (int q = 0; l && q < 2; q++) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, pass[q])) {
+      const cJSON *k = cJSON_GetObjectItemCaseSensitive(e, "kernel"), *g = cJSON_GetObjectItemCaseSensitive(e, "gemm");
+      if (cJSON_IsString(k) && strcmp(k->valuestring, "pkc_cast_f32_to_bf16") == 0) {
+        (*casts)++;
+        const cJSON *src = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "args"), 1);
+        const cJSON *buf = cJSON_GetObjectItemCaseSensitive(src, "buf");
+        *weight_casts += cJSON_IsString(buf) && strcmp(buf->valuestring, "params") == 0;
+      }
+      for (int ab = 0; g && ab < 2; ab++) {
+        const cJSON *buf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(g, ab ? "B" : "A"), "buf");
+        *w16_operands += cJSON_IsString(buf) && strcmp(buf->valuestring, "params_bf16") == 0;
+      }
+    }
+  }
+  bool ok = l != NULL;
+  cJSON_Delete(l);
+  return ok;
 }

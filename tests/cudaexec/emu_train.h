@@ -15,6 +15,8 @@
 #ifndef PD2BW_TESTS_CUDAEXEC_EMU_TRAIN_H
 #define PD2BW_TESTS_CUDAEXEC_EMU_TRAIN_H
 
+#include <cjson/cJSON.h>
+
 #include "emu_device.h"
 
 #define EMU_STEPS 3
@@ -62,6 +64,13 @@ bool emu_run_gpu(const char *plan, EmuRun *r);
  * tests/pipeline/common.sh's token file (a sentence repeated) as WORKDIR/train.bin. */
 bool emu_pipe_make_plan(const char *name, const char *args);
 bool emu_pipe_files(void);
+
+/* A JSON file, parsed (NULL after printing why). */
+cJSON *emu_read_json(const char *path);
+/* Stage `stage`'s launch list in plan directory dir: its pkc_cast_f32_to_bf16 launches
+ * (forward and backward), those of them that read the params block (a weight), and
+ * the GEMM operands read from params_bf16 (the bf16 weight copy). false: no list. */
+bool emu_list_casts(const char *dir, int stage, int *casts, int *weight_casts, int *w16_operands);
 
 /* Largest relative difference of the microbatch losses from step from_step on. */
 double emu_losses_diff(const EmuRun *a, const EmuRun *b, int from_step);

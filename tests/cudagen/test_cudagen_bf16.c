@@ -6,10 +6,12 @@
  * models and partitions, pd2bwc compiles the same model twice (default precision and
  * --precision bf16) and each stage's bf16 launch list is walked beside the tf32 one.
  * Every kernel launch must be identical; every tf32 GEMM must appear in the bf16 list
- * as two pkc_cast_f32_to_bf16 launches (same op) followed by the same GEMM whose A
- * and B are those casts' outputs and whose dtype is "bf16". The casts must read
- * exactly the tf32 GEMM's A and B with the element count the GEMM spans (from its
- * leading dimension), and write 2-byte elements into cuda_scratch past the
+ * as the same GEMM with dtype "bf16" whose weight operands (the tf32 GEMM's A or B in
+ * the params block) are read from the params_bf16 block (the bf16 weight copy the
+ * optimizer writes: half the offset, inside params/2 bytes) with no cast, and whose
+ * other operands are each a pkc_cast_f32_to_bf16 launch (same op) before it. The casts
+ * must read exactly the tf32 GEMM's operand with the element count the GEMM spans
+ * (from its leading dimension), and write 2-byte elements into cuda_scratch past the
  * cross-entropy row losses, A and B apart, 256-byte aligned, inside the block size the
  * list declares. Attention (head size a multiple of 16) is the exception: each fp32
  * attention kernel becomes its tensor-core twin (pkc_flash_attention_*_bf16) after the
@@ -71,6 +73,7 @@ static double span(double r, double c, double ld) { return (r - 1) * ld + c; }
 
 typedef struct Tally {
   int gemms, casts, kernels, flash; /* flash: attention launches now on tensor cores */
+  int weight_operands;              /* GEMM operands read from params_bf16, uncast */
 } Tally;
 
 /* Checks cast launch `c` for operand `src` (the tf32 GEMM's) of n elements; returns its
@@ -171,13 +174,18 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
       t->kernels++;
       continue;
     }
-    if (i + 3 > n16) {
+    /* a weight operand (params) is read from the bf16 weight copy, uncast; any other
+     * operand is one cast launch before the GEMM */
+    const cJSON *a32 = cJSON_GetObjectItemCaseSensitive(g32, "A"), *b32 = cJSON_GetObjectItemCaseSensitive(g32, "B");
+    bool wa = strcmp(str(a32, "buf"), "params") == 0, wb = strcmp(str(b32, "buf"), "params") == 0;
+    int ncast = !wa + !wb;
+    if (i + ncast + 1 > n16) {
       EXPECT(!"bf16 list ends before a GEMM");
       return;
     }
-    const cJSON *ca = cJSON_GetArrayItem(p16, i), *cb = cJSON_GetArrayItem(p16, i + 1);
-    const cJSON *e16 = cJSON_GetArrayItem(p16, i + 2);
-    i += 3;
+    const cJSON *ca = wa ? NULL : cJSON_GetArrayItem(p16, i), *cb = wb ? NULL : cJSON_GetArrayItem(p16, i + !wa);
+    const cJSON *e16 = cJSON_GetArrayItem(p16, i + ncast);
+    i += ncast + 1;
     const cJSON *g16 = cJSON_GetObjectItemCaseSensitive(e16, "gemm");
     EXPECT(g16 != NULL);
     if (!g16) return;
@@ -186,15 +194,23 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
     double M = num(g32, "M"), N = num(g32, "N"), K = num(g32, "K");
     bool ta = num(g32, "transa") != 0, tb = num(g32, "transb") != 0;
     double na = span(ta ? K : M, ta ? M : K, num(g32, "lda")), nb = span(tb ? N : K, tb ? K : N, num(g32, "ldb"));
-    double sa = check_cast(ca, op, cJSON_GetObjectItemCaseSensitive(g32, "A"), na, blocks);
-    double sb = check_cast(cb, op, cJSON_GetObjectItemCaseSensitive(g32, "B"), nb, blocks);
-    /* staged after the cross-entropy rows, A before B without overlap */
-    EXPECT(sa >= staging);
-    EXPECT(sb >= sa + 2 * na);
-    const cJSON *dst_a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ca, "args"), 0);
-    const cJSON *dst_b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cb, "args"), 0);
-    EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "A"), dst_a));
-    EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "B"), dst_b));
+    const cJSON *ops32[2] = {a32, b32}, *casts[2] = {ca, cb};
+    double n_[2] = {na, nb}, at[2] = {-1, -1};
+    for (int q = 0; q < 2; q++) {
+      const cJSON *x16 = cJSON_GetObjectItemCaseSensitive(g16, q ? "B" : "A");
+      if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset, inside its block */
+        EXPECT_STREQ(str(x16, "buf"), "params_bf16");
+        EXPECT(num(x16, "offset") * 2 == num(ops32[q], "offset"));
+        EXPECT(num(x16, "offset") + 2 * n_[q] <= num(blocks, "params_bf16"));
+        t->weight_operands++;
+        continue;
+      }
+      at[q] = check_cast(casts[q], op, ops32[q], n_[q], blocks);
+      EXPECT(at[q] >= staging); /* staged after the cross-entropy rows */
+      EXPECT(same_ptr(x16, cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(casts[q], "args"), 0)));
+      t->casts++;
+    }
+    if (ca && cb) EXPECT(at[1] >= at[0] + 2 * na); /* A before B without overlap */
     EXPECT_STREQ(str(g16, "dtype"), "bf16");
     EXPECT_STREQ(str(g32, "dtype"), "tf32");
     /* everything else about the GEMM is the tf32 one's (C stays float32 in place) */
@@ -202,7 +218,6 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
     for (size_t q = 0; q < sizeof same / sizeof same[0]; q++) EXPECT(num(g16, same[q]) == num(g32, same[q]));
     EXPECT(same_ptr(cJSON_GetObjectItemCaseSensitive(g16, "C"), cJSON_GetObjectItemCaseSensitive(g32, "C")));
     t->gemms++;
-    t->casts += 2;
   }
   EXPECT_EQ_INT(i, n16);
 }
@@ -261,6 +276,9 @@ static void check_model(const char *tag, const char *args, bool want_flash) {
       if (strcmp(b->string, "cuda_scratch") == 0) EXPECT(num(b16, b->string) >= b->valuedouble);
       else EXPECT(num(b16, b->string) == b->valuedouble);
     }
+    /* plus the bf16 weight copy's block, half the params block */
+    EXPECT(num(b16, "params_bf16") * 2 == num(b32, "params"));
+    EXPECT(cJSON_GetObjectItemCaseSensitive(b32, "params_bf16") == NULL);
     double staging = num(cJSON_GetObjectItemCaseSensitive(l16, "cuda_scratch"), "bf16_staging");
     EXPECT(staging >= ce_rows_end(l16));
     EXPECT(staging >= ce_rows_end(l32));
@@ -287,16 +305,18 @@ static void check_model(const char *tag, const char *args, bool want_flash) {
         "cuda");
     EXPECT_STREQ(str(cu, "gemm_dtype"), "bf16");
     EXPECT(num(cu, "cuda_scratch") == num(b16, "cuda_scratch"));
-    printf("  %s stage %d: %d GEMMs, %d casts, %d kernels unchanged, %d attention launches on tensor cores; "
-           "cuda_scratch %.0f -> %.0f bytes\n",
-           tag, s, st.gemms, st.casts, st.kernels, st.flash, num(b32, "cuda_scratch"), num(b16, "cuda_scratch"));
+    printf("  %s stage %d: %d GEMMs, %d casts, %d weight operands from params_bf16, %d kernels unchanged, %d "
+           "attention launches on tensor cores; cuda_scratch %.0f -> %.0f bytes\n",
+           tag, s, st.gemms, st.casts, st.weight_operands, st.kernels, st.flash, num(b32, "cuda_scratch"),
+           num(b16, "cuda_scratch"));
     t.gemms += st.gemms;
     t.flash += st.flash;
     t.casts += st.casts;
+    t.weight_operands += st.weight_operands;
     cJSON_Delete(l16);
     cJSON_Delete(l32);
   }
-  EXPECT(t.gemms > 0);
+  EXPECT(t.gemms > 0 && t.weight_operands > 0);
   if (want_flash) EXPECT(t.flash > 0);
   cJSON_Delete(plan16);
 }

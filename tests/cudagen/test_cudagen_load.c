@@ -12,7 +12,8 @@
  *  - kernels.cu or stageN.cu edited after pd2bwc: refused, naming the file and the
  *    hash, before anything is loaded;
  *  - a launch list of format 1 (one module) or with a kernel whose module is missing
- *    or wrong: a message, no crash.
+ *    or wrong: a message, no crash; one of format 2-5 (no "segments"), or whose
+ *    segment counts do not cover its passes: a message.
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -137,6 +138,7 @@ static void test_two_modules(void) {
     EXPECT(strstr(fake.mod[1].src, "__global__ void fused") != NULL); /* but its own */
     EXPECT(fake.lookups > 5);
     EXPECT(cx_program_nlaunches(p, CX_FORWARD) > 5 && cx_program_nlaunches(p, CX_BACKWARD) > 5);
+    EXPECT(cx_program_segments(p) >= 1);
     /* the trainer's own kernels, from the library */
     EXPECT(cx_program_kernel(p, "pkc_adamw_step_f32") != NULL);
     EXPECT(cx_program_kernel(p, "pkc_sumsq_partial_f32") != NULL);
@@ -216,6 +218,21 @@ static void format2(cJSON *j) {
   cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(2));
   cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key");
 }
+/* A format-5 list: no "segments" (where each segment's launches are: --profile-out). */
+static void format5(cJSON *j) {
+  cJSON_ReplaceItemInObject(j, "format", cJSON_CreateNumber(5));
+  cJSON_DeleteItemFromObject(j, "segments");
+}
+/* Segment counts that do not cover the pass, or not one per segment in each pass. */
+static void segments_short(cJSON *j) {
+  cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "segments"), "forward");
+  cJSON *last = cJSON_GetArrayItem(f, cJSON_GetArraySize(f) - 1);
+  cJSON_SetNumberValue(last, last->valuedouble - 1);
+}
+static void segments_uneven(cJSON *j) {
+  cJSON_DeleteItemFromArray(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "segments"), "backward"), 0);
+}
+static void no_segments(cJSON *j) { cJSON_DeleteItemFromObject(j, "segments"); }
 static void no_key(cJSON *j) { cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "cuda_scratch"), "microbatch_key"); }
 
 /* The first library launch said to be the stage's (then the second edit: no module). */
@@ -270,10 +287,15 @@ static void test_old_plan(void) {
 
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
-  bad_list(format2, "a launch list of format 2, older than this runtime's 5");
-  bad_list(format3, "a launch list of format 3, older than this runtime's 5");
-  bad_list(format4, "a launch list of format 4, older than this runtime's 5");
+  bad_list(format2, "a launch list of format 2, older than this runtime's 6");
+  bad_list(format3, "a launch list of format 3, older than this runtime's 6");
+  bad_list(format4, "a launch list of format 4, older than this runtime's 6");
   bad_list(format4, "regenerate the plan with this pd2bwc");
+  bad_list(format5, "a launch list of format 5, older than this runtime's 6");
+  bad_list(format5, "for --profile-out");
+  bad_list(no_segments, "segments.forward[0]: missing");
+  bad_list(segments_short, "the segments' launches do not add up to the pass's");
+  bad_list(segments_uneven, "segments.backward[0]: missing, empty, or not one count per segment");
   bad_list(format2, "regenerate the plan with this pd2bwc");
   bad_list(no_key, "'microbatch_key' missing");
   bad_list(wrong_module, "is not in the compiled stage program");

@@ -143,10 +143,11 @@ static void test_scratch_matches_layout(void) {
   arena_destroy(a);
 }
 
-/* Four equal segments, each 16·P bytes under 1f1b (weights, grads, adam m and v); the
- * last holds a GEMM whose bf16 staging is 1.5 segments. With a device of 3.2
- * segments, tf32 cuts 2 | 2 (balanced), bf16 cannot hold segments 2-3 plus the
- * staging and cuts 3 | 1. */
+/* Four equal segments, each 16·P bytes under 1f1b (weights, grads, adam m and v), and
+ * with bf16 2·P more (the bf16 weight copy: 1/8 segment); the last holds a GEMM whose
+ * bf16 staging is 1.5 segments. With a device of 3.5 segments, tf32 cuts 2 | 2
+ * (balanced), bf16 cannot hold segments 2-3 plus the staging (3.75) and cuts 3 | 1
+ * (3.375 and 2.625). */
 static void test_bf16_staging_moves_the_cut(void) {
   const int64_t P = 1 << 22;
   const double seg = 16.0 * (double)P, staging = 1.5 * seg;
@@ -166,7 +167,7 @@ static void test_bf16_staging_moves_the_cut(void) {
   plan_segment_add_cuda(&in.segs[3], (PlanCudaTerm){true, 0, 0, 0, (int64_t)(staging / 2)});
   in.cuda = true;
   Cluster c = test_cluster(1, 2, 1);
-  c.memory_bytes = 3.2 * seg;
+  c.memory_bytes = 3.5 * seg;
   c.cublas_workspace = 256; /* counted in what must fit: keep it out of the way */
   PlanPins pins;
   plan_pins_init(&pins);
@@ -179,6 +180,7 @@ static void test_bf16_staging_moves_the_cut(void) {
   if (t) {
     EXPECT_EQ_INT(t->stages[1].first_seg, 2);
     EXPECT_EQ_INT(t->stages[1].cuda_scratch, layout_cuda_scratch_size(0, 0, false));
+    EXPECT_EQ_INT(t->stages[0].weights_bf16 + t->stages[1].weights_bf16, 0); /* no bf16 copy */
   }
   in.precision = PPR_BF16;
   Plan *b = make(&in, &c, &pins);
@@ -190,7 +192,10 @@ static void test_bf16_staging_moves_the_cut(void) {
     EXPECT_EQ_INT(b->stages[0].cuda_scratch, layout_cuda_scratch_size(0, 0, true));
     for (int i = 0; i < 2; i++) {
       const PlanStage *st = &b->stages[i];
-      EXPECT_EQ_INT(plan_stage_device_bytes(st), st->total_bytes + (st->cuda_scratch + 255) / 256 * 256 + st->cublas_workspace);
+      /* the bf16 weight copy: one version (1f1b), 2 bytes a parameter */
+      EXPECT_EQ_INT(st->weights_bf16, (uint64_t)(st->params * 2 + 255) / 256 * 256);
+      EXPECT_EQ_INT(plan_stage_device_bytes(st), st->total_bytes + (st->cuda_scratch + 255) / 256 * 256 +
+                                                     st->weights_bf16 + st->cublas_workspace);
       EXPECT((double)plan_stage_device_bytes(st) <= c.memory_bytes);
     }
     /* the cut tf32 chose would not fit: stage [2, 4) with the staging */

@@ -24,6 +24,9 @@
  *    every microbatch with no host wait (losses and out-of-range ids come back with
  *    the norm); the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
+ *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
+ *    (the pipeline interpreter's update, which also writes bf16 weight copies);
  *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
@@ -59,6 +62,7 @@
 #include <stdint.h>
 
 #include "runtime/core/runtime.h"
+#include "runtime/pipeline/seg_times.h"
 
 /* A device address: an arena base plus a byte offset. */
 typedef uint64_t CxPtr;
@@ -147,8 +151,14 @@ void cx_ops_no_graphs(CxDeviceOps *ops);
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
 /* The blocks a launch list's pointers name: BufClass values (contract/contract.h) for
- * params .. boundary, and the CUDA-only scratch after them. */
-enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_NBLOCKS = BUF_CLASS_COUNT + 1 };
+ * params .. boundary, then the CUDA-only scratch and, in bf16 lists, params_bf16: the
+ * bfloat16 copy of the weight version a pass uses (params' layout at half the offsets;
+ * the optimizer step writes it), where the GEMMs read their weight operands. */
+enum { CX_SCRATCH = BUF_CLASS_COUNT, CX_PARAMS16, CX_NBLOCKS };
+/* Block c's name in a launch list. */
+static inline const char *cx_block_name(int c) {
+  return c == CX_SCRATCH ? "cuda_scratch" : c == CX_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)c);
+}
 
 typedef enum CxPass {
   CX_FORWARD, /* "forward": one microbatch's forward (writes the loss on the last stage) */
@@ -208,6 +218,45 @@ typedef struct CxGraphStats {
   int64_t eager;    /* passes replayed launch by launch */
 } CxGraphStats;
 CxGraphStats cx_program_graph_stats(const CxProgram *p);
+/* The stage's segments (the list's "segments"). */
+int cx_program_segments(const CxProgram *p);
+
+/* ---- the launch list's files (cuda_exec_files.c), for cx_program_load ------------- */
+
+/* dir/name (pd_malloc'd). */
+char *cx_join(const char *dir, const char *name);
+/* plan.json's stages[stage].program.cuda: the launch list's file name (into lname) and
+ * the stage's rng_base. false with a message. */
+bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
+                    size_t errlen);
+/* plan_dir/name, checked to hash to `want` (the launch list lpath's record); NULL with
+ * a message. */
+char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
+                      size_t errlen);
+
+/* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
+
+/* From now on cx_program_run replays each training pass of a microbatch from from_mb
+ * on (the reference's index, CxReplay.microbatch) launch by launch, not as a graph,
+ * with a device event at each segment boundary, and keeps each segment's time. Off
+ * (never called): cx_program_run is unchanged. */
+void cx_program_profile(CxProgram *p, int64_t from_mb);
+/* The times so far (waits for the device first); NULL when not profiled. */
+const SegTimes *cx_program_profile_times(CxProgram *p);
+/* Writes stage s = 0 .. p->d-1's times (progs[s], each profiled) with
+ * pipe_profile_write, the CPU backend's writer. false with a message. */
+typedef struct PipePlan PipePlan;
+bool cx_profile_write(CxProgram *const *progs, const PipePlan *p, const char *path, char *err, size_t errlen);
+/* What cx_program_run calls (cuda_profile.c). */
+typedef struct CxProfile CxProfile;
+CxProfile *cx_profile_create(const CxDeviceOps *ops, int nsegs, int64_t from_mb);
+void cx_profile_destroy(CxProfile *f);
+bool cx_profile_timed(const CxProfile *f, const CxReplay *r);
+/* Records the pass's first event on `stream`; returns its record. */
+int cx_profile_begin(CxProfile *f, CxPass pass, int stream);
+/* Records the event after segment seg of record rec. */
+void cx_profile_mark(CxProfile *f, int rec, int seg);
+const SegTimes *cx_profile_times(CxProfile *f);
 
 /* ---- what pd2bwrun --backend cuda asks for (cuda_exec_main.c, cuda/pipe/) -------- */
 
@@ -248,6 +297,9 @@ typedef struct CudaExecOptions {
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
    * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
   const char *trace_path;
+  /* --profile-out: each segment's measured time (cuda_profile.c) in the profile format
+   * pd2bwc --profile reads; NULL: none. One-stage plans and single-GPU pipeline mode. */
+  const char *profile_out;
   /* pd2bw-cuda-train --kernel-profile FILE: every launch and GEMM timed with device
    * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
    * none. Not in multi-GPU mode. */
@@ -273,6 +325,8 @@ CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
+/* Its stage program (cx_program_profile: --profile-out). */
+CxProgram *cx_exec_device_program(ExecDevice *d);
 
 /* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
 

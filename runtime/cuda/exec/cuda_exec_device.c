@@ -36,6 +36,7 @@
 #define CD_GRAPHS 8      /* norm and update graphs per device (pointer sets), past it eager */
 #define CD_DATA_SLOTS 4  /* batches of input images on the device */
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
+#define CD_VERSIONS 2    /* weight versions with a bf16 copy (the one-stage trainer's: 2bw has 2) */
 
 /* cuda_kernels.cuh's pkc_step_scalars, field for field. */
 typedef struct StepScalars {
@@ -70,6 +71,15 @@ typedef struct CudaDevice {
   float *host_losses;
   int64_t late_bad;           /* read from the counter, not yet reported */
   uint64_t bytes;             /* the one allocation: the arena and the extras */
+  /* bf16 lists: the GEMMs read a bf16 copy of the weights (block params_bf16), one per
+   * weight version, cast again before a pass reads a version written since */
+  uint64_t p16_bytes;
+  CxPtr p16;
+  struct {
+    const char *w; /* the version's params block; NULL: free */
+    bool dirty;
+  } ver[CD_VERSIONS];
+  void *k_cast;
   int32_t *tok_tmp, *tgt_tmp;
   void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy;
   StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
@@ -103,6 +113,8 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   uint64_t losses = (at += up256(sizeof(StepScalars)));
   uint64_t data = (at += up256(CD_LOSSES * 4));
   at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
+  uint64_t p16 = at;
+  at += CD_VERSIONS * up256(c->p16_bytes);
   c->bytes = at;
   CxPtr base;
   char err[RT_ERR_LEN];
@@ -117,6 +129,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   c->scalars = base + scalars;
   c->losses = base + losses;
   c->data = base + data;
+  c->p16 = base + p16;
   return (char *)(uintptr_t)base;
 }
 
@@ -153,11 +166,36 @@ static int64_t cd_late_bad_ids(ExecDevice *d) {
   return n;
 }
 
+/* Marks the weight version holding [at, at + bytes) as written: its bf16 copy is stale. */
+static void written(CudaDevice *c, const void *at, uint64_t bytes) {
+  const char *x = at;
+  for (int v = 0; v < CD_VERSIONS; v++)
+    if (c->ver[v].w && x < c->ver[v].w + c->st->blocks[BUF_PARAMS] && x + bytes > c->ver[v].w) c->ver[v].dirty = true;
+}
+
+/* The bf16 copy of the weight version at w (registered at first sight), cast again
+ * first when it was written since (stream-ordered, before the pass that reads it). */
+static CxPtr bf16_copy(CudaDevice *c, const char *w) {
+  int v = 0;
+  while (v < CD_VERSIONS && c->ver[v].w && c->ver[v].w != w) v++;
+  PD_CHECK(v < CD_VERSIONS, "(more than %d weight versions with a bf16 copy)", CD_VERSIONS);
+  if (!c->ver[v].w) c->ver[v].w = w, c->ver[v].dirty = true;
+  CxPtr w16 = c->p16 + (CxPtr)v * up256(c->p16_bytes), src = dp(w);
+  if (c->ver[v].dirty) {
+    int64_t n = c->st->blocks[BUF_PARAMS] / 4;
+    void *args[] = {&w16, &src, &n};
+    launch(c, c->k_cast, grid_for((n + 7) / 8), CD_BLOCK, args);
+    c->ver[v].dirty = false;
+  }
+  return w16;
+}
+
 static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
   CudaDevice *c = cud(d);
   CxReplay r = {.seed = p->seed, .microbatch = (uint32_t)p->mb, .training = p->training, .stream = 0};
   for (int k = BUF_PARAMS; k < BUF_CLASS_COUNT; k++) r.base[k] = dp(p->block[k]);
   r.base[CX_SCRATCH] = c->scratch;
+  if (c->p16_bytes) r.base[CX_PARAMS16] = bf16_copy(c, p->block[BUF_PARAMS]);
   cx_program_run(c->prog, which, &r);
   p->bad_ids = 0; /* counted on the device: late_bad_ids */
   if (p->loss && which == CX_FORWARD) { /* into the ring, stream-ordered */
@@ -205,6 +243,7 @@ static void cd_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t
 
 static void cd_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) {
   if (bytes) cud(d)->ops->dtod(cud(d)->ops->dev, 0, dp(dst), dp(src), (size_t)bytes);
+  written(cud(d), dst, bytes);
 }
 
 static void cd_zero(ExecDevice *d, void *dst, uint64_t bytes) {
@@ -213,6 +252,7 @@ static void cd_zero(ExecDevice *d, void *dst, uint64_t bytes) {
 
 static void cd_upload(ExecDevice *d, void *dst, const void *host, uint64_t bytes) {
   if (bytes) cud(d)->ops->htod(cud(d)->ops->dev, dp(dst), host, (size_t)bytes);
+  written(cud(d), dst, bytes);
 }
 
 static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t bytes) {
@@ -339,6 +379,7 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   c->os = s;
   c->os_count = n;
   run_graph(c, c->g_upd, key, issue_update, &c->upd_stats);
+  for (int i = 0; i < n; i++) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
 }
 
 static void cd_destroy(ExecDevice *d) {
@@ -401,12 +442,16 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
   c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
   c->k_axpy = cx_program_kernel(prog, "pkc_axpy_f32");
+  c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
+  if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
   return &c->base;
 }
 
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
   return cx_program_graph_stats(((const CudaDevice *)(const void *)d)->prog);
 }
+
+CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
 
 uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->bytes; }
 

@@ -96,6 +96,10 @@ struct CxProgram {
   void *set_u32;     /* the library's pkc_set_u32, which writes the key */
   CxEntry *e[2];
   int ne[2];
+  int nseg;         /* the stage's segments ("segments", format 5) */
+  int *seg_n[2];    /* per pass, per segment: its launches (forward from segment 0 on,
+                       backward from segment nseg-1 down) */
+  CxProfile *prof;  /* --profile-out: timed passes replay segment by segment; NULL: off */
   CxArg *args;
   int nargs;
   CxGraphSlot slot[CX_MAX_KEYS];
@@ -106,9 +110,8 @@ struct CxProgram {
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
 
 int cx_block_of(const char *name) {
-  if (strcmp(name, "cuda_scratch") == 0) return CX_SCRATCH;
-  for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
-    if (strcmp(name, buf_class_name((BufClass)c)) == 0) return c;
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++)
+    if (strcmp(name, cx_block_name(c)) == 0) return c;
   return -1;
 }
 
@@ -316,77 +319,39 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
   }
 }
 
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *s = pd_malloc(n);
-  snprintf(s, n, "%s/%s", dir, name);
-  return s;
-}
-
-/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
- * with a message. */
-static char *read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
-                          size_t errlen) {
-  char *path = join(plan_dir, name), ioerr[IO_ERR_LEN];
-  size_t len = 0;
-  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
-  if (!src) {
-    snprintf(err, errlen, "%s", ioerr);
-  } else {
-    char h[17];
-    codegen_hash_hex(src, len, h);
-    if (strcmp(h, want) != 0) {
-      snprintf(err, errlen, "%s: its hash %s is not the launch list's %s (%s): the plan was edited or mixed", path, h,
-               want, lpath);
-      free(src);
-      src = NULL;
+/* "segments": {"forward": [n], "backward": [n]}, per segment of the stage its count
+ * of the pass's entries; every entry belongs to one segment. */
+static void ld_segments(Ld *l, const cJSON *list) {
+  const cJSON *segs = cJSON_GetObjectItemCaseSensitive(list, "segments");
+  CxProgram *p = l->p;
+  for (int pass = 0; pass < 2 && !l->failed; pass++) {
+    const char *where = pass == CX_FORWARD ? "segments.forward" : "segments.backward";
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(segs, pass == CX_FORWARD ? "forward" : "backward");
+    int n = cJSON_GetArraySize(arr), sum = 0, k = 0;
+    if (!cJSON_IsArray(arr) || n < 1 || (pass == CX_BACKWARD && n != p->nseg)) {
+      ld_fail(l, where, 0, "missing, empty, or not one count per segment of the stage");
+      return;
     }
+    p->nseg = n;
+    p->seg_n[pass] = pd_calloc((size_t)n, sizeof(int));
+    const cJSON *c;
+    cJSON_ArrayForEach(c, arr) {
+      if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > p->ne[pass] - sum) {
+        ld_fail(l, where, k, "not a count of the pass's launches");
+        return;
+      }
+      sum += p->seg_n[pass][k++] = (int)c->valuedouble;
+    }
+    if (sum != p->ne[pass]) ld_fail(l, where, 0, "the segments' launches do not add up to the pass's");
   }
-  free(path);
-  return src;
-}
-
-/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
- * the same program share one) and its rng_base. false with a message. */
-static bool stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
-                        size_t errlen) {
-  char *path = join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
-  size_t len = 0;
-  char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
-  cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;
-  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
-  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
-  const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
-  const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
-  bool ok = false;
-  if (!text) {
-    snprintf(err, errlen, "%s", ioerr);
-  } else if (!cuda) {
-    snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
-             stage);
-  } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||
-             !cJSON_IsNumber(rb) || rb->valuedouble < 0 || rb->valuedouble > UINT32_MAX) {
-    snprintf(err, errlen,
-             "%s: stage %d's program.cuda lacks a launch_list file name or an rng_base (a plan from an older pd2bwc, "
-             "whose stages each had their own launch list); regenerate the plan with this pd2bwc",
-             path, stage);
-  } else {
-    snprintf(lname, lsize, "%s", ln->valuestring);
-    *rng_base = (uint32_t)rb->valuedouble;
-    ok = true;
-  }
-  cJSON_Delete(plan);
-  free(text);
-  free(path);
-  return ok;
 }
 
 CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
                            char *err, size_t errlen) {
   char name[256];
   uint32_t rng_base = 0;
-  if (!stage_files(plan_dir, stage, name, sizeof name, &rng_base, err, errlen)) return NULL;
-  char *lpath = join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
+  if (!cx_stage_files(plan_dir, stage, name, sizeof name, &rng_base, err, errlen)) return NULL;
+  char *lpath = cx_join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
   CxProgram *p = NULL;
   cJSON *list = NULL;
   size_t len = 0;
@@ -409,7 +374,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
     snprintf(err, errlen,
              "%s: a launch list of format %d, older than this runtime's %d (which reads the microbatch index "
              "from device memory, for CUDA graphs, takes dropout streams relative to the stage's rng_base, "
-             "so that stages share programs, and GEMM epilogues); regenerate the plan with this pd2bwc",
+             "so that stages share programs, and reads GEMM epilogues and each segment's count of launches, "
+             "for --profile-out); regenerate the plan with this pd2bwc",
              lpath, fmt->valueint, CODEGEN_CUDA_LIST_FORMAT);
     goto out;
   }
@@ -423,16 +389,16 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
     goto out;
   }
   /* both sources checked before anything is compiled */
-  src = read_checked(plan_dir, srcname->valuestring, hash->valuestring, lpath, err, errlen);
+  src = cx_read_checked(plan_dir, srcname->valuestring, hash->valuestring, lpath, err, errlen);
   if (!src) goto out;
-  libsrc = read_checked(plan_dir, libname->valuestring, libhash->valuestring, lpath, err, errlen);
+  libsrc = cx_read_checked(plan_dir, libname->valuestring, libhash->valuestring, lpath, err, errlen);
   if (!libsrc) goto out;
   p = pd_calloc(1, sizeof *p);
   p->ops = ops;
   Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
   for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
-    const char *bn = c == CX_SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, bn);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, cx_block_name(c));
+    if (c == CX_PARAMS16 && !v) continue; /* only bf16 lists have it */
     if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
     else p->block[c] = (int64_t)v->valuedouble;
   }
@@ -459,6 +425,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   }
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
+  ld_segments(&l, list);
   if (!l.failed) goto out;
 fail:
   cx_program_free(p);
@@ -476,8 +443,11 @@ void cx_program_free(CxProgram *p) {
   if (!p) return;
   for (int i = 0; i < p->nslots; i++)
     if (p->slot[i].graph) p->ops->graph_destroy(p->ops->dev, p->slot[i].graph);
+  cx_profile_destroy(p->prof);
   free(p->e[0]);
   free(p->e[1]);
+  free(p->seg_n[0]);
+  free(p->seg_n[1]);
   free(p->args);
   free(p);
 }
@@ -502,10 +472,11 @@ void *cx_program_kernel(const CxProgram *p, const char *name) {
 
 static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
 
-/* The pass's launches, one by one (or into a capture: the device records them). */
-static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
+/* Launches [from, to) of the pass, one by one (or into a capture: the device records
+ * them). */
+static void replay_range(const CxProgram *p, CxPass pass, const CxReplay *r, int from, int to) {
   const CxDeviceOps *ops = p->ops;
-  for (int i = 0; i < p->ne[pass]; i++) {
+  for (int i = from; i < to; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
       CxEpilogue ep;
@@ -534,6 +505,20 @@ static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) {
       args[k] = &cell[k];
     }
     ops->launch(ops->dev, r->stream, e->kernel, e->grid, e->block, args);
+  }
+}
+
+static void replay(const CxProgram *p, CxPass pass, const CxReplay *r) { replay_range(p, pass, r, 0, p->ne[pass]); }
+
+/* --profile-out: the pass segment by segment in its order, a device event on its
+ * stream before the first and after each (runtime/cuda/exec/cuda_profile.c reads them). */
+static void replay_timed(CxProgram *p, CxPass pass, const CxReplay *r) {
+  int rec = cx_profile_begin(p->prof, pass, r->stream), at = 0;
+  for (int i = 0; i < p->nseg; i++) {
+    int k = pass == CX_FORWARD ? i : p->nseg - 1 - i;
+    replay_range(p, pass, r, at, at + p->seg_n[pass][k]);
+    at += p->seg_n[pass][k];
+    cx_profile_mark(p->prof, rec, k);
   }
 }
 
@@ -566,6 +551,11 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
     void *args[2] = {&dst, &mb};
     ops->launch(ops->dev, r->stream, p->set_u32, 1, 1, args);
   }
+  if (p->prof && cx_profile_timed(p->prof, r)) { /* launch by launch: a graph cannot be split by segment */
+    replay_timed(p, pass, r);
+    p->stats.eager++;
+    return;
+  }
   bool fresh = false;
   CxGraphSlot *s = ops->capture_begin && p->ne[pass] > 0 ? find_slot(p, pass, r, &fresh) : NULL;
   if (s && !s->graph && !fresh && p->ngraphs < CX_MAX_GRAPHS) { /* the second sighting: capture */
@@ -591,6 +581,14 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
 }
 
 CxGraphStats cx_program_graph_stats(const CxProgram *p) { return p->stats; }
+
+int cx_program_segments(const CxProgram *p) { return p->nseg; }
+
+void cx_program_profile(CxProgram *p, int64_t from_mb) {
+  if (!p->prof) p->prof = cx_profile_create(p->ops, p->nseg, from_mb);
+}
+
+const SegTimes *cx_program_profile_times(CxProgram *p) { return p->prof ? cx_profile_times(p->prof) : NULL; }
 
 void cx_ops_no_graphs(CxDeviceOps *ops) {
   ops->capture_begin = NULL;

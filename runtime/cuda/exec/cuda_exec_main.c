@@ -36,10 +36,20 @@ typedef struct Bench {
   double tflops;
 } Bench;
 
+/* --profile-out of a one-stage plan: the writer names segments as plan.json's
+ * pipeline section does (runtime/pipeline.h). */
+static bool write_profile(const char *plan_dir, CxProgram *prog, const char *path, char *err, size_t errlen) {
+  PipePlan *p = pipe_plan_load(plan_dir, err, errlen);
+  bool ok = p && cx_profile_write(&prog, p, path, err, errlen);
+  pipe_plan_free(p);
+  return ok;
+}
+
 /* Trains a one-stage plan to --steps with validation after every K-th step and the
- * last, then --save and the summary lines (rate, graphs, validation loss). *tflops: the
+ * last, then --save, --profile-out and the summary lines (rate, graphs, validation loss). *tflops: the
  * steady-state rate, NAN when nothing trained. false once the error line is printed. */
-static bool train_and_report(const char *prog, const CudaExecOptions *o, const CxDeviceOps *ops, const RtPlan *plan,
+static bool train_and_report(const char *prog, const char *plan_dir, const CudaExecOptions *o, const CxDeviceOps *ops,
+                             const RtPlan *plan,
                              ExecDevice *dev, Trainer *t, DataLoader *dl, DataLoader *vl, int64_t val_batches,
                              RtLog *log, int T, double *tflops_out) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
@@ -53,7 +63,9 @@ static bool train_and_report(const char *prog, const CudaExecOptions *o, const C
   if (!trainer_train(t, dl, vl, val_batches, o->steps, o->eval_every, log, tokens, &L, &why))
     return fail(prog, why), false;
   if (!rt_log_finish(log, err, sizeof err)) return fail(prog, err), false;
-  if (o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) return fail(prog, ierr), false;
+  if ((o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) ||
+      (o->profile_out && !write_profile(plan_dir, cx_exec_device_program(dev), o->profile_out, ierr, sizeof ierr)))
+    return fail(prog, ierr), false;
   int64_t steady = L.steady;
   double last_loss = L.last_loss, last_val = L.last_val;
   double sec = steady ? L.steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
@@ -80,8 +92,9 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
                     const CudaExecOptions *o, Bench *bench) {
   char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
   /* every output path before anything is loaded or trained (runtime/io/io.h) */
-  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path}};
-  if (!output_paths_check(outs, 3, err, sizeof err)) return fail(prog, err);
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
+                       {"--profile-out", o->profile_out}};
+  if (!output_paths_check(outs, 4, err, sizeof err)) return fail(prog, err);
   if (pipe_plan_ranks(plan_dir) > 1) /* several stages or replicas: single-GPU pipeline mode */
     return o->bench_gemm ? fail(prog, "--bench-gemm times one-stage plans only")
                          : cuda_pipe_main(prog, plan_dir, ops, device_name, o);
@@ -135,6 +148,9 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
     if (!o->quiet)
       printf("%s: resumed from %s at step %lld\n", prog, o->resume_path, (long long)trainer_step_index(t));
   }
+  if (o->profile_out) /* each segment's time, from the second step on (cuda_profile.c) */
+    cx_program_profile(cx_exec_device_program(dev), o->steps - trainer_step_index(t) > 1
+                                                        ? (trainer_step_index(t) + 1) * plan->m : 0);
   int T = 0;
   for (int k = 0; k < st->ninputs; k++)
     if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
@@ -166,7 +182,7 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
   }
   rt_log_set_peak(log, plan->peak_flops); /* one GPU */
   double tflops = NAN;
-  if (!train_and_report(prog, o, ops, plan, dev, t, dl, vl, val_batches, log, T, &tflops)) goto done;
+  if (!train_and_report(prog, plan_dir, o, ops, plan, dev, t, dl, vl, val_batches, log, T, &tflops)) goto done;
   rc = 0;
   if (bench && dim > 0 && !isnan(tflops)) /* the dtype training ran: bf16 plans time BF16 */
     *bench = (Bench){.type = cx_exec_device_gemm_type(dev), .M = (int)(plan->b * T), .N = (int)(4 * dim), .K = (int)dim,

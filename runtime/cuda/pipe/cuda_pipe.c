@@ -163,13 +163,18 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
 
 /* The executor's extras of one SR, in order: scratch, norm partials, norm, losses,
  * token images. */
-static uint64_t extras(const CpRun *x, const CpSr *s, uint64_t part[5]) {
+#define CP_EXTRAS 7
+static uint64_t extras(const CpRun *x, const CpSr *s, uint64_t part[CP_EXTRAS]) {
   part[0] = up256((uint64_t)cx_program_block(s->prog, CX_SCRATCH));
   part[1] = up256((uint64_t)s->nparts * 8 + 8);
   part[2] = 256;
   part[3] = s->st->has_loss ? up256((uint64_t)(x->steps * x->p->m) * 4) : 0;
   part[4] = x->T && s->st->ninputs ? CP_DATA_SLOTS * (uint64_t)x->p->m * s->image_bytes : 0;
-  return part[0] + part[1] + part[2] + part[3] + part[4];
+  part[5] = cp_adamw_bytes(x, s);
+  part[6] = (uint64_t)s->nversions * up256((uint64_t)cx_program_block(s->prog, CX_PARAMS16)); /* the plan's weights_bf16 */
+  uint64_t e = 0;
+  for (int q = 0; q < CP_EXTRAS; q++) e += part[q];
+  return e;
 }
 
 static bool check_program(const CpRun *x, int s, char *err, size_t errlen) {
@@ -310,8 +315,9 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     s->replica = i % p->w;
     if (!cp_live(x, i)) continue;
     ok = prepare_sr(x, s, &tied_bytes[i], err, errlen);
-    uint64_t part[5], e = ok ? extras(x, s, part) : 0;
+    uint64_t part[CP_EXTRAS], e = ok ? extras(x, s, part) : 0;
     total += up256(s->ps->planned_bytes) + e;
+    x->w16_bytes += ok ? part[6] : 0;
     if (e > x->extra_bytes) x->extra_bytes = e;
   }
   if (ok) ok = ops->alloc(ops->dev, total, &x->arena, err, errlen);
@@ -326,13 +332,15 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     s->base = at;
     at += up256(s->ps->planned_bytes);
     ok = layout_sr(x, s, tied_bytes[i], err, errlen);
-    uint64_t part[5];
+    uint64_t part[CP_EXTRAS];
     extras(x, s, part);
-    CxPtr *dst[5] = {&s->scratch, &s->parts, &s->norm, &s->loss, &s->data};
-    for (int q = 0; q < 5; q++) {
+    CxPtr *dst[CP_EXTRAS] = {&s->scratch, &s->parts, &s->norm, &s->loss, &s->data, &s->adamw, &s->w16[0]};
+    for (int q = 0; q < CP_EXTRAS; q++) {
       *dst[q] = at;
       at += part[q];
     }
+    for (int v = 1; part[6] && v < s->nversions; v++) s->w16[v] = s->w16[0] + (CxPtr)v * (part[6] / s->nversions);
+    if (!part[6]) s->w16[0] = 0;
     s->scalars = s->norm + 64; /* the norm's part: 256 bytes for its 8 */
   }
   free(tied_bytes);
@@ -347,8 +355,12 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     for (int k = 0; k < s->st->nparams; k++)
       rt_init_param(w + s->st->params[k].offset / 4, &s->st->params[k], x->tc.seed);
     if (x->o->init_path) ok = init_from(x, s, w, x->o->init_path, err, errlen);
-    for (int v = 0; ok && v < s->nversions; v++) ops->htod(ops->dev, s->w[v], w, pb);
+    for (int v = 0; ok && v < s->nversions; v++) {
+      ops->htod(ops->dev, s->w[v], w, pb);
+      cp_cast_weights(x, s, v, 0, (int64_t)pb / 4, s->stream); /* one cast at load */
+    }
     free(w);
+    cp_adamw_upload(x, s);
     s->ev = ops->event_create(ops->dev);
   }
   if (!ok) return false;
@@ -487,7 +499,10 @@ bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
     for (int r = 0; ok && r < p->w; r++) {
       CpSr *s = cp_sr(x, st, r);
       if (!cp_live(x, s->idx)) continue;
-      for (int v = 0; v < s->nversions; v++) ops->htod(ops->dev, s->w[v], two && v == prev ? mem + 3 * pb : mem, pb);
+      for (int v = 0; v < s->nversions; v++) {
+        ops->htod(ops->dev, s->w[v], two && v == prev ? mem + 3 * pb : mem, pb);
+        cp_cast_weights(x, s, v, 0, (int64_t)pb / 4, s->stream); /* one cast at load */
+      }
       ops->htod(ops->dev, s->adam_m, mem + pb, pb);
       ops->htod(ops->dev, s->adam_v, mem + 2 * pb, pb);
       s->newest = newest;

@@ -99,6 +99,8 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
 /* What single-GPU mode reports besides the outcome (its summary line). */
 typedef struct CxPipeStats {
   uint64_t extra_bytes; /* the executor's extras per SR (the largest) */
+  uint64_t weights_bf16; /* bf16 lists: the bf16 weight copies allocated, all SRs together
+                            (the plan's memory.weights_bf16 summed over stage replicas) */
   CxGraphStats graphs;  /* cx_program_graph_stats summed over the stage programs */
   CxGraphStats steps;   /* the norms and updates of every SR (cuda_pipe_graph.c) */
 } CxPipeStats;

@@ -21,6 +21,7 @@ static CxReplay replay(CpRun *x, CpSr *s, const PlanInstr *in) {
   CxReplay r = {.seed = x->tc.seed, .microbatch = (uint32_t)(t * x->mref + jref), .training = true,
                 .stream = s->stream};
   r.base[BUF_PARAMS] = s->w[in->vslot];
+  r.base[CX_PARAMS16] = s->w16[in->vslot];
   r.base[BUF_GRADS] = s->grads;
   r.base[BUF_STASH] = x->p->recompute ? s->full : s->stash[in->sslot < 0 ? 0 : in->sslot];
   r.base[BUF_WORK] = s->work;
@@ -131,6 +132,7 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
   int64_t n = pp->numel;
   if (!cp_has_grad(x, s, k)) {
     if (wout != win) x->ops->dtod(x->ops->dev, s->stream, wout, win, (size_t)pp->bytes);
+    cp_cast_weights(x, s, vslot, (int64_t)pp->offset / 4, n, s->stream);
     return;
   }
   CxPtr m = s->adam_m + (CxPtr)pp->offset, v = s->adam_v + (CxPtr)pp->offset;
@@ -145,6 +147,7 @@ void cp_step_param(CpRun *x, CpSr *s, int k, CxPtr g, int vslot, int src, int64_
     void *args[] = {&wout, &win, &g, &m, &v, &n, &lr, &b1, &b2, &eps, &wd, &decay, &step, &scale, &dc};
     launch(x, s->stream, cx_program_kernel(s->prog, "pkc_adamw_step_f32"), n, args);
   }
+  cp_cast_weights(x, s, vslot, (int64_t)pp->offset / 4, n, s->stream);
 }
 
 /* ---- the console ---------------------------------------------------------------------- */

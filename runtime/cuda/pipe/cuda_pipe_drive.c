@@ -179,6 +179,8 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
   bool ready = cp_setup(&x, err, errlen);
   /* --init (in cp_setup) then --resume, as the CPU executors: a checkpoint replaces both */
   if (ready && o->resume_path) ready = cp_resume(&x, o->resume_path, err, errlen);
+  if (ready && o->profile_out) /* each segment's time, from the second step on (cuda_profile.c) */
+    for (int s = 0; s < p->d; s++) cx_program_profile(x.prog[s], x.steps - x.first > 1 ? (x.first + 1) * x.mref : 0);
   if (ready && o->val_path) ready = cp_eval_open(&x, err, errlen);
   if (ready && o->trace_path) cp_trace_open(&x); /* cuda_pipe_trace.c */
   if (ready) {
@@ -198,10 +200,11 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
       if (bad) snprintf(err, errlen, "%s: %llu token ids or targets outside the model's vocabulary", o->data_path,
                         (unsigned long long)bad);
       else if (!cp_outcome_loss_ok(out, err, errlen)) (void)0; /* no checkpoint of a diverged run */
-      else if ((!o->save_path || cp_save(&x, o->save_path, err, errlen)) && cp_trace_finish(&x, out, err, errlen))
+      else if ((!o->save_path || cp_save(&x, o->save_path, err, errlen)) && cp_trace_finish(&x, out, err, errlen) &&
+               (!o->profile_out || cx_profile_write(x.prog, p, o->profile_out, err, errlen)))
         rc = 0;
       if (stats) {
-        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes, .steps = x.step_graphs};
+        *stats = (CxPipeStats){.extra_bytes = x.extra_bytes, .weights_bf16 = x.w16_bytes, .steps = x.step_graphs};
         for (int s = 0; s < p->d; s++) {
           CxGraphStats g = cx_program_graph_stats(x.prog[s]);
           stats->graphs.captured += g.captured;

@@ -91,6 +91,7 @@ double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j) {
   }
   CxReplay rp = {.seed = x->tc.seed, .microbatch = 0, .training = false, .stream = CP_COMM_STREAM};
   rp.base[BUF_PARAMS] = s->w[s->newest];
+  rp.base[CX_PARAMS16] = s->w16[s->newest];
   rp.base[BUF_GRADS] = s->grads;
   rp.base[BUF_STASH] = eval_stash(x, s);
   rp.base[BUF_WORK] = s->work;

@@ -19,6 +19,8 @@
 
 #include <stdlib.h>
 
+#include "kernels/cuda_kernel_list.h"
+
 /* The per-step optimizer values on the device: cuda_kernels.cuh's pkc_step_scalars,
  * field for field. */
 typedef struct CpStepScalars {
@@ -98,15 +100,52 @@ void cp_norm(CpRun *x, CpSr *s, int64_t t) {
 
 /* ---- the update ----------------------------------------------------------------------------- */
 
-/* The optimizer over every parameter but deferred tied ones (their own step follows
- * their sum), its per-step values read from s->scalars; a parameter without a
- * gradient keeps its value in the version written. */
+/* The parameters cp_update steps: every one but deferred tied ones (their own step
+ * follows their sum), in order; a parameter without a gradient keeps its value in the
+ * version written. out: s->st->nparams entries of room; returns the count. */
+static int adamw_tensors(const CpRun *x, const CpSr *s, CxAdamwTensor *out) {
+  int n = 0;
+  for (int k = 0; k < s->st->nparams; k++) {
+    int g = cp_tied_group_of(s, k, x->p->ngroups);
+    if (g >= 0 && s->tied[g].deferred) continue;
+    const RtParam *pp = &s->st->params[k];
+    out[n++] = (CxAdamwTensor){.off = (int64_t)pp->offset / 4, .n = pp->numel, .decay = pp->decay,
+                               .has_grad = cp_has_grad(x, s, k)};
+  }
+  return n;
+}
+
+uint64_t cp_adamw_bytes(const CpRun *x, const CpSr *s) {
+  if (x->tc.optimizer == OPT_SGD) return 0;
+  CxAdamwTensor *t = pd_malloc(((size_t)s->st->nparams + 1) * sizeof *t);
+  uint64_t b = cx_adamw_table_bytes(t, adamw_tensors(x, s, t));
+  free(t);
+  return b;
+}
+
+void cp_adamw_upload(CpRun *x, CpSr *s) {
+  if (x->tc.optimizer == OPT_SGD) return;
+  CxAdamwTensor *t = pd_malloc(((size_t)s->st->nparams + 1) * sizeof *t);
+  s->adamw_tab = cx_adamw_table_upload(x->ops, s->adamw, t, adamw_tensors(x, s, t));
+  free(t);
+}
+
+/* The optimizer over cp_update's parameters (adamw_tensors), its per-step values read
+ * from s->scalars: AdamW as one multi-tensor launch, SGD parameter by parameter. */
 static void issue_update(const CpIssue *c) {
   CpRun *x = c->x;
   CpSr *s = c->s;
   CxPtr sc = s->scalars;
-  void *k_adamw = cx_program_kernel(s->prog, "pkc_adamw_step_dev_f32"),
-       *k_sgd = cx_program_kernel(s->prog, "pkc_sgd_step_dev_f32");
+  double b1 = x->tc.beta1, b2 = x->tc.beta2, eps = x->tc.eps, wd = x->tc.weight_decay, dc = x->tc.delay_comp;
+  if (x->tc.optimizer != OPT_SGD) {
+    CxAdamwLaunch a = {.w_out = s->w[c->vslot], .w_in = s->w[c->src], .grad = s->grads, .m = s->adam_m,
+                       .v = s->adam_v, .w16 = s->w16[c->vslot], .scalars = sc, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd,
+                       .delay_comp = dc};
+    cx_adamw_multi_launch(x->ops, cx_program_kernel(s->prog, "pkc_adamw_multi_dev_f32"), s->stream, &s->adamw_tab,
+                          &a);
+    return;
+  }
+  void *k_sgd = cx_program_kernel(s->prog, "pkc_sgd_step_dev_f32");
   for (int k = 0; k < s->st->nparams; k++) {
     int g = cp_tied_group_of(s, k, x->p->ngroups);
     if (g >= 0 && s->tied[g].deferred) continue;
@@ -117,17 +156,20 @@ static void issue_update(const CpIssue *c) {
       if (wout != win) x->ops->dtod(x->ops->dev, s->stream, wout, win, (size_t)pp->bytes);
       continue;
     }
-    CxPtr gr = s->grads + (CxPtr)pp->offset, m = s->adam_m + (CxPtr)pp->offset, v = s->adam_v + (CxPtr)pp->offset;
-    double b1 = x->tc.beta1, b2 = x->tc.beta2, eps = x->tc.eps, wd = x->tc.weight_decay, dc = x->tc.delay_comp;
+    CxPtr gr = s->grads + (CxPtr)pp->offset, m = s->adam_m + (CxPtr)pp->offset;
     int decay = pp->decay;
-    if (x->tc.optimizer == OPT_SGD) { /* momentum: beta1 */
-      void *args[] = {&wout, &win, &gr, &m, &n, &b1, &wd, &decay, &sc};
-      x->ops->launch(x->ops->dev, s->stream, k_sgd, cp_grid(n), CP_BLOCK, args);
-    } else {
-      void *args[] = {&wout, &win, &gr, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &dc, &sc};
-      x->ops->launch(x->ops->dev, s->stream, k_adamw, cp_grid(n), CP_BLOCK, args);
-    }
+    void *args[] = {&wout, &win, &gr, &m, &n, &b1, &wd, &decay, &sc}; /* momentum: beta1 */
+    x->ops->launch(x->ops->dev, s->stream, k_sgd, cp_grid(n), CP_BLOCK, args);
   }
+  cp_cast_weights(x, s, c->vslot, 0, s->st->blocks[BUF_PARAMS] / 4, s->stream);
+}
+
+void cp_cast_weights(CpRun *x, CpSr *s, int v, int64_t off, int64_t n, int stream) {
+  if (!s->w16[v] || n <= 0) return;
+  CxPtr dst = s->w16[v] + (CxPtr)off * 2, src = s->w[v] + (CxPtr)off * 4;
+  void *args[] = {&dst, &src, &n};
+  x->ops->launch(x->ops->dev, stream, cx_program_kernel(s->prog, "pkc_cast_f32_to_bf16"),
+                 pkc_grid(PKC_ELEM8, n, CP_BLOCK, CP_MAX_GRID), CP_BLOCK, args);
 }
 
 void cp_step_scalars(CpRun *x, CpSr *s, int64_t t, double scale) {

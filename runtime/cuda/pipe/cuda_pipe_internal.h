@@ -20,6 +20,7 @@
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 
+#include "runtime/cuda/exec/cuda_adamw_multi.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
 #include "runtime/pipeline/pipeline_rank.h"
 
@@ -69,6 +70,10 @@ typedef struct CpSr {
   /* the executor's extras */
   CxPtr scratch, loss, data, parts, norm;
   CxPtr scalars; /* the update's per-step values (pkc_step_scalars), in the norm's part */
+  CxPtr adamw;            /* the multi-tensor AdamW's table (cp_adamw_bytes) */
+  CxPtr w16[PIPE_MAX_SLOTS]; /* bf16 lists: each weight version's bf16 copy (the
+                              params_bf16 block), written with the version; else 0 */
+  CxAdamwTable adamw_tab; /* its parts, after cp_adamw_upload */
   int nparts;
   /* the step's CUDA graphs: the norm by batch parity (deferred tied gradients
    * alternate between two blocks), the update by (version, source) */
@@ -165,6 +170,7 @@ struct CpRun {
   void *comm_ev;
   CxPtr arena;
   uint64_t arena_bytes, extra_bytes; /* extra: per SR, the largest */
+  uint64_t w16_bytes;                /* the SRs' bf16 weight copies, all together */
   /* data */
   DataFile *df;
   DataLoader *dl;
@@ -326,8 +332,17 @@ void cp_norm(CpRun *x, CpSr *s, int64_t t);
  * already); every SR's before any update is issued, so no update waits for another. */
 void cp_step_scalars(CpRun *x, CpSr *s, int64_t t, double scale);
 /* The optimizer step of batch t of every parameter of s but deferred tied ones,
- * version src -> vslot; the _dev kernels read the values cp_step_scalars wrote. */
+ * version src -> vslot; the _dev kernels read the values cp_step_scalars wrote. AdamW
+ * is one launch of the multi-tensor kernel over s's table (cuda_adamw_multi.h). */
 void cp_update(CpRun *x, CpSr *s, int vslot, int src, int64_t t);
+/* Elements [off, off + n) of weight version v cast into its bf16 copy on `stream` (a
+ * bf16 list; nothing otherwise): the initial and resumed weights, SGD's and a deferred
+ * tied parameter's steps. AdamW's multi-tensor step writes the copy itself. */
+void cp_cast_weights(CpRun *x, CpSr *s, int v, int64_t off, int64_t n, int stream);
+/* Device bytes of s's multi-tensor AdamW table (every parameter but deferred tied
+ * ones; 0 with SGD), and its upload to s->adamw (setup: a host copy). */
+uint64_t cp_adamw_bytes(const CpRun *x, const CpSr *s);
+void cp_adamw_upload(CpRun *x, CpSr *s);
 /* Destroys s's graphs. */
 void cp_graphs_free(CpRun *x, CpSr *s);
 /* Adds SR last's m microbatch losses of batch t (a last stage), in order, to *sum. */

@@ -119,6 +119,8 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   if (o->trace_path) /* NOT done: multi-GPU mode times nothing (cuda_pipe_trace.c is single-GPU) */
     return fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
+  if (o->profile_out) /* NOT done: as --trace */
+    return fail(prog, "--profile-out is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   Transport *t = transport_mpi_create(NULL, NULL, 0, err, sizeof err);
   if (!t) return fail(prog, err);
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */

@@ -1,0 +1,45 @@
+/* codegen/cgen_cuda_bf16.c — the bfloat16 operands of a bf16 list's GEMMs and
+ * tensor-core attention (cgen_cuda_internal.h).
+ *
+ * A weight operand (a tensor of the params block) is read from the "params_bf16" block:
+ * the bf16 copy of the weight version the pass uses, params' layout at half the
+ * offsets, which the optimizer step writes with every new version
+ * (kernels/cuda_adamw_multi.cuh) and the runtime casts once from the initial or resumed
+ * weights; no launch casts it. Any other operand (an activation or a gradient) is one
+ * pkc_cast_f32_to_bf16 launch (round to nearest even) into cuda_scratch's staging, from
+ * bf16_staging on (after the cross-entropy's row losses): a GEMM's A, then B at the
+ * next 256-byte boundary, the same bytes for every GEMM (one stream, in order).
+ * passes/layout_cuda.c sizes the staging from the same rule (layout_cuda_gemm_operands:
+ * a weight stages nothing), so the planner counts the bytes these launches reach. */
+#include "codegen/cgen_cuda_internal.h"
+
+#include "kernels/cuda_kernel_list.h"
+
+/* The staging buffers start at multiples of 256 bytes (the arena aligns the
+ * cuda_scratch block so): cuBLAS's tensor-core kernels want aligned operands. */
+#define CU_BF16_ALIGN 256
+int64_t cu_bf16_align(int64_t n) { return (n + CU_BF16_ALIGN - 1) / CU_BF16_ALIGN * CU_BF16_ALIGN; }
+
+/* cuda_scratch's size and the staging offset are passes/layout.h's (the planner counts
+ * the same bytes); its constants must be this file's. */
+_Static_assert(CU_SCRATCH_ROWS == LAYOUT_CUDA_SCRATCH_ROWS && CU_BF16_ALIGN == LAYOUT_CUDA_BF16_ALIGN,
+               "cuda_scratch layout constants differ from passes/layout.h");
+
+int64_t cu_bf16_staging(const CuEmit *e) {
+  int64_t r = 0, x;
+  for (int k = 0; k < e->L->nfwd; k++)
+    if ((x = layout_cuda_ce_rows(e->g, &e->g->ops[e->L->fwd_ops[k]], e->L->b)) > r) r = x;
+  return layout_cuda_bf16_staging(r);
+}
+
+CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end) {
+  *end = to;
+  if (X.cls == BUF_PARAMS) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
+  int64_t n = (r - 1) * ld + cols; /* the elements the GEMM reads, gaps included */
+  CuPtr S = cu_buf(CU_SCRATCH, to);
+  cu_launch(e, op, "pkc_cast_f32_to_bf16", PKC_ELEM8, n, CU_BLOCK, 3, cu_arg_ptr(S), cu_arg_ptr(X),
+            cu_arg_num("i64", (double)n));
+  *end = to + n * 2;
+  if (*end > e->scratch) e->scratch = *end;
+  return S;
+}

@@ -1,0 +1,176 @@
+/* kernels/cuda_adamw_multi.cuh — AdamW's element step, and AdamW over ALL of a stage
+ * replica's parameters in ONE launch (the multi-tensor apply of apex and PyTorch's
+ * _foreach/fused optimizers).
+ *
+ * pkc_adamw_elem is AdamW's one expression per element (kernels/cpu_kernels.h's
+ * pk_adamw_step, float for float); the per-tensor kernels of cuda_kernels.cuh and the
+ * multi-tensor kernel below all call it, so they give the same bits.
+ *
+ * The multi-tensor kernel. Every parameter of a stage replica lies at the same byte
+ * offset in each of its blocks (the weight versions, the gradients, m and v), so a
+ * tensor is (element offset, count, decay, has a gradient) and the launch gets the
+ * blocks' bases: one table serves every (version written, version read) pair.
+ * The work is cut into chunks of `chunk` elements (a multiple of 4, so every chunk of
+ * a 16-byte-aligned tensor starts 16-byte aligned); the host writes a map with one
+ * (tensor, chunk) entry per chunk (runtime/cuda/exec/cuda_adamw_multi.c), and block b steps
+ * chunk b, b + gridDim.x, ... (any grid is correct). A chunk whose five float
+ * streams are 16-byte aligned (and its bf16 copy 8-byte aligned) moves them with
+ * 128-bit loads and stores, four elements a step, its tail one by one; any other
+ * chunk goes element by element. A tensor without a gradient keeps its value: W(t)
+ * copied into the version written (a no-op when that is the version read).
+ * w16 (may be NULL): a bfloat16 copy of the version written, at the same element
+ * offsets, rewritten from every new weight (round to nearest even, pkc_f32_to_bf16):
+ * the bf16 GEMMs read their weight operand there (pd2bwc --precision bf16).
+ * The rules of cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host).
+ */
+#ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
+#define PD2BW_CUDA_ADAMW_MULTI_CUH
+
+#ifndef PD2BW_CUDA_HELPERS_CUH
+#include "cuda_helpers.cuh"
+#endif
+
+/* The per-step optimizer values in device memory, written by the host once per step
+ * (runtime/cuda/exec/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
+ * update graph (arguments frozen at capture) serves every step: the _dev optimizer
+ * variants read them through a pointer. */
+struct pkc_step_scalars {
+  double lr;         /* this step's learning rate */
+  double grad_scale; /* 1/m · the clip factor */
+  pkc_i64 t;         /* the 1-based step of the bias corrections */
+};
+
+/* AdamW's constants for one tensor and step, in float as the CPU rounds them
+ * (1-beta in double first: 1 - 0.999f is off by 5e-5). bc1, bc2: the bias corrections. */
+struct pkc_adamw_c {
+  float b1, b2, ob1, ob2, lr, eps, gs, wd, dc, bc1, bc2;
+};
+
+static __device__ __forceinline__ pkc_adamw_c pkc_adamw_consts(double lr, double beta1, double beta2,
+                                                              double eps, double weight_decay,
+                                                              int decay, float bc1, float bc2,
+                                                              double grad_scale,
+                                                              double delay_comp) {
+  pkc_adamw_c c;
+  c.b1 = (float)beta1, c.b2 = (float)beta2;
+  c.ob1 = (float)(1.0 - beta1), c.ob2 = (float)(1.0 - beta2);
+  c.lr = (float)lr, c.eps = (float)eps, c.gs = (float)grad_scale;
+  c.wd = decay ? (float)weight_decay : 0.0f, c.dc = (float)delay_comp;
+  c.bc1 = bc1, c.bc2 = bc2;
+  return c;
+}
+
+/* One element of AdamW (pk_adamw_step's loop body, the same float expressions): the
+ * raw gradient, W(t), W(t-1) (read only with delay compensation), m and v in and out;
+ * returns the new weight. Every AdamW kernel (per tensor, and the multi-tensor one of
+ * cuda_adamw_multi.cuh) calls this, so all give the same bits. */
+static __device__ __forceinline__ float pkc_adamw_elem(const pkc_adamw_c &c, float grad, float w,
+                                                       float w_prev, float &m, float &v) {
+  float g = grad * c.gs;
+  float vi = c.b2 * v + c.ob2 * g * g;
+  /* delay compensation (2bw): W(t) - W(t-1), as the CPU's */
+  float gc = c.dc != 0.0f ? g + c.dc * sqrtf(vi / c.bc2) * (w - w_prev) : g;
+  float mi = c.b1 * m + c.ob1 * gc;
+  m = mi;
+  v = vi;
+  return w - c.lr * ((mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps) + c.wd * w);
+}
+
+/* One tensor of the multi-tensor step: runtime/cuda/exec/cuda_adamw_multi.h's CxAdamwTensor,
+ * field for field. */
+struct pkc_adamw_tensor {
+  pkc_i64 off; /* element offset in every block */
+  pkc_i64 n;   /* elements */
+  int decay;   /* weight decay applies */
+  int has_grad; /* 0: copy W(t) into the version written, no step */
+};
+
+/* One chunk of the work: elements [chunk·size, (chunk+1)·size) of tensor `tensor`. */
+struct pkc_adamw_chunk {
+  unsigned tensor, chunk;
+};
+
+/* Four bf16 bits in one 64-bit word, element 0 in the low half (little-endian). */
+static __device__ __forceinline__ pkc_u64 pkc_bf16x4(float a, float b, float c, float d) {
+  return (pkc_u64)pkc_f32_to_bf16(a) | (pkc_u64)pkc_f32_to_bf16(b) << 16 |
+         (pkc_u64)pkc_f32_to_bf16(c) << 32 | (pkc_u64)pkc_f32_to_bf16(d) << 48;
+}
+
+/* Elements [lo, hi) of one tensor (pointers at its offset), one by one. */
+static __device__ __forceinline__ void pkc_adamw_multi_scalar(const pkc_adamw_c &c, float *wo,
+                                                              const float *wi, const float *g,
+                                                              float *m, float *v,
+                                                              unsigned short *w16, pkc_i64 lo,
+                                                              pkc_i64 hi) {
+  for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    float mi = m[i], vi = v[i];
+    float w = pkc_adamw_elem(c, g[i], wi[i], c.dc != 0.0f ? wo[i] : 0.0f, mi, vi);
+    m[i] = mi;
+    v[i] = vi;
+    wo[i] = w;
+    if (w16) w16[i] = pkc_f32_to_bf16(w);
+  }
+}
+
+extern "C" {
+
+/* AdamW of every tensor of `tensors` in one launch (the file's comment): blocks
+ * w_out (version written, W(t-1) on entry under 2bw's delay compensation), w_in
+ * (version read), grad, m, v and the optional bf16 copy w16 of the version written;
+ * lr, t and grad_scale read from s, as pkc_adamw_step_dev_f32 (the same bits). */
+__global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const float *grad,
+                                        float *m, float *v, unsigned short *w16,
+                                        const pkc_adamw_tensor *tensors,
+                                        const pkc_adamw_chunk *chunks, pkc_i64 nchunks,
+                                        pkc_i64 chunk, double beta1, double beta2, double eps,
+                                        double weight_decay, double delay_comp,
+                                        const pkc_step_scalars *s) {
+  __shared__ float bc[2];
+  if (threadIdx.x == 0) {
+    bc[0] = (float)(1.0 - pow(beta1, (double)s->t));
+    bc[1] = (float)(1.0 - pow(beta2, (double)s->t));
+  }
+  __syncthreads();
+  for (pkc_i64 b = blockIdx.x; b < nchunks; b += gridDim.x) {
+    pkc_adamw_chunk ck = chunks[b];
+    pkc_adamw_tensor t = tensors[ck.tensor];
+    pkc_i64 lo = (pkc_i64)ck.chunk * chunk, hi = lo + chunk < t.n ? lo + chunk : t.n;
+    float *wo = w_out + t.off, *mt = m + t.off, *vt = v + t.off;
+    const float *wi = w_in + t.off, *gt = grad + t.off;
+    unsigned short *h = w16 ? w16 + t.off : 0;
+    if (!t.has_grad) { /* no step: W(t) into the version written */
+      for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float w = wi[i];
+        if (wo != wi) wo[i] = w;
+        if (h) h[i] = pkc_f32_to_bf16(w);
+      }
+      continue;
+    }
+    pkc_adamw_c c = pkc_adamw_consts(s->lr, beta1, beta2, eps, weight_decay, t.decay, bc[0], bc[1],
+                                     s->grad_scale, delay_comp);
+    bool vec = pkc_aligned16(wo + lo) && pkc_aligned16(wi + lo) && pkc_aligned16(gt + lo) &&
+               pkc_aligned16(mt + lo) && pkc_aligned16(vt + lo) &&
+               (!h || ((pkc_u64)(h + lo) & 7u) == 0);
+    pkc_i64 n4 = vec ? (hi - lo) / 4 : 0;
+    for (pkc_i64 j = threadIdx.x; j < n4; j += blockDim.x) {
+      pkc_i64 i = lo + 4 * j;
+      pkc_f4 w4 = *(const pkc_f4 *)(wi + i), g4 = *(const pkc_f4 *)(gt + i);
+      pkc_f4 m4 = *(const pkc_f4 *)(mt + i), v4 = *(const pkc_f4 *)(vt + i), p4 = {0, 0, 0, 0};
+      if (c.dc != 0.0f) p4 = *(const pkc_f4 *)(wo + i);
+      pkc_f4 o4;
+      o4.x = pkc_adamw_elem(c, g4.x, w4.x, p4.x, m4.x, v4.x);
+      o4.y = pkc_adamw_elem(c, g4.y, w4.y, p4.y, m4.y, v4.y);
+      o4.z = pkc_adamw_elem(c, g4.z, w4.z, p4.z, m4.z, v4.z);
+      o4.w = pkc_adamw_elem(c, g4.w, w4.w, p4.w, m4.w, v4.w);
+      *(pkc_f4 *)(mt + i) = m4;
+      *(pkc_f4 *)(vt + i) = v4;
+      *(pkc_f4 *)(wo + i) = o4;
+      if (h) *(pkc_u64 *)(h + i) = pkc_bf16x4(o4.x, o4.y, o4.z, o4.w);
+    }
+    pkc_adamw_multi_scalar(c, wo, wi, gt, mt, vt, h, lo + 4 * n4, hi);
+  }
+}
+
+} /* extern "C" */
+
+#endif /* PD2BW_CUDA_ADAMW_MULTI_CUH */

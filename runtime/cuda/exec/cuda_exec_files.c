@@ -1,0 +1,75 @@
+/* runtime/cuda/exec/cuda_exec_files.c — the files a stage's launch list comes with
+ * (cuda_exec.h, "the launch list's files"): plan.json's program.cuda names the stage's
+ * list (stages with the same program share one) and its rng_base, and each source the
+ * list names is read and checked against the hash the list records, before anything
+ * is compiled. cx_program_load (cuda_exec_list.c) reads the list's content. */
+#include "runtime/cuda/exec/cuda_exec.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *cx_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *s = pd_malloc(n);
+  snprintf(s, n, "%s/%s", dir, name);
+  return s;
+}
+
+/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
+ * with a message. */
+char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
+                      size_t errlen) {
+  char *path = cx_join(plan_dir, name), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
+  if (!src) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else {
+    char h[17];
+    codegen_hash_hex(src, len, h);
+    if (strcmp(h, want) != 0) {
+      snprintf(err, errlen, "%s: its hash %s is not the launch list's %s (%s): the plan was edited or mixed", path, h,
+               want, lpath);
+      free(src);
+      src = NULL;
+    }
+  }
+  free(path);
+  return src;
+}
+
+/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
+ * the same program share one) and its rng_base. false with a message. */
+bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
+                    size_t errlen) {
+  char *path = cx_join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
+  size_t len = 0;
+  char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
+  cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
+  const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
+  const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
+  const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
+  bool ok = false;
+  if (!text) {
+    snprintf(err, errlen, "%s", ioerr);
+  } else if (!cuda) {
+    snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
+             stage);
+  } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||
+             !cJSON_IsNumber(rb) || rb->valuedouble < 0 || rb->valuedouble > UINT32_MAX) {
+    snprintf(err, errlen,
+             "%s: stage %d's program.cuda lacks a launch_list file name or an rng_base (a plan from an older pd2bwc, "
+             "whose stages each had their own launch list); regenerate the plan with this pd2bwc",
+             path, stage);
+  } else {
+    snprintf(lname, lsize, "%s", ln->valuestring);
+    *rng_base = (uint32_t)rb->valuedouble;
+    ok = true;
+  }
+  cJSON_Delete(plan);
+  free(text);
+  free(path);
+  return ok;
+}

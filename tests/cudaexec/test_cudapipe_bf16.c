@@ -1,0 +1,184 @@
+/* tests/cudaexec/test_cudapipe_bf16.c — single-GPU pipeline mode with pd2bwc
+ * --precision bf16: the optimizer writes the bf16 weight copies, no GEMM casts a weight,
+ * one multi-tensor AdamW launch per stage replica and update, and the bf16 copies the
+ * runtime allocates are the plan's memory.weights_bf16.
+ *
+ * The emulated device (emu_device.h), streams reordered (lowest first), CUDA graphs
+ * off so that every launch is counted. The tiny GPT of tests/pipeline (tied wte/LM
+ * head on both stages), d = 2, m = 4, clip 1, 3 steps:
+ *   - 2bw: the tied parameter is stepped apart (deferred) on each stage: a per-tensor
+ *     AdamW and a cast of that one parameter into its bf16 copy, per stage and step;
+ *   - 1f1b: the tied parameter is summed before the update and is in the table.
+ * Checks per run:
+ *   - the launch lists (static): no pkc_cast_f32_to_bf16 reads the params block, and
+ *     GEMMs read params_bf16 (before the bf16 weight copies every weight operand was
+ *     cast here, once per GEMM per microbatch);
+ *   - what ran: AdamW launches = one pkc_adamw_multi_dev_f32 per stage replica per step,
+ *     per-tensor AdamW only for deferred tied steps; casts = the lists' (activation
+ *     operands) x microbatches + one per weight version at load + the deferred tied
+ *     steps' casts: nothing else casts a weight;
+ *   - memory: the bf16 copies allocated == Σ over stage replicas of plan.json's
+ *     memory.weights_bf16 (2 bytes a parameter per version, 256-aligned);
+ *   - the losses and weights against the CPU sequential reference within BF16_TOL (the
+ *     bound of test_cudaexec_bf16: bf16 keeps 8 significant bits).
+ *
+ * And (resume) a resumed bf16 run makes its copies from the checkpoint: bit for bit the
+ * uninterrupted run.
+ *
+ * And (sgd) 1f1b with SGD: no AdamW; the copy is one cast of the version written per
+ * stage replica and step, and the run stays within the bound of the reference.
+ *
+ *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]   (in the source tree)
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "emu_train.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
+#include "test.h"
+
+#define STEPS 3
+#define BF16_TOL 5e-3
+
+static char tmp[64] = "/tmp/pd2bw-test-cudapipe-bf16-XXXXXX";
+
+/* sgd: the plan trains with SGD (per-parameter steps, then one cast of the version
+ * written into its bf16 copy per stage replica and step). */
+static void run(const char *name, const char *args, int deferred_per_step, bool sgd) {
+  EXPECT(emu_pipe_make_plan(name, args));
+  char dir[256], data[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, name);
+  emu_path(data, sizeof data, "train.bin");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  if (!p) fprintf(stderr, "  %s\n", err);
+  EXPECT(p != NULL);
+  if (!p) return;
+  /* the lists, and the plan's figure of the bf16 copies */
+  int64_t list_casts = 0;
+  for (int s = 0; s < p->d; s++) {
+    int c, wc, g16;
+    EXPECT(emu_list_casts(dir, s, &c, &wc, &g16));
+    printf("  %s stage %d: %d casts in its list (%d of a weight), %d GEMM operands read params_bf16\n", name, s, c, wc,
+           g16);
+    EXPECT_EQ_INT(wc, 0);
+    EXPECT(g16 > 0);
+    list_casts += c;
+  }
+  char path[300];
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  cJSON *plan = emu_read_json(path);
+  uint64_t planned_w16 = 0, loads = 0;
+  const cJSON *st;
+  cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(plan, "stages")) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "memory"), "weights_bf16");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(st, "weight_versions");
+    EXPECT(cJSON_IsNumber(w) && cJSON_IsNumber(v));
+    if (cJSON_IsNumber(w)) planned_w16 += (uint64_t)w->valuedouble * (uint64_t)p->w;
+    if (cJSON_IsNumber(v)) loads += (uint64_t)v->valueint * (uint64_t)p->w;
+  }
+  cJSON_Delete(plan);
+  /* the run, launch by launch */
+  emu_device_set_graphs(false);
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  emu_device_set_graphs(true);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome r = {0};
+  CxPipeStats stats = {0};
+  int rc = cx_pipe_train_stats(p, &ops, &o, &r, &stats, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  EmuCounts n = emu_device_counts();
+  int nsr = p->d * p->w;
+  int64_t passes = (int64_t)STEPS * p->m * p->w; /* each stage: a forward and a backward per microbatch */
+  int64_t want_casts = list_casts * passes + (int64_t)loads + (int64_t)deferred_per_step * STEPS + (sgd ? STEPS * nsr : 0);
+  printf("  %s: %d launches, %d casts (want %lld: lists %lld x %lld microbatches + %llu at load + %d deferred tied), "
+         "AdamW: %d multi-tensor, %d per tensor; bf16 copies %llu bytes (plan %llu)\n", name, n.launches, n.casts,
+         (long long)want_casts, (long long)list_casts, (long long)passes, (unsigned long long)loads,
+         deferred_per_step * STEPS, n.adamw_multi, n.adamw_one, (unsigned long long)stats.weights_bf16,
+         (unsigned long long)planned_w16);
+  EXPECT_EQ_INT(n.adamw_multi, sgd ? 0 : STEPS * nsr);
+  EXPECT_EQ_INT(n.adamw_one, sgd ? 0 : deferred_per_step * STEPS);
+  EXPECT_EQ_INT(n.casts, want_casts);
+  EXPECT(planned_w16 > 0);
+  EXPECT_EQ_INT(stats.weights_bf16, planned_w16);
+  if (!rc) {
+    PipeOptions po = {.data_path = data, .steps = STEPS};
+    bool match = pipeline_check_reference(p, &po, &r, BF16_TOL, stdout, err, sizeof err);
+    if (!match) fprintf(stderr, "  %s\n", err);
+    EXPECT(match);
+    pipe_outcome_free(&r);
+  }
+  pipe_plan_free(p);
+}
+
+static void test_2bw(void) {
+  run("p2bw", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw --recompute off",
+      2, false);
+}
+
+static void test_1f1b(void) {
+  run("p1f1b", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off",
+      0, false);
+}
+
+static void test_sgd(void) {
+  run("psgd", "--precision bf16 -D clipv=1.0 -D train.optimizer=sgd -D train.momentum=0.9 -D train.lr=0.05 "
+              "--stages 2 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off", 0, true);
+}
+
+/* A resumed run makes its bf16 copies from the checkpoint's weights (one cast per
+ * version at load): 2 steps, --save, then resumed to 4 steps gives the losses of steps
+ * 3-4 and the final weights of 4 uninterrupted steps bit for bit (the emulated device
+ * is deterministic; without the cast at load the copies would be zeros). */
+static void test_resume(void) {
+  EXPECT(emu_pipe_make_plan("pres", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
+                                    "--schedule 2bw --recompute off"));
+  char dir[256], data[256], ck[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, "pres");
+  emu_path(data, sizeof data, "train.bin");
+  emu_path(ck, sizeof ck, "pres2.safetensors");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  EXPECT(p != NULL);
+  if (!p) return;
+  p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
+  PipeOutcome full = {0}, half = {0}, rest = {0};
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaExecOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = CX_GEMM_PLAN};
+  int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
+  ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  o.steps = 2, o.save_path = ck;
+  rc = rc || cx_pipe_train(p, &ops, &o, &half, NULL, err, sizeof err);
+  ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  o.steps = 4, o.save_path = NULL, o.resume_path = ck;
+  rc = rc || cx_pipe_train(p, &ops, &o, &rest, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  if (!rc) {
+    int mb = full.mb_per_step;
+    bool same = rest.first_step == 2 && memcmp(rest.mb_loss, full.mb_loss + 2 * mb, (size_t)(2 * mb) * 8) == 0; /* from first_step */
+    for (int k = 0; same && k < full.nparams; k++)
+      same = memcmp(rest.weights[k], full.weights[k], (size_t)full.numel[k] * 4) == 0;
+    printf("  2bw bf16, 2 steps + --save + --resume to 4 vs 4 steps: losses of steps 3-4 and final weights %s\n",
+           same ? "bit for bit the same" : "DIFFER");
+    EXPECT(same);
+  }
+  pipe_outcome_free(&full);
+  pipe_outcome_free(&half);
+  pipe_outcome_free(&rest);
+  pipe_plan_free(p);
+}
+
+int main(int argc, char **argv) {
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]", tmp);
+  if (!part) return 2;
+  EXPECT(emu_pipe_files());
+  if (emu_test_part(part, "2bw")) RUN(test_2bw);
+  if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
+  if (emu_test_part(part, "resume")) RUN(test_resume);
+  if (emu_test_part(part, "sgd")) RUN(test_sgd);
+  emu_test_end();
+  return TEST_REPORT();
+}
