@@ -1,8 +1,8 @@
 /* codegen/cgen_cuda_internal.h — what the CUDA code generator's files share (private).
  *
- * cgen_cuda.c walks a stage's ops and turns each into launches and GEMMs of the launch
- * list; cgen_cuda_fuse.c finds elementwise chains and writes a stage-specific kernel
- * for each. Both append to one CuEmit. */
+ * cgen_cuda.c walks a stage's ops and cgen_cuda_ops.c turns each into launches and
+ * GEMMs of the launch list; cgen_cuda_fuse.c finds elementwise chains and writes a
+ * stage-specific kernel for each. All append to one CuEmit. */
 #ifndef PD2BW_CGEN_CUDA_INTERNAL_H
 #define PD2BW_CGEN_CUDA_INTERNAL_H
 
