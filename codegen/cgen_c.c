@@ -10,20 +10,16 @@
  *      kernel call (or one fused loop) per op, every shape and offset a literal;
  *   5. the exported entry points (cgen_c_entry.c).
  *
- * Ops map to kernels through one switch (emit_op); -Wswitch-enum makes a new op
- * kind a compile error here until it has its call. Gradient accumulation follows
- * the layout: an output placed with `accumulate` is added into (kernel flag, or
- * an axpy from the op's scratch temporary), and an add whose inputs were all
- * accumulated onto its output emits nothing.
+ * Ops map to kernels through one switch (emit_op), to one emitter per op family;
+ * -Wswitch-enum makes a new op kind a compile error here until it has its call.
+ * Gradient accumulation follows the layout: an output placed with `accumulate` is
+ * added into (kernel flag, or an axpy from the op's scratch temporary), and an add
+ * whose inputs were all accumulated onto its output emits nothing.
  *
- * Fusion (CodegenOptions.fuse): a chain of elementwise ops — add (same shape or a
- * bias vector), mul, scale, gelu, relu, dropout and dropout's backward — where every intermediate has one
- * consumer, is in WORK and is not accumulated, becomes one loop; the intermediates
- * are never stored. Dropout inside a fused loop draws the same Philox element as
- * the dropout kernel (element e of the op's stream), so fused and unfused programs
- * give the same bits of mask.
+ * Fusion (CodegenOptions.fuse): chains of elementwise ops become one loop
+ * (cgen_c_fuse.c), tried before emit_op at each op.
  */
-#include "codegen/cgen_internal.h"
+#include "codegen/cgen_c_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -54,16 +50,6 @@ void str_printf(Str *s, const char *fmt, ...) {
 
 /* ---- operands ------------------------------------------------------------------ */
 
-typedef struct Emit {
-  const Graph *g;
-  const StageLayout *L;
-  const CodegenOptions *o;
-  Str *s;
-  int rs;     /* 1 for float32 programs, 2 for float64: the offset multiplier */
-  bool *done; /* per op: already emitted as part of a fused chain */
-  int rng_base; /* codegen_rng_base: dropout op ids are emitted relative to it */
-} Emit;
-
 static const char *base_of(BufClass c) {
   switch (c) {
   case BUF_PARAMS: return "P";
@@ -80,7 +66,7 @@ static const char *base_of(BufClass c) {
 }
 
 /* A typed pointer expression for tensor t; up to 8 live at once per op. */
-static const char *ptr(Emit *e, int t) {
+const char *cc_ptr(Emit *e, int t) {
   static char ring[8][96];
   static int next;
   char *b = ring[next++ & 7];
@@ -90,14 +76,14 @@ static const char *ptr(Emit *e, int t) {
   return b;
 }
 
-static int64_t numel(Emit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
+int64_t cc_numel(Emit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
 static int64_t lastd(Emit *e, int t) {
   const Shape *s = &e->g->tensors[t].shape;
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
-static int64_t rows(Emit *e, int t) { return numel(e, t) / lastd(e, t); }
+static int64_t rows(Emit *e, int t) { return cc_numel(e, t) / lastd(e, t); }
 
-static bool acc(Emit *e, int t) { return e->L->place[t].accumulate; }
+bool cc_acc(Emit *e, int t) { return e->L->place[t].accumulate; }
 
 /* True when t was placed on (accumulated into) the same gradient as `into`. */
 static bool folded_into(Emit *e, int t, int into) {
@@ -106,7 +92,7 @@ static bool folded_into(Emit *e, int t, int into) {
 }
 
 /* "ctx->training ? p : 0.0": evaluation turns dropout off. */
-static const char *pexpr(double p) {
+const char *cc_pexpr(double p) {
   static char b[64];
   if (p == 0) return "0.0";
   snprintf(b, sizeof b, "(ctx->training ? %.17g : 0.0)", p);
@@ -151,347 +137,321 @@ static void describe(Emit *e, const Op *op) {
   str_printf(e->s, " */\n");
 }
 
-/* ---- fused elementwise chains ------------------------------------------------------ */
-
-/* Elementwise ops a fused loop can express (the list the file comment names). */
-static bool fusible_kind(const Graph *g, const Op *op) {
-  OpKind k = op->kind;
-  if (k == OP_ADD || k == OP_MUL) return g->tensors[op->in[0]].dtype == DT_F32;
-  return k == OP_SCALE || k == OP_GELU || k == OP_RELU || k == OP_DROPOUT || k == OP_DROPOUT_BWD;
-}
-
-/* True when writing tensor `out` elementwise could clobber an element of `in` not
- * yet read: their bytes overlap but they do not start at the same place. */
-static bool hazard(Emit *e, int out, int in) {
-  const TensorPlace *a = &e->L->place[out], *b = &e->L->place[in];
-  if (a->cls != b->cls) return false;
-  bool disjoint = a->offset + a->bytes <= b->offset || b->offset + b->bytes <= a->offset;
-  return !disjoint && !(a->offset == b->offset && a->bytes == b->bytes);
-}
-
-/* Collects into chain[] the ops, consecutive in the stage's order ops[k..], that
- * form one elementwise chain; returns its length (1: nothing to fuse). Only
- * consecutive ops fuse, so moving a computation never crosses another op and the
- * layout's liveness (computed for op order) stays valid. */
-static int chain_from(Emit *e, const int *ops, int nops, int k, int *chain, int max) {
-  const Graph *g = e->g;
-  int n = 0;
-  int64_t len = numel(e, g->ops[ops[k]].out[0]);
-  chain[n++] = ops[k];
-  while (n < max && k + n < nops) {
-    const Op *cur = &g->ops[chain[n - 1]];
-    int t = cur->out[0];
-    const TensorPlace *pl = &e->L->place[t];
-    if (pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || t == g->loss) break;
-    int c = ops[k + n];
-    if (cgen_sole_consumer(e->g, e->L, t) != c || e->done[c] || g->ops[c].region != cur->region) break;
-    const Op *nx = &g->ops[c];
-    if (!fusible_kind(g, nx) || numel(e, nx->out[0]) != len || acc(e, nx->out[0])) break;
-    if (nx->kind == OP_ADD || nx->kind == OP_MUL) {
-      if (nx->in[0] == nx->in[1]) break;
-      /* a bias vector is indexed i % N: the chained value must be the full operand */
-      if (numel(e, nx->in[0] == t ? nx->in[0] : nx->in[1]) != len) break;
-    }
-    chain[n++] = c;
-  }
-  /* Drop ops from the end until the final output clobbers no operand still read. */
-  while (n > 1) {
-    int out = g->ops[chain[n - 1]].out[0];
-    bool bad = false;
-    for (int i = 0; i < n && !bad; i++) {
-      const Op *op = &g->ops[chain[i]];
-      for (int j = 0; j < op->nin && !bad; j++) {
-        int x = op->in[j];
-        bool internal = i > 0 && x == g->ops[chain[i - 1]].out[0];
-        if (!internal && hazard(e, out, x)) bad = true;
-      }
-    }
-    if (!bad) break;
-    n--;
-  }
-  return n;
-}
-
-/* Value expression of operand t at element i (a bias vector is indexed i % N). */
-static void operand(Emit *e, char *b, size_t n, int t, int64_t len) {
-  if (numel(e, t) != len)
-    snprintf(b, n, "%s[i %% %lld]", ptr(e, t), (long long)numel(e, t));
-  else
-    snprintf(b, n, "%s[i]", ptr(e, t));
-}
-
-static void emit_fused(Emit *e, const int *chain, int n) {
-  const Graph *g = e->g;
-  Str *s = e->s;
-  int64_t len = numel(e, g->ops[chain[0]].out[0]);
-  int out = g->ops[chain[n - 1]].out[0];
-  str_printf(s, "  /* fused:");
-  for (int k = 0; k < n; k++) str_printf(s, " %s(op %d)", op_info[g->ops[chain[k]].kind].name, chain[k]);
-  str_printf(s, " -> %s */\n  {\n", g->tensors[out].name);
-  bool any_rng = false;
-  for (int k = 0; k < n; k++) {
-    const Op *op = &g->ops[chain[k]];
-    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      any_rng = true;
-      str_printf(s, "    const uint64_t thr%d = pk_rng_threshold(%s);\n", k, pexpr(op->attr[0]));
-      str_printf(s, "    const R ks%d = thr%d ? (R)(1.0 / (1.0 - %.17g)) : (R)1;\n", k, k, op->attr[0]);
-    }
-  }
-  str_printf(s, "    R *const y = %s;\n", ptr(e, out));
-  str_printf(s, "    PK_OMP(omp parallel for schedule(static) if (%lld >= PK_PAR_MIN))\n", (long long)len);
-  if (any_rng) {
-    /* Blocks of four elements: one Philox call gives the four draws (philox.h). */
-    str_printf(s, "    for (int64_t blk = 0; blk < %lld; blk++) {\n", (long long)((len + 3) / 4));
-    for (int k = 0; k < n; k++) {
-      const Op *op = &g->ops[chain[k]];
-      if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0)
-        str_printf(s,
-                   "      const PhiloxCtr r%d = thr%d ? pk_rng_block(ctx->seed, ctx->rng_base + %du, ctx->microbatch,\n"
-                   "                                                 (uint64_t)blk)\n"
-                   "                                 : (PhiloxCtr){{0, 0, 0, 0}};\n",
-                   k, k, (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base);
-    }
-    str_printf(s, "      for (int j = 0; j < 4 && blk * 4 + j < %lld; j++) {\n        const int64_t i = blk * 4 + j;\n",
-               (long long)len);
-  } else {
-    str_printf(s, "    for (int64_t i = 0; i < %lld; i++) {\n", (long long)len);
-  }
-  int prev = -1;
-  for (int k = 0; k < n; k++) {
-    const Op *op = &g->ops[chain[k]];
-    char a[160];
-    if (k == 0) {
-      operand(e, a, sizeof a, op->in[0], len);
-    } else {
-      snprintf(a, sizeof a, "v%d", prev);
-    }
-    const char *x = a;
-    char other[160];
-    if ((op->kind == OP_ADD || op->kind == OP_MUL) && k > 0) {
-      int oth = op->in[0] == g->ops[chain[k - 1]].out[0] ? op->in[1] : op->in[0];
-      operand(e, other, sizeof other, oth, len);
-    } else if (op->kind == OP_ADD || op->kind == OP_MUL) {
-      operand(e, other, sizeof other, op->in[1], len);
-    }
-    str_printf(s, "%sconst R v%d = ", any_rng ? "        " : "      ", k);
-    if (op->kind == OP_ADD) {
-      str_printf(s, "%s + %s", x, other);
-    } else if (op->kind == OP_MUL) {
-      str_printf(s, "%s * %s", x, other);
-    } else if (op->kind == OP_SCALE) {
-      str_printf(s, "(R)%.17g * %s", op->attr[0], x);
-    } else if (op->kind == OP_RELU) {
-      str_printf(s, "%s > 0 ? %s : (R)0", x, x);
-    } else if (op->kind == OP_GELU) {
-      str_printf(s, "K(gelu_)(%s)", x); /* the kernel's own element function */
-    } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      /* the backward replays its forward's stream (r%d drawn above) */
-      str_printf(s, "(uint64_t)r%d.v[j] >= thr%d ? %s * ks%d : (R)0", k, k, x, k);
-    } else {
-      PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
-               op_info[op->kind].name);
-      str_printf(s, "%s", x);
-    }
-    str_printf(s, ";\n");
-    prev = k;
-  }
-  if (any_rng)
-    str_printf(s, "        y[i] = v%d;\n      }\n    }\n  }\n", prev);
-  else
-    str_printf(s, "      y[i] = v%d;\n    }\n  }\n", prev);
-}
-
 /* ---- one op ------------------------------------------------------------------------- */
 
-static void emit_op(Emit *e, const Op *op) {
+/* Where an op's kernel writes (emit_op works it out, a family's emitter uses it): y,
+ * the op's output; Y, the pointer expression written, y's place or, when y must
+ * accumulate but the kernel cannot, the op's scratch temporary (emit_op then adds it
+ * into y); A: y is accumulated into. */
+typedef struct OpDest {
+  int y;
+  const char *Y;
+  int A;
+  bool via_temp;
+} OpDest;
+
+/* Ids select rows: embedding, positions and gather, and their gradients. */
+static void emit_lookup(Emit *e, const Op *op, const OpDest *d) {
   const Graph *g = e->g;
   Str *s = e->s;
-  char r[96];
-  int y = op->out[0];
-  const char *Y = ptr(e, y);
-  describe(e, op);
-  /* An op that must accumulate but cannot computes into its scratch temporary. */
-  bool via_temp = acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
-  if (via_temp) Y = acc_temp(e, op);
-  int A = acc(e, y) ? 1 : 0;
-  switch (op->kind) {
+  int y = d->y;
+  const char *Y = d->Y;
+  int A = d->A;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
   case OP_EMBEDDING:
     str_printf(s, "  ctx->bad_ids += K(embedding_fwd)(%s, %s, %s, %lld, %lld, %lld);\n", Y,
-               ptr(e, op->in[0]), ptr(e, op->in[1]), (long long)numel(e, op->in[1]),
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)cc_numel(e, op->in[1]),
                (long long)lastd(e, op->in[0]), (long long)g->tensors[op->in[0]].shape.dim[0]);
     break;
   case OP_POSITIONS: {
     int64_t T = lastd(e, op->in[1]);
-    str_printf(s, "  K(positions_fwd)(%s, %s, %lld, %lld, %lld);\n", Y, ptr(e, op->in[0]),
-               (long long)(numel(e, op->in[1]) / T), (long long)T, (long long)lastd(e, op->in[0]));
+    str_printf(s, "  K(positions_fwd)(%s, %s, %lld, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
+               (long long)(cc_numel(e, op->in[1]) / T), (long long)T, (long long)lastd(e, op->in[0]));
     break;
   }
-  case OP_LINEAR:
-    str_printf(s, "  K(linear_fwd)(%s, %s, %s, %s, %lld, %lld, %lld);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), op->nin == 3 ? ptr(e, op->in[2]) : "NULL",
-               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, y));
-    break;
-  case OP_MATMUL:
-    str_printf(s, "  K(matmul_fwd)(%s, %s, %s, %lld, %lld, %lld, 0, %d);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, y), op->attr[0] != 0);
-    break;
-  case OP_ADD:
-    if (A && !via_temp) {
-      for (int i = 0; i < 2; i++) {
-        if (i == 1 && op->in[1] == op->in[0]) {
-          str_printf(s, "  K(axpy)(%s, 1, %s, %lld);\n", Y, ptr(e, op->in[1]), (long long)numel(e, y));
-          continue;
-        }
-        if (folded_into(e, op->in[i], y)) continue;
-        PD_CHECK(numel(e, op->in[i]) == numel(e, y), "(accumulating a broadcast add)");
-        str_printf(s, "  K(axpy)(%s, 1, %s, %lld);\n", Y, ptr(e, op->in[i]), (long long)numel(e, y));
-      }
-    } else if (numel(e, op->in[1]) == numel(e, y)) {
-      str_printf(s, "  K(add_fwd)(%s, %s, %s, %lld);\n", Y, ptr(e, op->in[0]), ptr(e, op->in[1]),
-                 (long long)numel(e, y));
-    } else {
-      str_printf(s, "  K(add_bias_fwd)(%s, %s, %s, %lld, %lld);\n", Y, ptr(e, op->in[0]),
-                 ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
-    }
-    break;
-  case OP_MUL:
-    str_printf(s, "  K(mul_fwd)(%s, %s, %s, %lld);\n", Y, ptr(e, op->in[0]), ptr(e, op->in[1]),
-               (long long)numel(e, y));
-    break;
-  case OP_SCALE:
-    if (A && !via_temp) {
-      if (!folded_into(e, op->in[0], y))
-        str_printf(s, "  K(axpy)(%s, (R)%.17g, %s, %lld);\n", Y, op->attr[0], ptr(e, op->in[0]),
-                   (long long)numel(e, y));
-    } else {
-      str_printf(s, "  K(scale_fwd)(%s, %s, (R)%.17g, %lld);\n", Y, ptr(e, op->in[0]), op->attr[0],
-                 (long long)numel(e, y));
-    }
-    break;
-  case OP_LAYERNORM:
-    str_printf(s, "  K(layernorm_fwd)(%s, NULL, %s, %s, %s, %lld, %lld, (R)%.17g);\n", Y,
-               ptr(e, op->in[0]), ptr(e, op->in[1]), ptr(e, op->in[2]), (long long)rows(e, y),
-               (long long)lastd(e, y), op->attr[0]);
-    break;
-  case OP_GELU:
-    str_printf(s, "  K(gelu_fwd)(%s, %s, %lld);\n", Y, ptr(e, op->in[0]), (long long)numel(e, y));
-    break;
-  case OP_RELU:
-    str_printf(s, "  K(relu_fwd)(%s, %s, %lld);\n", Y, ptr(e, op->in[0]), (long long)numel(e, y));
-    break;
-  case OP_SOFTMAX:
-    str_printf(s, "  K(softmax_fwd)(%s, %s, %lld, %lld);\n", Y, ptr(e, op->in[0]),
-               (long long)rows(e, y), (long long)lastd(e, y));
-    break;
-  case OP_ATTENTION:
-  case OP_ATTENTION_BWD: {
-    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
-    const Shape *q = &g->tensors[qkv].shape;
-    int64_t T = q->dim[1], C = lastd(e, qkv) / 3, B = numel(e, qkv) / (T * 3 * C);
-    rng(e, r, sizeof r, op->kind == OP_ATTENTION ? op->id : op->fwd_op);
-    if (op->kind == OP_ATTENTION)
-      str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
-                 ptr(e, op->out[1]), ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
-                 (int)op->attr[0], (int)op->attr[1], pexpr(op->attr[2]), r);
-    else
-      str_printf(s, "  K(attention_bwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n",
-                 Y, ptr(e, op->in[0]), ptr(e, qkv), ptr(e, op->in[2]), ptr(e, op->in[3]), scratch(e, op), (long long)B, (long long)T,
-                 (long long)C, (int)op->attr[0], (int)op->attr[1], pexpr(op->attr[2]), r);
-    break;
-  }
-  case OP_DROPOUT:
-  case OP_DROPOUT_BWD:
-    rng(e, r, sizeof r, op->kind == OP_DROPOUT ? op->id : op->fwd_op);
-    str_printf(s, "  K(%s)(%s, %s, %lld, %s, %s);\n",
-               op->kind == OP_DROPOUT ? "dropout_fwd" : "dropout_bwd", Y, ptr(e, op->in[0]),
-               (long long)numel(e, y), pexpr(op->attr[0]), r);
-    break;
-  case OP_RESHAPE:
-    str_printf(s, "  memmove(%s, %s, %lld);\n", Y, ptr(e, op->in[0]),
-               (long long)(e->L->place[y].bytes * (g->tensors[y].dtype == DT_I32 ? 1 : e->rs)));
-    break;
   case OP_GATHER: {
     int64_t P = lastd(e, op->in[1]), T = g->tensors[op->in[0]].shape.dim[1];
     str_printf(s, "  ctx->bad_ids += K(gather_fwd)(%s, %s, %s, %lld, %lld, %lld, %lld);\n", Y,
-               ptr(e, op->in[0]), ptr(e, op->in[1]), (long long)(numel(e, op->in[1]) / P),
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)(cc_numel(e, op->in[1]) / P),
                (long long)T, (long long)P, (long long)lastd(e, y));
     break;
   }
-  case OP_CROSS_ENTROPY:
-    str_printf(s,
-               "  {\n    R l_;\n    ctx->bad_ids += K(cross_entropy_fwd)(&l_, %s, %s, %lld, %lld, %d);\n"
-               "    *%s = l_;\n    if (ctx->loss) *ctx->loss = (double)l_;\n  }\n",
-               ptr(e, op->in[0]), ptr(e, op->in[1]), (long long)rows(e, op->in[0]),
-               (long long)lastd(e, op->in[0]), (int)op->attr[0], Y);
-    break;
   case OP_EMBEDDING_BWD:
-    str_printf(s, "  K(embedding_bwd)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), (long long)numel(e, op->in[1]), (long long)lastd(e, y),
+    str_printf(s, "  K(embedding_bwd)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)cc_numel(e, op->in[1]), (long long)lastd(e, y),
                (long long)op->attr[0], A);
     break;
   case OP_POSITIONS_BWD: {
     const Shape *dy = &g->tensors[op->in[0]].shape;
     int64_t C = lastd(e, op->in[0]), T = dy->dim[dy->rank - 2];
-    str_printf(s, "  K(positions_bwd)(%s, %s, %lld, %lld, %lld, %lld, %d);\n", Y, ptr(e, op->in[0]),
-               (long long)(numel(e, op->in[0]) / (T * C)), (long long)T, (long long)C,
+    str_printf(s, "  K(positions_bwd)(%s, %s, %lld, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
+               (long long)(cc_numel(e, op->in[0]) / (T * C)), (long long)T, (long long)C,
                (long long)op->attr[0], A);
     break;
   }
-  case OP_LINEAR_DW:
-    str_printf(s, "  K(linear_dw)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, op->in[1]), A);
-    break;
-  case OP_BIAS_GRAD:
-    str_printf(s, "  K(bias_grad)(%s, %s, %lld, %lld, %d);\n", Y, ptr(e, op->in[0]),
-               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]), A);
-    break;
-  case OP_MATMUL_DW_T: /* dW[N,K] = dy[M,N]ᵀ·x[M,K] */
-    str_printf(s, "  K(matmul_db)(%s, %s, %s, %lld, %lld, %lld, 0, 1, %d);\n", Y, ptr(e, op->in[1]),
-               ptr(e, op->in[0]), (long long)rows(e, op->in[1]), (long long)lastd(e, op->in[1]),
-               (long long)lastd(e, op->in[0]), A);
-    break;
-  case OP_LAYERNORM_BWD: {
-    int dg = op->out[1], db = op->out[2];
-    bool want_g = acc(e, dg) || cgen_sole_consumer(e->g, e->L, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
-    bool want_b = acc(e, db) || cgen_sole_consumer(e->g, e->L, db) >= 0 || e->L->place[db].cls != BUF_WORK;
-    PD_CHECK(!(want_g && want_b) || acc(e, dg) == acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
-    int la = (want_g && acc(e, dg)) || (want_b && acc(e, db));
-    str_printf(s, "  K(layernorm_bwd)(%s, %s, %s, %s, 0, %s, %s, %s, %lld, %lld, (R)%.17g, %d);\n",
-               ptr(e, y), want_g ? ptr(e, dg) : "NULL", want_b ? ptr(e, db) : "NULL",
-               scratch(e, op), ptr(e, op->in[0]), ptr(e, op->in[1]), ptr(e, op->in[2]),
-               (long long)rows(e, y), (long long)lastd(e, y), op->attr[0], la);
-    break;
-  }
-  case OP_GELU_BWD:
-  case OP_RELU_BWD:
-    str_printf(s, "  K(%s)(%s, %s, %s, %lld);\n", op->kind == OP_GELU_BWD ? "gelu_bwd" : "relu_bwd",
-               Y, ptr(e, op->in[0]), ptr(e, op->in[1]), (long long)numel(e, y));
-    break;
-  case OP_SOFTMAX_BWD:
-    str_printf(s, "  K(softmax_bwd)(%s, %s, %s, %lld, %lld);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
-    break;
   case OP_GATHER_BWD: {
     int64_t P = lastd(e, op->in[1]);
     str_printf(s, "  ctx->bad_ids += K(gather_bwd)(%s, %s, %s, %lld, %lld, %lld, %lld);\n", Y,
-               ptr(e, op->in[0]), ptr(e, op->in[1]), (long long)(numel(e, op->in[1]) / P),
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)(cc_numel(e, op->in[1]) / P),
                (long long)op->attr[0], (long long)P, (long long)lastd(e, y));
     break;
   }
+  default:
+    PD_CHECK(false, "(op %s is not of emit_lookup's family)", op_info[op->kind].name);
+  }
+}
+
+/* The dense layers: linear and matmul (GEMMs), their weight gradients and the bias gradient. */
+static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
+  Str *s = e->s;
+  int y = d->y;
+  const char *Y = d->Y;
+  int A = d->A;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
+  case OP_LINEAR:
+    str_printf(s, "  K(linear_fwd)(%s, %s, %s, %s, %lld, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), op->nin == 3 ? cc_ptr(e, op->in[2]) : "NULL",
+               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
+               (long long)lastd(e, y));
+    break;
+  case OP_MATMUL:
+    str_printf(s, "  K(matmul_fwd)(%s, %s, %s, %lld, %lld, %lld, 0, %d);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
+               (long long)lastd(e, y), op->attr[0] != 0);
+    break;
+  case OP_LINEAR_DW:
+    str_printf(s, "  K(linear_dw)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
+               (long long)lastd(e, op->in[1]), A);
+    break;
+  case OP_BIAS_GRAD:
+    str_printf(s, "  K(bias_grad)(%s, %s, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
+               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]), A);
+    break;
+  case OP_MATMUL_DW_T: /* dW[N,K] = dy[M,N]ᵀ·x[M,K] */
+    str_printf(s, "  K(matmul_db)(%s, %s, %s, %lld, %lld, %lld, 0, 1, %d);\n", Y, cc_ptr(e, op->in[1]),
+               cc_ptr(e, op->in[0]), (long long)rows(e, op->in[1]), (long long)lastd(e, op->in[1]),
+               (long long)lastd(e, op->in[0]), A);
+    break;
+  default:
+    PD_CHECK(false, "(op %s is not of emit_dense's family)", op_info[op->kind].name);
+  }
+}
+
+/* Element for element: add, mul, scale, gelu, relu, dropout (and their gradients) and reshape. */
+static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
+  const Graph *g = e->g;
+  Str *s = e->s;
+  char r[96];
+  int y = d->y;
+  const char *Y = d->Y;
+  int A = d->A;
+  bool via_temp = d->via_temp;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
+  case OP_ADD:
+    if (A && !via_temp) {
+      for (int i = 0; i < 2; i++) {
+        if (i == 1 && op->in[1] == op->in[0]) {
+          str_printf(s, "  K(axpy)(%s, 1, %s, %lld);\n", Y, cc_ptr(e, op->in[1]), (long long)cc_numel(e, y));
+          continue;
+        }
+        if (folded_into(e, op->in[i], y)) continue;
+        PD_CHECK(cc_numel(e, op->in[i]) == cc_numel(e, y), "(accumulating a broadcast add)");
+        str_printf(s, "  K(axpy)(%s, 1, %s, %lld);\n", Y, cc_ptr(e, op->in[i]), (long long)cc_numel(e, y));
+      }
+    } else if (cc_numel(e, op->in[1]) == cc_numel(e, y)) {
+      str_printf(s, "  K(add_fwd)(%s, %s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]),
+                 (long long)cc_numel(e, y));
+    } else {
+      str_printf(s, "  K(add_bias_fwd)(%s, %s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
+                 cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
+    }
+    break;
+  case OP_MUL:
+    str_printf(s, "  K(mul_fwd)(%s, %s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]),
+               (long long)cc_numel(e, y));
+    break;
+  case OP_SCALE:
+    if (A && !via_temp) {
+      if (!folded_into(e, op->in[0], y))
+        str_printf(s, "  K(axpy)(%s, (R)%.17g, %s, %lld);\n", Y, op->attr[0], cc_ptr(e, op->in[0]),
+                   (long long)cc_numel(e, y));
+    } else {
+      str_printf(s, "  K(scale_fwd)(%s, %s, (R)%.17g, %lld);\n", Y, cc_ptr(e, op->in[0]), op->attr[0],
+                 (long long)cc_numel(e, y));
+    }
+    break;
+  case OP_GELU:
+    str_printf(s, "  K(gelu_fwd)(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), (long long)cc_numel(e, y));
+    break;
+  case OP_RELU:
+    str_printf(s, "  K(relu_fwd)(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), (long long)cc_numel(e, y));
+    break;
+  case OP_DROPOUT:
+  case OP_DROPOUT_BWD:
+    rng(e, r, sizeof r, op->kind == OP_DROPOUT ? op->id : op->fwd_op);
+    str_printf(s, "  K(%s)(%s, %s, %lld, %s, %s);\n",
+               op->kind == OP_DROPOUT ? "dropout_fwd" : "dropout_bwd", Y, cc_ptr(e, op->in[0]),
+               (long long)cc_numel(e, y), cc_pexpr(op->attr[0]), r);
+    break;
+  case OP_RESHAPE:
+    str_printf(s, "  memmove(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]),
+               (long long)(e->L->place[y].bytes * (g->tensors[y].dtype == DT_I32 ? 1 : e->rs)));
+    break;
+  case OP_GELU_BWD:
+  case OP_RELU_BWD:
+    str_printf(s, "  K(%s)(%s, %s, %s, %lld);\n", op->kind == OP_GELU_BWD ? "gelu_bwd" : "relu_bwd",
+               Y, cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)cc_numel(e, y));
+    break;
+  default:
+    PD_CHECK(false, "(op %s is not of emit_elementwise's family)", op_info[op->kind].name);
+  }
+}
+
+/* Row reductions: layernorm and softmax, and their gradients. */
+static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
+  Str *s = e->s;
+  int y = d->y;
+  const char *Y = d->Y;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
+  case OP_LAYERNORM:
+    str_printf(s, "  K(layernorm_fwd)(%s, NULL, %s, %s, %s, %lld, %lld, (R)%.17g);\n", Y,
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]), (long long)rows(e, y),
+               (long long)lastd(e, y), op->attr[0]);
+    break;
+  case OP_SOFTMAX:
+    str_printf(s, "  K(softmax_fwd)(%s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
+               (long long)rows(e, y), (long long)lastd(e, y));
+    break;
+  case OP_LAYERNORM_BWD: {
+    int dg = op->out[1], db = op->out[2];
+    bool want_g = cc_acc(e, dg) || cgen_sole_consumer(e->g, e->L, dg) >= 0 || e->L->place[dg].cls != BUF_WORK;
+    bool want_b = cc_acc(e, db) || cgen_sole_consumer(e->g, e->L, db) >= 0 || e->L->place[db].cls != BUF_WORK;
+    PD_CHECK(!(want_g && want_b) || cc_acc(e, dg) == cc_acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
+    int la = (want_g && cc_acc(e, dg)) || (want_b && cc_acc(e, db));
+    str_printf(s, "  K(layernorm_bwd)(%s, %s, %s, %s, 0, %s, %s, %s, %lld, %lld, (R)%.17g, %d);\n",
+               cc_ptr(e, y), want_g ? cc_ptr(e, dg) : "NULL", want_b ? cc_ptr(e, db) : "NULL",
+               scratch(e, op), cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]),
+               (long long)rows(e, y), (long long)lastd(e, y), op->attr[0], la);
+    break;
+  }
+  case OP_SOFTMAX_BWD:
+    str_printf(s, "  K(softmax_bwd)(%s, %s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
+    break;
+  default:
+    PD_CHECK(false, "(op %s is not of emit_rows's family)", op_info[op->kind].name);
+  }
+}
+
+/* Attention and its gradient. */
+static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
+  const Graph *g = e->g;
+  Str *s = e->s;
+  char r[96];
+  const char *Y = d->Y;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD: {
+    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
+    const Shape *q = &g->tensors[qkv].shape;
+    int64_t T = q->dim[1], C = lastd(e, qkv) / 3, B = cc_numel(e, qkv) / (T * 3 * C);
+    rng(e, r, sizeof r, op->kind == OP_ATTENTION ? op->id : op->fwd_op);
+    if (op->kind == OP_ATTENTION)
+      str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
+                 cc_ptr(e, op->out[1]), cc_ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
+                 (int)op->attr[0], (int)op->attr[1], cc_pexpr(op->attr[2]), r);
+    else
+      str_printf(s, "  K(attention_bwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n",
+                 Y, cc_ptr(e, op->in[0]), cc_ptr(e, qkv), cc_ptr(e, op->in[2]), cc_ptr(e, op->in[3]), scratch(e, op), (long long)B, (long long)T,
+                 (long long)C, (int)op->attr[0], (int)op->attr[1], cc_pexpr(op->attr[2]), r);
+    break;
+  }
+  default:
+    PD_CHECK(false, "(op %s is not of emit_attention's family)", op_info[op->kind].name);
+  }
+}
+
+/* The loss: cross-entropy and its gradient. */
+static void emit_loss(Emit *e, const Op *op, const OpDest *d) {
+  Str *s = e->s;
+  const char *Y = d->Y;
+  switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
+  case OP_CROSS_ENTROPY:
+    str_printf(s,
+               "  {\n    R l_;\n    ctx->bad_ids += K(cross_entropy_fwd)(&l_, %s, %s, %lld, %lld, %d);\n"
+               "    *%s = l_;\n    if (ctx->loss) *ctx->loss = (double)l_;\n  }\n",
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]),
+               (long long)lastd(e, op->in[0]), (int)op->attr[0], Y);
+    break;
   case OP_CROSS_ENTROPY_BWD:
-    str_printf(s, "  K(cross_entropy_bwd)(%s, %s, %s, %lld, %lld, %d, (R)1);\n", Y, ptr(e, op->in[0]),
-               ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
+    str_printf(s, "  K(cross_entropy_bwd)(%s, %s, %s, %lld, %lld, %d, (R)1);\n", Y, cc_ptr(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
                (int)op->attr[0]);
+    break;
+  default:
+    PD_CHECK(false, "(op %s is not of emit_loss's family)", op_info[op->kind].name);
+  }
+}
+
+/* One kernel call (or a few) per op, by op family: -Wswitch-enum keeps this switch
+ * complete, each family's emitter holds its kinds' calls. */
+static void emit_op(Emit *e, const Op *op) {
+  int y = op->out[0];
+  OpDest d = {.y = y, .Y = cc_ptr(e, y)};
+  describe(e, op);
+  /* An op that must accumulate but cannot computes into its scratch temporary. */
+  d.via_temp = cc_acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  if (d.via_temp) d.Y = acc_temp(e, op);
+  d.A = cc_acc(e, y) ? 1 : 0;
+  switch (op->kind) {
+  case OP_EMBEDDING:
+  case OP_POSITIONS:
+  case OP_GATHER:
+  case OP_EMBEDDING_BWD:
+  case OP_POSITIONS_BWD:
+  case OP_GATHER_BWD:
+    emit_lookup(e, op, &d);
+    break;
+  case OP_LINEAR:
+  case OP_MATMUL:
+  case OP_LINEAR_DW:
+  case OP_BIAS_GRAD:
+  case OP_MATMUL_DW_T:
+    emit_dense(e, op, &d);
+    break;
+  case OP_ADD:
+  case OP_MUL:
+  case OP_SCALE:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_DROPOUT:
+  case OP_DROPOUT_BWD:
+  case OP_RESHAPE:
+  case OP_GELU_BWD:
+  case OP_RELU_BWD:
+    emit_elementwise(e, op, &d);
+    break;
+  case OP_LAYERNORM:
+  case OP_SOFTMAX:
+  case OP_LAYERNORM_BWD:
+  case OP_SOFTMAX_BWD:
+    emit_rows(e, op, &d);
+    break;
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD:
+    emit_attention(e, op, &d);
+    break;
+  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY_BWD:
+    emit_loss(e, op, &d);
     break;
   case OP_COUNT:
     PD_CHECK(false, "(OP_COUNT is not an op)");
     break;
   }
-  if (via_temp)
-    str_printf(s, "  K(axpy)(%s, 1, %s, %lld);\n", ptr(e, y), Y, (long long)numel(e, y));
+  if (d.via_temp)
+    str_printf(e->s, "  K(axpy)(%s, 1, %s, %lld);\n", cc_ptr(e, y), d.Y, (long long)cc_numel(e, y));
 }
 
 /* ---- the file ---------------------------------------------------------------------- */
@@ -528,15 +488,7 @@ static void emit_region(Emit *e, int r, const int *ops, int nops, const RegionIn
     int k = x->pos[j];
     const Op *op = &g->ops[ops[k]];
     if (e->done[op->id]) continue;
-    if (e->o->fuse && fusible_kind(g, op) && !acc(e, op->out[0])) {
-      int chain[16];
-      int n = chain_from(e, ops, nops, k, chain, 16);
-      if (n > 1) {
-        for (int i = 0; i < n; i++) e->done[chain[i]] = true;
-        emit_fused(e, chain, n);
-        continue;
-      }
-    }
+    if (cc_fuse_from(e, ops, nops, k) > 0) continue; /* it emitted (and marked) the ops */
     e->done[op->id] = true;
     emit_op(e, op);
   }

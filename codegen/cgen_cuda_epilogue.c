@@ -85,7 +85,7 @@ static cJSON *ptr(CuPtr p) {
   return a;
 }
 
-/* The op's GEMM (emitted by cgen_cuda.c, a linear's bias left out) with the epilogue:
+/* The op's GEMM (emitted by cgen_cuda_ops.c, a linear's bias left out) with the epilogue:
  * C moved to `c` when c.cls >= 0; bias (with bias_acc for bgradb) and aux (ldaux)
  * when their cls >= 0. */
 static void gemm_with(CuEmit *e, const Op *op, GemmEpilogue kind, CuPtr c, CuPtr bias, int bias_acc, CuPtr aux,

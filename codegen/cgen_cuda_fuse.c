@@ -1,6 +1,6 @@
 /* codegen/cgen_cuda_fuse.c — the stage's own kernels: fused elementwise chains.
  *
- * The chains are cgen_c.c's (the same rule, so the two programs agree on what is
+ * The chains are cgen_c_fuse.c's (the same rule, so the two programs agree on what is
  * stored): consecutive ops of one region among add (same shape or a bias vector),
  * mul, scale, gelu, relu, dropout and dropout_bwd, where every intermediate has one
  * consumer, lives in WORK, is not accumulated and is not the loss; intermediates

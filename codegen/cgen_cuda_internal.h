@@ -1,8 +1,8 @@
 /* codegen/cgen_cuda_internal.h — what the CUDA code generator's files share (private).
  *
- * cgen_cuda.c walks a stage's ops and turns each into launches and GEMMs of the launch
- * list; cgen_cuda_fuse.c finds elementwise chains and writes a stage-specific kernel
- * for each. Both append to one CuEmit. */
+ * cgen_cuda.c walks a stage's ops and cgen_cuda_ops.c turns each into launches and
+ * GEMMs of the launch list; cgen_cuda_fuse.c finds elementwise chains and writes a
+ * stage-specific kernel for each. All append to one CuEmit. */
 #ifndef PD2BW_CGEN_CUDA_INTERNAL_H
 #define PD2BW_CGEN_CUDA_INTERNAL_H
 
@@ -75,14 +75,22 @@ int64_t cu_numel(const CuEmit *e, int t);
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...);
 cJSON *cu_arg_ptr(CuPtr p);
+/* {"buf", "offset"} of p (never NULL): a GEMM's A, B and C, the list's "loss". */
+cJSON *cu_place_json(CuPtr p);
 cJSON *cu_arg_num(const char *type, double v);
 cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 /* A dropout op's Philox stream (its forward op id) as a launch argument: the runtime
  * passes the stage's rng_base + this stage-relative number. */
 cJSON *cu_arg_stream(const CuEmit *e, int op_id);
+/* A library kernel's launch kind (cuda_kernel_list.h); an error for any other name. */
+int cu_kernel_kind(const char *name);
+
+/* cgen_cuda_ops.c: the launches of op, not fused (emit_op). */
+void cu_emit_op(CuEmit *e, const Op *op);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
  * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);
+
 /* cgen_cuda_segments.c: adds the launch list's "segments" (format 5) to list j. */
 void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
 

@@ -101,7 +101,7 @@ static double check_cast(const cJSON *c, int op, const cJSON *src, double n, con
 }
 
 /* The tf32 list's fp32 attention kernels and what a bf16 list launches instead when the
- * head size qualifies (codegen/cgen_cuda.c emit_flash_attention): `casts` casts first
+ * head size qualifies (codegen/cgen_cuda_ops.c emit_flash_attention): `casts` casts first
  * (qkv, then dy), and every argument the same but the bf16 copies for the fp32 inputs
  * (the backward's pkc_attention_bwd_delta_f32, D = dy·out, is in both lists alike). */
 static const struct {

@@ -1,0 +1,34 @@
+/* codegen/cgen_c_internal.h — what the C code generator's files share (private):
+ * cgen_c.c (an op's kernel call, the stage file) and cgen_c_fuse.c (fused elementwise
+ * loops) write into the same stage text through the same operand expressions, so the
+ * two agree on every pointer and length. Names start with cc_ (the CUDA generator's,
+ * cgen_cuda_internal.h, with cu_). */
+#ifndef PD2BW_CGEN_C_INTERNAL_H
+#define PD2BW_CGEN_C_INTERNAL_H
+
+#include "codegen/cgen_internal.h"
+
+typedef struct Emit {
+  const Graph *g;
+  const StageLayout *L;
+  const CodegenOptions *o;
+  Str *s;
+  int rs;     /* 1 for float32 programs, 2 for float64: the offset multiplier */
+  bool *done; /* per op: already emitted as part of a fused chain */
+  int rng_base; /* codegen_rng_base: dropout op ids are emitted relative to it */
+} Emit;
+
+/* cgen_c.c: tensor t's typed pointer expression (up to 8 live at once per op), its
+ * element count at the microbatch size, whether its place is added into, and dropout's
+ * probability as an expression ("ctx->training ? p : 0.0": evaluation turns it off). */
+const char *cc_ptr(Emit *e, int t);
+int64_t cc_numel(Emit *e, int t);
+bool cc_acc(Emit *e, int t);
+const char *cc_pexpr(double p);
+
+/* cgen_c_fuse.c (with e->o->fuse): emits ops[k] and the ops after it that fuse with it
+ * as one loop, marking them done, and returns how many; 0 (nothing emitted) when fewer
+ * than two fuse. */
+int cc_fuse_from(Emit *e, const int *ops, int nops, int k);
+
+#endif

@@ -1,0 +1,376 @@
+/* kernels/cuda_kernels_fused.cuh — the fused CUDA kernels, each a softmax with what
+ * surrounds it: softmax cross-entropy (the loss, and the classifier kernel that gives
+ * its gradient in the same pass) and multi-head self-attention in fp32 (an online
+ * softmax, FlashAttention-2's backward; the tensor-core kernels are cuda_flash_*.cuh).
+ *
+ * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
+ * includes it inside its extern "C" block, after the 128-bit maps (pkc_map1,
+ * pkc_map2) and the attention head-size macros it may use, so it has no include guard;
+ * the library text that NVRTC compiles (kernels.cu) has this file in place of that
+ * #include (kernels/embed.cmake), and the host emulator and the runtime include
+ * cuda_kernels.cuh as before. Its own file so that each family of kernels reads on its
+ * own (cuda_kernels.cuh held all of them in ~1100 lines), as cpu_kernels_<family>.h
+ * do for the CPU twin; that file's conventions and cuda_kernels.cuh's launch
+ * conventions hold here. */
+#ifndef PD2BW_CUDA_KERNELS_CUH
+#error "kernels/cuda_kernels_fused.cuh is a part of kernels/cuda_kernels.cuh: include that"
+#endif
+
+/* ===== fused softmax cross-entropy ============================================== */
+/* Forward: pkc_cross_entropy_rows_f32 (row kernel), then pkc_cross_entropy_reduce_f32
+ * (one block). Backward: pkc_cross_entropy_count_f32 (one block; or reuse the nvalid
+ * the forward's reduce wrote), then pkc_cross_entropy_bwd_f32 (row kernel). */
+
+/* Both row kernels read V columns of rows ld elements apart (ld >= V: the layout pads
+ * the logits' rows so that the LM-head GEMMs are aligned; the padding is never read
+ * or written). */
+
+/* rowloss[r] = logsumexp(logits[r,:]) - logits[r,target] in double for counted rows,
+ * 0 for ignored and bad-target rows. */
+__global__ void pkc_cross_entropy_rows_f32(double *rowloss, const float *logits, const int *targets,
+                                           pkc_i64 M, int V, int ld, int ignore_index) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  __shared__ double shd[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      continue; /* uniform across the block: no barrier is skipped by some threads only */
+    }
+    const float *x = logits + r * ld;
+    float mx = -3.402823466e38f;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+    mx = pkc_block_max(mx, sh);
+    double s = 0;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) s += (double)expf(x[c] - mx);
+    s = pkc_block_sum_d(s, shd);
+    if (threadIdx.x == 0) rowloss[r] = log(s) + (double)mx - (double)x[tg];
+  }
+}
+
+/* One block: *loss = Σ rowloss / nvalid (0 if none), *nvalid = counted rows, *bad +=
+ * bad targets (rows that are neither ignore_index nor in [0,V)). nvalid/bad may be
+ * NULL. Launch with gridDim.x = 1. */
+__global__ void pkc_cross_entropy_reduce_f32(float *loss, int *nvalid, unsigned long long *bad,
+                                             const double *rowloss, const int *targets, pkc_i64 M,
+                                             int V, int ignore_index) {
+  __shared__ double shd[PKC_MAX_BLOCK];
+  __shared__ float sh[PKC_MAX_BLOCK];
+  double s = 0;
+  float cnt = 0, nbad = 0; /* counts < 2^24 rows are exact in float */
+  for (pkc_i64 r = threadIdx.x; r < M; r += blockDim.x) {
+    int tg = targets[r];
+    if (tg == ignore_index) continue;
+    if (tg < 0 || tg >= V) {
+      nbad += 1;
+      continue;
+    }
+    s += rowloss[r];
+    cnt += 1;
+  }
+  s = pkc_block_sum_d(s, shd);
+  cnt = pkc_block_sum(cnt, sh);
+  nbad = pkc_block_sum(nbad, sh);
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *loss = cnt > 0 ? (float)(s / (double)cnt) : 0.0f;
+    if (nvalid) *nvalid = (int)cnt;
+    if (bad && nbad > 0) *bad += (unsigned long long)nbad;
+  }
+}
+
+/* One block: *nvalid = rows whose target is counted (for a backward without the
+ * forward's reduce). Launch with gridDim.x = 1. */
+__global__ void pkc_cross_entropy_count_f32(int *nvalid, const int *targets, pkc_i64 M, int V,
+                                            int ignore_index) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  float cnt = 0;
+  for (pkc_i64 r = threadIdx.x; r < M; r += blockDim.x) {
+    int tg = targets[r];
+    cnt += tg != ignore_index && tg >= 0 && tg < V;
+  }
+  cnt = pkc_block_sum(cnt, sh);
+  if (threadIdx.x == 0 && blockIdx.x == 0) *nvalid = (int)cnt;
+}
+
+/* Row kernel: dlogits = dloss·(softmax(logits) - onehot(target))/nvalid on counted
+ * rows, 0 elsewhere. dlogits may alias logits (each thread reads an element before
+ * writing the same element). */
+__global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int *targets,
+                                          pkc_i64 M, int V, int ld, int ignore_index, float dloss,
+                                          const int *nvalid) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
+      continue;
+    }
+    float mx = -3.402823466e38f;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+    mx = pkc_block_max(mx, sh);
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) s += expf(x[c] - mx);
+    float inv = w / pkc_block_sum(s, sh);
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
+    __syncthreads();
+    if (threadIdx.x == 0) d[tg] -= w;
+    __syncthreads();
+  }
+}
+
+/* The classifier in one pass over the logits (llm.c's fused classifier): the
+ * forward's pkc_cross_entropy_rows_f32 and, when training, the backward's
+ * pkc_cross_entropy_bwd_f32 at once, so the backward never reads the logits again.
+ * rowloss[r] as the rows kernel; with training != 0 also dlogits[r,:] =
+ * dloss·(softmax - onehot)/nvalid as the bwd kernel (nvalid: the count kernel's,
+ * launched before). dlogits may alias logits (the code generator fuses only when the
+ * layout put the gradient over the logits): each row's target logit is read before
+ * any thread writes the row. V columns of rows ld apart, as the row kernels. */
+__global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float *logits, const int *targets,
+                                   pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid,
+                                   int training) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  __shared__ double shd[PKC_MAX_BLOCK];
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    float *d = dlogits + r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      if (training)
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
+      continue; /* uniform across the block */
+    }
+    float xt = x[tg];
+    float mx = -3.402823466e38f;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+    mx = pkc_block_max(mx, sh);
+    double s = 0;
+    float sf = 0;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+      float ex = expf(x[c] - mx);
+      s += (double)ex;
+      sf += ex;
+    }
+    s = pkc_block_sum_d(s, shd);
+    float inv = w / pkc_block_sum(sf, sh); /* its barriers order every read of xt before the writes */
+    if (threadIdx.x == 0) rowloss[r] = log(s) + (double)mx - (double)xt;
+    if (!training) continue;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
+    __syncthreads();
+    if (threadIdx.x == 0) d[tg] -= w;
+    __syncthreads();
+  }
+}
+
+/* ===== fused multi-head self-attention ========================================== */
+/* qkv[B,T,3C] packed as GPT-2's c_attn (q | k | v), head h in columns h·hs..(h+1)·hs,
+ * hs = C/NH ≤ PKC_ATT_HS_MAX; scores scaled by 1/sqrt(hs); causal masks keys after
+ * the query; dropout p on the probabilities, element ((b·NH+h)·T + t)·T + t2 of the
+ * stream. One thread per query row (forward, dq) or key row (dk, dv), walking the
+ * other rows with an online softmax (Milakov & Gimelshein; FlashAttention): no T×T
+ * matrix is ever stored. The forward keeps lse = log Σ exp(s) per query row (natural
+ * log, lse[row], row = (b·NH+h)·T + t: the IR's second output of attention); the
+ * backward is FlashAttention-2's, from the forward's out and lse:
+ *   1. pkc_attention_bwd_delta_f32: D[row] = dy·out, into work
+ *      (PKC_ATTENTION_WORK_ELEMS(B,T,NH) = B·NH·T floats, NOT the CPU's T×T scratch);
+ *   2. pkc_attention_bwd_dq_f32:  dq = scale·Σ_j P_j(dP_j - D)·k_j;
+ *   3. pkc_attention_bwd_dkv_f32: dv = Σ_t P'_tj·dy_t, dk = scale·Σ_t dS_tj·q_t.
+ * with P = exp(s - lse), P' = P·mask/(1-p), dP = (dy·v)·mask/(1-p), dS = P(dP - D)
+ * (D = Σ_j P'_j (dy·v_j) = dy·out, with dropout too).
+ * 2 and 3 write disjoint columns of dqkv and may run in either order. A head size
+ * the kernels were not compiled for (PKC_ATT_HS, PKC_ATT_HS_MAX: cuda_kernels.cuh) gives NaN
+ * outputs, which any check catches. These are the fp32 kernels, exact to the CPU;
+ * a bf16 plan whose head size is a multiple of 16 launches their tensor-core twins
+ * instead (cuda_flash_fwd.cuh, cuda_flash_bwd.cuh: mma.sync on bf16 operands, tiles
+ * in shared memory, the same dropout masks), codegen/cgen_cuda_ops.c emit_attention. */
+
+/* Fills a whole output with NaN (a head size the kernels were not compiled for). */
+static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {
+  for (pkc_i64 i = pkc_tid(); i < n; i += pkc_nthreads()) x[i] = PKC_NAN;
+}
+
+/* Scratch floats the backward needs (D; the forward needs none). */
+#define PKC_ATTENTION_WORK_ELEMS(B, T, NH) ((pkc_i64)(B) * (NH) * (T))
+
+__global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                      int NH, int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                      const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
+  const int hs = PKC_ATT_HS_OF(C, NH);
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  float scale = (float)(1.0 / sqrt((double)hs));
+  pkc_u64 thr = pk_rng_threshold(p);
+  float ks = pkc_keep_scale(p);
+  pkc_i64 rows = (pkc_i64)B * NH * T;
+  if (!PKC_ATT_HS_OK(C, NH)) { /* not the head size compiled for: poison, don't guess */
+    pkc_attention_poison(out, (pkc_i64)B * T * C);
+    pkc_attention_poison(lse, rows);
+    return;
+  }
+  for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
+    int t = (int)(row % T);
+    pkc_i64 bh = row / T;
+    int b = (int)(bh / NH), h = (int)(bh % NH);
+    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
+    float *o = out + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+    float q[PKC_ATT_HS_MAX], acc[PKC_ATT_HS_MAX];
+    for (int d = 0; d < hs; d++) {
+      q[d] = base[(pkc_i64)t * C3 + d];
+      acc[d] = 0;
+    }
+    int n = causal ? t + 1 : T;
+    float m = -3.402823466e38f, l = 0;
+    PhiloxCtr blk;
+    pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
+    for (int t2 = 0; t2 < n; t2++) {
+      const float *k = base + (pkc_i64)t2 * C3 + C;
+      float s = 0;
+      for (int d = 0; d < hs; d++) s += q[d] * k[d];
+      s *= scale;
+      if (s > m) { /* rescale what was summed against the old maximum */
+        float corr = expf(m - s);
+        l *= corr;
+        for (int d = 0; d < hs; d++) acc[d] *= corr;
+        m = s;
+      }
+      float w = expf(s - m);
+      l += w;
+      if (p > 0)
+        w = pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? w * ks : 0.0f;
+      if (w != 0.0f) {
+        const float *v = base + (pkc_i64)t2 * C3 + 2 * C;
+        for (int d = 0; d < hs; d++) acc[d] += w * v[d];
+      }
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < hs; d++) o[d] = acc[d] * inv;
+    lse[row] = m + logf(l);
+  }
+}
+
+__global__ void pkc_attention_bwd_delta_f32(float *D, const float *dy, const float *out, int B, int T,
+                                            int C, int NH) {
+  const int hs = C / NH;
+  pkc_i64 rows = (pkc_i64)B * NH * T;
+  for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
+    int t = (int)(row % T);
+    pkc_i64 bh = row / T;
+    int b = (int)(bh / NH), h = (int)(bh % NH);
+    pkc_i64 at = ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+    float d = 0;
+    for (int k = 0; k < hs; k++) d += dy[at + k] * out[at + k];
+    D[row] = d;
+  }
+}
+
+__global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
+                                         const float *qkv, int B, int T, int C, int NH, int causal,
+                                         double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
+  const int hs = PKC_ATT_HS_OF(C, NH);
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  float scale = (float)(1.0 / sqrt((double)hs));
+  pkc_u64 thr = pk_rng_threshold(p);
+  float ks = pkc_keep_scale(p);
+  pkc_i64 rows = (pkc_i64)B * NH * T;
+  if (!PKC_ATT_HS_OK(C, NH)) {
+    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
+    return;
+  }
+  for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
+    int t = (int)(row % T);
+    pkc_i64 bh = row / T;
+    int b = (int)(bh / NH), h = (int)(bh % NH);
+    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
+    float *dq = dqkv + ((pkc_i64)b * T + t) * C3 + (pkc_i64)h * hs;
+    const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+    float q[PKC_ATT_HS_MAX], acc[PKC_ATT_HS_MAX];
+    for (int d = 0; d < hs; d++) {
+      q[d] = base[(pkc_i64)t * C3 + d];
+      acc[d] = 0;
+    }
+    float L = lse[row], D = Dv[row];
+    int n = causal ? t + 1 : T;
+    PhiloxCtr blk;
+    pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
+    for (int t2 = 0; t2 < n; t2++) {
+      const float *k = base + (pkc_i64)t2 * C3 + C;
+      const float *v = k + C;
+      float s = 0, gv = 0;
+      for (int d = 0; d < hs; d++) {
+        s += q[d] * k[d];
+        gv += g[d] * v[d];
+      }
+      float P = expf(s * scale - L);
+      float mk =
+          p > 0 ? (pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? ks : 0.0f)
+                : 1.0f;
+      float ds = P * (gv * mk - D) * scale;
+      for (int d = 0; d < hs; d++) acc[d] += ds * k[d];
+    }
+    for (int d = 0; d < hs; d++) dq[d] = acc[d];
+  }
+}
+
+__global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
+                                          const float *qkv, int B, int T, int C, int NH, int causal,
+                                          double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
+  const int hs = PKC_ATT_HS_OF(C, NH);
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  float scale = (float)(1.0 / sqrt((double)hs));
+  pkc_u64 thr = pk_rng_threshold(p);
+  float ks = pkc_keep_scale(p);
+  pkc_i64 rows = (pkc_i64)B * NH * T;
+  if (!PKC_ATT_HS_OK(C, NH)) {
+    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
+    return;
+  }
+  for (pkc_i64 krow = pkc_tid(); krow < rows; krow += pkc_nthreads()) {
+    int j = (int)(krow % T); /* the key/value row this thread owns */
+    pkc_i64 bh = krow / T;
+    int b = (int)(bh / NH), h = (int)(bh % NH);
+    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
+    float *dk = dqkv + ((pkc_i64)b * T + j) * C3 + C + (pkc_i64)h * hs;
+    float *dv = dk + C;
+    float k[PKC_ATT_HS_MAX], v[PKC_ATT_HS_MAX], ak[PKC_ATT_HS_MAX], av[PKC_ATT_HS_MAX];
+    for (int d = 0; d < hs; d++) {
+      k[d] = base[(pkc_i64)j * C3 + C + d];
+      v[d] = base[(pkc_i64)j * C3 + 2 * C + d];
+      ak[d] = av[d] = 0;
+    }
+    for (int t = causal ? j : 0; t < T; t++) {
+      const float *q = base + (pkc_i64)t * C3;
+      const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+      pkc_i64 qrow = bh * T + t;
+      float s = 0, gv = 0;
+      for (int d = 0; d < hs; d++) {
+        s += q[d] * k[d];
+        gv += g[d] * v[d];
+      }
+      float P = expf(s * scale - lse[qrow]);
+      float mk = 1.0f;
+      if (p > 0) {
+        pkc_u64 e = (pkc_u64)qrow * (pkc_u64)T + (pkc_u64)j;
+        mk = (pkc_u64)pk_rng_u32(seed, op, microbatch, e) >= thr ? ks : 0.0f;
+      }
+      float pd = P * mk; /* P' */
+      float ds = P * (gv * mk - Dv[qrow]) * scale;
+      for (int d = 0; d < hs; d++) {
+        av[d] += pd * g[d];
+        ak[d] += ds * q[d];
+      }
+    }
+    for (int d = 0; d < hs; d++) {
+      dk[d] = ak[d];
+      dv[d] = av[d];
+    }
+  }
+}
