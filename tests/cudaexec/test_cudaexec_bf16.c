@@ -100,8 +100,8 @@ static void test_bf16_update_writes_copy(void) {
   EXPECT(emu_list_casts(dir, 0, &casts, &weight_casts, &w16));
   snprintf(path, sizeof path, "%s/plan.json", dir);
   cJSON *plan = emu_read_json(path);
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), 0),
-                                                    "weight_versions");
+  const cJSON *st0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), 0);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(st0, "weight_versions");
   EXPECT(cJSON_IsNumber(v));
   int versions = cJSON_IsNumber(v) ? v->valueint : 0;
   cJSON_Delete(plan);

@@ -4,8 +4,9 @@
  * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
  * kernels (the one-stage GPU trainer's before it ran on the interpreter; AdamW as one
  * multi-tensor launch that also writes the bf16 weight copy of the version it writes,
- * so no weight is cast inside a step), the norm and the update as CUDA graphs of their own (eager on the first sighting of a set of pointers,
- * captured on the second, launched after), the update's per-step values (lr, the
+ * so no weight is cast inside a step), the norm and the update as CUDA graphs of their
+ * own (eager on the first sighting of a set of pointers, captured on the second,
+ * launched after), the update's per-step values (lr, the
  * bias-correction step, the gradient scale) in device memory, so one graph serves
  * every step.
  *
@@ -525,7 +526,8 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
     c->k_adamw_multi = cx_program_kernel(prog, "pkc_adamw_multi_dev_f32");
     CxAdamwTensor *t = pd_calloc((size_t)st->nparams, sizeof *t);
-    for (int k = 0; k < st->nparams; k++) t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
+    for (int k = 0; k < st->nparams; k++)
+      t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
     c->adamw_bytes = cx_adamw_table_bytes(t, st->nparams);
     free(t);
     c->stepped = pd_calloc((size_t)st->nparams, 1);
