@@ -24,8 +24,12 @@
  *     bf16 weight copy (no cast of a weight in the launch list; fewer casts than
  *     operands ran), plus the casts of its attention, which ran on the tensor-core
  *     kernels (bf16 q, k, v, dy and probabilities: the losses stayed within the same
- *     bound, 3.9e-4 seen). This one-stage trainer refreshes the copy with one cast
- *     launch after its update (runtime/cuda_exec_train.c).
+ *     bound, 3.9e-4 seen).
+ *   - the update (graphs off, so every launch is counted): one multi-tensor AdamW launch
+ *     per step, which writes the bf16 copy of the version it writes, and no per-tensor
+ *     AdamW; the casts that ran are the lists' (activation operands) x microbatches
+ *     plus one per weight version at load: no weight is cast inside a step
+ *     (runtime/cuda/exec/cuda_exec_device.c).
  * Also: a bf16 plan cannot be loaded as fp32/tf32, nor a float32 plan as bf16
  * (cx_program_load's override), each with a message.
  *
@@ -86,6 +90,37 @@ static void test_bf16_trains(void) {
   free(b16.w);
 }
 
+/* One AdamW launch a step, and no weight cast but at load (the copies are written
+ * by the update). */
+static void test_bf16_update_writes_copy(void) {
+  EXPECT(emu_make_plan("pbf16", BF16_PLAN));
+  char dir[256], path[300];
+  int casts, weight_casts, w16;
+  emu_path(dir, sizeof dir, "pbf16");
+  EXPECT(emu_list_casts(dir, 0, &casts, &weight_casts, &w16));
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  cJSON *plan = emu_read_json(path);
+  const cJSON *st0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), 0);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(st0, "weight_versions");
+  EXPECT(cJSON_IsNumber(v));
+  int versions = cJSON_IsNumber(v) ? v->valueint : 0;
+  cJSON_Delete(plan);
+  EmuRun b16 = {0};
+  emu_device_set_graphs(false);
+  bool ok = emu_run_gpu("pbf16", &b16);
+  emu_device_set_graphs(true);
+  EXPECT(ok);
+  const EmuCounts *n = &b16.counts;
+  int want = casts * EMU_STEPS * EMU_MB + versions;
+  printf("  pbf16, graphs off: AdamW %d multi-tensor, %d per tensor in %d steps; %d casts (want %d: %d in the lists "
+         "x %d microbatches + %d weight versions at load)\n",
+         n->adamw_multi, n->adamw_one, EMU_STEPS, n->casts, want, casts, EMU_STEPS * EMU_MB, versions);
+  EXPECT_EQ_INT(n->adamw_multi, EMU_STEPS);
+  EXPECT_EQ_INT(n->adamw_one, 0);
+  EXPECT_EQ_INT(n->casts, want);
+  free(b16.w);
+}
+
 /* The override of cx_program_load cannot mix float32 and bf16 lists. */
 static void test_overrides_refused(void) {
   char dir[256], err[RT_ERR_LEN] = "";
@@ -115,6 +150,7 @@ int main(int argc, char **argv) {
   if (!emu_test_begin(argc, argv, false, "usage: test_cudaexec_bf16 PD2BWC", tmp)) return 2;
   EXPECT(emu_train_files());
   RUN(test_bf16_trains);
+  RUN(test_bf16_update_writes_copy);
   RUN(test_overrides_refused);
   emu_test_end();
   return TEST_REPORT();

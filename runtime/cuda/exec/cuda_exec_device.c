@@ -2,9 +2,11 @@
  * device (runtime/exec/exec.h ExecDeviceOps) over a CxDeviceOps table (a real GPU, or
  * the tests' emulator): the stage's launch lists (cx_program_run: the passes as CUDA
  * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
- * kernels (the one-stage GPU trainer's before it ran on the interpreter), the norm and the update
- * as CUDA graphs of their own (eager on the first sighting of a set of pointers,
- * captured on the second, launched after), the update's per-step values (lr, the
+ * kernels (the one-stage GPU trainer's before it ran on the interpreter; AdamW as one
+ * multi-tensor launch that also writes the bf16 weight copy of the version it writes,
+ * so no weight is cast inside a step), the norm and the update as CUDA graphs of their
+ * own (eager on the first sighting of a set of pointers, captured on the second,
+ * launched after), the update's per-step values (lr, the
  * bias-correction step, the gradient scale) in device memory, so one graph serves
  * every step.
  *
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda/exec/cuda_adamw_multi.h"
 #include "runtime/cuda/exec/cuda_exec.h"
 #include "runtime/exec/exec.h"
 #include "runtime/pipeline/pipeline_rank.h"
@@ -81,7 +84,15 @@ typedef struct CudaDevice {
   } ver[CD_VERSIONS];
   void *k_cast;
   int32_t *tok_tmp, *tgt_tmp;
-  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy;
+  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy, *k_adamw_multi;
+  /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of every
+   * parameter, uploaded at the first update it serves; stepped[k]: parameter k is
+   * stepped there (the others are in place without a gradient: no-ops that still write
+   * their bf16 copy) */
+  CxPtr adamw;
+  uint64_t adamw_bytes;
+  CxAdamwTable adamw_tab;
+  bool adamw_ready, *stepped;
   StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
   CxGraphStats upd_stats;
   /* what the graphs' issue functions read */
@@ -90,6 +101,8 @@ typedef struct CudaDevice {
   int sq_count;
   const ExecOptStep *os;
   int os_count;
+  bool os_multi;      /* the update is one multi-tensor AdamW launch: os_launch */
+  CxAdamwLaunch os_launch;
 } CudaDevice;
 
 static CudaDevice *cud(ExecDevice *d) { return (CudaDevice *)(void *)d; }
@@ -115,6 +128,8 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
   uint64_t p16 = at;
   at += CD_VERSIONS * up256(c->p16_bytes);
+  uint64_t adamw = at;
+  at += c->adamw_bytes;
   c->bytes = at;
   CxPtr base;
   char err[RT_ERR_LEN];
@@ -130,6 +145,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   c->losses = base + losses;
   c->data = base + data;
   c->p16 = base + p16;
+  c->adamw = base + adamw;
   return (char *)(uintptr_t)base;
 }
 
@@ -173,13 +189,21 @@ static void written(CudaDevice *c, const void *at, uint64_t bytes) {
     if (c->ver[v].w && x < c->ver[v].w + c->st->blocks[BUF_PARAMS] && x + bytes > c->ver[v].w) c->ver[v].dirty = true;
 }
 
-/* The bf16 copy of the weight version at w (registered at first sight), cast again
- * first when it was written since (stream-ordered, before the pass that reads it). */
-static CxPtr bf16_copy(CudaDevice *c, const char *w) {
+/* The slot of the weight version at w, registered at first sight (its copy stale). */
+static int version_of(CudaDevice *c, const char *w) {
   int v = 0;
   while (v < CD_VERSIONS && c->ver[v].w && c->ver[v].w != w) v++;
   PD_CHECK(v < CD_VERSIONS, "(more than %d weight versions with a bf16 copy)", CD_VERSIONS);
   if (!c->ver[v].w) c->ver[v].w = w, c->ver[v].dirty = true;
+  return v;
+}
+
+/* The bf16 copy of the weight version at w, cast again first when it was written
+ * since (stream-ordered, before the pass that reads it). The multi-tensor AdamW
+ * writes the copy of the version it writes: no cast inside a step then, only after a
+ * load or another write. */
+static CxPtr bf16_copy(CudaDevice *c, const char *w) {
+  int v = version_of(c, w);
   CxPtr w16 = c->p16 + (CxPtr)v * up256(c->p16_bytes), src = dp(w);
   if (c->ver[v].dirty) {
     int64_t n = c->st->blocks[BUF_PARAMS] / 4;
@@ -346,10 +370,14 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
   return ss;
 }
 
-/* The optimizer kernels of every step in c->os, their per-step values read from
- * c->scalars. */
+/* The optimizer kernels of every step in c->os (or the one multi-tensor AdamW launch
+ * c->os_launch), their per-step values read from c->scalars. */
 static void issue_update(CudaDevice *c) {
   CxPtr sc = c->scalars;
+  if (c->os_multi) {
+    cx_adamw_multi_launch(c->ops, c->k_adamw_multi, 0, &c->adamw_tab, &c->os_launch);
+    return;
+  }
   for (int i = 0; i < c->os_count; i++) {
     const ExecOptStep *s = &c->os[i];
     const TrainConfig *tc = s->tc;
@@ -367,6 +395,52 @@ static void issue_update(CudaDevice *c) {
   }
 }
 
+/* Whether steps s[0..n) can be the multi-tensor AdamW launch, and its blocks in *a:
+ * every step's weights, gradient, m and v at its parameter's offset from one base
+ * each (the interpreter's blocks: a deferred tied gradient lies elsewhere), the
+ * parameters the plan stage's in order, and every parameter of the stage either
+ * stepped or in place (a parameter without a gradient copied into another version is
+ * the interpreter's copy, not the table's). The table is built from the first such
+ * call; a later call must step the same parameters. Otherwise (and for SGD) the
+ * per-tensor kernels run, and a bf16 copy is cast again before a pass reads it. */
+static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaunch *a) {
+  const RtStage *st = c->st;
+  if (!c->stepped || s[0].tc->optimizer == OPT_SGD) return false;
+  CxPtr wo = dp(s[0].wout) - (CxPtr)s[0].param->offset, wi = dp(s[0].win) - (CxPtr)s[0].param->offset;
+  CxPtr g = dp(s[0].g) - (CxPtr)s[0].param->offset, m = dp(s[0].m) - (CxPtr)s[0].param->offset;
+  CxPtr v = dp(s[0].v) - (CxPtr)s[0].param->offset;
+  bool *in = pd_calloc((size_t)st->nparams + 1, 1);
+  bool ok = true;
+  for (int i = 0; ok && i < n; i++) {
+    int64_t k = s[i].param - st->params, off = s[i].param->offset;
+    ok = k >= 0 && k < st->nparams && (i == 0 || k > s[i - 1].param - st->params) && dp(s[i].wout) == wo + (CxPtr)off &&
+         dp(s[i].win) == wi + (CxPtr)off && dp(s[i].g) == g + (CxPtr)off && dp(s[i].m) == m + (CxPtr)off &&
+         dp(s[i].v) == v + (CxPtr)off;
+    if (ok) in[k] = true;
+  }
+  for (int k = 0; ok && k < st->nparams; k++) ok = in[k] || wo == wi;
+  if (ok && !c->adamw_ready) {
+    CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
+    for (int k = 0; k < st->nparams; k++)
+      t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
+                             .decay = st->params[k].decay, .has_grad = in[k]};
+    c->adamw_tab = cx_adamw_table_upload(c->ops, c->adamw, t, st->nparams);
+    free(t);
+    memcpy(c->stepped, in, (size_t)st->nparams);
+    c->adamw_ready = true;
+  }
+  ok = ok && memcmp(c->stepped, in, (size_t)st->nparams) == 0;
+  free(in);
+  if (!ok) return false;
+  const TrainConfig *tc = s[0].tc;
+  CxPtr w16 = 0;
+  if (c->p16_bytes) w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)wo) * up256(c->p16_bytes);
+  *a = (CxAdamwLaunch){.w_out = wo, .w_in = wi, .grad = g, .m = m, .v = v, .w16 = w16, .scalars = c->scalars,
+                       .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->eps, .weight_decay = tc->weight_decay,
+                       .delay_comp = tc->delay_comp};
+  return true;
+}
+
 static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   CudaDevice *c = cud(d);
   uint64_t key = 14695981039346656037ull;
@@ -378,8 +452,12 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   c->ops->htod(c->ops->dev, c->scalars, &sv, sizeof sv); /* waits: no update reads the last ones still */
   c->os = s;
   c->os_count = n;
+  c->os_multi = multi_launch(c, s, n, &c->os_launch);
   run_graph(c, c->g_upd, key, issue_update, &c->upd_stats);
-  for (int i = 0; i < n; i++) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
+  if (c->os_multi && c->p16_bytes) /* every parameter's bf16 copy was written with it */
+    c->ver[version_of(c, (const char *)(uintptr_t)c->os_launch.w_out)].dirty = false;
+  else
+    for (int i = 0; i < n; i++) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
 }
 
 static void cd_destroy(ExecDevice *d) {
@@ -393,6 +471,7 @@ static void cd_destroy(ExecDevice *d) {
   free(c->host_losses);
   free(c->tok_tmp);
   free(c->tgt_tmp);
+  free(c->stepped);
   free(c);
 }
 
@@ -444,6 +523,15 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->k_axpy = cx_program_kernel(prog, "pkc_axpy_f32");
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
   if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
+  if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
+    c->k_adamw_multi = cx_program_kernel(prog, "pkc_adamw_multi_dev_f32");
+    CxAdamwTensor *t = pd_calloc((size_t)st->nparams, sizeof *t);
+    for (int k = 0; k < st->nparams; k++)
+      t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
+    c->adamw_bytes = cx_adamw_table_bytes(t, st->nparams);
+    free(t);
+    c->stepped = pd_calloc((size_t)st->nparams, 1);
+  }
   return &c->base;
 }
 
