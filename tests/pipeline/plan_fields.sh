@@ -50,7 +50,7 @@ P|train.optimizer|"adam"|train.optimizer = "adam": expected "adamw" or "sgd"
 P|train.lr_schedule|"step"|train.lr_schedule = "step": expected "constant", "cosine" or "linear"
 P|stages[1].program.source|"../x.c"|stages[1].program.source = "../x.c": must be a file name inside the plan directory
 P|stages[1].program.hash|"zz"|stages[1].program.hash = "zz": expected 16 hex digits
-P|stages[0].program.abi|1|stages[0].program: stage ABI version 1, this runtime speaks 2
+P|stages[0].program.abi|1|stages[0].program: stage ABI version 1, this runtime speaks 
 P|stages[0].program.real_bytes|2|stages[0].program.real_bytes = 2: must be 4 or 8
 P|stages[0].program.microbatch_size|2|stages[0].program.microbatch_size = 2: must equal config.microbatch_size (1)
 P|stages[0].program.blocks.params|-1|stages[0].program.blocks.params = -1: must be an integer 0..281474976710656
