@@ -51,7 +51,7 @@ char *rt_run_capture(char *const argv[], int *status) {
   int st;
   while (waitpid(pid, &st, 0) < 0)
     if (errno != EINTR) return out; /* *status stays -1 */
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -1 - WTERMSIG(st) : -1;
   return out;
 }
 

@@ -235,8 +235,12 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
       /* Enough of the compiler's complaint to act on. */
       if (log && strlen(log) > 1200) log[1200] = 0;
       char *text = command_text(cc);
-      bool r = ERR("%s: the C compiler failed (%s):\n%s", c_path, text,
-                   log ? log : "(could not run it)");
+      /* A compiler killed by a signal (out of memory, or the job being torn down by
+       * another rank's abort) says nothing itself: name the signal. */
+      int sig = log ? RT_RUN_SIGNAL(st) : 0;
+      bool r = sig ? ERR("%s: the C compiler was killed by signal %d (%s) (%s)%s%s", c_path, sig, strsignal(sig),
+                         text, *log ? ":\n" : "", log)
+                   : ERR("%s: the C compiler failed (%s):\n%s", c_path, text, log ? log : "(could not run it)");
       free(text);
       free(log);
       free_words(cc);

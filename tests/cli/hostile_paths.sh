@@ -57,6 +57,17 @@ out=$(PD2BW_CACHE="$base/cache2" PD2BW_CC="$work/no-such-cc" "$run" "$base/plan"
 rc=$?
 [ $rc -eq 1 ] && grep -q "cannot run the C compiler" <<<"$out" && ok || bad "a missing PD2BW_CC (exit $rc): $out"
 
+# a compiler killed by a signal: the message names the signal (it printed nothing)
+cat >"$work/cc-killed" <<'SH'
+#!/bin/sh
+[ "$1" = "--version" ] && { echo "cc-killed 1.0"; exit 0; }
+kill -KILL $$
+SH
+chmod +x "$work/cc-killed"
+out=$(PD2BW_CACHE="$base/cache3" PD2BW_CC="$work/cc-killed" "$run" "$base/plan" --data "$base/train.bin" --steps 1 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "the C compiler was killed by signal 9" <<<"$out" && ok || bad "a compiler killed by SIGKILL (exit $rc): $out"
+
 found=$(find "$work" -name 'PWNED*')
 [ -z "$found" ] && ok || bad "an embedded command ran: $found"
 
