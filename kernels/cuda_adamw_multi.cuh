@@ -60,6 +60,18 @@ static __device__ __forceinline__ pkc_adamw_c pkc_adamw_consts(double lr, double
   return c;
 }
 
+/* AdamW's bias corrections 1 - beta^t, in double and rounded to float once per block
+ * (as the CPU computes them once per step): thread 0 writes bc[0..1] in shared memory,
+ * and every thread of the block reads them after the barrier. */
+static __device__ __forceinline__ void pkc_adamw_bias_corrections(float *bc, double beta1, double beta2,
+                                                                  double t) {
+  if (threadIdx.x == 0) {
+    bc[0] = (float)(1.0 - pow(beta1, t));
+    bc[1] = (float)(1.0 - pow(beta2, t));
+  }
+  __syncthreads();
+}
+
 /* One element of AdamW (pk_adamw_step's loop body, the same float expressions): the
  * raw gradient, W(t), W(t-1) (read only with delay compensation), m and v in and out;
  * returns the new weight. Every AdamW kernel (per tensor, and the multi-tensor one of
@@ -126,11 +138,7 @@ __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const f
                                         double weight_decay, double delay_comp,
                                         const pkc_step_scalars *s) {
   __shared__ float bc[2];
-  if (threadIdx.x == 0) {
-    bc[0] = (float)(1.0 - pow(beta1, (double)s->t));
-    bc[1] = (float)(1.0 - pow(beta2, (double)s->t));
-  }
-  __syncthreads();
+  pkc_adamw_bias_corrections(bc, beta1, beta2, (double)s->t);
   for (pkc_i64 b = blockIdx.x; b < nchunks; b += gridDim.x) {
     pkc_adamw_chunk ck = chunks[b];
     pkc_adamw_tensor t = tensors[ck.tensor];

@@ -46,11 +46,7 @@ __global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float 
                                    double eps, double weight_decay, int decay, pkc_i64 t,
                                    double grad_scale, double delay_comp) {
   __shared__ float bc[2];
-  if (threadIdx.x == 0) {
-    bc[0] = (float)(1.0 - pow(beta1, (double)t));
-    bc[1] = (float)(1.0 - pow(beta2, (double)t));
-  }
-  __syncthreads();
+  pkc_adamw_bias_corrections(bc, beta1, beta2, (double)t);
   pkc_adamw_apply(w_out, w_in, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decay, bc[0],
                   bc[1], grad_scale, delay_comp);
 }
@@ -61,11 +57,7 @@ __global__ void pkc_adamw_step_dev_f32(float *w_out, const float *w_in, const fl
                                        double weight_decay, int decay, double delay_comp,
                                        const pkc_step_scalars *s) {
   __shared__ float bc[2];
-  if (threadIdx.x == 0) {
-    bc[0] = (float)(1.0 - pow(beta1, (double)s->t));
-    bc[1] = (float)(1.0 - pow(beta2, (double)s->t));
-  }
-  __syncthreads();
+  pkc_adamw_bias_corrections(bc, beta1, beta2, (double)s->t);
   pkc_adamw_apply(w_out, w_in, grad, m, v, n, s->lr, beta1, beta2, eps, weight_decay, decay,
                   bc[0], bc[1], s->grad_scale, delay_comp);
 }
