@@ -218,6 +218,28 @@ typedef struct CxGraphStats {
   int64_t eager;    /* passes replayed launch by launch */
 } CxGraphStats;
 CxGraphStats cx_program_graph_stats(const CxProgram *p);
+
+/* The per-step optimizer values on the device (lr, 1/m times the clip factor, t + 1):
+ * kernels/cuda_adamw_multi.cuh's pkc_step_scalars, field for field. */
+typedef struct CxStepScalars {
+  double lr, grad_scale;
+  int64_t t;
+} CxStepScalars;
+_Static_assert(sizeof(CxStepScalars) == 24, "CxStepScalars must match pkc_step_scalars");
+
+/* One of a step's own CUDA graphs (a norm or an update, outside the passes), keyed by
+ * what its frozen arguments depend on. */
+typedef struct CxStepGraph {
+  uint64_t key;
+  bool seen;
+  void *graph;
+} CxStepGraph;
+/* Issues issue(arg)'s work on `stream` through g as cx_program_run does a pass:
+ * eagerly when g is NULL, there are no graph ops or on its first sighting, captured on
+ * the second, launched after; counted in *stats (NULL: not counted). A failed capture
+ * is a bug (pd_fatal, naming stage and replica). (cuda_exec_device.c) */
+void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
+                       CxGraphStats *stats, int stage, int replica);
 /* The stage's segments (the list's "segments"). */
 int cx_program_segments(const CxProgram *p);
 

@@ -41,22 +41,10 @@
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
 #define CD_VERSIONS 2    /* weight versions with a bf16 copy (the one-stage trainer's: 2bw has 2) */
 
-/* cuda_kernels.cuh's pkc_step_scalars, field for field. */
-typedef struct StepScalars {
-  double lr, grad_scale;
-  int64_t t;
-} StepScalars;
-_Static_assert(sizeof(StepScalars) == 24, "StepScalars must match pkc_step_scalars");
-
-/* A norm or update graph, keyed by the pointers and sizes it was issued with. */
-typedef struct StepGraph {
-  uint64_t key;
-  bool seen;
-  void *graph;
-} StepGraph;
 
 typedef struct CudaDevice {
   ExecDevice base;
+  int stage; /* the plan's, for messages */
   const CxDeviceOps *ops;
   const RtStage *st;
   CxProgram *prog;
@@ -93,7 +81,7 @@ typedef struct CudaDevice {
   uint64_t adamw_bytes;
   CxAdamwTable adamw_tab;
   bool adamw_ready, *stepped;
-  StepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS];
+  CxStepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS]; /* keyed by the pointers and sizes issued */
   CxGraphStats upd_stats;
   /* what the graphs' issue functions read */
   const float *const *sq_x;
@@ -123,7 +111,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   CudaDevice *c = cud(d);
   uint64_t at = up256(bytes), scratch = at, parts = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
   uint64_t norm = (at += up256((uint64_t)(c->nparts * 8))), scalars = (at += 256);
-  uint64_t losses = (at += up256(sizeof(StepScalars)));
+  uint64_t losses = (at += up256(sizeof(CxStepScalars)));
   uint64_t data = (at += up256(CD_LOSSES * 4));
   at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
   uint64_t p16 = at;
@@ -306,34 +294,43 @@ static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull;
 
 /* Issues issue(c) on stream 0 as graph set[key]: eagerly (no graph ops, the first
  * sighting, or no free entry), by capturing it (the second) or as the graph. */
-static void run_graph(CudaDevice *c, StepGraph *set, uint64_t key, void (*issue)(CudaDevice *), CxGraphStats *stats) {
-  const CxDeviceOps *ops = c->ops;
-  StepGraph *g = NULL;
-  for (int i = 0; i < CD_GRAPHS && !g; i++)
-    if (set[i].seen && set[i].key == key) g = &set[i];
-  for (int i = 0; i < CD_GRAPHS && !g; i++)
-    if (!set[i].seen) g = &set[i];
-  if (!ops->capture_begin || !g || !g->seen) {
-    if (g) *g = (StepGraph){.key = key, .seen = true};
-    issue(c);
+void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
+                       CxGraphStats *stats, int stage, int replica) {
+  if (!g || !ops->capture_begin || !g->seen) {
+    if (g) g->seen = true;
+    issue(arg);
     if (stats) stats->eager++;
     return;
   }
   if (!g->graph) {
     char err[256] = "";
-    if (!ops->capture_begin(ops->dev, 0, err, sizeof err)) pd_fatal(__FILE__, __LINE__, "capturing a step graph: %s", err);
-    issue(c);
-    g->graph = ops->capture_end(ops->dev, 0, err, sizeof err);
-    if (!g->graph) pd_fatal(__FILE__, __LINE__, "capturing a step graph: %s", err);
+    if (!ops->capture_begin(ops->dev, stream, err, sizeof err))
+      pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
+    issue(arg);
+    g->graph = ops->capture_end(ops->dev, stream, err, sizeof err);
+    if (!g->graph) pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
     if (stats) stats->captured++;
   }
-  ops->graph_launch(ops->dev, g->graph, 0);
+  ops->graph_launch(ops->dev, g->graph, stream);
   if (stats) stats->launches++;
+}
+
+/* The graph of `set` keyed `key` (or a free one, first sighting), through
+ * cx_step_graph_run; eager when all CD_GRAPHS are taken by other keys. */
+static void run_graph(CudaDevice *c, CxStepGraph *set, uint64_t key, void (*issue)(void *), CxGraphStats *stats) {
+  CxStepGraph *g = NULL;
+  for (int i = 0; i < CD_GRAPHS && !g; i++)
+    if (set[i].seen && set[i].key == key) g = &set[i];
+  for (int i = 0; i < CD_GRAPHS && !g; i++)
+    if (!set[i].seen) g = &set[i];
+  if (g && !g->seen) g->key = key;
+  cx_step_graph_run(c->ops, 0, g, issue, c, stats, c->stage, 0);
 }
 
 /* Σ x² of every tensor: per-block partials of each in turn, then one sum of them all
  * in order (the one-stage GPU trainer's norm, bit for bit). */
-static void issue_norm(CudaDevice *c) {
+static void issue_norm(void *arg) { /* a CudaDevice */
+  CudaDevice *c = arg;
   CxPtr part = c->parts;
   int64_t np = 0;
   for (int i = 0; i < c->sq_count; i++) {
@@ -372,7 +369,8 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
 
 /* The optimizer kernels of every step in c->os (or the one multi-tensor AdamW launch
  * c->os_launch), their per-step values read from c->scalars. */
-static void issue_update(CudaDevice *c) {
+static void issue_update(void *arg) { /* a CudaDevice */
+  CudaDevice *c = arg;
   CxPtr sc = c->scalars;
   if (c->os_multi) {
     cx_adamw_multi_launch(c->ops, c->k_adamw_multi, 0, &c->adamw_tab, &c->os_launch);
@@ -448,7 +446,7 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
     PD_CHECK(s[i].t == s[0].t && s[i].scale == s[0].scale && s[i].tc == s[0].tc, "(one step's values)");
     key = mix(mix(mix(key, dp(s[i].wout)), dp(s[i].win)), dp(s[i].g));
   }
-  StepScalars sv = {.lr = rt_lr_at(s[0].tc, s[0].t), .grad_scale = s[0].scale, .t = s[0].t + 1};
+  CxStepScalars sv = {.lr = rt_lr_at(s[0].tc, s[0].t), .grad_scale = s[0].scale, .t = s[0].t + 1};
   c->ops->htod(c->ops->dev, c->scalars, &sv, sizeof sv); /* waits: no update reads the last ones still */
   c->os = s;
   c->os_count = n;
@@ -500,6 +498,7 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
     return NULL;
   }
   CudaDevice *c = pd_calloc(1, sizeof *c);
+  c->stage = stage;
   c->base.ops = &cuda_ops;
   c->ops = ops;
   c->st = st;

@@ -3,7 +3,7 @@
  * trainer's device (runtime/cuda/exec/cuda_exec_device.c) runs them.
  *
  * A graph per SR: eager on its first sighting, captured on its second, launched
- * after (CpGraph). A graph freezes kernel arguments, so
+ * after (cx_step_graph_run). A graph freezes kernel arguments, so
  *  - the norm's graphs are keyed by batch parity: a deferred tied gradient lies in
  *    tg[t % 2] (cp_tied_buf), everything else is fixed;
  *  - the update's graphs are keyed by (version written, version read): 2bw alternates
@@ -21,15 +21,6 @@
 
 #include "kernels/cuda_kernel_list.h"
 
-/* The per-step optimizer values on the device: cuda_kernels.cuh's pkc_step_scalars,
- * field for field. */
-typedef struct CpStepScalars {
-  double lr;         /* rt_lr_at(t) */
-  double grad_scale; /* 1/m · the clip factor */
-  int64_t t;         /* t + 1: AdamW's bias corrections */
-} CpStepScalars;
-_Static_assert(sizeof(CpStepScalars) == 24, "CpStepScalars must match pkc_step_scalars");
-
 /* What a graph's issue function needs. */
 typedef struct CpIssue {
   CpRun *x;
@@ -38,38 +29,18 @@ typedef struct CpIssue {
   int vslot, src;
 } CpIssue;
 
-/* Issues `issue`'s work on s's stream through graph g: eagerly (no graph ops, or the
- * first sighting), by capturing it (second sighting) or as the graph. A failed capture
- * is a bug, as in cx_program_run. */
-static void run_graph(const CpIssue *c, CpGraph *g, void (*issue)(const CpIssue *)) {
-  const CxDeviceOps *ops = c->x->ops;
-  CxGraphStats *st = &c->x->step_graphs;
-  int stream = c->s->stream;
-  if (!g || !ops->capture_begin || !g->seen) {
-    if (g) g->seen = true;
-    issue(c);
-    st->eager++;
-    return;
-  }
-  if (!g->graph) {
-    char err[256] = "";
-    if (!ops->capture_begin(ops->dev, stream, err, sizeof err))
-      pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", c->s->stage, c->s->replica, err);
-    issue(c);
-    g->graph = ops->capture_end(ops->dev, stream, err, sizeof err);
-    if (!g->graph)
-      pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", c->s->stage, c->s->replica, err);
-    st->captured++;
-  }
-  ops->graph_launch(ops->dev, g->graph, stream);
-  st->launches++;
+/* Issues `issue`'s work on s's stream through graph g (cx_step_graph_run: eager, then
+ * captured, then launched; g NULL: eager). */
+static void run_graph(const CpIssue *c, CxStepGraph *g, void (*issue)(void *)) {
+  cx_step_graph_run(c->x->ops, c->s->stream, g, issue, (void *)c, &c->x->step_graphs, c->s->stage, c->s->replica);
 }
 
 /* ---- the norm ----------------------------------------------------------------------------- */
 
 /* Σ g² of the SR's gradients (each tied parameter counted by its group's first stage,
  * after the sum), into s->norm. */
-static void issue_norm(const CpIssue *c) {
+static void issue_norm(void *arg) { /* a CpIssue */
+  const CpIssue *c = arg;
   CpRun *x = c->x;
   CpSr *s = c->s;
   CxPtr part = s->parts;
@@ -132,7 +103,8 @@ void cp_adamw_upload(CpRun *x, CpSr *s) {
 
 /* The optimizer over cp_update's parameters (adamw_tensors), its per-step values read
  * from s->scalars: AdamW as one multi-tensor launch, SGD parameter by parameter. */
-static void issue_update(const CpIssue *c) {
+static void issue_update(void *arg) { /* a CpIssue */
+  const CpIssue *c = arg;
   CpRun *x = c->x;
   CpSr *s = c->s;
   CxPtr sc = s->scalars;
@@ -173,13 +145,13 @@ void cp_cast_weights(CpRun *x, CpSr *s, int v, int64_t off, int64_t n, int strea
 }
 
 void cp_step_scalars(CpRun *x, CpSr *s, int64_t t, double scale) {
-  CpStepScalars sv = {.lr = rt_lr_at(&x->tc, t), .grad_scale = scale, .t = t + 1};
+  CxStepScalars sv = {.lr = rt_lr_at(&x->tc, t), .grad_scale = scale, .t = t + 1};
   x->ops->htod(x->ops->dev, s->scalars, &sv, sizeof sv);
 }
 
 void cp_update(CpRun *x, CpSr *s, int vslot, int src, int64_t t) {
-  int key = vslot * PIPE_MAX_SLOTS + src;
-  CpGraph *g = NULL;
+  uint64_t key = (uint64_t)(vslot * PIPE_MAX_SLOTS + src);
+  CxStepGraph *g = NULL;
   for (int i = 0; i < s->n_upd && !g; i++)
     if (s->g_upd[i].key == key) g = &s->g_upd[i];
   if (!g && s->n_upd < CP_UPD_GRAPHS) {

@@ -33,14 +33,6 @@
 
 #define CP_UPD_GRAPHS 8 /* update graphs per SR, one per (version, source) pair; past it eager */
 
-/* One of the step's CUDA graphs (cuda_pipe_graph.c): eager on the first sighting,
- * captured on the second, launched after. key: what its frozen arguments depend on. */
-typedef struct CpGraph {
-  bool seen;
-  int key;
-  void *graph;
-} CpGraph;
-
 /* A tied group as one SR sees it. */
 typedef struct CpTied {
   int param;      /* index in RtStage.params; -1: not held here (or a one-stage group) */
@@ -77,7 +69,7 @@ typedef struct CpSr {
   int nparts;
   /* the step's CUDA graphs: the norm by batch parity (deferred tied gradients
    * alternate between two blocks), the update by (version, source) */
-  CpGraph g_norm[2], g_upd[CP_UPD_GRAPHS];
+  CxStepGraph g_norm[2], g_upd[CP_UPD_GRAPHS]; /* cx_step_graph_run's; g_upd keyed by (version, source) */
   int n_upd;
   int64_t data_batch[CP_DATA_SLOTS]; /* batch held by each data slot, -1 none */
   int data_uses[CP_DATA_SLOTS];      /* FWD/BWD refills of that batch still to come */
