@@ -228,13 +228,13 @@ extern "C" __global__ void pkc_flash_attention_bwd_dq_bf16(float *dqkv, const fl
                                                            const pkc_u32 *mbkey) {
   __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T));
   (void)sKV, (void)tiles, (void)lse, (void)Dv, (void)qkv, (void)dy, (void)causal, (void)dr;
-  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
+  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0 && PKC_FLASH_T_OK(T)) switch (C / NH) {
 #define PKC_FLASH_DQ_CASE(n)                                                                               \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_dq_tile<n>(dqkv, lse, Dv, dy, qkv, T, C, NH, causal, &dr, t, sKV,                      \
+      pkc_flash_dq_tile<n>(dqkv, lse, Dv, dy, qkv, PKC_FLASH_T(T), C, NH, causal, &dr, t, sKV,                      \
                            sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                         \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_DQ_CASE)
@@ -252,13 +252,13 @@ extern "C" __global__ void pkc_flash_attention_bwd_dkv_bf16(float *dqkv, const f
   __shared__ __align__(16) unsigned short sQY[2 * PKC_FLASH_BR * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   __shared__ float sL[2 * PKC_FLASH_BR];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T));
   (void)sQY, (void)sL, (void)tiles, (void)lse, (void)Dv, (void)qkv, (void)dy, (void)causal, (void)dr;
-  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
+  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0 && PKC_FLASH_T_OK(T)) switch (C / NH) {
 #define PKC_FLASH_DKV_CASE(n)                                                                              \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_dkv_tile<n>(dqkv, lse, Dv, dy, qkv, T, C, NH, causal, &dr, t, sQY,                     \
+      pkc_flash_dkv_tile<n>(dqkv, lse, Dv, dy, qkv, PKC_FLASH_T(T), C, NH, causal, &dr, t, sQY,                     \
                             sQY + PKC_FLASH_BR * PKC_FLASH_LD(n), sL);                                    \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_DKV_CASE)

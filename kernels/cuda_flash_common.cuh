@@ -14,7 +14,8 @@
  *
  * Every flash kernel runs PKC_FLASH_THREADS threads a block (4 warps, 16 query or key
  * rows each) and strides over its tiles by gridDim.x, so any grid is correct; another
- * block size, or a head size not compiled, gives NaN outputs (pkc_flash_poison).
+ * block size, or a head size or sequence length not compiled, gives NaN outputs
+ * (pkc_flash_poison).
  */
 #ifndef PD2BW_CUDA_FLASH_COMMON_CUH
 #define PD2BW_CUDA_FLASH_COMMON_CUH
@@ -40,6 +41,18 @@
 #else
 #define PKC_FLASH_SIZES(X)
 #define PKC_FLASH_HS_MAX 16
+#endif
+
+/* The sequence length compiled: the model's (PKC_ATT_T, which the code generator defines
+ * beside PKC_ATT_HS when every attention op has one T), so that the tile count and the
+ * row offsets (t·T, causal bounds) are constants. A launch with another T then poisons
+ * its outputs, as an uncompiled head size does; without PKC_ATT_T any T runs. */
+#if defined(PKC_ATT_T)
+#define PKC_FLASH_T_OK(T) ((T) == PKC_ATT_T)
+#define PKC_FLASH_T(T) PKC_ATT_T
+#else
+#define PKC_FLASH_T_OK(T) 1
+#define PKC_FLASH_T(T) (T)
 #endif
 
 /* Fully unrolled loops over the fragment arrays, so they stay in registers (a loop the

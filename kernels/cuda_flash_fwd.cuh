@@ -145,13 +145,13 @@ extern "C" __global__ void pkc_flash_attention_fwd_bf16(float *out, float *lse, 
                                                         pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
   __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(T);
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T));
   (void)sKV, (void)tiles, (void)qkv, (void)causal, (void)dr; /* unused when no size is compiled */
-  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0) switch (C / NH) {
+  if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0 && PKC_FLASH_T_OK(T)) switch (C / NH) {
 #define PKC_FLASH_FWD_CASE(n)                                                                              \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_fwd_tile<n>(out, lse, qkv, T, C, NH, causal, &dr, t, sKV,                              \
+      pkc_flash_fwd_tile<n>(out, lse, qkv, PKC_FLASH_T(T), C, NH, causal, &dr, t, sKV,                         \
                             sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                        \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_FWD_CASE)

@@ -172,6 +172,10 @@ int64_t layout_cuda_ce_rows(const Graph *g, const Op *op, int64_t b);
 /* The head size every attention op of the graph uses, or 0 (none, or several): the
  * CUDA kernel library's PKC_ATT_HS. */
 int layout_cuda_head_size(const Graph *g);
+/* The sequence length every attention op of the graph uses (qkv's rows per sample), or
+ * 0 (none, or several): the kernel library's PKC_ATT_T, which makes the tensor-core
+ * attention's tile counts and row offsets constants. */
+int layout_cuda_seq_len(const Graph *g);
 /* That head size when the tensor-core attention kernels are compiled for it (a
  * multiple of 16 in 16..128): a bf16 plan then launches them; else 0. */
 int layout_cuda_flash_head_size(const Graph *g);

@@ -95,6 +95,19 @@ int layout_cuda_head_size(const Graph *g) {
   return hs > 0 ? hs : 0;
 }
 
+int layout_cuda_seq_len(const Graph *g) {
+  int64_t T = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *op = &g->ops[o];
+    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
+    const Shape *s = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]].shape;
+    int64_t t = s->rank >= 2 ? s->dim[s->rank - 2] : -1;
+    if (T == 0) T = t;
+    else if (T != t) T = -1;
+  }
+  return T > 0 && T <= INT32_MAX ? (int)T : 0;
+}
+
 int layout_cuda_flash_head_size(const Graph *g) {
   int hs = layout_cuda_head_size(g);
   return hs >= 16 && hs <= 128 && hs % 16 == 0 ? hs : 0;

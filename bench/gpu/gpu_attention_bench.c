@@ -4,7 +4,7 @@
  *                         [--p 0] [--iters 20]
  *
  * Compiles the kernel library (pkc_kernels_src.h) with NVRTC for the GPU, with
- * PKC_ATT_HS = hs as the code generator does, and times with CUDA events:
+ * PKC_ATT_HS = hs and PKC_ATT_T = T as the code generator does, and times with CUDA events:
  *   forward:  pkc_flash_attention_fwd_bf16 (out and lse);
  *   backward: pkc_attention_bwd_delta_f32 (D = dy·out) + pkc_flash_attention_bwd_dq_bf16
  *             + _dkv_bf16 (the three the code generator launches for attention_bwd,
@@ -81,10 +81,11 @@ int main(int argc, char **argv) {
     return EXIT_NO_GPU;
   }
   int arch = cuda_dev_arch(dev);
-  char def[32];
+  char def[32], deft[32];
   snprintf(def, sizeof def, "-DPKC_ATT_HS=%d", hs);
-  const char *defs[] = {def};
-  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, defs, 1};
+  snprintf(deft, sizeof deft, "-DPKC_ATT_T=%d", T);
+  const char *defs[] = {def, deft};
+  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, defs, 2};
   CudaBinary bin;
   char *cerr = NULL;
   if (!cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &bin, &cerr)) {

@@ -5,7 +5,9 @@
  * CI on a machine with no GPU. Built twice: plainly (every check must pass) and as a
  * variant with PKC_SELFTEST_PERTURB (gelu_fwd is deliberately wrong: exactly that
  * check must fail, proving the checks can fail) and PKC_ATT_HS=8 (attention compiled
- * for one head size: it must pass at that size and poison any other).
+ * for one head size: it must pass at that size and poison any other); and a third
+ * time with PKC_ATT_HS=16 PKC_ATT_T=70 (EMU_SEQLEN_VARIANT: the tensor-core attention
+ * compiled for one sequence length runs at it and poisons any other).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -103,7 +105,54 @@ static OpDev emu_dev(unsigned block, unsigned max_grid) {
   return d;
 }
 
-#ifndef PKC_SELFTEST_PERTURB
+#if defined(EMU_SEQLEN_VARIANT)
+/* The tensor-core attention compiled for head size 16 and sequence length 70
+ * (PKC_ATT_HS, PKC_ATT_T, as the code generator defines them for a model): every flash
+ * check at that shape passes; at T = 69 the forward poisons its outputs (a launch for a
+ * length the tiles were not compiled for), as at an uncompiled head size. */
+static void test_fixed_seq_len(void) {
+  OpDev d = emu_dev(64, 3);
+  int n = 0;
+  EXPECT(op_check_all(&d, "flash", 0, &n) > 0); /* the other shapes (hs 32, 64) poison */
+  int B = 1, T = 69, C = 32, NH = 2, causal = 1; /* hs 16 */
+  double p = 0;
+  unsigned long long seed = 1;
+  unsigned op = 1;
+  static uint16_t qkv[69 * 96];
+  static float out[69 * 32], lse[2 * 69];
+  for (int i = 0; i < 69 * 96; i++) qkv[i] = (uint16_t)(0x3c00 + (i % 64)); /* bf16 ~0.008 .. 0.015 */
+  DevPtr dq = (DevPtr)(uintptr_t)qkv, dout = (DevPtr)(uintptr_t)out, dlse = (DevPtr)(uintptr_t)lse, dmb = 0;
+  void *args[] = {&dout, &dlse, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &dmb};
+  EXPECT_EQ_INT(emu_launch("pkc_flash_attention_fwd_bf16", 2, 128, args), 0);
+  int nan = 0;
+  for (int i = 0; i < 69 * 32; i++) nan += isnan(out[i]) != 0;
+  EXPECT_EQ_INT(nan, 69 * 32);
+  T = 70 - 64; /* nor does a shorter one: 6 */
+  memset(out, 0, sizeof out);
+  EXPECT_EQ_INT(emu_launch("pkc_flash_attention_fwd_bf16", 2, 128, args), 0);
+  nan = 0;
+  for (int i = 0; i < 6 * 32; i++) nan += isnan(out[i]) != 0;
+  EXPECT_EQ_INT(nan, 6 * 32);
+}
+
+/* ...and the same launch at T = 70 gives finite outputs, each a convex combination of
+ * the v rows (so within their range). */
+static void test_compiled_seq_len_runs(void) {
+  int B = 1, T = 70, C = 32, NH = 2, causal = 1;
+  double p = 0;
+  unsigned long long seed = 1;
+  unsigned op = 1;
+  static uint16_t qkv[70 * 96];
+  static float out[70 * 32], lse[2 * 70];
+  for (int i = 0; i < 70 * 96; i++) qkv[i] = (uint16_t)(0x3c00 + (i % 64));
+  DevPtr dq = (DevPtr)(uintptr_t)qkv, dout = (DevPtr)(uintptr_t)out, dlse = (DevPtr)(uintptr_t)lse, dmb = 0;
+  void *args[] = {&dout, &dlse, &dq, &B, &T, &C, &NH, &causal, &p, &seed, &op, &dmb};
+  EXPECT_EQ_INT(emu_launch("pkc_flash_attention_fwd_bf16", 2, 128, args), 0);
+  int bad = 0;
+  for (int i = 0; i < 70 * 32; i++) bad += !(out[i] > 0.007f && out[i] < 0.016f);
+  EXPECT_EQ_INT(bad, 0);
+}
+#elif !defined(PKC_SELFTEST_PERTURB)
 /* Every op, with 64-thread blocks and at most 3 blocks: row kernels stride over rows
  * and columns, elementwise kernels over the grid. */
 static void test_all_ops_small_grid(void) {
@@ -177,7 +226,10 @@ static void test_fixed_head_size(void) {
 #endif
 
 int main(void) {
-#ifndef PKC_SELFTEST_PERTURB
+#if defined(EMU_SEQLEN_VARIANT)
+  RUN(test_fixed_seq_len);
+  RUN(test_compiled_seq_len_runs);
+#elif !defined(PKC_SELFTEST_PERTURB)
   RUN(test_all_ops_small_grid);
   RUN(test_all_ops_other_grid_reversed);
   RUN(test_unknown_kernel);

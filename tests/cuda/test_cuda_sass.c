@@ -2,7 +2,7 @@
  * the elementwise kernels really move 128 bits a memory instruction.
  *
  * NVRTC compiles the kernel library (pd_cuda_kernels_src) as the code generator does
- * for a GPT-2 model (PKC_ATT_HS=64) for sm_80 and sm_90; cuobjdump -sass disassembles
+ * for a GPT-2 model (PKC_ATT_HS=64, PKC_ATT_T=1024) for sm_80 and sm_90; cuobjdump -sass disassembles
  * the cubin, and every tensor-core kernel's SASS must hold HMMA (mma.sync), LDSM
  * (ldmatrix) and LDGSTS (cp.async). A helper that fell back to scalar code, or a kernel
  * that stopped using it, fails here. Every elementwise kernel with a 128-bit fast path
@@ -102,8 +102,8 @@ static const char *tool;
 static int arch;
 
 static void test_tensor_core_sass(void) {
-  const char *def[] = {"-DPKC_ATT_HS=64"};
-  CudaCompileOptions o = {arch, "kernels.cu", "", def, 1};
+  const char *def[] = {"-DPKC_ATT_HS=64", "-DPKC_ATT_T=1024"};
+  CudaCompileOptions o = {arch, "kernels.cu", "", def, 2};
   CudaBinary b;
   char *err = NULL;
   bool ok = cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &b, &err);

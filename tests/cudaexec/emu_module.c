@@ -5,9 +5,11 @@
 #include <string.h>
 
 void emu_include_emulator(FILE *f, const char *lib_src) {
-  static const char def[] = "\n#define PKC_ATT_HS ";
-  const char *d = strstr(lib_src, def);
-  if (d) fprintf(f, "#define PKC_ATT_HS %d\n", atoi(d + sizeof def - 1));
+  static const char *const defs[] = {"\n#define PKC_ATT_HS ", "\n#define PKC_ATT_T "};
+  for (size_t k = 0; k < sizeof defs / sizeof defs[0]; k++) {
+    const char *d = strstr(lib_src, defs[k]);
+    if (d) fprintf(f, "%s%d\n", defs[k] + 1, atoi(d + strlen(defs[k])));
+  }
   fprintf(f, "#include \"tests/cuda/cuda_emu.cpp\"\n");
 }
 

@@ -23,10 +23,11 @@ typedef int (*EmuLaunchFn)(const char *name, unsigned grid, unsigned block, void
 
 /* Opens the table of the source's own kernels (namespace { ... stage_kernels[] = {). */
 /* Writes the #include of tests/cuda/cuda_emu.cpp that starts an emulated module,
- * preceded by the kernel library's "#define PKC_ATT_HS n" when lib_src (the library
- * text, or a stage's) has one: cuda_emu.cpp includes the kernels, whose include guards
- * then skip the pasted copy, so the define must come first, as in NVRTC's compile (it
- * selects the head size the tensor-core attention is compiled for). */
+ * preceded by the kernel library's "#define PKC_ATT_HS n" and "#define PKC_ATT_T n"
+ * when lib_src (the library text, or a stage's) has them: cuda_emu.cpp includes the
+ * kernels, whose include guards then skip the pasted copy, so the defines must come
+ * first, as in NVRTC's compile (they select the head size and sequence length the
+ * tensor-core attention is compiled for). */
 void emu_include_emulator(FILE *f, const char *lib_src);
 void emu_table_begin(FILE *f);
 /* One table entry: kernel `name`, defined in the module's sources. */
