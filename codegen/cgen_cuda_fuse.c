@@ -26,9 +26,18 @@
  * per-thread column loops at the same block size, the same block-sum tree, the same
  * expressions), so the bits are those of the two kernels it replaces. A lone add (no
  * chain) fuses with its layernorm the same way.
+ *
+ * 128-bit path: an elementwise chain (no layernorm) whose length is a multiple of 4,
+ * whose tensors are 16-byte aligned in their blocks and whose bias vectors have a
+ * length that is a multiple of 4 runs four elements a thread (launch kind PKC_ELEM4):
+ * one LDG.E.128 per tensor read, one STG.E.128 per tensor written, one Philox block
+ * per quad for each dropout (the four draws the scalar path takes one at a time), and
+ * per element the scalar path's expressions, so the bits do not depend on the path
+ * (see Vec; tests/cuda/test_cuda_sass.c checks the SASS of the golden GPT's chains).
  */
 #include "codegen/cgen_cuda_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda_kernel_list.h"
@@ -59,6 +68,12 @@ static bool hazard(const CuEmit *e, int out, int in) {
   return !disjoint && !(a->offset == b->offset && a->bytes == b->bytes);
 }
 
+/* The places of tensors a and b share a byte (identical places included). */
+static bool hazard_any(const CuEmit *e, int a, int b) {
+  const TensorPlace *x = &e->L->place[a], *y = &e->L->place[b];
+  return x->cls == y->cls && x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+}
+
 static const char *base_name(int cls) {
   switch ((BufClass)cls) {
   case BUF_PARAMS: return "P";
@@ -74,14 +89,56 @@ static const char *base_name(int cls) {
   return "?";
 }
 
-/* "TF(W, 1234)[i]" or, for a bias vector, "TF(P, 64)[i % 768]". */
-static void operand(const CuEmit *e, char *b, size_t n, int t, int64_t len) {
+/* The 128-bit path of an elementwise chain: a thread takes the four elements
+ * i = 4q .. 4q+3 of quad q, loads each tensor the chain reads from memory once as a
+ * pkc_f4 (register r<k>; a bias vector's quad q % (m/4)), runs the chain's statements
+ * once per lane on the lane's component, and stores each output quad once
+ * (registers w0: the bias lead's kept output, w1: the chain's output). Each element
+ * is computed by the same expressions as on the scalar path, so the bits are the
+ * same. VEC_COLLECT runs the statements only to list the tensors they read. */
+#define VEC_MAX_READS 32
+enum { VEC_SCALAR = -1, VEC_COLLECT = -2 };
+typedef struct Vec {
+  int lane;                /* 0..3, or VEC_SCALAR / VEC_COLLECT */
+  int t[VEC_MAX_READS], n; /* tensors read from memory (collected), in order */
+  int reads_of_lead;       /* of the reads, how many are of the bias lead's output */
+  bool overflow;
+} Vec;
+
+/* "TF(W, 1234)[i]" or, for a bias vector, "TF(P, 64)[i % 768]"; on the 128-bit path
+ * the lane's component of the tensor's register, "r2.z". */
+static void operand(const CuEmit *e, char *b, size_t n, int t, int64_t len, Vec *v, int lead_y) {
+  if (v && v->lane == VEC_COLLECT) {
+    int k = 0;
+    while (k < v->n && v->t[k] != t) k++;
+    if (k == v->n && v->n < VEC_MAX_READS) v->t[v->n++] = t;
+    if (k == VEC_MAX_READS) v->overflow = true;
+    if (t == lead_y) v->reads_of_lead++;
+  }
+  if (v && v->lane >= 0) {
+    int k = 0;
+    while (k < v->n && v->t[k] != t) k++;
+    PD_CHECK(k < v->n, "(tensor %d read on the 128-bit path but not collected)", t);
+    snprintf(b, n, "r%d.%c", k, "xyzw"[v->lane]);
+    return;
+  }
   CuPtr p = cu_tensor(e, t);
   int64_t m = cu_numel(e, t);
   if (m != len)
     snprintf(b, n, "TF(%s, %lld)[i %% %lld]", base_name(p.cls), (long long)p.off, (long long)m);
   else
     snprintf(b, n, "TF(%s, %lld)[i]", base_name(p.cls), (long long)p.off);
+}
+
+/* A store of `val` to tensor t (w = 0: the bias lead's output, 1: the chain's). */
+static void store(const CuEmit *e, const char *ind, int t, int64_t len, const Vec *v, int w, const char *val) {
+  if (v && v->lane >= 0) {
+    str_printf(e->src, "%s    w%d.%c = %s;\n", ind, w, "xyzw"[v->lane], val);
+    return;
+  }
+  char a[160];
+  operand(e, a, sizeof a, t, len, NULL, -1);
+  str_printf(e->src, "%s    %s = %s;\n", ind, a, val);
 }
 
 /* Extends chain[0..n) (n may be 0 when a bias lead feeds it: `t0` is then the lead's
@@ -113,7 +170,7 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
  * values v0..v{n-1} in registers, the bias lead's vb, and the stores; `ind` indents
  * them further. */
 static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y,
-                            int64_t len, const char *ind) {
+                            int64_t len, const char *ind, Vec *v) {
   const Graph *g = e->g;
   Str *s = e->src;
   int out = g->ops[chain[n - 1]].out[0];
@@ -125,10 +182,10 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
     const TensorPlace *pl = &e->L->place[lead_y];
     bool keep = pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
                 cgen_sole_consumer(e->g, e->L, lead_y) != chain[0];
-    operand(e, a, sizeof a, lead_y, len);
-    operand(e, other, sizeof other, first->in[2], len);
+    operand(e, a, sizeof a, lead_y, len, v, lead_y);
+    operand(e, other, sizeof other, first->in[2], len, v, lead_y);
     str_printf(s, "%s    const float vb = %s + %s;\n", ind, a, other);
-    if (keep) str_printf(s, "%s    %s = vb;\n", ind, a);
+    if (keep) store(e, ind, lead_y, len, v, 0, "vb");
     prev = "vb";
   }
   for (int i = 0; i < n; i++) {
@@ -138,10 +195,10 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
     if (prev && (in_chain == op->in[0] || (op->nin > 1 && in_chain == op->in[1])))
       snprintf(x, sizeof x, "%s", prev);
     else
-      operand(e, x, sizeof x, op->in[0], len);
+      operand(e, x, sizeof x, op->in[0], len, v, lead_y);
     if (op->kind == OP_ADD || op->kind == OP_MUL) {
       int oth = prev && op->in[0] == in_chain ? op->in[1] : prev && op->in[1] == in_chain ? op->in[0] : op->in[1];
-      operand(e, other, sizeof other, oth, len);
+      operand(e, other, sizeof other, oth, len, v, lead_y);
     }
     str_printf(s, "%s    const float v%d = ", ind, i);
     if (op->kind == OP_ADD) {
@@ -156,10 +213,13 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
       str_printf(s, "0.5f * %s * (1.0f + tanhf(PKC_GELU_K * (%s + PKC_GELU_A * %s * %s * %s)))", x, x, x, x, x);
     } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
       /* the backward replays its forward's stream */
-      str_printf(s,
-                 "(pkc_u64)pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? %s * "
-                 "ks%d : 0.0f",
-                 (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base, i, x, i);
+      if (v && v->lane >= 0) /* the quad's Philox block, drawn once (vec_open) */
+        str_printf(s, "(pkc_u64)rb%d.v[%d] >= thr%d ? %s * ks%d : 0.0f", i, v->lane, i, x, i);
+      else
+        str_printf(s,
+                   "(pkc_u64)pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? "
+                   "%s * ks%d : 0.0f",
+                   (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base, i, x, i);
     } else {
       PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
                op_info[op->kind].name);
@@ -169,8 +229,7 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
     snprintf(prevbuf, sizeof prevbuf, "v%d", i);
     prev = prevbuf;
   }
-  operand(e, a, sizeof a, out, len);
-  str_printf(s, "%s    %s = %s;\n", ind, a, prev);
+  store(e, ind, out, len, v, 1, prev);
 }
 
 static int64_t lastd_of(const CuEmit *e, int t) {
@@ -218,7 +277,7 @@ static void emit_add_layernorm(CuEmit *e, const int *chain, int n, const Op *fir
   str_printf(s, "    float s = 0;\n");
   str_printf(s, "    for (int c = (int)threadIdx.x; c < %lld; c += (int)blockDim.x) {\n", (long long)C);
   str_printf(s, "      const pkc_i64 i = r * %lldLL + c;\n", (long long)C);
-  emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "  ");
+  emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "  ", NULL);
   str_printf(s, "      s += v%d;\n    }\n", n - 1);
   str_printf(s, "    const float *xr = TF(%s, %lld) + r * %lldLL;\n", base_name(x.cls), (long long)x.off,
              (long long)C);
@@ -233,6 +292,73 @@ static void emit_add_layernorm(CuEmit *e, const int *chain, int n, const Op *fir
   str_printf(s, "    float *yr = TF(%s, %lld) + r * %lldLL;\n", base_name(y.cls), (long long)y.off, (long long)C);
   str_printf(s, "    for (int c = (int)threadIdx.x; c < %lld; c += (int)blockDim.x)\n", (long long)C);
   str_printf(s, "      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];\n");
+  str_printf(s, "  }\n");
+}
+
+/* Whether chain[0..n) can take the 128-bit path, with v's reads collected: four
+ * elements at a time (len % 4 == 0), every tensor it reads or writes 16-byte aligned
+ * in its block (the blocks' bases are 256-aligned), a bias vector's length a multiple
+ * of 4, and the bias lead's output, once stored back, read from memory only by the
+ * bias add itself (the scalar path would read the stored value back; the quad's
+ * register holds the old one), nor overlapping anything else the chain reads. */
+static bool vec_ok(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y, int64_t len,
+                   Vec *v) {
+  if (len % 4 != 0) return false;
+  *v = (Vec){.lane = VEC_COLLECT};
+  Str *keep_src = e->src, scratch = {0};
+  e->src = &scratch; /* the statements are only read for their operands */
+  emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "", v);
+  e->src = keep_src;
+  free(scratch.p);
+  if (v->overflow || (lead_y >= 0 && v->reads_of_lead > 1)) return false;
+  int out = e->g->ops[chain[n - 1]].out[0];
+  int written[2] = {lead_y, out};
+  for (int w = 0; w < 2; w++)
+    if (written[w] >= 0 && cu_tensor(e, written[w]).off % 16 != 0) return false;
+  for (int k = 0; k < v->n; k++) {
+    int64_t m = cu_numel(e, v->t[k]);
+    if (cu_tensor(e, v->t[k]).off % 16 != 0 || (m != len && (m % 4 != 0 || len % m != 0))) return false;
+    if (lead_y >= 0 && v->t[k] != lead_y && hazard_any(e, lead_y, v->t[k])) return false;
+  }
+  return true;
+}
+
+/* The 128-bit loop (see Vec), its reads collected in v. */
+static void emit_chain_vec(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y,
+                           int64_t len, Vec *v) {
+  Str *s = e->src;
+  const Graph *g = e->g;
+  str_printf(s, "  for (pkc_i64 q = pkc_tid(); q < %lldLL; q += pkc_nthreads()) {\n", (long long)(len / 4));
+  for (int k = 0; k < v->n; k++) {
+    CuPtr p = cu_tensor(e, v->t[k]);
+    int64_t m = cu_numel(e, v->t[k]);
+    str_printf(s, "    const pkc_f4 r%d = ((const pkc_f4 *)TF(%s, %lld))[q", k, base_name(p.cls), (long long)p.off);
+    if (m != len) str_printf(s, " %% %lldLL", (long long)(m / 4));
+    str_printf(s, "];\n");
+  }
+  for (int i = 0; i < n; i++) {
+    const Op *op = &g->ops[chain[i]];
+    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0)
+      str_printf(s, "    const PhiloxCtr rb%d = pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)q);\n", i,
+                 (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base);
+  }
+  str_printf(s, "    pkc_f4 w0, w1;\n    (void)w0;\n");
+  Vec lane = *v;
+  for (int l = 0; l < 4; l++) {
+    lane.lane = l;
+    str_printf(s, "    {\n      const pkc_i64 i = 4 * q + %d;\n      (void)i;\n", l);
+    emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "  ", &lane);
+    str_printf(s, "    }\n");
+  }
+  const TensorPlace *pl = bias_lead >= 0 ? &e->L->place[lead_y] : NULL;
+  bool keep = pl && (pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
+                     cgen_sole_consumer(e->g, e->L, lead_y) != chain[0]);
+  int written[2] = {keep ? lead_y : -1, g->ops[chain[n - 1]].out[0]};
+  for (int w = 0; w < 2; w++)
+    if (written[w] >= 0) {
+      CuPtr p = cu_tensor(e, written[w]);
+      str_printf(s, "    ((pkc_f4 *)TF(%s, %lld))[q] = w%d;\n", base_name(p.cls), (long long)p.off, w);
+    }
   str_printf(s, "  }\n");
 }
 
@@ -308,16 +434,21 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     }
   }
   str_printf(s, "  (void)training;\n");
+  Vec v;
+  bool vec = !ln && vec_ok(e, chain, n, first, bias_lead, lead_y, len, &v);
   if (ln) {
     emit_add_layernorm(e, chain, n, first, bias_lead, lead_y, len, ln);
+  } else if (vec) {
+    emit_chain_vec(e, chain, n, first, bias_lead, lead_y, len, &v);
   } else {
     str_printf(s, "  for (pkc_i64 i = pkc_tid(); i < %lldLL; i += pkc_nthreads()) {\n", (long long)len);
-    emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "");
+    emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "", NULL);
     str_printf(s, "  }\n");
   }
   str_printf(s, "}\n");
 
-  cu_launch(e, ln ? ln->id : chain[n - 1], name, ln ? PKC_ROW : PKC_ELEM, ln ? len / lastd_of(e, out) : len,
+  cu_launch(e, ln ? ln->id : chain[n - 1], name, ln ? PKC_ROW : vec ? PKC_ELEM4 : PKC_ELEM,
+            ln ? len / lastd_of(e, out) : len,
             CU_BLOCK, 10, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
             cu_arg_ptr(cu_buf(BUF_GRADS, 0)), cu_arg_ptr(cu_buf(BUF_STASH, 0)), cu_arg_ptr(cu_buf(BUF_WORK, 0)),
             cu_arg_ptr(cu_buf(BUF_INPUTS, 0)), cu_arg_ptr(cu_buf(BUF_BOUNDARY, 0)), cu_arg_runtime("u64", "seed", 0),

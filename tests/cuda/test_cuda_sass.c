@@ -12,6 +12,7 @@
  * PD2BW_CUOBJDUMP, or the environment's PD2BW_CUOBJDUMP): without it the test is
  * skipped (exit 77), never passed.
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "../test.h"
+#include "pkc_helpers_src.h"
 #include "pkc_kernels_src.h"
 #include "runtime/cuda/cuda_backend.h"
 
@@ -149,9 +151,65 @@ static void test_tensor_core_sass(void) {
   free(sass);
 }
 
-/* argv[1]: the SM version (80 or 90; CTest runs one test per arch). */
+/* The generated elementwise chains (codegen/cgen_cuda_fuse.c) take the 128-bit path
+ * too: the golden GPT stage program (tests/golden/codegen/tinygpt.stage0.cu, argv[2],
+ * with the helpers' text the golden file elides) compiled as the runtime compiles a stage; each fused kernel without a layernorm
+ * (whose comment names none: those are row kernels) holds LDG.E.128 and STG.E.128,
+ * and the row kernels none (the check can tell the two apart). */
+static const char *stage_path;
+
+static void test_fused_chain_sass(void) {
+  FILE *f = fopen(stage_path, "rb");
+  EXPECT(f != NULL);
+  if (!f) return;
+  /* the golden file elides the helpers' verbatim text: put it back in front */
+  static char src[1 << 21];
+  size_t h = strlen(pd_cuda_helpers_src);
+  memcpy(src, pd_cuda_helpers_src, h);
+  size_t n = h + fread(src + h, 1, sizeof src - 1 - h, f);
+  fclose(f);
+  src[n] = 0;
+  CudaCompileOptions o = {arch, "stage0.cu", "", NULL, 0};
+  CudaBinary b;
+  char *err = NULL;
+  bool ok = cuda_nvrtc_compile(src, &o, &b, &err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  free(err);
+  if (!ok) return;
+  char path[] = "/tmp/pd2bw-test-sass-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0 && write(fd, b.data, b.size) == (ssize_t)b.size);
+  close(fd);
+  char *sass = sass_of(tool, path);
+  unlink(path);
+  cuda_binary_free(&b);
+  EXPECT(sass != NULL);
+  if (!sass) return;
+  int vec = 0, rows = 0;
+  for (const char *c = strstr(src, "/* fused:"); c; c = strstr(c + 1, "/* fused:")) {
+    const char *end = strstr(c, "*/"), *name = strstr(c, "void fused");
+    if (!end || !name) break;
+    char kernel[32];
+    if (sscanf(name + 5, "%31[a-z0-9]", kernel) != 1) break;
+    bool row = memmem(c, (size_t)(end - c), "layernorm", 9) != NULL;
+    static const char *const ops[] = {"LDG.E.128", "STG.E.128"};
+    for (int i = 0; i < 2; i++) {
+      int has = kernel_has(sass, kernel, ops[i]);
+      if (has != !row) fprintf(stderr, "sm_%d: %s (%s): %s %s\n", arch, kernel, row ? "row" : "elementwise", ops[i], has < 0 ? "not in the SASS" : has ? "present" : "missing");
+      EXPECT_EQ_INT(has, !row);
+    }
+    row ? rows++ : vec++;
+  }
+  EXPECT(vec >= 2 && rows >= 2); /* the golden GPT has both kinds */
+  free(sass);
+}
+
+/* argv[1]: the SM version (80 or 90; CTest runs one test per arch); argv[2]: the golden
+ * stage program. */
 int main(int argc, char **argv) {
   arch = argc > 1 ? atoi(argv[1]) : 0;
+  stage_path = argc > 2 ? argv[2] : NULL;
   if (arch != 80 && arch != 90) {
     fprintf(stderr, "usage: test_cuda_sass 80|90\n");
     return 2;
@@ -162,5 +220,6 @@ int main(int argc, char **argv) {
     return 77;
   }
   RUN(test_tensor_core_sass);
+  if (stage_path) RUN(test_fused_chain_sass);
   return TEST_REPORT();
 }

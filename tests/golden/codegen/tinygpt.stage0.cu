@@ -73,11 +73,45 @@ extern "C" __global__ void fused2(char *P, char *G, char *S, char *W, char *I, c
     pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
-    const float vb = TF(S, 33024)[i] + TF(P, 44032)[i % 128];
-    TF(S, 33024)[i] = vb;
-    const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
-    TF(S, 49408)[i] = v0;
+  for (pkc_i64 q = pkc_tid(); q < 1024LL; q += pkc_nthreads()) {
+    const pkc_f4 r0 = ((const pkc_f4 *)TF(S, 33024))[q];
+    const pkc_f4 r1 = ((const pkc_f4 *)TF(P, 44032))[q % 32LL];
+    pkc_f4 w0, w1;
+    (void)w0;
+    {
+      const pkc_i64 i = 4 * q + 0;
+      (void)i;
+      const float vb = r0.x + r1.x;
+      w0.x = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.x = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 1;
+      (void)i;
+      const float vb = r0.y + r1.y;
+      w0.y = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.y = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 2;
+      (void)i;
+      const float vb = r0.z + r1.z;
+      w0.z = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.z = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 3;
+      (void)i;
+      const float vb = r0.w + r1.w;
+      w0.w = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.w = v0;
+    }
+    ((pkc_f4 *)TF(S, 33024))[q] = w0;
+    ((pkc_f4 *)TF(S, 49408))[q] = w1;
   }
 }
 
@@ -142,11 +176,45 @@ extern "C" __global__ void fused5(char *P, char *G, char *S, char *W, char *I, c
     pkc_u64 seed, const pkc_u32 *mbkey, int training, pkc_u32 rng_base) {
   (void)P, (void)G, (void)S, (void)W, (void)I, (void)X, (void)seed, (void)mbkey, (void)rng_base;
   (void)training;
-  for (pkc_i64 i = pkc_tid(); i < 4096LL; i += pkc_nthreads()) {
-    const float vb = TF(S, 98816)[i] + TF(P, 94848)[i % 128];
-    TF(S, 98816)[i] = vb;
-    const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
-    TF(S, 115200)[i] = v0;
+  for (pkc_i64 q = pkc_tid(); q < 1024LL; q += pkc_nthreads()) {
+    const pkc_f4 r0 = ((const pkc_f4 *)TF(S, 98816))[q];
+    const pkc_f4 r1 = ((const pkc_f4 *)TF(P, 94848))[q % 32LL];
+    pkc_f4 w0, w1;
+    (void)w0;
+    {
+      const pkc_i64 i = 4 * q + 0;
+      (void)i;
+      const float vb = r0.x + r1.x;
+      w0.x = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.x = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 1;
+      (void)i;
+      const float vb = r0.y + r1.y;
+      w0.y = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.y = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 2;
+      (void)i;
+      const float vb = r0.z + r1.z;
+      w0.z = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.z = v0;
+    }
+    {
+      const pkc_i64 i = 4 * q + 3;
+      (void)i;
+      const float vb = r0.w + r1.w;
+      w0.w = vb;
+      const float v0 = 0.5f * vb * (1.0f + tanhf(PKC_GELU_K * (vb + PKC_GELU_A * vb * vb * vb)));
+      w1.w = v0;
+    }
+    ((pkc_f4 *)TF(S, 98816))[q] = w0;
+    ((pkc_f4 *)TF(S, 115200))[q] = w1;
   }
 }
 
