@@ -66,8 +66,10 @@
  *                     fixed order: the replay set holds it to its own bits).
  *   opt_step          the optimizer step of n parameters (ExecOptStep each: in place
  *                     or from one weight version into another), all of a stage's
- *                     parameters with a gradient in one call, in parameter order (a
- *                     GPU: one graph, or one multi-tensor launch; the CPU: in turn).
+ *                     parameters in one call, in parameter order, those without a
+ *                     gradient with g NULL (copied into the version written) — all
+ *                     but 2bw's deferred tied ones, stepped apart (a GPU: one graph,
+ *                     or one multi-tensor launch; the CPU: in turn).
  * A CUDA device implements them with the stage's kernels on one stream (a pass may
  * be a captured graph), cudaMemcpyAsync/cudaMemsetAsync, a deterministic reduction
  * for sumsq (its one synchronisation point) and the fused optimizer kernel.
@@ -121,7 +123,9 @@ typedef struct ExecPass {
 } ExecPass;
 
 /* One parameter's optimizer step of batch t: wout = step(win, g · scale), with the
- * moments m and v (v unused by SGD) updated in place. wout may be win. */
+ * moments m and v (v unused by SGD) updated in place. wout may be win. g NULL: the
+ * parameter has no gradient and keeps its value (copied into wout when it is another
+ * version; the moments untouched). */
 typedef struct ExecOptStep {
   const TrainConfig *tc;
   const RtParam *param;

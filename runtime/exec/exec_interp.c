@@ -215,17 +215,13 @@ static int tied_group_of(const PipeRank *R, int k) {
 static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
 
 /* Parameter k's step of batch t (gradient g, weight version src -> vslot) appended to
- * R->opt[*n] for one opt_step call; one without a gradient keeps its value (copied
- * into the other version). */
+ * R->opt[*n] for one opt_step call; one without a gradient keeps its value (g NULL:
+ * the device copies it into the other version). */
 static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale, int *n) {
   const RtParam *pp = &R->st->params[k];
   float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
   const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
-  if (!has_grad(R, k)) {
-    if (wout != win) R->dev->ops->copy(R->dev, wout, win, (uint64_t)pp->bytes);
-    return;
-  }
-  R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = g,
+  R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = has_grad(R, k) ? g : NULL,
                                  .m = (float *)(void *)(R->adam_m + pp->offset),
                                  .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale};
 }

@@ -326,6 +326,10 @@ typedef struct CudaExecOptions {
    * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
    * none. Not in multi-GPU mode. */
   const char *kernel_profile;
+  /* Single-GPU pipeline mode on the shared interpreter (a thread per stage replica):
+   * how long a rank waits for another before every rank stops (<= 0: the transport's
+   * default, runtime/transport/transport.h). */
+  double timeout_s;
 } CudaExecOptions;
 
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
@@ -339,16 +343,45 @@ typedef struct ExecDevice ExecDevice;
  * the plan. Destroyed with exec_device_destroy. */
 ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen);
-/* How its passes ran (cx_program_graph_stats) and its optimizer steps (eager,
- * captured, launched as a graph). */
+/* How its passes ran (cx_program_graph_stats), its optimizer steps and its norms
+ * (eager, captured, launched as a graph). */
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d);
 CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
+CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d);
 /* The device memory it holds (the arena and its extras), once the arena is allocated;
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
 /* Its stage program (cx_program_profile: --profile-out). */
 CxProgram *cx_exec_device_program(ExecDevice *d);
+/* The table it issues on (its stream 0): the same-GPU link issues on it too. */
+const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
+/* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
+ * copy each (default 2). Before the arena. */
+void cx_exec_device_set_versions(ExecDevice *d, int n);
+/* Bytes the device's one allocation takes for an arena of arena_bytes (cx_share_reserve). */
+uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes);
+
+/* ---- one GPU, several ranks (cuda_exec_share.c, cuda_link_local.c) --------------- */
+
+/* Single-GPU pipeline mode: every stage replica a host thread with its own device
+ * (cx_exec_device) on a VIEW of the one GPU: stream 0 of rank r's view is the GPU's
+ * stream 1 + r, its alloc hands out rank r's part of the one allocation
+ * cx_share_reserve made (bytes[r] each), and every call of every view runs under one
+ * lock (held from capture_begin to capture_end). gpu outlives the share. NULL with a
+ * message (a device without streams, events or device copies). */
+typedef struct CxShare CxShare;
+CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t errlen);
+const CxDeviceOps *cx_share_view(CxShare *sh, int rank);
+bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errlen);
+void cx_share_destroy(CxShare *sh);
+/* The same-GPU link (runtime/exec/exec.h) of the rank whose device is dev (a
+ * cx_exec_device on a share view) over the local transport t (not owned). at_end
+ * (may be NULL) is called with ctx and dev when the link is destroyed, the device
+ * still alive (its counts, before the rank destroys it). */
+typedef struct ExecLink ExecLink;
+typedef struct Transport Transport;
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, void (*at_end)(void *ctx, ExecDevice *dev), void *ctx);
 
 /* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
 

@@ -110,6 +110,13 @@ typedef struct CxPipeStats {
 int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                         CxPipeStats *stats, char *err, size_t errlen);
 
+/* cx_pipe_train_stats on the shared interpreter (cuda_pipe_threads.c): a host thread
+ * per stage replica through runtime/pipeline's driver, each with its own CUDA device
+ * on the one GPU, the same-GPU link between them. Same contract; not --trace or
+ * --profile-out yet. cx_pipe_train_stats takes it when PD2BW_CUDA_PIPE=threads. */
+int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                          CxPipeStats *stats, char *err, size_t errlen);
+
 /* The plan's predicted bubble fraction (plan_dir/plan.json "predicted"), or a
  * negative value when the plan has none. */
 double cx_pipe_predicted_bubble(const char *plan_dir);
