@@ -17,6 +17,9 @@
  *                     launch lists and the GPU trainer's kernels over a CxDeviceOps
  *                     table; the one-stage trainer takes it as TrainerOptions.device.)
  *   exec_link_transport.c  the link over runtime/transport/transport.h (local threads or MPI).
+ *   (runtime/cuda/exec/cuda_link_local.c: the same-GPU link of single-GPU pipeline mode,
+ *                     over the local transport; pipeline.h's PipeOptions rank_device and
+ *                     rank_link give each rank its own device and link.)
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
@@ -90,9 +93,11 @@
  *   progress          what the rank is about to do (the stall detector's record).
  * An NCCL link implements point to point with ncclSend/ncclRecv in a group, the
  * all-reduce with ncclAllReduce (or a fixed-order ring to keep the bits), and
- * requests as events on the device's stream; a same-GPU link (every stage replica
- * in one process on one device) implements a send as a device copy into the
- * receiver's buffer, posted when both sides have posted.
+ * requests as events on the device's stream; the same-GPU link (every stage replica
+ * a thread of one process on one device: cuda_link_local.c) implements a send as a
+ * device copy into the receiver's buffer on the receiver's stream, after an event of
+ * the sender's, posted when both sides have posted, the sender's stream then waiting
+ * for the copy. Tag PIPE_TAG_NORM carries host doubles; send/recv carry host memory.
  */
 #ifndef PD2BW_RUNTIME_EXEC_EXEC_H
 #define PD2BW_RUNTIME_EXEC_EXEC_H
@@ -159,6 +164,8 @@ struct ExecDevice {
   const ExecDeviceOps *ops;
 };
 
+/* (The CUDA device and the same-GPU link of single-GPU pipeline mode are
+ * runtime/cuda/exec/cuda_exec.h's cx_exec_device and cx_local_link.) */
 /* The CPU device of stage st: loads its program (stage_program_load); NULL with the
  * loader's message. */
 ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);

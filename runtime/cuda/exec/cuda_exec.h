@@ -24,6 +24,11 @@
  *    every microbatch with no host wait (losses and out-of-range ids come back with
  *    the norm); the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_exec_share.c: one GPU shared by the host threads of single-GPU pipeline mode
+ *    (a view per stage replica: its own stream, its part of the one allocation, one
+ *    lock), and cuda_link_local.c: the same-GPU link between those ranks
+ *    (runtime/exec/exec.h's ExecLink: host records over the local transport, device
+ *    copies ordered by events, the replica all-reduce in ascending order);
  *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
  *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
  *    (the pipeline interpreter's update, which also writes bf16 weight copies);
@@ -34,8 +39,9 @@
  *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
  *    cuda_pipe_main);
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
- *    on the one device, one stream each, the plan's instruction streams interpreted
- *    from one host thread (it uses the ops' streams, events and device copies); and
+ *    on the one device, one stream each, a host thread each on runtime/exec/'s
+ *    interpreter (with --trace/--profile-out: the older interpreter of every stream
+ *    from one host thread); and
  *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
  *    stage replica, NCCL between them; never run on GPUs, see its header).
  *

@@ -4,11 +4,22 @@
  * says what differs and what has never run): one MPI process per stage replica, each
  * running this same executor for its own SR, NCCL for what crosses SRs.
  *
+ * Single-GPU mode runs on the CPU pipelines' interpreter (runtime/exec/, through
+ * runtime/pipeline's driver: cuda_pipe_threads.c): a host thread per stage replica, each
+ * with its own CUDA device (cx_exec_device) on a view of the one GPU (its own stream,
+ * its part of the one allocation: runtime/cuda/exec/cuda_exec_share.c) and the same-GPU
+ * link between them (runtime/cuda/exec/cuda_link_local.c: host records over the local
+ * transport, which keeps the matching, the stall detector and the timeouts; the data
+ * as device copies ordered by events). What follows describes the OLDER interpreter
+ * (cuda_pipe_run.c), which still runs multi-GPU mode and single-GPU runs with --trace
+ * or --profile-out, with the same bits.
+ *
  * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
+ *   cuda_pipe_threads.c  single-GPU mode on the shared interpreter (above)
  *   cuda_pipe.c          setup: stage programs, the device allocation, weights, --resume
- *   cuda_pipe_run.c      the interpreter of every stage replica's instruction stream
+ *   cuda_pipe_run.c      the older interpreter of every stage replica's instruction stream
  *   cuda_pipe_dev.c      its device ops; cuda_pipe_graph.c the step as CUDA graphs
- *   cuda_pipe_link.c     the same-GPU link (single-GPU mode)
+ *   cuda_pipe_link.c     its same-GPU link (single-GPU mode with --trace/--profile-out)
  *   cuda_pipe_drive.c    the driver loop; cuda_pipe_main.c pd2bwrun's entry point
  *   cuda_pipe_eval.c     the validation loss; cuda_pipe_trace.c --trace
  *   cuda_pipe_nccl.c     multi-GPU mode (cuda_pipe_nccl_gather.c its results;
@@ -113,7 +124,7 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
 /* cx_pipe_train_stats on the shared interpreter (cuda_pipe_threads.c): a host thread
  * per stage replica through runtime/pipeline's driver, each with its own CUDA device
  * on the one GPU, the same-GPU link between them. Same contract; not --trace or
- * --profile-out yet. cx_pipe_train_stats takes it when PD2BW_CUDA_PIPE=threads. */
+ * --profile-out yet. cx_pipe_train_stats takes it for every run without those two. */
 int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                           CxPipeStats *stats, char *err, size_t errlen);
 
