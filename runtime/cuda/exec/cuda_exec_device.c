@@ -39,8 +39,7 @@
 #define CD_GRAPHS 8      /* norm and update graphs per device (pointer sets), past it eager */
 #define CD_DATA_SLOTS 4  /* batches of input images on the device */
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
-#define CD_VERSIONS 2    /* weight versions with a bf16 copy by default (the one-stage trainer's:
-                            2bw has 2); a pipeline rank sets its stage's (cx_exec_device_set_versions) */
+#define CD_VERSIONS 2    /* versions with a bf16 copy: the one-stage trainer's (a rank's: set_versions) */
 
 
 typedef struct CudaDevice {
@@ -149,10 +148,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   return (char *)(uintptr_t)base;
 }
 
-static void cd_arena_free(ExecDevice *d, char *arena) {
-  (void)d; /* the table's one arena lives as long as the device table */
-  (void)arena;
-}
+static void cd_arena_free(ExecDevice *d, char *arena) { (void)d, (void)arena; /* the table's: as long as it */ }
 
 /* After a host wait (the device idle): the ring's losses to where they were asked
  * for, the id counter's count kept for late_bad_ids and the counter cleared. */
@@ -584,9 +580,7 @@ CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) {
 CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) {
   return ((const CudaDevice *)(const void *)d)->upd_stats;
 }
-
 const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->ops; }
-
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;
