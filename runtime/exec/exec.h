@@ -158,6 +158,13 @@ typedef struct ExecDeviceOps {
   void (*flush)(ExecDevice *d);
   int64_t (*late_bad_ids)(ExecDevice *d);
   void (*destroy)(ExecDevice *d);
+  /* --trace on a device that runs its work after the host issued it (a GPU; NULL: the
+   * host's clock times the trace): mark(i, false) before the work of the instruction
+   * whose trace events carry mark i, mark(i, true) after it, in stream order;
+   * mark_time reads a mark, in seconds since an origin common to every rank, once the
+   * device was flushed. */
+  void (*mark)(ExecDevice *d, int i, bool end);
+  double (*mark_time)(ExecDevice *d, int i, bool end);
 } ExecDeviceOps;
 
 struct ExecDevice {
@@ -220,5 +227,8 @@ void exec_link_destroy(ExecLink *l);
  * one call over their union does (runtime/pipeline/pipeline_rank.h).
  * false on a failure, with the root cause in R->err (every other rank aborted). */
 bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi);
+/* With --trace on a device with marks: the recorded events' times become the device's
+ * (waits for it first); otherwise nothing. Before the events are gathered. */
+void exec_trace_times(PipeRank *R);
 
 #endif

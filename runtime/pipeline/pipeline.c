@@ -479,6 +479,7 @@ static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
 }
 
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
+  exec_trace_times(R); /* a GPU's events: its own clock */
   const PipePlan *p = R->pp;
   Transport *t = R->t;
   bool root = R->rank == 0;

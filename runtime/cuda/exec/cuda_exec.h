@@ -24,6 +24,7 @@
  *    every microbatch with no host wait (losses and out-of-range ids come back with
  *    the norm); the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_exec_step.c: a step's own CUDA graphs (norms, updates: cx_step_graph_run);
  *  - cuda_exec_share.c: one GPU shared by the host threads of single-GPU pipeline mode
  *    (a view per stage replica: its own stream, its part of the one allocation, one
  *    lock), and cuda_link_local.c: the same-GPU link between those ranks
@@ -243,7 +244,7 @@ typedef struct CxStepGraph {
 /* Issues issue(arg)'s work on `stream` through g as cx_program_run does a pass:
  * eagerly when g is NULL, there are no graph ops or on its first sighting, captured on
  * the second, launched after; counted in *stats (NULL: not counted). A failed capture
- * is a bug (pd_fatal, naming stage and replica). (cuda_exec_device.c) */
+ * is a bug (pd_fatal, naming stage and replica). (cuda_exec_step.c) */
 void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
                        CxGraphStats *stats, int stage, int replica);
 /* The stage's segments (the list's "segments"). */
@@ -365,6 +366,11 @@ const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
 /* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
  * copy each (default 2). Before the arena. */
 void cx_exec_device_set_versions(ExecDevice *d, int n);
+/* --trace: the interpreter's clock marks (runtime/exec/exec.h mark) become events on
+ * the device's stream, read as seconds since `origin` (an event of the same GPU,
+ * recorded and complete before the run: every rank's times on one clock). NULL (the
+ * default): no marks. */
+void cx_exec_device_set_origin(ExecDevice *d, void *origin);
 /* Bytes the device's one allocation takes for an arena of arena_bytes (cx_share_reserve). */
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes);
 

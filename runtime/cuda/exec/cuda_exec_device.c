@@ -85,6 +85,8 @@ typedef struct CudaDevice {
   char *stepped; /* per parameter: 0 not in the table, 1 without a gradient, 2 stepped */
   CxStepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS]; /* keyed by the pointers and sizes issued */
   CxGraphStats upd_stats, norm_stats;
+  void *origin, **marks; /* --trace: the run's origin event; two events per mark */
+  int nmarks;
   /* what the graphs' issue functions read */
   const float *const *sq_x;
   const int64_t *sq_n;
@@ -311,29 +313,6 @@ static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, i
 
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
 
-/* Issues issue(c) on stream 0 as graph set[key]: eagerly (no graph ops, the first
- * sighting, or no free entry), by capturing it (the second) or as the graph. */
-void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
-                       CxGraphStats *stats, int stage, int replica) {
-  if (!g || !ops->capture_begin || !g->seen) {
-    if (g) g->seen = true;
-    issue(arg);
-    if (stats) stats->eager++;
-    return;
-  }
-  if (!g->graph) {
-    char err[256] = "";
-    if (!ops->capture_begin(ops->dev, stream, err, sizeof err))
-      pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
-    issue(arg);
-    g->graph = ops->capture_end(ops->dev, stream, err, sizeof err);
-    if (!g->graph) pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
-    if (stats) stats->captured++;
-  }
-  ops->graph_launch(ops->dev, g->graph, stream);
-  if (stats) stats->launches++;
-}
-
 /* The graph of `set` keyed `key` (or a free one, first sighting), through
  * cx_step_graph_run; eager when all CD_GRAPHS are taken by other keys. */
 static void run_graph(CudaDevice *c, CxStepGraph *set, uint64_t key, void (*issue)(void *), CxGraphStats *stats) {
@@ -487,8 +466,32 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
     if (c->ver[v].w && c->ver[v].dirty) bf16_copy(c, c->ver[v].w);
 }
 
+/* --trace: events on the stream, read against the origin (cx_exec_device_set_origin). */
+static void cd_mark(ExecDevice *d, int i, bool end) {
+  CudaDevice *c = cud(d);
+  if (!c->origin) return;
+  if (i >= c->nmarks) {
+    int n = c->nmarks;
+    c->nmarks = i + 1 > 2 * n ? i + 1 : 2 * n;
+    c->marks = pd_realloc(c->marks, (size_t)c->nmarks * 2 * sizeof *c->marks);
+    memset(c->marks + 2 * n, 0, (size_t)(c->nmarks - n) * 2 * sizeof *c->marks);
+  }
+  void **e = &c->marks[2 * i + end];
+  if (!*e) *e = c->ops->event_create(c->ops->dev);
+  c->ops->event_record(c->ops->dev, *e, 0);
+}
+
+static double cd_mark_time(ExecDevice *d, int i, bool end) {
+  CudaDevice *c = cud(d);
+  void *e = c->origin && i < c->nmarks ? c->marks[2 * i + end] : NULL;
+  return e ? c->ops->event_ms(c->ops->dev, c->origin, e) * 1e-3 : 0;
+}
+
 static void cd_destroy(ExecDevice *d) {
   CudaDevice *c = cud(d);
+  for (int i = 0; i < 2 * c->nmarks; i++)
+    if (c->marks[i]) c->ops->event_destroy(c->ops->dev, c->marks[i]);
+  free(c->marks);
   for (int i = 0; i < CD_GRAPHS; i++) {
     if (c->g_norm[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_norm[i].graph);
     if (c->g_upd[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_upd[i].graph);
@@ -507,6 +510,7 @@ static const ExecDeviceOps cuda_ops = {
     .backward = cd_backward, .load_samples = cd_load_samples, .copy = cd_copy, .zero = cd_zero,
     .upload = cd_upload, .download = cd_download, .sum_ordered = cd_sum_ordered, .sumsq = cd_sumsq,
     .opt_step = cd_opt_step, .flush = cd_flush, .late_bad_ids = cd_late_bad_ids, .destroy = cd_destroy,
+    .mark = cd_mark, .mark_time = cd_mark_time,
 };
 
 ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
@@ -565,32 +569,21 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   return &c->base;
 }
 
-CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
-  return cx_program_graph_stats(((const CudaDevice *)(const void *)d)->prog);
-}
-
+/* ---- what the runners ask of it (cuda_exec.h) ---- */
+static const CudaDevice *ccud(const ExecDevice *d) { return (const CudaDevice *)(const void *)d; }
+CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) { return cx_program_graph_stats(ccud(d)->prog); }
+CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) { return ccud(d)->upd_stats; }
+CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d) { return ccud(d)->norm_stats; }
 CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
-
-uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->bytes; }
-
-CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) {
-  return cx_program_gemm_type(((const CudaDevice *)(const void *)d)->prog);
-}
-
-CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) {
-  return ((const CudaDevice *)(const void *)d)->upd_stats;
-}
-const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->ops; }
+uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ccud(d)->bytes; }
+CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
+const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
+void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = origin; }
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;
 }
-
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes) {
   uint64_t off[8];
-  return layout((const CudaDevice *)(const void *)d, arena_bytes, off);
-}
-
-CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d) {
-  return ((const CudaDevice *)(const void *)d)->norm_stats;
+  return layout(ccud(d), arena_bytes, off);
 }

@@ -173,9 +173,7 @@ static bool cp_save(CpRun *x, const char *path, char *err, size_t errlen) {
 
 int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                         CxPipeStats *stats, char *err, size_t errlen) {
-  /* the shared interpreter (cuda_pipe_threads.c); NOT yet --trace and --profile-out,
-   * which time the old interpreter's device work (cuda_pipe_trace.c, cuda_profile.c) */
-  if (!o->trace_path && !o->profile_out) return cx_pipe_train_threads(p, ops, o, out, stats, err, errlen);
+  if (!getenv("PD2BW_CUDA_PIPE_OLD")) return cx_pipe_train_threads(p, ops, o, out, stats, err, errlen);
   CpRun x = {.p = p, .ops = ops, .o = o, .link = &cp_link_local};
   memset(out, 0, sizeof *out);
   int rc = 1;

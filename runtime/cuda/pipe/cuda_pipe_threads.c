@@ -13,9 +13,14 @@
  * rank_device (each destroys its own) and report their graph counts when their link
  * is destroyed.
  *
- * NOT done on this path yet (cx_pipe_train_stats keeps the old interpreter for them):
- * --trace (device-event timings: cuda_pipe_trace.c) and --profile-out. Untested on a
- * GPU: a real GPU's context must be current in each rank thread. */
+ * --trace: the interpreter marks each instruction's start and end on the rank's stream
+ * (ExecDeviceOps mark: device events against one origin), so the trace and the measured
+ * bubbles are the GPU's times, written as one process with a thread per stage replica
+ * (pipe_trace_write_gpu). --profile-out: each program's segment times (cuda_profile.c),
+ * a stage's replicas together, through the CPU backend's writer.
+ *
+ * NOT done: run on a GPU. A real GPU's context must be current in each rank thread
+ * (cuda_device.c cuda_dev_make_current; the emulator has none). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +30,11 @@
 
 typedef struct ThreadsCtx {
   const PipePlan *p;
-  ExecDevice **dev; /* [nranks] until each rank takes its own */
+  ExecDevice **dev;  /* [nranks] until each rank takes its own */
+  ExecDevice **made; /* [nranks] every rank's, to know a device's stage at its end */
   pthread_mutex_t mu;
   CxPipeStats *stats;
+  SegTimes *seg; /* --profile-out: [d] each stage's times, all its replicas' */
 } ThreadsCtx;
 
 static ExecDevice *take_device(void *ctx, int rank, int stage, char *err, size_t errlen) {
@@ -50,6 +57,8 @@ static void add_stats(CxGraphStats *to, CxGraphStats s) {
 static void at_end(void *ctx, ExecDevice *d) {
   ThreadsCtx *c = ctx;
   pthread_mutex_lock(&c->mu);
+  for (int r = 0; c->seg && r < c->p->nranks; r++) /* --profile-out: its passes' segment times */
+    if (c->made[r] == d) seg_times_add(&c->seg[c->p->rank_stage[r]], cx_program_profile_times(cx_exec_device_program(d)));
   add_stats(&c->stats->graphs, cx_exec_device_pass_stats(d));
   add_stats(&c->stats->steps, cx_exec_device_update_stats(d));
   add_stats(&c->stats->steps, cx_exec_device_norm_stats(d));
@@ -103,6 +112,31 @@ static double median_step(const PipeOutcome *r) {
   return med * 1e-3;
 }
 
+/* --trace: every device's clock marks against one origin event, recorded and waited
+ * for before the run. --profile-out: every program times its segments from the second
+ * step on (the first too when it is the only one), as the one-stage trainer's. */
+static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, ThreadsCtx *c, void **origin,
+                    char *err, size_t errlen) {
+  memcpy(c->made, c->dev, (size_t)p->nranks * sizeof *c->made);
+  if (o->trace_path) {
+    *origin = ops->event_create(ops->dev);
+    ops->event_record(ops->dev, *origin, 0);
+    ops->sync(ops->dev);
+    for (int r = 0; r < p->nranks; r++) cx_exec_device_set_origin(c->dev[r], *origin);
+  }
+  if (!o->profile_out) return true;
+  int64_t first = 0;
+  if (!pipe_ckpt_step(o->resume_path, &first, err, errlen)) return false;
+  int64_t from = o->steps - first > 1 ? (first + 1) * p->m * p->w : 0;
+  c->seg = pd_calloc((size_t)p->d, sizeof *c->seg);
+  for (int r = 0; r < p->nranks; r++) {
+    CxProgram *prog = cx_exec_device_program(c->dev[r]);
+    cx_program_profile(prog, from);
+    if (!c->seg[p->rank_stage[r]].nsegs) seg_times_init(&c->seg[p->rank_stage[r]], cx_program_segments(prog), 0);
+  }
+  return true;
+}
+
 int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                           CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
@@ -111,18 +145,26 @@ int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaE
   memset(out, 0, sizeof *out);
   CxShare *sh = cx_share_create(ops, p->nranks, err, errlen);
   if (!sh) return 1;
-  ThreadsCtx c = {.p = p, .dev = pd_calloc((size_t)p->nranks, sizeof(ExecDevice *)), .stats = stats};
+  ThreadsCtx c = {.p = p, .dev = pd_calloc((size_t)p->nranks, sizeof(ExecDevice *)),
+                  .made = pd_calloc((size_t)p->nranks, sizeof(ExecDevice *)), .stats = stats};
   pthread_mutex_init(&c.mu, NULL);
   int rc = 1;
-  if (make_devices(p, sh, o, c.dev, stats, err, errlen)) {
-    PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .timeout_s = o->timeout_s, .save_path = o->save_path,
+  void *origin = NULL;
+  if (make_devices(p, sh, o, c.dev, stats, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
+    PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .timeout_s = o->timeout_s,
+                      .trace_path = o->trace_path, .trace_one_process = true, .save_path = o->save_path,
                       .resume_path = o->resume_path, .quiet = o->quiet, .seed = o->seed, .seed_set = o->seed_set,
                       .shuffle = o->shuffle, .val_path = o->val_path, .eval_every = o->eval_every,
                       .eval_batches = o->eval_batches, .init_path = o->init_path, .rank_device = take_device,
                       .rank_link = make_link, .rank_ctx = &c};
     rc = pipeline_run_local(p, &po, out, err, errlen);
+    if (!rc && o->profile_out) rc = !pipe_profile_write(p, c.seg, "cuda", o->profile_out, err, errlen);
   }
   if (!rc) out->step_time_s = median_step(out);
+  if (origin) ops->event_destroy(ops->dev, origin);
+  for (int s = 0; c.seg && s < p->d; s++) seg_times_free(&c.seg[s]);
+  free(c.seg);
+  free(c.made);
   for (int r = 0; r < p->nranks; r++) exec_device_destroy(c.dev[r]); /* any a rank did not take */
   free(c.dev);
   pthread_mutex_destroy(&c.mu);
