@@ -229,7 +229,7 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
 /* Trace and measurements (pipeline_trace.c). */
 bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                       size_t errlen);
-/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_trace.c): one
+/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_threads.c): one
  * process (the GPU), one thread per stage replica (tid stage·w + replica). */
 bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                           size_t errlen);

@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_cudapipe_trace.c — --trace in single-GPU pipeline mode
- * (runtime/cuda/pipe/cuda_pipe_trace.c) on the emulated device (emu_device.h: streams that
+ * (runtime/cuda/pipe/cuda_pipe_threads.c) on the emulated device (emu_device.h: streams that
  * reorder work, event times from its fake clock of one tick per operation run).
  *
  *  - 2bw4: 2bw, d = 4, w = 1, m = 4, clip 1 (tied groups: TIED_SYNC, deferred tied

@@ -324,7 +324,7 @@ typedef struct CudaExecOptions {
   int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
-   * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
+   * events (runtime/cuda/pipe/cuda_pipe_threads.c), written here; NULL: none. */
   const char *trace_path;
   /* --profile-out: each segment's measured time (cuda_profile.c) in the profile format
    * pd2bwc --profile reads; NULL: none. One-stage plans and single-GPU pipeline mode. */

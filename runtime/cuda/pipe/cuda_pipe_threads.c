@@ -137,8 +137,8 @@ static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOpt
   return true;
 }
 
-int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                          CxPipeStats *stats, char *err, size_t errlen) {
+int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                        CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
   if (!stats) stats = &mine;
   memset(stats, 0, sizeof *stats);
@@ -169,5 +169,13 @@ int cx_pipe_train_threads(const PipePlan *p, const CxDeviceOps *ops, const CudaE
   free(c.dev);
   pthread_mutex_destroy(&c.mu);
   cx_share_destroy(sh);
+  return rc;
+}
+
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                  uint64_t *extra_bytes, char *err, size_t errlen) {
+  CxPipeStats st = {0};
+  int rc = cx_pipe_train_stats(p, ops, o, out, &st, err, errlen);
+  if (extra_bytes) *extra_bytes = st.extra_bytes;
   return rc;
 }
