@@ -140,6 +140,10 @@ typedef struct CxDeviceOps {
   /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
    * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
   void *(*native_stream)(void *dev, int stream);
+  /* Makes the device usable from the calling thread (a GPU: its context current in
+   * it); NULL: nothing to do (the emulator). Single-GPU pipeline mode's views
+   * (cx_share_view) call it before every use from a rank's thread. */
+  void (*thread_enter)(void *dev);
   /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
    * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
    * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel

@@ -9,8 +9,10 @@
  * every rank's need, known before the ranks start) and a view's alloc hands its rank
  * its part. Every call runs under one recursive lock, held from capture_begin to
  * capture_end, so a pass being captured never interleaves with another thread's work
- * (the emulator has one capture slot; cuBLAS's stream setting is per handle). The lock
- * serialises only the issuing: the GPU still runs the streams concurrently. */
+ * (the emulator has one capture slot; cuBLAS's stream setting is per handle), and makes
+ * the GPU usable from the calling thread first (CxDeviceOps thread_enter: a context
+ * current in it). The lock serialises only the issuing: the GPU still runs the streams
+ * concurrently. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,7 +42,10 @@ static int S(void *dev, int stream) {
   PD_CHECK(stream == 0, "(a rank's view has one stream, not %d)", stream);
   return 1 + vw(dev)->rank;
 }
-static void lk(void *dev) { pthread_mutex_lock(&vw(dev)->sh->mu); }
+static void lk(void *dev) {
+  pthread_mutex_lock(&vw(dev)->sh->mu);
+  if (G(dev)->thread_enter) G(dev)->thread_enter(GD(dev)); /* a GPU: its context in this thread */
+}
 static void ul(void *dev) { pthread_mutex_unlock(&vw(dev)->sh->mu); }
 
 static bool v_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {

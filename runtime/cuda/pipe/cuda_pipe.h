@@ -53,9 +53,9 @@
  * Tested: in CI, tests/cudaexec/test_cudapipe_emu and the others run it on an emulated
  * device (tests/cudaexec/emu_device.h, thread-safe) whose streams really reorder work,
  * so the event protocol above is checked (without the receiver's wait for the
- * sender's event the run differs from the reference). NOT run on a GPU yet: a real
- * GPU's context must be current in each rank thread (runtime/cuda/cuda_device.c
- * cuda_dev_make_current), which nothing does yet. On an H200 (2026-11-30,
+ * sender's event the run differs from the reference). NOT run on a GPU yet (each rank
+ * thread makes the context current through its view: CxDeviceOps thread_enter,
+ * runtime/cuda/cuda_device.c cuda_dev_make_current). On an H200 (2026-11-30,
  * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
  * against the CPU reference.
  *
