@@ -392,12 +392,14 @@ const CxDeviceOps *cx_share_view(CxShare *sh, int rank);
 bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errlen);
 void cx_share_destroy(CxShare *sh);
 /* The same-GPU link (runtime/exec/exec.h) of the rank whose device is dev (a
- * cx_exec_device on a share view) over the local transport t (not owned). at_end
+ * cx_exec_device on a share view: its sum_ordered sums the replicas) and which issues
+ * on ops (that view: cx_exec_device_ops) over the local transport t (not owned). at_end
  * (may be NULL) is called with ctx and dev when the link is destroyed, the device
  * still alive (its counts, before the rank destroys it). */
 typedef struct ExecLink ExecLink;
 typedef struct Transport Transport;
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, void (*at_end)(void *ctx, ExecDevice *dev), void *ctx);
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
+                        void *ctx);
 
 /* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
 

@@ -271,13 +271,14 @@ static const ExecLinkOps local_ops = {
     .progress = c_progress, .error = c_error, .abort = c_abort, .timeout = c_timeout, .destroy = c_destroy,
 };
 
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, void (*at_end)(void *ctx, ExecDevice *dev), void *ctx) {
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
+                        void *ctx) {
   ClLink *l = pd_calloc(1, sizeof *l);
   l->at_end = at_end;
   l->at_end_ctx = ctx;
   l->base.ops = &local_ops;
   l->t = t;
   l->dev = dev;
-  l->ops = cx_exec_device_ops(dev);
+  l->ops = ops;
   return &l->base;
 }

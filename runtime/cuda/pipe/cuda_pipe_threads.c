@@ -68,7 +68,7 @@ static void at_end(void *ctx, ExecDevice *d) {
 static ExecLink *make_link(void *ctx, Transport *t, ExecDevice *dev, char *err, size_t errlen) {
   (void)err;
   (void)errlen;
-  return cx_local_link(t, dev, at_end, ctx);
+  return cx_local_link(t, dev, cx_exec_device_ops(dev), at_end, ctx);
 }
 
 /* Every rank's device on its view, and the one allocation they share. */
