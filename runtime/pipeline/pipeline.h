@@ -167,8 +167,9 @@ typedef struct PipeOptions {
   struct ExecDevice *(*rank_device)(void *ctx, int rank, int stage, char *err, size_t errlen);
   struct ExecLink *(*rank_link)(void *ctx, Transport *t, struct ExecDevice *dev, char *err, size_t errlen);
   void *rank_ctx;
-  bool trace_one_process; /* --trace: the ranks as threads of one process (single-GPU
-                             pipeline mode: pipe_trace_write_gpu), not a process each */
+  bool one_device; /* every rank on one device (single-GPU pipeline mode): the console's
+                      peak rate is that device's, and --trace writes one process with a
+                      thread per rank (pipe_trace_write_gpu), not a process each */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */

@@ -367,7 +367,7 @@ static int run_rank(Transport *t, void *arg) {
   if (rk == 0) {
     /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
     fill_outcome(c->p, R, &G, val, val_final, c->out);
-    if (c->o->trace_path && !(c->o->trace_one_process ? pipe_trace_write_gpu : pipe_trace_write)(
+    if (c->o->trace_path && !(c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
                                 c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
       note_error(c, err);
       rc = 1;

@@ -152,7 +152,7 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
   void *origin = NULL;
   if (make_devices(p, sh, o, c.dev, stats, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
     PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .timeout_s = o->timeout_s,
-                      .trace_path = o->trace_path, .trace_one_process = true, .save_path = o->save_path,
+                      .trace_path = o->trace_path, .one_device = true, .save_path = o->save_path,
                       .resume_path = o->resume_path, .quiet = o->quiet, .seed = o->seed, .seed_set = o->seed_set,
                       .shuffle = o->shuffle, .val_path = o->val_path, .eval_every = o->eval_every,
                       .eval_batches = o->eval_batches, .init_path = o->init_path, .rank_device = take_device,
