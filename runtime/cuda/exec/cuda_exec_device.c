@@ -22,9 +22,15 @@
  * Memory: ONE ops->alloc per device (the table allows one), carved into the
  * interpreter's arena (the plan's memory.total_bytes, every buffer at its planned
  * offset) and this device's extras after it: the launch list's scratch, the norm's
- * partials and result, the step values, the loss ring, the data slots. Device
- * addresses are handed to the interpreter as pointers (CxPtr cast), which it only
- * offsets. */
+ * partials and result, the step values, the loss ring, the data slots, a bf16 copy per
+ * weight version, the AdamW table. Device addresses are handed to the interpreter as
+ * pointers (CxPtr cast), which it only offsets.
+ *
+ * It serves the one-stage trainer and each rank of single-GPU pipeline mode alike (a
+ * rank: on its view of the GPU, cx_share_view, whose stream 0 is the rank's): the
+ * stage's weight versions (cx_exec_device_set_versions), 2bw's deferred tied steps
+ * (left out of the AdamW table; a per-tensor step, its version cast again), a tied
+ * sum into its second member, and --trace's clock marks (events against one origin). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
