@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     if ((a.transport && !nccl) || a.timeout > 0)
       return fail("--backend cuda supports every option but --timeout, and of the transports only "
                   "--transport nccl");
-    /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_trace.c); nccl refuses it itself */
+    /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_threads.c); nccl refuses it itself */
     if (a.trace && !nccl && pipe_plan_ranks(a.plan) <= 1)
       return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
     if (a.reference && a.init) return fail(reference_init_msg);

@@ -17,6 +17,9 @@
  *                     launch lists and the GPU trainer's kernels over a CxDeviceOps
  *                     table; the one-stage trainer takes it as TrainerOptions.device.)
  *   exec_link_transport.c  the link over runtime/transport/transport.h (local threads or MPI).
+ *   (runtime/cuda/exec/cuda_link_local.c: the same-GPU link of single-GPU pipeline mode,
+ *                     over the local transport; pipeline.h's PipeOptions rank_device and
+ *                     rank_link give each rank its own device and link.)
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
@@ -66,8 +69,10 @@
  *                     fixed order: the replay set holds it to its own bits).
  *   opt_step          the optimizer step of n parameters (ExecOptStep each: in place
  *                     or from one weight version into another), all of a stage's
- *                     parameters with a gradient in one call, in parameter order (a
- *                     GPU: one graph, or one multi-tensor launch; the CPU: in turn).
+ *                     parameters in one call, in parameter order, those without a
+ *                     gradient with g NULL (copied into the version written) — all
+ *                     but 2bw's deferred tied ones, stepped apart (a GPU: one graph,
+ *                     or one multi-tensor launch; the CPU: in turn).
  * A CUDA device implements them with the stage's kernels on one stream (a pass may
  * be a captured graph), cudaMemcpyAsync/cudaMemsetAsync, a deterministic reduction
  * for sumsq (its one synchronisation point) and the fused optimizer kernel.
@@ -88,9 +93,11 @@
  *   progress          what the rank is about to do (the stall detector's record).
  * An NCCL link implements point to point with ncclSend/ncclRecv in a group, the
  * all-reduce with ncclAllReduce (or a fixed-order ring to keep the bits), and
- * requests as events on the device's stream; a same-GPU link (every stage replica
- * in one process on one device) implements a send as a device copy into the
- * receiver's buffer, posted when both sides have posted.
+ * requests as events on the device's stream; the same-GPU link (every stage replica
+ * a thread of one process on one device: cuda_link_local.c) implements a send as a
+ * device copy into the receiver's buffer on the receiver's stream, after an event of
+ * the sender's, posted when both sides have posted, the sender's stream then waiting
+ * for the copy. Tag PIPE_TAG_NORM carries host doubles; send/recv carry host memory.
  */
 #ifndef PD2BW_RUNTIME_EXEC_EXEC_H
 #define PD2BW_RUNTIME_EXEC_EXEC_H
@@ -121,7 +128,9 @@ typedef struct ExecPass {
 } ExecPass;
 
 /* One parameter's optimizer step of batch t: wout = step(win, g · scale), with the
- * moments m and v (v unused by SGD) updated in place. wout may be win. */
+ * moments m and v (v unused by SGD) updated in place. wout may be win. g NULL: the
+ * parameter has no gradient and keeps its value (copied into wout when it is another
+ * version; the moments untouched). */
 typedef struct ExecOptStep {
   const TrainConfig *tc;
   const RtParam *param;
@@ -149,12 +158,21 @@ typedef struct ExecDeviceOps {
   void (*flush)(ExecDevice *d);
   int64_t (*late_bad_ids)(ExecDevice *d);
   void (*destroy)(ExecDevice *d);
+  /* --trace on a device that runs its work after the host issued it (a GPU; NULL: the
+   * host's clock times the trace): mark(i, false) before the work of the instruction
+   * whose trace events carry mark i, mark(i, true) after it, in stream order;
+   * mark_time reads a mark, in seconds since an origin common to every rank, once the
+   * device was flushed. */
+  void (*mark)(ExecDevice *d, int i, bool end);
+  double (*mark_time)(ExecDevice *d, int i, bool end);
 } ExecDeviceOps;
 
 struct ExecDevice {
   const ExecDeviceOps *ops;
 };
 
+/* (The CUDA device and the same-GPU link of single-GPU pipeline mode are
+ * runtime/cuda/exec/cuda_exec.h's cx_exec_device and cx_local_link.) */
 /* The CPU device of stage st: loads its program (stage_program_load); NULL with the
  * loader's message. */
 ExecDevice *exec_cpu_device(const RtStage *st, char *err, size_t errlen);
@@ -209,5 +227,8 @@ void exec_link_destroy(ExecLink *l);
  * one call over their union does (runtime/pipeline/pipeline_rank.h).
  * false on a failure, with the root cause in R->err (every other rank aborted). */
 bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi);
+/* With --trace on a device with marks: the recorded events' times become the device's
+ * (waits for it first); otherwise nothing. Before the events are gathered. */
+void exec_trace_times(PipeRank *R);
 
 #endif

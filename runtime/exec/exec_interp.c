@@ -215,17 +215,13 @@ static int tied_group_of(const PipeRank *R, int k) {
 static bool has_grad(const PipeRank *R, int k) { return R->st->params[k].has_grad || tied_group_of(R, k) >= 0; }
 
 /* Parameter k's step of batch t (gradient g, weight version src -> vslot) appended to
- * R->opt[*n] for one opt_step call; one without a gradient keeps its value (copied
- * into the other version). */
+ * R->opt[*n] for one opt_step call; one without a gradient keeps its value (g NULL:
+ * the device copies it into the other version). */
 static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, int64_t t, double scale, int *n) {
   const RtParam *pp = &R->st->params[k];
   float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
   const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
-  if (!has_grad(R, k)) {
-    if (wout != win) R->dev->ops->copy(R->dev, wout, win, (uint64_t)pp->bytes);
-    return;
-  }
-  R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = g,
+  R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = has_grad(R, k) ? g : NULL,
                                  .m = (float *)(void *)(R->adam_m + pp->offset),
                                  .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale};
 }
@@ -354,11 +350,26 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
 
 /* ---- the interpreter ------------------------------------------------------------------- */
 
-static void record(PipeRank *R, const PlanInstr *in, double t0, double t1) {
+/* Records instruction in with host times t0..t1 and the device's clock marks mk. */
+static void record(PipeRank *R, const PlanInstr *in, double t0, double t1, int mk) {
   if (R->nev >= R->cap_ev) return;
   R->ev[R->nev++] = (PipeEvent){.op = (int)in->op, .stage = R->stage, .replica = R->replica, .mb = in->mb,
-                                .batch = in->batch, .version = in->version, .group = in->group,
+                                .batch = in->batch, .version = in->version, .group = in->group, .mark = mk,
                                 .start = t0, .end = t1};
+}
+
+/* --trace on a device with a clock of its own: marks around each instruction's work. */
+static void mark(PipeRank *R, int mk, bool end) {
+  if (R->o->trace_path && R->dev->ops->mark) R->dev->ops->mark(R->dev, mk, end);
+}
+
+void exec_trace_times(PipeRank *R) {
+  if (!R->o->trace_path || !R->dev->ops->mark_time) return;
+  R->dev->ops->flush(R->dev);
+  for (int i = 0; i < R->nev; i++) {
+    R->ev[i].start = R->dev->ops->mark_time(R->dev, R->ev[i].mark, false);
+    R->ev[i].end = R->dev->ops->mark_time(R->dev, R->ev[i].mark, true);
+  }
 }
 
 static void inject_fault(PipeRank *R) {
@@ -397,6 +408,8 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
       break;
     }
     double t0 = pipe_now();
+    int mk = R->nmarks++; /* one pair of device marks per instruction or group */
+    mark(R, mk, false);
     switch (in->op) {
     case PI_RECV_ACT:
     case PI_SEND_ACT:
@@ -414,8 +427,9 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
       }
       if (ok && nreq && !pipe_transport_ok(R, R->link->ops->waitall(R->link, R->reqs, nreq))) ok = false;
       double t1 = pipe_now();
+      mark(R, mk, true);
       for (int q = i; ok && q <= j; q++)
-        if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1);
+        if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1, mk);
       i = j;
       continue;
     }
@@ -435,7 +449,8 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
     case PI_OPT_STEP: ok = run_step(R, in); break;
     case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
     }
-    record(R, in, t0, pipe_now());
+    mark(R, mk, true);
+    record(R, in, t0, pipe_now(), mk);
   }
   if (ok) R->steps_done = hi;
   return ok && !R->failed;

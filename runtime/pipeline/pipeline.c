@@ -218,7 +218,6 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   R->pp = p;
   R->o = o;
   R->t = t;
-  R->link = exec_transport_link(t);
   R->rank = transport_rank(t);
   R->stage = p->rank_stage[R->rank];
   R->replica = p->rank_replica[R->rank];
@@ -268,8 +267,12 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
       R->act_in_bytes += up256((uint64_t)ps->bnd[k].bytes);
     }
   if (!setup_tied(R, err, errlen)) goto fail;
-  if (!(R->dev = o->device ? o->device : exec_cpu_device(R->st, err, errlen))) goto fail;
-  if (o->profile_out && !o->device) { /* each segment's time, the first step's passes left out unless it is the only one */
+  R->dev = o->rank_device ? o->rank_device(o->rank_ctx, R->rank, R->stage, err, errlen)
+          : o->device    ? o->device
+                         : exec_cpu_device(R->st, err, errlen);
+  if (!R->dev || !(R->link = o->rank_link ? o->rank_link(o->rank_ctx, t, R->dev, err, errlen) : exec_transport_link(t)))
+    goto fail;
+  if (o->profile_out && !o->device && !o->rank_device) { /* each segment's time, the first step's passes left out unless it is the only one */
     seg_times_init(&R->segt, exec_cpu_program(R->dev)->nsegs, R->steps - R->first > 1 ? (R->first + 1) * R->mref : 0);
     exec_cpu_profile(R->dev, &R->segt);
   }
@@ -300,7 +303,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   if (R->st->has_loss && R->replica == 0 && !o->quiet) {
     char lerr[IO_ERR_LEN];
     R->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
-    rt_log_set_peak(R->console, pipe_peak_flops(p));
+    rt_log_set_peak(R->console, o->one_device ? p->rt->peak_flops : pipe_peak_flops(p)); /* one GPU: its peak */
     if (transport_kind(t) == TRANSPORT_MPI) rt_log_set_plain(R->console);
   }
   R->cap_ev = R->stream->n + 8;
@@ -348,9 +351,9 @@ void pipe_rank_destroy(PipeRank *R) {
   plan_streams_free(&R->streams);
   data_loader_destroy(R->dl);
   if (R->df) data_close(R->df);
+  exec_link_destroy(R->link); /* before the device: a GPU's link uses its streams */
   if (R->arena) R->dev->ops->arena_free(R->dev, R->arena);
   if (R->dev != R->o->device) exec_device_destroy(R->dev);
-  exec_link_destroy(R->link);
   free(R->loss);
   free(R->ev);
   free(R->reqs);
@@ -427,23 +430,6 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
                       t + 1, scale, tc->delay_comp);
 }
 
-
-double pipe_tokens_per_step(const PipePlan *p) {
-  for (int s = 0; s < p->d; s++)
-    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
-      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
-        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
-  return 0;
-}
-
-double pipe_flops_per_step(const PipePlan *p) {
-  double f = 0;
-  for (int s = 0; s < p->d; s++) f += p->rt->stages[s].flops_fwd + p->rt->stages[s].flops_bwd;
-  return f * (double)(p->m * p->w);
-}
-
-double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
-
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
 /* --profile-out: a rank's per-segment times as two messages: {nsegs, nfwd, nbwd}, then
@@ -493,6 +479,7 @@ static bool gather_seg_times(PipeRank *R, PipeGathered *G) {
 }
 
 bool pipe_gather(PipeRank *R, PipeGathered *G) {
+  exec_trace_times(R); /* a GPU's events: its own clock */
   const PipePlan *p = R->pp;
   Transport *t = R->t;
   bool root = R->rank == 0;

@@ -3,7 +3,8 @@
  * What this folder (runtime/pipeline/, library pd2bw_pipeline) owns:
  *   pipeline.c        one rank as the interpreter (runtime/exec/) finds it: device,
  *                     link, streams, arena, tied groups, data; what rank 0 gathers
- *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs
+ *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs,
+ *                     and the console's rates per step
  *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
  *                     --init, validation, the end-of-run report
  *   pipeline_trace.c  what the ranks did, measured: the Chrome trace (--trace), the
@@ -158,6 +159,17 @@ typedef struct PipeOptions {
   const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
   struct ExecDevice *device; /* one rank (the one-stage trainer): its device, not owned;
                                 NULL: the CPU's (runtime/exec/exec.h) */
+  /* Per-rank factories (a pipeline of several ranks on a GPU: runtime/cuda/): rank
+   * `rank`'s device, made in the rank's own thread before its arena, and its link over
+   * t and that device (the link may use the device's streams); each owned by the rank
+   * (the link destroyed before the device). NULL with a message in err. Either NULL:
+   * the CPU device (or `device`) and exec_transport_link(t). ctx is rank_ctx. */
+  struct ExecDevice *(*rank_device)(void *ctx, int rank, int stage, char *err, size_t errlen);
+  struct ExecLink *(*rank_link)(void *ctx, Transport *t, struct ExecDevice *dev, char *err, size_t errlen);
+  void *rank_ctx;
+  bool one_device; /* every rank on one device (single-GPU pipeline mode): the console's
+                      peak rate is that device's, and --trace writes one process with a
+                      thread per rank (pipe_trace_write_gpu), not a process each */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */

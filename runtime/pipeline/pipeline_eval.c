@@ -14,7 +14,7 @@ struct PipeEval {
   int64_t nmb;             /* this replica's microbatches: nbatches · m */
   double *loss;            /* [nmb] the last stage's losses */
   double *all;             /* rank 0: [nbatches · w · m] in the reference's order */
-  TransportRequest **reqs; /* one microbatch's activations */
+  ExecReq **reqs;          /* one microbatch's activations */
 };
 
 /* Window length of the model's token streams (any stage's data input). */
@@ -83,13 +83,14 @@ static bool eval_xfer(PipeEval *E, PipeRole role, int64_t n) {
     snprintf(what, sizeof what, "validation activation of microbatch %lld %s stage %d", (long long)n,
              role == PIPE_ACT_IN ? "from" : "for", peer);
     char *at = pipe_block_base(R, b->cls, -1, 0) + b->offset;
+    ExecLink *L = R->link; /* device memory: the link's messages (a GPU's are device copies) */
     TransportStatus s = role == PIPE_ACT_IN
-                            ? transport_irecv(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
-                            : transport_isend(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
+                            ? L->ops->irecv(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
+                            : L->ops->isend(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
     if (!pipe_transport_ok(R, s)) return false;
     nreq++;
   }
-  return nreq == 0 || pipe_transport_ok(R, transport_waitall(R->t, E->reqs, nreq));
+  return nreq == 0 || pipe_transport_ok(R, R->link->ops->waitall(R->link, E->reqs, nreq));
 }
 
 /* Rank 0: the last stage's losses of every replica, the mean in the reference's
@@ -100,7 +101,7 @@ static bool eval_gather(PipeEval *E, double *mean) {
   size_t bytes = (size_t)E->nmb * sizeof(double);
   if (R->rank != 0) {
     if (R->st->has_loss)
-      return pipe_transport_ok(R, transport_send(R->t, 0, PIPE_TAG_EVAL + 1, E->loss, bytes, "validation losses"));
+      return pipe_transport_ok(R, R->link->ops->send(R->link, 0, PIPE_TAG_EVAL + 1, E->loss, bytes, "validation losses"));
     return true;
   }
   int64_t m = p->m, wm = p->w * m;
@@ -108,7 +109,7 @@ static bool eval_gather(PipeEval *E, double *mean) {
     int src = p->st[p->d - 1].rank_of_replica[rep];
     double *got = E->all + (int64_t)rep * E->nmb; /* received per replica, reordered below */
     if (src == 0) memcpy(got, E->loss, bytes);
-    else if (!pipe_transport_ok(R, transport_recv(R->t, src, PIPE_TAG_EVAL + 1, got, bytes, "validation losses")))
+    else if (!pipe_transport_ok(R, R->link->ops->recv(R->link, src, PIPE_TAG_EVAL + 1, got, bytes, "validation losses")))
       return false;
   }
   double sum = 0;

@@ -2,7 +2,8 @@
  * the stage programs: the configuration, the rank map, the tied groups, the memory
  * plan (every buffer's kind, index, offset and size) and each stage's boundary
  * tensors ("program.pipeline", written by codegen_boundary_stages). Every missing or
- * mistyped key is a message naming the file and the key, never a crash. */
+ * mistyped key is a message naming the file and the key, never a crash. The rates the
+ * console prints (tokens, FLOPs, peak per step) are read off the plan here too. */
 #include "runtime/pipeline/pipeline_rank.h"
 
 #include <cjson/cJSON.h>
@@ -254,3 +255,20 @@ int pipe_plan_ranks(const char *dir) {
   cJSON_Delete(root);
   return r;
 }
+
+/* The console's rates (pipeline.h). */
+double pipe_tokens_per_step(const PipePlan *p) {
+  for (int s = 0; s < p->d; s++)
+    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
+      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
+        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
+  return 0;
+}
+
+double pipe_flops_per_step(const PipePlan *p) {
+  double f = 0;
+  for (int s = 0; s < p->d; s++) f += p->rt->stages[s].flops_fwd + p->rt->stages[s].flops_bwd;
+  return f * (double)(p->m * p->w);
+}
+
+double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }

@@ -22,12 +22,14 @@ enum {
 };
 
 /* One executed instruction (a group of sends/receives: one per instruction, with the
- * group's common start and end). Times: CLOCK_MONOTONIC seconds. */
+ * group's common start and end). Times: CLOCK_MONOTONIC seconds, or a GPU's clock
+ * (exec_trace_times: seconds since the run's origin on the device). */
 typedef struct PipeEvent {
   int op; /* PlanOp */
   int stage, replica;
   int64_t mb;
   int batch, version, group;
+  int mark; /* the device's clock marks of its instruction (ExecDeviceOps mark) */
   double start, end;
 } PipeEvent;
 
@@ -88,6 +90,7 @@ typedef struct PipeRank {
   int64_t bad_ids;
   PipeEvent *ev;
   int nev, cap_ev;
+  int nmarks; /* device clock marks issued (--trace: ExecDeviceOps mark) */
   int64_t steps_done;
   double last_step_time;
   double *grad_norm; /* [steps - first] the global norm of each batch's averaged gradient */
@@ -226,7 +229,7 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
 /* Trace and measurements (pipeline_trace.c). */
 bool pipe_trace_write(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                       size_t errlen);
-/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_trace.c): one
+/* The same trace for single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_threads.c): one
  * process (the GPU), one thread per stage replica (tid stage·w + replica). */
 bool pipe_trace_write_gpu(const PipePlan *p, const PipeEvent *ev, int64_t n, const char *path, char *err,
                           size_t errlen);

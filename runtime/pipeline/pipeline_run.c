@@ -367,7 +367,8 @@ static int run_rank(Transport *t, void *arg) {
   if (rk == 0) {
     /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
     fill_outcome(c->p, R, &G, val, val_final, c->out);
-    if (c->o->trace_path && !pipe_trace_write(c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
+    if (c->o->trace_path && !(c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
+                                c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
       note_error(c, err);
       rc = 1;
     }
@@ -389,8 +390,9 @@ static int run_rank(Transport *t, void *arg) {
 int pipeline_run_local(const PipePlan *p, const PipeOptions *o, PipeOutcome *out, char *err, size_t errlen) {
   /* Compile (or find in the cache) every stage program once, here: the replicas of a
    * stage would otherwise compile the same file at the same time from one process,
-   * and the compile cache's temporary names are per process, not per thread. */
-  for (int s = 0; s < p->d; s++) {
+   * and the compile cache's temporary names are per process, not per thread. (Ranks
+   * on another device load their own programs: rank_device.) */
+  for (int s = 0; s < p->d && !o->rank_device; s++) {
     StageProgram prog;
     if (!stage_program_load(p->rt->stages[s].source, 4, &prog, err, errlen)) return 1;
     stage_program_unload(&prog);

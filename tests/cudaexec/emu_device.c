@@ -2,6 +2,7 @@
 #include "emu_device.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,6 +467,80 @@ static void e_graph_destroy(void *dev, void *graph) {
   free(g);
 }
 
+/* ---- thread safety: one lock around the device ---------------------------------------
+ * Single-GPU pipeline mode drives the device from one host thread per stage replica.
+ * Every entry of the table runs under one recursive lock, so queued work runs (at a
+ * host wait) with no other thread issuing; a capture holds the lock from capture_begin
+ * to capture_end, so no other thread issues or waits in the middle of it (a GPU's
+ * thread-local capture mode allows that; the emulator's one capture slot does not). */
+
+static pthread_mutex_t emu_mu;
+static pthread_once_t emu_mu_once = PTHREAD_ONCE_INIT;
+static void emu_mu_init(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&emu_mu, &a);
+  pthread_mutexattr_destroy(&a);
+}
+static void lk(void) {
+  pthread_once(&emu_mu_once, emu_mu_init);
+  pthread_mutex_lock(&emu_mu);
+}
+static void ul(void) { pthread_mutex_unlock(&emu_mu); }
+
+#define LOCKED(ret, name, params, args)                                                                               \
+  static ret l_##name params {                                                                                       \
+    lk();                                                                                                            \
+    ret r = e_##name args;                                                                                           \
+    ul();                                                                                                            \
+    return r;                                                                                                        \
+  }
+#define LOCKED_VOID(name, params, args)                                                                               \
+  static void l_##name params {                                                                                      \
+    lk();                                                                                                            \
+    e_##name args;                                                                                                   \
+    ul();                                                                                                            \
+  }
+LOCKED(bool, alloc, (void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen), (dev, bytes, base, err, errlen))
+LOCKED(void *, load, (void *dev, const char *src, const char *name, char *err, size_t errlen),
+       (dev, src, name, err, errlen))
+LOCKED(void *, kernel, (void *dev, void *module, const char *name), (dev, module, name))
+LOCKED_VOID(launch, (void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args),
+            (dev, stream, kernel, grid, block, args))
+LOCKED_VOID(gemm, (void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
+                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep),
+            (dev, stream, type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep))
+LOCKED_VOID(htod, (void *dev, CxPtr dst, const void *src, size_t n), (dev, dst, src, n))
+LOCKED_VOID(dtoh, (void *dev, void *dst, CxPtr src, size_t n), (dev, dst, src, n))
+LOCKED_VOID(memset0, (void *dev, int stream, CxPtr p, size_t n), (dev, stream, p, n))
+LOCKED_VOID(sync, (void *dev), (dev))
+LOCKED(bool, streams, (void *dev, int n, char *err, size_t errlen), (dev, n, err, errlen))
+LOCKED(void *, event_create, (void *dev), (dev))
+LOCKED_VOID(event_destroy, (void *dev, void *ev), (dev, ev))
+LOCKED_VOID(event_record, (void *dev, void *ev, int stream), (dev, ev, stream))
+LOCKED_VOID(stream_wait, (void *dev, int stream, void *ev), (dev, stream, ev))
+LOCKED(float, event_ms, (void *dev, void *start, void *end), (dev, start, end))
+LOCKED_VOID(dtod, (void *dev, int stream, CxPtr dst, CxPtr src, size_t n), (dev, stream, dst, src, n))
+LOCKED_VOID(graph_launch, (void *dev, void *graph, int stream), (dev, graph, stream))
+LOCKED_VOID(graph_destroy, (void *dev, void *graph), (dev, graph))
+
+/* The lock stays held from a successful capture_begin to its capture_end. */
+static bool l_capture_begin(void *dev, int stream, char *err, size_t errlen) {
+  lk();
+  bool ok = e_capture_begin(dev, stream, err, errlen);
+  if (!ok) ul();
+  return ok;
+}
+static void *l_capture_end(void *dev, int stream, char *err, size_t errlen) {
+  lk();
+  bool was = ((EmuDev *)dev)->cap_stream == stream;
+  void *g = e_capture_end(dev, stream, err, errlen);
+  ul();
+  if (was) ul(); /* capture_begin's */
+  return g;
+}
+
 static bool emu_graphs = true; /* emu_device_set_graphs */
 
 void emu_device_set_graphs(bool on) { emu_graphs = on; }
@@ -481,12 +556,12 @@ CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   emu.issued_since_wait = 0;
   emu.cap_stream = -1;
   emu.clock = 0;
-  CxDeviceOps ops = {.dev = &emu, .alloc = e_alloc, .load = e_load, .kernel = e_kernel, .launch = e_launch,
-                     .gemm = e_gemm, .htod = e_htod, .dtoh = e_dtoh, .memset0 = e_memset0, .sync = e_sync,
-                     .streams = e_streams, .event_create = e_event_create, .event_destroy = e_event_destroy,
-                     .event_record = e_event_record, .stream_wait = e_stream_wait, .event_ms = e_event_ms, .dtod = e_dtod,
-                     .capture_begin = e_capture_begin, .capture_end = e_capture_end, .graph_launch = e_graph_launch,
-                     .graph_destroy = e_graph_destroy};
+  CxDeviceOps ops = {.dev = &emu, .alloc = l_alloc, .load = l_load, .kernel = l_kernel, .launch = l_launch,
+                     .gemm = l_gemm, .htod = l_htod, .dtoh = l_dtoh, .memset0 = l_memset0, .sync = l_sync,
+                     .streams = l_streams, .event_create = l_event_create, .event_destroy = l_event_destroy,
+                     .event_record = l_event_record, .stream_wait = l_stream_wait, .event_ms = l_event_ms, .dtod = l_dtod,
+                     .capture_begin = l_capture_begin, .capture_end = l_capture_end, .graph_launch = l_graph_launch,
+                     .graph_destroy = l_graph_destroy};
   if (!emu_graphs) cx_ops_no_graphs(&ops);
   return ops;
 }

@@ -34,8 +34,10 @@
  * an argument, so that helpers which open the device themselves, emu_train.c, follow
  * it).
  *
- * There is one device (the tests are single-threaded); emu_device_ops resets it for
- * the next run. Work files go to `workdir`, which the caller removes.
+ * There is one device; emu_device_ops resets it for the next run. Every entry of the
+ * table takes one process-wide recursive lock (single-GPU pipeline mode issues from a
+ * thread per stage replica): queued work runs at a host wait with no other thread
+ * issuing, and a capture holds the lock from capture_begin to capture_end. Work files go to `workdir`, which the caller removes.
  */
 #ifndef PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H
 #define PD2BW_TESTS_CUDAEXEC_EMU_DEVICE_H

@@ -1,5 +1,5 @@
 /* tests/cudaexec/test_cudapipe_trace.c — --trace in single-GPU pipeline mode
- * (runtime/cuda/pipe/cuda_pipe_trace.c) on the emulated device (emu_device.h: streams that
+ * (runtime/cuda/pipe/cuda_pipe_threads.c) on the emulated device (emu_device.h: streams that
  * reorder work, event times from its fake clock of one tick per operation run).
  *
  *  - 2bw4: 2bw, d = 4, w = 1, m = 4, clip 1 (tied groups: TIED_SYNC, deferred tied
@@ -11,7 +11,8 @@
  * each trace: it parses as JSON; one process, one named thread per stage replica; one
  * complete ("X") event per instruction of the SR's stream, per kind as many as the
  * plan's streams hold (the instructions themselves: label, batch, microbatch); on each
- * SR the events, by start time, do not overlap; a send's copy starts after the
+ * SR the events, by start time, do not overlap (a send/receive group's share one span,
+ * its device work between two marks on the SR's stream); a send starts after the
  * producing FWD (activation) or BWD (gradient) ended, and a received activation's copy
  * ends before its FWD starts; the measured bubbles lie in [0, 1);
  *  - errors: a trace path whose directory is a file: status 1 with the path in the
@@ -127,7 +128,7 @@ static void check_trace(const PipePlan *p, const char *path, int steps) {
   }
   EXPECT(bad == 0);
   EXPECT(procs == 1 && threads == nsr);
-  int total = 0, planned = 0, overlaps = 0, early_sends = 0, late_recvs = 0, mismatched = 0;
+  int total = 0, planned = 0, overlaps = 0, early_sends = 0, late_recvs = 0, mismatched = 0, empty = 0;
   for (int i = 0; i < nsr; i++) {
     const PlanStream *st = &S.st[i / p->w];
     planned += st->n;
@@ -153,16 +154,22 @@ static void check_trace(const PipePlan *p, const char *path, int steps) {
       }
     free(want);
     free(have);
-    /* ordered on the SR, not overlapping */
+    /* ordered on the SR, not overlapping (the instructions of one send/receive group
+     * share the group's span: the interpreter waits for them together) */
     Ev *e = ev[i];
     int n = nev[i];
     qsort(e, (size_t)n, sizeof *e, by_ts);
     for (int k = 0; k + 1 < n; k++)
-      if (e[k].ts + e[k].dur > e[k + 1].ts + 1e-6) {
+      if (e[k].ts + e[k].dur > e[k + 1].ts + 1e-6 &&
+          !(fabs(e[k].ts - e[k + 1].ts) <= 1e-6 && fabs(e[k].dur - e[k + 1].dur) <= 1e-6)) {
         if (!overlaps++)
           printf("  stage %d replica %d: %s [%g, %g] overlaps %s [%g, %g]\n", i / p->w, i % p->w, e[k].name, e[k].ts,
                  e[k].ts + e[k].dur, e[k + 1].name, e[k + 1].ts, e[k + 1].ts + e[k + 1].dur);
       }
+    /* a pass runs operations: a positive span on the device's clock */
+    for (int k = 0; k < n; k++)
+      if ((e[k].name[0] == 'F' || e[k].name[0] == 'B') && !(e[k].dur > 0) && !empty++)
+        printf("  stage %d replica %d: %s has no duration on the device's clock\n", i / p->w, i % p->w, e[k].name);
     /* a send's copy after its producer; a received activation before its forward */
     for (int k = 0; k < n; k++) {
       char want_name[64];
@@ -190,6 +197,7 @@ static void check_trace(const PipePlan *p, const char *path, int steps) {
          "before their producer, %d receives after their forward\n", path, total, planned, nsr, mismatched, overlaps,
          early_sends, late_recvs);
   EXPECT(total == planned);
+  EXPECT(empty == 0);
   EXPECT(mismatched == 0);
   EXPECT(overlaps == 0);
   EXPECT(early_sends == 0);

@@ -24,6 +24,12 @@
  *    every microbatch with no host wait (losses and out-of-range ids come back with
  *    the norm); the norm and the update run as CUDA graphs, the update's per-step
  *    values (lr, step, clip scale) read from device memory;
+ *  - cuda_exec_step.c: a step's own CUDA graphs (norms, updates: cx_step_graph_run);
+ *  - cuda_exec_share.c: one GPU shared by the host threads of single-GPU pipeline mode
+ *    (a view per stage replica: its own stream, its part of the one allocation, one
+ *    lock), and cuda_link_local.c: the same-GPU link between those ranks
+ *    (runtime/exec/exec.h's ExecLink: host records over the local transport, device
+ *    copies ordered by events, the replica all-reduce in ascending order);
  *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
  *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
  *    (the pipeline interpreter's update, which also writes bf16 weight copies);
@@ -34,8 +40,9 @@
  *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
  *    cuda_pipe_main);
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
- *    on the one device, one stream each, the plan's instruction streams interpreted
- *    from one host thread (it uses the ops' streams, events and device copies); and
+ *    on the one device, one stream each, a host thread each on runtime/exec/'s
+ *    interpreter (with --trace/--profile-out: the older interpreter of every stream
+ *    from one host thread); and
  *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
  *    stage replica, NCCL between them; never run on GPUs, see its header).
  *
@@ -133,6 +140,10 @@ typedef struct CxDeviceOps {
   /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
    * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
   void *(*native_stream)(void *dev, int stream);
+  /* Makes the device usable from the calling thread (a GPU: its context current in
+   * it); NULL: nothing to do (the emulator). Single-GPU pipeline mode's views
+   * (cx_share_view) call it before every use from a rank's thread. */
+  void (*thread_enter)(void *dev);
   /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
    * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
    * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel
@@ -237,7 +248,7 @@ typedef struct CxStepGraph {
 /* Issues issue(arg)'s work on `stream` through g as cx_program_run does a pass:
  * eagerly when g is NULL, there are no graph ops or on its first sighting, captured on
  * the second, launched after; counted in *stats (NULL: not counted). A failed capture
- * is a bug (pd_fatal, naming stage and replica). (cuda_exec_device.c) */
+ * is a bug (pd_fatal, naming stage and replica). (cuda_exec_step.c) */
 void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
                        CxGraphStats *stats, int stage, int replica);
 /* The stage's segments (the list's "segments"). */
@@ -317,7 +328,7 @@ typedef struct CudaExecOptions {
   int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
   /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
-   * events (runtime/cuda/pipe/cuda_pipe_trace.c), written here; NULL: none. */
+   * events (runtime/cuda/pipe/cuda_pipe_threads.c), written here; NULL: none. */
   const char *trace_path;
   /* --profile-out: each segment's measured time (cuda_profile.c) in the profile format
    * pd2bwc --profile reads; NULL: none. One-stage plans and single-GPU pipeline mode. */
@@ -326,6 +337,10 @@ typedef struct CudaExecOptions {
    * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
    * none. Not in multi-GPU mode. */
   const char *kernel_profile;
+  /* Single-GPU pipeline mode on the shared interpreter (a thread per stage replica):
+   * how long a rank waits for another before every rank stops (<= 0: the transport's
+   * default, runtime/transport/transport.h). */
+  double timeout_s;
 } CudaExecOptions;
 
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
@@ -339,16 +354,52 @@ typedef struct ExecDevice ExecDevice;
  * the plan. Destroyed with exec_device_destroy. */
 ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen);
-/* How its passes ran (cx_program_graph_stats) and its optimizer steps (eager,
- * captured, launched as a graph). */
+/* How its passes ran (cx_program_graph_stats), its optimizer steps and its norms
+ * (eager, captured, launched as a graph). */
 CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d);
 CxGraphStats cx_exec_device_update_stats(const ExecDevice *d);
+CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d);
 /* The device memory it holds (the arena and its extras), once the arena is allocated;
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
 /* Its stage program (cx_program_profile: --profile-out). */
 CxProgram *cx_exec_device_program(ExecDevice *d);
+/* The table it issues on (its stream 0): the same-GPU link issues on it too. */
+const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
+/* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
+ * copy each (default 2). Before the arena. */
+void cx_exec_device_set_versions(ExecDevice *d, int n);
+/* --trace: the interpreter's clock marks (runtime/exec/exec.h mark) become events on
+ * the device's stream, read as seconds since `origin` (an event of the same GPU,
+ * recorded and complete before the run: every rank's times on one clock). NULL (the
+ * default): no marks. */
+void cx_exec_device_set_origin(ExecDevice *d, void *origin);
+/* Bytes the device's one allocation takes for an arena of arena_bytes (cx_share_reserve). */
+uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes);
+
+/* ---- one GPU, several ranks (cuda_exec_share.c, cuda_link_local.c) --------------- */
+
+/* Single-GPU pipeline mode: every stage replica a host thread with its own device
+ * (cx_exec_device) on a VIEW of the one GPU: stream 0 of rank r's view is the GPU's
+ * stream 1 + r, its alloc hands out rank r's part of the one allocation
+ * cx_share_reserve made (bytes[r] each), and every call of every view runs under one
+ * lock (held from capture_begin to capture_end). gpu outlives the share. NULL with a
+ * message (a device without streams, events or device copies). */
+typedef struct CxShare CxShare;
+CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t errlen);
+const CxDeviceOps *cx_share_view(CxShare *sh, int rank);
+bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errlen);
+void cx_share_destroy(CxShare *sh);
+/* The same-GPU link (runtime/exec/exec.h) of the rank whose device is dev (a
+ * cx_exec_device on a share view: its sum_ordered sums the replicas) and which issues
+ * on ops (that view: cx_exec_device_ops) over the local transport t (not owned). at_end
+ * (may be NULL) is called with ctx and dev when the link is destroyed, the device
+ * still alive (its counts, before the rank destroys it). */
+typedef struct ExecLink ExecLink;
+typedef struct Transport Transport;
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
+                        void *ctx);
 
 /* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
 

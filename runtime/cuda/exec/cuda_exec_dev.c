@@ -162,6 +162,9 @@ static void d_graph_destroy(void *dev, void *graph) { cuda_graph_destroy(((CxCud
  * (runtime/cuda/pipe/cuda_pipe_nccl.c). */
 static void *d_native_stream(void *dev, int s) { return (void *)cuda_dev_stream(((CxCuda *)dev)->d, (CudaStreamId)s); }
 
+/* A rank thread of single-GPU pipeline mode: the context current in it. */
+static void d_thread_enter(void *dev) { cuda_dev_make_current(((CxCuda *)dev)->d); }
+
 CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
   CudaDev *d = cuda_dev_create(device, err, errlen);
   if (!d) return NULL;
@@ -173,7 +176,7 @@ CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
                          .event_record = d_event_record, .stream_wait = d_stream_wait, .event_ms = d_event_ms,
                          .dtod = d_dtod, .native_stream = d_native_stream, .capture_begin = d_capture_begin,
                          .capture_end = d_capture_end, .graph_launch = d_graph_launch,
-                         .graph_destroy = d_graph_destroy};
+                         .graph_destroy = d_graph_destroy, .thread_enter = d_thread_enter};
   return &c->ops;
 }
 

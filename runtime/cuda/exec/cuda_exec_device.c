@@ -22,9 +22,15 @@
  * Memory: ONE ops->alloc per device (the table allows one), carved into the
  * interpreter's arena (the plan's memory.total_bytes, every buffer at its planned
  * offset) and this device's extras after it: the launch list's scratch, the norm's
- * partials and result, the step values, the loss ring, the data slots. Device
- * addresses are handed to the interpreter as pointers (CxPtr cast), which it only
- * offsets. */
+ * partials and result, the step values, the loss ring, the data slots, a bf16 copy per
+ * weight version, the AdamW table. Device addresses are handed to the interpreter as
+ * pointers (CxPtr cast), which it only offsets.
+ *
+ * It serves the one-stage trainer and each rank of single-GPU pipeline mode alike (a
+ * rank: on its view of the GPU, cx_share_view, whose stream 0 is the rank's): the
+ * stage's weight versions (cx_exec_device_set_versions), 2bw's deferred tied steps
+ * (left out of the AdamW table; a per-tensor step, its version cast again), a tied
+ * sum into its second member, and --trace's clock marks (events against one origin). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +45,7 @@
 #define CD_GRAPHS 8      /* norm and update graphs per device (pointer sets), past it eager */
 #define CD_DATA_SLOTS 4  /* batches of input images on the device */
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
-#define CD_VERSIONS 2    /* weight versions with a bf16 copy (the one-stage trainer's: 2bw has 2) */
+#define CD_VERSIONS 2    /* versions with a bf16 copy: the one-stage trainer's (a rank's: set_versions) */
 
 
 typedef struct CudaDevice {
@@ -69,20 +75,24 @@ typedef struct CudaDevice {
   struct {
     const char *w; /* the version's params block; NULL: free */
     bool dirty;
-  } ver[CD_VERSIONS];
+  } ver[PIPE_MAX_SLOTS];
+  int nver; /* versions with a bf16 copy */
   void *k_cast;
   int32_t *tok_tmp, *tgt_tmp;
-  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy, *k_adamw_multi;
-  /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of every
-   * parameter, uploaded at the first update it serves; stepped[k]: parameter k is
-   * stepped there (the others are in place without a gradient: no-ops that still write
-   * their bf16 copy) */
+  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy, *k_add, *k_adamw_multi;
+  /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of the
+   * parameters the first update it serves lists, uploaded then; stepped[k] says how
+   * parameter k is in it (one without a gradient is copied into the version written,
+   * or left in place, its bf16 copy written either way) */
   CxPtr adamw;
   uint64_t adamw_bytes;
   CxAdamwTable adamw_tab;
-  bool adamw_ready, *stepped;
+  bool adamw_ready;
+  char *stepped; /* per parameter: 0 not in the table, 1 without a gradient, 2 stepped */
   CxStepGraph g_norm[CD_GRAPHS], g_upd[CD_GRAPHS]; /* keyed by the pointers and sizes issued */
-  CxGraphStats upd_stats;
+  CxGraphStats upd_stats, norm_stats;
+  void *origin, **marks; /* --trace: the run's origin event; two events per mark */
+  int nmarks;
   /* what the graphs' issue functions read */
   const float *const *sq_x;
   const int64_t *sq_n;
@@ -107,17 +117,26 @@ static void launch(CudaDevice *c, void *k, unsigned grid, unsigned block, void *
   c->ops->launch(c->ops->dev, 0, k, grid, block, args);
 }
 
+/* The one allocation's layout for an arena of `bytes`: the extras' offsets into off
+ * (scratch, parts, norm, scalars, losses, data, p16, adamw); returns the total. */
+static uint64_t layout(const CudaDevice *c, uint64_t bytes, uint64_t off[8]) {
+  uint64_t at = up256(bytes);
+  off[0] = at;
+  off[1] = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
+  off[2] = (at += up256((uint64_t)(c->nparts * 8)));
+  off[3] = (at += 256);
+  off[4] = (at += up256(sizeof(CxStepScalars)));
+  off[5] = (at += up256(CD_LOSSES * 4));
+  off[6] = (at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes);
+  off[7] = (at += (uint64_t)c->nver * up256(c->p16_bytes));
+  return at + c->adamw_bytes;
+}
+
 static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   CudaDevice *c = cud(d);
-  uint64_t at = up256(bytes), scratch = at, parts = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
-  uint64_t norm = (at += up256((uint64_t)(c->nparts * 8))), scalars = (at += 256);
-  uint64_t losses = (at += up256(sizeof(CxStepScalars)));
-  uint64_t data = (at += up256(CD_LOSSES * 4));
-  at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes;
-  uint64_t p16 = at;
-  at += CD_VERSIONS * up256(c->p16_bytes);
-  uint64_t adamw = at;
-  at += c->adamw_bytes;
+  uint64_t off[8], at = layout(c, bytes, off);
+  uint64_t scratch = off[0], parts = off[1], norm = off[2], scalars = off[3], losses = off[4], data = off[5],
+           p16 = off[6], adamw = off[7];
   c->bytes = at;
   CxPtr base;
   char err[RT_ERR_LEN];
@@ -137,10 +156,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   return (char *)(uintptr_t)base;
 }
 
-static void cd_arena_free(ExecDevice *d, char *arena) {
-  (void)d; /* the table's one arena lives as long as the device table */
-  (void)arena;
-}
+static void cd_arena_free(ExecDevice *d, char *arena) { (void)d, (void)arena; /* the table's: as long as it */ }
 
 /* After a host wait (the device idle): the ring's losses to where they were asked
  * for, the id counter's count kept for late_bad_ids and the counter cleared. */
@@ -173,15 +189,15 @@ static int64_t cd_late_bad_ids(ExecDevice *d) {
 /* Marks the weight version holding [at, at + bytes) as written: its bf16 copy is stale. */
 static void written(CudaDevice *c, const void *at, uint64_t bytes) {
   const char *x = at;
-  for (int v = 0; v < CD_VERSIONS; v++)
+  for (int v = 0; v < c->nver; v++)
     if (c->ver[v].w && x < c->ver[v].w + c->st->blocks[BUF_PARAMS] && x + bytes > c->ver[v].w) c->ver[v].dirty = true;
 }
 
 /* The slot of the weight version at w, registered at first sight (its copy stale). */
 static int version_of(CudaDevice *c, const char *w) {
   int v = 0;
-  while (v < CD_VERSIONS && c->ver[v].w && c->ver[v].w != w) v++;
-  PD_CHECK(v < CD_VERSIONS, "(more than %d weight versions with a bf16 copy)", CD_VERSIONS);
+  while (v < c->nver && c->ver[v].w && c->ver[v].w != w) v++;
+  PD_CHECK(v < c->nver, "(more than %d weight versions with a bf16 copy)", c->nver);
   if (!c->ver[v].w) c->ver[v].w = w, c->ver[v].dirty = true;
   return v;
 }
@@ -271,17 +287,28 @@ static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t byt
   if (bytes) cud(d)->ops->dtoh(cud(d)->ops->dev, host, dp(src), (size_t)bytes);
 }
 
-/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x). */
+/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x).
+ * dst may be src[0] (the all-reduce) or src[1] (a tied group's second stage: the
+ * first two added element by element, pkc_add_fwd_f32, the same u + v); a group of
+ * more stages would need a buffer this device does not have. */
 static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   CudaDevice *c = cud(d);
   CxPtr y = dp(dst);
-  if (dst != src[0]) {
+  for (int q = 2; q < n; q++)
+    PD_CHECK(dst != src[q], "(an ordered sum into its source %d of %d: a tied group of more than 2 stages)", q, n);
+  int from = 1;
+  if (n > 1 && dst == src[1]) {
+    CxPtr a = dp(src[0]), b = dp(src[1]);
+    void *args[] = {&y, &a, &b, &numel};
+    launch(c, c->k_add, grid_for(numel), CD_BLOCK, args);
+    from = 2;
+  } else if (dst != src[0]) {
     CxPtr x0 = dp(src[0]);
     void *args[] = {&y, &x0, &numel};
     launch(c, c->k_copy, grid_for(numel), CD_BLOCK, args);
   }
   float one = 1.0f;
-  for (int q = 1; q < n; q++) {
+  for (int q = from; q < n; q++) {
     CxPtr xq = dp(src[q]);
     void *args[] = {&y, &one, &xq, &numel};
     launch(c, c->k_axpy, grid_for(numel), CD_BLOCK, args);
@@ -291,29 +318,6 @@ static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, i
 /* ---- the step's graphs ----------------------------------------------------------------- */
 
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
-
-/* Issues issue(c) on stream 0 as graph set[key]: eagerly (no graph ops, the first
- * sighting, or no free entry), by capturing it (the second) or as the graph. */
-void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
-                       CxGraphStats *stats, int stage, int replica) {
-  if (!g || !ops->capture_begin || !g->seen) {
-    if (g) g->seen = true;
-    issue(arg);
-    if (stats) stats->eager++;
-    return;
-  }
-  if (!g->graph) {
-    char err[256] = "";
-    if (!ops->capture_begin(ops->dev, stream, err, sizeof err))
-      pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
-    issue(arg);
-    g->graph = ops->capture_end(ops->dev, stream, err, sizeof err);
-    if (!g->graph) pd_fatal(__FILE__, __LINE__, "capturing stage %d replica %d's step graph: %s", stage, replica, err);
-    if (stats) stats->captured++;
-  }
-  ops->graph_launch(ops->dev, g->graph, stream);
-  if (stats) stats->launches++;
-}
 
 /* The graph of `set` keyed `key` (or a free one, first sighting), through
  * cx_step_graph_run; eager when all CD_GRAPHS are taken by other keys. */
@@ -360,7 +364,7 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
   c->sq_x = x;
   c->sq_n = numel;
   c->sq_count = n;
-  run_graph(c, c->g_norm, key, issue_norm, NULL);
+  run_graph(c, c->g_norm, key, issue_norm, &c->norm_stats);
   double ss = 0;
   c->ops->dtoh(c->ops->dev, &ss, c->norm, 8);
   land(c); /* the device was waited for: the step's losses and id count */
@@ -381,6 +385,10 @@ static void issue_update(void *arg) { /* a CudaDevice */
     const TrainConfig *tc = s->tc;
     CxPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
     int64_t n = s->param->numel;
+    if (!s->g) { /* no gradient: its value into the version written */
+      if (wout != w) c->ops->dtod(c->ops->dev, 0, wout, w, (size_t)s->param->bytes);
+      continue;
+    }
     int decay = s->param->decay;
     double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay, dc = tc->delay_comp;
     if (tc->optimizer == OPT_SGD) { /* momentum: beta1 */
@@ -396,33 +404,36 @@ static void issue_update(void *arg) { /* a CudaDevice */
 /* Whether steps s[0..n) can be the multi-tensor AdamW launch, and its blocks in *a:
  * every step's weights, gradient, m and v at its parameter's offset from one base
  * each (the interpreter's blocks: a deferred tied gradient lies elsewhere), the
- * parameters the plan stage's in order, and every parameter of the stage either
- * stepped or in place (a parameter without a gradient copied into another version is
- * the interpreter's copy, not the table's). The table is built from the first such
- * call; a later call must step the same parameters. Otherwise (and for SGD) the
- * per-tensor kernels run, and a bf16 copy is cast again before a pass reads it. */
+ * parameters in the stage's order. Its table is the parameters of the first such call
+ * (a pipeline rank's leave out 2bw's deferred tied ones, stepped apart), each with a
+ * gradient or not (g NULL: its value into the version written); a later call must
+ * list the same. Otherwise (and for SGD) the per-tensor kernels run, and a bf16 copy
+ * is cast again before a pass reads it. */
 static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaunch *a) {
   const RtStage *st = c->st;
-  if (!c->stepped || s[0].tc->optimizer == OPT_SGD) return false;
+  int f = 0;
+  while (f < n && !s[f].g) f++;
+  if (!c->stepped || s[0].tc->optimizer == OPT_SGD || f == n) return false;
   CxPtr wo = dp(s[0].wout) - (CxPtr)s[0].param->offset, wi = dp(s[0].win) - (CxPtr)s[0].param->offset;
-  CxPtr g = dp(s[0].g) - (CxPtr)s[0].param->offset, m = dp(s[0].m) - (CxPtr)s[0].param->offset;
-  CxPtr v = dp(s[0].v) - (CxPtr)s[0].param->offset;
-  bool *in = pd_calloc((size_t)st->nparams + 1, 1);
+  CxPtr g = dp(s[f].g) - (CxPtr)s[f].param->offset, m = dp(s[f].m) - (CxPtr)s[f].param->offset;
+  CxPtr v = dp(s[f].v) - (CxPtr)s[f].param->offset;
+  char *in = pd_calloc((size_t)st->nparams + 1, 1); /* 0: not listed, 1: no gradient, 2: stepped */
   bool ok = true;
   for (int i = 0; ok && i < n; i++) {
     int64_t k = s[i].param - st->params, off = s[i].param->offset;
     ok = k >= 0 && k < st->nparams && (i == 0 || k > s[i - 1].param - st->params) && dp(s[i].wout) == wo + (CxPtr)off &&
-         dp(s[i].win) == wi + (CxPtr)off && dp(s[i].g) == g + (CxPtr)off && dp(s[i].m) == m + (CxPtr)off &&
-         dp(s[i].v) == v + (CxPtr)off;
-    if (ok) in[k] = true;
+         dp(s[i].win) == wi + (CxPtr)off &&
+         (!s[i].g || (dp(s[i].g) == g + (CxPtr)off && dp(s[i].m) == m + (CxPtr)off && dp(s[i].v) == v + (CxPtr)off));
+    if (ok) in[k] = s[i].g ? 2 : 1;
   }
-  for (int k = 0; ok && k < st->nparams; k++) ok = in[k] || wo == wi;
   if (ok && !c->adamw_ready) {
     CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
+    int nt = 0;
     for (int k = 0; k < st->nparams; k++)
-      t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
-                             .decay = st->params[k].decay, .has_grad = in[k]};
-    c->adamw_tab = cx_adamw_table_upload(c->ops, c->adamw, t, st->nparams);
+      if (in[k])
+        t[nt++] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
+                                  .decay = st->params[k].decay, .has_grad = in[k] == 2};
+    c->adamw_tab = cx_adamw_table_upload(c->ops, c->adamw, t, nt);
     free(t);
     memcpy(c->stepped, in, (size_t)st->nparams);
     c->adamw_ready = true;
@@ -455,11 +466,38 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   if (c->os_multi && c->p16_bytes) /* every parameter's bf16 copy was written with it */
     c->ver[version_of(c, (const char *)(uintptr_t)c->os_launch.w_out)].dirty = false;
   else
-    for (int i = 0; i < n; i++) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
+    for (int i = 0; i < n; i++)
+      if (s[i].g || s[i].wout != s[i].win) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
+  for (int v = 0; c->p16_bytes && !c->os_multi && v < c->nver; v++) /* the step's casts with the step */
+    if (c->ver[v].w && c->ver[v].dirty) bf16_copy(c, c->ver[v].w);
+}
+
+/* --trace: events on the stream, read against the origin (cx_exec_device_set_origin). */
+static void cd_mark(ExecDevice *d, int i, bool end) {
+  CudaDevice *c = cud(d);
+  if (!c->origin) return;
+  if (i >= c->nmarks) {
+    int n = c->nmarks;
+    c->nmarks = i + 1 > 2 * n ? i + 1 : 2 * n;
+    c->marks = pd_realloc(c->marks, (size_t)c->nmarks * 2 * sizeof *c->marks);
+    memset(c->marks + 2 * n, 0, (size_t)(c->nmarks - n) * 2 * sizeof *c->marks);
+  }
+  void **e = &c->marks[2 * i + end];
+  if (!*e) *e = c->ops->event_create(c->ops->dev);
+  c->ops->event_record(c->ops->dev, *e, 0);
+}
+
+static double cd_mark_time(ExecDevice *d, int i, bool end) {
+  CudaDevice *c = cud(d);
+  void *e = c->origin && i < c->nmarks ? c->marks[2 * i + end] : NULL;
+  return e ? c->ops->event_ms(c->ops->dev, c->origin, e) * 1e-3 : 0;
 }
 
 static void cd_destroy(ExecDevice *d) {
   CudaDevice *c = cud(d);
+  for (int i = 0; i < 2 * c->nmarks; i++)
+    if (c->marks[i]) c->ops->event_destroy(c->ops->dev, c->marks[i]);
+  free(c->marks);
   for (int i = 0; i < CD_GRAPHS; i++) {
     if (c->g_norm[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_norm[i].graph);
     if (c->g_upd[i].graph) c->ops->graph_destroy(c->ops->dev, c->g_upd[i].graph);
@@ -478,6 +516,7 @@ static const ExecDeviceOps cuda_ops = {
     .backward = cd_backward, .load_samples = cd_load_samples, .copy = cd_copy, .zero = cd_zero,
     .upload = cd_upload, .download = cd_download, .sum_ordered = cd_sum_ordered, .sumsq = cd_sumsq,
     .opt_step = cd_opt_step, .flush = cd_flush, .late_bad_ids = cd_late_bad_ids, .destroy = cd_destroy,
+    .mark = cd_mark, .mark_time = cd_mark_time,
 };
 
 ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
@@ -499,6 +538,7 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   }
   CudaDevice *c = pd_calloc(1, sizeof *c);
   c->stage = stage;
+  c->nver = CD_VERSIONS;
   c->base.ops = &cuda_ops;
   c->ops = ops;
   c->st = st;
@@ -520,6 +560,7 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
   c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
   c->k_axpy = cx_program_kernel(prog, "pkc_axpy_f32");
+  c->k_add = cx_program_kernel(prog, "pkc_add_fwd_f32");
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
   if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
   if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
@@ -534,18 +575,21 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   return &c->base;
 }
 
-CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
-  return cx_program_graph_stats(((const CudaDevice *)(const void *)d)->prog);
-}
-
+/* ---- what the runners ask of it (cuda_exec.h) ---- */
+static const CudaDevice *ccud(const ExecDevice *d) { return (const CudaDevice *)(const void *)d; }
+CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) { return cx_program_graph_stats(ccud(d)->prog); }
+CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) { return ccud(d)->upd_stats; }
+CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d) { return ccud(d)->norm_stats; }
 CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
-
-uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->bytes; }
-
-CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) {
-  return cx_program_gemm_type(((const CudaDevice *)(const void *)d)->prog);
+uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ccud(d)->bytes; }
+CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
+const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
+void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = origin; }
+void cx_exec_device_set_versions(ExecDevice *d, int n) {
+  PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
+  cud(d)->nver = n;
 }
-
-CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) {
-  return ((const CudaDevice *)(const void *)d)->upd_stats;
+uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes) {
+  uint64_t off[8];
+  return layout(ccud(d), arena_bytes, off);
 }

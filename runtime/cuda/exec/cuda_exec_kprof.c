@@ -185,6 +185,11 @@ static void *w_native_stream(void *dev, int stream) {
   return in->native_stream ? in->native_stream(in->dev, stream) : NULL;
 }
 
+static void w_thread_enter(void *dev) {
+  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  if (in->thread_enter) in->thread_enter(in->dev);
+}
+
 CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out) {
   CxKprof *k = pd_calloc(1, sizeof *k);
   k->in = in;
@@ -192,7 +197,8 @@ CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out) {
                        .gemm = w_gemm, .htod = w_htod, .dtoh = w_dtoh, .memset0 = w_memset0, .sync = w_sync,
                        .streams = w_streams, .event_create = w_event_create, .event_destroy = w_event_destroy,
                        .event_record = w_event_record, .stream_wait = w_stream_wait, .event_ms = w_event_ms,
-                       .dtod = w_dtod, .native_stream = w_native_stream}; /* no graph entries: eager */
+                       .dtod = w_dtod, .native_stream = w_native_stream, .thread_enter = w_thread_enter};
+  /* no graph entries: eager */
   return k;
 }
 

@@ -393,7 +393,6 @@ void cp_teardown(CpRun *x) {
     }
   }
   if (x->comm_ev) ops->event_destroy(ops->dev, x->comm_ev);
-  cp_trace_close(x);
   for (int s = 0; x->prog && s < x->p->d; s++) cx_program_free(x->prog[s]);
   for (int s = 0; x->part && s < x->p->d; s++) free(x->part[s].ins);
   free(x->part);

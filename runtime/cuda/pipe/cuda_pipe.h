@@ -1,87 +1,66 @@
-/* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline executor. Single-GPU pipeline mode: every
+/* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes. Single-GPU pipeline mode: every
  * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
  * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_nccl.c, whose header
- * says what differs and what has never run): one MPI process per stage replica, each
- * running this same executor for its own SR, NCCL for what crosses SRs.
+ * says what differs and what has never run): one MPI process per stage replica, NCCL
+ * for what crosses them.
  *
  * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
- *   cuda_pipe.c          setup: stage programs, the device allocation, weights, --resume
- *   cuda_pipe_run.c      the interpreter of every stage replica's instruction stream
- *   cuda_pipe_dev.c      its device ops; cuda_pipe_graph.c the step as CUDA graphs
- *   cuda_pipe_link.c     the same-GPU link (single-GPU mode)
- *   cuda_pipe_drive.c    the driver loop; cuda_pipe_main.c pd2bwrun's entry point
- *   cuda_pipe_eval.c     the validation loss; cuda_pipe_trace.c --trace
+ *   cuda_pipe_threads.c  single-GPU mode on the shared interpreter (below)
+ *   cuda_pipe_main.c     pd2bwrun's entry point for both modes, the report
  *   cuda_pipe_nccl.c     multi-GPU mode (cuda_pipe_nccl_gather.c its results;
- *                        cuda_pipe_nccl_none.c without the toolkit)
- *   cuda_pipe_internal.h the executor's state, private to this folder
+ *                        cuda_pipe_nccl_none.c without the toolkit), on the OLDER
+ *                        interpreter that single-GPU mode left (issue 13: multi-GPU mode
+ *                        moves to runtime/exec/ too):
+ *   cuda_pipe.c          its setup: stage programs, the device allocation, weights, --resume
+ *   cuda_pipe_run.c      its interpreter of the stage replica's instruction stream
+ *   cuda_pipe_dev.c      its device ops; cuda_pipe_graph.c the step as CUDA graphs
+ *   cuda_pipe_drive.c    its driver loop and results; cuda_pipe_eval.c its validation
+ *   cuda_pipe_internal.h its state, private to this folder
  *
- * It runs the plan's instruction streams (contract/plan_streams.h plan_streams_build, the
- * same streams runtime/pipeline/pipeline.c interprets on CPU ranks) with the semantics of
- * runtime/pipeline/pipeline.h — data order, dropout keys, 1/(w·m) scaling, global-norm
- * clipping, tied-parameter sums in ascending stage order, weight versions (2bw's two,
- * pipedream's per-stage lag) and 2bw's deferred tied steps — so its losses and weights
- * match the same sequential reference (pipeline_check_reference). What differs is only
- * where things run:
+ * SINGLE-GPU MODE runs the plan's instruction streams on the CPU pipelines' own
+ * interpreter (runtime/exec/exec.h) and driver (runtime/pipeline/pipeline_run.c:
+ * pipeline_run_local, so data order, dropout keys, 1/(w·m) scaling, global-norm
+ * clipping, tied sums, weight versions, 2bw's deferred tied steps, --init, --resume,
+ * --save and validation are that code's, and so are the per-step checks and the step
+ * lines). What differs is only where things run:
  *
- *  - one host thread issues the instructions of every stage replica ("SR"). It walks
- *    the SRs round-robin and runs each as far as it can; an SR stops at a send/receive
- *    group whose partner messages are not posted yet (messages match FIFO per (sender,
- *    receiver, kind), as MPI's do, and a group completes when all its messages matched:
- *    rendezvous, so the sender's boundary block is never overwritten under a copy), at
- *    ALLREDUCE until every replica of its stage is there, and at OPT_STEP until every
- *    stage of its pipeline is there (the global norm needs them all: the CPU executor's
- *    norm exchange). A full round in which nothing moves is a stall, reported with
- *    every SR's blocked instruction, never a hang;
- *  - each SR has its own compute stream (ops stream 1 + its index) and event; the
- *    communication stream (ops stream 0) carries every cross-SR operation: a matched
- *    message is a device-to-device copy there, after the sender's and receiver's
- *    streams (events), and both streams wait for it before their next work; the replica
- *    all-reduce (pkc_axpy_f32 into replica 0's gradients in replica order, then
- *    copies back) and the tied-gradient sum (axpy in ascending stage order into the
- *    first member's buffer, copies to the others) likewise;
- *  - memory: ONE device allocation (ops->alloc is once per device), carved into one
- *    part per SR of exactly the plan's stages[i].memory.total_bytes, every buffer at its
- *    planned offset (weights × versions, grads, tied_grads, adam m/v, stash slots,
- *    activations, inputs, boundary, workspace; the CPU executor's layout), then the
- *    executor's own extras per SR (reported apart): the launch list's cuda_scratch,
- *    norm partials, the losses, and the token images of NB batches (uploaded once per
- *    batch, copied into the inputs block before each FWD/BWD on the SR's stream);
- *  - OPT_STEP: the AdamW/SGD kernels with the CPU executor's scale; the per-stage Σg²
- *    (pkc_sumsq kernels) come back to the host once per batch (the global norm, for
- *    clipping, the console and the log, in both modes).
+ *  - a host thread per stage replica ("SR", rank stage·w + replica), each with its own
+ *    CUDA device (runtime/cuda/exec/cuda_exec_device.c cx_exec_device: the stage's
+ *    launch lists as CUDA graphs, the norm and the update as graphs of their own, the
+ *    multi-tensor AdamW writing each version's bf16 copy) on a VIEW of the one GPU
+ *    (cuda_exec_share.c: stream 1 + rank, its part of the one allocation, one lock
+ *    around the issuing so a capture never interleaves with another thread's work);
+ *  - the same-GPU link between them (runtime/cuda/exec/cuda_link_local.c): matching,
+ *    rendezvous, the stall detector and the timeouts that name a dead rank are the
+ *    local transport's (runtime/transport/transport_local.c), which carries small host
+ *    records; a message's data is a device copy on the receiver's stream after an
+ *    event of the sender's, and the sender's stream waits for the copy before it
+ *    overwrites the buffer; the replica all-reduce sums on the first member's stream in
+ *    ascending replica order (transport_coll.c's bits) and copies the sum back; the
+ *    norm exchange and the losses are host messages;
+ *  - memory: ONE device allocation, one part per SR: the plan's stages[i].memory.
+ *    total_bytes (every buffer at its planned offset: the CPU executor's layout), then
+ *    the device's extras (reported apart): the launch list's cuda_scratch, norm
+ *    partials, the loss ring, the token images of a few batches (uploaded once per
+ *    batch), the bf16 copies of the stage's weight versions, the AdamW table;
+ *  - --trace: the interpreter marks each instruction's (or send/receive group's) start
+ *    and end on the SR's stream with device events against one origin, so the trace
+ *    (one process, a thread per SR) and the measured bubble per stage are the GPU's;
+ *    --profile-out: each SR's program times its segments (cuda_profile.c).
+ * The measured step time is the median of rank 0's update-to-update times after the
+ * first step.
  *
- * Both modes are one interpreter (cuda_pipe_run.c) over a link (same-GPU copies, or
- * NCCL): cuda_pipe_internal.h names the seams. The measured step time is the median
- * of the update-to-update times after the first step, as the CPU pipeline's.
+ * Tested: in CI, tests/cudaexec/test_cudapipe_emu and the others run it on an emulated
+ * device (tests/cudaexec/emu_device.h, thread-safe) whose streams really reorder work,
+ * so the event protocol above is checked (without the receiver's wait for the
+ * sender's event the run differs from the reference). NOT run on a GPU yet (each rank
+ * thread makes the context current through its view: CxDeviceOps thread_enter,
+ * runtime/cuda/cuda_device.c cuda_dev_make_current). On an H200 (2026-11-30,
+ * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
+ * against the CPU reference.
  *
- * Tested: in CI, tests/cudaexec/test_cudapipe_emu runs it on an emulated device whose
- * streams really reorder work, so the event protocol above is checked; on an H200
- * (2026-11-30, bench/gpu/RESULTS.md), scripts/gpu-check.sh step (c) ran a 4-stage 2bw
- * plan against the CPU reference, with GEMMs of several streams in flight on one cuBLAS
- * handle (each stream has its own workspace: runtime/cuda/cuda_device.c).
- *
- * Checkpoints and validation, as runtime/pipeline/pipeline_run.c does them (single-GPU mode
- * here; multi-GPU mode the same per rank, cuda_pipe_nccl.c's header says how):
- * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
- * the one-stage trainer's format, so any executor resumes it); --resume loads one
- * (any executor's) into the slots the streams use at its step and runs only the
- * instructions of the later batches (cp_select); --init reads the weights with
- * ckpt_import; --val-data trains in stretches that end where a validation is due and
- * evaluates between them (cuda_pipe_eval.c: runtime/pipeline/pipeline_eval.h's loss).
- *
- * --trace (single-GPU mode, cuda_pipe_trace.c): every instruction of every SR timed
- * with device events (FWD/BWD/OPT_STEP on the SR's stream, sends/receives as their
- * copies and ALLREDUCE as its sums on the communication stream), read back at the
- * host waits the run makes anyway, written in the CPU executor's Chrome trace form
- * (one process, one thread per SR); the bubble per stage measured as the CPU
- * executor measures it, printed beside the plan's prediction with the CUDA graph
- * counts. Untested on a GPU (the emulator's clock is a fake: tests check order and
- * counts, not times).
- *
- * NOT done: traces and measured bubbles in multi-GPU mode (refused).
- * Overlap is not a goal yet: a message
- * fences the sender's stream after the receiver's earlier work too, token uploads and
- * clip norms wait for the whole device. */
+ * NOT done: traces and measured bubbles in multi-GPU mode (refused). Overlap is not a
+ * goal yet: token uploads and clip norms wait for the whole device. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_H
 #define PD2BW_RUNTIME_CUDA_PIPE_H
 
@@ -98,15 +77,15 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
 
 /* What single-GPU mode reports besides the outcome (its summary line). */
 typedef struct CxPipeStats {
-  uint64_t extra_bytes; /* the executor's extras per SR (the largest) */
+  uint64_t extra_bytes; /* the device's extras per SR (the largest) */
   uint64_t weights_bf16; /* bf16 lists: the bf16 weight copies allocated, all SRs together
                             (the plan's memory.weights_bf16 summed over stage replicas) */
-  CxGraphStats graphs;  /* cx_program_graph_stats summed over the stage programs */
-  CxGraphStats steps;   /* the norms and updates of every SR (cuda_pipe_graph.c) */
+  CxGraphStats graphs;  /* cx_program_graph_stats summed over every SR's programs */
+  CxGraphStats steps;   /* the norms and updates of every SR (cx_exec_device's) */
 } CxPipeStats;
 
 /* cx_pipe_train, filling stats (may be NULL). With o->trace_path, out->bubble holds
- * the measured bubble per stage and the trace is written (cuda_pipe_trace.c). */
+ * the measured bubble per stage and the trace is written (cuda_pipe_threads.c). */
 int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
                         CxPipeStats *stats, char *err, size_t errlen);
 

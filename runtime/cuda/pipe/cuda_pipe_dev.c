@@ -65,24 +65,6 @@ bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in) {
   return true;
 }
 
-/* ---- sums ---------------------------------------------------------------------------- */
-
-void cp_dev_sum_into(CpRun *x, const CxProgram *prog, int stream, const CxPtr *buf, int nbuf, int64_t n) {
-  void *axpy = cx_program_kernel(prog, "pkc_axpy_f32"), *copy = cx_program_kernel(prog, "pkc_copy_f32");
-  float one = 1.0f;
-  CxPtr y = buf[0];
-  for (int i = 1; i < nbuf; i++) {
-    CxPtr xi = buf[i];
-    void *args[] = {&y, &one, &xi, &n};
-    launch(x, stream, axpy, n, args);
-  }
-  for (int i = 1; i < nbuf; i++) {
-    CxPtr dst = buf[i];
-    void *args[] = {&dst, &y, &n};
-    launch(x, stream, copy, n, args);
-  }
-}
-
 /* ---- boundary tensors and tied gradients ------------------------------------------------ */
 
 PipeRole cp_p2p_role(PlanOp op) {

@@ -1,21 +1,20 @@
-/* runtime/cuda/pipe/cuda_pipe_eval.c — the validation loss in single-GPU pipeline mode
+/* runtime/cuda/pipe/cuda_pipe_eval.c — the validation loss in multi-GPU pipeline mode
  * (cuda_pipe.h), with runtime/pipeline/pipeline_eval.h's contract: the first
  * N' = min(N, batches per epoch) batches of B = b·w·m samples of the file, in order,
  * every one of their w·m microbatches forward-only (training off, microbatch key 0:
  * trainer_eval's context), on the NEWEST weights, and the plain mean of the losses in
  * the reference's order (batch, then replica, then microbatch).
  *
- * Where: between two stretches of training (cx_pipe_train), when nothing is in flight.
+ * Where: between two stretches of training, when nothing is in flight.
  * Everything runs on the communication stream after a full device sync, in the
  * planned blocks that are idle there, as the CPU pipeline's evaluation uses them:
  * weights slot `newest`, stash slot 0 (with recomputation the full activation block,
  * where an incoming activation is copied straight to its place), the boundary, inputs
  * and workspace blocks. Training refills all of them before reading them, so an
- * evaluation changes no bit of training. A microbatch runs through the stages of its
- * replica in order: stage i's outgoing activations (ACT_OUT, plan order) are copied
- * to stage i+1's incoming ones (ACT_IN, same order: the training messages' pairing).
- * Multi-GPU mode runs cp_eval_forward on each rank's SR and moves those activations
- * between ranks itself (cuda_pipe_nccl.c net_eval). */
+ * evaluation changes no bit of training. Multi-GPU mode runs cp_eval_forward on each
+ * rank's SR and moves the activations between ranks itself (cuda_pipe_nccl.c
+ * net_eval: stage i's outgoing ones, plan order, into stage i+1's incoming ones).
+ * (Single-GPU mode evaluates through runtime/pipeline/pipeline_eval.c now.) */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
 
 #include <math.h>
@@ -61,25 +60,6 @@ bool cp_eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at) {
   return true;
 }
 
-/* Stage `from`'s outgoing activations into stage from + 1's incoming ones (one replica). */
-static bool pass_on(CpRun *x, CpSr *from, CpSr *to) {
-  int ko = 0;
-  for (int ki = 0; ki < to->ps->nbnd; ki++) {
-    if (to->ps->bnd[ki].role != PIPE_ACT_IN) continue;
-    while (ko < from->ps->nbnd && from->ps->bnd[ko].role != PIPE_ACT_OUT) ko++;
-    if (ko == from->ps->nbnd || from->ps->bnd[ko].bytes != to->ps->bnd[ki].bytes) {
-      snprintf(x->err, sizeof x->err, "stage %d's outgoing activations do not match stage %d's incoming ones (recompile "
-               "the plan)", from->stage, to->stage);
-      return false;
-    }
-    CxPtr src, dst;
-    if (!cp_eval_bnd(x, from, ko, &src) || !cp_eval_bnd(x, to, ki, &dst)) return false;
-    x->ops->dtod(x->ops->dev, CP_COMM_STREAM, dst, src, (size_t)to->ps->bnd[ki].bytes);
-    ko++;
-  }
-  return true;
-}
-
 double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j) {
   const PipePlan *p = x->p;
   const CxDeviceOps *ops = x->ops;
@@ -102,24 +82,4 @@ double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j) {
   float loss = 0;
   if (s->st->has_loss) ops->dtoh(ops->dev, &loss, s->scratch + (CxPtr)cx_program_loss_offset(s->prog), 4);
   return loss;
-}
-
-bool cp_eval_run(CpRun *x, double *mean) {
-  const PipePlan *p = x->p;
-  const CxDeviceOps *ops = x->ops;
-  int64_t m = p->m;
-  double sum = 0;
-  ops->sync(ops->dev); /* the training streams' work is done: their blocks are idle */
-  for (int64_t k = 0; k < x->val_batches; k++)
-    for (int r = 0; r < p->w; r++)
-      for (int64_t j = 0; j < m; j++)
-        for (int st = 0; st < p->d; st++) {
-          CpSr *s = cp_sr(x, st, r);
-          double loss = cp_eval_forward(x, s, k, j);
-          if (st + 1 < p->d && !pass_on(x, s, cp_sr(x, st + 1, r))) return false;
-          sum += loss;
-        }
-  ops->sync(ops->dev); /* training's next work on the SR streams must not overtake it */
-  *mean = x->val_batches ? sum / (double)(x->val_batches * p->w * m) : 0;
-  return true;
 }

@@ -1,6 +1,8 @@
-/* runtime/cuda/pipe/cuda_pipe_internal.h — the state of the CUDA pipeline executor: ONE
- * interpreter of the plan's instruction streams (cuda_pipe_run.c) over a device and a
- * link, shared by both modes. See runtime/cuda/pipe/cuda_pipe.h for the contract.
+/* runtime/cuda/pipe/cuda_pipe_internal.h — the state of the older CUDA pipeline executor:
+ * an interpreter of the plan's instruction streams (cuda_pipe_run.c) over a device and a
+ * link, which multi-GPU mode runs (single-GPU mode, which shared it, runs on
+ * runtime/exec/ now: cuda_pipe_threads.c; its parts here are what that mode left).
+ * See runtime/cuda/pipe/cuda_pipe.h for the contract.
  *
  * The seams (what the CPU executor's device and link interfaces map onto):
  *  - the interpreter (cuda_pipe_run.c): per-instruction dispatch of every live SR's
@@ -8,15 +10,12 @@
  *    2bw's deferred tied steps, stall detection. It touches the device only through
  *    the device ops below and what crosses SRs only through x->link;
  *  - the device ops (cuda_pipe_dev.c): a stage's forward and backward pass
- *    (cp_run_fwd/bwd), copies (ops->dtod), the ordered sum of several buffers into
- *    each (cp_dev_sum_into), the sum of squares of an SR's gradients (cp_norm) and
+ *    (cp_run_fwd/bwd), copies (ops->dtod), the sum of squares of an SR's gradients (cp_norm) and
  *    its optimizer update (cp_update), both CUDA graphs (cuda_pipe_graph.c), and a
  *    deferred tied parameter's step (cp_step_param);
- *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c, single-GPU mode: every SR in
- *    this process) or NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
+ *  - the link (CpLink): NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
  * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's
- * (multi-GPU mode's gathering cuda_pipe_nccl_gather.c's); --trace cuda_pipe_trace.c's; validation
- * cuda_pipe_eval.c's. */
+ * (multi-GPU mode's gathering cuda_pipe_nccl_gather.c's); validation cuda_pipe_eval.c's. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 
@@ -135,10 +134,7 @@ typedef struct CpLink {
   bool (*progress)(CpRun *x, CpSr *s, int64_t t);
 } CpLink;
 
-extern const CpLink cp_link_local; /* cuda_pipe_link.c: same-GPU copies */
-
 typedef struct CpNet CpNet; /* cuda_pipe_nccl.c: communicators and their events */
-typedef struct CpTrace CpTrace; /* cuda_pipe_trace.c: --trace's device events */
 
 struct CpRun {
   const PipePlan *p;
@@ -183,7 +179,6 @@ struct CpRun {
   double t_prev_step;  /* when the previous timed step (or the run's start) ended, validations left out */
   int64_t batch_prev;  /* its batch (first - 1: the start) */
   RtLog *console;      /* the step lines (not quiet), runtime/core/console.c */
-  CpTrace *trace; /* single-GPU mode with o->trace_path, else NULL */
   CxGraphStats step_graphs; /* how the norms and updates ran (CxPipeStats) */
   bool failed;
   char err[RT_ERR_LEN];
@@ -205,7 +200,6 @@ void cp_teardown(CpRun *x);
  * (x->err set) when the slot is still needed: CP_DATA_SLOTS is too small. */
 bool cp_fill_inputs(CpRun *x, CpSr *s, int64_t k);
 /* cuda_pipe_drive.c: the results */
-void cp_fill_outcome(CpRun *x, PipeOutcome *out);
 /* Adds parameter q to out (names, numel, a weights buffer of q->bytes the caller fills)
  * and returns that buffer, or NULL when out already holds q (a tied copy); *cap starts
  * at 0. */
@@ -242,9 +236,6 @@ bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t 
  * with a message naming the file. */
 bool cp_eval_open(CpRun *x, char *err, size_t errlen);
 void cp_eval_close(CpRun *x);
-/* Between two stretches (nothing in flight): every validation microbatch forward-only
- * through the stages of its replica, on the communication stream; the mean in *mean. */
-bool cp_eval_run(CpRun *x, double *mean);
 
 /* One validation forward of SR s on the communication stream (nothing else in flight):
  * microbatch j of its replica's share of validation batch k, its inputs uploaded
@@ -256,31 +247,6 @@ bool cp_eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at);
 /* --resume (cuda_pipe.c): checkpoint `path` (any executor's) into the live SRs' slots
  * for its step; x->first = that step. false with a message naming the file. */
 bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen);
-
-/* cuda_pipe_trace.c: --trace in single-GPU mode. Every instruction of every SR gets
- * one pair of device events (created up front, a bounded ring per SR, reused): FWD,
- * BWD, OPT_STEP, TIED_SYNC on the SR's stream; send/receive instructions as their
- * copies on the communication stream, ALLREDUCE as its sums there. Pairs are read at
- * the host waits the run makes anyway (run_step's sync once per batch, the end of a
- * stretch). cp_trace_open: the events and the origin (after a sync, before training). */
-void cp_trace_open(CpRun *x);
-void cp_trace_close(CpRun *x);
-/* Records the start / end of instruction `in` of SR s on `stream` (trace on only).
- * begin once per instruction; end again moves its end (a send/receive's last copy). */
-void cp_trace_begin(CpRun *x, CpSr *s, const PlanInstr *in, int stream);
-void cp_trace_end(CpRun *x, CpSr *s, const PlanInstr *in, int stream);
-/* A copy of send/receive instruction `in` of s on the communication stream: before
- * it (end false; the first copy begins the pair) and after it (end true). */
-void cp_trace_p2p(CpRun *x, CpSr *s, const PlanInstr *in, bool end);
-/* s's group of instructions [first, last] completed: an empty pair on its stream for
- * each one that copied nothing. */
-void cp_trace_p2p_done(CpRun *x, CpSr *s, int first, int last);
-/* After a host wait (everything issued has run): reads every finished pair. */
-void cp_trace_harvest(CpRun *x);
-/* At the end (after a sync): the measured bubble per stage into out->bubble
- * (pipe_measure, the CPU executor's definition) and the trace at o->trace_path,
- * written whole or not at all. false with a message naming the file. */
-bool cp_trace_finish(CpRun *x, PipeOutcome *out, char *err, size_t errlen);
 
 /* Whether this process sets up and runs SR i. */
 static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }
@@ -299,9 +265,6 @@ static inline bool cp_at_instr(const CpSr *s, PlanOp op, int batch, int group) {
 /* cuda_pipe_dev.c: the device ops. Everything on s's stream unless said otherwise. */
 bool cp_run_fwd(CpRun *x, CpSr *s, const PlanInstr *in);
 bool cp_run_bwd(CpRun *x, CpSr *s, const PlanInstr *in);
-/* An ordered sum on `stream`: buf[0] += buf[1] + ... (in that order, float32, n
- * elements), then copies of buf[0] into the others, so all hold the same bits. */
-void cp_dev_sum_into(CpRun *x, const CxProgram *prog, int stream, const CxPtr *buf, int nbuf, int64_t n);
 PipeRole cp_p2p_role(PlanOp op);
 /* Where boundary tensor k of a send/receive instruction lies on the SR; false (x->err). */
 bool cp_bnd_ptr(CpRun *x, CpSr *s, const PlanInstr *in, int k, CxPtr *ptr);

@@ -3,13 +3,30 @@
  * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
  * pipeline path (rank 0's), and --reference against the sequential trainer on the
  * CPU (pipeline_check_reference, the CPU pipeline's own check). Both modes take
- * --save, --resume, --init and validation (cuda_pipe.c, cuda_pipe_eval.c,
- * cuda_pipe_nccl.c). */
+ * --save, --resume, --init and validation (cuda_pipe_threads.c; multi-GPU mode:
+ * cuda_pipe.c, cuda_pipe_eval.c, cuda_pipe_nccl.c). */
 #include "runtime/cuda/pipe/cuda_pipe.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/io/io.h"
+
+double cx_pipe_predicted_bubble(const char *plan_dir) {
+  char path[4096], ierr[IO_ERR_LEN];
+  snprintf(path, sizeof path, "%s/plan.json", plan_dir);
+  size_t len = 0;
+  char *text = io_read_all(path, &len, ierr, sizeof ierr);
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  free(text);
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "predicted"),
+                                                    "bubble_fraction");
+  double v = cJSON_IsNumber(b) ? b->valuedouble : -1;
+  cJSON_Delete(root);
+  return v;
+}
 
 static int fail(const char *prog, const char *msg) {
   fprintf(stderr, "%s: error: %s\n", prog, msg);
@@ -32,7 +49,7 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
            (long long)gs->launches, (long long)gs->eager, graphs_on ? "" : "; CUDA graphs off");
   for (int s = 0; s < p->d; s++) {
     char bub[96] = "";
-    if (gs && o->trace_path) /* measured from the trace's device events (cuda_pipe_trace.c) */
+    if (gs && o->trace_path) /* measured from the trace's device events (cuda_pipe_threads.c) */
       snprintf(bub, sizeof bub, "bubble %.1f%% measured", 100 * r->bubble[s]);
     else if (gs)
       snprintf(bub, sizeof bub, "bubble not measured (--trace measures it)");
@@ -117,7 +134,7 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
 
 int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  if (o->trace_path) /* NOT done: multi-GPU mode times nothing (cuda_pipe_trace.c is single-GPU) */
+  if (o->trace_path) /* NOT done: multi-GPU mode times nothing (single-GPU mode's marks: cuda_pipe_threads.c) */
     return fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   if (o->profile_out) /* NOT done: as --trace */
     return fail(prog, "--profile-out is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");

@@ -1,7 +1,8 @@
-/* runtime/cuda/pipe/cuda_pipe_run.c — the CUDA pipeline interpreter (cuda_pipe.h): every live
- * stage replica's instruction stream issued from one host thread onto the device, in
- * both modes. Single-GPU mode walks all SRs round-robin over the same-GPU link
- * (cuda_pipe_link.c); multi-GPU mode runs its one SR over NCCL (cuda_pipe_nccl.c).
+/* runtime/cuda/pipe/cuda_pipe_run.c — the older CUDA pipeline interpreter (cuda_pipe.h):
+ * every live stage replica's instruction stream issued from one host thread onto the
+ * device. Multi-GPU mode runs its one SR over NCCL (cuda_pipe_nccl.c); single-GPU mode,
+ * which walked all SRs round-robin over a same-GPU link, now runs on runtime/exec/
+ * (cuda_pipe_threads.c).
  * The interpreter owns the per-instruction dispatch and the order of a step; the
  * device ops (cuda_pipe_dev.c) do the work and the link (x->link) moves what crosses
  * SRs, as cuda_pipe_internal.h describes.
@@ -13,11 +14,7 @@
  * the pipeline by the link, gives the global norm (always taken: the console and the
  * log report it; clipping scales by it); the update; the gradient block cleared. The
  * norm and the update run as CUDA graphs per SR (cuda_pipe_graph.c). Then, where the
- * link lets the host wait, the step's time and line.
- *
- * With --trace every instruction is bracketed by a pair of event records
- * (cuda_pipe_trace.c): FWD/BWD/OPT_STEP on the SR's stream; the link brackets its
- * copies and sums on the communication stream. */
+ * link lets the host wait, the step's time and line. */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
 
 #include <math.h>
@@ -60,7 +57,6 @@ static CpStep run_p2p(CpRun *x, CpSr *s) {
     if (s->grp_pending) return CP_POSTED;
   }
   if (s->grp_pending) return CP_BLOCKED;
-  cp_trace_p2p_done(x, s, s->pc, s->grp_end);
   s->grp_posted = false;
   s->pc = s->grp_end + 1;
   return CP_DONE;
@@ -73,7 +69,6 @@ static CpStep run_p2p(CpRun *x, CpSr *s) {
 static bool step_end(CpRun *x, CpSr *s, int64_t t) {
   if (!x->link->may_wait(x, s)) return true;
   x->ops->sync(x->ops->dev);
-  cp_trace_harvest(x); /* the device is idle: read the pairs (no wait of their own) */
   double now = pipe_now();
   x->step_ms[t] = (now - x->t_prev_step) * 1e3 / (double)(t > x->batch_prev ? t - x->batch_prev : 1);
   x->t_prev_step = now;
@@ -90,7 +85,6 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   CpSr *grp[CP_MAX_SR];
   int n = x->link->step_group(x, s, in, grp);
   if (!n) return CP_BLOCKED;
-  for (int i = 0; i < n; i++) cp_trace_begin(x, grp[i], cp_cur(grp[i]), grp[i]->stream);
   for (int i = 0; i < n; i++) {
     CpSr *q = grp[i];
     for (int g = 0; g < p->ngroups; g++) {
@@ -123,7 +117,6 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
       if (q->tied[g].param >= 0 && !q->tied[g].deferred) q->tied[g].state[par] = 0;
     x->ops->memset0(x->ops->dev, q->stream, q->grads, (size_t)q->st->blocks[BUF_GRADS]);
     q->newest = qi->vslot;
-    cp_trace_end(x, q, qi, q->stream);
     q->pc++;
   }
   return step_end(x, s, t) ? CP_DONE : CP_FAILED;
@@ -133,19 +126,13 @@ static CpStep run_step(CpRun *x, CpSr *s, const PlanInstr *in) {
 static CpStep run_tied_step(CpRun *x, CpSr *s, const PlanInstr *in) {
   int g = in->group;
   CpTied *T = &s->tied[g];
-  if (T->param < 0) { /* not held here: nothing to do, an empty span */
-    cp_trace_begin(x, s, in, s->stream);
-    cp_trace_end(x, s, in, s->stream);
-    return CP_DONE;
-  }
+  if (T->param < 0) return CP_DONE; /* not held here: nothing to do */
   int64_t t = in->batch;
   int par = (int)(t % 2);
   if (!x->link->tied_sum(x, s, g, t)) return CP_BLOCKED;
-  cp_trace_begin(x, s, in, s->stream); /* after the sum, which it waits for */
   CxPtr gr = cp_tied_buf(s, g, t);
   cp_step_param(x, s, T->param, gr, in->vslot, in->src_vslot, t, s->scale[par]);
   x->ops->memset0(x->ops->dev, s->stream, gr, T->bytes);
-  cp_trace_end(x, s, in, s->stream);
   T->state[par] = 0;
   return CP_DONE;
 }
@@ -161,16 +148,11 @@ static CpStep step_sr(CpRun *x, CpSr *s) {
   case PI_SEND_GRAD: return run_p2p(x, s);
   case PI_FWD:
   case PI_BWD: {
-    cp_trace_begin(x, s, in, s->stream);
     if (!(in->op == PI_FWD ? cp_run_fwd : cp_run_bwd)(x, s, in)) return CP_FAILED;
-    cp_trace_end(x, s, in, s->stream);
     break;
   }
   case PI_ALLREDUCE: return x->link->allreduce(x, s, in);
   case PI_TIED_SYNC:
-    /* no device work here: an empty span where the SR's stream is */
-    cp_trace_begin(x, s, in, s->stream);
-    cp_trace_end(x, s, in, s->stream);
     /* its part is final once this stage's step of the batch moved it (run_step) */
     if (in->group >= 0 && in->group < x->p->ngroups && s->tied[in->group].param >= 0 &&
         s->tied[in->group].state[in->batch % 2] == 0)
@@ -215,13 +197,7 @@ bool cp_run(CpRun *x) {
       }
       if (s->pc < s->S->n) done = false;
     }
-    if (done) {
-      if (x->trace) { /* a stretch ends: read its pairs before cp_select moves the streams */
-        x->ops->sync(x->ops->dev);
-        cp_trace_harvest(x);
-      }
-      return true;
-    }
+    if (done) return true;
     if (!moved) {
       describe_stall(x);
       return false;
