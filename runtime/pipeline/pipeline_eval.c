@@ -14,7 +14,7 @@ struct PipeEval {
   int64_t nmb;             /* this replica's microbatches: nbatches · m */
   double *loss;            /* [nmb] the last stage's losses */
   double *all;             /* rank 0: [nbatches · w · m] in the reference's order */
-  TransportRequest **reqs; /* one microbatch's activations */
+  ExecReq **reqs;          /* one microbatch's activations */
 };
 
 /* Window length of the model's token streams (any stage's data input). */
@@ -83,13 +83,13 @@ static bool eval_xfer(PipeEval *E, PipeRole role, int64_t n) {
     snprintf(what, sizeof what, "validation activation of microbatch %lld %s stage %d", (long long)n,
              role == PIPE_ACT_IN ? "from" : "for", peer);
     char *at = pipe_block_base(R, b->cls, -1, 0) + b->offset;
-    TransportStatus s = role == PIPE_ACT_IN
-                            ? transport_irecv(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
-                            : transport_isend(R->t, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
+    ExecLink *L = R->link; /* device memory: the training messages' way (a GPU's: NCCL) */
+    TransportStatus s = role == PIPE_ACT_IN ? L->ops->irecv(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
+                                            : L->ops->isend(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
     if (!pipe_transport_ok(R, s)) return false;
     nreq++;
   }
-  return nreq == 0 || pipe_transport_ok(R, transport_waitall(R->t, E->reqs, nreq));
+  return nreq == 0 || pipe_transport_ok(R, R->link->ops->waitall(R->link, E->reqs, nreq));
 }
 
 /* Rank 0: the last stage's losses of every replica, the mean in the reference's

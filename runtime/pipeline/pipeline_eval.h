@@ -17,9 +17,10 @@
  * pending. Replica r takes the reference's microbatches r·m .. r·m + m - 1 of each
  * validation batch (the same split as training, runtime/pipeline/pipeline.h). Stage 0 reads the
  * tokens, each stage runs its forward and sends its output activation to the next
- * stage of the same replica over the transport (tag PIPE_TAG_EVAL), the last stage
- * reads the targets and computes the loss; rank 0 gathers the losses of the last
- * stage's replicas (tag PIPE_TAG_EVAL + 1) and sums them in the reference's order.
+ * stage of the same replica over the rank's link (tag PIPE_TAG_EVAL: device memory,
+ * the training messages' way), the last stage reads the targets and computes the
+ * loss; rank 0 gathers the losses of the last stage's replicas over the transport
+ * (tag PIPE_TAG_EVAL + 1: host memory) and sums them in the reference's order.
  *
  * Memory: nothing new for tensors. A forward uses the planned blocks that are idle
  * there: weights slot `newest`, stash slot 0 (with recomputation: the full-activation

@@ -271,17 +271,24 @@ static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t byt
   if (bytes) cud(d)->ops->dtoh(cud(d)->ops->dev, host, dp(src), (size_t)bytes);
 }
 
-/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x). */
+/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x),
+ * accumulated in dst. dst may be src[0], or src[1] (a tied group's second member):
+ * then dst starts as src[1] and src[0] is added to it first, the same bits as
+ * src[0] + src[1] (float addition commutes; only the grouping of three or more terms
+ * matters). A later member would need a buffer this device does not have. */
 static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   CudaDevice *c = cud(d);
   CxPtr y = dp(dst);
-  if (dst != src[0]) {
+  int first = n > 1 && dst == src[1] ? 1 : 0; /* the term dst holds already */
+  for (int q = 2; q < n; q++) PD_CHECK(dst != src[q], "(a tied sum into its member %d of %d)", q, n);
+  if (dst != src[first]) {
     CxPtr x0 = dp(src[0]);
     void *args[] = {&y, &x0, &numel};
     launch(c, c->k_copy, grid_for(numel), CD_BLOCK, args);
   }
   float one = 1.0f;
-  for (int q = 1; q < n; q++) {
+  for (int q = 0; q < n; q++) {
+    if (q == first) continue;
     CxPtr xq = dp(src[q]);
     void *args[] = {&y, &one, &xq, &numel};
     launch(c, c->k_axpy, grid_for(numel), CD_BLOCK, args);
@@ -539,6 +546,8 @@ CxGraphStats cx_exec_device_pass_stats(const ExecDevice *d) {
 }
 
 CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
+
+const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->ops; }
 
 uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ((const CudaDevice *)(const void *)d)->bytes; }
 

@@ -1,8 +1,10 @@
 /* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline executor. Single-GPU pipeline mode: every
  * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
- * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_nccl.c, whose header
- * says what differs and what has never run): one MPI process per stage replica, each
- * running this same executor for its own SR, NCCL for what crosses SRs.
+ * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_multi.c): one MPI
+ * process per stage replica, each a rank of the CPU MPI pipeline (runtime/pipeline,
+ * the plan interpreter runtime/exec/) on the CUDA device of runtime/cuda/exec/
+ * (cuda_exec_device.c) with an NCCL link (cuda_link_nccl.c, whose header says what
+ * goes where and what has never run).
  *
  * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
  *   cuda_pipe.c          setup: stage programs, the device allocation, weights, --resume
@@ -11,8 +13,8 @@
  *   cuda_pipe_link.c     the same-GPU link (single-GPU mode)
  *   cuda_pipe_drive.c    the driver loop; cuda_pipe_main.c pd2bwrun's entry point
  *   cuda_pipe_eval.c     the validation loss; cuda_pipe_trace.c --trace
- *   cuda_pipe_nccl.c     multi-GPU mode (cuda_pipe_nccl_gather.c its results;
- *                        cuda_pipe_nccl_none.c without the toolkit)
+ *   cuda_pipe_multi.c    multi-GPU mode: the CPU MPI pipeline with CUDA devices and
+ *                        NCCL links (its device and link factories)
  *   cuda_pipe_internal.h the executor's state, private to this folder
  *
  * It runs the plan's instruction streams (contract/plan_streams.h plan_streams_build, the
@@ -61,7 +63,7 @@
  * handle (each stream has its own workspace: runtime/cuda/cuda_device.c).
  *
  * Checkpoints and validation, as runtime/pipeline/pipeline_run.c does them (single-GPU mode
- * here; multi-GPU mode the same per rank, cuda_pipe_nccl.c's header says how):
+ * here; multi-GPU mode IS pipeline_run.c's, per rank):
  * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
  * the one-stage trainer's format, so any executor resumes it); --resume loads one
  * (any executor's) into the slots the streams use at its step and runs only the
@@ -121,18 +123,17 @@ double cx_pipe_predicted_bubble(const char *plan_dir);
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                    const CudaExecOptions *o);
 
-/* Multi-GPU mode: this process (rank transport_rank(t) of d·w MPI ranks, index
- * stage·w + replica) trains its stage replica on the device behind ops (which needs
- * native_stream besides single-GPU mode's entries), NCCL (libnccl, or PD2BW_LIBNCCL)
- * between ranks. Collective: every rank calls it. Rank 0's out is filled as
- * cx_pipe_train's (gathered from the others over t); the others' is left empty.
- * Takes o's --save (rank 0 writes it), --resume, --init and validation as
- * cx_pipe_train does. 0, or 1 with the cause in err (after transport_abort, so the
+/* Multi-GPU mode: this process (rank transport_rank(t) of the plan's d·w ranks) trains
+ * its stage replica as pipeline_run_rank does on the CPU, on a cx_exec_device over ops
+ * (which needs native_stream) with cx_nccl_link (libnccl, or PD2BW_LIBNCCL) between
+ * ranks. Collective: every rank calls it. Rank 0's out is filled as pipeline_run_rank
+ * fills it; the others' is left empty. Takes o's --save (rank 0 writes it), --resume,
+ * --init and validation. 0, or 1 with the cause in err (after transport_abort, so the
  * others stop); or 1 on EVERY rank after a failure all of them agreed on (a checkpoint
  * some rank cannot read, a --save rank 0 cannot write: no abort), the message in rank
  * 0's err and the others' err empty (one message for the job). */
 int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
-                       PipeOutcome *out, uint64_t *extra_bytes, char *err, size_t errlen);
+                       PipeOutcome *out, char *err, size_t errlen);
 
 /* cuda_pipe_main for multi-GPU mode on an open device and transport: rank 0 reports,
  * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line

@@ -232,11 +232,6 @@ void cp_select(CpRun *x, int64_t lo, int64_t hi);
  * first + b's validation loss (NAN: none), *val_final the last one. false with x->err. */
 bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final);
 
-/* cuda_pipe_nccl_gather.c, multi-GPU mode after training (collective): every rank's
- * results to rank 0 over t, which assembles *out and writes --save; false with err
- * (rank 0's own failures: only there). */
-bool cp_nccl_gather(CpRun *x, Transport *t, PipeOutcome *out, char *err, size_t errlen);
-
 /* cuda_pipe_eval.c: validation (runtime/pipeline/pipeline_eval.h's contract: the one-stage
  * trainer's loss on PLAN/reference for the newest weights). Opens o->val_path; false
  * with a message naming the file. */
