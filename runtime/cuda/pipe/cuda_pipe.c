@@ -1,10 +1,7 @@
 /* runtime/cuda/pipe/cuda_pipe.c — the CUDA pipeline modes' setup (cuda_pipe.h): the stage
  * programs, the one device allocation carved per stage replica as the plan lays it
  * out, the initial weights, the token images, --resume and the stretch selection
- * (the driver loop and the results: cuda_pipe_drive.c). Multi-GPU
- * mode (cuda_pipe_nccl.c) uses the same setup for its one live SR (cp_live): only
- * that stage's program, that SR's part, streams for communication, the SR and each
- * tied group.
+ * (the driver loop and the results: cuda_pipe_drive.c).
  *
  * The planned part of each SR mirrors runtime/pipeline/pipeline.c's layout_arena buffer for
  * buffer (the same (kind, index) lookups and size checks), so a plan whose memory
@@ -120,7 +117,7 @@ static bool prepare_sr(CpRun *x, CpSr *s, uint64_t *tied_bytes, char *err, size_
   s->st = &p->rt->stages[s->stage];
   s->ps = &p->st[s->stage];
   s->prog = x->prog[s->stage];
-  s->stream = x->multi ? 1 : 1 + s->idx;
+  s->stream = 1 + s->idx;
   s->S = &x->streams.st[s->stage];
   s->nversions = s->ps->nversions;
   s->nstash = s->ps->nstash;
@@ -292,18 +289,16 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   if (!open_data(x, err, errlen)) return false;
   x->prog = pd_calloc((size_t)p->d, sizeof *x->prog);
   for (int s = 0; s < p->d; s++) {
-    if (x->multi && s != x->self / p->w) continue; /* only this process's stage */
     x->prog[s] = cx_program_load(ops, p->rt->dir, s, x->o->gemm, err, errlen);
     if (!x->prog[s] || !check_program(x, s, err, errlen)) return false;
   }
   x->nsr = p->d * p->w;
-  if (x->nsr > CP_MAX_SR && !x->multi) {
+  if (x->nsr > CP_MAX_SR) {
     snprintf(err, errlen, "%d stage replicas: single-GPU pipeline mode runs at most %d on one device", x->nsr,
              CP_MAX_SR);
     return false;
   }
-  /* multi-GPU: communication, the SR, one per tied group (cuda_pipe_nccl.c) */
-  if (!ops->streams(ops->dev, x->multi ? CP_TIED_STREAM + p->ngroups : 1 + x->nsr, err, errlen)) return false;
+  if (!ops->streams(ops->dev, 1 + x->nsr, err, errlen)) return false;
   x->sr = pd_calloc((size_t)x->nsr, sizeof *x->sr);
   uint64_t *tied_bytes = pd_calloc((size_t)x->nsr, sizeof(uint64_t));
   uint64_t total = 0;
@@ -313,7 +308,6 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
     s->idx = i;
     s->stage = i / p->w;
     s->replica = i % p->w;
-    if (!cp_live(x, i)) continue;
     ok = prepare_sr(x, s, &tied_bytes[i], err, errlen);
     uint64_t part[CP_EXTRAS], e = ok ? extras(x, s, part) : 0;
     total += up256(s->ps->planned_bytes) + e;
@@ -328,7 +322,6 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
   CxPtr at = x->arena;
   for (int i = 0; ok && i < x->nsr; i++) {
     CpSr *s = &x->sr[i];
-    if (!cp_live(x, i)) continue;
     s->base = at;
     at += up256(s->ps->planned_bytes);
     ok = layout_sr(x, s, tied_bytes[i], err, errlen);
@@ -349,7 +342,6 @@ bool cp_setup(CpRun *x, char *err, size_t errlen) {
    * every version */
   for (int i = 0; ok && i < x->nsr; i++) {
     CpSr *s = &x->sr[i];
-    if (!cp_live(x, i)) continue;
     size_t pb = (size_t)s->st->blocks[BUF_PARAMS];
     float *w = pd_calloc(pb / 4 + 1, sizeof(float));
     for (int k = 0; k < s->st->nparams; k++)
@@ -489,7 +481,6 @@ bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
   for (int st = 0; ok && st < p->d; st++) {
     const RtStage *rs = &p->rt->stages[st];
     size_t pb = (size_t)rs->blocks[BUF_PARAMS];
-    if (x->multi && x->self / p->w != st) continue; /* multi-GPU mode: this rank's stage only */
     char *mem = pd_calloc(4 * pb + 1, 1);
     RtCkptBlocks b = {.plan = p->rt, .st = rs, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
                       .prev = two && has_prev ? mem + 3 * pb : NULL};
@@ -498,7 +489,6 @@ bool cp_resume(CpRun *x, const char *path, char *err, size_t errlen) {
     if (ok && two && !has_prev) memcpy(mem + 3 * pb, mem, pb); /* step 0: both versions are W(0) */
     for (int r = 0; ok && r < p->w; r++) {
       CpSr *s = cp_sr(x, st, r);
-      if (!cp_live(x, s->idx)) continue;
       for (int v = 0; v < s->nversions; v++) {
         ops->htod(ops->dev, s->w[v], two && v == prev ? mem + 3 * pb : mem, pb);
         cp_cast_weights(x, s, v, 0, (int64_t)pb / 4, s->stream); /* one cast at load */

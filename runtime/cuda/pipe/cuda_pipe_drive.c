@@ -1,8 +1,7 @@
 /* runtime/cuda/pipe/cuda_pipe_drive.c — the CUDA pipeline modes' driver loop (cuda_pipe.h):
  * init/resume (cuda_pipe.c), training in stretches that end where a validation is due
  * (pipe_drive, runtime/pipeline/pipeline_drive.c: the CPU pipelines' loop too),
- * the validations, the results and --save, for single-GPU mode here and, through
- * cp_train, for multi-GPU mode (cuda_pipe_nccl.c). */
+ * the validations, the results and --save of single-GPU mode. */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
 
 #include <math.h>

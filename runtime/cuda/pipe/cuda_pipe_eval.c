@@ -13,9 +13,7 @@
  * and workspace blocks. Training refills all of them before reading them, so an
  * evaluation changes no bit of training. A microbatch runs through the stages of its
  * replica in order: stage i's outgoing activations (ACT_OUT, plan order) are copied
- * to stage i+1's incoming ones (ACT_IN, same order: the training messages' pairing).
- * Multi-GPU mode runs cp_eval_forward on each rank's SR and moves those activations
- * between ranks itself (cuda_pipe_nccl.c net_eval). */
+ * to stage i+1's incoming ones (ACT_IN, same order: the training messages' pairing). */
 #include "runtime/cuda/pipe/cuda_pipe_internal.h"
 
 #include <math.h>

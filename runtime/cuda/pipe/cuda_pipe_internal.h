@@ -12,11 +12,10 @@
  *    each (cp_dev_sum_into), the sum of squares of an SR's gradients (cp_norm) and
  *    its optimizer update (cp_update), both CUDA graphs (cuda_pipe_graph.c), and a
  *    deferred tied parameter's step (cp_step_param);
- *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c, single-GPU mode: every SR in
- *    this process) or NCCL (cuda_pipe_nccl.c, multi-GPU mode: one SR per process).
- * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's
- * (multi-GPU mode's gathering cuda_pipe_nccl_gather.c's); --trace cuda_pipe_trace.c's; validation
- * cuda_pipe_eval.c's. */
+ *  - the link (CpLink): same-GPU copies (cuda_pipe_link.c: every SR in this process).
+ * Setup and data are cuda_pipe.c's; the driver loop and results cuda_pipe_drive.c's;
+ * --trace cuda_pipe_trace.c's; validation cuda_pipe_eval.c's. (Multi-GPU mode is not
+ * this interpreter: cuda_pipe_multi.c.) */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 #define PD2BW_RUNTIME_CUDA_PIPE_INTERNAL_H
 
@@ -29,7 +28,6 @@
 #define CP_DATA_SLOTS 4  /* batches of token images an SR keeps on the device */
 #define CP_COMM_STREAM 0 /* ops stream of cross-SR work; SR k computes on 1 + k */
 #define CP_MAX_SR 63     /* stage replicas (d·w) on one device: 64 streams in all */
-#define CP_TIED_STREAM 2 /* multi-GPU mode: tied group g's sums on ops stream 2 + g */
 
 #define CP_UPD_GRAPHS 8 /* update graphs per SR, one per (version, source) pair; past it eager */
 
@@ -137,17 +135,12 @@ typedef struct CpLink {
 
 extern const CpLink cp_link_local; /* cuda_pipe_link.c: same-GPU copies */
 
-typedef struct CpNet CpNet; /* cuda_pipe_nccl.c: communicators and their events */
 typedef struct CpTrace CpTrace; /* cuda_pipe_trace.c: --trace's device events */
 
 struct CpRun {
   const PipePlan *p;
   const CpLink *link;
-  /* multi-GPU mode: this process sets up and runs only SR `self` (the other CpSr
-   * entries hold just their idx, stage and replica); net talks to the others */
-  bool multi;
-  int self;
-  CpNet *net;
+  int self; /* the printing rank's number: 0 (one process) */
   const CxDeviceOps *ops;
   const CudaExecOptions *o;
   TrainConfig tc;
@@ -225,10 +218,9 @@ bool cp_outcome_loss_ok(const PipeOutcome *out, char *err, size_t errlen);
  * consecutive ranges compute what one range over their union does). */
 void cp_select(CpRun *x, int64_t lo, int64_t hi);
 
-/* cuda_pipe_drive.c: the driver loop of both modes, after setup and --resume: trains
+/* cuda_pipe_drive.c: the driver loop, after setup and --resume: trains
  * batches [x->first, x->steps) in stretches (cp_select, cp_run) that end where a
- * validation is due, runs eval between them (single-GPU mode: cp_eval_run; multi-GPU
- * mode: every rank, collective) and prints its line (rank 0). val[b] gets batch
+ * validation is due, runs eval between them (cp_eval_run) and prints its line. val[b] gets batch
  * first + b's validation loss (NAN: none), *val_final the last one. false with x->err. */
 bool cp_train(CpRun *x, bool (*eval)(CpRun *x, double *mean), double *val, double *val_final);
 
@@ -243,8 +235,8 @@ bool cp_eval_run(CpRun *x, double *mean);
 
 /* One validation forward of SR s on the communication stream (nothing else in flight):
  * microbatch j of its replica's share of validation batch k, its inputs uploaded
- * first; returns the loss on a last stage (0 elsewhere). Multi-GPU mode moves the
- * activations between ranks itself (cp_eval_bnd: where each boundary tensor lies). */
+ * first; returns the loss on a last stage (0 elsewhere). cp_eval_bnd: where boundary
+ * tensor k of s lies for it. */
 double cp_eval_forward(CpRun *x, CpSr *s, int64_t k, int64_t j);
 bool cp_eval_bnd(CpRun *x, const CpSr *s, int k, CxPtr *at);
 
@@ -276,9 +268,6 @@ void cp_trace_harvest(CpRun *x);
  * (pipe_measure, the CPU executor's definition) and the trace at o->trace_path,
  * written whole or not at all. false with a message naming the file. */
 bool cp_trace_finish(CpRun *x, PipeOutcome *out, char *err, size_t errlen);
-
-/* Whether this process sets up and runs SR i. */
-static inline bool cp_live(const CpRun *x, int i) { return !x->multi || i == x->self; }
 
 /* cuda_pipe_run.c: runs every live SR's stream to the end through x->link; false
  * with x->err (a stall names every SR's blocked instruction). */

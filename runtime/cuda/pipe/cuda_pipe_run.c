@@ -1,7 +1,6 @@
-/* runtime/cuda/pipe/cuda_pipe_run.c — the CUDA pipeline interpreter (cuda_pipe.h): every live
- * stage replica's instruction stream issued from one host thread onto the device, in
- * both modes. Single-GPU mode walks all SRs round-robin over the same-GPU link
- * (cuda_pipe_link.c); multi-GPU mode runs its one SR over NCCL (cuda_pipe_nccl.c).
+/* runtime/cuda/pipe/cuda_pipe_run.c — the CUDA pipeline interpreter of single-GPU mode
+ * (cuda_pipe.h): every stage replica's instruction stream issued from one host thread
+ * onto the device, the SRs walked round-robin over the same-GPU link (cuda_pipe_link.c).
  * The interpreter owns the per-instruction dispatch and the order of a step; the
  * device ops (cuda_pipe_dev.c) do the work and the link (x->link) moves what crosses
  * SRs, as cuda_pipe_internal.h describes.
@@ -193,7 +192,6 @@ static void describe_stall(CpRun *x) {
                               "deadlock):");
   for (int i = 0; i < x->nsr && n < sizeof x->err; i++) {
     const CpSr *s = &x->sr[i];
-    if (!cp_live(x, i)) continue;
     const PlanInstr *in = cp_cur(s);
     char b[160];
     n += (size_t)snprintf(x->err + n, sizeof x->err - n, " stage %d replica %d at %s;", s->stage, s->replica,
@@ -206,7 +204,6 @@ bool cp_run(CpRun *x) {
     bool moved = false, done = true;
     for (int i = 0; i < x->nsr; i++) {
       CpSr *s = &x->sr[i];
-      if (!cp_live(x, i)) continue;
       while (s->pc < s->S->n) {
         CpStep r = step_sr(x, s);
         if (r == CP_FAILED) return false;
