@@ -12,7 +12,10 @@
  * seed, model, data_position. Names do not depend on the partition, so a checkpoint
  * of any (d, w, schedule) loads into any other plan of the same model and into the
  * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
- * st_write writes a temporary file and renames it), every rank reads it back itself. */
+ * st_write writes a temporary file and renames it), every rank reads it back itself.
+ * Every rank's setup (reading its part of a checkpoint) and rank 0's outputs are
+ * agreed on by all ranks (transport_agree): one failing rank ends them all with one
+ * message and no abort (pipeline.h: Failures). */
 #include "runtime/pipeline/pipeline_eval.h"
 #include "runtime/report/plan_report.h"
 
