@@ -27,7 +27,8 @@
 #     (cuda_exec_train.c; since, the interpreter on cuda_exec_device.c) and single-GPU pipeline mode (cuda_pipe_run.c), --precision
 #     fp32 plans with clipping, each with the CPU trainer / reference beside it;
 #   - the stand-in NCCL (tests/nccl's fake libnccl over MPI): multi-GPU mode
-#     (cuda_pipe_nccl.c) on 2 ranks, 2bw d=2 and gpipe w=2.
+#     (recorded: cuda_pipe_nccl.c; now runtime/exec/ on cuda_exec_device.c with the NCCL
+#     link cuda_link_nccl.c) on 2 ranks, 2bw d=2 and gpipe w=2.
 # --quick (the CTest test replay_selfcheck): one case of every path. --only REGEX
 # (check): only the cases whose names match the extended regular expression.
 # Full grid (118 cases): record about 100 s, check 65-85 s on 2 busy cores once the

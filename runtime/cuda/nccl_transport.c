@@ -1,5 +1,5 @@
 /* runtime/cuda/nccl_transport.c — NCCL communicators for the nccl transport
- * (runtime/cuda/pipe/cuda_pipe_nccl.c: multi-GPU pipeline mode).
+ * (runtime/cuda/exec/cuda_link_nccl.c: multi-GPU pipeline mode's link).
  *
  * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs (the machines this was written on
  * have none). What runs in CI is this file against tests/nccl/fake_nccl.c, a stand-in
@@ -13,7 +13,8 @@
  * folder needs no MPI) hands the 128-byte id to the group, and every rank calls
  * ncclCommInitRank with its device's context current (the caller's job). One
  * NcclComm per group: the stage's replicas (gradient all-reduce), a tied parameter's
- * stages, the pipeline (point-to-point activations and gradients, the clip norm).
+ * stages (its gradients' exchange), the pipeline (point-to-point activations and
+ * gradients).
  * Streams come in as the driver's handles (CxDeviceOps.native_stream).
  *
  * libnccl.so.2 is dlopen()ed on first use, like every NVIDIA library here.

@@ -15,11 +15,13 @@
  *                     kernels/cpu_kernels.h kernels, memcpy/memset).
  *   (runtime/cuda/exec/cuda_exec_device.c: the CUDA device, cx_exec_device: the stage's
  *                     launch lists and the GPU trainer's kernels over a CxDeviceOps
- *                     table; the one-stage trainer takes it as TrainerOptions.device.)
+ *                     table; the one-stage trainer takes it as TrainerOptions.device,
+ *                     multi-GPU mode's ranks through PipeOptions.rank_device.)
  *   exec_link_transport.c  the link over runtime/transport/transport.h (local threads or MPI).
  *   (runtime/cuda/exec/cuda_link_local.c: the same-GPU link of single-GPU pipeline mode,
  *                     over the local transport; pipeline.h's PipeOptions rank_device and
  *                     rank_link give each rank its own device and link.)
+ *   (runtime/cuda/exec/cuda_link_nccl.c: the NCCL link of multi-GPU mode, cx_nccl_link.)
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
@@ -79,7 +81,8 @@
  *
  * A LINK implements ExecLinkOps between the ranks of one run (rank numbers are the
  * plan's: stage replica (i, r) is plan.rank_of_replica). Buffers are device
- * memory, except the norm exchange's doubles, which are host memory. Every call
+ * memory, except the norm exchange's doubles (tag PIPE_TAG_NORM) and those of the
+ * blocking send/recv, which are host memory. Every call
  * returns a TransportStatus; on a failure error() names this rank and what it waited
  * for, and abort(why) makes every other rank stop promptly — the timeouts that name a
  * dead rank and the stall detector (progress) are the link's. tag separates streams
@@ -91,13 +94,16 @@
  *                     must be the same bits on every member (transport_coll.c: in
  *                     ascending group rank order).
  *   progress          what the rank is about to do (the stall detector's record).
- * An NCCL link implements point to point with ncclSend/ncclRecv in a group, the
- * all-reduce with ncclAllReduce (or a fixed-order ring to keep the bits), and
- * requests as events on the device's stream; the same-GPU link (every stage replica
- * a thread of one process on one device: cuda_link_local.c) implements a send as a
+ * The NCCL link (cuda_link_nccl.c) issues the requests a waitall is given as one
+ * group of ncclSend/ncclRecv on the device's one stream (the work after it is ordered
+ * after it by the stream itself), the all-reduce as ncclAllReduce, and leaves host
+ * memory and failures to the transport; the same-GPU link (every stage replica a
+ * thread of one process on one device: cuda_link_local.c) implements a send as a
  * device copy into the receiver's buffer on the receiver's stream, after an event of
  * the sender's, posted when both sides have posted, the sender's stream then waiting
  * for the copy. Tag PIPE_TAG_NORM carries host doubles; send/recv carry host memory.
+ * A link may move a posted message only at its waitall: the interpreter leaves a
+ * posted buffer alone until then.
  */
 #ifndef PD2BW_RUNTIME_EXEC_EXEC_H
 #define PD2BW_RUNTIME_EXEC_EXEC_H

@@ -58,7 +58,11 @@
  * answering, then the wait that timed out ("rank 4 stopped answering (no progress for
  * 5.1 s, in FWD 7); rank 3 timed out after 5 s waiting for activation of microbatch 7
  * from rank 4"). A rank stuck where it cannot notice (a library call) is ended by the
- * local world's watchdog (transport_local.c). PD2BW_FAULT_INJECT=
+ * local world's watchdog (transport_local.c). What may fail on one rank or on all
+ * before training (rank 0's output paths, a checkpoint to --init or --resume from, the
+ * validation file) and rank 0's writing of the outputs at the end are agreed on
+ * instead (transport_agree): every rank returns 1, rank 0 with the one message (the
+ * lowest failing rank's), the others with none, and nobody is aborted. PD2BW_FAULT_INJECT=
  * RANK:STEP[:exit|hang|kill|stop|stuck] makes rank RANK fail at the start of batch
  * STEP (tests): exit, stop answering for a while (hang), SIGKILL, SIGSTOP itself, or
  * spin forever without looking at anything (stuck, like a library call that never

@@ -12,7 +12,10 @@
  * seed, model, data_position. Names do not depend on the partition, so a checkpoint
  * of any (d, w, schedule) loads into any other plan of the same model and into the
  * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
- * st_write writes a temporary file and renames it), every rank reads it back itself. */
+ * st_write writes a temporary file and renames it), every rank reads it back itself.
+ * Every rank's setup (reading its part of a checkpoint) and rank 0's outputs are
+ * agreed on by all ranks (transport_agree): one failing rank ends them all with one
+ * message and no abort (pipeline.h: Failures). */
 #include "runtime/pipeline/pipeline_eval.h"
 #include "runtime/report/plan_report.h"
 
@@ -309,38 +312,50 @@ typedef struct RankDrive {
 static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
 static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
 
+/* Collective: whether every rank's step (its setup, rank 0's outputs) succeeded
+ * (transport_agree). A failure all ranks agreed on is noted once, rank 0's message,
+ * with no abort; the agreement itself failing aborts the others. */
+static bool agreed(RunCtx *c, Transport *t, bool ok, char *err, size_t errlen) {
+  bool together = false;
+  if (transport_agree(t, ok, err, errlen, &together)) return true;
+  if (err[0]) note_error(c, err);
+  if (!together) transport_abort(t, err);
+  return false;
+}
+
+/* The rank as it starts training: rank 0's output paths checked (it writes them all),
+ * the rank made, --init then --resume read (as the one-stage trainer: a checkpoint
+ * replaces both), the validation file opened. false with the message in err. */
+static bool rank_setup(RunCtx *c, Transport *t, PipeRank **R, PipeEval **E, char *err, size_t errlen) {
+  const PipeOptions *o = c->o;
+  int64_t first = 0;
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
+                       {"--profile-out", o->profile_out}};
+  if (transport_rank(t) == 0 && !output_paths_check(outs, 4, err, errlen)) return false;
+  char e[TRANSPORT_ERR_LEN + 256] = "";
+  bool ok = pipe_ckpt_step(o->resume_path, &first, e, sizeof e) && (*R = pipe_rank_create(c->p, o, t, first, e, sizeof e));
+  ok = ok && (!o->init_path || rank_init_from(*R, o->init_path, e, sizeof e));
+  ok = ok && (!o->resume_path || pipe_rank_resume(*R, o->resume_path, e, sizeof e));
+  ok = ok && (!o->val_path || (*E = pipe_eval_create(*R, e, sizeof e)));
+  if (!ok) snprintf(err, errlen, "rank %d: %s", transport_rank(t), e);
+  return ok;
+}
+
 static int run_rank(Transport *t, void *arg) {
   RunCtx *c = arg;
-  char err[TRANSPORT_ERR_LEN + 256];
-  int64_t first = 0;
+  char err[TRANSPORT_ERR_LEN + 320] = "";
   int rk = transport_rank(t);
-  if (!pipe_ckpt_step(c->o->resume_path, &first, err, sizeof err)) {
-    note_error(c, err);
-    transport_abort(t, err);
-    return 1;
-  }
-  PipeRank *R = pipe_rank_create(c->p, c->o, t, first, err, sizeof err);
-  /* --init then --resume, as the one-stage trainer: a checkpoint replaces both */
-  if (R && c->o->init_path && !rank_init_from(R, c->o->init_path, err, sizeof err)) {
-    pipe_rank_destroy(R);
-    R = NULL;
-  }
-  if (R && c->o->resume_path && !pipe_rank_resume(R, c->o->resume_path, err, sizeof err)) {
-    pipe_rank_destroy(R);
-    R = NULL;
-  }
+  PipeRank *R = NULL;
   PipeEval *E = NULL;
-  if (R && c->o->val_path && !(E = pipe_eval_create(R, err, sizeof err))) {
+  /* every rank's setup is agreed on before anything trains: a checkpoint one rank
+   * cannot read stops all of them with that one message */
+  bool ok = rank_setup(c, t, &R, &E, err, sizeof err);
+  if (!agreed(c, t, ok, err, sizeof err)) {
+    pipe_eval_destroy(E);
     pipe_rank_destroy(R);
-    R = NULL;
-  }
-  if (!R) {
-    char msg[sizeof err + 32];
-    snprintf(msg, sizeof msg, "rank %d: %s", rk, err);
-    note_error(c, msg);
-    transport_abort(t, msg);
     return 1;
   }
+  int64_t first = R->first;
   if (first >= c->o->steps && c->o->resume_path) {
     if (rk == 0)
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
@@ -352,7 +367,7 @@ static int run_rank(Transport *t, void *arg) {
   RankDrive rd = {R, E};
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
                      .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet};
-  bool ok = pipe_drive(&drive, val, &val_final);
+  ok = pipe_drive(&drive, val, &val_final);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
@@ -363,24 +378,16 @@ static int run_rank(Transport *t, void *arg) {
     free(val);
     return 1;
   }
-  int rc = 0;
   if (rk == 0) {
     /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
     fill_outcome(c->p, R, &G, val, val_final, c->out);
-    if (c->o->trace_path && !(c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
-                                c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err)) {
-      note_error(c, err);
-      rc = 1;
-    }
-    if (!rc && c->o->profile_out && !pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err)) {
-      note_error(c, err);
-      rc = 1;
-    }
-    if (!rc && c->o->save_path && !pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err)) {
-      note_error(c, err);
-      rc = 1;
-    }
+    ok = !c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
+                                  c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err);
+    ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
+    ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
   }
+  /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
+  int rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
   pipe_gathered_free(&G);
   pipe_rank_destroy(R);
   free(val);
@@ -417,6 +424,7 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
   memset(out, 0, sizeof *out);
   int rc = run_rank(t, &c);
   pthread_mutex_destroy(&c.mu);
+  /* (after a failure all ranks agreed on, the others' err is empty: rank 0 says it) */
   if (rc) snprintf(err, errlen, "%s", c.err[0] ? c.err : transport_error(t));
   return rc ? 1 : 0;
 }
@@ -534,7 +542,7 @@ int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *tran
   int rc = mpi ? pipeline_run_rank(p, &o, t, &r, err, sizeof err) : pipeline_run_local(p, &o, &r, err, sizeof err);
   bool root = !mpi || transport_rank(t) == 0;
   if (rc) {
-    fprintf(stderr, "pd2bwrun: error: %s\n", err);
+    if (err[0]) fprintf(stderr, "pd2bwrun: error: %s\n", err); /* empty: a failure all agreed on, rank 0 says it */
   } else if (root && !report(p, &o, &r, stdout)) {
     rc = 1;
   } else if (root) {

@@ -198,6 +198,14 @@ const int *transport_group_ranks(const TransportGroup *g); /* ascending */
 TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_t n,
                                             const char *what);
 TransportStatus transport_barrier(TransportGroup *g, const char *what);
+/* Collective over every rank of the world: whether every rank's `ok` holds. Each rank
+ * sends rank 0 its message ("" when ok; else err's), rank 0 answers every rank with
+ * the lowest failing rank's. So a failure that may strike one rank or all (a
+ * checkpoint one rank cannot read, a --save rank 0 cannot write) ends every rank
+ * alike with ONE message: false, rank 0's err holding it and every other rank's err
+ * "" (*together true: nobody needs aborting). A transport failure: false, *together
+ * false, transport_error's message in err. */
+bool transport_agree(Transport *t, bool ok, char *err, size_t errlen, bool *together);
 
 /* This rank gives up: every rank blocked in (or later entering) any call fails
  * with TRANSPORT_ABORTED and a message "... because rank R aborted: why".

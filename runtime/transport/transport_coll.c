@@ -15,7 +15,8 @@
  * member is 2·n·(w−1)/w floats, like a ring, in two steps instead of 2(w−1).
  *
  * Barrier: every member sends an empty message to the first member, which answers
- * each once all have arrived.
+ * each once all have arrived. Agreement (transport_agree) is a barrier of the whole
+ * world whose messages carry each rank's error message and rank 0's verdict.
  *
  * Tags on the collective channel: (hash of the member list) * 4 + phase, so that
  * two groups sharing members never match each other's messages; members call
@@ -223,4 +224,45 @@ TransportStatus transport_barrier(TransportGroup *g, const char *what) {
     s = t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_BARRIER_RELEASE,
                       NULL, 0, desc, &g->reqs[nreq++]);
   return s == TRANSPORT_OK ? post_and_wait(g, nreq) : s;
+}
+
+/* One message of the agreement on the world group's barrier tags, waited for. */
+static TransportStatus agree_msg(TransportGroup *g, bool send, int k, int phase, char *buf) {
+  Transport *t = g->t;
+  TransportRequest *r = NULL;
+  const char *what = send ? "the job's outcome of a step every rank takes" : "the outcome of a step every rank takes";
+  TransportStatus s = send ? t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + phase, buf,
+                                           TRANSPORT_ERR_LEN, what, &r)
+                           : t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + phase, buf,
+                                           TRANSPORT_ERR_LEN, what, &r);
+  return s == TRANSPORT_OK ? transport_waitall(t, &r, 1) : s;
+}
+
+bool transport_agree(Transport *t, bool ok, char *err, size_t errlen, bool *together) {
+  char *msg = pd_calloc(TRANSPORT_ERR_LEN, 1), *got = pd_calloc(TRANSPORT_ERR_LEN, 1);
+  if (!ok) snprintf(msg, TRANSPORT_ERR_LEN, "%s", err[0] ? err : "failed");
+  int *all = pd_malloc((size_t)t->size * sizeof *all);
+  for (int i = 0; i < t->size; i++) all[i] = i;
+  TransportGroup *g = NULL;
+  TransportStatus s = transport_group_create(t, all, t->size, &g);
+  if (s == TRANSPORT_OK && g->me != 0) {
+    s = agree_msg(g, true, 0, PHASE_BARRIER_ARRIVE, msg);
+    if (s == TRANSPORT_OK) s = agree_msg(g, false, 0, PHASE_BARRIER_RELEASE, msg);
+  } else if (s == TRANSPORT_OK) {
+    for (int k = 1; k < g->n && s == TRANSPORT_OK; k++) {
+      s = agree_msg(g, false, k, PHASE_BARRIER_ARRIVE, got);
+      if (s == TRANSPORT_OK && !msg[0] && got[0]) memcpy(msg, got, TRANSPORT_ERR_LEN);
+    }
+    for (int k = 1; k < g->n && s == TRANSPORT_OK; k++) s = agree_msg(g, true, k, PHASE_BARRIER_RELEASE, msg);
+  }
+  msg[TRANSPORT_ERR_LEN - 1] = 0;
+  *together = s == TRANSPORT_OK;
+  bool yes = *together && !msg[0];
+  if (!*together) snprintf(err, errlen, "%s", transport_error(t));
+  else if (!yes) snprintf(err, errlen, "%s", t->rank == 0 ? msg : "");
+  transport_group_destroy(g);
+  free(all);
+  free(msg);
+  free(got);
+  return yes;
 }

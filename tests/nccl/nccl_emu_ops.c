@@ -3,7 +3,7 @@
 
 #include <stdint.h>
 
-#define TAG_BARRIER 31000 /* below the executor's tags (cuda_pipe_nccl.c: 32000 up) */
+#define TAG_BARRIER 31000 /* below the link's tag (cuda_link_nccl.c: 32000) */
 
 static CxDeviceOps inner;
 

@@ -1,8 +1,9 @@
 /* tests/nccl/test_nccl_ckpt.c — checkpoints, --init and validation in multi-GPU mode
- * (runtime/cuda/pipe/cuda_pipe_nccl.c) under mpirun -np 2, without GPUs: each rank one stage of a
- * d = 2, w = 1 2bw plan (clip 1: the pipeline norm; a tied wte: deferred tied steps) on
- * its own emulated device, tests/nccl/fake_nccl.c as libnccl (test_nccl_emu.c says
- * what that checks and what not). Rank 0 compares with the CPU pipeline (threads,
+ * (cx_pipe_train_nccl: the CPU MPI pipeline's, runtime/pipeline/pipeline_run.c) under
+ * mpirun -np 2, without GPUs: each rank one stage of a d = 2, w = 1 2bw plan (clip 1:
+ * the pipeline norm; a tied wte: deferred tied steps) on its own emulated device,
+ * tests/nccl/fake_nccl.c as libnccl (test_nccl_emu.c says what that checks and what
+ * not). Rank 0 compares with the CPU pipeline (threads,
  * pipeline_run_local) on the same files:
  *
  *   resume  multi-GPU 3 steps + --save, then --resume to 6 == multi-GPU 6 straight ==
@@ -101,7 +102,7 @@ static int multi(const PipePlan *p, CudaExecOptions o, EmuOrder order, PipeOutco
   o.quiet = true;
   o.gemm = CX_GEMM_PLAN;
   double t0 = emu_now_s();
-  int rc = cx_pipe_train_nccl(p, &ops, &o, T, out, NULL, err, sizeof err);
+  int rc = cx_pipe_train_nccl(p, &ops, &o, T, out, err, sizeof err);
   if (rc) fprintf(stderr, "  rank %d: %s\n", rank, err);
   if (rank == 0) printf("  multi-GPU run, %lld steps: %.1f s\n", (long long)o.steps, emu_now_s() - t0);
   return rc;

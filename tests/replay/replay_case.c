@@ -18,7 +18,8 @@
  *                device (tests/cudaexec/emu_device.h), in order
  *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_run.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)
- *   nccl         multi-GPU mode (runtime/cuda/pipe/cuda_pipe_nccl.c) as this MPI rank, one
+ *   nccl         multi-GPU mode (cx_pipe_train_nccl: runtime/exec/ on cuda_exec_device.c, the
+ *                NCCL link runtime/cuda/exec/cuda_link_nccl.c) as this MPI rank, one
  *                emulated device per rank, PD2BW_LIBNCCL = tests/nccl's fake libnccl
  *
  * The case file: every step's loss (the mean) and every microbatch's loss as C99 hex
@@ -224,7 +225,7 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
     } else if (strcmp(mode, "nccl") == 0) {
       ok = REPLAY_HAVE_NCCL ? emu_start() : (snprintf(err, sizeof err, "built without the stand-in NCCL"), false);
       CxDeviceOps ops = nccl_emu_ops(workdir, EMU_LOWEST_FIRST);
-      ok = ok && cx_pipe_train_nccl(p, &ops, &co, t, &r, NULL, err, sizeof err) == 0;
+      ok = ok && cx_pipe_train_nccl(p, &ops, &co, t, &r, err, sizeof err) == 0;
     } else {
       snprintf(err, sizeof err, "unknown mode '%s'", mode);
       ok = false;

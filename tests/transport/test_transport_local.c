@@ -1,6 +1,7 @@
 /* tests/transport/test_transport_local.c — the local transport (ranks as threads):
  * messages arrive whole and in order, the all-reduce gives the documented bits on
- * every member, and every failure (a peer that returned, a peer that never sends,
+ * every member, agreement gives one message (the lowest failing rank's) on rank 0 and
+ * aborts nobody, and every failure (a peer that returned, a peer that never sends,
  * an abort, a signal, a size mismatch) ends every wait promptly with a message
  * naming the rank and what it waited for. Each failure case runs with a short
  * timeout, so a hang shows up as a failed time bound, not a stuck test.
@@ -258,6 +259,35 @@ static void test_barrier(void) {
   char err[TRANSPORT_ERR_LEN];
   EXPECT_EQ_INT(run_world(4, 10, barrier_rank, &o, err, sizeof err, NULL), 0);
   for (int r = 0; r < 4; r++) EXPECT_EQ_INT(o.bad[r], 0);
+}
+
+/* Agreement: all ok agrees; ranks 1 and 2 failing (in that order of rank, 2 first
+ * in time) gives rank 0 rank 1's message and the others none, nobody aborted; then a
+ * second round on the same world still works. */
+static int agree_rank(Transport *t, void *arg) {
+  Outcome *o = arg;
+  int me = transport_rank(t);
+  char err[TRANSPORT_ERR_LEN] = "";
+  bool together = false;
+  o->bad[me] += !transport_agree(t, true, err, sizeof err, &together) || !together || err[0];
+  if (me == 2) transport_sleep(0.01);
+  if (me == 1 || me == 2) snprintf(err, sizeof err, "rank %d cannot read it", me);
+  bool yes = transport_agree(t, me == 0 || me == 3, err, sizeof err, &together);
+  o->bad[me] += yes || !together || (me == 0 ? strcmp(err, "rank 1 cannot read it") != 0 : err[0] != 0);
+  err[0] = 0;
+  o->bad[me] += !transport_agree(t, true, err, sizeof err, &together) || !together;
+  record(o, t, 0);
+  return 0;
+}
+
+static void test_agree(void) {
+  Outcome o = {0};
+  char err[TRANSPORT_ERR_LEN];
+  EXPECT_EQ_INT(run_world(4, 10, agree_rank, &o, err, sizeof err, NULL), 0);
+  for (int r = 0; r < 4; r++) {
+    EXPECT_EQ_INT(o.bad[r], 0);
+    EXPECT(o.status[r] == TRANSPORT_OK);
+  }
 }
 
 /* ---- failures ------------------------------------------------------------ */
@@ -541,6 +571,7 @@ int main(void) {
   RUN(test_allreduce_bits);
   RUN(test_allreduce_exact_and_groups);
   RUN(test_barrier);
+  RUN(test_agree);
   RUN(test_peer_exit_fails_fast);
   RUN(test_failed_rank_named);
   RUN(test_timeout_names_rank_and_what);

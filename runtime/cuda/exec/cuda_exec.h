@@ -41,10 +41,12 @@
  *    cuda_pipe_main);
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
  *    on the one device, one stream each, a host thread each on runtime/exec/'s
- *    interpreter (with --trace/--profile-out: the older interpreter of every stream
- *    from one host thread); and
- *    multi-GPU mode (cuda_pipe_nccl.c, --transport nccl under mpirun: one process per
- *    stage replica, NCCL between them; never run on GPUs, see its header).
+ *    interpreter with cuda_link_local.c's link; and
+ *    multi-GPU mode (cuda_pipe_multi.c, --transport nccl under mpirun: one process per
+ *    stage replica, each the CPU MPI pipeline's rank with this folder's device and
+ *    NCCL link);
+ *  - cuda_link_nccl.c: multi-GPU mode's link (runtime/exec/exec.h), NCCL between the
+ *    ranks' devices (never run on GPUs with the real libnccl, see its header).
  *
  * What it promises: on a machine without a GPU driver, opening the device fails with
  * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
@@ -57,9 +59,8 @@
  *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
  *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
  *    through the device's upload/download). Single-GPU pipeline mode's are in
- *    cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h).
- *
- * NOT done: checkpoints and validation in multi-GPU mode (--transport nccl).
+ *    cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h); multi-GPU mode's are the CPU
+ *    pipeline's (runtime/pipeline/pipeline_run.c) on the CUDA device.
  */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H
@@ -320,7 +321,7 @@ typedef struct CudaExecOptions {
   bool graphs_off;
   /* Checkpoints and validation (cuda_exec_main, cuda_pipe_main), as pd2bwrun's CPU
    * paths: NULL / 0 when unused. One-stage plans and single-GPU pipeline mode take all
-   * of them; multi-GPU mode (nccl) none (refused with a message). */
+   * of them, and so does multi-GPU mode (nccl: the CPU MPI pipeline's). */
   const char *save_path;   /* the trainer's checkpoint format at the end (runtime.h) */
   const char *resume_path; /* continue from a checkpoint (CPU or GPU, any partition) */
   const char *init_path;   /* initial weights: Hugging Face, llm.c or pd2bw GPT-2 */
@@ -365,7 +366,8 @@ uint64_t cx_exec_device_bytes(const ExecDevice *d);
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
 /* Its stage program (cx_program_profile: --profile-out). */
 CxProgram *cx_exec_device_program(ExecDevice *d);
-/* The table it issues on (its stream 0): the same-GPU link issues on it too. */
+/* The table it issues on: everything goes on its stream 0 (the same-GPU link and the
+ * NCCL link, cx_nccl_link, issue there too, so the passes are ordered after them). */
 const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
 /* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
  * copy each (default 2). Before the arena. */
@@ -400,6 +402,15 @@ typedef struct ExecLink ExecLink;
 typedef struct Transport Transport;
 ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
                         void *ctx);
+
+/* ---- multi-GPU mode's link (cuda_link_nccl.c; cuda_exec_dev_none.c without the toolkit) */
+
+/* The plan interpreter's link of this process's rank of plan p (one MPI process per
+ * stage replica, t its transport, dev a cx_exec_device of the rank's stage, which needs
+ * native_stream): device memory by NCCL (libnccl, or PD2BW_LIBNCCL) on dev's stream,
+ * host memory, progress and failures over t (runtime/exec/exec.h). Its communicators
+ * are made at its first NCCL call. NULL with a message (no libnccl, no stream handles). */
+ExecLink *cx_nccl_link(Transport *t, const PipePlan *p, ExecDevice *dev, char *err, size_t errlen);
 
 /* ---- the kernel profile (cuda_exec_kprof.c) -------------------------------------- */
 

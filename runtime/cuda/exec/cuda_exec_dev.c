@@ -158,8 +158,8 @@ static void d_graph_launch(void *dev, void *graph, int stream) {
 
 static void d_graph_destroy(void *dev, void *graph) { cuda_graph_destroy(((CxCuda *)dev)->d, graph); }
 
-/* The driver's handle of stream s, for the multi-GPU executor's NCCL calls
- * (runtime/cuda/pipe/cuda_pipe_nccl.c). */
+/* The driver's handle of stream s, for multi-GPU mode's NCCL calls
+ * (runtime/cuda/exec/cuda_link_nccl.c). */
 static void *d_native_stream(void *dev, int s) { return (void *)cuda_dev_stream(((CxCuda *)dev)->d, (CudaStreamId)s); }
 
 /* A rank thread of single-GPU pipeline mode: the context current in it. */

@@ -1,21 +1,18 @@
 /* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes. Single-GPU pipeline mode: every
  * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
- * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_nccl.c, whose header
- * says what differs and what has never run): one MPI process per stage replica, NCCL
- * for what crosses them.
+ * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_multi.c): one MPI
+ * process per stage replica, each a rank of the CPU MPI pipeline (runtime/pipeline,
+ * the plan interpreter runtime/exec/) on the CUDA device of runtime/cuda/exec/
+ * (cuda_exec_device.c) with an NCCL link (cuda_link_nccl.c, whose header says what
+ * goes where and what has never run).
  *
  * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
  *   cuda_pipe_threads.c  single-GPU mode on the shared interpreter (below)
+ *   cuda_pipe_multi.c    multi-GPU mode: the CPU MPI pipeline with CUDA devices and
+ *                        NCCL links (its device and link factories)
  *   cuda_pipe_main.c     pd2bwrun's entry point for both modes, the report
- *   cuda_pipe_nccl.c     multi-GPU mode (cuda_pipe_nccl_gather.c its results;
- *                        cuda_pipe_nccl_none.c without the toolkit), on the OLDER
- *                        interpreter that single-GPU mode left (issue 13: multi-GPU mode
- *                        moves to runtime/exec/ too):
- *   cuda_pipe.c          its setup: stage programs, the device allocation, weights, --resume
- *   cuda_pipe_run.c      its interpreter of the stage replica's instruction stream
- *   cuda_pipe_dev.c      its device ops; cuda_pipe_graph.c the step as CUDA graphs
- *   cuda_pipe_drive.c    its driver loop and results; cuda_pipe_eval.c its validation
- *   cuda_pipe_internal.h its state, private to this folder
+ * Both modes are the CPU pipelines' interpreter and driver; the device and the links
+ * are runtime/cuda/exec/'s.
  *
  * SINGLE-GPU MODE runs the plan's instruction streams on the CPU pipelines' own
  * interpreter (runtime/exec/exec.h) and driver (runtime/pipeline/pipeline_run.c:
@@ -59,6 +56,12 @@
  * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
  * against the CPU reference.
  *
+ * Checkpoints and validation are runtime/pipeline/pipeline_run.c's in both modes:
+ * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
+ * the one-stage trainer's format, so any executor resumes it), --resume and --init
+ * read any executor's file, --val-data trains in stretches that end where a
+ * validation is due (runtime/pipeline/pipeline_eval.h's loss).
+ *
  * NOT done: traces and measured bubbles in multi-GPU mode (refused). Overlap is not a
  * goal yet: token uploads and clip norms wait for the whole device. */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_H
@@ -100,18 +103,17 @@ double cx_pipe_predicted_bubble(const char *plan_dir);
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                    const CudaExecOptions *o);
 
-/* Multi-GPU mode: this process (rank transport_rank(t) of d·w MPI ranks, index
- * stage·w + replica) trains its stage replica on the device behind ops (which needs
- * native_stream besides single-GPU mode's entries), NCCL (libnccl, or PD2BW_LIBNCCL)
- * between ranks. Collective: every rank calls it. Rank 0's out is filled as
- * cx_pipe_train's (gathered from the others over t); the others' is left empty.
- * Takes o's --save (rank 0 writes it), --resume, --init and validation as
- * cx_pipe_train does. 0, or 1 with the cause in err (after transport_abort, so the
+/* Multi-GPU mode: this process (rank transport_rank(t) of the plan's d·w ranks) trains
+ * its stage replica as pipeline_run_rank does on the CPU, on a cx_exec_device over ops
+ * (which needs native_stream) with cx_nccl_link (libnccl, or PD2BW_LIBNCCL) between
+ * ranks. Collective: every rank calls it. Rank 0's out is filled as pipeline_run_rank
+ * fills it; the others' is left empty. Takes o's --save (rank 0 writes it), --resume,
+ * --init and validation. 0, or 1 with the cause in err (after transport_abort, so the
  * others stop); or 1 on EVERY rank after a failure all of them agreed on (a checkpoint
  * some rank cannot read, a --save rank 0 cannot write: no abort), the message in rank
  * 0's err and the others' err empty (one message for the job). */
 int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
-                       PipeOutcome *out, uint64_t *extra_bytes, char *err, size_t errlen);
+                       PipeOutcome *out, char *err, size_t errlen);
 
 /* cuda_pipe_main for multi-GPU mode on an open device and transport: rank 0 reports,
  * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line

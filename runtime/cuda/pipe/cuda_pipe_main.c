@@ -3,8 +3,8 @@
  * multi-GPU mode under mpirun (cuda_pipe.h), the report in the words of pd2bwrun's
  * pipeline path (rank 0's), and --reference against the sequential trainer on the
  * CPU (pipeline_check_reference, the CPU pipeline's own check). Both modes take
- * --save, --resume, --init and validation (cuda_pipe_threads.c; multi-GPU mode:
- * cuda_pipe.c, cuda_pipe_eval.c, cuda_pipe_nccl.c). */
+ * --save, --resume, --init and validation (the CPU pipeline's: single-GPU mode through
+ * cuda_pipe_threads.c, multi-GPU mode through cuda_pipe_multi.c). */
 #include "runtime/cuda/pipe/cuda_pipe.h"
 
 #include <cjson/cJSON.h>
@@ -55,9 +55,10 @@ static int report(const char *prog, const PipePlan *p, const PipeOutcome *r, uin
       snprintf(bub, sizeof bub, "bubble not measured (--trace measures it)");
     if (gs && predicted >= 0)
       snprintf(bub + strlen(bub), sizeof bub - strlen(bub), ", %.1f%% predicted", 100 * predicted);
-    printf("  stage %d: %s%smemory %llu bytes per replica (plan %llu) + %llu executor bytes at most\n", s, bub,
-           gs ? ", " : "", (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s],
-           (unsigned long long)extra);
+    char more[64] = ""; /* single-GPU mode's extras beside the arenas (multi-GPU: the device's own) */
+    if (gs) snprintf(more, sizeof more, " + %llu executor bytes at most", (unsigned long long)extra);
+    printf("  stage %d: %s%smemory %llu bytes per replica (plan %llu)%s\n", s, bub, gs ? ", " : "",
+           (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s], more);
   }
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
   if (!rc && o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) rc = fail(prog, err);
@@ -122,10 +123,9 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
            "replica, NCCL (rank 0 on GPU %d, %s)\n", prog, plan_dir, p->rt->model, p->d, p->w,
            plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", o->device, device_name);
   PipeOutcome r;
-  uint64_t extra = 0;
-  int rc = cx_pipe_train_nccl(p, ops, o, t, &r, &extra, err, sizeof err);
+  int rc = cx_pipe_train_nccl(p, ops, o, t, &r, err, sizeof err);
   if (rc && err[0]) fail(prog, err); /* empty: a failure every rank agreed on, rank 0 says it */
-  else if (!rc && root) rc = report(prog, p, &r, extra, o, "on one GPU each (NCCL)", NULL, false, -1);
+  else if (!rc && root) rc = report(prog, p, &r, 0, o, "on one GPU each (NCCL)", NULL, false, -1);
   if (!rc && root && o->save_path) printf("%s: saved %s\n", prog, o->save_path);
   pipe_outcome_free(&r);
   pipe_plan_free(p);

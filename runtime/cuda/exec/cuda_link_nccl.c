@@ -1,0 +1,353 @@
+/* runtime/cuda/exec/cuda_link_nccl.c — the plan interpreter's link (runtime/exec/exec.h
+ * ExecLinkOps) between the ranks of multi-GPU mode (--transport nccl: one MPI process
+ * per stage replica, one GPU each, cuda_pipe.h): device memory moves by NCCL
+ * (runtime/cuda/nccl_transport.c), host memory over the MPI Transport the process
+ * already has.
+ *
+ * STATUS: NEVER RUN ON GPUs WITH THE REAL libnccl. CI runs it under mpirun on the
+ * emulated device (tests/nccl) with tests/nccl/fake_nccl.c standing in for libnccl
+ * (NCCL's calls over MPI on host memory, each finished before it returns) and checks
+ * losses and weights against the sequential reference. What that leaves unchecked:
+ * NCCL's device-side blocking (whether an issue order that completes with the fake's
+ * host-blocking calls also completes on GPUs: a send that cannot finish until its
+ * receiver runs holds up the sender's stream behind it), NCCL's summation order, and
+ * the real device table's stream handle (cuda_exec_dev.c: native_stream) in NCCL's
+ * hands.
+ *
+ * What goes where:
+ *  - point to point of device memory (activations and gradients, tags PIPE_TAG_ACT and
+ *    PIPE_TAG_GRAD; the validation's activations, PIPE_TAG_EVAL) is ncclSend/ncclRecv
+ *    of bytes on the replica's pipeline communicator (rank = stage); the tied-gradient
+ *    exchange (PIPE_TAG_TIED + g) on tied group g's communicator (rank = position
+ *    among its stages, ascending). NCCL has no tags: messages between two ranks match
+ *    in issue order per communicator, so each tag that can interleave with another
+ *    between one pair gets its own communicator (2bw's tied exchange of batch t and
+ *    the activations of batch t + 1 cross between the first and last stage);
+ *  - isend/irecv only record the message; waitall issues the requests it is given as
+ *    ONE group (ncclGroupStart, a send or receive each, ncclGroupEnd) on the device's
+ *    stream (CxDeviceOps stream 0, where the CUDA device runs everything: cx_exec_device),
+ *    and returns. So a `with_next` run of instructions is one group, the passes after it
+ *    are ordered after it by the stream itself (no event is needed), and a request
+ *    posted early (TIED_SYNC's) is issued where the interpreter waits for it (the
+ *    OPT_STEP that needs the sum), which every member reaches: the step's norm
+ *    exchange makes OPT_STEP(t) a meeting point of the whole pipeline anyway;
+ *  - the replica all-reduce is ncclAllReduce (sum, in place) of the gradient block on
+ *    the stage's replica communicator (rank = replica), on the same stream;
+ *  - host memory (the norm exchange's doubles, tag PIPE_TAG_NORM; blocking send/recv:
+ *    the console's and the validation's losses), the stall detector (progress), the
+ *    timeouts that name a dead rank, errors and abort are the Transport's, through
+ *    exec_transport_link.
+ * Summation order. The CPU executor adds the replicas', the tied members' and the
+ * norm parts in ascending order (transport.h); the tied sum and the norm are the
+ * interpreter's own (exec_interp.c: sum_ordered, host doubles), so only the replica
+ * all-reduce is NCCL's. The fake adds in ascending rank order, so the tests' runs
+ * match the reference bit for bit up to the kernels'. Real NCCL sums in its ring or
+ * tree order, which differs per element; float addition is not associative, so each
+ * summed element can differ from the ascending sum by about (w-1)·2^-24 relative to
+ * the sum of the magnitudes of its w terms. That is the bound against the CPU
+ * reference after one step; over training such differences grow as any rounding does.
+ * Communicators are created in one global order (every pipeline, every stage's
+ * replicas, every tied group of every replica), each by its members only:
+ * ncclGetUniqueId on the group's first rank, sent to the others over the Transport,
+ * ncclCommInitRank. That happens at the link's first NCCL call, not when the link is
+ * made: by then every rank has agreed that its setup (checkpoints, validation file)
+ * succeeded (pipeline_run.c), so a rank that failed there is never waited for inside
+ * NCCL. Every rank that makes any NCCL call makes one while training or validating
+ * (d > 1: the pipeline's messages; w > 1: the all-reduce), so all get there.
+ * Failures: a failing rank aborts the Transport (the others, blocked in MPI, stop;
+ * transport_destroy then ends the job through MPI_Abort); one blocked inside NCCL is
+ * ended by that MPI_Abort too. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/exec/exec.h"
+#include "runtime/pipeline/pipeline_eval.h"
+
+#define TAG_NCCL_ID 32000 /* a communicator's unique id, from its first rank */
+
+typedef struct NcclLink {
+  ExecLink base;
+  ExecLink *host; /* exec_transport_link: host messages, progress, errors, abort */
+  Transport *t;
+  const PipePlan *p;
+  const CxDeviceOps *ops; /* the device's table: NCCL's work goes on its stream 0 */
+  int self, stage, replica;
+  bool made;                       /* the communicators exist (at the first NCCL call) */
+  NcclComm *pipe;                  /* this replica's stages (rank = stage); NULL when d = 1 */
+  NcclComm *rep;                   /* this stage's replicas (rank = replica); NULL when w = 1 */
+  NcclComm *tied[PIPE_MAX_GROUPS]; /* tied group g of this replica; NULL: not a member */
+  char err[TRANSPORT_ERR_LEN];     /* the link's own failure (NCCL), "" while all is well */
+} NcclLink;
+
+/* A posted message: on a communicator, or the Transport's request (host memory). */
+struct ExecReq {
+  ExecReq *host;
+  NcclComm *comm;
+  int peer; /* in comm */
+  CudaPtr buf;
+  size_t bytes;
+  bool send;
+};
+
+/* The replica group (ALLREDUCE): the link's replica communicator. */
+struct ExecGroup {
+  NcclLink *l;
+};
+
+static NcclLink *nl(ExecLink *l) { return (NcclLink *)(void *)l; }
+static const NcclLink *cnl(const ExecLink *l) { return (const NcclLink *)(const void *)l; }
+
+/* ---- communicators ----------------------------------------------------------------- */
+
+typedef struct IdBcast {
+  Transport *t;
+  const int *ranks; /* world ranks of the group, [0] the root */
+  int n, me;
+  bool failed;
+} IdBcast;
+
+/* NcclBcastFn over the Transport: the root sends to every member. On a transport
+ * failure the buffer is zeroed, so ncclCommInitRank fails instead of hanging. */
+static void id_bcast(void *buf, size_t bytes, int root, void *user) {
+  IdBcast *b = user;
+  PD_CHECK(root == 0, "root %d", root);
+  TransportStatus st = TRANSPORT_OK;
+  if (b->me == 0)
+    for (int i = 1; i < b->n && st == TRANSPORT_OK; i++)
+      st = transport_send(b->t, b->ranks[i], TAG_NCCL_ID, buf, bytes, "an NCCL unique id");
+  else
+    st = transport_recv(b->t, b->ranks[0], TAG_NCCL_ID, buf, bytes, "an NCCL unique id");
+  if (st != TRANSPORT_OK) {
+    b->failed = true;
+    memset(buf, 0, bytes);
+  }
+}
+
+/* The communicator over world ranks `ranks` (in its rank order) when this process is
+ * one of them and there are two or more; *out stays NULL otherwise. */
+static bool make_comm(NcclLink *l, const int *ranks, int n, NcclComm **out, const char *what) {
+  int me = -1;
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == l->self) me = i;
+  if (me < 0 || n < 2) return true;
+  IdBcast b = {.t = l->t, .ranks = ranks, .n = n, .me = me};
+  char nerr[TRANSPORT_ERR_LEN / 2];
+  *out = nccl_comm_create(n, me, id_bcast, &b, nerr, sizeof nerr);
+  if (b.failed) snprintf(l->err, sizeof l->err, "%s", transport_error(l->t));
+  else if (!*out) snprintf(l->err, sizeof l->err, "rank %d: %s communicator: %s", l->self, what, nerr);
+  return *out != NULL;
+}
+
+/* Every communicator this rank belongs to, in the one global order. */
+static bool make_comms(NcclLink *l) {
+  if (l->made) return !l->err[0];
+  l->made = true;
+  const PipePlan *p = l->p;
+  int *ranks = pd_malloc((size_t)(p->d + PLAN_MAX_TIED_SEGS) * sizeof *ranks);
+  bool ok = true;
+  for (int r = 0; ok && r < p->w; r++) {
+    for (int s = 0; s < p->d; s++) ranks[s] = p->st[s].rank_of_replica[r];
+    ok = make_comm(l, ranks, p->d, &l->pipe, "pipeline");
+  }
+  for (int s = 0; ok && s < p->d; s++) ok = make_comm(l, p->st[s].rank_of_replica, p->w, &l->rep, "replica");
+  for (int g = 0; ok && g < p->ngroups; g++)
+    for (int r = 0; ok && r < p->w; r++) {
+      const PlanTiedGroup *G = &p->groups[g];
+      for (int q = 0; q < G->nstages; q++) ranks[q] = p->st[G->stages[q]].rank_of_replica[r];
+      ok = make_comm(l, ranks, G->nstages, &l->tied[g], "tied group");
+    }
+  free(ranks);
+  return ok;
+}
+
+/* The link's own failure: the message kept (error() says it), the caller aborts. */
+static TransportStatus failed(NcclLink *l) { return l->err[0] ? TRANSPORT_ERROR : transport_status(l->t); }
+
+/* ---- point to point ------------------------------------------------------------------ */
+
+/* Where a message of `tag` to or from world rank `peer` goes: a communicator and the
+ * peer's rank in it (*comm NULL: host memory, the Transport's). */
+static void route(NcclLink *l, int peer, int tag, NcclComm **comm, int *at) {
+  const PipePlan *p = l->p;
+  *comm = NULL;
+  *at = -1;
+  if (tag == PIPE_TAG_NORM) return;
+  PD_CHECK(peer >= 0 && peer < p->nranks && p->rank_replica[peer] == l->replica, "(peer %d of replica %d)", peer,
+           l->replica);
+  int g = tag - PIPE_TAG_TIED, ps = p->rank_stage[peer];
+  if (tag == PIPE_TAG_ACT || tag == PIPE_TAG_GRAD || tag == PIPE_TAG_EVAL) {
+    *comm = l->pipe;
+    *at = ps;
+  } else {
+    PD_CHECK(g >= 0 && g < p->ngroups, "(tag %d: no device messages)", tag);
+    *comm = l->tied[g];
+    for (int q = 0; q < p->groups[g].nstages; q++)
+      if (p->groups[g].stages[q] == ps) *at = q;
+  }
+  PD_CHECK(*comm && *at >= 0, "(tag %d to rank %d: no communicator)", tag, peer);
+}
+
+static TransportStatus post(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what, bool send,
+                            ExecReq **req) {
+  NcclLink *l = nl(L);
+  *req = NULL;
+  ExecReq *q = pd_calloc(1, sizeof *q);
+  TransportStatus s = TRANSPORT_OK;
+  if (tag == PIPE_TAG_NORM) {
+    s = send ? l->host->ops->isend(l->host, peer, tag, buf, bytes, what, &q->host)
+             : l->host->ops->irecv(l->host, peer, tag, buf, bytes, what, &q->host);
+  } else if (!make_comms(l)) {
+    s = failed(l);
+  } else {
+    route(l, peer, tag, &q->comm, &q->peer);
+    q->buf = (CudaPtr)(uintptr_t)buf;
+    q->bytes = bytes;
+    q->send = send;
+  }
+  if (s != TRANSPORT_OK) {
+    free(q);
+    return s;
+  }
+  *req = q;
+  return s;
+}
+
+static TransportStatus n_isend(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what,
+                               ExecReq **req) {
+  return post(L, peer, tag, (void *)(uintptr_t)buf, bytes, what, true, req);
+}
+
+static TransportStatus n_irecv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what,
+                               ExecReq **req) {
+  return post(L, peer, tag, buf, bytes, what, false, req);
+}
+
+/* NCCL's health after issuing: an asynchronous error on any communicator is this
+ * rank's failure. */
+static TransportStatus comms_ok(NcclLink *l) {
+  NcclComm *all[2 + PIPE_MAX_GROUPS] = {l->pipe, l->rep};
+  memcpy(all + 2, l->tied, sizeof l->tied);
+  char e[TRANSPORT_ERR_LEN / 2];
+  for (int i = 0; i < 2 + PIPE_MAX_GROUPS; i++)
+    if (all[i] && !nccl_comm_ok(all[i], e, sizeof e)) {
+      snprintf(l->err, sizeof l->err, "rank %d: %s", l->self, e);
+      return TRANSPORT_ERROR;
+    }
+  return TRANSPORT_OK;
+}
+
+/* The device messages of reqs as one NCCL group on the device's stream, then the
+ * host ones through the Transport; every request freed. */
+static TransportStatus n_waitall(ExecLink *L, ExecReq **reqs, int n) {
+  NcclLink *l = nl(L);
+  ExecReq *small[64], **host = n <= 64 ? small : pd_malloc((size_t)n * sizeof *host);
+  int nhost = 0, ndev = 0;
+  for (int i = 0; i < n; i++) {
+    if (reqs[i]->host) host[nhost++] = reqs[i]->host;
+    else ndev++;
+  }
+  TransportStatus s = TRANSPORT_OK;
+  if (ndev) {
+    /* the handle of the stream the device runs everything on (the tests' emulator
+     * finishes what was issued when asked: its fake NCCL works at once) */
+    void *stream = l->ops->native_stream(l->ops->dev, 0);
+    nccl_group_start(NULL);
+    for (int i = 0; i < n; i++) {
+      const ExecReq *q = reqs[i];
+      if (q->host) continue;
+      if (q->send) nccl_send(q->comm, stream, q->buf, q->bytes, NCCL_DT_U8, q->peer);
+      else nccl_recv(q->comm, stream, q->buf, q->bytes, NCCL_DT_U8, q->peer);
+    }
+    nccl_group_end(NULL);
+    s = comms_ok(l);
+  }
+  if (s == TRANSPORT_OK && nhost) s = l->host->ops->waitall(l->host, host, nhost);
+  if (host != small) free(host);
+  for (int i = 0; i < n; i++) free(reqs[i]);
+  return s;
+}
+
+/* ---- the replica all-reduce ------------------------------------------------------------ */
+
+static TransportStatus n_group_create(ExecLink *L, const int *ranks, int n, ExecGroup **g) {
+  NcclLink *l = nl(L);
+  const int *mine = l->p->st[l->stage].rank_of_replica;
+  PD_CHECK(n == l->p->w && memcmp(ranks, mine, (size_t)n * sizeof *ranks) == 0, "(a group of %d: not the stage's replicas)",
+           n);
+  *g = pd_calloc(1, sizeof **g);
+  (*g)->l = l;
+  return TRANSPORT_OK;
+}
+
+static void n_group_destroy(ExecGroup *g) { free(g); }
+
+static TransportStatus n_allreduce(ExecGroup *g, float *buf, size_t n, const char *what) {
+  NcclLink *l = g->l;
+  (void)what;
+  if (!make_comms(l)) return failed(l);
+  if (!l->rep) return TRANSPORT_OK; /* one replica */
+  CudaPtr b = (CudaPtr)(uintptr_t)buf;
+  nccl_allreduce_sum(l->rep, l->ops->native_stream(l->ops->dev, 0), b, b, n, NCCL_DT_F32);
+  return comms_ok(l);
+}
+
+/* ---- host messages, progress, failures: the Transport's ----------------------------------- */
+
+static TransportStatus n_send(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what) {
+  return nl(L)->host->ops->send(nl(L)->host, peer, tag, buf, bytes, what);
+}
+
+static TransportStatus n_recv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what) {
+  return nl(L)->host->ops->recv(nl(L)->host, peer, tag, buf, bytes, what);
+}
+
+static void n_progress(ExecLink *L, const char *doing, long long index) {
+  nl(L)->host->ops->progress(nl(L)->host, doing, index);
+}
+
+static const char *n_error(const ExecLink *L) {
+  const NcclLink *l = cnl(L);
+  return l->err[0] ? l->err : l->host->ops->error(l->host);
+}
+
+static void n_abort(ExecLink *L, const char *why) { nl(L)->host->ops->abort(nl(L)->host, why); }
+static double n_timeout(const ExecLink *L) { return cnl(L)->host->ops->timeout(cnl(L)->host); }
+
+static void n_destroy(ExecLink *L) {
+  NcclLink *l = nl(L);
+  nccl_comm_destroy(l->pipe);
+  nccl_comm_destroy(l->rep);
+  for (int g = 0; g < PIPE_MAX_GROUPS; g++) nccl_comm_destroy(l->tied[g]);
+  exec_link_destroy(l->host);
+  free(l);
+}
+
+static const ExecLinkOps nccl_link_ops = {
+    .name = "nccl", .isend = n_isend, .irecv = n_irecv, .waitall = n_waitall, .send = n_send, .recv = n_recv,
+    .group_create = n_group_create, .group_destroy = n_group_destroy, .allreduce_sum_f32 = n_allreduce,
+    .progress = n_progress, .error = n_error, .abort = n_abort, .timeout = n_timeout, .destroy = n_destroy,
+};
+
+ExecLink *cx_nccl_link(Transport *t, const PipePlan *p, ExecDevice *dev, char *err, size_t errlen) {
+  const CxDeviceOps *ops = cx_exec_device_ops(dev);
+  if (!ops->native_stream) {
+    snprintf(err, errlen, "this device gives no stream handles for NCCL (its CxDeviceOps has no native_stream): "
+             "it cannot run multi-GPU mode");
+    return NULL;
+  }
+  if (!nccl_available(err, errlen)) return NULL;
+  NcclLink *l = pd_calloc(1, sizeof *l);
+  l->base.ops = &nccl_link_ops;
+  l->base.process_per_rank = true;
+  l->host = exec_transport_link(t);
+  l->t = t;
+  l->p = p;
+  l->ops = ops;
+  l->self = transport_rank(t);
+  l->stage = p->rank_stage[l->self];
+  l->replica = p->rank_replica[l->self];
+  return &l->base;
+}
