@@ -63,6 +63,9 @@ typedef struct CuEmit {
   int rng_base;     /* codegen_rng_base: dropout streams are passed relative to it */
   int op_base;      /* the pass's smallest op id: entries' "op" is relative to it, so that
                        stages with the same program have the same launch list */
+  const StageLayout *stored; /* the stage's layout; L is the pass's view of it
+                                (cgen_pass_view: the same without bf16 storage) */
+  bool *cast;       /* per op id, bf16 layouts: its outputs' casts down emitted */
 } CuEmit;
 
 /* cgen_cuda.c */
@@ -84,6 +87,10 @@ cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 cJSON *cu_arg_stream(const CuEmit *e, int op_id);
 /* A library kernel's launch kind (cuda_kernel_list.h); an error for any other name. */
 int cu_kernel_kind(const char *name);
+
+/* cgen_cuda.c, bf16 layouts: the exact casts up of the stored values op is the first
+ * reader of in its pass (launches named `name`: op, or the GEMM an epilogue moves op to). */
+void cu_emit_upcasts(CuEmit *e, const Op *op, int name);
 
 /* cgen_cuda_ops.c: the launches of op, not fused (emit_op). */
 void cu_emit_op(CuEmit *e, const Op *op);

@@ -173,9 +173,12 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
  * backward differentiates op with the same targets and ignore index, the layout put
  * its gradient over the logits, and no other op of the graph reads the logits, so the
  * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
- * cross-entropy op: a model has one.) */
+ * cross-entropy op: a model has one.) Never with bf16 logits (a bf16 plan's stash):
+ * the gradient's place is then the backward's working place, in WORK, which does not
+ * last from one pass to the next; the backward runs cross_entropy_bwd on the logits'
+ * stored copy, as the CPU program. */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
-  if (!e->o->fuse) return NULL;
+  if (!e->o->fuse || e->L->place[op->in[0]].bf16) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
     const Op *b = &e->g->ops[e->L->bwd_ops[k]];
     if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;

@@ -138,6 +138,10 @@ void layout_stage_totals(LayoutIndex *ix, int first_region, int last_region, int
                          int64_t total[BUF_CLASS_COUNT]);
 void layout_destroy(StageLayout *L);
 
+/* True when tensor t is one a bf16 layout stores as bfloat16 if STASH or BOUNDARY
+ * holds it: float32, not the loss, not statistics (attention's lse, softmax's output). */
+bool layout_bf16_storable(const Graph *g, int t);
+
 /* Stable text dump: block totals, then one line per placed tensor. */
 void layout_dump(const StageLayout *L, FILE *out);
 

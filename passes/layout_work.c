@@ -64,11 +64,12 @@ static void work_free(WorkAlloc *w, int owner) {
 /* ---- bf16 storage -------------------------------------------------------------------- */
 
 /* Statistics stay float32: attention's log-sum-exp rows, softmax's probabilities. */
-static bool statistics(const Graph *g, int t) {
-  int p = g->tensors[t].producer;
-  if (p < 0) return false;
-  const Op *op = &g->ops[p];
-  return (op->kind == OP_ATTENTION && op->nout > 1 && op->out[1] == t) || op->kind == OP_SOFTMAX;
+bool layout_bf16_storable(const Graph *g, int t) {
+  const Tensor *x = &g->tensors[t];
+  if (x->dtype != DT_F32 || t == g->loss) return false;
+  if (x->producer < 0) return true;
+  const Op *op = &g->ops[x->producer];
+  return !((op->kind == OP_ATTENTION && op->nout > 1 && op->out[1] == t) || op->kind == OP_SOFTMAX);
 }
 
 void layout_mark_bf16(StageLocal *S) {
@@ -78,8 +79,8 @@ void layout_mark_bf16(StageLocal *S) {
     pl->work[0] = pl->work[1] = -1;
     pl->up[0] = pl->up[1] = -1;
     int t = S->tens[k];
-    if (!S->ix->bf16 || (pl->cls != BUF_STASH && pl->cls != BUF_BOUNDARY) || g->tensors[t].dtype != DT_F32 ||
-        pl->alias >= 0 || pl->accumulate || t == g->loss || statistics(g, t))
+    if (!S->ix->bf16 || (pl->cls != BUF_STASH && pl->cls != BUF_BOUNDARY) || pl->alias >= 0 || pl->accumulate ||
+        !layout_bf16_storable(g, t))
       continue;
     pl->bf16 = true;
     pl->bytes /= 2; /* float32 bytes, padded rows included: 2 a element now */
@@ -92,38 +93,60 @@ static int work_owner(const StageLocal *S, int t, int pass) { return (1 + pass) 
 /* Per bf16 root slot r and pass p (index 2r + p): the positions in order where its
  * working place begins (ws) and ends (we), -1 when the pass does not touch it; and
  * TensorPlace.up: the op before which the pass upcasts it (its first reader there),
- * when the pass does not produce it. root[s]: the slot whose place s reuses. */
-static void working_intervals(StageLocal *S, const int *root, int *ws, int *we) {
+ * when the pass does not produce it. root[s]: the slot whose place s reuses.
+ * One reader makes the place begin earlier: a gelu_bwd's pre-GELU input, from its
+ * gradient's producer on (the matmul that a CUDA list's dgelu epilogue computes the
+ * gelu_bwd with, upcast included: codegen/cgen_cuda_epilogue.c), and the gelu_bwd's
+ * output (in WORK) with it: early[2k] is the input's root slot whose place begins at
+ * position k, early[2k + 1] the output's slot, or -1. In float32 layouts the input is
+ * in STASH and nothing moves. */
+static void working_intervals(StageLocal *S, const int *root, int *ws, int *we, int *early) {
   const Graph *g = S->ix->g;
   int norder = S->nfwd + S->nbwd;
   int *prod = pd_malloc((size_t)(S->n ? S->n : 1) * sizeof(int));
   for (int s = 0; s < S->n; s++) prod[s] = -1, ws[2 * s] = ws[2 * s + 1] = we[2 * s] = we[2 * s + 1] = -1;
+  for (int k = 0; k < 2 * norder; k++) early[k] = -1;
   for (int k = 0; k < norder; k++) {
     const Op *op = &g->ops[S->order[k]];
     int p = k >= S->nfwd;
     for (int i = 0; i < op->nin + op->nout; i++) {
       int s = slot_of(S, i < op->nin ? op->in[i] : op->out[i - op->nin]), r = root[s];
-      if (!S->pl[r].bf16) continue;
       if (i >= op->nin && r == s) prod[r] = k;
+      if (!S->pl[r].bf16) continue;
       if (ws[2 * r + p] < 0) ws[2 * r + p] = k;
       if (we[2 * r + p] < k) we[2 * r + p] = k;
     }
   }
   for (int r = 0; r < S->n; r++)
-    for (int p = 0; p < 2 && S->pl[r].bf16; p++)
-      if (ws[2 * r + p] >= 0 && prod[r] != ws[2 * r + p]) S->pl[r].up[p] = S->order[ws[2 * r + p]];
+    for (int p = 0; p < 2 && S->pl[r].bf16; p++) {
+      int at = ws[2 * r + p];
+      if (at < 0 || prod[r] == at) continue;
+      const Op *u = &g->ops[S->pl[r].up[p] = S->order[at]];
+      int before = u->kind == OP_GELU_BWD && u->in[1] == S->tens[r] ? prod[slot_of(S, u->in[0])] : -1;
+      int d = slot_of(S, u->out[0]);
+      const TensorPlace *pd = &S->pl[d];
+      if (before < 0 || before >= at || (before >= S->nfwd) != p || early[2 * before] >= 0 || pd->cls != BUF_WORK ||
+          root[d] != d || pd->accumulate)
+        continue;
+      ws[2 * r + p] = before, early[2 * before] = r, early[2 * before + 1] = d;
+    }
   free(prod);
 }
 
 /* At position k (pass p): the working places that begin here, before the op's scratch
  * and outputs (upcast == true: those of values the pass does not produce, which
- * codegen casts in before the op; false: the op's own bf16 outputs). */
-static void working_begin(StageLocal *S, WorkAlloc *w, const int *root, const int *ws, int k, bool upcast) {
+ * codegen casts in before the op, early[k]'s included; false: the op's own bf16
+ * outputs). */
+static void working_begin(StageLocal *S, WorkAlloc *w, const int *root, const int *ws, const int *early, int k,
+                          bool upcast) {
   const Op *op = &S->ix->g->ops[S->order[k]];
   int p = k >= S->nfwd;
-  int lo = upcast ? 0 : op->nin, hi = upcast ? op->nin : op->nin + op->nout;
+  int lo = upcast ? 0 : op->nin, hi = upcast ? op->nin + 1 : op->nin + op->nout;
   for (int i = lo; i < hi; i++) {
-    int t = i < op->nin ? op->in[i] : op->out[i - op->nin], s = slot_of(S, t), r = root[s];
+    int t = i < op->nin ? op->in[i] : i == op->nin && upcast ? (early[2 * k] >= 0 ? S->tens[early[2 * k]] : -1)
+                                                                : op->out[i - op->nin];
+    if (t < 0) continue;
+    int s = slot_of(S, t), r = root[s];
     TensorPlace *pl = &S->pl[r];
     if (!pl->bf16 || ws[2 * r + p] != k || pl->work[p] >= 0 || (upcast == (pl->up[p] < 0)) || r != s) continue;
     pl->work[p] = work_alloc(w, 2 * pl->bytes, work_owner(S, t, p));
@@ -171,8 +194,10 @@ void layout_work_offsets(StageLocal *S, const int *last) {
   int nz = n ? n : 1;
   int *root = pd_malloc((size_t)nz * sizeof(int)), *end = pd_malloc((size_t)nz * sizeof(int));
   int *ws = pd_malloc(2 * (size_t)nz * sizeof(int)), *we = pd_malloc(2 * (size_t)nz * sizeof(int));
+  int *early = pd_malloc(2 * (size_t)(norder ? norder : 1) * sizeof(int));
+  bool *placed = pd_calloc((size_t)nz, sizeof(bool)); /* WORK outputs placed early */
   work_lives(S, last, root, end);
-  working_intervals(S, root, ws, we);
+  working_intervals(S, root, ws, we, early);
 
   S->scratch_off = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
   S->scratch_bytes = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
@@ -180,7 +205,7 @@ void layout_work_offsets(StageLocal *S, const int *last) {
   for (int k = 0; k < norder; k++) {
     int o = S->order[k];
     const Op *op = &g->ops[o];
-    working_begin(S, &w, root, ws, k, true);
+    working_begin(S, &w, root, ws, early, k, true);
     /* Sizes are float32 bytes; a float64 program doubles every offset and size. */
     int64_t sc = layout_op_scratch_elems(g, op, S->b) * 4;
     for (int i = 0; i < op->nout; i++) {
@@ -194,11 +219,13 @@ void layout_work_offsets(StageLocal *S, const int *last) {
     }
     for (int i = 0; i < op->nout; i++) {
       int s = slot_of(S, op->out[i]);
-      if (S->pl[s].cls != BUF_WORK) continue;
+      if (S->pl[s].cls != BUF_WORK || placed[s]) continue;
       if (root[s] != s) continue; /* placed with its root below */
       S->pl[s].offset = work_alloc(&w, S->pl[s].bytes, op->out[i]);
     }
-    working_begin(S, &w, root, ws, k, false);
+    int d = early[2 * k + 1];
+    if (d >= 0) S->pl[d].offset = work_alloc(&w, S->pl[d].bytes, S->tens[d]), placed[d] = true;
+    working_begin(S, &w, root, ws, early, k, false);
     if (sc > 0) work_free(&w, -1 - o);
     /* Release every WORK root whose life ends here (inputs read last, dead outputs). */
     for (int i = 0; i < op->nin + op->nout; i++) {
@@ -212,7 +239,7 @@ void layout_work_offsets(StageLocal *S, const int *last) {
   PD_CHECK(w.n == 0, "(%d WORK intervals still live after the stage's last op)", w.n);
   S->total[BUF_WORK] = layout_align_up(w.peak);
   free(w.v);
-  free(root), free(end), free(ws), free(we);
+  free(root), free(end), free(ws), free(we), free(early), free(placed);
 }
 
 void layout_alias_places(StageLocal *S) {

@@ -115,7 +115,9 @@ static double tensor_bytes(const Graph *g, const int64_t *ld, int t) {
   return (double)layout_padded_numel(g, ld, t, 1) * (double)dtype_size(g->tensors[t].dtype);
 }
 
-bool plan_input_from_graph(const Graph *g, PlanInput *out) {
+bool plan_input_from_graph(const Graph *g, PlanInput *out) { return plan_input_from_graph_bf16(g, false, out); }
+
+bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
   plan_input_init(out, g->name);
   if (g->nregions == 0 || g->nops == 0) return false;
   int R = g->nregions;
@@ -163,15 +165,16 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     if (T->kind != TK_ACT || T->producer < 0) continue;
     const Op *p = &g->ops[T->producer];
     if (p->fwd_op >= 0) continue;
-    double bytes = tensor_bytes(g, ld, t);
+    /* what the stash and the boundary hold of it: bf16 layouts store it in 2 bytes */
+    double bytes = tensor_bytes(g, ld, t) / (bf16 && layout_bf16_storable(g, t) ? 2 : 1);
     /* Stash: read by the backward; without a backward yet, every activation. */
     if (!has_bwd || bwd_reads[t]) out->segs[p->region].stash_bytes += bytes;
     if (p->region < last_use[t]) { /* crosses every boundary in between */
       crossing[p->region] += bytes;
       crossing[last_use[t]] -= bytes;
     }
-    if (bytes > out->segs[p->region].workspace_bytes)
-      out->segs[p->region].workspace_bytes = bytes;
+    if (tensor_bytes(g, ld, t) > out->segs[p->region].workspace_bytes) /* computed on in float32 */
+      out->segs[p->region].workspace_bytes = tensor_bytes(g, ld, t);
   }
   double run = 0;
   for (int r = 0; r < R; r++) {
@@ -186,6 +189,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     }
   else {
     LayoutIndex *ix = layout_index_create(g);
+    ix->bf16 = bf16;
     for (int r = 0; r < R; r++) layout_segment(ix, r, &out->segs[r]);
     layout_index_destroy(ix);
   }
