@@ -453,6 +453,7 @@ void layout_dump(const StageLayout *L, FILE *out) {
               (long long)pl->offset, (long long)pl->bytes, t, g->tensors[t].name,
               shape_str(&g->tensors[t].shape, sb, sizeof sb), pl->accumulate ? " +=" : "");
       if (pl->alias >= 0) fprintf(out, " (on t%d)", pl->alias);
+      if (pl->bf16) fprintf(out, " bf16, work fwd %lld bwd %lld", (long long)pl->work[0], (long long)pl->work[1]);
       fputc('\n', out);
     }
 }

@@ -142,7 +142,8 @@ void layout_destroy(StageLayout *L);
  * holds it: float32, not the loss, not statistics (attention's lse, softmax's output). */
 bool layout_bf16_storable(const Graph *g, int t);
 
-/* Stable text dump: block totals, then one line per placed tensor. */
+/* Stable text dump: block totals, then one line per placed tensor (a bf16 one with its
+ * working places' offsets, -1: none). */
 void layout_dump(const StageLayout *L, FILE *out);
 
 /* The parameter whose gradient tensor t is summed into through a chain of

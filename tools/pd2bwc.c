@@ -51,7 +51,7 @@ static const char usage[] =
     "                            the default), fp32, or bf16 (bfloat16 operands cast from the\n"
     "                            float32 master weights, float32 accumulation); the planner\n"
     "                            charges the cluster's peak for it (tflops_tf32/_fp32/_bf16)\n"
-    "                            and counts bf16's operand staging in each stage's memory\n"
+    "                            and counts bf16's staging; bf16 stashes and sends activations as bfloat16\n"
     "  --gemm-epilogues on|off   the CUDA programs' bias, GELU and bias gradients as cuBLASLt\n"
     "                            GEMM epilogues (default off: not yet measured on a GPU;\n"
     "                            docs/gpu.md)\n"
