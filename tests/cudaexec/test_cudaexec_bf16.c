@@ -159,11 +159,30 @@ static void test_overrides_refused(void) {
   cx_program_free(prog);
 }
 
+/* An odd vocabulary (67): the logits' rows are padded to 128 on the GPU (their bf16
+ * stash copy and working places too) and contiguous on the CPU; both store the same
+ * values as bf16, so the GPU trains as the CPU running the same bf16 plan. */
+static void test_bf16_padded_logits(void) {
+  EmuRun c = {0}, g = {0};
+  EXPECT(emu_make_plan("pv67", BF16_PLAN " -D vocab=67"));
+  bool ok = emu_run_cpu("pv67", &c) && emu_run_gpu("pv67", &g);
+  EXPECT(ok);
+  if (ok) {
+    double d = emu_losses_diff(&c, &g, 0), dw = emu_weights_diff(&c, &g);
+    printf("  vocab 67, bf16 plan: cpu vs gpu losses %.2e (bound %.0e), weights %.2e\n", d, BF16_TOL, dw);
+    EXPECT(g.bad_ids == 0 && d <= BF16_TOL);
+    EXPECT(fabs(g.mb[EMU_STEPS * EMU_MB - 1] - g.mb[0]) > 5 * BF16_TOL * g.mb[0]);
+  }
+  free(c.w);
+  free(g.w);
+}
+
 int main(int argc, char **argv) {
   if (!emu_test_begin(argc, argv, false, "usage: test_cudaexec_bf16 PD2BWC", tmp)) return 2;
   EXPECT(emu_train_files());
   RUN(test_bf16_trains);
   RUN(test_bf16_update_writes_copy);
+  RUN(test_bf16_padded_logits);
   RUN(test_overrides_refused);
   emu_test_end();
   return TEST_REPORT();

@@ -73,9 +73,13 @@ static const char *str(const cJSON *o, const char *k) {
   return cJSON_IsString(v) ? v->valuestring : "";
 }
 
+#define MAX_STORED 4096
 typedef struct Tally {
   int gemms, casts, kernels, flash; /* flash: attention launches now on tensor cores */
   int stores;                       /* storage casts (bf16 stash and boundary) */
+  int nstored;                      /* the stored copies cast down so far: their block */
+  char stored_buf[MAX_STORED][12];  /* (stash or boundary), offset and elements */
+  double stored_off[MAX_STORED], stored_n[MAX_STORED];
   int weight_operands;              /* GEMM operands read from params_bf16, uncast */
 } Tally;
 
@@ -126,6 +130,15 @@ static bool storage_cast(const cJSON *e, const cJSON *blocks, Tally *t) {
   EXPECT(n > 0 && num(stored, "offset") + 2 * n <= num(blocks, str(stored, "buf")));
   EXPECT(num(work, "offset") + 4 * n <= num(blocks, "work"));
   t->stores++;
+  /* a copy is cast up whole, as it was cast down (padded rows included) */
+  int k = 0;
+  while (k < t->nstored && !(strcmp(t->stored_buf[k], str(stored, "buf")) == 0 && t->stored_off[k] == num(stored, "offset")))
+    k++;
+  if (k < t->nstored) EXPECT(t->stored_n[k] == n);
+  else if (down && k < MAX_STORED) {
+    snprintf(t->stored_buf[k], sizeof t->stored_buf[k], "%s", str(stored, "buf"));
+    t->stored_off[k] = num(stored, "offset"), t->stored_n[k] = n, t->nstored++;
+  }
   return true;
 }
 
@@ -421,6 +434,10 @@ static void test_bert_small(void) {
   check_model("bert", "models/bert.model -D layers=2 -D dim=64 -D heads=2 -D seq=16 -D vocab=128 -D npred=4 --stages 2 "
                       "--replicas 1 --microbatch-size 2 --cluster models/clusters/cpu2.cluster", true);
 }
+/* An odd vocabulary: the logits' rows padded to 128, their bf16 copy cast whole. */
+static void test_tinygpt_padded(void) {
+  check_model("tinygpt67", "models/tinygpt.model -D vocab=67 --stages 1 --replicas 1", true);
+}
 static void test_mlp(void) { check_model("mlp", "models/mlp.model --stages 1 --replicas 1", false); }
 
 #define GOLDEN "tests/golden/codegen/mlp.bf16.launch.json"
@@ -480,6 +497,7 @@ int main(int argc, char **argv) {
   RUN(test_tinygpt_one_stage);
   RUN(test_tinygpt_two_stages);
   RUN(test_bert_small);
+  RUN(test_tinygpt_padded);
   RUN(test_mlp);
   RUN(test_golden_mlp);
   RUN(test_precision_errors);
