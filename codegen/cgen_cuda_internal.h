@@ -104,12 +104,14 @@ void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
 /* cgen_cuda_bf16.c: a bf16 list's GEMM and attention operands. n rounded up to the
  * staging's 256-byte alignment; where the staging starts in cuda_scratch (after the
  * stage's largest cross-entropy row-loss array, which the emission may not have reached
- * yet); operand X (rows x cols at leading dimension ld, float32) as bfloat16: a weight's
- * bf16 copy (params_bf16), else cast into the staging at `to`. *end: the staging's end
- * after it (bytes; `to` for a weight). */
+ * yet); operand X (tensor t, or -1 when not known; rows x cols at leading dimension ld,
+ * float32) as bfloat16: a weight's bf16 copy (params_bf16), a stored tensor's bf16 copy
+ * (bf16 layouts), else cast into the staging at `to`. *end: the staging's end after it
+ * (bytes; `to` when nothing is cast). */
 int64_t cu_bf16_align(int64_t n);
 int64_t cu_bf16_staging(const CuEmit *e);
-CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end);
+CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+                    int64_t *end);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
  * as one generated kernel; returns the number of ops consumed (0: none, the caller

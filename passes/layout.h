@@ -225,7 +225,11 @@ int64_t layout_cuda_bf16_staging(int64_t ce_rows);
  * cross-entropy (rows) and, with bf16 GEMMs, its largest layout_cuda_gemm_staging
  * (GEMM or tensor-core attention; pass 0 without). */
 int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf16);
-/* The stage's cuda_scratch bytes from its forward and backward ops. */
+/* The stage's cuda_scratch bytes from its forward and backward ops. In a bf16 layout an
+ * operand stored as bfloat16 (TensorPlace.bf16) is not staged: the GEMM or the
+ * tensor-core attention reads its stored copy, the very bits a cast of its working
+ * place would make (the copy is the working place rounded, or the working place is
+ * the copy widened). */
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16);
 
 /* Every size and offset above is for float32 reals; a float64 program (the

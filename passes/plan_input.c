@@ -43,14 +43,24 @@ void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
 
 /* The op's cuda_scratch needs as exact linear functions of b: layout.h's counts at
  * b = 1 and b = 2 (element counts are linear in b: numel(b) = b·numel(1) for a batched
- * shape, constant otherwise). */
-static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, PlanSegment *s) {
+ * shape, constant otherwise). stored (bf16 plans, else NULL): per tensor, kept as
+ * bfloat16 in the stash whatever the partition (an activation a backward op reads),
+ * so read in place, not staged (layout_cuda_scratch_bytes; a tensor stored only
+ * because it crosses the chosen partition's boundary is counted staged here). */
+static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, const bool *stored,
+                           PlanSegment *s) {
   int64_t a1, b1, a2, b2;
-  if (layout_cuda_gemm_operands(g, op, ld, 1, &a1, &b1)) {
+  int ia = 0, ib = 1; /* the operands' input indices */
+  bool gemm = layout_cuda_gemm_operands(g, op, ld, 1, &a1, &b1);
+  if (gemm) {
     layout_cuda_gemm_operands(g, op, ld, 2, &a2, &b2);
-    plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (layout_cuda_attention_operands(g, op, flash_hs, 1, &a1, &b1)) { /* staged like a GEMM's */
     layout_cuda_attention_operands(g, op, flash_hs, 2, &a2, &b2);
+    gemm = true, ia = op->kind == OP_ATTENTION ? 0 : 1, ib = op->kind == OP_ATTENTION ? -1 : 0;
+  }
+  if (gemm) {
+    if (stored && stored[op->in[ia]]) a1 = a2 = 0;
+    if (stored && ib >= 0 && stored[op->in[ib]]) b1 = b2 = 0;
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {
     a2 = layout_cuda_ce_rows(g, op, 2);
@@ -133,6 +143,12 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
    * it; whether a backward op reads it. */
   int *last_use = pd_malloc((size_t)g->ntensors * sizeof(int));
   bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
+  bool *stored = bf16 ? pd_calloc((size_t)g->ntensors, sizeof(bool)) : NULL;
+  for (int i = 0; stored && i < g->nops; i++)
+    for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op >= 0; j++) {
+      int t = g->ops[i].in[j];
+      stored[t] = g->tensors[t].kind == TK_ACT && layout_bf16_storable(g, t);
+    }
   for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
   int flash_hs = layout_cuda_flash_head_size(g);
   int64_t *ld = layout_row_strides(g);
@@ -140,7 +156,7 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
     const Op *op = &g->ops[i];
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
-    add_cuda_terms(g, op, ld, flash_hs, s);
+    add_cuda_terms(g, op, ld, flash_hs, stored, s);
     add_op_term(g, op, ld, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
@@ -227,6 +243,7 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
   free(reader);
   free(last_use);
   free(bwd_reads);
+  free(stored);
   free(ld);
   return true;
 }

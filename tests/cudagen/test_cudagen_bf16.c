@@ -77,6 +77,7 @@ static const char *str(const cJSON *o, const char *k) {
 typedef struct Tally {
   int gemms, casts, kernels, flash; /* flash: attention launches now on tensor cores */
   int stores;                       /* storage casts (bf16 stash and boundary) */
+  int stored_operands;              /* GEMM/attention operands read from their stored copy */
   int nstored;                      /* the stored copies cast down so far: their block */
   char stored_buf[MAX_STORED][12];  /* (stash or boundary), offset and elements */
   double stored_off[MAX_STORED], stored_n[MAX_STORED];
@@ -199,7 +200,17 @@ static void check_flash(const cJSON *p16, int *i, const cJSON *e32, int m, const
   int op = (int)num(e32, "op"), first = att_map[m].qkv + 1; /* B, T, C follow qkv, the last pointer */
   double B = num(cJSON_GetArrayItem(a32, first), "value"), T = num(cJSON_GetArrayItem(a32, first + 1), "value");
   double C = num(cJSON_GetArrayItem(a32, first + 2), "value");
-  if (att_map[m].casts >= 1) {
+  /* qkv stored as bf16 (a bf16 plan's stash) is read from its copy, not cast */
+  int fl = *i;
+  while (fl < *i + 2 && strcmp(str(cJSON_GetArrayItem(p16, fl), "kernel"), att_map[m].flash) != 0) fl++;
+  const cJSON *fq = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, fl), "args"), att_map[m].qkv);
+  bool q_stored = att_map[m].casts >= 1 && strcmp(str(fq, "buf"), "cuda_scratch") != 0;
+  if (q_stored) {
+    EXPECT(strcmp(str(fq, "buf"), "stash") == 0 || strcmp(str(fq, "buf"), "boundary") == 0);
+    EXPECT(num(fq, "offset") + 2 * B * T * 3 * C <= num(blocks, str(fq, "buf")));
+    *q16 = fq;
+    t->stored_operands++;
+  } else if (att_map[m].casts >= 1) {
     double off = check_cast(cJSON_GetArrayItem(p16, (*i)++), op, cJSON_GetArrayItem(a32, att_map[m].qkv), B * T * 3 * C,
                             blocks);
     EXPECT(off >= staging);
@@ -209,7 +220,7 @@ static void check_flash(const cJSON *p16, int *i, const cJSON *e32, int m, const
   if (att_map[m].casts == 2) {
     double off = check_cast(cJSON_GetArrayItem(p16, (*i)++), op, cJSON_GetArrayItem(a32, att_map[m].dy), B * T * C,
                             blocks);
-    EXPECT(off >= num(*q16, "offset") + 2 * B * T * 3 * C);
+    EXPECT(off >= (q_stored ? staging : num(*q16, "offset") + 2 * B * T * 3 * C));
     *y16 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, *i - 1), "args"), 0);
     t->casts++;
   }
@@ -268,6 +279,18 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
      * operand is one cast launch before the GEMM */
     const cJSON *a32 = cJSON_GetObjectItemCaseSensitive(g32, "A"), *b32 = cJSON_GetObjectItemCaseSensitive(g32, "B");
     bool wa = strcmp(str(a32, "buf"), "params") == 0, wb = strcmp(str(b32, "buf"), "params") == 0;
+    /* an operand stored as bf16 (the stash or boundary) is read from its copy, not cast */
+    int gi = i;
+    while (gi < n16 && !cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, gi), "gemm")) gi++;
+    const cJSON *gg = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(p16, gi), "gemm");
+    bool sa = false, sb = false;
+    for (int q = 0; gg && q < 2; q++) {
+      const char *buf = str(cJSON_GetObjectItemCaseSensitive(gg, q ? "B" : "A"), "buf");
+      bool st = strcmp(buf, "stash") == 0 || strcmp(buf, "boundary") == 0;
+      if (q) sb = st;
+      else sa = st;
+    }
+    wa = wa || sa, wb = wb || sb; /* neither is cast */
     int ncast = !wa + !wb;
     if (i + ncast + 1 > n16) {
       EXPECT(!"bf16 list ends before a GEMM");
@@ -288,6 +311,12 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
     double n_[2] = {na, nb}, at[2] = {-1, -1};
     for (int q = 0; q < 2; q++) {
       const cJSON *x16 = cJSON_GetObjectItemCaseSensitive(g16, q ? "B" : "A");
+      if (!casts[q] && (q ? sb : sa)) { /* a stored copy, inside its block */
+        EXPECT(same_ptr(x16, ops32[q]));
+        EXPECT(num(x16, "offset") + 2 * n_[q] <= num(blocks, str(x16, "buf")));
+        t->stored_operands++;
+        continue;
+      }
       if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset, inside its block */
         EXPECT_STREQ(str(x16, "buf"), "params_bf16");
         EXPECT(num(x16, "offset") * 2 == num(ops32[q], "offset"));
@@ -409,9 +438,10 @@ static void check_model(const char *tag, const char *args, bool want_flash) {
     EXPECT_STREQ(str(cu, "gemm_dtype"), "bf16");
     EXPECT(num(cu, "cuda_scratch") == num(b16, "cuda_scratch"));
     printf("  %s stage %d: %d GEMMs, %d casts, %d weight operands from params_bf16, %d kernels unchanged, %d "
-           "attention launches on tensor cores, %d storage casts; cuda_scratch %.0f -> %.0f, stash %.0f -> %.0f, "
-           "boundary %.0f -> %.0f, work %.0f -> %.0f bytes\n",
-           tag, s, st.gemms, st.casts, st.weight_operands, st.kernels, st.flash, st.stores, num(b32, "cuda_scratch"),
+           "attention launches on tensor cores, %d storage casts, %d operands read from their stored copy; "
+           "cuda_scratch %.0f -> %.0f, stash %.0f -> %.0f, boundary %.0f -> %.0f, work %.0f -> %.0f bytes\n",
+           tag, s, st.gemms, st.casts, st.weight_operands, st.kernels, st.flash, st.stores, st.stored_operands,
+           num(b32, "cuda_scratch"),
            num(b16, "cuda_scratch"), num(b32, "stash"), num(b16, "stash"), num(b32, "boundary"),
            num(b16, "boundary"), num(b32, "work"), num(b16, "work"));
     t.gemms += st.gemms;
