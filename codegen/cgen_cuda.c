@@ -66,7 +66,12 @@
  * casts' staging is cuda_scratch from bf16_staging on, the same bytes for every GEMM,
  * so cuda_scratch grows by the largest GEMM's cast operands). In a bf16 list, attention with a
  * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
- * after casts of its qkv (and, backward, dy) into the same staging bytes.
+ * after casts of its qkv (and, backward, dy) into the same staging bytes. A bf16 list
+ * also runs on a bf16 layout (passes/layout.h, "bf16 storage"): its stored activations
+ * are cast down (pkc_cast_f32_to_bf16 into the stash or boundary block) after their
+ * producer and up (pkc_cast_bf16_to_f32 into the working place) before a pass's first
+ * reader, every op computing on the working places (cgen_bf16.c), and a GEMM or the
+ * tensor-core attention reads such an operand's stored copy instead of staging a cast.
  *
  * What each op launches (the GEMM entries included): cgen_cuda_ops.c.
  */

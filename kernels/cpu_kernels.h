@@ -1,7 +1,8 @@
 /* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
  *
  * This folder owns the numerics of the CPU backend: the kernels of every primitive op
- * of ir/ops.def (and the optimizer steps), the counter-based RNG (philox.h) and the
+ * of ir/ops.def (and the optimizer steps, and the casts of bf16 plans' stored
+ * activations), the counter-based RNG (philox.h) and the
  * embedded copy of both that the code generator pastes into each stageN.c.
  *
  * Why one header of static functions: a generated stageN.c must compile on the
