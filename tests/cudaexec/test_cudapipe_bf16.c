@@ -38,7 +38,11 @@
  * stage is plan.json's memory.total_bytes (256-aligned), the launch lists' blocks the
  * C programs' (checked at load).
  *
- *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory]   (in the source tree)
+ * And (recompute) 1f1b with --recompute on: the backward re-runs the forward from the
+ * stashed bf16 input (its working place cast up again), within BF16_TOL of the CPU
+ * reference.
+ *
+ *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory|recompute]   (in the source tree)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -238,8 +242,33 @@ static void test_memory(void) {
   pipe_plan_free(p);
 }
 
+static void test_recompute(void) {
+  EXPECT(emu_pipe_make_plan("prc", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
+                                   "--schedule 1f1b --recompute on"));
+  char dir[256], data[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, "prc");
+  emu_path(data, sizeof data, "train.bin");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  EXPECT(p != NULL && p->recompute);
+  if (!p) return;
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome r = {0};
+  int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  if (!rc) {
+    PipeOptions po = {.data_path = data, .steps = STEPS};
+    bool match = pipeline_check_reference(p, &po, &r, BF16_TOL, stdout, err, sizeof err);
+    if (!match) fprintf(stderr, "  %s\n", err);
+    EXPECT(match);
+    pipe_outcome_free(&r);
+  }
+  pipe_plan_free(p);
+}
+
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory|recompute]", tmp);
   if (!part) return 2;
   EXPECT(emu_pipe_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
@@ -247,6 +276,7 @@ int main(int argc, char **argv) {
   if (emu_test_part(part, "resume")) RUN(test_resume);
   if (emu_test_part(part, "sgd")) RUN(test_sgd);
   if (emu_test_part(part, "memory")) RUN(test_memory);
+  if (emu_test_part(part, "recompute")) RUN(test_recompute);
   emu_test_end();
   return TEST_REPORT();
 }
