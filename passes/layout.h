@@ -18,7 +18,10 @@
  *   WORK      one;                           transient values, offsets reused by a
  *                                            linear scan over op order (forward ops,
  *                                            then backward ops); also per-op kernel
- *                                            scratch (attention, layernorm stats)
+ *                                            scratch (attention, layernorm stats) and,
+ *                                            in bf16 layouts, the float32 working
+ *                                            places of what STASH and BOUNDARY store
+ *                                            as bfloat16 (below)
  *   INPUTS    one per in-flight microbatch;  data tensors (tokens, targets)
  *   BOUNDARY  one per in-flight microbatch;  the activation sent to the next stage
  *                                            and the gradient received from it or
