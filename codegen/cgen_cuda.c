@@ -223,15 +223,18 @@ static RegionOps region_ops_index(const Graph *g, const int *ops, int n, int fir
 }
 
 /* bf16 layouts (passes/layout.h, "bf16 storage"; cgen_bf16.c): before op, the exact
- * upcasts of the stored values it is the first reader of in its pass; after a unit,
- * the casts down (round to nearest even) of the stored outputs of the ops it emitted. */
+ * upcasts of the stored values it is the first reader of in its pass (not of one that
+ * every reader of the pass reads as bf16 from its stored copy: its working place is
+ * then never read here, though the C program, whose GEMMs are float32, fills it);
+ * after a unit, the casts down (round to nearest even) of the stored outputs of the
+ * ops it emitted. */
 void cu_emit_upcasts(CuEmit *e, const Op *op, int name) {
   for (int i = 0; i < op->nin; i++) {
     int t = op->in[i];
     const TensorPlace *pl = &e->stored->place[t];
     bool again = false;
     for (int j = 0; j < i; j++) again = again || op->in[j] == t;
-    if (!pl->bf16 || again || (pl->up[0] != op->id && pl->up[1] != op->id)) continue;
+    if (!pl->bf16 || again || (pl->up[0] != op->id && pl->up[1] != op->id) || !e->fp32_read[t]) continue;
     int64_t n = pl->bytes / 2; /* padded rows included */
     cu_launch(e, name, "pkc_cast_bf16_to_f32", PKC_ELEM8, n, CU_BLOCK, 3, cu_arg_ptr(cu_tensor(e, t)),
               cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)), cu_arg_num("i64", (double)n));
@@ -255,6 +258,24 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
       cu_launch(e, name, "pkc_cast_f32_to_bf16", PKC_ELEM8, m, CU_BLOCK, 3, cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)),
                 cu_arg_ptr(cu_tensor(e, op->out[i])), cu_arg_num("i64", (double)m));
     }
+  }
+}
+
+/* Input i of op is read as bfloat16 from a stored copy (cu_stage_bf16): a GEMM's A or
+ * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
+static bool bf16_operand(const CuEmit *e, const Op *op, int i) {
+  OpKind k = op->kind;
+  if (k == OP_LINEAR || k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) return i < 2;
+  return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
+}
+
+/* e->fp32_read for the pass of ops[0..n): the stored tensors some op reads as float32. */
+static void find_fp32_reads(CuEmit *e, const int *ops, int n) {
+  memset(e->fp32_read, 0, (size_t)e->g->ntensors + 1);
+  for (int k = 0; k < n && e->stored->bf16; k++) {
+    const Op *op = &e->g->ops[ops[k]];
+    for (int i = 0; i < op->nin; i++)
+      if (e->stored->place[op->in[i]].bf16 && !bf16_operand(e, op, i)) e->fp32_read[op->in[i]] = true;
   }
 }
 
@@ -317,6 +338,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   PD_CHECK(!L->bf16 || o->gemm == CGEN_GEMM_BF16, "(a bf16 layout is a bf16 list's)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
+  e.fp32_read = pd_calloc((size_t)g->ntensors + 1, 1);
   TensorPlace *vf, *vb; /* each pass's view of L (cgen_pass_view) */
   StageLayout fwd_view = cgen_pass_view(L, 0, &vf), bwd_view = cgen_pass_view(L, 1, &vb);
   e.scratch = CU_SCRATCH_ROWS; /* the bad-id counter is always there */
@@ -330,15 +352,17 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   e.list = fwd;
   e.op_base = e.rng_base;
   e.L = &fwd_view;
+  find_fp32_reads(&e, L->fwd_ops, L->nfwd);
   for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
   e.L = &bwd_view;
+  find_fp32_reads(&e, L->bwd_ops, L->nbwd);
   e.list = bwd;
   e.op_base = INT_MAX; /* the smallest backward op id */
   for (int k = 0; k < L->nbwd; k++)
     if (L->bwd_ops[k] < e.op_base) e.op_base = L->bwd_ops[k];
   for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
   e.L = L;
-  free(vf), free(vb), free(e.cast);
+  free(vf), free(vb), free(e.cast), free(e.fp32_read);
   free(fx.start);
   free(fx.ops);
   free(bx.start);

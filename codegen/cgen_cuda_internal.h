@@ -66,6 +66,8 @@ typedef struct CuEmit {
   const StageLayout *stored; /* the stage's layout; L is the pass's view of it
                                 (cgen_pass_view: the same without bf16 storage) */
   bool *cast;       /* per op id, bf16 layouts: its outputs' casts down emitted */
+  bool *fp32_read;  /* per tensor id, bf16 layouts: a stored tensor some op of the pass
+                       being emitted reads as float32 (else no upcast: cu_emit_upcasts) */
 } CuEmit;
 
 /* cgen_cuda.c */
