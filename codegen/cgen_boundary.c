@@ -83,7 +83,7 @@ static bool tied_contribution(const Graph *g, int t, const TensorPlace *pl, int 
 }
 
 bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
-                             int nstages, int64_t b, cJSON *stages, char *err, size_t errlen) {
+                             int nstages, int64_t b, bool bf16, cJSON *stages, char *err, size_t errlen) {
   int *stage_of = stage_of_regions(g, first_region, last_region, nstages);
   int *elsewhere = reader_elsewhere(g, stage_of);
   bool ok = true;
@@ -95,7 +95,7 @@ bool codegen_boundary_stages(const Graph *g, const int *first_region, const int 
       ok = false;
       break;
     }
-    StageLayout *L = layout_stage(g, first_region[s], last_region[s], b);
+    StageLayout *L = layout_stage_bf16(g, first_region[s], last_region[s], b, bf16);
     cJSON_DeleteItemFromObjectCaseSensitive(prog, "pipeline");
     cJSON *pipe = cJSON_AddObjectToObject(prog, "pipeline");
     cJSON *arr = cJSON_AddArrayToObject(pipe, "boundary");

@@ -46,6 +46,7 @@ static int chain_from(Emit *e, const int *ops, int nops, int k, int *chain, int 
     if (cgen_sole_consumer(e->g, e->L, t) != c || e->done[c] || g->ops[c].region != cur->region) break;
     const Op *nx = &g->ops[c];
     if (!fusible_kind(g, nx) || cc_numel(e, nx->out[0]) != len || cc_acc(e, nx->out[0])) break;
+    if (cgen_needs_upcast(e->L, nx)) break; /* its upcast goes before it, not before the loop */
     if (nx->kind == OP_ADD || nx->kind == OP_MUL) {
       if (nx->in[0] == nx->in[1]) break;
       /* a bias vector is indexed i % N: the chained value must be the full operand */

@@ -16,6 +16,9 @@ typedef struct Emit {
   int rs;     /* 1 for float32 programs, 2 for float64: the offset multiplier */
   bool *done; /* per op: already emitted as part of a fused chain */
   int rng_base; /* codegen_rng_base: dropout op ids are emitted relative to it */
+  const StageLayout *stored; /* the stage's layout; L is the pass's view of it
+                                (cgen_pass_view: the same without bf16 storage) */
+  bool *cast;   /* per op, bf16 layouts: its outputs' casts down emitted */
 } Emit;
 
 /* cgen_c.c: tensor t's typed pointer expression (up to 8 live at once per op), its

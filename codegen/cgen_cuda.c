@@ -68,7 +68,12 @@
  * casts' staging is cuda_scratch from bf16_staging on, the same bytes for every GEMM,
  * so cuda_scratch grows by the largest GEMM's cast operands). In a bf16 list, attention with a
  * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
- * after casts of its qkv (and, backward, dy) into the same staging bytes.
+ * after casts of its qkv (and, backward, dy) into the same staging bytes. A bf16 list
+ * also runs on a bf16 layout (passes/layout.h, "bf16 storage"): its stored activations
+ * are cast down (pkc_cast_f32_to_bf16 into the stash or boundary block) after their
+ * producer and up (pkc_cast_bf16_to_f32 into the working place) before a pass's first
+ * reader, every op computing on the working places (cgen_bf16.c), and a GEMM or the
+ * tensor-core attention reads such an operand's stored copy instead of staging a cast.
  *
  * What each op launches (the GEMM entries included): cgen_cuda_ops.c.
  */
@@ -219,6 +224,76 @@ static RegionOps region_ops_index(const Graph *g, const int *ops, int n, int fir
   return x;
 }
 
+/* bf16 layouts (passes/layout.h, "bf16 storage"; cgen_bf16.c): before op, the exact
+ * upcasts of the stored values it is the first reader of in its pass (not of one that
+ * every reader of the pass reads as bf16 from its stored copy: its working place is
+ * then never read here, though the C program, whose GEMMs are float32, fills it);
+ * after a unit, the casts down (round to nearest even) of the stored outputs of the
+ * ops it emitted. */
+void cu_emit_upcasts(CuEmit *e, const Op *op, int name) {
+  for (int i = 0; i < op->nin; i++) {
+    int t = op->in[i];
+    const TensorPlace *pl = &e->stored->place[t];
+    bool again = false;
+    for (int j = 0; j < i; j++) again = again || op->in[j] == t;
+    if (!pl->bf16 || again || (pl->up[0] != op->id && pl->up[1] != op->id) || !e->fp32_read[t]) continue;
+    int64_t n = pl->bytes / 2; /* padded rows included */
+    cu_launch(e, name, "pkc_cast_bf16_to_f32", PKC_ELEM8, n, CU_BLOCK, 3, cu_arg_ptr(cu_tensor(e, t)),
+              cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)), cu_arg_num("i64", (double)n));
+  }
+}
+
+static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
+  /* named like the unit's last entry (a residual add fused with the next region's
+   * layernorm is the layernorm's: the list's segments stay contiguous) */
+  const cJSON *last = cJSON_GetArrayItem(e->list, cJSON_GetArraySize(e->list) - 1);
+  int name = last ? e->op_base + cJSON_GetObjectItemCaseSensitive(last, "op")->valueint : list[from];
+  for (int j = from; j <= n; j++) {
+    int o = j < n ? list[j] : e->next_region_op; /* a unit may take the next region's first op */
+    if (o < 0 || !e->done[o] || e->cast[o]) continue;
+    const Op *op = &e->g->ops[o];
+    e->cast[o] = true;
+    for (int i = 0; i < op->nout; i++) {
+      const TensorPlace *pl = &e->stored->place[op->out[i]];
+      if (!pl->bf16) continue;
+      int64_t m = pl->bytes / 2;
+      cu_launch(e, name, "pkc_cast_f32_to_bf16", PKC_ELEM8, m, CU_BLOCK, 3, cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)),
+                cu_arg_ptr(cu_tensor(e, op->out[i])), cu_arg_num("i64", (double)m));
+    }
+  }
+}
+
+/* Input i of op is read as bfloat16 from a stored copy (cu_stage_bf16): a GEMM's A or
+ * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
+static bool bf16_operand(const CuEmit *e, const Op *op, int i) {
+  OpKind k = op->kind;
+  if (k == OP_LINEAR || k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) return i < 2;
+  return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
+}
+
+/* e->fp32_read for the pass of ops[0..n): the stored tensors some op reads as float32. */
+static void find_fp32_reads(CuEmit *e, const int *ops, int n) {
+  memset(e->fp32_read, 0, (size_t)e->g->ntensors + 1);
+  for (int k = 0; k < n && e->stored->bf16; k++) {
+    const Op *op = &e->g->ops[ops[k]];
+    for (int i = 0; i < op->nin; i++)
+      if (e->stored->place[op->in[i]].bf16 && !bf16_operand(e, op, i)) e->fp32_read[op->in[i]] = true;
+  }
+}
+
+/* ops[k] and what a GEMM epilogue or a fused kernel takes with it. */
+static void emit_unit(CuEmit *e, const int *list, int n, int k) {
+  const Op *op = &e->g->ops[list[k]];
+  if (cu_epilogue_from(e, list, n, k) > 0) return; /* it emitted (and marked) the ops */
+  if (e->o->fuse) {
+    bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !e->L->place[op->out[0]].accumulate;
+    int used = cu_fuse_from(e, list, n, k, linear_bias ? op->id : -1);
+    if (used > 0) return; /* cu_fuse_from emitted (and marked) the ops */
+  }
+  e->done[op->id] = true;
+  cu_emit_op(e, op);
+}
+
 static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   const Graph *g = e->g;
   int *list = x->ops + x->start[r - x->first], n = x->start[r - x->first + 1] - x->start[r - x->first];
@@ -227,14 +302,9 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   for (int k = 0; k < n; k++) {
     const Op *op = &g->ops[list[k]];
     if (e->done[op->id]) continue;
-    if (cu_epilogue_from(e, list, n, k) > 0) continue; /* it emitted (and marked) the ops */
-    if (e->o->fuse) {
-      bool linear_bias = op->kind == OP_LINEAR && op->nin == 3 && !e->L->place[op->out[0]].accumulate;
-      int used = cu_fuse_from(e, list, n, k, linear_bias ? op->id : -1);
-      if (used > 0) continue; /* cu_fuse_from emitted (and marked) the ops */
-    }
-    e->done[op->id] = true;
-    cu_emit_op(e, op);
+    if (e->stored->bf16) cu_emit_upcasts(e, op, op->id);
+    emit_unit(e, list, n, k);
+    if (e->stored->bf16) emit_downcasts(e, list, n, k);
   }
 }
 
@@ -270,8 +340,13 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
                           cJSON **launch_list) {
   Str src = {0}, own = {0};
   cJSON *j = cJSON_CreateObject();
-  CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray()};
+  CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray(), .stored = L};
+  PD_CHECK(!L->bf16 || o->gemm == CGEN_GEMM_BF16, "(a bf16 layout is a bf16 list's)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
+  e.cast = pd_calloc((size_t)g->nops + 1, 1);
+  e.fp32_read = pd_calloc((size_t)g->ntensors + 1, 1);
+  TensorPlace *vf, *vb; /* each pass's view of L (cgen_pass_view) */
+  StageLayout fwd_view = cgen_pass_view(L, 0, &vf), bwd_view = cgen_pass_view(L, 1, &vb);
   e.scratch = CU_SCRATCH_ROWS; /* the bad-id counter is always there */
   e.lib_listed = pd_calloc(LIBRARY_KERNELS, sizeof *e.lib_listed);
   e.flash_hs = layout_cuda_flash_head_size(g);
@@ -282,12 +357,18 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   e.rng_base = codegen_rng_base(L);
   e.list = fwd;
   e.op_base = e.rng_base;
+  e.L = &fwd_view;
+  find_fp32_reads(&e, L->fwd_ops, L->nfwd);
   for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
+  e.L = &bwd_view;
+  find_fp32_reads(&e, L->bwd_ops, L->nbwd);
   e.list = bwd;
   e.op_base = INT_MAX; /* the smallest backward op id */
   for (int k = 0; k < L->nbwd; k++)
     if (L->bwd_ops[k] < e.op_base) e.op_base = L->bwd_ops[k];
   for (int r = L->last_region; r >= L->first_region; r--) emit_region(&e, &bx, r, false);
+  e.L = L;
+  free(vf), free(vb), free(e.cast), free(e.fp32_read);
   free(fx.start);
   free(fx.ops);
   free(bx.start);

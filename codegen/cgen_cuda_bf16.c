@@ -5,12 +5,16 @@
  * the bf16 copy of the weight version the pass uses, params' layout at half the
  * offsets, which the optimizer step writes with every new version
  * (kernels/cuda_adamw_multi.cuh) and the runtime casts once from the initial or resumed
- * weights; no launch casts it. Any other operand (an activation or a gradient) is one
- * pkc_cast_f32_to_bf16 launch (round to nearest even) into cuda_scratch's staging, from
- * bf16_staging on (after the cross-entropy's row losses): a GEMM's A, then B at the
- * next 256-byte boundary, the same bytes for every GEMM (one stream, in order).
- * passes/layout_cuda.c sizes the staging from the same rule (layout_cuda_gemm_operands:
- * a weight stages nothing), so the planner counts the bytes these launches reach. */
+ * weights; no launch casts it. An activation the layout stores as bfloat16 (a stashed
+ * or sent one: passes/layout.h, "bf16 storage") is read from its stored copy, which
+ * holds exactly what a cast of its float32 working place would make: the producer's
+ * cast wrote it from that place, or the pass's upcast widened it into that place. Any
+ * other operand (an activation or a gradient) is one pkc_cast_f32_to_bf16 launch
+ * (round to nearest even) into cuda_scratch's staging, from bf16_staging on (after the
+ * cross-entropy's row losses): a GEMM's A, then B at the next 256-byte boundary, the
+ * same bytes for every GEMM (one stream, in order). passes/layout_cuda.c sizes the
+ * staging from the same rule (layout_cuda_scratch_bytes: a weight or a stored operand
+ * stages nothing), so the planner counts the bytes these launches reach. */
 #include "codegen/cgen_cuda_internal.h"
 
 #include "kernels/cuda_kernel_list.h"
@@ -32,9 +36,15 @@ int64_t cu_bf16_staging(const CuEmit *e) {
   return layout_cuda_bf16_staging(r);
 }
 
-CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end) {
+CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+                    int64_t *end) {
   *end = to;
   if (X.cls == BUF_PARAMS) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
+  if (t >= 0 && e->stored->place[t].bf16) { /* the stored copy, same rows and stride */
+    const TensorPlace *pl = &e->stored->place[t];
+    PD_CHECK(X.cls == (int)e->L->place[t].cls && X.off == e->L->place[t].offset, "(operand t%d is not its place)", t);
+    return cu_buf((int)pl->cls, pl->offset);
+  }
   int64_t n = (r - 1) * ld + cols; /* the elements the GEMM reads, gaps included */
   CuPtr S = cu_buf(CU_SCRATCH, to);
   cu_launch(e, op, "pkc_cast_f32_to_bf16", PKC_ELEM8, n, CU_BLOCK, 3, cu_arg_ptr(S), cu_arg_ptr(X),

@@ -149,6 +149,14 @@ static int matmul_dgelu(CuEmit *e, const int *ops, int nops, int k) {
   if (overlap(w, span(e, h)) || overlap(w, span(e, op->in[0])) || overlap(w, span(e, op->in[1])) ||
       !clear_between(e, ops, k, j, w, span(e, h)))
     return 0;
+  /* bf16 storage: when h is cast up for the gelu_bwd, the cast moves before the GEMM,
+   * so h's working place (reserved from the gelu_bwd on) must be touched by nothing
+   * from here to there, nor hold the GEMM's operands */
+  bool up = cgen_needs_upcast(e->L, gb);
+  if (up && (overlap(span(e, h), span(e, op->in[0])) || overlap(span(e, h), span(e, op->in[1])) ||
+             !clear_between(e, ops, k, j, span(e, h), span(e, h))))
+    return 0;
+  if (up) cu_emit_upcasts(e, gb, op->id);
   gemm_with(e, op, GEMM_EPI_DGELU, cu_tensor(e, dh), NONE, 0, cu_tensor(e, h), lastdim(e, h));
   e->done[c] = true;
   return 1;

@@ -137,7 +137,8 @@ bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *las
     cJSON *st = cgen_stage_element(stages, i);
     prog[i] = cJSON_GetObjectItem(st, "program");
     if (!prog[i]) prog[i] = cJSON_AddObjectToObject(st, "program");
-    cl[i] = L[i] = layout_stage(g, first_region[i], last_region[i], b);
+    /* a bf16 list runs on the C program's bf16 layout (the blocks must be the same) */
+    cl[i] = L[i] = layout_stage_bf16(g, first_region[i], last_region[i], b, o->gemm == CGEN_GEMM_BF16);
   }
   bool ok = write_stages(g, cl, 0, nstages, o, dir, prog, d);
   for (int i = 0; i < nstages; i++) layout_destroy(L[i]);

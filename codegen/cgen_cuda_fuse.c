@@ -158,6 +158,7 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
     int c = ops[next + n];
     const Op *nx = &g->ops[c];
     if (e->done[c] || nx->region != region || !fusible_kind(g, nx)) break;
+    if (cgen_needs_upcast(e->L, nx)) break; /* its upcast goes before it, not before the kernel */
     if (n > 0 ? cgen_sole_consumer(e->g, e->L, t) != c : !uses(nx, t)) break;
     if (cu_numel(e, nx->out[0]) != len || acc(e, nx->out[0])) break;
     if ((nx->kind == OP_ADD || nx->kind == OP_MUL) && nx->in[0] == nx->in[1]) break;
@@ -250,7 +251,7 @@ static const Op *layernorm_after(const CuEmit *e, const int *ops, int nops, int 
   if (!e->o->fuse || n < 1 || lo < 0) return NULL;
   const Op *last = &g->ops[chain[n - 1]], *ln = &g->ops[lo];
   int sum = last->out[0], y = ln->out[0];
-  if (last->kind != OP_ADD || ln->kind != OP_LAYERNORM || e->done[ln->id]) return NULL;
+  if (last->kind != OP_ADD || ln->kind != OP_LAYERNORM || e->done[ln->id] || cgen_needs_upcast(e->L, ln)) return NULL;
   if (ln->in[0] != sum || cu_numel(e, y) != len || acc(e, y) || len % lastd_of(e, sum) != 0) return NULL;
   if (hazard(e, y, sum) || (lead_y >= 0 && hazard(e, y, lead_y))) return NULL;
   for (int i = 0; i < n; i++) {

@@ -63,6 +63,11 @@ typedef struct CuEmit {
   int rng_base;     /* codegen_rng_base: dropout streams are passed relative to it */
   int op_base;      /* the pass's smallest op id: entries' "op" is relative to it, so that
                        stages with the same program have the same launch list */
+  const StageLayout *stored; /* the stage's layout; L is the pass's view of it
+                                (cgen_pass_view: the same without bf16 storage) */
+  bool *cast;       /* per op id, bf16 layouts: its outputs' casts down emitted */
+  bool *fp32_read;  /* per tensor id, bf16 layouts: a stored tensor some op of the pass
+                       being emitted reads as float32 (else no upcast: cu_emit_upcasts) */
 } CuEmit;
 
 /* cgen_cuda.c */
@@ -85,6 +90,10 @@ cJSON *cu_arg_stream(const CuEmit *e, int op_id);
 /* A library kernel's launch kind (cuda_kernel_list.h); an error for any other name. */
 int cu_kernel_kind(const char *name);
 
+/* cgen_cuda.c, bf16 layouts: the exact casts up of the stored values op is the first
+ * reader of in its pass (launches named `name`: op, or the GEMM an epilogue moves op to). */
+void cu_emit_upcasts(CuEmit *e, const Op *op, int name);
+
 /* cgen_cuda_ops.c: the launches of op, not fused (emit_op). */
 void cu_emit_op(CuEmit *e, const Op *op);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
@@ -97,12 +106,14 @@ void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
 /* cgen_cuda_bf16.c: a bf16 list's GEMM and attention operands. n rounded up to the
  * staging's 256-byte alignment; where the staging starts in cuda_scratch (after the
  * stage's largest cross-entropy row-loss array, which the emission may not have reached
- * yet); operand X (rows x cols at leading dimension ld, float32) as bfloat16: a weight's
- * bf16 copy (params_bf16), else cast into the staging at `to`. *end: the staging's end
- * after it (bytes; `to` for a weight). */
+ * yet); operand X (tensor t, or -1 when not known; rows x cols at leading dimension ld,
+ * float32) as bfloat16: a weight's bf16 copy (params_bf16), a stored tensor's bf16 copy
+ * (bf16 layouts), else cast into the staging at `to`. *end: the staging's end after it
+ * (bytes; `to` when nothing is cast). */
 int64_t cu_bf16_align(int64_t n);
 int64_t cu_bf16_staging(const CuEmit *e);
-CuPtr cu_stage_bf16(CuEmit *e, int op, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to, int64_t *end);
+CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+                    int64_t *end);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)
  * as one generated kernel; returns the number of ops consumed (0: none, the caller

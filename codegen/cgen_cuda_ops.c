@@ -54,14 +54,16 @@ static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
             (int)(sizeof((cJSON *[]){__VA_ARGS__}) / sizeof(cJSON *)), __VA_ARGS__)
 
 /* One row-major GEMM: C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn, cuda_gemm).
- * bf16: A and B first go through cu_stage_bf16 (a weight's bf16 copy, or a cast), C f32. */
+ * bf16: A and B first go through cu_stage_bf16 (a weight's or a stored tensor's bf16
+ * copy, or a cast), C f32. */
 static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
   PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
-  if (e->o->gemm == CGEN_GEMM_BF16) {
+  if (e->o->gemm == CGEN_GEMM_BF16) { /* every GEMM's A and B are its op's in[0] and in[1] */
     int64_t a_end, b_end;
-    A = cu_stage_bf16(e, op, A, ta ? K : M, ta ? M : K, lda, cu_bf16_staging(e), &a_end);
-    B = cu_stage_bf16(e, op, B, tb ? N : K, tb ? K : N, ldb, cu_bf16_align(a_end), &b_end);
+    const Op *o = &e->g->ops[op];
+    A = cu_stage_bf16(e, op, o->in[0], A, ta ? K : M, ta ? M : K, lda, cu_bf16_staging(e), &a_end);
+    B = cu_stage_bf16(e, op, o->in[1], B, tb ? N : K, tb ? K : N, ldb, cu_bf16_align(a_end), &b_end);
   }
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op - e->op_base);
@@ -118,13 +120,13 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   double p = op->attr[2];
   int stream = fwd ? op->id : op->fwd_op;
   int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
-  CuPtr Q16 = cu_stage_bf16(e, op->id, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
+  CuPtr Q16 = cu_stage_bf16(e, op->id, qkv, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
              PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
-  CuPtr Y16 = cu_stage_bf16(e, op->id, cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
+  CuPtr Y16 = cu_stage_bf16(e, op->id, op->in[0], cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
   CuPtr work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
@@ -173,9 +175,12 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
  * backward differentiates op with the same targets and ignore index, the layout put
  * its gradient over the logits, and no other op of the graph reads the logits, so the
  * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
- * cross-entropy op: a model has one.) */
+ * cross-entropy op: a model has one.) Never with bf16 logits (a bf16 plan's stash):
+ * the gradient's place is then the backward's working place, in WORK, which does not
+ * last from one pass to the next; the backward runs cross_entropy_bwd on the logits'
+ * stored copy, as the CPU program. */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
-  if (!e->o->fuse) return NULL;
+  if (!e->o->fuse || e->L->place[op->in[0]].bf16) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
     const Op *b = &e->g->ops[e->L->bwd_ops[k]];
     if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;

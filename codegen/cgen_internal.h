@@ -30,6 +30,15 @@ bool cgen_write_file(const char *path, const void *p, size_t n, Diag *d);
  * several (a fusion may only swallow a tensor nobody else reads). */
 int cgen_sole_consumer(const Graph *g, const StageLayout *L, int t);
 
+/* cgen_bf16.c, bf16 layouts (L->bf16): L as pass `pass` (0 forward, 1 backward) computes,
+ * every bf16 tensor's cls/offset/bytes being its float32 working place of the pass
+ * (BUF_NONE when the pass has none; its bf16, work and up kept); *place is the view's
+ * array (free it; NULL, and L itself, without bf16). And whether op must be preceded
+ * by an upcast (it is the first reader of a stored value in its pass; L or a view): a
+ * fused unit may start with such an op, never take one in. */
+StageLayout cgen_pass_view(const StageLayout *L, int pass, TensorPlace **place);
+bool cgen_needs_upcast(const StageLayout *L, const Op *op);
+
 /* stages[i] of plan.json's "stages" array, created ({"index": i}) when missing: the C
  * and CUDA generators each add their part to the same element. */
 cJSON *cgen_stage_element(cJSON *stages, int i);

@@ -178,7 +178,7 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
     diag_error(d, (Loc){dir, 0, 0}, "cannot create the plan directory: %s", strerror(errno));
     return false;
   }
-  StageLayout *L = layout_stage(g, 0, g->nregions - 1, b);
+  StageLayout *L = layout_stage_bf16(g, 0, g->nregions - 1, b, o->bf16);
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "version", 1);
   cJSON_AddStringToObject(root, "compiler", "pd2bw codegen " PD2BW_VERSION);
@@ -284,7 +284,7 @@ bool codegen_c_stages(const Graph *g, const int *first_region, const int *last_r
   char **src = pd_calloc((size_t)nstages, sizeof *src), **code = pd_calloc((size_t)nstages, sizeof *code);
   int *owner = pd_calloc((size_t)nstages, sizeof *owner);
   for (int i = 0; i < nstages; i++) {
-    L[i] = layout_stage(g, first_region[i], last_region[i], b);
+    L[i] = layout_stage_bf16(g, first_region[i], last_region[i], b, o->bf16);
     src[i] = codegen_c_source(g, L[i], i, o);
     code[i] = cgen_code_only(src[i]);
   }

@@ -48,6 +48,12 @@ typedef struct cJSON cJSON;
 typedef struct CodegenOptions {
   bool f64;  /* emit the float64 program (finite-difference tests) */
   bool fuse; /* fuse elementwise chains into single loops */
+  bool bf16; /* the layout of a --precision bf16 plan (layout_stage_bf16): stashed and
+                sent activations stored as bfloat16, cast down after their producer
+                and up (exactly) before the first reader of a pass into float32 working
+                places; the arithmetic stays float32. Not with f64. Used by the
+                functions that lay stages out themselves (codegen_c_stages,
+                codegen_single_stage_plan); codegen_c_stage follows L->bf16. */
 } CodegenOptions;
 
 /* Writes dir/stage<stage>.c (atomically) for layout L of g and fills stage_json
@@ -91,10 +97,11 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
  * For the pipeline executor: adds "pipeline": {"boundary": [...]} to each stage's
  * "program" in `stages` (the plan.json array codegen_c_stages filled): every tensor
  * another stage produces or consumes, with its role (act_in, act_out, grad_in,
- * grad_out), name, tensor id, block, offset, bytes and peer stage (docs/plan-format.md).
+ * grad_out), name, tensor id, block, offset, bytes and peer stage (docs/plan-format.md),
+ * from the layout codegen_c_stages used (bf16: CodegenOptions.bf16's, bfloat16 bytes).
  * false with a message in err when a tensor crosses more than one stage boundary. */
 bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
-                             int nstages, int64_t b, cJSON *stages, char *err, size_t errlen);
+                             int nstages, int64_t b, bool bf16, cJSON *stages, char *err, size_t errlen);
 
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
  * A plan's GPU program is two NVRTC modules. kernels.cu, the kernel library, one per

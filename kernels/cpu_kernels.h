@@ -1,7 +1,8 @@
 /* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
  *
  * This folder owns the numerics of the CPU backend: the kernels of every primitive op
- * of ir/ops.def (and the optimizer steps), the counter-based RNG (philox.h) and the
+ * of ir/ops.def (and the optimizer steps, and the casts of bf16 plans' stored
+ * activations), the counter-based RNG (philox.h) and the
  * embedded copy of both that the code generator pastes into each stageN.c.
  *
  * Why one header of static functions: a generated stageN.c must compile on the
@@ -175,6 +176,33 @@ static inline double pk_exp_clamped_(double x) {
 /* Chunks of a deterministic sum (sumsq): fixed, so the order never depends on the
  * number of threads. */
 #define PK_SUM_CHUNKS 64
+
+/* bfloat16 storage of a --precision bf16 plan's stashed and sent activations (the
+ * program computes in float32 on a working copy: passes/layout.h, "bf16 storage").
+ * Float32 only (a bf16 plan has no float64 program). pk_bf16_store rounds to
+ * nearest even and keeps a NaN a quiet NaN, bit for bit the GPU's pkc_f32_to_bf16
+ * (kernels/cuda_helpers.cuh), so both backends store the same bits; pk_bf16_load
+ * widens exactly. */
+static inline uint16_t pk_f32_to_bf16_(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+PK_API void pk_bf16_store(uint16_t *y, const float *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) y[i] = pk_f32_to_bf16_(x[i]);
+}
+
+PK_API void pk_bf16_load(float *y, const uint16_t *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    memcpy(&y[i], &u, sizeof u);
+  }
+}
 
 #endif /* PD2BW_CPU_KERNELS_COMMON */
 

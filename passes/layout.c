@@ -6,20 +6,18 @@
  * itself, then — walking back through the adds that sum contributions — every
  * contribution whose only consumer is such an add and whose producer can add into
  * its output (a layernorm backward's two parameter gradients then get one flag,
- * layernorm_one_accumulate_flag). (3) Assign offsets: PARAMS/GRADS/INPUTS/STASH/
- * BOUNDARY sequentially, WORK by a linear scan over the stage's op order with a first-fit free list: an
- * op's outputs (and its kernel scratch) are allocated before its dead inputs are
- * released, so no kernel ever sees an output overlapping an input it reads, except
- * the one in-place case the kernels allow (cross-entropy backward writes dlogits over
- * the logits when that is their last use: the largest activation of a GPT).
+ * layernorm_one_accumulate_flag). In a bf16 layout, mark what STASH and BOUNDARY
+ * store as bfloat16 (layout_work.c). (3) Assign offsets: PARAMS/GRADS/INPUTS/STASH/
+ * BOUNDARY sequentially, WORK by a linear scan over the stage's op order
+ * (layout_work.c), in which the one in-place case the kernels allow is decided here:
+ * cross-entropy backward writes dlogits over the logits when that is their last use
+ * (the largest activation of a GPT; with bf16 logits, over their float32 working place).
  */
-#include "passes/layout.h"
+#include "passes/layout_internal.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int64_t align_up(int64_t x) { return (x + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN; }
 
 int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b) {
   if (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_BWD) {
@@ -67,71 +65,8 @@ bool layout_has_op(const StageLayout *L, int o) {
   return op->region >= L->first_region && op->region <= L->last_region;
 }
 
-/* ---- WORK: first-fit allocation over a sorted list of live intervals ------------- */
-
-typedef struct Live {
-  int64_t off, size;
-  int owner; /* tensor id, or -1 - op id for scratch */
-} Live;
-
-typedef struct WorkAlloc {
-  Live *v;
-  int n, cap;
-  int64_t peak;
-} WorkAlloc;
-
-static int64_t work_alloc(WorkAlloc *w, int64_t size, int owner) {
-  size = align_up(size > 0 ? size : 1);
-  int64_t off = 0;
-  int at = 0;
-  for (; at < w->n; at++) {
-    if (w->v[at].off - off >= size) break;
-    off = w->v[at].off + w->v[at].size;
-  }
-  if (w->n == w->cap) {
-    w->cap = w->cap ? 2 * w->cap : 16;
-    w->v = pd_realloc(w->v, (size_t)w->cap * sizeof *w->v);
-  }
-  memmove(&w->v[at + 1], &w->v[at], (size_t)(w->n - at) * sizeof *w->v);
-  w->v[at] = (Live){off, size, owner};
-  w->n++;
-  if (off + size > w->peak) w->peak = off + size;
-  return off;
-}
-
-static void work_free(WorkAlloc *w, int owner) {
-  for (int i = 0; i < w->n; i++)
-    if (w->v[i].owner == owner) {
-      memmove(&w->v[i], &w->v[i + 1], (size_t)(w->n - i - 1) * sizeof *w->v);
-      w->n--;
-      return;
-    }
-  PD_CHECK(false, "(freeing a WORK interval that is not live: owner %d)", owner);
-}
-
 /* ---- the layout -------------------------------------------------------------------- */
 
-/* ---- the layout, over the tensors the stage touches -------------------------------
- * Everything below is indexed by a local slot (ix->slot[t]: the tensors the stage
- * touches, in ascending id order), so one stage costs O(its ops and tensors); the
- * whole-graph facts come from the LayoutIndex. Aliases are tensor ids, as in
- * StageLayout. */
-
-typedef struct StageLocal {
-  const LayoutIndex *ix;
-  int first, last;
-  int64_t b;
-  int *order, nfwd, nbwd;        /* the stage's forward op ids, then its backward ones */
-  int n, *tens;                  /* touched tensor ids, ascending; slot k is tens[k] */
-  TensorPlace *pl;               /* per slot */
-  int64_t *scratch_off, *scratch_bytes; /* per position in order */
-  int *params, nparams;          /* parameter indices held, in PARAMS order */
-  int64_t total[BUF_CLASS_COUNT];
-  int loss;
-} StageLocal;
-
-static int slot_of(const StageLocal *S, int t) { return S->ix->slot[t]; }
-static TensorPlace *place_of(const StageLocal *S, int t) { return &S->pl[S->ix->slot[t]]; }
 static bool in_stage(const StageLocal *S, int o) {
   int r = S->ix->g->ops[o].region;
   return r >= S->first && r <= S->last;
@@ -147,11 +82,6 @@ static void unfold(TensorPlace *p) {
   p->cls = BUF_WORK;
   p->accumulate = false;
   p->alias = -1;
-}
-
-static int alias_root(const StageLocal *S, int t) {
-  while (place_of(S, t)->alias >= 0) t = place_of(S, t)->alias;
-  return t;
 }
 
 /* layernorm_bwd writes dgamma and dbeta with one accumulate flag, reading both
@@ -371,8 +301,9 @@ static void dlogits_in_place(StageLocal *S, const int *last) {
     const Op *op = &g->ops[S->order[k]];
     if (op->kind != OP_CROSS_ENTROPY_BWD) continue;
     TensorPlace *pi = place_of(S, op->in[0]), *po = place_of(S, op->out[0]);
+    int64_t in_bytes = pi->bf16 ? 2 * pi->bytes : pi->bytes; /* bf16: on its float32 working place */
     if (last[slot_of(S, op->in[0])] == k && (pi->cls == BUF_WORK || pi->cls == BUF_STASH) &&
-        po->cls == BUF_WORK && pi->alias < 0 && pi->bytes == po->bytes)
+        po->cls == BUF_WORK && pi->alias < 0 && in_bytes == po->bytes)
       po->alias = op->in[0];
   }
 }
@@ -389,7 +320,7 @@ static void fixed_offsets(StageLocal *S, const int *gparam) {
   for (int i = 0; i < S->nparams; i++) {
     TensorPlace *pw = place_of(S, g->params[S->params[i]].tensor);
     pw->offset = S->total[BUF_PARAMS];
-    S->total[BUF_PARAMS] += align_up(pw->bytes);
+    S->total[BUF_PARAMS] += layout_align_up(pw->bytes);
   }
   S->total[BUF_GRADS] = S->total[BUF_PARAMS];
   for (int k = 0; k < n; k++) {
@@ -400,83 +331,11 @@ static void fixed_offsets(StageLocal *S, const int *gparam) {
       PD_CHECK(p >= 0, "(gradient tensor %d has no parameter)", t);
       int w = g->params[p].tensor;
       pl->offset = slot_of(S, w) >= 0 ? place_of(S, w)->offset : S->total[BUF_GRADS];
-      if (slot_of(S, w) < 0) S->total[BUF_GRADS] += align_up(pl->bytes);
+      if (slot_of(S, w) < 0) S->total[BUF_GRADS] += layout_align_up(pl->bytes);
     } else if (pl->cls == BUF_INPUTS || pl->cls == BUF_STASH || pl->cls == BUF_BOUNDARY) {
       pl->offset = S->total[pl->cls];
-      S->total[pl->cls] += align_up(pl->bytes);
+      S->total[pl->cls] += layout_align_up(pl->bytes);
     }
-  }
-}
-
-/* WORK by liveness: first fit in op order (work_alloc), scratch included. An alias
- * extends its root's interval to its own last use. */
-static void work_offsets(StageLocal *S, const int *last) {
-  const Graph *g = S->ix->g;
-  int n = S->n, norder = S->nfwd + S->nbwd;
-  int nz = n ? n : 1;
-  int *root = pd_malloc((size_t)nz * sizeof(int));
-  for (int k = 0; k < n; k++)
-    root[k] = S->pl[k].alias >= 0 && S->pl[k].cls == BUF_WORK ? slot_of(S, alias_root(S, S->tens[k])) : k;
-  int *end = pd_malloc((size_t)nz * sizeof(int));
-  for (int k = 0; k < n; k++) end[k] = -1;
-  for (int k = 0; k < norder; k++) {
-    const Op *op = &g->ops[S->order[k]];
-    for (int i = 0; i < op->nout; i++) {
-      int r = root[slot_of(S, op->out[i])];
-      if (end[r] < k) end[r] = k; /* a value nobody reads dies at birth */
-    }
-  }
-  for (int k = 0; k < n; k++)
-    if (last[k] > end[root[k]]) end[root[k]] = last[k];
-
-  S->scratch_off = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
-  S->scratch_bytes = pd_calloc((size_t)(norder ? norder : 1), sizeof(int64_t));
-  WorkAlloc w = {0};
-  for (int k = 0; k < norder; k++) {
-    int o = S->order[k];
-    const Op *op = &g->ops[o];
-    /* Sizes are float32 bytes; a float64 program doubles every offset and size. */
-    int64_t sc = layout_op_scratch_elems(g, op, S->b) * 4;
-    for (int i = 0; i < op->nout; i++) {
-      const TensorPlace *pl = place_of(S, op->out[i]);
-      if (pl->accumulate && pl->alias < 0 && !layout_accumulates_natively(op->kind))
-        sc = align_up(sc) + pl->bytes; /* compute into scratch, then add */
-    }
-    if (sc > 0) {
-      S->scratch_bytes[k] = sc;
-      S->scratch_off[k] = work_alloc(&w, sc, -1 - o);
-    }
-    for (int i = 0; i < op->nout; i++) {
-      int s = slot_of(S, op->out[i]);
-      if (S->pl[s].cls != BUF_WORK) continue;
-      if (root[s] != s) continue; /* placed with its root below */
-      S->pl[s].offset = work_alloc(&w, S->pl[s].bytes, op->out[i]);
-    }
-    if (sc > 0) work_free(&w, -1 - o);
-    /* Release every WORK root whose life ends here (inputs read last, dead outputs). */
-    for (int i = 0; i < op->nin + op->nout; i++) {
-      int r = root[slot_of(S, i < op->nin ? op->in[i] : op->out[i - op->nin])];
-      if (S->pl[r].cls != BUF_WORK || end[r] != k) continue;
-      end[r] = -2; /* released */
-      work_free(&w, S->tens[r]);
-    }
-  }
-  PD_CHECK(w.n == 0, "(%d WORK intervals still live after the stage's last op)", w.n);
-  S->total[BUF_WORK] = align_up(w.peak);
-  free(w.v);
-  free(root);
-  free(end);
-}
-
-/* Aliases take their target's place. */
-static void alias_places(StageLocal *S) {
-  int n = S->n;
-  for (int k = 0; k < n; k++) {
-    TensorPlace *pl = &S->pl[k];
-    if (pl->alias < 0) continue;
-    const TensorPlace *r = place_of(S, alias_root(S, S->tens[k]));
-    pl->cls = r->cls;
-    pl->offset = r->offset;
   }
 }
 
@@ -501,10 +360,11 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   int *gparam = pd_malloc((size_t)nz * sizeof(int));
   tied_contributions(S, gparam);
   fold_accumulation(S);
+  layout_mark_bf16(S);
   dlogits_in_place(S, last);
   fixed_offsets(S, gparam);
-  work_offsets(S, last);
-  alias_places(S);
+  layout_work_offsets(S, last);
+  layout_alias_places(S);
   free(gparam);
   free(read_bwd);
   free(last);
@@ -519,7 +379,12 @@ void layout_stage_totals(LayoutIndex *ix, int first_region, int last_region, int
 }
 
 StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b) {
+  return layout_stage_bf16(g, first_region, last_region, b, false);
+}
+
+StageLayout *layout_stage_bf16(const Graph *g, int first_region, int last_region, int64_t b, bool bf16) {
   LayoutIndex *ix = layout_index_create(g);
+  ix->bf16 = bf16;
   StageLocal S;
   layout_local(ix, first_region, last_region, b, &S);
   StageLayout *L = pd_calloc(1, sizeof *L);
@@ -527,6 +392,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   L->first_region = first_region;
   L->last_region = last_region;
   L->b = b;
+  L->bf16 = bf16;
   L->loss = S.loss;
   L->nfwd = S.nfwd, L->nbwd = S.nbwd;
   L->fwd_ops = pd_malloc((size_t)(S.nfwd ? S.nfwd : 1) * sizeof(int));
@@ -541,6 +407,7 @@ StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int
   L->place = pd_calloc((size_t)(nt ? nt : 1), sizeof *L->place);
   for (int t = 0; t < nt; t++) {
     L->place[t].alias = -1;
+    L->place[t].work[0] = L->place[t].work[1] = L->place[t].up[0] = L->place[t].up[1] = -1;
     L->place[t].bytes = layout_padded_numel(g, ix->ld, t, b) * (int64_t)dtype_size(g->tensors[t].dtype);
   }
   for (int k = 0; k < S.n; k++) L->place[S.tens[k]] = S.pl[k];
@@ -586,6 +453,7 @@ void layout_dump(const StageLayout *L, FILE *out) {
               (long long)pl->offset, (long long)pl->bytes, t, g->tensors[t].name,
               shape_str(&g->tensors[t].shape, sb, sizeof sb), pl->accumulate ? " +=" : "");
       if (pl->alias >= 0) fprintf(out, " (on t%d)", pl->alias);
+      if (pl->bf16) fprintf(out, " bf16, work fwd %lld bwd %lld", (long long)pl->work[0], (long long)pl->work[1]);
       fputc('\n', out);
     }
 }

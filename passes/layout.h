@@ -18,7 +18,10 @@
  *   WORK      one;                           transient values, offsets reused by a
  *                                            linear scan over op order (forward ops,
  *                                            then backward ops); also per-op kernel
- *                                            scratch (attention, layernorm stats)
+ *                                            scratch (attention, layernorm stats) and,
+ *                                            in bf16 layouts, the float32 working
+ *                                            places of what STASH and BOUNDARY store
+ *                                            as bfloat16 (below)
  *   INPUTS    one per in-flight microbatch;  data tensors (tokens, targets)
  *   BOUNDARY  one per in-flight microbatch;  the activation sent to the next stage
  *                                            and the gradient received from it or
@@ -36,6 +39,22 @@
  * stage that remote operand is folded onto the gradient (class GRADS, alias), so the
  * sum adds nothing for it. The pipeline's TIED_SYNC then adds the stages' gradients.
  * Nothing tied crosses the BOUNDARY block, and on one stage nothing changes.
+ *
+ * bf16 storage (layout_stage_bf16 with bf16, LayoutIndex.bf16; the layout of every
+ * program of a --precision bf16 plan, CPU and CUDA alike): every float32 tensor placed
+ * in STASH or BOUNDARY is stored as bfloat16 (2 bytes an element in its block,
+ * TensorPlace.bf16), except statistics (attention's lse, softmax's probabilities) and
+ * the loss. Ops never read or write the stored copy: each pass that computes on such
+ * a tensor has a float32 working place in WORK (TensorPlace.work), an interval of
+ * WORK's linear scan of its own: from the producer to the pass's last reader, or,
+ * when the pass does not produce it (received activations, the stashed activations
+ * in the backward, a received gradient), from its first reader in the pass
+ * (TensorPlace.up: the generated code casts it up, exactly, right before that op) to
+ * its last. The producer's pass casts the working place into the stored copy right
+ * after the producer, rounding to nearest even. So STASH and BOUNDARY halve (and with
+ * them every send between stages), and WORK grows by what is live of the working
+ * places; the arithmetic stays float32. Without bf16 nothing of this exists and the
+ * layout is the float32 one, byte for byte.
  */
 #ifndef PD2BW_PASSES_LAYOUT_H
 #define PD2BW_PASSES_LAYOUT_H
@@ -51,13 +70,22 @@ typedef struct TensorPlace {
   int64_t bytes;  /* numel(b) · dtype size (not rounded), or with padded rows
                      (StageLayout.ld) rows(b) · ld · dtype size */
   bool accumulate;/* the producer adds into the place instead of overwriting */
-  int alias;      /* tensor whose place this one reuses in place, or -1 */
+  int alias;      /* tensor whose place this one reuses in place, or -1 (an alias of a
+                     bf16 tensor is placed on its working place: cls WORK) */
+  bool bf16;      /* stored as bfloat16 (bf16 layouts: see above); bytes is then
+                     padded numel · 2, and the float32 working places 2 · bytes */
+  int64_t work[2];/* bf16: the WORK offset of its float32 working place in the forward
+                     [0] and backward [1] pass, -1 when the pass does not touch it */
+  int up[2];      /* bf16: the op before which pass p casts the stored copy up into
+                     work[p] (its first reader there), -1 when p produces it (a cast
+                     down right after the producer) or does not touch it */
 } TensorPlace;
 
 typedef struct StageLayout {
   const Graph *g;
   int first_region, last_region;
   int64_t b;
+  bool bf16;          /* laid out with bf16 storage (layout_stage_bf16) */
   int *fwd_ops, nfwd; /* op ids run by the stage's forward, in order */
   int *bwd_ops, nbwd; /* op ids run by its backward, in order */
   int *params, nparams; /* parameter indices held, in PARAMS order */
@@ -82,6 +110,9 @@ typedef struct StageLayout {
  * microbatch size b >= 1. Never fails on a verified graph (internal errors abort).
  * O(graph): its per-tensor and per-op arrays are the graph's size. */
 StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b);
+/* The same with bf16 storage when bf16 (the layout of a --precision bf16 plan's
+ * programs); layout_stage is bf16 false. */
+StageLayout *layout_stage_bf16(const Graph *g, int first_region, int last_region, int64_t b, bool bf16);
 
 /* What every stage's layout reads of the whole graph, computed once in O(graph)
  * (layout_index.c), so that layout_stage_totals costs O(the stage's ops and the
@@ -97,6 +128,8 @@ typedef struct LayoutIndex {
   int *nconsumers, *consumer;    /* per tensor: ops reading it (each once); the first */
   int *rmin, *rmax;              /* per tensor: lowest and highest region reading it */
   int *slot;                     /* per tensor: -1 between calls (a layout's scratch map) */
+  bool bf16;                     /* lay out with bf16 storage (false when created; the
+                                    caller sets it, as layout_stage_bf16 does) */
 } LayoutIndex;
 LayoutIndex *layout_index_create(const Graph *g);
 void layout_index_destroy(LayoutIndex *ix);
@@ -108,7 +141,12 @@ void layout_stage_totals(LayoutIndex *ix, int first_region, int last_region, int
                          int64_t total[BUF_CLASS_COUNT]);
 void layout_destroy(StageLayout *L);
 
-/* Stable text dump: block totals, then one line per placed tensor. */
+/* True when tensor t is one a bf16 layout stores as bfloat16 if STASH or BOUNDARY
+ * holds it: float32, not the loss, not statistics (attention's lse, softmax's output). */
+bool layout_bf16_storable(const Graph *g, int t);
+
+/* Stable text dump: block totals, then one line per placed tensor (a bf16 one with its
+ * working places' offsets, -1: none). */
 void layout_dump(const StageLayout *L, FILE *out);
 
 /* The parameter whose gradient tensor t is summed into through a chain of
@@ -194,10 +232,15 @@ int64_t layout_cuda_bf16_staging(int64_t ce_rows);
  * cross-entropy (rows) and, with bf16 GEMMs, its largest layout_cuda_gemm_staging
  * (GEMM or tensor-core attention; pass 0 without). */
 int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf16);
-/* The stage's cuda_scratch bytes from its forward and backward ops. */
+/* The stage's cuda_scratch bytes from its forward and backward ops. In a bf16 layout an
+ * operand stored as bfloat16 (TensorPlace.bf16) is not staged: the GEMM or the
+ * tensor-core attention reads its stored copy, the very bits a cast of its working
+ * place would make (the copy is the working place rounded, or the working place is
+ * the copy widened). */
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16);
 
 /* Every size and offset above is for float32 reals; a float64 program (the
- * gradient-check build) doubles them all, which keeps int32 tensors in bounds. */
+ * gradient-check build) doubles them all, which keeps int32 tensors in bounds (a bf16
+ * layout has no float64 program). */
 
 #endif

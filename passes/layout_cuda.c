@@ -137,6 +137,11 @@ int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf1
   return up(end, LAYOUT_ALIGN);
 }
 
+/* A bf16 layout's stored operand is read in place (its bf16 copy), never staged. */
+static int64_t unless_stored(const StageLayout *L, int t, int64_t elems) {
+  return L->bf16 && L->place[t].bf16 ? 0 : elems;
+}
+
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
   const Graph *g = L->g;
   int64_t rows = 0, staging = 0, a, bb;
@@ -147,11 +152,15 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
       int64_t r = layout_cuda_ce_rows(g, op, L->b);
       if (r > rows) rows = r;
     }
-    if (layout_cuda_gemm_operands(g, op, L->ld, L->b, &a, &bb) && layout_cuda_gemm_staging(a, bb) > staging)
-      staging = layout_cuda_gemm_staging(a, bb);
-    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb) &&
-        layout_cuda_gemm_staging(a, bb) > staging)
-      staging = layout_cuda_gemm_staging(a, bb);
+    if (layout_cuda_gemm_operands(g, op, L->ld, L->b, &a, &bb)) {
+      a = unless_stored(L, op->in[0], a), bb = unless_stored(L, op->in[1], bb);
+      if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
+    }
+    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb)) {
+      bool fwd = op->kind == OP_ATTENTION;
+      a = unless_stored(L, op->in[fwd ? 0 : 1], a), bb = fwd ? bb : unless_stored(L, op->in[0], bb);
+      if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
+    }
   }
   return layout_cuda_scratch_size(rows, staging, bf16);
 }

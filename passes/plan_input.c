@@ -43,14 +43,24 @@ void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
 
 /* The op's cuda_scratch needs as exact linear functions of b: layout.h's counts at
  * b = 1 and b = 2 (element counts are linear in b: numel(b) = b·numel(1) for a batched
- * shape, constant otherwise). */
-static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, PlanSegment *s) {
+ * shape, constant otherwise). stored (bf16 plans, else NULL): per tensor, kept as
+ * bfloat16 in the stash whatever the partition (an activation a backward op reads),
+ * so read in place, not staged (layout_cuda_scratch_bytes; a tensor stored only
+ * because it crosses the chosen partition's boundary is counted staged here). */
+static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, const bool *stored,
+                           PlanSegment *s) {
   int64_t a1, b1, a2, b2;
-  if (layout_cuda_gemm_operands(g, op, ld, 1, &a1, &b1)) {
+  int ia = 0, ib = 1; /* the operands' input indices */
+  bool gemm = layout_cuda_gemm_operands(g, op, ld, 1, &a1, &b1);
+  if (gemm) {
     layout_cuda_gemm_operands(g, op, ld, 2, &a2, &b2);
-    plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (layout_cuda_attention_operands(g, op, flash_hs, 1, &a1, &b1)) { /* staged like a GEMM's */
     layout_cuda_attention_operands(g, op, flash_hs, 2, &a2, &b2);
+    gemm = true, ia = op->kind == OP_ATTENTION ? 0 : 1, ib = op->kind == OP_ATTENTION ? -1 : 0;
+  }
+  if (gemm) {
+    if (stored && stored[op->in[ia]]) a1 = a2 = 0;
+    if (stored && ib >= 0 && stored[op->in[ib]]) b1 = b2 = 0;
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {
     a2 = layout_cuda_ce_rows(g, op, 2);
@@ -115,7 +125,9 @@ static double tensor_bytes(const Graph *g, const int64_t *ld, int t) {
   return (double)layout_padded_numel(g, ld, t, 1) * (double)dtype_size(g->tensors[t].dtype);
 }
 
-bool plan_input_from_graph(const Graph *g, PlanInput *out) {
+bool plan_input_from_graph(const Graph *g, PlanInput *out) { return plan_input_from_graph_bf16(g, false, out); }
+
+bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
   plan_input_init(out, g->name);
   if (g->nregions == 0 || g->nops == 0) return false;
   int R = g->nregions;
@@ -131,6 +143,12 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
    * it; whether a backward op reads it. */
   int *last_use = pd_malloc((size_t)g->ntensors * sizeof(int));
   bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
+  bool *stored = bf16 ? pd_calloc((size_t)g->ntensors, sizeof(bool)) : NULL;
+  for (int i = 0; stored && i < g->nops; i++)
+    for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op >= 0; j++) {
+      int t = g->ops[i].in[j];
+      stored[t] = g->tensors[t].kind == TK_ACT && layout_bf16_storable(g, t);
+    }
   for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
   int flash_hs = layout_cuda_flash_head_size(g);
   int64_t *ld = layout_row_strides(g);
@@ -138,7 +156,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     const Op *op = &g->ops[i];
     PD_CHECK(op->region >= 0 && op->region < R, "op %d region %d", i, op->region);
     PlanSegment *s = &out->segs[op->region];
-    add_cuda_terms(g, op, ld, flash_hs, s);
+    add_cuda_terms(g, op, ld, flash_hs, stored, s);
     add_op_term(g, op, ld, s);
     OpCost c = op_info[op->kind].cost ? op_info[op->kind].cost(g, op, 1) : (OpCost){0, 0};
     if (op->fwd_op >= 0) {
@@ -163,15 +181,16 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     if (T->kind != TK_ACT || T->producer < 0) continue;
     const Op *p = &g->ops[T->producer];
     if (p->fwd_op >= 0) continue;
-    double bytes = tensor_bytes(g, ld, t);
+    /* what the stash and the boundary hold of it: bf16 layouts store it in 2 bytes */
+    double bytes = tensor_bytes(g, ld, t) / (bf16 && layout_bf16_storable(g, t) ? 2 : 1);
     /* Stash: read by the backward; without a backward yet, every activation. */
     if (!has_bwd || bwd_reads[t]) out->segs[p->region].stash_bytes += bytes;
     if (p->region < last_use[t]) { /* crosses every boundary in between */
       crossing[p->region] += bytes;
       crossing[last_use[t]] -= bytes;
     }
-    if (bytes > out->segs[p->region].workspace_bytes)
-      out->segs[p->region].workspace_bytes = bytes;
+    if (tensor_bytes(g, ld, t) > out->segs[p->region].workspace_bytes) /* computed on in float32 */
+      out->segs[p->region].workspace_bytes = tensor_bytes(g, ld, t);
   }
   double run = 0;
   for (int r = 0; r < R; r++) {
@@ -186,6 +205,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
     }
   else {
     LayoutIndex *ix = layout_index_create(g);
+    ix->bf16 = bf16;
     for (int r = 0; r < R; r++) layout_segment(ix, r, &out->segs[r]);
     layout_index_destroy(ix);
   }
@@ -223,6 +243,7 @@ bool plan_input_from_graph(const Graph *g, PlanInput *out) {
   free(reader);
   free(last_use);
   free(bwd_reads);
+  free(stored);
   free(ld);
   return true;
 }

@@ -146,6 +146,11 @@ int plan_input_add_tied(PlanInput *in, const char *name, int64_t count, const in
 /* Segments = g->regions; costs from the op table (b = 1). Returns false (after a
  * diagnostic-free failure: an empty graph or no regions) when nothing can be planned. */
 bool plan_input_from_graph(const Graph *g, PlanInput *out);
+/* The same for the programs of a --precision bf16 plan when bf16 (passes/layout.h,
+ * "bf16 storage"): the segments' stash and workspace from the bf16 layout, and the
+ * activations crossing a boundary (out_bytes: what every transfer cost charges) at
+ * 2 bytes an element; plan_input_from_graph is bf16 false. */
+bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out);
 
 /* Replaces analytic compute times by measured ones (docs/plan-format.md, "profile").
  * Reports bad files on d and returns false. */

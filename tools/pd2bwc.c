@@ -51,7 +51,7 @@ static const char usage[] =
     "                            the default), fp32, or bf16 (bfloat16 operands cast from the\n"
     "                            float32 master weights, float32 accumulation); the planner\n"
     "                            charges the cluster's peak for it (tflops_tf32/_fp32/_bf16)\n"
-    "                            and counts bf16's operand staging in each stage's memory\n"
+    "                            and counts bf16's staging; bf16 stashes and sends activations as bfloat16\n"
     "  --gemm-epilogues on|off   the CUDA programs' bias, GELU and bias gradients as cuBLASLt\n"
     "                            GEMM epilogues (default off: not yet measured on a GPU;\n"
     "                            docs/gpu.md)\n"
@@ -295,8 +295,8 @@ static int apply_layouts(const Graph *g, Plan *plan) {
   int n = plan->cfg.stages;
   PlanStageBlocks *blocks = pd_calloc((size_t)n, sizeof *blocks);
   for (int i = 0; i < n; i++) {
-    StageLayout *L = layout_stage(g, plan->stages[i].first_seg, plan->stages[i].last_seg - 1,
-                                  plan->cfg.microbatch_size);
+    StageLayout *L = layout_stage_bf16(g, plan->stages[i].first_seg, plan->stages[i].last_seg - 1,
+                                       plan->cfg.microbatch_size, plan->in.cuda && plan->in.precision == PPR_BF16);
     PlanStageBlocks *B = &blocks[i];
     B->params = (uint64_t)L->total[BUF_PARAMS];
     B->grads = (uint64_t)L->total[BUF_GRADS];
@@ -423,7 +423,8 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   }
   cJSON *stages = cJSON_GetObjectItem(root, "stages");
   if (!stages) stages = cJSON_AddArrayToObject(root, "stages");
-  CodegenOptions co = {.f64 = false, .fuse = true};
+  /* bf16 plans store activations as bfloat16 on both backends (passes/layout.h) */
+  CodegenOptions co = {.f64 = false, .fuse = true, .bf16 = want_cuda && precision == PPR_BF16};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
     CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision), .gemm_epilogues = epilogues};
@@ -433,7 +434,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
    * and the same model as one stage over the whole global batch, the sequential
    * reference that `pd2bwrun --reference` checks a run against. */
   char perr[512];
-  if (ok && !codegen_boundary_stages(g, first, last, n, plan->cfg.microbatch_size, stages, perr, sizeof perr)) {
+  if (ok && !codegen_boundary_stages(g, first, last, n, plan->cfg.microbatch_size, co.bf16, stages, perr, sizeof perr)) {
     diag_error(d, (Loc){0}, "cannot run this partition as a pipeline: %s", perr); /* not the temporary dir */
     ok = false;
   }
@@ -539,7 +540,7 @@ int main(int argc, char **argv) {
   if (!passes_run(g, &d, &popt)) goto done;
 
   have_input = true; /* plan_input_from_graph initialises pin */
-  if (!plan_input_from_graph(g, &pin)) {
+  if (!plan_input_from_graph_bf16(g, o.backend_cuda && o.precision == PPR_BF16, &pin)) {
     diag_error(&d, (Loc){o.model, 0, 0}, "cannot derive planner input from the model");
     goto done;
   }

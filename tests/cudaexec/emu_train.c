@@ -246,6 +246,26 @@ cJSON *emu_read_json(const char *path) {
   return j;
 }
 
+int emu_list_store_casts(const char *dir, int stage) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/stage%d.launch.json", dir, stage);
+  cJSON *l = emu_read_json(path);
+  int n = 0;
+  const char *pass[2] = {"forward", "backward"};
+  for (int q = 0; l && q < 2; q++) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, pass[q])) {
+      const cJSON *k = cJSON_GetObjectItemCaseSensitive(e, "kernel");
+      if (!cJSON_IsString(k) || strcmp(k->valuestring, "pkc_cast_f32_to_bf16") != 0) continue;
+      const cJSON *dst = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "args"), 0);
+      const cJSON *buf = cJSON_GetObjectItemCaseSensitive(dst, "buf");
+      n += cJSON_IsString(buf) && (strcmp(buf->valuestring, "stash") == 0 || strcmp(buf->valuestring, "boundary") == 0);
+    }
+  }
+  cJSON_Delete(l);
+  return n;
+}
+
 bool emu_list_casts(const char *dir, int stage, int *casts, int *weight_casts, int *w16_operands) {
   char path[300];
   snprintf(path, sizeof path, "%s/stage%d.launch.json", dir, stage);

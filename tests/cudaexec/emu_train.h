@@ -71,6 +71,9 @@ cJSON *emu_read_json(const char *path);
  * (forward and backward), those of them that read the params block (a weight), and
  * the GEMM operands read from params_bf16 (the bf16 weight copy). false: no list. */
 bool emu_list_casts(const char *dir, int stage, int *casts, int *weight_casts, int *w16_operands);
+/* Of those casts, the ones into a stash slot or the boundary block (a bf16 plan's
+ * stored activations, passes/layout.h), not into cuda_scratch's GEMM staging. */
+int emu_list_store_casts(const char *dir, int stage);
 
 /* Largest relative difference of the microbatch losses from step from_step on. */
 double emu_losses_diff(const EmuRun *a, const EmuRun *b, int from_step);

@@ -28,7 +28,21 @@
  * And (sgd) 1f1b with SGD: no AdamW; the copy is one cast of the version written per
  * stage replica and step, and the run stays within the bound of the reference.
  *
- *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]   (in the source tree)
+ * And (memory) the bf16 activations' sizes, computed here from the model's shapes,
+ * not by the layout: with b = 2, T = 8, C = 16 every tensor sent between the stages
+ * (act_out/act_in h.0.x, grad_in/grad_out dh.0.x) is b·T·C·2 = 512 bytes in the bf16
+ * plan (1024 in its fp32 twin); a stage's stash slot is its fp32 twin's with every
+ * stashed float tensor halved but attention's lse (fp32 statistics, b·heads·T·4 = 128
+ * bytes, one attention per h.* segment): (stash32 + n·128) / 2, all sizes being
+ * multiples of 128 bytes here; and the arena the emulated runtime allocates for each
+ * stage is plan.json's memory.total_bytes (256-aligned), the launch lists' blocks the
+ * C programs' (checked at load).
+ *
+ * And (recompute) 1f1b with --recompute on: the backward re-runs the forward from the
+ * stashed bf16 input (its working place cast up again), within BF16_TOL of the CPU
+ * reference.
+ *
+ *   test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory|recompute]   (in the source tree)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -173,14 +187,98 @@ static void test_resume(void) {
   pipe_plan_free(p);
 }
 
+/* program.blocks[name] of stage s of plan dir's plan.json; -1 when missing. */
+static double plan_stage_num(const char *name, int s, const char *obj, const char *key) {
+  char dir[256], path[300];
+  emu_path(dir, sizeof dir, name);
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  cJSON *plan = emu_read_json(path);
+  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), s);
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(st, obj);
+  if (strcmp(obj, "program") == 0) o = cJSON_GetObjectItemCaseSensitive(o, "blocks");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  double r = cJSON_IsNumber(v) ? v->valuedouble : -1;
+  cJSON_Delete(plan);
+  return r;
+}
+
+static void test_memory(void) {
+  const char *args = "-D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw --recompute off";
+  char a16[256], a32[256];
+  snprintf(a16, sizeof a16, "--precision bf16 %s", args);
+  snprintf(a32, sizeof a32, "--precision fp32 %s", args);
+  EXPECT(emu_pipe_make_plan("m16", a16) && emu_pipe_make_plan("m32", a32));
+  const int64_t act = 2 * 8 * 16, lse = 2 * 2 * 8 * 4; /* b·T·C elements; b·heads·T floats */
+  char dir[256], data[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, "m16");
+  emu_path(data, sizeof data, "train.bin");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  EXPECT(p != NULL);
+  if (!p) return;
+  for (int s = 0; s < p->d; s++) {
+    const PipeStage *st = &p->st[s];
+    EXPECT(st->nbnd > 0);
+    for (int k = 0; k < st->nbnd; k++) {
+      printf("  stage %d boundary entry %d (role %d): %lld bytes (want %lld)\n", s, k, (int)st->bnd[k].role,
+             (long long)st->bnd[k].bytes, (long long)(2 * act));
+      EXPECT_EQ_INT(st->bnd[k].bytes, 2 * act);
+    }
+    double s16 = plan_stage_num("m16", s, "program", "stash"), s32 = plan_stage_num("m32", s, "program", "stash");
+    printf("  stage %d stash slot %.0f bytes, fp32 twin %.0f: want (%.0f + %lld) / 2\n", s, s16, s32, s32, (long long)lse);
+    EXPECT(s32 > 0);
+    EXPECT_EQ_INT((int64_t)s16, ((int64_t)s32 + lse) / 2);
+  }
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome r = {0};
+  int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  for (int s = 0; !rc && s < p->d; s++) {
+    uint64_t planned = (uint64_t)plan_stage_num("m16", s, "memory", "total_bytes");
+    printf("  stage %d arena %llu bytes, plan.json memory.total_bytes %llu\n", s, (unsigned long long)r.arena_bytes[s],
+           (unsigned long long)planned);
+    EXPECT_EQ_INT(r.arena_bytes[s], (planned + 255) / 256 * 256);
+  }
+  if (!rc) pipe_outcome_free(&r);
+  pipe_plan_free(p);
+}
+
+static void test_recompute(void) {
+  EXPECT(emu_pipe_make_plan("prc", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
+                                   "--schedule 1f1b --recompute on"));
+  char dir[256], data[256], err[RT_ERR_LEN] = "";
+  emu_path(dir, sizeof dir, "prc");
+  emu_path(data, sizeof data, "train.bin");
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  EXPECT(p != NULL && p->recompute);
+  if (!p) return;
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  PipeOutcome r = {0};
+  int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "  %s\n", err);
+  EXPECT(rc == 0);
+  if (!rc) {
+    PipeOptions po = {.data_path = data, .steps = STEPS};
+    bool match = pipeline_check_reference(p, &po, &r, BF16_TOL, stdout, err, sizeof err);
+    if (!match) fprintf(stderr, "  %s\n", err);
+    EXPECT(match);
+    pipe_outcome_free(&r);
+  }
+  pipe_plan_free(p);
+}
+
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_cudapipe_bf16 PD2BWC [2bw|1f1b|resume|sgd|memory|recompute]", tmp);
   if (!part) return 2;
   EXPECT(emu_pipe_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
   if (emu_test_part(part, "resume")) RUN(test_resume);
   if (emu_test_part(part, "sgd")) RUN(test_sgd);
+  if (emu_test_part(part, "memory")) RUN(test_memory);
+  if (emu_test_part(part, "recompute")) RUN(test_recompute);
   emu_test_end();
   return TEST_REPORT();
 }
