@@ -70,17 +70,11 @@ static const char usage[] =
     "  -h, --help          this text\n";
 
 typedef struct Args {
-  const char *plan, *data, *val, *save, *resume, *init, *log_json;
-  const char *transport, *trace, *profile_out;
+  PipeOptions o; /* every backend's and mode's options (runtime/pipeline/pipeline.h) */
+  const char *plan, *transport;
   const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda/exec/cuda_exec.h */
-  int device;
-  double timeout, ref_tol;
-  bool reference, pipeline_flags;
-  int64_t steps, eval_every, eval_batches;
-  uint64_t seed;
-  bool seed_set, steps_set, quiet, shuffle;
+  bool pipeline_flags, steps_set;
   int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
-  int threads;
 } Args;
 
 static int fail(const char *msg) {
@@ -100,8 +94,8 @@ static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, Args *a) {
   memset(a, 0, sizeof *a);
-  a->eval_batches = 8;
-  a->ref_tol = 1e-5;
+  a->o.eval_batches = 8;
+  a->o.ref_tol = 1e-5;
   enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE,
          O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_BACKEND, O_DEVICE, O_GRAPHS };
   static const struct option opts[] = {
@@ -124,39 +118,39 @@ static int parse_args(int argc, char **argv, Args *a) {
   while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
     int64_t v;
     switch (c) {
-    case O_DATA: a->data = optarg; break;
-    case O_VAL: a->val = optarg; break;
-    case O_SAVE: a->save = optarg; break;
-    case O_RESUME: a->resume = optarg; break;
-    case O_INIT: a->init = optarg; break;
-    case O_LOG: a->log_json = optarg; break;
+    case O_DATA: a->o.data_path = optarg; break;
+    case O_VAL: a->o.val_path = optarg; break;
+    case O_SAVE: a->o.save_path = optarg; break;
+    case O_RESUME: a->o.resume_path = optarg; break;
+    case O_INIT: a->o.init_path = optarg; break;
+    case O_LOG: a->o.log_json = optarg; break;
     case O_STEPS:
       /* 0: nothing trained; with --save, the initial (or --init) weights are written */
-      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->steps)) goto bad_number;
+      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->o.steps)) goto bad_number;
       a->steps_set = true;
       break;
     case O_EVAL:
-      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->eval_every)) goto bad_number;
+      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->o.eval_every)) goto bad_number;
       break;
     case O_EVALB:
-      if (!parse_int(optarg, 1, 1 << 30, &a->eval_batches)) goto bad_number;
+      if (!parse_int(optarg, 1, 1 << 30, &a->o.eval_batches)) goto bad_number;
       break;
     case O_THREADS:
       if (!parse_int(optarg, 1, 4096, &v)) goto bad_number;
-      a->threads = (int)v;
+      a->o.threads = (int)v;
       break;
     case O_SEED: {
       char *end;
       errno = 0;
-      a->seed = strtoull(optarg, &end, 10);
+      a->o.seed = strtoull(optarg, &end, 10);
       if (errno || end == optarg || *end || optarg[0] == '-') goto bad_number;
-      a->seed_set = true;
+      a->o.seed_set = true;
       break;
     }
     case O_TRANSPORT: a->transport = optarg, a->pipeline_flags = true; break;
-    case O_TRACE: a->trace = optarg, a->pipeline_flags = true; break;
-    case O_PROFILE_OUT: a->profile_out = optarg, a->pipeline_flags = true; break;
-    case O_REFERENCE: a->reference = a->pipeline_flags = true; break;
+    case O_TRACE: a->o.trace_path = optarg, a->pipeline_flags = true; break;
+    case O_PROFILE_OUT: a->o.profile_out = optarg, a->pipeline_flags = true; break;
+    case O_REFERENCE: a->o.reference = a->pipeline_flags = true; break;
     case O_TIMEOUT:
     case O_REF_TOL: {
       char *end;
@@ -167,12 +161,12 @@ static int parse_args(int argc, char **argv, Args *a) {
                  optarg);
         return fail(msg);
       }
-      if (c == O_TIMEOUT) a->timeout = x, a->pipeline_flags = true;
-      else a->ref_tol = x;
+      if (c == O_TIMEOUT) a->o.timeout_s = x, a->pipeline_flags = true;
+      else a->o.ref_tol = x;
       break;
     }
-    case 'q': a->quiet = true; break;
-    case O_SHUFFLE: a->shuffle = true; break;
+    case 'q': a->o.quiet = true; break;
+    case O_SHUFFLE: a->o.shuffle = true; break;
     case O_BACKEND:
       if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
         snprintf(msg, sizeof msg, "--backend takes cpu or cuda, got '%s'", optarg);
@@ -182,7 +176,7 @@ static int parse_args(int argc, char **argv, Args *a) {
       break;
     case O_DEVICE:
       if (!parse_int(optarg, 0, 1023, &v)) goto bad_number;
-      a->device = (int)v;
+      a->o.device = (int)v;
       break;
     case O_GRAPHS:
       if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
@@ -190,6 +184,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         return fail(msg);
       }
       a->graphs = strcmp(optarg, "on") == 0 ? 1 : -1;
+      a->o.graphs_off = a->graphs < 0;
       break;
     case 'h': fputs(usage, stdout); return 0;
     default:
@@ -203,7 +198,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   }
   if (optind != argc - 1) return fail(optind >= argc ? "no plan directory given (see pd2bwrun --help)" : "one plan directory only (see pd2bwrun --help)");
   a->plan = argv[optind];
-  if (!a->data) return fail("--data FILE is required");
+  if (!a->o.data_path) return fail("--data FILE is required");
   if (!a->steps_set) return fail("--steps N is required");
   return -1;
 }
@@ -213,45 +208,26 @@ static const char reference_init_msg[] =
     "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
     "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
 
-/* The options of every CPU mode (runtime/pipeline/pipeline.h). */
-static PipeOptions pipe_options(const Args *a) {
-  return (PipeOptions){.data_path = a->data, .steps = a->steps, .timeout_s = a->timeout, .trace_path = a->trace,
-                       .profile_out = a->profile_out, .save_path = a->save, .resume_path = a->resume,
-                       .log_json = a->log_json, .quiet = a->quiet, .seed = a->seed, .seed_set = a->seed_set,
-                       .threads = a->threads, .shuffle = a->shuffle, .val_path = a->val, .eval_every = a->eval_every,
-                       .eval_batches = a->eval_batches, .init_path = a->init};
-}
-
 int main(int argc, char **argv) {
   Args a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
-  pd_blas_set_quiet(a.quiet);
+  pd_blas_set_quiet(a.o.quiet);
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
-    /* --reference is the one pipeline flag single-GPU pipeline mode takes (runtime/cuda/pipe/cuda_pipe.h) */
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
-    bool nccl = a.transport && strcmp(a.transport, "nccl") == 0;
+    a.o.nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
-    if ((a.transport && !nccl) || a.timeout > 0)
+    if ((a.transport && !a.o.nccl) || a.o.timeout_s > 0)
       return fail("--backend cuda supports every option but --timeout, and of the transports only "
                   "--transport nccl");
     /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_threads.c); nccl refuses it itself */
-    if (a.trace && !nccl && pipe_plan_ranks(a.plan) <= 1)
+    if (a.o.trace_path && !a.o.nccl && pipe_plan_ranks(a.plan) <= 1)
       return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
-    if (a.reference && a.init) return fail(reference_init_msg);
-    CudaExecOptions co = {.data_path = a.data, .steps = a.steps, .log_json = a.log_json, .quiet = a.quiet,
-                          .shuffle = a.shuffle, .device = a.device, .seed = a.seed, .seed_set = a.seed_set,
-                          .reference = a.reference, .ref_tol = a.ref_tol, .nccl = nccl, .save_path = a.save,
-                          .resume_path = a.resume, .init_path = a.init, .val_path = a.val,
-                          .eval_every = a.eval_every, .eval_batches = a.eval_batches,
-                          .graphs_off = a.graphs < 0, .trace_path = a.trace, .profile_out = a.profile_out};
-    return cuda_exec_main("pd2bwrun", a.plan, &co);
+    if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
+    return cuda_exec_main("pd2bwrun", a.plan, &a.o);
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
-  PipeOptions o = pipe_options(&a);
-  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) {
-    if (a.reference && a.init) return fail(reference_init_msg);
-    return pipeline_main(a.plan, &o, a.transport, a.reference, a.ref_tol, &argc, &argv);
-  }
-  return exec_one_main(a.plan, &o);
+  if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */
+  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return pipeline_main(a.plan, &a.o, a.transport, &argc, &argv);
+  return exec_one_main(a.plan, &a.o);
 }

@@ -183,8 +183,8 @@ const RtStage *trainer_stage(const Trainer *t);
  * device's only (TrainerOptions.device NULL; with a device: trainer_read_params, and
  * trainer_grads is NULL). */
 float *trainer_params(Trainer *t);
-/* The one-stage step loop of every device (pd2bwrun's CPU path, exec_one_main.c, and
- * --backend cuda's, cuda_exec_main.c): steps trainer_step_index(t) .. steps - 1 of dl,
+/* The one-stage step loop of every device (pd2bwrun's one-stage driver, exec_one_main.c,
+ * on the CPU or --backend cuda's GPU): steps trainer_step_index(t) .. steps - 1 of dl,
  * each step's line into log (tokens: a step's), the validation loss (vl's first
  * val_batches batches; vl NULL: none) after every eval_every-th step and the last.
  * false with *error the message of a per-step check or of the log. */

@@ -101,7 +101,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
   t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL, .caller_batches = true,
-                       .seed = o ? o->seed : 0, .seed_set = o && o->seed_set, .device = o ? o->device : NULL};
+                       .seed = o ? o->seed : 0, .seed_set = o && o->seed_set, .exec_device = o ? o->device : NULL};
   t->world = transport_local_create_world(1, 0);
   t->R = pipe_rank_create(&t->pp, &t->o, transport_local_rank(t->world, 0), 0, err, errlen);
   if (!t->R) {
@@ -110,7 +110,7 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
   }
   t->R->fault_step = -1; /* PD2BW_FAULT_INJECT is for the pipelined runs' ranks */
   /* trainer_grads' copy: the CPU device's (a GPU's would be a host wait per step) */
-  if (!t->o.device) t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
+  if (!t->o.exec_device) t->R->grads_out = pd_calloc(1, (size_t)(st->blocks[BUF_GRADS] ? st->blocks[BUF_GRADS] : 1));
   return t;
 }
 

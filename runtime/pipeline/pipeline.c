@@ -268,11 +268,11 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
     }
   if (!setup_tied(R, err, errlen)) goto fail;
   R->dev = o->rank_device ? o->rank_device(o->rank_ctx, R->rank, R->stage, err, errlen)
-          : o->device    ? o->device
-                         : exec_cpu_device(R->st, err, errlen);
+          : o->exec_device ? o->exec_device
+                           : exec_cpu_device(R->st, err, errlen);
   if (!R->dev || !(R->link = o->rank_link ? o->rank_link(o->rank_ctx, t, R->dev, err, errlen) : exec_transport_link(t)))
     goto fail;
-  if (o->profile_out && !o->device && !o->rank_device) { /* each segment's time, the first step's passes left out unless it is the only one */
+  if (o->profile_out && !o->exec_device && !o->rank_device) { /* each segment's time, the first step's passes left out unless it is the only one */
     seg_times_init(&R->segt, exec_cpu_program(R->dev)->nsegs, R->steps - R->first > 1 ? (R->first + 1) * R->mref : 0);
     exec_cpu_profile(R->dev, &R->segt);
   }
@@ -353,7 +353,7 @@ void pipe_rank_destroy(PipeRank *R) {
   if (R->df) data_close(R->df);
   exec_link_destroy(R->link); /* before the device: a GPU's link uses its streams */
   if (R->arena) R->dev->ops->arena_free(R->dev, R->arena);
-  if (R->dev != R->o->device) exec_device_destroy(R->dev);
+  if (R->dev != R->o->exec_device) exec_device_destroy(R->dev);
   free(R->loss);
   free(R->ev);
   free(R->reqs);

@@ -6,7 +6,11 @@
  *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs,
  *                     and the console's rates per step
  *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
- *                     --init, validation, the end-of-run report
+ *                     --init, validation, what rank 0 gathers
+ *   pipeline_drive.c  a rank's driver loop: stretches of batches, evaluations, step lines
+ *   pipeline_weights.c a rank's weight versions set from host memory (--init, --resume)
+ *   pipeline_main.c   pd2bwrun's one pipeline driver for every backend and transport:
+ *                     the plan, the seed rule, the run, rank 0's report, --reference
  *   pipeline_trace.c  what the ranks did, measured: the Chrome trace (--trace), the
  *                     measured figures, the profile
  *   pipeline_eval.c/h the validation loss through the pipeline
@@ -161,19 +165,29 @@ typedef struct PipeOptions {
   int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
   int64_t eval_batches;    /* reference batches (B = b·w·m samples) per evaluation; <= 0: 8 */
   const char *init_path;   /* initial weights (pd2bw, Hugging Face or llm.c GPT-2), or NULL */
-  struct ExecDevice *device; /* one rank (the one-stage trainer): its device, not owned;
-                                NULL: the CPU's (runtime/exec/exec.h) */
+  struct ExecDevice *exec_device; /* one rank (the one-stage trainer): its device, not
+                                     owned; NULL: the CPU's (runtime/exec/exec.h) */
   /* Per-rank factories (a pipeline of several ranks on a GPU: runtime/cuda/): rank
    * `rank`'s device, made in the rank's own thread before its arena, and its link over
    * t and that device (the link may use the device's streams); each owned by the rank
    * (the link destroyed before the device). NULL with a message in err. Either NULL:
-   * the CPU device (or `device`) and exec_transport_link(t). ctx is rank_ctx. */
+   * the CPU device (or `exec_device`) and exec_transport_link(t). ctx is rank_ctx. */
   struct ExecDevice *(*rank_device)(void *ctx, int rank, int stage, char *err, size_t errlen);
   struct ExecLink *(*rank_link)(void *ctx, Transport *t, struct ExecDevice *dev, char *err, size_t errlen);
   void *rank_ctx;
   bool one_device; /* every rank on one device (single-GPU pipeline mode): the console's
                       peak rate is that device's, and --trace writes one process with a
                       thread per rank (pipe_trace_write_gpu), not a process each */
+  /* pd2bwrun's flags that the drivers (pipeline_main, exec_one_main) act on */
+  bool reference;          /* afterwards, train PLAN_DIR/reference sequentially and compare */
+  double ref_tol;          /* --reference's relative bound (<= 0: 1e-5) */
+  /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CudaExecOptions is this struct) */
+  int device;              /* GPU ordinal (multi-GPU mode: rank 0's; the others' + local rank) */
+  int gemm;                /* CxGemmType: CX_GEMM_PLAN (0) as the launch lists say */
+  bool nccl;               /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h) */
+  bool graphs_off;         /* --cuda-graphs off: every pass launch by launch (zero: graphs on) */
+  bool bench_gemm;         /* pd2bw-cuda-train: cuBLAS on the model's MLP GEMM after training */
+  const char *kernel_profile; /* pd2bw-cuda-train --kernel-profile: the per-kernel table, or NULL */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */
@@ -197,6 +211,12 @@ typedef struct PipeOutcome {
 } PipeOutcome;
 
 void pipe_outcome_free(PipeOutcome *o);
+
+/* The seed rule of every mode (runtime.h rt_run_seed, docs/data.md "Seeds") on o:
+ * *out is o with seed_set and the run's seed (--seed, else the checkpoint's when
+ * resuming, else plan_seed) for the weights, dropout and the --shuffle order alike.
+ * false with a message naming the checkpoint. */
+bool pipe_options_seed(const PipeOptions *o, uint64_t plan_seed, PipeOptions *out, char *err, size_t errlen);
 
 /* Trains on local threads: one thread per rank. 0 on success, else 1 with the root
  * cause in err. */
@@ -235,12 +255,50 @@ void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutco
 
 /* pd2bwrun's one-stage path (runtime/exec/exec_one_main.c): the one-stage trainer on
  * plan_dir with o's data, steps, validation, checkpoints, seed and log (the pipeline
- * flags unused); the exit status, every failure reported on stderr. */
+ * flags unused), on the CPU; the exit status, every failure reported on stderr. */
 int exec_one_main(const char *plan_dir, const PipeOptions *o);
 
+/* A device of exec_one_main_on (runtime/cuda/exec/cuda_exec_main.c's GPU). where: the
+ * banner's words for it; device: the trainer's device for stage 0 of plan (the driver
+ * destroys it after the trainer), NULL with a message; ready (may be NULL): after
+ * --init and --resume, before the first step; finish: after the checkpoint, the
+ * summary lines and the backend's own outputs (--profile-out), false after its
+ * message (ctx's prog's "error:" line). */
+typedef struct OneBackend {
+  void *ctx;
+  const char *where;
+  struct ExecDevice *(*device)(void *ctx, const RtPlan *plan, const PipeOptions *o, char *err, size_t errlen);
+  void (*ready)(void *ctx, struct Trainer *t, const RtPlan *plan, const PipeOptions *o);
+  bool (*finish)(void *ctx, struct Trainer *t, const PipeOptions *o, const struct TrainLoop *L, double tokens);
+} OneBackend;
+
+/* exec_one_main with messages starting prog, on be's device (NULL: the CPU's). */
+int exec_one_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const OneBackend *be);
+
+/* A backend of pipeline_main_on (the CPU's when NULL): runtime/cuda/pipe/cuda_pipe_main.c's
+ * single- and multi-GPU modes. train runs the plan as pipeline_run_local (t NULL) or
+ * pipeline_run_rank (this rank of t) do, on its devices and links (its banner first);
+ * summary prints rank 0's summary lines, in the backend's words, before the common
+ * ones (validation loss, saved, trace, --reference). */
+typedef struct PipeBackend {
+  void *ctx;
+  int (*train)(void *ctx, const PipePlan *p, const PipeOptions *o, Transport *t, PipeOutcome *out, char *err,
+               size_t errlen);
+  void (*summary)(void *ctx, const PipePlan *p, const PipeOutcome *r, const PipeOptions *o);
+} PipeBackend;
+
+/* The one pipeline driver (pipeline_main.c): loads plan_dir, applies the seed rule,
+ * trains (be NULL: the CPU ranks, as threads, or this MPI rank of t), and on rank 0
+ * writes --log-json, prints the summary and checks --reference. Output paths are the
+ * caller's to check first. Messages start with prog; the exit status. With t, a
+ * failure before training aborts the other ranks (transport_abort); t stays the
+ * caller's. */
+int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const PipeBackend *be,
+                     Transport *t);
+
 /* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
- * every output path (runtime/io/io.h: output_paths_check) before loading the plan. */
-int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport,
-                  bool reference, double ref_tol, int *argc, char ***argv);
+ * every output path (runtime/io/io.h: output_paths_check) before loading the plan;
+ * o->reference: afterwards the check against the sequential reference. */
+int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport, int *argc, char ***argv);
 
 #endif

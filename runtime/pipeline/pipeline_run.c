@@ -1,5 +1,5 @@
 /* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
- * processes, checkpoints across partitions, --init, validation, the end-of-run report.
+ * processes, checkpoints across partitions, --init, validation, what rank 0 gathers.
  *
  * With --val-data a rank trains in stretches of batches (exec_run_batches, driven by
  * pipe_drive: pipeline_drive.c, the CUDA pipeline modes' loop too) that
@@ -15,9 +15,9 @@
  * st_write writes a temporary file and renames it), every rank reads it back itself.
  * Every rank's setup (reading its part of a checkpoint) and rank 0's outputs are
  * agreed on by all ranks (transport_agree): one failing rank ends them all with one
- * message and no abort (pipeline.h: Failures). */
+ * message and no abort (pipeline.h: Failures). What pd2bwrun prints and writes around
+ * a run (the report, the log, --reference) is pipeline_main.c's. */
 #include "runtime/pipeline/pipeline_eval.h"
-#include "runtime/report/plan_report.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -427,135 +427,4 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
   /* (after a failure all ranks agreed on, the others' err is empty: rank 0 says it) */
   if (rc) snprintf(err, errlen, "%s", c.err[0] ? c.err : transport_error(t));
   return rc ? 1 : 0;
-}
-
-/* ---- pd2bwrun's pipeline path ---------------------------------------------------------- */
-
-bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
-  AtomicFile af;
-  if (!atomic_open(&af, path, err, errlen)) return false;
-  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
-  for (int64_t b = 0; b < r->steps - r->first_step; b++) {
-    /* the one format of every mode (runtime/core/console.c); NAN: an executor that does
-     * not measure it writes null */
-    ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
-                                  rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,
-                                  r->step_ms ? r->step_ms[b] : NAN, tokens, flops, peak,
-                                  r->val_loss ? r->val_loss[b] : NAN);
-    char line[512];
-    int n = console_json_line(&cs, line, sizeof line);
-    PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
-    atomic_write(&af, line, (size_t)n);
-  }
-  return atomic_commit(&af, err, errlen);
-}
-
-/* false (the message printed) when the JSON log cannot be written */
-static bool report(const PipePlan *p, const PipeOptions *o, const PipeOutcome *r, FILE *f) {
-  int64_t nb = r->steps - r->first_step;
-  char err[IO_ERR_LEN];
-  if (o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) {
-    fprintf(stderr, "pd2bwrun: error: %s\n", err);
-    return false;
-  }
-  if (nb > 0)
-    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
-               "steady state)\n",
-            p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
-            r->step_loss[nb - 1], r->step_time_s * 1e3);
-  else
-    fprintf(f, "pd2bwrun: %d stages x %d replicas, schedule %s%s, nothing trained (at step %lld)\n", p->d, p->w,
-            plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)r->first_step);
-  for (int s = 0; s < p->d; s++)
-    fprintf(f, "  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
-            (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
-  if (!isnan(r->val_final)) fprintf(f, "pd2bwrun: validation loss %.4f\n", r->val_final);
-  return true;
-}
-
-void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
-                        bool quiet) {
-  ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
-                   .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
-                   .bubble = r->bubble, .stages = p->d};
-  char err[IO_ERR_LEN];
-  if (plan_report_write(plan_dir, &run, err, sizeof err)) {
-    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
-  } else {
-    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
-  }
-}
-
-int pipeline_main(const char *plan_dir, const PipeOptions *opt, const char *transport, bool reference, double ref_tol,
-                  int *argc, char ***argv) {
-  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  PipeOptions o = *opt;
-  bool mpi = transport && strcmp(transport, "mpi") == 0;
-  if (transport && !mpi && strcmp(transport, "local") != 0) {
-    fprintf(stderr, "pd2bwrun: error: --transport must be local or mpi, got '%s'\n", transport);
-    return 1;
-  }
-  Transport *t = NULL;
-  if (mpi) {
-    t = transport_mpi_create(argc, argv, o.timeout_s, err, sizeof err);
-    if (!t) {
-      fprintf(stderr, "pd2bwrun: error: %s\n", err);
-      return 1;
-    }
-  }
-  /* every output path before anything is loaded or trained; rank 0 writes them all */
-  OutputFlag outs[] = {{"--save", o.save_path}, {"--log-json", o.log_json}, {"--trace", o.trace_path},
-                       {"--profile-out", o.profile_out}};
-  bool paths_ok = (mpi && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
-  PipePlan *p = paths_ok ? pipe_plan_load(plan_dir, err, sizeof err) : NULL;
-  /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
-   * and the checkpoint get the resolved seed */
-  if (p && !rt_run_seed(o.resume_path, o.seed_set, o.seed, p->rt->train.seed, &o.seed, err, sizeof err)) {
-    pipe_plan_free(p);
-    p = NULL;
-  }
-  o.seed_set = true;
-  if (p && mpi && transport_size(t) != p->nranks) {
-    snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
-             p->nranks, p->d, p->w, transport_size(t));
-    pipe_plan_free(p);
-    p = NULL;
-  }
-  if (!p) {
-    fprintf(stderr, "pd2bwrun: error: %s\n", err);
-    if (t) {
-      transport_abort(t, err);
-      transport_destroy(t);
-    }
-    return 1;
-  }
-  if (p->rt->train.steps == 0) p->rt->train.steps = o.steps;
-  /* Threads: the host's cores shared by the ranks it runs. */
-  int on_host = mpi ? transport_ranks_on_host(t) : p->nranks;
-  int threads = o.threads ? o.threads : transport_host_cores();
-  int per = threads / on_host > 0 ? threads / on_host : 1;
-  char tb[16];
-  snprintf(tb, sizeof tb, "%d", per);
-  setenv("OMP_NUM_THREADS", tb, 1);
-  pd_blas_init(per);
-  PipeOutcome r = {0};
-  int rc = mpi ? pipeline_run_rank(p, &o, t, &r, err, sizeof err) : pipeline_run_local(p, &o, &r, err, sizeof err);
-  bool root = !mpi || transport_rank(t) == 0;
-  if (rc) {
-    if (err[0]) fprintf(stderr, "pd2bwrun: error: %s\n", err); /* empty: a failure all agreed on, rank 0 says it */
-  } else if (root && !report(p, &o, &r, stdout)) {
-    rc = 1;
-  } else if (root) {
-    if (o.save_path) printf("pd2bwrun: saved %s\n", o.save_path);
-    if (o.trace_path) printf("pd2bwrun: trace %s\n", o.trace_path);
-    if (o.trace_path) pipe_report_update(plan_dir, p, &r, o.trace_path, o.quiet);
-    if (reference && !pipeline_check_reference(p, &o, &r, ref_tol, stdout, err, sizeof err)) {
-      fprintf(stderr, "pd2bwrun: error: %s\n", err);
-      rc = 1;
-    }
-  }
-  pipe_outcome_free(&r);
-  pipe_plan_free(p);
-  if (t) transport_destroy(t);
-  return rc;
 }

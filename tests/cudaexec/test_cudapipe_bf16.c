@@ -103,7 +103,7 @@ static void run(const char *name, const char *args, int deferred_per_step, bool 
   CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
   PipeOutcome r = {0};
   CxPipeStats stats = {0};
-  int rc = cx_pipe_train_stats(p, &ops, &o, &r, &stats, err, sizeof err);
+  int rc = cx_pipe_train(p, &ops, &o, &r, &stats, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
   EXPECT(rc == 0);
   EmuCounts n = emu_device_counts();

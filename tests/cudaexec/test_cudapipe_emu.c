@@ -93,7 +93,7 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   PipeOutcome r;
   CxPipeStats st = {0};
   double t0 = emu_now_s();
-  int rc = cx_pipe_train_stats(p, &ops, &o, &r, &st, err, sizeof err);
+  int rc = cx_pipe_train(p, &ops, &o, &r, &st, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
   EXPECT(rc == 0);
   uint64_t extra = st.extra_bytes;
@@ -165,7 +165,7 @@ static void test_2bw(void) {
   CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
   PipeOutcome e = {0};
   CxPipeStats st = {0};
-  EXPECT(cx_pipe_train_stats(p, &ops, &o, &e, &st, err, sizeof err) == 0);
+  EXPECT(cx_pipe_train(p, &ops, &o, &e, &st, err, sizeof err) == 0);
   EXPECT(st.steps.captured == 0 && st.steps.launches == 0 && st.steps.eager > 0);
   bool same = e.nparams == r.nparams && memcmp(e.mb_loss, r.mb_loss, (size_t)(STEPS * r.mb_per_step) * 8) == 0;
   for (int k = 0; same && k < r.nparams; k++)

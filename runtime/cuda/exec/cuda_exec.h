@@ -36,9 +36,11 @@
  *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
- *  - cuda_exec_main.c: cuda_exec_main, the training loop pd2bwrun --backend cuda and
- *    tools/pd2bw-cuda-train call (a plan with several stages or replicas goes on to
- *    cuda_pipe_main);
+ *  - cuda_exec_main.c: cuda_exec_main, what pd2bwrun --backend cuda and
+ *    tools/pd2bw-cuda-train call: the GPU opened, then pd2bwrun's own drivers with the
+ *    GPU as a backend (a one-stage plan: runtime/exec/exec_one_main.c with this
+ *    device, --profile-out, the rate and graph counts, --bench-gemm; several stages or
+ *    replicas: cuda_pipe_main, runtime/pipeline/pipeline_main.c's GPU backend);
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
  *    on the one device, one stream each, a host thread each on runtime/exec/'s
  *    interpreter with cuda_link_local.c's link; and
@@ -58,8 +60,7 @@
  *    wraps (cuda_exec_main.c puts it between the executors and the device).
  *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
  *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
- *    through the device's upload/download). Single-GPU pipeline mode's are in
- *    cuda_pipe.c and cuda_pipe_eval.c (cuda_pipe.h); multi-GPU mode's are the CPU
+ *    through the device's upload/download). Both pipeline modes' are the CPU
  *    pipeline's (runtime/pipeline/pipeline_run.c) on the CUDA device.
  */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
@@ -223,7 +224,7 @@ CxGemmType cx_program_gemm_type(const CxProgram *p);
  * a bug (pd_fatal). */
 void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r);
 #define CX_MAX_GRAPHS 64
-/* What cx_program_run did so far (tests; cuda_exec_main's summary). */
+/* What cx_program_run did so far (tests; the GPU's summary lines). */
 typedef struct CxGraphStats {
   int64_t captured; /* graphs captured and instantiated */
   int64_t launches; /* passes run as a graph launch */
@@ -294,55 +295,10 @@ const SegTimes *cx_profile_times(CxProfile *f);
 
 /* ---- what pd2bwrun --backend cuda asks for (cuda_exec_main.c, cuda/pipe/) -------- */
 
-typedef struct CudaExecOptions {
-  const char *data_path; /* token file (cuda_exec_main) */
-  int64_t steps;         /* updates to run (cuda_exec_main) */
-  const char *log_json;  /* one JSON object per step, or NULL (cuda_exec_main) */
-  bool quiet;
-  bool shuffle;    /* seeded random window order per epoch (pd2bwrun --shuffle) */
-  int device;      /* GPU ordinal */
-  CxGemmType gemm; /* CX_GEMM_PLAN: as the launch lists say */
-  uint64_t seed;   /* overrides the plan's seed when seed_set */
-  bool seed_set;
-  /* cuda_exec_main: after training, time cuBLAS on the model's largest GEMM shape in
-   * the same process and print it beside the achieved rate. */
-  bool bench_gemm;
-  /* A plan with several stages or replicas (single-GPU pipeline mode, cuda_pipe.h):
-   * afterwards train PLAN/reference sequentially on the CPU and compare
-   * (pipeline_check_reference) with relative bound ref_tol (0: 1e-5). */
-  bool reference;
-  double ref_tol;
-  /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h: cuda_pipe_nccl_launch),
-   * one process per stage replica on GPU device + its local rank. */
-  bool nccl;
-  /* --cuda-graphs off: replay every pass launch by launch (cx_ops_no_graphs). Named
-   * for "off" so that zeroed options keep the default, graphs on. Multi-GPU mode
-   * (nccl) opens its devices itself and applies it there (cuda_pipe_main.c). */
-  bool graphs_off;
-  /* Checkpoints and validation (cuda_exec_main, cuda_pipe_main), as pd2bwrun's CPU
-   * paths: NULL / 0 when unused. One-stage plans and single-GPU pipeline mode take all
-   * of them, and so does multi-GPU mode (nccl: the CPU MPI pipeline's). */
-  const char *save_path;   /* the trainer's checkpoint format at the end (runtime.h) */
-  const char *resume_path; /* continue from a checkpoint (CPU or GPU, any partition) */
-  const char *init_path;   /* initial weights: Hugging Face, llm.c or pd2bw GPT-2 */
-  const char *val_path;    /* held-out tokens: the validation loss */
-  int64_t eval_every;      /* with val_path: after every K-th step too (0: at the end only) */
-  int64_t eval_batches;    /* batches per validation (<= 0: 8; fewer if the file is short) */
-  /* Single-GPU pipeline mode: a Chrome trace of every instruction, timed with device
-   * events (runtime/cuda/pipe/cuda_pipe_threads.c), written here; NULL: none. */
-  const char *trace_path;
-  /* --profile-out: each segment's measured time (cuda_profile.c) in the profile format
-   * pd2bwc --profile reads; NULL: none. One-stage plans and single-GPU pipeline mode. */
-  const char *profile_out;
-  /* pd2bw-cuda-train --kernel-profile FILE: every launch and GEMM timed with device
-   * events, graphs off, the per-kernel table written here (cuda_exec_kprof.c); NULL:
-   * none. Not in multi-GPU mode. */
-  const char *kernel_profile;
-  /* Single-GPU pipeline mode on the shared interpreter (a thread per stage replica):
-   * how long a rank waits for another before every rank stops (<= 0: the transport's
-   * default, runtime/transport/transport.h). */
-  double timeout_s;
-} CudaExecOptions;
+/* pd2bwrun's options are one struct for every backend (runtime/pipeline/pipeline.h
+ * PipeOptions: data, steps, checkpoints, validation, log, --reference, and the GPU's
+ * device, gemm override, graphs off, bench and kernel profile). */
+typedef PipeOptions CudaExecOptions;
 
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
 
@@ -441,18 +397,14 @@ const char *cx_cuda_name(const CxDeviceOps *ops);
  * message. */
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
 
-/* The seed rule of every mode (runtime.h rt_run_seed, docs/data.md "Seeds") on o:
- * *out is o with seed_set and the run's seed (--seed, else the checkpoint's when
- * resuming, else plan_seed) for the weights, dropout and the --shuffle order alike.
- * false with a message naming the checkpoint. */
-bool cx_run_seed(const CudaExecOptions *o, uint64_t plan_seed, CudaExecOptions *out, char *err, size_t errlen);
 
 /* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for
  * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
  * line on stderr. */
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
-/* cuda_exec_main on an open device (tests pass the emulator's): a one-stage plan on
- * the GPU trainer (with --init, --resume, validation, --save), else cuda_pipe_main. */
+/* cuda_exec_main on an open device (tests pass the emulator's): a one-stage plan through
+ * exec_one_main_on with this device (--init, --resume, validation, --save), else
+ * cuda_pipe_main. */
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                   const CudaExecOptions *o);
 

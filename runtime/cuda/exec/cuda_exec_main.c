@@ -1,13 +1,14 @@
-/* runtime/cuda/exec/cuda_exec_main.c — the GPU training loop behind pd2bwrun --backend cuda and
- * tools/pd2bw-cuda-train (cuda_exec.h). A plan with several stages or replicas goes to
- * single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main).
+/* runtime/cuda/exec/cuda_exec_main.c — pd2bwrun --backend cuda and tools/pd2bw-cuda-train
+ * (cuda_exec.h): the GPU as a backend of pd2bwrun's drivers. A plan with several
+ * stages or replicas goes to single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main,
+ * pipeline_main_on's GPU backend), --transport nccl to multi-GPU mode.
  *
- * The one-stage trainer is pd2bwrun's CPU one (runtime/exec/exec_one.c: the plan as
- * d = w = 1 through the interpreter) with the GPU as its device (cuda_exec_device.c),
- * so the same data order, per-step checks and log lines (rt_log_step), --init then
- * --resume, validation after every K-th step and the last (trainer_eval), --save at
- * the end (the CPU trainer's format), one error line and status 1 for every user
- * mistake. The GPU is
+ * A one-stage plan runs through the CPU's one-stage driver (runtime/exec/exec_one_main.c
+ * exec_one_main_on: the plan as d = w = 1 through the interpreter, so the same data
+ * order, per-step checks and log lines, --init then --resume, validation, --save in
+ * the CPU trainer's format, one error line and status 1 for every user mistake); this
+ * file adds the GPU as the trainer's device (cuda_exec_device.c), --profile-out, the
+ * summary's rate and CUDA graph counts and --bench-gemm. The GPU is
  * opened first, so on a machine without one the message is the backend's "no CUDA
  * driver found ... use --backend cpu" before anything else is read. The summary
  * reports the steady-state rate (steps after the first, which pays for NVRTC, module
@@ -45,52 +46,59 @@ static bool write_profile(const char *plan_dir, CxProgram *prog, const char *pat
   return ok;
 }
 
-/* Trains a one-stage plan to --steps with validation after every K-th step and the
- * last, then --save, --profile-out and the summary lines (rate, graphs, validation loss). *tflops: the
- * steady-state rate, NAN when nothing trained. false once the error line is printed. */
-static bool train_and_report(const char *prog, const char *plan_dir, const CudaExecOptions *o, const CxDeviceOps *ops,
-                             const RtPlan *plan,
-                             ExecDevice *dev, Trainer *t, DataLoader *dl, DataLoader *vl, int64_t val_batches,
-                             RtLog *log, int T, double *tflops_out) {
-  char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
-  double tokens = (double)(plan->b * plan->m) * T, flops = trainer_flops_per_step(t);
+/* The one-stage driver's GPU backend (OneBackend): the device, --profile-out, the summary. */
+typedef struct GpuOne {
+  const char *prog, *plan_dir;
+  const CxDeviceOps *ops;
+  const RtPlan *plan;
+  ExecDevice *dev;
+  Bench *bench; /* NULL: no --bench-gemm */
+} GpuOne;
+
+static ExecDevice *one_device(void *ctx, const RtPlan *plan, const PipeOptions *o, char *err, size_t errlen) {
+  GpuOne *g = ctx;
+  g->plan = plan;
+  return g->dev = cx_exec_device(g->ops, plan, 0, o->gemm, plan->b * plan->m, err, errlen);
+}
+
+static void one_ready(void *ctx, Trainer *t, const RtPlan *plan, const PipeOptions *o) {
+  GpuOne *g = ctx; /* --profile-out: each segment's time, from the second step on (cuda_profile.c) */
   int64_t first = trainer_step_index(t);
-  if (first >= o->steps && o->resume_path && !o->quiet) /* not --steps 0 of a fresh run */
-    printf("%s: the checkpoint is at step %lld already (--steps %lld)\n", prog, (long long)first,
-           (long long)o->steps);
-  TrainLoop L; /* the one-stage step loop of every device (runtime.h) */
-  const char *why = NULL;
-  if (!trainer_train(t, dl, vl, val_batches, o->steps, o->eval_every, log, tokens, &L, &why))
-    return fail(prog, why), false;
-  if (!rt_log_finish(log, err, sizeof err)) return fail(prog, err), false;
-  if ((o->save_path && !trainer_save(t, o->save_path, ierr, sizeof ierr)) ||
-      (o->profile_out && !write_profile(plan_dir, cx_exec_device_program(dev), o->profile_out, ierr, sizeof ierr)))
-    return fail(prog, ierr), false;
-  int64_t steady = L.steady;
-  double last_loss = L.last_loss, last_val = L.last_val;
-  double sec = steady ? L.steady_ms / 1e3 / (double)steady : NAN, tflops = flops / sec / 1e12;
-  if (steady)
-    printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
-           prog, (long long)(o->steps - first), last_loss, sec * 1e3, tokens / sec, tflops,
-           (double)cx_exec_device_bytes(dev) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
-           o->save_path ? o->save_path : "");
-  if (steady) { /* how the passes ran (cx_program_run): captured once, then one launch each */
-    CxGraphStats gs = cx_exec_device_pass_stats(dev), us = cx_exec_device_update_stats(dev);
-    printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
-           "launch by launch%s\n",
-           prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
-           (long long)us.eager, ops->capture_begin ? "" : "; CUDA graphs off");
-  }
-  /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
-  if (!steady && vl) last_val = trainer_eval(t, vl, 0, val_batches);
-  if (!isnan(last_val)) printf("%s: validation loss %.4f\n", prog, last_val);
-  *tflops_out = steady ? tflops : NAN;
+  if (o->profile_out) cx_program_profile(cx_exec_device_program(g->dev), o->steps - first > 1 ? (first + 1) * plan->m : 0);
+}
+
+/* --profile-out, then the steady-state rate (steps after the first, which pays for
+ * NVRTC, module loading and cuBLAS's first calls), how the passes ran, and the rate
+ * --bench-gemm compares with. */
+static bool one_finish(void *ctx, Trainer *t, const PipeOptions *o, const TrainLoop *L, double tokens) {
+  GpuOne *g = ctx;
+  char ierr[IO_ERR_LEN];
+  if (o->profile_out && !write_profile(g->plan_dir, cx_exec_device_program(g->dev), o->profile_out, ierr, sizeof ierr))
+    return fail(g->prog, ierr), false;
+  if (!L->steady) return true;
+  double sec = L->steady_ms / 1e3 / (double)L->steady, tflops = trainer_flops_per_step(t) / sec / 1e12;
+  printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
+         g->prog, (long long)L->ran, L->last_loss, sec * 1e3, tokens / sec, tflops,
+         (double)cx_exec_device_bytes(g->dev) / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "",
+         o->save_path ? o->save_path : "");
+  CxGraphStats gs = cx_exec_device_pass_stats(g->dev), us = cx_exec_device_update_stats(g->dev);
+  printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
+         "launch by launch%s\n",
+         g->prog, (long long)gs.captured, (long long)gs.launches, (long long)gs.eager, (long long)us.launches,
+         (long long)us.eager, g->ops->capture_begin ? "" : "; CUDA graphs off");
+  const RtStage *st = &g->plan->stages[0];
+  int64_t dim = 0;
+  for (int k = 0; k < st->nparams; k++)
+    if (strcmp(st->params[k].name, "wte") == 0) dim = st->params[k].shape[1];
+  if (g->bench && dim > 0) /* the dtype training ran: bf16 plans time BF16 */
+    *g->bench = (Bench){.type = cx_exec_device_gemm_type(g->dev), .M = (int)(tokens / (double)g->plan->m),
+                        .N = (int)(4 * dim), .K = (int)dim, .tflops = tflops};
   return true;
 }
 
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, Bench *bench) {
-  char err[RT_ERR_LEN], ierr[IO_ERR_LEN];
+  char err[RT_ERR_LEN];
   /* every output path before anything is loaded or trained (runtime/io/io.h) */
   OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
                        {"--profile-out", o->profile_out}};
@@ -101,108 +109,11 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
   if (o->reference)
     return fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
                       "one-stage plan is compared with the CPU backend by scripts/gpu-check.sh");
-  RtPlan *plan = NULL;
-  ExecDevice *dev = NULL;
-  Trainer *t = NULL;
-  DataFile *df = NULL, *vf = NULL;
-  DataLoader *dl = NULL, *vl = NULL;
-  RtLog *log = NULL;
-  int rc = 1;
-  plan = rt_plan_load(plan_dir, err, sizeof err);
-  if (!plan) {
-    fail(prog, err);
-    goto done;
-  }
-  if (plan->train.steps == 0) plan->train.steps = o->steps;
-  CudaExecOptions mine; /* one seed rule for every mode: weights, dropout, data order */
-  if (!cx_run_seed(o, plan->train.seed, &mine, err, sizeof err)) {
-    fail(prog, err);
-    goto done;
-  }
-  o = &mine;
-  const RtStage *st = &plan->stages[0];
-  int64_t vocab = 0, dim = 0;
-  for (int k = 0; k < st->nparams; k++)
-    if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0], dim = st->params[k].shape[1];
-  if (!o->quiet)
-    printf("%s: plan %s (model %s), microbatch %lld x %lld per step, GPU %d (%s)\n", prog, plan_dir, plan->model,
-           (long long)plan->b, (long long)plan->m, o->device, device_name);
-  /* the one-stage trainer: the plan as d = w = 1 through the interpreter (runtime/exec/),
-   * on the GPU as its device */
-  dev = cx_exec_device(ops, plan, 0, o->gemm, plan->b * plan->m, err, sizeof err);
-  TrainerOptions to = {.seed = o->seed, .seed_set = true, .data_path = o->data_path, .device = dev};
-  if (!dev || !(t = trainer_create(plan, &to, err, sizeof err))) {
-    fail(prog, err);
-    goto done;
-  }
-  /* --init then --resume, as the CPU trainer: a checkpoint replaces both */
-  if (o->init_path && !trainer_init_from(t, o->init_path, ierr, sizeof ierr)) {
-    fail(prog, ierr);
-    goto done;
-  }
-  if (o->resume_path) {
-    if (!trainer_resume(t, o->resume_path, ierr, sizeof ierr)) {
-      fail(prog, ierr);
-      goto done;
-    }
-    if (!o->quiet)
-      printf("%s: resumed from %s at step %lld\n", prog, o->resume_path, (long long)trainer_step_index(t));
-  }
-  if (o->profile_out) /* each segment's time, from the second step on (cuda_profile.c) */
-    cx_program_profile(cx_exec_device_program(dev), o->steps - trainer_step_index(t) > 1
-                                                        ? (trainer_step_index(t) + 1) * plan->m : 0);
-  int T = 0;
-  for (int k = 0; k < st->ninputs; k++)
-    if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
-  if (!T) {
-    fail(prog, "the model has no 'tokens'/'targets' inputs: the trainer trains language models on token files");
-    goto done;
-  }
-  df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
-  if (!df || !(dl = data_loader_create(df, (int)(plan->b * plan->m), T, o->shuffle, o->seed, ierr, sizeof ierr))) {
-    fail(prog, ierr);
-    goto done;
-  }
-  /* validation: pd2bwrun's CPU path (the first batches of the file, in order) */
-  int64_t val_batches = 0;
-  if (o->val_path) {
-    vf = data_open(o->val_path, DATA_AUTO, vocab, ierr, sizeof ierr);
-    if (!vf || !(vl = data_loader_create(vf, (int)(plan->b * plan->m), T, false, 0, ierr, sizeof ierr))) {
-      fail(prog, ierr);
-      goto done;
-    }
-    val_batches = data_batches_per_epoch(vl);
-    int64_t want = o->eval_batches > 0 ? o->eval_batches : 8;
-    if (val_batches > want) val_batches = want;
-  }
-  log = rt_log_open(o->log_json, stdout, o->quiet, err, sizeof err);
-  if (!log) {
-    fail(prog, err);
-    goto done;
-  }
-  rt_log_set_peak(log, plan->peak_flops); /* one GPU */
-  double tflops = NAN;
-  if (!train_and_report(prog, plan_dir, o, ops, plan, dev, t, dl, vl, val_batches, log, T, &tflops)) goto done;
-  rc = 0;
-  if (bench && dim > 0 && !isnan(tflops)) /* the dtype training ran: bf16 plans time BF16 */
-    *bench = (Bench){.type = cx_exec_device_gemm_type(dev), .M = (int)(plan->b * T), .N = (int)(4 * dim), .K = (int)dim,
-                     .tflops = tflops};
-done:
-  rt_log_close(log);
-  data_loader_destroy(dl);
-  data_loader_destroy(vl);
-  if (df) data_close(df);
-  if (vf) data_close(vf);
-  trainer_destroy(t);
-  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
-  rt_plan_free(plan);
-  return rc;
-}
-
-bool cx_run_seed(const CudaExecOptions *o, uint64_t plan_seed, CudaExecOptions *out, char *err, size_t errlen) {
-  *out = *o;
-  out->seed_set = true;
-  return rt_run_seed(o->resume_path, o->seed_set, o->seed, plan_seed, &out->seed, err, errlen);
+  char where[160];
+  snprintf(where, sizeof where, "GPU %d (%s)", o->device, device_name);
+  GpuOne g = {.prog = prog, .plan_dir = plan_dir, .ops = ops, .bench = bench};
+  OneBackend be = {.ctx = &g, .where = where, .device = one_device, .ready = one_ready, .finish = one_finish};
+  return exec_one_main_on(prog, plan_dir, o, &be);
 }
 
 /* run_plan; with --kernel-profile on the profiling table between the executors and the

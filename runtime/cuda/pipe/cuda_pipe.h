@@ -10,7 +10,10 @@
  *   cuda_pipe_threads.c  single-GPU mode on the shared interpreter (below)
  *   cuda_pipe_multi.c    multi-GPU mode: the CPU MPI pipeline with CUDA devices and
  *                        NCCL links (its device and link factories)
- *   cuda_pipe_main.c     pd2bwrun's entry point for both modes, the report
+ *   cuda_pipe_main.c     both modes as a backend of pd2bwrun's one pipeline driver
+ *                        (runtime/pipeline/pipeline_main.c pipeline_main_on: it adds
+ *                        the banner, the training call and the summary's GPU words),
+ *                        and multi-GPU mode's launch
  * Both modes are the CPU pipelines' interpreter and driver; the device and the links
  * are runtime/cuda/exec/'s.
  *
@@ -70,14 +73,6 @@
 #include "runtime/cuda/exec/cuda_exec.h"
 #include "runtime/transport/transport.h"
 
-/* Trains plan p (several stages and/or replicas) for o->steps batches on the device
- * behind ops (which needs the stream/event/dtod entries). Fills out as
- * pipeline_run_local does: per-microbatch losses in the reference's order, the newest
- * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure). 0, or
- * 1 with the cause in err. extra_bytes (may be NULL): the executor's extras per SR. */
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                  uint64_t *extra_bytes, char *err, size_t errlen);
-
 /* What single-GPU mode reports besides the outcome (its summary line). */
 typedef struct CxPipeStats {
   uint64_t extra_bytes; /* the device's extras per SR (the largest) */
@@ -87,19 +82,24 @@ typedef struct CxPipeStats {
   CxGraphStats steps;   /* the norms and updates of every SR (cx_exec_device's) */
 } CxPipeStats;
 
-/* cx_pipe_train, filling stats (may be NULL). With o->trace_path, out->bubble holds
- * the measured bubble per stage and the trace is written (cuda_pipe_threads.c). */
-int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                        CxPipeStats *stats, char *err, size_t errlen);
+/* Trains plan p (several stages and/or replicas) for o->steps batches on the device
+ * behind ops (which needs the stream/event/dtod entries). Fills out as
+ * pipeline_run_local does: per-microbatch losses in the reference's order, the newest
+ * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure), and
+ * stats (may be NULL). With o->trace_path, out->bubble holds the measured bubble per
+ * stage and the trace is written (cuda_pipe_threads.c). 0, or 1 with the cause in err. */
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                  CxPipeStats *stats, char *err, size_t errlen);
 
 /* The plan's predicted bubble fraction (plan_dir/plan.json "predicted"), or a
  * negative value when the plan has none. */
 double cx_pipe_predicted_bubble(const char *plan_dir);
 
-/* cuda_exec_main's path for a plan with several stages or replicas: trains on ops (the
- * device called device_name in messages), reports like pd2bwrun's pipeline path,
- * writes o->log_json, and with o->reference compares with the sequential reference.
- * 0, or 1 after one "prog: error:" line. */
+/* cuda_exec_main's path for a plan with several stages or replicas: pipeline_main_on
+ * with single-GPU mode on ops (the device called device_name in messages) as its
+ * backend: the CPU pipeline's log, validation, saved/trace lines and --reference, the
+ * summary with the graph counts and executor bytes. 0, or 1 after one "prog: error:"
+ * line. */
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                    const CudaExecOptions *o);
 
@@ -115,8 +115,8 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
 int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
                        PipeOutcome *out, char *err, size_t errlen);
 
-/* cuda_pipe_main for multi-GPU mode on an open device and transport: rank 0 reports,
- * writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line
+/* cuda_pipe_main for multi-GPU mode on an open device and transport (pipeline_main_on
+ * with this rank of t): rank 0 reports, writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line
  * (none on the ranks other than 0 after a failure all agreed on). */
 int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                         const CudaExecOptions *o, Transport *t);

@@ -44,10 +44,10 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
     return 1;
   }
   MultiRun x = {.p = p, .ops = ops, .o = o};
-  PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .timeout_s = transport_timeout(t),
-                    .save_path = o->save_path, .resume_path = o->resume_path, .quiet = o->quiet, .seed = o->seed,
-                    .seed_set = o->seed_set, .shuffle = o->shuffle, .val_path = o->val_path,
-                    .eval_every = o->eval_every, .eval_batches = o->eval_batches, .init_path = o->init_path,
-                    .rank_device = rank_device, .rank_link = rank_link, .rank_ctx = &x};
+  /* the CPU driver's options, with this mode's devices and links (no trace or profile:
+   * refused by cuda_pipe_nccl_launch; the log is the caller's) */
+  PipeOptions po = *o;
+  po.timeout_s = transport_timeout(t), po.trace_path = po.profile_out = po.log_json = NULL;
+  po.rank_device = rank_device, po.rank_link = rank_link, po.rank_ctx = &x;
   return pipeline_run_rank(p, &po, t, out, err, errlen);
 }

@@ -137,8 +137,8 @@ static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOpt
   return true;
 }
 
-int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                        CxPipeStats *stats, char *err, size_t errlen) {
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+                  CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
   if (!stats) stats = &mine;
   memset(stats, 0, sizeof *stats);
@@ -151,12 +151,11 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
   int rc = 1;
   void *origin = NULL;
   if (make_devices(p, sh, o, c.dev, stats, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
-    PipeOptions po = {.data_path = o->data_path, .steps = o->steps, .timeout_s = o->timeout_s,
-                      .trace_path = o->trace_path, .one_device = true, .save_path = o->save_path,
-                      .resume_path = o->resume_path, .quiet = o->quiet, .seed = o->seed, .seed_set = o->seed_set,
-                      .shuffle = o->shuffle, .val_path = o->val_path, .eval_every = o->eval_every,
-                      .eval_batches = o->eval_batches, .init_path = o->init_path, .rank_device = take_device,
-                      .rank_link = make_link, .rank_ctx = &c};
+    /* the CPU driver's options, with this mode's devices and links; the profile is
+     * written below from the programs' times, the log by the caller */
+    PipeOptions po = *o;
+    po.one_device = true, po.profile_out = NULL, po.log_json = NULL;
+    po.rank_device = take_device, po.rank_link = make_link, po.rank_ctx = &c;
     rc = pipeline_run_local(p, &po, out, err, errlen);
     if (!rc && o->profile_out) rc = !pipe_profile_write(p, c.seg, "cuda", o->profile_out, err, errlen);
   }
@@ -169,13 +168,5 @@ int cx_pipe_train_stats(const PipePlan *p, const CxDeviceOps *ops, const CudaExe
   free(c.dev);
   pthread_mutex_destroy(&c.mu);
   cx_share_destroy(sh);
-  return rc;
-}
-
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
-                  uint64_t *extra_bytes, char *err, size_t errlen) {
-  CxPipeStats st = {0};
-  int rc = cx_pipe_train_stats(p, ops, o, out, &st, err, errlen);
-  if (extra_bytes) *extra_bytes = st.extra_bytes;
   return rc;
 }

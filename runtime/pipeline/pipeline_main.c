@@ -1,0 +1,153 @@
+/* runtime/pipeline/pipeline_main.c — pd2bwrun's one pipeline driver, for every backend
+ * and transport (pipeline.h pipeline_main, pipeline_main_on): the plan, the seed rule,
+ * the run (the CPU's ranks as threads or MPI processes, or a backend's train hook:
+ * runtime/cuda/pipe/cuda_pipe_main.c's single- and multi-GPU modes), then rank 0's
+ * report: --log-json, the summary (the backend's words), the validation loss, the
+ * saved/trace lines, the plan's report.html and --reference. */
+#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/report/plan_report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool pipe_options_seed(const PipeOptions *o, uint64_t plan_seed, PipeOptions *out, char *err, size_t errlen) {
+  *out = *o;
+  out->seed_set = true;
+  return rt_run_seed(o->resume_path, o->seed_set, o->seed, plan_seed, &out->seed, err, errlen);
+}
+
+bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
+  AtomicFile af;
+  if (!atomic_open(&af, path, err, errlen)) return false;
+  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
+  for (int64_t b = 0; b < r->steps - r->first_step; b++) {
+    /* the one format of every mode (runtime/core/console.c); NAN: an executor that does
+     * not measure it writes null */
+    ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
+                                  rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,
+                                  r->step_ms ? r->step_ms[b] : NAN, tokens, flops, peak,
+                                  r->val_loss ? r->val_loss[b] : NAN);
+    char line[512];
+    int n = console_json_line(&cs, line, sizeof line);
+    PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
+    atomic_write(&af, line, (size_t)n);
+  }
+  return atomic_commit(&af, err, errlen);
+}
+
+/* The CPU ranks' summary: the steady-state step time and the measured bubbles. */
+static void cpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, const PipeOptions *o) {
+  (void)ctx, (void)o;
+  int64_t nb = r->steps - r->first_step;
+  if (nb > 0)
+    printf("pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
+           "steady state)\n",
+           p->d, p->w, plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)nb,
+           r->step_loss[nb - 1], r->step_time_s * 1e3);
+  else
+    printf("pd2bwrun: %d stages x %d replicas, schedule %s%s, nothing trained (at step %lld)\n", p->d, p->w,
+           plan_schedule_name(p->schedule), p->recompute ? " + recompute" : "", (long long)r->first_step);
+  for (int s = 0; s < p->d; s++)
+    printf("  stage %d: bubble %.1f%%, memory %llu bytes (plan %llu)\n", s, 100 * r->bubble[s],
+           (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
+}
+
+void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
+                        bool quiet) {
+  ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
+                   .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
+                   .bubble = r->bubble, .stages = p->d};
+  char err[IO_ERR_LEN];
+  if (plan_report_write(plan_dir, &run, err, sizeof err)) {
+    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
+  } else {
+    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
+  }
+}
+
+static int fail(const char *prog, const char *msg) {
+  fprintf(stderr, "%s: error: %s\n", prog, msg);
+  return 1;
+}
+
+/* Rank 0's (or the one process's) report of a finished run r; the exit status. */
+static int report(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOptions *o,
+                  const PipeOutcome *r, const PipeBackend *be) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  if (o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) return fail(prog, err);
+  (be ? be->summary : cpu_summary)(be ? be->ctx : NULL, p, r, o);
+  if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
+  if (o->save_path) printf("%s: saved %s\n", prog, o->save_path);
+  if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
+  if (o->trace_path) pipe_report_update(plan_dir, p, r, o->trace_path, o->quiet);
+  if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
+    return fail(prog, err);
+  return 0;
+}
+
+int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *opt, const PipeBackend *be,
+                     Transport *t) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  PipeOptions o;
+  PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
+  /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
+   * and the checkpoint get the resolved seed */
+  if (p && !pipe_options_seed(opt, p->rt->train.seed, &o, err, sizeof err)) {
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  if (p && !be && t && transport_size(t) != p->nranks) { /* (a backend's train checks its own) */
+    snprintf(err, sizeof err, "%s: the plan has %d ranks (%d stages x %d replicas) but mpirun started %d", plan_dir,
+             p->nranks, p->d, p->w, transport_size(t));
+    pipe_plan_free(p);
+    p = NULL;
+  }
+  if (!p) {
+    fail(prog, err);
+    if (t) transport_abort(t, err);
+    return 1;
+  }
+  if (p->rt->train.steps == 0) p->rt->train.steps = o.steps;
+  if (!be) { /* Threads: the host's cores shared by the ranks it runs. */
+    int on_host = t ? transport_ranks_on_host(t) : p->nranks;
+    int threads = o.threads ? o.threads : transport_host_cores();
+    int per = threads / on_host > 0 ? threads / on_host : 1;
+    char tb[16];
+    snprintf(tb, sizeof tb, "%d", per);
+    setenv("OMP_NUM_THREADS", tb, 1);
+    pd_blas_init(per);
+  }
+  PipeOutcome r = {0};
+  int rc = be ? be->train(be->ctx, p, &o, t, &r, err, sizeof err)
+           : t ? pipeline_run_rank(p, &o, t, &r, err, sizeof err)
+               : pipeline_run_local(p, &o, &r, err, sizeof err);
+  if (rc && err[0]) fail(prog, err); /* empty: a failure all agreed on, rank 0 says it */
+  else if (!rc && (!t || transport_rank(t) == 0)) rc = report(prog, plan_dir, p, &o, &r, be);
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+  return rc;
+}
+
+int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport, int *argc, char ***argv) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
+  bool mpi = transport && strcmp(transport, "mpi") == 0;
+  if (transport && !mpi && strcmp(transport, "local") != 0) {
+    fprintf(stderr, "pd2bwrun: error: --transport must be local or mpi, got '%s'\n", transport);
+    return 1;
+  }
+  Transport *t = NULL;
+  if (mpi && !(t = transport_mpi_create(argc, argv, o->timeout_s, err, sizeof err))) return fail("pd2bwrun", err);
+  /* every output path before anything is loaded or trained; rank 0 writes them all */
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
+                       {"--profile-out", o->profile_out}};
+  int rc;
+  if ((!t || transport_rank(t) == 0) && !output_paths_check(outs, 4, err, sizeof err)) {
+    rc = fail("pd2bwrun", err);
+    if (t) transport_abort(t, err);
+  } else {
+    rc = pipeline_main_on("pd2bwrun", plan_dir, o, NULL, t);
+  }
+  if (t) transport_destroy(t);
+  return rc;
+}
