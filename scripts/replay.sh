@@ -24,7 +24,7 @@
 #   - the one-stage CPU trainer (runtime/core/trainer.c) on every d = w = 1 plan;
 #   - MPI (mpirun, runtime/pipeline/pipeline.c over transport_mpi): four plans of the grid;
 #   - the emulated CUDA device (tests/cudaexec): the one-stage GPU trainer
-#     (cuda_exec_train.c; since, the interpreter on cuda_exec_device.c) and single-GPU pipeline mode (cuda_pipe_run.c), --precision
+#     (cuda_exec_train.c; since, the interpreter on cuda_exec_device.c) and single-GPU pipeline mode (recorded: cuda_pipe_run.c; now runtime/exec/ on cuda_exec_device.c with the same-GPU link cuda_link_local.c), --precision
 #     fp32 plans with clipping, each with the CPU trainer / reference beside it;
 #   - the stand-in NCCL (tests/nccl's fake libnccl over MPI): multi-GPU mode
 #     (recorded: cuda_pipe_nccl.c; now runtime/exec/ on cuda_exec_device.c with the NCCL

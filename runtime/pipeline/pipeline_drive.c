@@ -1,9 +1,10 @@
 /* runtime/pipeline/pipeline_drive.c — the driver loop every pipelined mode shares
  * (runtime/pipeline/pipeline_rank.h: pipe_drive): every rank of pipeline_run.c, over
- * exec_run_batches, the CUDA pipeline modes' too. Training runs in stretches that end where a validation is due, so
- * nothing is in flight while the validation runs; 2bw drains at each, which changes
- * timing, not values (consecutive stretches compute what one run over their union
- * does). */
+ * exec_run_batches, on the CPU or a CUDA device (both CUDA pipeline modes run here
+ * too: runtime/cuda/pipe/cuda_pipe.h). Training runs in stretches that end where a
+ * validation is due, so nothing is in flight while the validation runs; 2bw drains at
+ * each, which changes timing, not values (consecutive stretches compute what one run
+ * over their union does). */
 #include <math.h>
 #include <stdio.h>
 

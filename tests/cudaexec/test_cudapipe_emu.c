@@ -112,7 +112,7 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   if (order != EMU_IN_ORDER) EXPECT(emu.max_queued > 100); /* work really was deferred */
   /* the passes ran as CUDA graphs (the emulator's are on), queued in the same orders */
   EXPECT(emu.captures > 0 && emu.graph_launches > emu.captures);
-  /* so did each SR's norm and update (cuda_pipe_graph.c): the norm of batch 2 (the
+  /* so did each SR's norm and update (cx_step_graph_run): the norm of batch 2 (the
    * parity of batch 0's) at least replayed, every graph captured on a second sighting */
   printf("    the step's norms and updates: %lld eager, %lld captured, %lld graph launches\n",
          (long long)st.steps.eager, (long long)st.steps.captured, (long long)st.steps.launches);

@@ -16,7 +16,7 @@
  *   trainer      the one-stage CPU trainer (runtime/core/trainer.c) on a one-stage PLAN
  *   emu-trainer  the one-stage GPU trainer (the interpreter on runtime/cuda/exec/cuda_exec_device.c) on the emulated
  *                device (tests/cudaexec/emu_device.h), in order
- *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_run.c) on the emulated
+ *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_threads.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)
  *   nccl         multi-GPU mode (cx_pipe_train_nccl: runtime/exec/ on cuda_exec_device.c, the
  *                NCCL link runtime/cuda/exec/cuda_link_nccl.c) as this MPI rank, one

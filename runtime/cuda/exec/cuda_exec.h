@@ -61,7 +61,7 @@
  *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
  *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
  *    through the device's upload/download). Both pipeline modes' are the CPU
- *    pipeline's (runtime/pipeline/pipeline_run.c) on the CUDA device.
+ *    pipeline's (runtime/pipeline/pipeline_run.c) on the CUDA device (cuda_pipe.h).
  */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H

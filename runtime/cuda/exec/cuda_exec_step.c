@@ -1,7 +1,6 @@
 /* runtime/cuda/exec/cuda_exec_step.c — a step's own CUDA graphs (a norm or an update,
- * outside the passes: cuda_exec.h cx_step_graph_run), shared by the CUDA device
- * (cuda_exec_device.c) and the older pipeline interpreter (runtime/cuda/pipe/cuda_pipe_graph.c):
- * eager on the first sighting of a key, captured on the second, launched after. */
+ * outside the passes: cuda_exec.h cx_step_graph_run), run by the CUDA device
+ * (cuda_exec_device.c) in every mode: eager on the first sighting of a key, captured on the second, launched after. */
 #include "runtime/cuda/exec/cuda_exec.h"
 
 /* Issues issue(arg) on `stream` through g: eagerly (no graph ops, no g, or its first
