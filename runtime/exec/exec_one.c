@@ -11,9 +11,8 @@
  * over it: two weight versions. Microbatch j of batch t has global index t·m + j (it
  * keys dropout) and reads samples t·B + j·b .. + b (B = b·m).
  *
- * Memory: one arena laid out as the compiler lays out a stage's (plan_apply_layouts:
- * weights × versions, grads, adam_m, adam_v, stash × slots, inputs, boundary,
- * workspace, each 256-byte aligned), so a one-stage plan's run holds exactly its
+ * Memory: one arena laid out as the compiler lays out a stage's (pipeline_plan.c
+ * pipe_stage_layout_one), so a one-stage plan's run holds exactly its
  * memory.total_bytes; a plan without a memory section (PLAN/reference) gets the same.
  * The streams are built for 64 batches and lengthened (doubled) when a run steps past
  * them (pipe_rank_extend). */
@@ -35,41 +34,6 @@ struct Trainer {
   PipeRank *R;
   int64_t step; /* updates done so far */
 };
-
-static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
-
-/* The stage's arena, in plan_apply_layouts' order (empty buffers left out). */
-static void layout(PipeStage *ps, const RtStage *st) {
-  uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
-  struct {
-    PlanBufKind kind;
-    int count;
-    uint64_t size;
-  } order[] = {{PB_WEIGHTS, ps->nversions, pb}, {PB_GRADS, 1, (uint64_t)st->blocks[BUF_GRADS]}, {PB_OPT_M, 1, pb},
-               {PB_OPT_V, 1, pb}, {PB_STASH, ps->nstash, (uint64_t)st->blocks[BUF_STASH]},
-               {PB_INPUTS, 1, (uint64_t)st->blocks[BUF_INPUTS]}, {PB_BOUNDARY, 1, (uint64_t)st->blocks[BUF_BOUNDARY]},
-               {PB_WORKSPACE, 1, (uint64_t)st->blocks[BUF_WORK]}};
-  int n = (int)(sizeof order / sizeof order[0]);
-  ps->bufs = pd_calloc((size_t)(ps->nversions + ps->nstash + n), sizeof *ps->bufs);
-  uint64_t at = 0;
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < order[k].count && order[k].size > 0; i++) {
-      ps->bufs[ps->nbufs++] = (PipeBuf){.kind = order[k].kind, .index = i, .offset = at, .size = order[k].size};
-      at += up256(order[k].size);
-    }
-  ps->planned_bytes = at;
-}
-
-/* The slots the d = 1 stream of `schedule` uses (one batch tells: they do not grow). */
-static bool slots_of(PipePlan *pp, char *err, size_t errlen) {
-  PlanStreamSpec spec = {.stages = 1, .microbatches = pp->m, .schedule = pp->schedule, .nbatches = 2, .replicas = 1};
-  PlanStreams s = {0};
-  if (!plan_streams_build(&spec, &s, err, errlen)) return false;
-  pp->st[0].nversions = s.nversions[0];
-  pp->st[0].nstash = s.nstash[0];
-  plan_streams_free(&s);
-  return true;
-}
 
 Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen) {
   if (p->nstages != 1) {
@@ -93,11 +57,10 @@ Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, siz
                      .schedule = p->delayed ? PS_2BW : PS_1F1B, .st = &t->ps, .nranks = 1,
                      .rank_stage = &t->rank0, .rank_replica = &t->rank0};
   t->ps.rank_of_replica = &t->rank0;
-  if (!slots_of(&t->pp, err, errlen)) {
+  if (!pipe_stage_layout_one(&t->pp, err, errlen)) { /* the layout pd2bwc writes (pipeline_plan.c) */
     free(t);
     return NULL;
   }
-  layout(&t->ps, st);
   /* seed_set: it wins over a checkpoint's too (rt_run_seed's rule; pipe_rank_resume) */
   /* the first streams cover 64 batches; a longer run doubles them as it goes */
   t->o = (PipeOptions){.steps = 64, .quiet = true, .data_path = o ? o->data_path : NULL, .caller_batches = true,

@@ -3,7 +3,8 @@
  * plan (every buffer's kind, index, offset and size) and each stage's boundary
  * tensors ("program.pipeline", written by codegen_boundary_stages). Every missing or
  * mistyped key is a message naming the file and the key, never a crash. The rates the
- * console prints (tokens, FLOPs, peak per step) are read off the plan here too. */
+ * console prints (tokens, FLOPs, peak per step) are read off the plan here too. A
+ * one-stage plan without a memory section gets the arena pd2bwc would write. */
 #include "runtime/pipeline/pipeline_rank.h"
 
 #include <cjson/cJSON.h>
@@ -68,6 +69,7 @@ static void read_boundary(JsonRd *r, const cJSON *prog, int i, int d, const RtSt
   snprintf(path, sizeof path, "stages[%d].program.pipeline.boundary", i);
   const cJSON *pipe = cJSON_GetObjectItemCaseSensitive(prog, "pipeline");
   const cJSON *arr = pipe ? cJSON_GetObjectItemCaseSensitive(pipe, "boundary") : NULL;
+  if (!pipe && d == 1) return; /* one stage has no boundary: a plan without the section (test plans) is one */
   if (!cJSON_IsArray(arr)) {
     jr_fail(r, path, "missing (a plan from an older pd2bwc: recompile it)");
     return;
@@ -97,6 +99,36 @@ static void read_boundary(JsonRd *r, const cJSON *prog, int i, int d, const RtSt
     b->peer = (int)jr_int(r, e, ep, "peer", 0, d - 1, 0, true);
     if (!r->failed && b->offset + b->bytes > rs->blocks[b->cls]) jr_fail(r, ep, "leaves its block");
   }
+}
+
+/* A one-stage plan without stages[0].memory (test plans, PLAN/reference): the slots of
+ * its d = 1 stream (one batch tells) and the arena as plan_apply_layouts lays it out
+ * (weights x versions, grads, adam_m, adam_v, stash x slots, inputs, boundary, workspace). */
+bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen) {
+  PlanStreamSpec spec = {.stages = 1, .microbatches = pp->m, .schedule = pp->schedule, .nbatches = 2, .replicas = 1};
+  PlanStreams s = {0};
+  if (!plan_streams_build(&spec, &s, err, errlen)) return false;
+  PipeStage *ps = &pp->st[0];
+  ps->nversions = s.nversions[0];
+  ps->nstash = s.nstash[0];
+  plan_streams_free(&s);
+  const RtStage *st = &pp->rt->stages[0];
+  uint64_t pb = (uint64_t)st->blocks[BUF_PARAMS];
+  const PlanBufKind kind[] = {PB_WEIGHTS, PB_GRADS, PB_OPT_M, PB_OPT_V, PB_STASH, PB_INPUTS, PB_BOUNDARY, PB_WORKSPACE};
+  const int count[] = {ps->nversions, 1, 1, 1, ps->nstash, 1, 1, 1};
+  const int64_t *bl = st->blocks;
+  const uint64_t size[] = {pb, (uint64_t)bl[BUF_GRADS], pb, pb, (uint64_t)bl[BUF_STASH], (uint64_t)bl[BUF_INPUTS],
+                           (uint64_t)bl[BUF_BOUNDARY], (uint64_t)bl[BUF_WORK]};
+  int n = (int)(sizeof kind / sizeof kind[0]);
+  ps->bufs = pd_calloc((size_t)(ps->nversions + ps->nstash + n), sizeof *ps->bufs);
+  uint64_t at = 0;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < count[k] && size[k] > 0; i++) {
+      ps->bufs[ps->nbufs++] = (PipeBuf){.kind = kind[k], .index = i, .offset = at, .size = size[k]};
+      at += (size[k] + 255) / 256 * 256;
+    }
+  ps->planned_bytes = at;
+  return true;
 }
 
 PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
@@ -146,7 +178,8 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
     ps->nversions = (int)jr_int(&r, so, path, "weight_versions", 1, PIPE_MAX_SLOTS, 1, p->d > 1);
     ps->nstash = (int)jr_int(&r, so, path, "stash_slots", 1, PIPE_MAX_SLOTS, 1, p->d > 1);
     const cJSON *mem = so ? cJSON_GetObjectItemCaseSensitive(so, "memory") : NULL;
-    read_memory(&r, mem, i, ps);
+    if (!mem && p->nranks == 1) r.failed = r.failed || !pipe_stage_layout_one(p, r.err, r.errlen); /* its slots too */
+    else read_memory(&r, mem, i, ps);
     ps->rank_of_replica = pd_malloc((size_t)p->w * sizeof(int));
     const cJSON *ranks = so ? cJSON_GetObjectItemCaseSensitive(so, "ranks") : NULL;
     for (int rep = 0; rep < p->w; rep++) {

@@ -127,6 +127,8 @@ char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot);
 PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t, int64_t first_step,
                            char *err, size_t errlen);
 void pipe_rank_destroy(PipeRank *R);
+/* A one-stage plan without stages[0].memory: stage 0's slots and the arena pd2bwc lays out. */
+bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen);
 /* Lengthens the run to batches [first, steps) (the one-stage trainer, which steps
  * without a horizon): the streams of the longer run begin with those of the shorter
  * for a one-stage plan. false with a message. */

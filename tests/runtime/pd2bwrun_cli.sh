@@ -67,6 +67,12 @@ run_ok "shuffled resume to 8" "$T/plan" --data "$T/train.bin" --steps 8 --thread
 check "shuffled run logs 8 steps" test "$(losses "$T/c.jsonl" | wc -l)" -eq 8
 check "shuffled resume reproduces losses" test "$(losses "$T/c.jsonl")" = "$(losses "$T/c1.jsonl" "$T/c2.jsonl")"
 check "shuffle changes the order" test "$(losses "$T/c.jsonl")" != "$(losses "$T/a.jsonl")"
+# the same plan (no stages[0].memory section, as every test plan) through the pipelines'
+# driver: its reader lays the arena out as pd2bwc would, and the run is the same bits
+run_ok "pipelines' driver" "$T/plan" --data "$T/train.bin" --val-data "$T/val.bin" --steps 8 --eval-every 4 \
+  --threads 1 --transport local --log-json "$T/p.jsonl" -q
+fields() { sed 's/"ms": .*"mfu": [^,}]*//' "$@"; }
+check "pipelines' driver: same losses, norms, val" test "$(fields "$T/a.jsonl")" = "$(fields "$T/p.jsonl")"
 
 # user mistakes
 expect_error "no plan" "plan.json" "$T/nope" --data "$T/train.bin" --steps 1
