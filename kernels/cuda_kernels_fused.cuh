@@ -182,18 +182,18 @@ __global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float 
 }
 
 /* The classifier of a bf16 plan (pd2bwc --precision bf16, fusion on): rowloss[r] as
- * pkc_classifier_f32, and always the gradient, as bfloat16 bits (round to nearest
+ * pkc_classifier_f32, and with training != 0 the gradient, as bfloat16 bits (round to nearest
  * even, pkc_f32_to_bf16) into d16 (the logits' stored bf16 place: the backward's
  * LM-head GEMMs read it as their bf16 operand). Each element is rounded once from the
  * float32 value pkc_classifier_f32 (and the CPU's cross-entropy gradient) computes:
  * the product, then at the target the difference, each rounded to float32 (__fmul_rn
  * keeps the two from being contracted into one fma). logits (float32) and d16 are
  * distinct buffers; both have rows ld elements apart, V columns read and written.
- * Tested against pkc_classifier_f32 bit for bit (tests/cuda/op_check.c); the code
- * generator does not launch it yet (issue 11 item 4: a bf16 plan's layout has no
- * stored place for the gradient yet, docs/plan-format.md's bf16 paragraph). */
+ * Tested against pkc_classifier_f32 bit for bit (tests/cuda/op_check.c);
+ * codegen/cgen_cuda_ops.c launches it (classifier_bwd says when). */
 __global__ void pkc_classifier_bf16(double *rowloss, unsigned short *d16, const float *logits, const int *targets,
-                                    pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid) {
+                                    pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid,
+                                    int training) {
   __shared__ float sh[PKC_MAX_BLOCK];
   __shared__ double shd[PKC_MAX_BLOCK];
   int nv = *nvalid;
@@ -204,11 +204,13 @@ __global__ void pkc_classifier_bf16(double *rowloss, unsigned short *d16, const 
     unsigned short *d = d16 + r * ld;
     if (tg == ignore_index || tg < 0 || tg >= V) {
       if (threadIdx.x == 0) rowloss[r] = 0;
-      for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0; /* bf16 +0 */
+      if (training)
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0; /* bf16 +0 */
       continue; /* uniform across the block */
     }
     float mx;
     float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
+    if (!training) continue;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
       float g = __fmul_rn(expf(x[c] - mx), inv);
       d[c] = pkc_f32_to_bf16(c == tg ? g - w : g);

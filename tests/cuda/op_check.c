@@ -464,7 +464,8 @@ static void check_dropout(Ctx *c) {
  * row losses equal pkc_classifier_f32's (rows_f32, that kernel's, still in `rows`),
  * and each gradient element is exactly the RNE bf16 of pkc_classifier_f32's float32
  * gradient g32 (the same arithmetic, rounded once); the padding (sentinel bits) is
- * never written, the float32 logits are left as they were. */
+ * never written, the float32 logits are left as they were; with training 0 (first)
+ * no gradient is written. */
 static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, DevPtr dtg, long long M, int V,
                                   int ld, int ign, float dloss_in, DevPtr dnv, DevPtr rows_f32) {
   size_t n = (size_t)M * ld;
@@ -473,7 +474,12 @@ static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, DevP
   float *back = oc_zvec(n);
   for (size_t i = 0; i < n; i++) d16[i] = 0x7777;
   DevPtr dx = oc_up(c, h, n * 4), dd = oc_up(c, d16, n * 2), rows = c->d->alloc(c->d->ctx, (size_t)M * 8);
-  LAUNCH(c, "pkc_classifier_bf16", M, &rows, &dd, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv);
+  int training = 0; /* first evaluation: the row losses alone, d16 as it was */
+  LAUNCH(c, "pkc_classifier_bf16", M, &rows, &dd, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv, &training);
+  oc_down(c, got, dd, n * 2);
+  oc_report_exact(c, "classifier_bf16.eval_untouched", memcmp(got, d16, n * 2) == 0, "no gradient written");
+  training = 1;
+  LAUNCH(c, "pkc_classifier_bf16", M, &rows, &dd, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv, &training);
   oc_down(c, got, dd, n * 2);
   oc_down(c, r16, rows, (size_t)M * 8);
   oc_down(c, r32, rows_f32, (size_t)M * 8);
