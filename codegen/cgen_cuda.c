@@ -255,7 +255,7 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
     e->cast[o] = true;
     for (int i = 0; i < op->nout; i++) {
       const TensorPlace *pl = &e->stored->place[op->out[i]];
-      if (!pl->bf16) continue;
+      if (!pl->bf16 || op->out[i] == e->cls_logits) continue; /* the classifier fills that place */
       int64_t m = pl->bytes / 2;
       cu_launch(e, name, "pkc_cast_f32_to_bf16", PKC_ELEM8, m, CU_BLOCK, 3, cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)),
                 cu_arg_ptr(cu_tensor(e, op->out[i])), cu_arg_num("i64", (double)m));
@@ -265,7 +265,7 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
 
 /* Input i of op is read as bfloat16 from a stored copy (cu_stage_bf16): a GEMM's A or
  * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
-static bool bf16_operand(const CuEmit *e, const Op *op, int i) {
+bool cu_bf16_operand(const CuEmit *e, const Op *op, int i) {
   OpKind k = op->kind;
   if (k == OP_LINEAR || k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) return i < 2;
   return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
@@ -276,8 +276,9 @@ static void find_fp32_reads(CuEmit *e, const int *ops, int n) {
   memset(e->fp32_read, 0, (size_t)e->g->ntensors + 1);
   for (int k = 0; k < n && e->stored->bf16; k++) {
     const Op *op = &e->g->ops[ops[k]];
+    if (op->id == e->cls_bwd) continue; /* never emitted: the forward's classifier kernel ran it */
     for (int i = 0; i < op->nin; i++)
-      if (e->stored->place[op->in[i]].bf16 && !bf16_operand(e, op, i)) e->fp32_read[op->in[i]] = true;
+      if (e->stored->place[op->in[i]].bf16 && !cu_bf16_operand(e, op, i)) e->fp32_read[op->in[i]] = true;
   }
 }
 
@@ -340,7 +341,8 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
                           cJSON **launch_list) {
   Str src = {0}, own = {0};
   cJSON *j = cJSON_CreateObject();
-  CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray(), .stored = L};
+  CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray(), .stored = L,
+              .cls_logits = -1, .cls_grad = -1, .cls_bwd = -1};
   PD_CHECK(!L->bf16 || o->gemm == CGEN_GEMM_BF16, "(a bf16 layout is a bf16 list's)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
@@ -358,6 +360,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   e.list = fwd;
   e.op_base = e.rng_base;
   e.L = &fwd_view;
+  cu_find_classifier(&e);
   find_fp32_reads(&e, L->fwd_ops, L->nfwd);
   for (int r = L->first_region; r <= L->last_region; r++) emit_region(&e, &fx, r, true);
   e.L = &bwd_view;

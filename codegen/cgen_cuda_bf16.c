@@ -8,7 +8,9 @@
  * weights; no launch casts it. An activation the layout stores as bfloat16 (a stashed
  * or sent one: passes/layout.h, "bf16 storage") is read from its stored copy, which
  * holds exactly what a cast of its float32 working place would make: the producer's
- * cast wrote it from that place, or the pass's upcast widened it into that place. Any
+ * cast wrote it from that place, or the pass's upcast widened it into that place. So is
+ * the logits' gradient when the forward's fused classifier stored it there as bf16 in
+ * place of the logits (CuEmit.cls_grad: the bits a cast of the float32 gradient gives). Any
  * other operand (an activation or a gradient) is one pkc_cast_f32_to_bf16 launch
  * (round to nearest even) into cuda_scratch's staging, from bf16_staging on (after the
  * cross-entropy's row losses): a GEMM's A, then B at the next 256-byte boundary, the
@@ -40,6 +42,11 @@ CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, 
                     int64_t *end) {
   *end = to;
   if (X.cls == BUF_PARAMS) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
+  if (t >= 0 && t == e->cls_grad) { /* the gradient the forward's classifier stored over the logits */
+    const TensorPlace *pl = &e->stored->place[e->cls_logits];
+    PD_CHECK(X.cls == (int)e->L->place[t].cls && X.off == e->L->place[t].offset, "(operand t%d is not its place)", t);
+    return cu_buf((int)pl->cls, pl->offset);
+  }
   if (t >= 0 && e->stored->place[t].bf16) { /* the stored copy, same rows and stride */
     const TensorPlace *pl = &e->stored->place[t];
     PD_CHECK(X.cls == (int)e->L->place[t].cls && X.off == e->L->place[t].offset, "(operand t%d is not its place)", t);

@@ -68,6 +68,12 @@ typedef struct CuEmit {
   bool *cast;       /* per op id, bf16 layouts: its outputs' casts down emitted */
   bool *fp32_read;  /* per tensor id, bf16 layouts: a stored tensor some op of the pass
                        being emitted reads as float32 (else no upcast: cu_emit_upcasts) */
+  /* bf16 layouts, the fused classifier (cu_find_classifier; -1: none): the stored
+   * logits whose bf16 place the forward's pkc_classifier_bf16 fills with the gradient
+   * instead of the logits (no cast down of them), that gradient (the backward's GEMMs
+   * read it there: cu_stage_bf16) and the cross_entropy_bwd the kernel replaces (not
+   * emitted, so the backward never upcasts the logits) */
+  int cls_logits, cls_grad, cls_bwd;
 } CuEmit;
 
 /* cgen_cuda.c */
@@ -94,8 +100,13 @@ int cu_kernel_kind(const char *name);
  * reader of in its pass (launches named `name`: op, or the GEMM an epilogue moves op to). */
 void cu_emit_upcasts(CuEmit *e, const Op *op, int name);
 
+/* cgen_cuda.c: input i of op is read as bfloat16 (cu_stage_bf16) in a bf16 list. */
+bool cu_bf16_operand(const CuEmit *e, const Op *op, int i);
+
 /* cgen_cuda_ops.c: the launches of op, not fused (emit_op). */
 void cu_emit_op(CuEmit *e, const Op *op);
+/* Sets e->cls_logits, cls_grad and cls_bwd (bf16 layouts, with fusion on: see CuEmit). */
+void cu_find_classifier(CuEmit *e);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
  * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */
 void cu_emit_linear_gemm(CuEmit *e, const Op *op);

@@ -171,16 +171,23 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
 }
 
 /* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
- * classifier kernel in the forward (pkc_classifier_f32, with fusion on): the stage's
- * backward differentiates op with the same targets and ignore index, the layout put
- * its gradient over the logits, and no other op of the graph reads the logits, so the
+ * classifier kernel in the forward (with fusion on): the stage's backward
+ * differentiates op with the same targets and ignore index, the layout put its
+ * gradient over the logits, and no other op of the graph reads the logits, so the
  * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
- * cross-entropy op: a model has one.) Never with bf16 logits (a bf16 plan's stash):
- * the gradient's place is then the backward's working place, in WORK, which does not
- * last from one pass to the next; the backward runs cross_entropy_bwd on the logits'
- * stored copy, as the CPU program. */
+ * cross-entropy op: a model has one.) float32 logits: pkc_classifier_f32 writes the
+ * gradient over them in place. bf16 logits (a bf16 plan's stash): the gradient's
+ * place is the backward's working place, in WORK, which does not last from one pass
+ * to the next; so pkc_classifier_bf16 reads the forward's float32 logits and writes
+ * the gradient as bf16 into the logits' stored place (their cast down is not
+ * emitted), and the backward reads it there — only when the stored place is in STASH
+ * (a BOUNDARY place may be overwritten by the next receive) and every backward reader
+ * of the gradient reads it as a bf16 GEMM operand (cu_bf16_operand; a float32 reader
+ * would need the working place the kernel never fills). The CPU program still runs
+ * cross_entropy_bwd in its backward, on the logits' stored copy. */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
-  if (!e->o->fuse || e->L->place[op->in[0]].bf16) return NULL;
+  const TensorPlace *lp = &e->stored->place[op->in[0]];
+  if (!e->o->fuse || (lp->bf16 && lp->cls != BUF_STASH)) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
     const Op *b = &e->g->ops[e->L->bwd_ops[k]];
     if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;
@@ -189,12 +196,23 @@ static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
     if (!same || pl->alias != op->in[0] || pl->accumulate) return NULL;
     for (int o = 0; o < e->g->nops; o++) { /* no other reader would see the gradient */
       const Op *r = &e->g->ops[o];
-      for (int i = 0; i < r->nin; i++)
+      for (int i = 0; i < r->nin; i++) {
         if (r->in[i] == op->in[0] && r != op && r != b) return NULL;
+        if (lp->bf16 && r->in[i] == b->out[0] && !cu_bf16_operand(e, r, i)) return NULL;
+      }
     }
     return b;
   }
   return NULL;
+}
+
+void cu_find_classifier(CuEmit *e) {
+  for (int k = 0; k < e->L->nfwd && e->stored->bf16; k++) {
+    const Op *op = &e->g->ops[e->L->fwd_ops[k]];
+    const Op *b = op->kind == OP_CROSS_ENTROPY ? classifier_bwd(e, op) : NULL;
+    if (!b || !e->stored->place[op->in[0]].bf16) continue;
+    e->cls_logits = op->in[0], e->cls_grad = b->out[0], e->cls_bwd = b->id;
+  }
 }
 
 /* Where an op's launches write (emit_op works it out, a family's emitter uses it): y,
@@ -428,13 +446,20 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
     CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
     const Op *bw = classifier_bwd(e, op);
+    if (bw && e->stored->place[op->in[0]].bf16 && op->in[0] != e->cls_logits) bw = NULL; /* one per stage */
     if (bw) { /* the fused classifier: the gradient too, over the logits, when training */
       CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
       LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V),
              I32((int64_t)op->attr[0]));
-      LAUNCH(e, id, "pkc_classifier_f32", M, PP(rl), P(e, bw->out[0]), P(e, op->in[0]), P(e, op->in[1]), I64(M),
-             I32(V), I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]), F32(1), PP(nv),
-             cu_arg_runtime("i32", "training", 0));
+      const TensorPlace *sp = &e->stored->place[op->in[0]];
+      if (sp->bf16) /* the gradient as bf16 into the logits' stored place (classifier_bwd) */
+        LAUNCH(e, id, "pkc_classifier_bf16", M, PP(rl), PP(cu_buf((int)sp->cls, sp->offset)), P(e, op->in[0]),
+               P(e, op->in[1]), I64(M), I32(V), I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]), F32(1), PP(nv),
+               cu_arg_runtime("i32", "training", 0));
+      else
+        LAUNCH(e, id, "pkc_classifier_f32", M, PP(rl), P(e, bw->out[0]), P(e, op->in[0]), P(e, op->in[1]), I64(M),
+               I32(V), I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]), F32(1), PP(nv),
+               cu_arg_runtime("i32", "training", 0));
       e->done[bw->id] = true; /* its launches are these */
     } else {
       LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),

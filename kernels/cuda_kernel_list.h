@@ -64,6 +64,7 @@ typedef enum PkcLaunchKind {
   X(pkc_cross_entropy_count_f32, PKC_ONE)   /* - */ \
   X(pkc_cross_entropy_bwd_f32, PKC_ROW)     /* M */ \
   X(pkc_classifier_f32, PKC_ROW)            /* M */ \
+  X(pkc_classifier_bf16, PKC_ROW)           /* M */ \
   X(pkc_attention_fwd_f32, PKC_ELEM)        /* B*NH*T */ \
   X(pkc_attention_bwd_delta_f32, PKC_ELEM)  /* B*NH*T */ \
   X(pkc_attention_bwd_dq_f32, PKC_ELEM)     /* B*NH*T */ \

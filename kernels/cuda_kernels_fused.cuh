@@ -1,7 +1,8 @@
 /* kernels/cuda_kernels_fused.cuh — the fused CUDA kernels, each a softmax with what
- * surrounds it: softmax cross-entropy (the loss, and the classifier kernel that gives
- * its gradient in the same pass) and multi-head self-attention in fp32 (an online
- * softmax, FlashAttention-2's backward; the tensor-core kernels are cuda_flash_*.cuh).
+ * surrounds it: softmax cross-entropy (the loss, and the classifier kernels that give
+ * its gradient in the same pass, in float32 or as bfloat16) and multi-head
+ * self-attention in fp32 (an online softmax, FlashAttention-2's backward; the
+ * tensor-core kernels are cuda_flash_*.cuh).
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
  * includes it inside its extern "C" block, after the 128-bit maps (pkc_map1,
@@ -122,6 +123,29 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
   }
 }
 
+/* One counted row of the classifier (both kernels below): the row's loss into
+ * *rowloss (thread 0), and the gradient's scale w/Σexp; *mx gets the row's max. The
+ * target logit xt is read before the block's barriers, so before any write of the row. */
+static __device__ float pkc_classifier_row(double *rowloss, float *mx_out, const float *x, int V, int tg,
+                                           float w, float *sh, double *shd) {
+  float xt = x[tg];
+  float mx = -3.402823466e38f;
+  for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
+  mx = pkc_block_max(mx, sh);
+  double s = 0;
+  float sf = 0;
+  for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+    float ex = expf(x[c] - mx);
+    s += (double)ex;
+    sf += ex;
+  }
+  s = pkc_block_sum_d(s, shd);
+  float inv = w / pkc_block_sum(sf, sh); /* its barriers order every read of xt before the writes */
+  if (threadIdx.x == 0) *rowloss = log(s) + (double)mx - (double)xt;
+  *mx_out = mx;
+  return inv;
+}
+
 /* The classifier in one pass over the logits (llm.c's fused classifier): the
  * forward's pkc_cross_entropy_rows_f32 and, when training, the backward's
  * pkc_cross_entropy_bwd_f32 at once, so the backward never reads the logits again.
@@ -147,25 +171,50 @@ __global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float 
         for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
       continue; /* uniform across the block */
     }
-    float xt = x[tg];
-    float mx = -3.402823466e38f;
-    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) mx = x[c] > mx ? x[c] : mx;
-    mx = pkc_block_max(mx, sh);
-    double s = 0;
-    float sf = 0;
-    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
-      float ex = expf(x[c] - mx);
-      s += (double)ex;
-      sf += ex;
-    }
-    s = pkc_block_sum_d(s, shd);
-    float inv = w / pkc_block_sum(sf, sh); /* its barriers order every read of xt before the writes */
-    if (threadIdx.x == 0) rowloss[r] = log(s) + (double)mx - (double)xt;
+    float mx;
+    float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
     if (!training) continue;
     for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
     __syncthreads();
     if (threadIdx.x == 0) d[tg] -= w;
     __syncthreads();
+  }
+}
+
+/* The classifier of a bf16 plan (pd2bwc --precision bf16, fusion on): rowloss[r] as
+ * pkc_classifier_f32, and with training != 0 the gradient, as bfloat16 bits (round to nearest
+ * even, pkc_f32_to_bf16) into d16 (the logits' stored bf16 place: the backward's
+ * LM-head GEMMs read it as their bf16 operand). Each element is rounded once from the
+ * float32 value pkc_classifier_f32 (and the CPU's cross-entropy gradient) computes:
+ * the product, then at the target the difference, each rounded to float32 (__fmul_rn
+ * keeps the two from being contracted into one fma). logits (float32) and d16 are
+ * distinct buffers; both have rows ld elements apart, V columns read and written.
+ * Tested against pkc_classifier_f32 bit for bit (tests/cuda/op_check.c);
+ * codegen/cgen_cuda_ops.c launches it (classifier_bwd says when). */
+__global__ void pkc_classifier_bf16(double *rowloss, unsigned short *d16, const float *logits, const int *targets,
+                                    pkc_i64 M, int V, int ld, int ignore_index, float dloss, const int *nvalid,
+                                    int training) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  __shared__ double shd[PKC_MAX_BLOCK];
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    unsigned short *d = d16 + r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      if (training)
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0; /* bf16 +0 */
+      continue; /* uniform across the block */
+    }
+    float mx;
+    float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
+    if (!training) continue;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+      float g = __fmul_rn(expf(x[c] - mx), inv);
+      d[c] = pkc_f32_to_bf16(c == tg ? g - w : g);
+    }
   }
 }
 

@@ -66,6 +66,11 @@ static inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, 4);
   return f;
 }
+/* a product rounded to float32 on its own (the device never contracts it into an fma) */
+static inline float __fmul_rn(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
 
 #include "kernels/cuda_kernel_list.h"
 #include "kernels/cuda_kernels.cuh"

@@ -460,6 +460,44 @@ static void check_dropout(Ctx *c) {
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
+/* The bf16 plan's classifier (pkc_classifier_bf16) on the same padded logits h: its
+ * row losses equal pkc_classifier_f32's (rows_f32, that kernel's, still in `rows`),
+ * and each gradient element is exactly the RNE bf16 of pkc_classifier_f32's float32
+ * gradient g32 (the same arithmetic, rounded once); the padding (sentinel bits) is
+ * never written, the float32 logits are left as they were; with training 0 (first)
+ * no gradient is written. */
+static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, DevPtr dtg, long long M, int V,
+                                  int ld, int ign, float dloss_in, DevPtr dnv, DevPtr rows_f32) {
+  size_t n = (size_t)M * ld;
+  uint16_t *d16 = malloc(n * 2), *got = malloc(n * 2);
+  double *r32 = malloc((size_t)M * 8), *r16 = malloc((size_t)M * 8);
+  float *back = oc_zvec(n);
+  for (size_t i = 0; i < n; i++) d16[i] = 0x7777;
+  DevPtr dx = oc_up(c, h, n * 4), dd = oc_up(c, d16, n * 2), rows = c->d->alloc(c->d->ctx, (size_t)M * 8);
+  int training = 0; /* first evaluation: the row losses alone, d16 as it was */
+  LAUNCH(c, "pkc_classifier_bf16", M, &rows, &dd, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv, &training);
+  oc_down(c, got, dd, n * 2);
+  oc_report_exact(c, "classifier_bf16.eval_untouched", memcmp(got, d16, n * 2) == 0, "no gradient written");
+  training = 1;
+  LAUNCH(c, "pkc_classifier_bf16", M, &rows, &dd, &dx, &dtg, &M, &V, &ld, &ign, &dloss_in, &dnv, &training);
+  oc_down(c, got, dd, n * 2);
+  oc_down(c, r16, rows, (size_t)M * 8);
+  oc_down(c, r32, rows_f32, (size_t)M * 8);
+  oc_down(c, back, dx, n * 4);
+  bool bits = true, pad = true;
+  for (long long r = 0; r < M; r++)
+    for (int k = 0; k < ld; k++) {
+      size_t i = (size_t)r * ld + k;
+      if (k >= V) pad = pad && got[i] == 0x7777;
+      else bits = bits && got[i] == ref_bf16(g32[i]);
+    }
+  oc_report_exact(c, "classifier_bf16.dlogits", bits, "RNE bf16 of pkc_classifier_f32's gradient");
+  oc_report_exact(c, "classifier_bf16.loss", memcmp(r16, r32, (size_t)M * 8) == 0, "row losses as the f32 kernel's");
+  oc_report_exact(c, "classifier_bf16.padding", pad, "padding never written");
+  oc_report_exact(c, "classifier_bf16.logits_kept", memcmp(back, h, n * 4) == 0, "float32 logits untouched");
+  free(d16), free(got), free(r32), free(r16), free(back);
+}
+
 /* The fused classifier (pkc_classifier_f32) against the CPU's forward loss and
  * backward gradient (ref_dl at dloss), in place over logits whose rows are padded to
  * ld = V + 27 columns (as the layout pads an odd vocabulary), with a sentinel in the
@@ -499,6 +537,7 @@ static void check_classifier(Ctx *c, const float *lg, const float *ref_dl, const
     if (training) oc_report(c, "classifier.dlogits", scale > 0 ? err / scale : 1, 1e-5);
     else oc_report_exact(c, "classifier.eval_untouched", untouched, "logits as they were");
     oc_report_exact(c, training ? "classifier.padding" : "classifier.padding.eval", pad_kept, "padding never written");
+    if (training) check_classifier_bf16(c, h, got, dtg, M, V, ld, ign, dloss_in, dnv, rows);
   }
   free(h), free(got);
 }

@@ -11,8 +11,14 @@
  * tf32 list is a work place in the bf16 one); every other argument is the same. The
  * storage casts (pkc_cast_f32_to_bf16 into the stash or boundary block, and
  * pkc_cast_bf16_to_f32 out of them) are skipped, each checked to lie inside its
- * blocks; the forward cross-entropy is not the fused classifier (its gradient would
- * land in WORK), so its backward gets its own launches. Every kernel launch must
+ * blocks. The fused classifier (tf32: pkc_classifier_f32, its gradient over the
+ * logits) is pkc_classifier_bf16 where the logits are stored (the STASH): the same
+ * arguments but the gradient's, now the logits' stored bf16 place (no cast down of the
+ * logits before it), and the backward's GEMMs read that place as their operand with no
+ * cast; in a GPT list (want_cls) the stage with the loss launches it once, no
+ * pkc_cross_entropy_bwd_f32 at all, and two backward GEMMs (the LM head's dx and dW)
+ * read its place. Elsewhere the bf16 forward computes the row losses alone and its
+ * backward gets the cross-entropy's own launches. Every kernel launch must
  * otherwise be identical; every tf32 GEMM must appear in the bf16 list
  * as the same GEMM with dtype "bf16" whose weight operands (the tf32 GEMM's A or B in
  * the params block) are read from the params_bf16 block (the bf16 weight copy the
@@ -82,6 +88,8 @@ typedef struct Tally {
   char stored_buf[MAX_STORED][12];  /* (stash or boundary), offset and elements */
   double stored_off[MAX_STORED], stored_n[MAX_STORED];
   int weight_operands;              /* GEMM operands read from params_bf16, uncast */
+  int classifiers;                  /* pkc_classifier_bf16 launches */
+  double cls_off;                   /* the last one's gradient place (stash offset) */
 } Tally;
 
 /* A pointer ({buf, offset}, optionally with "type": "ptr") as (block name, offset):
@@ -240,6 +248,23 @@ static void check_flash(const cJSON *p16, int *i, const cJSON *e32, int m, const
   t->flash++;
 }
 
+/* e16, the bf16 list's pkc_classifier_bf16, in place of e32 (the tf32 list's
+ * pkc_classifier_f32): every argument the same but the gradient's (argument 1), which
+ * is a place of the stash holding M rows ld apart of 2-byte elements. */
+static void check_classifier(const cJSON *e16, const cJSON *e32, const cJSON *blocks, Tally *t) {
+  const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(e16, "args"), *a32 = cJSON_GetObjectItemCaseSensitive(e32, "args");
+  EXPECT_EQ_INT(cJSON_GetArraySize(a16), cJSON_GetArraySize(a32));
+  EXPECT(num(e16, "op") == num(e32, "op"));
+  for (int a = 0; a < cJSON_GetArraySize(a32); a++)
+    if (a != 1) EXPECT(same_arg(cJSON_GetArrayItem(a16, a), cJSON_GetArrayItem(a32, a)));
+  const cJSON *d = cJSON_GetArrayItem(a16, 1);
+  double M = num(cJSON_GetArrayItem(a16, 4), "value"), ld = num(cJSON_GetArrayItem(a16, 6), "value");
+  EXPECT_STREQ(str(d, "buf"), "stash");
+  EXPECT(num(d, "offset") >= 0 && num(d, "offset") + 2 * M * ld <= num(blocks, "stash"));
+  t->classifiers++;
+  t->cls_off = num(d, "offset");
+}
+
 /* One pass ("forward"/"backward") of a stage: the bf16 list against the tf32 one. */
 static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, double staging, Tally *t) {
   const cJSON *p16 = cJSON_GetObjectItemCaseSensitive(l16, pass), *p32 = cJSON_GetObjectItemCaseSensitive(l32, pass);
@@ -256,10 +281,13 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
       i++;
     const char *kn = str(e32, "kernel");
     if (strcmp(kn, "pkc_cross_entropy_count_f32") == 0 &&
-        strcmp(str(cJSON_GetArrayItem(p32, k + 1), "kernel"), "pkc_classifier_f32") == 0)
-      continue; /* the classifier's count: the bf16 forward counts in its backward */
-    if (strcmp(kn, "pkc_classifier_f32") == 0) { /* the bf16 forward: the row losses alone */
-      EXPECT_STREQ(str(cJSON_GetArrayItem(p16, i++), "kernel"), "pkc_cross_entropy_rows_f32");
+        strcmp(str(cJSON_GetArrayItem(p32, k + 1), "kernel"), "pkc_classifier_f32") == 0 &&
+        strcmp(str(cJSON_GetArrayItem(p16, i + 1), "kernel"), "pkc_classifier_bf16") != 0)
+      continue; /* the classifier's count: an unfused bf16 forward counts in its backward */
+    if (strcmp(kn, "pkc_classifier_f32") == 0) {
+      const cJSON *e16 = cJSON_GetArrayItem(p16, i++);
+      if (strcmp(str(e16, "kernel"), "pkc_classifier_bf16") == 0) check_classifier(e16, e32, blocks, t);
+      else EXPECT_STREQ(str(e16, "kernel"), "pkc_cross_entropy_rows_f32"); /* the row losses alone */
       continue;
     }
     int m = -1;
@@ -349,7 +377,7 @@ static double ce_rows_end(const cJSON *l) {
   double end = num(cJSON_GetObjectItemCaseSensitive(l, "cuda_scratch"), "ce_rows");
   const cJSON *e;
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, "forward")) {
-    bool fused = strcmp(str(e, "kernel"), "pkc_classifier_f32") == 0;
+    bool fused = strcmp(str(e, "kernel"), "pkc_classifier_f32") == 0 || strcmp(str(e, "kernel"), "pkc_classifier_bf16") == 0;
     if (!fused && strcmp(str(e, "kernel"), "pkc_cross_entropy_rows_f32") != 0) continue;
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
     double off = num(cJSON_GetArrayItem(args, 0), "offset"), rows = num(cJSON_GetArrayItem(args, fused ? 4 : 3), "value");
@@ -359,7 +387,32 @@ static double ce_rows_end(const cJSON *l) {
 }
 
 /* Compiles `args` both ways and checks every stage. */
-static void check_model(const char *tag, const char *args, bool want_flash) {
+/* Launches of `kernel` in list l (both passes), and backward GEMMs with an operand at
+ * stash offset `off`. */
+static int count_kernel(const cJSON *l, const char *kernel) {
+  int n = 0;
+  const cJSON *e;
+  for (int p = 0; p < 2; p++)
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, p ? "backward" : "forward")) n += strcmp(str(e, "kernel"), kernel) == 0;
+  return n;
+}
+static int gemms_reading(const cJSON *l, double off) {
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, "backward")) {
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "gemm");
+    for (int q = 0; g && q < 2; q++) {
+      const cJSON *x = cJSON_GetObjectItemCaseSensitive(g, q ? "B" : "A");
+      n += strcmp(str(x, "buf"), "stash") == 0 && num(x, "offset") == off;
+    }
+  }
+  return n;
+}
+
+/* want_cls: a GPT plan (fusion on), whose loss stage runs the bf16 classifier. */
+static void check_model_cls(const char *tag, const char *args, bool want_flash, bool want_cls);
+static void check_model(const char *tag, const char *args, bool want_flash) { check_model_cls(tag, args, want_flash, false); }
+static void check_model_cls(const char *tag, const char *args, bool want_flash, bool want_cls) {
   char n16[64], n32[64], d16[256], d32[256];
   snprintf(n16, sizeof n16, "%s-bf16", tag);
   snprintf(n32, sizeof n32, "%s-tf32", tag);
@@ -409,6 +462,12 @@ static void check_model(const char *tag, const char *args, bool want_flash) {
     Tally st = {0};
     check_pass(l16, l32, "forward", staging, &st);
     check_pass(l16, l32, "backward", staging, &st);
+    if (st.classifiers) { /* its gradient: no cross_entropy_bwd, the LM head's GEMMs read it */
+      EXPECT_EQ_INT(st.classifiers, 1);
+      EXPECT_EQ_INT(count_kernel(l16, "pkc_cross_entropy_bwd_f32"), 0);
+      EXPECT_EQ_INT(gemms_reading(l16, st.cls_off), 2);
+      t.classifiers++;
+    }
     /* the kernel names: the tf32 list's (the fp32 attention kernels replaced one for
      * one, no fused classifier) plus the casts and the unfused cross-entropy's */
     const cJSON *k16 = cJSON_GetObjectItemCaseSensitive(l16, "kernels"), *k32 = cJSON_GetObjectItemCaseSensitive(l32, "kernels");
@@ -453,12 +512,16 @@ static void check_model(const char *tag, const char *args, bool want_flash) {
   }
   EXPECT(t.gemms > 0 && t.weight_operands > 0);
   if (want_flash) EXPECT(t.flash > 0);
+  if (want_cls) EXPECT_EQ_INT(t.classifiers, 1);
   cJSON_Delete(plan16);
 }
 
-static void test_tinygpt_one_stage(void) { check_model("tinygpt1", "models/tinygpt.model --stages 1 --replicas 1", true); }
+static void test_tinygpt_one_stage(void) {
+  check_model_cls("tinygpt1", "models/tinygpt.model --stages 1 --replicas 1", true, true);
+}
 static void test_tinygpt_two_stages(void) {
-  check_model("tinygpt2", "models/tinygpt.model --cluster models/clusters/cpu2.cluster --stages 2 --replicas 1 --schedule 2bw", true);
+  check_model_cls("tinygpt2", "models/tinygpt.model --cluster models/clusters/cpu2.cluster --stages 2 --replicas 1 --schedule 2bw",
+                  true, true);
 }
 static void test_bert_small(void) {
   check_model("bert", "models/bert.model -D layers=2 -D dim=64 -D heads=2 -D seq=16 -D vocab=128 -D npred=4 --stages 2 "
@@ -466,7 +529,7 @@ static void test_bert_small(void) {
 }
 /* An odd vocabulary: the logits' rows padded to 128, their bf16 copy cast whole. */
 static void test_tinygpt_padded(void) {
-  check_model("tinygpt67", "models/tinygpt.model -D vocab=67 --stages 1 --replicas 1", true);
+  check_model_cls("tinygpt67", "models/tinygpt.model -D vocab=67 --stages 1 --replicas 1", true, true);
 }
 static void test_mlp(void) { check_model("mlp", "models/mlp.model --stages 1 --replicas 1", false); }
 
