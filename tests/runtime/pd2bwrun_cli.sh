@@ -73,6 +73,18 @@ run_ok "pipelines' driver" "$T/plan" --data "$T/train.bin" --val-data "$T/val.bi
   --threads 1 --transport local --log-json "$T/p.jsonl" -q
 fields() { sed 's/"ms": .*"mfu": [^,}]*//' "$@"; }
 check "pipelines' driver: same losses, norms, val" test "$(fields "$T/a.jsonl")" = "$(fields "$T/p.jsonl")"
+# every schedule of a one-stage plan computes what the one-stage trainer does (its rule:
+# 2bw's delayed update, else 1f1b): with one stage no schedule leaves a weight version
+# stale but 2bw's, and the plan's schedule reaches the pipelines' driver as written
+for s in 1f1b pipedream 2bw; do
+  rm -rf "$T/plan-$s" && cp -r "$T/plan" "$T/plan-$s"
+  sed -i "s/\"schedule\":[[:space:]]*\"gpipe\"/\"schedule\": \"$s\"/" "$T/plan-$s/plan.json"
+  run_ok "$s: one-stage driver" "$T/plan-$s" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/s1-$s.jsonl" -q
+  run_ok "$s: pipelines' driver" "$T/plan-$s" --data "$T/train.bin" --steps 4 --threads 1 --transport local \
+    --log-json "$T/s2-$s.jsonl" -q
+  check "$s: same losses and norms in both drivers" test "$(fields "$T/s1-$s.jsonl")" = "$(fields "$T/s2-$s.jsonl")"
+done
+check "2bw's delayed update changes the losses" test "$(fields "$T/s1-2bw.jsonl")" != "$(fields "$T/s1-1f1b.jsonl")"
 
 # user mistakes
 expect_error "no plan" "plan.json" "$T/nope" --data "$T/train.bin" --steps 1
