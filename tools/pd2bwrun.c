@@ -3,12 +3,11 @@
  *
  *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
  *
- * This file parses and dispatches. One-stage plans run on the one-stage trainer
- * (runtime/exec/exec_one.c; its driver loop exec_one_main.c): per step, m
- * microbatches forward and backward with gradients accumulated in place, clipping,
- * AdamW. Plans with several stages or replicas (or any of the pipeline flags) run on
- * the pipeline executor (runtime/pipeline/pipeline.h): one rank per stage replica, as threads
- * (--transport local) or MPI processes (mpirun ... --transport mpi). Every failure
+ * This file parses and dispatches. Every CPU plan runs on the pipeline executor
+ * (runtime/pipeline/pipeline.h pipeline_main): one rank per stage replica, as threads
+ * (--transport local, the default) or MPI processes (mpirun ... --transport mpi); a
+ * one-stage plan is one rank, which computes what the one-stage trainer
+ * (runtime/exec/exec_one.c) does, and is reported in its words. Every failure
  * the user can cause (a missing plan, a bad flag, a data file that does not fit the
  * model, a checkpoint of another model) ends with one line naming the file and exit
  * status 1. --val-data/--eval-every and --init mean the same on both executors: the
@@ -73,7 +72,7 @@ typedef struct Args {
   PipeOptions o; /* every backend's and mode's options (runtime/pipeline/pipeline.h) */
   const char *plan, *transport;
   const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda/exec/cuda_exec.h */
-  bool pipeline_flags, steps_set;
+  bool steps_set;
   int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
 } Args;
 
@@ -147,10 +146,10 @@ static int parse_args(int argc, char **argv, Args *a) {
       a->o.seed_set = true;
       break;
     }
-    case O_TRANSPORT: a->transport = optarg, a->pipeline_flags = true; break;
-    case O_TRACE: a->o.trace_path = optarg, a->pipeline_flags = true; break;
-    case O_PROFILE_OUT: a->o.profile_out = optarg, a->pipeline_flags = true; break;
-    case O_REFERENCE: a->o.reference = a->pipeline_flags = true; break;
+    case O_TRANSPORT: a->transport = optarg; break;
+    case O_TRACE: a->o.trace_path = optarg; break;
+    case O_PROFILE_OUT: a->o.profile_out = optarg; break;
+    case O_REFERENCE: a->o.reference = true; break;
     case O_TIMEOUT:
     case O_REF_TOL: {
       char *end;
@@ -161,7 +160,7 @@ static int parse_args(int argc, char **argv, Args *a) {
                  optarg);
         return fail(msg);
       }
-      if (c == O_TIMEOUT) a->o.timeout_s = x, a->pipeline_flags = true;
+      if (c == O_TIMEOUT) a->o.timeout_s = x;
       else a->o.ref_tol = x;
       break;
     }
@@ -228,6 +227,5 @@ int main(int argc, char **argv) {
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */
-  if (a.pipeline_flags || pipe_plan_ranks(a.plan) > 1) return pipeline_main(a.plan, &a.o, a.transport, &argc, &argv);
-  return exec_one_main(a.plan, &a.o);
+  return pipeline_main(a.plan, &a.o, a.transport, &argc, &argv);
 }

@@ -25,9 +25,9 @@
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
  *                     batch by batch.
- *   exec_one_main.c   pd2bwrun's one-stage driver around it, for every device
- *                     (runtime/pipeline/pipeline.h exec_one_main_on: the CPU, or
- *                     --backend cuda's OneBackend; the pipelines' is pipeline_main.c's).
+ *   exec_one_main.c   --backend cuda's one-stage driver around it (runtime/pipeline/
+ *                     pipeline.h exec_one_main_on, a OneBackend; every CPU plan runs on
+ *                     pipeline_main.c's driver).
  * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
  * runtime/pipeline/pipeline.c and is the interpreter's input; the contract of what a run
  * computes (data order, sums, scale) is runtime/pipeline/pipeline.h's.

@@ -1,8 +1,8 @@
-/* runtime/exec/exec_one_main.c — pd2bwrun's one-stage driver for every device
- * (runtime/pipeline/pipeline.h exec_one_main, exec_one_main_on): the driver loop
- * around the one-stage trainer (exec_one.c): the plan, --init then --resume, the data,
- * training to --steps with validation after every K-th step and the last, the
- * checkpoint and the report. The CPU is the default device; --backend cuda passes a
+/* runtime/exec/exec_one_main.c — pd2bwrun --backend cuda's one-stage driver
+ * (runtime/pipeline/pipeline.h exec_one_main_on): the driver loop around the one-stage
+ * trainer (exec_one.c): the plan, --init then --resume, the data, training to --steps
+ * with validation after every K-th step and the last, the checkpoint and the report.
+ * (Every CPU plan runs on pipeline_main.c's driver.) --backend cuda passes a
  * OneBackend (runtime/cuda/exec/cuda_exec_main.c: the GPU as the trainer's device,
  * its banner words, --profile-out's start and its summary lines). The pipelines'
  * driver is pipeline_main.c's; the per-step checks (divergence, token ids) are the
@@ -13,7 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static int fail(const char *prog, const char *msg) {
   fprintf(stderr, "%s: error: %s\n", prog, msg);
@@ -22,7 +21,7 @@ static int fail(const char *prog, const char *msg) {
 
 typedef struct OneRun {
   const char *prog;
-  const OneBackend *be; /* NULL: the CPU */
+  const OneBackend *be;
   ExecDevice *dev;      /* the backend's, destroyed after the trainer */
   RtPlan *plan;
   Trainer *t;
@@ -43,18 +42,6 @@ static bool one_open(const char *plan_dir, const PipeOptions *a, OneRun *r) {
   OutputFlag outs[] = {{"--save", a->save_path}, {"--log-json", a->log_json}, {"--trace", a->trace_path},
                        {"--profile-out", a->profile_out}};
   if (!output_paths_check(outs, 4, err, sizeof err)) return fail(prog, err), false;
-  char where[160];
-  if (r->be) {
-    snprintf(where, sizeof where, "%s", r->be->where);
-  } else { /* Threads: OpenMP in the stage program reads OMP_NUM_THREADS when it starts. */
-    int threads = a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
-    char tb[16];
-    snprintf(tb, sizeof tb, "%d", threads);
-    setenv("OMP_NUM_THREADS", tb, 1);
-    pd_blas_init(threads);
-    snprintf(where, sizeof where, "%d thread%s, BLAS %s", threads, threads == 1 ? "" : "s", pd_blas_name());
-  }
   RtPlan *plan = r->plan = rt_plan_load(plan_dir, err, sizeof err);
   if (!plan) return fail(prog, err), false;
   /* The schedule's horizon is the plan's; a plan without one spans this run. */
@@ -65,18 +52,15 @@ static bool one_open(const char *plan_dir, const PipeOptions *a, OneRun *r) {
     if (strcmp(st->params[k].name, "wte") == 0) vocab = st->params[k].shape[0];
   if (!a->quiet)
     printf("%s: plan %s (model %s), microbatch %lld x %lld per step, %s\n", prog, plan_dir, plan->model,
-           (long long)plan->b, (long long)plan->m, where);
+           (long long)plan->b, (long long)plan->m, r->be->where);
   /* one seed rule for every mode (runtime.h rt_run_seed): weights, dropout, data order */
   uint64_t seed;
   if (!rt_run_seed(a->resume_path, a->seed_set, a->seed, plan->train.seed, &seed, err, sizeof err))
     return fail(prog, err), false;
-  if (r->be && !(r->dev = r->be->device(r->be->ctx, plan, a, err, sizeof err))) return fail(prog, err), false;
+  if (!(r->dev = r->be->device(r->be->ctx, plan, a, err, sizeof err))) return fail(prog, err), false;
   TrainerOptions to = {.seed = seed, .seed_set = true, .data_path = a->data_path, .device = r->dev};
   Trainer *t = r->t = trainer_create(plan, &to, err, sizeof err);
   if (!t) return fail(prog, err), false;
-  if (!a->quiet && !r->be)
-    printf("%s: stage program %s (%s)\n", prog, trainer_program(t)->so_path,
-           trainer_program(t)->cache_hit ? "cached" : "compiled now");
   /* --init then --resume: a checkpoint replaces both */
   if (a->init_path && !trainer_init_from(t, a->init_path, err, sizeof err)) return fail(prog, err), false;
   if (a->resume_path) {
@@ -86,7 +70,7 @@ static bool one_open(const char *plan_dir, const PipeOptions *a, OneRun *r) {
       fprintf(stderr, "%s: %s is at step %lld already, --steps %lld: nothing to train\n", prog, a->resume_path,
               (long long)trainer_step_index(t), (long long)a->steps);
   }
-  if (r->be && r->be->ready) r->be->ready(r->be->ctx, t, plan, a);
+  if (r->be->ready) r->be->ready(r->be->ctx, t, plan, a);
   for (int k = 0; k < st->ninputs; k++)
     if (st->inputs[k].stream != STREAM_OTHER) r->T = (int)st->inputs[k].shape[1];
   snprintf(err, sizeof err, "the model has no 'tokens'/'targets' inputs: %s trains language models on token files", prog);
@@ -138,19 +122,14 @@ static bool one_train(const PipeOptions *a, OneRun *r) {
   char err[RT_ERR_LEN];
   char ierr[IO_ERR_LEN];
   Trainer *t = r->t;
-  double tokens = (double)(r->plan->b * r->plan->m) * r->T, flops = trainer_flops_per_step(t);
+  double tokens = (double)(r->plan->b * r->plan->m) * r->T;
   TrainLoop L;
   const char *why = NULL;
   if (!trainer_train(t, r->dl, r->vl, r->val_batches, a->steps, a->eval_every, r->log, tokens, &L, &why))
     return fail(r->prog, why), false;
   if (!rt_log_finish(r->log, err, sizeof err)) return fail(r->prog, err), false;
   if (a->save_path && !trainer_save(t, a->save_path, ierr, sizeof ierr)) return fail(r->prog, ierr), false;
-  if (r->be) {
-    if (!r->be->finish(r->be->ctx, t, a, &L, tokens)) return false;
-  } else if (L.ran > 0)
-    printf("pd2bwrun: %lld steps, final loss %.4f%s, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n",
-           (long long)L.ran, L.last_loss, "", L.total_ms / (double)L.ran, tokens * (double)L.ran / (L.total_ms / 1e3),
-           flops * (double)L.ran / (L.total_ms / 1e3) / 1e9, a->save_path ? ", saved " : "", a->save_path ? a->save_path : "");
+  if (!r->be->finish(r->be->ctx, t, a, &L, tokens)) return false;
   /* resumed at (or past) --steps: nothing to train, so just evaluate the weights */
   if (L.ran <= 0 && r->vl) L.last_val = trainer_eval(t, r->vl, 0, r->val_batches);
   if (!isnan(L.last_val)) printf("%s: validation loss %.4f\n", r->prog, L.last_val);
@@ -170,6 +149,4 @@ int exec_one_main_on(const char *prog, const char *plan_dir, const PipeOptions *
   rt_plan_free(r.plan);
   return rc;
 }
-
-int exec_one_main(const char *plan_dir, const PipeOptions *a) { return exec_one_main_on("pd2bwrun", plan_dir, a, NULL); }
 

@@ -178,7 +178,7 @@ typedef struct PipeOptions {
   bool one_device; /* every rank on one device (single-GPU pipeline mode): the console's
                       peak rate is that device's, and --trace writes one process with a
                       thread per rank (pipe_trace_write_gpu), not a process each */
-  /* pd2bwrun's flags that the drivers (pipeline_main, exec_one_main) act on */
+  /* pd2bwrun's flags that the drivers (pipeline_main, exec_one_main_on) act on */
   bool reference;          /* afterwards, train PLAN_DIR/reference sequentially and compare */
   double ref_tol;          /* --reference's relative bound (<= 0: 1e-5) */
   /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CudaExecOptions is this struct) */
@@ -253,11 +253,6 @@ double pipe_peak_flops(const PipePlan *p);
 void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
                         bool quiet);
 
-/* pd2bwrun's one-stage path (runtime/exec/exec_one_main.c): the one-stage trainer on
- * plan_dir with o's data, steps, validation, checkpoints, seed and log (the pipeline
- * flags unused), on the CPU; the exit status, every failure reported on stderr. */
-int exec_one_main(const char *plan_dir, const PipeOptions *o);
-
 /* A device of exec_one_main_on (runtime/cuda/exec/cuda_exec_main.c's GPU). where: the
  * banner's words for it; device: the trainer's device for stage 0 of plan (the driver
  * destroys it after the trainer), NULL with a message; ready (may be NULL): after
@@ -272,7 +267,10 @@ typedef struct OneBackend {
   bool (*finish)(void *ctx, struct Trainer *t, const PipeOptions *o, const struct TrainLoop *L, double tokens);
 } OneBackend;
 
-/* exec_one_main with messages starting prog, on be's device (NULL: the CPU's). */
+/* --backend cuda's one-stage path (runtime/exec/exec_one_main.c; the CPU's runs on
+ * pipeline_main): the one-stage trainer on plan_dir with o's data, steps, validation,
+ * checkpoints, seed and log, on be's device, messages starting prog; the exit status,
+ * every failure reported on stderr. */
 int exec_one_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const OneBackend *be);
 
 /* A backend of pipeline_main_on (the CPU's when NULL): runtime/cuda/pipe/cuda_pipe_main.c's

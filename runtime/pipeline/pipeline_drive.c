@@ -4,7 +4,9 @@
  * too: runtime/cuda/pipe/cuda_pipe.h). Training runs in stretches that end where a
  * validation is due, so nothing is in flight while the validation runs; 2bw drains at
  * each, which changes timing, not values (consecutive stretches compute what one run
- * over their union does). */
+ * over their union does). After each stretch and its validation, `done` gets the
+ * stretch: where the log is streamed (pipeline_run.c), its lines are written then;
+ * one-rank plans run a step per stretch, as the one-stage trainer (exec_one.c) does. */
 #include <math.h>
 #include <stdio.h>
 
@@ -18,6 +20,7 @@ bool pipe_drive(const PipeDrive *d, double *val, double *val_final) {
   do { /* always one stretch: a run resumed at (or past) --steps still validates */
     int64_t hi = d->steps;
     if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
+    if (d->per_step && lo + 1 < hi) hi = lo + 1;
     ok = d->run(d->ctx, lo, hi);
     if (ok && d->eval && (hi >= d->steps || (K > 0 && hi % K == 0))) {
       double v;
@@ -31,6 +34,8 @@ bool pipe_drive(const PipeDrive *d, double *val, double *val_final) {
         fflush(stdout);
       }
     }
+    /* the stretch's steps, each with its own validation loss: --log-json streamed */
+    if (ok && d->done && hi > lo) ok = d->done(d->ctx, lo, hi, val[hi - 1 - d->first]);
     lo = hi;
   } while (ok && lo < d->steps);
   return ok;

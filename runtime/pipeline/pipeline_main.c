@@ -2,7 +2,8 @@
  * and transport (pipeline.h pipeline_main, pipeline_main_on): the plan, the seed rule,
  * the run (the CPU's ranks as threads or MPI processes, or a backend's train hook:
  * runtime/cuda/pipe/cuda_pipe_main.c's single- and multi-GPU modes), then rank 0's
- * report: --log-json, the summary (the backend's words), the validation loss, the
+ * report: --log-json, the summary (the backend's words; a one-rank plan's in the
+ * one-stage words: banner, rates, "saved" in the summary), the validation loss, the
  * saved/trace lines, the plan's report.html and --reference. */
 #include "runtime/pipeline/pipeline_rank.h"
 #include "runtime/report/plan_report.h"
@@ -36,9 +37,27 @@ bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, c
   return atomic_commit(&af, err, errlen);
 }
 
+/* A one-rank plan's summary, the words the one-stage trainer's driver used (tests/cli,
+ * scripts/main-job.sh, docs): the mean step time over every step run, the rates, the
+ * checkpoint. Nothing when nothing ran. */
+static void one_summary(const PipePlan *p, const PipeOutcome *r, const PipeOptions *o) {
+  int64_t nb = r->steps - r->first_step;
+  if (nb <= 0) return;
+  double ms = 0;
+  for (int64_t b = 0; b < nb; b++) ms += r->step_ms ? r->step_ms[b] : r->step_time_s * 1e3;
+  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p);
+  printf("pd2bwrun: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f GFLOP/s%s%s\n", (long long)nb,
+         r->step_loss[nb - 1], ms / (double)nb, tokens * (double)nb / (ms / 1e3), flops * (double)nb / (ms / 1e3) / 1e9,
+         o->save_path ? ", saved " : "", o->save_path ? o->save_path : "");
+}
+
 /* The CPU ranks' summary: the steady-state step time and the measured bubbles. */
 static void cpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, const PipeOptions *o) {
-  (void)ctx, (void)o;
+  (void)ctx;
+  if (p->nranks == 1) {
+    one_summary(p, r, o);
+    return;
+  }
   int64_t nb = r->steps - r->first_step;
   if (nb > 0)
     printf("pd2bwrun: %d stages x %d replicas, schedule %s%s, %lld steps, final loss %.4f, %.1f ms/step (measured, "
@@ -75,10 +94,11 @@ static int fail(const char *prog, const char *msg) {
 static int report(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOptions *o,
                   const PipeOutcome *r, const PipeBackend *be) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  if (o->log_json && !pipe_log_write(p, r, o->log_json, err, sizeof err)) return fail(prog, err);
+  /* (one rank: streamed as it trained, pipeline_run.c) */
+  if (o->log_json && p->nranks > 1 && !pipe_log_write(p, r, o->log_json, err, sizeof err)) return fail(prog, err);
   (be ? be->summary : cpu_summary)(be ? be->ctx : NULL, p, r, o);
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
-  if (o->save_path) printf("%s: saved %s\n", prog, o->save_path);
+  if (o->save_path && (be || p->nranks > 1)) printf("%s: saved %s\n", prog, o->save_path); /* one rank: summary's */
   if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
   if (o->trace_path) pipe_report_update(plan_dir, p, r, o->trace_path, o->quiet);
   if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
@@ -117,6 +137,9 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     snprintf(tb, sizeof tb, "%d", per);
     setenv("OMP_NUM_THREADS", tb, 1);
     pd_blas_init(per);
+    if (p->nranks == 1 && !o.quiet) /* the one-stage banner (tests/cli, scripts/main-job.sh, docs) */
+      printf("%s: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n", prog, plan_dir,
+             p->rt->model, (long long)p->b, (long long)p->m, per, per == 1 ? "" : "s", pd_blas_name());
   }
   PipeOutcome r = {0};
   int rc = be ? be->train(be->ctx, p, &o, t, &r, err, sizeof err)

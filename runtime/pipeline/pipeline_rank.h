@@ -180,6 +180,10 @@ typedef struct PipeDrive {
   bool (*eval)(void *ctx, double *mean);          /* NULL: no validation */
   void *ctx;
   bool print; /* the "step S/N | val loss L" line (rank 0, not quiet) */
+  /* NULL, or after each stretch [lo, hi) and its validation (val: after batch hi - 1,
+   * NAN if none); false: the run failed */
+  bool (*done)(void *ctx, int64_t lo, int64_t hi, double val);
+  bool per_step; /* stretches of one step (one-rank plans: each step's log line as it ends) */
 } PipeDrive;
 
 /* The driver loop of every pipelined mode (CPU ranks and CUDA): batches [first,

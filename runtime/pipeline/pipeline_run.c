@@ -303,14 +303,37 @@ static void note_error_root(RunCtx *c, const char *msg, bool root) {
 
 static void note_error(RunCtx *c, const char *msg) { note_error_root(c, msg, false); }
 
-/* pipe_drive's work on a CPU rank: the interpreter and the validation pass. */
+/* pipe_drive's work on a CPU rank: the interpreter and the validation pass, and on a
+ * one-rank plan the streamed --log-json. */
 typedef struct RankDrive {
   PipeRank *R;
   PipeEval *E;
+  RtLog *log; /* one-rank plans' --log-json, else NULL */
 } RankDrive;
 
 static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
 static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
+
+/* A one-rank plan's log lines for batches [lo, hi), streamed as the one-stage trainer's
+ * were (docs/output-files.md): the loss is step_loss's (exec_interp.c) sum in the same
+ * order, the validation on its own step's line. A failed write stops the run there. */
+static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
+  RankDrive *d = ctx;
+  PipeRank *R = d->R;
+  const PipePlan *p = R->pp;
+  for (int64_t t = lo; t < hi; t++) {
+    double sum = 0;
+    for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
+    StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
+                    .ms = R->step_ms[t - R->first]};
+    if (!rt_log_step(d->log, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p),
+                     t + 1 == hi ? val : NAN)) {
+      snprintf(R->err, sizeof R->err, "%s", rt_log_error(d->log));
+      return false;
+    }
+  }
+  return true;
+}
 
 /* Collective: whether every rank's step (its setup, rank 0's outputs) succeeded
  * (transport_agree). A failure all ranks agreed on is noted once, rank 0's message,
@@ -356,6 +379,8 @@ static int run_rank(Transport *t, void *arg) {
     return 1;
   }
   int64_t first = R->first;
+  if (rk == 0 && c->o->resume_path && !c->o->quiet)
+    printf("pd2bwrun: resumed from %s at step %lld\n", c->o->resume_path, (long long)first);
   if (first >= c->o->steps && c->o->resume_path) {
     if (rk == 0)
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
@@ -364,10 +389,19 @@ static int run_rank(Transport *t, void *arg) {
   /* the driver loop of every pipelined mode (pipeline_drive.c) */
   int64_t nb = R->steps > R->first ? R->steps - R->first : 0;
   double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
-  RankDrive rd = {R, E};
+  RankDrive rd = {R, E, NULL};
+  /* one rank: --log-json streamed, a line as each step ends (more ranks: rank 0 writes
+   * it whole at the end, pipeline_main.c, from the losses gathered there) */
+  if (c->p->nranks == 1 && c->o->log_json) {
+    rd.log = rt_log_open(c->o->log_json, stdout, true, R->err, sizeof R->err);
+    if (rd.log) rt_log_set_peak(rd.log, c->o->one_device ? c->p->rt->peak_flops : pipe_peak_flops(c->p));
+  }
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
-                     .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet};
-  ok = pipe_drive(&drive, val, &val_final);
+                     .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet,
+                     .done = rd.log ? rank_done : NULL, .per_step = c->p->nranks == 1};
+  ok = (rd.log || c->p->nranks > 1 || !c->o->log_json) && pipe_drive(&drive, val, &val_final);
+  ok = ok && (!rd.log || rt_log_finish(rd.log, R->err, sizeof R->err));
+  rt_log_close(rd.log);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
@@ -402,6 +436,8 @@ int pipeline_run_local(const PipePlan *p, const PipeOptions *o, PipeOutcome *out
   for (int s = 0; s < p->d && !o->rank_device; s++) {
     StageProgram prog;
     if (!stage_program_load(p->rt->stages[s].source, 4, &prog, err, errlen)) return 1;
+    if (!o->quiet) /* the line tests/cli/stage_cache_cli.sh reads, for every plan shape */
+      printf("pd2bwrun: stage program %s (%s)\n", prog.so_path, prog.cache_hit ? "cached" : "compiled now");
     stage_program_unload(&prog);
   }
   RunCtx c = {.p = p, .o = o, .out = out};

@@ -41,6 +41,11 @@ check "straight run succeeds" test -s "$T/a.safetensors"
 check "one line per step" test "$(grep -c '^step [0-9]*/8 | loss ' <<<"$out")" -eq 8
 check "step line fields" grep -q 'lr .* | grad norm .* ms | .* tok/s | .* GFLOP/s' <<<"$out"
 check "val loss reported" grep -q 'val loss' <<<"$out"
+# the one-stage report's words (scripts/main-job.sh, docs/data.md), whichever driver runs it
+check "one-stage banner" grep -q '^pd2bwrun: plan .* (model [a-z0-9]*), microbatch [0-9]* x [0-9]* per step, 1 thread, BLAS ' <<<"$out"
+check "one-stage summary" grep -q '^pd2bwrun: 8 steps, final loss [0-9.]*, [0-9.]* ms/step, [0-9]* tok/s, [0-9.]* GFLOP/s, saved .*/a.safetensors$' <<<"$out"
+check "no separate saved line" test "$(grep -c 'saved' <<<"$out")" -eq 1
+check "validation loss line" grep -q '^pd2bwrun: validation loss [0-9.]*$' <<<"$out"
 check "json log has 8 lines" test "$(wc -l <"$T/a.jsonl")" -eq 8
 check "json has val_loss twice" test "$(grep -c val_loss "$T/a.jsonl")" -eq 2
 check "json keys" grep -q '"step": 8, "loss": .*"lr": .*"grad_norm": .*"ms": .*"tokens_per_s": .*"gflops"' "$T/a.jsonl"
@@ -58,6 +63,10 @@ run_ok() { # NAME ARGS...
 }
 run_ok "4 steps + save" "$T/plan" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/b1.jsonl" --save "$T/b.safetensors" -q
 run_ok "resume to 8" "$T/plan" --data "$T/train.bin" --steps 8 --threads 1 --log-json "$T/b2.jsonl" --resume "$T/b.safetensors" -q
+out=$("$RUN" "$T/plan" --data "$T/train.bin" --steps 4 --threads 1 --resume "$T/b.safetensors" 2>&1)
+check "resumed line" grep -q "^pd2bwrun: resumed from $T/b.safetensors at step 4\$" <<<"$out"
+check "nothing to train note" grep -q "b.safetensors is at step 4 already, --steps 4: nothing to train" <<<"$out"
+check "nothing trained: no summary" test "$(grep -c 'final loss' <<<"$out")" -eq 0
 losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$@"; }
 check "resume reproduces losses" test "$(losses "$T/a.jsonl")" = "$(losses "$T/b1.jsonl" "$T/b2.jsonl")"
 # the same with --shuffle (the sample order is a function of the seed and the position)
@@ -73,6 +82,18 @@ run_ok "pipelines' driver" "$T/plan" --data "$T/train.bin" --val-data "$T/val.bi
   --threads 1 --transport local --log-json "$T/p.jsonl" -q
 fields() { sed 's/"ms": .*"mfu": [^,}]*//' "$@"; }
 check "pipelines' driver: same losses, norms, val" test "$(fields "$T/a.jsonl")" = "$(fields "$T/p.jsonl")"
+# every schedule of a one-stage plan computes what the one-stage trainer does (its rule:
+# 2bw's delayed update, else 1f1b): with one stage no schedule leaves a weight version
+# stale but 2bw's, and the plan's schedule reaches the pipelines' driver as written
+for s in 1f1b pipedream 2bw; do
+  rm -rf "$T/plan-$s" && cp -r "$T/plan" "$T/plan-$s"
+  sed -i "s/\"schedule\":[[:space:]]*\"gpipe\"/\"schedule\": \"$s\"/" "$T/plan-$s/plan.json"
+  run_ok "$s: one-stage driver" "$T/plan-$s" --data "$T/train.bin" --steps 4 --threads 1 --log-json "$T/s1-$s.jsonl" -q
+  run_ok "$s: pipelines' driver" "$T/plan-$s" --data "$T/train.bin" --steps 4 --threads 1 --transport local \
+    --log-json "$T/s2-$s.jsonl" -q
+  check "$s: same losses and norms in both drivers" test "$(fields "$T/s1-$s.jsonl")" = "$(fields "$T/s2-$s.jsonl")"
+done
+check "2bw's delayed update changes the losses" test "$(fields "$T/s1-2bw.jsonl")" != "$(fields "$T/s1-1f1b.jsonl")"
 
 # user mistakes
 expect_error "no plan" "plan.json" "$T/nope" --data "$T/train.bin" --steps 1
