@@ -135,11 +135,6 @@ bool jr_bool(JsonRd *r, const cJSON *o, const char *path, const char *key) {
   return v && cJSON_IsTrue(v);
 }
 
-bool jr_flag(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return v && cJSON_IsTrue(v);
-}
-
 /* Rewrites every \u0000 escape (an odd run of backslashes before the u) to \u0001. */
 static void mark_nul_escapes(char *t, size_t len) {
   for (size_t i = 0; i + 6 <= len; i++) {

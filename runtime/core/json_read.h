@@ -43,8 +43,6 @@ double jr_real(JsonRd *r, const cJSON *o, const char *path, const char *key, dou
 const char *jr_str(JsonRd *r, const cJSON *o, const char *path, const char *key, const char *dflt);
 /* true only for a JSON true; anything but a boolean or absence is an error. */
 bool jr_bool(JsonRd *r, const cJSON *o, const char *path, const char *key);
-/* true only for a JSON true (no check). */
-bool jr_flag(const cJSON *o, const char *key);
 
 /* Parses text as JSON. A string holding U+0000 is refused by name: cJSON would cut
  * it at the NUL ("gpipe\u0000junk" would read as "gpipe"), so such escapes become

@@ -176,7 +176,6 @@ typedef struct StepStats {
  * versions). NULL with a message on error. */
 Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen);
 void trainer_destroy(Trainer *t);
-const StageProgram *trainer_program(const Trainer *t);
 const RtStage *trainer_stage(const Trainer *t);
 /* The params block (float32, the newest version), for tests and checkpoints; the
  * last step's gradient (a copy: the step clears the gradient block). Both the CPU
@@ -227,7 +226,8 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen);
 /* Parameters only, from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
 bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
 
-/* The three above on a one-stage training state in host memory, each block laid out
+/* trainer_save's and trainer_init_from's work (a resume is the pipelines' reader,
+ * runtime/pipeline pipe_rank_resume) on a one-stage training state in host memory, each block laid out
  * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
  * GPU's blocks copied to the host (runtime/exec/exec_one.c: the device's download), so both write
  * and read one format. prev: 2bw's older version, NULL for one version. */
@@ -249,9 +249,6 @@ bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_
  * false with a message when the checkpoint cannot be read. */
 bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
                  size_t errlen);
-/* Fills the blocks; on success *step = the checkpoint's step and *seed its seed (left
- * as it is when the file has none). */
-bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 /* params (and prev, a copy) from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
 bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
 

@@ -108,21 +108,6 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value
   return ok;
 }
 
-/* Reads tensor `name` of shape p into dst; false with a message. */
-static bool load_one(SafeTensors *s, const char *path, const RtParam *p, const char *name, void *dst,
-                     char *err, size_t errlen) {
-  const StTensor *x = st_find(s, name);
-  if (!x) return ERR("%s: no tensor '%s' (a checkpoint of a different model?)", path, name);
-  bool same = x->rank == p->rank;
-  for (int d = 0; same && d < p->rank; d++) same = x->shape[d] == p->shape[d];
-  if (!same) {
-    char a[64], b[64];
-    return ERR("%s: tensor '%s' is %s, the plan wants %s", path, name, st_shape_str(x->rank, x->shape, a, sizeof a),
-               st_shape_str(p->rank, p->shape, b, sizeof b));
-  }
-  return st_read_f32(s, x, dst, err, errlen);
-}
-
 /* A metadata value that must be a decimal integer in [0, max]: strtoull saturates and
  * strtoll accepts signs and spaces, so the digits are checked here and an out-of-range
  * value is an error naming the key, never a clamped INT64_MAX. */
@@ -156,33 +141,6 @@ bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t
   if (!s) return false;
   int64_t step;
   bool ok = rt_ckpt_meta(s, resume_path, &step, out, err, errlen);
-  st_close(s);
-  return ok;
-}
-
-bool rt_ckpt_resume(const RtCkptBlocks *b, const char *path, int64_t *step_index, uint64_t *seed_value, char *err,
-                    size_t errlen) {
-  SafeTensors *s = st_open(path, err, errlen);
-  if (!s) return false;
-  const RtStage *st = b->st;
-  int64_t sv = 0;
-  uint64_t seed = *seed_value;
-  bool ok = rt_ckpt_meta(s, path, &sv, &seed, err, errlen);
-  for (int k = 0; ok && k < st->nparams; k++) {
-    const RtParam *p = &st->params[k];
-    char nm[512];
-    ok = load_one(s, path, p, p->name, b->params + p->offset, err, errlen);
-    snprintf(nm, sizeof nm, "opt.m.%s", p->name);
-    ok = ok && load_one(s, path, p, nm, b->opt_m + p->offset, err, errlen);
-    snprintf(nm, sizeof nm, "opt.v.%s", p->name);
-    ok = ok && load_one(s, path, p, nm, b->opt_v + p->offset, err, errlen);
-    if (b->prev) {
-      snprintf(nm, sizeof nm, "prev.%s", p->name);
-      ok = ok && load_one(s, path, p, nm, b->prev + p->offset, err, errlen);
-    }
-  }
-  if (ok) *seed_value = seed;
-  if (ok) *step_index = sv;
   st_close(s);
   return ok;
 }

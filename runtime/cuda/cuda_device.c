@@ -296,7 +296,6 @@ size_t cuda_dev_total_mem(const CudaDev *d) { return d->total_mem; }
 
 void cuda_dev_make_current(const CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSetCurrent(d->ctx)); }
 
-const CuApi *cuda_dev_api(const CudaDev *d) { return d->api; }
 
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s) {
   PD_CHECK(s >= 0 && (int)s < d->nstreams, "stream %d", (int)s);

@@ -91,9 +91,6 @@ void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y);
  * operand swap (cuda_lt.c says why BGRADB becomes CUBLASLT_EPILOGUE_BGRADA). */
 int cuda_lt_epilogue_colmajor(CudaEpilogueKind k);
 
-/* The raw driver handles, for code that calls other NVIDIA libraries on this device
- * (runtime/cuda/exec/cuda_exec_dev.c hands the CUstream to the NCCL calls of cuda_link_nccl.c). */
-const CuApi *cuda_dev_api(const CudaDev *d);
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
 
 #endif /* PD2BW_CUDA_INTERNAL_H */

@@ -89,7 +89,6 @@ void trainer_destroy(Trainer *t) {
   free(t);
 }
 
-const StageProgram *trainer_program(const Trainer *t) { return exec_cpu_program(t->R->dev); }
 const RtStage *trainer_stage(const Trainer *t) { return t->R->st; }
 float *trainer_params(Trainer *t) { return (float *)(void *)t->R->w[t->R->newest]; }
 void trainer_read_params(Trainer *t, float *dst) {

@@ -84,20 +84,6 @@ CkptGpt2Kind ckpt_gpt2_kind(int k) {
                         slot_per_layer((GptSlot)k), slots[k].linear};
 }
 
-const char *ckpt_format_name(CkptFormat f) {
-  switch (f) {
-    case CKPT_AUTO:
-      return "auto";
-    case CKPT_PD2BW:
-      return "pd2bw safetensors";
-    case CKPT_HF:
-      return "Hugging Face GPT-2 safetensors";
-    case CKPT_LLMC:
-      return "llm.c GPT-2";
-  }
-  return "?";
-}
-
 /* "h.3.attn_w" -> (G_ATTN_W, 3); "wte" -> (G_WTE, -1). False if not a GPT name. */
 static bool parse_name(const char *name, GptSlot *slot, int *layer) {
   const char *suffix = name;

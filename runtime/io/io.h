@@ -344,6 +344,5 @@ CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
  * in the checkpoint must equal the number the params ask for. */
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen);
-const char *ckpt_format_name(CkptFormat f);
 
 #endif /* PD2BW_RUNTIME_IO_H */
