@@ -167,6 +167,14 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
   return n;
 }
 
+/* Whether a bias lead's output (the linear's, lead_y) is stored, or lives only in a
+ * register like any other intermediate of the chain starting at op first. */
+static bool lead_kept(const CuEmit *e, int lead_y, int first) {
+  const TensorPlace *pl = &e->L->place[lead_y];
+  return pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == e->g->loss ||
+         cgen_sole_consumer(e->g, e->L, lead_y) != first;
+}
+
 /* The chain's statements for element i (in scope in the generated code): its
  * values v0..v{n-1} in registers, the bias lead's vb, and the stores; `ind` indents
  * them further. */
@@ -179,14 +187,10 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
   const char *prev = NULL;
   char prevbuf[16];
   if (bias_lead >= 0) {
-    /* the linear's output is stored unless it is an intermediate like any other */
-    const TensorPlace *pl = &e->L->place[lead_y];
-    bool keep = pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
-                cgen_sole_consumer(e->g, e->L, lead_y) != chain[0];
     operand(e, a, sizeof a, lead_y, len, v, lead_y);
     operand(e, other, sizeof other, first->in[2], len, v, lead_y);
     str_printf(s, "%s    const float vb = %s + %s;\n", ind, a, other);
-    if (keep) store(e, ind, lead_y, len, v, 0, "vb");
+    if (lead_kept(e, lead_y, chain[0])) store(e, ind, lead_y, len, v, 0, "vb");
     prev = "vb";
   }
   for (int i = 0; i < n; i++) {
@@ -351,9 +355,7 @@ static void emit_chain_vec(CuEmit *e, const int *chain, int n, const Op *first, 
     emit_chain_body(e, chain, n, first, bias_lead, lead_y, len, "  ", &lane);
     str_printf(s, "    }\n");
   }
-  const TensorPlace *pl = bias_lead >= 0 ? &e->L->place[lead_y] : NULL;
-  bool keep = pl && (pl->cls != BUF_WORK || pl->accumulate || pl->alias >= 0 || lead_y == g->loss ||
-                     cgen_sole_consumer(e->g, e->L, lead_y) != chain[0]);
+  bool keep = bias_lead >= 0 && lead_kept(e, lead_y, chain[0]);
   int written[2] = {keep ? lead_y : -1, g->ops[chain[n - 1]].out[0]};
   for (int w = 0; w < 2; w++)
     if (written[w] >= 0) {

@@ -87,6 +87,28 @@ static int kernel_has(const char *sass, const char *kernel, const char *op) {
   return hit && (!end || hit < end);
 }
 
+/* NVRTC's cubin of src (the defines ndef of def) for this test's arch, disassembled:
+ * the SASS as one string, NULL (with the failure EXPECTed) when either step fails. */
+static char *compile_sass(const char *src, const char *name, const char **def, int ndef) {
+  CudaCompileOptions o = {arch, name, "", def, ndef};
+  CudaBinary b;
+  char *err = NULL;
+  bool ok = cuda_nvrtc_compile(src, &o, &b, &err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  free(err);
+  if (!ok) return NULL;
+  char path[] = "/tmp/pd2bw-test-sass-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0 && write(fd, b.data, b.size) == (ssize_t)b.size);
+  close(fd);
+  char *sass = sass_of(tool, path);
+  unlink(path);
+  cuda_binary_free(&b);
+  EXPECT(sass != NULL);
+  return sass;
+}
+
 static const char *const tensor_core_kernels[] = {
     "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_dq_bf16",
     "pkc_flash_attention_bwd_dkv_bf16"};
@@ -105,23 +127,7 @@ static int arch;
 
 static void test_tensor_core_sass(void) {
   const char *def[] = {"-DPKC_ATT_HS=64", "-DPKC_ATT_T=1024"};
-  CudaCompileOptions o = {arch, "kernels.cu", "", def, 2};
-  CudaBinary b;
-  char *err = NULL;
-  bool ok = cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &b, &err);
-  if (!ok) fprintf(stderr, "%s\n", err);
-  EXPECT(ok);
-  free(err);
-  if (!ok) return;
-  char path[] = "/tmp/pd2bw-test-sass-XXXXXX";
-  int fd = mkstemp(path);
-  EXPECT(fd >= 0);
-  EXPECT(write(fd, b.data, b.size) == (ssize_t)b.size);
-  close(fd);
-  char *sass = sass_of(tool, path);
-  unlink(path);
-  cuda_binary_free(&b);
-  EXPECT(sass != NULL);
+  char *sass = compile_sass(pd_cuda_kernels_src, "kernels.cu", def, 2);
   if (!sass) return;
   for (size_t k = 0; k < sizeof tensor_core_kernels / sizeof *tensor_core_kernels; k++) {
     static const char *const ops[] = {"HMMA.16816.F32.BF16", "LDSM", "LDGSTS"};
@@ -169,22 +175,7 @@ static void test_fused_chain_sass(void) {
   size_t n = h + fread(src + h, 1, sizeof src - 1 - h, f);
   fclose(f);
   src[n] = 0;
-  CudaCompileOptions o = {arch, "stage0.cu", "", NULL, 0};
-  CudaBinary b;
-  char *err = NULL;
-  bool ok = cuda_nvrtc_compile(src, &o, &b, &err);
-  if (!ok) fprintf(stderr, "%s\n", err);
-  EXPECT(ok);
-  free(err);
-  if (!ok) return;
-  char path[] = "/tmp/pd2bw-test-sass-XXXXXX";
-  int fd = mkstemp(path);
-  EXPECT(fd >= 0 && write(fd, b.data, b.size) == (ssize_t)b.size);
-  close(fd);
-  char *sass = sass_of(tool, path);
-  unlink(path);
-  cuda_binary_free(&b);
-  EXPECT(sass != NULL);
+  char *sass = compile_sass(src, "stage0.cu", NULL, 0);
   if (!sass) return;
   int vec = 0, rows = 0;
   for (const char *c = strstr(src, "/* fused:"); c; c = strstr(c + 1, "/* fused:")) {

@@ -61,6 +61,16 @@ static char tmp[64] = "/tmp/pd2bw-test-cudapipe-bf16-XXXXXX";
 
 /* sgd: the plan trains with SGD (per-parameter steps, then one cast of the version
  * written into its bf16 copy per stage replica and step). */
+/* The GPU run r of plan p matches the sequential CPU reference within BF16_TOL; frees r. */
+static void expect_reference(const PipePlan *p, const char *data, PipeOutcome *r) {
+  char err[RT_ERR_LEN] = "";
+  PipeOptions po = {.data_path = data, .steps = STEPS};
+  bool match = pipeline_check_reference(p, &po, r, BF16_TOL, stdout, err, sizeof err);
+  if (!match) fprintf(stderr, "  %s\n", err);
+  EXPECT(match);
+  pipe_outcome_free(r);
+}
+
 static void run(const char *name, const char *args, int deferred_per_step, bool sgd) {
   EXPECT(emu_pipe_make_plan(name, args));
   char dir[256], data[256], err[RT_ERR_LEN] = "";
@@ -120,13 +130,7 @@ static void run(const char *name, const char *args, int deferred_per_step, bool 
   EXPECT_EQ_INT(n.casts, want_casts);
   EXPECT(planned_w16 > 0);
   EXPECT_EQ_INT(stats.weights_bf16, planned_w16);
-  if (!rc) {
-    PipeOptions po = {.data_path = data, .steps = STEPS};
-    bool match = pipeline_check_reference(p, &po, &r, BF16_TOL, stdout, err, sizeof err);
-    if (!match) fprintf(stderr, "  %s\n", err);
-    EXPECT(match);
-    pipe_outcome_free(&r);
-  }
+  if (!rc) expect_reference(p, data, &r);
   pipe_plan_free(p);
 }
 
@@ -259,13 +263,7 @@ static void test_recompute(void) {
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
   EXPECT(rc == 0);
-  if (!rc) {
-    PipeOptions po = {.data_path = data, .steps = STEPS};
-    bool match = pipeline_check_reference(p, &po, &r, BF16_TOL, stdout, err, sizeof err);
-    if (!match) fprintf(stderr, "  %s\n", err);
-    EXPECT(match);
-    pipe_outcome_free(&r);
-  }
+  if (!rc) expect_reference(p, data, &r);
   pipe_plan_free(p);
 }
 
