@@ -87,6 +87,9 @@ static int kernel_has(const char *sass, const char *kernel, const char *op) {
   return hit && (!end || hit < end);
 }
 
+static const char *tool;
+static int arch;
+
 /* NVRTC's cubin of src (the defines ndef of def) for this test's arch, disassembled:
  * the SASS as one string, NULL (with the failure EXPECTed) when either step fails. */
 static char *compile_sass(const char *src, const char *name, const char **def, int ndef) {
@@ -121,9 +124,6 @@ static const char *const vector_kernels[] = {
     "pkc_mul_fwd_f32",      "pkc_mul_bwd_f32",      "pkc_scale_fwd_f32",     "pkc_gelu_fwd_f32",
     "pkc_gelu_bwd_f32",     "pkc_relu_fwd_f32",     "pkc_relu_bwd_f32",      "pkc_dropout_fwd_f32",
     "pkc_dropout_bwd_f32",  "pkc_adamw_multi_dev_f32"};
-
-static const char *tool;
-static int arch;
 
 static void test_tensor_core_sass(void) {
   const char *def[] = {"-DPKC_ATT_HS=64", "-DPKC_ATT_T=1024"};
