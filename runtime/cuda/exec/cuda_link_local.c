@@ -63,8 +63,6 @@ typedef struct ClLink {
   ExecReq *free_reqs, *all;
   ExecReq **live; /* every request made, for destroy */
   int nlive, caplive;
-  void (*at_end)(void *ctx, ExecDevice *dev);
-  void *at_end_ctx;
 } ClLink;
 
 struct ExecGroup {
@@ -254,7 +252,6 @@ static double c_timeout(const ExecLink *L) { return transport_timeout(((const Cl
 
 static void c_destroy(ExecLink *L) {
   ClLink *l = cl(L);
-  if (l->at_end) l->at_end(l->at_end_ctx, l->dev);
   l->ops->sync(l->ops->dev); /* no wait of a peer's still refers to an event of ours */
   for (int i = 0; i < l->nlive; i++) {
     l->ops->event_destroy(l->ops->dev, l->live[i]->ev_ready);
@@ -271,11 +268,8 @@ static const ExecLinkOps local_ops = {
     .progress = c_progress, .error = c_error, .abort = c_abort, .timeout = c_timeout, .destroy = c_destroy,
 };
 
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
-                        void *ctx) {
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops) {
   ClLink *l = pd_calloc(1, sizeof *l);
-  l->at_end = at_end;
-  l->at_end_ctx = ctx;
   l->base.ops = &local_ops;
   l->t = t;
   l->dev = dev;
