@@ -219,9 +219,6 @@ int main(int argc, char **argv) {
     if ((a.transport && !a.o.nccl) || a.o.timeout_s > 0)
       return fail("--backend cuda supports every option but --timeout, and of the transports only "
                   "--transport nccl");
-    /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_threads.c); nccl refuses it itself */
-    if (a.o.trace_path && !a.o.nccl && pipe_plan_ranks(a.plan) <= 1)
-      return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
     return cuda_exec_main("pd2bwrun", a.plan, &a.o);
   }

@@ -5,7 +5,8 @@
  *     ("plan P (model M), microbatch b x m per step, GPU 0 (emulated)"), the summary
  *     scripts/gpu-check-lib.sh reads with ", saved PATH" in it and no separate "saved"
  *     line, the graphs line whose updates ("N as a graph, M launch by launch") add up
- *     to the steps, one "validation loss" line;
+ *     to the steps, one "validation loss" line; with --trace (single-GPU mode's, now a
+ *     one-stage plan's too) the trace file and its line;
  *   - that checkpoint resumed at --steps: "nothing to train" on stderr, no summary, the
  *     validation loss of the saved weights (the same figure);
  *   - cuda_pipe_main's --bench-gemm figures (cuda_exec_main times them after the run):
@@ -66,8 +67,10 @@ static void test_lines(void) {
   char data[256], ck[256], banner[512], *out = NULL, *errs = NULL;
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "ck.safetensors");
+  char tr[256], want[300];
+  emu_path(tr, sizeof tr, "trace.json");
   CudaExecOptions o = {.data_path = data, .steps = 3, .gemm = CX_GEMM_PLAN, .save_path = ck, .val_path = data,
-                       .eval_batches = 1};
+                       .eval_batches = 1, .trace_path = tr};
   EXPECT(run(&o, NULL, &out, &errs) == 0);
   int n;
   snprintf(banner, sizeof banner, "lines: plan %s/p1 (model cxgpt), microbatch 2 x %d per step, GPU 0 (emulated)\n",
@@ -89,6 +92,11 @@ static void test_lines(void) {
   EXPECT(upd_graph + upd_eager == 3 && upd_graph > 0);
   l = line_of(out, "lines: validation loss ", &n);
   EXPECT(n == 1 && sscanf(l, "lines: validation loss %lf", &val) == 1);
+  snprintf(want, sizeof want, "lines: trace %s\n", tr);
+  EXPECT(line_of(out, want, &n) != NULL && n == 1);
+  cJSON *trace = emu_read_json(tr);
+  EXPECT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(trace, "traceEvents")) > 3 * 2 * 2);
+  cJSON_Delete(trace);
   free(out), free(errs);
   /* resumed at --steps: nothing to train, the saved weights' validation loss */
   CudaExecOptions r = {.data_path = data, .steps = 3, .gemm = CX_GEMM_PLAN, .resume_path = ck, .val_path = data,
