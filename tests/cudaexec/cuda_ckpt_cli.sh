@@ -68,6 +68,8 @@ done
 expect_error "trace, one stage" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda \
   --data "$T/train.bin" --steps 1 --trace "$T/t.json"
 [ ! -e "$T/t.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a --trace file" >&2; }
+expect_error "pd2bw-cuda-train's flag" "unknown option '--gemm'" "$T/plan" --backend cuda --data "$T/train.bin" \
+  --steps 1 --gemm tf32
 expect_error "timeout" "supports every option but --timeout" "$T/plan" --backend cuda --data "$T/train.bin" \
   --steps 1 --timeout 5
 # --profile-out: accepted (it reaches the device, and writes nothing there); not with nccl yet
