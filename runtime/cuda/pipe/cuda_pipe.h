@@ -58,7 +58,9 @@
  * thread makes the context current through its view: CxDeviceOps thread_enter,
  * runtime/cuda/cuda_device.c cuda_dev_make_current). On an H200 (2026-11-30,
  * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
- * against the CPU reference.
+ * against the CPU reference, and the one-stage trainer (exec_one.c on
+ * cuda_exec_device.c) the one-stage plans that now run here on one rank: the next
+ * lent GPU's scripts/gpu-check.sh is this path's first run on a GPU.
  *
  * Checkpoints and validation are runtime/pipeline/pipeline_run.c's in both modes:
  * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:

@@ -21,8 +21,8 @@
  * (pipe_trace_write_gpu). --profile-out: each program's segment times (cuda_profile.c),
  * a stage's replicas together, through the CPU backend's writer.
  *
- * NOT done: run on a GPU (a rank thread makes the context current through the view:
- * CxDeviceOps thread_enter; only the emulator has run it). */
+ * NOT done: run on a GPU, one-stage plans included (a rank thread makes the context
+ * current through the view: CxDeviceOps thread_enter; only the emulator has run it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
