@@ -216,9 +216,9 @@ int main(int argc, char **argv) {
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     a.o.nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
-    if ((a.transport && !a.o.nccl) || a.o.timeout_s > 0)
-      return fail("--backend cuda supports every option but --timeout, and of the transports only "
-                  "--transport nccl");
+    /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
+     * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
+    if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
     /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_threads.c); nccl refuses it itself */
     if (a.o.trace_path && !a.o.nccl && pipe_plan_ranks(a.plan) <= 1)
       return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
