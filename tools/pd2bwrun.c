@@ -47,7 +47,7 @@ static const char usage[] =
     "  --log-json FILE     one JSON object per step, the same keys in every mode (docs/data.md)\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
     "                      all its stages on that one GPU); it takes every option above, but\n"
-    "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
+    "                      with --transport nccl not yet --trace/--profile-out\n"
     "  --device N          the GPU to use with --backend cuda (default 0)\n"
     "  --cuda-graphs on|off with --backend cuda: replay each forward/backward pass as a CUDA\n"
     "                      graph captured once (default on); off: launch by launch\n"
