@@ -44,7 +44,7 @@ static const char usage[] =
     "  --log-json FILE     one JSON object per step, the same keys in every mode (docs/data.md)\n"
     "  --backend B         cpu (default) or cuda (needs an NVIDIA GPU; a pipeline plan runs\n"
     "                      all its stages on that one GPU); it takes every option above, but\n"
-    "                      with --transport nccl not yet --save/--resume/--init/--val-data\n"
+    "                      with --transport nccl not yet --trace/--profile-out\n"
     "  --device N          the GPU to use with --backend cuda (default 0)\n"
     "  --cuda-graphs on|off with --backend cuda: replay each forward/backward pass as a CUDA\n"
     "                      graph captured once (default on); off: launch by launch\n"
@@ -84,9 +84,9 @@ int main(int argc, char **argv) {
     /* --transport nccl: multi-GPU mode under mpirun, one process per stage replica */
     a.o.nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
-    if ((a.transport && !a.o.nccl) || a.o.timeout_s > 0)
-      return fail("--backend cuda supports every option but --timeout, and of the transports only "
-                  "--transport nccl");
+    /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
+     * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
+    if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
     return cuda_exec_main("pd2bwrun", a.plan, &a.o);
   }

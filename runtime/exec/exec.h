@@ -84,7 +84,8 @@
  * blocking send/recv, which are host memory. Every call
  * returns a TransportStatus; on a failure error() names this rank and what it waited
  * for, and abort(why) makes every other rank stop promptly — the timeouts that name a
- * dead rank and the stall detector (progress) are the link's. tag separates streams
+ * dead rank and the stall detector (progress) are the transport's (exec_host_*, below,
+ * on every link). tag separates streams
  * of messages between one pair of ranks; messages with one (peer, tag) arrive in order.
  *   isend/irecv/waitall  non-blocking point to point, completed together by waitall
  *                     (the interpreter posts a `with_next` run of instructions at once).
@@ -219,11 +220,22 @@ typedef struct ExecLinkOps {
 struct ExecLink {
   const ExecLinkOps *ops;
   bool process_per_rank; /* each rank is its own process (MPI): an injected exit ends only it */
+  ExecLink *host;        /* a device link's exec_transport_link (its exec_host_*); NULL on that link */
 };
 
 /* The link over an existing transport (not owned: destroying the link leaves t). */
 ExecLink *exec_transport_link(Transport *t);
 void exec_link_destroy(ExecLink *l);
+/* The one host side of every link (the ExecLinkOps entries of exec_transport_link, and
+ * of each device link through its `host`: cuda_link_local.c, cuda_link_nccl.c): host
+ * memory, the stall detector, the timeouts that name a dead rank, errors and abort are
+ * the transport's, whatever moves the device memory. */
+TransportStatus exec_host_send(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what);
+TransportStatus exec_host_recv(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what);
+void exec_host_progress(ExecLink *l, const char *doing, long long index);
+const char *exec_host_error(const ExecLink *l);
+void exec_host_abort(ExecLink *l, const char *why);
+double exec_host_timeout(const ExecLink *l);
 
 /* ---- the interpreter -------------------------------------------------------------- */
 

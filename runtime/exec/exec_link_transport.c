@@ -1,6 +1,9 @@
 /* runtime/exec/exec_link_transport.c — the link over runtime/transport/transport.h (local
  * threads or MPI; runtime/exec/exec.h). Requests and groups are the transport's own,
- * passed through; the failures, timeouts and the stall detector are the transport's. */
+ * passed through; the failures, timeouts and the stall detector are the transport's.
+ * Its host side (exec_host_*: blocking host messages, progress, error, abort, timeout)
+ * is also every device link's, reached through that link's `host`, so a device
+ * changes nothing of how a stalled or dead rank is found and named. */
 #include "runtime/exec/exec.h"
 
 #include <stdlib.h>
@@ -10,7 +13,8 @@ typedef struct TransportLink {
   Transport *t;
 } TransportLink;
 
-static Transport *tr(const ExecLink *l) { return ((const TransportLink *)(const void *)l)->t; }
+/* the transport of l, or of the transport link a device link's host side goes through */
+static Transport *tr(const ExecLink *l) { return ((const TransportLink *)(const void *)(l->host ? l->host : l))->t; }
 static TransportGroup *tgroup(ExecGroup *g) { return (TransportGroup *)(void *)g; }
 
 static TransportStatus l_isend(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what,
@@ -39,11 +43,11 @@ static TransportStatus l_waitall(ExecLink *l, ExecReq **reqs, int n) {
   return s;
 }
 
-static TransportStatus l_send(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what) {
+TransportStatus exec_host_send(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what) {
   return transport_send(tr(l), peer, tag, buf, bytes, what);
 }
 
-static TransportStatus l_recv(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what) {
+TransportStatus exec_host_recv(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what) {
   return transport_recv(tr(l), peer, tag, buf, bytes, what);
 }
 
@@ -60,17 +64,17 @@ static TransportStatus l_allreduce(ExecGroup *g, float *buf, size_t n, const cha
   return transport_allreduce_sum_f32(tgroup(g), buf, n, what);
 }
 
-static void l_progress(ExecLink *l, const char *doing, long long index) { transport_progress(tr(l), doing, index); }
-static const char *l_error(const ExecLink *l) { return transport_error(tr(l)); }
-static void l_abort(ExecLink *l, const char *why) { transport_abort(tr(l), why); }
-static double l_timeout(const ExecLink *l) { return transport_timeout(tr(l)); }
+void exec_host_progress(ExecLink *l, const char *doing, long long index) { transport_progress(tr(l), doing, index); }
+const char *exec_host_error(const ExecLink *l) { return transport_error(tr(l)); }
+void exec_host_abort(ExecLink *l, const char *why) { transport_abort(tr(l), why); }
+double exec_host_timeout(const ExecLink *l) { return transport_timeout(tr(l)); }
 static void l_destroy(ExecLink *l) { free(l); }
 
 static const ExecLinkOps transport_ops = {
-    .name = "transport", .isend = l_isend, .irecv = l_irecv, .waitall = l_waitall, .send = l_send,
-    .recv = l_recv, .group_create = l_group_create, .group_destroy = l_group_destroy,
-    .allreduce_sum_f32 = l_allreduce, .progress = l_progress, .error = l_error, .abort = l_abort,
-    .timeout = l_timeout, .destroy = l_destroy,
+    .name = "transport", .isend = l_isend, .irecv = l_irecv, .waitall = l_waitall, .send = exec_host_send,
+    .recv = exec_host_recv, .group_create = l_group_create, .group_destroy = l_group_destroy,
+    .allreduce_sum_f32 = l_allreduce, .progress = exec_host_progress, .error = exec_host_error,
+    .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = l_destroy,
 };
 
 ExecLink *exec_transport_link(Transport *t) {

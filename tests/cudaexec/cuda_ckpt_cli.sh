@@ -7,9 +7,10 @@
 #    and no --save file;
 #  - --transport nccl takes every checkpoint/validation flag too (the same: as far as
 #    the device, no --save file; tests/nccl/test_nccl_ckpt is what they do there), and
-#    --timeout is refused, and --profile-out with nccl (single-GPU mode and one-stage plans
-#    take it: accepted as far as the device, no file), each with one line and exit 1;
-#    --trace on a one-stage plan is accepted (single-GPU pipeline mode on one rank);
+#    --profile-out with nccl is refused (single-GPU mode and one-stage plans take it:
+#    accepted as far as the device, no file), and pd2bw-cuda-train's --gemm, each with
+#    one line and exit 1; --timeout, and --trace on a one-stage plan (single-GPU
+#    pipeline mode on one rank), are accepted;
 #  - --help says what the cuda backend takes.
 # What the flags do on a device is tests/cudaexec/test_cudaexec_ckpt (emulated GPU).
 #   cuda_ckpt_cli.sh PD2BWRUN PD2BWC
@@ -70,7 +71,8 @@ expect_error "trace, one stage" "use --backend cpu\|without the CUDA toolkit" "$
 [ ! -e "$T/t.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a --trace file" >&2; }
 expect_error "pd2bw-cuda-train's flag" "unknown option '--gemm'" "$T/plan" --backend cuda --data "$T/train.bin" \
   --steps 1 --gemm tf32
-expect_error "timeout" "supports every option but --timeout" "$T/plan" --backend cuda --data "$T/train.bin" \
+# --timeout: taken (it reaches the device; test_cudapipe_timeout: it reaches the ranks)
+expect_error "timeout" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda --data "$T/train.bin" \
   --steps 1 --timeout 5
 # --profile-out: accepted (it reaches the device, and writes nothing there); not with nccl yet
 expect_error "profile-out" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda \

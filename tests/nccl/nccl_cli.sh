@@ -3,7 +3,8 @@
 # without a CUDA driver (forced: PD2BW_LIBCUDA names a file that does not exist, so
 # this holds on a GPU machine too): every rank ends with the backend's "no CUDA driver
 # found ... use --backend cpu" and the job with a non-zero status, within the timeout
-# (never a hang); and a transport other than nccl with --backend cuda is refused.
+# (never a hang), --timeout taken (passed to the MPI transport, not refused); and a
+# transport other than nccl with --backend cuda is refused.
 #   nccl_cli.sh MPIEXEC PD2BWRUN
 set -u
 MPIEXEC=$1
@@ -17,7 +18,7 @@ check() { # NAME CONDITION-STATUS OUTPUT
 }
 
 out=$(PD2BW_LIBCUDA=/nonexistent/libcuda.so.1 timeout 60 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 \
-  "$RUN" /nonexistent-plan --backend cuda --transport nccl --data x --steps 2 2>&1)
+  "$RUN" /nonexistent-plan --backend cuda --transport nccl --data x --steps 2 --timeout 5 2>&1)
 rc=$?
 echo "$out"
 echo "nccl_cli: mpirun exit status $rc"

@@ -414,21 +414,10 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
-  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  T = transport_mpi_create(&argc, &argv, 120, err, sizeof err);
-  if (!T) {
-    fprintf(stderr, "test_nccl_ckpt: %s\n", err);
-    return 2;
-  }
+  const char *which = nccl_test_begin(&argc, &argv, "test_nccl_ckpt", 120, 2, "usage: mpirun -np 2 test_nccl_ckpt "
+                                      "PD2BWC [all|resume|fromcpu|init|eval|errors]", tmp, &T);
+  if (!which) return 2;
   rank = transport_rank(T);
-  const char *which = emu_test_begin(argc, argv, true, "usage: mpirun -np 2 test_nccl_ckpt PD2BWC "
-                                     "[all|resume|fromcpu|init|eval|errors]", tmp);
-  if (!which || !getenv("PD2BW_LIBNCCL") || transport_size(T) != 2) {
-    if (which) fprintf(stderr, "test_nccl_ckpt: needs mpirun -np 2 and PD2BW_LIBNCCL naming tests/nccl's fake\n");
-    transport_abort(T, "bad arguments");
-    transport_destroy(T);
-    return 2;
-  }
   memcpy(own, tmp, sizeof own);
   if (rank == 0) {
     EXPECT(emu_pipe_files());

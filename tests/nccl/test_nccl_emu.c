@@ -28,7 +28,6 @@
  *       scripts/gpu-check.sh step (g)'s run; it makes no NCCL call (no group of two).
  * PD2BW_LIBNCCL must name the fake library (CTest sets it).
  */
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
@@ -48,15 +47,6 @@ static char tmp[64] = "/tmp/pd2bw-test-nccl-XXXXXX";
 static Transport *T;
 
 static CxDeviceOps nccl_ops(EmuOrder order) { return nccl_emu_ops(tmp, order); }
-
-/* The fake's call counts: sends+receives, all-reduces, communicators. */
-static void fake_counts(long c[3]) {
-  c[0] = c[1] = c[2] = 0;
-  void *h = dlopen(getenv("PD2BW_LIBNCCL"), RTLD_NOW | RTLD_NOLOAD);
-  void (*fn)(long *) = h ? (void (*)(long *))(uintptr_t)dlsym(h, "fake_nccl_counts") : NULL;
-  if (fn) fn(c);
-  if (h) dlclose(h);
-}
 
 static bool make_plan(const char *name, const char *args) {
   char cmd[1024];
@@ -107,7 +97,7 @@ static void run_check(const char *name, const char *args, EmuOrder order, long s
   if (rc) fprintf(stderr, "  rank %d: %s\n", rank, err);
   EXPECT(rc == 0);
   long c[3];
-  fake_counts(c);
+  nccl_fake_counts(c);
   EmuCounts emu = emu_device_counts();
   printf("  %s rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators; emulated device (%s): "
          "%d launches, %d event records, %d stream waits; %.1f s\n", name, rank, c[0], c[1], c[2],
@@ -218,7 +208,7 @@ static void test_gpipe(void) {
     EXPECT(transport_recv(T, 2, TAG_LINES, shown, sizeof shown, "step lines") == TRANSPORT_OK);
   }
   long c[3];
-  fake_counts(c);
+  nccl_fake_counts(c);
   printf("  rank %d: fake NCCL: %ld sends+receives, %ld all-reduces, %ld communicators\n", rank, c[0], c[1], c[2]);
   /* pipeline, replica and tied communicators; a replica all-reduce per batch, the tied
    * sum's exchange among the messages (the link's: a send and a receive per batch) */
@@ -244,19 +234,9 @@ static void test_gpipe(void) {
 }
 
 int main(int argc, char **argv) {
-  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  T = transport_mpi_create(&argc, &argv, 120, err, sizeof err);
-  if (!T) {
-    fprintf(stderr, "test_nccl_emu: %s\n", err);
-    return 2;
-  }
-  const char *part = emu_test_begin(argc, argv, true, "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b|one]", tmp);
-  if (!part || !getenv("PD2BW_LIBNCCL")) {
-    if (part) fprintf(stderr, "test_nccl_emu: PD2BW_LIBNCCL must name tests/nccl's fake libnccl\n");
-    transport_abort(T, "bad arguments");
-    transport_destroy(T);
-    return 2;
-  }
+  const char *part = nccl_test_begin(&argc, &argv, "test_nccl_emu", 120, 0,
+                                     "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b|one]", tmp, &T);
+  if (!part) return 2;
   write_data();
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "gpipe")) RUN(test_gpipe);

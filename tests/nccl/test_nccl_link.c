@@ -17,8 +17,6 @@
  *   mpirun -np 2 test_nccl_link PD2BWC errors  a device table without stream handles
  *       is refused by name.
  * PD2BW_LIBNCCL must name the fake library (CTest sets it). */
-#include <dlfcn.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +32,6 @@
 static char tmp[64] = "/tmp/pd2bw-test-nccllink-XXXXXX";
 static Transport *T;
 static CxDeviceOps ops; /* outlives each device made on it */
-
-/* The fake's call counts: sends+receives, all-reduces, communicators. */
-static void fake_counts(long c[3]) {
-  c[0] = c[1] = c[2] = 0;
-  void *h = dlopen(getenv("PD2BW_LIBNCCL"), RTLD_NOW | RTLD_NOLOAD);
-  void (*fn)(long *) = h ? (void (*)(long *))(uintptr_t)dlsym(h, "fake_nccl_counts") : NULL;
-  if (fn) fn(c);
-  if (h) dlclose(h);
-}
 
 /* This rank's plan `name` (made with args), device and link; false with a message. */
 static bool open_rank(const char *name, const char *args, PipePlan **p, ExecDevice **dev, ExecLink **link) {
@@ -97,7 +86,7 @@ static void test_cross(void) {
   EXPECT(part[peer] == 10.0 + peer);
   if (me == 1) EXPECT(o->send(L, 0, PIPE_TAG_LOSS, &mine, sizeof mine, "loss") == TRANSPORT_OK);
   else EXPECT(o->recv(L, 1, PIPE_TAG_LOSS, &got, sizeof got, "loss") == TRANSPORT_OK && got == 11.0);
-  fake_counts(c);
+  nccl_fake_counts(c);
   printf("  rank %d after host messages: fake NCCL %ld sends+receives, %ld communicators\n", me, c[0], c[2]);
   EXPECT(c[0] == 0 && c[2] == 0);
   /* the tied exchange posted, then an activation crossing it */
@@ -118,7 +107,7 @@ static void test_cross(void) {
     EXPECT(o->waitall(L, &ar, 1) == TRANSPORT_OK);
   }
   bool tied_ok = same(rx, 100.0f * (float)(peer + 1)), act_ok = same(act, 7.0f);
-  fake_counts(c);
+  nccl_fake_counts(c);
   printf("  rank %d: tied gradient %s, activation %s; fake NCCL %ld sends+receives, %ld communicators\n", me,
          tied_ok ? "intact" : "WRONG", act_ok ? "intact" : "WRONG", c[0], c[2]);
   EXPECT(tied_ok && act_ok);
@@ -144,7 +133,7 @@ static void test_reduce(void) {
   bool ok = true;
   for (int i = 0; i < N; i++) ok = ok && x[i] == (0.5f + (float)i) + (1000.0f + (float)i);
   long c[3];
-  fake_counts(c);
+  nccl_fake_counts(c);
   printf("  rank %d: all-reduce %s; fake NCCL %ld all-reduces, %ld communicators\n", me, ok ? "summed" : "WRONG", c[1],
          c[2]);
   EXPECT(ok && c[1] == 1 && c[2] == 1); /* the replica communicator only (d = 1: no pipeline) */
@@ -173,19 +162,9 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
-  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  T = transport_mpi_create(&argc, &argv, 60, err, sizeof err);
-  if (!T) {
-    fprintf(stderr, "test_nccl_link: %s\n", err);
-    return 2;
-  }
-  const char *part = emu_test_begin(argc, argv, true, "usage: mpirun -np 2 test_nccl_link PD2BWC [cross|reduce|errors]", tmp);
-  if (!part || !getenv("PD2BW_LIBNCCL") || transport_size(T) != 2) {
-    if (part) fprintf(stderr, "test_nccl_link: needs mpirun -np 2 and PD2BW_LIBNCCL naming tests/nccl's fake\n");
-    transport_abort(T, "bad arguments");
-    transport_destroy(T);
-    return 2;
-  }
+  const char *part = nccl_test_begin(&argc, &argv, "test_nccl_link", 60, 2,
+                                     "usage: mpirun -np 2 test_nccl_link PD2BWC [cross|reduce|errors]", tmp, &T);
+  if (!part) return 2;
   if (emu_test_part(part, "cross")) RUN(test_cross);
   if (emu_test_part(part, "reduce")) RUN(test_reduce);
   if (emu_test_part(part, "errors")) RUN(test_errors);

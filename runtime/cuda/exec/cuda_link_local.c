@@ -3,7 +3,9 @@
  * with its own stream on the one GPU (cx_share_view), and the ranks reach each other
  * through the local Transport, which keeps matching, rendezvous, the stall detector
  * and the timeouts that name a dead rank. What crosses that transport is small host
- * records; the data moves on the GPU.
+ * records; the data moves on the GPU. The host side (blocking host messages,
+ * progress, errors, abort, the timeout) is exec_transport_link's, as the NCCL link's
+ * (base.host, runtime/exec/exec.h exec_host_*).
  *
  * A device message from S to R (tag `tag`):
  *   S isend: records event Es on its stream (the data is ready), sends the record
@@ -16,8 +18,7 @@
  *     issues later (which may overwrite src).
  * Both events are S's and each is waited on exactly once before S's waitall returns,
  * so S reuses them for its next message without racing a late wait.
- * The norm exchange (PIPE_TAG_NORM, host doubles) and send/recv (losses) go over the
- * transport as they are.
+ * The norm exchange (PIPE_TAG_NORM, host doubles) goes over the transport as it is.
  *
  * The replica all-reduce sums the group's buffers on the first member's stream in
  * ascending group order (the device's sum_ordered: transport_coll.c's bits) straight
@@ -156,13 +157,6 @@ static TransportStatus c_waitall(ExecLink *L, ExecReq **reqs, int n) {
   return s;
 }
 
-static TransportStatus c_send(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what) {
-  return transport_send(cl(L)->t, peer, tag, buf, bytes, what);
-}
-static TransportStatus c_recv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what) {
-  return transport_recv(cl(L)->t, peer, tag, buf, bytes, what);
-}
-
 static TransportStatus c_group_create(ExecLink *L, const int *ranks, int n, ExecGroup **out) {
   ClLink *l = cl(L);
   ExecGroup *g = pd_calloc(1, sizeof *g);
@@ -245,11 +239,6 @@ static TransportStatus c_allreduce(ExecGroup *g, float *buf, size_t n, const cha
   return transport_send(l->t, g->ranks[0], CL_COLL_TAG + 2, &ack, 1, what);
 }
 
-static void c_progress(ExecLink *L, const char *doing, long long index) { transport_progress(cl(L)->t, doing, index); }
-static const char *c_error(const ExecLink *L) { return transport_error(((const ClLink *)(const void *)L)->t); }
-static void c_abort(ExecLink *L, const char *why) { transport_abort(cl(L)->t, why); }
-static double c_timeout(const ExecLink *L) { return transport_timeout(((const ClLink *)(const void *)L)->t); }
-
 static void c_destroy(ExecLink *L) {
   ClLink *l = cl(L);
   l->ops->sync(l->ops->dev); /* no wait of a peer's still refers to an event of ours */
@@ -259,18 +248,21 @@ static void c_destroy(ExecLink *L) {
     free(l->live[i]);
   }
   free(l->live);
+  exec_link_destroy(l->base.host);
   free(l);
 }
 
 static const ExecLinkOps local_ops = {
-    .name = "cuda-local", .isend = c_isend, .irecv = c_irecv, .waitall = c_waitall, .send = c_send, .recv = c_recv,
-    .group_create = c_group_create, .group_destroy = c_group_destroy, .allreduce_sum_f32 = c_allreduce,
-    .progress = c_progress, .error = c_error, .abort = c_abort, .timeout = c_timeout, .destroy = c_destroy,
+    .name = "cuda-local", .isend = c_isend, .irecv = c_irecv, .waitall = c_waitall, .send = exec_host_send,
+    .recv = exec_host_recv, .group_create = c_group_create, .group_destroy = c_group_destroy,
+    .allreduce_sum_f32 = c_allreduce, .progress = exec_host_progress, .error = exec_host_error,
+    .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = c_destroy,
 };
 
 ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops) {
   ClLink *l = pd_calloc(1, sizeof *l);
   l->base.ops = &local_ops;
+  l->base.host = exec_transport_link(t);
   l->t = t;
   l->dev = dev;
   l->ops = ops;

@@ -69,8 +69,7 @@
 #define TAG_NCCL_ID 32000 /* a communicator's unique id, from its first rank */
 
 typedef struct NcclLink {
-  ExecLink base;
-  ExecLink *host; /* exec_transport_link: host messages, progress, errors, abort */
+  ExecLink base; /* base.host: exec_transport_link (host messages, progress, errors, abort) */
   Transport *t;
   const PipePlan *p;
   const CxDeviceOps *ops; /* the device's table: NCCL's work goes on its stream 0 */
@@ -197,8 +196,9 @@ static TransportStatus post(ExecLink *L, int peer, int tag, void *buf, size_t by
   ExecReq *q = pd_calloc(1, sizeof *q);
   TransportStatus s = TRANSPORT_OK;
   if (tag == PIPE_TAG_NORM) {
-    s = send ? l->host->ops->isend(l->host, peer, tag, buf, bytes, what, &q->host)
-             : l->host->ops->irecv(l->host, peer, tag, buf, bytes, what, &q->host);
+    ExecLink *h = l->base.host;
+    s = send ? h->ops->isend(h, peer, tag, buf, bytes, what, &q->host)
+             : h->ops->irecv(h, peer, tag, buf, bytes, what, &q->host);
   } else if (!make_comms(l)) {
     s = failed(l);
   } else {
@@ -264,7 +264,7 @@ static TransportStatus n_waitall(ExecLink *L, ExecReq **reqs, int n) {
     nccl_group_end(NULL);
     s = comms_ok(l);
   }
-  if (s == TRANSPORT_OK && nhost) s = l->host->ops->waitall(l->host, host, nhost);
+  if (s == TRANSPORT_OK && nhost) s = l->base.host->ops->waitall(l->base.host, host, nhost);
   if (host != small) free(host);
   for (int i = 0; i < n; i++) free(reqs[i]);
   return s;
@@ -296,39 +296,25 @@ static TransportStatus n_allreduce(ExecGroup *g, float *buf, size_t n, const cha
 
 /* ---- host messages, progress, failures: the Transport's ----------------------------------- */
 
-static TransportStatus n_send(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what) {
-  return nl(L)->host->ops->send(nl(L)->host, peer, tag, buf, bytes, what);
-}
-
-static TransportStatus n_recv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what) {
-  return nl(L)->host->ops->recv(nl(L)->host, peer, tag, buf, bytes, what);
-}
-
-static void n_progress(ExecLink *L, const char *doing, long long index) {
-  nl(L)->host->ops->progress(nl(L)->host, doing, index);
-}
-
 static const char *n_error(const ExecLink *L) {
   const NcclLink *l = cnl(L);
-  return l->err[0] ? l->err : l->host->ops->error(l->host);
+  return l->err[0] ? l->err : exec_host_error(L);
 }
-
-static void n_abort(ExecLink *L, const char *why) { nl(L)->host->ops->abort(nl(L)->host, why); }
-static double n_timeout(const ExecLink *L) { return cnl(L)->host->ops->timeout(cnl(L)->host); }
 
 static void n_destroy(ExecLink *L) {
   NcclLink *l = nl(L);
   nccl_comm_destroy(l->pipe);
   nccl_comm_destroy(l->rep);
   for (int g = 0; g < PIPE_MAX_GROUPS; g++) nccl_comm_destroy(l->tied[g]);
-  exec_link_destroy(l->host);
+  exec_link_destroy(l->base.host);
   free(l);
 }
 
 static const ExecLinkOps nccl_link_ops = {
-    .name = "nccl", .isend = n_isend, .irecv = n_irecv, .waitall = n_waitall, .send = n_send, .recv = n_recv,
-    .group_create = n_group_create, .group_destroy = n_group_destroy, .allreduce_sum_f32 = n_allreduce,
-    .progress = n_progress, .error = n_error, .abort = n_abort, .timeout = n_timeout, .destroy = n_destroy,
+    .name = "nccl", .isend = n_isend, .irecv = n_irecv, .waitall = n_waitall, .send = exec_host_send,
+    .recv = exec_host_recv, .group_create = n_group_create, .group_destroy = n_group_destroy,
+    .allreduce_sum_f32 = n_allreduce, .progress = exec_host_progress, .error = n_error, .abort = exec_host_abort,
+    .timeout = exec_host_timeout, .destroy = n_destroy,
 };
 
 ExecLink *cx_nccl_link(Transport *t, const PipePlan *p, ExecDevice *dev, char *err, size_t errlen) {
@@ -342,7 +328,7 @@ ExecLink *cx_nccl_link(Transport *t, const PipePlan *p, ExecDevice *dev, char *e
   NcclLink *l = pd_calloc(1, sizeof *l);
   l->base.ops = &nccl_link_ops;
   l->base.process_per_rank = true;
-  l->host = exec_transport_link(t);
+  l->base.host = exec_transport_link(t);
   l->t = t;
   l->p = p;
   l->ops = ops;

@@ -145,7 +145,7 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
     return fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   if (o->profile_out) /* NOT done: as --trace */
     return fail(prog, "--profile-out is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
-  Transport *t = transport_mpi_create(NULL, NULL, 0, err, sizeof err);
+  Transport *t = transport_mpi_create(NULL, NULL, o->timeout_s, err, sizeof err); /* --timeout */
   if (!t) return fail(prog, err);
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
