@@ -6,7 +6,7 @@
  *                    [--cuda-graphs on|off] [--save FILE] [--resume FILE] [--init FILE]
  *                    [--val-data FILE [--eval-every K] [--eval-batches N]]
  *                    [--reference [--reference-tol X]] [--kernel-profile FILE]
- *                    [--trace FILE] [--profile-out FILE] [-q]
+ *                    [--trace FILE] [--profile-out FILE] [--timeout S] [-q]
  *
  * pd2bwrun --backend cuda (cuda_exec_main, the same command line: tools/run_args.c) with
  * the flags scripts/gpu-check.sh adds: --gemm, --bench-gemm, --kernel-profile. Without a
@@ -47,6 +47,8 @@ static const char usage[] =
     "  --trace FILE      Chrome trace of every stage replica's instructions, timed with\n"
     "                    device events\n"
     "  --profile-out FILE  each segment's measured time, for pd2bwc --profile\n"
+    "  --timeout S       seconds a stage replica waits for another before all stop\n"
+    "                    (default 60)\n"
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
 

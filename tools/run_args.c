@@ -25,8 +25,8 @@ static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 }
 
 enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_LOG, O_SHUFFLE, O_TRACE,
-       O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_DEVICE, O_GRAPHS,
-       O_THREADS, O_TRANSPORT, O_TIMEOUT, O_BACKEND, /* pd2bwrun's only */
+       O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_DEVICE, O_GRAPHS, O_TIMEOUT,
+       O_THREADS, O_TRANSPORT, O_BACKEND, /* pd2bwrun's only */
        O_GEMM, O_BENCH, O_KPROF /* pd2bw-cuda-train's only */ };
 
 static const struct option opts[] = {

@@ -18,7 +18,7 @@ typedef struct RunArgs {
   int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
 } RunArgs;
 
-/* Which tool's flags: pd2bwrun's (--backend, --transport, --threads, --timeout) or
+/* Which tool's flags: pd2bwrun's (--backend, --transport, --threads) or
  * pd2bw-cuda-train's (--gemm, --bench-gemm, --kernel-profile); every other flag is
  * both's. The other tool's flags are unknown options. */
 typedef enum { RUN_ARGS_PD2BWRUN, RUN_ARGS_CUDA_TRAIN } RunArgsTool;

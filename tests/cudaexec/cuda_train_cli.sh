@@ -52,7 +52,7 @@ expect_error "bad reference tol" "reference-tol needs a positive number" "$T/pla
   --reference --reference-tol 0
 expect_error "pd2bwrun's flag" "unknown option '--threads'" "$T/plan" --data "$T/train.bin" --steps 1 --threads 2
 expect_error "shared flags reach the device" "use --backend cpu\|without the CUDA toolkit" "$T/plan" \
-  --data "$T/train.bin" --steps 1 --trace "$T/t.json" --profile-out "$T/p.json" --seed 3 --eval-batches 2
+  --data "$T/train.bin" --steps 1 --trace "$T/t.json" --profile-out "$T/p.json" --seed 3 --eval-batches 2 --timeout 5
 # a pipeline plan (single-GPU pipeline mode) meets the same clean message without a driver
 "$PC" models/tinygpt.model -D layers=2 -D dim=32 -D seq=16 -D heads=2 -D vocab=64 --stages 2 --replicas 1 \
   --cluster tests/pipeline/cpu8.cluster -o "$T/pipe" -q || { echo "pd2bwc (2 stages) failed"; fail=$((fail + 1)); }
