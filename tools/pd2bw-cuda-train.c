@@ -5,17 +5,15 @@
  *                    [--seed N] [--log-json FILE] [--shuffle] [--bench-gemm]
  *                    [--cuda-graphs on|off] [--save FILE] [--resume FILE] [--init FILE]
  *                    [--val-data FILE [--eval-every K] [--eval-batches N]]
- *                    [--reference [--reference-tol X]] [--kernel-profile FILE] [-q]
+ *                    [--reference [--reference-tol X]] [--kernel-profile FILE]
+ *                    [--trace FILE] [--profile-out FILE] [--timeout S] [-q]
  *
- * A thin driver over cuda_exec_main for scripts/gpu-check.sh, until pd2bwrun grows
- * `--backend cuda` (it will call the same function). Without a GPU driver it prints
- * "cuda backend: no CUDA driver found (...); use --backend cpu" and exits 1. */
-#include <errno.h>
-#include <getopt.h>
-#include <stdlib.h>
-#include <string.h>
-
+ * pd2bwrun --backend cuda (cuda_exec_main, the same command line: tools/run_args.c) with
+ * the flags scripts/gpu-check.sh adds: --gemm, --bench-gemm, --kernel-profile. Without a
+ * GPU driver it prints "cuda backend: no CUDA driver found (...); use --backend cpu" and
+ * exits 1. */
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "tools/run_args.h"
 
 static const char usage[] =
     "usage: pd2bw-cuda-train PLAN_DIR --data FILE --steps N [options]\n"
@@ -46,105 +44,24 @@ static const char usage[] =
     "  --kernel-profile FILE  time every kernel launch and GEMM with device events (CUDA\n"
     "                    graphs off) and write the ten with the most GPU time, as a\n"
     "                    Markdown table (share of the total), to FILE\n"
+    "  --trace FILE      Chrome trace of every stage replica's instructions, timed with\n"
+    "                    device events\n"
+    "  --profile-out FILE  each segment's measured time, for pd2bwc --profile\n"
+    "  --timeout S       seconds a stage replica waits for another before all stop\n"
+    "                    (default 60)\n"
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
 
-static int fail(const char *msg, const char *arg) {
-  fprintf(stderr, "pd2bw-cuda-train: error: %s%s%s\n", msg, arg ? arg : "", arg ? "'" : "");
+static int fail(const char *msg) {
+  fprintf(stderr, "pd2bw-cuda-train: error: %s\n", msg);
   return 1;
 }
 
-static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 int main(int argc, char **argv) {
-  enum { O_DATA = 256, O_STEPS, O_DEVICE, O_GEMM, O_SEED, O_LOG, O_BENCH, O_SHUFFLE, O_REF, O_REF_TOL, O_GRAPHS,
-         O_SAVE, O_RESUME, O_INIT, O_VAL, O_EVAL, O_EVALB, O_KPROF };
-  static const struct option opts[] = {{"data", required_argument, 0, O_DATA},   {"steps", required_argument, 0, O_STEPS},
-                                        {"device", required_argument, 0, O_DEVICE}, {"gemm", required_argument, 0, O_GEMM},
-                                        {"seed", required_argument, 0, O_SEED},   {"log-json", required_argument, 0, O_LOG},
-                                        {"bench-gemm", no_argument, 0, O_BENCH},  {"shuffle", no_argument, 0, O_SHUFFLE},
-                                        {"reference", no_argument, 0, O_REF},
-                                        {"reference-tol", required_argument, 0, O_REF_TOL},
-                                        {"cuda-graphs", required_argument, 0, O_GRAPHS},
-                                        {"save", required_argument, 0, O_SAVE},
-                                        {"resume", required_argument, 0, O_RESUME},
-                                        {"init", required_argument, 0, O_INIT},
-                                        {"val-data", required_argument, 0, O_VAL},
-                                        {"eval-every", required_argument, 0, O_EVAL},
-                                        {"eval-batches", required_argument, 0, O_EVALB},
-                                        {"kernel-profile", required_argument, 0, O_KPROF},
-                                        {"quiet", no_argument, 0, 'q'},
-                                        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  CudaExecOptions o = {0};
-  uint64_t v;
-  int c;
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
-    switch (c) {
-    case O_DATA: o.data_path = optarg; break;
-    case O_LOG: o.log_json = optarg; break;
-    case O_STEPS:
-      if (!parse_u64(optarg, 1, 1u << 30, &v)) return fail("--steps needs a positive integer, got '", optarg);
-      o.steps = (int64_t)v;
-      break;
-    case O_DEVICE:
-      if (!parse_u64(optarg, 0, 1023, &v)) return fail("--device needs a GPU ordinal, got '", optarg);
-      o.device = (int)v;
-      break;
-    case O_SEED:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &v)) return fail("--seed needs a non-negative integer, got '", optarg);
-      o.seed = v, o.seed_set = true;
-      break;
-    case O_GEMM:
-      if (strcmp(optarg, "fp32") == 0) o.gemm = CX_GEMM_FP32;
-      else if (strcmp(optarg, "tf32") == 0) o.gemm = CX_GEMM_TF32;
-      else return fail("--gemm takes fp32 or tf32, got '", optarg);
-      break;
-    case O_BENCH: o.bench_gemm = true; break;
-    case O_GRAPHS:
-      if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
-        return fail("--cuda-graphs takes on or off, got '", optarg);
-      o.graphs_off = strcmp(optarg, "off") == 0;
-      break;
-    case O_SHUFFLE: o.shuffle = true; break;
-    case O_SAVE: o.save_path = optarg; break;
-    case O_KPROF: o.kernel_profile = optarg; break;
-    case O_RESUME: o.resume_path = optarg; break;
-    case O_INIT: o.init_path = optarg; break;
-    case O_VAL: o.val_path = optarg; break;
-    case O_EVAL:
-      if (!parse_u64(optarg, 0, 1u << 30, &v)) return fail("--eval-every needs a non-negative integer, got '", optarg);
-      o.eval_every = (int64_t)v;
-      break;
-    case O_EVALB:
-      if (!parse_u64(optarg, 1, 1u << 30, &v)) return fail("--eval-batches needs a positive integer, got '", optarg);
-      o.eval_batches = (int64_t)v;
-      break;
-    case O_REF: o.reference = true; break;
-    case O_REF_TOL: {
-      char *end;
-      errno = 0;
-      o.ref_tol = strtod(optarg, &end);
-      if (errno || end == optarg || *end || !(o.ref_tol > 0))
-        return fail("--reference-tol needs a positive number, got '", optarg);
-      break;
-    }
-    case 'q': o.quiet = true; break;
-    case 'h': fputs(usage, stdout); return 0;
-    default: return fail("unknown or incomplete option '", argv[optind - 1]);
-    }
-  }
-  if (optind != argc - 1) return fail("one plan directory is needed (see --help)", NULL);
-  if (!o.data_path) return fail("--data FILE is required", NULL);
-  if (!o.steps) return fail("--steps N is required", NULL);
-  if ((o.eval_every || o.eval_batches) && !o.val_path)
-    return fail("--eval-every and --eval-batches need --val-data", NULL);
-  return cuda_exec_main("pd2bw-cuda-train", argv[optind], &o);
+  RunArgs a;
+  int rc = run_args_parse("pd2bw-cuda-train", RUN_ARGS_CUDA_TRAIN, usage, argc, argv, &a);
+  if (rc >= 0) return rc;
+  if (a.o.steps == 0) return fail("--steps needs a positive integer, got '0'");
+  if (a.o.eval_every && !a.o.val_path) return fail("--eval-every needs --val-data");
+  return cuda_exec_main("pd2bw-cuda-train", a.plan, &a.o);
 }

@@ -3,8 +3,9 @@
  *
  *   pd2bwrun PLAN_DIR --data FILE [--val-data FILE] --steps N [options]
  *
- * This file parses and dispatches. Every CPU plan runs on the pipeline executor
- * (runtime/pipeline/pipeline.h pipeline_main): one rank per stage replica, as threads
+ * This file dispatches (the command line is run_args.c's, shared with pd2bw-cuda-train).
+ * Every CPU plan runs on the pipeline executor (runtime/pipeline/pipeline.h
+ * pipeline_main): one rank per stage replica, as threads
  * (--transport local, the default) or MPI processes (mpirun ... --transport mpi); a
  * one-stage plan is one rank, which computes what the one-stage trainer
  * (runtime/exec/exec_one.c) does, and is reported in its words. Every failure
@@ -16,13 +17,9 @@
 #include "runtime/cuda/exec/cuda_exec.h"
 #include "runtime/core/runtime.h"
 
-#include <errno.h>
-#include <getopt.h>
-#include <limits.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "tools/run_args.h"
 
 static const char usage[] =
     "usage: pd2bwrun PLAN_DIR --data FILE --steps N [options]\n"
@@ -68,138 +65,9 @@ static const char usage[] =
     "  -q, --quiet         only errors and the final summary (no step lines, no BLAS note)\n"
     "  -h, --help          this text\n";
 
-typedef struct Args {
-  PipeOptions o; /* every backend's and mode's options (runtime/pipeline/pipeline.h) */
-  const char *plan, *transport;
-  const char *backend; /* NULL or "cpu": the CPU programs; "cuda": runtime/cuda/exec/cuda_exec.h */
-  bool steps_set;
-  int graphs; /* --cuda-graphs: 0 not given, 1 on, -1 off */
-} Args;
-
 static int fail(const char *msg) {
   fprintf(stderr, "pd2bwrun: error: %s\n", msg);
   return 1;
-}
-
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-/* Returns -1 to go on, else the exit status. */
-static int parse_args(int argc, char **argv, Args *a) {
-  memset(a, 0, sizeof *a);
-  a->o.eval_batches = 8;
-  a->o.ref_tol = 1e-5;
-  enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_THREADS, O_LOG, O_SHUFFLE,
-         O_TRANSPORT, O_TIMEOUT, O_TRACE, O_PROFILE_OUT, O_REFERENCE, O_REF_TOL, O_BACKEND, O_DEVICE, O_GRAPHS };
-  static const struct option opts[] = {
-      {"data", required_argument, 0, O_DATA},       {"val-data", required_argument, 0, O_VAL},
-      {"steps", required_argument, 0, O_STEPS},     {"eval-every", required_argument, 0, O_EVAL},
-      {"eval-batches", required_argument, 0, O_EVALB}, {"save", required_argument, 0, O_SAVE},
-      {"resume", required_argument, 0, O_RESUME},   {"init", required_argument, 0, O_INIT},
-      {"seed", required_argument, 0, O_SEED},       {"threads", required_argument, 0, O_THREADS},
-      {"log-json", required_argument, 0, O_LOG},    {"quiet", no_argument, 0, 'q'},
-      {"transport", required_argument, 0, O_TRANSPORT}, {"timeout", required_argument, 0, O_TIMEOUT},
-      {"trace", required_argument, 0, O_TRACE},     {"profile-out", required_argument, 0, O_PROFILE_OUT},
-      {"reference", no_argument, 0, O_REFERENCE},   {"reference-tol", required_argument, 0, O_REF_TOL},
-      {"shuffle", no_argument, 0, O_SHUFFLE},
-      {"backend", required_argument, 0, O_BACKEND}, {"device", required_argument, 0, O_DEVICE},
-      {"cuda-graphs", required_argument, 0, O_GRAPHS},
-      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
-  int c;
-  char msg[256];
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
-    int64_t v;
-    switch (c) {
-    case O_DATA: a->o.data_path = optarg; break;
-    case O_VAL: a->o.val_path = optarg; break;
-    case O_SAVE: a->o.save_path = optarg; break;
-    case O_RESUME: a->o.resume_path = optarg; break;
-    case O_INIT: a->o.init_path = optarg; break;
-    case O_LOG: a->o.log_json = optarg; break;
-    case O_STEPS:
-      /* 0: nothing trained; with --save, the initial (or --init) weights are written */
-      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->o.steps)) goto bad_number;
-      a->steps_set = true;
-      break;
-    case O_EVAL:
-      if (!parse_int(optarg, 0, INT64_MAX / 2, &a->o.eval_every)) goto bad_number;
-      break;
-    case O_EVALB:
-      if (!parse_int(optarg, 1, 1 << 30, &a->o.eval_batches)) goto bad_number;
-      break;
-    case O_THREADS:
-      if (!parse_int(optarg, 1, 4096, &v)) goto bad_number;
-      a->o.threads = (int)v;
-      break;
-    case O_SEED: {
-      char *end;
-      errno = 0;
-      a->o.seed = strtoull(optarg, &end, 10);
-      if (errno || end == optarg || *end || optarg[0] == '-') goto bad_number;
-      a->o.seed_set = true;
-      break;
-    }
-    case O_TRANSPORT: a->transport = optarg; break;
-    case O_TRACE: a->o.trace_path = optarg; break;
-    case O_PROFILE_OUT: a->o.profile_out = optarg; break;
-    case O_REFERENCE: a->o.reference = true; break;
-    case O_TIMEOUT:
-    case O_REF_TOL: {
-      char *end;
-      errno = 0;
-      double x = strtod(optarg, &end);
-      if (errno || end == optarg || *end || !(x > 0) || x > 1e6) {
-        snprintf(msg, sizeof msg, "%s needs a positive number, got '%s'", c == O_TIMEOUT ? "--timeout" : "--reference-tol",
-                 optarg);
-        return fail(msg);
-      }
-      if (c == O_TIMEOUT) a->o.timeout_s = x;
-      else a->o.ref_tol = x;
-      break;
-    }
-    case 'q': a->o.quiet = true; break;
-    case O_SHUFFLE: a->o.shuffle = true; break;
-    case O_BACKEND:
-      if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
-        snprintf(msg, sizeof msg, "--backend takes cpu or cuda, got '%s'", optarg);
-        return fail(msg);
-      }
-      a->backend = optarg;
-      break;
-    case O_DEVICE:
-      if (!parse_int(optarg, 0, 1023, &v)) goto bad_number;
-      a->o.device = (int)v;
-      break;
-    case O_GRAPHS:
-      if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
-        snprintf(msg, sizeof msg, "--cuda-graphs takes on or off, got '%s'", optarg);
-        return fail(msg);
-      }
-      a->graphs = strcmp(optarg, "on") == 0 ? 1 : -1;
-      a->o.graphs_off = a->graphs < 0;
-      break;
-    case 'h': fputs(usage, stdout); return 0;
-    default:
-      snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see pd2bwrun --help)", argv[optind - 1]);
-      return fail(msg);
-    }
-    continue;
-  bad_number:
-    snprintf(msg, sizeof msg, "%s needs a non-negative integer in range, got '%s'", argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
-    return fail(msg);
-  }
-  if (optind != argc - 1) return fail(optind >= argc ? "no plan directory given (see pd2bwrun --help)" : "one plan directory only (see pd2bwrun --help)");
-  a->plan = argv[optind];
-  if (!a->o.data_path) return fail("--data FILE is required");
-  if (!a->steps_set) return fail("--steps N is required");
-  return -1;
 }
 
 /* the reference (runtime/reference/pipeline_ref.c) trains from the plan's own initial weights */
@@ -208,8 +76,8 @@ static const char reference_init_msg[] =
     "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
 
 int main(int argc, char **argv) {
-  Args a;
-  int rc = parse_args(argc, argv, &a);
+  RunArgs a;
+  int rc = run_args_parse("pd2bwrun", RUN_ARGS_PD2BWRUN, usage, argc, argv, &a);
   if (rc >= 0) return rc;
   pd_blas_set_quiet(a.o.quiet);
   if (a.backend && strcmp(a.backend, "cuda") == 0) {
@@ -219,9 +87,6 @@ int main(int argc, char **argv) {
     /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
      * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
     if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
-    /* --trace: single-GPU pipeline mode's (runtime/cuda/pipe/cuda_pipe_threads.c); nccl refuses it itself */
-    if (a.o.trace_path && !a.o.nccl && pipe_plan_ranks(a.plan) <= 1)
-      return fail("--trace with --backend cuda needs a pipeline plan (several stages or replicas)");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
     return cuda_exec_main("pd2bwrun", a.plan, &a.o);
   }

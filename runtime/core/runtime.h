@@ -182,21 +182,6 @@ const RtStage *trainer_stage(const Trainer *t);
  * device's only (TrainerOptions.device NULL; with a device: trainer_read_params, and
  * trainer_grads is NULL). */
 float *trainer_params(Trainer *t);
-/* The one-stage step loop of every device (pd2bwrun's one-stage driver, exec_one_main.c,
- * on the CPU or --backend cuda's GPU): steps trainer_step_index(t) .. steps - 1 of dl,
- * each step's line into log (tokens: a step's), the validation loss (vl's first
- * val_batches batches; vl NULL: none) after every eval_every-th step and the last.
- * false with *error the message of a per-step check or of the log. */
-typedef struct RtLog RtLog; /* the logs, below */
-typedef struct TrainLoop {
-  int64_t first, ran;    /* the first step trained, how many (<= 0: none) */
-  double last_loss, last_val; /* NAN: none */
-  double total_ms;       /* every step's */
-  double steady_ms;      /* the steps after the first (a one-step run: that one) */
-  int64_t steady;
-} TrainLoop;
-bool trainer_train(Trainer *t, DataLoader *dl, DataLoader *vl, int64_t val_batches, int64_t steps, int64_t eval_every,
-                   RtLog *log, double tokens, TrainLoop *r, const char **error);
 /* The newest weights copied into dst (params-block bytes) through the trainer's
  * device (TrainerOptions.device: trainer_params is the CPU device's memory). */
 void trainer_read_params(Trainer *t, float *dst);

@@ -24,10 +24,8 @@
  *   (runtime/cuda/exec/cuda_link_nccl.c: the NCCL link of multi-GPU mode, cx_nccl_link.)
  *   exec_one.c        the one-stage trainer (runtime/core/runtime.h trainer_*): a plan with
  *                     d = 1 and w = 1 on the CPU device and a one-rank link, stepped
- *                     batch by batch.
- *   exec_one_main.c   --backend cuda's one-stage driver around it (runtime/pipeline/
- *                     pipeline.h exec_one_main_on, a OneBackend; every CPU plan runs on
- *                     pipeline_main.c's driver).
+ *                     batch by batch (tests, tools, bench; every pd2bwrun plan, one-stage
+ *                     included, runs on runtime/pipeline/pipeline_main.c's driver).
  * The rank's state (PipeRank: its arena, slots, streams, data) is set up by
  * runtime/pipeline/pipeline.c and is the interpreter's input; the contract of what a run
  * computes (data order, sums, scale) is runtime/pipeline/pipeline.h's.

@@ -178,7 +178,7 @@ typedef struct PipeOptions {
   bool one_device; /* every rank on one device (single-GPU pipeline mode): the console's
                       peak rate is that device's, and --trace writes one process with a
                       thread per rank (pipe_trace_write_gpu), not a process each */
-  /* pd2bwrun's flags that the drivers (pipeline_main, exec_one_main_on) act on */
+  /* pd2bwrun's flags that the driver (pipeline_main, pipeline_main_on) acts on */
   bool reference;          /* afterwards, train PLAN_DIR/reference sequentially and compare */
   double ref_tol;          /* --reference's relative bound (<= 0: 1e-5) */
   /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CudaExecOptions is this struct) */
@@ -252,26 +252,6 @@ double pipe_peak_flops(const PipePlan *p);
  * stderr only: the run's own outputs are already written. */
 void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
                         bool quiet);
-
-/* A device of exec_one_main_on (runtime/cuda/exec/cuda_exec_main.c's GPU). where: the
- * banner's words for it; device: the trainer's device for stage 0 of plan (the driver
- * destroys it after the trainer), NULL with a message; ready (may be NULL): after
- * --init and --resume, before the first step; finish: after the checkpoint, the
- * summary lines and the backend's own outputs (--profile-out), false after its
- * message (ctx's prog's "error:" line). */
-typedef struct OneBackend {
-  void *ctx;
-  const char *where;
-  struct ExecDevice *(*device)(void *ctx, const RtPlan *plan, const PipeOptions *o, char *err, size_t errlen);
-  void (*ready)(void *ctx, struct Trainer *t, const RtPlan *plan, const PipeOptions *o);
-  bool (*finish)(void *ctx, struct Trainer *t, const PipeOptions *o, const struct TrainLoop *L, double tokens);
-} OneBackend;
-
-/* --backend cuda's one-stage path (runtime/exec/exec_one_main.c; the CPU's runs on
- * pipeline_main): the one-stage trainer on plan_dir with o's data, steps, validation,
- * checkpoints, seed and log, on be's device, messages starting prog; the exit status,
- * every failure reported on stderr. */
-int exec_one_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const OneBackend *be);
 
 /* A backend of pipeline_main_on (the CPU's when NULL): runtime/cuda/pipe/cuda_pipe_main.c's
  * single- and multi-GPU modes. train runs the plan as pipeline_run_local (t NULL) or

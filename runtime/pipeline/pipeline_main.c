@@ -98,7 +98,7 @@ static int report(const char *prog, const char *plan_dir, const PipePlan *p, con
   if (o->log_json && p->nranks > 1 && !pipe_log_write(p, r, o->log_json, err, sizeof err)) return fail(prog, err);
   (be ? be->summary : cpu_summary)(be ? be->ctx : NULL, p, r, o);
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
-  if (o->save_path && (be || p->nranks > 1)) printf("%s: saved %s\n", prog, o->save_path); /* one rank: summary's */
+  if (o->save_path && p->nranks > 1) printf("%s: saved %s\n", prog, o->save_path); /* one rank: summary's */
   if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
   if (o->trace_path) pipe_report_update(plan_dir, p, r, o->trace_path, o->quiet);
   if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))

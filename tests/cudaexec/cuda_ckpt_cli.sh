@@ -7,9 +7,10 @@
 #    and no --save file;
 #  - --transport nccl takes every checkpoint/validation flag too (the same: as far as
 #    the device, no --save file; tests/nccl/test_nccl_ckpt is what they do there), and
-#    --timeout is refused, --profile-out with nccl (single-GPU mode and one-stage plans
-#    take it: accepted as far as the device, no file), and --trace on a one-stage plan
-#    (single-GPU pipeline mode takes it), each with one line and exit 1;
+#    --profile-out with nccl is refused (single-GPU mode and one-stage plans take it:
+#    accepted as far as the device, no file), and pd2bw-cuda-train's --gemm, each with
+#    one line and exit 1; --timeout, and --trace on a one-stage plan (single-GPU
+#    pipeline mode on one rank), are accepted;
 #  - --help says what the cuda backend takes.
 # What the flags do on a device is tests/cudaexec/test_cudaexec_ckpt (emulated GPU).
 #   cuda_ckpt_cli.sh PD2BWRUN PD2BWC
@@ -65,8 +66,11 @@ for flag in "--save $T/x.safetensors" "--resume $T/ck.safetensors" "--init $T/ck
   fi
 done
 [ ! -e "$T/x.safetensors" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: nccl left a --save file" >&2; }
-expect_error "trace, one stage" "needs a pipeline plan" "$T/plan" --backend cuda --data "$T/train.bin" --steps 1 \
-  --trace "$T/t.json"
+expect_error "trace, one stage" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda \
+  --data "$T/train.bin" --steps 1 --trace "$T/t.json"
+[ ! -e "$T/t.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a --trace file" >&2; }
+expect_error "pd2bw-cuda-train's flag" "unknown option '--gemm'" "$T/plan" --backend cuda --data "$T/train.bin" \
+  --steps 1 --gemm tf32
 # --timeout: taken (it reaches the device; test_cudapipe_timeout: it reaches the ranks)
 expect_error "timeout" "use --backend cpu\|without the CUDA toolkit" "$T/plan" --backend cuda --data "$T/train.bin" \
   --steps 1 --timeout 5

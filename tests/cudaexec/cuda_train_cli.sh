@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pd2bw-cuda-train from the command line (one-stage and pipeline plans): user mistakes
-# end with one clear line and exit status 1; without a CUDA driver (forced: PD2BW_LIBCUDA names a file that does
+# end with one clear line and exit status 1 (the parser is pd2bwrun's, tools/run_args.c:
+# pd2bwrun's own flags are unknown here, the flags both take reach the device); without a CUDA driver (forced: PD2BW_LIBCUDA names a file that does
 # not exist, so this holds on a GPU machine too) the message is the backend's
 # "no CUDA driver found ... use --backend cpu", status 1, nothing else printed.
 #   cuda_train_cli.sh PD2BW_CUDA_TRAIN PD2BWC
@@ -49,6 +50,9 @@ expect_error "unknown option" "unknown or incomplete option" "$T/plan" --data "$
 expect_error "two plans" "one plan directory" "$T/plan" "$T/plan" --data "$T/train.bin" --steps 1
 expect_error "bad reference tol" "reference-tol needs a positive number" "$T/plan" --data "$T/train.bin" --steps 1 \
   --reference --reference-tol 0
+expect_error "pd2bwrun's flag" "unknown option '--threads'" "$T/plan" --data "$T/train.bin" --steps 1 --threads 2
+expect_error "shared flags reach the device" "use --backend cpu\|without the CUDA toolkit" "$T/plan" \
+  --data "$T/train.bin" --steps 1 --trace "$T/t.json" --profile-out "$T/p.json" --seed 3 --eval-batches 2 --timeout 5
 # a pipeline plan (single-GPU pipeline mode) meets the same clean message without a driver
 "$PC" models/tinygpt.model -D layers=2 -D dim=32 -D seq=16 -D heads=2 -D vocab=64 --stages 2 --replicas 1 \
   --cluster tests/pipeline/cpu8.cluster -o "$T/pipe" -q || { echo "pd2bwc (2 stages) failed"; fail=$((fail + 1)); }

@@ -81,7 +81,7 @@ static int rank_fn(Transport *t, void *arg) {
   if (!v->alloc(v->dev, 3 * N * sizeof(float), &base, c->err[r], sizeof c->err[r])) return 1;
   CxPtr stage = base, buf = base + N * sizeof(float), rx = base + 2 * N * sizeof(float);
   FakeDev d = {.base.ops = &fake_ops, .ops = v, .c = c};
-  ExecLink *L = cx_local_link(t, &d.base, v, NULL, NULL);
+  ExecLink *L = cx_local_link(t, &d.base, v);
   TransportStatus s = TRANSPORT_OK;
   /* point to point: 0 -> 2 */
   ExecReq *rq = NULL;

@@ -4,7 +4,7 @@
  * is not finite ends the run with status 1, the one message "error: the loss is nan at
  * step S: training diverged (lower the learning rate?)" naming the first step whose
  * loss is not finite, and no --save checkpoint.
- *   - one:  the one-stage GPU trainer (gpipe);
+ *   - one:  a one-stage plan (gpipe; single-GPU pipeline mode on one rank);
  *   - pipe: single-GPU pipeline mode (gpipe, 2 stages x 2 replicas), which checks the
  *           step losses after the run, before --save: the same step as the one-stage
  *           run of the same model (gpipe computes the reference's losses).

@@ -3,7 +3,7 @@
  * checkpoint's when resuming, else the plan's, for the weights, dropout and the
  * --shuffle order alike. tests/pipeline/seed.sh holds the CPU modes to it; this holds
  * pd2bwrun --backend cuda's loop (cuda_exec_run) on the emulated device:
- *   - one:  the one-stage GPU trainer (2bw, dropout);
+ *   - one:  a one-stage plan (2bw, dropout; single-GPU pipeline mode on one rank);
  *   - pipe: single-GPU pipeline mode (2bw, 2 stages x 2 replicas, dropout).
  * Each: 4 steps --shuffle --seed 7 (a); 2 steps --shuffle --seed 7 --save ck;
  * --resume ck to step 4 without --seed (b): its step lines are a's steps 3 and 4 to the

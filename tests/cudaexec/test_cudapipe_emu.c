@@ -196,7 +196,7 @@ static void test_1f1b(void) {
   CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = CX_GEMM_PLAN, .log_json = log,
                        .reference = true, .ref_tol = TOL};
   double t0 = emu_now_s();
-  int rc = cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o);
+  int rc = cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL);
   EmuCounts emu = emu_device_counts();
   printf("  p1f1b (recompute on), emulated device (%s): %d launches, %d device copies, %d stream waits; %.1f s\n",
          emu_order_name(EMU_HIGHEST_FIRST), emu.launches, emu.dtods, emu.waits, emu_now_s() - t0);
@@ -228,7 +228,7 @@ static void test_steps0(void) {
   snprintf(save, sizeof save, "%s/p0.st", tmp);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CudaExecOptions o = {.data_path = data, .steps = 0, .quiet = true, .gemm = CX_GEMM_PLAN, .save_path = save};
-  EXPECT(cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o) == 0);
+  EXPECT(cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL) == 0);
   FILE *f = fopen(save, "rb");
   EXPECT(f != NULL);
   if (f) fclose(f);

@@ -47,7 +47,7 @@ static int run_main(const char *dir, const CudaExecOptions *o, char *msg, size_t
     int rc = 1, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0 && dup2(fd, 2) == 2) {
       CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-      rc = cuda_pipe_main("pd2bwrun", dir, &ops, "emulated", o);
+      rc = cuda_pipe_main("pd2bwrun", dir, &ops, "emulated", o, NULL);
     }
     fflush(stdout);
     fflush(stderr);

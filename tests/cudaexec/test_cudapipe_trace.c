@@ -303,7 +303,7 @@ static void test_2bw2(void) {
   emu_path(trace, sizeof trace, "t2bw2.trace.json");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   CudaExecOptions o = {.data_path = data, .steps = STEPS, .gemm = CX_GEMM_PLAN, .trace_path = trace};
-  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o) == 0);
+  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 0);
   PipePlan *p = load_plan("t2bw2");
   if (!p) return;
   check_trace(p, trace, STEPS);
@@ -342,7 +342,7 @@ static void test_errors(void) {
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = CX_GEMM_PLAN, .trace_path = bad};
-  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o) == 1);
+  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 1);
   EXPECT(files_named("train.bin") == 1);
   /* a good path: the file and nothing else (no temporary left) */
   char good[300];

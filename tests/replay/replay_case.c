@@ -14,8 +14,10 @@
  *                runtime/core/trainer.c on PLAN/reference with the schedule's rule, or for
  *                pipedream runtime/reference/pipeline_seq.c (the plan's stages one after another)
  *   trainer      the one-stage CPU trainer (runtime/core/trainer.c) on a one-stage PLAN
- *   emu-trainer  the one-stage GPU trainer (the interpreter on runtime/cuda/exec/cuda_exec_device.c) on the emulated
- *                device (tests/cudaexec/emu_device.h), in order
+ *   emu-trainer  the one-stage GPU path on the emulated device (tests/cudaexec/emu_device.h), in
+ *                order: pd2bwrun --backend cuda's, single-GPU pipeline mode on one rank
+ *                (cx_pipe_train; recorded: the one-stage trainer, runtime/exec/exec_one.c, on
+ *                runtime/cuda/exec/cuda_exec_device.c)
  *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_threads.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)
  *   nccl         multi-GPU mode (cx_pipe_train_nccl: runtime/exec/ on cuda_exec_device.c, the
@@ -24,7 +26,7 @@
  *
  * The case file: every step's loss (the mean) and every microbatch's loss as C99 hex
  * floats (%a: the double's exact bits), the step's global gradient norm where the path
- * reports one (the one-stage trainers; the pipelined executors keep theirs inside, so
+ * reports one (the one-stage paths; the pipelined executors keep theirs inside, so
  * their clipping shows only through the weights), then every weight tensor of the
  * final (newest) version: index, name, element count and the SHA-256 of its float32
  * bytes. A diff of two case files names the first step or tensor that moved.
@@ -128,24 +130,14 @@ static CxDeviceOps nccl_emu_ops(const char *dir, int order) {
 }
 #endif
 
-/* The one-stage trainer (runtime/exec/exec_one.c), on the CPU device or on the
- * emulated GPU as its device (cuda_exec_device.c; cuda_exec_train.c when recorded):
- * the same data setup as the reference (pipe_trainer_run). */
-static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, PipeOutcome *out, double *norms,
-                          char *err, size_t errlen) {
+/* The one-stage CPU trainer (runtime/exec/exec_one.c): the same data setup as the
+ * reference (pipe_trainer_run). */
+static bool run_one_stage(const PipePlan *p, const PipeOptions *o, PipeOutcome *out, double *norms, char *err,
+                          size_t errlen) {
   memset(out, 0, sizeof *out);
   if (p->d != 1 || p->w != 1) return snprintf(err, errlen, "the one-stage trainers need d = w = 1"), false;
   RtPlan *rp = p->rt;
-  Trainer *ct = NULL;
-  ExecDevice *dev = NULL;
-  CxDeviceOps ops = {0}; /* the device keeps &ops: it lives as long as the run */
-  if (gpu && emu_start()) {
-    ops = emu_device_ops(workdir, EMU_IN_ORDER);
-    dev = cx_exec_device(&ops, rp, 0, CX_GEMM_PLAN, rp->b * rp->m, err, errlen);
-    if (dev) ct = trainer_create(rp, &(TrainerOptions){.device = dev}, err, errlen);
-  } else if (!gpu) {
-    ct = trainer_create(rp, NULL, err, errlen);
-  }
+  Trainer *ct = trainer_create(rp, NULL, err, errlen);
   const RtStage *st = &rp->stages[0];
   int T = 0;
   for (int k = 0; k < st->ninputs; k++)
@@ -183,7 +175,6 @@ static bool run_one_stage(const PipePlan *p, const PipeOptions *o, bool gpu, Pip
   data_loader_destroy(dl);
   if (df) data_close(df);
   trainer_destroy(ct);
-  exec_device_destroy(dev); /* after the trainer, whose rank holds it */
   return ok;
 }
 
@@ -215,13 +206,19 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
       PipeRule rule = pipe_rule_of(p->schedule);
       ok = rule == PIPE_RULE_STAGE_DELAY ? pipe_seq_run(p, &po, rule, &r, err, sizeof err)
                                          : pipe_trainer_run(p, &po, rule, 0, &r, err, sizeof err);
-    } else if (strcmp(mode, "trainer") == 0 || strcmp(mode, "emu-trainer") == 0) {
+    } else if (strcmp(mode, "trainer") == 0) {
       norms = calloc((size_t)steps, sizeof(double));
-      ok = run_one_stage(p, &po, mode[0] == 'e', &r, norms, err, sizeof err);
-    } else if (strcmp(mode, "emu-pipe") == 0) {
+      ok = run_one_stage(p, &po, &r, norms, err, sizeof err);
+    } else if (strcmp(mode, "emu-pipe") == 0 || strcmp(mode, "emu-trainer") == 0) {
+      bool one = mode[4] == 't';
       ok = emu_start();
-      CxDeviceOps ops = emu_device_ops(workdir, EMU_LOWEST_FIRST);
+      CxDeviceOps ops = emu_device_ops(workdir, one ? EMU_IN_ORDER : EMU_LOWEST_FIRST);
+      if (one && (p->d != 1 || p->w != 1)) ok = !snprintf(err, sizeof err, "emu-trainer needs d = w = 1");
       ok = ok && cx_pipe_train(p, &ops, &co, &r, NULL, err, sizeof err) == 0;
+      if (ok && one) { /* its grad norms, as the one-stage trainer's were recorded */
+        norms = calloc((size_t)steps, sizeof(double));
+        memcpy(norms, r.grad_norm, (size_t)(r.steps - r.first_step) * sizeof(double));
+      }
     } else if (strcmp(mode, "nccl") == 0) {
       ok = REPLAY_HAVE_NCCL ? emu_start() : (snprintf(err, sizeof err, "built without the stand-in NCCL"), false);
       CxDeviceOps ops = nccl_emu_ops(workdir, EMU_LOWEST_FIRST);

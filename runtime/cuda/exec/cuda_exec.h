@@ -37,10 +37,9 @@
  *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
  *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
  *  - cuda_exec_main.c: cuda_exec_main, what pd2bwrun --backend cuda and
- *    tools/pd2bw-cuda-train call: the GPU opened, then pd2bwrun's own drivers with the
- *    GPU as a backend (a one-stage plan: runtime/exec/exec_one_main.c with this
- *    device, --profile-out, the rate and graph counts, --bench-gemm; several stages or
- *    replicas: cuda_pipe_main, runtime/pipeline/pipeline_main.c's GPU backend);
+ *    tools/pd2bw-cuda-train call: the GPU opened, then pd2bwrun's one driver with the
+ *    GPU as a backend (every plan, one-stage included: cuda_pipe_main,
+ *    runtime/pipeline/pipeline_main.c's GPU backend), --kernel-profile, --bench-gemm;
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
  *    on the one device, one stream each, a host thread each on runtime/exec/'s
  *    interpreter with cuda_link_local.c's link; and
@@ -278,10 +277,6 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
 void cx_program_profile(CxProgram *p, int64_t from_mb);
 /* The times so far (waits for the device first); NULL when not profiled. */
 const SegTimes *cx_program_profile_times(CxProgram *p);
-/* Writes stage s = 0 .. p->d-1's times (progs[s], each profiled) with
- * pipe_profile_write, the CPU backend's writer. false with a message. */
-typedef struct PipePlan PipePlan;
-bool cx_profile_write(CxProgram *const *progs, const PipePlan *p, const char *path, char *err, size_t errlen);
 /* What cx_program_run calls (cuda_profile.c). */
 typedef struct CxProfile CxProfile;
 CxProfile *cx_profile_create(const CxDeviceOps *ops, int nsegs, int64_t from_mb);
@@ -333,6 +328,9 @@ void cx_exec_device_set_versions(ExecDevice *d, int n);
  * recorded and complete before the run: every rank's times on one clock). NULL (the
  * default): no marks. */
 void cx_exec_device_set_origin(ExecDevice *d, void *origin);
+/* fn(ctx, d) is called as d is destroyed, before anything of it is freed (its counts,
+ * its program's profile: single-GPU mode reads them as each rank ends). */
+void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx);
 /* Bytes the device's one allocation takes for an arena of arena_bytes (cx_share_reserve). */
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes);
 
@@ -351,13 +349,10 @@ bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errl
 void cx_share_destroy(CxShare *sh);
 /* The same-GPU link (runtime/exec/exec.h) of the rank whose device is dev (a
  * cx_exec_device on a share view: its sum_ordered sums the replicas) and which issues
- * on ops (that view: cx_exec_device_ops) over the local transport t (not owned). at_end
- * (may be NULL) is called with ctx and dev when the link is destroyed, the device
- * still alive (its counts, before the rank destroys it). */
+ * on ops (that view: cx_exec_device_ops) over the local transport t (not owned). */
 typedef struct ExecLink ExecLink;
 typedef struct Transport Transport;
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
-                        void *ctx);
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops);
 
 /* ---- multi-GPU mode's link (cuda_link_nccl.c; cuda_exec_dev_none.c without the toolkit) */
 
@@ -398,13 +393,13 @@ const char *cx_cuda_name(const CxDeviceOps *ops);
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
 
 
-/* pd2bwrun --backend cuda: trains the one-stage plan in plan_dir on GPU o->device for
+/* pd2bwrun --backend cuda: trains the plan in plan_dir on GPU o->device (single-GPU
+ * pipeline mode, one-stage plans included; --transport nccl: multi-GPU mode) for
  * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
  * line on stderr. */
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
-/* cuda_exec_main on an open device (tests pass the emulator's): a one-stage plan through
- * exec_one_main_on with this device (--init, --resume, validation, --save), else
- * cuda_pipe_main. */
+/* cuda_exec_main on an open device (tests pass the emulator's): cuda_pipe_main (no
+ * --bench-gemm). */
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                   const CudaExecOptions *o);
 

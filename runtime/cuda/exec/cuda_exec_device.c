@@ -47,7 +47,6 @@
 #define CD_LOSSES 1024   /* losses awaiting the next host wait; a full ring waits early */
 #define CD_VERSIONS 2    /* versions with a bf16 copy: the one-stage trainer's (a rank's: set_versions) */
 
-
 typedef struct CudaDevice {
   ExecDevice base;
   int stage; /* the plan's, for messages */
@@ -93,6 +92,7 @@ typedef struct CudaDevice {
   CxGraphStats upd_stats, norm_stats;
   void *origin, **marks; /* --trace: the run's origin event; two events per mark */
   int nmarks;
+  void (*at_end)(void *ctx, ExecDevice *d), *end_ctx; /* cx_exec_device_at_end */
   /* what the graphs' issue functions read */
   const float *const *sq_x;
   const int64_t *sq_n;
@@ -495,6 +495,7 @@ static double cd_mark_time(ExecDevice *d, int i, bool end) {
 
 static void cd_destroy(ExecDevice *d) {
   CudaDevice *c = cud(d);
+  if (c->at_end) c->at_end(c->end_ctx, d);
   for (int i = 0; i < 2 * c->nmarks; i++)
     if (c->marks[i]) c->ops->event_destroy(c->ops->dev, c->marks[i]);
   free(c->marks);
@@ -585,6 +586,9 @@ uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ccud(d)->bytes; }
 CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
 const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
 void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = origin; }
+void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx) {
+  cud(d)->at_end = fn, cud(d)->end_ctx = ctx;
+}
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;

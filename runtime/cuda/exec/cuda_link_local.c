@@ -64,8 +64,6 @@ typedef struct ClLink {
   ExecReq *free_reqs, *all;
   ExecReq **live; /* every request made, for destroy */
   int nlive, caplive;
-  void (*at_end)(void *ctx, ExecDevice *dev);
-  void *at_end_ctx;
 } ClLink;
 
 struct ExecGroup {
@@ -243,7 +241,6 @@ static TransportStatus c_allreduce(ExecGroup *g, float *buf, size_t n, const cha
 
 static void c_destroy(ExecLink *L) {
   ClLink *l = cl(L);
-  if (l->at_end) l->at_end(l->at_end_ctx, l->dev);
   l->ops->sync(l->ops->dev); /* no wait of a peer's still refers to an event of ours */
   for (int i = 0; i < l->nlive; i++) {
     l->ops->event_destroy(l->ops->dev, l->live[i]->ev_ready);
@@ -262,11 +259,8 @@ static const ExecLinkOps local_ops = {
     .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = c_destroy,
 };
 
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops, void (*at_end)(void *ctx, ExecDevice *dev),
-                        void *ctx) {
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops) {
   ClLink *l = pd_calloc(1, sizeof *l);
-  l->at_end = at_end;
-  l->at_end_ctx = ctx;
   l->base.ops = &local_ops;
   l->base.host = exec_transport_link(t);
   l->t = t;

@@ -102,15 +102,3 @@ const SegTimes *cx_profile_times(CxProfile *f) {
   drain(f);
   return &f->t;
 }
-
-bool cx_profile_write(CxProgram *const *progs, const PipePlan *p, const char *path, char *err, size_t errlen) {
-  SegTimes *seg = pd_calloc((size_t)p->d, sizeof *seg);
-  for (int s = 0; s < p->d; s++) {
-    const SegTimes *t = cx_program_profile_times(progs[s]);
-    PD_CHECK(t != NULL, "(stage %d's program is not being profiled)", s);
-    seg[s] = *t; /* borrowed: the program owns the arrays */
-  }
-  bool ok = pipe_profile_write(p, seg, "cuda", path, err, errlen);
-  free(seg);
-  return ok;
-}

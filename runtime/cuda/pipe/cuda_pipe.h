@@ -1,6 +1,7 @@
 /* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes. Single-GPU pipeline mode: every
  * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
- * checked on one GPU. Multi-GPU mode (--transport nccl, cuda_pipe_multi.c): one MPI
+ * checked on one GPU; a one-stage plan is its d = w = 1 case (pd2bwrun --backend cuda
+ * runs every plan here but with --transport nccl). Multi-GPU mode (--transport nccl, cuda_pipe_multi.c): one MPI
  * process per stage replica, each a rank of the CPU MPI pipeline (runtime/pipeline,
  * the plan interpreter runtime/exec/) on the CUDA device of runtime/cuda/exec/
  * (cuda_exec_device.c) with an NCCL link (cuda_link_nccl.c, whose header says what
@@ -57,7 +58,9 @@
  * thread makes the context current through its view: CxDeviceOps thread_enter,
  * runtime/cuda/cuda_device.c cuda_dev_make_current). On an H200 (2026-11-30,
  * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
- * against the CPU reference.
+ * against the CPU reference, and the one-stage trainer (exec_one.c on
+ * cuda_exec_device.c) the one-stage plans that now run here on one rank: the next
+ * lent GPU's scripts/gpu-check.sh is this path's first run on a GPU.
  *
  * Checkpoints and validation are runtime/pipeline/pipeline_run.c's in both modes:
  * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
@@ -80,9 +83,21 @@ typedef struct CxPipeStats {
                             (the plan's memory.weights_bf16 summed over stage replicas) */
   CxGraphStats graphs;  /* cx_program_graph_stats summed over every SR's programs */
   CxGraphStats steps;   /* the norms and updates of every SR (cx_exec_device's) */
+  CxGraphStats updates; /* the updates alone (a one-stage plan's summary line) */
+  uint64_t bytes;       /* the device memory of an SR (the largest: cx_exec_device_bytes) */
+  CxGemmType gemm;      /* the dtype its GEMMs ran in (cx_exec_device_gemm_type) */
 } CxPipeStats;
 
-/* Trains plan p (several stages and/or replicas) for o->steps batches on the device
+/* What a one-stage run leaves for --bench-gemm (cuda_exec_main.c): the model's MLP
+ * GEMM (M = b·T tokens, N = 4·dim, K = dim) in the dtype training ran, and the rate
+ * training achieved. M = 0: nothing to time. */
+typedef struct CxBench {
+  CxGemmType type;
+  int M, N, K;
+  double tflops;
+} CxBench;
+
+/* Trains plan p (any number of stages and replicas, one included) for o->steps batches on the device
  * behind ops (which needs the stream/event/dtod entries). Fills out as
  * pipeline_run_local does: per-microbatch losses in the reference's order, the newest
  * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure), and
@@ -95,13 +110,15 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
  * negative value when the plan has none. */
 double cx_pipe_predicted_bubble(const char *plan_dir);
 
-/* cuda_exec_main's path for a plan with several stages or replicas: pipeline_main_on
+/* cuda_exec_main's path for every plan without --transport nccl: pipeline_main_on
  * with single-GPU mode on ops (the device called device_name in messages) as its
  * backend: the CPU pipeline's log, validation, saved/trace lines and --reference, the
- * summary with the graph counts and executor bytes. 0, or 1 after one "prog: error:"
- * line. */
+ * summary with the graph counts and executor bytes. A one-stage plan (one rank) has the
+ * one-stage words: its banner, the summary gpu-check.sh reads (steady-state rate,
+ * arena, "saved"), its passes' and updates' graph counts; bench (may be NULL) gets what
+ * --bench-gemm times. 0, or 1 after one "prog: error:" line. */
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                   const CudaExecOptions *o);
+                   const CudaExecOptions *o, CxBench *bench);
 
 /* Multi-GPU mode: this process (rank transport_rank(t) of the plan's d·w ranks) trains
  * its stage replica as pipeline_run_rank does on the CPU, on a cx_exec_device over ops

@@ -4,7 +4,11 @@
  * file adds only the GPU's banner, its training (single-GPU mode: cx_pipe_train,
  * cuda_pipe_threads.c; --transport nccl: cx_pipe_train_nccl, cuda_pipe_multi.c) and
  * the summary in its words (the CUDA graph counts, the executor's bytes, the
- * predicted bubble), and multi-GPU mode's launch (MPI, one GPU per process). */
+ * predicted bubble), and multi-GPU mode's launch (MPI, one GPU per process). A
+ * one-stage plan (single-GPU mode on one rank) keeps the one-stage words: the banner
+ * with the microbatch, and the summary scripts/gpu-check-lib.sh reads (the
+ * steady-state rate: the steps after the first, which pays for NVRTC, module loading
+ * and cuBLAS's first calls), the update graphs, and --bench-gemm's figures. */
 #include "runtime/cuda/pipe/cuda_pipe.h"
 
 #include <cjson/cJSON.h>
@@ -38,13 +42,17 @@ typedef struct GpuRun {
   const char *prog, *plan_dir, *device_name;
   const CxDeviceOps *ops;
   CxPipeStats st;
-  bool multi; /* multi-GPU mode: this rank of a transport */
+  bool multi;     /* multi-GPU mode: this rank of a transport */
+  CxBench *bench; /* a one-stage plan's --bench-gemm figures, or NULL */
 } GpuRun;
 
 static int gpu_train(void *ctx, const PipePlan *p, const PipeOptions *o, Transport *t, PipeOutcome *out, char *err,
                      size_t errlen) {
   GpuRun *g = ctx;
-  if (!o->quiet && !t)
+  if (!o->quiet && !t && p->nranks == 1)
+    printf("%s: plan %s (model %s), microbatch %lld x %lld per step, GPU %d (%s)\n", g->prog, g->plan_dir,
+           p->rt->model, (long long)p->b, (long long)p->m, o->device, g->device_name);
+  else if (!o->quiet && !t)
     printf("%s: plan %s (model %s): %d stages x %d replicas, schedule %s%s, on GPU %d (%s): single-GPU pipeline "
            "mode\n", g->prog, g->plan_dir, p->rt->model, p->d, p->w, plan_schedule_name(p->schedule),
            p->recompute ? " + recompute" : "", o->device, g->device_name);
@@ -56,11 +64,41 @@ static int gpu_train(void *ctx, const PipePlan *p, const PipeOptions *o, Transpo
            : cx_pipe_train(p, g->ops, o, out, &g->st, err, errlen);
 }
 
+/* A one-stage plan's summary (tests/gpucheck reads it as gpu-check.sh does): the
+ * steady-state rate, the device's bytes, the checkpoint; how the passes and the
+ * updates ran; what --bench-gemm compares with. Nothing when nothing ran. */
+static void one_summary(GpuRun *g, const PipePlan *p, const PipeOutcome *r, const PipeOptions *o) {
+  int64_t nb = r->steps - r->first_step;
+  if (nb <= 0) return;
+  double ms = 0;
+  for (int64_t b = nb > 1; b < nb; b++) ms += r->step_ms[b];
+  double sec = ms / 1e3 / (double)(nb > 1 ? nb - 1 : 1), tokens = pipe_tokens_per_step(p);
+  double tflops = pipe_flops_per_step(p) / sec / 1e12;
+  printf("%s: %lld steps, final loss %.4f, %.1f ms/step, %.0f tok/s, %.2f TFLOP/s achieved (arena %.2f GiB)%s%s\n",
+         g->prog, (long long)nb, r->step_loss[nb - 1], sec * 1e3, tokens / sec, tflops,
+         (double)g->st.bytes / (1024.0 * 1024 * 1024), o->save_path ? ", saved " : "", o->save_path ? o->save_path : "");
+  const CxGraphStats *gs = &g->st.graphs, *us = &g->st.updates;
+  printf("%s: graphs: %lld captured, %lld launches (%lld passes launch by launch); updates: %lld as a graph, %lld "
+         "launch by launch%s\n", g->prog, (long long)gs->captured, (long long)gs->launches, (long long)gs->eager,
+         (long long)us->launches, (long long)us->eager, g->ops->capture_begin ? "" : "; CUDA graphs off");
+  const RtStage *st = &p->rt->stages[0];
+  int64_t dim = 0;
+  for (int k = 0; k < st->nparams; k++)
+    if (strcmp(st->params[k].name, "wte") == 0) dim = st->params[k].shape[1];
+  if (g->bench && dim > 0) /* the dtype training ran: bf16 plans time BF16 */
+    *g->bench = (CxBench){.type = g->st.gemm, .M = (int)(tokens / (double)p->m), .N = (int)(4 * dim), .K = (int)dim,
+                          .tflops = tflops};
+}
+
 /* Rank 0's (or the one process's) summary. Single-GPU mode adds the CUDA graph
  * counts, the executor's bytes and the plan's predicted bubble. */
 static void gpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, const PipeOptions *o) {
   GpuRun *g = ctx;
   bool multi = g->multi;
+  if (!multi && p->nranks == 1) {
+    one_summary(g, p, r, o);
+    return;
+  }
   const CxGraphStats *gs = multi ? NULL : &g->st.graphs;
   double predicted = multi ? -1 : cx_pipe_predicted_bubble(g->plan_dir);
   int64_t nb = r->steps - r->first_step;
@@ -88,8 +126,8 @@ static void gpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, cons
 }
 
 int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                   const CudaExecOptions *o) {
-  GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops};
+                   const CudaExecOptions *o, CxBench *bench) {
+  GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops, .bench = bench};
   PipeBackend be = {.ctx = &g, .train = gpu_train, .summary = gpu_summary};
   return pipeline_main_on(prog, plan_dir, o, &be, NULL);
 }

@@ -10,8 +10,10 @@
  * The devices are made here, in the calling thread, before the ranks start: their
  * programs load one after another, and the one allocation is sized from what every
  * device needs (cx_exec_device_need). The ranks take them through PipeOptions'
- * rank_device (each destroys its own) and report their graph counts when their link
- * is destroyed.
+ * rank_device (each destroys its own), and each device reports its graph counts,
+ * bytes and segment times as it is destroyed (cx_exec_device_at_end). A one-stage
+ * plan is one rank; its rank streams --log-json (pipeline_run.c), the caller writes
+ * the log of more.
  *
  * --trace: the interpreter marks each instruction's start and end on the rank's stream
  * (ExecDeviceOps mark: device events against one origin), so the trace and the measured
@@ -19,8 +21,8 @@
  * (pipe_trace_write_gpu). --profile-out: each program's segment times (cuda_profile.c),
  * a stage's replicas together, through the CPU backend's writer.
  *
- * NOT done: run on a GPU (a rank thread makes the context current through the view:
- * CxDeviceOps thread_enter; only the emulator has run it). */
+ * NOT done: run on a GPU, one-stage plans included (a rank thread makes the context
+ * current through the view: CxDeviceOps thread_enter; only the emulator has run it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,7 @@ static void add_stats(CxGraphStats *to, CxGraphStats s) {
   to->eager += s.eager;
 }
 
+/* A rank's device as it is destroyed: its counts, bytes and segment times. */
 static void at_end(void *ctx, ExecDevice *d) {
   ThreadsCtx *c = ctx;
   pthread_mutex_lock(&c->mu);
@@ -62,18 +65,24 @@ static void at_end(void *ctx, ExecDevice *d) {
   add_stats(&c->stats->graphs, cx_exec_device_pass_stats(d));
   add_stats(&c->stats->steps, cx_exec_device_update_stats(d));
   add_stats(&c->stats->steps, cx_exec_device_norm_stats(d));
+  add_stats(&c->stats->updates, cx_exec_device_update_stats(d));
+  if (cx_exec_device_bytes(d) > c->stats->bytes) c->stats->bytes = cx_exec_device_bytes(d);
+  c->stats->gemm = cx_exec_device_gemm_type(d);
   pthread_mutex_unlock(&c->mu);
 }
 
 static ExecLink *make_link(void *ctx, Transport *t, ExecDevice *dev, char *err, size_t errlen) {
+  (void)ctx;
   (void)err;
   (void)errlen;
-  return cx_local_link(t, dev, cx_exec_device_ops(dev), at_end, ctx);
+  return cx_local_link(t, dev, cx_exec_device_ops(dev));
 }
 
 /* Every rank's device on its view, and the one allocation they share. */
-static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *o, ExecDevice **dev, CxPipeStats *st,
-                         char *err, size_t errlen) {
+static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *o, ThreadsCtx *c, char *err,
+                         size_t errlen) {
+  ExecDevice **dev = c->dev;
+  CxPipeStats *st = c->stats;
   uint64_t *need = pd_calloc((size_t)p->nranks, sizeof *need);
   bool ok = true;
   for (int r = 0; ok && r < p->nranks; r++) {
@@ -81,6 +90,7 @@ static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *
     dev[r] = cx_exec_device(cx_share_view(sh, r), p->rt, s, o->gemm, p->b * p->m * p->w, err, errlen);
     ok = dev[r] != NULL;
     if (!ok) break;
+    cx_exec_device_at_end(dev[r], at_end, c);
     cx_exec_device_set_versions(dev[r], p->st[s].nversions);
     need[r] = cx_exec_device_need(dev[r], p->st[s].planned_bytes);
     uint64_t extra = need[r] - p->st[s].planned_bytes;
@@ -150,21 +160,21 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
   pthread_mutex_init(&c.mu, NULL);
   int rc = 1;
   void *origin = NULL;
-  if (make_devices(p, sh, o, c.dev, stats, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
+  if (make_devices(p, sh, o, &c, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
     /* the CPU driver's options, with this mode's devices and links; the profile is
-     * written below from the programs' times, the log by the caller */
+     * written below from the programs' times, the log by one rank or the caller */
     PipeOptions po = *o;
-    po.one_device = true, po.profile_out = NULL, po.log_json = NULL;
+    po.one_device = true, po.profile_out = NULL, po.log_json = p->nranks == 1 ? o->log_json : NULL;
     po.rank_device = take_device, po.rank_link = make_link, po.rank_ctx = &c;
     rc = pipeline_run_local(p, &po, out, err, errlen);
     if (!rc && o->profile_out) rc = !pipe_profile_write(p, c.seg, "cuda", o->profile_out, err, errlen);
   }
   if (!rc) out->step_time_s = median_step(out);
+  for (int r = 0; r < p->nranks; r++) exec_device_destroy(c.dev[r]); /* any a rank did not take */
   if (origin) ops->event_destroy(ops->dev, origin);
   for (int s = 0; c.seg && s < p->d; s++) seg_times_free(&c.seg[s]);
   free(c.seg);
   free(c.made);
-  for (int r = 0; r < p->nranks; r++) exec_device_destroy(c.dev[r]); /* any a rank did not take */
   free(c.dev);
   pthread_mutex_destroy(&c.mu);
   cx_share_destroy(sh);
