@@ -8,6 +8,7 @@
  *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
  *                     --init, validation, what rank 0 gathers
  *   pipeline_drive.c  a rank's driver loop: stretches of batches, evaluations, step lines
+ *   pipeline_log.c    the --log-json, streamed by rank 0 for every plan shape
  *   pipeline_weights.c a rank's weight versions set from host memory (--init, --resume)
  *   pipeline_main.c   pd2bwrun's one pipeline driver for every backend and transport:
  *                     the plan, the seed rule, the run, rank 0's report, --reference
@@ -237,10 +238,6 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
 bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
                               double tol, FILE *out, char *err, size_t errlen);
 
-/* --log-json of a pipelined run (the CPU and the CUDA executors'): one JSON object per
- * step of r, written atomically at the end (runtime/io/io.h); false with the path and the
- * cause in err. */
-bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
 /* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
  * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
