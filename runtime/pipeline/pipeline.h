@@ -246,9 +246,10 @@ double pipe_peak_flops(const PipePlan *p);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
  * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on
- * stderr only: the run's own outputs are already written. */
-void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
-                        bool quiet);
+ * stderr only: the run's own outputs are already written. prog: the program's name
+ * for its lines (pd2bwrun, pd2bw-cuda-train). */
+void pipe_report_update(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOutcome *r,
+                        const char *trace_path, bool quiet);
 
 /* A device of exec_one_main_on (runtime/cuda/exec/cuda_exec_main.c's GPU). where: the
  * banner's words for it; device: the trainer's device for stage 0 of plan (the driver

@@ -54,16 +54,16 @@ static void cpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, cons
            (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
 }
 
-void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
-                        bool quiet) {
+void pipe_report_update(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOutcome *r,
+                        const char *trace_path, bool quiet) {
   ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
                    .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
                    .bubble = r->bubble, .stages = p->d};
   char err[IO_ERR_LEN];
   if (plan_report_write(plan_dir, &run, err, sizeof err)) {
-    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
+    if (!quiet) printf("%s: report %s/report.html (with this run)\n", prog, plan_dir);
   } else {
-    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
+    fprintf(stderr, "%s: warning: the plan's report.html was not updated: %s\n", prog, err);
   }
 }
 
@@ -81,7 +81,7 @@ static int report(const char *prog, const char *plan_dir, const PipePlan *p, con
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
   if (o->save_path && (be || p->nranks > 1)) printf("%s: saved %s\n", prog, o->save_path); /* one rank: summary's */
   if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
-  if (o->trace_path) pipe_report_update(plan_dir, p, r, o->trace_path, o->quiet);
+  if (o->trace_path) pipe_report_update(prog, plan_dir, p, r, o->trace_path, o->quiet);
   if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
     return fail(prog, err);
   return 0;

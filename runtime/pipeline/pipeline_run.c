@@ -397,7 +397,9 @@ static int run_rank(Transport *t, void *arg) {
   double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
                      .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet,
-                     .done = c->o->log_json ? rank_done : NULL, .log_every = c->o->log_json ? pipe_log_every(c->p) : 0};
+                     .done = c->o->log_json ? rank_done : NULL,
+                     /* one rank: a step per stretch with or without the log, as the one-stage trainer */
+                     .log_every = c->p->nranks == 1 ? 1 : c->o->log_json ? pipe_log_every(c->p) : 0};
   ok = pipe_drive(&drive, val, &val_final);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
