@@ -6,8 +6,6 @@
 #ifndef PD2BW_TOOLS_RUN_ARGS_H
 #define PD2BW_TOOLS_RUN_ARGS_H
 
-#include <stdio.h> /* (pipeline.h uses FILE without it) */
-
 #include "runtime/pipeline/pipeline.h"
 
 typedef struct RunArgs {

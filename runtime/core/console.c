@@ -1,7 +1,7 @@
 /* runtime/core/console.c — the one format of a training step, on the console and in the
  * --log-json file, for every executor (the one-stage trainer and the CUDA trainer
  * through runtime/core/log.c; the pipelined executors, threads, MPI and the GPU's,
- * through log.c or pipe_log_write).
+ * through log.c: rank 0 of a pipelined run streams it, runtime/pipeline/pipeline_log.c).
  *
  * The line: step/total, the global loss (the mean over every microbatch of every
  * replica), lr, grad norm (of the averaged gradient, before clipping), ms, tok/s,

@@ -8,6 +8,7 @@
  *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
  *                     --init, validation, what rank 0 gathers
  *   pipeline_drive.c  a rank's driver loop: stretches of batches, evaluations, step lines
+ *   pipeline_log.c    the --log-json, streamed by rank 0 for every plan shape
  *   pipeline_weights.c a rank's weight versions set from host memory (--init, --resume)
  *   pipeline_main.c   pd2bwrun's one pipeline driver for every backend and transport:
  *                     the plan, the seed rule, the run, rank 0's report, --reference
@@ -77,6 +78,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE: pipeline_check_reference's output */
 
 #include "contract/contract.h"
 #include "runtime/transport/transport.h"
@@ -237,10 +239,6 @@ int pipeline_run_rank(const PipePlan *p, const PipeOptions *o, Transport *t, Pip
 bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const PipeOutcome *got,
                               double tol, FILE *out, char *err, size_t errlen);
 
-/* --log-json of a pipelined run (the CPU and the CUDA executors'): one JSON object per
- * step of r, written atomically at the end (runtime/io/io.h); false with the path and the
- * cause in err. */
-bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen);
 /* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
  * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
@@ -249,9 +247,10 @@ double pipe_peak_flops(const PipePlan *p);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
  * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on
- * stderr only: the run's own outputs are already written. */
-void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
-                        bool quiet);
+ * stderr only: the run's own outputs are already written. prog: the program's name
+ * for its lines (pd2bwrun, pd2bw-cuda-train). */
+void pipe_report_update(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOutcome *r,
+                        const char *trace_path, bool quiet);
 
 /* A backend of pipeline_main_on (the CPU's when NULL): runtime/cuda/pipe/cuda_pipe_main.c's
  * single- and multi-GPU modes. train runs the plan as pipeline_run_local (t NULL) or

@@ -5,8 +5,9 @@
  * validation is due, so nothing is in flight while the validation runs; 2bw drains at
  * each, which changes timing, not values (consecutive stretches compute what one run
  * over their union does). After each stretch and its validation, `done` gets the
- * stretch: where the log is streamed (pipeline_run.c), its lines are written then;
- * one-rank plans run a step per stretch, as the one-stage trainer (exec_one.c) does. */
+ * stretch: the streamed --log-json's lines are written then (pipeline_log.c), and
+ * stretches are cut to at most log_every steps for it (one-rank plans: a step per
+ * stretch, as the one-stage trainer, exec_one.c, does). */
 #include <math.h>
 #include <stdio.h>
 
@@ -20,7 +21,7 @@ bool pipe_drive(const PipeDrive *d, double *val, double *val_final) {
   do { /* always one stretch: a run resumed at (or past) --steps still validates */
     int64_t hi = d->steps;
     if (K > 0 && (lo / K + 1) * K < hi) hi = (lo / K + 1) * K;
-    if (d->per_step && lo + 1 < hi) hi = lo + 1;
+    if (d->log_every > 0 && lo + d->log_every < hi) hi = lo + d->log_every;
     ok = d->run(d->ctx, lo, hi);
     if (ok && d->eval && (hi >= d->steps || (K > 0 && hi % K == 0))) {
       double v;

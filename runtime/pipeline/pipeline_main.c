@@ -1,10 +1,11 @@
 /* runtime/pipeline/pipeline_main.c — pd2bwrun's one pipeline driver, for every backend
  * and transport (pipeline.h pipeline_main, pipeline_main_on): the plan, the seed rule,
  * the run (the CPU's ranks as threads or MPI processes, or a backend's train hook:
- * runtime/cuda/pipe/cuda_pipe_main.c's single- and multi-GPU modes), then rank 0's
- * report: --log-json, the summary (the backend's words; a one-rank plan's in the
- * one-stage words: banner, rates, "saved" in the summary), the validation loss, the
- * saved/trace lines, the plan's report.html and --reference. */
+ * runtime/cuda/pipe/cuda_pipe_main.c's single- and multi-GPU modes; rank 0 streams
+ * --log-json meanwhile, pipeline_log.c), then rank 0's report: the summary (the
+ * backend's words; a one-rank plan's in the one-stage words: banner, rates, "saved" in
+ * the summary), the validation loss, the saved/trace lines, the plan's report.html and
+ * --reference. */
 #include "runtime/pipeline/pipeline_rank.h"
 #include "runtime/report/plan_report.h"
 
@@ -16,25 +17,6 @@ bool pipe_options_seed(const PipeOptions *o, uint64_t plan_seed, PipeOptions *ou
   *out = *o;
   out->seed_set = true;
   return rt_run_seed(o->resume_path, o->seed_set, o->seed, plan_seed, &out->seed, err, errlen);
-}
-
-bool pipe_log_write(const PipePlan *p, const PipeOutcome *r, const char *path, char *err, size_t errlen) {
-  AtomicFile af;
-  if (!atomic_open(&af, path, err, errlen)) return false;
-  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
-  for (int64_t b = 0; b < r->steps - r->first_step; b++) {
-    /* the one format of every mode (runtime/core/console.c); NAN: an executor that does
-     * not measure it writes null */
-    ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
-                                  rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm ? r->grad_norm[b] : NAN,
-                                  r->step_ms ? r->step_ms[b] : NAN, tokens, flops, peak,
-                                  r->val_loss ? r->val_loss[b] : NAN);
-    char line[512];
-    int n = console_json_line(&cs, line, sizeof line);
-    PD_CHECK(n > 0 && (size_t)n < sizeof line, "(log line of %d bytes)", n);
-    atomic_write(&af, line, (size_t)n);
-  }
-  return atomic_commit(&af, err, errlen);
 }
 
 /* A one-rank plan's summary, the words the one-stage trainer's driver used (tests/cli,
@@ -72,16 +54,16 @@ static void cpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, cons
            (unsigned long long)r->arena_bytes[s], (unsigned long long)r->planned_bytes[s]);
 }
 
-void pipe_report_update(const char *plan_dir, const PipePlan *p, const PipeOutcome *r, const char *trace_path,
-                        bool quiet) {
+void pipe_report_update(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOutcome *r,
+                        const char *trace_path, bool quiet) {
   ReportRun run = {.trace_path = trace_path, .first_step = r->first_step, .nsteps = r->steps - r->first_step,
                    .step_loss = r->step_loss, .val_loss = r->val_loss, .step_time_s = r->step_time_s,
                    .bubble = r->bubble, .stages = p->d};
   char err[IO_ERR_LEN];
   if (plan_report_write(plan_dir, &run, err, sizeof err)) {
-    if (!quiet) printf("pd2bwrun: report %s/report.html (with this run)\n", plan_dir);
+    if (!quiet) printf("%s: report %s/report.html (with this run)\n", prog, plan_dir);
   } else {
-    fprintf(stderr, "pd2bwrun: warning: the plan's report.html was not updated: %s\n", err);
+    fprintf(stderr, "%s: warning: the plan's report.html was not updated: %s\n", prog, err);
   }
 }
 
@@ -94,13 +76,12 @@ static int fail(const char *prog, const char *msg) {
 static int report(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOptions *o,
                   const PipeOutcome *r, const PipeBackend *be) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
-  /* (one rank: streamed as it trained, pipeline_run.c) */
-  if (o->log_json && p->nranks > 1 && !pipe_log_write(p, r, o->log_json, err, sizeof err)) return fail(prog, err);
+  /* (--log-json: streamed by rank 0 as it trained, pipeline_log.c) */
   (be ? be->summary : cpu_summary)(be ? be->ctx : NULL, p, r, o);
   if (!isnan(r->val_final)) printf("%s: validation loss %.4f\n", prog, r->val_final);
   if (o->save_path && p->nranks > 1) printf("%s: saved %s\n", prog, o->save_path); /* one rank: summary's */
   if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
-  if (o->trace_path) pipe_report_update(plan_dir, p, r, o->trace_path, o->quiet);
+  if (o->trace_path) pipe_report_update(prog, plan_dir, p, r, o->trace_path, o->quiet);
   if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
     return fail(prog, err);
   return 0;

@@ -15,10 +15,11 @@
 #define PIPE_MAX_BND PLAN_MAX_BOUNDARY      /* boundary tensors per stage */
 
 /* Message tags between two ranks (the validation pass uses PIPE_TAG_EVAL and + 1,
- * runtime/pipeline/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g). */
+ * runtime/pipeline/pipeline_eval.h; a tied group g uses PIPE_TAG_TIED + g; PIPE_TAG_LOG:
+ * a stretch's losses to rank 0 for the streamed --log-json, pipeline_log.c). */
 enum {
   PIPE_TAG_ACT = 1, PIPE_TAG_GRAD = 2, PIPE_TAG_NORM = 3, PIPE_TAG_GATHER = 4, PIPE_TAG_LOSS = 12,
-  PIPE_TAG_TIED = 16
+  PIPE_TAG_LOG = 13, PIPE_TAG_TIED = 16
 };
 
 /* One executed instruction (a group of sends/receives: one per instruction, with the
@@ -183,7 +184,7 @@ typedef struct PipeDrive {
   /* NULL, or after each stretch [lo, hi) and its validation (val: after batch hi - 1,
    * NAN if none); false: the run failed */
   bool (*done)(void *ctx, int64_t lo, int64_t hi, double val);
-  bool per_step; /* stretches of one step (one-rank plans: each step's log line as it ends) */
+  int64_t log_every; /* > 0: stretches of at most this many steps (the streamed log: pipe_log_every) */
 } PipeDrive;
 
 /* The driver loop of every pipelined mode (CPU ranks and CUDA): batches [first,
@@ -192,6 +193,20 @@ typedef struct PipeDrive {
  * validation between them. val[b] (nb + 1 entries) gets batch first + b's validation
  * loss (NAN: none), *val_final the last one. false as soon as run or eval fails. */
 bool pipe_drive(const PipeDrive *d, double *val, double *val_final);
+
+/* ---- the streamed --log-json (pipeline_log.c) --------------------------------------- */
+
+/* The longest stretch between two writes of the log: 1 for one rank, gpipe and 1f1b
+ * (flushed at every batch anyway), 16·(d-1)/m steps for 2bw and pipedream. The same
+ * on every rank. */
+int64_t pipe_log_every(const PipePlan *p);
+/* Rank 0's log, R->o->log_json, JSON lines only; NULL with the message. */
+RtLog *pipe_log_open(const PipeRank *R, char *err, size_t errlen);
+/* Every rank after stretch [lo, hi) (val: the validation after it, NAN if none): the
+ * last stages send their losses to rank 0, which writes the stretch's lines into log
+ * (*written false: a line failed, rt_log_error says why; the caller has every rank
+ * agree on it). false: a transport failure (R->err, the others aborted). */
+bool pipe_log_stretch(PipeRank *R, RtLog *log, int64_t lo, int64_t hi, double val, bool *written);
 
 /* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
 

@@ -303,38 +303,6 @@ static void note_error_root(RunCtx *c, const char *msg, bool root) {
 
 static void note_error(RunCtx *c, const char *msg) { note_error_root(c, msg, false); }
 
-/* pipe_drive's work on a CPU rank: the interpreter and the validation pass, and on a
- * one-rank plan the streamed --log-json. */
-typedef struct RankDrive {
-  PipeRank *R;
-  PipeEval *E;
-  RtLog *log; /* one-rank plans' --log-json, else NULL */
-} RankDrive;
-
-static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
-static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
-
-/* A one-rank plan's log lines for batches [lo, hi), streamed as the one-stage trainer's
- * were (docs/output-files.md): the loss is step_loss's (exec_interp.c) sum in the same
- * order, the validation on its own step's line. A failed write stops the run there. */
-static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
-  RankDrive *d = ctx;
-  PipeRank *R = d->R;
-  const PipePlan *p = R->pp;
-  for (int64_t t = lo; t < hi; t++) {
-    double sum = 0;
-    for (int64_t j = 0; j < p->m; j++) sum += R->loss[(t - R->first) * p->m + j];
-    StepStats ss = {.loss = sum / (double)R->mref, .lr = rt_lr_at(&R->tc, t), .grad_norm = R->grad_norm[t - R->first],
-                    .ms = R->step_ms[t - R->first]};
-    if (!rt_log_step(d->log, t + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p),
-                     t + 1 == hi ? val : NAN)) {
-      snprintf(R->err, sizeof R->err, "%s", rt_log_error(d->log));
-      return false;
-    }
-  }
-  return true;
-}
-
 /* Collective: whether every rank's step (its setup, rank 0's outputs) succeeded
  * (transport_agree). A failure all ranks agreed on is noted once, rank 0's message,
  * with no abort; the agreement itself failing aborts the others. */
@@ -344,6 +312,31 @@ static bool agreed(RunCtx *c, Transport *t, bool ok, char *err, size_t errlen) {
   if (err[0]) note_error(c, err);
   if (!together) transport_abort(t, err);
   return false;
+}
+
+/* pipe_drive's work on a rank: the interpreter, the validation pass, and the streamed
+ * --log-json (pipeline_log.c; log: rank 0's, NULL elsewhere). */
+typedef struct RankDrive {
+  PipeRank *R;
+  PipeEval *E;
+  RtLog *log;
+  RunCtx *c;
+} RankDrive;
+
+static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
+static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
+
+/* The log lines of batches [lo, hi), each with its own validation loss, as they are
+ * known. Rank 0's failed write stops every rank here, agreed on (its message, the
+ * path, the step and the cause; no abort), as a failed write of the one-stage log
+ * stops that trainer: the lines already written stay whole. */
+static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
+  RankDrive *d = ctx;
+  bool written;
+  if (!pipe_log_stretch(d->R, d->log, lo, hi, val, &written)) return false;
+  char err[TRANSPORT_ERR_LEN + IO_ERR_LEN] = "";
+  if (!written) snprintf(err, sizeof err, "%s", rt_log_error(d->log));
+  return agreed(d->c, d->R->t, written, err, sizeof err);
 }
 
 /* The rank as it starts training: rank 0's output paths checked (it writes them all),
@@ -386,27 +379,34 @@ static int run_rank(Transport *t, void *arg) {
       fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
               (long long)first, (long long)c->o->steps);
   }
-  /* the driver loop of every pipelined mode (pipeline_drive.c) */
+  /* --log-json: rank 0 opens it once the setup is agreed on (a failed setup leaves no
+   * file), every rank hears whether it could */
+  RankDrive rd = {R, E, NULL, c};
+  if (c->o->log_json) {
+    if (rk == 0) rd.log = pipe_log_open(R, err, sizeof err);
+    if (!agreed(c, t, rk != 0 || rd.log != NULL, err, sizeof err)) {
+      rt_log_close(rd.log);
+      pipe_eval_destroy(E);
+      pipe_rank_destroy(R);
+      return 1;
+    }
+  }
+  /* the driver loop of every pipelined mode (pipeline_drive.c), the log streamed after
+   * each stretch */
   int64_t nb = R->steps > R->first ? R->steps - R->first : 0;
   double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
-  RankDrive rd = {R, E, NULL};
-  /* one rank: --log-json streamed, a line as each step ends (more ranks: rank 0 writes
-   * it whole at the end, pipeline_main.c, from the losses gathered there) */
-  if (c->p->nranks == 1 && c->o->log_json) {
-    rd.log = rt_log_open(c->o->log_json, stdout, true, R->err, sizeof R->err);
-    if (rd.log) rt_log_set_peak(rd.log, c->o->one_device ? c->p->rt->peak_flops : pipe_peak_flops(c->p));
-  }
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
                      .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet,
-                     .done = rd.log ? rank_done : NULL, .per_step = c->p->nranks == 1};
-  ok = (rd.log || c->p->nranks > 1 || !c->o->log_json) && pipe_drive(&drive, val, &val_final);
-  ok = ok && (!rd.log || rt_log_finish(rd.log, R->err, sizeof R->err));
-  rt_log_close(rd.log);
+                     .done = c->o->log_json ? rank_done : NULL,
+                     /* one rank: a step per stretch with or without the log, as the one-stage trainer */
+                     .log_every = c->p->nranks == 1 ? 1 : c->o->log_json ? pipe_log_every(c->p) : 0};
+  ok = pipe_drive(&drive, val, &val_final);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
   if (!ok) {
     note_error_root(c, R->err, R->stopped);
+    rt_log_close(rd.log);
     pipe_rank_destroy(R);
     pipe_gathered_free(&G);
     free(val);
@@ -415,13 +415,15 @@ static int run_rank(Transport *t, void *arg) {
   if (rk == 0) {
     /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
     fill_outcome(c->p, R, &G, val, val_final, c->out);
-    ok = !c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
-                                  c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err);
+    ok = !rd.log || rt_log_finish(rd.log, err, sizeof err); /* its fsync and close */
+    ok = ok && (!c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
+                                  c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err));
     ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
     ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
   }
   /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
   int rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
+  rt_log_close(rd.log);
   pipe_gathered_free(&G);
   pipe_rank_destroy(R);
   free(val);

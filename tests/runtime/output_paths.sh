@@ -59,6 +59,18 @@ if [ "$MODE" = mpi ]; then
     bad "mpi --save FIFO: exit $rc, output: $out"
   fi
   check "the FIFO is still a FIFO" test "$(stat -c %F "$T/fifo")" = "fifo"
+  # a write error of rank 0's streamed log stops every rank, agreed on: one error line
+  # (the limit on the ranks only: mpirun's own shared memory files need more)
+  whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '}$' "$1"; }
+  out=$(timeout 60 mpirun --oversubscribe --allow-run-as-root -x PD2BW_CACHE -np 2 \
+    bash -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' _ "$RUN" "$T/plan2" --transport mpi --data "$T/train.bin" \
+    --steps 40 --threads 1 --log-json "$T/mbig.json" 2>&1)
+  rc=$?
+  check "mpi: pipeline log past the limit fails (exit $rc)" test $rc -ne 0
+  check "mpi: pipeline log error names file and cause" grep -q "mbig.json.*File too large" <<<"$out"
+  check "mpi: one error line" test "$(grep -c '^pd2bwrun: error' <<<"$out")" -eq 1 # (MPI warns about the limit too)
+  check "mpi: pipeline log keeps whole lines" whole_lines "$T/mbig.json"
+  check "mpi: pipeline log has the lines before the error" test "$(wc -l <"$T/mbig.json")" -lt 40
   echo "$pass passed, $fail failed"
   [ $fail -eq 0 ]
   exit
@@ -145,7 +157,12 @@ out=$(limited 1 plan2 --steps 40 --log-json "$T/pbig.json" 2>&1)
 rc=$?
 check "pipeline log past the limit fails (exit $rc)" test $rc -eq 1
 check "pipeline log error names file and cause" grep -q "pbig.json.*File too large" <<<"$out"
-check "pipeline log leaves no temporary" test -z "$(ls "$T" | grep '^pbig\.json')"
+check "pipeline log leaves no temporary" test -z "$(ls "$T" | grep -e '^pbig\.json\.')"
+# streamed by rank 0 (runtime/pipeline/pipeline_log.c): what was written before the
+# failing line stays, in whole lines, and the run stops with one error line
+check "pipeline log keeps whole lines" whole_lines "$T/pbig.json"
+check "pipeline log has the lines before the error" test "$(wc -l <"$T/pbig.json")" -lt 40
+check "pipeline log: one error line" test "$(grep -c 'error' <<<"$out")" -eq 1
 out=$(limited 8 plan2 --steps 3 --trace "$T/tbig.json" 2>&1)
 rc=$?
 check "trace past the limit fails (exit $rc)" test $rc -eq 1

@@ -45,9 +45,9 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   }
   MultiRun x = {.p = p, .ops = ops, .o = o};
   /* the CPU driver's options, with this mode's devices and links (no trace or profile:
-   * refused by cuda_pipe_nccl_launch; the log is the caller's) */
+   * refused by cuda_pipe_nccl_launch; the log: streamed by the driver's rank 0) */
   PipeOptions po = *o;
-  po.timeout_s = transport_timeout(t), po.trace_path = po.profile_out = po.log_json = NULL;
+  po.timeout_s = transport_timeout(t), po.trace_path = po.profile_out = NULL;
   po.rank_device = rank_device, po.rank_link = rank_link, po.rank_ctx = &x;
   return pipeline_run_rank(p, &po, t, out, err, errlen);
 }

@@ -162,9 +162,9 @@ int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptio
   void *origin = NULL;
   if (make_devices(p, sh, o, &c, err, errlen) && observe(p, ops, o, &c, &origin, err, errlen)) {
     /* the CPU driver's options, with this mode's devices and links; the profile is
-     * written below from the programs' times, the log by one rank or the caller */
+     * written below from the programs' times (the log: streamed by the driver's rank 0) */
     PipeOptions po = *o;
-    po.one_device = true, po.profile_out = NULL, po.log_json = p->nranks == 1 ? o->log_json : NULL;
+    po.one_device = true, po.profile_out = NULL;
     po.rank_device = take_device, po.rank_link = make_link, po.rank_ctx = &c;
     rc = pipeline_run_local(p, &po, out, err, errlen);
     if (!rc && o->profile_out) rc = !pipe_profile_write(p, c.seg, "cuda", o->profile_out, err, errlen);
