@@ -143,6 +143,70 @@ PK_API void PK(matmul_db)(PK_REAL *db, const PK_REAL *a, const PK_REAL *dy, int6
     PK(gemm)(1, ta, N, K, (int)M, 1, dy, N, a, ta ? (int)M : K, beta, db, K);
 }
 
+#if PK_IS_F32
+/* bf16 plans: the GEMMs reading the classifier's gradient g [M, N] as the bfloat16 the
+ * forward stored (passes/layout.h, "the classifier's gradient in the stash"),
+ * row-major and contiguous, each element widened exactly where it is read (no
+ * float32 copy of g anywhere: the layout gives the backward none), float32 arithmetic.
+ * Plain loops, not the BLAS hook (which wants float32 operands): each output element
+ * is one sum in a fixed order, the threads split the output rows, so the bits never
+ * depend on the number of threads. Float32 only (a bf16 plan has no float64 program).
+ * pk_matmul_bf16a: y[M,K] = g·op(b), b [N,K] (tb = 0) or [K,N] (tb = 1), over n.
+ * pk_gemm_dw_bf16: dW (+)= xᵀ·g, dW[K,N] (gt = 0, linear_dw), or gᵀ·x, dW[N,K]
+ * (gt = 1, matmul_dw_t), x [M,K], over the rows i in order after dW's old value. */
+static inline float pk_bf16_f32_(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+PK_API void pk_matmul_bf16a(float *y, const uint16_t *g, const float *b, int64_t M, int N, int K, int tb) {
+  PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
+  for (int64_t i = 0; i < M; i++) {
+    float *yi = y + i * K;
+    const uint16_t *gi = g + i * N;
+    if (tb) {
+      for (int k = 0; k < K; k++) {
+        const float *bk = b + (int64_t)k * N;
+        float acc = 0;
+        for (int n = 0; n < N; n++) acc += pk_bf16_f32_(gi[n]) * bk[n];
+        yi[k] = acc;
+      }
+      continue;
+    }
+    for (int k = 0; k < K; k++) yi[k] = 0;
+    for (int n = 0; n < N; n++) {
+      float a = pk_bf16_f32_(gi[n]);
+      const float *bn = b + (int64_t)n * K;
+      for (int k = 0; k < K; k++) yi[k] += a * bn[k];
+    }
+  }
+}
+
+PK_API void pk_gemm_dw_bf16(float *dW, const float *x, const uint16_t *g, int64_t M, int K, int N, int gt,
+                            int accumulate) {
+  int R = gt ? N : K, C = gt ? K : N; /* dW is [R, C] */
+  PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
+  for (int r = 0; r < R; r++) {
+    float *d = dW + (int64_t)r * C;
+    if (!accumulate)
+      for (int c = 0; c < C; c++) d[c] = 0;
+    for (int64_t i = 0; i < M; i++) {
+      if (gt) { /* dW[n,:] += g[i,n] · x[i,:] */
+        float a = pk_bf16_f32_(g[i * N + r]);
+        const float *xi = x + i * K;
+        for (int c = 0; c < C; c++) d[c] += a * xi[c];
+      } else { /* dW[k,:] += x[i,k] · g[i,:] */
+        float a = x[i * K + r];
+        const uint16_t *gi = g + i * N;
+        for (int c = 0; c < C; c++) d[c] += a * pk_bf16_f32_(gi[c]);
+      }
+    }
+  }
+}
+#endif
+
 /* ---- add, mul, scale --------------------------------------------------------- */
 
 /* y = a + b, same shapes (y may alias a or b). Its backward is the identity. */
