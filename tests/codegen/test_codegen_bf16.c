@@ -12,7 +12,8 @@
  *  - running it: the slot holds exactly the RNE bf16 of cross_entropy_bwd of the
  *    forward's float32 logits (untouched in evaluation), and the parameter gradients
  *    are the float32 program's within the bf16 storage's error;
- *  - the bf16-reading GEMM kernels against the float32 GEMM on the widened values. */
+ *  - the bf16-reading GEMM kernels against the float32 GEMM on the widened values, and
+ *    the same bits on 1 and 3 threads. */
 /* the shared helpers define more than this file uses */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -21,6 +22,9 @@
 #pragma GCC diagnostic pop
 #include "kernels/cpu_kernels.h"
 #include "passes/planner.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "test.h"
 
 enum { V = 1000, T = 16, C = 32, NH = 2, NL = 2 };
@@ -153,8 +157,8 @@ static double rel(const float *got, const float *want, int64_t n) {
 }
 
 static void test_gemm_kernels(void) {
-  const int64_t M = 37;
-  const int N = 53, K = 19;
+  const int64_t M = 37; /* 4 blocks of 8 rows and 5 */
+  const int N = 301, K = 19; /* a block of 256 columns and 45 */
   float *gf = malloc(M * N * 4), *x = malloc(M * K * 4), *b = malloc((size_t)N * K * 4);
   float *y = malloc(M * K * 4), *yr = malloc(M * K * 4);
   float *w = malloc((size_t)N * K * 4), *wr = malloc((size_t)N * K * 4);
@@ -182,6 +186,18 @@ static void test_gemm_kernels(void) {
     }
   printf("  bf16-reading GEMMs against float32 GEMMs on the widened values: %.2e\n", worst);
   EXPECT(worst < 1e-5);
+#ifdef _OPENMP
+  bool same = true; /* the same bits on 1 and on 3 threads */
+  for (int run = 0; run < 2; run++) {
+    omp_set_num_threads(run ? 3 : 1);
+    float *out = run ? yr : y, *dw = run ? wr : w;
+    pk_matmul_bf16a(out, g, b, M, N, K, 0);
+    pk_gemm_dw_bf16(dw, x, g, M, K, N, 0, 0);
+    pk_gemm_dw_bf16(dw, x, g, M, K, N, 1, 1);
+  }
+  same = memcmp(y, yr, (size_t)M * K * 4) == 0 && memcmp(w, wr, (size_t)N * K * 4) == 0;
+  EXPECT(same);
+#endif
   free(gf), free(x), free(b), free(y), free(yr), free(w), free(wr), free(g);
 }
 
