@@ -11,7 +11,10 @@
  * the first reader of a pass that does not produce it (TensorPlace.up). A fusion may
  * put ops after the first one into its unit only when none of them needs an upcast
  * (cgen_needs_upcast): the upcast is emitted before the unit, and the working place
- * it writes is only reserved from that op on. */
+ * it writes is only reserved from that op on. The classifier's gradient kept in the
+ * stash (StageLayout.cls_grad) is the exception: no pass computes on it in float32, so
+ * its place in the view stays its stored bf16 place, which only the GEMMs reading it
+ * as bf16 reach (cgen_c.c's emit_dense, cgen_cuda_bf16.c's cu_stage_bf16). */
 #include "codegen/cgen_internal.h"
 
 #include <string.h>
@@ -24,7 +27,7 @@ StageLayout cgen_pass_view(const StageLayout *L, int pass, TensorPlace **place) 
   TensorPlace *p = pd_malloc((size_t)(nt ? nt : 1) * sizeof *p);
   memcpy(p, L->place, (size_t)nt * sizeof *p);
   for (int t = 0; t < nt; t++) {
-    if (!p[t].bf16) continue;
+    if (!p[t].bf16 || t == L->cls_grad) continue;
     /* a pass that does not touch it has no place for it: an emitter reaching it fails */
     p[t].cls = p[t].work[pass] >= 0 ? BUF_WORK : BUF_NONE;
     p[t].offset = p[t].work[pass];

@@ -207,6 +207,7 @@ static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
   int y = d->y;
   const char *Y = d->Y;
   int A = d->A;
+  if (cc_gemm_bf16(e, op, Y, A)) return; /* it reads the classifier's bf16 gradient */
   switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
   case OP_LINEAR:
     str_printf(s, "  K(linear_fwd)(%s, %s, %s, %s, %lld, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
@@ -383,6 +384,7 @@ static void emit_loss(Emit *e, const Op *op, const OpDest *d) {
                "    *%s = l_;\n    if (ctx->loss) *ctx->loss = (double)l_;\n  }\n",
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]),
                (long long)lastd(e, op->in[0]), (int)op->attr[0], Y);
+    cc_classifier_fwd(e, op);
     break;
   case OP_CROSS_ENTROPY_BWD:
     str_printf(s, "  K(cross_entropy_bwd)(%s, %s, %s, %lld, %lld, %d, (R)1);\n", Y, cc_ptr(e, op->in[0]),
@@ -534,6 +536,7 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
   PD_CHECK(!(o->f64 && L->bf16), "(a bf16 layout has no float64 program)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
+  cc_classifier_start(&e);
   TensorPlace *vf, *vb; /* each pass's view of L (cgen_pass_view) */
   StageLayout fwd_view = cgen_pass_view(L, 0, &vf), bwd_view = cgen_pass_view(L, 1, &vb);
   str_printf(&s,

@@ -1,8 +1,8 @@
 /* codegen/cgen_c_internal.h — what the C code generator's files share (private):
- * cgen_c.c (an op's kernel call, the stage file) and cgen_c_fuse.c (fused elementwise
- * loops) write into the same stage text through the same operand expressions, so the
- * two agree on every pointer and length. Names start with cc_ (the CUDA generator's,
- * cgen_cuda_internal.h, with cu_). */
+ * cgen_c.c (an op's kernel call, the stage file), cgen_c_fuse.c (fused elementwise
+ * loops) and cgen_c_bf16.c (a bf16 layout's classifier gradient) write into the same
+ * stage text through the same operand expressions, so they agree on every pointer and
+ * length. Names start with cc_ (the CUDA generator's, cgen_cuda_internal.h, with cu_). */
 #ifndef PD2BW_CGEN_C_INTERNAL_H
 #define PD2BW_CGEN_C_INTERNAL_H
 
@@ -33,5 +33,13 @@ const char *cc_pexpr(double p);
  * as one loop, marking them done, and returns how many; 0 (nothing emitted) when fewer
  * than two fuse. */
 int cc_fuse_from(Emit *e, const int *ops, int nops, int k);
+
+/* cgen_c_bf16.c, bf16 layouts' classifier gradient in the stash (StageLayout.cls_grad;
+ * each does nothing without one): marks the cross_entropy_bwd the forward runs done
+ * and the logits' cast down emitted; after cross-entropy op's loss, the gradient into
+ * the stash; a GEMM reading the gradient as bf16 (true: emitted, writing Y, A: add). */
+void cc_classifier_start(Emit *e);
+void cc_classifier_fwd(Emit *e, const Op *op);
+bool cc_gemm_bf16(Emit *e, const Op *op, const char *Y, int A);
 
 #endif

@@ -255,7 +255,8 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
     e->cast[o] = true;
     for (int i = 0; i < op->nout; i++) {
       const TensorPlace *pl = &e->stored->place[op->out[i]];
-      if (!pl->bf16 || op->out[i] == e->cls_logits) continue; /* the classifier fills that place */
+      if (!pl->bf16 || op->out[i] == e->cls_logits || op->out[i] == e->cls_grad)
+        continue; /* the classifier fills that place */
       int64_t m = pl->bytes / 2;
       cu_launch(e, name, "pkc_cast_f32_to_bf16", PKC_ELEM8, m, CU_BLOCK, 3, cu_arg_ptr(cu_buf((int)pl->cls, pl->offset)),
                 cu_arg_ptr(cu_tensor(e, op->out[i])), cu_arg_num("i64", (double)m));

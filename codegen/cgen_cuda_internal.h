@@ -105,7 +105,7 @@ bool cu_bf16_operand(const CuEmit *e, const Op *op, int i);
 
 /* cgen_cuda_ops.c: the launches of op, not fused (emit_op). */
 void cu_emit_op(CuEmit *e, const Op *op);
-/* Sets e->cls_logits, cls_grad and cls_bwd (bf16 layouts, with fusion on: see CuEmit). */
+/* Sets e->cls_logits, cls_grad and cls_bwd from the layout (StageLayout.cls_grad; see CuEmit). */
 void cu_find_classifier(CuEmit *e);
 /* The GEMM of a linear whose bias a fused kernel adds (cu_fuse_from calls it); of
  * any GEMM op, its launches (cu_epilogue_from then gives the GEMM its epilogue). */

@@ -171,23 +171,25 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
 }
 
 /* The cross_entropy_bwd of forward cross-entropy `op` when the two run as one
- * classifier kernel in the forward (with fusion on): the stage's backward
- * differentiates op with the same targets and ignore index, the layout put its
- * gradient over the logits, and no other op of the graph reads the logits, so the
- * forward may overwrite them with the gradient. Else NULL. (One scan of the graph per
- * cross-entropy op: a model has one.) float32 logits: pkc_classifier_f32 writes the
- * gradient over them in place. bf16 logits (a bf16 plan's stash): the gradient's
- * place is the backward's working place, in WORK, which does not last from one pass
- * to the next; so pkc_classifier_bf16 reads the forward's float32 logits and writes
- * the gradient as bf16 into the logits' stored place (their cast down is not
- * emitted), and the backward reads it there — only when the stored place is in STASH
- * (a BOUNDARY place may be overwritten by the next receive) and every backward reader
- * of the gradient reads it as a bf16 GEMM operand (cu_bf16_operand; a float32 reader
- * would need the working place the kernel never fills). The CPU program still runs
- * cross_entropy_bwd in its backward, on the logits' stored copy. */
+ * classifier kernel in the forward. float32 logits (with fusion on): the stage's
+ * backward differentiates op with the same targets and ignore index, the layout put
+ * its gradient over the logits, and no other op of the graph reads the logits, so
+ * pkc_classifier_f32 may overwrite them with the gradient in place. Else NULL. (One
+ * scan of the graph per cross-entropy op: a model has one.) bf16 logits (a bf16
+ * plan's stash): the layout decides (StageLayout.cls_grad, passes/layout.h: "the
+ * classifier's gradient in the stash"; fused or not, since the layout gave the
+ * backward no working place for it): pkc_classifier_bf16 reads the forward's float32
+ * logits and writes the gradient as bf16 into the logits' stored place, which is the
+ * gradient's place (their cast down is not emitted), and the backward's GEMMs read it
+ * there (cu_stage_bf16). The C program does the same (cgen_c.c). */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
   const TensorPlace *lp = &e->stored->place[op->in[0]];
-  if (!e->o->fuse || (lp->bf16 && lp->cls != BUF_STASH)) return NULL;
+  if (lp->bf16) {
+    int t = e->stored->cls_grad;
+    if (t < 0 || e->stored->place[t].alias != op->in[0]) return NULL;
+    return &e->g->ops[e->g->tensors[t].producer];
+  }
+  if (!e->o->fuse) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
     const Op *b = &e->g->ops[e->L->bwd_ops[k]];
     if (b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op != op->id) continue;
@@ -196,10 +198,8 @@ static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
     if (!same || pl->alias != op->in[0] || pl->accumulate) return NULL;
     for (int o = 0; o < e->g->nops; o++) { /* no other reader would see the gradient */
       const Op *r = &e->g->ops[o];
-      for (int i = 0; i < r->nin; i++) {
+      for (int i = 0; i < r->nin; i++)
         if (r->in[i] == op->in[0] && r != op && r != b) return NULL;
-        if (lp->bf16 && r->in[i] == b->out[0] && !cu_bf16_operand(e, r, i)) return NULL;
-      }
     }
     return b;
   }
@@ -207,12 +207,11 @@ static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
 }
 
 void cu_find_classifier(CuEmit *e) {
-  for (int k = 0; k < e->L->nfwd && e->stored->bf16; k++) {
-    const Op *op = &e->g->ops[e->L->fwd_ops[k]];
-    const Op *b = op->kind == OP_CROSS_ENTROPY ? classifier_bwd(e, op) : NULL;
-    if (!b || !e->stored->place[op->in[0]].bf16) continue;
-    e->cls_logits = op->in[0], e->cls_grad = b->out[0], e->cls_bwd = b->id;
-  }
+  int t = e->stored->bf16 ? e->stored->cls_grad : -1;
+  if (t < 0) return;
+  const Op *b = &e->g->ops[e->g->tensors[t].producer];
+  for (int i = 0; i < e->g->ops[b->fwd_op].nin; i++) PD_CHECK(b->in[i] == e->g->ops[b->fwd_op].in[i]);
+  e->cls_logits = b->in[0], e->cls_grad = t, e->cls_bwd = b->id;
 }
 
 /* Where an op's launches write (emit_op works it out, a family's emitter uses it): y,

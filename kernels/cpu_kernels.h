@@ -1,9 +1,10 @@
 /* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
  *
  * This folder owns the numerics of the CPU backend: the kernels of every primitive op
- * of ir/ops.def (and the optimizer steps, and the casts of bf16 plans' stored
- * activations), the counter-based RNG (philox.h) and the
- * embedded copy of both that the code generator pastes into each stageN.c.
+ * of ir/ops.def (and the optimizer steps, the casts of bf16 plans' stored
+ * activations and the GEMMs that read a bf16 plan's classifier gradient from the
+ * stash), the counter-based RNG (philox.h) and the embedded copy of both that the code
+ * generator pastes into each stageN.c.
  *
  * Why one header of static functions: a generated stageN.c must compile on the
  * machine that runs the plan with nothing but the system compiler, so the code

@@ -143,6 +143,97 @@ PK_API void PK(matmul_db)(PK_REAL *db, const PK_REAL *a, const PK_REAL *dy, int6
     PK(gemm)(1, ta, N, K, (int)M, 1, dy, N, a, ta ? (int)M : K, beta, db, K);
 }
 
+#if PK_IS_F32
+/* bf16 plans: the GEMMs reading the classifier's gradient g [M, N] as the bfloat16 the
+ * forward stored (passes/layout.h, "the classifier's gradient in the stash"),
+ * row-major and contiguous, each element widened exactly where it is read (no
+ * float32 copy of g anywhere: the layout gives the backward none), float32 arithmetic.
+ * Plain loops, not the BLAS hook (which wants float32 operands): each output element
+ * is one sum in a fixed order, the threads split the output into fixed blocks, so the
+ * bits never depend on the number of threads; the blocks reuse what they load (8 rows
+ * of g per row of b, 256 columns of g for every row of dW). At GPT-2's LM head
+ * (M = 256, N = 50257, K = 768) on this project's 2-core host (2026-12-02): 45 GFLOP/s
+ * (matmul, tb = 0), 11 (tb = 1), 60 and 66 (dW, gt = 0 and 1), below SGEMM's
+ * (bench/sgemm/RESULTS.md): the C program of a bf16 plan mirrors the GPU's storage, it
+ * is not the fast path.
+ * Float32 only (a bf16 plan has no float64 program).
+ * pk_matmul_bf16a: y[M,K] = g·op(b), b [N,K] (tb = 0) or [K,N] (tb = 1), over n.
+ * pk_gemm_dw_bf16: dW (+)= xᵀ·g, dW[K,N] (gt = 0, linear_dw), or gᵀ·x, dW[N,K]
+ * (gt = 1, matmul_dw_t), x [M,K], over the rows i in order after dW's old value. */
+#define PK_BF16_ROWS 8   /* pk_matmul_bf16a: rows of g per block */
+#define PK_BF16_COLS 256 /* pk_gemm_dw_bf16 (gt = 0): columns of g per block */
+static inline float pk_bf16_f32_(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+PK_API void pk_matmul_bf16a(float *y, const uint16_t *g, const float *b, int64_t M, int N, int K, int tb) {
+  int64_t nb = (M + PK_BF16_ROWS - 1) / PK_BF16_ROWS;
+  PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
+  for (int64_t blk = 0; blk < nb; blk++) { /* PK_BF16_ROWS rows share each row of b */
+    int64_t i0 = blk * PK_BF16_ROWS;
+    int nr = (int)(M - i0 < PK_BF16_ROWS ? M - i0 : PK_BF16_ROWS);
+    float *yi = y + i0 * K;
+    const uint16_t *gi = g + i0 * N;
+    if (tb) {
+      for (int k = 0; k < K; k++) {
+        const float *bk = b + (int64_t)k * N;
+        float acc[PK_BF16_ROWS] = {0};
+        for (int n = 0; n < N; n++)
+          for (int r = 0; r < nr; r++) acc[r] += pk_bf16_f32_(gi[(int64_t)r * N + n]) * bk[n];
+        for (int r = 0; r < nr; r++) yi[(int64_t)r * K + k] = acc[r];
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < (int64_t)nr * K; k++) yi[k] = 0;
+    for (int n = 0; n < N; n++) {
+      const float *bn = b + (int64_t)n * K;
+      for (int r = 0; r < nr; r++) {
+        float a = pk_bf16_f32_(gi[(int64_t)r * N + n]), *yr = yi + (int64_t)r * K;
+        for (int k = 0; k < K; k++) yr[k] += a * bn[k];
+      }
+    }
+  }
+}
+
+PK_API void pk_gemm_dw_bf16(float *dW, const float *x, const uint16_t *g, int64_t M, int K, int N, int gt,
+                            int accumulate) {
+  if (gt) { /* dW[N,K]: row n += g[i,n] · x[i,:], over i */
+    PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
+    for (int n = 0; n < N; n++) {
+      float *d = dW + (int64_t)n * K;
+      if (!accumulate)
+        for (int c = 0; c < K; c++) d[c] = 0;
+      for (int64_t i = 0; i < M; i++) {
+        float a = pk_bf16_f32_(g[i * N + n]);
+        const float *xi = x + i * K;
+        for (int c = 0; c < K; c++) d[c] += a * xi[c];
+      }
+    }
+    return;
+  }
+  /* dW[K,N]: row k += x[i,k] · g[i,:], over i; in blocks of PK_BF16_COLS columns, so
+   * that a block of g stays in cache for every k */
+  int nb = (N + PK_BF16_COLS - 1) / PK_BF16_COLS;
+  PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
+  for (int blk = 0; blk < nb; blk++) {
+    int c0 = blk * PK_BF16_COLS, nc = N - c0 < PK_BF16_COLS ? N - c0 : PK_BF16_COLS;
+    for (int k = 0; k < K; k++) {
+      float *d = dW + (int64_t)k * N + c0;
+      if (!accumulate)
+        for (int c = 0; c < nc; c++) d[c] = 0;
+      for (int64_t i = 0; i < M; i++) {
+        float a = x[i * K + k];
+        const uint16_t *gi = g + i * N + c0;
+        for (int c = 0; c < nc; c++) d[c] += a * pk_bf16_f32_(gi[c]);
+      }
+    }
+  }
+}
+#endif
+
 /* ---- add, mul, scale --------------------------------------------------------- */
 
 /* y = a + b, same shapes (y may alias a or b). Its backward is the identity. */

@@ -345,7 +345,7 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   const Graph *g = ix->g;
   PD_CHECK(b >= 1 && first_region >= 0 && first_region <= last_region && last_region < g->nregions);
   memset(S, 0, sizeof *S);
-  S->ix = ix, S->first = first_region, S->last = last_region, S->b = b, S->loss = -1;
+  S->ix = ix, S->first = first_region, S->last = last_region, S->b = b, S->loss = -1, S->cls_grad = -1;
   int nf = ix->fwd_start[last_region + 1] - ix->fwd_start[first_region];
   int nb = ix->bwd_start[last_region + 1] - ix->bwd_start[first_region];
   S->order = pd_malloc((size_t)(nf + nb ? nf + nb : 1) * sizeof(int));
@@ -362,6 +362,7 @@ static void layout_local(LayoutIndex *ix, int first_region, int last_region, int
   fold_accumulation(S);
   layout_mark_bf16(S);
   dlogits_in_place(S, last);
+  layout_classifier_grad(S);
   fixed_offsets(S, gparam);
   layout_work_offsets(S, last);
   layout_alias_places(S);
@@ -394,6 +395,7 @@ StageLayout *layout_stage_bf16(const Graph *g, int first_region, int last_region
   L->b = b;
   L->bf16 = bf16;
   L->loss = S.loss;
+  L->cls_grad = S.cls_grad;
   L->nfwd = S.nfwd, L->nbwd = S.nbwd;
   L->fwd_ops = pd_malloc((size_t)(S.nfwd ? S.nfwd : 1) * sizeof(int));
   L->bwd_ops = pd_malloc((size_t)(S.nbwd ? S.nbwd : 1) * sizeof(int));

@@ -55,6 +55,20 @@
  * them every send between stages), and WORK grows by what is live of the working
  * places; the arithmetic stays float32. Without bf16 nothing of this exists and the
  * layout is the float32 one, byte for byte.
+ *
+ * The classifier's gradient in the stash (bf16 layouts, StageLayout.cls_grad): when
+ * the stage's backward differentiates its cross-entropy with the same logits and
+ * targets, the gradient was placed over the logits (their last use), the logits are
+ * stored in STASH and read by no other op, and the gradient's only readers are the
+ * stage's backward GEMMs reading it as a row-major [rows, V] operand (matmul's a,
+ * linear_dw's and matmul_dw_t's dy), the forward computes the loss and the gradient in
+ * one pass over its float32 logits and stores the gradient, rounded once to nearest
+ * even, in the logits' stored place instead of the logits (CUDA: pkc_classifier_bf16;
+ * C: cross_entropy_bwd in place, then pk_bf16_store). The gradient's place is then
+ * that stored place (STASH, bf16, alias of the logits, no working place); the backward
+ * has no cross_entropy_bwd and no working place for the logits or the gradient (the
+ * b·T·V float32 bytes it used to need), and its GEMMs read the bf16 gradient (cuBLAS
+ * the stored place; the C program's bf16-reading GEMM loops, cpu_kernels_layers.h).
  */
 #ifndef PD2BW_PASSES_LAYOUT_H
 #define PD2BW_PASSES_LAYOUT_H
@@ -97,6 +111,10 @@ typedef struct StageLayout {
   int64_t *scratch_off, *scratch_bytes;
   int64_t total[BUF_CLASS_COUNT];       /* block sizes in bytes (64-aligned) */
   int loss;             /* the loss tensor if the stage computes it, else -1 */
+  int cls_grad;         /* bf16: the classifier's gradient stored over the logits
+                           (above, "the classifier's gradient in the stash"), else -1;
+                           its alias is the logits, its producer the cross_entropy_bwd
+                           that the forward's classifier runs instead */
   /* Per tensor id: the one op of the whole graph that reads it (once), else -1
    * (no reader, or several): computed here once so that code generation's
    * per-op queries are not a scan of the graph each. */
@@ -144,6 +162,11 @@ void layout_destroy(StageLayout *L);
 /* True when tensor t is one a bf16 layout stores as bfloat16 if STASH or BOUNDARY
  * holds it: float32, not the loss, not statistics (attention's lse, softmax's output). */
 bool layout_bf16_storable(const Graph *g, int t);
+
+/* True when tensor t is a cross_entropy_bwd's gradient that a bf16 layout keeps in the
+ * stash wherever the stage's own layout allows it (above, "the classifier's gradient in
+ * the stash": the graph's part of the rule, O(graph); the planner's estimate uses it). */
+bool layout_classifier_grad_ok(const Graph *g, int t);
 
 /* Stable text dump: block totals, then one line per placed tensor (a bf16 one with its
  * working places' offsets, -1: none). */

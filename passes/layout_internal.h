@@ -21,6 +21,7 @@ typedef struct StageLocal {
   int *params, nparams;          /* parameter indices held, in PARAMS order */
   int64_t total[BUF_CLASS_COUNT];
   int loss;
+  int cls_grad;                  /* layout_classifier_grad's choice, -1: none */
 } StageLocal;
 
 static inline int64_t layout_align_up(int64_t x) { return (x + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN; }
@@ -39,7 +40,11 @@ void layout_mark_bf16(StageLocal *S);
 /* WORK by liveness (layout.h), the bf16 working places included; `last`: per slot,
  * the position in order of its last use. */
 void layout_work_offsets(StageLocal *S, const int *last);
-/* Aliases take their target's place (a bf16 target's: its backward working place). */
+/* Aliases take their target's place (a bf16 target's: its backward working place;
+ * the classifier's gradient, S->cls_grad: the logits' stored place itself). */
 void layout_alias_places(StageLocal *S);
+/* bf16 layouts, after the aliases are chosen and before any offset: sets S->cls_grad
+ * (layout.h, "the classifier's gradient in the stash"). */
+void layout_classifier_grad(StageLocal *S);
 
 #endif

@@ -12,7 +12,9 @@
  * touches it, each an interval of the same scan: from its producer, or from the first
  * reader of the pass when the pass does not produce it (codegen upcasts it there),
  * to the last reader of the pass. Nothing is live in WORK from one pass to the
- * other, so microbatches may interleave their passes as before.
+ * other, so microbatches may interleave their passes as before. The classifier's
+ * gradient kept in the stash (layout.h; layout_classifier_grad) is the exception: the
+ * backward gives neither it nor the logits a working place (its GEMMs read it as bf16).
  */
 #include "passes/layout_internal.h"
 
@@ -87,6 +89,63 @@ void layout_mark_bf16(StageLocal *S) {
   }
 }
 
+/* Input i of op reads the gradient as the row-major [rows, V] bf16 operand the C
+ * program's GEMMs take (cpu_kernels_layers.h: pk_matmul_bf16a, pk_gemm_dw_bf16):
+ * matmul's a (op(a) = a: matmul never transposes a), linear_dw's dy (in 1),
+ * matmul_dw_t's (in 0). */
+static bool grad_rows_operand(const Op *op, int i) {
+  return ((op->kind == OP_MATMUL || op->kind == OP_MATMUL_DW_T) && i == 0) || (op->kind == OP_LINEAR_DW && i == 1);
+}
+
+bool layout_classifier_grad_ok(const Graph *g, int t) {
+  int po = t >= 0 ? g->tensors[t].producer : -1;
+  const Op *b = po >= 0 ? &g->ops[po] : NULL;
+  if (!b || b->kind != OP_CROSS_ENTROPY_BWD || b->fwd_op < 0) return false;
+  const Op *f = &g->ops[b->fwd_op];
+  int logits = b->in[0], reads = 0;
+  if (f->kind != OP_CROSS_ENTROPY || f->in[0] != logits || f->in[1] != b->in[1] || f->attr[0] != b->attr[0] ||
+      !layout_bf16_storable(g, logits))
+    return false;
+  for (int o = 0; o < g->nops; o++) {
+    const Op *r = &g->ops[o];
+    int n = 0;
+    for (int i = 0; i < r->nin; i++) {
+      if (r->in[i] == logits && r != f && r != b) return false; /* the gradient replaces them */
+      if (r->in[i] != t) continue;
+      if (!grad_rows_operand(r, i) || r->fwd_op < 0) return false;
+      n++;
+    }
+    if (n > 1) return false;
+    reads += n;
+  }
+  return reads > 0;
+}
+
+/* The cross_entropy_bwd at position k qualifies (layout.h, "the classifier's gradient
+ * in the stash"): layout_classifier_grad_ok, and in this stage the logits are stored
+ * in STASH, the gradient placed over them, its forward op and every reader here. */
+static bool classifier_qualifies(const StageLocal *S, int k) {
+  const Graph *g = S->ix->g;
+  const Op *b = &g->ops[S->order[k]];
+  int grad = b->out[0];
+  if (!layout_classifier_grad_ok(g, grad)) return false;
+  const TensorPlace *pi = place_of(S, b->in[0]), *po = place_of(S, grad);
+  if (!pi->bf16 || pi->cls != BUF_STASH || po->alias != b->in[0] || po->accumulate) return false;
+  bool fwd_here = false;
+  for (int j = 0; j < S->nfwd; j++) fwd_here = fwd_here || S->order[j] == b->fwd_op;
+  int reads = 0;
+  for (int j = S->nfwd; j < S->nfwd + S->nbwd; j++) {
+    const Op *r = &g->ops[S->order[j]];
+    for (int i = 0; i < r->nin; i++) reads += r->in[i] == grad;
+  }
+  return fwd_here && reads == S->ix->nconsumers[grad];
+}
+
+void layout_classifier_grad(StageLocal *S) {
+  for (int k = S->nfwd; k < S->nfwd + S->nbwd && S->ix->bf16; k++)
+    if (S->cls_grad < 0 && classifier_qualifies(S, k)) S->cls_grad = S->ix->g->ops[S->order[k]].out[0];
+}
+
 /* A working place's owner in the free list: distinct from tensor ids and scratch. */
 static int work_owner(const StageLocal *S, int t, int pass) { return (1 + pass) * S->ix->g->ntensors + t; }
 
@@ -106,13 +165,14 @@ static void working_intervals(StageLocal *S, const int *root, int *ws, int *we, 
   int *prod = pd_malloc((size_t)(S->n ? S->n : 1) * sizeof(int));
   for (int s = 0; s < S->n; s++) prod[s] = -1, ws[2 * s] = ws[2 * s + 1] = we[2 * s] = we[2 * s + 1] = -1;
   for (int k = 0; k < 2 * norder; k++) early[k] = -1;
+  int cls = S->cls_grad >= 0 ? root[slot_of(S, S->cls_grad)] : -1; /* the logits' slot */
   for (int k = 0; k < norder; k++) {
     const Op *op = &g->ops[S->order[k]];
     int p = k >= S->nfwd;
     for (int i = 0; i < op->nin + op->nout; i++) {
       int s = slot_of(S, i < op->nin ? op->in[i] : op->out[i - op->nin]), r = root[s];
       if (i >= op->nin && r == s) prod[r] = k;
-      if (!S->pl[r].bf16) continue;
+      if (!S->pl[r].bf16 || (p == 1 && r == cls)) continue; /* the backward reads the stash's gradient */
       if (ws[2 * r + p] < 0) ws[2 * r + p] = k;
       if (we[2 * r + p] < k) we[2 * r + p] = k;
     }
@@ -248,6 +308,13 @@ void layout_alias_places(StageLocal *S) {
     TensorPlace *pl = &S->pl[k];
     if (pl->alias < 0) continue;
     const TensorPlace *r = place_of(S, alias_root(S, S->tens[k]));
+    if (S->tens[k] == S->cls_grad) { /* the forward's classifier stores it there, as bf16 */
+      int root = alias_root(S, S->tens[k]);
+      *pl = *r;
+      pl->alias = root;
+      pl->work[0] = pl->work[1] = pl->up[0] = pl->up[1] = -1;
+      continue;
+    }
     if (r->bf16) { /* on the root's float32 working place of the alias's pass */
       int pass = g->ops[g->tensors[S->tens[k]].producer].fwd_op >= 0;
       PD_CHECK(r->work[pass] >= 0, "(t%d aliases bf16 t%d, which has no working place in its pass)", S->tens[k],

@@ -46,7 +46,8 @@ void plan_segment_add_cuda(PlanSegment *s, PlanCudaTerm t) {
  * shape, constant otherwise). stored (bf16 plans, else NULL): per tensor, kept as
  * bfloat16 in the stash whatever the partition (an activation a backward op reads),
  * so read in place, not staged (layout_cuda_scratch_bytes; a tensor stored only
- * because it crosses the chosen partition's boundary is counted staged here). */
+ * because it crosses the chosen partition's boundary is counted staged here), and the
+ * classifier's gradient the layout keeps over the stored logits (layout.h). */
 static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int flash_hs, const bool *stored,
                            PlanSegment *s) {
   int64_t a1, b1, a2, b2;
@@ -125,6 +126,20 @@ static double tensor_bytes(const Graph *g, const int64_t *ld, int t) {
   return (double)layout_padded_numel(g, ld, t, 1) * (double)dtype_size(g->tensors[t].dtype);
 }
 
+/* add_cuda_terms's `stored` of a bf16 plan (caller frees). */
+static bool *stored_tensors(const Graph *g) {
+  bool *stored = pd_calloc((size_t)g->ntensors, sizeof(bool));
+  for (int i = 0; i < g->nops; i++)
+    for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op >= 0; j++) {
+      int t = g->ops[i].in[j];
+      stored[t] = g->tensors[t].kind == TK_ACT && layout_bf16_storable(g, t);
+    }
+  for (int i = 0; i < g->nops; i++) /* the classifier's gradient, kept over the logits */
+    if (g->ops[i].kind == OP_CROSS_ENTROPY_BWD && layout_classifier_grad_ok(g, g->ops[i].out[0]))
+      stored[g->ops[i].out[0]] = true;
+  return stored;
+}
+
 bool plan_input_from_graph(const Graph *g, PlanInput *out) { return plan_input_from_graph_bf16(g, false, out); }
 
 bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
@@ -143,12 +158,7 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
    * it; whether a backward op reads it. */
   int *last_use = pd_malloc((size_t)g->ntensors * sizeof(int));
   bool *bwd_reads = pd_calloc((size_t)g->ntensors, sizeof(bool));
-  bool *stored = bf16 ? pd_calloc((size_t)g->ntensors, sizeof(bool)) : NULL;
-  for (int i = 0; stored && i < g->nops; i++)
-    for (int j = 0; j < g->ops[i].nin && g->ops[i].fwd_op >= 0; j++) {
-      int t = g->ops[i].in[j];
-      stored[t] = g->tensors[t].kind == TK_ACT && layout_bf16_storable(g, t);
-    }
+  bool *stored = bf16 ? stored_tensors(g) : NULL;
   for (int t = 0; t < g->ntensors; t++) last_use[t] = -1;
   int flash_hs = layout_cuda_flash_head_size(g);
   int64_t *ld = layout_row_strides(g);

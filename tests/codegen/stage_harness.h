@@ -32,14 +32,13 @@ static void harness_env(void) {
   setenv("PD2BW_CACHE", b, 0);
 }
 
-/* The program of regions [first, last] of g. */
-static bool harness_build_range(Harness *h, const Graph *g, int first, int last, int64_t b, bool f64,
-                                bool fuse) {
+/* The program of layout L (the harness owns it from here: harness_free destroys it). */
+static bool harness_build_layout(Harness *h, const Graph *g, StageLayout *L, bool f64, bool fuse) {
   harness_env();
   memset(h, 0, sizeof *h);
   h->g = g;
   h->rs = f64 ? 2 : 1;
-  h->L = layout_stage(g, first, last, b);
+  h->L = L;
   snprintf(h->dir, sizeof h->dir, "/tmp/pd2bw-test-XXXXXX");
   if (!mkdtemp(h->dir)) return false;
   CodegenOptions o = {.f64 = f64, .fuse = fuse};
@@ -61,6 +60,12 @@ static bool harness_build_range(Harness *h, const Graph *g, int first, int last,
     memset(h->block[c], 0, n);
   }
   return true;
+}
+
+/* The program of regions [first, last] of g. */
+static bool harness_build_range(Harness *h, const Graph *g, int first, int last, int64_t b, bool f64,
+                                bool fuse) {
+  return harness_build_layout(h, g, layout_stage(g, first, last, b), f64, fuse);
 }
 
 static bool harness_build(Harness *h, const Graph *g, int64_t b, bool f64, bool fuse) {

@@ -465,9 +465,12 @@ static void check_dropout(Ctx *c) {
  * and each gradient element is exactly the RNE bf16 of pkc_classifier_f32's float32
  * gradient g32 (the same arithmetic, rounded once); the padding (sentinel bits) is
  * never written, the float32 logits are left as they were; with training 0 (first)
- * no gradient is written. */
-static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, DevPtr dtg, long long M, int V,
-                                  int ld, int ign, float dloss_in, DevPtr dnv, DevPtr rows_f32) {
+ * no gradient is written. And the stash slot holds what the C program stores there
+ * (codegen/cgen_c_bf16.c: pk_bf16_store of the CPU's cross_entropy_bwd, cpu_dl, on
+ * the same float32 logits): within 1 bf16 ulp of it (the two exponentials may differ
+ * in the last float32 bit, which can move a rounding). */
+static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, const float *cpu_dl, DevPtr dtg,
+                                  long long M, int V, int ld, int ign, float dloss_in, DevPtr dnv, DevPtr rows_f32) {
   size_t n = (size_t)M * ld;
   uint16_t *d16 = malloc(n * 2), *got = malloc(n * 2);
   double *r32 = malloc((size_t)M * 8), *r16 = malloc((size_t)M * 8);
@@ -492,6 +495,21 @@ static void check_classifier_bf16(Ctx *c, const float *h, const float *g32, DevP
       else bits = bits && got[i] == ref_bf16(g32[i]);
     }
   oc_report_exact(c, "classifier_bf16.dlogits", bits, "RNE bf16 of pkc_classifier_f32's gradient");
+  uint16_t *cpu16 = malloc((size_t)M * V * 2);
+  pk_bf16_store(cpu16, cpu_dl, (int64_t)M * V);
+  long long apart = 0, ulps = 0;
+  for (long long r = 0; r < M; r++)
+    for (int k = 0; k < V; k++) { /* bf16 bits as a signed magnitude: adjacent values 1 apart */
+      int a = cpu16[r * V + k], b = got[r * ld + k];
+      long long d = llabs((long long)((a & 0x8000) ? -(a & 0x7fff) : a) - ((b & 0x8000) ? -(b & 0x7fff) : b));
+      apart += d != 0;
+      if (d > ulps) ulps = d;
+    }
+  char detail[160];
+  snprintf(detail, sizeof detail, "within 1 ulp of the C program's bits (%lld of %lld differ, by <= %lld)", apart,
+           M * V, ulps);
+  oc_report_exact(c, "classifier_bf16.cpu_bits", ulps <= 1, detail);
+  free(cpu16);
   oc_report_exact(c, "classifier_bf16.loss", memcmp(r16, r32, (size_t)M * 8) == 0, "row losses as the f32 kernel's");
   oc_report_exact(c, "classifier_bf16.padding", pad, "padding never written");
   oc_report_exact(c, "classifier_bf16.logits_kept", memcmp(back, h, n * 4) == 0, "float32 logits untouched");
@@ -537,7 +555,7 @@ static void check_classifier(Ctx *c, const float *lg, const float *ref_dl, const
     if (training) oc_report(c, "classifier.dlogits", scale > 0 ? err / scale : 1, 1e-5);
     else oc_report_exact(c, "classifier.eval_untouched", untouched, "logits as they were");
     oc_report_exact(c, training ? "classifier.padding" : "classifier.padding.eval", pad_kept, "padding never written");
-    if (training) check_classifier_bf16(c, h, got, dtg, M, V, ld, ign, dloss_in, dnv, rows);
+    if (training) check_classifier_bf16(c, h, got, ref_dl, dtg, M, V, ld, ign, dloss_in, dnv, rows);
   }
   free(h), free(got);
 }
