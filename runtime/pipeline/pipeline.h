@@ -266,15 +266,14 @@ typedef struct PipeBackend {
 
 /* The one pipeline driver (pipeline_main.c): loads plan_dir, applies the seed rule,
  * trains (be NULL: the CPU ranks, as threads, or this MPI rank of t), and on rank 0
- * writes --log-json, prints the summary and checks --reference. Output paths are the
- * caller's to check first. Messages start with prog; the exit status. With t, a
+ * writes --log-json, prints the summary and checks --reference. Every output path is
+ * checked first, before the plan is loaded (rank 0's: it writes them all). Messages start with prog; the exit status. With t, a
  * failure before training aborts the other ranks (transport_abort); t stays the
  * caller's. */
 int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const PipeBackend *be,
                      Transport *t);
 
-/* pd2bwrun's pipeline path: argv after the plan directory's parsing is done. Checks
- * every output path (runtime/io/io.h: output_paths_check) before loading the plan;
+/* pd2bwrun's CPU path: argv after the plan directory's parsing is done;
  * o->reference: afterwards the check against the sequential reference. */
 int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transport, int *argc, char ***argv);
 

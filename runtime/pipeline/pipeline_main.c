@@ -87,10 +87,26 @@ static int report(const char *prog, const char *plan_dir, const PipePlan *p, con
   return 0;
 }
 
+/* Every output path before anything is loaded or trained (runtime/io/io.h), the one
+ * check of every entry point: rank 0's, as it writes them all, and with t agreed on by
+ * every rank (transport_agree), so all stop with rank 0's one message and no abort. */
+static bool outputs_agreed(const char *prog, const PipeOptions *o, Transport *t) {
+  char err[RT_ERR_LEN + TRANSPORT_ERR_LEN] = "";
+  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
+                       {"--profile-out", o->profile_out}};
+  bool ok = (t && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
+  bool together = true;
+  if (t) ok = transport_agree(t, ok, err, sizeof err, &together);
+  if (!ok && err[0]) fail(prog, err);
+  if (!ok && !together) transport_abort(t, err);
+  return ok;
+}
+
 int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *opt, const PipeBackend *be,
                      Transport *t) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   PipeOptions o;
+  if (!outputs_agreed(prog, opt, t)) return 1;
   PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
   /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
    * and the checkpoint get the resolved seed */
@@ -142,16 +158,7 @@ int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transp
   }
   Transport *t = NULL;
   if (mpi && !(t = transport_mpi_create(argc, argv, o->timeout_s, err, sizeof err))) return fail("pd2bwrun", err);
-  /* every output path before anything is loaded or trained; rank 0 writes them all */
-  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
-                       {"--profile-out", o->profile_out}};
-  int rc;
-  if ((!t || transport_rank(t) == 0) && !output_paths_check(outs, 4, err, sizeof err)) {
-    rc = fail("pd2bwrun", err);
-    if (t) transport_abort(t, err);
-  } else {
-    rc = pipeline_main_on("pd2bwrun", plan_dir, o, NULL, t);
-  }
+  int rc = pipeline_main_on("pd2bwrun", plan_dir, o, NULL, t);
   if (t) transport_destroy(t);
   return rc;
 }

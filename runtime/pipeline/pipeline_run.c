@@ -339,15 +339,12 @@ static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
   return agreed(d->c, d->R->t, written, err, sizeof err);
 }
 
-/* The rank as it starts training: rank 0's output paths checked (it writes them all),
- * the rank made, --init then --resume read (as the one-stage trainer: a checkpoint
+/* The rank as it starts training (its output paths checked by the driver,
+ * pipeline_main_on): the rank made, --init then --resume read (as the one-stage trainer: a checkpoint
  * replaces both), the validation file opened. false with the message in err. */
 static bool rank_setup(RunCtx *c, Transport *t, PipeRank **R, PipeEval **E, char *err, size_t errlen) {
   const PipeOptions *o = c->o;
   int64_t first = 0;
-  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
-                       {"--profile-out", o->profile_out}};
-  if (transport_rank(t) == 0 && !output_paths_check(outs, 4, err, errlen)) return false;
   char e[TRANSPORT_ERR_LEN + 256] = "";
   bool ok = pipe_ckpt_step(o->resume_path, &first, e, sizeof e) && (*R = pipe_rank_create(c->p, o, t, first, e, sizeof e));
   ok = ok && (!o->init_path || rank_init_from(*R, o->init_path, e, sizeof e));
