@@ -52,10 +52,7 @@ static const char usage[] =
     "  -q, --quiet       only errors and the summary\n"
     "  -h, --help        this text\n";
 
-static int fail(const char *msg) {
-  fprintf(stderr, "pd2bw-cuda-train: error: %s\n", msg);
-  return 1;
-}
+static int fail(const char *msg) { return rt_fail("pd2bw-cuda-train", msg); }
 
 int main(int argc, char **argv) {
   RunArgs a;

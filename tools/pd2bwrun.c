@@ -65,10 +65,7 @@ static const char usage[] =
     "  -q, --quiet         only errors and the final summary (no step lines, no BLAS note)\n"
     "  -h, --help          this text\n";
 
-static int fail(const char *msg) {
-  fprintf(stderr, "pd2bwrun: error: %s\n", msg);
-  return 1;
-}
+static int fail(const char *msg) { return rt_fail("pd2bwrun", msg); }
 
 /* the reference (runtime/reference/pipeline_ref.c) trains from the plan's own initial weights */
 static const char reference_init_msg[] =

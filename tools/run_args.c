@@ -10,11 +10,6 @@
 
 #include "runtime/cuda/exec/cuda_exec.h"
 
-static int fail(const char *prog, const char *msg) {
-  fprintf(stderr, "%s: error: %s\n", prog, msg);
-  return 1;
-}
-
 static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   errno = 0;
@@ -89,7 +84,7 @@ static int take(const char *prog, int c, RunArgs *a) {
     if (errno || end == optarg || *end || !(x > 0) || x > 1e6) {
       snprintf(msg, sizeof msg, "%s needs a positive number, got '%s'", c == O_TIMEOUT ? "--timeout" : "--reference-tol",
                optarg);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     *(c == O_TIMEOUT ? &a->o.timeout_s : &a->o.ref_tol) = x;
     return 0;
@@ -97,14 +92,14 @@ static int take(const char *prog, int c, RunArgs *a) {
   case O_BACKEND:
     if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
       snprintf(msg, sizeof msg, "--backend takes cpu or cuda, got '%s'", optarg);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     a->backend = optarg;
     return 0;
   case O_GRAPHS:
     if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
       snprintf(msg, sizeof msg, "--cuda-graphs takes on or off, got '%s'", optarg);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     a->graphs = strcmp(optarg, "on") == 0 ? 1 : -1;
     a->o.graphs_off = a->graphs < 0;
@@ -112,7 +107,7 @@ static int take(const char *prog, int c, RunArgs *a) {
   case O_GEMM:
     if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "tf32") != 0) {
       snprintf(msg, sizeof msg, "--gemm takes fp32 or tf32, got '%s'", optarg);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     a->o.gemm = strcmp(optarg, "fp32") == 0 ? CX_GEMM_FP32 : CX_GEMM_TF32;
     return 0;
@@ -132,25 +127,25 @@ int run_args_parse(const char *prog, RunArgsTool tool, const char *usage, int ar
     bool others = tool == RUN_ARGS_CUDA_TRAIN ? c >= O_THREADS && c <= O_BACKEND : c >= O_GEMM && c <= O_KPROF;
     if (others) { /* the other tool's flag (its value, if any, taken already) */
       snprintf(msg, sizeof msg, "unknown option '--%s' (see %s --help)", opts[li].name, prog);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     int r = take(prog, c, a);
     if (r == 1) return 1;
     if (r == 2) {
       snprintf(msg, sizeof msg, "%s needs a non-negative integer in range, got '%s'",
                argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
     if (r == 3) {
       snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see %s --help)", argv[optind - 1], prog);
-      return fail(prog, msg);
+      return rt_fail(prog, msg);
     }
   }
   snprintf(msg, sizeof msg, "%s (see %s --help)", optind >= argc ? "no plan directory given" : "one plan directory only",
            prog);
-  if (optind != argc - 1) return fail(prog, msg);
+  if (optind != argc - 1) return rt_fail(prog, msg);
   a->plan = argv[optind];
-  if (!a->o.data_path) return fail(prog, "--data FILE is required");
-  if (!a->steps_set) return fail(prog, "--steps N is required");
+  if (!a->o.data_path) return rt_fail(prog, "--data FILE is required");
+  if (!a->steps_set) return rt_fail(prog, "--steps N is required");
   return -1;
 }

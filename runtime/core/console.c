@@ -8,7 +8,7 @@
  * GFLOP/s, MFU where the plan knows the device peak (plan.json "peak_flops", the
  * cluster file's peak for the plan's precision), ETA, and the validation loss when
  * one was taken. The JSON object has the same numbers under the same keys in every
- * mode ("mfu" null when the peak is unknown). */
+ * mode ("mfu" null when the peak is unknown). And the one error line (rt_fail). */
 #include "runtime/core/runtime.h"
 
 #include <math.h>
@@ -63,4 +63,9 @@ int console_json_line(const ConsoleStep *s, char *buf, size_t n) {
                   (long long)s->step, s->loss, s->lr, jnum(gn, sizeof gn, true, s->grad_norm),
                   jnum(ms, sizeof ms, false, s->ms), jnum(tps, sizeof tps, false, timed ? s->tokens_per_s : NAN),
                   jnum(gf, sizeof gf, false, timed ? s->gflops : NAN), jnum(mfu, sizeof mfu, false, s->mfu), val);
+}
+
+int rt_fail(const char *prog, const char *msg) {
+  fprintf(stderr, "%s: error: %s\n", prog, msg);
+  return 1;
 }

@@ -238,6 +238,10 @@ bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t
 bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
 
 /* ---- logs (log.c) ------------------------------------------------------------------ */
+/* The one way a user's mistake ends a run: "prog: error: msg" on stderr; returns 1,
+ * the exit status (runtime/core/console.c). */
+int rt_fail(const char *prog, const char *msg);
+
 /* One training step as every executor reports it (runtime/core/console.c): the step line
  * and the JSON log line have one format each, whatever the mode. */
 typedef struct ConsoleStep {

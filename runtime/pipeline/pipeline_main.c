@@ -67,11 +67,6 @@ void pipe_report_update(const char *prog, const char *plan_dir, const PipePlan *
   }
 }
 
-static int fail(const char *prog, const char *msg) {
-  fprintf(stderr, "%s: error: %s\n", prog, msg);
-  return 1;
-}
-
 /* Rank 0's (or the one process's) report of a finished run r; the exit status. */
 static int report(const char *prog, const char *plan_dir, const PipePlan *p, const PipeOptions *o,
                   const PipeOutcome *r, const PipeBackend *be) {
@@ -83,7 +78,7 @@ static int report(const char *prog, const char *plan_dir, const PipePlan *p, con
   if (o->trace_path) printf("%s: trace %s\n", prog, o->trace_path);
   if (o->trace_path) pipe_report_update(prog, plan_dir, p, r, o->trace_path, o->quiet);
   if (o->reference && !pipeline_check_reference(p, o, r, o->ref_tol > 0 ? o->ref_tol : 1e-5, stdout, err, sizeof err))
-    return fail(prog, err);
+    return rt_fail(prog, err);
   return 0;
 }
 
@@ -97,7 +92,7 @@ static bool outputs_agreed(const char *prog, const PipeOptions *o, Transport *t)
   bool ok = (t && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
   bool together = true;
   if (t) ok = transport_agree(t, ok, err, sizeof err, &together);
-  if (!ok && err[0]) fail(prog, err);
+  if (!ok && err[0]) rt_fail(prog, err);
   if (!ok && !together) transport_abort(t, err);
   return ok;
 }
@@ -121,7 +116,7 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     p = NULL;
   }
   if (!p) {
-    fail(prog, err);
+    rt_fail(prog, err);
     if (t) transport_abort(t, err);
     return 1;
   }
@@ -142,7 +137,7 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
   int rc = be ? be->train(be->ctx, p, &o, t, &r, err, sizeof err)
            : t ? pipeline_run_rank(p, &o, t, &r, err, sizeof err)
                : pipeline_run_local(p, &o, &r, err, sizeof err);
-  if (rc && err[0]) fail(prog, err); /* empty: a failure all agreed on, rank 0 says it */
+  if (rc && err[0]) rt_fail(prog, err); /* empty: a failure all agreed on, rank 0 says it */
   else if (!rc && (!t || transport_rank(t) == 0)) rc = report(prog, plan_dir, p, &o, &r, be);
   pipe_outcome_free(&r);
   pipe_plan_free(p);
@@ -153,11 +148,11 @@ int pipeline_main(const char *plan_dir, const PipeOptions *o, const char *transp
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   bool mpi = transport && strcmp(transport, "mpi") == 0;
   if (transport && !mpi && strcmp(transport, "local") != 0) {
-    fprintf(stderr, "pd2bwrun: error: --transport must be local or mpi, got '%s'\n", transport);
-    return 1;
+    snprintf(err, sizeof err, "--transport must be local or mpi, got '%s'", transport);
+    return rt_fail("pd2bwrun", err);
   }
   Transport *t = NULL;
-  if (mpi && !(t = transport_mpi_create(argc, argv, o->timeout_s, err, sizeof err))) return fail("pd2bwrun", err);
+  if (mpi && !(t = transport_mpi_create(argc, argv, o->timeout_s, err, sizeof err))) return rt_fail("pd2bwrun", err);
   int rc = pipeline_main_on("pd2bwrun", plan_dir, o, NULL, t);
   if (t) transport_destroy(t);
   return rc;

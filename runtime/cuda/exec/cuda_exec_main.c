@@ -16,17 +16,12 @@
 #include "runtime/cuda/pipe/cuda_pipe.h"
 #include "runtime/exec/exec.h"
 
-static int fail(const char *prog, const char *msg) {
-  fprintf(stderr, "%s: error: %s\n", prog, msg);
-  return 1;
-}
-
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, CxBench *bench) {
   bool one = pipe_plan_ranks(plan_dir) == 1; /* (an unreadable plan counts as one: the driver says why) */
-  if (!one && o->bench_gemm) return fail(prog, "--bench-gemm times one-stage plans only");
+  if (!one && o->bench_gemm) return rt_fail(prog, "--bench-gemm times one-stage plans only");
   if (one && o->reference)
-    return fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
+    return rt_fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
                       "one-stage plan is compared with the CPU backend by scripts/gpu-check.sh");
   return cuda_pipe_main(prog, plan_dir, ops, device_name, o, one ? bench : NULL);
 }
@@ -38,11 +33,11 @@ static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, c
                const CudaExecOptions *o, CxBench *bench) {
   if (!o->kernel_profile) return run_plan(prog, plan_dir, ops, device_name, o, bench);
   char err[RT_ERR_LEN];
-  if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return fail(prog, err);
+  if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return rt_fail(prog, err);
   CxDeviceOps prof;
   CxKprof *k = cx_kprof_wrap(ops, &prof);
   int rc = run_plan(prog, plan_dir, &prof, device_name, o, bench);
-  if (rc == 0 && !cx_kprof_write(k, o->kernel_profile, plan_dir, err, sizeof err)) rc = fail(prog, err);
+  if (rc == 0 && !cx_kprof_write(k, o->kernel_profile, plan_dir, err, sizeof err)) rc = rt_fail(prog, err);
   if (rc == 0) printf("%s: kernel profile %s\n", prog, o->kernel_profile);
   cx_kprof_free(k);
   return rc;
@@ -55,10 +50,10 @@ int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops
 
 int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN];
-  if (o->nccl && o->kernel_profile) return fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
+  if (o->nccl && o->kernel_profile) return rt_fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
   if (o->nccl) return cuda_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
-  if (!ops) return fail(prog, err);
+  if (!ops) return rt_fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
   CxBench b = {.M = 0};
   int rc = run(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
@@ -66,7 +61,7 @@ int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions
   cx_cuda_close(ops);
   if (rc || !b.M) return rc;
   double peak = cx_cuda_gemm_tflops(o->device, b.type, b.M, b.N, b.K, err, sizeof err);
-  if (peak < 0) return fail(prog, err);
+  if (peak < 0) return rt_fail(prog, err);
   printf("%s: cuBLAS %s GEMM %dx%dx%d: %.2f TFLOP/s measured; training achieved %.2f TFLOP/s = %.0f%% of it\n", prog,
          b.type == CX_GEMM_TF32 ? "TF32" : b.type == CX_GEMM_BF16 ? "BF16" : "FP32", b.M, b.N, b.K, peak, b.tflops,
          100.0 * b.tflops / peak);

@@ -32,11 +32,6 @@ double cx_pipe_predicted_bubble(const char *plan_dir) {
   return v;
 }
 
-static int fail(const char *prog, const char *msg) {
-  fprintf(stderr, "%s: error: %s\n", prog, msg);
-  return 1;
-}
-
 /* The backend's state: the open device, and what single-GPU mode's summary adds. */
 typedef struct GpuRun {
   const char *prog, *plan_dir, *device_name;
@@ -142,11 +137,11 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
 int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   if (o->trace_path) /* NOT done: multi-GPU mode times nothing (single-GPU mode's marks: cuda_pipe_threads.c) */
-    return fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
+    return rt_fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   if (o->profile_out) /* NOT done: as --trace */
-    return fail(prog, "--profile-out is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
+    return rt_fail(prog, "--profile-out is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
   Transport *t = transport_mpi_create(NULL, NULL, o->timeout_s, err, sizeof err); /* --timeout */
-  if (!t) return fail(prog, err);
+  if (!t) return rt_fail(prog, err);
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   int local = lr ? atoi(lr) : transport_rank(t) % transport_ranks_on_host(t);
@@ -156,7 +151,7 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
   int rc;
   if (!ops) {
     transport_abort(t, err);
-    rc = fail(prog, err);
+    rc = rt_fail(prog, err);
   } else {
     if (mine.graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off */
     rc = cuda_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
