@@ -172,6 +172,50 @@ __global__ void pkc_axpy_f32(float *y, float a, const float *x, pkc_i64 n) {
   pkc_map2(y, y, x, n, [=](float yi, float xi) { return yi + a * xi; });
 }
 
+/* y = ((s0 + s1) + s2) + ... + s(k-1) per element, for the first k of at most
+ * PKC_SUM_SRCS = 8 sources (the rest unused, may be NULL): the ordered sum of the
+ * interpreter's devices (runtime/exec/exec.h sum_ordered: a tied weight's gradient
+ * over its stages, the replica all-reduce), the CPU's loop (exec_cpu.c) bit for bit:
+ * float adds, one rounding each, in ascending source order, no multiply to contract
+ * into an FMA and nothing reassociated. Each thread reads every source of its
+ * elements before it writes them, so y may be any source. More sources: the caller
+ * launches again with y as the first (y = y + the next ones: still ascending).
+ * Separate pointer parameters, not an array: each is one 8-byte argument, as every
+ * launch list and the emulator pass them; the loops over q have a constant bound, so
+ * the compiler can unroll them and keep s[] in registers. */
+#define PKC_SUM_SRCS 8
+__global__ void pkc_sum_ordered_f32(float *y, int k, pkc_i64 n, const float *s0, const float *s1,
+                                    const float *s2, const float *s3, const float *s4,
+                                    const float *s5, const float *s6, const float *s7) {
+  const float *s[PKC_SUM_SRCS] = {s0, s1, s2, s3, s4, s5, s6, s7};
+  bool vec = pkc_aligned16(y);
+  for (int q = 0; q < PKC_SUM_SRCS; q++)
+    if (q < k) vec = vec && pkc_aligned16(s[q]);
+  pkc_i64 i0 = 0;
+  if (vec) { /* pkc_map1's two paths: the same adds per element on each */
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 a = ((const pkc_f4 *)s0)[i];
+      for (int q = 1; q < PKC_SUM_SRCS; q++)
+        if (q < k) {
+          pkc_f4 v = ((const pkc_f4 *)s[q])[i];
+          a.x = a.x + v.x;
+          a.y = a.y + v.y;
+          a.z = a.z + v.z;
+          a.w = a.w + v.w;
+        }
+      ((pkc_f4 *)y)[i] = a;
+    }
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) {
+    float a = s0[i];
+    for (int q = 1; q < PKC_SUM_SRCS; q++)
+      if (q < k) a = a + s[q][i];
+    y[i] = a;
+  }
+}
+
 /* Σ x², phase 1: part[blockIdx.x] = this block's share, in double. Phase 2
  * (pkc_sumsq_final_f32) sums the gridDim.x partials in order. Deterministic for a
  * fixed grid (the grad norm must not depend on timing). */

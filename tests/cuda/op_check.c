@@ -771,6 +771,7 @@ int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {
   check_layernorm(&c);
   check_activations(&c);
   op_check_vec(&c);
+  op_check_sum(&c);
   check_softmax(&c);
   check_dropout(&c);
   check_cross_entropy(&c);

@@ -1,6 +1,6 @@
 /* tests/cuda/op_check_internal.h — what the op-check files share (op_check.c: the
  * helpers and most checks; op_check_flash.c: the tensor-core attention; op_check_vec.c:
- * the elementwise kernels' 128-bit and scalar paths). */
+ * the elementwise kernels' 128-bit and scalar paths; op_check_sum.c: the ordered sum). */
 #ifndef PD2BW_TESTS_OP_CHECK_INTERNAL_H
 #define PD2BW_TESTS_OP_CHECK_INTERNAL_H
 
@@ -42,5 +42,6 @@ void oc_report_exact(Ctx *c, const char *name, bool ok, const char *detail);
 
 void op_check_flash(Ctx *c); /* op_check_flash.c */
 void op_check_vec(Ctx *c);   /* op_check_vec.c */
+void op_check_sum(Ctx *c);   /* op_check_sum.c */
 
 #endif /* PD2BW_TESTS_OP_CHECK_INTERNAL_H */

@@ -12,7 +12,8 @@
  *    1 is lost) and to 1 when the third is added before the second (transport_coll.c's
  *    rule is ascending).
  * Each rank's device is a stand-in whose sum_ordered launches the kernel library's
- * pkc_copy_f32 and pkc_axpy_f32 on the rank's stream, as cx_exec_device's does.
+ * pkc_sum_ordered_f32 on the rank's stream, as cx_exec_device's does (NR <= its 8
+ * sources: one launch).
  *
  *   test_cuda_link_local PD2BWC    (in the source tree: the emulator compiles kernels there)
  */
@@ -32,7 +33,7 @@ static char tmp[64] = "/tmp/pd2bw-test-cuda-link-XXXXXX";
 
 typedef struct Ctx {
   CxShare *sh;
-  void *k_copy, *k_axpy;
+  void *k_sum;
   float got_p2p[N], got_sum[NR][N];
   double got_norm[NR];
   char err[NR][TRANSPORT_ERR_LEN];
@@ -47,19 +48,10 @@ typedef struct FakeDev {
 
 static void fake_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   const FakeDev *f = (const FakeDev *)(const void *)d;
-  CxPtr y = (CxPtr)(uintptr_t)dst;
-  unsigned grid = (unsigned)((numel + 255) / 256);
-  if (dst != src[0]) {
-    CxPtr x0 = (CxPtr)(uintptr_t)src[0];
-    void *args[] = {&y, &x0, &numel};
-    f->ops->launch(f->ops->dev, 0, f->c->k_copy, grid, 256, args);
-  }
-  float one = 1.0f;
-  for (int q = 1; q < n; q++) {
-    CxPtr xq = (CxPtr)(uintptr_t)src[q];
-    void *args[] = {&y, &one, &xq, &numel};
-    f->ops->launch(f->ops->dev, 0, f->c->k_axpy, grid, 256, args);
-  }
+  CxPtr y = (CxPtr)(uintptr_t)dst, s[8];
+  for (int q = 0; q < 8; q++) s[q] = (CxPtr)(uintptr_t)src[q < n ? q : 0];
+  void *args[] = {&y, &n, &numel, &s[0], &s[1], &s[2], &s[3], &s[4], &s[5], &s[6], &s[7]};
+  f->ops->launch(f->ops->dev, 0, f->c->k_sum, (unsigned)((numel + 255) / 256), 256, args);
 }
 
 static const ExecDeviceOps fake_ops = {.name = "fake", .sum_ordered = fake_sum_ordered};
@@ -122,8 +114,7 @@ static void test_link(void) {
   void *lib = ops.load(ops.dev, pd_cuda_kernels_src, "kernels.cu", err, sizeof err);
   EXPECT(lib != NULL);
   if (!lib) return;
-  c->k_copy = ops.kernel(ops.dev, lib, "pkc_copy_f32");
-  c->k_axpy = ops.kernel(ops.dev, lib, "pkc_axpy_f32");
+  c->k_sum = ops.kernel(ops.dev, lib, "pkc_sum_ordered_f32");
   c->sh = cx_share_create(&ops, NR, err, sizeof err);
   EXPECT(c->sh != NULL);
   uint64_t bytes[NR] = {3 * N * sizeof(float), 3 * N * sizeof(float), 3 * N * sizeof(float)};

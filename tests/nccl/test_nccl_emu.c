@@ -25,7 +25,9 @@
  *   mpirun -np 3 test_nccl_emu PD2BWC 1f1b    1f1b, d = 3, w = 1, m = 4, clip 1,
  *       recomputation on (grouped send/receive of both kinds, a middle stage);
  *   mpirun -np 1 test_nccl_emu PD2BWC one     one stage, one replica (2bw, m = 4):
- *       scripts/gpu-check.sh step (g)'s run; it makes no NCCL call (no group of two).
+ *       scripts/gpu-check.sh step (g)'s run; it makes no NCCL call (no group of two);
+ *   mpirun -np 3 test_nccl_emu PD2BWC tied3   1f1b, d = 3, w = 1, m = 4 on
+ *       tests/cudaexec/tied_gain.model: a weight tied across all 3 stages.
  * PD2BW_LIBNCCL must name the fake library (CTest sets it).
  */
 #include <fcntl.h>
@@ -48,12 +50,15 @@ static Transport *T;
 
 static CxDeviceOps nccl_ops(EmuOrder order) { return nccl_emu_ops(tmp, order); }
 
+/* the model the plans are made of: tinygpt, or (tied3) tests/cudaexec/tied_gain.model */
+static const char *model = "tests/pipeline/tinygpt.model";
+
 static bool make_plan(const char *name, const char *args) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
-           "'%s' tests/pipeline/tinygpt.model -q -D layers=2 -D dim=16 -D seq=8 -D heads=2 -D bsz=8 "
+           "'%s' '%s' -q -D layers=2 -D dim=16 -D seq=8 -D heads=2 -D bsz=8 "
            "--cluster tests/pipeline/cpu8.cluster --microbatch-size 2 %s -o '%s/%s'",
-           emu_pd2bwc(), args, tmp, name);
+           emu_pd2bwc(), model, args, tmp, name);
   int rc = system(cmd);
   if (rc != 0) fprintf(stderr, "  failed: %s\n", cmd);
   return rc == 0;
@@ -132,6 +137,15 @@ static void test_2bw(void) {
 static void test_1f1b(void) {
   run_check("p1f1b", "--precision fp32 -D clipv=1.0 --stages 3 --replicas 1 --microbatches 4 --schedule 1f1b "
             "--recompute on", EMU_LOWEST_FIRST, 2 * 4 * STEPS, false);
+}
+
+/* a weight tied across all 3 stages (tied_gain.model's ln1_w): the last member's
+ * tied sum is into its own buffer, the third source (cuda_exec_device.c's sum_ordered;
+ * before pkc_sum_ordered_f32 an internal abort) */
+static void test_tied3(void) {
+  model = "tests/cudaexec/tied_gain.model";
+  run_check("ptied3", "--precision fp32 --stages 3 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off",
+            EMU_HIGHEST_FIRST, 2 * 4 * STEPS, false);
 }
 
 /* one rank, a one-stage plan: what scripts/gpu-check.sh step (g) runs under mpirun -np 1
@@ -235,13 +249,14 @@ static void test_gpipe(void) {
 
 int main(int argc, char **argv) {
   const char *part = nccl_test_begin(&argc, &argv, "test_nccl_emu", 120, 0,
-                                     "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b|one]", tmp, &T);
+                                     "usage: mpirun -np N test_nccl_emu PD2BWC [2bw|gpipe|1f1b|one|tied3]", tmp, &T);
   if (!part) return 2;
   write_data();
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
   if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
   if (emu_test_part(part, "one")) RUN(test_one);
+  if (emu_test_part(part, "tied3")) RUN(test_tied3);
   emu_test_end();
   int rc = TEST_REPORT();
   transport_destroy(T);

@@ -30,7 +30,7 @@
  * rank: on its view of the GPU, cx_share_view, whose stream 0 is the rank's): the
  * stage's weight versions (cx_exec_device_set_versions), 2bw's deferred tied steps
  * (left out of the AdamW table; a per-tensor step, its version cast again), a tied
- * sum into its second member, and --trace's clock marks (events against one origin). */
+ * sum into any of its members, and --trace's clock marks (events against one origin). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +78,7 @@ typedef struct CudaDevice {
   int nver; /* versions with a bf16 copy */
   void *k_cast;
   int32_t *tok_tmp, *tgt_tmp;
-  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_axpy, *k_add, *k_adamw_multi;
+  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_sum, *k_adamw_multi;
   /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of the
    * parameters the first update it serves lists, uploaded then; stepped[k] says how
    * parameter k is in it (one without a gradient is copied into the version written,
@@ -287,31 +287,26 @@ static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t byt
   if (bytes) cud(d)->ops->dtoh(cud(d)->ops->dev, host, dp(src), (size_t)bytes);
 }
 
-/* dst = src[0] + src[1] + ... per element, in that order (pkc_axpy_f32 is y + 1·x).
- * dst may be src[0] (the all-reduce) or src[1] (a tied group's second stage: the
- * first two added element by element, pkc_add_fwd_f32, the same u + v); a group of
- * more stages would need a buffer this device does not have. */
+/* dst = ((src[0] + src[1]) + ...) + src[n-1] per element, in float, in that order:
+ * pkc_sum_ordered_f32, which reads every source of an element before writing it, so
+ * dst may be any source (a tied group's member sums into its own, the all-reduce into
+ * src[0]). CD_SUM_SRCS sources a launch; more (a replica all-reduce of more ranks)
+ * continue from dst in order, so dst may then only be one of the first launch's
+ * sources (a tied group has at most PLAN_MAX_TIED_SEGS: one launch). */
+#define CD_SUM_SRCS 8 /* the kernel's source parameters (PKC_SUM_SRCS) */
+_Static_assert(PLAN_MAX_TIED_SEGS <= CD_SUM_SRCS, "a tied group's sum is one launch");
 static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   CudaDevice *c = cud(d);
-  CxPtr y = dp(dst);
-  for (int q = 2; q < n; q++)
-    PD_CHECK(dst != src[q], "(an ordered sum into its source %d of %d: a tied group of more than 2 stages)", q, n);
-  int from = 1;
-  if (n > 1 && dst == src[1]) {
-    CxPtr a = dp(src[0]), b = dp(src[1]);
-    void *args[] = {&y, &a, &b, &numel};
-    launch(c, c->k_add, grid_for(numel), CD_BLOCK, args);
-    from = 2;
-  } else if (dst != src[0]) {
-    CxPtr x0 = dp(src[0]);
-    void *args[] = {&y, &x0, &numel};
-    launch(c, c->k_copy, grid_for(numel), CD_BLOCK, args);
-  }
-  float one = 1.0f;
-  for (int q = from; q < n; q++) {
-    CxPtr xq = dp(src[q]);
-    void *args[] = {&y, &one, &xq, &numel};
-    launch(c, c->k_axpy, grid_for(numel), CD_BLOCK, args);
+  CxPtr y = dp(dst), s[CD_SUM_SRCS];
+  for (int q = CD_SUM_SRCS; q < n; q++)
+    PD_CHECK(dst != src[q], "(an ordered sum into its source %d of %d, past the first launch's)", q, n);
+  for (int q = 0; q < n;) {
+    int k = 0;
+    if (q > 0) s[k++] = y; /* the sum so far */
+    while (k < CD_SUM_SRCS && q < n) s[k++] = dp(src[q++]);
+    void *args[3 + CD_SUM_SRCS] = {&y, &k, &numel};
+    for (int i = 0; i < CD_SUM_SRCS; i++) args[3 + i] = &s[i < k ? i : 0]; /* unused: not read */
+    launch(c, c->k_sum, grid_for(numel), CD_BLOCK, args);
   }
 }
 
@@ -560,8 +555,7 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->k_adamw = cx_program_kernel(prog, "pkc_adamw_step_dev_f32");
   c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
   c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
-  c->k_axpy = cx_program_kernel(prog, "pkc_axpy_f32");
-  c->k_add = cx_program_kernel(prog, "pkc_add_fwd_f32");
+  c->k_sum = cx_program_kernel(prog, "pkc_sum_ordered_f32");
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
   if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
   if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
