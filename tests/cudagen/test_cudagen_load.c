@@ -11,6 +11,7 @@
  *  - both stages load the same library text (a device can share the module);
  *  - kernels.cu or stageN.cu edited after pd2bwc: refused, naming the file and the
  *    hash, before anything is loaded;
+ *  - a library without a kernel the executor launches itself: "regenerate the plan";
  *  - a launch list of format 1 (one module) or with a kernel whose module is missing
  *    or wrong: a message, no crash; one of format 2-5 (no "segments"), or whose
  *    segment counts do not cover its passes: a message.
@@ -52,11 +53,14 @@ static void *f_load(void *dev, const char *src, const char *name, char *err, siz
 }
 
 /* The kernel if the module's source defines it (its address in the source). */
+static const char *fake_missing; /* a kernel the fake library lacks (a plan from before it) */
+
 static void *f_kernel(void *dev, void *module, const char *name) {
   FakeDev *d = dev;
   FakeModule *m = module;
   char pat[160];
   d->lookups++;
+  if (fake_missing && strcmp(name, fake_missing) == 0) return NULL;
   snprintf(pat, sizeof pat, "__global__ void %s(", name);
   return strstr(m->src, pat);
 }
@@ -285,6 +289,20 @@ static void test_old_plan(void) {
   free(orig);
 }
 
+/* A library from before a kernel the executor launches itself (pkc_sum_ordered_f32
+ * came after plans were compiled): refused at load with what to do, not a failed
+ * internal check when the device first wants it. */
+static void test_library_without_own_kernel(void) {
+  CxDeviceOps ops = fake_ops();
+  char err[512] = "";
+  fake_missing = "pkc_sum_ordered_f32";
+  CxProgram *p = cx_program_load(&ops, dir, 0, CX_GEMM_PLAN, err, sizeof err);
+  fake_missing = NULL;
+  printf("  %s\n", err);
+  EXPECT(p == NULL && strstr(err, "has no pkc_sum_ordered_f32") && strstr(err, "regenerate the plan with this pd2bwc"));
+  cx_program_free(p);
+}
+
 static void test_bad_lists(void) {
   bad_list(old_format, "regenerate the plan with this pd2bwc");
   bad_list(format2, "a launch list of format 2, older than this runtime's 6");
@@ -308,6 +326,7 @@ int main(void) {
   RUN(test_edited_sources);
   RUN(test_bad_lists);
   RUN(test_old_plan);
+  RUN(test_library_without_own_kernel);
   fake_ops();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

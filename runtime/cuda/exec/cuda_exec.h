@@ -267,6 +267,9 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
  * a message. */
 char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
                       size_t errlen);
+/* Whether the loaded kernel library has every kernel the executor launches itself
+ * (cuda_exec_device.c); false with "regenerate the plan" (a plan from an older pd2bwc). */
+bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, char *err, size_t errlen);
 
 /* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
 

@@ -2,7 +2,8 @@
  * (cuda_exec.h, "the launch list's files"): plan.json's program.cuda names the stage's
  * list (stages with the same program share one) and its rng_base, and each source the
  * list names is read and checked against the hash the list records, before anything
- * is compiled. cx_program_load (cuda_exec_list.c) reads the list's content. */
+ * is compiled; and the loaded library checked for the kernels the executor launches
+ * itself. cx_program_load (cuda_exec_list.c) reads the list's content. */
 #include "runtime/cuda/exec/cuda_exec.h"
 
 #include <cjson/cJSON.h>
@@ -72,4 +73,17 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
   free(text);
   free(path);
   return ok;
+}
+
+bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, char *err, size_t errlen) {
+  static const char *const own[] = {"pkc_set_u32", "pkc_sumsq_partial_f32", "pkc_sumsq_final_f32", "pkc_copy_f32",
+                                    "pkc_adamw_step_dev_f32", "pkc_sgd_step_dev_f32", "pkc_sum_ordered_f32",
+                                    "pkc_cast_f32_to_bf16", "pkc_adamw_multi_dev_f32"};
+  for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+    if (!ops->kernel(ops->dev, module, own[k])) {
+      snprintf(err, errlen, "%s: %s has no %s (a plan from an older pd2bwc): regenerate the plan with this pd2bwc",
+               plan_dir, CODEGEN_CUDA_LIBRARY, own[k]);
+      return false;
+    }
+  return true;
 }

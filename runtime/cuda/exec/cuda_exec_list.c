@@ -418,11 +418,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (!p->lib_module) goto fail;
   p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
   if (!p->module) goto fail;
+  if (!cx_library_complete(ops, p->lib_module, plan_dir, err, errlen)) goto fail;
   p->set_u32 = ops->kernel(ops->dev, p->lib_module, "pkc_set_u32");
-  if (!p->set_u32) {
-    ld_fail(&l, "library", 0, "the kernel library has no pkc_set_u32 (an older " CODEGEN_CUDA_LIBRARY ")");
-    goto fail;
-  }
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
   ld_segments(&l, list);
