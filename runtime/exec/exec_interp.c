@@ -345,7 +345,9 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   double now = pipe_now();
   R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
   R->last_step_time = now;
-  return R->st->has_loss ? step_loss(R, t) : true;
+  if (R->st->has_loss && !step_loss(R, t)) return false;
+  /* --log-json: batch t's losses on their way to rank 0, which writes batch t-1's line */
+  return !R->logs || pipe_log_step(R, t);
 }
 
 /* ---- the interpreter ------------------------------------------------------------------- */
