@@ -187,7 +187,7 @@ typedef struct PipeDrive {
   /* NULL, or after each stretch [lo, hi) and its validation (val: after batch hi - 1,
    * NAN if none); false: the run failed */
   bool (*done)(void *ctx, int64_t lo, int64_t hi, double val);
-  int64_t log_every; /* > 0: stretches of at most this many steps (the streamed log: pipe_log_every) */
+  int64_t log_every; /* > 0: stretches of at most this many steps (the log's write agreement: pipe_log_every) */
 } PipeDrive;
 
 /* The driver loop of every pipelined mode (CPU ranks and CUDA): batches [first,
