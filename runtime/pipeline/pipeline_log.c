@@ -6,11 +6,11 @@
  * stage of every replica sends batch t's m microbatch losses to rank 0 (tag
  * PIPE_TAG_LOG, transport_isend from R->loss, which nothing writes again) at the end
  * of its OPT_STEP(t) (pipe_log_step, called by the interpreter, exec_interp.c
- * run_step) — there, after the step's norm, a GPU's losses have landed on the host
- * (exec.h: forward's late loss). Rank 0 receives batch t's at the end of its own
- * OPT_STEP(t + 1), puts them in the reference order and sums them as the run's
- * outcome does (pipeline_run.c fill_outcome: batch, then replica, then microbatch,
- * from 0), so a streamed line carries the very bits the summary and --reference
+ * run_step) — not at the FWD of (t, m-1) that computes the last one: a GPU delivers
+ * losses to the host only by the step's norm (exec.h: forward's late loss). Rank 0
+ * receives batch t's at the end of its own OPT_STEP(t + 1), puts them in the
+ * reference order and sums them as the run's outcome does (pipeline_run.c
+ * fill_outcome: batch, then replica, then microbatch, from 0), so a streamed line carries the very bits the summary and --reference
  * report and the file is byte for byte what writing it from the outcome at the end
  * gave (tests/runtime/log_stream.sh). Grad norm and step time are rank 0's (every
  * rank has the same norms; rank 0's step times are the pipeline's). The line of a
@@ -27,21 +27,23 @@
  * OPT_STEP(t+1)'s norm (sumsq) waits for rank 0's device, whose all-reduce or
  * receive completes only once each peer's host has enqueued its part, which it does
  * after its own OPT_STEP(t): the same chain, through the devices. So the receive
- * finds the message sent (receiving at OPT_STEP(t) itself would wait, w > 1, for
- * replicas that only need to be past FWD(t, m-1), not past their step).
+ * finds the message sent (receiving at OPT_STEP(t) itself could wait: rank 0's step
+ * implies the last stages past their BWD(t, m-1) only, not past their own step).
  * The sends never block a last stage: rank 0 posts batch u's receives before any
  * last stage can reach OPT_STEP(u) (at the stretch start for its first batch, at the
  * end of its OPT_STEP(u-1) for the others: a last stage's OPT_STEP(u) needs rank 0's
  * norm part or its all-reduce of batch u, both after rank 0's OPT_STEP(u-1)), so the
- * local transport copies at the post; the senders wait their requests only at the
- * stretch end, when rank 0 has received every batch of the stretch. Between
- * stretches nothing is outstanding; a rank that fails with requests outstanding
+ * local transport copies at the post (were it not so, the message would wait in
+ * rank 0's queue, its buffer untouched); the senders wait their requests only at the
+ * stretch end, when rank 0 has received every batch of the stretch. Rank 0's line
+ * writes fall inside its OPT_STEP (the trace's step event, the next step's time).
+ * Between stretches nothing is outstanding; a rank that fails with requests outstanding
  * aborts the transport before its buffers go (pipe_log_destroy), so no peer copies
  * into or out of freed memory.
  *
- * Stretches, then, are what they are without the log (validation, checkpoint, the
- * end), except that a failed write is agreed on by every rank (transport_agree) at
- * a stretch end: gpipe, 1f1b and one rank end a stretch after every step (they flush
+ * Stretches, then, are what they are without the log (validations, the end),
+ * except that a failed write is agreed on by every rank (transport_agree) at a
+ * stretch end: gpipe, 1f1b and one rank end a stretch after every step (they flush
  * at every batch anyway: the cost is the agreement), 2bw and pipedream every
  * ceil(256·(d - 1)/m) steps — a drain of about d - 1 microbatch slots every 256·(d-1)
  * slots, under 0.4% idle — which bounds how long a failed write goes unnoticed. */
