@@ -10,12 +10,13 @@
  * losses to the host only by the step's norm (exec.h: forward's late loss). Rank 0
  * receives batch t's at the end of its own OPT_STEP(t + 1), puts them in the
  * reference order and sums them as the run's outcome does (pipeline_run.c
- * fill_outcome: batch, then replica, then microbatch, from 0), so a streamed line carries the very bits the summary and --reference
- * report and the file is byte for byte what writing it from the outcome at the end
- * gave (tests/runtime/log_stream.sh). Grad norm and step time are rank 0's (every
- * rank has the same norms; rank 0's step times are the pipeline's). The line of a
- * stretch's last batch is written at the stretch end (pipe_log_stretch), after the
- * validation that may follow it, whose loss goes on it.
+ * fill_outcome: batch, then replica, then microbatch, from 0), so a streamed line
+ * carries the very bits the summary and --reference report and the file is byte for
+ * byte what writing it from the outcome at the end gave (tests/runtime/log_stream.sh).
+ * Grad norm and step time are rank 0's (every rank has the same norms; rank 0's step
+ * times are the pipeline's). The line of a stretch's last batch is written at the
+ * stretch end (pipe_log_stretch), after the validation that may follow it, whose
+ * loss goes on it.
  *
  * Why rank 0 never waits on a rank that waits on it. Replica r's last stage sends
  * batch t's losses in its OPT_STEP(t), which in its program comes before its BWDs of
