@@ -15,7 +15,9 @@
  * sends/receives completes before the next instruction, so the single boundary block
  * is never overwritten under a message; the m backwards of batch t come before
  * OPT_STEP(t) and those of batch t+1 after it, so the gradient block holds exactly
- * batch t at OPT_STEP(t).
+ * batch t at OPT_STEP(t). That order is also why --log-json's hand-off of the losses
+ * to rank 0 can run at the end of each OPT_STEP, outside the instruction streams
+ * (runtime/pipeline/pipeline_log.c pipe_log_step: no drain, no wait).
  */
 #include "runtime/exec/exec.h"
 
