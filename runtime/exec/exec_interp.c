@@ -15,7 +15,9 @@
  * sends/receives completes before the next instruction, so the single boundary block
  * is never overwritten under a message; the m backwards of batch t come before
  * OPT_STEP(t) and those of batch t+1 after it, so the gradient block holds exactly
- * batch t at OPT_STEP(t).
+ * batch t at OPT_STEP(t). That order is also why --log-json's hand-off of the losses
+ * to rank 0 can run at the end of each OPT_STEP, outside the instruction streams
+ * (runtime/pipeline/pipeline_log.c pipe_log_step: no drain, no wait).
  */
 #include "runtime/exec/exec.h"
 
@@ -345,7 +347,9 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   double now = pipe_now();
   R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
   R->last_step_time = now;
-  return R->st->has_loss ? step_loss(R, t) : true;
+  if (R->st->has_loss && !step_loss(R, t)) return false;
+  /* --log-json: batch t's losses on their way to rank 0, which writes batch t-1's line */
+  return !R->logs || pipe_log_step(R, t);
 }
 
 /* ---- the interpreter ------------------------------------------------------------------- */

@@ -5,9 +5,10 @@
  * validation is due, so nothing is in flight while the validation runs; 2bw drains at
  * each, which changes timing, not values (consecutive stretches compute what one run
  * over their union does). After each stretch and its validation, `done` gets the
- * stretch: the streamed --log-json's lines are written then (pipeline_log.c), and
- * stretches are cut to at most log_every steps for it (one-rank plans: a step per
- * stretch, as the one-stage trainer, exec_one.c, does). */
+ * stretch: the streamed --log-json's last line of it (the others went out as it
+ * trained) and the agreement on a failed write (pipeline_log.c); for that agreement
+ * stretches are cut to at most log_every steps (one-rank plans: a step per stretch,
+ * as the one-stage trainer, exec_one.c, does). */
 #include <math.h>
 #include <stdio.h>
 

@@ -47,6 +47,8 @@ typedef struct PipeTied {
   int nreq[2];
 } PipeTied;
 
+typedef struct PipeLogStream PipeLogStream; /* pipeline_log.c */
+
 typedef struct PipeRank {
   const PipePlan *pp;
   const PipeOptions *o;
@@ -98,6 +100,7 @@ typedef struct PipeRank {
   double *step_ms;   /* [steps - first] this rank's time from one OPT_STEP to the next */
   SegTimes segt;     /* --profile-out: this rank's per-segment times (nsegs 0: off) */
   RtLog *console;    /* the step lines: last stage of replica 0 only, not quiet; else NULL */
+  PipeLogStream *logs; /* --log-json: the losses' hand-off to rank 0 (pipeline_log.c); else NULL */
   /* faults */
   int64_t fault_step;
   int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */
@@ -184,7 +187,7 @@ typedef struct PipeDrive {
   /* NULL, or after each stretch [lo, hi) and its validation (val: after batch hi - 1,
    * NAN if none); false: the run failed */
   bool (*done)(void *ctx, int64_t lo, int64_t hi, double val);
-  int64_t log_every; /* > 0: stretches of at most this many steps (the streamed log: pipe_log_every) */
+  int64_t log_every; /* > 0: stretches of at most this many steps (the log's write agreement: pipe_log_every) */
 } PipeDrive;
 
 /* The driver loop of every pipelined mode (CPU ranks and CUDA): batches [first,
@@ -196,17 +199,28 @@ bool pipe_drive(const PipeDrive *d, double *val, double *val_final);
 
 /* ---- the streamed --log-json (pipeline_log.c) --------------------------------------- */
 
-/* The longest stretch between two writes of the log: 1 for one rank, gpipe and 1f1b
- * (flushed at every batch anyway), 16·(d-1)/m steps for 2bw and pipedream. The same
- * on every rank. */
+/* The longest stretch while --log-json is on (the agreement on a failed write is
+ * at stretch ends): 1 for one rank, gpipe and 1f1b (flushed at every batch anyway),
+ * ceil(256·(d-1)/m) steps for 2bw and pipedream. The same on every rank. */
 int64_t pipe_log_every(const PipePlan *p);
 /* Rank 0's log, R->o->log_json, JSON lines only; NULL with the message. */
 RtLog *pipe_log_open(const PipeRank *R, char *err, size_t errlen);
-/* Every rank after stretch [lo, hi) (val: the validation after it, NAN if none): the
- * last stages send their losses to rank 0, which writes the stretch's lines into log
- * (*written false: a line failed, rt_log_error says why; the caller has every rank
- * agree on it). false: a transport failure (R->err, the others aborted). */
-bool pipe_log_stretch(PipeRank *R, RtLog *log, int64_t lo, int64_t hi, double val, bool *written);
+/* Every rank's part of the streamed log (log: rank 0's, NULL elsewhere), as R->logs;
+ * destroyed with pipe_log_destroy before the rank (after a failure with messages
+ * outstanding it aborts the transport first). */
+PipeLogStream *pipe_log_create(const PipeRank *R, RtLog *log);
+void pipe_log_destroy(PipeRank *R, PipeLogStream *L);
+/* Before the interpreter runs stretch [lo, hi): rank 0 posts batch lo's receives. */
+bool pipe_log_begin(PipeRank *R, int64_t lo, int64_t hi);
+/* At the end of OPT_STEP(t) (the interpreter): a last stage sends batch t's losses
+ * to rank 0; rank 0 writes batch t - 1's line and posts batch t + 1's receives.
+ * false: a transport failure (R->err, the others aborted). */
+bool pipe_log_step(PipeRank *R, int64_t t);
+/* Every rank after the stretch and its validation (val: after the stretch's last
+ * batch, NAN if none): the senders' requests completed, rank 0's remaining lines
+ * written (*written false: a line of the stretch failed, rt_log_error says why; the
+ * caller has every rank agree on it). false: a transport failure. */
+bool pipe_log_stretch(PipeRank *R, double val, bool *written);
 
 /* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
 

@@ -323,17 +323,25 @@ typedef struct RankDrive {
   RunCtx *c;
 } RankDrive;
 
-static bool rank_run(void *ctx, int64_t lo, int64_t hi) { return exec_run_batches(((RankDrive *)ctx)->R, lo, hi); }
+/* A stretch of training; with --log-json rank 0 first posts the receives of its first
+ * batch's losses (the rest go as it trains: pipeline_log.c). */
+static bool rank_run(void *ctx, int64_t lo, int64_t hi) {
+  PipeRank *R = ((RankDrive *)ctx)->R;
+  return (!R->logs || pipe_log_begin(R, lo, hi)) && exec_run_batches(R, lo, hi);
+}
 static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDrive *)ctx)->E, mean); }
 
-/* The log lines of batches [lo, hi), each with its own validation loss, as they are
- * known. Rank 0's failed write stops every rank here, agreed on (its message, the
- * path, the step and the cause; no abort), as a failed write of the one-stage log
- * stops that trainer: the lines already written stay whole. */
+/* The end of stretch [lo, hi) (its validation loss val): the log's last lines of the
+ * stretch (the others went out as it trained). Rank 0's failed write, of any line of
+ * the stretch, stops every rank here, agreed on (its message, the path, the step and
+ * the cause; no abort), as a failed write of the one-stage log stops that trainer:
+ * the lines already written stay whole. */
 static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
   RankDrive *d = ctx;
   bool written;
-  if (!pipe_log_stretch(d->R, d->log, lo, hi, val, &written)) return false;
+  (void)lo;
+  (void)hi;
+  if (!pipe_log_stretch(d->R, val, &written)) return false;
   char err[TRANSPORT_ERR_LEN + IO_ERR_LEN] = "";
   if (!written) snprintf(err, sizeof err, "%s", rt_log_error(d->log));
   return agreed(d->c, d->R->t, written, err, sizeof err);
@@ -387,9 +395,10 @@ static int run_rank(Transport *t, void *arg) {
       pipe_rank_destroy(R);
       return 1;
     }
+    R->logs = pipe_log_create(R, rd.log);
   }
-  /* the driver loop of every pipelined mode (pipeline_drive.c), the log streamed after
-   * each stretch */
+  /* the driver loop of every pipelined mode (pipeline_drive.c), the log streamed as
+   * it trains */
   int64_t nb = R->steps > R->first ? R->steps - R->first : 0;
   double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
@@ -403,6 +412,8 @@ static int run_rank(Transport *t, void *arg) {
   if (ok) ok = pipe_gather(R, &G);
   if (!ok) {
     note_error_root(c, R->err, R->stopped);
+    pipe_log_destroy(R, R->logs); /* (aborts if messages are outstanding) */
+    R->logs = NULL;
     rt_log_close(rd.log);
     pipe_rank_destroy(R);
     pipe_gathered_free(&G);
@@ -420,6 +431,8 @@ static int run_rank(Transport *t, void *arg) {
   }
   /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
   int rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
+  pipe_log_destroy(R, R->logs);
+  R->logs = NULL;
   rt_log_close(rd.log);
   pipe_gathered_free(&G);
   pipe_rank_destroy(R);

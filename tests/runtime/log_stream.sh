@@ -5,9 +5,15 @@
 #     (log_stream_check: the losses reduced over the replicas as the summary's), for
 #     d=2 1f1b, d=2 x w=2 2bw with a validation every 2 steps, d=1 x w=2 gpipe and
 #     d=2 x w=2 pipedream;
+#   - it drains nothing: 2bw and pipedream with the log run every rank's instructions
+#     in the order they run without it (--trace; one stretch of 12 steps either way,
+#     the log's stretches being ceil(256·(d-1)/m) = 64 steps long);
 #   - it is streamed: a run whose rank 1 fails at the start of batch K leaves the
-#     whole lines of the steps before the last stretch end (1f1b: a step per stretch,
-#     K lines; 2bw with d=2, m=4: stretches of 16·(d-1)/m = 4 steps);
+#     whole lines rank 0 wrote (1f1b: a step per stretch, K lines; 2bw, d=2 x w=2,
+#     m=4, one stretch: rank 0 writes step t's line as it ends OPT_STEP(t), 0-based
+#     batch t; rank 1, stage 0 of replica 1, stops at F25, batch 6's first forward,
+#     which comes before its B24 and OPT_STEP(5), so rank 0's all-reduce of batch 5
+#     never completes: its last OPT_STEP is batch 4's, the last line step 4);
 #   - pd2bwrun streams it too (the threads plan's lines while it trains).
 #   log_stream.sh PD2BWC PD2BWRUN LOG_STREAM_CHECK                threads
 #   log_stream.sh PD2BWC PD2BWRUN LOG_STREAM_CHECK mpi MPI_BUILT  the same under mpirun
@@ -90,6 +96,41 @@ streamed() { # NAME PLAN FAIL_AT LINES
     bad "$name: exit $rc, $got lines (want $want), output: $out"
   fi
 }
+# ---- the log drains nothing: 2bw and pipedream run the stretches they run without
+# it (one, for 12 steps without validation), so every rank executes its instructions
+# in the same order; an extra stretch end would put its batch's first forwards after
+# the previous OPT_STEP on stage 0 (the drain) ----
+same_order() { # NAME PLAN
+  local name=$1 pl=$2 out
+  out=$(PD2BW_FAULT_INJECT='' launch "$pl" "$RUN" "$T/$pl" $(tflag) --data "$T/train.bin" --steps 12 --threads 1 -q \
+    --trace "$T/o-$pl-plain.json" 2>&1) || { bad "$name: the run without the log failed: $out"; return; }
+  out=$(PD2BW_FAULT_INJECT='' launch "$pl" "$RUN" "$T/$pl" $(tflag) --data "$T/train.bin" --steps 12 --threads 1 -q \
+    --trace "$T/o-$pl-log.json" --log-json "$T/o-$pl.json" 2>&1) || { bad "$name: the run with the log failed: $out"; return; }
+  out=$(python3 - "$T/o-$pl-plain.json" "$T/o-$pl-log.json" <<'PY'
+import json, sys
+def order(path):  # each rank's compute instructions (trace thread 0) in the order it ran them
+    ev = json.load(open(path))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    per = {}
+    for i, e in enumerate(ev):
+        if e.get("ph") == "X" and e.get("tid") == 0:
+            per.setdefault(e["pid"], []).append((e["ts"], i, e["name"]))
+    return {p: [n for _, _, n in sorted(v)] for p, v in per.items()}
+a, b = order(sys.argv[1]), order(sys.argv[2])
+for p in sorted(set(a) | set(b)):
+    x, y = a.get(p, []), b.get(p, [])
+    if x != y:
+        k = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), min(len(x), len(y)))
+        print("rank %d: instruction %d is %s without the log, %s with it" % (p, k, x[k] if k < len(x) else "none", y[k] if k < len(y) else "none"))
+        sys.exit(1)
+print("same order on %d ranks" % len(a))
+PY
+  )
+  if [ $? -eq 0 ] && [ "$(wc -l <"$T/o-$pl.json")" = 12 ]; then ok; else bad "$name: $out ($(wc -l <"$T/o-$pl.json") lines)"; fi
+}
+same_order "d=2 x w=2 2bw: the same stretches with the log" p2bw
+same_order "d=2 x w=2 pipedream: the same stretches with the log" ppd
+
 streamed "1f1b failing at batch 5 logged steps 1-5" p1f1b 5 5
 streamed "2bw failing at batch 6 logged steps 1-4" p2bw 6 4
 
