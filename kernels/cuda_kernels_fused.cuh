@@ -123,7 +123,7 @@ __global__ void pkc_cross_entropy_bwd_f32(float *dlogits, const float *logits, c
   }
 }
 
-/* One counted row of the classifier (both kernels below): the row's loss into
+/* One counted row of the classifier (pkc_classifier_body): the row's loss into
  * *rowloss (thread 0), and the gradient's scale w/Σexp; *mx gets the row's max. The
  * target logit xt is read before the block's barriers, so before any write of the row. */
 static __device__ float pkc_classifier_row(double *rowloss, float *mx_out, const float *x, int V, int tg,
@@ -146,6 +146,53 @@ static __device__ float pkc_classifier_row(double *rowloss, float *mx_out, const
   return inv;
 }
 
+/* The classifier's gradient store: element i of the float32 gradient d32, or, with
+ * bf16 != 0, its bfloat16 bits (round to nearest even, pkc_f32_to_bf16) into d16. Each
+ * kernel passes bf16 as a constant, so once inlined only its own store remains. */
+static __device__ __forceinline__ void pkc_classifier_store(float *d32, unsigned short *d16, int bf16, pkc_i64 i,
+                                                           float g) {
+  if (bf16) d16[i] = pkc_f32_to_bf16(g);
+  else d32[i] = g;
+}
+
+/* The body of both classifier kernels (their comments say what they compute); only
+ * the store differs (pkc_classifier_store: d32 or d16, the other unused). Each
+ * gradient element is computed once, in float32, and stored once: the product
+ * p·inv, then at the target the difference, each rounded to float32 (__fmul_rn
+ * keeps the two from being contracted into one fma). These are the CPU's cross-entropy
+ * gradient's two roundings, and the ones pkc_classifier_f32 made when it stored
+ * p·inv everywhere and subtracted w at the target after a barrier: the same two
+ * operations on the same values, so the same bits, now without the barrier or the
+ * second pass over d[tg]. Each thread writes only the columns it read itself, and the
+ * target logit was read before the row's first write (pkc_classifier_row), so d32 may
+ * alias logits. */
+static __device__ __forceinline__ void pkc_classifier_body(double *rowloss, float *d32, unsigned short *d16, int bf16,
+                                                          const float *logits, const int *targets, pkc_i64 M,
+                                                          int V, int ld, int ignore_index, float dloss,
+                                                          const int *nvalid, int training, float *sh,
+                                                          double *shd) {
+  int nv = *nvalid;
+  float w = nv ? dloss / (float)nv : 0.0f;
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    int tg = targets[r];
+    const float *x = logits + r * ld;
+    pkc_i64 o = r * ld;
+    if (tg == ignore_index || tg < 0 || tg >= V) {
+      if (threadIdx.x == 0) rowloss[r] = 0;
+      if (training) /* float32 +0, or bf16 +0 (pkc_f32_to_bf16(0.0f) == 0) */
+        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) pkc_classifier_store(d32, d16, bf16, o + c, 0.0f);
+      continue; /* uniform across the block */
+    }
+    float mx;
+    float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
+    if (!training) continue;
+    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
+      float g = __fmul_rn(expf(x[c] - mx), inv);
+      pkc_classifier_store(d32, d16, bf16, o + c, c == tg ? g - w : g);
+    }
+  }
+}
+
 /* The classifier in one pass over the logits (llm.c's fused classifier): the
  * forward's pkc_cross_entropy_rows_f32 and, when training, the backward's
  * pkc_cross_entropy_bwd_f32 at once, so the backward never reads the logits again.
@@ -159,26 +206,8 @@ __global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float 
                                    int training) {
   __shared__ float sh[PKC_MAX_BLOCK];
   __shared__ double shd[PKC_MAX_BLOCK];
-  int nv = *nvalid;
-  float w = nv ? dloss / (float)nv : 0.0f;
-  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
-    int tg = targets[r];
-    const float *x = logits + r * ld;
-    float *d = dlogits + r * ld;
-    if (tg == ignore_index || tg < 0 || tg >= V) {
-      if (threadIdx.x == 0) rowloss[r] = 0;
-      if (training)
-        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0;
-      continue; /* uniform across the block */
-    }
-    float mx;
-    float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
-    if (!training) continue;
-    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = expf(x[c] - mx) * inv;
-    __syncthreads();
-    if (threadIdx.x == 0) d[tg] -= w;
-    __syncthreads();
-  }
+  pkc_classifier_body(rowloss, dlogits, 0, 0, logits, targets, M, V, ld, ignore_index, dloss, nvalid, training, sh,
+                      shd);
 }
 
 /* The classifier of a bf16 plan (pd2bwc --precision bf16, fusion on): rowloss[r] as
@@ -186,9 +215,8 @@ __global__ void pkc_classifier_f32(double *rowloss, float *dlogits, const float 
  * even, pkc_f32_to_bf16) into d16 (the logits' stored bf16 place: the backward's
  * LM-head GEMMs read it as their bf16 operand). Each element is rounded once from the
  * float32 value pkc_classifier_f32 (and the CPU's cross-entropy gradient) computes:
- * the product, then at the target the difference, each rounded to float32 (__fmul_rn
- * keeps the two from being contracted into one fma). logits (float32) and d16 are
- * distinct buffers; both have rows ld elements apart, V columns read and written.
+ * the same body (pkc_classifier_body), only the store differs. logits (float32) and d16
+ * are distinct buffers; both have rows ld elements apart, V columns read and written.
  * Tested against pkc_classifier_f32 bit for bit (tests/cuda/op_check.c);
  * codegen/cgen_cuda_ops.c launches it (classifier_bwd says when). */
 __global__ void pkc_classifier_bf16(double *rowloss, unsigned short *d16, const float *logits, const int *targets,
@@ -196,26 +224,7 @@ __global__ void pkc_classifier_bf16(double *rowloss, unsigned short *d16, const 
                                     int training) {
   __shared__ float sh[PKC_MAX_BLOCK];
   __shared__ double shd[PKC_MAX_BLOCK];
-  int nv = *nvalid;
-  float w = nv ? dloss / (float)nv : 0.0f;
-  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
-    int tg = targets[r];
-    const float *x = logits + r * ld;
-    unsigned short *d = d16 + r * ld;
-    if (tg == ignore_index || tg < 0 || tg >= V) {
-      if (threadIdx.x == 0) rowloss[r] = 0;
-      if (training)
-        for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) d[c] = 0; /* bf16 +0 */
-      continue; /* uniform across the block */
-    }
-    float mx;
-    float inv = pkc_classifier_row(&rowloss[r], &mx, x, V, tg, w, sh, shd);
-    if (!training) continue;
-    for (int c = (int)threadIdx.x; c < V; c += (int)blockDim.x) {
-      float g = __fmul_rn(expf(x[c] - mx), inv);
-      d[c] = pkc_f32_to_bf16(c == tg ? g - w : g);
-    }
-  }
+  pkc_classifier_body(rowloss, 0, d16, 1, logits, targets, M, V, ld, ignore_index, dloss, nvalid, training, sh, shd);
 }
 
 /* ===== fused multi-head self-attention ========================================== */
