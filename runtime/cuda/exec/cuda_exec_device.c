@@ -550,16 +550,16 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->host_losses = pd_calloc(CD_LOSSES, sizeof(float));
   c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
-  c->k_sumsq = cx_program_kernel(prog, "pkc_sumsq_partial_f32");
-  c->k_final = cx_program_kernel(prog, "pkc_sumsq_final_f32");
-  c->k_adamw = cx_program_kernel(prog, "pkc_adamw_step_dev_f32");
-  c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
-  c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
-  c->k_sum = cx_program_kernel(prog, "pkc_sum_ordered_f32");
+  c->k_sumsq = cx_program_lib_kernel(prog, CX_K_SUMSQ_PARTIAL);
+  c->k_final = cx_program_lib_kernel(prog, CX_K_SUMSQ_FINAL);
+  c->k_adamw = cx_program_lib_kernel(prog, CX_K_ADAMW_DEV);
+  c->k_sgd = cx_program_lib_kernel(prog, CX_K_SGD_DEV);
+  c->k_copy = cx_program_lib_kernel(prog, CX_K_COPY);
+  c->k_sum = cx_program_lib_kernel(prog, CX_K_SUM_ORDERED);
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
-  if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
+  if (c->p16_bytes) c->k_cast = cx_program_lib_kernel(prog, CX_K_CAST_BF16);
   if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
-    c->k_adamw_multi = cx_program_kernel(prog, "pkc_adamw_multi_dev_f32");
+    c->k_adamw_multi = cx_program_lib_kernel(prog, CX_K_ADAMW_MULTI);
     CxAdamwTensor *t = pd_calloc((size_t)st->nparams, sizeof *t);
     for (int k = 0; k < st->nparams; k++)
       t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
