@@ -142,6 +142,15 @@ bool emu_pipe_files(void) {
   return fclose(f) == 0;
 }
 
+PipePlan *emu_pipe_load(const char *name, int64_t steps) {
+  char dir[256], err[RT_ERR_LEN];
+  emu_path(dir, sizeof dir, name);
+  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+  if (!p) fprintf(stderr, "  %s\n", err);
+  else if (p->rt->train.steps == 0) p->rt->train.steps = steps;
+  return p;
+}
+
 /* ---- training both ways ---------------------------------------------------------------- */
 
 static DataLoader *open_data(const RtPlan *p, DataFile **df) {

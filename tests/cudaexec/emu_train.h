@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "emu_device.h"
+#include "runtime/pipeline/pipeline.h"
 
 #define EMU_STEPS 3
 #define EMU_MB 2
@@ -64,6 +65,9 @@ bool emu_run_gpu(const char *plan, EmuRun *r);
  * tests/pipeline/common.sh's token file (a sentence repeated) as WORKDIR/train.bin. */
 bool emu_pipe_make_plan(const char *name, const char *args);
 bool emu_pipe_files(void);
+/* Plan WORKDIR/name (NULL after printing why); one without a step count (train.steps 0)
+ * gets `steps`. */
+PipePlan *emu_pipe_load(const char *name, int64_t steps);
 
 /* A JSON file, parsed (NULL after printing why). */
 cJSON *emu_read_json(const char *path);

@@ -282,15 +282,6 @@ static void test_eval(void) {
 
 /* ---- pipeline mode -------------------------------------------------------------------- */
 
-static PipePlan *load_pipe(const char *name, int64_t steps) {
-  char dir[256], err[RT_ERR_LEN];
-  emu_path(dir, sizeof dir, name);
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
-  else if (p->rt->train.steps == 0) p->rt->train.steps = steps;
-  return p;
-}
-
 /* Largest relative difference of the microbatch losses of steps [from, to) between two
  * outcomes (each indexed from its own first_step), and of the final weights. */
 static double outcome_loss_diff(const PipeOutcome *a, const PipeOutcome *b, int64_t from, int64_t to) {
@@ -329,7 +320,7 @@ static void test_pipe(void) {
   char data[256], ck[256], err[RT_ERR_LEN] = "";
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "pipe3.safetensors");
-  PipePlan *p = load_pipe("pp", STEPS);
+  PipePlan *p = emu_pipe_load("pp", STEPS);
   if (!p) return;
   /* the GPU: 3 steps, --save */
   CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
@@ -391,7 +382,7 @@ static void test_pipe_eval(void) {
   char data[256], ck[256], err[RT_ERR_LEN] = "";
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "pe2.safetensors");
-  PipePlan *p = load_pipe("pe", HALF);
+  PipePlan *p = emu_pipe_load("pe", HALF);
   if (!p) return;
   PipeOutcome c2 = {0}, cv = {0}, gv = {0}, ce = {0}, ge = {0}, gn = {0};
   PipeOptions ps = {.data_path = data, .steps = 2, .quiet = true, .threads = 1, .save_path = ck};
@@ -454,7 +445,7 @@ static void test_pipe_init(void) {
   char data[256], ck[256], err[RT_ERR_LEN] = "";
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "cpu2.safetensors");
-  PipePlan *p = load_pipe("pp", STEPS);
+  PipePlan *p = emu_pipe_load("pp", STEPS);
   if (!p) return;
   PipeOutcome g = {0}, gi = {0}, ci = {0};
   PipeOptions ps = {.data_path = data, .steps = 2, .quiet = true, .threads = 1, .save_path = ck};

@@ -76,8 +76,7 @@ static void run(const char *name, const char *args, int deferred_per_step, bool 
   char dir[256], data[256], err[RT_ERR_LEN] = "";
   emu_path(dir, sizeof dir, name);
   emu_path(data, sizeof data, "train.bin");
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
+  PipePlan *p = emu_pipe_load(name, 0);
   EXPECT(p != NULL);
   if (!p) return;
   /* the lists, and the plan's figure of the bf16 copies */

@@ -55,10 +55,7 @@ static char tmp[64] = "/tmp/pd2bw-test-cudapipe-XXXXXX";
 
 /* Plan WORKDIR/name, or NULL (a failed check, the message printed). */
 static PipePlan *load_plan(const char *name) {
-  char dir[256], err[RT_ERR_LEN];
-  emu_path(dir, sizeof dir, name);
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
+  PipePlan *p = emu_pipe_load(name, 0);
   EXPECT(p != NULL);
   return p;
 }

@@ -66,12 +66,10 @@ static void expect_group(const PipePlan *p, int want) {
 
 /* Trains plan `name` on the emulated device, checks it against the sequential reference. */
 static void run_check(const char *name, const char *args, int group, EmuOrder order) {
-  char dir[256], data[256], err[RT_ERR_LEN];
+  char data[256], err[RT_ERR_LEN];
   EXPECT(make_plan(name, args));
-  emu_path(dir, sizeof dir, name);
   emu_path(data, sizeof data, "train.bin");
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
+  PipePlan *p = emu_pipe_load(name, 0);
   EXPECT(p != NULL);
   if (!p) return;
   expect_group(p, group);

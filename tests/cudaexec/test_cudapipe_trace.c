@@ -212,10 +212,7 @@ static void check_trace(const PipePlan *p, const char *path, int steps) {
 /* ---- runs ------------------------------------------------------------------------------ */
 
 static PipePlan *load_plan(const char *name) {
-  char dir[256], err[RT_ERR_LEN];
-  emu_path(dir, sizeof dir, name);
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
+  PipePlan *p = emu_pipe_load(name, 0);
   EXPECT(p != NULL);
   return p;
 }

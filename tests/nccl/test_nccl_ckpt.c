@@ -54,15 +54,6 @@ static int rank;
 static const char *PLAN_ARGS = "--precision fp32 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
                                "--schedule 2bw --recompute off";
 
-static PipePlan *load(const char *name, int64_t steps) {
-  char dir[256], err[RT_ERR_LEN];
-  emu_path(dir, sizeof dir, name);
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
-  else if (p->rt->train.steps == 0) p->rt->train.steps = steps;
-  return p;
-}
-
 /* Largest relative difference of the microbatch losses of steps [from, to) (each
  * outcome indexed from its own first_step). */
 static double loss_diff(const PipeOutcome *a, const PipeOutcome *b, int64_t from, int64_t to) {
@@ -124,7 +115,7 @@ static void test_resume(void) {
   char data[256], ck[256];
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "multi3.safetensors");
-  PipePlan *p = load("p2bw", STEPS);
+  PipePlan *p = emu_pipe_load("p2bw", STEPS);
   EXPECT(p != NULL);
   if (!p) return;
   PipeOutcome half = {0}, full = {0}, rest = {0}, crest = {0}, cfull = {0};
@@ -165,7 +156,7 @@ static void test_fromcpu(void) {
   char data[256], cck[256];
   emu_path(data, sizeof data, "train.bin");
   emu_path(cck, sizeof cck, "cpu3.safetensors");
-  PipePlan *p = load("p2bw", STEPS);
+  PipePlan *p = emu_pipe_load("p2bw", STEPS);
   EXPECT(p != NULL);
   if (!p) return;
   PipeOutcome c3 = {0}, cfull = {0}, from_cpu = {0};
@@ -193,7 +184,7 @@ static void test_init(void) {
   char data[256], ck[256];
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "init2.safetensors");
-  PipePlan *p = load("p2bw", STEPS);
+  PipePlan *p = emu_pipe_load("p2bw", STEPS);
   EXPECT(p != NULL);
   if (!p) return;
   PipeOutcome c2 = {0}, ci = {0}, gi = {0}, g0 = {0};
@@ -221,7 +212,7 @@ static void test_eval(void) {
   char data[256], ck[256];
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "eval2.safetensors");
-  PipePlan *p = load("p2bw", STEPS);
+  PipePlan *p = emu_pipe_load("p2bw", STEPS);
   EXPECT(p != NULL);
   if (!p) return;
   PipeOutcome c2 = {0}, cv = {0}, gv = {0}, ce = {0}, ge = {0}, gn = {0};
@@ -359,8 +350,8 @@ static void test_errors(void) {
   emu_path(other, sizeof other, "d8.safetensors");
   emu_path(part, sizeof part, "nostage1.safetensors");
   emu_path(out, sizeof out, "never.safetensors");
-  PipePlan *p = load("p2bw", STEPS);
-  PipePlan *q = load("pd8", STEPS);
+  PipePlan *p = emu_pipe_load("p2bw", STEPS);
+  PipePlan *q = emu_pipe_load("pd8", STEPS);
   EXPECT(p != NULL && q != NULL);
   if (!p || !q) return;
   if (rank == 0) {

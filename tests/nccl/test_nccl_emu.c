@@ -86,14 +86,11 @@ static void write_data(void) {
 static void run_check(const char *name, const char *args, EmuOrder order, long sends, bool vanilla) {
   int rank = transport_rank(T);
   EXPECT(make_plan(name, args));
-  char dir[256], data[256], err[RT_ERR_LEN];
-  emu_path(dir, sizeof dir, name);
+  char data[256], err[RT_ERR_LEN];
   emu_path(data, sizeof data, "train.bin");
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  if (!p) fprintf(stderr, "  %s\n", err);
+  PipePlan *p = emu_pipe_load(name, STEPS);
   EXPECT(p != NULL);
   if (!p) return;
-  if (p->rt->train.steps == 0) p->rt->train.steps = STEPS;
   CxDeviceOps ops = nccl_ops(order);
   CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
   PipeOutcome r;

@@ -207,7 +207,15 @@ int64_t cx_program_block(const CxProgram *p, int c);
  * out-of-range id counter the runtime zeroes and reads. */
 int64_t cx_program_loss_offset(const CxProgram *p);
 int64_t cx_program_bad_ids_offset(const CxProgram *p);
-/* A kernel of the program's library module (cuda_kernels.cuh); PD_CHECKs it exists. */
+/* The library kernels (cuda_kernels.cuh) the executor launches itself (cuda_exec_device.c,
+ * cuda_exec_list.c): cx_library_complete's one list, in this order. */
+typedef enum CxLibKernel {
+  CX_K_SET_U32, CX_K_SUMSQ_PARTIAL, CX_K_SUMSQ_FINAL, CX_K_COPY, CX_K_ADAMW_DEV, CX_K_SGD_DEV, CX_K_SUM_ORDERED,
+  CX_K_CAST_BF16, CX_K_ADAMW_MULTI, CX_NLIB_KERNELS
+} CxLibKernel;
+/* Library kernel k of the program, looked up (and checked) once by cx_program_load. */
+void *cx_program_lib_kernel(const CxProgram *p, CxLibKernel k);
+/* Any kernel of the program's library module, by name; PD_CHECKs it exists. */
 void *cx_program_kernel(const CxProgram *p, const char *name);
 int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
 /* The dtype of the program's GEMMs as loaded (overrides applied; the first GEMM's when
@@ -267,9 +275,10 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
  * a message. */
 char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
                       size_t errlen);
-/* Whether the loaded kernel library has every kernel the executor launches itself
- * (cuda_exec_device.c); false with "regenerate the plan" (a plan from an older pd2bwc). */
-bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, char *err, size_t errlen);
+/* Whether the loaded kernel library has every CxLibKernel (each into out[k]); false with
+ * "regenerate the plan" (a plan from an older pd2bwc). */
+bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
+                         size_t errlen);
 
 /* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
 

@@ -76,9 +76,7 @@ typedef struct CudaDevice {
     bool dirty;
   } ver[PIPE_MAX_SLOTS];
   int nver; /* versions with a bf16 copy */
-  void *k_cast;
   int32_t *tok_tmp, *tgt_tmp;
-  void *k_sumsq, *k_final, *k_adamw, *k_sgd, *k_copy, *k_sum, *k_adamw_multi;
   /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of the
    * parameters the first update it serves lists, uploaded then; stepped[k] says how
    * parameter k is in it (one without a gradient is copied into the version written,
@@ -113,8 +111,9 @@ static unsigned grid_for(int64_t n) {
   return (unsigned)(g > CD_MAX_GRID ? CD_MAX_GRID : g);
 }
 
-static void launch(CudaDevice *c, void *k, unsigned grid, unsigned block, void **args) {
-  c->ops->launch(c->ops->dev, 0, k, grid, block, args);
+/* Library kernel k (resolved once by cx_program_load). */
+static void launch(CudaDevice *c, CxLibKernel k, unsigned grid, unsigned block, void **args) {
+  c->ops->launch(c->ops->dev, 0, cx_program_lib_kernel(c->prog, k), grid, block, args);
 }
 
 /* The one allocation's layout for an arena of `bytes`: the extras' offsets into off
@@ -212,7 +211,7 @@ static CxPtr bf16_copy(CudaDevice *c, const char *w) {
   if (c->ver[v].dirty) {
     int64_t n = c->st->blocks[BUF_PARAMS] / 4;
     void *args[] = {&w16, &src, &n};
-    launch(c, c->k_cast, grid_for((n + 7) / 8), CD_BLOCK, args);
+    launch(c, CX_K_CAST_BF16, grid_for((n + 7) / 8), CD_BLOCK, args);
     c->ver[v].dirty = false;
   }
   return w16;
@@ -231,7 +230,7 @@ static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
     CxPtr dst = c->losses + (CxPtr)c->npending * 4, src = c->scratch + (CxPtr)cx_program_loss_offset(c->prog);
     int64_t one = 1;
     void *args[] = {&dst, &src, &one};
-    launch(c, c->k_copy, 1, 32, args);
+    launch(c, CX_K_COPY, 1, 32, args);
     c->pending[c->npending++] = p->loss;
   }
 }
@@ -306,7 +305,7 @@ static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, i
     while (k < CD_SUM_SRCS && q < n) s[k++] = dp(src[q++]);
     void *args[3 + CD_SUM_SRCS] = {&y, &k, &numel};
     for (int i = 0; i < CD_SUM_SRCS; i++) args[3 + i] = &s[i < k ? i : 0]; /* unused: not read */
-    launch(c, c->k_sum, grid_for(numel), CD_BLOCK, args);
+    launch(c, CX_K_SUM_ORDERED, grid_for(numel), CD_BLOCK, args);
   }
 }
 
@@ -337,14 +336,14 @@ static void issue_norm(void *arg) { /* a CudaDevice */
     int64_t n = c->sq_n[i];
     unsigned g = grid_for(n);
     void *args[] = {&part, &x, &n};
-    launch(c, c->k_sumsq, g, CD_BLOCK, args);
+    launch(c, CX_K_SUMSQ_PARTIAL, g, CD_BLOCK, args);
     part += (CxPtr)g * 8;
     np += g;
   }
   CxPtr out = c->norm, parts = c->parts;
   int npi = (int)np;
   void *args[] = {&out, &parts, &npi};
-  launch(c, c->k_final, 1, 32, args);
+  launch(c, CX_K_SUMSQ_FINAL, 1, 32, args);
 }
 
 static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *numel, int n) {
@@ -372,7 +371,7 @@ static void issue_update(void *arg) { /* a CudaDevice */
   CudaDevice *c = arg;
   CxPtr sc = c->scalars;
   if (c->os_multi) {
-    cx_adamw_multi_launch(c->ops, c->k_adamw_multi, 0, &c->adamw_tab, &c->os_launch);
+    cx_adamw_multi_launch(c->ops, cx_program_lib_kernel(c->prog, CX_K_ADAMW_MULTI), 0, &c->adamw_tab, &c->os_launch);
     return;
   }
   for (int i = 0; i < c->os_count; i++) {
@@ -388,10 +387,10 @@ static void issue_update(void *arg) { /* a CudaDevice */
     double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay, dc = tc->delay_comp;
     if (tc->optimizer == OPT_SGD) { /* momentum: beta1 */
       void *args[] = {&wout, &w, &g, &m, &n, &b1, &wd, &decay, &sc};
-      launch(c, c->k_sgd, grid_for(n), CD_BLOCK, args);
+      launch(c, CX_K_SGD_DEV, grid_for(n), CD_BLOCK, args);
     } else {
       void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &dc, &sc};
-      launch(c, c->k_adamw, grid_for(n), CD_BLOCK, args);
+      launch(c, CX_K_ADAMW_DEV, grid_for(n), CD_BLOCK, args);
     }
   }
 }
@@ -550,16 +549,8 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->host_losses = pd_calloc(CD_LOSSES, sizeof(float));
   c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
-  c->k_sumsq = cx_program_kernel(prog, "pkc_sumsq_partial_f32");
-  c->k_final = cx_program_kernel(prog, "pkc_sumsq_final_f32");
-  c->k_adamw = cx_program_kernel(prog, "pkc_adamw_step_dev_f32");
-  c->k_sgd = cx_program_kernel(prog, "pkc_sgd_step_dev_f32");
-  c->k_copy = cx_program_kernel(prog, "pkc_copy_f32");
-  c->k_sum = cx_program_kernel(prog, "pkc_sum_ordered_f32");
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
-  if (c->p16_bytes) c->k_cast = cx_program_kernel(prog, "pkc_cast_f32_to_bf16");
   if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
-    c->k_adamw_multi = cx_program_kernel(prog, "pkc_adamw_multi_dev_f32");
     CxAdamwTensor *t = pd_calloc((size_t)st->nparams, sizeof *t);
     for (int k = 0; k < st->nparams; k++)
       t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};

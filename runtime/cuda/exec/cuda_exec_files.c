@@ -75,12 +75,16 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
   return ok;
 }
 
-bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, char *err, size_t errlen) {
-  static const char *const own[] = {"pkc_set_u32", "pkc_sumsq_partial_f32", "pkc_sumsq_final_f32", "pkc_copy_f32",
-                                    "pkc_adamw_step_dev_f32", "pkc_sgd_step_dev_f32", "pkc_sum_ordered_f32",
-                                    "pkc_cast_f32_to_bf16", "pkc_adamw_multi_dev_f32"};
+bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
+                         size_t errlen) {
+  static const char *const own[CX_NLIB_KERNELS] = {
+      [CX_K_SET_U32] = "pkc_set_u32", [CX_K_SUMSQ_PARTIAL] = "pkc_sumsq_partial_f32",
+      [CX_K_SUMSQ_FINAL] = "pkc_sumsq_final_f32", [CX_K_COPY] = "pkc_copy_f32",
+      [CX_K_ADAMW_DEV] = "pkc_adamw_step_dev_f32", [CX_K_SGD_DEV] = "pkc_sgd_step_dev_f32",
+      [CX_K_SUM_ORDERED] = "pkc_sum_ordered_f32", [CX_K_CAST_BF16] = "pkc_cast_f32_to_bf16",
+      [CX_K_ADAMW_MULTI] = "pkc_adamw_multi_dev_f32"};
   for (size_t k = 0; k < sizeof own / sizeof *own; k++)
-    if (!ops->kernel(ops->dev, module, own[k])) {
+    if (!(out[k] = ops->kernel(ops->dev, module, own[k]))) {
       snprintf(err, errlen, "%s: %s has no %s (a plan from an older pd2bwc): regenerate the plan with this pd2bwc",
                plan_dir, CODEGEN_CUDA_LIBRARY, own[k]);
       return false;

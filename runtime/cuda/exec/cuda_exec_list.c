@@ -93,7 +93,7 @@ struct CxProgram {
   int64_t block[CX_NBLOCKS];
   int64_t loss_off, bad_off, mbkey_off;
   bool needs_key[2]; /* per pass: some kernel reads the microbatch key */
-  void *set_u32;     /* the library's pkc_set_u32, which writes the key */
+  void *lib[CX_NLIB_KERNELS]; /* the library kernels (CX_K_SET_U32 writes the key) */
   CxEntry *e[2];
   int ne[2];
   int nseg;         /* the stage's segments ("segments", format 5) */
@@ -418,8 +418,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   if (!p->lib_module) goto fail;
   p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
   if (!p->module) goto fail;
-  if (!cx_library_complete(ops, p->lib_module, plan_dir, err, errlen)) goto fail;
-  p->set_u32 = ops->kernel(ops->dev, p->lib_module, "pkc_set_u32");
+  if (!cx_library_complete(ops, p->lib_module, plan_dir, p->lib, err, errlen)) goto fail;
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
   ld_segments(&l, list);
@@ -466,6 +465,8 @@ void *cx_program_kernel(const CxProgram *p, const char *name) {
   PD_CHECK(k != NULL, "(library kernel %s missing from the library module)", name);
   return k;
 }
+
+void *cx_program_lib_kernel(const CxProgram *p, CxLibKernel k) { return p->lib[k]; }
 
 static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
 
@@ -546,7 +547,7 @@ void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
     CxPtr dst = r->base[CX_SCRATCH] + (CxPtr)p->mbkey_off;
     uint32_t mb = r->microbatch;
     void *args[2] = {&dst, &mb};
-    ops->launch(ops->dev, r->stream, p->set_u32, 1, 1, args);
+    ops->launch(ops->dev, r->stream, p->lib[CX_K_SET_U32], 1, 1, args);
   }
   if (p->prof && cx_profile_timed(p->prof, r)) { /* launch by launch: a graph cannot be split by segment */
     replay_timed(p, pass, r);
