@@ -77,11 +77,11 @@ const char *cc_ptr(Emit *e, int t) {
 }
 
 int64_t cc_numel(Emit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
-static int64_t lastd(Emit *e, int t) {
+int64_t cc_lastd(Emit *e, int t) {
   const Shape *s = &e->g->tensors[t].shape;
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
-static int64_t rows(Emit *e, int t) { return cc_numel(e, t) / lastd(e, t); }
+static int64_t rows(Emit *e, int t) { return cc_numel(e, t) / cc_lastd(e, t); }
 
 bool cc_acc(Emit *e, int t) { return e->L->place[t].accumulate; }
 
@@ -161,39 +161,39 @@ static void emit_lookup(Emit *e, const Op *op, const OpDest *d) {
   case OP_EMBEDDING:
     str_printf(s, "  ctx->bad_ids += K(embedding_fwd)(%s, %s, %s, %lld, %lld, %lld);\n", Y,
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)cc_numel(e, op->in[1]),
-               (long long)lastd(e, op->in[0]), (long long)g->tensors[op->in[0]].shape.dim[0]);
+               (long long)cc_lastd(e, op->in[0]), (long long)g->tensors[op->in[0]].shape.dim[0]);
     break;
   case OP_POSITIONS: {
-    int64_t T = lastd(e, op->in[1]);
+    int64_t T = cc_lastd(e, op->in[1]);
     str_printf(s, "  K(positions_fwd)(%s, %s, %lld, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)(cc_numel(e, op->in[1]) / T), (long long)T, (long long)lastd(e, op->in[0]));
+               (long long)(cc_numel(e, op->in[1]) / T), (long long)T, (long long)cc_lastd(e, op->in[0]));
     break;
   }
   case OP_GATHER: {
-    int64_t P = lastd(e, op->in[1]), T = g->tensors[op->in[0]].shape.dim[1];
+    int64_t P = cc_lastd(e, op->in[1]), T = g->tensors[op->in[0]].shape.dim[1];
     str_printf(s, "  ctx->bad_ids += K(gather_fwd)(%s, %s, %s, %lld, %lld, %lld, %lld);\n", Y,
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)(cc_numel(e, op->in[1]) / P),
-               (long long)T, (long long)P, (long long)lastd(e, y));
+               (long long)T, (long long)P, (long long)cc_lastd(e, y));
     break;
   }
   case OP_EMBEDDING_BWD:
     str_printf(s, "  K(embedding_bwd)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)cc_numel(e, op->in[1]), (long long)lastd(e, y),
+               cc_ptr(e, op->in[1]), (long long)cc_numel(e, op->in[1]), (long long)cc_lastd(e, y),
                (long long)op->attr[0], A);
     break;
   case OP_POSITIONS_BWD: {
     const Shape *dy = &g->tensors[op->in[0]].shape;
-    int64_t C = lastd(e, op->in[0]), T = dy->dim[dy->rank - 2];
+    int64_t C = cc_lastd(e, op->in[0]), T = dy->dim[dy->rank - 2];
     str_printf(s, "  K(positions_bwd)(%s, %s, %lld, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
                (long long)(cc_numel(e, op->in[0]) / (T * C)), (long long)T, (long long)C,
                (long long)op->attr[0], A);
     break;
   }
   case OP_GATHER_BWD: {
-    int64_t P = lastd(e, op->in[1]);
+    int64_t P = cc_lastd(e, op->in[1]);
     str_printf(s, "  ctx->bad_ids += K(gather_bwd)(%s, %s, %s, %lld, %lld, %lld, %lld);\n", Y,
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)(cc_numel(e, op->in[1]) / P),
-               (long long)op->attr[0], (long long)P, (long long)lastd(e, y));
+               (long long)op->attr[0], (long long)P, (long long)cc_lastd(e, y));
     break;
   }
   default:
@@ -212,27 +212,27 @@ static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
   case OP_LINEAR:
     str_printf(s, "  K(linear_fwd)(%s, %s, %s, %s, %lld, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
                cc_ptr(e, op->in[1]), op->nin == 3 ? cc_ptr(e, op->in[2]) : "NULL",
-               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, y));
+               (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
+               (long long)cc_lastd(e, y));
     break;
   case OP_MATMUL:
     str_printf(s, "  K(matmul_fwd)(%s, %s, %s, %lld, %lld, %lld, 0, %d);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, y), op->attr[0] != 0);
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
+               (long long)cc_lastd(e, y), op->attr[0] != 0);
     break;
   case OP_LINEAR_DW:
     str_printf(s, "  K(linear_dw)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
-               (long long)lastd(e, op->in[1]), A);
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
+               (long long)cc_lastd(e, op->in[1]), A);
     break;
   case OP_BIAS_GRAD:
     str_printf(s, "  K(bias_grad)(%s, %s, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]), A);
+               (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]), A);
     break;
   case OP_MATMUL_DW_T: /* dW[N,K] = dy[M,N]ᵀ·x[M,K] */
     str_printf(s, "  K(matmul_db)(%s, %s, %s, %lld, %lld, %lld, 0, 1, %d);\n", Y, cc_ptr(e, op->in[1]),
-               cc_ptr(e, op->in[0]), (long long)rows(e, op->in[1]), (long long)lastd(e, op->in[1]),
-               (long long)lastd(e, op->in[0]), A);
+               cc_ptr(e, op->in[0]), (long long)rows(e, op->in[1]), (long long)cc_lastd(e, op->in[1]),
+               (long long)cc_lastd(e, op->in[0]), A);
     break;
   default:
     PD_CHECK(false, "(op %s is not of emit_dense's family)", op_info[op->kind].name);
@@ -265,7 +265,7 @@ static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
                  (long long)cc_numel(e, y));
     } else {
       str_printf(s, "  K(add_bias_fwd)(%s, %s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-                 cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
+                 cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)cc_lastd(e, y));
     }
     break;
   case OP_MUL:
@@ -318,11 +318,11 @@ static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
   case OP_LAYERNORM:
     str_printf(s, "  K(layernorm_fwd)(%s, NULL, %s, %s, %s, %lld, %lld, (R)%.17g);\n", Y,
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]), (long long)rows(e, y),
-               (long long)lastd(e, y), op->attr[0]);
+               (long long)cc_lastd(e, y), op->attr[0]);
     break;
   case OP_SOFTMAX:
     str_printf(s, "  K(softmax_fwd)(%s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)rows(e, y), (long long)lastd(e, y));
+               (long long)rows(e, y), (long long)cc_lastd(e, y));
     break;
   case OP_LAYERNORM_BWD: {
     int dg = op->out[1], db = op->out[2];
@@ -333,12 +333,12 @@ static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
     str_printf(s, "  K(layernorm_bwd)(%s, %s, %s, %s, 0, %s, %s, %s, %lld, %lld, (R)%.17g, %d);\n",
                cc_ptr(e, y), want_g ? cc_ptr(e, dg) : "NULL", want_b ? cc_ptr(e, db) : "NULL",
                scratch(e, op), cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]),
-               (long long)rows(e, y), (long long)lastd(e, y), op->attr[0], la);
+               (long long)rows(e, y), (long long)cc_lastd(e, y), op->attr[0], la);
     break;
   }
   case OP_SOFTMAX_BWD:
     str_printf(s, "  K(softmax_bwd)(%s, %s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)lastd(e, y));
+               cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)cc_lastd(e, y));
     break;
   default:
     PD_CHECK(false, "(op %s is not of emit_rows's family)", op_info[op->kind].name);
@@ -356,7 +356,7 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
   case OP_ATTENTION_BWD: {
     int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
     const Shape *q = &g->tensors[qkv].shape;
-    int64_t T = q->dim[1], C = lastd(e, qkv) / 3, B = cc_numel(e, qkv) / (T * 3 * C);
+    int64_t T = q->dim[1], C = cc_lastd(e, qkv) / 3, B = cc_numel(e, qkv) / (T * 3 * C);
     rng(e, r, sizeof r, op->kind == OP_ATTENTION ? op->id : op->fwd_op);
     if (op->kind == OP_ATTENTION)
       str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
@@ -383,12 +383,12 @@ static void emit_loss(Emit *e, const Op *op, const OpDest *d) {
                "  {\n    R l_;\n    ctx->bad_ids += K(cross_entropy_fwd)(&l_, %s, %s, %lld, %lld, %d);\n"
                "    *%s = l_;\n    if (ctx->loss) *ctx->loss = (double)l_;\n  }\n",
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]),
-               (long long)lastd(e, op->in[0]), (int)op->attr[0], Y);
+               (long long)cc_lastd(e, op->in[0]), (int)op->attr[0], Y);
     cc_classifier_fwd(e, op);
     break;
   case OP_CROSS_ENTROPY_BWD:
     str_printf(s, "  K(cross_entropy_bwd)(%s, %s, %s, %lld, %lld, %d, (R)1);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)lastd(e, op->in[0]),
+               cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
                (int)op->attr[0]);
     break;
   default:

@@ -15,11 +15,6 @@
  * layout.h's padded places are only larger). */
 #include "codegen/cgen_c_internal.h"
 
-static int64_t last_dim(const Emit *e, int t) {
-  const Shape *s = &e->g->tensors[t].shape;
-  return s->rank ? s->dim[s->rank - 1] : 1;
-}
-
 void cc_classifier_start(Emit *e) {
   int t = e->stored->bf16 ? e->stored->cls_grad : -1;
   if (t < 0) return;
@@ -33,7 +28,7 @@ void cc_classifier_fwd(Emit *e, const Op *op) {
   int t = e->stored->bf16 ? e->stored->cls_grad : -1;
   if (t < 0 || e->stored->place[t].alias != op->in[0]) return;
   const TensorPlace *sp = &e->stored->place[t];
-  int64_t V = last_dim(e, op->in[0]), M = cc_numel(e, op->in[0]) / V;
+  int64_t V = cc_lastd(e, op->in[0]), M = cc_numel(e, op->in[0]) / V;
   PD_CHECK(sp->cls == BUF_STASH && sp->bf16, "(the classifier's gradient is not in the stash)");
   const char *x = cc_ptr(e, op->in[0]);
   str_printf(e->s,
@@ -49,17 +44,17 @@ bool cc_gemm_bf16(Emit *e, const Op *op, const char *Y, int A) {
   int gi = t < 0 ? -1 : op->in[0] == t ? 0 : op->nin > 1 && op->in[1] == t ? 1 : -1;
   if (gi < 0) return false;
   const TensorPlace *sp = &e->stored->place[t];
-  int64_t V = last_dim(e, t), M = cc_numel(e, t) / V;
+  int64_t V = cc_lastd(e, t), M = cc_numel(e, t) / V;
   PD_CHECK(sp->cls == BUF_STASH, "(the classifier's gradient is not in the stash)");
   int x = op->in[1 - gi];
   char g16[64];
   snprintf(g16, sizeof g16, "(const uint16_t *)(void *)(S + %lld)", (long long)sp->offset);
   if (op->kind == OP_MATMUL && gi == 0)
     str_printf(e->s, "  pk_matmul_bf16a(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, g16, cc_ptr(e, x), (long long)M,
-               (long long)V, (long long)last_dim(e, op->out[0]), op->attr[0] != 0);
+               (long long)V, (long long)cc_lastd(e, op->out[0]), op->attr[0] != 0);
   else if ((op->kind == OP_LINEAR_DW && gi == 1) || (op->kind == OP_MATMUL_DW_T && gi == 0))
     str_printf(e->s, "  pk_gemm_dw_bf16(%s, %s, %s, %lld, %lld, %lld, %d, %d);\n", Y, cc_ptr(e, x), g16, (long long)M,
-               (long long)last_dim(e, x), (long long)V, op->kind == OP_MATMUL_DW_T, A);
+               (long long)cc_lastd(e, x), (long long)V, op->kind == OP_MATMUL_DW_T, A);
   else
     PD_CHECK(false, "(op %s reads the classifier's gradient as input %d)", op_info[op->kind].name, gi);
   return true;

@@ -22,10 +22,12 @@ typedef struct Emit {
 } Emit;
 
 /* cgen_c.c: tensor t's typed pointer expression (up to 8 live at once per op), its
- * element count at the microbatch size, whether its place is added into, and dropout's
- * probability as an expression ("ctx->training ? p : 0.0": evaluation turns it off). */
+ * element count at the microbatch size, its last dimension (1 for a scalar), whether
+ * its place is added into, and dropout's probability as an expression
+ * ("ctx->training ? p : 0.0": evaluation turns it off). */
 const char *cc_ptr(Emit *e, int t);
 int64_t cc_numel(Emit *e, int t);
+int64_t cc_lastd(Emit *e, int t);
 bool cc_acc(Emit *e, int t);
 const char *cc_pexpr(double p);
 

@@ -184,11 +184,10 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
  * there (cu_stage_bf16). The C program does the same (cgen_c.c). */
 static const Op *classifier_bwd(const CuEmit *e, const Op *op) {
   const TensorPlace *lp = &e->stored->place[op->in[0]];
-  if (lp->bf16) {
-    int t = e->stored->cls_grad;
-    if (t < 0 || e->stored->place[t].alias != op->in[0]) return NULL;
-    return &e->g->ops[e->g->tensors[t].producer];
-  }
+  if (lp->bf16) /* the layout's choice, as cu_find_classifier found it (one per stage) */
+    return e->cls_grad >= 0 && e->stored->place[e->cls_grad].alias == op->in[0] && op->in[0] == e->cls_logits
+               ? &e->g->ops[e->cls_bwd]
+               : NULL;
   if (!e->o->fuse) return NULL;
   for (int k = 0; k < e->L->nbwd; k++) {
     const Op *b = &e->g->ops[e->L->bwd_ops[k]];
@@ -445,7 +444,6 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
     CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
     const Op *bw = classifier_bwd(e, op);
-    if (bw && e->stored->place[op->in[0]].bf16 && op->in[0] != e->cls_logits) bw = NULL; /* one per stage */
     if (bw) { /* the fused classifier: the gradient too, over the logits, when training */
       CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
       LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V),

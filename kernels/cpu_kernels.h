@@ -197,12 +197,18 @@ PK_API void pk_bf16_store(uint16_t *y, const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = pk_f32_to_bf16_(x[i]);
 }
 
+/* One element widened exactly (pk_bf16_load's, and the bf16-reading GEMMs' of
+ * cpu_kernels_layers.h, which widen each element where they read it). */
+static inline float pk_bf16_to_f32_(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 PK_API void pk_bf16_load(float *y, const uint16_t *x, int64_t n) {
   PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u = (uint32_t)x[i] << 16;
-    memcpy(&y[i], &u, sizeof u);
-  }
+  for (int64_t i = 0; i < n; i++) y[i] = pk_bf16_to_f32_(x[i]);
 }
 
 #endif /* PD2BW_CPU_KERNELS_COMMON */

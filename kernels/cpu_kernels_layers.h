@@ -162,13 +162,6 @@ PK_API void PK(matmul_db)(PK_REAL *db, const PK_REAL *a, const PK_REAL *dy, int6
  * (gt = 1, matmul_dw_t), x [M,K], over the rows i in order after dW's old value. */
 #define PK_BF16_ROWS 8   /* pk_matmul_bf16a: rows of g per block */
 #define PK_BF16_COLS 256 /* pk_gemm_dw_bf16 (gt = 0): columns of g per block */
-static inline float pk_bf16_f32_(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 PK_API void pk_matmul_bf16a(float *y, const uint16_t *g, const float *b, int64_t M, int N, int K, int tb) {
   int64_t nb = (M + PK_BF16_ROWS - 1) / PK_BF16_ROWS;
   PK_OMP(omp parallel for schedule(static) if (M * N * K >= PK_PAR_MIN))
@@ -182,7 +175,7 @@ PK_API void pk_matmul_bf16a(float *y, const uint16_t *g, const float *b, int64_t
         const float *bk = b + (int64_t)k * N;
         float acc[PK_BF16_ROWS] = {0};
         for (int n = 0; n < N; n++)
-          for (int r = 0; r < nr; r++) acc[r] += pk_bf16_f32_(gi[(int64_t)r * N + n]) * bk[n];
+          for (int r = 0; r < nr; r++) acc[r] += pk_bf16_to_f32_(gi[(int64_t)r * N + n]) * bk[n];
         for (int r = 0; r < nr; r++) yi[(int64_t)r * K + k] = acc[r];
       }
       continue;
@@ -191,7 +184,7 @@ PK_API void pk_matmul_bf16a(float *y, const uint16_t *g, const float *b, int64_t
     for (int n = 0; n < N; n++) {
       const float *bn = b + (int64_t)n * K;
       for (int r = 0; r < nr; r++) {
-        float a = pk_bf16_f32_(gi[(int64_t)r * N + n]), *yr = yi + (int64_t)r * K;
+        float a = pk_bf16_to_f32_(gi[(int64_t)r * N + n]), *yr = yi + (int64_t)r * K;
         for (int k = 0; k < K; k++) yr[k] += a * bn[k];
       }
     }
@@ -207,7 +200,7 @@ PK_API void pk_gemm_dw_bf16(float *dW, const float *x, const uint16_t *g, int64_
       if (!accumulate)
         for (int c = 0; c < K; c++) d[c] = 0;
       for (int64_t i = 0; i < M; i++) {
-        float a = pk_bf16_f32_(g[i * N + n]);
+        float a = pk_bf16_to_f32_(g[i * N + n]);
         const float *xi = x + i * K;
         for (int c = 0; c < K; c++) d[c] += a * xi[c];
       }
@@ -227,7 +220,7 @@ PK_API void pk_gemm_dw_bf16(float *dW, const float *x, const uint16_t *g, int64_
       for (int64_t i = 0; i < M; i++) {
         float a = x[i * K + k];
         const uint16_t *gi = g + i * N + c0;
-        for (int c = 0; c < nc; c++) d[c] += a * pk_bf16_f32_(gi[c]);
+        for (int c = 0; c < nc; c++) d[c] += a * pk_bf16_to_f32_(gi[c]);
       }
     }
   }
