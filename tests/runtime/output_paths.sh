@@ -20,13 +20,7 @@ MODE=${3:-local}
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../pipeline" && pwd)
 . "$SRC/../need_mpi.sh"
 [ "$MODE" = mpi ] && need_mpi "${4:-0}"
-T=$(mktemp -d /tmp/pd2bw-out-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-export PD2BW_CACHE=${PD2BW_CACHE:-/tmp/pd2bw-test-cache-$(id -u)}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
+. "$SRC/../scratch.sh" out
 check() { # NAME COMMAND...
   local name=$1
   shift
