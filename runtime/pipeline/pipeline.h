@@ -190,6 +190,7 @@ typedef struct PipeOptions {
   bool graphs_off;         /* --cuda-graphs off: every pass launch by launch (zero: graphs on) */
   bool bench_gemm;         /* pd2bw-cuda-train: cuBLAS on the model's MLP GEMM after training */
   const char *kernel_profile; /* pd2bw-cuda-train --kernel-profile: the per-kernel table, or NULL */
+  const char *prog; /* the program's name for rank 0's lines (pipeline_main_on's prog); NULL: pd2bwrun */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */

@@ -377,13 +377,12 @@ static int run_rank(Transport *t, void *arg) {
     return 1;
   }
   int64_t first = R->first;
+  const char *prog = c->o->prog ? c->o->prog : "pd2bwrun";
   if (rk == 0 && c->o->resume_path && !c->o->quiet)
-    printf("pd2bwrun: resumed from %s at step %lld\n", c->o->resume_path, (long long)first);
-  if (first >= c->o->steps && c->o->resume_path) {
-    if (rk == 0)
-      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
-              (long long)first, (long long)c->o->steps);
-  }
+    printf("%s: resumed from %s at step %lld\n", prog, c->o->resume_path, (long long)first);
+  if (rk == 0 && first >= c->o->steps && c->o->resume_path)
+    fprintf(stderr, "%s: %s is at step %lld already, --steps %lld: nothing to train\n", prog, c->o->resume_path,
+            (long long)first, (long long)c->o->steps);
   /* --log-json: rank 0 opens it once the setup is agreed on (a failed setup leaves no
    * file), every rank hears whether it could */
   RankDrive rd = {R, E, NULL, c};
