@@ -338,10 +338,11 @@ static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDriv
  * the lines already written stay whole. */
 static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
   RankDrive *d = ctx;
-  bool written;
   (void)lo;
   (void)hi;
-  if (!pipe_log_stretch(d->R, val, &written)) return false;
+  if (!pipe_log_stretch(d->R, val)) return false;
+  /* (rank 0's log keeps its first failed write's message; the other ranks have none) */
+  bool written = !d->log || !rt_log_error(d->log)[0];
   char err[TRANSPORT_ERR_LEN + IO_ERR_LEN] = "";
   if (!written) snprintf(err, sizeof err, "%s", rt_log_error(d->log));
   return agreed(d->c, d->R->t, written, err, sizeof err);
