@@ -241,10 +241,12 @@ bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const Pip
                               double tol, FILE *out, char *err, size_t errlen);
 
 /* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
- * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
+ * peak FLOP/s of the plan's devices together, or of the one device every rank shares
+ * (one_device: PipeOptions's, single-GPU pipeline mode) (0: unknown) — the console's
+ * and the --log-json's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
 double pipe_flops_per_step(const PipePlan *p);
-double pipe_peak_flops(const PipePlan *p);
+double pipe_peak_flops(const PipePlan *p, bool one_device);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
  * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on

@@ -75,8 +75,7 @@ int64_t pipe_log_every(const PipePlan *p) {
 
 RtLog *pipe_log_open(const PipeRank *R, char *err, size_t errlen) {
   RtLog *l = rt_log_open(R->o->log_json, stdout, true, err, errlen); /* JSON only: the last stage prints */
-  /* the console's peak (pipeline.c): one GPU's in single-GPU mode, the plan's devices' else */
-  if (l) rt_log_set_peak(l, R->o->one_device ? R->pp->rt->peak_flops : pipe_peak_flops(R->pp));
+  if (l) rt_log_set_peak(l, pipe_peak_flops(R->pp, R->o->one_device)); /* the console's (pipeline.c) */
   return l;
 }
 
