@@ -78,7 +78,6 @@ else
 fi
 
 # ---- streamed: what a failing run finished is in the log, in whole lines ----
-whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '}$' "$1"; }
 streamed() { # NAME PLAN FAIL_AT LINES
   local name=$1 pl=$2 at=$3 want=$4 out rc got
   rm -f "$T/f-$pl.json"
