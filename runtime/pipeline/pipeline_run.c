@@ -410,28 +410,23 @@ static int run_rank(Transport *t, void *arg) {
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
+  int rc = 1;
   if (!ok) {
     note_error_root(c, R->err, R->stopped);
-    pipe_log_destroy(R, R->logs); /* (aborts if messages are outstanding) */
-    R->logs = NULL;
-    rt_log_close(rd.log);
-    pipe_rank_destroy(R);
-    pipe_gathered_free(&G);
-    free(val);
-    return 1;
+  } else {
+    if (rk == 0) {
+      /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
+      fill_outcome(c->p, R, &G, val, val_final, c->out);
+      ok = !rd.log || rt_log_finish(rd.log, err, sizeof err); /* its fsync and close */
+      ok = ok && (!c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
+                                    c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err));
+      ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
+      ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
+    }
+    /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
+    rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
   }
-  if (rk == 0) {
-    /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
-    fill_outcome(c->p, R, &G, val, val_final, c->out);
-    ok = !rd.log || rt_log_finish(rd.log, err, sizeof err); /* its fsync and close */
-    ok = ok && (!c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
-                                  c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err));
-    ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
-    ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
-  }
-  /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
-  int rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
-  pipe_log_destroy(R, R->logs);
+  pipe_log_destroy(R, R->logs); /* (after a failed run: aborts if messages are outstanding) */
   R->logs = NULL;
   rt_log_close(rd.log);
   pipe_gathered_free(&G);
