@@ -303,7 +303,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
   if (R->st->has_loss && R->replica == 0 && !o->quiet) {
     char lerr[IO_ERR_LEN];
     R->console = rt_log_open(NULL, stdout, false, lerr, sizeof lerr); /* no file: cannot fail */
-    rt_log_set_peak(R->console, o->one_device ? p->rt->peak_flops : pipe_peak_flops(p)); /* one GPU: its peak */
+    rt_log_set_peak(R->console, pipe_peak_flops(p, o->one_device));
     if (transport_kind(t) == TRANSPORT_MPI) rt_log_set_plain(R->console);
   }
   R->cap_ev = R->stream->n + 8;

@@ -190,6 +190,7 @@ typedef struct PipeOptions {
   bool graphs_off;         /* --cuda-graphs off: every pass launch by launch (zero: graphs on) */
   bool bench_gemm;         /* pd2bw-cuda-train: cuBLAS on the model's MLP GEMM after training */
   const char *kernel_profile; /* pd2bw-cuda-train --kernel-profile: the per-kernel table, or NULL */
+  const char *prog; /* the program's name for rank 0's lines (pipeline_main_on's prog); NULL: pd2bwrun */
 } PipeOptions;
 
 /* What rank 0 gathers at the end (MPI: only rank 0's outcome is filled). */
@@ -240,10 +241,12 @@ bool pipeline_check_reference(const PipePlan *p, const PipeOptions *o, const Pip
                               double tol, FILE *out, char *err, size_t errlen);
 
 /* Tokens and FLOPs (forward and backward, every stage and replica) of one batch; the
- * peak FLOP/s of the plan's devices together (0: unknown) — the console's rates. */
+ * peak FLOP/s of the plan's devices together, or of the one device every rank shares
+ * (one_device: PipeOptions's, single-GPU pipeline mode) (0: unknown) — the console's
+ * and the --log-json's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
 double pipe_flops_per_step(const PipePlan *p);
-double pipe_peak_flops(const PipePlan *p);
+double pipe_peak_flops(const PipePlan *p, bool one_device);
 /* After a run with --trace (trace_path, already written): rewrites plan_dir's
  * report.html with the measured timeline and the losses (runtime/report/plan_report.h). A
  * plan directory that takes no new file (shared, read-only) costs a warning on

@@ -60,7 +60,6 @@ struct PipeLogStream {
   bool sender;            /* a last stage other than rank 0 */
   int64_t lo, hi;         /* the current stretch */
   int64_t next;           /* rank 0: the first batch of the stretch whose line is not written */
-  bool written;           /* rank 0: every line so far went out whole */
   double *mb;             /* rank 0: [2][w·m] batch parity's losses, (replica, microbatch) */
   TransportRequest **rx;  /* rank 0: [2][w] posted receives (NULL: none, or rank 0's own) */
   bool posted[2];
@@ -76,8 +75,7 @@ int64_t pipe_log_every(const PipePlan *p) {
 
 RtLog *pipe_log_open(const PipeRank *R, char *err, size_t errlen) {
   RtLog *l = rt_log_open(R->o->log_json, stdout, true, err, errlen); /* JSON only: the last stage prints */
-  /* the console's peak (pipeline.c): one GPU's in single-GPU mode, the plan's devices' else */
-  if (l) rt_log_set_peak(l, R->o->one_device ? R->pp->rt->peak_flops : pipe_peak_flops(R->pp));
+  if (l) rt_log_set_peak(l, pipe_peak_flops(R->pp, R->o->one_device)); /* the console's (pipeline.c) */
   return l;
 }
 
@@ -86,7 +84,6 @@ PipeLogStream *pipe_log_create(const PipeRank *R, RtLog *log) {
   PipeLogStream *L = pd_calloc(1, sizeof *L);
   L->log = log;
   L->sender = R->rank != 0 && R->st->has_loss;
-  L->written = true;
   if (R->rank == 0) {
     L->mb = pd_calloc((size_t)(2 * p->w * p->m) + 1, sizeof(double));
     L->rx = pd_calloc((size_t)(2 * p->w) + 1, sizeof *L->rx);
@@ -145,9 +142,10 @@ static bool collect(PipeRank *R, PipeLogStream *L, int64_t u, double val) {
   for (int64_t j = 0; j < per; j++) s += mb[j];
   StepStats ss = {.loss = s / (double)per, .lr = rt_lr_at(&p->rt->train, u), .grad_norm = R->grad_norm[u - R->first],
                   .ms = R->step_ms[u - R->first]};
-  /* after a failed write no more lines: the file ends with whole ones */
-  if (L->written)
-    L->written = rt_log_step(L->log, u + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), val);
+  /* after a failed write (rt_log_error, set by the first and kept) no more lines: the
+   * file ends with whole ones */
+  if (!rt_log_error(L->log)[0])
+    (void)rt_log_step(L->log, u + 1, R->steps, &ss, pipe_tokens_per_step(p), pipe_flops_per_step(p), val);
   L->next = u + 1;
   return true;
 }
@@ -176,9 +174,8 @@ bool pipe_log_step(PipeRank *R, int64_t t) {
   return t + 1 >= L->hi || post(R, L, t + 1);
 }
 
-bool pipe_log_stretch(PipeRank *R, double val, bool *written) {
+bool pipe_log_stretch(PipeRank *R, double val) {
   PipeLogStream *L = R->logs;
-  *written = true;
   if (L->sender) {
     TransportStatus s = transport_waitall(R->t, L->tx, (int)L->ntx);
     L->ntx = 0;
@@ -187,6 +184,5 @@ bool pipe_log_stretch(PipeRank *R, double val, bool *written) {
   if (R->rank != 0) return true;
   for (int64_t u = L->next; u < L->hi; u++)
     if (!collect(R, L, u, u + 1 == L->hi ? val : NAN)) return false;
-  *written = L->written;
   return true;
 }

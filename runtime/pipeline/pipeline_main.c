@@ -121,6 +121,7 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     return 1;
   }
   if (p->rt->train.steps == 0) p->rt->train.steps = o.steps;
+  o.prog = prog;
   if (!be) { /* Threads: the host's cores shared by the ranks it runs. */
     int on_host = t ? transport_ranks_on_host(t) : p->nranks;
     int threads = o.threads ? o.threads : transport_host_cores();

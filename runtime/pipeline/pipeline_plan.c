@@ -304,4 +304,6 @@ double pipe_flops_per_step(const PipePlan *p) {
   return f * (double)(p->m * p->w);
 }
 
-double pipe_peak_flops(const PipePlan *p) { return p->rt->peak_flops * (double)p->nranks; }
+double pipe_peak_flops(const PipePlan *p, bool one_device) {
+  return p->rt->peak_flops * (one_device ? 1.0 : (double)p->nranks);
+}

@@ -218,9 +218,9 @@ bool pipe_log_begin(PipeRank *R, int64_t lo, int64_t hi);
 bool pipe_log_step(PipeRank *R, int64_t t);
 /* Every rank after the stretch and its validation (val: after the stretch's last
  * batch, NAN if none): the senders' requests completed, rank 0's remaining lines
- * written (*written false: a line of the stretch failed, rt_log_error says why; the
- * caller has every rank agree on it). false: a transport failure. */
-bool pipe_log_stretch(PipeRank *R, double val, bool *written);
+ * written (a failed one: rt_log_error of rank 0's log non-empty, and no line after
+ * it; the caller has every rank agree on it). false: a transport failure. */
+bool pipe_log_stretch(PipeRank *R, double val);
 
 /* ---- the sequential references (pipeline_seq.c, pipeline_ref.c) ------------------ */
 

@@ -338,10 +338,11 @@ static bool rank_eval(void *ctx, double *mean) { return pipe_eval_run(((RankDriv
  * the lines already written stay whole. */
 static bool rank_done(void *ctx, int64_t lo, int64_t hi, double val) {
   RankDrive *d = ctx;
-  bool written;
   (void)lo;
   (void)hi;
-  if (!pipe_log_stretch(d->R, val, &written)) return false;
+  if (!pipe_log_stretch(d->R, val)) return false;
+  /* (rank 0's log keeps its first failed write's message; the other ranks have none) */
+  bool written = !d->log || !rt_log_error(d->log)[0];
   char err[TRANSPORT_ERR_LEN + IO_ERR_LEN] = "";
   if (!written) snprintf(err, sizeof err, "%s", rt_log_error(d->log));
   return agreed(d->c, d->R->t, written, err, sizeof err);
@@ -377,13 +378,12 @@ static int run_rank(Transport *t, void *arg) {
     return 1;
   }
   int64_t first = R->first;
+  const char *prog = c->o->prog ? c->o->prog : "pd2bwrun";
   if (rk == 0 && c->o->resume_path && !c->o->quiet)
-    printf("pd2bwrun: resumed from %s at step %lld\n", c->o->resume_path, (long long)first);
-  if (first >= c->o->steps && c->o->resume_path) {
-    if (rk == 0)
-      fprintf(stderr, "pd2bwrun: %s is at step %lld already, --steps %lld: nothing to train\n", c->o->resume_path,
-              (long long)first, (long long)c->o->steps);
-  }
+    printf("%s: resumed from %s at step %lld\n", prog, c->o->resume_path, (long long)first);
+  if (rk == 0 && first >= c->o->steps && c->o->resume_path)
+    fprintf(stderr, "%s: %s is at step %lld already, --steps %lld: nothing to train\n", prog, c->o->resume_path,
+            (long long)first, (long long)c->o->steps);
   /* --log-json: rank 0 opens it once the setup is agreed on (a failed setup leaves no
    * file), every rank hears whether it could */
   RankDrive rd = {R, E, NULL, c};
@@ -410,28 +410,23 @@ static int run_rank(Transport *t, void *arg) {
   pipe_eval_destroy(E);
   PipeGathered G = {0};
   if (ok) ok = pipe_gather(R, &G);
+  int rc = 1;
   if (!ok) {
     note_error_root(c, R->err, R->stopped);
-    pipe_log_destroy(R, R->logs); /* (aborts if messages are outstanding) */
-    R->logs = NULL;
-    rt_log_close(rd.log);
-    pipe_rank_destroy(R);
-    pipe_gathered_free(&G);
-    free(val);
-    return 1;
+  } else {
+    if (rk == 0) {
+      /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
+      fill_outcome(c->p, R, &G, val, val_final, c->out);
+      ok = !rd.log || rt_log_finish(rd.log, err, sizeof err); /* its fsync and close */
+      ok = ok && (!c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
+                                    c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err));
+      ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
+      ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
+    }
+    /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
+    rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
   }
-  if (rk == 0) {
-    /* (token ids outside the vocabulary stopped the run at their step: exec_interp.c) */
-    fill_outcome(c->p, R, &G, val, val_final, c->out);
-    ok = !rd.log || rt_log_finish(rd.log, err, sizeof err); /* its fsync and close */
-    ok = ok && (!c->o->trace_path || (c->o->one_device ? pipe_trace_write_gpu : pipe_trace_write)(
-                                  c->p, G.ev, G.nev, c->o->trace_path, err, sizeof err));
-    ok = ok && (!c->o->profile_out || pipe_profile_write(c->p, G.seg, "cpu", c->o->profile_out, err, sizeof err));
-    ok = ok && (!c->o->save_path || pipe_save(c->p, &G, R->steps, R->tc.seed, c->o->save_path, err, sizeof err));
-  }
-  /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
-  int rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
-  pipe_log_destroy(R, R->logs);
+  pipe_log_destroy(R, R->logs); /* (after a failed run: aborts if messages are outstanding) */
   R->logs = NULL;
   rt_log_close(rd.log);
   pipe_gathered_free(&G);

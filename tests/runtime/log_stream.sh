@@ -29,13 +29,7 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../pipeline" && pwd)
 # Open MPI's own allocations are never freed: LeakSanitizer would fail every mpirun
 # run of the sanitizer build (as tests/pipeline/mpi.sh)
 [ "$MODE" = mpi ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-T=$(mktemp -d /tmp/pd2bw-logstream-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-export PD2BW_CACHE=${PD2BW_CACHE:-/tmp/pd2bw-test-cache-$(id -u)}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
+. "$SRC/../scratch.sh" logstream
 
 python3 - "$T/train.bin" "$T/val.bin" <<'PY' || exit 1
 import struct, sys
@@ -84,7 +78,6 @@ else
 fi
 
 # ---- streamed: what a failing run finished is in the log, in whole lines ----
-whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '}$' "$1"; }
 streamed() { # NAME PLAN FAIL_AT LINES
   local name=$1 pl=$2 at=$3 want=$4 out rc got
   rm -f "$T/f-$pl.json"

@@ -22,7 +22,7 @@
 static char *outcome_lines(const PipePlan *p, const PipeOutcome *r, size_t *len) {
   size_t cap = 1024 + (size_t)(r->steps - r->first_step) * 512, n = 0;
   char *text = pd_malloc(cap);
-  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p);
+  double tokens = pipe_tokens_per_step(p), flops = pipe_flops_per_step(p), peak = pipe_peak_flops(p, false);
   for (int64_t b = 0; b < r->steps - r->first_step; b++) {
     ConsoleStep cs = console_step(r->first_step + b + 1, r->steps, r->step_loss[b],
                                   rt_lr_at(&p->rt->train, r->first_step + b), r->grad_norm[b], r->step_ms[b], tokens,

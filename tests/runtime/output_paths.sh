@@ -20,13 +20,7 @@ MODE=${3:-local}
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../pipeline" && pwd)
 . "$SRC/../need_mpi.sh"
 [ "$MODE" = mpi ] && need_mpi "${4:-0}"
-T=$(mktemp -d /tmp/pd2bw-out-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-export PD2BW_CACHE=${PD2BW_CACHE:-/tmp/pd2bw-test-cache-$(id -u)}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
+. "$SRC/../scratch.sh" out
 check() { # NAME COMMAND...
   local name=$1
   shift
@@ -64,7 +58,6 @@ if [ "$MODE" = mpi ]; then
   # programs are compiled first, so the limit meets the log and not the compiler's output
   # (with a cold cache: "cc ... File too large")
   train plan2 -q >/dev/null || { echo "plain run failed"; exit 1; }
-  whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '}$' "$1"; }
   out=$(timeout 60 mpirun --oversubscribe --allow-run-as-root -x PD2BW_CACHE -np 2 \
     bash -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' _ "$RUN" "$T/plan2" --transport mpi --data "$T/train.bin" \
     --steps 40 --threads 1 --log-json "$T/mbig.json" 2>&1)
@@ -150,7 +143,6 @@ limited() { # KIB PLAN ARGS...
   bash -c 'trap "" XFSZ; ulimit -f "$1"; shift; exec "$@"' _ "$kib" \
     timeout 60 "$RUN" "$T/$1" --data "$T/train.bin" --threads 1 "${@:2}"
 }
-whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '}$' "$1"; }
 out=$(limited 1 plan1 --steps 40 --log-json "$T/big.json" 2>&1)
 rc=$?
 check "one-stage log past the limit fails (exit $rc)" test $rc -eq 1
