@@ -405,7 +405,7 @@ static int run_rank(Transport *t, void *arg) {
                      .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet,
                      .done = c->o->log_json ? rank_done : NULL,
                      /* one rank: a step per stretch with or without the log, as the one-stage trainer */
-                     .log_every = c->p->nranks == 1 ? 1 : c->o->log_json ? pipe_log_every(c->p) : 0};
+                     .log_every = c->p->nranks == 1 || c->o->log_json ? pipe_log_every(c->p) : 0};
   ok = pipe_drive(&drive, val, &val_final);
   pipe_eval_destroy(E);
   PipeGathered G = {0};
