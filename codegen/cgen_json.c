@@ -156,6 +156,8 @@ cJSON *codegen_train_json(const TrainConfig *t) {
   cJSON_AddNumberToObject(j, "min_lr", t->min_lr);
   cJSON_AddNumberToObject(j, "clip", t->clip);
   cJSON_AddNumberToObject(j, "delay_comp", t->delay_comp);
+  cJSON_AddNumberToObject(j, "flush_steps", (double)(t->flush_steps > 0 ? t->flush_steps : 0));
+  cJSON_AddNumberToObject(j, "predict", t->predict > 0 ? t->predict : 0);
   char seed[32];
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->seed);
   cJSON_AddStringToObject(j, "seed", seed);
@@ -186,8 +188,11 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
   cJSON_AddStringToObject(model, "name", g->name);
   cJSON_AddNumberToObject(model, "parameters", (double)graph_param_count(g));
   cJSON *train = codegen_train_json(&g->train);
-  /* gpipe keeps the vanilla rule: there is no W(t-1) for 2bw's compensation */
+  /* gpipe keeps the vanilla rule: 2bw's settings are the pipeline plan's
+   * (runtime/reference/pipeline_ref.c gives them to the one-stage reference) */
   cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(train, "delay_comp"), 0);
+  cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(train, "flush_steps"), 0);
+  cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(train, "predict"), 0);
   cJSON_AddItemToObject(root, "train", train);
   cJSON *cfg = cJSON_AddObjectToObject(root, "config");
   cJSON_AddNumberToObject(cfg, "stages", 1);

@@ -20,7 +20,12 @@
  *
  * Versions (DESIGN.md §3): flush schedules use W(t) for batch t, one slot, stepped
  * in place. 2bw: v(k) = max(floor((k-1)/m) - 1, 0) in slot v % 2; S(t) writes W(t+1)
- * into slot (t+1) % 2, which held W(t-1), the oldest. pipedream: a forward takes the
+ * into slot (t+1) % 2, which held W(t-1), the oldest. 2bw's flushed start (K =
+ * flush_batches): batches t < K-1 run as 1f1b's (drained before S(t)) and read W(t);
+ * batch K-1 reads W(K-1) and starts the 1F1B sequence without a flush, batch t >= K
+ * reading W(t-1) (the same slots: S(t) still writes slot (t+1) % 2). With weight
+ * prediction S(t) reads and writes the master slot and puts the weights of the next
+ * reader of slot (t+1) % 2 there (the interpreter's rule, docs/update-rules.md). pipedream: a forward takes the
  * newest version; S writes the next one into the lowest slot no microbatch in flight
  * uses (in place when none uses the newest).
  *
@@ -137,6 +142,21 @@ static void add(Order *o, char kind, int64_t k) {
   o->it[o->n++] = (Item){kind, k, -1};
 }
 
+int plan_2bw_version(const PlanStreamSpec *spec, int t) {
+  int fresh = spec->flush_batches > 1 ? spec->flush_batches : 1; /* batches that read W(t) */
+  return t < fresh ? t : t - 1;
+}
+
+bool plan_batch_flushed(const PlanStreamSpec *spec, int t) {
+  return spec->schedule == PS_GPIPE || spec->schedule == PS_1F1B ||
+         (spec->schedule == PS_2BW && t < spec->flush_batches - 1);
+}
+
+/* The first batch of the flush-free 1F1B sequence (2bw, pipedream). */
+static int first_unflushed(const PlanStreamSpec *sp) {
+  return sp->schedule == PS_2BW && sp->flush_batches > 1 ? sp->flush_batches - 1 : 0;
+}
+
 bool plan_tied_deferred(const PlanStreamSpec *spec, int g) {
   return spec->schedule == PS_2BW && spec->groups[g].nstages > 1;
 }
@@ -157,6 +177,20 @@ static void add_tied_steps(const PlanStreamSpec *sp, int i, int t, Order *o) {
     }
 }
 
+/* 1f1b's order of batches [t0, t1): per batch min(d-i-1, m) forwards (warm-up), F,B
+ * pairs, the remaining backwards (cool-down), then the step. */
+static void flushed_1f1b(const PlanStreamSpec *sp, int i, int t0, int t1, Order *o) {
+  int d = sp->stages;
+  int64_t m = sp->microbatches;
+  for (int t = t0; t < t1; t++) {
+    int64_t nw = d - i - 1 < m ? d - i - 1 : m, base = t * m;
+    for (int64_t j = 1; j <= nw; j++) add(o, 'F', base + j);
+    for (int64_t j = 1; j <= m - nw; j++) add(o, 'F', base + nw + j), add(o, 'B', base + j);
+    for (int64_t j = m - nw + 1; j <= m; j++) add(o, 'B', base + j);
+    add(o, 'S', t);
+  }
+}
+
 static void compute_order(const PlanStreamSpec *sp, int i, Order *o) {
   int d = sp->stages;
   int64_t m = sp->microbatches, N = m * sp->nbatches;
@@ -169,29 +203,26 @@ static void compute_order(const PlanStreamSpec *sp, int i, Order *o) {
     }
     return;
   case PS_1F1B:
-    for (int t = 0; t < sp->nbatches; t++) {
-      int64_t nw = d - i - 1 < m ? d - i - 1 : m, base = t * m;
-      for (int64_t j = 1; j <= nw; j++) add(o, 'F', base + j);
-      for (int64_t j = 1; j <= m - nw; j++) add(o, 'F', base + nw + j), add(o, 'B', base + j);
-      for (int64_t j = m - nw + 1; j <= m; j++) add(o, 'B', base + j);
-      add(o, 'S', t);
-    }
+    flushed_1f1b(sp, i, 0, sp->nbatches, o);
     return;
   case PS_2BW:
   case PS_PIPEDREAM: {
-    int64_t nw = d - i - 1 < N ? d - i - 1 : N;
-    for (int64_t j = 1; j <= nw + N; j++) {
-      int64_t f = j, b = j - nw; /* F(j), then B(j - nw) once the warm-up is done */
-      if (f <= N) {
-        if ((f - 1) % m == 0 && (f - 1) / m >= 2) add_tied_steps(sp, i, (int)((f - 1) / m) - 2, o);
+    int t0 = first_unflushed(sp) < sp->nbatches ? first_unflushed(sp) : sp->nbatches;
+    flushed_1f1b(sp, i, 0, t0, o); /* 2bw's flushed start */
+    int64_t base = (int64_t)t0 * m, n = N - base;
+    int64_t nw = d - i - 1 < n ? d - i - 1 : n;
+    for (int64_t j = 1; j <= nw + n; j++) {
+      int64_t f = base + j, b = base + j - nw; /* F(j), then B(j - nw) once the warm-up is done */
+      if (j <= n) {
+        if ((f - 1) % m == 0 && (f - 1) / m - 2 >= t0) add_tied_steps(sp, i, (int)((f - 1) / m) - 2, o);
         add(o, 'F', f);
       }
-      if (b >= 1) {
+      if (j - nw >= 1) {
         add(o, 'B', b);
         if (b % m == 0) add(o, 'S', b / m - 1);
       }
     }
-    for (int t = sp->nbatches - 2 < 0 ? 0 : sp->nbatches - 2; t < sp->nbatches; t++)
+    for (int t = sp->nbatches - 2 < t0 ? t0 : sp->nbatches - 2; t < sp->nbatches; t++)
       add_tied_steps(sp, i, t, o);
     return;
   }
@@ -260,6 +291,7 @@ static void emit_step(const PlanStreamSpec *sp, int i, int t, VState *v, PlanStr
   case PS_2BW:
     a.vslot = (t + 1) % 2;
     while (v->nslots <= a.vslot) vslot_new(v);
+    if (sp->predict) a.src_vslot = PLAN_MASTER_VSLOT;
     break;
   case PS_PIPEDREAM:
     a.vslot = -1;
@@ -285,10 +317,10 @@ static void emit_step(const PlanStreamSpec *sp, int i, int t, VState *v, PlanStr
 /* The deferred half of a 2bw update: once tied group g's gradient of batch t is
  * summed (TIED_SYNC posted at the end of batch t), write its W(t+1) into slot
  * (t+1) % 2. */
-static void emit_tied(int t, int g, PlanStream *s) {
+static void emit_tied(const PlanStreamSpec *sp, int t, int g, PlanStream *s) {
   PlanInstr a = instr(PI_OPT_STEP);
   a.batch = t, a.group = g, a.version = t + 1;
-  a.vslot = (t + 1) % 2, a.src_vslot = t % 2;
+  a.vslot = (t + 1) % 2, a.src_vslot = sp->predict ? PLAN_MASTER_VSLOT : t % 2;
   plan_stream_push(s, a);
 }
 
@@ -296,7 +328,7 @@ static void emit_deferred(const PlanStreamSpec *sp, int i, Item *defer, int *n, 
                           PlanStream *s) {
   for (int q = 0; q < *n; q++) {
     if (defer[q].kind == 'S') emit_step(sp, i, (int)defer[q].k, v, s);
-    else emit_tied((int)defer[q].k, defer[q].g, s);
+    else emit_tied(sp, (int)defer[q].k, defer[q].g, s);
   }
   *n = 0;
 }
@@ -319,17 +351,19 @@ static void build_stage(const PlanStreamSpec *sp, int i, PlanStream *s, int *nve
   int npend = 0;
   Item *defer = pd_malloc((size_t)(o.n + 1) * sizeof *defer);
   int ndefer = 0;
-  bool flush = sp->schedule == PS_GPIPE || sp->schedule == PS_1F1B;
   for (int q = 0; q < o.n; q++) {
     Item it = o.it[q];
     if (it.kind == 'S' || it.kind == 'T') {
-      if (flush) {
+      if (plan_batch_flushed(sp, (int)it.k)) {
         for (int j = 0; j < npend; j++) {
           pend[j].with_next = j + 1 < npend;
           plan_stream_push(s, pend[j]);
         }
         npend = 0;
         emit_step(sp, i, (int)it.k, &v, s);
+        /* a drained 2bw batch: its deferred tied steps now (batch t+1 reads W(t+1)) */
+        for (int g = 0; g < sp->ngroups; g++)
+          if (plan_tied_deferred(sp, g) && holds(&sp->groups[g], i)) emit_tied(sp, (int)it.k, g, s);
       } else {
         defer[ndefer++] = it;
       }
@@ -375,7 +409,7 @@ static void build_stage(const PlanStreamSpec *sp, int i, PlanStream *s, int *nve
       switch (sp->schedule) {
       case PS_GPIPE:
       case PS_1F1B: ver = v.latest, slot = 0; break;
-      case PS_2BW: ver = t - 1 > 0 ? t - 1 : 0, slot = ver % 2; break;
+      case PS_2BW: ver = plan_2bw_version(sp, t), slot = ver % 2; break;
       case PS_PIPEDREAM: ver = v.latest, slot = v.latest_slot; break;
       case PS_COUNT: PD_CHECK(0, "schedule"); break;
       }
@@ -408,7 +442,7 @@ static void build_stage(const PlanStreamSpec *sp, int i, PlanStream *s, int *nve
   }
   emit_deferred(sp, i, defer, &ndefer, &v, s);
   free(defer);
-  *nver = sp->schedule == PS_2BW ? 2 : v.nslots;
+  *nver = sp->schedule == PS_2BW ? (sp->predict ? PLAN_MASTER_VSLOT + 1 : 2) : v.nslots;
   *nstash = v.nstash;
   free(o.it);
   free(v.slot_ver);

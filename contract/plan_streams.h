@@ -52,7 +52,9 @@ typedef enum PlanOp {
                    the OPT_STEP that updates the parameter waits for the sum */
   PI_OPT_STEP,  /* optimizer step for batch `batch`: reads the newest weights (slot
                    src_vslot), writes version `version` into slot vslot (the oldest
-                   one's, or in place), zeroes the gradient buffer. group -1: every
+                   one's, or in place), zeroes the gradient buffer; under 2bw's weight
+                   prediction src_vslot is the master's, updated in place, and vslot
+                   gets the predicted weights. group -1: every
                    parameter of the stage except tied ones stepped separately (see
                    plan_tied_deferred); group g: only tied parameter g, after its
                    TIED_SYNC, from tied_grads[batch % 2] */
@@ -99,7 +101,22 @@ typedef struct PlanStreamSpec {
   int replicas; /* > 1 emits ALLREDUCE */
   const PlanTiedGroup *groups;
   int ngroups;
+  /* 2bw's refinements (docs/update-rules.md); 0 and false: plain 2bw. */
+  int flush_batches; /* K: batch t < K reads W(t) (vanilla); batches t < K-1 drain before
+                        their step, as 1f1b does; batch t >= max(K, 1) reads W(t-1) */
+  bool predict;      /* weight prediction: slot PLAN_MASTER_VSLOT holds the newest W, each
+                        step updates it in place and writes the predicted weights of the
+                        batch that next reads slot vslot there (3 version slots) */
 } PlanStreamSpec;
+
+/* The version slot of 2bw's master weights under weight prediction. */
+enum { PLAN_MASTER_VSLOT = 2 };
+
+/* The weight version 2bw's batch t reads (flush_batches K): t for t < max(K, 1), else
+ * t - 1. */
+int plan_2bw_version(const PlanStreamSpec *spec, int t);
+/* Whether batch t drains before its step (gpipe, 1f1b; 2bw's flushed start). */
+bool plan_batch_flushed(const PlanStreamSpec *spec, int t);
 
 typedef struct PlanStreams {
   PlanStreamSpec spec; /* groups pointer borrowed from the caller */

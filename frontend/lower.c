@@ -422,6 +422,7 @@ Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *con
   Graph *g = c.g;
   g->train = (TrainConfig){.optimizer = OPT_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
                            .eps = 1e-8, .weight_decay = 0.0, .schedule = LR_CONSTANT,
+                           .flush_steps = -1, .predict = -1, /* pd2bwc's 2bw defaults */
                            .loc = model->loc};
   if (collect_params(&c, model, overrides, noverrides)) {
     c.region = graph_add_region(g, RG_PROLOGUE, 0, "prologue");

@@ -167,7 +167,7 @@ static bool set_schedule(LowerCtx *c, const Ast *e, TrainConfig *t, const Ast **
 }
 
 static const char *const train_keys[] = {"batch", "microbatch", "optimizer", "lr_schedule",
-                                         "clip", "seed", "delay_comp"};
+                                         "clip", "seed", "delay_comp", "flush_steps", "predict"};
 enum { NKEYS = sizeof train_keys / sizeof train_keys[0] };
 
 void lower_train(LowerCtx *c, const Ast *train) {
@@ -180,7 +180,7 @@ void lower_train(LowerCtx *c, const Ast *train) {
       if (strcmp(train_keys[i], s->name) == 0) k = i;
     if (k < 0) {
       diag_error(c->d, s->name_loc, "unknown train setting '%s' (expected batch, microbatch, "
-                 "optimizer, lr_schedule, clip, seed or delay_comp)", s->name);
+                 "optimizer, lr_schedule, clip, seed, delay_comp, flush_steps or predict)", s->name);
       continue;
     }
     if (given[k]) {
@@ -207,6 +207,11 @@ void lower_train(LowerCtx *c, const Ast *train) {
       t->delay_comp > 0 && t->optimizer != OPT_ADAMW) /* it corrects Adam's first moment */
     diag_error(c->d, given[6]->a->loc, "delay_comp is a setting of adamw, the optimizer is %s",
                optimizer_name(t->optimizer));
+  if (given[7]) {
+    int64_t k;
+    if (int_at_least(c, given[7]->a, "flush_steps", 0, &k)) t->flush_steps = k;
+  }
+  if (given[8]) number_in(c, given[8]->a, "predict", 0, false, 10, false, &t->predict);
   if (ok && t->batch && t->microbatch && t->batch % t->microbatch != 0)
     diag_error(c->d, given[1]->a->loc, "microbatch %lld does not divide batch %lld (expected "
                "batch = microbatch x replicas x microbatches)", (long long)t->microbatch,

@@ -43,10 +43,12 @@ static const Setting settings[] = {
     {"clip", K_REAL, 0, -1, false, false, -1},
     {"seed", K_INT, 0, -1, false, false, -1},
     {"delay_comp", K_REAL, 0, -1, false, false, OPT_ADAMW},
+    {"flush_steps", K_INT, 0, 9007199254740992.0, false, false, -1},
+    {"predict", K_REAL, 0, 10, false, false, -1},
 };
 enum { NSETTINGS = sizeof settings / sizeof settings[0] };
 static const char setting_list[] = "batch, microbatch, optimizer, lr, beta1, beta2, eps, momentum, weight_decay, "
-                                   "lr_schedule, warmup, steps, min_lr, clip, seed, delay_comp";
+                                   "lr_schedule, warmup, steps, min_lr, clip, seed, delay_comp, flush_steps, predict";
 
 bool train_override_is(const char *text) { return strncmp(text, "train.", 6) == 0; }
 
@@ -126,6 +128,8 @@ static bool apply_one(LowerCtx *c, const Setting *s, const char *text, const cha
   else if (!strcmp(k, "clip")) t->clip = v;
   else if (!strcmp(k, "seed")) t->seed = (uint64_t)v;
   else if (!strcmp(k, "delay_comp")) t->delay_comp = v;
+  else if (!strcmp(k, "flush_steps")) t->flush_steps = (int64_t)v;
+  else if (!strcmp(k, "predict")) t->predict = v;
   else PD_CHECK(0, "(train setting '%s' has no field)", k);
   return true;
 }

@@ -69,6 +69,8 @@ Graph *graph_create(Arena *a, const char *name) {
   g->train.beta1 = 0.9;
   g->train.beta2 = 0.999;
   g->train.eps = 1e-8;
+  g->train.flush_steps = -1; /* pd2bwc's default (docs/update-rules.md) */
+  g->train.predict = -1;
   return g;
 }
 

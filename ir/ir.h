@@ -266,6 +266,10 @@ typedef struct TrainConfig {
    * g + λ·sqrt(v̂)·(W(t) - W(t-1)) (kernels/cpu_kernels_optim.h pk_adamw_step,
    * docs/update-rules.md). Zero under every other update rule. */
   double delay_comp;
+  /* 2bw's flushed start and weight prediction (docs/update-rules.md); -1: not given
+   * (pd2bwc writes its default for a 2bw plan, 0 for any other). */
+  int64_t flush_steps; /* K: batches t < K read W(t), the pipeline drained (vanilla) */
+  double predict;      /* k: batch t reads W(t-1) + k·(W(t-1) - W(t-2)); 0: off */
   uint64_t seed;
   Loc loc;
   /* pd2bwc's -D train.KEY=VALUE overrides as given, "KEY=VALUE" separated by

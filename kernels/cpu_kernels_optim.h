@@ -54,6 +54,20 @@ PK_API void PK(adamw_step)(PK_REAL *w_out, const PK_REAL *w_in, const PK_REAL *g
   }
 }
 
+/* 2bw's weight prediction (train.predict = k, docs/update-rules.md), after the
+ * optimizer wrote W(t+1) into w_slot from the master's W(t):
+ *   master = W(t+1),  w_slot = W(t+1) + k·(W(t+1) - W(t))
+ * the weights the next batch that reads w_slot runs on. */
+PK_API void PK(predict_step)(PK_REAL *w_slot, PK_REAL *master, int64_t n, double k) {
+  PK_REAL k_ = (PK_REAL)k;
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) {
+    PK_REAL w = w_slot[i], old = master[i];
+    master[i] = w;
+    w_slot[i] = w + k_ * (w - old);
+  }
+}
+
 /* SGD with momentum (PyTorch's SGD, dampening 0, coupled L2 weight decay):
  *   g = grad·grad_scale + wd·w_in,  buf = momentum·buf + g,  w_out = w_in - lr·buf
  * wd = weight_decay only when `decay`. buf may be NULL when momentum == 0. A

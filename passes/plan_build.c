@@ -73,7 +73,7 @@ static void size_stages(Plan *p, bool rank_only) {
     sizing.nversions = pd_malloc((size_t)d * sizeof(int));
     sizing.nstash = pd_malloc((size_t)d * sizeof(int));
     for (int i = 0; i < d; i++) {
-      sizing.nversions[i] = plan_versions_bound(cfg->schedule, d, i, cfg->microbatches);
+      sizing.nversions[i] = plan_versions_bound(cfg->schedule, d, i, cfg->microbatches, cfg->predict);
       sizing.nstash[i] = plan_stash_bound(cfg->schedule, d, i, cfg->microbatches);
     }
   } else {
@@ -83,7 +83,7 @@ static void size_stages(Plan *p, bool rank_only) {
     PlanStage *st = &p->stages[i];
     plan_stage_memory(in, c, cfg, i, st->first_seg, st->last_seg, sizing.nversions[i], sizing.nstash[i], st);
     /* the search sized memory with plan_versions_bound/plan_stash_bound */
-    PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches) &&
+    PD_CHECK(sizing.nversions[i] <= plan_versions_bound(cfg->schedule, d, i, cfg->microbatches, cfg->predict) &&
                  sizing.nstash[i] <= plan_stash_bound(cfg->schedule, d, i, cfg->microbatches) &&
                  (double)plan_stage_device_bytes(st) <= c->memory_bytes,
              "stage %d needs %d versions, %d stash slots, %.0f bytes", i, sizing.nversions[i],
@@ -173,8 +173,11 @@ void plan_build(Plan *p, PlanPlacement pl, bool rank_only) {
 }
 
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out) {
-  PlanStreamSpec sp = {p->cfg.stages, p->cfg.microbatches, p->cfg.schedule, nbatches,
-                       p->cfg.replicas, p->groups, p->ngroups};
+  bool twobw = p->cfg.schedule == PS_2BW;
+  int64_t k = p->in.flush_steps < nbatches ? p->in.flush_steps : nbatches;
+  PlanStreamSpec sp = {.stages = p->cfg.stages, .microbatches = p->cfg.microbatches, .schedule = p->cfg.schedule,
+                       .nbatches = nbatches, .replicas = p->cfg.replicas, .groups = p->groups,
+                       .ngroups = p->ngroups, .flush_batches = twobw ? (int)k : 0, .predict = twobw && p->in.predict};
   char err[512];
   return plan_streams_build(&sp, out, err, sizeof err);
 }

@@ -14,7 +14,8 @@
  * Checked on the way (any violation names stage, instruction index and microbatch):
  * a receive precedes the compute that reads it, a send follows the compute that
  * writes it; forward and backward of a microbatch use the same version and slot, the
- * version 2bw prescribes (v(k) = max(floor((k-1)/m) - 1, 0)) or the newest one
+ * version 2bw prescribes (plan_2bw_version: max(floor((k-1)/m) - 1, 0), or W(t) in a
+ * flushed start) or the newest one
  * (other schedules); an optimizer step never overwrites a version a microbatch in
  * flight still reads, and follows all m backwards of its batch; stash and version
  * slots stay within the plan's counts.
@@ -63,9 +64,10 @@ static bool tied_step(Exec *x, int s, const PlanInstr *in) {
     return exec_fail(x, s, pc, "steps tied group %d, which this stage does not step apart", g);
   if (t != S->tsteps[g])
     return exec_fail(x, s, pc, "tied step of batch %d, expected batch %d", t, S->tsteps[g]);
-  if (in->version != t + 1 || in->src_vslot != S->tlatest_slot[g])
+  int src = sp->predict ? PLAN_MASTER_VSLOT : S->tlatest_slot[g]; /* prediction: the master */
+  if (in->version != t + 1 || in->src_vslot != src)
     return exec_fail(x, s, pc, "tied step writes version %d from slot %d, expected %d from slot %d",
-                     in->version, in->src_vslot, t + 1, S->tlatest_slot[g]);
+                     in->version, in->src_vslot, t + 1, src);
   if (in->vslot < 0 || in->vslot >= S->maxv)
     return exec_fail(x, s, pc, "version slot %d outside the plan's %d", in->vslot, S->maxv);
   if (S->slot_use[in->vslot] > 0)
@@ -92,10 +94,7 @@ static bool run_fwd(Exec *x, int s, const PlanInstr *in) {
     return exec_fail(x, s, pc, "version slot %d holds version %d, not %d", in->vslot,
                      S->slot_ver[in->vslot], in->version);
   int want = S->latest;
-  if (x->s->spec.schedule == PS_2BW) {
-    int64_t v = (k - 1) / m - 1;
-    want = v > 0 ? (int)v : 0;
-  }
+  if (x->s->spec.schedule == PS_2BW) want = plan_2bw_version(&x->s->spec, (int)((k - 1) / m));
   if (in->version != want)
     return exec_fail(x, s, pc, "uses version %d, the schedule prescribes %d", in->version, want);
   for (int g = 0; g < x->s->spec.ngroups; g++)
@@ -156,9 +155,9 @@ static bool run_step(Exec *x, int s, const PlanInstr *in) {
                      S->bwd_count[t], m);
   if (x->s->spec.replicas > 1 && S->allreduced != t + 1)
     return exec_fail(x, s, pc, "step of batch %d before its all-reduce over the replicas", t);
-  if (in->src_vslot != S->latest_slot)
-    return exec_fail(x, s, pc, "updates slot %d, the newest version is in slot %d", in->src_vslot,
-                     S->latest_slot);
+  int src = x->s->spec.predict ? PLAN_MASTER_VSLOT : S->latest_slot; /* prediction: the master */
+  if (in->src_vslot != src)
+    return exec_fail(x, s, pc, "updates slot %d, the newest version is in slot %d", in->src_vslot, src);
   if (in->version != S->latest + 1)
     return exec_fail(x, s, pc, "produces version %d, expected %d", in->version, S->latest + 1);
   if (in->vslot < 0 || in->vslot >= S->maxv)

@@ -149,6 +149,8 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
   for (int r = 0; r < R; r++) plan_input_add_segment(out, g->regions[r].name);
   out->batch = g->train.batch;
   out->microbatch = g->train.microbatch;
+  out->flush_steps = g->train.flush_steps > 0 ? g->train.flush_steps : 0;
+  out->predict = g->train.predict > 0;
 
   bool has_bwd = false;
   for (int i = 0; i < g->nops; i++)

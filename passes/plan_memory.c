@@ -41,11 +41,11 @@
 
 #define PLAN_ALIGN 256u
 
-int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m) {
+int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict) {
   switch (s) {
   case PS_GPIPE:
   case PS_1F1B: return 1;
-  case PS_2BW: return 2;
+  case PS_2BW: return predict ? 3 : 2; /* prediction: the two read versions and the master */
   case PS_PIPEDREAM: {
     /* In flight at stage i: at most d-i microbatches, m consecutive ones share a
      * version, and the newest version is one of them in steady state. */

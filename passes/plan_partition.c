@@ -48,7 +48,7 @@ static double stage_mem(const Dp *p, int i, const PlanStageSums *s) {
   const PlanConfig *cfg = p->cfg;
   int d = cfg->stages;
   int64_t m = cfg->microbatches;
-  return (double)plan_stage_bytes(cfg, i, s, plan_versions_bound(cfg->schedule, d, i, m),
+  return (double)plan_stage_bytes(cfg, i, s, plan_versions_bound(cfg->schedule, d, i, m, cfg->predict),
                                   plan_stash_bound(cfg->schedule, d, i, m), NULL);
 }
 

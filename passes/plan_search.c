@@ -61,6 +61,8 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->input_bytes = src->input_bytes;
   dst->batch = src->batch;
   dst->microbatch = src->microbatch;
+  dst->flush_steps = src->flush_steps;
+  dst->predict = src->predict;
   dst->precision = src->precision;
   dst->cuda = src->cuda;
   memcpy(dst->gemm_rate, src->gemm_rate, sizeof dst->gemm_rate);
@@ -132,6 +134,7 @@ static void evaluate(Search *S, PlanConfig cfg) {
   }
   PlanCandidate *k = &S->cands[S->n];
   memset(k, 0, sizeof *k);
+  cfg.predict = cfg.schedule == PS_2BW && in->predict; /* its master copy is memory */
   k->cfg = cfg;
   if (cfg.schedule == PS_2BW && cfg.microbatches < cfg.stages) {
     snprintf(k->why, sizeof k->why, "2bw needs m >= d (m = %" PRId64 " < d = %d)",
@@ -155,7 +158,7 @@ static void evaluate(Search *S, PlanConfig cfg) {
   }
   /* The runtime's tables hold PLAN_MAX_SLOTS weight versions and stash slots per
    * stage (contract/plan_limits.h); stage 0 needs the most. */
-  int nv = plan_versions_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
+  int nv = plan_versions_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches, cfg.predict);
   int ns = plan_stash_bound(cfg.schedule, cfg.stages, 0, cfg.microbatches);
   if (nv > PLAN_MAX_SLOTS || ns > PLAN_MAX_SLOTS) {
     snprintf(k->why, sizeof k->why, "%d weight versions and %d stash slots on stage 0 (the runtime keeps %d)", nv,
@@ -187,7 +190,7 @@ static void evaluate(Search *S, PlanConfig cfg) {
       peak = 0;
       for (int i = 0; i < d; i++) {
         double mem = (double)plan_stage_memory(
-            in, S->c, &cfg, i, cuts[i], cuts[i + 1], plan_versions_bound(cfg.schedule, d, i, cfg.microbatches),
+            in, S->c, &cfg, i, cuts[i], cuts[i + 1], plan_versions_bound(cfg.schedule, d, i, cfg.microbatches, cfg.predict),
             plan_stash_bound(cfg.schedule, d, i, cfg.microbatches), NULL);
         if (mem > peak) peak = mem;
       }
@@ -252,7 +255,7 @@ static void search(Search *S, const PlanPins *pins, int devices) {
         for (int rc = 0; rc < 2; rc++) {
           if (pins->recompute == PR_OFF && rc) continue;
           if (pins->recompute == PR_ON && !rc) continue;
-          PlanConfig cfg = {d, (int)w, b, m, s, rc != 0};
+          PlanConfig cfg = {d, (int)w, b, m, s, rc != 0, false}; /* evaluate sets predict */
           evaluate(S, cfg);
         }
       }

@@ -123,6 +123,10 @@ typedef struct PlanInput {
   double input_bytes; /* per sample: what the data loader feeds stage 0 */
   int64_t batch;      /* global batch B (samples per update over all replicas) */
   int64_t microbatch; /* fixed b from the model's training section; 0 = choose */
+  /* 2bw's refinements (TrainConfig): the flushed start's batches and whether weight
+   * prediction holds a master copy (a third weight version) */
+  int64_t flush_steps;
+  bool predict;
   /* The target (zero: tf32, CPU programs only). */
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
   bool cuda;               /* the plan runs CUDA programs: each stage's device also
@@ -240,6 +244,7 @@ typedef struct PlanConfig {
   int64_t microbatch_size, microbatches;
   PlanSchedule schedule;
   bool recompute;
+  bool predict; /* 2bw with weight prediction: a master copy, 3 weight versions */
 } PlanConfig;
 
 typedef struct PlanBuffer {
@@ -411,7 +416,7 @@ double plan_tied_recv_bytes(const PlanInput *in, int a, int e, int d);
 uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c);
 
 /* Memory accounting (plan_memory.c): versions and stash slots per schedule. */
-int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m);
+int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict);
 int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m);
 /* What stage memory depends on, summed over its segments. */
 typedef struct PlanStageSums {

@@ -78,6 +78,8 @@ static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   if (!r->failed && c->delay_comp > 0 && c->optimizer != OPT_ADAMW)
     jr_fail_value(r, p, "delay_comp", cJSON_GetObjectItemCaseSensitive(t, "delay_comp"),
                   "must be 0: it is a setting of adamw, and the optimizer is sgd");
+  c->flush_steps = jr_count(r, t, p, "flush_steps", 0, false);
+  c->predict = jr_real(r, t, p, "predict", 0, false, 10, false, 0, false);
   const cJSON *seed = cJSON_GetObjectItemCaseSensitive(t, "seed");
   if (cJSON_IsString(seed)) {
     const char *v = seed->valuestring;
@@ -253,6 +255,9 @@ static void read_config(JsonRd *r, const cJSON *cfg, RtPlan *p) {
   /* the compensation reads W(t-1) where 2bw's update writes W(t+1); no other rule has it there */
   if (!r->failed && p->train.delay_comp > 0 && !p->delayed)
     jr_fail(r, "train.delay_comp", "must be 0 unless config.schedule is 2bw (the only update rule it compensates)");
+  if (!r->failed && (p->train.flush_steps > 0 || p->train.predict > 0) && !p->delayed)
+    jr_fail(r, p->train.flush_steps > 0 ? "train.flush_steps" : "train.predict",
+            "must be 0 unless config.schedule is 2bw (a setting of its update rule)");
   /* no "microbatches": what the batch leaves (older plans) */
   if (!r->failed && !cJSON_GetObjectItemCaseSensitive(cfg, "microbatches")) {
     p->m = p->train.batch / (p->b * w);

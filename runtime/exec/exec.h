@@ -136,7 +136,12 @@ typedef struct ExecPass {
 /* One parameter's optimizer step of batch t: wout = step(win, g · scale), with the
  * moments m and v (v unused by SGD) updated in place. wout may be win. g NULL: the
  * parameter has no gradient and keeps its value (copied into wout when it is another
- * version; the moments untouched). */
+ * version; the moments untouched). 2bw (docs/update-rules.md): fresh, the gradient
+ * was taken at win (a flushed step: no delay compensation, whatever tc says; else
+ * the compensation reads wout on entry as the weights it was taken at); master
+ * (weight prediction, NULL: none), after the step: master = wout's new W(t+1) and
+ * wout = W(t+1) + predict·(W(t+1) - master's old W(t)), element by element
+ * (kernels/cpu_kernels_optim.h pk_predict_step; win is master then). */
 typedef struct ExecOptStep {
   const TrainConfig *tc;
   const RtParam *param;
@@ -145,6 +150,9 @@ typedef struct ExecOptStep {
   float *m, *v;
   int64_t t;
   double scale;
+  bool fresh;
+  float *master;
+  double predict; /* k of this step: 0 in a flushed start (the reader is vanilla) */
 } ExecOptStep;
 
 typedef struct ExecDeviceOps {

@@ -113,12 +113,15 @@ static double cpu_sumsq(ExecDevice *d, const float *const *x, const int64_t *num
 
 static void cpu_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   (void)d;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (!s[i].g) { /* no gradient: its value into the version written */
       if (s[i].wout != s[i].win) memcpy(s[i].wout, s[i].win, (size_t)s[i].param->bytes);
     } else {
-      pipe_opt_step(s[i].tc, s[i].param, s[i].wout, s[i].win, s[i].g, s[i].m, s[i].v, s[i].t, s[i].scale);
+      pipe_opt_step(s[i].tc, s[i].param, s[i].wout, s[i].win, s[i].g, s[i].m, s[i].v, s[i].t, s[i].scale,
+                    s[i].fresh);
     }
+    if (s[i].master) pk_predict_step_f32(s[i].wout, s[i].master, s[i].param->numel, s[i].predict);
+  }
 }
 
 static void cpu_flush(ExecDevice *d) { (void)d; /* every loss is written by its pass */ }

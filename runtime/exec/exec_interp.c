@@ -223,9 +223,17 @@ static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, i
   const RtParam *pp = &R->st->params[k];
   float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
   const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
+  /* 2bw: batch t's gradient was taken at W(t) in a flushed start (plan_2bw_version);
+   * weight prediction steps from the master (src), which the device then updates */
+  bool fresh = R->spec.schedule != PS_2BW || plan_2bw_version(&R->spec, (int)t) == t;
+  float *master = R->spec.predict ? (float *)(void *)(R->w[PLAN_MASTER_VSLOT] + pp->offset) : NULL;
+  /* the slot written is next read by batch t+1 in a flushed start (it runs on W(t+1)
+   * itself), else by batch t+2 (predicted); plan_2bw_version(t+1) == t+1 tells */
+  bool reader_fresh = R->spec.schedule != PS_2BW || plan_2bw_version(&R->spec, (int)t + 1) == t + 1;
   R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = has_grad(R, k) ? g : NULL,
                                  .m = (float *)(void *)(R->adam_m + pp->offset),
-                                 .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale};
+                                 .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale,
+                                 .fresh = fresh, .master = master, .predict = reader_fresh ? 0 : R->tc.predict};
 }
 
 /* 1/(w·m), times the clip factor of the global norm over every stage (the
@@ -342,7 +350,7 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
     if (R->tied[g].param >= 0 && !R->tied[g].deferred) R->tied[g].state[par] = 0;
   if (R->grads_out) R->dev->ops->download(R->dev, R->grads_out, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
   R->dev->ops->zero(R->dev, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
-  R->newest = in->vslot;
+  R->newest = R->spec.predict ? PLAN_MASTER_VSLOT : in->vslot; /* the weights W(t+1) themselves */
   R->steps_done = t + 1;
   double now = pipe_now();
   R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;

@@ -58,9 +58,12 @@ static bool rank_streams(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   PlanStreams old = R->streams;
   memset(&R->streams, 0, sizeof R->streams);
+  bool twobw = p->schedule == PS_2BW;
+  int64_t K = p->rt->train.flush_steps < INT32_MAX ? p->rt->train.flush_steps : INT32_MAX;
   R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
                              .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
-                             .ngroups = p->ngroups};
+                             .ngroups = p->ngroups, .flush_batches = twobw ? (int)K : 0,
+                             .predict = twobw && p->rt->train.predict > 0};
   bool built = plan_streams_build(&R->spec, &R->streams, err, errlen);
   /* a longer run's streams must begin with what already ran (pipe_rank_extend) */
   if (built && old.st) {
@@ -421,13 +424,13 @@ char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot) {
 }
 
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
-                   float *v, int64_t t, double scale) {
+                   float *v, int64_t t, double scale, bool fresh) {
   double lr = rt_lr_at(tc, t);
   if (tc->optimizer == OPT_SGD)
     pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, tc->beta1, tc->weight_decay, pp->decay, scale);
   else
     pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, pp->decay,
-                      t + 1, scale, tc->delay_comp);
+                      t + 1, scale, fresh ? 0 : tc->delay_comp);
 }
 
 /* ---- gathering to rank 0 ------------------------------------------------------------- */

@@ -105,7 +105,8 @@ static void read_boundary(JsonRd *r, const cJSON *prog, int i, int d, const RtSt
  * its d = 1 stream (one batch tells) and the arena as plan_apply_layouts lays it out
  * (weights x versions, grads, adam_m, adam_v, stash x slots, inputs, boundary, workspace). */
 bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen) {
-  PlanStreamSpec spec = {.stages = 1, .microbatches = pp->m, .schedule = pp->schedule, .nbatches = 2, .replicas = 1};
+  PlanStreamSpec spec = {.stages = 1, .microbatches = pp->m, .schedule = pp->schedule, .nbatches = 2, .replicas = 1,
+                         .predict = pp->schedule == PS_2BW && pp->rt->train.predict > 0}; /* its master copy */
   PlanStreams s = {0};
   if (!plan_streams_build(&spec, &s, err, errlen)) return false;
   PipeStage *ps = &pp->st[0];

@@ -170,9 +170,10 @@ void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t 
  * dropout, with the stage's rng_base). */
 StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
                         char *bnd, double *loss);
-/* One optimizer step of parameter pp for batch t: wout = step(win, g · scale). */
+/* One optimizer step of parameter pp for batch t: wout = step(win, g · scale); fresh:
+ * no delay compensation (the gradient was taken at win). */
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
-                   float *v, int64_t t, double scale);
+                   float *v, int64_t t, double scale, bool fresh);
 
 /* ---- the driver loop (pipeline_drive.c) ------------------------------------------ */
 

@@ -51,6 +51,8 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
   rp->train.steps = p->rt->train.steps;
   /* PLAN/reference is a gpipe plan, which cannot hold 2bw's compensation: the pipeline's */
   rp->train.delay_comp = rp->delayed ? p->rt->train.delay_comp : 0;
+  rp->train.flush_steps = rp->delayed ? p->rt->train.flush_steps : 0; /* and its other 2bw settings */
+  rp->train.predict = rp->delayed ? p->rt->train.predict : 0;
   TrainerOptions to = {.seed = o->seed, .seed_set = o->seed_set, .data_path = o->data_path};
   if (ok) ok = (t = trainer_create(rp, &to, err, errlen)) != NULL;
   if (ok && o->resume_path) ok = trainer_resume(t, o->resume_path, err, errlen);

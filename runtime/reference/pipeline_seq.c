@@ -11,6 +11,10 @@
  * back), every stage on the weight version the rule gives it. Each stage keeps the
  * versions later microbatches may still read in a ring indexed by version number
  * (ceil(delay/m) + 2 buffers; use of an overwritten version is a broken invariant).
+ * 2bw's flushed start and weight prediction (train.flush_steps K, train.predict k;
+ * docs/update-rules.md) are read here from their definition, not from the streams:
+ * batch t runs on W(t) while t < max(K, 1), then on W(t-1), and with k > 0 batches
+ * t > max(K, 1) on W(t-1) + k·(W(t-1) - W(t-2)), made from the ring per batch.
  * After the w·m microbatches of batch t: tied gradients summed over the stages holding
  * them (ascending stage order), scale 1/(w·m) times the clip factor of the global norm
  * (a tied gradient counted once), and each stage's optimizer writes W(t+1) from its
@@ -81,6 +85,8 @@ typedef struct SeqStage {
   char **ring;
   int64_t *ring_ver; /* version each buffer holds, -1 none */
   char *grads, *adam_m, *adam_v, *stash, *work, *inputs, *bnd;
+  char *pred;       /* weight prediction: the predicted weights of batch pred_batch */
+  int64_t pred_batch;
   int T;            /* window of its token/target inputs, 0: none */
   int *group;       /* [nparams] tied group (held by >= 2 stages) of each parameter, -1 none */
 } SeqStage;
@@ -100,7 +106,7 @@ static void stage_free(SeqStage *s) {
   for (int q = 0; q < s->nring; q++) free(s->ring[q]);
   free(s->ring);
   free(s->ring_ver);
-  char *b[] = {s->grads, s->adam_m, s->adam_v, s->stash, s->work, s->inputs, s->bnd};
+  char *b[] = {s->grads, s->adam_m, s->adam_v, s->stash, s->work, s->inputs, s->bnd, s->pred};
   for (size_t q = 0; q < sizeof b / sizeof b[0]; q++) free(b[q]);
   free(s->group);
 }
@@ -137,6 +143,8 @@ static bool stage_setup(const PipePlan *p, PipeRule r, int i, uint64_t seed, Seq
   s->work = block(st->blocks[BUF_WORK]);
   s->inputs = block(st->blocks[BUF_INPUTS]);
   s->bnd = block(st->blocks[BUF_BOUNDARY]);
+  s->pred = block(st->blocks[BUF_PARAMS]);
+  s->pred_batch = -1;
   s->group = pd_malloc((size_t)(st->nparams + 1) * sizeof(int));
   for (int k = 0; k < st->nparams; k++) {
     s->group[k] = -1;
@@ -254,18 +262,39 @@ static double batch_scale(const PipePlan *p, SeqStage *S, const TrainConfig *tc)
   return norm > tc->clip ? inv * tc->clip / norm : inv;
 }
 
+/* The first batch that runs on stale weights under 2bw: max(K, 1). */
+static int64_t first_stale(const TrainConfig *tc) { return tc->flush_steps > 1 ? tc->flush_steps : 1; }
+
+/* The weights stage s runs batch t on (microbatch k of a replica: the rule's version;
+ * 2bw: its flushed start and weight prediction). */
+static char *batch_weights(SeqStage *s, const PipePlan *p, PipeRule r, const TrainConfig *tc, int i, int64_t k) {
+  if (r != PIPE_RULE_DELAYED) return weights(s, pipe_rule_version(r, p->d, i, p->m, k));
+  int64_t t = (k - 1) / p->m, fresh = first_stale(tc);
+  if (t < fresh) return weights(s, t);
+  if (!(tc->predict > 0) || t == fresh) return weights(s, t - 1);
+  if (s->pred_batch != t) { /* W(t-1) + k·(W(t-1) - W(t-2)), element by element in float */
+    const float *a = (const float *)(const void *)weights(s, t - 1), *b = (const float *)(const void *)weights(s, t - 2);
+    float *o = (float *)(void *)s->pred, kk = (float)tc->predict;
+    for (int64_t e = 0; e < s->st->blocks[BUF_PARAMS] / 4; e++) o[e] = a[e] + kk * (a[e] - b[e]);
+    s->pred_batch = t;
+  }
+  return s->pred;
+}
+
 /* Every stage: W(t+1) = step(W(t), g(t)) into the ring, gradients cleared. With
- * 2bw's delay compensation (train.delay_comp) the optimizer reads W(t-1) from the
- * buffer it writes, as the executors' 2bw update does: each parameter's W(t-1) (W(0)
- * at t = 0, which compensates nothing) is copied there first. */
+ * 2bw's delay compensation (train.delay_comp) the optimizer reads the weights the
+ * gradient was taken at from the buffer it writes, as the executors' 2bw update
+ * does: each parameter's batch_weights (W(t-1), or its prediction) is copied there
+ * first; a step whose gradient was taken at W(t) (t < max(K, 1)) compensates nothing. */
 static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, PipeRule rule, int64_t t) {
   tied_sum(p, S);
   double scale = batch_scale(p, S, tc);
-  bool comp = tc->delay_comp > 0;
-  PD_CHECK(!comp || rule == PIPE_RULE_DELAYED, "delay compensation under the %s rule", pipe_rule_name(rule));
+  bool comp = tc->delay_comp > 0 && t >= first_stale(tc);
+  PD_CHECK(!(tc->delay_comp > 0) || rule == PIPE_RULE_DELAYED, "delay compensation under the %s rule",
+           pipe_rule_name(rule));
   for (int i = 0; i < p->d; i++) {
     SeqStage *s = &S[i];
-    const char *src = weights(s, t), *prev = comp ? weights(s, t > 0 ? t - 1 : 0) : src;
+    const char *src = weights(s, t), *prev = comp ? batch_weights(s, p, rule, tc, i, t * p->m + 1) : src;
     int q = (int)((t + 1) % s->nring);
     memcpy(s->ring[q], src, (size_t)s->st->blocks[BUF_PARAMS]);
     s->ring_ver[q] = t + 1;
@@ -276,7 +305,7 @@ static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, PipeRu
       if (comp) memcpy(w, prev + pp->offset, (size_t)pp->bytes);
       pipe_opt_step(tc, pp, w, (const float *)(const void *)(src + pp->offset),
                     (const float *)(const void *)(s->grads + pp->offset), (float *)(void *)(s->adam_m + pp->offset),
-                    (float *)(void *)(s->adam_v + pp->offset), t, scale);
+                    (float *)(void *)(s->adam_v + pp->offset), t, scale, !comp);
     }
     memset(s->grads, 0, (size_t)s->st->blocks[BUF_GRADS]);
   }
@@ -286,6 +315,7 @@ static void update(const PipePlan *p, SeqStage *S, const TrainConfig *tc, PipeRu
 
 typedef struct SeqRun {
   const PipePlan *p;
+  const TrainConfig *tc;
   PipeRule rule;
   uint64_t seed;
   SeqStage *S;
@@ -303,7 +333,7 @@ static double one_microbatch(SeqRun *x, int64_t k, int64_t gmb) {
   double loss = 0;
   for (int i = 0; i < d; i++) {
     SeqStage *s = &x->S[i];
-    w[i] = weights(s, pipe_rule_version(x->rule, d, i, p->m, k));
+    w[i] = batch_weights(s, p, x->rule, x->tc, i, k);
     if (s->T) pipe_fill_samples(s->st, s->inputs, x->dl, gmb * p->b, p->b, s->T, x->tok_tmp, x->tgt_tmp);
     StageCtx c = pipe_stage_ctx(s->st, x->seed, gmb, w[i], s->grads, s->stash, s->work, s->inputs, s->bnd,
                                 s->st->has_loss ? &loss : NULL);
@@ -340,7 +370,7 @@ bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutco
   memset(out, 0, sizeof *out);
   TrainConfig tc = p->rt->train;
   if (o->seed_set) tc.seed = o->seed;
-  SeqRun x = {.p = p, .rule = r, .seed = tc.seed};
+  SeqRun x = {.p = p, .tc = &tc, .rule = r, .seed = tc.seed};
   x.S = pd_calloc((size_t)p->d, sizeof *x.S);
   x.w = pd_calloc((size_t)p->d, sizeof(char *));
   DataFile *df = NULL;

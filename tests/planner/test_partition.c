@@ -27,7 +27,7 @@ static double stage_time(const PlanInput *in, const Cluster *c, const PlanConfig
 static double stage_mem(const PlanInput *in, const Cluster *c, const PlanConfig *cfg, int i, int a, int e) {
   int d = cfg->stages;
   return (double)plan_stage_memory(in, c, cfg, i, a, e,
-                                   plan_versions_bound(cfg->schedule, d, i, cfg->microbatches),
+                                   plan_versions_bound(cfg->schedule, d, i, cfg->microbatches, cfg->predict),
                                    plan_stash_bound(cfg->schedule, d, i, cfg->microbatches), NULL);
 }
 
@@ -93,7 +93,7 @@ static void test_dp_matches_brute_force(void) {
     c.memory_bytes = 1e7 + 1e9 * urand() * urand();
     int d = 1 + (int)(urand() * (n < 4 ? n : 4));
     PlanConfig cfg = {d, urand() < 0.5 ? 1 : 2, 1 + (int64_t)(urand() * 4), 4 + (int64_t)(urand() * 4),
-                      (PlanSchedule)(int)(urand() * PS_COUNT), urand() < 0.5};
+                      (PlanSchedule)(int)(urand() * PS_COUNT), urand() < 0.5, false};
     PlanPlacement pl = urand() < 0.5 ? PP_STAGE_MAJOR : PP_REPLICA_MAJOR;
     int cuts[9];
     double over = 0, min_mem;

@@ -8,7 +8,7 @@
 static double fwd[8], bwd[8], zero[8];
 
 static PlanSimResult sim(PlanSchedule s, int d, int64_t m, int nb) {
-  PlanStreamSpec sp = {d, m, s, nb, 1, NULL, 0};
+  PlanStreamSpec sp = {d, m, s, nb, 1, NULL, 0, 0, false};
   PlanStreams st;
   char err[512];
   PlanSimResult r;
@@ -68,7 +68,7 @@ static void test_bottleneck_stage(void) {
 static void test_transfer_time(void) {
   for (int i = 0; i < 8; i++) fwd[i] = 1.0, bwd[i] = 2.0;
   double xfer[8] = {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
-  PlanStreamSpec sp = {2, 1, PS_GPIPE, 1, 1, NULL, 0};
+  PlanStreamSpec sp = {2, 1, PS_GPIPE, 1, 1, NULL, 0, 0, false};
   PlanStreams st;
   char err[256];
   EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
@@ -90,7 +90,7 @@ static void test_2bw_tied_no_stall(void) {
   double tied_cost[1] = {1.0};
   for (int d = 2; d <= 8; d *= 2) {
     PlanTiedGroup g = {0, 2, {0, d - 1}};
-    PlanStreamSpec sp = {d, 2 * d, PS_2BW, 6, 1, &g, 1};
+    PlanStreamSpec sp = {d, 2 * d, PS_2BW, 6, 1, &g, 1, 0, false};
     PlanStreams st;
     char err[512];
     EXPECT(plan_streams_build(&sp, &st, err, sizeof err));
@@ -115,7 +115,7 @@ static void test_norm_barrier(void) {
   for (int i = 0; i < 8; i++) fwd[i] = 1.0, bwd[i] = 2.0;
   for (int s = 0; s < 2; s++) {
     PlanSchedule sc = s ? PS_2BW : PS_GPIPE;
-    PlanStreamSpec sp = {2, 4, sc, 6, 1, NULL, 0};
+    PlanStreamSpec sp = {2, 4, sc, 6, 1, NULL, 0, 0, false};
     PlanStreams st;
     char err[512];
     EXPECT(plan_streams_build(&sp, &st, err, sizeof err));

@@ -11,7 +11,7 @@ static PlanTiedGroup first_last(int d) {
 static bool build(PlanSchedule s, int d, int64_t m, int nb, int w, bool tied, PlanStreams *out) {
   static PlanTiedGroup g;
   g = first_last(d);
-  PlanStreamSpec sp = {d, m, s, nb, w, tied && d > 1 ? &g : NULL, tied && d > 1 ? 1 : 0};
+  PlanStreamSpec sp = {d, m, s, nb, w, tied && d > 1 ? &g : NULL, tied && d > 1 ? 1 : 0, 0, false};
   char err[256];
   bool ok = plan_streams_build(&sp, out, err, sizeof err);
   if (!ok) fprintf(stderr, "build: %s\n", err);
@@ -53,7 +53,7 @@ static void test_slot_counts(void) {
         EXPECT_EQ_INT(b.nversions[i], 2);
         EXPECT(b.nstash[i] <= d - i);
         EXPECT(p.nversions[i] <= d - i);
-        EXPECT(p.nversions[i] <= plan_versions_bound(PS_PIPEDREAM, d, i, 1));
+        EXPECT(p.nversions[i] <= plan_versions_bound(PS_PIPEDREAM, d, i, 1, false));
         EXPECT(p.nstash[i] <= d - i);
         EXPECT(b.nstash[i] <= plan_stash_bound(PS_2BW, d, i, m));
         EXPECT(f.nstash[i] <= plan_stash_bound(PS_1F1B, d, i, m));
@@ -87,7 +87,7 @@ static void test_2bw_versions(void) {
 }
 
 static void test_2bw_needs_m_ge_d(void) {
-  PlanStreamSpec sp = {4, 3, PS_2BW, 2, 1, NULL, 0};
+  PlanStreamSpec sp = {4, 3, PS_2BW, 2, 1, NULL, 0, 0, false};
   PlanStreams st;
   char err[512];
   EXPECT(!plan_streams_build(&sp, &st, err, sizeof err));

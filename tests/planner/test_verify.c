@@ -6,7 +6,7 @@
 static PlanTiedGroup tied_group = {0, 2, {0, 3}};
 
 static void build(PlanSchedule s, int64_t m, int nb, PlanStreams *st) {
-  PlanStreamSpec sp = {4, m, s, nb, 2, &tied_group, 1};
+  PlanStreamSpec sp = {4, m, s, nb, 2, &tied_group, 1, 0, false};
   char err[256];
   bool ok = plan_streams_build(&sp, st, err, sizeof err);
   EXPECT(ok);
