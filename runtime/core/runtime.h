@@ -220,6 +220,7 @@ typedef struct RtCkptBlocks {
   const RtPlan *plan;
   const RtStage *st;
   char *params, *opt_m, *opt_v, *prev;
+  char *next; /* 2bw's weight prediction: the weights batch `step`+1 runs on (next.*); NULL none */
 } RtCkptBlocks;
 bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char *path, char *err, size_t errlen);
 /* The largest step a checkpoint may record: --steps' own limit. */

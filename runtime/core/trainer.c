@@ -79,21 +79,24 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value
                   size_t errlen) {
   const RtStage *st = b->st;
   int n = st->nparams;
-  StEntry *e = pd_calloc((size_t)n * 4 + 1, sizeof *e);
-  char **names = pd_calloc((size_t)n * 3 + 1, sizeof *names);
+  StEntry *e = pd_calloc((size_t)n * 5 + 1, sizeof *e);
+  char **names = pd_calloc((size_t)n * 4 + 1, sizeof *names);
   int ne = 0;
   for (int k = 0; k < n; k++) {
     const RtParam *p = &st->params[k];
     size_t len = strlen(p->name) + 8;
-    for (int j = 0; j < 3; j++) names[3 * k + j] = pd_malloc(len);
-    snprintf(names[3 * k], len, "opt.m.%s", p->name);
-    snprintf(names[3 * k + 1], len, "opt.v.%s", p->name);
-    snprintf(names[3 * k + 2], len, "prev.%s", p->name);
+    for (int j = 0; j < 4; j++) names[4 * k + j] = pd_malloc(len);
+    snprintf(names[4 * k], len, "opt.m.%s", p->name);
+    snprintf(names[4 * k + 1], len, "opt.v.%s", p->name);
+    snprintf(names[4 * k + 2], len, "prev.%s", p->name);
+    snprintf(names[4 * k + 3], len, "next.%s", p->name);
     entry_of(&e[ne++], p, p->name, b->params + p->offset);
-    entry_of(&e[ne++], p, names[3 * k], b->opt_m + p->offset);
-    entry_of(&e[ne++], p, names[3 * k + 1], b->opt_v + p->offset);
-    /* 2bw: the older version too, which the next batch trains on */
-    if (b->prev) entry_of(&e[ne++], p, names[3 * k + 2], b->prev + p->offset);
+    entry_of(&e[ne++], p, names[4 * k], b->opt_m + p->offset);
+    entry_of(&e[ne++], p, names[4 * k + 1], b->opt_v + p->offset);
+    /* 2bw: the older version too, which the next batch trains on; under weight
+     * prediction the weights of the batch after it (runtime/pipeline/pipeline_run.c) */
+    if (b->prev) entry_of(&e[ne++], p, names[4 * k + 2], b->prev + p->offset);
+    if (b->next) entry_of(&e[ne++], p, names[4 * k + 3], b->next + p->offset);
   }
   char step[32], seed[32], pos[32];
   snprintf(step, sizeof step, "%lld", (long long)step_index);
@@ -102,7 +105,7 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value
   const char *meta[] = {"format", "pd2bw", "model", b->plan->model, "step", step,
                         "seed", seed, "data_position", pos};
   bool ok = st_write(path, e, ne, meta, 5, err, errlen);
-  for (int k = 0; k < 3 * n; k++) free(names[k]);
+  for (int k = 0; k < 4 * n; k++) free(names[k]);
   free(names);
   free(e);
   return ok;

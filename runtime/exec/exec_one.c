@@ -146,9 +146,10 @@ double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatche
  * allocation freed with free(b.params): the arena is the device's. */
 static RtCkptBlocks host_blocks(const Trainer *t) {
   size_t pb = (size_t)t->R->st->blocks[BUF_PARAMS];
-  char *mem = pd_calloc(4 * pb + 1, 1);
+  char *mem = pd_calloc(5 * pb + 1, 1);
   return (RtCkptBlocks){.plan = t->plan, .st = t->R->st, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
-                        .prev = t->pp.schedule == PS_2BW ? mem + 3 * pb : NULL};
+                        .prev = t->pp.schedule == PS_2BW ? mem + 3 * pb : NULL,
+                        .next = t->R->spec.predict ? mem + 4 * pb : NULL};
 }
 
 bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
@@ -158,7 +159,8 @@ bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
   R->dev->ops->download(R->dev, b.params, R->w[R->newest], pb);
   R->dev->ops->download(R->dev, b.opt_m, R->adam_m, pb);
   R->dev->ops->download(R->dev, b.opt_v, R->adam_v, pb);
-  if (b.prev) R->dev->ops->download(R->dev, b.prev, R->w[1 - R->newest], pb);
+  if (b.prev) R->dev->ops->download(R->dev, b.prev, R->w[pipe_prev_slot(t->step)], pb);
+  if (b.next) R->dev->ops->download(R->dev, b.next, R->w[pipe_next_slot(t->step)], pb);
   bool ok = rt_ckpt_save(&b, t->step, R->tc.seed, path, err, errlen);
   free(b.params);
   return ok;
@@ -173,7 +175,7 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
 
 bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
   RtCkptBlocks b = host_blocks(t);
-  b.opt_m = b.opt_v = b.prev = NULL; /* the optimizer state stays zero; every version gets the weights */
+  b.opt_m = b.opt_v = b.prev = b.next = NULL; /* the optimizer state stays zero; every version gets the weights */
   bool ok = rt_ckpt_init(&b, path, err, errlen);
   if (ok) pipe_rank_set_weights(t->R, b.params, t->R->newest, NULL, -1);
   free(b.params);

@@ -488,14 +488,17 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   bool root = R->rank == 0;
   const RtStage *st = R->st;
   int64_t pbytes = st->blocks[BUF_PARAMS];
-  int prev = R->nversions >= 2 && p->schedule == PS_2BW ? 1 - R->newest : -1;
-  /* replica 0 of each stage: newest weights, 2bw's older version, AdamW moments
-   * (through host memory: the arena is the device's) */
-  const char *bufs[4] = {R->w[R->newest], prev >= 0 ? R->w[prev] : R->w[R->newest], R->adam_m, R->adam_v};
+  bool two = R->nversions >= 2 && p->schedule == PS_2BW;
+  int prev = two ? pipe_prev_slot(R->steps_done) : R->newest, next = two ? pipe_next_slot(R->steps_done) : R->newest;
+  /* replica 0 of each stage: newest weights, 2bw's older version, AdamW moments, and
+   * under weight prediction the next batch's weights (through host memory: the arena is
+   * the device's) */
+  const char *bufs[5] = {R->w[R->newest], R->w[prev], R->adam_m, R->adam_v, R->w[next]};
+  int nbufs = R->spec.predict ? 5 : 4;
   if (R->replica == 0 && !root) {
     char *host = pd_malloc((size_t)pbytes + 1);
     bool ok = true;
-    for (int q = 0; ok && q < 4; q++) {
+    for (int q = 0; ok && q < nbufs; q++) {
       R->dev->ops->download(R->dev, host, bufs[q], (uint64_t)pbytes);
       ok = pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER, host, (size_t)pbytes, "final weights"));
     }
@@ -522,17 +525,19 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   G->stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
   G->stage_m = pd_calloc((size_t)p->d, sizeof(char *));
   G->stage_v = pd_calloc((size_t)p->d, sizeof(char *));
+  if (nbufs == 5) G->stage_next = pd_calloc((size_t)p->d, sizeof(char *));
   G->mb_loss = pd_calloc((size_t)(nl * p->w + 1), sizeof(double));
   for (int s = 0; s < p->d; s++) {
     int64_t b = p->rt->stages[s].blocks[BUF_PARAMS];
-    char **dst[4] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s]};
-    for (int q = 0; q < 4; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
+    char **dst[5] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s],
+                     G->stage_next ? &G->stage_next[s] : NULL};
+    for (int q = 0; q < nbufs; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
     int src = p->st[s].rank_of_replica[0];
     if (src == 0) {
-      for (int q = 0; q < 4; q++) R->dev->ops->download(R->dev, *dst[q], bufs[q], (uint64_t)b);
+      for (int q = 0; q < nbufs; q++) R->dev->ops->download(R->dev, *dst[q], bufs[q], (uint64_t)b);
       continue;
     }
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < nbufs; q++)
       if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
   }
   double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
@@ -574,7 +579,9 @@ void pipe_gathered_free(PipeGathered *G) {
     if (G->stage_prev) free(G->stage_prev[s]);
     if (G->stage_m) free(G->stage_m[s]);
     if (G->stage_v) free(G->stage_v[s]);
+    if (G->stage_next) free(G->stage_next[s]);
   }
+  free(G->stage_next);
   free(G->stage_w);
   free(G->stage_prev);
   free(G->stage_m);

@@ -113,6 +113,7 @@ typedef struct PipeRank {
 typedef struct PipeGathered {
   int d;
   char **stage_w, **stage_prev, **stage_m, **stage_v; /* [d] params blocks of replica 0 */
+  char **stage_next; /* [d] 2bw's weight prediction: the weights of batch step+1; else NULL */
   double *mb_loss; /* reference order */
   PipeEvent *ev;
   int64_t nev;
@@ -153,6 +154,12 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
  * batches <= t wrote and waits only on messages of batch t). Between two calls no
  * microbatch is in flight and no message is pending (pipeline_eval.c runs there). */
 bool pipe_gather(PipeRank *R, PipeGathered *G);
+/* 2bw's version slots at a drained point after `step` batches: the one batch `step`
+ * runs on unless it runs on W(step) (a checkpoint's prev.*: W(step-1), or its
+ * prediction), and the one batch step+1 runs on (next.*, weight prediction only: in
+ * plain 2bw it holds W(step), the newest). */
+static inline int pipe_prev_slot(int64_t step) { return (int)((step + 1) % 2); }
+static inline int pipe_next_slot(int64_t step) { return (int)(step % 2); }
 void pipe_gathered_free(PipeGathered *G);
 
 /* Pieces of a rank's setup, shared with the sequential multi-stage reference

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu_kernels.h"
+
 /* ---- checkpoints ------------------------------------------------------------------ */
 
 bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen) {
@@ -56,6 +58,25 @@ static bool load_tensor(SafeTensors *s, const char *path, const RtParam *p, cons
   return st_read_f32(s, x, dst, err, errlen);
 }
 
+/* Weight prediction: parameter p's weights of batch step+1 into hn: the checkpoint's
+ * next.* when it has one (a run with prediction wrote it), else made from W(step) and
+ * W(step-1) (prev.* of a run without it) as the optimizer's prediction pass would. */
+static bool load_next(PipeRank *R, SafeTensors *s, const char *path, const RtParam *p, int64_t step, const char *hw,
+                      const char *hp, char *hn, char *err, size_t errlen) {
+  char nm[512];
+  snprintf(nm, sizeof nm, "next.%s", p->name);
+  if (st_find(s, nm)) return load_tensor(s, path, p, nm, hn + p->offset, err, errlen);
+  size_t n = (size_t)p->bytes;
+  memcpy(hn + p->offset, hw + p->offset, n);
+  if (plan_2bw_version(&R->spec, (int)step + 1) != step + 1) { /* batch step+1 runs on a prediction */
+    float *next = (float *)(void *)(hn + p->offset), *old = pd_malloc(n + 4);
+    memcpy(old, hp + p->offset, n);
+    pk_predict_step_f32(next, old, p->numel, R->tc.predict);
+    free(old);
+  }
+  return true;
+}
+
 bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   int64_t step;
   if (!pipe_ckpt_step(path, &step, err, errlen)) return false;
@@ -65,12 +86,13 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   }
   SafeTensors *s = st_open(path, err, errlen);
   if (!s) return false;
-  bool two = R->pp->schedule == PS_2BW;
-  int newest = two ? (int)(step % 2) : 0, prev = two ? (int)((step + 1) % 2) : 0;
+  bool two = R->pp->schedule == PS_2BW, pred = two && R->spec.predict;
+  int newest = pred ? PLAN_MASTER_VSLOT : two ? (int)(step % 2) : 0, prev = two ? pipe_prev_slot(step) : 0;
   /* host blocks of the params block's layout: the newest weights, AdamW m and v, 2bw's
-   * older version; onto the device when the whole file was read */
+   * older version, the next batch's weights under prediction; onto the device when the
+   * whole file was read */
   size_t pb = (size_t)R->st->blocks[BUF_PARAMS];
-  char *h = pd_calloc(4 * pb + 1, 1), *hw = h, *hm = h + pb, *hv = h + 2 * pb, *hp = h + 3 * pb;
+  char *h = pd_calloc(5 * pb + 1, 1), *hw = h, *hm = h + pb, *hv = h + 2 * pb, *hp = h + 3 * pb, *hn = h + 4 * pb;
   bool ok = true;
   for (int k = 0; ok && k < R->st->nparams; k++) {
     const RtParam *p = &R->st->params[k];
@@ -92,6 +114,7 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
         memcpy(hp + p->offset, hw + p->offset, (size_t)p->bytes);
       }
     }
+    if (ok && pred) ok = load_next(R, s, path, p, step, hw, hp, hn, err, errlen);
   }
   uint64_t seed = R->tc.seed;
   ok = ok && rt_ckpt_meta(s, path, &step, &seed, err, errlen);
@@ -100,6 +123,7 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   if (ok) {
     /* every other slot starts as the newest version (only flush-free schedules use them) */
     pipe_rank_set_weights(R, hw, newest, two ? hp : NULL, prev);
+    if (pred) R->dev->ops->upload(R->dev, R->w[pipe_next_slot(step)], hn, pb);
     R->dev->ops->upload(R->dev, R->adam_m, hm, pb);
     R->dev->ops->upload(R->dev, R->adam_v, hv, pb);
     R->first = step;
@@ -170,20 +194,22 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
   ParamRef *pr;
   int n = model_params(p, &pr);
   bool two = p->schedule == PS_2BW;
-  StEntry *e = pd_calloc((size_t)n * 4 + 1, sizeof *e);
-  char **names = pd_calloc((size_t)n * 3 + 1, sizeof *names);
+  StEntry *e = pd_calloc((size_t)n * 5 + 1, sizeof *e);
+  char **names = pd_calloc((size_t)n * 4 + 1, sizeof *names);
   int ne = 0;
   for (int k = 0; k < n; k++) {
     const RtParam *q = pr[k].p;
     int s = pr[k].stage;
     size_t len = strlen(q->name) + 8;
-    for (int j = 0; j < 3; j++) names[3 * k + j] = pd_malloc(len);
-    snprintf(names[3 * k], len, "opt.m.%s", q->name);
-    snprintf(names[3 * k + 1], len, "opt.v.%s", q->name);
-    snprintf(names[3 * k + 2], len, "prev.%s", q->name);
-    const char *src[4] = {G->stage_w[s], G->stage_m[s], G->stage_v[s], G->stage_prev[s]};
-    const char *nm[4] = {q->name, names[3 * k], names[3 * k + 1], names[3 * k + 2]};
-    for (int j = 0; j < (two ? 4 : 3); j++) {
+    for (int j = 0; j < 4; j++) names[4 * k + j] = pd_malloc(len);
+    snprintf(names[4 * k], len, "opt.m.%s", q->name);
+    snprintf(names[4 * k + 1], len, "opt.v.%s", q->name);
+    snprintf(names[4 * k + 2], len, "prev.%s", q->name);
+    snprintf(names[4 * k + 3], len, "next.%s", q->name);
+    const char *src[5] = {G->stage_w[s], G->stage_m[s], G->stage_v[s], G->stage_prev[s],
+                          G->stage_next ? G->stage_next[s] : NULL};
+    const char *nm[5] = {q->name, names[4 * k], names[4 * k + 1], names[4 * k + 2], names[4 * k + 3]};
+    for (int j = 0; j < (!two ? 3 : G->stage_next ? 5 : 4); j++) {
       StEntry *x = &e[ne++];
       x->name = nm[j];
       x->dtype = ST_F32;
@@ -198,10 +224,12 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
   snprintf(pos, sizeof pos, "%lld", (long long)(step * p->b * p->m * p->w));
   snprintf(part, sizeof part, "%d stages x %d replicas", p->d, p->w);
   const char *meta[] = {"format", "pd2bw", "model", p->rt->model, "step", st, "seed", sd, "data_position", pos,
-                        "schedule", plan_schedule_name(p->schedule), "weight_versions", two ? "2 (prev.* = W(step-1))" : "1",
+                        "schedule", plan_schedule_name(p->schedule), "weight_versions",
+                        !two ? "1" : G->stage_next ? "3 (prev.*, next.*: the weights batches step and step+1 run on)"
+                                                   : "2 (prev.* = W(step-1))",
                         "partition", part};
   bool ok = st_write(path, e, ne, meta, 8, err, errlen);
-  for (int k = 0; k < 3 * n; k++) free(names[k]);
+  for (int k = 0; k < 4 * n; k++) free(names[k]);
   free(names);
   free(e);
   free(pr);
