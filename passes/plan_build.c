@@ -177,7 +177,7 @@ bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out) {
   int64_t k = p->in.flush_steps < nbatches ? p->in.flush_steps : nbatches;
   PlanStreamSpec sp = {.stages = p->cfg.stages, .microbatches = p->cfg.microbatches, .schedule = p->cfg.schedule,
                        .nbatches = nbatches, .replicas = p->cfg.replicas, .groups = p->groups,
-                       .ngroups = p->ngroups, .flush_batches = twobw ? (int)k : 0, .predict = twobw && p->in.predict};
+                       .ngroups = p->ngroups, .flush_batches = twobw ? (int)k : 0, .predict = twobw && p->cfg.predict};
   char err[512];
   return plan_streams_build(&sp, out, err, sizeof err);
 }

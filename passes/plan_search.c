@@ -63,6 +63,7 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->microbatch = src->microbatch;
   dst->flush_steps = src->flush_steps;
   dst->predict = src->predict;
+  dst->predict_optional = src->predict_optional;
   dst->precision = src->precision;
   dst->cuda = src->cuda;
   memcpy(dst->gemm_rate, src->gemm_rate, sizeof dst->gemm_rate);
@@ -126,7 +127,7 @@ typedef struct Search {
   char refused[256];/* why a pinned-looking config cannot run at all */
 } Search;
 
-static void evaluate(Search *S, PlanConfig cfg) {
+static void evaluate_one(Search *S, PlanConfig cfg) {
   const PlanInput *in = S->in;
   if (S->n == S->cap) {
     S->cap = S->cap ? 2 * S->cap : 64;
@@ -134,7 +135,6 @@ static void evaluate(Search *S, PlanConfig cfg) {
   }
   PlanCandidate *k = &S->cands[S->n];
   memset(k, 0, sizeof *k);
-  cfg.predict = cfg.schedule == PS_2BW && in->predict; /* its master copy is memory */
   k->cfg = cfg;
   if (cfg.schedule == PS_2BW && cfg.microbatches < cfg.stages) {
     snprintf(k->why, sizeof k->why, "2bw needs m >= d (m = %" PRId64 " < d = %d)",
@@ -209,6 +209,19 @@ static void evaluate(Search *S, PlanConfig cfg) {
   }
   free(cuts), free(t), free(A);
   S->n++;
+}
+
+/* A 2bw candidate holds weight prediction's master copy (memory); where that does not
+ * fit and prediction is pd2bwc's default rather than the user's, the same candidate
+ * without it. */
+static void evaluate(Search *S, PlanConfig cfg) {
+  cfg.predict = cfg.schedule == PS_2BW && S->in->predict;
+  evaluate_one(S, cfg);
+  if (cfg.predict && S->in->predict_optional && !S->cands[S->n - 1].fits) {
+    S->n--;
+    cfg.predict = false;
+    evaluate_one(S, cfg);
+  }
 }
 
 static int64_t largest_divisor_le(int64_t n, int64_t cap) {

@@ -126,7 +126,7 @@ typedef struct PlanInput {
   /* 2bw's refinements (TrainConfig): the flushed start's batches and whether weight
    * prediction holds a master copy (a third weight version) */
   int64_t flush_steps;
-  bool predict;
+  bool predict, predict_optional; /* optional: pd2bwc's default, dropped where it does not fit */
   /* The target (zero: tf32, CPU programs only). */
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
   bool cuda;               /* the plan runs CUDA programs: each stage's device also

@@ -10,6 +10,7 @@
 #include "passes/passes.h"
 #include "runtime/report/plan_report.h"
 #include "tools/plan_dir.h"
+#include "tools/update_rule.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -452,63 +453,6 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   return ok;
 }
 
-/* 2bw's flushed start and weight prediction where the model and the command line
- * leave them unset (docs/update-rules.md "Defaults"): K = the first tenth of the
- * learning-rate schedule (train.steps; 10 x warmup when it has no length), k = 1.
- * Before planning: a 2bw candidate's memory depends on k (the master copy). */
-static void default_2bw_settings(TrainConfig *t, bool given[2]) {
-  given[0] = t->flush_steps >= 0, given[1] = t->predict >= 0;
-  if (t->flush_steps < 0) t->flush_steps = t->steps > 0 ? (t->steps + 9) / 10 : 10 * t->warmup;
-  if (t->predict < 0) t->predict = 1;
-}
-
-/* plan.json's "update_rule": what the chosen schedule does to the update (2bw and
- * pipedream train on stale weights), and 2bw's settings in force
- * (docs/update-rules.md). Settings of 2bw asked for under any other rule are dropped
- * (dropped[] set: delay_comp, flush_steps, predict) and train.* says 0: only 2bw holds
- * the versions they read; unset ones are 0 there silently. */
-static cJSON *update_rule_json(Graph *g, PlanSchedule s, const bool given[2], double dropped[3]) {
-  TrainConfig *t = &g->train;
-  dropped[0] = dropped[1] = dropped[2] = 0;
-  if (s != PS_2BW) {
-    if (t->delay_comp > 0) dropped[0] = t->delay_comp;
-    if (given[0] && t->flush_steps > 0) dropped[1] = (double)t->flush_steps;
-    if (given[1] && t->predict > 0) dropped[2] = t->predict;
-    t->delay_comp = 0, t->flush_steps = 0, t->predict = 0;
-  }
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddStringToObject(j, "rule", s == PS_2BW ? "2bw" : s == PS_PIPEDREAM ? "pipedream" : "vanilla");
-  cJSON_AddBoolToObject(j, "changes_update", plan_schedule_stale(s));
-  cJSON_AddNumberToObject(j, "delay_comp", t->delay_comp);
-  cJSON_AddNumberToObject(j, "flush_steps", (double)t->flush_steps);
-  cJSON_AddNumberToObject(j, "predict", t->predict);
-  return j;
-}
-
-static void print_update_rule(FILE *out, PlanSchedule s, const TrainConfig *t, const double dropped[3]) {
-  if (s == PS_2BW) {
-    fprintf(out, "update rule: 2bw, W(t+1) = W(t) - lr*grad f(W~(t)) (one step stale, not vanilla's); ");
-    if (t->flush_steps > 1)
-      fprintf(out, "flushed start: the first %lld steps vanilla (train.flush_steps); ", (long long)t->flush_steps);
-    else
-      fprintf(out, "no flushed start (train.flush_steps %lld); ", (long long)t->flush_steps);
-    if (t->predict > 0)
-      fprintf(out, "weight prediction W~(t) = W(t-1) + %g*(W(t-1) - W(t-2)) (train.predict); ", t->predict);
-    else
-      fprintf(out, "no weight prediction, W~(t) = W(t-1) (train.predict 0); ");
-    fprintf(out, "delay compensation %s\n", t->delay_comp > 0 ? "on" : "off (train.delay_comp)");
-  } else if (s == PS_PIPEDREAM)
-    fprintf(out, "update rule: pipedream, stage i's gradients are d-1-i steps stale (not vanilla's)\n");
-  else
-    fprintf(out, "update rule: vanilla (schedule %s changes no update)\n", plan_schedule_name(s));
-  if (dropped[0] > 0)
-    fprintf(out, "delay compensation: off, train.delay_comp=%g compensates the 2bw rule only\n", dropped[0]);
-  if (dropped[1] > 0)
-    fprintf(out, "flushed start: off, train.flush_steps=%g is a setting of the 2bw rule only\n", dropped[1]);
-  if (dropped[2] > 0)
-    fprintf(out, "weight prediction: off, train.predict=%g is a setting of the 2bw rule only\n", dropped[2]);
-}
-
 static void print_count(FILE *out, int64_t n) {
   char digits[32], buf[48];
   int len = snprintf(digits, sizeof digits, "%lld", (long long)n), j = 0;
@@ -571,8 +515,7 @@ int main(int argc, char **argv) {
   PassOptions popt = {.print_after = o.print_after, .print_to = stdout, .verify = true};
   if (!passes_run(g, &d, &popt)) goto done;
 
-  bool given_2bw[2];
-  default_2bw_settings(&g->train, given_2bw);
+  UpdateRuleGiven given_2bw = update_rule_defaults(&g->train);
   have_input = true; /* plan_input_from_graph initialises pin */
   if (!plan_input_from_graph_bf16(g, o.backend_cuda && o.precision == PPR_BF16, &pin)) {
     diag_error(&d, (Loc){o.model, 0, 0}, "cannot derive planner input from the model");
@@ -583,6 +526,7 @@ int main(int argc, char **argv) {
    * precision; the C programs (--backend cpu) are float32 throughout. */
   pin.cuda = o.backend_cuda;
   pin.precision = o.backend_cuda ? o.precision : PPR_FP32;
+  pin.predict_optional = !given_2bw.predict; /* the default gives way where its master copy does not fit */
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
   plan = fit_exact(g, &pin, &cluster, plan, o.allow_over, &d);
@@ -593,8 +537,8 @@ int main(int argc, char **argv) {
   cJSON_AddNumberToObject(root, "version", PD2BW_PLAN_FORMAT_VERSION);
   cJSON_AddStringToObject(root, "compiler", "pd2bwc " PD2BW_VERSION);
   cJSON_AddItemToObject(root, "model", model_json(g, plan->cfg.microbatch_size));
-  double dropped[3];
-  cJSON_AddItemToObject(root, "update_rule", update_rule_json(g, plan->cfg.schedule, given_2bw, dropped));
+  UpdateRuleDropped dropped;
+  cJSON_AddItemToObject(root, "update_rule", update_rule_json(&g->train, &plan->cfg, given_2bw, &dropped));
   cJSON_AddItemToObject(root, "train", codegen_train_json(&g->train));
 
   char *tmp = plan_dir_begin(o.out, &d);
@@ -618,7 +562,7 @@ int main(int argc, char **argv) {
            graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
            graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
     plan_print_summary(plan, stdout);
-    print_update_rule(stdout, plan->cfg.schedule, &g->train, dropped);
+    update_rule_print(stdout, plan->cfg.schedule, &g->train, &dropped);
     printf("wrote %s/plan.json (and %s/report.html, the plan as a web page)\n", o.out, o.out);
   }
   rc = 0;
