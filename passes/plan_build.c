@@ -115,6 +115,7 @@ static void sim_costs(Plan *p, PlanPlacement pl) {
   p->tied_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
   p->tied_step_s = pd_calloc((size_t)(p->ngroups > 0 ? p->ngroups : 1), sizeof(double));
   double opt_bw = c->optimizer_bandwidth > 0 ? c->optimizer_bandwidth : c->mem_bandwidth;
+  double step_bytes = PLAN_STEP_BYTES + (cfg->predict ? PLAN_PREDICT_BYTES : 0);
   for (int i = 0; i < d; i++) {
     PlanStage *st = &p->stages[i];
     p->fwd_s[i] = st->fwd_s, p->bwd_s[i] = st->bwd_s;
@@ -134,15 +135,26 @@ static void sim_costs(Plan *p, PlanPlacement pl) {
       if (p->groups[g].nstages > 1 && cfg->schedule == PS_2BW)
         for (int q = 0; q < p->groups[g].nstages; q++)
           if (p->groups[g].stages[q] == i) own -= (double)in->tied[p->groups[g].tied].count;
-    p->step_s[i] = opt_bw > 0 ? own * PLAN_STEP_BYTES / opt_bw : 0;
+    p->step_s[i] = opt_bw > 0 ? own * step_bytes / opt_bw : 0;
   }
   for (int g = 0; g < p->ngroups; g++) {
     const PlanTiedGroup *G = &p->groups[g];
     if (G->nstages < 2) continue;
     double bw = stage_bw_between(p, G->stages[0], G->stages[G->nstages - 1]);
     p->tied_s[g] = plan_cost_allreduce((double)in->tied[G->tied].count * 4, G->nstages, bw);
-    p->tied_step_s[g] = opt_bw > 0 ? (double)in->tied[G->tied].count * PLAN_STEP_BYTES / opt_bw : 0;
+    p->tied_step_s[g] = opt_bw > 0 ? (double)in->tied[G->tied].count * step_bytes / opt_bw : 0;
   }
+}
+
+/* The plan's streams of nbatches batches with a flushed start of `flush` (2bw only). */
+static bool streams_flushed(const Plan *p, int nbatches, int64_t flush, PlanStreams *out) {
+  bool twobw = p->cfg.schedule == PS_2BW;
+  int64_t k = flush < nbatches + 1 ? flush : nbatches + 1;
+  PlanStreamSpec sp = {.stages = p->cfg.stages, .microbatches = p->cfg.microbatches, .schedule = p->cfg.schedule,
+                       .nbatches = nbatches, .replicas = p->cfg.replicas, .groups = p->groups,
+                       .ngroups = p->ngroups, .flush_batches = twobw ? (int)k : 0, .predict = twobw && p->cfg.predict};
+  char err[512];
+  return plan_streams_build(&sp, out, err, sizeof err);
 }
 
 void plan_build(Plan *p, PlanPlacement pl, bool rank_only) {
@@ -163,23 +175,40 @@ void plan_build(Plan *p, PlanPlacement pl, bool rank_only) {
   PD_CHECK(ok, "plan streams fail verification: %s", err);
   sim_costs(p, pl);
   PlanStreams sim;
-  PD_CHECK(plan_streams_generate(p, PLAN_SIM_BATCHES, &sim), "streams");
+  PD_CHECK(streams_flushed(p, PLAN_SIM_BATCHES, 0, &sim), "streams"); /* the steady state */
   PlanCosts costs = {p->fwd_s, p->bwd_s, p->act_xfer, p->grad_xfer, p->allreduce_s, p->step_s,
                      p->tied_s, p->tied_step_s, true};
   ok = plan_exec(&sim, nv, ns, &costs, !rank_only, &p->sim, err, sizeof err);
   PD_CHECK(ok, "simulation fails verification: %s", err);
   plan_streams_free(&sim);
+  p->flushed_step_s = 0;
+  if (p->cfg.schedule == PS_2BW && p->in.flush_steps > 1) {
+    /* 2bw's flushed start: the transition into the steady state verified (batch 0
+     * flushed), and a flushed batch's time from a run of them */
+    PD_CHECK(streams_flushed(p, PLAN_SIM_BATCHES, 2, &sim), "streams");
+    ok = plan_verify(&sim, nv, ns, err, sizeof err);
+    PD_CHECK(ok, "the flushed start's streams fail verification: %s", err);
+    plan_streams_free(&sim);
+    PD_CHECK(streams_flushed(p, PLAN_SIM_BATCHES, PLAN_SIM_BATCHES + 1, &sim), "streams");
+    PlanSimResult fr = {0};
+    ok = plan_exec(&sim, nv, ns, &costs, false, &fr, err, sizeof err);
+    PD_CHECK(ok, "the flushed start's simulation fails verification: %s", err);
+    p->flushed_step_s = fr.step_time_s;
+    plan_sim_result_free(&fr);
+    plan_streams_free(&sim);
+  }
   free(nv), free(ns), free(cuts);
 }
 
+double plan_run_step_time(const Plan *p) {
+  double t = p->sim.step_time_s;
+  int64_t S = p->in.steps, K = p->in.flush_steps < S ? p->in.flush_steps : S;
+  if (p->flushed_step_s <= 0 || S <= 0) return t;
+  return ((double)(S - K) * t + (double)K * p->flushed_step_s) / (double)S;
+}
+
 bool plan_streams_generate(const Plan *p, int nbatches, PlanStreams *out) {
-  bool twobw = p->cfg.schedule == PS_2BW;
-  int64_t k = p->in.flush_steps < nbatches ? p->in.flush_steps : nbatches;
-  PlanStreamSpec sp = {.stages = p->cfg.stages, .microbatches = p->cfg.microbatches, .schedule = p->cfg.schedule,
-                       .nbatches = nbatches, .replicas = p->cfg.replicas, .groups = p->groups,
-                       .ngroups = p->ngroups, .flush_batches = twobw ? (int)k : 0, .predict = twobw && p->cfg.predict};
-  char err[512];
-  return plan_streams_build(&sp, out, err, sizeof err);
+  return streams_flushed(p, nbatches, p->in.flush_steps, out);
 }
 
 void plan_free_parts(Plan *p) {

@@ -62,6 +62,7 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->batch = src->batch;
   dst->microbatch = src->microbatch;
   dst->flush_steps = src->flush_steps;
+  dst->steps = src->steps;
   dst->predict = src->predict;
   dst->predict_optional = src->predict_optional;
   dst->precision = src->precision;
@@ -360,7 +361,7 @@ static int rank_by_simulation(const PlanInput *in, const Cluster *c, PlanCandida
     p->cfg = k->cfg;
     plan_build(p, k->placement, true);
     k->simulated = true;
-    k->step_time_s = p->sim.step_time_s;
+    k->step_time_s = plan_run_step_time(p); /* 2bw: with its flushed start */
     k->samples_per_s = k->step_time_s > 0 ? (double)in->batch / k->step_time_s : 0;
     plan_free_parts(p);
     memset(p, 0, sizeof *p);
@@ -452,6 +453,10 @@ void plan_print_summary(const Plan *p, FILE *out) {
   fprintf(out, "predicted: %.6g s per batch of %.0f, %.6g samples/s, bubble %.1f%%\n",
           p->sim.step_time_s, B, p->sim.step_time_s > 0 ? B / p->sim.step_time_s : 0,
           100 * p->sim.bubble_fraction);
+  if (p->flushed_step_s > 0) /* 2bw's flushed start (docs/update-rules.md) */
+    fprintf(out, "flushed start: %lld steps at %.6g s per batch; over %lld steps %.6g s per batch on average\n",
+            (long long)(p->in.flush_steps < p->in.steps || p->in.steps <= 0 ? p->in.flush_steps : p->in.steps),
+            p->flushed_step_s, (long long)p->in.steps, plan_run_step_time(p));
   for (int i = 0; i < c->stages; i++) {
     const PlanStage *s = &p->stages[i];
     double dev = (double)plan_stage_device_bytes(s);

@@ -125,7 +125,7 @@ typedef struct PlanInput {
   int64_t microbatch; /* fixed b from the model's training section; 0 = choose */
   /* 2bw's refinements (TrainConfig): the flushed start's batches and whether weight
    * prediction holds a master copy (a third weight version) */
-  int64_t flush_steps;
+  int64_t flush_steps, steps; /* steps: train.steps, the run the flushed start is a part of (0: unknown) */
   bool predict, predict_optional; /* optional: pd2bwc's default, dropped where it does not fit */
   /* The target (zero: tf32, CPU programs only). */
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
@@ -190,6 +190,9 @@ void plan_pins_init(PlanPins *p); /* everything "choose" */
  * weights, m, v (28), and the gradient is zeroed for the next batch (4). Charged at
  * Cluster.optimizer_bandwidth. */
 #define PLAN_STEP_BYTES 36.0
+/* 2bw's weight prediction adds one pass: the version written and the master read,
+ * both written (16). */
+#define PLAN_PREDICT_BYTES 16.0
 
 typedef struct PlanCosts {
   const double *fwd, *bwd, *act_xfer, *grad_xfer, *allreduce, *step, *tied;
@@ -323,7 +326,8 @@ typedef struct Plan {
   PlanCandidate *cands;
   int ncands;
   PlanStreams streams; /* PLAN_FILE_BATCHES batches, what plan.json carries */
-  PlanSimResult sim;   /* simulation of PLAN_SIM_BATCHES batches */
+  PlanSimResult sim;   /* simulation of PLAN_SIM_BATCHES batches (2bw: after its flushed start) */
+  double flushed_step_s; /* 2bw's flushed start: the simulated time of a flushed batch; 0 none */
   double *act_xfer, *grad_xfer, *allreduce_s, *step_s, *tied_s, *tied_step_s, *fwd_s, *bwd_s;
 } Plan;
 
@@ -331,6 +335,9 @@ typedef struct Plan {
 #define PLAN_SIM_BATCHES 6
 
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
+/* The time per step over a whole run of train.steps: the steady state's, with 2bw's
+ * flushed start's batches charged at their own (slower) pace. */
+double plan_run_step_time(const Plan *p);
 
 /* Checks a plan against the runtime's limits (contract/plan_limits.h): tied
  * parameters, the stages holding each, weight versions and stash slots per stage.
