@@ -100,7 +100,7 @@ machine() {
 # The grid: one line per case, "NAME MODE PLAN", after the plans it needs are made
 # (plan NAME FLAGS... lines, made once). Names say path, schedule and shape.
 grid() {
-  local s d w m clip
+  local s d w m clip plain2bw="-D train.flush_steps=0 -D train.predict=0"
   for s in gpipe 1f1b 2bw pipedream; do
     for d in 1 2 3; do
       for w in 1 2; do
@@ -111,8 +111,9 @@ grid() {
           if [ -n "$QUICK" ]; then # one case of each path: threads (gpipe, pipedream), trainer.c
             case $p in 2bw-d2-w2-m4-clip | pipedream-d3-w1-m6-clip | 1f1b-d1-w1-m2-clip) ;; *) continue ;; esac
           fi
+          # 2bw as recorded before its refinements (pd2bwc's defaults since: 2bwr- below)
           echo "plan $p -D bsz=$((w * m)) -D mbs=1 --stages $d --replicas $w --microbatches $m --schedule $s" \
-            "--recompute off ${clip:+-D clipv=0.05}"
+            "--recompute off ${clip:+-D clipv=0.05} $([ $s = 2bw ] && echo "$plain2bw")"
           echo "case threads-$p pipe $p"
           echo "case ref-$p ref $p"
           [ $d = 1 ] && [ $w = 1 ] && echo "case trainer-$p trainer $p"
@@ -120,17 +121,28 @@ grid() {
       done
     done
   done
+  # 2bw's flushed start and weight prediction (docs/update-rules.md), K = 2 so that the
+  # flushed batch, the transition and the predicted batches all run within the steps
+  for p in 2bwr-d2-w2-m4-clip 2bwr-d3-w1-m3; do
+    [ -n "$QUICK" ] && [ $p != 2bwr-d2-w2-m4-clip ] && continue
+    d=${p#*-d}; d=${d%%-*}; w=${p#*-w}; w=${w%%-*}; m=${p#*-m}; m=${m%%-*}
+    clip=; [ "${p%-clip}" != "$p" ] && clip="-D clipv=0.05"
+    echo "plan $p -D bsz=$((w * m)) -D mbs=1 --stages $d --replicas $w --microbatches $m --schedule 2bw" \
+      "--recompute off $clip -D train.flush_steps=2 -D train.predict=1"
+    echo "case threads-$p pipe $p"
+    echo "case ref-$p ref $p"
+  done
   if command -v mpirun >/dev/null; then
-    for p in gpipe-d2-w2-m2 2bw-d2-w2-m4-clip 1f1b-d3-w1-m6-clip pipedream-d3-w1-m3; do
+    for p in gpipe-d2-w2-m2 2bw-d2-w2-m4-clip 1f1b-d3-w1-m6-clip pipedream-d3-w1-m3 2bwr-d2-w2-m4-clip; do
       [ -n "$QUICK" ] && [ $p != 2bw-d2-w2-m4-clip ] && continue
       echo "case mpi-$p pipe-mpi $p"
     done
   fi
   local fp="--precision fp32 -D clipv=0.05 -D mbs=1 --recompute off"
-  echo "plan fp32-2bw-d1-w1-m2-clip $fp -D bsz=2 --stages 1 --replicas 1 --microbatches 2 --schedule 2bw"
+  echo "plan fp32-2bw-d1-w1-m2-clip $fp -D bsz=2 --stages 1 --replicas 1 --microbatches 2 --schedule 2bw $plain2bw"
   echo "case emu-trainer-fp32-2bw-d1-w1-m2-clip emu-trainer fp32-2bw-d1-w1-m2-clip"
   echo "case trainer-fp32-2bw-d1-w1-m2-clip trainer fp32-2bw-d1-w1-m2-clip"
-  echo "plan fp32-2bw-d2-w1-m4-clip $fp -D bsz=4 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw"
+  echo "plan fp32-2bw-d2-w1-m4-clip $fp -D bsz=4 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw $plain2bw"
   echo "case emu-pipe-fp32-2bw-d2-w1-m4-clip emu-pipe fp32-2bw-d2-w1-m4-clip"
   echo "case ref-fp32-2bw-d2-w1-m4-clip ref fp32-2bw-d2-w1-m4-clip"
   [ -x "$FAKE_NCCL" ] && echo "case nccl-fp32-2bw-d2-w1-m4-clip nccl fp32-2bw-d2-w1-m4-clip"

@@ -17,7 +17,8 @@ HAVE_MPI=$4
 . "$(dirname "$0")/common.sh"
 # λ large enough that the correction is a good part of the first moment in 4 steps
 dc="-D train.delay_comp=1e4"
-args="-D bsz=6 -D mbs=1 --stages 3 --replicas 2 --microbatches 3 --schedule 2bw --recompute off"
+# plain 2bw (no flushed start, no prediction: refine_2bw.sh combines them)
+args="-D bsz=6 -D mbs=1 --stages 3 --replicas 2 --microbatches 3 --schedule 2bw --recompute off -D train.flush_steps=0 -D train.predict=0"
 # shellcheck disable=SC2086 # the argument lists are words
 plan "$T/plan" $args $dc >"$T/out" 2>&1 || { bad "pd2bwc: $(cat "$T/out")"; finish; exit; }
 if train "$T/plan" 4 --reference --reference-tol 1e-5 --log-json "$T/dc.jsonl" >"$T/out" 2>&1; then
@@ -64,13 +65,13 @@ PY
 python3 - "$T/plan/plan.json" <<'PY' && ok "plan.json: update_rule 2bw, delay_comp 1e4" || bad "plan.json update_rule"
 import json, sys
 u = json.load(open(sys.argv[1]))["update_rule"]
-assert u == {"rule": "2bw", "changes_update": True, "delay_comp": 1e4}, u
+assert u == {"rule": "2bw", "changes_update": True, "delay_comp": 1e4, "flush_steps": 0, "predict": 0}, u
 PY
 "$PD2BWC" "$SRC/tinygpt.model" -D layers=3 -D dim=16 -D seq=8 -D heads=2 -D bsz=4 -D mbs=1 --cluster "$SRC/cpu8.cluster" \
   --stages 2 --replicas 1 --microbatches 4 --schedule 1f1b $dc -o "$T/v" >"$T/out" 2>&1
 if grep -q "^update rule: vanilla (schedule 1f1b changes no update)" "$T/out" &&
   grep -q "^delay compensation: off, train.delay_comp=10000 compensates the 2bw rule only" "$T/out" &&
-  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["train"]["delay_comp"] == 0 and p["update_rule"] == {"rule": "vanilla", "changes_update": False, "delay_comp": 0}' "$T/v/plan.json"; then
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["train"]["delay_comp"] == 0 and p["update_rule"] == {"rule": "vanilla", "changes_update": False, "delay_comp": 0, "flush_steps": 0, "predict": 0}' "$T/v/plan.json"; then
   ok "pd2bwc --schedule 1f1b with delay_comp: vanilla rule, compensation dropped with a note"
 else
   bad "pd2bwc --schedule 1f1b with delay_comp:"
