@@ -38,12 +38,12 @@ open(sys.argv[1], "wb").write(struct.pack("<%dH" % len(text), *text))
 val = b"Held-out words for the validation loss, another text. " * 20
 open(sys.argv[2], "wb").write(struct.pack("<%dH" % len(val), *val))
 PY
-plan() { # NAME STAGES REPLICAS SCHEDULE
+plan() { # NAME STAGES REPLICAS SCHEDULE [PD2BWC-ARGS...]
   "$PD2BWC" "$SRC/tinygpt.model" -q -D layers=2 -D dim=16 -D seq=8 -D heads=2 --cluster "$SRC/cpu8.cluster" \
-    --stages "$2" --replicas "$3" --schedule "$4" --microbatches 4 -o "$T/$1" || { echo "pd2bwc $*: failed"; exit 1; }
+    --stages "$2" --replicas "$3" --schedule "$4" --microbatches 4 "${@:5}" -o "$T/$1" || { echo "pd2bwc $*: failed"; exit 1; }
 }
 plan p1f1b 2 1 1f1b
-plan p2bw 2 2 2bw
+plan p2bw 2 2 2bw -D train.flush_steps=0 # 2bw's steady state from batch 0 (a flushed start drains as 1f1b)
 plan pgpipe 1 2 gpipe
 plan ppd 2 2 pipedream
 nranks() { case $1 in p1f1b) echo 2 ;; pgpipe) echo 2 ;; *) echo 4 ;; esac; }
