@@ -79,7 +79,7 @@ static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
     jr_fail_value(r, p, "delay_comp", cJSON_GetObjectItemCaseSensitive(t, "delay_comp"),
                   "must be 0: it is a setting of adamw, and the optimizer is sgd");
   c->flush_steps = jr_count(r, t, p, "flush_steps", 0, false);
-  c->predict = jr_real(r, t, p, "predict", 0, false, 10, false, 0, false);
+  c->predict = jr_real(r, t, p, "predict", 0, false, 10, true, 0, false);
   const cJSON *seed = cJSON_GetObjectItemCaseSensitive(t, "seed");
   if (cJSON_IsString(seed)) {
     const char *v = seed->valuestring;

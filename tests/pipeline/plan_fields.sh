@@ -48,6 +48,10 @@ P|train.seed|"12x"|train.seed = "12x": must be a decimal integer 0..184467440737
 P|train.seed|"18446744073709551616"|train.seed = "18446744073709551616": must be a decimal integer
 P|train.optimizer|"adam"|train.optimizer = "adam": expected "adamw" or "sgd"
 P|train.lr_schedule|"step"|train.lr_schedule = "step": expected "constant", "cosine" or "linear"
+P|train.flush_steps|-1|train.flush_steps = -1: must be an integer 0..9007199254740992
+P|train.predict|11|train.predict = 11: must be in [0, 10]
+P|stages[0].weight_versions|2|stage 0: 2 batches need 3 weight versions and 2 stash slots; the plan has 2 and 2
+R|train.predict|1|train.predict: must be 0 unless config.schedule is 2bw
 P|stages[1].program.source|"../x.c"|stages[1].program.source = "../x.c": must be a file name inside the plan directory
 P|stages[1].program.hash|"zz"|stages[1].program.hash = "zz": expected 16 hex digits
 P|stages[0].program.abi|1|stages[0].program: stage ABI version 1, this runtime speaks 
