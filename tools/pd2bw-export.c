@@ -10,8 +10,8 @@
  * weight) plus config.json; llm.c stores linear weights [out, in], all layers
  * of a kind back to back, after its 1024-byte header (version 3, float32).
  * The head count is not in the checkpoint (it shapes no tensor): --heads gives
- * it. Optimizer state (opt.m.*, opt.v.*) and the 2BW older version (prev.*)
- * are left out; any other tensor that is not GPT-2's is an error.
+ * it. Optimizer state (opt.m.*, opt.v.*) and 2BW's other weight versions (prev.*,
+ * and next.* under weight prediction) are left out; any other tensor that is not GPT-2's is an error.
  *
  * Outputs appear whole or not at all: everything is written to temporary files
  * first and renamed only when all of it succeeded; a directory we created is
@@ -129,7 +129,7 @@ static int kind_shape(const Gpt2 *g, int k, int64_t shape[2]) {
 
 static bool is_optimizer_state(const char *name) {
   return strncmp(name, "opt.m.", 6) == 0 || strncmp(name, "opt.v.", 6) == 0 ||
-         strncmp(name, "prev.", 5) == 0;
+         strncmp(name, "prev.", 5) == 0 || strncmp(name, "next.", 5) == 0;
 }
 
 /* Reads and checks the checkpoint; false after printing the error. */

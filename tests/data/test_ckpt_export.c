@@ -92,7 +92,10 @@ static void write_ckpt(const char *path, const char *skip, const char *extra, bo
     p->shape[1] = model[i].shape[1];
     p->data = values[i];
     if (bad_shape && strcmp(p->name, "h.1.fc_w") == 0) p->shape[1] = 2 * C;
-    snprintf(optnames[i], sizeof optnames[i], "opt.m.%s", model[i].name);
+    /* what a training checkpoint holds besides the weights, left out by the export:
+     * optimizer state and 2bw's other weight versions (prev.*, next.* with prediction) */
+    static const char *const other[] = {"opt.m.", "opt.v.", "prev.", "next."};
+    snprintf(optnames[i], sizeof optnames[i], "%s%s", other[i % 4], model[i].name);
     e[ne] = *p;
     e[ne++].name = optnames[i];
   }
