@@ -18,9 +18,15 @@
  * 128-bit loads and stores, four elements a step, its tail one by one; any other
  * chunk goes element by element. A tensor without a gradient keeps its value: W(t)
  * copied into the version written (a no-op when that is the version read).
+ * master (may be NULL): 2bw's weight prediction (train.predict, docs/update-rules.md),
+ * fused into the same pass: after an element's step (or copy) master takes its new
+ * W(t+1) and the version written W(t+1) + k·(W(t+1) - W(t)), W(t) being master's old
+ * value (pkc_predict_elem: kernels/cpu_kernels_optim.h's pk_predict_step, float for
+ * float); w_in is master then.
  * w16 (may be NULL): a bfloat16 copy of the version written, at the same element
- * offsets, rewritten from every new weight (round to nearest even, pkc_f32_to_bf16):
- * the bf16 GEMMs read their weight operand there (pd2bwc --precision bf16).
+ * offsets, rewritten from every new weight (the predicted one under prediction; round
+ * to nearest even, pkc_f32_to_bf16): the bf16 GEMMs read their weight operand there
+ * (pd2bwc --precision bf16).
  * The rules of cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host).
  */
 #ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
@@ -31,13 +37,15 @@
 #endif
 
 /* The per-step optimizer values in device memory, written by the host once per step
- * (runtime/cuda/exec/cuda_exec_train.c: its CxStepScalars is this layout), so that one captured
+ * (runtime/cuda/exec/cuda_exec.h: its CxStepScalars is this layout), so that one captured
  * update graph (arguments frozen at capture) serves every step: the _dev optimizer
  * variants read them through a pointer. */
 struct pkc_step_scalars {
   double lr;         /* this step's learning rate */
   double grad_scale; /* 1/m · the clip factor */
   pkc_i64 t;         /* the 1-based step of the bias corrections */
+  double delay_comp; /* the compensation in force: 0 in a flushed (fresh) step */
+  double predict;    /* k of the weight prediction (0 in a flushed start) */
 };
 
 /* AdamW's constants for one tensor and step, in float as the CPU rounds them
@@ -88,6 +96,22 @@ static __device__ __forceinline__ float pkc_adamw_elem(const pkc_adamw_c &c, flo
   return w - c.lr * ((mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps) + c.wd * w);
 }
 
+/* One element of 2bw's weight prediction (pk_predict_step's loop body): W(t+1) + k·(W(t+1)
+ * - W(t)) from the new weight w and master's old one. The product is rounded on its own
+ * (__fmul_rn: a GPU never contracts it into an fma), as the CPU's float expression. */
+static __device__ __forceinline__ float pkc_predict_elem(float k, float w, float old) {
+  return w + __fmul_rn(k, w - old);
+}
+
+static __device__ __forceinline__ pkc_f4 pkc_predict4(float k, pkc_f4 w, pkc_f4 old) {
+  pkc_f4 r;
+  r.x = pkc_predict_elem(k, w.x, old.x);
+  r.y = pkc_predict_elem(k, w.y, old.y);
+  r.z = pkc_predict_elem(k, w.z, old.z);
+  r.w = pkc_predict_elem(k, w.w, old.w);
+  return r;
+}
+
 /* One tensor of the multi-tensor step: runtime/cuda/exec/cuda_adamw_multi.h's CxAdamwTensor,
  * field for field. */
 struct pkc_adamw_tensor {
@@ -108,18 +132,43 @@ static __device__ __forceinline__ pkc_u64 pkc_bf16x4(float a, float b, float c, 
          (pkc_u64)pkc_f32_to_bf16(c) << 32 | (pkc_u64)pkc_f32_to_bf16(d) << 48;
 }
 
-/* Elements [lo, hi) of one tensor (pointers at its offset), one by one. */
+/* Elements [lo, hi) of one tensor (pointers at its offset), one by one; ma: master
+ * (NULL: no prediction), k its factor. */
 static __device__ __forceinline__ void pkc_adamw_multi_scalar(const pkc_adamw_c &c, float *wo,
                                                               const float *wi, const float *g,
-                                                              float *m, float *v,
-                                                              unsigned short *w16, pkc_i64 lo,
-                                                              pkc_i64 hi) {
+                                                              float *m, float *v, float *ma,
+                                                              float k, unsigned short *w16,
+                                                              pkc_i64 lo, pkc_i64 hi) {
   for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     float mi = m[i], vi = v[i];
     float w = pkc_adamw_elem(c, g[i], wi[i], c.dc != 0.0f ? wo[i] : 0.0f, mi, vi);
     m[i] = mi;
     v[i] = vi;
+    if (ma) {
+      float old = ma[i];
+      ma[i] = w;
+      w = pkc_predict_elem(k, w, old);
+    }
     wo[i] = w;
+    if (w16) w16[i] = pkc_f32_to_bf16(w);
+  }
+}
+
+/* A tensor without a gradient, elements [lo, hi): W(t) into the version written (and
+ * predicted from master's old value, which it replaces), its bf16 copy. */
+static __device__ __forceinline__ void pkc_adamw_multi_keep(float *wo, const float *wi, float *ma,
+                                                            float k, unsigned short *w16,
+                                                            pkc_i64 lo, pkc_i64 hi) {
+  for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    float w = wi[i];
+    if (ma) {
+      float old = ma[i];
+      ma[i] = w;
+      w = pkc_predict_elem(k, w, old);
+      wo[i] = w;
+    } else if (wo != wi) {
+      wo[i] = w;
+    }
     if (w16) w16[i] = pkc_f32_to_bf16(w);
   }
 }
@@ -128,36 +177,35 @@ extern "C" {
 
 /* AdamW of every tensor of `tensors` in one launch (the file's comment): blocks
  * w_out (version written, W(t-1) on entry under 2bw's delay compensation), w_in
- * (version read), grad, m, v and the optional bf16 copy w16 of the version written;
- * lr, t and grad_scale read from s, as pkc_adamw_step_dev_f32 (the same bits). */
+ * (version read), grad, m, v, the optional master (weight prediction) and the optional
+ * bf16 copy w16 of the version written; lr, t, grad_scale, the delay compensation and
+ * the prediction's k read from s, as pkc_adamw_step_dev_f32 and
+ * pkc_predict_step_dev_f32 (the same bits). */
 __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const float *grad,
-                                        float *m, float *v, unsigned short *w16,
+                                        float *m, float *v, float *master, unsigned short *w16,
                                         const pkc_adamw_tensor *tensors,
                                         const pkc_adamw_chunk *chunks, pkc_i64 nchunks,
                                         pkc_i64 chunk, double beta1, double beta2, double eps,
-                                        double weight_decay, double delay_comp,
-                                        const pkc_step_scalars *s) {
+                                        double weight_decay, const pkc_step_scalars *s) {
   __shared__ float bc[2];
   pkc_adamw_bias_corrections(bc, beta1, beta2, (double)s->t);
+  float k = (float)s->predict;
   for (pkc_i64 b = blockIdx.x; b < nchunks; b += gridDim.x) {
     pkc_adamw_chunk ck = chunks[b];
     pkc_adamw_tensor t = tensors[ck.tensor];
     pkc_i64 lo = (pkc_i64)ck.chunk * chunk, hi = lo + chunk < t.n ? lo + chunk : t.n;
     float *wo = w_out + t.off, *mt = m + t.off, *vt = v + t.off;
     const float *wi = w_in + t.off, *gt = grad + t.off;
+    float *ma = master ? master + t.off : 0;
     unsigned short *h = w16 ? w16 + t.off : 0;
     if (!t.has_grad) { /* no step: W(t) into the version written */
-      for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float w = wi[i];
-        if (wo != wi) wo[i] = w;
-        if (h) h[i] = pkc_f32_to_bf16(w);
-      }
+      pkc_adamw_multi_keep(wo, wi, ma, k, h, lo, hi);
       continue;
     }
     pkc_adamw_c c = pkc_adamw_consts(s->lr, beta1, beta2, eps, weight_decay, t.decay, bc[0], bc[1],
-                                     s->grad_scale, delay_comp);
+                                     s->grad_scale, s->delay_comp);
     bool vec = pkc_aligned16(wo + lo) && pkc_aligned16(wi + lo) && pkc_aligned16(gt + lo) &&
-               pkc_aligned16(mt + lo) && pkc_aligned16(vt + lo) &&
+               pkc_aligned16(mt + lo) && pkc_aligned16(vt + lo) && (!ma || pkc_aligned16(ma + lo)) &&
                (!h || ((pkc_u64)(h + lo) & 7u) == 0);
     pkc_i64 n4 = vec ? (hi - lo) / 4 : 0;
     for (pkc_i64 j = threadIdx.x; j < n4; j += blockDim.x) {
@@ -172,10 +220,15 @@ __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const f
       o4.w = pkc_adamw_elem(c, g4.w, w4.w, p4.w, m4.w, v4.w);
       *(pkc_f4 *)(mt + i) = m4;
       *(pkc_f4 *)(vt + i) = v4;
+      if (ma) { /* master's W(t) out, W(t+1) in; the version written predicted */
+        pkc_f4 old = *(const pkc_f4 *)(ma + i);
+        *(pkc_f4 *)(ma + i) = o4;
+        o4 = pkc_predict4(k, o4, old);
+      }
       *(pkc_f4 *)(wo + i) = o4;
       if (h) *(pkc_u64 *)(h + i) = pkc_bf16x4(o4.x, o4.y, o4.z, o4.w);
     }
-    pkc_adamw_multi_scalar(c, wo, wi, gt, mt, vt, h, lo + 4 * n4, hi);
+    pkc_adamw_multi_scalar(c, wo, wi, gt, mt, vt, ma, k, h, lo + 4 * n4, hi);
   }
 }
 

@@ -78,6 +78,7 @@ typedef enum PkcLaunchKind {
   X(pkc_adamw_step_dev_f32, PKC_ELEM)       /* n */ \
   X(pkc_sgd_step_dev_f32, PKC_ELEM)         /* n */ \
   X(pkc_adamw_multi_dev_f32, PKC_ROW)       /* one block per chunk (cuda_adamw_multi.cuh) */ \
+  X(pkc_predict_step_dev_f32, PKC_ELEM4)    /* n */ \
   X(pkc_sum_ordered_f32, PKC_ELEM4)         /* n */
 /* clang-format on */
 

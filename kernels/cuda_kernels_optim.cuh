@@ -1,7 +1,7 @@
 /* kernels/cuda_kernels_optim.cuh — the CUDA optimizer steps, AdamW (with 2BW's delay
  * compensation) and SGD with momentum, element by element, each with its values by
  * value or read on the device (pkc_step_scalars; the multi-tensor AdamW is
- * cuda_adamw_multi.cuh).
+ * cuda_adamw_multi.cuh); and 2bw's weight prediction after a per-tensor step.
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
  * includes it inside its extern "C" block, after the 128-bit maps (pkc_map1,
@@ -51,15 +51,15 @@ __global__ void pkc_adamw_step_f32(float *w_out, const float *w_in, const float 
                   bc[1], grad_scale, delay_comp);
 }
 
-/* pkc_adamw_step_f32 with lr, t and grad_scale read from s (bit for bit the same). */
+/* pkc_adamw_step_f32 with lr, t, grad_scale and the delay compensation in force (0 in
+ * a flushed step) read from s (bit for bit the same). */
 __global__ void pkc_adamw_step_dev_f32(float *w_out, const float *w_in, const float *grad, float *m,
                                        float *v, pkc_i64 n, double beta1, double beta2, double eps,
-                                       double weight_decay, int decay, double delay_comp,
-                                       const pkc_step_scalars *s) {
+                                       double weight_decay, int decay, const pkc_step_scalars *s) {
   __shared__ float bc[2];
   pkc_adamw_bias_corrections(bc, beta1, beta2, (double)s->t);
   pkc_adamw_apply(w_out, w_in, grad, m, v, n, s->lr, beta1, beta2, eps, weight_decay, decay,
-                  bc[0], bc[1], s->grad_scale, delay_comp);
+                  bc[0], bc[1], s->grad_scale, s->delay_comp);
 }
 
 /* SGD's element loop, shared by the by-value and _dev kernels. */
@@ -93,4 +93,29 @@ __global__ void pkc_sgd_step_dev_f32(float *w_out, const float *w_in, const floa
                                      pkc_i64 n, double momentum, double weight_decay, int decay,
                                      const pkc_step_scalars *s) {
   pkc_sgd_apply(w_out, w_in, grad, buf, n, s->lr, momentum, weight_decay, decay, s->grad_scale);
+}
+
+/* 2bw's weight prediction of one tensor after its step, as pk_predict_step_f32 (the same
+ * bits: pkc_predict_elem): w_slot holds the new W(t+1), master the W(t) it was stepped
+ * from; master takes W(t+1) and w_slot W(t+1) + k·(W(t+1) - W(t)), k = s->predict (read
+ * on the device, so one captured update graph serves every step). 128-bit steps when
+ * both are 16-byte aligned (PKC_ELEM4), the rest one by one. */
+__global__ void pkc_predict_step_dev_f32(float *w_slot, float *master, pkc_i64 n,
+                                         const pkc_step_scalars *s) {
+  float k = (float)s->predict;
+  pkc_i64 i0 = 0;
+  if (pkc_aligned16(w_slot) && pkc_aligned16(master)) {
+    pkc_i64 n4 = n >> 2;
+    for (pkc_i64 i = pkc_tid(); i < n4; i += pkc_nthreads()) {
+      pkc_f4 w = ((const pkc_f4 *)w_slot)[i], old = ((const pkc_f4 *)master)[i];
+      ((pkc_f4 *)master)[i] = w;
+      ((pkc_f4 *)w_slot)[i] = pkc_predict4(k, w, old);
+    }
+    i0 = n4 << 2;
+  }
+  for (pkc_i64 i = i0 + pkc_tid(); i < n; i += pkc_nthreads()) {
+    float w = w_slot[i], old = master[i];
+    master[i] = w;
+    w_slot[i] = pkc_predict_elem(k, w, old);
+  }
 }

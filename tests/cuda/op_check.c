@@ -717,17 +717,19 @@ static void check_optim(Ctx *c) {
   pk_sgd_step_f32(wo, w, g, m, n, lr, mom, wd, decay, gs);
   oc_check_vec(c, "sgd_step.w", dwo, wo, n, 1e-6);
   oc_check_vec(c, "sgd_step.buf", dm, m, n, 1e-6);
-  /* The _dev variants (lr, grad_scale, t read from a pkc_step_scalars in device
-   * memory: the one-stage trainer's update graph) on the same inputs. */
+  /* The _dev variants (lr, grad_scale, t, the delay compensation in force and the
+   * prediction's k read from a pkc_step_scalars in device memory: the one-stage
+   * trainer's update graph) on the same inputs. */
   struct {
     double lr, gs;
     long long t;
-  } sv = {lr, gs, t};
+    double dc, k;
+  } sv = {lr, gs, t, 0, 0};
   DevPtr ds = oc_up(c, &sv, sizeof sv);
   memcpy(m, m0, (size_t)n * 4), memcpy(v, v0, (size_t)n * 4);
   c->d->upload(c->d->ctx, dm, m, (size_t)n * 4);
   c->d->upload(c->d->ctx, dv, v, (size_t)n * 4);
-  LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &dc0, &ds);
+  LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &ds);
   pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs, 0);
   oc_check_vec(c, "adamw_step_dev.w", dwo, wo, n, 1e-6);
   oc_check_vec(c, "adamw_step_dev.m", dm, m, n, 1e-6);
@@ -741,6 +743,8 @@ static void check_optim(Ctx *c) {
   /* 2bw's delay compensation: w_out holds W(t-1) on entry and is read before it is
    * overwritten (λ large enough that the correction is most of the first moment). */
   double dc = 100;
+  sv.dc = dc;
+  DevPtr dsc = oc_up(c, &sv, sizeof sv); /* the _dev kernel's compensation */
   float *wprev = oc_rvec(c, n, 0.01f);
   for (long long i = 0; i < n; i++) wprev[i] += w[i];
   for (int dev = 0; dev < 2; dev++) {
@@ -749,13 +753,28 @@ static void check_optim(Ctx *c) {
     c->d->upload(c->d->ctx, dv, v, (size_t)n * 4);
     c->d->upload(c->d->ctx, dwo, wprev, (size_t)n * 4);
     if (dev)
-      LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &dc, &ds);
+      LAUNCH(c, "pkc_adamw_step_dev_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &b1, &b2, &eps, &wd, &decay, &dsc);
     else
       LAUNCH(c, "pkc_adamw_step_f32", n, &dwo, &dw, &dg, &dm, &dv, &n, &lr, &b1, &b2, &eps, &wd, &decay, &t,
              &gs, &dc);
     pk_adamw_step_f32(wo, w, g, m, v, n, lr, b1, b2, eps, wd, decay, t, gs, dc);
     oc_check_vec(c, dev ? "adamw_step_dev.delay_comp.w" : "adamw_step.delay_comp.w", dwo, wo, n, 1e-6);
     oc_check_vec(c, dev ? "adamw_step_dev.delay_comp.m" : "adamw_step.delay_comp.m", dm, m, n, 1e-6);
+  }
+  /* 2bw's weight prediction after a step (k read from the scalars): master takes the
+   * new weights, the version slot the predicted ones; k = 0 (a flushed start's) and a
+   * k that is not a power of two */
+  for (int q = 0; q < 2; q++) {
+    sv.k = q ? 0.7 : 0;
+    DevPtr dsk = oc_up(c, &sv, sizeof sv);
+    memcpy(wo, w, (size_t)n * 4);
+    c->d->upload(c->d->ctx, dwo, wo, (size_t)n * 4);
+    c->d->upload(c->d->ctx, dv, wprev, (size_t)n * 4);
+    memcpy(v, wprev, (size_t)n * 4);
+    LAUNCH(c, "pkc_predict_step_dev_f32", n, &dwo, &dv, &n, &dsk);
+    pk_predict_step_f32(wo, v, n, sv.k);
+    oc_check_vec(c, q ? "predict_step_dev.w" : "predict_step_dev.k0.w", dwo, wo, n, 1e-6);
+    oc_check_vec(c, q ? "predict_step_dev.master" : "predict_step_dev.k0.master", dv, v, n, 1e-6);
   }
   free(w), free(g), free(m), free(v), free(wo), free(m0), free(v0), free(wprev);
 }

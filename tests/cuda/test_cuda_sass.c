@@ -7,7 +7,7 @@
  * (ldmatrix) and LDGSTS (cp.async). A helper that fell back to scalar code, or a kernel
  * that stopped using it, fails here. Every elementwise kernel with a 128-bit fast path
  * (cuda_kernels.cuh: pkc_map1, pkc_map2, the casts, dropout; cuda_adamw_multi.cuh: the
- * multi-tensor AdamW; the ordered sum) must hold LDG.E.128 and
+ * multi-tensor AdamW; the ordered sum; cuda_kernels_optim.cuh: the weight prediction) must hold LDG.E.128 and
  * STG.E.128 (pkc_fill_f32, which reads nothing, only the store). Needs the toolkit's cuobjdump (configure-time
  * PD2BW_CUOBJDUMP, or the environment's PD2BW_CUOBJDUMP): without it the test is
  * skipped (exit 77), never passed.
@@ -123,7 +123,7 @@ static const char *const vector_kernels[] = {
     "pkc_cast_f32_to_bf16", "pkc_cast_bf16_to_f32", "pkc_add_fwd_f32",       "pkc_add_bias_fwd_f32",
     "pkc_mul_fwd_f32",      "pkc_mul_bwd_f32",      "pkc_scale_fwd_f32",     "pkc_gelu_fwd_f32",
     "pkc_gelu_bwd_f32",     "pkc_relu_fwd_f32",     "pkc_relu_bwd_f32",      "pkc_dropout_fwd_f32",
-    "pkc_dropout_bwd_f32",  "pkc_adamw_multi_dev_f32", "pkc_sum_ordered_f32"};
+    "pkc_dropout_bwd_f32",  "pkc_adamw_multi_dev_f32", "pkc_sum_ordered_f32",  "pkc_predict_step_dev_f32"};
 
 static void test_tensor_core_sass(void) {
   const char *def[] = {"-DPKC_ATT_HS=64", "-DPKC_ATT_T=1024"};

@@ -26,7 +26,7 @@ typedef struct EmuKernel {
   EmuLaunchFn launch;
   char name[64];
   bool cast; /* pkc_cast_f32_to_bf16 */
-  bool adamw_multi, adamw_one; /* the multi-tensor / a per-tensor AdamW kernel */
+  bool adamw_multi, adamw_one, predict; /* the multi-tensor / a per-tensor AdamW kernel, the prediction */
   int att_casts; /* the casts a tensor-core attention launch comes with (EmuCounts) */
   int nargs;
   unsigned char size[EMU_MAX_ARGS];
@@ -195,6 +195,7 @@ static void *e_kernel(void *dev, void *module, const char *name) {
   k->cast = strcmp(name, "pkc_cast_f32_to_bf16") == 0;
   k->adamw_multi = strcmp(name, "pkc_adamw_multi_dev_f32") == 0;
   k->adamw_one = strcmp(name, "pkc_adamw_step_f32") == 0 || strcmp(name, "pkc_adamw_step_dev_f32") == 0;
+  k->predict = strcmp(name, "pkc_predict_step_dev_f32") == 0;
   k->att_casts = strcmp(name, "pkc_flash_attention_fwd_bf16") == 0         ? 1
                  : strcmp(name, "pkc_flash_attention_bwd_dq_bf16") == 0    ? 2
                                                                            : 0;
@@ -350,6 +351,7 @@ static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
     d->n.casts += k->cast;
     d->n.adamw_multi += k->adamw_multi;
     d->n.adamw_one += k->adamw_one;
+    d->n.predicts += k->predict;
     d->n.att_casts += k->att_casts;
   }
   issue(d, stream, &op);

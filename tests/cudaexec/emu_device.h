@@ -59,6 +59,7 @@ typedef struct EmuCounts {
                      pkc_flash_attention_fwd_bf16 (qkv), two per bwd_dq (qkv, dy) */
   int adamw_multi; /* of those, pkc_adamw_multi_dev_f32 (one per stage replica and update) */
   int adamw_one;   /* of those, the per-tensor AdamW kernels (pkc_adamw_step_f32 and _dev) */
+  int predicts;    /* of those, the per-tensor weight predictions (pkc_predict_step_dev_f32) */
   int gemms;      /* GEMMs of every type */
   int bf16_gemms; /* of those, CX_GEMM_BF16 */
   int epilogues[GEMM_EPI_COUNT]; /* GEMMs by epilogue ([GEMM_EPI_NONE]: plain ones) */

@@ -33,7 +33,11 @@
  * Plus: a device without streams/events, a plan without launch lists, and a plan whose
  * boundaries cannot match (edited plan.json): a stall reported, not a hang.
  *
- *   test_cudapipe_emu PD2BWC [2bw|gpipe|1f1b|pipedream|errors]   (in the source tree)
+ * And 2bw, d = 2, with its flushed start (train.flush_steps = 2), weight prediction
+ * (train.predict = 1) and delay compensation, 5 steps, against the reference's same
+ * rule (part 2bwpredict).
+ *
+ *   test_cudapipe_emu PD2BWC [2bw|2bwpredict|gpipe|1f1b|pipedream|errors]   (in the source tree)
  */
 #include <math.h>
 #include <stdint.h>
@@ -138,9 +142,11 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   return match;
 }
 
+/* No flushed start (pd2bwc's default K, a tenth of train.steps, would drain every step
+ * of this short run: all vanilla); weight prediction as pd2bwc defaults it (k = 1). */
 static void test_2bw(void) {
   EXPECT(emu_pipe_make_plan("p2bw", "--precision fp32 -D clipv=1.0 --stages 4 --replicas 1 --microbatches 4 "
-                                   "--schedule 2bw --recompute off"));
+                                   "--schedule 2bw --recompute off -D train.flush_steps=0"));
   PipePlan *p = NULL;
   PipeOutcome r = {0};
   if (!run_check("p2bw", EMU_HIGHEST_FIRST, STEPS, &p, &r)) return;
@@ -170,6 +176,40 @@ static void test_2bw(void) {
   printf("  2bw without CUDA graphs: losses and weights %s\n", same ? "bit for bit the same" : "DIFFER");
   EXPECT(same);
   pipe_outcome_free(&e);
+  pipe_outcome_free(&r);
+  pipe_plan_free(p);
+}
+
+/* 2bw's flushed start and weight prediction (docs/update-rules.md) with delay
+ * compensation on: K = 2 drained steps (their gradients fresh: not compensated, the
+ * prediction's k 0 until the first 2bw reader), then steps from the master weights
+ * with k = 1 written into the version slots. Against the reference's same rule; the
+ * bound discriminates: the run against the reference without prediction, and without
+ * the flushed start, differs. */
+static void test_2bw_predict(void) {
+  EXPECT(emu_pipe_make_plan("p2bwk", "--precision fp32 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
+                                    "--schedule 2bw --recompute off -D train.flush_steps=2 -D train.predict=1 "
+                                    "-D train.delay_comp=1000"));
+  PipePlan *p = NULL;
+  PipeOutcome r = {0};
+  if (!run_check("p2bwk", EMU_HIGHEST_FIRST, STEPS + 2, &p, &r)) return;
+  EXPECT(p->rt->train.flush_steps == 2 && p->rt->train.predict == 1 && p->rt->train.delay_comp == 1000);
+  char data[256], err[RT_ERR_LEN];
+  emu_path(data, sizeof data, "train.bin");
+  PipeOptions po = {.data_path = data, .steps = STEPS + 2};
+  const struct {
+    const char *what;
+    int64_t K;
+    double k;
+  } other[] = {{"no weight prediction", 2, 0}, {"no flushed start", 0, 1}};
+  for (int i = 0; i < 2; i++) {
+    p->rt->train.flush_steps = other[i].K, p->rt->train.predict = other[i].k;
+    FILE *devnull = fopen("/dev/null", "w");
+    bool same = pipeline_check_reference(p, &po, &r, TOL, devnull ? devnull : stdout, err, sizeof err);
+    if (devnull) fclose(devnull);
+    printf("  the run against the reference with %s: %s\n", other[i].what, same ? "matches (BAD)" : err);
+    EXPECT(!same);
+  }
   pipe_outcome_free(&r);
   pipe_plan_free(p);
 }
@@ -300,10 +340,11 @@ static void test_stall(void) {
 
 int main(int argc, char **argv) {
   const char *part =
-      emu_test_begin(argc, argv, true, "usage: test_cudapipe_emu PD2BWC [all|2bw|gpipe|1f1b|pipedream|errors]", tmp);
+      emu_test_begin(argc, argv, true, "usage: test_cudapipe_emu PD2BWC [all|2bw|2bwpredict|gpipe|1f1b|pipedream|errors]", tmp);
   if (!part) return 2;
   EXPECT(emu_pipe_files());
   if (emu_test_part(part, "2bw")) RUN(test_2bw);
+  if (emu_test_part(part, "2bwpredict")) RUN(test_2bw_predict);
   if (emu_test_part(part, "gpipe")) RUN(test_gpipe);
   if (emu_test_part(part, "1f1b")) RUN(test_1f1b);
   if (emu_test_part(part, "1f1b")) RUN(test_steps0);

@@ -89,8 +89,12 @@ static void check_trace(const PipePlan *p, const char *path, int steps) {
     cJSON_Delete(root);
     return;
   }
+  /* the run's streams: 2bw's flushed start and weight prediction as runtime/pipeline/pipeline.c sets them */
+  bool twobw = p->schedule == PS_2BW;
+  int64_t K = p->rt->train.flush_steps < INT32_MAX ? p->rt->train.flush_steps : INT32_MAX;
   PlanStreamSpec spec = {.stages = p->d, .microbatches = p->m, .schedule = p->schedule, .nbatches = steps,
-                         .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups};
+                         .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups,
+                         .flush_batches = twobw ? (int)K : 0, .predict = twobw && p->rt->train.predict > 0};
   PlanStreams S;
   char err[256];
   EXPECT(plan_streams_build(&spec, &S, err, sizeof err));

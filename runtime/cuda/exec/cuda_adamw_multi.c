@@ -1,5 +1,5 @@
-/* runtime/cuda/exec/cuda_adamw_multi.c — the multi-tensor AdamW's table and launch
- * (cuda_adamw_multi.h). */
+/* runtime/cuda/exec/cuda_adamw_multi.c — the multi-tensor AdamW's table, launch and
+ * the match of an opt_step call's steps to one launch (cuda_adamw_multi.h). */
 #include "runtime/cuda/exec/cuda_adamw_multi.h"
 
 #include <stdlib.h>
@@ -39,10 +39,52 @@ CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAda
 void cx_adamw_multi_launch(const CxDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
                            const CxAdamwLaunch *a) {
   if (tb->nchunks == 0) return;
-  CxPtr wo = a->w_out, wi = a->w_in, g = a->grad, m = a->m, v = a->v, w16 = a->w16, ts = tb->tensors,
-        cs = tb->chunks, sc = a->scalars;
+  CxPtr wo = a->w_out, wi = a->w_in, g = a->grad, m = a->m, v = a->v, ma = a->master, w16 = a->w16,
+        ts = tb->tensors, cs = tb->chunks, sc = a->scalars;
   int64_t nchunks = tb->nchunks, chunk = CX_ADAMW_CHUNK;
-  double b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay, dc = a->delay_comp;
-  void *args[] = {&wo, &wi, &g, &m, &v, &w16, &ts, &cs, &nchunks, &chunk, &b1, &b2, &eps, &wd, &dc, &sc};
+  double b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+  void *args[] = {&wo, &wi, &g, &m, &v, &ma, &w16, &ts, &cs, &nchunks, &chunk, &b1, &b2, &eps, &wd, &sc};
   ops->launch(ops->dev, stream, kernel, (unsigned)nchunks, CX_ADAMW_BLOCK, args);
+}
+
+static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+
+bool cx_adamw_multi_match(const RtStage *st, const ExecOptStep *s, int n, char *in, CxAdamwLaunch *a) {
+  int f = 0;
+  while (f < n && !s[f].g) f++;
+  if (n < 1 || s[0].tc->optimizer == OPT_SGD || f == n) return false;
+  CxPtr off0 = (CxPtr)s[0].param->offset, offf = (CxPtr)s[f].param->offset;
+  CxPtr wo = dp(s[0].wout) - off0, wi = dp(s[0].win) - off0, ma = s[0].master ? dp(s[0].master) - off0 : 0;
+  CxPtr g = dp(s[f].g) - offf, m = dp(s[f].m) - offf, v = dp(s[f].v) - offf;
+  bool ok = true;
+  for (int i = 0; ok && i < n; i++) {
+    int64_t k = s[i].param - st->params;
+    CxPtr off = (CxPtr)s[i].param->offset;
+    ok = k >= 0 && k < st->nparams && (i == 0 || k > s[i - 1].param - st->params) && dp(s[i].wout) == wo + off &&
+         dp(s[i].win) == wi + off && (ma ? dp(s[i].master) == ma + off : !s[i].master) &&
+         (!s[i].g || (dp(s[i].g) == g + off && dp(s[i].m) == m + off && dp(s[i].v) == v + off));
+    if (ok) in[k] = s[i].g ? 2 : 1;
+  }
+  *a = (CxAdamwLaunch){.w_out = wo, .w_in = wi, .grad = g, .m = m, .v = v, .master = ma};
+  return ok;
+}
+
+uint64_t cx_adamw_stage_table_bytes(const RtStage *st) {
+  CxAdamwTensor *t = pd_calloc((size_t)st->nparams + 1, sizeof *t);
+  for (int k = 0; k < st->nparams; k++) t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
+  uint64_t bytes = cx_adamw_table_bytes(t, st->nparams);
+  free(t);
+  return bytes;
+}
+
+CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in) {
+  CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
+  int nt = 0;
+  for (int k = 0; k < st->nparams; k++)
+    if (in[k])
+      t[nt++] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
+                                .decay = st->params[k].decay, .has_grad = in[k] == 2};
+  CxAdamwTable tab = cx_adamw_table_upload(ops, at, t, nt);
+  free(t);
+  return tab;
 }

@@ -23,7 +23,8 @@
  *    CPU trainer's. A step uploads its batch's input images in one copy and issues
  *    every microbatch with no host wait (losses and out-of-range ids come back with
  *    the norm); the norm and the update run as CUDA graphs, the update's per-step
- *    values (lr, step, clip scale) read from device memory;
+ *    values (lr, step, clip scale, 2bw's delay compensation in force and weight
+ *    prediction's k) read from device memory;
  *  - cuda_exec_step.c: a step's own CUDA graphs (norms, updates: cx_step_graph_run);
  *  - cuda_exec_share.c: one GPU shared by the host threads of single-GPU pipeline mode
  *    (a view per stage replica: its own stream, its part of the one allocation, one
@@ -211,7 +212,7 @@ int64_t cx_program_bad_ids_offset(const CxProgram *p);
  * cuda_exec_list.c): cx_library_complete's one list, in this order. */
 typedef enum CxLibKernel {
   CX_K_SET_U32, CX_K_SUMSQ_PARTIAL, CX_K_SUMSQ_FINAL, CX_K_COPY, CX_K_ADAMW_DEV, CX_K_SGD_DEV, CX_K_SUM_ORDERED,
-  CX_K_CAST_BF16, CX_K_ADAMW_MULTI, CX_NLIB_KERNELS
+  CX_K_CAST_BF16, CX_K_ADAMW_MULTI, CX_K_PREDICT_DEV, CX_NLIB_KERNELS
 } CxLibKernel;
 /* Library kernel k of the program, looked up (and checked) once by cx_program_load. */
 void *cx_program_lib_kernel(const CxProgram *p, CxLibKernel k);
@@ -239,13 +240,15 @@ typedef struct CxGraphStats {
 } CxGraphStats;
 CxGraphStats cx_program_graph_stats(const CxProgram *p);
 
-/* The per-step optimizer values on the device (lr, 1/m times the clip factor, t + 1):
+/* The per-step optimizer values on the device (lr, 1/m times the clip factor, t + 1,
+ * the delay compensation in force: 0 in a flushed step; the weight prediction's k):
  * kernels/cuda_adamw_multi.cuh's pkc_step_scalars, field for field. */
 typedef struct CxStepScalars {
   double lr, grad_scale;
   int64_t t;
+  double delay_comp, predict;
 } CxStepScalars;
-_Static_assert(sizeof(CxStepScalars) == 24, "CxStepScalars must match pkc_step_scalars");
+_Static_assert(sizeof(CxStepScalars) == 40, "CxStepScalars must match pkc_step_scalars");
 
 /* One of a step's own CUDA graphs (a norm or an update, outside the passes), keyed by
  * what its frozen arguments depend on. */
@@ -335,6 +338,12 @@ const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
 /* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
  * copy each (default 2). Before the arena. */
 void cx_exec_device_set_versions(ExecDevice *d, int n);
+/* The bf16 copy of the weight version at w (a params block of the arena; registered
+ * as a version with a copy if it was not, as a pass reading it would) and whether it
+ * is stale, cast again before a pass reads it; 0 for a plan without bf16 copies. What
+ * the optimizer step left there, for tests: a copy that is not stale must be the cast
+ * of its version. */
+CxPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale);
 /* --trace: the interpreter's clock marks (runtime/exec/exec.h mark) become events on
  * the device's stream, read as seconds since `origin` (an event of the same GPU,
  * recorded and complete before the run: every rank's times on one clock). NULL (the

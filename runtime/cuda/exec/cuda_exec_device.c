@@ -7,8 +7,11 @@
  * so no weight is cast inside a step), the norm and the update as CUDA graphs of their
  * own (eager on the first sighting of a set of pointers, captured on the second,
  * launched after), the update's per-step values (lr, the
- * bias-correction step, the gradient scale) in device memory, so one graph serves
- * every step.
+ * bias-correction step, the gradient scale, the delay compensation in force: 0 in a
+ * flushed step; the weight prediction's k) in device memory, so one graph serves
+ * every step. 2bw's weight prediction (an ExecOptStep's master) is fused into the
+ * multi-tensor AdamW, a pass of its own after each per-tensor step, and a bf16 copy
+ * is always of the predicted weights of the version written.
  *
  * Everything runs on stream 0, in issue order, and a step's passes without a host
  * wait (the GPU trainer's scheme): a batch's input images go up in ONE copy at its
@@ -379,56 +382,38 @@ static void issue_update(void *arg) { /* a CudaDevice */
     const TrainConfig *tc = s->tc;
     CxPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
     int64_t n = s->param->numel;
+    int decay = s->param->decay;
+    double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay;
     if (!s->g) { /* no gradient: its value into the version written */
       if (wout != w) c->ops->dtod(c->ops->dev, 0, wout, w, (size_t)s->param->bytes);
-      continue;
-    }
-    int decay = s->param->decay;
-    double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay, dc = tc->delay_comp;
-    if (tc->optimizer == OPT_SGD) { /* momentum: beta1 */
+    } else if (tc->optimizer == OPT_SGD) { /* momentum: beta1 */
       void *args[] = {&wout, &w, &g, &m, &n, &b1, &wd, &decay, &sc};
       launch(c, CX_K_SGD_DEV, grid_for(n), CD_BLOCK, args);
     } else {
-      void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &dc, &sc};
+      void *args[] = {&wout, &w, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &sc};
       launch(c, CX_K_ADAMW_DEV, grid_for(n), CD_BLOCK, args);
+    }
+    if (s->master) { /* weight prediction: master = W(t+1), wout predicted */
+      CxPtr ma = dp(s->master);
+      void *args[] = {&wout, &ma, &n, &sc};
+      launch(c, CX_K_PREDICT_DEV, grid_for((n + 3) / 4), CD_BLOCK, args);
     }
   }
 }
 
-/* Whether steps s[0..n) can be the multi-tensor AdamW launch, and its blocks in *a:
- * every step's weights, gradient, m and v at its parameter's offset from one base
- * each (the interpreter's blocks: a deferred tied gradient lies elsewhere), the
- * parameters in the stage's order. Its table is the parameters of the first such call
- * (a pipeline rank's leave out 2bw's deferred tied ones, stepped apart), each with a
+/* Whether steps s[0..n) can be the multi-tensor AdamW launch, and its blocks in *a
+ * (cx_adamw_multi_match). Its table is the parameters of the first such call (a
+ * pipeline rank's leave out 2bw's deferred tied ones, stepped apart), each with a
  * gradient or not (g NULL: its value into the version written); a later call must
  * list the same. Otherwise (and for SGD) the per-tensor kernels run, and a bf16 copy
  * is cast again before a pass reads it. */
 static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaunch *a) {
   const RtStage *st = c->st;
-  int f = 0;
-  while (f < n && !s[f].g) f++;
-  if (!c->stepped || s[0].tc->optimizer == OPT_SGD || f == n) return false;
-  CxPtr wo = dp(s[0].wout) - (CxPtr)s[0].param->offset, wi = dp(s[0].win) - (CxPtr)s[0].param->offset;
-  CxPtr g = dp(s[f].g) - (CxPtr)s[f].param->offset, m = dp(s[f].m) - (CxPtr)s[f].param->offset;
-  CxPtr v = dp(s[f].v) - (CxPtr)s[f].param->offset;
+  if (!c->stepped) return false;
   char *in = pd_calloc((size_t)st->nparams + 1, 1); /* 0: not listed, 1: no gradient, 2: stepped */
-  bool ok = true;
-  for (int i = 0; ok && i < n; i++) {
-    int64_t k = s[i].param - st->params, off = s[i].param->offset;
-    ok = k >= 0 && k < st->nparams && (i == 0 || k > s[i - 1].param - st->params) && dp(s[i].wout) == wo + (CxPtr)off &&
-         dp(s[i].win) == wi + (CxPtr)off &&
-         (!s[i].g || (dp(s[i].g) == g + (CxPtr)off && dp(s[i].m) == m + (CxPtr)off && dp(s[i].v) == v + (CxPtr)off));
-    if (ok) in[k] = s[i].g ? 2 : 1;
-  }
+  bool ok = cx_adamw_multi_match(st, s, n, in, a);
   if (ok && !c->adamw_ready) {
-    CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
-    int nt = 0;
-    for (int k = 0; k < st->nparams; k++)
-      if (in[k])
-        t[nt++] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
-                                  .decay = st->params[k].decay, .has_grad = in[k] == 2};
-    c->adamw_tab = cx_adamw_table_upload(c->ops, c->adamw, t, nt);
-    free(t);
+    c->adamw_tab = cx_adamw_stage_table(c->ops, c->adamw, st, in);
     memcpy(c->stepped, in, (size_t)st->nparams);
     c->adamw_ready = true;
   }
@@ -436,11 +421,9 @@ static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaun
   free(in);
   if (!ok) return false;
   const TrainConfig *tc = s[0].tc;
-  CxPtr w16 = 0;
-  if (c->p16_bytes) w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)wo) * up256(c->p16_bytes);
-  *a = (CxAdamwLaunch){.w_out = wo, .w_in = wi, .grad = g, .m = m, .v = v, .w16 = w16, .scalars = c->scalars,
-                       .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->eps, .weight_decay = tc->weight_decay,
-                       .delay_comp = tc->delay_comp};
+  if (c->p16_bytes) a->w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)a->w_out) * up256(c->p16_bytes);
+  a->scalars = c->scalars;
+  a->beta1 = tc->beta1, a->beta2 = tc->beta2, a->eps = tc->eps, a->weight_decay = tc->weight_decay;
   return true;
 }
 
@@ -448,10 +431,14 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   CudaDevice *c = cud(d);
   uint64_t key = 14695981039346656037ull;
   for (int i = 0; i < n; i++) {
-    PD_CHECK(s[i].t == s[0].t && s[i].scale == s[0].scale && s[i].tc == s[0].tc, "(one step's values)");
-    key = mix(mix(mix(key, dp(s[i].wout)), dp(s[i].win)), dp(s[i].g));
+    PD_CHECK(s[i].t == s[0].t && s[i].scale == s[0].scale && s[i].tc == s[0].tc && s[i].fresh == s[0].fresh &&
+                 s[i].predict == s[0].predict,
+             "(one step's values)");
+    key = mix(mix(mix(mix(key, dp(s[i].wout)), dp(s[i].win)), dp(s[i].g)), dp(s[i].master));
   }
-  CxStepScalars sv = {.lr = rt_lr_at(s[0].tc, s[0].t), .grad_scale = s[0].scale, .t = s[0].t + 1};
+  const TrainConfig *tc = s[0].tc; /* a fresh gradient (2bw's flushed start) is not compensated */
+  CxStepScalars sv = {.lr = rt_lr_at(tc, s[0].t), .grad_scale = s[0].scale, .t = s[0].t + 1,
+                      .delay_comp = s[0].fresh ? 0 : tc->delay_comp, .predict = s[0].predict};
   c->ops->htod(c->ops->dev, c->scalars, &sv, sizeof sv); /* waits: no update reads the last ones still */
   c->os = s;
   c->os_count = n;
@@ -461,7 +448,9 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
     c->ver[version_of(c, (const char *)(uintptr_t)c->os_launch.w_out)].dirty = false;
   else
     for (int i = 0; i < n; i++)
-      if (s[i].g || s[i].wout != s[i].win) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
+      if (s[i].g || s[i].wout != s[i].win || s[i].master) written(c, s[i].wout, (uint64_t)s[i].param->bytes);
+  for (int i = 0; i < n; i++) /* the master's copy (if it has one) is cast when a pass reads it */
+    if (s[i].master) written(c, s[i].master, (uint64_t)s[i].param->bytes);
   for (int v = 0; c->p16_bytes && !c->os_multi && v < c->nver; v++) /* the step's casts with the step */
     if (c->ver[v].w && c->ver[v].dirty) bf16_copy(c, c->ver[v].w);
 }
@@ -550,12 +539,8 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
   c->tok_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->tgt_tmp = pd_malloc((size_t)(c->T + 1) * sizeof(int32_t));
   c->p16_bytes = (uint64_t)cx_program_block(prog, CX_PARAMS16);
-  if (st->nparams) { /* room for the multi-tensor AdamW's table (its size does not depend on has_grad) */
-    CxAdamwTensor *t = pd_calloc((size_t)st->nparams, sizeof *t);
-    for (int k = 0; k < st->nparams; k++)
-      t[k] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel};
-    c->adamw_bytes = cx_adamw_table_bytes(t, st->nparams);
-    free(t);
+  if (st->nparams) { /* room for the multi-tensor AdamW's table */
+    c->adamw_bytes = cx_adamw_stage_table_bytes(st);
     c->stepped = pd_calloc((size_t)st->nparams, 1);
   }
   return &c->base;
@@ -577,6 +562,13 @@ void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), 
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;
+}
+CxPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale) {
+  CudaDevice *c = cud(d);
+  if (!c->p16_bytes) return 0;
+  int v = version_of(c, w);
+  *stale = c->ver[v].dirty;
+  return c->p16 + (CxPtr)v * up256(c->p16_bytes);
 }
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes) {
   uint64_t off[8];

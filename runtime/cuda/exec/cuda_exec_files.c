@@ -82,7 +82,7 @@ bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_
       [CX_K_SUMSQ_FINAL] = "pkc_sumsq_final_f32", [CX_K_COPY] = "pkc_copy_f32",
       [CX_K_ADAMW_DEV] = "pkc_adamw_step_dev_f32", [CX_K_SGD_DEV] = "pkc_sgd_step_dev_f32",
       [CX_K_SUM_ORDERED] = "pkc_sum_ordered_f32", [CX_K_CAST_BF16] = "pkc_cast_f32_to_bf16",
-      [CX_K_ADAMW_MULTI] = "pkc_adamw_multi_dev_f32"};
+      [CX_K_ADAMW_MULTI] = "pkc_adamw_multi_dev_f32", [CX_K_PREDICT_DEV] = "pkc_predict_step_dev_f32"};
   for (size_t k = 0; k < sizeof own / sizeof *own; k++)
     if (!(out[k] = ops->kernel(ops->dev, module, own[k]))) {
       snprintf(err, errlen, "%s: %s has no %s (a plan from an older pd2bwc): regenerate the plan with this pd2bwc",
