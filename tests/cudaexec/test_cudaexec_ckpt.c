@@ -62,12 +62,9 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-cudackpt-XXXXXX";
 
-/* The one-stage 2bw plans without weight prediction (pd2bwc's default k = 1): a
- * checkpoint holds two weight versions, not the master slot and the two predicted ones,
- * so a predicted run does not resume exactly yet, and the CPU trainer's save fails on
- * it (runtime/exec/exec_one.c trainer_save reads R->w[1 - newest], newest being
- * PLAN_MASTER_VSLOT = 2 under prediction). */
-#define ONE_2BW "--schedule 2bw -D train.predict=0"
+/* The one-stage 2bw plans, with pd2bwc's defaults (weight prediction: the checkpoint
+ * holds next.* beside prev.*, so a predicted run resumes exactly). */
+#define ONE_2BW "--schedule 2bw"
 
 /* ---- one-stage runs ------------------------------------------------------------------ */
 

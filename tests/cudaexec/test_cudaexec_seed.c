@@ -87,11 +87,10 @@ static void check_rule(const char *plan) {
   EXPECT(strcmp(sc, "9") == 0);
 }
 
-/* (without weight prediction: a checkpoint holds two weight versions, not the master
- * slot and the two predicted ones, so a predicted run does not resume exactly yet; the
- * pipeline plan's short run is all flushed start, vanilla) */
+/* (pd2bwc's 2bw defaults: weight prediction, the checkpoint's next.*; the pipeline
+ * plan's short run is all flushed start, vanilla) */
 static void test_one(void) {
-  EXPECT(emu_make_plan("p1", "--schedule 2bw -D train.predict=0"));
+  EXPECT(emu_make_plan("p1", "--schedule 2bw"));
   check_rule("p1");
 }
 
