@@ -49,15 +49,24 @@
  * Where a file we write goes. Every output flag of every driver passes through
  * output_paths_check before the driver loads anything, so a bad path costs no
  * training: it follows symlinks, refuses what is not a regular file, and creates and
- * removes a temporary in the target's directory. Messages: "FLAG PATH: why". */
-typedef struct OutputFlag {
-  const char *flag; /* "--save" */
+ * removes a temporary in the target's directory. Messages: "FLAG PATH: why". The same
+ * call compares every output with every input the tool reads: no output ever names
+ * an input. */
+typedef struct PathFlag {
+  const char *flag; /* "--save", "--data"; an input without a flag: what it is,
+                       "the plan directory", "the checkpoint" */
   const char *path; /* as given; NULL: the flag was not given (skipped) */
-} OutputFlag;
+  bool tree;        /* a directory with everything in it: an input plan directory, or
+                       an output replaced whole (pd2bwc -o; its own checks are the tool's) */
+} PathFlag;
 
 bool output_path_check(const char *flag, const char *path, char *err, size_t errlen);
-/* Each given flag as above; also refuses two flags that name the same file. */
-bool output_paths_check(const OutputFlag *flags, int n, char *err, size_t errlen);
+/* Each given output as above; refuses two outputs that are one file (device and
+ * inode where it exists, else the directory and name, symlinks followed), and an
+ * output that is an input, lies inside an input directory or is a hard link to a
+ * file there, or (tree) holds an input: "--log-json d.bin is the --data file d.bin
+ * (an output never replaces an input)". Nothing is written but the probe's temporary. */
+bool output_paths_check(const PathFlag *outs, int nout, const PathFlag *ins, int nin, char *err, size_t errlen);
 /* The file a write to path replaces: path with its symlinks followed (a new string;
  * it may not exist yet). NULL, with why in err, when that is not a regular file, when
  * there are too many links, or when path cannot be looked up. */
