@@ -6,6 +6,7 @@
  *   read_file.c     reading a whole (small) file into memory
  *   stale_tmp.c     recognising temporary files left by dead processes
  *   cache_seal.c    the checksum that ends every on-disk cache entry
+ *   cache_dir.c     which directory a compile cache may use: only its owner's
  *   data.c          memory-mapped token files and the batch sampler
  *   bpe.c           GPT-2's byte-level BPE tokenizer
  *   safetensors.c   reading and writing the safetensors format
@@ -40,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "ir/ir.h"
 
@@ -76,6 +78,8 @@ char *output_target(const char *path, char *err, size_t errlen);
 int output_remove_stale_temps(const char *target);
 /* The directory part of path ("." when none): a new string. */
 char *output_dir_of(const char *path);
+/* What a file of mode m is, for messages: "a FIFO", "a directory", "a regular file". */
+const char *io_file_kind(mode_t m);
 
 /* ---- atomic files (atomic_file.c) ----------------------------------------
  * A file under construction. Writes go to `tmp`; atomic_commit() makes it
@@ -109,6 +113,15 @@ void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]);
 /* True when p[0..n) is bytes followed by their seal; else false, `why` saying what
  * is wrong. The entry's content is the first n - CACHE_SEAL_BYTES bytes. */
 bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
+
+/* The directory a compile cache uses for this run (cache_dir.c), a new string:
+ * <base>/<sub> (sub NULL or "": base itself; the cubins: "cuda"), base being `given`
+ * when non-empty, else $PD2BW_CACHE, else $HOME/.cache/pd2bw, created 0700 when missing,
+ * when base and <base>/<sub> are directories owned by this user (geteuid) that neither
+ * group nor others can write. Otherwise, after one note on stderr naming the directory
+ * and why, this process's private directory (mkdtemp, 0700), removed at exit. NULL,
+ * with err, only when not even that can be made. */
+char *cache_dir_for_run(const char *given, const char *sub, char *err, size_t errlen);
 
 /* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
  * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,

@@ -47,13 +47,15 @@
 
 #define OUTPUT_MAX_LINKS 40 /* as the kernel's own limit on a path's symlinks */
 
-static const char *kind_name(mode_t m) {
+const char *io_file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
   if (S_ISDIR(m)) return "a directory";
   if (S_ISCHR(m)) return "a character device";
   if (S_ISBLK(m)) return "a block device";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "a special file";
 }
 
 /* The directory part of path: a new string, "." when there is none. */
@@ -82,10 +84,10 @@ char *output_target(const char *path, char *err, size_t errlen) {
     if (S_ISREG(st.st_mode)) return cur;
     if (!S_ISLNK(st.st_mode)) {
       if (strcmp(cur, path) == 0)
-        snprintf(err, errlen, "%s, not a regular file: pd2bw writes only regular files", kind_name(st.st_mode));
+        snprintf(err, errlen, "%s, not a regular file: pd2bw writes only regular files", io_file_kind(st.st_mode));
       else
         snprintf(err, errlen, "leads to %s, %s, not a regular file: pd2bw writes only regular files", cur,
-                 kind_name(st.st_mode));
+                 io_file_kind(st.st_mode));
       break;
     }
     if (hops == OUTPUT_MAX_LINKS) {
