@@ -3,7 +3,8 @@
  * What this folder (runtime/io/, library pd2bw_io) owns:
  *   atomic_file.c   files that appear whole or not at all (atomic_open/atomic_commit)
  *   output_path.c   where an output file goes, decided before any work is done
- *   read_file.c     reading a whole (small) file into memory
+ *   read_file.c     opening an input (regular files only, never blocking), reading
+ *                   a whole (small) one into memory
  *   stale_tmp.c     recognising temporary files left by dead processes
  *   cache_seal.c    the checksum that ends every on-disk cache entry
  *   cache_dir.c     which directory a compile cache may use: only its owner's
@@ -63,9 +64,10 @@ typedef struct PathFlag {
 } PathFlag;
 
 bool output_path_check(const char *flag, const char *path, char *err, size_t errlen);
-/* Each given output as above; refuses two outputs that are one file (device and
- * inode where it exists, else the directory and name, symlinks followed), and an
- * output that is an input, lies inside an input directory or is a hard link to a
+/* Each given output as above; refuses an input that is there but is not a regular
+ * file ("--data PATH: a FIFO, not a regular file": io_open_regular, never read), two
+ * outputs that are one file (device and inode where it exists, else the directory and
+ * name, symlinks followed), and an output that is an input, lies inside an input directory or is a hard link to a
  * file there, or (tree) holds an input: "--log-json d.bin is the --data file d.bin
  * (an output never replaces an input)". Nothing is written but the probe's temporary. */
 bool output_paths_check(const PathFlag *outs, int nout, const PathFlag *ins, int nin, char *err, size_t errlen);
@@ -140,8 +142,16 @@ bool stale_tmp_idle(const char *path, int seconds);
  * (32, ".cubin"). */
 void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext);
 
-/* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
- * *len excludes the NUL. (read_file.c) */
+/* Opens an input for reading (read_file.c): O_NONBLOCK, so that a FIFO or a terminal
+ * never blocks open(), then fstat; a regular file's descriptor comes back in blocking
+ * mode (and its stat in *st when st is not NULL). Else IO_CANNOT_OPEN (why: open's
+ * error) or IO_NOT_REGULAR (why: "a FIFO, not a regular file"), nothing read. */
+#define IO_CANNOT_OPEN (-1)
+#define IO_NOT_REGULAR (-2)
+struct stat;
+int io_open_regular(const char *path, struct stat *st, char *why, size_t whylen);
+/* Reads all of path (a regular file: io_open_regular) into a NUL-terminated
+ * pd_malloc'd buffer (free() it); *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
 
 /* ---- token data files (data.c) -------------------------------------------

@@ -23,7 +23,9 @@
  * does yet. An input directory (the plan) counts with everything in it: an output
  * whose directory is the plan's or lies below it (after symlinks: realpath), or a hard
  * link to one of its files, is refused too; a directory output replaced whole (pd2bwc
- * -o) must hold no input. The message names both and nothing is written.
+ * -o) must hold no input. The message names both and nothing is written. An input
+ * that is there but is not a regular file (a FIFO, whose open() waited for a writer
+ * forever) is refused by its flag, opened O_NONBLOCK and never read.
  *
  * Temporaries are named TARGET.tmp.<pid> (atomic_file.c). A process killed with
  * SIGKILL leaves its temporary behind; the next check or write of the same target
@@ -329,9 +331,24 @@ static bool holds_not(const PathFlag *o, const PathFlag *in, char *err, size_t e
   return !inside && !hit;
 }
 
+/* An input that is there must be a regular file: a FIFO blocked its reader in open()
+ * (io_open_regular: O_NONBLOCK, never read). One that cannot be opened is left to the
+ * reader to report. */
+static bool readable(const PathFlag *in, char *err, size_t errlen) {
+  char why[IO_ERR_LEN];
+  if (in->tree) return true;
+  int fd = io_open_regular(in->path, NULL, why, sizeof why);
+  if (fd >= 0) close(fd);
+  if (fd != IO_NOT_REGULAR) return true;
+  snprintf(err, errlen, "%s %s: %s", in->flag, in->path, why);
+  return false;
+}
+
 bool output_paths_check(const PathFlag *outs, int nout, const PathFlag *ins, int nin, char *err, size_t errlen) {
   char **targets = pd_calloc((size_t)(nout > 0 ? nout : 1), sizeof *targets);
   bool ok = true;
+  for (int k = 0; ok && k < nin; k++)
+    if (ins[k].path) ok = readable(&ins[k], err, errlen);
   for (int i = 0; ok && i < nout; i++) {
     const PathFlag *o = &outs[i];
     if (!o->path) continue;
