@@ -54,7 +54,9 @@ bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen) {
   size_t len = strlen(dir);
   bool fits = len < room;
   if (fits) memcpy(buf, dir, len + 1);
-  else snprintf(err, errlen, "the stage cache directory %s is %zu characters; it may have at most %zu", dir, len, room - 1);
+  else
+    snprintf(err, errlen, "the stage cache directory %s is %zu characters; it may have at most %zu", dir, len,
+             room - 1);
   free(dir);
   return fits;
 }

@@ -202,7 +202,8 @@ bool output_path_check(const char *flag, const char *path, char *err, size_t err
 /* ---- outputs against inputs --------------------------------------------------- */
 
 #define NEVER "(an output never replaces an input)"
-#define TREE_DEPTH 8 /* how deep a hard link to an input directory's file is looked for */
+#define TREE_DEPTH 8          /* how deep a hard link to an input directory's file is looked for */
+#define TREE_ENTRIES 100000L /* and among how many entries */
 
 /* An input as messages name it: "the --data file", "the plan directory". */
 static void input_name(const PathFlag *in, char *buf, size_t n) {
@@ -264,13 +265,14 @@ static bool under_dir(const char *path, const struct stat *st) {
   return in;
 }
 
-/* The regular file under dir (symlinks not followed, TREE_DEPTH levels) that is the
- * file st, as a new path; NULL when there is none. */
-static char *tree_find(const char *dir, const struct stat *st, int depth) {
+/* The regular file under dir (symlinks not followed, TREE_DEPTH levels, *budget
+ * entries at most: a plan is a few files, a mistaken "/" is not) that is the file st,
+ * as a new path; NULL when there is none. */
+static char *tree_find(const char *dir, const struct stat *st, int depth, long *budget) {
   DIR *d = opendir(dir);
   char *found = NULL;
   struct dirent *e;
-  while (d && !found && (e = readdir(d)) != NULL) {
+  while (d && !found && (*budget)-- > 0 && (e = readdir(d)) != NULL) {
     struct stat s;
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
         fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
@@ -279,7 +281,7 @@ static char *tree_find(const char *dir, const struct stat *st, int depth) {
     char *p = pd_malloc(len);
     snprintf(p, len, "%s/%s", dir, e->d_name);
     if (S_ISREG(s.st_mode) && s.st_dev == st->st_dev && s.st_ino == st->st_ino) found = p;
-    else if (S_ISDIR(s.st_mode) && depth > 0) found = tree_find(p, st, depth - 1);
+    else if (S_ISDIR(s.st_mode) && depth > 0) found = tree_find(p, st, depth - 1, budget);
     if (found != p) free(p);
   }
   if (d) closedir(d);
@@ -289,8 +291,9 @@ static char *tree_find(const char *dir, const struct stat *st, int depth) {
 /* A hard link to file under the directory tree: its path there, or NULL. */
 static char *linked_in(const char *file, const char *tree) {
   struct stat st;
+  long budget = TREE_ENTRIES;
   if (stat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink < 2) return NULL;
-  return tree_find(tree, &st, TREE_DEPTH);
+  return tree_find(tree, &st, TREE_DEPTH, &budget);
 }
 
 /* Output o, written at target, against input in: true when they are apart. */
