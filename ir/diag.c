@@ -5,8 +5,11 @@
 #include "ir/ir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void diag_init(Diag *d, FILE *out) {
   memset(d, 0, sizeof *d);
@@ -116,10 +119,22 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...) {
 }
 
 bool source_read(Arena *a, Diag *d, const char *path, Source *out) {
-  FILE *f = fopen(path, "rb");
+  /* O_NONBLOCK, then fstat: a FIFO is refused, not waited on in open() (runtime/io's
+   * io_open_regular does the same for every runtime input) */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   Loc where = {path, 0, 0};
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    diag_error(d, where, "cannot open: %s, not a regular file",
+               S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a device or special file");
+    close(fd);
+    return false;
+  }
+  int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+  FILE *f = flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
   if (!f) {
     diag_error(d, where, "cannot open: %s", strerror(errno));
+    if (fd >= 0) close(fd);
     return false;
   }
   size_t cap = 4096, len = 0;

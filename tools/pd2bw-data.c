@@ -200,6 +200,29 @@ static int parse_args(int argc, char **argv, Options *o) {
   return 0;
 }
 
+/* No output names an input (runtime/io/io.h output_paths_check), before anything is
+ * read or written: PREFIX_train.bin (and _val.bin) against --input, --vocab, --merges.
+ * Returns 0, or 1 after an error. */
+static int check_paths(const Options *o) {
+  char err[IO_ERR_LEN];
+  size_t n = strlen(o->out_prefix) + 16;
+  char *flag = pd_malloc(n), *train = pd_malloc(n), *val = pd_malloc(n);
+  snprintf(flag, n, "--out-prefix %s:", o->out_prefix);
+  snprintf(train, n, "%s_train.bin", o->out_prefix);
+  snprintf(val, n, "%s_val.bin", o->out_prefix);
+  PathFlag outs[] = {{flag, train, false}, {flag, o->val_fraction > 0 ? val : NULL, false}};
+  PathFlag *ins = pd_calloc((size_t)o->ninputs + 2, sizeof *ins);
+  for (int i = 0; i < o->ninputs; i++) ins[i] = (PathFlag){"--input", o->inputs[i], false};
+  ins[o->ninputs] = (PathFlag){"--vocab", o->vocab, false};
+  ins[o->ninputs + 1] = (PathFlag){"--merges", o->merges, false};
+  bool ok = output_paths_check(outs, 2, ins, o->ninputs + 2, err, sizeof err);
+  free(ins);
+  free(flag);
+  free(train);
+  free(val);
+  return ok ? 0 : fail("%s", err);
+}
+
 /* The inputs' texts (NULL for one skipped) cut into documents. */
 typedef struct Corpus {
   char **texts;
@@ -341,7 +364,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "--info") == 0) return info(argc, argv, 2);
   Options o = {0};
-  if (parse_args(argc, argv, &o)) return 1;
+  if (parse_args(argc, argv, &o) || check_paths(&o)) return 1;
 
   char err[IO_ERR_LEN];
   Bpe *bpe = NULL;

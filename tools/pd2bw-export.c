@@ -337,6 +337,26 @@ static bool check_outputs(const Options *o) {
   return true;
 }
 
+/* No output names the checkpoint it reads (runtime/io/io.h output_paths_check), before
+ * it is read: --llmc, and --hf's two files where the directory exists (a new one holds
+ * nothing). Returns 0, or 1 after an error. */
+static int check_paths(const Options *o) {
+  char err[IO_ERR_LEN];
+  struct stat sb;
+  bool dir = o->hf && stat(o->hf, &sb) == 0 && S_ISDIR(sb.st_mode);
+  size_t n = dir ? strlen(o->hf) + 8 : 0;
+  char *flag = dir ? pd_malloc(n) : NULL;
+  if (flag) snprintf(flag, n, "--hf %s:", o->hf);
+  char *st = dir ? join(o->hf, "model.safetensors") : NULL, *cfg = dir ? join(o->hf, "config.json") : NULL;
+  PathFlag outs[] = {{"--llmc", o->llmc, false}, {flag, st, false}, {flag, cfg, false}};
+  PathFlag in = {"the checkpoint", o->ckpt, false};
+  bool ok = output_paths_check(outs, 3, &in, 1, err, sizeof err);
+  free(flag);
+  free(st);
+  free(cfg);
+  return ok ? 0 : fail("%s", err);
+}
+
 static int write_outputs(const Options *o, Gpt2 *g) {
   char err[IO_ERR_LEN];
   if (!check_outputs(o)) return 1;
@@ -386,7 +406,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   Options o = {0};
-  if (parse_args(argc, argv, &o)) return 1;
+  if (parse_args(argc, argv, &o) || check_paths(&o)) return 1;
   char err[IO_ERR_LEN];
   SafeTensors *st = st_open(o.ckpt, err, sizeof err);
   if (!st) return fail("%s", err);

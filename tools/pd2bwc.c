@@ -8,6 +8,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "runtime/io/io.h"
 #include "runtime/report/plan_report.h"
 #include "tools/plan_dir.h"
 #include "tools/update_rule.h"
@@ -472,6 +473,19 @@ static bool write_report(const char *tmp, Diag *d) {
   return false;
 }
 
+/* -o DIR: what is there must be ours to replace (plan_dir.h), and hold no input, as it
+ * is replaced whole (runtime/io/io.h output_paths_check). */
+static bool out_dir_ok(const Options *o) {
+  if (!plan_dir_check_output(o->out)) return false;
+  PathFlag out = {"-o", o->out, true};
+  PathFlag ins[] = {{"the model file", o->model, false}, {"--cluster", o->cluster, false},
+                    {"--profile", o->profile, false}};
+  char err[IO_ERR_LEN];
+  if (output_paths_check(&out, 1, ins, 3, err, sizeof err)) return true;
+  fprintf(stderr, "pd2bwc: error: %s\n", err);
+  return false;
+}
+
 int main(int argc, char **argv) {
   /* No fastbins: the compiler makes millions of small objects (IR, cJSON nodes,
    * strings) and then large buffers; every large malloc or free with fastbins in use
@@ -483,8 +497,8 @@ int main(int argc, char **argv) {
     free(o.defines);
     return rc;
   }
-  /* Before any work: what is at -o DIR must be ours to replace. */
-  if (o.out && !o.emit && !plan_dir_check_output(o.out)) {
+  /* Before any work: what is at -o DIR must be ours to replace, and hold no input. */
+  if (o.out && !o.emit && !out_dir_ok(&o)) {
     free(o.defines);
     return 1;
   }

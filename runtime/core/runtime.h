@@ -60,8 +60,10 @@ typedef struct StageProgram {
   char so_path[RT_PATH_MAX];
 } StageProgram;
 
-/* The cache directory in use (created if missing); false with a message if it
- * cannot be made or its path (with room for an entry's name) does not fit in n. */
+/* The cache directory in use (runtime/io/io.h cache_dir_for_run: $PD2BW_CACHE or
+ * ~/.cache/pd2bw, created 0700 if missing, when this user's and writable by no one
+ * else; otherwise a private directory for this run, after a note); false with a
+ * message if its path (with room for an entry's name) does not fit in n. */
 bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen);
 /* Runs argv[0] (searched in PATH) with argv and no shell, stdin /dev/null; returns
  * its stdout and stderr together (pd_malloc'd) and its exit status in *status (-1

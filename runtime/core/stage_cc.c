@@ -13,7 +13,9 @@
  * before dlopen; the loader ignores bytes past the ELF segments. One file rather
  * than a sidecar: a second file would need a second rename, which racing writers
  * could pair with the other's .so. The compiler runs without a shell
- * (run_capture.c). */
+ * (run_capture.c). The seal guards against damage, not against someone who can write
+ * the directory; so the directory itself is used only when it is this user's alone
+ * (rt_cache_dir: runtime/io/cache_dir.c, the cubin cache's rule too). */
 #include "runtime/core/runtime.h"
 
 #include <dlfcn.h>
@@ -37,41 +39,26 @@ static const char *compiler(void) {
   return cc && strspn(cc, " \t") < strlen(cc) ? cc : "cc";
 }
 
-/* mkdir -p */
-static bool make_dirs(const char *path) {
-  char *buf = pd_strdup(path);
-  bool ok = true;
-  for (char *p = buf + 1; *p && ok; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    ok = mkdir(buf, 0777) == 0 || errno == EEXIST;
-    *p = '/';
-  }
-  ok = ok && (mkdir(buf, 0777) == 0 || errno == EEXIST);
-  free(buf);
-  return ok;
-}
-
 bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen) {
-  const char *env = getenv("PD2BW_CACHE");
-  size_t len, room = n > CACHE_DIR_ROOM ? n - CACHE_DIR_ROOM : 0;
-  if (env && *env) {
-    len = strlen(env);
-    if (len >= room)
-      return ERR("PD2BW_CACHE is %zu characters; the stage cache directory's path may have at most %zu", len,
-                 room - 1);
-    memcpy(buf, env, len + 1);
-  } else {
-    const char *home = getenv("HOME");
-    if (!home || !*home) home = "/tmp";
-    len = strlen(home) + strlen("/.cache/pd2bw");
-    if (len >= room)
-      return ERR("HOME is %zu characters; the stage cache directory $HOME/.cache/pd2bw may have at most %zu "
-                 "(set PD2BW_CACHE to a shorter one)", strlen(home), room - 1);
-    snprintf(buf, n, "%s/.cache/pd2bw", home);
-  }
-  if (!make_dirs(buf)) return ERR("cannot create the stage cache directory %s: %s", buf, strerror(errno));
-  return true;
+  const char *env = getenv("PD2BW_CACHE"), *home = getenv("HOME");
+  size_t room = n > CACHE_DIR_ROOM ? n - CACHE_DIR_ROOM : 0;
+  if (env && *env && strlen(env) >= room)
+    return ERR("PD2BW_CACHE is %zu characters; the stage cache directory's path may have at most %zu", strlen(env),
+               room - 1);
+  if ((!env || !*env) && home && *home && strlen(home) + strlen("/.cache/pd2bw") >= room)
+    return ERR("HOME is %zu characters; the stage cache directory $HOME/.cache/pd2bw may have at most %zu "
+               "(set PD2BW_CACHE to a shorter one)", strlen(home), room - 1);
+  /* the one rule of both caches: only a directory of this user's, else a private one */
+  char *dir = cache_dir_for_run(NULL, NULL, err, errlen);
+  if (!dir) return false;
+  size_t len = strlen(dir);
+  bool fits = len < room;
+  if (fits) memcpy(buf, dir, len + 1);
+  else
+    snprintf(err, errlen, "the stage cache directory %s is %zu characters; it may have at most %zu", dir, len,
+             room - 1);
+  free(dir);
+  return fits;
 }
 
 /* argv: the compiler's words, then the `nextra` words of extra, NULL-terminated;

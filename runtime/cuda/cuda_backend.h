@@ -49,7 +49,9 @@ typedef struct CudaCompileOptions {
   int arch;                 /* SM version, major·10 + minor: 90 (H100/H200), 80 (A100) */
   const char *name;         /* program name in diagnostics ("stage0.cu"); NULL: "pd2bw.cu" */
   const char *cache_dir;    /* NULL: $PD2BW_CACHE, else ~/.cache/pd2bw; "" disables the cache.
-                               Cubins go in <cache_dir>/cuda/<key>.cubin */
+                               Cubins go in <cache_dir>/cuda/<key>.cubin when both are
+                               this user's alone, else in a private directory for the
+                               run (runtime/io/io.h cache_dir_for_run) */
   const char *const *extra; /* more NVRTC options (e.g. "-DPKC_ATT_HS_MAX=64"), or NULL */
   int nextra;
 } CudaCompileOptions;

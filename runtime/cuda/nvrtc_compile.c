@@ -18,6 +18,7 @@
  * shared with the stage-program cache): a truncated or byte-flipped entry is
  * recompiled with a one-line note, never handed to the driver. A compile that writes
  * an entry first removes temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes.
+ * The directory follows the stage cache's rule (cache_dir_for): only this user's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -163,34 +164,16 @@ static bool is_elf(const void *p, size_t n) {
                           4) == 0;
 }
 
-/* mkdir -p; true when the directory exists afterwards. */
-static bool make_dirs(const char *path) {
-  char *p = pd_strdup(path);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      free(p);
-      return false;
-    }
-    *s = '/';
-  }
-  bool ok = mkdir(p, 0777) == 0 || errno == EEXIST;
-  free(p);
-  return ok;
-}
-
-/* The cache directory for cubins, pd_malloc'd, or NULL when caching is off. */
+/* The cache directory for cubins, pd_malloc'd, or NULL when caching is off: <base>/cuda
+ * under the stage cache's one rule (runtime/io/io.h cache_dir_for_run): used only when
+ * this user's and writable by no one else, else a private directory for this run. */
 static char *cache_dir_for(const CudaCompileOptions *o) {
-  const char *base = o->cache_dir;
-  if (base && !*base) return NULL;
-  if (!base) base = getenv("PD2BW_CACHE");
-  if (base && *base) return pd_asprintf("%s/cuda", base);
-  const char *home = getenv("HOME");
-  if (!home || !*home) return NULL;
-  return pd_asprintf("%s/.cache/pd2bw/cuda", home);
+  if (o->cache_dir && !*o->cache_dir) return NULL;
+  char err[IO_ERR_LEN];
+  char *dir = cache_dir_for_run(o->cache_dir, "cuda", err, sizeof err);
+  if (!dir) fprintf(stderr, "pd2bw: warning: %s; cubins are not cached\n", err);
+  return dir;
 }
-
 
 /* Temporary file in the same directory, then rename: never a partial entry. The
  * entry is the cubin and its seal. A failure only costs the next run a recompile,
@@ -315,7 +298,7 @@ bool cuda_nvrtc_compile(const char *src, const CudaCompileOptions *o, CudaBinary
             *err = pd_asprintf("%s: nvrtcGetCUBIN failed: %s", name, api->nvrtcGetErrorString(r));
           } else {
             ok = true;
-            if (path && make_dirs(dir)) write_cache(dir, path, out->data, out->size);
+            if (path) write_cache(dir, path, out->data, out->size);
           }
         }
       }

@@ -212,13 +212,14 @@ static bool check_llmc_heads(const char *path, const CkptParam *params, int n, i
 
 static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
                         size_t errlen) {
-  int fd = open(path, O_RDONLY);
+  char why[IO_ERR_LEN];
+  struct stat sb;
+  int fd = io_open_regular(path, &sb, why, sizeof why);
   if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
     return false;
   }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 1024) {
+  if (sb.st_size < 1024) {
     snprintf(err, errlen, "%s: truncated: %lld bytes, shorter than llm.c's 1024-byte header", path,
              (long long)sb.st_size);
     close(fd);
@@ -412,14 +413,15 @@ bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int 
   bool detect = fmt == CKPT_AUTO;
   if (detect) {
     int32_t magic = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-      snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    char why[IO_ERR_LEN];
+    int fd = io_open_regular(path, NULL, why, sizeof why); /* a FIFO: refused, never waited on */
+    if (fd < 0) {
+      snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
       return false;
     }
-    size_t got = fread(&magic, 4, 1, f);
-    fclose(f);
-    if (got == 1 && magic == CKPT_LLMC_MAGIC) fmt = CKPT_LLMC;
+    ssize_t got = read(fd, &magic, 4);
+    close(fd);
+    if (got == 4 && magic == CKPT_LLMC_MAGIC) fmt = CKPT_LLMC;
   }
   if (fmt == CKPT_LLMC) return import_llmc(path, params, n, err, errlen);
   SafeTensors *st = st_open(path, err, errlen);

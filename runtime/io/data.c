@@ -94,15 +94,11 @@ static bool parse_llmc(DataFile *f, const int32_t *hdr, char *err, size_t errlen
 }
 
 DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, size_t errlen) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open token file: %s", path, strerror(errno));
-    return NULL;
-  }
+  char why[IO_ERR_LEN];
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    snprintf(err, errlen, "%s: not a regular file", path);
-    close(fd);
+  int fd = io_open_regular(path, &sb, why, sizeof why); /* a FIFO: refused, never waited on */
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot open token file: %s", path, why);
     return NULL;
   }
   if (sb.st_size == 0) {

@@ -3,9 +3,11 @@
  * What this folder (runtime/io/, library pd2bw_io) owns:
  *   atomic_file.c   files that appear whole or not at all (atomic_open/atomic_commit)
  *   output_path.c   where an output file goes, decided before any work is done
- *   read_file.c     reading a whole (small) file into memory
+ *   read_file.c     opening an input (regular files only, never blocking), reading
+ *                   a whole (small) one into memory
  *   stale_tmp.c     recognising temporary files left by dead processes
  *   cache_seal.c    the checksum that ends every on-disk cache entry
+ *   cache_dir.c     which directory a compile cache may use: only its owner's
  *   data.c          memory-mapped token files and the batch sampler
  *   bpe.c           GPT-2's byte-level BPE tokenizer
  *   safetensors.c   reading and writing the safetensors format
@@ -40,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "ir/ir.h"
 
@@ -49,15 +52,25 @@
  * Where a file we write goes. Every output flag of every driver passes through
  * output_paths_check before the driver loads anything, so a bad path costs no
  * training: it follows symlinks, refuses what is not a regular file, and creates and
- * removes a temporary in the target's directory. Messages: "FLAG PATH: why". */
-typedef struct OutputFlag {
-  const char *flag; /* "--save" */
+ * removes a temporary in the target's directory. Messages: "FLAG PATH: why". The same
+ * call compares every output with every input the tool reads: no output ever names
+ * an input. */
+typedef struct PathFlag {
+  const char *flag; /* "--save", "--data"; an input without a flag: what it is,
+                       "the plan directory", "the checkpoint" */
   const char *path; /* as given; NULL: the flag was not given (skipped) */
-} OutputFlag;
+  bool tree;        /* a directory with everything in it: an input plan directory, or
+                       an output replaced whole (pd2bwc -o; its own checks are the tool's) */
+} PathFlag;
 
 bool output_path_check(const char *flag, const char *path, char *err, size_t errlen);
-/* Each given flag as above; also refuses two flags that name the same file. */
-bool output_paths_check(const OutputFlag *flags, int n, char *err, size_t errlen);
+/* Each given output as above; refuses an input that is there but is not a regular
+ * file ("--data PATH: a FIFO, not a regular file": io_open_regular, never read), two
+ * outputs that are one file (device and inode where it exists, else the directory and
+ * name, symlinks followed), and an output that is an input, lies inside an input directory or is a hard link to a
+ * file there, or (tree) holds an input: "--log-json d.bin is the --data file d.bin
+ * (an output never replaces an input)". Nothing is written but the probe's temporary. */
+bool output_paths_check(const PathFlag *outs, int nout, const PathFlag *ins, int nin, char *err, size_t errlen);
 /* The file a write to path replaces: path with its symlinks followed (a new string;
  * it may not exist yet). NULL, with why in err, when that is not a regular file, when
  * there are too many links, or when path cannot be looked up. */
@@ -67,6 +80,8 @@ char *output_target(const char *path, char *err, size_t errlen);
 int output_remove_stale_temps(const char *target);
 /* The directory part of path ("." when none): a new string. */
 char *output_dir_of(const char *path);
+/* What a file of mode m is, for messages: "a FIFO", "a directory", "a regular file". */
+const char *io_file_kind(mode_t m);
 
 /* ---- atomic files (atomic_file.c) ----------------------------------------
  * A file under construction. Writes go to `tmp`; atomic_commit() makes it
@@ -101,6 +116,15 @@ void cache_seal_make(const void *p, size_t n, char out[CACHE_SEAL_BYTES + 1]);
  * is wrong. The entry's content is the first n - CACHE_SEAL_BYTES bytes. */
 bool cache_seal_check(const void *p, size_t n, char *why, size_t whylen);
 
+/* The directory a compile cache uses for this run (cache_dir.c), a new string:
+ * <base>/<sub> (sub NULL or "": base itself; the cubins: "cuda"), base being `given`
+ * when non-empty, else $PD2BW_CACHE, else $HOME/.cache/pd2bw, created 0700 when missing,
+ * when base and <base>/<sub> are directories owned by this user (geteuid) that neither
+ * group nor others can write. Otherwise, after one note on stderr naming the directory
+ * and why, this process's private directory (mkdtemp, 0700), removed at exit. NULL,
+ * with err, only when not even that can be made. */
+char *cache_dir_for_run(const char *given, const char *sub, char *err, size_t errlen);
+
 /* Temporaries of dead processes (stale_tmp.c). If name is exactly its first `stem`
  * characters, then `tag` (".tmp."), a pid and, when `serial`, "." and a number,
  * returns the pid; else -1. The caller checks the stem is its own. */
@@ -118,8 +142,16 @@ bool stale_tmp_idle(const char *path, int seconds);
  * (32, ".cubin"). */
 void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext);
 
-/* Reads all of path into a NUL-terminated pd_malloc'd buffer (free() it);
- * *len excludes the NUL. (read_file.c) */
+/* Opens an input for reading (read_file.c): O_NONBLOCK, so that a FIFO or a terminal
+ * never blocks open(), then fstat; a regular file's descriptor comes back in blocking
+ * mode (and its stat in *st when st is not NULL). Else IO_CANNOT_OPEN (why: open's
+ * error) or IO_NOT_REGULAR (why: "a FIFO, not a regular file"), nothing read. */
+#define IO_CANNOT_OPEN (-1)
+#define IO_NOT_REGULAR (-2)
+struct stat;
+int io_open_regular(const char *path, struct stat *st, char *why, size_t whylen);
+/* Reads all of path (a regular file: io_open_regular) into a NUL-terminated
+ * pd_malloc'd buffer (free() it); *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
 
 /* ---- token data files (data.c) -------------------------------------------

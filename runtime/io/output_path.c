@@ -14,6 +14,19 @@
  * read-only directory is reported when the run starts, not after the training; they
  * are what every driver calls before it loads anything.
  *
+ * An output never names an input (output_paths_check's inputs): `--log-json d.bin`
+ * beside `--data d.bin` truncated the token file under its memory map (SIGBUS), `--save`
+ * turned a token file or the checkpoint being resumed into another, `--trace
+ * PLAN/stage0.c` replaced the plan's program, and pd2bw-data's PREFIX_train.bin its own
+ * input. Each output is compared, after symlinks, with each input: by device and inode
+ * where both exist (a hard link is the same file), by directory and name where neither
+ * does yet. An input directory (the plan) counts with everything in it: an output
+ * whose directory is the plan's or lies below it (after symlinks: realpath), or a hard
+ * link to one of its files, is refused too; a directory output replaced whole (pd2bwc
+ * -o) must hold no input. The message names both and nothing is written. An input
+ * that is there but is not a regular file (a FIFO, whose open() waited for a writer
+ * forever) is refused by its flag, opened O_NONBLOCK and never read.
+ *
  * Temporaries are named TARGET.tmp.<pid> (atomic_file.c). A process killed with
  * SIGKILL leaves its temporary behind; the next check or write of the same target
  * removes those whose process is gone (kill(pid, 0) fails with ESRCH) and nothing
@@ -36,13 +49,15 @@
 
 #define OUTPUT_MAX_LINKS 40 /* as the kernel's own limit on a path's symlinks */
 
-static const char *kind_name(mode_t m) {
+const char *io_file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
   if (S_ISDIR(m)) return "a directory";
   if (S_ISCHR(m)) return "a character device";
   if (S_ISBLK(m)) return "a block device";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "a special file";
 }
 
 /* The directory part of path: a new string, "." when there is none. */
@@ -71,10 +86,10 @@ char *output_target(const char *path, char *err, size_t errlen) {
     if (S_ISREG(st.st_mode)) return cur;
     if (!S_ISLNK(st.st_mode)) {
       if (strcmp(cur, path) == 0)
-        snprintf(err, errlen, "%s, not a regular file: pd2bw writes only regular files", kind_name(st.st_mode));
+        snprintf(err, errlen, "%s, not a regular file: pd2bw writes only regular files", io_file_kind(st.st_mode));
       else
         snprintf(err, errlen, "leads to %s, %s, not a regular file: pd2bw writes only regular files", cur,
-                 kind_name(st.st_mode));
+                 io_file_kind(st.st_mode));
       break;
     }
     if (hops == OUTPUT_MAX_LINKS) {
@@ -184,33 +199,178 @@ bool output_path_check(const char *flag, const char *path, char *err, size_t err
   return check_one(flag, path, NULL, err, errlen);
 }
 
-/* The identity of a target: its directory's device and inode, and its name there
- * (two spellings of one directory, or links to one file, compare equal). */
+/* ---- outputs against inputs --------------------------------------------------- */
+
+#define NEVER "(an output never replaces an input)"
+#define TREE_DEPTH 8          /* how deep a hard link to an input directory's file is looked for */
+#define TREE_ENTRIES 100000L /* and among how many entries */
+
+/* An input as messages name it: "the --data file", "the plan directory". */
+static void input_name(const PathFlag *in, char *buf, size_t n) {
+  if (in->flag[0] == '-') snprintf(buf, n, "the %s %s", in->flag, in->tree ? "directory" : "file");
+  else snprintf(buf, n, "%s", in->flag);
+}
+
+/* A file's identity: device and inode where it exists; for a file not there yet, its
+ * directory's device and inode and its name, symlinks followed (state 2); state 0:
+ * neither can be found. */
+typedef struct FileId {
+  int state;
+  dev_t dev;
+  ino_t ino;
+  char *name;
+} FileId;
+
+static FileId file_id(const char *path) {
+  FileId id = {0};
+  struct stat st;
+  if (stat(path, &st) == 0) return (FileId){1, st.st_dev, st.st_ino, NULL};
+  char msg[IO_ERR_LEN];
+  char *target = errno == ENOENT ? output_target(path, msg, sizeof msg) : NULL;
+  if (!target) return id;
+  char *dir = output_dir_of(target);
+  const char *slash = strrchr(target, '/');
+  if (stat(dir, &st) == 0) id = (FileId){2, st.st_dev, st.st_ino, pd_strdup(slash ? slash + 1 : target)};
+  free(dir);
+  free(target);
+  return id;
+}
+
+static bool same_id(FileId a, FileId b) {
+  return a.state && a.state == b.state && a.dev == b.dev && a.ino == b.ino && (a.state == 1 || !strcmp(a.name, b.name));
+}
+
 static bool same_file(const char *a, const char *b) {
-  const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
-  if (strcmp(sa ? sa + 1 : a, sb ? sb + 1 : b) != 0) return false;
-  char *da = output_dir_of(a), *db = output_dir_of(b);
-  struct stat x, y;
-  bool same = stat(da, &x) == 0 && stat(db, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-  free(da);
-  free(db);
+  FileId x = file_id(a), y = file_id(b);
+  bool same = same_id(x, y);
+  free(x.name);
+  free(y.name);
   return same;
 }
 
-bool output_paths_check(const OutputFlag *flags, int n, char *err, size_t errlen) {
-  char **targets = pd_calloc((size_t)(n > 0 ? n : 1), sizeof *targets);
+/* True when the directory holding path, or one above it, is the directory st. */
+static bool under_dir(const char *path, const struct stat *st) {
+  char *dir = output_dir_of(path);
+  char *real = realpath(dir, NULL);
+  free(dir);
+  bool in = false;
+  while (real && !in) {
+    struct stat s;
+    in = stat(real, &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino;
+    char *slash = strrchr(real, '/');
+    if (!slash || !strcmp(real, "/")) break;
+    slash[slash == real] = '\0'; /* "/a" -> "/" */
+  }
+  free(real);
+  return in;
+}
+
+/* The regular file under dir (symlinks not followed, TREE_DEPTH levels, *budget
+ * entries at most: a plan is a few files, a mistaken "/" is not) that is the file st,
+ * as a new path; NULL when there is none. */
+static char *tree_find(const char *dir, const struct stat *st, int depth, long *budget) {
+  DIR *d = opendir(dir);
+  char *found = NULL;
+  struct dirent *e;
+  while (d && !found && (*budget)-- > 0 && (e = readdir(d)) != NULL) {
+    struct stat s;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+        fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
+      continue;
+    size_t len = strlen(dir) + strlen(e->d_name) + 2;
+    char *p = pd_malloc(len);
+    snprintf(p, len, "%s/%s", dir, e->d_name);
+    if (S_ISREG(s.st_mode) && s.st_dev == st->st_dev && s.st_ino == st->st_ino) found = p;
+    else if (S_ISDIR(s.st_mode) && depth > 0) found = tree_find(p, st, depth - 1, budget);
+    if (found != p) free(p);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* A hard link to file under the directory tree: its path there, or NULL. */
+static char *linked_in(const char *file, const char *tree) {
+  struct stat st;
+  long budget = TREE_ENTRIES;
+  if (stat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink < 2) return NULL;
+  return tree_find(tree, &st, TREE_DEPTH, &budget);
+}
+
+/* Output o, written at target, against input in: true when they are apart. */
+static bool apart(const PathFlag *o, const char *target, const PathFlag *in, char *err, size_t errlen) {
+  char what[160];
+  input_name(in, what, sizeof what);
+  struct stat ist;
+  if (!in->tree) {
+    if (!same_file(target, in->path)) return true;
+    snprintf(err, errlen, "%s %s is %s %s " NEVER, o->flag, o->path, what, in->path);
+    return false;
+  }
+  if (stat(in->path, &ist) != 0 || !S_ISDIR(ist.st_mode)) return true;
+  if (under_dir(target, &ist)) {
+    snprintf(err, errlen, "%s %s is inside %s %s " NEVER, o->flag, o->path, what, in->path);
+    return false;
+  }
+  char *hit = linked_in(target, in->path);
+  if (hit) snprintf(err, errlen, "%s %s is %s in %s %s " NEVER, o->flag, o->path, hit, what, in->path);
+  free(hit);
+  return !hit;
+}
+
+/* A directory output replaced whole (pd2bwc -o) against input in. */
+static bool holds_not(const PathFlag *o, const PathFlag *in, char *err, size_t errlen) {
+  struct stat ost;
+  if (in->tree || stat(o->path, &ost) != 0 || !S_ISDIR(ost.st_mode)) return true;
+  char msg[IO_ERR_LEN], what[160];
+  char *target = output_target(in->path, msg, sizeof msg);
+  char *hit = NULL;
+  bool inside = under_dir(in->path, &ost) || (target && under_dir(target, &ost));
+  if (!inside) hit = linked_in(in->path, o->path);
+  free(target);
+  input_name(in, what, sizeof what);
+  if (inside) snprintf(err, errlen, "%s %s holds %s %s " NEVER, o->flag, o->path, what, in->path);
+  else if (hit) snprintf(err, errlen, "%s %s holds %s %s (as %s) " NEVER, o->flag, o->path, what, in->path, hit);
+  free(hit);
+  return !inside && !hit;
+}
+
+/* An input that is there must be a regular file: a FIFO blocked its reader in open()
+ * (io_open_regular: O_NONBLOCK, never read). One that cannot be opened is left to the
+ * reader to report. */
+static bool readable(const PathFlag *in, char *err, size_t errlen) {
+  char why[IO_ERR_LEN];
+  if (in->tree) return true;
+  int fd = io_open_regular(in->path, NULL, why, sizeof why);
+  if (fd >= 0) close(fd);
+  if (fd != IO_NOT_REGULAR) return true;
+  snprintf(err, errlen, "%s %s: %s", in->flag, in->path, why);
+  return false;
+}
+
+bool output_paths_check(const PathFlag *outs, int nout, const PathFlag *ins, int nin, char *err, size_t errlen) {
+  char **targets = pd_calloc((size_t)(nout > 0 ? nout : 1), sizeof *targets);
   bool ok = true;
-  for (int i = 0; ok && i < n; i++) {
-    if (!flags[i].path) continue;
-    ok = check_one(flags[i].flag, flags[i].path, &targets[i], err, errlen);
+  for (int k = 0; ok && k < nin; k++)
+    if (ins[k].path) ok = readable(&ins[k], err, errlen);
+  for (int i = 0; ok && i < nout; i++) {
+    const PathFlag *o = &outs[i];
+    if (!o->path) continue;
+    if (o->tree) {
+      for (int k = 0; ok && k < nin; k++)
+        if (ins[k].path) ok = holds_not(o, &ins[k], err, errlen);
+      continue;
+    }
+    ok = check_one(o->flag, o->path, &targets[i], err, errlen);
     for (int j = 0; ok && j < i; j++)
       if (targets[j] && same_file(targets[i], targets[j])) {
-        snprintf(err, errlen, "%s %s and %s %s name the same file: each output needs its own", flags[j].flag,
-                 flags[j].path, flags[i].flag, flags[i].path);
+        snprintf(err, errlen, "%s %s and %s %s name the same file: each output needs its own", outs[j].flag,
+                 outs[j].path, o->flag, o->path);
         ok = false;
       }
+    for (int k = 0; ok && k < nin; k++)
+      if (ins[k].path) ok = apart(o, targets[i], &ins[k], err, errlen);
   }
-  for (int i = 0; i < n; i++) free(targets[i]);
+  for (int i = 0; i < nout; i++) free(targets[i]);
   free(targets);
   return ok;
 }

@@ -1,29 +1,56 @@
-/* runtime/io/read_file.c — reading a whole (small) file into memory.
+/* runtime/io/read_file.c — opening a file the user named, and reading a whole (small)
+ * one into memory.
  *
- * For the text-sized inputs (vocab.json, merges.txt, corpus files); large
- * binary inputs (token files, checkpoints) are mapped instead.
+ * Every input is opened by io_open_regular: O_NONBLOCK, so that a FIFO (or a terminal)
+ * named as an input cannot block open() waiting for a writer, where no signal ends
+ * the wait when the program handles SIGTERM itself; then fstat, and anything but a
+ * regular file is refused before a byte is read. io_read_all is for the text-sized
+ * inputs (plans, stage programs, vocab.json, merges.txt, corpus files); large binary
+ * inputs (token files, checkpoints) are mapped instead (data.c, safetensors.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/io/io.h"
 
+int io_open_regular(const char *path, struct stat *st_out, char *why, size_t whylen) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, whylen, "%s", strerror(errno));
+    return IO_CANNOT_OPEN;
+  }
+  struct stat st;
+  int flags = -1;
+  if (fstat(fd, &st) != 0 || (S_ISREG(st.st_mode) && ((flags = fcntl(fd, F_GETFL)) < 0 ||
+                                                      fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))) {
+    snprintf(why, whylen, "%s", strerror(errno));
+    close(fd);
+    return IO_CANNOT_OPEN;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(why, whylen, "%s, not a regular file", io_file_kind(st.st_mode));
+    close(fd);
+    return IO_NOT_REGULAR;
+  }
+  if (st_out) *st_out = st;
+  return fd;
+}
+
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return NULL;
-  }
+  char why[IO_ERR_LEN];
   struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || S_ISDIR(sb.st_mode)) {
-    snprintf(err, errlen, "%s: cannot read: %s", path,
-             S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
-    fclose(f);
+  int fd = io_open_regular(path, &sb, why, sizeof why);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, fd >= 0 ? strerror(errno) : why);
+    if (fd >= 0) close(fd);
     return NULL;
   }
-  /* Read to EOF rather than trusting st_size: pipes and /proc files lie. */
+  /* Read to EOF rather than trusting st_size: a file may grow or shrink meanwhile. */
   size_t cap = sb.st_size > 0 ? (size_t)sb.st_size + 1 : 4096, n = 0;
   char *buf = pd_malloc(cap);
   for (;;) {

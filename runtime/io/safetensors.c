@@ -389,15 +389,11 @@ static bool parse_header(SafeTensors *st, const char *hdr, uint64_t hlen, char *
 }
 
 SafeTensors *st_open(const char *path, char *err, size_t errlen) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    return NULL;
-  }
+  char why[IO_ERR_LEN];
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    snprintf(err, errlen, "%s: not a regular file", path);
-    close(fd);
+  int fd = io_open_regular(path, &sb, why, sizeof why); /* a FIFO: refused, never waited on */
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
     return NULL;
   }
   SafeTensors *st = pd_calloc(1, sizeof *st);

@@ -83,13 +83,19 @@ static int report(const char *prog, const char *plan_dir, const PipePlan *p, con
 }
 
 /* Every output path before anything is loaded or trained (runtime/io/io.h), the one
- * check of every entry point: rank 0's, as it writes them all, and with t agreed on by
- * every rank (transport_agree), so all stop with rank 0's one message and no abort. */
-static bool outputs_agreed(const char *prog, const PipeOptions *o, Transport *t) {
+ * check of every entry point, against every input the run reads (no output ever names
+ * an input: the token files, the checkpoints, the plan directory and all in it): rank
+ * 0's, as it writes them all, and with t agreed on by every rank (transport_agree), so
+ * all stop with rank 0's one message and no abort. */
+static bool outputs_agreed(const char *prog, const char *plan_dir, const PipeOptions *o, Transport *t) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN] = "";
-  OutputFlag outs[] = {{"--save", o->save_path}, {"--log-json", o->log_json}, {"--trace", o->trace_path},
-                       {"--profile-out", o->profile_out}};
-  bool ok = (t && transport_rank(t) != 0) || output_paths_check(outs, 4, err, sizeof err);
+  PathFlag outs[] = {{"--save", o->save_path, false},          {"--log-json", o->log_json, false},
+                     {"--trace", o->trace_path, false},        {"--profile-out", o->profile_out, false},
+                     {"--kernel-profile", o->kernel_profile, false}};
+  PathFlag ins[] = {{"--data", o->data_path, false},   {"--val-data", o->val_path, false},
+                    {"--resume", o->resume_path, false}, {"--init", o->init_path, false},
+                    {"the plan directory", plan_dir, true}};
+  bool ok = (t && transport_rank(t) != 0) || output_paths_check(outs, 5, ins, 5, err, sizeof err);
   bool together = true;
   if (t) ok = transport_agree(t, ok, err, sizeof err, &together);
   if (!ok && err[0]) rt_fail(prog, err);
@@ -101,7 +107,7 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
                      Transport *t) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   PipeOptions o;
-  if (!outputs_agreed(prog, opt, t)) return 1;
+  if (!outputs_agreed(prog, plan_dir, opt, t)) return 1;
   PipePlan *p = pipe_plan_load(plan_dir, err, sizeof err);
   /* one seed rule for every mode (runtime.h rt_run_seed): every rank, the reference
    * and the checkpoint get the resolved seed */

@@ -8,6 +8,7 @@
  * compile comes from the cache, a changed option misses it, a corrupt entry is
  * recompiled, and a broken source gives NVRTC's log naming the line.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +214,7 @@ static void test_stale_temporaries_removed(void) {
   waitpid(dead, NULL, 0);
   char cdir[512], stale[600], fresh[600], live[600];
   snprintf(cdir, sizeof cdir, "%s/cuda", cache_dir);
-  mkdir(cdir, 0777);
+  mkdir(cdir, 0700); /* (a cuda/ that others may write is not used: issue 24) */
   const char *key = "0123456789abcdef0123456789abcdef";
   snprintf(stale, sizeof stale, "%s/%s.cubin.tmp.%ld.1", cdir, key, (long)dead);
   snprintf(fresh, sizeof fresh, "%s/%s.cubin.tmp.%ld.2", cdir, key, (long)dead);
@@ -236,6 +237,49 @@ static void test_stale_temporaries_removed(void) {
   EXPECT(stat(stale, &st) != 0);
   EXPECT(stat(fresh, &st) == 0 && stat(live, &st) == 0);
   cuda_binary_free(&b);
+  free(err);
+}
+
+/* The caches trust only their owner (issue 24, item 2; the stage cache's rule,
+ * runtime/io/cache_dir.c): a cache directory that group and others can write (k = 0),
+ * or whose cuda/ they can (k = 1), is not used. An entry planted there under the
+ * right key, with a valid seal (another program's cubin), is never handed out,
+ * nothing is written there, and the compile goes to a private directory. */
+static void copy_file(const char *from, const char *to) {
+  static unsigned char buf[1 << 20];
+  FILE *f = fopen(from, "rb"), *g = fopen(to, "wb");
+  size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+  EXPECT(f && g && n > 0 && fwrite(buf, 1, n, g) == n);
+  if (f) fclose(f);
+  if (g) fclose(g);
+}
+
+static void test_untrusted_cache_not_used(void) {
+  CudaCompileOptions good = {90, "tiny.cu", cache_dir, NULL, 0};
+  CudaBinary a, p, b;
+  char *err = NULL;
+  EXPECT(cuda_nvrtc_compile(tiny_src, &good, &a, &err));
+  /* the planted entry: another program's sealed cubin under tiny.cu's key */
+  EXPECT(cuda_nvrtc_compile("extern \"C\" __global__ void planted(float *x) { x[1] = 3.0f; }\n", &good, &p, &err));
+  for (int k = 0; k < 2; k++) {
+    char bad[600], sub[700], entry[800], planted[800];
+    snprintf(bad, sizeof bad, "%s/untrusted%d", cache_dir, k);
+    snprintf(sub, sizeof sub, "%s/cuda", bad);
+    EXPECT(mkdir(bad, 0700) == 0 && mkdir(sub, 0700) == 0 && chmod(k == 0 ? bad : sub, 0777) == 0);
+    snprintf(entry, sizeof entry, "%s/cuda/%s.cubin", cache_dir, p.key);
+    snprintf(planted, sizeof planted, "%s/%s.cubin", sub, a.key);
+    copy_file(entry, planted);
+    CudaCompileOptions o = {90, "tiny.cu", bad, NULL, 0};
+    EXPECT(cuda_nvrtc_compile(tiny_src, &o, &b, &err)); /* (k = 1: the private directory's hit) */
+    EXPECT(b.size == a.size && memcmp(a.data, b.data, a.size) == 0);
+    cuda_binary_free(&b);
+    int n = 0;
+    DIR *d = opendir(sub);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    EXPECT(n == 1); /* the planted entry only */
+  }
+  cuda_binary_free(&a), cuda_binary_free(&p);
   free(err);
 }
 
@@ -313,6 +357,7 @@ int main(int argc, char **argv) {
     RUN(test_damaged_cache_entry_is_recompiled);
     RUN(test_stale_temporaries_removed);
     RUN(test_cache_disabled);
+    RUN(test_untrusted_cache_not_used);
     RUN(test_broken_source_names_line);
     RUN(test_bad_arch);
   }

@@ -2,6 +2,8 @@
  * test writes itself: llm.c model files (float32 v3, bfloat16 v5; with an
  * llm.c-format writer below, following llm.c's train_gpt2.c layout) and Hugging
  * Face / pd2bw safetensors; then every way they can be wrong. */
+#include <sys/stat.h>
+
 #include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
@@ -179,6 +181,11 @@ static void test_llmc_errors(void) {
   EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "bad.bin: offset 4: unsupported llm.c model version 4");
   write_llmc(p, CKPT_LLMC_MAGIC, 3, L, 4);
   EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "bad.bin: truncated", "L=2 C=4 in float32 need");
+  /* A FIFO is refused at once, never waited on for a writer (issue 24), by format
+   * detection and by the llm.c reader alike */
+  EXPECT(mkfifo(tmp_path("fifo"), 0600) == 0);
+  EXPECT_IMPORT_FAILS(tmp_path("fifo"), CKPT_AUTO, m, "fifo: cannot open checkpoint: a FIFO, not a regular file");
+  EXPECT_IMPORT_FAILS(tmp_path("fifo"), CKPT_LLMC, m, "fifo: cannot open checkpoint: a FIFO, not a regular file");
   int32_t magic = CKPT_LLMC_MAGIC;
   write_bytes(p, &magic, 4); /* the magic alone */
   EXPECT_IMPORT_FAILS(p, CKPT_AUTO, m, "bad.bin: truncated: 4 bytes");

@@ -1,5 +1,7 @@
 /* Token files (runtime/io/data.c): both layouts, every error with its message, and
  * the batch sampler's windows, wrap-around, shuffle determinism and seeking. */
+#include <sys/stat.h>
+
 #include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
@@ -82,6 +84,9 @@ static void test_errors(void) {
   EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "empty token file");
   EXPECT_OPEN_FAILS(tmp_path("missing.bin"), DATA_AUTO, 0, "cannot open token file",
                     "No such file");
+  /* a FIFO: refused at once, never waited on for a writer (issue 24) */
+  EXPECT(mkfifo(tmp_path("fifo.bin"), 0600) == 0);
+  EXPECT_OPEN_FAILS(tmp_path("fifo.bin"), DATA_AUTO, 0, "cannot open token file: a FIFO, not a regular file");
 }
 
 static void test_token_out_of_vocab(void) {

@@ -1,5 +1,7 @@
 /* safetensors (runtime/io/safetensors.c): write/read round trips, half and
  * bfloat16 conversion, and every header check with its message. */
+#include <sys/stat.h>
+
 #include "runtime/io/io.h"
 #include "test.h"
 #include "test_util.h"
@@ -151,6 +153,10 @@ static void test_header_errors(void) {
   st_close(st);
   EXPECT(st_open(tmp_path("none"), err, sizeof err) == NULL);
   EXPECT_MSG(err, "none: cannot open checkpoint");
+  /* a FIFO: refused at once, never waited on for a writer (issue 24) */
+  EXPECT(mkfifo(tmp_path("fifo"), 0600) == 0);
+  EXPECT(st_open(tmp_path("fifo"), err, sizeof err) == NULL);
+  EXPECT_MSG(err, "fifo: cannot open checkpoint: a FIFO, not a regular file");
 }
 
 static void test_writer_errors(void) {
