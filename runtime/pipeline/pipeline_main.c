@@ -92,10 +92,14 @@ static bool outputs_agreed(const char *prog, const char *plan_dir, const PipeOpt
   PathFlag outs[] = {{"--save", o->save_path, false},          {"--log-json", o->log_json, false},
                      {"--trace", o->trace_path, false},        {"--profile-out", o->profile_out, false},
                      {"--kernel-profile", o->kernel_profile, false}};
-  PathFlag ins[] = {{"--data", o->data_path, false},   {"--val-data", o->val_path, false},
-                    {"--resume", o->resume_path, false}, {"--init", o->init_path, false},
-                    {"the plan directory", plan_dir, true}};
-  bool ok = (t && transport_rank(t) != 0) || output_paths_check(outs, 5, ins, 5, err, sizeof err);
+  PathFlag ins[] = {{"--data", o->data_path, false}, {"--val-data", o->val_path, false},
+                    {"the plan directory", plan_dir, true}, {"--resume", o->resume_path, false},
+                    {"--init", o->init_path, false}};
+  /* --save may name the checkpoint it resumes or starts from, as `--resume c.st --save
+   * c.st` keeps one checkpoint current: that file is read whole before the first step
+   * and replaced whole (a temporary renamed) after the last */
+  bool ok = (t && transport_rank(t) != 0) ||
+            (output_paths_check(outs, 5, ins, 3, err, sizeof err) && output_paths_check(outs + 1, 4, ins + 3, 2, err, sizeof err));
   bool together = true;
   if (t) ok = transport_agree(t, ok, err, sizeof err, &together);
   if (!ok && err[0]) rt_fail(prog, err);

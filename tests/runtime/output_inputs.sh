@@ -79,10 +79,6 @@ for plan in plan1 plan2; do
     train $plan --val-data "$T/v.bin" --log-json "$T/v.bin"
   refused "$plan --log-json = --resume" "--log-json $T/c.st is the --resume file $T/c.st" \
     train $plan --resume "$T/c.st" --steps 2 --log-json "$T/c.st"
-  refused "$plan --save = --resume" "--save $T/c.st is the --resume file $T/c.st" \
-    train $plan --resume "$T/c.st" --steps 2 --save "$T/c.st"
-  refused "$plan --save = --init" "--save $T/c.st is the --init file $T/c.st" \
-    train $plan --init "$T/c.st" --save "$T/c.st"
   refused "$plan --profile-out = --data" "--profile-out $T/d.bin is the --data file" \
     train $plan --profile-out "$T/d.bin"
 done
@@ -94,8 +90,8 @@ refused "--log-json through a symlink to --data" "--log-json $T/d-link is the --
 ln "$T/d.bin" "$T/d-hard"
 refused "--save to a hard link of --data" "--save $T/d-hard is the --data file $T/d.bin" \
   train plan2 --save "$T/d-hard"
-refused "--save through .. to --resume" "--save $T/plan1/../c.st is the --resume file $T/c.st" \
-  train plan1 --resume "$T/c.st" --steps 2 --save "$T/plan1/../c.st"
+refused "--log-json through .. to --resume" "--log-json $T/plan1/../c.st is the --resume file $T/c.st" \
+  train plan1 --resume "$T/c.st" --steps 2 --log-json "$T/plan1/../c.st"
 # the input given through a symlink, the output by its own name
 refused "--data through a symlink, --log-json its target" "--log-json $T/d.bin is the --data file $T/d-link" \
   timeout -k 5 60 "$RUN" "$T/plan1" --data "$T/d-link" --steps 1 --threads 1 -q --log-json "$T/d.bin"
@@ -126,6 +122,11 @@ check "the inputs are as they were" test "$(sums)" = "$before"
 check "outputs beside the inputs train" train plan2 --val-data "$T/v.bin" --log-json "$T/log.json" \
   --save "$T/c2.st" --resume "$T/c.st" --steps 2
 check "the inputs are still as they were" test "$(sums)" = "$before"
+# --save may replace the checkpoint it resumes from (read whole first, replaced whole at
+# the end): one checkpoint kept current
+cp "$T/c.st" "$T/keep.st"
+check "--resume keep.st --save keep.st trains and replaces it" train plan2 --resume "$T/keep.st" --steps 3 --save "$T/keep.st"
+check "keep.st is the 3-step checkpoint now" bash -c "! cmp -s '$T/c.st' '$T/keep.st'"
 
 # ---- pd2bw-data ----
 cp "$T/text" "$T/X_train.bin"
