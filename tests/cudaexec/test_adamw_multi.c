@@ -400,6 +400,8 @@ static void device_case(const char *name, bool sgd, bool predict) {
     EXPECT(us.captured > 0 && us.launches > 0); /* graphs captured before the values changed ran after */
   }
   free(h), free(hg);
+  if (c.blk[0]) c.d->ops->arena_free(c.d, c.blk[0]);
+  if (g.blk[0]) g.d->ops->arena_free(g.d, g.blk[0]);
   exec_device_destroy(c.d);
   exec_device_destroy(g.d);
   rt_plan_free(p);
