@@ -147,6 +147,10 @@ int plan_2bw_version(const PlanStreamSpec *spec, int t) {
   return t < fresh ? t : t - 1;
 }
 
+bool plan_batch_fresh(const PlanStreamSpec *spec, int64_t t) {
+  return spec->schedule != PS_2BW || plan_2bw_version(spec, (int)t) == t;
+}
+
 bool plan_batch_flushed(const PlanStreamSpec *spec, int t) {
   return spec->schedule == PS_GPIPE || spec->schedule == PS_1F1B ||
          (spec->schedule == PS_2BW && t < spec->flush_batches - 1);

@@ -115,6 +115,9 @@ enum { PLAN_MASTER_VSLOT = 2 };
 /* The weight version 2bw's batch t reads (flush_batches K): t for t < max(K, 1), else
  * t - 1. */
 int plan_2bw_version(const PlanStreamSpec *spec, int t);
+/* Whether batch t runs on W(t) itself (every batch of a vanilla schedule; 2bw's flushed
+ * start): its gradient needs no compensation, and the weights it reads no prediction. */
+bool plan_batch_fresh(const PlanStreamSpec *spec, int64_t t);
 /* Whether batch t drains before its step (gpipe, 1f1b; 2bw's flushed start). */
 bool plan_batch_flushed(const PlanStreamSpec *spec, int t);
 

@@ -223,13 +223,13 @@ static void step_param(PipeRank *R, int k, const float *g, int vslot, int src, i
   const RtParam *pp = &R->st->params[k];
   float *wout = (float *)(void *)(R->w[vslot] + pp->offset);
   const float *win = (const float *)(const void *)(R->w[src] + pp->offset);
-  /* 2bw: batch t's gradient was taken at W(t) in a flushed start (plan_2bw_version);
-   * weight prediction steps from the master (src), which the device then updates */
-  bool fresh = R->spec.schedule != PS_2BW || plan_2bw_version(&R->spec, (int)t) == t;
+  /* 2bw: batch t's gradient was taken at W(t) in a flushed start; weight prediction
+   * steps from the master (src), which the device then updates */
+  bool fresh = plan_batch_fresh(&R->spec, t);
   float *master = R->spec.predict ? (float *)(void *)(R->w[PLAN_MASTER_VSLOT] + pp->offset) : NULL;
   /* the slot written is next read by batch t+1 in a flushed start (it runs on W(t+1)
-   * itself), else by batch t+2 (predicted); plan_2bw_version(t+1) == t+1 tells */
-  bool reader_fresh = R->spec.schedule != PS_2BW || plan_2bw_version(&R->spec, (int)t + 1) == t + 1;
+   * itself), else by batch t+2 (predicted) */
+  bool reader_fresh = plan_batch_fresh(&R->spec, t + 1);
   R->opt[(*n)++] = (ExecOptStep){.tc = &R->tc, .param = pp, .wout = wout, .win = win, .g = has_grad(R, k) ? g : NULL,
                                  .m = (float *)(void *)(R->adam_m + pp->offset),
                                  .v = (float *)(void *)(R->adam_v + pp->offset), .t = t, .scale = scale,

@@ -68,7 +68,7 @@ static bool load_next(PipeRank *R, SafeTensors *s, const char *path, const RtPar
   if (st_find(s, nm)) return load_tensor(s, path, p, nm, hn + p->offset, err, errlen);
   size_t n = (size_t)p->bytes;
   memcpy(hn + p->offset, hw + p->offset, n);
-  if (plan_2bw_version(&R->spec, (int)step + 1) != step + 1) { /* batch step+1 runs on a prediction */
+  if (!plan_batch_fresh(&R->spec, step + 1)) { /* batch step+1 runs on a prediction */
     float *next = (float *)(void *)(hn + p->offset), *old = pd_malloc(n + 4);
     memcpy(old, hp + p->offset, n);
     pk_predict_step_f32(next, old, p->numel, R->tc.predict);
