@@ -133,8 +133,10 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   /* TIED_SYNC's receive buffers, double-buffered like the gradients they hold */
   if (sum->tied_recv > 0) put_n(&L, PB_TIED_RECV, 2, sum->tied_recv);
   uint64_t w16 = sum->bf16_weights ? (uint64_t)nversions * align_up((uint64_t)sum->params * 2) : 0;
+  uint64_t device = L.top + align_up(sum->cuda_scratch) + w16 + sum->cublas_workspace;
   if (st) {
-    st->total_bytes = st->estimated_bytes = L.top;
+    st->total_bytes = L.top;
+    st->estimated_bytes = device;
     st->cuda_scratch = sum->cuda_scratch;
     st->weights_bf16 = w16;
     st->cublas_workspace = sum->cublas_workspace;
@@ -143,7 +145,7 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
     st->nversions = nversions;
     st->nstash = nstash;
   }
-  return L.top + align_up(sum->cuda_scratch) + w16 + sum->cublas_workspace;
+  return device;
 }
 
 uint64_t plan_stage_device_bytes(const PlanStage *st) {

@@ -271,8 +271,9 @@ typedef struct PlanStage {
   PlanBuffer *bufs;
   int nbufs;
   uint64_t total_bytes; /* the arena */
-  uint64_t estimated_bytes; /* the search's analytic figure (= total_bytes until
-                               plan_apply_layouts replaces the memory plan) */
+  uint64_t estimated_bytes; /* the search's analytic figure for what the device holds
+                               (the arena and what lies beside it: the figure
+                               plan_stage_device_bytes gives for the exact plan) */
   uint64_t cuda_scratch;/* the CUDA programs' GPU-only block, beside the arena (0
                            when the plan has no CUDA programs) */
   uint64_t cublas_workspace; /* cuBLAS's workspace for the stage's compute stream

@@ -336,7 +336,7 @@ static void report_over_memory(const Plan *plan, bool allow_over, Diag *d) {
              "device memory of %.3f GiB (the search estimated %.3f GiB); pin a configuration with more stages "
              "or recomputation (--stages, --recompute on)%s", i, dev / 1073741824.0,
              plan->cluster.memory_bytes / 1073741824.0,
-             ((double)st->estimated_bytes + dev - (double)st->total_bytes) / 1073741824.0,
+             (double)st->estimated_bytes / 1073741824.0,
              allow_over ? "" : ", or pass --allow-over to write it anyway");
     if (allow_over) fprintf(stderr, "pd2bwc: warning: %s\n", msg);
     else diag_error(d, plan->cluster.loc, "%s", msg);
