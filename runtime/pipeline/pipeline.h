@@ -162,6 +162,8 @@ typedef struct PipeOptions {
   uint64_t seed;
   bool seed_set;
   int threads;             /* CPU threads for the whole process; 0: all cores */
+  int threads_per_rank;    /* set by pipeline_main_on: threads / the ranks on this host,
+                              each rank's BLAS and OpenMP threads (pipe_rank_threads) */
   bool shuffle;            /* seeded random window order per epoch (pd2bwrun --shuffle) */
   const char *val_path;    /* held-out tokens: validation loss (runtime/pipeline/pipeline_eval.h), or NULL */
   int64_t eval_every;      /* with val_path: evaluate after every K-th step too (0: at the end only) */
@@ -273,6 +275,10 @@ typedef struct PipeBackend {
  * checked first, before the plan is loaded (rank 0's: it writes them all). Messages start with prog; the exit status. With t, a
  * failure before training aborts the other ranks (transport_abort); t stays the
  * caller's. */
+/* The calling thread's OpenMP threads for its parallel loops (pipeline_main.c says why
+ * each rank sets its own). */
+void pipe_rank_threads(int n);
+
 int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *o, const PipeBackend *be,
                      Transport *t);
 

@@ -10,8 +10,24 @@
 #include "runtime/report/plan_report.h"
 
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
+
+/* libgomp reads OMP_NUM_THREADS once, when it loads, and a thread that never called
+ * omp_set_num_threads runs its parallel loops (stage programs, the optimizer) on that
+ * many threads: every core, whatever --threads says. Each rank (a thread of the local
+ * transport, or an MPI process) sets its own, or two ranks on two cores run four
+ * threads whose barriers spin against each other. */
+void pipe_rank_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n > 0 ? n : 1);
+#else
+  (void)n;
+#endif
+}
 
 bool pipe_options_seed(const PipeOptions *o, uint64_t plan_seed, PipeOptions *out, char *err, size_t errlen) {
   *out = *o;
@@ -138,7 +154,9 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     int per = threads / on_host > 0 ? threads / on_host : 1;
     char tb[16];
     snprintf(tb, sizeof tb, "%d", per);
-    setenv("OMP_NUM_THREADS", tb, 1);
+    setenv("OMP_NUM_THREADS", tb, 1); /* (for processes this one starts: the C compiler) */
+    o.threads_per_rank = per;
+    pipe_rank_threads(per); /* this thread's; each rank sets its own (run_rank) */
     pd_blas_init(per);
     if (p->nranks == 1 && !o.quiet) /* the one-stage banner (tests/cli, scripts/main-job.sh, docs) */
       printf("%s: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n", prog, plan_dir,

@@ -395,6 +395,7 @@ static int run_rank(Transport *t, void *arg) {
   RunCtx *c = arg;
   char err[TRANSPORT_ERR_LEN + 320] = "";
   int rk = transport_rank(t);
+  if (c->o->threads_per_rank > 0) pipe_rank_threads(c->o->threads_per_rank);
   PipeRank *R = NULL;
   PipeEval *E = NULL;
   /* every rank's setup is agreed on before anything trains: a checkpoint one rank
