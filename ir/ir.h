@@ -369,6 +369,9 @@ typedef struct Cluster {
   double gemm_efficiency;    /* fraction of the peak a large GEMM reaches */
   double gemm_latency_s;     /* fixed time of one GEMM beyond the launch */
   double launch_s;           /* per kernel (op) launch overhead */
+  double nongemm_flops;      /* FLOP/s of the ops that are not GEMMs ("nongemm_tflops"; 0 =
+                                not given: the peak). On a CPU they are loops of the stage
+                                program, far slower than the BLAS (pd2bwc --calibrate) */
   double optimizer_bandwidth;/* bytes/s the optimizer step moves ("optimizer_gbs"; 0 = not
                                 given: mem_bandwidth); PLAN_STEP_BYTES per parameter */
   double cublas_workspace;   /* bytes cuBLAS gets per compute stream on this device

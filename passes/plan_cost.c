@@ -63,6 +63,8 @@ double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, 
     peak = in->gemm_rate[in->precision], latency = in->gemm_latency_s[in->precision];
   else if (t->gemm && c->gemm_efficiency > 0)
     peak *= c->gemm_efficiency;
+  else if (!t->gemm && c->nongemm_flops > 0)
+    peak = c->nongemm_flops;
   double tf = peak > 0 ? flops / peak : 0;
   double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
   return (tf > tb ? tf : tb) + c->launch_s + latency;

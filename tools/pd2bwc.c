@@ -10,6 +10,7 @@
 #include "passes/passes.h"
 #include "runtime/io/io.h"
 #include "runtime/report/plan_report.h"
+#include "tools/calibrate.h"
 #include "tools/plan_dir.h"
 #include "tools/update_rule.h"
 
@@ -39,7 +40,9 @@ static const char usage[] =
     "                            lr_schedule (constant, cosine, linear), warmup, steps, min_lr,\n"
     "                            clip, seed, delay_comp, flush_steps, predict (2bw);\n"
     "                            plan.json records it\n"
-    "  --cluster FILE            cluster description (default: this host, one CPU device)\n"
+    "  --cluster FILE            cluster description (default: this host as --calibrate\n"
+    "                            measured it, calibrated on first use; docs/calibration.md)\n"
+    "  --calibrate               measure this host and write its cluster file, then stop\n"
     "  --emit=ast|ir             print the AST or the lowered IR to stdout and stop\n"
     "  --print-ir-after=PASS     print the IR after PASS (check, autodiff, all)\n"
     "  --stages N                pin the number of pipeline stages d\n"
@@ -100,13 +103,14 @@ static bool parse_count(const char *s, int64_t max, int64_t *out) {
 enum {
   OPT_CLUSTER = 256, OPT_EMIT, OPT_PRINT_AFTER, OPT_STAGES, OPT_REPLICAS, OPT_MBS, OPT_MBN,
   OPT_SCHEDULE, OPT_RECOMPUTE, OPT_PROFILE, OPT_VERSION, OPT_BACKEND, OPT_PRECISION, OPT_ALLOW_OVER,
-  OPT_EPILOGUES,
+  OPT_EPILOGUES, OPT_CALIBRATE,
 };
 
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, Options *o) {
   static const struct option longs[] = {
       {"cluster", required_argument, 0, OPT_CLUSTER},
+      {"calibrate", no_argument, 0, OPT_CALIBRATE},
       {"emit", required_argument, 0, OPT_EMIT},
       {"print-ir-after", required_argument, 0, OPT_PRINT_AFTER},
       {"stages", required_argument, 0, OPT_STAGES},
@@ -144,6 +148,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     case 'h': fputs(usage, stdout); return 0;
     case OPT_VERSION: printf("pd2bwc %s\n", PD2BW_VERSION); return 0;
     case OPT_CLUSTER: o->cluster = optarg; break;
+    case OPT_CALIBRATE: return calibrate_main();
     case OPT_EMIT:
       if (strcmp(optarg, "ast") && strcmp(optarg, "ir"))
         return user_error("--emit takes 'ast' or 'ir', got '%s'", optarg);
@@ -225,25 +230,6 @@ static CgenGemmDtype gemm_dtype(PlanPrecision p) {
   }
   PD_CHECK(0, "precision %d", (int)p);
   return CGEN_GEMM_TF32;
-}
-
-/* The cluster when none is given: this host as one CPU device with the host's
- * physical memory. Rates are deliberately round; a cluster file
- * (models/clusters/cpu2.cluster, say) replaces them. */
-static Cluster default_cluster(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  Cluster c = {
-      .name = "host",
-      .nodes = 1,
-      .devices_per_node = 1,
-      .device = "cpu",
-      .memory_bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 16.0 * (1ull << 30),
-      .flops = 100e9,
-      .mem_bandwidth = 20e9,
-      .intra_bandwidth = 10e9,
-      .inter_bandwidth = 1e9,
-  };
-  return c;
 }
 
 static cJSON *shape_json(const Shape *s) {
@@ -519,8 +505,11 @@ int main(int argc, char **argv) {
   }
   g = frontend_load_model(arena, &d, o.model, o.defines, o.ndefines);
   if (!g) goto done;
-  Cluster cluster = default_cluster();
-  if (o.cluster && !frontend_load_cluster(arena, &d, o.cluster, &cluster)) goto done;
+  Cluster cluster;
+  const char *calibrated = NULL; /* the host's file, when --cluster is omitted */
+  if (o.cluster ? !frontend_load_cluster(arena, &d, o.cluster, &cluster)
+                : !calibrate_cluster(arena, &d, o.quiet, &cluster, &calibrated))
+    goto done;
   if (o.emit) { /* --emit=ir: the lowered, checked graph */
     ir_dump(g, stdout);
     rc = 0;

@@ -79,7 +79,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
   return remove(path);
 }
 
-static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+void plan_dir_remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* Removes `name` under parent, a directory tree or a file, with async-signal-safe
  * calls only (open, getdents64, unlinkat, close; no malloc, no stdio): it runs in
@@ -197,7 +197,7 @@ static void sweep_stale(const char *dir) {
     char *path = path_join(parent, e->d_name);
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-      if (!old || lstat(dir, &st) == 0 || rename(path, dir) != 0) remove_tree(path);
+      if (!old || lstat(dir, &st) == 0 || rename(path, dir) != 0) plan_dir_remove_tree(path);
     }
     free(path);
   }
@@ -213,7 +213,7 @@ char *plan_dir_begin(const char *given, Diag *d) {
   size_t n = strlen(dir) + 32;
   char *tmp = pd_malloc(n);
   snprintf(tmp, n, "%s.tmp.%ld", dir, (long)getpid());
-  remove_tree(tmp); /* a leftover from a crashed run with the same pid */
+  plan_dir_remove_tree(tmp); /* a leftover from a crashed run with the same pid */
   arm(tmp);
   if (mkdir(tmp, 0777) != 0) {
     diag_error(d, (Loc){given, 0, 0}, "cannot create the plan directory: %s", strerror(errno));
@@ -240,7 +240,7 @@ bool plan_dir_write_json(const char *tmp, const char *name, cJSON *root, Diag *d
 }
 
 void plan_dir_abort(const char *tmp) {
-  remove_tree(tmp);
+  plan_dir_remove_tree(tmp);
   disarm();
 }
 
@@ -256,7 +256,7 @@ bool plan_dir_commit(const char *tmp, const char *given, Diag *d) {
     size_t n = strlen(dir) + 32;
     old = pd_malloc(n);
     snprintf(old, n, "%s.old.%ld", dir, (long)getpid());
-    remove_tree(old);
+    plan_dir_remove_tree(old);
     if (rename(dir, old) != 0) {
       diag_error(d, (Loc){given, 0, 0}, "cannot move the previous plan aside: %s", strerror(errno));
       ok = false;
@@ -269,7 +269,7 @@ bool plan_dir_commit(const char *tmp, const char *given, Diag *d) {
   }
   if (ok) armed = 0; /* tmp is the plan now: a signal must not remove it */
   block_signals(false, &mask);
-  if (ok && old) remove_tree(old);
+  if (ok && old) plan_dir_remove_tree(old);
   if (ok) disarm();
   free(old);
   free(dir);

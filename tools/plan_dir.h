@@ -30,4 +30,8 @@ bool plan_dir_commit(const char *tmp, const char *dir, Diag *d);
 /* Removes tmp and everything in it. */
 void plan_dir_abort(const char *tmp);
 
+/* Removes a directory tree of ours, depth first, never following a link (what cannot
+ * be removed stays). */
+void plan_dir_remove_tree(const char *path);
+
 #endif
