@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/main-job.sh — the main job: build pd2bw, turn the fortunes corpus into
 # byte-level train/validation token files, compile models/tinygpt.model (vocab 256,
-# seq 64, 4 layers, width 64, 4 heads) for this 2-core host seen as a 2-device
-# cluster (models/clusters/cpu2.cluster) as a 2-stage PipeDream-2BW pipeline, and
+# seq 64, 4 layers, width 64, 4 heads) for this host as pd2bwc --calibrate measured it
+# (one device per core; calibrated on the first run, docs/calibration.md; CLUSTER=FILE
+# plans for a cluster file instead) as a 2-stage PipeDream-2BW pipeline, and
 # train it (one rank per stage, threads of one process), printing one line per step
 # and, at the end, the measured step time, bubble fraction and memory per stage, with
 # the validation loss every EVAL_EVERY steps and at the end (computed through the
@@ -27,7 +28,7 @@ STEPS=${STEPS:-300}
 THREADS=${THREADS:-2}
 STAGES=${STAGES-2}            # empty: the planner chooses
 SCHEDULE=${SCHEDULE-2bw}        # empty: the planner chooses
-CLUSTER=${CLUSTER:-models/clusters/cpu2.cluster}
+CLUSTER=${CLUSTER-}               # empty: this host, calibrated (docs/calibration.md)
 EVAL_EVERY=${EVAL_EVERY:-50}
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes}
 
@@ -47,9 +48,9 @@ fi
 "$BUILD"/tools/pd2bw-data --fortune --val-fraction 0.05 --input "${inputs[@]}" --out-prefix "$OUT/fortunes"
 "$BUILD"/tools/pd2bw-data --info "$OUT/fortunes_train.bin" "$OUT/fortunes_val.bin"
 
-echo "== compile models/tinygpt.model (${SCHEDULE:-the schedule the planner picks} on $CLUSTER${STAGES:+, $STAGES stages})"
+echo "== compile models/tinygpt.model (${SCHEDULE:-the schedule the planner picks} on ${CLUSTER:-this host, calibrated}${STAGES:+, $STAGES stages})"
 # (pd2bwc replaces a plan directory it wrote and refuses any other: nothing to remove)
-"$BUILD"/tools/pd2bwc models/tinygpt.model --cluster "$CLUSTER" ${SCHEDULE:+--schedule "$SCHEDULE"} \
+"$BUILD"/tools/pd2bwc models/tinygpt.model ${CLUSTER:+--cluster "$CLUSTER"} ${SCHEDULE:+--schedule "$SCHEDULE"} \
   ${STAGES:+--stages "$STAGES"} -o "$OUT/plan"
 
 echo "== train $STEPS steps on $THREADS threads (validation loss every $EVAL_EVERY steps)"
