@@ -8,8 +8,9 @@
  *    "run":  null, or {"losses", "val_losses", "first_step", "step_time_s",
  *             "bubble", "trace": the run's Chrome trace, compacted}}
  * A compacted trace is {"procs": {pid: name}, "threads": {"pid:tid": name},
- * "events": [[pid, tid, ts_us, dur_us, name], ...], "dropped": N}: the complete
- * ("ph": "X") events, earliest first, at most PLAN_REPORT_MAX_EVENTS of them. */
+ * "events": [[pid, tid, ts_us, dur_us, name, batch], ...], "dropped": N}: the complete
+ * ("ph": "X") events, earliest first, at most PLAN_REPORT_MAX_EVENTS of them (batch:
+ * args.batch, -1 when the event has none). */
 #include "runtime/report/plan_report.h"
 #include "runtime/io/io.h"
 
@@ -99,6 +100,9 @@ static cJSON *compact_trace(const cJSON *trace) {
     cJSON_AddItemToArray(row, cJSON_CreateNumber(xs[i].ts));
     cJSON_AddItemToArray(row, cJSON_CreateNumber(num_of(xs[i].e, "dur")));
     cJSON_AddItemToArray(row, cJSON_CreateString(cJSON_GetObjectItemCaseSensitive(xs[i].e, "name")->valuestring));
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(xs[i].e, "args");
+    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(args, "batch");
+    cJSON_AddItemToArray(row, cJSON_CreateNumber(cJSON_IsNumber(batch) ? batch->valuedouble : -1));
     cJSON_AddItemToArray(events, row);
   }
   cJSON_AddNumberToObject(out, "dropped", nx - keep);

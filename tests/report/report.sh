@@ -103,9 +103,11 @@ for b in bars:
     kinds = {s["a"]["data-group"] for s in segs}
     assert {"weight versions", "gradients", "optimizer state", "stash", "workspace"} <= kinds, kinds
 
-for kind in ("simulated", "measured"):
+spans = {}
+for kind in ("simulated", "simulated-step", "measured"):  # the whole simulation; one step of each, one axis
     svg = [e for e in t.els if e["tag"] == "svg" and e["a"].get("data-kind") == kind]
     assert len(svg) == 1, (kind, len(svg))
+    spans[kind] = float(svg[0]["a"]["data-span-us"])
     lanes = [e for e in t.els if "lane" in cls(e) and svg[0] in e["up"]]
     assert len(lanes) == d * w, (kind, len(lanes), "lanes, want", d * w)
     for l in lanes:
@@ -113,12 +115,16 @@ for kind in ("simulated", "measured"):
         fwd = [e for e in ev if re.match(r"F\d", e["text"])]
         assert fwd, (kind, l["a"]["data-lane"], "has no forward")
 
+assert spans["simulated-step"] == spans["measured"] > 0, spans  # one time axis for the two steps
+busy = [(e["text"], cls(e)) for e in t.els if e["tag"] == "td" and ("busy-sim" in cls(e) or "busy-run" in cls(e))]
+assert len(busy) == 2 * d and all(re.match(r"[0-9.]+ (s|ms|µs|us)", b[0]) for b in busy), busy
+
 points = [e for e in t.els if e["tag"] == "circle" and "loss-point" in cls(e)]
 assert len(points) == steps == len(losses), (len(points), steps, len(losses))
 for p, want in zip(points, losses):   # each point's title: "step k: loss", as --log-json says
     k, v = re.match(r"step (\d+): ([0-9.]+)", p["text"]).groups()
     assert abs(float(v) - want) < 1e-4, (k, v, want)
-print("ok: %d candidates, %d stage bars, %d+%d lanes, %d loss points" % (len(cands), len(bars), d * w, d * w, len(points)))
+print("ok: %d candidates, %d stage bars, %d+%d+%d lanes, %d loss points" % (len(cands), len(bars), d * w, d * w, d * w, len(points)))
 PY
 cat "$T/check.out"
 
