@@ -48,9 +48,11 @@
 #       on a one-stage tinygpt vs pd2bw-cuda-train (each skipped, saying why, without
 #       libnccl.so.2 / mpirun; one rank makes no NCCL communicator, hence the first);
 #   (e) bench/gpu/gemm_sweep: cuBLAS FP32/TF32/BF16 GEMMs over M = 512..16384, N = K =
-#       2048 and 8192, and the planner's GEMM cost fitted to them (t = latency +
-#       FLOPs / rate; docs/language.md "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json
-#       with the cluster-file lines (gemm_efficiency, gemm_latency_us) in the log.
+#       2048 and 8192 (TF32 and BF16 also at GPT 124M-1.3B's projection shapes), and the
+#       planner's GEMM cost fitted to them (t = latency + FLOPs / rate; docs/language.md
+#       "Compute"), written to $GPU_CHECK_OUT/gemm-sweep.json; with the device's copy rate
+#       and launch cost, the calibration: the lent device's cluster file,
+#       $GPU_CHECK_OUT/calibrated-gpu.cluster (docs/calibration.md), for the next GPU run.
 # Order: build check, (0), the self-test, then the figures ((d), attention, (f), (g)),
 # then (a)'s op checks, (b), (c), (e), all within GPU_CHECK_BUDGET_S (default 420 s;
 # every run under `timeout`, a step with too little time left skipped and reported),
@@ -490,12 +492,20 @@ if [ -x "$build/bench/gpu/gemm_sweep" ]; then
   case "$(nvidia-smi -L 2>/dev/null | head -1)" in # dense peaks, as in models/clusters/h200*.cluster
     *H100*|*H200*) peaks=(--peak-fp32 67 --peak-tf32 494.5 --peak-bf16 989) ;;
   esac
+  # the calibration (issue 26): the device's cluster file beside the sweep; the links are
+  # the bundled h200x8.cluster's (NVLink 450 GB/s, 50 GB/s between nodes), not measured
+  ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i "$device" 2>/dev/null | head -1)
+  calib=(--cluster-out "$outdir/calibrated-gpu.cluster" --devices "${ngpu:-1}" --intra-gbs 450 --inter-gbs 50
+         --memory-gib "$(awk -v m="${mib:-0}" 'BEGIN { printf "%.1f", m / 1024 }')")
   if [ "$(limit 999)" -lt 60 ]; then
     echo "skipped: the time budget is spent"; rows+=("| (e) cuBLAS GEMM sweep | skipped (time budget) | - |")
-  elif sweep=$(timeout "$(limit 150)" "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "$outdir/gemm-sweep.json"); then
+  elif sweep=$(timeout "$(limit 150)" "$build/bench/gpu/gemm_sweep" --device "$device" "${peaks[@]}" "${calib[@]}" \
+      "$outdir/gemm-sweep.json"); then
     echo "$sweep"
     bf=$(grep '^bf16:' <<<"$sweep")
     rows+=("| (e) cuBLAS GEMM sweep ($outdir/gemm-sweep.json) | ${bf:-?} | ran |")
+    rows+=("| (e) calibration: $outdir/calibrated-gpu.cluster | $(grep '^copy' <<<"$sweep") | ran |")
   else
     echo "gpu-check: FAILED: gemm_sweep"; failed=1; rows+=("| (e) cuBLAS GEMM sweep | failed | FAIL |")
   fi

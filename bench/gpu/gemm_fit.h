@@ -33,4 +33,24 @@ bool gemm_fit(const GemmPoint *pt, int n, double *latency_s, double *rate_flops)
  * and the others stay usable. */
 char *gemm_sweep_json(const char *device, const GemmSweep *sw, int nsw);
 
+/* What gpu-check's calibration step measured of one device (gemm_sweep --cluster-out),
+ * and what the script knows of the machine around it. */
+typedef struct GpuCalibration {
+  const char *device;          /* "NVIDIA H200" */
+  int devices;                 /* GPUs per node (nvidia-smi -L) */
+  double memory_gib;           /* per device (nvidia-smi) */
+  double peak_tflops[3];       /* dense peaks, fp32 / tf32 / bf16 (0: unknown: the fitted rate) */
+  double rate_tflops[3];       /* fitted cuBLAS rates, same order (0: not fitted) */
+  double latency_us;           /* the bf16 fit's fixed cost per GEMM */
+  double copy_gbs;             /* device-to-device copy, bytes copied per second / 1e9 */
+  double launch_us;            /* one empty kernel, launched back to back */
+  double intra_gbs, inter_gbs; /* links, as the script was told (not measured here) */
+  const char *when;            /* "2026-12-07 11:00 UTC" */
+} GpuCalibration;
+
+/* The device's cluster file (free() it): per-precision peaks, gemm_efficiency = the
+ * bf16 rate over its peak (the plans a GPU runs are bf16), memory_gbs = 2 x the copy
+ * rate (a copy reads and writes), launch_us, with every measurement in comments. */
+char *gpu_cluster_text(const GpuCalibration *c);
+
 #endif /* PD2BW_BENCH_GPU_GEMM_FIT_H */

@@ -5,9 +5,11 @@
  * few points is left out of the file, not written as a rate of 0 that would make the
  * planner refuse the whole file; a device name with quotes is escaped. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "bench/gpu/gemm_fit.h"
+#include "frontend/frontend.h"
 #include "passes/planner.h"
 #include "test.h"
 
@@ -64,8 +66,34 @@ static void test_file_is_a_profile(void) {
   free(text);
 }
 
+/* The calibration's cluster file loads as a cluster and says what was measured: the
+ * bf16 rate over its peak as gemm_efficiency, twice the copy rate as memory_gbs; a
+ * quote in the device's name does not break the file. */
+static void test_gpu_cluster_file(void) {
+  GpuCalibration g = {.device = "NVIDIA \"H200\"", .devices = 8, .memory_gib = 139.8,
+                      .peak_tflops = {67, 494.5, 989}, .rate_tflops = {51, 400, 720}, .latency_us = 21,
+                      .copy_gbs = 1900, .launch_us = 2.5, .intra_gbs = 450, .inter_gbs = 50, .when = "today"};
+  char *text = gpu_cluster_text(&g);
+  EXPECT(text != NULL);
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Cluster c;
+  EXPECT(frontend_load_cluster_buffer(a, &d, "gpu.cluster", text, strlen(text), &c));
+  EXPECT(c.devices_per_node == 8 && c.nodes == 1);
+  EXPECT_NEAR(c.flops_bf16, 989e12, 1e-9, 0);
+  EXPECT_NEAR(c.gemm_efficiency, 720.0 / 989, 1e-3, 0);
+  EXPECT_NEAR(c.gemm_latency_s, 21e-6, 1e-3, 0);
+  EXPECT_NEAR(c.launch_s, 2.5e-6, 1e-3, 0);
+  EXPECT_NEAR(c.mem_bandwidth, 3800e9, 1e-3, 0);
+  EXPECT(strstr(text, "NVIDIA _H200_") != NULL);
+  arena_destroy(a);
+  free(text);
+}
+
 int main(void) {
   RUN(test_fit_exact);
   RUN(test_file_is_a_profile);
+  RUN(test_gpu_cluster_file);
   return TEST_REPORT();
 }
