@@ -111,6 +111,7 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
   char *t = pd_malloc(cap);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double mem_gib = pages > 0 && page > 0 ? (double)pages * (double)page / 1073741824.0 : 16;
+  double factor = r->gemm_program_factor > 0 ? r->gemm_program_factor : 1;
   int n = snprintf(t, cap,
       "# This host, measured by pd2bwc --calibrate on %s (docs/calibration.md):\n"
       "# %s, %d cores, BLAS %s.\n"
@@ -123,6 +124,7 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
                   i % 3 == 0 ? "A B" : i % 3 == 1 ? "A B^T" : "A^T B", r->gemm_s[i] * 1e6);
   n += snprintf(t + n, cap - (size_t)n,
       "#   fitted: %.2f GFLOP/s and %.1f us per GEMM (worst point %.0f%% off); %d threads: %.1f GFLOP/s\n"
+      "#   in the stage programs (fitted below) %.2fx as slow: tflops and gemm_latency_us say so\n"
       "# memcpy of 64 MiB on 1 thread: %.2f GB/s copied (memory_gbs counts reads and writes)\n"
       "# optimizer step (AdamW + gradient norm, 4 Mi parameters): %.2f ns per parameter\n"
       "# Not GEMMs, and the fixed cost of one op: fitted to pd2bwrun --profile-out of a\n"
@@ -133,7 +135,8 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
       "  tflops = %.6g;\n  gemm_efficiency = 1;\n  gemm_latency_us = %.3g;\n"
       "  nongemm_tflops = %.6g;\n  launch_us = %.3g;\n"
       "  memory_gbs = %.4g;\n  intra_node_gbs = %.4g;\n  inter_node_gbs = 1;\n  optimizer_gbs = %.4g;\n}\n",
-      r->gemm_flops * 1e-9, r->gemm_latency_s * 1e6, r->gemm_worst_err * 100, r->cores, r->gemm_flops_all * 1e-9,
+      r->gemm_flops * factor * 1e-9, r->gemm_latency_s / factor * 1e6, r->gemm_worst_err * 100, r->cores,
+      r->gemm_flops_all * 1e-9, factor,
       r->copy_bytes_s * 1e-9, r->optimizer_ns, fit_err * 100, table, r->cores, mem_gib, r->gemm_flops * 1e-12,
       r->gemm_latency_s * 1e6 > 0 ? r->gemm_latency_s * 1e6 : 1e-3, nongemm * 1e-12,
       launch_s * 1e6 > 1e-3 ? launch_s * 1e6 : 1e-3, 2 * r->copy_bytes_s * 1e-9, r->copy_bytes_s * 1e-9,
@@ -187,51 +190,89 @@ typedef struct FitRow {
   double measured;
 } FitRow;
 
-/* One pass of a segment: its ops' fixed part (GEMMs and bandwidth-bound ops, at the
- * current x = 1/nongemm rate), the FLOPs charged at x, and the op count. */
-static void row_terms(const FitRow *r, const Cluster *c, double x, double *fixed, double *flops, double *nops) {
-  *fixed = *flops = *nops = 0;
+/* One pass of a segment, split as the fit needs it: its GEMMs' time at the host's
+ * GEMM rate, its bandwidth-bound ops' time, the FLOPs of its compute-bound other ops
+ * (at the current x = 1 / nongemm rate), and its op count. */
+typedef struct RowTerms {
+  double gemm, bw, flops, nops;
+} RowTerms;
+
+static RowTerms row_terms(const FitRow *r, const Cluster *c, double x) {
+  RowTerms t = {0, 0, 0, 0};
   for (int k = 0; k < r->s->nops; k++) {
-    const PlanOpTerm *t = &r->s->ops[k];
-    if (t->bwd != r->bwd) continue;
-    double f = t->f1 * (double)r->b + t->f0, y = t->y1 * (double)r->b + t->y0, tb = y / c->mem_bandwidth;
-    *nops += 1;
-    if (t->gemm) {
+    const PlanOpTerm *o = &r->s->ops[k];
+    if (o->bwd != r->bwd) continue;
+    double f = o->f1 * (double)r->b + o->f0, y = o->y1 * (double)r->b + o->y0, tb = y / c->mem_bandwidth;
+    t.nops += 1;
+    if (o->gemm) {
       double tf = f / c->flops;
-      *fixed += (tf > tb ? tf : tb) + c->gemm_latency_s;
+      t.gemm += (tf > tb ? tf : tb) + c->gemm_latency_s;
     } else if (f * x > tb) {
-      *flops += f;
+      t.flops += f;
     } else {
-      *fixed += tb;
+      t.bw += tb;
     }
   }
+  return t;
 }
 
-/* Least squares of (fixed + flops·x + nops·L) / measured = 1 over x and L, the
- * compute- or bandwidth-bound choice of each op settled by iterating. */
-static void fit_rows(const FitRow *rows, int n, Cluster *c, double *mean_err, char *table, size_t cap) {
-  double x = 1 / c->flops, L = 0;
-  for (int it = 0; it < 12; it++) {
-    double saa = 0, sab = 0, sbb = 0, sa = 0, sb = 0;
-    for (int i = 0; i < n; i++) {
-      double fixed, flops, nops;
-      row_terms(&rows[i], c, x, &fixed, &flops, &nops);
-      double w = 1 / rows[i].measured, a = flops * w, b = nops * w, y = 1 - fixed * w;
-      saa += a * a, sab += a * b, sbb += b * b, sa += a * y, sb += b * y;
+/* Solves the n x n system A u = v (n <= 3) by elimination; false when singular. */
+static bool solve(int n, double A[3][3], double v[3], double u[3]) {
+  for (int i = 0; i < n; i++) {
+    int piv = i;
+    for (int r = i + 1; r < n; r++)
+      if (fabs(A[r][i]) > fabs(A[piv][i])) piv = r;
+    if (!(fabs(A[piv][i]) > 0)) return false;
+    for (int j = 0; j < 3; j++) {
+      double tmp = A[i][j];
+      A[i][j] = A[piv][j], A[piv][j] = tmp;
     }
-    double det = saa * sbb - sab * sab;
-    double nx = det > 0 ? (sa * sbb - sb * sab) / det : x, nL = det > 0 ? (saa * sb - sab * sa) / det : 0;
-    if (!(nL >= 0)) nL = 0, nx = saa > 0 ? sa / saa : x; /* no negative fixed cost */
-    if (nx > 0) x = nx;
-    L = nL;
+    double tv = v[i];
+    v[i] = v[piv], v[piv] = tv;
+    for (int r = i + 1; r < n; r++) {
+      double f = A[r][i] / A[i][i];
+      for (int j = i; j < n; j++) A[r][j] -= f * A[i][j];
+      v[r] -= f * v[i];
+    }
   }
-  c->nongemm_flops = 1 / x, c->launch_s = L;
+  for (int i = n - 1; i >= 0; i--) {
+    double sum = v[i];
+    for (int j = i + 1; j < n; j++) sum -= A[i][j] * u[j];
+    u[i] = sum / A[i][i];
+  }
+  return true;
+}
+
+/* Least squares of (g·gemm + bw + x·flops + L·nops) / measured = 1 over g (how much
+ * slower the stage programs' GEMMs run than the sweep's: cold caches, packing), x and
+ * L; an op's compute- or bandwidth-bound choice settled by iterating. L < 0 is
+ * dropped (no negative fixed cost), and so is a row whose bandwidth-bound ops alone
+ * take longer than it measured (the embedding's bytes are an upper bound). */
+static void fit_rows(const FitRow *rows, int n, Cluster *c, double *mean_err, char *table, size_t cap) {
+  double g = 1, x = 1 / c->flops, L = 0;
+  for (int it = 0; it < 12; it++) {
+    for (int nu = 3; nu >= 2; nu--) { /* with L, then without it */
+      double A[3][3] = {{0}}, v[3] = {0}, u[3] = {0};
+      for (int i = 0; i < n; i++) {
+        RowTerms t = row_terms(&rows[i], c, x);
+        if (t.bw >= rows[i].measured) continue; /* bandwidth alone over the time: no rate can fit it */
+        double w = 1 / rows[i].measured, a[3] = {t.gemm * w, t.flops * w, t.nops * w}, y = 1 - t.bw * w;
+        for (int j = 0; j < nu; j++) {
+          v[j] += a[j] * y;
+          for (int k = 0; k < nu; k++) A[j][k] += a[j] * a[k];
+        }
+      }
+      if (!solve(nu, A, v, u) || !(u[0] > 0) || !(u[1] > 0) || (nu == 3 && !(u[2] >= 0))) continue;
+      g = u[0], x = u[1], L = nu == 3 ? u[2] : 0;
+      break;
+    }
+  }
+  c->flops /= g, c->gemm_latency_s *= g, c->nongemm_flops = 1 / x, c->launch_s = L;
   double sum = 0;
   size_t at = 0;
   for (int i = 0; i < n; i++) {
-    double fixed, flops, nops;
-    row_terms(&rows[i], c, x, &fixed, &flops, &nops);
-    double fitted = fixed + flops * x + nops * L;
+    RowTerms t = row_terms(&rows[i], c, x); /* (c's GEMM figures now include g) */
+    double fitted = t.gemm + t.bw + t.flops * x + t.nops * L;
     sum += fabs(fitted / rows[i].measured - 1);
     if (at < cap)
       at += (size_t)snprintf(table + at, cap - at, "#   %-9s %s b=%lld: measured %9.1f us, fitted %9.1f us\n",
@@ -241,7 +282,7 @@ static void fit_rows(const FitRow *rows, int n, Cluster *c, double *mean_err, ch
   *mean_err = n ? sum / n : 0;
 }
 
-static bool fit_profiles(const char *dir, const HostRates *r, double *nongemm, double *launch_s, double *err_mean,
+static bool fit_profiles(const char *dir, HostRates *r, double *nongemm, double *launch_s, double *err_mean,
                          char *table, size_t cap, char *err, size_t errlen) {
   Arena *a = arena_create();
   PlanInput in[NSHAPES];
@@ -265,6 +306,8 @@ static bool fit_profiles(const char *dir, const HostRates *r, double *nongemm, d
     Cluster c = {.flops = r->gemm_flops, .gemm_latency_s = r->gemm_latency_s, .mem_bandwidth = 2 * r->copy_bytes_s};
     fit_rows(rows, n, &c, err_mean, table, cap);
     *nongemm = c.nongemm_flops, *launch_s = c.launch_s;
+    r->gemm_program_factor = r->gemm_flops / c.flops; /* the sweep's rate over the programs' */
+    r->gemm_flops = c.flops, r->gemm_latency_s = c.gemm_latency_s;
   }
   for (int k = 0; k < have; k++) plan_input_free(&in[k]);
   arena_destroy(a);

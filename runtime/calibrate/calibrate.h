@@ -28,6 +28,8 @@ typedef struct HostRates {
   double gemm_s[CAL_GEMM_POINTS]; /* best time of each point */
   double gemm_flops, gemm_latency_s, gemm_worst_err;
   double gemm_flops_all;     /* 1024^3 on every core (pd_sgemm_peak_gflops) */
+  double gemm_program_factor;/* set by pd2bwc's fit: the stage programs' GEMMs run this
+                                many times slower than the sweep's (1: as fast) */
   double copy_bytes_s;       /* memcpy of 64 MiB on one thread, bytes copied per second */
   double optimizer_ns;       /* AdamW + the gradient norm's sum of squares, per parameter */
 } HostRates;
