@@ -451,7 +451,7 @@ def checkpoints(c):
         return h, d
     cases = [("a tensor missing", drop, r"missing|not in"), ("an extra tensor", extra, r"h\.99\.extra"),
              ("NaN in a weight", poison(float("nan")), r"NaN|not finite"),
-             ("Inf in a weight", poison(float("inf")), r"Inf|not finite"),
+             ("Inf in a weight", poison(float("inf")), r"(?i)\binf\b|not finite"),
              ("a shape changed", reshape, r"shape"), ("dtype F16", dtype, r"F16|dtype"),
              ("two tensors' bytes overlap", overlap, r"overlap|offset")]
     for name, fn, pat in cases:
@@ -560,7 +560,10 @@ def errors(c):
     def pd2bwc(name, *args, model=MODEL, pattern, cluster=CLUSTER):
         c.probes.append(Probe("errors", "pd2bwc " + name, [c.tool["pd2bwc"], model, *SIZE, "--cluster", cluster, *args,
                                                            "-o", c.p("err-plan")], pattern=pattern))
-    for key, value in (("batch", "0"), ("batch", "-4"), ("lr", "-1"), ("lr", "1e300"), ("steps", "-5"),
+    c.probes.append(Probe("errors", "pd2bwc -D train.lr=1e300 (diverges at once; a refusal is fine too)",
+                          [c.tool["pd2bwc"], MODEL, *SIZE, "--cluster", CLUSTER, "-D", "train.lr=1e300", "-q",
+                           "-o", c.p("err-plan-lr")], expect="either", pattern=r"train\.lr"))
+    for key, value in (("batch", "0"), ("batch", "-4"), ("lr", "-1"), ("lr", "nan"), ("steps", "-5"),
                        ("microbatch", "0"), ("warmup", "-1"), ("flush_steps", "-1"), ("predict", "11"),
                        ("delay_comp", "-1"), ("weight_decay", "-0.1"), ("beta1", "1.5"), ("seed", "-2"),
                        ("grad_clip", "-1")):
