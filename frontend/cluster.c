@@ -49,6 +49,8 @@ static const ClusterKey keys[] = {
     {"gemm_latency_us", KEY_AMOUNT, offsetof(Cluster, gemm_latency_s), 1e-6, 1e6, true, "gemm_latency_us = 10"},
     {"optimizer_gbs", KEY_AMOUNT, offsetof(Cluster, optimizer_bandwidth), 1e9, 1e12, true, "optimizer_gbs = 7"},
     {"launch_us", KEY_AMOUNT, offsetof(Cluster, launch_s), 1e-6, 1e6, true, "launch_us = 4"},
+    {"all_cores_gemm_speedup", KEY_AMOUNT, offsetof(Cluster, all_cores_gemm_speedup), 1, 1e4, true,
+     "all_cores_gemm_speedup = 1.8"},
     {"nongemm_tflops", KEY_AMOUNT, offsetof(Cluster, nongemm_flops), 1e12, 1e9, true, "nongemm_tflops = 0.005"},
     {"cublas_workspace_mib", KEY_AMOUNT, offsetof(Cluster, cublas_workspace), 1048576.0, 1e6, true,
      "cublas_workspace_mib = 32"},
@@ -139,7 +141,7 @@ bool frontend_lower_cluster(Arena *a, Diag *d, const Ast *cluster, Cluster *out)
       diag_error(d, s->name_loc, "unknown cluster key '%s' (expected nodes, devices_per_node, "
                  "device, memory_gib, tflops, tflops_fp32, tflops_tf32, tflops_bf16, memory_gbs, "
                  "intra_node_gbs, inter_node_gbs, gemm_efficiency, gemm_latency_us, launch_us, "
-                 "nongemm_tflops, optimizer_gbs or cublas_workspace_mib)",
+                 "nongemm_tflops, all_cores_gemm_speedup, optimizer_gbs or cublas_workspace_mib)",
                  s->name);
       continue;
     }

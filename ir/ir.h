@@ -369,6 +369,11 @@ typedef struct Cluster {
   double gemm_efficiency;    /* fraction of the peak a large GEMM reaches */
   double gemm_latency_s;     /* fixed time of one GEMM beyond the launch */
   double launch_s;           /* per kernel (op) launch overhead */
+  double all_cores_gemm_speedup; /* a CPU node: the GEMM rate of one rank with all the
+                                node's cores (devices) over one core's ("all_cores_gemm_speedup";
+                                0 = not given: ranks are not faster with spare cores) */
+  double gemm_thread_scale;  /* not a key: plan_cluster_for_config's factor for a
+                                configuration's ranks (0 = 1) */
   double nongemm_flops;      /* FLOP/s of the ops that are not GEMMs ("nongemm_tflops"; 0 =
                                 not given: the peak). On a CPU they are loops of the stage
                                 program, far slower than the BLAS (pd2bwc --calibrate) */

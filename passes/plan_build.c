@@ -89,9 +89,10 @@ static void size_stages(Plan *p, bool rank_only) {
              "stage %d needs %d versions, %d stash slots, %.0f bytes", i, sizing.nversions[i],
              sizing.nstash[i], (double)plan_stage_device_bytes(st));
     int64_t b = cfg->microbatch_size;
-    double f = plan_cost_fwd(in, c, st->first_seg, st->last_seg, b);
+    Cluster ce = plan_cluster_for_config(c, cfg);
+    double f = plan_cost_fwd(in, &ce, st->first_seg, st->last_seg, b);
     st->fwd_s = f;
-    st->bwd_s = plan_cost_bwd(in, c, st->first_seg, st->last_seg, b) + (cfg->recompute ? f : 0);
+    st->bwd_s = plan_cost_bwd(in, &ce, st->first_seg, st->last_seg, b) + (cfg->recompute ? f : 0);
     st->in_bytes = plan_stage_in_bytes(in, st->first_seg) * (double)b;
     st->out_bytes = in->segs[st->last_seg - 1].out_bytes * (double)b;
   }

@@ -63,6 +63,7 @@ double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, 
     peak = in->gemm_rate[in->precision], latency = in->gemm_latency_s[in->precision];
   else if (t->gemm && c->gemm_efficiency > 0)
     peak *= c->gemm_efficiency;
+  if (t->gemm && c->gemm_thread_scale > 0) peak *= c->gemm_thread_scale;
   else if (!t->gemm && c->nongemm_flops > 0)
     peak = c->nongemm_flops;
   double tf = peak > 0 ? flops / peak : 0;
@@ -111,6 +112,19 @@ double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_
   double t = 0;
   for (int i = a; i < e; i++) t += seg_time(in, c, &in->segs[i], true, b);
   return t;
+}
+
+Cluster plan_cluster_for_config(const Cluster *c, const PlanConfig *cfg) {
+  Cluster out = *c;
+  int dpn = c->devices_per_node > 0 ? c->devices_per_node : 1;
+  int ranks = cfg->stages * cfg->replicas, per_node = ranks < dpn ? ranks : dpn;
+  if (c->all_cores_gemm_speedup > 1 && dpn > 1 && per_node > 0) {
+    /* a rank gets dpn / per_node cores (pd2bwrun's threads per rank); the speedup
+     * between one core and all of them taken as linear in the cores */
+    int t = dpn / per_node;
+    out.gemm_thread_scale = 1 + (c->all_cores_gemm_speedup - 1) * (double)(t - 1) / (double)(dpn - 1);
+  }
+  return out;
 }
 
 double plan_cost_allreduce(double bytes, int w, double bw) {

@@ -173,11 +173,12 @@ double plan_partition(const PlanInput *in, const Cluster *c, const PlanConfig *c
   }
   p.F = pd_calloc((size_t)n + 1, sizeof(double));
   p.B = pd_calloc((size_t)n + 1, sizeof(double));
+  Cluster ce = plan_cluster_for_config(c, cfg);
   for (int s = 0; s < n; s++) {
     /* per sample at the configuration's b: a segment's time need not be linear in b */
     double b = (double)cfg->microbatch_size;
-    p.F[s + 1] = p.F[s] + plan_cost_fwd(in, c, s, s + 1, cfg->microbatch_size) / b;
-    p.B[s + 1] = p.B[s] + plan_cost_bwd(in, c, s, s + 1, cfg->microbatch_size) / b;
+    p.F[s + 1] = p.F[s] + plan_cost_fwd(in, &ce, s, s + 1, cfg->microbatch_size) / b;
+    p.B[s + 1] = p.B[s] + plan_cost_bwd(in, &ce, s, s + 1, cfg->microbatch_size) / b;
   }
   p.bw_p2p = pd_calloc((size_t)d, sizeof(double));
   p.bw_ar = pd_calloc((size_t)d, sizeof(double));

@@ -89,10 +89,11 @@ static void stage_times(const PlanInput *in, const Cluster *c, const PlanConfig 
                         PlanPlacement pl, const int *cuts, double *t, double *A) {
   int d = cfg->stages, w = cfg->replicas;
   double b = (double)cfg->microbatch_size;
+  Cluster ce = plan_cluster_for_config(c, cfg);
   for (int i = 0; i < d; i++) {
     int a = cuts[i], e = cuts[i + 1];
-    double f = plan_cost_fwd(in, c, a, e, cfg->microbatch_size);
-    t[i] = f + plan_cost_bwd(in, c, a, e, cfg->microbatch_size) + (cfg->recompute ? f : 0);
+    double f = plan_cost_fwd(in, &ce, a, e, cfg->microbatch_size);
+    t[i] = f + plan_cost_bwd(in, &ce, a, e, cfg->microbatch_size) + (cfg->recompute ? f : 0);
     if (i > 0) {
       double bw = plan_place_p2p_bw(c, pl, d, w, i - 1);
       if (bw > 0) t[i] += 2 * plan_stage_in_bytes(in, a) * b / bw;

@@ -393,6 +393,10 @@ void plan_json_sort(cJSON *node);
  * GEMM's rate is peak x gemm_efficiency and its fixed cost gemm_latency_us, or the
  * measured ones of in->gemm_rate / gemm_latency_s for the plan's precision. */
 double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b);
+/* c as configuration cfg's ranks see it: on a CPU node whose file gives
+ * all_cores_gemm_speedup, a rank's GEMMs run faster by the share of the node's cores
+ * it gets (pd2bwrun: cores / ranks threads). The cost functions take the result. */
+Cluster plan_cluster_for_config(const Cluster *c, const PlanConfig *cfg);
 /* Per-microbatch compute time of segments [a, e). */
 double plan_cost_fwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);
 double plan_cost_bwd(const PlanInput *in, const Cluster *c, int a, int e, int64_t b);

@@ -112,6 +112,9 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double mem_gib = pages > 0 && page > 0 ? (double)pages * (double)page / 1073741824.0 : 16;
   double factor = r->gemm_program_factor > 0 ? r->gemm_program_factor : 1;
+  /* all cores over one (the sweep's one-thread rate, not the programs'); at least 1 */
+  double speedup = r->gemm_flops_all / (r->gemm_flops * factor);
+  speedup = speedup > 1 ? (speedup < r->cores ? speedup : r->cores) : 1;
   int n = snprintf(t, cap,
       "# This host, measured by pd2bwc --calibrate on %s (docs/calibration.md):\n"
       "# %s, %d cores, BLAS %s.\n"
@@ -132,13 +135,13 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
       "#   mean error of the fitted segment times %.0f%%:\n%s"
       "cluster host {\n"
       "  nodes = 1;\n  devices_per_node = %d;\n  device = \"cpu\";\n  memory_gib = %.1f;\n"
-      "  tflops = %.6g;\n  gemm_efficiency = 1;\n  gemm_latency_us = %.3g;\n"
+      "  tflops = %.6g;\n  gemm_efficiency = 1;\n  gemm_latency_us = %.3g;\n  all_cores_gemm_speedup = %.3g;\n"
       "  nongemm_tflops = %.6g;\n  launch_us = %.3g;\n"
       "  memory_gbs = %.4g;\n  intra_node_gbs = %.4g;\n  inter_node_gbs = 1;\n  optimizer_gbs = %.4g;\n}\n",
       r->gemm_flops * factor * 1e-9, r->gemm_latency_s / factor * 1e6, r->gemm_worst_err * 100, r->cores,
       r->gemm_flops_all * 1e-9, factor,
       r->copy_bytes_s * 1e-9, r->optimizer_ns, fit_err * 100, table, r->cores, mem_gib, r->gemm_flops * 1e-12,
-      r->gemm_latency_s * 1e6 > 0 ? r->gemm_latency_s * 1e6 : 1e-3, nongemm * 1e-12,
+      r->gemm_latency_s * 1e6 > 0 ? r->gemm_latency_s * 1e6 : 1e-3, speedup, nongemm * 1e-12,
       launch_s * 1e6 > 1e-3 ? launch_s * 1e6 : 1e-3, 2 * r->copy_bytes_s * 1e-9, r->copy_bytes_s * 1e-9,
       PLAN_STEP_BYTES / r->optimizer_ns);
   PD_CHECK(n > 0 && (size_t)n < cap, "cluster text of %d bytes", n);

@@ -112,10 +112,33 @@ static void test_gemm_sweep_file(void) {
   plan_input_free(&in);
 }
 
+/* A CPU node's spare cores (all_cores_gemm_speedup): one rank on a 4-core node gets all
+ * of them and its GEMMs run S times faster; 2 ranks get 2 cores each, 1 + (S-1)/3
+ * faster; 4 ranks one core each, as fast as the file's rate; other ops do not change;
+ * without the key nothing changes. */
+static void test_cores_per_rank(void) {
+  PlanInput in;
+  two_gemms(&in);
+  Cluster c = cost_cluster();
+  c.devices_per_node = 4, c.all_cores_gemm_speedup = 2.5, c.launch_s = 0, c.gemm_latency_s = 0;
+  PlanConfig one = {.stages = 1, .replicas = 1}, two = {.stages = 2, .replicas = 1}, four = {.stages = 2, .replicas = 2};
+  Cluster c1 = plan_cluster_for_config(&c, &one), c2 = plan_cluster_for_config(&c, &two),
+          c4 = plan_cluster_for_config(&c, &four);
+  double base = 1e9 / (1e12 * 0.5); /* s0's forward at b=1: 1 GFLOP at half of 1 TFLOP/s */
+  EXPECT_NEAR(plan_cost_fwd(&in, &c1, 0, 1, 1), base / 2.5, 1e-12, 0);
+  EXPECT_NEAR(plan_cost_fwd(&in, &c2, 0, 1, 1), base / 1.5, 1e-12, 0);
+  EXPECT_NEAR(plan_cost_fwd(&in, &c4, 0, 1, 1), base, 1e-12, 0);
+  c.all_cores_gemm_speedup = 0;
+  Cluster c0 = plan_cluster_for_config(&c, &one);
+  EXPECT_NEAR(plan_cost_fwd(&in, &c0, 0, 1, 1), base, 1e-12, 0);
+  plan_input_free(&in);
+}
+
 int main(void) {
   RUN(test_gemm_cost_depends_on_b);
   RUN(test_profile_scaled_by_model);
   RUN(test_profile_stage_split_by_flops);
   RUN(test_gemm_sweep_file);
+  RUN(test_cores_per_rank);
   return TEST_REPORT();
 }
