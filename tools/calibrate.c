@@ -38,41 +38,19 @@
 
 extern char **environ;
 
-/* The profiled model: models/tinygpt.model's text (a GPT-2 block), at two shapes. */
-static const char cal_model[] =
-    "model calibrate {\n"
-    "  param vocab = 256; param seq = 64; param layers = 2; param dim = 64; param heads = 4;\n"
-    "  input tokens : i32[B, seq];\n  input targets : i32[B, seq];\n"
-    "  weight wte : f32[vocab, dim] = normal(0.02);\n  weight wpe : f32[seq, dim] = normal(0.01);\n"
-    "  x = add(embedding(wte, tokens), positions(wpe, tokens));\n"
-    "  repeat h[layers] {\n"
-    "    weight ln1_w : f32[dim] = ones;\n    weight ln1_b : f32[dim] = zeros;\n"
-    "    weight attn_w : f32[dim, 3*dim] = normal(0.02);\n    weight attn_b : f32[3*dim] = zeros;\n"
-    "    weight attnproj_w : f32[dim, dim] = normal(0.02);\n    weight attnproj_b : f32[dim] = zeros;\n"
-    "    weight ln2_w : f32[dim] = ones;\n    weight ln2_b : f32[dim] = zeros;\n"
-    "    weight fc_w : f32[dim, 4*dim] = normal(0.02);\n    weight fc_b : f32[4*dim] = zeros;\n"
-    "    weight fcproj_w : f32[4*dim, dim] = normal(0.02);\n    weight fcproj_b : f32[dim] = zeros;\n"
-    "    a = attention(linear(layernorm(x, ln1_w, ln1_b, eps = 1e-5), attn_w, attn_b), heads = heads, causal = 1);\n"
-    "    x = add(x, linear(a, attnproj_w, attnproj_b));\n"
-    "    m = gelu(linear(layernorm(x, ln2_w, ln2_b, eps = 1e-5), fc_w, fc_b));\n"
-    "    x = add(x, linear(m, fcproj_w, fcproj_b));\n"
-    "  }\n"
-    "  weight lnf_w : f32[dim] = ones;\n  weight lnf_b : f32[dim] = zeros;\n"
-    "  x = layernorm(x, lnf_w, lnf_b, eps = 1e-5);\n"
-    "  loss = cross_entropy(matmul(x, wte, transpose_b = 1), targets);\n"
-    "  minimize loss;\n"
-    "  train { batch = 8; optimizer = adamw(lr = 1e-3); seed = 1; }\n"
-    "}\n";
+/* The profiled model: models/tinygpt.model's text (a GPT-2 block; tools/CMakeLists.txt
+ * embeds it), 2 layers, at two shapes. */
+extern const char calibrate_model_text[];
 
 /* The two shapes: narrow with small microbatches (fixed costs weigh), wide with
  * larger ones (per-element costs weigh). */
 typedef struct CalShape {
-  const char *defines[3];
+  const char *defines[4];
   int microbatch;
 } CalShape;
 static const CalShape shapes[] = {
-    {{"dim=64", "seq=64", "train.batch=4"}, 1},
-    {{"dim=192", "seq=128", "train.batch=8"}, 4},
+    {{"dim=64", "seq=64", "train.batch=4", "layers=2"}, 1},
+    {{"dim=192", "seq=128", "train.batch=8", "layers=2"}, 4},
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 
@@ -131,7 +109,7 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
       "# memcpy of 64 MiB on 1 thread: %.2f GB/s copied (memory_gbs counts reads and writes)\n"
       "# optimizer step (AdamW + gradient norm, 4 Mi parameters): %.2f ns per parameter\n"
       "# Not GEMMs, and the fixed cost of one op: fitted to pd2bwrun --profile-out of a\n"
-      "#   2-layer GPT at dim 64 (microbatch 1) and dim 192 (microbatch 4), 1 thread;\n"
+      "#   models/tinygpt.model, 2 layers, at dim 64 (microbatch 1) and dim 192 (microbatch 4), 1 thread;\n"
       "#   mean error of the fitted segment times %.0f%%:\n%s"
       "cluster host {\n"
       "  nodes = 1;\n  devices_per_node = %d;\n  device = \"cpu\";\n  memory_gib = %.1f;\n"
@@ -158,7 +136,7 @@ static bool profile_shape(const char *self, const char *dir, int k, char *err, s
   snprintf(prof, sizeof prof, "%.3000s/profile%d.json", dir, k);
   snprintf(mb, sizeof mb, "%d", shapes[k].microbatch);
   char *cc[] = {(char *)self, model, "-D", (char *)shapes[k].defines[0], "-D", (char *)shapes[k].defines[1], "-D",
-                (char *)shapes[k].defines[2], "--cluster", cluster, "--backend", "cpu", "--stages", "1",
+                (char *)shapes[k].defines[2], "-D", (char *)shapes[k].defines[3], "--cluster", cluster, "--backend", "cpu", "--stages", "1",
                 "--replicas", "1", "--microbatch-size", mb, "-q", "-o", plan, NULL};
   if (!spawn_wait(cc, err, errlen)) return false;
   snprintf(dirbuf, sizeof dirbuf, "%s", self);
@@ -173,8 +151,8 @@ static bool profile_shape(const char *self, const char *dir, int k, char *err, s
 static bool shape_input(const char *dir, int k, Arena *a, PlanInput *in, char *err, size_t errlen) {
   Diag d;
   diag_init(&d, stderr);
-  Graph *g = frontend_load_model_buffer(a, &d, "calibrate.model", cal_model, sizeof cal_model - 1,
-                                        shapes[k].defines, 3);
+  Graph *g = frontend_load_model_buffer(a, &d, "calibrate.model", calibrate_model_text, strlen(calibrate_model_text),
+                                        shapes[k].defines, 4);
   PassOptions po = {.verify = true};
   bool ok = g && passes_run(g, &d, &po) && plan_input_from_graph(g, in);
   if (g) graph_destroy(g);
@@ -321,7 +299,7 @@ static bool fit_profiles(const char *dir, HostRates *r, double *nongemm, double 
 static bool scratch(const char *dir, const HostRates *r, char *err, size_t errlen) {
   char path[4096];
   snprintf(path, sizeof path, "%.3000s/calibrate.model", dir);
-  if (!write_file(path, cal_model, sizeof cal_model - 1, err, errlen)) return false;
+  if (!write_file(path, calibrate_model_text, strlen(calibrate_model_text), err, errlen)) return false;
   uint16_t tok[1 << 15];
   uint32_t s = 12345;
   for (size_t i = 0; i < sizeof tok / sizeof tok[0]; i++) tok[i] = (uint16_t)((s = s * 1664525u + 1013904223u) >> 24);
