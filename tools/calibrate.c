@@ -66,14 +66,24 @@ static bool write_file(const char *path, const void *p, size_t n, char *err, siz
   return ok || CAL_ERR("cannot write %s: %s", path, strerror(errno));
 }
 
-/* Runs argv (no shell) and waits; true on exit status 0. */
-static bool spawn_wait(char *const argv[], char *err, size_t errlen) {
+/* Runs argv (no shell) with PD2BW_CACHE=cache (the scratch's own: the calibration's
+ * stage programs are not the user's to keep) and waits; true on exit status 0. */
+static bool spawn_wait(char *const argv[], const char *cache, char *err, size_t errlen) {
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **envp = pd_calloc(n + 2, sizeof *envp), *entry = pd_malloc(strlen(cache) + 16);
+  size_t j = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "PD2BW_CACHE=", 12) != 0) envp[j++] = environ[i];
+  snprintf(entry, strlen(cache) + 16, "PD2BW_CACHE=%s", cache);
+  envp[j++] = entry;
   pid_t pid;
   posix_spawn_file_actions_t fa; /* their summaries are not ours to print; errors go to stderr */
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), st = 0;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), st = 0;
   posix_spawn_file_actions_destroy(&fa);
+  free(envp), free(entry);
   if (rc != 0) return CAL_ERR("cannot run %s: %s", argv[0], strerror(rc));
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
@@ -138,13 +148,15 @@ static bool profile_shape(const char *self, const char *dir, int k, char *err, s
   char *cc[] = {(char *)self, model, "-D", (char *)shapes[k].defines[0], "-D", (char *)shapes[k].defines[1], "-D",
                 (char *)shapes[k].defines[2], "-D", (char *)shapes[k].defines[3], "--cluster", cluster, "--backend", "cpu", "--stages", "1",
                 "--replicas", "1", "--microbatch-size", mb, "-q", "-o", plan, NULL};
-  if (!spawn_wait(cc, err, errlen)) return false;
+  char cache[4096];
+  snprintf(cache, sizeof cache, "%.3000s/cache", dir);
+  if (!spawn_wait(cc, cache, err, errlen)) return false;
   snprintf(dirbuf, sizeof dirbuf, "%s", self);
   char *slash = strrchr(dirbuf, '/');
   char run[4096];
   snprintf(run, sizeof run, "%.*s/pd2bwrun", slash ? (int)(slash - dirbuf) : 1, slash ? dirbuf : ".");
   char *rn[] = {run, plan, "--data", data, "--steps", "8", "--threads", "1", "-q", "--profile-out", prof, NULL};
-  return spawn_wait(rn, err, errlen);
+  return spawn_wait(rn, cache, err, errlen);
 }
 
 /* The planner's input of shape k with its profile applied (segments' measured times). */
@@ -342,39 +354,52 @@ bool calibrate_default_path(char *buf, size_t n, char *err, size_t errlen) {
   return (len > 0 && (size_t)len < n) || CAL_ERR("the calibration file's path is too long");
 }
 
-bool calibrate_write(const char *self, const char *out, char *err, size_t errlen) {
+/* Measures and fits; the cluster text (valid: the frontend checks every key's range)
+ * or NULL with err. Says on stderr what it found. */
+static char *calibrate_text(const char *self, char *err, size_t errlen) {
   HostRates r;
   double t0 = (double)time(NULL);
-  if (!calibrate_host(&r, err, errlen)) return false;
+  if (!calibrate_host(&r, err, errlen)) return NULL;
   const char *tmpdir = getenv("TMPDIR");
   char dir[4096];
   snprintf(dir, sizeof dir, "%.3000s/pd2bw-calibrate-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-  if (!mkdtemp(dir)) return CAL_ERR("cannot make a scratch directory under %s: %s", dir, strerror(errno));
+  if (!mkdtemp(dir)) {
+    snprintf(err, errlen, "cannot make a scratch directory under %s: %s", dir, strerror(errno));
+    return NULL;
+  }
   bool ok = scratch(dir, &r, err, errlen);
   for (int k = 0; ok && k < NSHAPES; k++) ok = profile_shape(self, dir, k, err, errlen);
   double nongemm = 0, launch = 0, fit_err = 0;
   char table[6144] = "";
   ok = ok && fit_profiles(dir, &r, &nongemm, &launch, &fit_err, table, sizeof table, err, errlen);
   plan_dir_remove_tree(dir); /* our own mkdtemp directory */
-  if (!ok) return false;
+  if (!ok) return NULL;
   char when[64];
   time_t now = time(NULL);
   strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
   char *text = cluster_text(&r, nongemm, launch, fit_err, table, when);
-  /* what is written must load: the frontend checks every key's range */
   Arena *a = arena_create();
   Diag d;
   diag_init(&d, stderr);
   Cluster c;
-  ok = frontend_load_cluster_buffer(a, &d, out, text, strlen(text), &c) ||
-       CAL_ERR("the measured figures make no valid cluster file (a BLAS or clock that cannot be measured?)");
+  ok = frontend_load_cluster_buffer(a, &d, "the calibration", text, strlen(text), &c);
   arena_destroy(a);
-  ok = ok && atomic_write_text(out, text, err, errlen);
+  if (!ok) {
+    free(text);
+    snprintf(err, errlen, "the measured figures make no valid cluster file (a BLAS or clock that cannot be measured?)");
+    return NULL;
+  }
+  fprintf(stderr, "pd2bwc: note: calibrated this host in %.0f s: GEMM %.1f GFLOP/s, other ops %.2f GFLOP/s, "
+          "%.1f us per op\n",
+         (double)time(NULL) - t0, r.gemm_flops * 1e-9, nongemm * 1e-9, launch * 1e6);
+  return text;
+}
+
+bool calibrate_write(const char *self, const char *out, char *err, size_t errlen) {
+  char *text = calibrate_text(self, err, errlen);
+  bool ok = text && atomic_write_text(out, text, err, errlen);
+  if (ok) fprintf(stderr, "pd2bwc: note: wrote %s\n", out);
   free(text);
-  if (ok)
-    printf("pd2bwc: calibrated this host in %.0f s: GEMM %.1f GFLOP/s, other ops %.2f GFLOP/s, %.1f us per op; "
-           "wrote %s\n",
-           (double)time(NULL) - t0, r.gemm_flops * 1e-9, nongemm * 1e-9, launch * 1e6, out);
   return ok;
 }
 
@@ -410,7 +435,7 @@ static Cluster builtin_cluster(void) {
   };
 }
 
-bool calibrate_cluster(Arena *a, Diag *d, bool quiet, Cluster *out, const char **path_used) {
+bool calibrate_cluster(Arena *a, Diag *d, Cluster *out, const char **path_used) {
   static char path[4096];
   char err[1024], self[4096];
   const char *env = getenv("PD2BW_CLUSTER");
@@ -425,15 +450,25 @@ bool calibrate_cluster(Arena *a, Diag *d, bool quiet, Cluster *out, const char *
     return false;
   }
   struct stat st;
-  if (stat(path, &st) != 0 && !(env && *env)) {
-    fprintf(stderr, "pd2bwc: note: no cluster file for this host yet (%s): calibrating once (pd2bwc --calibrate)\n",
-            path);
-    if (!self_path(self, sizeof self, err, sizeof err) || !calibrate_write(self, path, err, sizeof err)) {
-      diag_error(d, (Loc){0}, "cannot calibrate this host: %s (give a cluster file with --cluster)", err);
-      return false;
-    }
+  if (stat(path, &st) == 0 || (env && *env)) {
+    *path_used = path;
+    return frontend_load_cluster(a, d, path, out);
   }
-  (void)quiet;
+  fprintf(stderr, "pd2bwc: note: no cluster file for this host yet (%s): calibrating once (pd2bwc --calibrate)\n",
+          path);
+  char *text = self_path(self, sizeof self, err, sizeof err) ? calibrate_text(self, err, sizeof err) : NULL;
+  if (!text) { /* a plan still: the round figures, said */
+    fprintf(stderr, "pd2bwc: warning: cannot calibrate this host: %s; planning for the built-in host "
+            "(docs/calibration.md)\n", err);
+    *out = builtin_cluster();
+    return true;
+  }
+  if (atomic_write_text(path, text, err, sizeof err)) fprintf(stderr, "pd2bwc: note: wrote %s\n", path);
+  else
+    fprintf(stderr, "pd2bwc: warning: cannot keep this host's calibration: %s; this run plans with it, the next "
+            "calibrates again\n", err);
   *path_used = path;
-  return frontend_load_cluster(a, d, path, out);
+  bool ok = frontend_load_cluster_buffer(a, d, path, text, strlen(text), out);
+  free(text);
+  return ok;
 }

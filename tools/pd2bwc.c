@@ -508,7 +508,7 @@ int main(int argc, char **argv) {
   Cluster cluster;
   const char *calibrated = NULL; /* the host's file, when --cluster is omitted */
   if (o.cluster ? !frontend_load_cluster(arena, &d, o.cluster, &cluster)
-                : !calibrate_cluster(arena, &d, o.quiet, &cluster, &calibrated))
+                : !calibrate_cluster(arena, &d, &cluster, &calibrated))
     goto done;
   if (o.emit) { /* --emit=ir: the lowered, checked graph */
     ir_dump(g, stdout);
@@ -565,6 +565,7 @@ int main(int argc, char **argv) {
            graph_cost(g, 0, g->nfwd_ops, plan->cfg.microbatch_size).flops / 1e9,
            graph_cost(g, g->nfwd_ops, g->nops, plan->cfg.microbatch_size).flops / 1e9, (long long)plan->cfg.microbatch_size);
     plan_print_summary(plan, stdout);
+    if (calibrated) printf("cluster: this host as calibrated, %s (docs/calibration.md)\n", calibrated);
     update_rule_print(stdout, plan->cfg.schedule, &g->train, &dropped);
     printf("wrote %s/plan.json (and %s/report.html, the plan as a web page)\n", o.out, o.out);
   }

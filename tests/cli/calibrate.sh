@@ -46,6 +46,23 @@ out=$(env -u PD2BW_CLUSTER PD2BW_CACHE="$w/c2" "$PD2BWC" "$model" --stages 2 -q 
 rc=$?
 [ $rc -eq 0 ] && ! grep -q "calibrat" <<<"$out" && ok || bad "second plan calibrated again (exit $rc): $out"
 
+# a calibration that cannot be kept (a cache directory of ours that no one can write:
+# /proc/self/fdinfo): said, and this run plans with it; one that cannot be measured
+# (pd2bwrun, which profiles, cannot compile: PD2BW_CC names no compiler): said, and
+# the built-in host is planned for. The calibration's own stage programs stay in its
+# scratch: nothing in the cache but the cluster file.
+[ "$(ls "$w/c2")" = "$(basename "$(ls "$w"/c2/host-*.cluster)")" ] && ok || bad "more than the cluster file in the cache: $(ls "$w/c2")"
+out=$(env -u PD2BW_CLUSTER PD2BW_CACHE=/proc/self/fdinfo "$PD2BWC" "$model" --stages 2 -q -o "$w/p7" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "warning: cannot keep this host's calibration: .*/proc/self/fdinfo/host-" <<<"$out" &&
+  python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))['cluster']['name'] != 'host')" "$w/p7/plan.json" &&
+  ok || bad "a calibration that cannot be kept (exit $rc): $out"
+mkdir -m 0700 "$w/c5"
+out=$(env -u PD2BW_CLUSTER PD2BW_CACHE="$w/c5" PD2BW_CC="$w/no-such-compiler" "$PD2BWC" "$model" -q -o "$w/p8" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "warning: cannot calibrate this host: .*planning for the built-in host" <<<"$out" &&
+  [ -z "$(ls "$w/c5" | grep cluster)" ] && ok || bad "a host that cannot be measured (exit $rc): $out"
+
 # PD2BW_CLUSTER: builtin (no calibration, no file), a file, a missing file
 mkdir -m 0700 "$w/c3"
 out=$(PD2BW_CLUSTER=builtin PD2BW_CACHE="$w/c3" "$PD2BWC" "$model" -q -o "$w/p4" 2>&1)
