@@ -441,6 +441,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
     diag_error(d, (Loc){0}, "cannot run this partition as a pipeline: %s", perr); /* not the temporary dir */
     ok = false;
   }
+  ok = ok && codegen_manifest_stages(dir, stages, cJSON_GetObjectItem(root, "tied"), d); /* programs say what they are */
   if (ok) {
     size_t len = strlen(dir) + 16;
     char *ref = pd_malloc(len);

@@ -8,6 +8,7 @@
 #include "runtime/core/runtime.h"
 
 #include "runtime/core/json_read.h"
+#include "runtime/core/plan_manifest.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -327,12 +328,14 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     }
     char h[17];
     codegen_hash_hex(src, len, h);
-    free(src);
     if (strcmp(h, s->hash) != 0) {
       snprintf(err, errlen, "%s: content hash %s differs from %s recorded in %s (edited or corrupt)",
                s->source, h, s->hash, file);
       r.failed = true;
     }
+    rt_manifest_check(&r, src, len, strrchr(s->source, '/') + 1, i, cJSON_GetArrayItem(stages, i),
+                      cJSON_GetObjectItemCaseSensitive(root, "tied")); /* the program's word over plan.json's */
+    free(src);
   }
   cJSON_Delete(root);
   free(text);
