@@ -22,7 +22,7 @@
 #define RT_MAX_STAGES 16384
 #define RT_MAX_RANKS 65536
 #define RT_MAX_MICROBATCHES (1 << 20)
-#define RT_MAX_BATCH (1 << 30)
+#define RT_MAX_BATCH PLAN_MAX_BATCH /* contract/plan_limits.h: pd2bwc's range too */
 #define RT_MAX_BYTES ((int64_t)1 << 48) /* 256 TiB: any block, arena or tensor */
 #define RT_MAX_DIM ((int64_t)1 << 40)
 
