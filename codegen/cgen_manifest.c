@@ -14,11 +14,13 @@
  *     "]}";
  *   const char *pd2bw_stage_manifest(void);
  *
- * "program" is the stage's plan.json program less what names or measures files
- * (source, hash, abi, cuda, flops, regions, loss_tensor): rng_base, real_bytes,
+ * "program" is the stage's plan.json program less what names or measures the C file
+ * itself (source, hash, abi, flops, regions, loss_tensor): rng_base, real_bytes,
  * microbatch_size, blocks, params (name, shape, numel, offset, bytes, init, std,
- * decay, has_grad), inputs, loss and pipeline.boundary; "tied" the plan's tied groups
- * holding the stage ({name, stages}). The runtime (runtime/core/plan_manifest.c)
+ * decay, has_grad), inputs, loss, pipeline.boundary and cuda (the stage's CUDA files
+ * with their hashes, its rng_base, cuda_scratch, ...: so the C program also pins the
+ * launch list the CUDA runtime runs for the stage, whose blocks it checks against the
+ * same program.blocks); "tied" the plan's tied groups holding the stage ({name, stages}). The runtime (runtime/core/plan_manifest.c)
  * reads it back from the program text whose hash plan.json records and refuses a plan
  * that differs, naming the field and both values. The program's hash changes with the
  * manifest, so plan.json's "hash" of every stage running it is rewritten here. */
@@ -30,8 +32,8 @@
 #include <string.h>
 
 /* The program keys the manifest keeps (every other key names or measures files). */
-static const char *const kept[] = {"rng_base", "real_bytes", "microbatch_size", "blocks",
-                                   "params",   "inputs",     "loss",            "pipeline"};
+static const char *const kept[] = {"rng_base", "real_bytes", "microbatch_size", "blocks", "params",
+                                   "inputs",   "loss",       "pipeline",        "cuda"};
 
 static cJSON *stage_entry(const cJSON *st, int i, const cJSON *tied) {
   const cJSON *prog = cJSON_GetObjectItemCaseSensitive(st, "program");

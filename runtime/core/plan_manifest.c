@@ -8,11 +8,13 @@
  * with it, key by key, in the text whose hash plan.json records (the text that is
  * compiled): rng_base, real_bytes, microbatch_size, blocks, params (name, shape,
  * numel, offset, bytes, init, std, decay, has_grad), inputs, loss, pipeline.boundary,
- * and the tied groups holding the stage. The first difference stops the load with the
- * field, plan.json's value and the program's: a plan.json that does not describe its
+ * cuda (the stage's CUDA files and their hashes, its rng_base, ...), and the tied
+ * groups holding the stage. The first difference stops the load with the field,
+ * plan.json's value and the program's: a plan.json that does not describe its
  * programs could make a program write outside a block or train another model. The
- * CUDA programs are made from the same layouts (their launch lists' blocks are checked
- * against the same plan.json fields), so the check covers them too. */
+ * CUDA programs are made from the same layouts, pinned by the hashes in cuda, and their
+ * launch lists' blocks are checked against the same program.blocks, so the check
+ * covers them too. */
 #include "runtime/core/plan_manifest.h"
 
 #include <stdlib.h>

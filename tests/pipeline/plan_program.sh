@@ -26,6 +26,8 @@ change shape|ps = plan["stages"][0]["program"]["params"]; p = [q for q in ps if 
 empty boundary|plan["stages"][0]["program"]["pipeline"]["boundary"] = []|stages[0].program.pipeline.boundary: 0 entries; the program stage0.c was compiled with 2
 one-stage tied|plan["tied"][0]["stages"] = [1]|tied[0].stages = [1]: the program stage0.c ties "wte" over stages [0,1]
 reference work|base = "reference"; plan = json.load(open(os.path.join(src, base, "plan.json"))); plan["stages"][0]["program"]["blocks"]["work"] //= 2|stages[0].program.blocks.work = 
+cuda rng_base|plan["stages"][1]["program"]["cuda"]["rng_base"] += 1|stages[1].program.cuda.rng_base = 
+swap launch lists|a, b = plan["stages"][0]["program"]["cuda"], plan["stages"][1]["program"]["cuda"]; a["launch_list"], b["launch_list"] = b["launch_list"], a["launch_list"]; a["launch_hash"], b["launch_hash"] = b["launch_hash"], a["launch_hash"]|stages[0].program.cuda.launch_list = "stage1.launch.json": the program stage0.c was compiled with "stage0.launch.json"
 rename param|ps = plan["stages"][0]["program"]["params"]; ps[1]["name"] = "h.9.x"|.name = "h.9.x": the program stage0.c was compiled with
 TABLE
 
