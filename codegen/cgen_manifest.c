@@ -129,16 +129,15 @@ static bool append_manifest(const char *dir, const char *name, const cJSON *stag
 }
 
 bool codegen_manifest_stages(const char *dir, cJSON *stages, const cJSON *tied, Diag *d) {
-  int n = cJSON_GetArraySize(stages);
+  int n = cJSON_GetArraySize(stages), ndone = 0;
+  const char **done = pd_calloc((size_t)n + 1, sizeof *done); /* the programs done: a few, however deep */
   bool ok = true;
   for (int i = 0; i < n && ok; i++) {
     const char *name = source_of(cJSON_GetArrayItem(stages, i));
     bool first = name != NULL;
-    for (int j = 0; j < i && first; j++) {
-      const char *o = source_of(cJSON_GetArrayItem(stages, j));
-      first = !o || strcmp(o, name) != 0;
-    }
+    for (int j = 0; j < ndone && first; j++) first = strcmp(done[j], name) != 0;
     if (!first) continue;
+    done[ndone++] = name;
     char hash[17];
     ok = append_manifest(dir, name, stages, tied, hash, d);
     for (int j = i; j < n && ok; j++) {
@@ -147,5 +146,6 @@ bool codegen_manifest_stages(const char *dir, cJSON *stages, const cJSON *tied, 
       if (o && strcmp(o, name) == 0) cJSON_ReplaceItemInObjectCaseSensitive(prog, "hash", cJSON_CreateString(hash));
     }
   }
+  free(done);
   return ok;
 }

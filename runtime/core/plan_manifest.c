@@ -145,16 +145,27 @@ static void check_tied(JsonRd *r, const cJSON *mine, const cJSON *tied, int i, c
   }
 }
 
-void rt_manifest_check(JsonRd *r, const char *src, size_t len, const char *name, int i, const cJSON *stage,
-                       const cJSON *tied) {
+void rt_manifest_cache_free(RtManifestCache *c) {
+  cJSON_Delete(c->man);
+  c->man = NULL;
+  c->hash[0] = 0;
+}
+
+void rt_manifest_check(JsonRd *r, RtManifestCache *c, const char *src, size_t len, const char *hash,
+                       const char *name, int i, const cJSON *stage, const cJSON *tied) {
   if (r->failed) return;
   const cJSON *prog = cJSON_GetObjectItemCaseSensitive(stage, "program");
   char path[600], m[900], a[200];
   snprintf(path, sizeof path, "stages[%d]%s", i, prog ? ".program" : "");
   if (!prog) prog = stage;
-  char *text = extract(src, len);
-  cJSON *man = text ? cJSON_Parse(text) : NULL;
-  free(text);
+  if (!c->man || strcmp(c->hash, hash) != 0) {
+    rt_manifest_cache_free(c);
+    char *text = extract(src, len);
+    c->man = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    snprintf(c->hash, sizeof c->hash, "%s", hash);
+  }
+  const cJSON *man = c->man;
   if (!man) {
     snprintf(m, sizeof m, "the program %s has no manifest (made by an older pd2bwc, or edited): recompile the plan", name);
     jr_fail(r, path, m);
@@ -182,5 +193,4 @@ void rt_manifest_check(JsonRd *r, const char *src, size_t len, const char *name,
   } else if (cJSON_GetObjectItemCaseSensitive(e, "tied")) {
     check_tied(r, cJSON_GetObjectItemCaseSensitive(e, "tied"), cJSON_IsArray(tied) ? tied : NULL, i, name);
   }
-  cJSON_Delete(man);
 }

@@ -318,6 +318,7 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     }
   }
   /* Every stage file must be there and be the one the plan describes. */
+  RtManifestCache mc = {0};
   for (int i = 0; i < p->nstages && !r.failed; i++) {
     RtStage *s = &p->stages[i];
     char *src = io_read_all(s->source, &len, ierr, sizeof ierr);
@@ -333,10 +334,11 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
                s->source, h, s->hash, file);
       r.failed = true;
     }
-    rt_manifest_check(&r, src, len, strrchr(s->source, '/') + 1, i, cJSON_GetArrayItem(stages, i),
+    rt_manifest_check(&r, &mc, src, len, h, strrchr(s->source, '/') + 1, i, cJSON_GetArrayItem(stages, i),
                       cJSON_GetObjectItemCaseSensitive(root, "tied")); /* the program's word over plan.json's */
     free(src);
   }
+  rt_manifest_cache_free(&mc);
   cJSON_Delete(root);
   free(text);
   free(file);
