@@ -205,7 +205,7 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
   cJSON_AddItemToArray(stages, st);
   cJSON_AddNumberToObject(st, "index", 0);
   cJSON *prog = cJSON_AddObjectToObject(st, "program");
-  bool ok = codegen_c_stage(g, L, 0, o, dir, prog, d);
+  bool ok = codegen_c_stage(g, L, 0, o, dir, prog, d) && codegen_manifest_stages(dir, stages, NULL, d);
   if (ok) {
     char *text = cJSON_Print(root);
     size_t plen = strlen(dir) + 16;

@@ -103,6 +103,14 @@ bool codegen_single_stage_plan(const Graph *g, int64_t b, int64_t m, const Codeg
 bool codegen_boundary_stages(const Graph *g, const int *first_region, const int *last_region,
                              int nstages, int64_t b, bool bf16, cJSON *stages, char *err, size_t errlen);
 
+/* ---- the manifest (cgen_manifest.c) ----------------------------------------------
+ * Appends to every program named by a stage of `stages` (plan.json's array, complete:
+ * programs, boundaries, CUDA) the description of each stage running it, as data it
+ * compiles (pd2bw_stage_manifest), with `tied` (plan.json's "tied"; NULL: none) the
+ * groups holding the stage, and rewrites those stages' "hash". The runtime refuses a
+ * plan.json that differs from it (runtime/core/plan_manifest.c). */
+bool codegen_manifest_stages(const char *dir, cJSON *stages, const cJSON *tied, Diag *d);
+
 /* ---- CUDA (cgen_cuda.c) ----------------------------------------------------------
  * A plan's GPU program is two NVRTC modules. kernels.cu, the kernel library, one per
  * plan: the verbatim text of kernels/philox.h, cuda_helpers.cuh

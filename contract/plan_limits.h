@@ -13,5 +13,8 @@
 /* Microbatches per batch (m): plan.json carries every instruction of 3 batches, and the
  * runtime generates m·d of them per batch; past this a plan is gigabytes of streams. */
 #define PLAN_MAX_MICROBATCHES 4096
+/* train.batch and train.microbatch (samples): pd2bwc's model and -D train.* ranges and
+ * plan.json's (runtime/core/plan_read.c). */
+#define PLAN_MAX_BATCH (1 << 30)
 
 #endif

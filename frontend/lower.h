@@ -12,6 +12,7 @@
 #ifndef PD2BW_FRONTEND_LOWER_H
 #define PD2BW_FRONTEND_LOWER_H
 
+#include "contract/plan_limits.h" /* PLAN_MAX_BATCH: the runtime's train.batch range */
 #include "frontend/frontend.h"
 
 /* An open-addressing map from string to int, in the arena (never shrinks). */

@@ -6,6 +6,7 @@
  * naming what was expected. Defaults (documented in docs/language.md) are set by
  * frontend_lower_model before the section is read.
  */
+#include <math.h>
 #include <string.h>
 
 #include "frontend/lower.h"
@@ -54,10 +55,10 @@ static bool number_in(LowerCtx *c, const Ast *e, const char *what, double lo, bo
   Value v;
   if (!eval_scalar(c, e, &v)) return false;
   bool below = open_lo ? !(v.f > lo) : !(v.f >= lo);
-  bool above = hi >= 0 && (open_hi ? !(v.f < hi) : !(v.f <= hi));
+  bool above = !isfinite(v.f) || (hi >= 0 && (open_hi ? !(v.f < hi) : !(v.f <= hi)));
   if (below || above) {
     char range[96];
-    if (hi < 0) snprintf(range, sizeof range, "%s %g", open_lo ? ">" : ">=", lo);
+    if (hi < 0) snprintf(range, sizeof range, "finite and %s %g", open_lo ? ">" : ">=", lo);
     else snprintf(range, sizeof range, "in %c%g, %g%c", open_lo ? '(' : '[', lo, hi,
                   open_hi ? ')' : ']');
     diag_error(c->d, e->loc, "%s is %g (expected a number %s)", what, v.f, range);
@@ -67,26 +68,28 @@ static bool number_in(LowerCtx *c, const Ast *e, const char *what, double lo, bo
   return true;
 }
 
-static bool int_at_least(LowerCtx *c, const Ast *e, const char *what, int64_t lo, int64_t *out) {
+/* An integer in [lo, hi]; the message gives the whole range (issue 24, item 9). */
+static bool int_in(LowerCtx *c, const Ast *e, const char *what, int64_t lo, int64_t hi, int64_t *out) {
   Value v;
   if (!eval_scalar(c, e, &v)) return false;
-  if (!v.is_int || v.i < lo) {
-    if (v.is_int) diag_error(c->d, e->loc, "%s is %lld (expected an integer >= %lld)", what,
-                             (long long)v.i, (long long)lo);
-    else diag_error(c->d, e->loc, "%s is %g (expected an integer >= %lld)", what, v.f,
-                    (long long)lo);
+  if (!v.is_int || v.i < lo || v.i > hi) {
+    if (v.is_int) diag_error(c->d, e->loc, "%s is %lld (expected an integer in [%lld, %lld])", what,
+                             (long long)v.i, (long long)lo, (long long)hi);
+    else diag_error(c->d, e->loc, "%s is %g (expected an integer in [%lld, %lld])", what, v.f,
+                    (long long)lo, (long long)hi);
     return false;
   }
   *out = v.i;
   return true;
 }
 
-/* A batch or microbatch size: the kernels take it as a 32-bit int. */
+/* The runtime's ranges (docs/plan-format.md, "What the runtime checks"), so that every
+ * plan pd2bwc writes is one pd2bwrun reads: a step count is a JSON number (2^53). */
+#define MAX_STEPS ((int64_t)1 << 53)
+
+/* A batch or microbatch size: at most the runtime's PLAN_MAX_BATCH. */
 static bool batch_size(LowerCtx *c, const Ast *e, const char *what, int64_t *out) {
-  if (!int_at_least(c, e, what, 1, out)) return false;
-  if (*out <= FRONTEND_MAX_DIM) return true;
-  diag_error(c->d, e->loc, "%s is %lld (expected at most %d)", what, (long long)*out, FRONTEND_MAX_DIM);
-  return false;
+  return int_in(c, e, what, 1, PLAN_MAX_BATCH, out);
 }
 
 static const Ast *expect_call(LowerCtx *c, const Ast *e, const char *what, const char *choices) {
@@ -155,8 +158,8 @@ static bool set_schedule(LowerCtx *c, const Ast *e, TrainConfig *t, const Ast **
   static const char *const names[] = {"warmup", "steps", "min_lr"};
   const Ast *s[3];
   if (!bind_call_args(c, call, names, 3, s)) return false;
-  if (s[0]) ok &= int_at_least(c, s[0], "warmup", 0, &t->warmup);
-  if (s[1]) ok &= int_at_least(c, s[1], "steps", 1, &t->steps);
+  if (s[0]) ok &= int_in(c, s[0], "warmup", 0, MAX_STEPS, &t->warmup);
+  if (s[1]) ok &= int_in(c, s[1], "steps", 1, MAX_STEPS, &t->steps);
   if (s[2]) ok &= number_in(c, s[2], "min_lr", 0, false, -1, false, &t->min_lr);
   if (ok && t->steps && t->warmup > t->steps) {
     diag_error(c->d, s[0]->loc, "warmup is %lld steps, more than the %lld steps of the "
@@ -200,7 +203,7 @@ void lower_train(LowerCtx *c, const Ast *train) {
   if (given[4]) ok &= number_in(c, given[4]->a, "clip", 0, false, -1, false, &t->clip);
   if (given[5]) {
     int64_t seed;
-    if (int_at_least(c, given[5]->a, "seed", 0, &seed)) t->seed = (uint64_t)seed;
+    if (int_in(c, given[5]->a, "seed", 0, INT64_MAX, &seed)) t->seed = (uint64_t)seed;
     else ok = false;
   }
   if (given[6] && number_in(c, given[6]->a, "delay_comp", 0, false, -1, false, &t->delay_comp) &&
@@ -209,7 +212,7 @@ void lower_train(LowerCtx *c, const Ast *train) {
                optimizer_name(t->optimizer));
   if (given[7]) {
     int64_t k;
-    if (int_at_least(c, given[7]->a, "flush_steps", 0, &k)) t->flush_steps = k;
+    if (int_in(c, given[7]->a, "flush_steps", 0, MAX_STEPS, &k)) t->flush_steps = k;
   }
   if (given[8]) number_in(c, given[8]->a, "predict", 0, false, 10, false, &t->predict);
   if (ok && t->batch && t->microbatch && t->batch % t->microbatch != 0)

@@ -28,8 +28,8 @@ typedef struct Setting {
 /* In the order applied: the optimizer first, as it resets its own defaults. */
 static const Setting settings[] = {
     {"optimizer", K_OPTIMIZER, 0, 0, false, false, -1},
-    {"batch", K_INT, 1, FRONTEND_MAX_DIM, false, false, -1},
-    {"microbatch", K_INT, 1, FRONTEND_MAX_DIM, false, false, -1},
+    {"batch", K_INT, 1, PLAN_MAX_BATCH, false, false, -1},
+    {"microbatch", K_INT, 1, PLAN_MAX_BATCH, false, false, -1},
     {"lr", K_REAL, 0, -1, true, false, -1},
     {"beta1", K_REAL, 0, 1, false, true, OPT_ADAMW},
     {"beta2", K_REAL, 0, 1, false, true, OPT_ADAMW},
@@ -96,7 +96,7 @@ static bool apply_one(LowerCtx *c, const Setting *s, const char *text, const cha
   bool number;
   if (s->kind == K_INT) {
     long long i = strtoll(value, &end, 10);
-    number = *value && !*end && errno == 0 && i >= s->lo && (s->hi < 0 || i <= s->hi);
+    number = *value && !*end && errno == 0 && i >= (long long)s->lo && (s->hi < 0 || i <= (long long)s->hi);
     v = (double)i;
   } else {
     v = strtod(value, &end);
@@ -105,10 +105,10 @@ static bool apply_one(LowerCtx *c, const Setting *s, const char *text, const cha
   }
   if (!number) {
     char range[96];
-    if (s->kind == K_INT && s->hi >= 0 && s->hi < 1e12)
+    if (s->kind == K_INT && s->hi >= 0)
       snprintf(range, sizeof range, "an integer in [%.0f, %.0f]", s->lo, s->hi);
-    else if (s->kind == K_INT) snprintf(range, sizeof range, "an integer >= %.0f", s->lo);
-    else if (s->hi < 0) snprintf(range, sizeof range, "a number %s %g", s->open_lo ? ">" : ">=", s->lo);
+    else if (s->kind == K_INT) snprintf(range, sizeof range, "an integer in [%.0f, %lld]", s->lo, (long long)INT64_MAX);
+    else if (s->hi < 0) snprintf(range, sizeof range, "a finite number %s %g", s->open_lo ? ">" : ">=", s->lo);
     else snprintf(range, sizeof range, "a number in %c%g, %g%c", s->open_lo ? '(' : '[', s->lo, s->hi,
                   s->open_hi ? ')' : ']');
     diag_error(c->d, cmd, "-D %s: expected %s", text, range);

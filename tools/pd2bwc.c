@@ -427,6 +427,7 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
     diag_error(d, (Loc){0}, "cannot run this partition as a pipeline: %s", perr); /* not the temporary dir */
     ok = false;
   }
+  ok = ok && codegen_manifest_stages(dir, stages, cJSON_GetObjectItem(root, "tied"), d); /* programs say what they are */
   if (ok) {
     size_t len = strlen(dir) + 16;
     char *ref = pd_malloc(len);
@@ -462,14 +463,15 @@ static bool write_report(const char *tmp, Diag *d) {
 /* -o DIR: what is there must be ours to replace (plan_dir.h), and hold no input, as it
  * is replaced whole (runtime/io/io.h output_paths_check). */
 static bool out_dir_ok(const Options *o) {
-  if (!plan_dir_check_output(o->out)) return false;
   PathFlag out = {"-o", o->out, true};
   PathFlag ins[] = {{"the model file", o->model, false}, {"--cluster", o->cluster, false},
                     {"--profile", o->profile, false}};
   char err[IO_ERR_LEN];
-  if (output_paths_check(&out, 1, ins, 3, err, sizeof err)) return true;
-  fprintf(stderr, "pd2bwc: error: %s\n", err);
-  return false;
+  if (!output_paths_check(&out, 1, ins, 3, err, sizeof err)) { /* first: it names the input */
+    fprintf(stderr, "pd2bwc: error: %s\n", err);
+    return false;
+  }
+  return plan_dir_check_output(o->out);
 }
 
 int main(int argc, char **argv) {

@@ -47,6 +47,49 @@ static bool is_pd2bw_plan(const char *dir) {
   return ok;
 }
 
+/* A name pd2bwc writes into a plan directory (docs/plan-format.md, "Files"), or the
+ * temporary name one is written under (codegen's NAME.tmp.PID). `ref`: inside
+ * reference/, the one-stage plan (plan.json and stage0.c). */
+static bool ours(const char *name, bool ref) {
+  static const char *const fixed[] = {"plan.json", "schedule.txt", "memory.txt", "timeline.json",
+                                      "timeline.svg", "report.html", "kernels.cu"};
+  const char *t = strstr(name, ".tmp.");
+  if (t && t > name && t[5] && strspn(t + 5, "0123456789") == strlen(t + 5)) return true;
+  if (ref) return !strcmp(name, "plan.json") || !strcmp(name, "stage0.c");
+  for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
+    if (!strcmp(name, fixed[k])) return true;
+  size_t digits = strncmp(name, "stage", 5) == 0 ? strspn(name + 5, "0123456789") : 0;
+  const char *rest = name + 5 + digits;
+  return digits > 0 && (!strcmp(rest, ".c") || !strcmp(rest, ".cu") || !strcmp(rest, ".launch.json"));
+}
+
+/* The entries of dir (a plan directory; `ref`: its reference/) that pd2bwc did not
+ * write, appended to *list ("a, b, ..."); their count. A directory other than
+ * reference/, or anything but a regular file, is not ours. */
+static int foreign_entries(const char *dir, const char *prefix, bool ref, char *list, size_t n) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *path = path_join(dir, e->d_name);
+    struct stat st;
+    bool isdir = lstat(path, &st) == 0 && S_ISDIR(st.st_mode), isreg = !isdir && S_ISREG(st.st_mode);
+    if (!ref && isdir && !strcmp(e->d_name, "reference")) {
+      count += foreign_entries(path, "reference/", true, list, n);
+    } else if (!isreg || !ours(e->d_name, ref)) {
+      size_t at = strlen(list);
+      if (count < 6 && at + 8 < n)
+        snprintf(list + at, n - at, "%s%s%s%s", at ? ", " : "", prefix, e->d_name, isdir ? "/" : "");
+      count++;
+    }
+    free(path);
+  }
+  closedir(d);
+  return count;
+}
+
 static bool is_empty_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return false;
@@ -67,9 +110,15 @@ bool plan_dir_check_output(const char *given) {
   else if (S_ISLNK(st.st_mode)) why = "is a symbolic link (not replacing it; give the directory it points to)";
   else if (!S_ISDIR(st.st_mode)) why = "exists and is not a directory (not replacing it)";
   else if (!is_empty_dir(dir) && !is_pd2bw_plan(dir)) why = "exists and is not a pd2bw plan directory (not replacing it)";
+  char list[600] = "";
+  int foreign = !lerr && !why && S_ISDIR(st.st_mode) ? foreign_entries(dir, "", false, list, sizeof list) : 0;
   free(dir);
   if (why) fprintf(stderr, "pd2bwc: -o %s: %s\n", given, why);
-  return why == NULL;
+  if (foreign)
+    fprintf(stderr, "pd2bwc: -o %s: holds %d file%s pd2bwc did not write (%s%s): not replacing it (move %s "
+            "elsewhere, or give another directory)\n", given, foreign, foreign > 1 ? "s" : "", list,
+            foreign > 6 ? ", ..." : "", foreign > 1 ? "them" : "it");
+  return why == NULL && foreign == 0;
 }
 
 /* ---- removal ---------------------------------------------------------------------- */

@@ -13,7 +13,9 @@
 /* `dir` without trailing slashes ("plan/" names the directory "plan"); malloc'ed. */
 char *plan_dir_normalize(const char *dir);
 /* True when the plan may be written at `dir`: nothing is there, or an empty
- * directory, or a pd2bw plan (plan.json names pd2bwc as its compiler). Else says
+ * directory, or a pd2bw plan (plan.json names pd2bwc as its compiler) holding only
+ * files pd2bwc writes (docs/plan-format.md, "Files"; else "pd2bwc: -o DIR: holds 2
+ * files pd2bwc did not write (notes.txt, runs/): not replacing it ..."). Else says
  * why on stderr ("pd2bwc: -o DIR: exists and is not a pd2bw plan directory (not
  * replacing it)"; a regular file, a symbolic link alike) and returns false. */
 bool plan_dir_check_output(const char *dir);

@@ -8,6 +8,7 @@
 #include "runtime/core/runtime.h"
 
 #include "runtime/core/json_read.h"
+#include "runtime/core/plan_manifest.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -21,7 +22,7 @@
 #define RT_MAX_STAGES 16384
 #define RT_MAX_RANKS 65536
 #define RT_MAX_MICROBATCHES (1 << 20)
-#define RT_MAX_BATCH (1 << 30)
+#define RT_MAX_BATCH PLAN_MAX_BATCH /* contract/plan_limits.h: pd2bwc's range too */
 #define RT_MAX_BYTES ((int64_t)1 << 48) /* 256 TiB: any block, arena or tensor */
 #define RT_MAX_DIM ((int64_t)1 << 40)
 
@@ -317,6 +318,7 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     }
   }
   /* Every stage file must be there and be the one the plan describes. */
+  RtManifestCache mc = {0};
   for (int i = 0; i < p->nstages && !r.failed; i++) {
     RtStage *s = &p->stages[i];
     char *src = io_read_all(s->source, &len, ierr, sizeof ierr);
@@ -327,13 +329,16 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     }
     char h[17];
     codegen_hash_hex(src, len, h);
-    free(src);
     if (strcmp(h, s->hash) != 0) {
       snprintf(err, errlen, "%s: content hash %s differs from %s recorded in %s (edited or corrupt)",
                s->source, h, s->hash, file);
       r.failed = true;
     }
+    rt_manifest_check(&r, &mc, src, len, h, strrchr(s->source, '/') + 1, i, cJSON_GetArrayItem(stages, i),
+                      cJSON_GetObjectItemCaseSensitive(root, "tied")); /* the program's word over plan.json's */
+    free(src);
   }
+  rt_manifest_cache_free(&mc);
   cJSON_Delete(root);
   free(text);
   free(file);

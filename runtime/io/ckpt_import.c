@@ -388,8 +388,47 @@ static bool import_hf(const SafeTensors *st, const CkptParam *params, int n, cha
   return ok;
 }
 
+static int by_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+bool ckpt_check_extras(const SafeTensors *st, const char *const *names, int n, const char *what, char *err,
+                       size_t errlen) {
+  const char **sorted = pd_malloc(((size_t)n + 1) * sizeof *sorted);
+  memcpy(sorted, names, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+  static const char *const prefix[] = {"opt.m.", "opt.v.", "prev.", "next.", ""};
+  int extra = 0;
+  char list[400] = "";
+  for (int i = 0; i < st_count(st); i++) {
+    const char *t = st_tensor(st, i)->name, *key = t;
+    bool known = false;
+    for (int k = 0; k < 5 && !known; k++)
+      if (strncmp(t, prefix[k], strlen(prefix[k])) == 0) {
+        key = t + strlen(prefix[k]);
+        known = bsearch(&key, sorted, (size_t)n, sizeof *sorted, by_name) != NULL;
+      }
+    if (known) continue;
+    size_t at = strlen(list);
+    if (extra < 4 && at + 8 < sizeof list)
+      snprintf(list + at, sizeof list - at, "%s\"%.80s\"", at ? ", " : "", t);
+    extra++;
+  }
+  free(sorted);
+  if (!extra) return true;
+  snprintf(err, errlen, "%s: %d tensor%s of no parameter of %s (%s%s): a checkpoint of another or bigger "
+           "model? Refusing rather than dropping %s", st_path(st), extra, extra > 1 ? "s" : "", what, list,
+           extra > 4 ? ", ..." : "", extra > 1 ? "them" : "it");
+  return false;
+}
+
 static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, char *err,
                          size_t errlen) {
+  /* a pd2bw checkpoint's optimizer state and other weight versions are not wanted by
+   * --init, but a tensor of no parameter at all is a different model (issue 24, item 5) */
+  const char **names = pd_malloc(((size_t)n + 1) * sizeof *names);
+  for (int i = 0; i < n; i++) names[i] = params[i].name;
+  bool ok = ckpt_check_extras(st, names, n, "the model", err, errlen);
+  free(names);
+  if (!ok) return false;
   for (int i = 0; i < n; i++) {
     const CkptParam *p = &params[i];
     const StTensor *t = find_tensor(st, p->name, p, err, errlen);

@@ -371,6 +371,15 @@ typedef struct CkptGpt2Kind {
 } CkptGpt2Kind;
 CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
 
+/* Checks that every tensor of a pd2bw checkpoint belongs to one of the model's
+ * parameters names[n]: "NAME" itself, or its "opt.m.", "opt.v.", "prev." or "next."
+ * (2bw's weight versions) tensor. Otherwise false with "PATH: N tensors of no parameter
+ * of WHAT ("h.3.fc_w", ...): ... Refusing rather than dropping them": a checkpoint with
+ * more than the plan's model is refused as one with less is (issue 24, item 5). A
+ * pd2bw checkpoint given to ckpt_import is checked the same way. */
+bool ckpt_check_extras(const SafeTensors *st, const char *const *names, int n, const char *what, char *err,
+                       size_t errlen);
+
 /* Fills every params[i].dst or fails naming the missing or mismatched tensor
  * (a shape mismatch reports both shapes). The number of transformer layers
  * in the checkpoint must equal the number the params ask for. */

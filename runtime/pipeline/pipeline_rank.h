@@ -148,6 +148,8 @@ void pipe_rank_init_weights(PipeRank *R);
  * parameters and optimizer state (read whole into host memory first: a failed read
  * leaves the rank as it was); sets R->first. */
 bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen);
+/* The checkpoint s holds only the plan's model's tensors (pipeline_weights.c). */
+bool pipe_ckpt_exact(const PipePlan *p, const SafeTensors *s, char *err, size_t errlen);
 /* The instructions of batches [lo, hi) (runtime/exec/exec.h: exec_run_batches) run
  * in stretches: consecutive calls over adjacent ranges compute exactly what one call
  * over their union does (an instruction of batch t reads only what instructions of

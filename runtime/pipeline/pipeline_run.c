@@ -86,6 +86,7 @@ bool pipe_rank_resume(PipeRank *R, const char *path, char *err, size_t errlen) {
   }
   SafeTensors *s = st_open(path, err, errlen);
   if (!s) return false;
+  if (!pipe_ckpt_exact(R->pp, s, err, errlen)) return st_close(s), false;
   bool two = R->pp->schedule == PS_2BW, pred = two && R->spec.predict;
   int newest = pred ? PLAN_MASTER_VSLOT : two ? (int)(step % 2) : 0, prev = two ? pipe_prev_slot(step) : 0;
   /* host blocks of the params block's layout: the newest weights, AdamW m and v, 2bw's

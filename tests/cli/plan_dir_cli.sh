@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pd2bwc -o DIR replaces only what is its own (issue 12, items 2 and 12): a directory
-# that is a pd2bw plan (its plan.json names pd2bwc as the compiler) or an empty one.
+# that is a pd2bw plan (its plan.json names pd2bwc as the compiler) holding only the
+# files pd2bwc writes (issue 24, item 9), or an empty one.
 # A directory of anything else, a regular file or a symbolic link is refused with one
 # line, exit 1, and nothing is written. A SIGTERM or SIGINT while the plan is being
 # written removes the temporary DIR.tmp.PID; stale DIR.tmp.PID siblings of dead
@@ -50,6 +51,21 @@ refused "a symlink to a plan" "$w/l" "pd2bwc: -o $w/l: is a symbolic link (not r
 ln -s nowhere "$w/dangling"
 refused "a dangling symlink" "$w/dangling" "pd2bwc: -o $w/dangling: is a symbolic link (not replacing it"
 [ -L "$w/dangling" ] && ok || bad "the dangling symlink was replaced"
+
+# A plan directory holding files pd2bwc did not write (issue 24, item 9): a user's
+# notes, a checkpoint saved there, a directory, a file in reference/. Each is refused
+# by name, and everything stays; without them the plan is replaced.
+compile -o "$w/u" >/dev/null 2>&1 || bad "a plan for the user's files"
+echo mine >"$w/u/notes.txt"
+refused "a plan holding a user's file" "$w/u" "pd2bwc: -o $w/u: holds 1 file pd2bwc did not write (notes.txt): not replacing it"
+[ "$(cat "$w/u/notes.txt")" = mine ] && [ -f "$w/u/plan.json" ] && ok || bad "the user's file or the plan changed"
+mkdir "$w/u/runs" && echo x >"$w/u/reference/old.st" && echo y >"$w/u/stage0.c.bak"
+out=$(compile -o "$w/u" 2>&1)
+[ $? -eq 1 ] && grep -q "holds 4 files pd2bwc did not write" <<<"$out" && grep -q "notes.txt" <<<"$out" &&
+  grep -q "runs/" <<<"$out" && grep -q "reference/old.st" <<<"$out" && grep -q "stage0.c.bak" <<<"$out" && ok ||
+  bad "several foreign files: $out"
+rm -r "$w/u/notes.txt" "$w/u/runs" "$w/u/reference/old.st" "$w/u/stage0.c.bak"
+compile -D width=24 -o "$w/u" >/dev/null 2>&1 && ok || bad "the plan without the user's files was not replaced"
 
 # What may be replaced: an empty directory and a plan.
 mkdir "$w/e"

@@ -19,6 +19,18 @@ and these must hold:
     compiler and lists stages whose programs exist; schedule.txt, memory.txt);
     exit 1 leaves no directory and no DIR.tmp.* sibling.
 
+With --plan (issue 24, item 10) the mutants are of plan.json instead: pd2bwc compiles a
+2-stage x 2-replica 2bw tiny GPT with a tied embedding, and each mutant is its plan.json
+(or its one-stage reference/'s) with one to three random mutations of the stages (slot
+counts, ranks, segments), their memory buffers, their programs (source, hash, blocks,
+params, inputs, boundary, rng_base, ...) or the tied groups: a value replaced by an
+extreme or a wrong type, the same key swapped between two places (two parameters'
+offsets, two stages' sources), a key deleted, an array emptied, an element duplicated
+or two swapped. pd2bwrun trains it for 3 steps beside the plan's own programs; each
+must end in exit 0 with exactly the base plan's losses and gradient norms (--log-json),
+or exit 1 with an error message; never a signal, a hang or other training.
+    mutants.py --plan --pd2bwc build/tools/pd2bwc --pd2bwrun build/tools/pd2bwrun
+
 The run's seed is printed; --seed (or PD2BW_FUZZ_SEED) replays a run exactly, and
 --keep DIR copies every failing mutant there with its output, for tests/errors.
     mutants.py --pd2bwc build/tools/pd2bwc [--count 300] [--seed N] [--jobs 2]
@@ -172,9 +184,170 @@ def run_one(args, n, kind, seed_path, text, how, backend, work):
     return p.returncode, None if dt < args.timeout else ("slow", d, src, how, "")
 
 
+# ---- plan.json mutants (--plan) ----------------------------------------------------------
+
+PLAN_VALUES = [0, -1, 1, 4, 255, 256, 2 ** 31, 2 ** 40, 2 ** 53, 1e308, -0.5, 0.5, "", "x", "stage0.c",
+               "0000000000000000", True, False, None, [], {}]
+
+
+def plan_nodes(o, path, out):
+    """Every (path, value) under o, path a list of keys and indexes."""
+    out.append((path, o))
+    if isinstance(o, dict):
+        for k, v in o.items():
+            plan_nodes(v, path + [k], out)
+    elif isinstance(o, list):
+        for i, v in enumerate(o):
+            plan_nodes(v, path + [i], out)
+
+
+def plan_set(root, path, value):
+    o = root
+    for k in path[:-1]:
+        o = o[k]
+    o[path[-1]] = value
+
+
+def plan_mutate(rng, plan):
+    """One random mutation of the plan's stages (programs, buffers, ranks, slots) or tied
+    groups, in place; returns its description."""
+    nodes = []
+    for top in ("stages", "tied"):
+        plan_nodes(plan.get(top), [top], nodes)
+    nodes = [(p, v) for p, v in nodes if len(p) > 1]
+
+    def area(p):  # each area as likely as another, however many nodes it has
+        if p[0] == "tied" or len(p) < 3:
+            return p[0]
+        if p[2] == "program" and len(p) > 3:
+            return {"params": "params", "pipeline": "boundary", "inputs": "inputs"}.get(p[3], "program")
+        return "memory" if p[2] == "memory" else "stage"
+    if not nodes:
+        return "nothing left to mutate"
+    where = rng.choice(sorted({area(p) for p, _ in nodes}))
+    there = [(p, w) for p, w in nodes if area(p) == where]
+    leaves = [(p, w) for p, w in there if not isinstance(w, (dict, list))]
+    path, v = rng.choice(leaves if leaves and rng.random() < 0.8 else there)  # mostly one value
+    name = "".join("[%d]" % k if isinstance(k, int) else "." + k for k in path)[1:]
+    kind = rng.choice(["value", "value", "swap", "swap", "swap", "delete", "dup", "empty", "reorder", "near"])
+    if kind == "swap":  # the same key elsewhere: two params' offsets, two stages' sources, ...
+        same = [(p, w) for p, w in nodes
+                if p[-1] == path[-1] and w != v and p[:len(path)] != path and path[:len(p)] != p]
+        if same:
+            p2, w = rng.choice(same)
+            plan_set(plan, path, w)
+            plan_set(plan, p2, v)
+            return "swap %s <-> %s" % (name, "".join("[%d]" % k if isinstance(k, int) else "." + k for k in p2)[1:])
+        kind = "value"
+    if kind == "near" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        w = rng.choice([v + 256, v - 256, v * 2, v // 2 if isinstance(v, int) else v / 2, v + 1])
+        plan_set(plan, path, w)
+        return "%s: %r -> %r" % (name, v, w)
+    if kind in ("dup", "empty", "reorder") and isinstance(v, list) and v:
+        if kind == "dup":
+            v.insert(rng.randrange(len(v)), json.loads(json.dumps(rng.choice(v))))
+        elif kind == "empty":
+            v.clear()
+        elif len(v) > 1:
+            i = rng.randrange(len(v) - 1)
+            v[i], v[i + 1] = v[i + 1], v[i]
+        return "%s %s" % (kind, name)
+    if kind == "delete":
+        parent = plan
+        for k in path[:-1]:
+            parent = parent[k]
+        del parent[path[-1]]
+        return "delete %s" % name
+    w = rng.choice(PLAN_VALUES)
+    plan_set(plan, path, w)
+    return "%s: %s -> %s" % (name, json.dumps(v)[:40], json.dumps(w))
+
+
+def plan_losses(log):
+    """The (loss, grad_norm) of every step of a --log-json file; None when unreadable."""
+    try:
+        with open(log, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [(r["loss"], r["grad_norm"]) for r in rows if "step" in r and "loss" in r]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def plan_run(args, plan_dir, data, log):
+    """pd2bwrun on plan_dir, its log into log: (exit status or None on a hang, stderr, losses)."""
+    cmd = [args.pd2bwrun, plan_dir, "--data", data, "--steps", "3", "--threads", "1", "-q", "--log-json", log]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return None, "", None
+    return p.returncode, p.stderr.decode("utf-8", "replace"), plan_losses(log) if p.returncode == 0 else None
+
+
+def plan_one(args, n, base, baseline, text, how, data, work):
+    """One mutated plan.json beside base's programs: exit 0 training exactly as the base
+    plan, or exit 1 with one located message; never a crash, a hang or other losses."""
+    d = os.path.join(work, "p%d" % n)
+    os.mkdir(d)
+    for f in os.listdir(base):
+        if f != "plan.json":
+            os.symlink(os.path.join(base, f), os.path.join(d, f))
+    with open(os.path.join(d, "plan.json"), "w", encoding="utf-8") as f:
+        f.write(text)
+    rc, err, losses = plan_run(args, d, data, d + ".log.json")
+    problem = None
+    if rc is None:
+        problem = "hang (over %gs)" % args.timeout
+    elif rc < 0 or rc not in (0, 1):
+        problem = "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc
+    elif "internal error" in err:
+        problem = "internal error"
+    elif rc == 1 and not LOCATED.search(err):
+        problem = "exit 1 without an error message"
+    elif rc == 0 and losses != baseline:
+        problem = "exit 0 with other training: %s, not %s" % (losses, baseline)
+    if problem:
+        return rc, (problem, d, os.path.join(d, "plan.json"), how, err[-2000:])
+    shutil.rmtree(d, ignore_errors=True)
+    if os.path.exists(d + ".log.json"):
+        os.remove(d + ".log.json")
+    return rc, None
+
+
+def plan_cases(args, rng, work):
+    """The base plans (a 2-stage x 2-replica 2bw tiny GPT with a tied embedding, and its
+    one-stage reference), their baselines, and the mutants: [(n, base, baseline, text, how)]."""
+    base = os.path.join(work, "base")
+    model = os.path.join(ROOT, "tests/pipeline/tinygpt.model")
+    cmd = [args.pd2bwc, model, "-q", "-D", "layers=3", "-D", "dim=16", "-D", "seq=8", "-D", "heads=2", "-D", "bsz=8",
+           "-D", "mbs=1", "--cluster", os.path.join(ROOT, "tests/pipeline/cpu8.cluster"), "--stages", "2",
+           "--replicas", "2", "--schedule", "2bw", "--recompute", "off", "--backend", "cpu", "-o", base]
+    subprocess.run(cmd, check=True)
+    data = os.path.join(work, "train.bin")
+    text = (b"PipeDream-2BW keeps two weight versions per stage and updates them without flushing. ") * 200
+    with open(data, "wb") as f:
+        f.write(b"".join(bytes((c, 0)) for c in text))
+    bases = []
+    for b in (base, os.path.join(base, "reference")):
+        rc, err, losses = plan_run(args, b, data, os.path.join(work, "base.log.json"))
+        if rc != 0 or not losses:
+            raise SystemExit("mutants.py: the base plan %s does not train: %s" % (b, err))
+        with open(os.path.join(b, "plan.json"), encoding="utf-8") as f:
+            bases.append((b, losses, json.load(f)))
+    cases = []
+    for n in range(args.count):
+        b, losses, plan = rng.choice(bases)
+        plan = json.loads(json.dumps(plan))
+        hows = [plan_mutate(rng, plan) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+        cases.append((n, b, losses, json.dumps(plan, indent=1),
+                      "%s: %s" % (os.path.relpath(b, work), "; ".join(hows))))
+    return cases, data
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pd2bwc", required=True)
+    ap.add_argument("--plan", action="store_true", help="mutate plan.json of a compiled plan and run pd2bwrun")
+    ap.add_argument("--pd2bwrun", help="with --plan")
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
@@ -188,6 +361,8 @@ def main():
         seed = int.from_bytes(os.urandom(4), "little")
     print("mutants.py: seed %d (replay with --seed %d or PD2BW_FUZZ_SEED=%d)" % (seed, seed, seed), flush=True)
     rng = random.Random(seed)
+    if args.plan:
+        return plan_main(args, rng, seed)
     pool = seeds()
     cases = []
     for n in range(args.count):
@@ -226,6 +401,40 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     print("mutants.py: %d mutants in %.1fs (%d compiled, %d refused), %d failed (seed %d)" % (
         len(cases), time.monotonic() - t0, status.get(0, 0), status.get(1, 0), len(failures), seed))
+    return 1 if failures else 0
+
+
+def report(failures, args, seed):
+    for problem, d, src, how, err in failures:
+        print("FAIL %s\n  mutant: %s\n  %s" % (problem, how, err.strip().replace("\n", "\n  ")))
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            dst = os.path.join(args.keep, "seed%d-%s" % (seed, os.path.basename(d)))
+            shutil.copytree(d, dst, symlinks=True, dirs_exist_ok=True)
+            print("  kept in %s" % dst)
+
+
+def plan_main(args, rng, seed):
+    if not args.pd2bwrun:
+        raise SystemExit("mutants.py: --plan needs --pd2bwrun")
+    os.environ.setdefault("PD2BW_CACHE", tempfile.gettempdir() + "/pd2bw-fuzz-cache-%d" % os.getuid())
+    work = tempfile.mkdtemp(prefix="pd2bw-plan-mutants-")
+    t0 = time.monotonic()
+    failures, status = [], {}
+    try:
+        cases, data = plan_cases(args, rng, work)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+            futs = [ex.submit(plan_one, args, *c, data, work) for c in cases]
+            for f in futs:
+                rc, r = f.result()
+                status[rc] = status.get(rc, 0) + 1
+                if r:
+                    failures.append(r)
+        report(failures, args, seed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("mutants.py: %d plan.json mutants in %.1fs (%d trained as the plan, %d refused), %d failed (seed %d)" % (
+        args.count, time.monotonic() - t0, status.get(0, 0), status.get(1, 0), len(failures), seed))
     return 1 if failures else 0
 
 

@@ -74,8 +74,8 @@ P|stages[0].memory.buffers[1].offset|@stages[0].memory.buffers[0].offset|stages[
 P|stages[0].memory.buffers[0].index|200|stages[0].memory.buffers[0].index = 200: must be an integer 0..127
 P|stages[0].memory.buffers[0].kind|"scratch"|stages[0].memory.buffers[0].kind = "scratch": not a buffer kind
 P|stages[0].ranks[0].rank|5|stages[0].ranks[0].rank = 5: must be an integer 0..1
-P|stages[0].program.pipeline.boundary[0].peer|7|stages[0].program.pipeline.boundary[0].peer = 7: must be an integer 0..1
-P|tied[0].stages[1]|5|tied[0].stages[1] = 5: a stage out of range
+P|stages[0].program.pipeline.boundary[0].peer|7|stages[0].program.pipeline.boundary[0].peer = 7: the program stage0.c was compiled with 1
+P|tied[0].stages[1]|5|tied[0].stages = [0,5]: the program stage0.c ties "wte" over stages [0,1]
 P|tied[0].group|-1|tied[0].group = -1: must be an integer 0..65535
 R|config.microbatches|1099511627776|config.microbatches = 1099511627776: must be an integer 1..1048576
 R|config.schedule|"gpipe\u0000x"|config.schedule = "gpipe\u0000x": a string with a NUL

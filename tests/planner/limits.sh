@@ -73,9 +73,11 @@ expect "129 stash slots" "pd2bw: error: gpipe with 1 stages and 129 microbatches
 expect "65 boundary tensors" "pd2bw: error: cannot run this partition as a pipeline: stage 0 exchanges [0-9]+ tensors with its neighbouring stages; the runtime handles at most 64" \
   "$(model carry65 0 65)" --cluster "$SRC/../pipeline/cpu8.cluster" --stages 2 --backend cpu
 # found by tests/frontend/mutants.py (seed 1): batch 2^31 of microbatch 1 generated
-# streams of 2^31 microbatches until memory ran out (2^31 itself is now a front-end
-# error: batches are 32-bit)
-expect "2^31-1 microbatches" "pd2bw: error: 2147483647 microbatches of 1 per batch: a plan has at most 4096" \
+# streams of 2^31 microbatches until memory ran out (a batch over 2^30 is now a
+# front-end error, the runtime's train.batch range: issue 24, item 9)
+expect "2^30 microbatches" "pd2bw: error: 1073741824 microbatches of 1 per batch: a plan has at most 4096" \
+  "$SRC/../pipeline/mlp.model" -D bsz=1073741824 -D mbs=1 --backend cpu
+expect "a batch of 2^31-1" "batch is 2147483647 \(expected an integer in \[1, 1073741824\]\)" \
   "$SRC/../pipeline/mlp.model" -D bsz=2147483647 -D mbs=1 --backend cpu
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

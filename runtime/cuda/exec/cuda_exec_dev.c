@@ -14,14 +14,15 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_internal.h" /* cuda_dev_stream: the CUstream NCCL calls take */
 
-#define CX_MAX_MODULES 64 /* the stages of a plan in single-GPU pipeline mode, and the library */
-
+/* The modules loaded on one device: the library and every distinct stage program (in
+ * single-GPU pipeline mode, every stage's), as many as the plan has: no limit that
+ * pd2bwc would have to check (it was 64, CX_MAX_MODULES; issue 24, item 9). */
 typedef struct CxCuda {
   CxDeviceOps ops;
   CudaDev *d;
-  CudaModule *mod[CX_MAX_MODULES];
-  char hash[CX_MAX_MODULES][17]; /* of each module's source: the same text loads once */
-  int nmod;
+  CudaModule **mod;
+  char (*hash)[17]; /* of each module's source: the same text loads once */
+  int nmod, cap;
 } CxCuda;
 
 static bool d_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
@@ -37,10 +38,6 @@ static void *d_load(void *dev, const char *src, const char *name, char *err, siz
   codegen_hash_hex(src, strlen(src), h); /* every stage of a plan loads the same kernels.cu */
   for (int i = 0; i < c->nmod; i++)
     if (strcmp(c->hash[i], h) == 0) return c->mod[i];
-  if (c->nmod == CX_MAX_MODULES) {
-    snprintf(err, errlen, "cuda backend: more than %d stage programs on one device", CX_MAX_MODULES);
-    return NULL;
-  }
   CudaCompileOptions o = {.arch = cuda_dev_arch(c->d), .name = name};
   CudaBinary bin;
   char *cerr = NULL;
@@ -51,6 +48,11 @@ static void *d_load(void *dev, const char *src, const char *name, char *err, siz
   }
   CudaModule *m = cuda_module_load(c->d, bin.data, bin.size, err, errlen);
   cuda_binary_free(&bin);
+  if (m && c->nmod == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 8;
+    c->mod = pd_realloc(c->mod, (size_t)c->cap * sizeof *c->mod);
+    c->hash = pd_realloc(c->hash, (size_t)c->cap * sizeof *c->hash);
+  }
   if (m) {
     memcpy(c->hash[c->nmod], h, sizeof h);
     c->mod[c->nmod++] = m;
@@ -186,6 +188,8 @@ void cx_cuda_close(CxDeviceOps *ops) {
   cuda_dev_sync(c->d);
   for (int i = 0; i < c->nmod; i++) cuda_module_unload(c->mod[i]);
   cuda_dev_destroy(c->d);
+  free(c->mod);
+  free(c->hash);
   free(c);
 }
 
