@@ -3,7 +3,8 @@
 # run and a 2-stage pipeline on threads stop at the next step's end, exit 130 or 143
 # (128 + the signal) with one "interrupted by" line, and write no --save checkpoint
 # (the run did not reach the step it was asked for). Before the fix a one-stage run
-# swallowed the signal and trained to the end with exit 0.
+# swallowed the signal and trained to the end with exit 0. A rank stuck in a library
+# ends the run within --timeout.
 #   signals.sh PD2BWC PD2BWRUN
 set -u
 PD2BWC=$1
@@ -33,6 +34,24 @@ interrupt() { # PLAN SIGNAL
     cat "$T/out"
   fi
 }
+# A rank stuck in a computation or a library call (PD2BW_FAULT_INJECT=RANK:STEP:stuck
+# spins where nothing can be noticed) ends the run within --timeout of its last
+# progress, whatever the other ranks do; before, only 2 s after another rank had
+# timed out ("did not stop within 2 s of that failure").
+stuck() { # NAME TIMEOUT
+  local t0=$(date +%s%N)
+  PD2BW_FAULT_INJECT=1:1:stuck "$RUN" "$T/two" --data "$T/train.bin" --steps 50 --threads 1 -q --timeout "$2" \
+    >"$T/out" 2>&1
+  local rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
+  if [ $rc -eq 1 ] && [ $ms -le $(($2 * 1000 + 3000)) ] &&
+    grep -q "rank 1 is stuck inside a computation or a library call (no progress for .*more than --timeout $2 s)" "$T/out"; then
+    ok "$1: exit 1 after $ms ms: $(grep -m1 'is stuck' "$T/out")"
+  else
+    bad "$1: exit $rc after $ms ms (limit $(($2 * 1000 + 3000))):"
+    cat "$T/out"
+  fi
+}
+stuck "two: rank 1 stuck, --timeout 5" 5
 for sig in INT TERM; do
   interrupt "$T/one" $sig
   interrupt "$T/two" $sig
