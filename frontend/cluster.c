@@ -22,37 +22,39 @@ typedef struct ClusterKey {
   size_t offset;   /* field of Cluster */
   double scale;    /* KEY_AMOUNT: file unit -> SI */
   double max;      /* KEY_COUNT/KEY_AMOUNT: largest accepted value, in file units */
+  double min;      /* KEY_AMOUNT: smallest accepted value, in file units (issue 24: a rate
+                      of 1e-300 planned, and printed an MFU of 30 digits) */
   bool optional;
   const char *help; /* the expected form, for "missing" messages */
 } ClusterKey;
 
 static const ClusterKey keys[] = {
-    {"nodes", KEY_COUNT, offsetof(Cluster, nodes), 1, 1e6, false, "nodes = 1"},
-    {"devices_per_node", KEY_COUNT, offsetof(Cluster, devices_per_node), 1, 1e4, false,
+    {"nodes", KEY_COUNT, offsetof(Cluster, nodes), 1, 1e6, 0, false, "nodes = 1"},
+    {"devices_per_node", KEY_COUNT, offsetof(Cluster, devices_per_node), 1, 1e4, 0, false,
      "devices_per_node = 8"},
-    {"device", KEY_TEXT, offsetof(Cluster, device), 1, 0, true, "device = \"V100-16GB\""},
-    {"memory_gib", KEY_AMOUNT, offsetof(Cluster, memory_bytes), 1073741824.0, 1e9, false,
+    {"device", KEY_TEXT, offsetof(Cluster, device), 1, 0, 0, true, "device = \"V100-16GB\""},
+    {"memory_gib", KEY_AMOUNT, offsetof(Cluster, memory_bytes), 1073741824.0, 1e9, 1e-3, false,
      "memory_gib = 16"},
     /* either tflops (one rate for every precision) or tflops_fp32 with optional
      * tflops_tf32 / tflops_bf16: checked after the loop (check_peaks) */
-    {"tflops", KEY_AMOUNT, offsetof(Cluster, flops), 1e12, 1e9, true, "tflops = 125"},
-    {"tflops_fp32", KEY_AMOUNT, offsetof(Cluster, flops_fp32), 1e12, 1e9, true, "tflops_fp32 = 15.7"},
-    {"tflops_tf32", KEY_AMOUNT, offsetof(Cluster, flops_tf32), 1e12, 1e9, true, "tflops_tf32 = 494.5"},
-    {"tflops_bf16", KEY_AMOUNT, offsetof(Cluster, flops_bf16), 1e12, 1e9, true, "tflops_bf16 = 989"},
-    {"memory_gbs", KEY_AMOUNT, offsetof(Cluster, mem_bandwidth), 1e9, 1e12, false,
+    {"tflops", KEY_AMOUNT, offsetof(Cluster, flops), 1e12, 1e9, 1e-6, true, "tflops = 125"},
+    {"tflops_fp32", KEY_AMOUNT, offsetof(Cluster, flops_fp32), 1e12, 1e9, 1e-6, true, "tflops_fp32 = 15.7"},
+    {"tflops_tf32", KEY_AMOUNT, offsetof(Cluster, flops_tf32), 1e12, 1e9, 1e-6, true, "tflops_tf32 = 494.5"},
+    {"tflops_bf16", KEY_AMOUNT, offsetof(Cluster, flops_bf16), 1e12, 1e9, 1e-6, true, "tflops_bf16 = 989"},
+    {"memory_gbs", KEY_AMOUNT, offsetof(Cluster, mem_bandwidth), 1e9, 1e12, 1e-6, false,
      "memory_gbs = 900"},
-    {"intra_node_gbs", KEY_AMOUNT, offsetof(Cluster, intra_bandwidth), 1e9, 1e12, false,
+    {"intra_node_gbs", KEY_AMOUNT, offsetof(Cluster, intra_bandwidth), 1e9, 1e12, 1e-6, false,
      "intra_node_gbs = 150"},
-    {"inter_node_gbs", KEY_AMOUNT, offsetof(Cluster, inter_bandwidth), 1e9, 1e12, false,
+    {"inter_node_gbs", KEY_AMOUNT, offsetof(Cluster, inter_bandwidth), 1e9, 1e12, 1e-6, false,
      "inter_node_gbs = 3.125"},
-    {"gemm_efficiency", KEY_AMOUNT, offsetof(Cluster, gemm_efficiency), 1, 1, true, "gemm_efficiency = 0.8"},
-    {"gemm_latency_us", KEY_AMOUNT, offsetof(Cluster, gemm_latency_s), 1e-6, 1e6, true, "gemm_latency_us = 10"},
-    {"optimizer_gbs", KEY_AMOUNT, offsetof(Cluster, optimizer_bandwidth), 1e9, 1e12, true, "optimizer_gbs = 7"},
-    {"launch_us", KEY_AMOUNT, offsetof(Cluster, launch_s), 1e-6, 1e6, true, "launch_us = 4"},
-    {"all_cores_gemm_speedup", KEY_AMOUNT, offsetof(Cluster, all_cores_gemm_speedup), 1, 1e4, true,
+    {"gemm_efficiency", KEY_AMOUNT, offsetof(Cluster, gemm_efficiency), 1, 1, 1e-3, true, "gemm_efficiency = 0.8"},
+    {"gemm_latency_us", KEY_AMOUNT, offsetof(Cluster, gemm_latency_s), 1e-6, 1e6, 1e-6, true, "gemm_latency_us = 10"},
+    {"optimizer_gbs", KEY_AMOUNT, offsetof(Cluster, optimizer_bandwidth), 1e9, 1e12, 1e-6, true, "optimizer_gbs = 7"},
+    {"launch_us", KEY_AMOUNT, offsetof(Cluster, launch_s), 1e-6, 1e6, 1e-6, true, "launch_us = 4"},
+    {"all_cores_gemm_speedup", KEY_AMOUNT, offsetof(Cluster, all_cores_gemm_speedup), 1, 1e4, 1, true,
      "all_cores_gemm_speedup = 1.8"},
-    {"nongemm_tflops", KEY_AMOUNT, offsetof(Cluster, nongemm_flops), 1e12, 1e9, true, "nongemm_tflops = 0.005"},
-    {"cublas_workspace_mib", KEY_AMOUNT, offsetof(Cluster, cublas_workspace), 1048576.0, 1e6, true,
+    {"nongemm_tflops", KEY_AMOUNT, offsetof(Cluster, nongemm_flops), 1e12, 1e9, 1e-6, true, "nongemm_tflops = 0.005"},
+    {"cublas_workspace_mib", KEY_AMOUNT, offsetof(Cluster, cublas_workspace), 1048576.0, 1e6, 1e-6, true,
      "cublas_workspace_mib = 32"},
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -80,9 +82,8 @@ static bool set_key(LowerCtx *c, const ClusterKey *k, const Ast *e, Cluster *out
     memcpy(field, &n, sizeof n);
     return true;
   }
-  if (!(v.f > 0) || v.f > k->max) {
-    diag_error(c->d, e->loc, "%s is %g (expected a number > 0 and at most %.0f)", k->name, v.f,
-               k->max);
+  if (!(v.f > 0) || v.f < k->min || v.f > k->max) {
+    diag_error(c->d, e->loc, "%s is %g (expected a number from %g to %g)", k->name, v.f, k->min, k->max);
     return false;
   }
   double x = v.f * k->scale;

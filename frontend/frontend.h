@@ -9,7 +9,7 @@
  * `file:line:col: error: ...` with the source line and a caret; the functions then
  * return NULL/false and the caller writes nothing. No input makes the front end
  * crash, loop or recurse without bound (expression nesting is capped at
- * FRONTEND_MAX_DEPTH, sizes at FRONTEND_MAX_NUMEL elements per tensor).
+ * FRONTEND_MAX_DEPTH, expression trees at FRONTEND_MAX_TREE_DEPTH, sizes at FRONTEND_MAX_NUMEL elements per tensor).
  * docs/language.md is the user's reference for everything accepted here.
  */
 #ifndef PD2BW_FRONTEND_H
@@ -21,8 +21,15 @@
 
 #include "ir/ir.h"
 
-/* Deepest expression/bracket nesting accepted before "nested too deeply". */
+/* Deepest bracket and unary-minus nesting accepted before "nested too deeply" (the
+ * lexer's bracket count and the parser's stack). */
 #define FRONTEND_MAX_DEPTH 256
+/* Deepest expression tree, which the passes after the parser walk recursively: a
+ * chain of binary operators (`1+1+...+1`, left associative) is as deep as it is long,
+ * so this is larger than FRONTEND_MAX_DEPTH (issue 24: a sum of 300 terms was refused
+ * as "nested too deeply"); bounded, so no walk recurses without limit, and below
+ * the evaluator's own bound of 1024 levels (frontend/eval.c MAX_EVAL_DEPTH). */
+#define FRONTEND_MAX_TREE_DEPTH 1000
 /* Largest tensor accepted, in elements per sample (2^40). */
 #define FRONTEND_MAX_NUMEL ((int64_t)1 << 40)
 /* Largest dimension, and largest batch: the kernels take sizes as 32-bit ints. */

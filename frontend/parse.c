@@ -6,7 +6,7 @@
  * character"), then the lexer and parser run once, stopping at the first error
  * (the grammar has no error recovery: a second message after a syntax error is
  * usually noise). Expression depth is tracked as nodes are built, so no later
- * recursive walk ever sees a tree deeper than FRONTEND_MAX_DEPTH.
+ * recursive walk ever sees a tree deeper than FRONTEND_MAX_TREE_DEPTH.
  */
 #include <errno.h>
 #include <math.h>
@@ -199,7 +199,7 @@ Ast *ast_new(ParseCtx *c, AstKind kind, int line, int col) {
 /* Records the first node that makes an expression too deep; the driver reports it
  * after the parse, and nothing walks the tree. */
 static void note_depth(ParseCtx *c, Ast *n) {
-  if (n->depth > FRONTEND_MAX_DEPTH && !c->too_deep) {
+  if (n->depth > FRONTEND_MAX_TREE_DEPTH && !c->too_deep) {
     c->too_deep = true;
     c->too_deep_loc = n->loc;
   }
@@ -371,7 +371,7 @@ Ast *frontend_parse(Arena *a, Diag *d, const Source *src, ParseWant want) {
   }
   if (ctx.too_deep) {
     diag_error(d, ctx.too_deep_loc, "expression nested too deeply (expected at most %d levels)",
-               FRONTEND_MAX_DEPTH);
+               FRONTEND_MAX_TREE_DEPTH);
     return NULL;
   }
   return ctx.root;

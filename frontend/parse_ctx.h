@@ -27,7 +27,7 @@ typedef struct ParseCtx {
   int prev_end_line, prev_end_col; /* just after the token before it */
   const char *tok;    /* text of the last token (for "found ..."), arena copy */
   bool lex_error;     /* a lexical error was reported */
-  bool too_deep;      /* an expression exceeded FRONTEND_MAX_DEPTH */
+  bool too_deep;      /* an expression exceeded FRONTEND_MAX_TREE_DEPTH */
   Loc too_deep_loc;
 } ParseCtx;
 

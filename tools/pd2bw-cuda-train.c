@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   RunArgs a;
   int rc = run_args_parse("pd2bw-cuda-train", RUN_ARGS_CUDA_TRAIN, usage, argc, argv, &a);
   if (rc >= 0) return rc;
-  if (a.o.steps == 0) return fail("--steps needs a positive integer, got '0'");
+  if (a.o.steps == 0) return fail("--steps needs an integer from 1 to 4611686018427387903, got '0'");
   if (a.o.eval_every && !a.o.val_path) return fail("--eval-every needs --val-data");
-  return cuda_exec_main("pd2bw-cuda-train", a.plan, &a.o);
+  return run_exit_status(cuda_exec_main("pd2bw-cuda-train", a.plan, &a.o));
 }

@@ -86,10 +86,11 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strcmp(a, "--llmc") == 0 && has_val) {
       o->llmc = argv[++i];
     } else if (strcmp(a, "--heads") == 0 && has_val) {
-      if (!parse_long(argv[++i], &o->heads)) return fail("--heads %s: expected a positive integer", argv[i]);
+      if (!parse_long(argv[++i], &o->heads))
+        return fail("--heads %s: expected an integer from 1 to 1073741824", argv[i]);
     } else if (strcmp(a, "--vocab-size") == 0 && has_val) {
       if (!parse_long(argv[++i], &o->vocab))
-        return fail("--vocab-size %s: expected a positive integer", argv[i]);
+        return fail("--vocab-size %s: expected an integer from 1 to 1073741824", argv[i]);
     } else if (strcmp(a, "--force") == 0) {
       o->force = true;
     } else if (a[0] != '-' && !o->ckpt) {

@@ -160,19 +160,23 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->print_after = optarg;
       break;
     case OPT_STAGES:
-      if (!parse_count(optarg, 1 << 20, &v)) return user_error("--stages needs a positive integer, got '%s'", optarg);
+      if (!parse_count(optarg, 1 << 20, &v))
+        return user_error("--stages needs an integer from 1 to 1048576, got '%s'", optarg);
       o->pins.stages = (int)v;
       break;
     case OPT_REPLICAS:
-      if (!parse_count(optarg, 1 << 20, &v)) return user_error("--replicas needs a positive integer, got '%s'", optarg);
+      if (!parse_count(optarg, 1 << 20, &v))
+        return user_error("--replicas needs an integer from 1 to 1048576, got '%s'", optarg);
       o->pins.replicas = (int)v;
       break;
     case OPT_MBS:
-      if (!parse_count(optarg, INT_MAX, &v)) return user_error("--microbatch-size needs a positive integer, got '%s'", optarg);
+      if (!parse_count(optarg, INT_MAX, &v))
+        return user_error("--microbatch-size needs an integer from 1 to 2147483647, got '%s'", optarg);
       o->pins.microbatch_size = v;
       break;
     case OPT_MBN:
-      if (!parse_count(optarg, INT_MAX, &v)) return user_error("--microbatches needs a positive integer, got '%s'", optarg);
+      if (!parse_count(optarg, INT_MAX, &v))
+        return user_error("--microbatches needs an integer from 1 to 2147483647, got '%s'", optarg);
       o->pins.microbatches = v;
       break;
     case OPT_SCHEDULE: {

@@ -85,9 +85,9 @@ int main(int argc, char **argv) {
      * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
     if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
-    return cuda_exec_main("pd2bwrun", a.plan, &a.o);
+    return run_exit_status(cuda_exec_main("pd2bwrun", a.plan, &a.o));
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */
-  return pipeline_main(a.plan, &a.o, a.transport, &argc, &argv);
+  return run_exit_status(pipeline_main(a.plan, &a.o, a.transport, &argc, &argv));
 }

@@ -10,13 +10,19 @@
 
 #include "runtime/cuda/exec/cuda_exec.h"
 
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+/* An integer flag's value in [lo, hi]; otherwise one message naming the flag, the
+ * range and the value. 0 done, 1 after the message. */
+static int int_flag(const char *prog, const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
+  if (!errno && end != s && !*end && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  char msg[256];
+  snprintf(msg, sizeof msg, "--%s needs an integer from %lld to %lld, got '%s'", flag, (long long)lo, (long long)hi, s);
+  return rt_fail(prog, msg);
 }
 
 enum { O_DATA = 256, O_VAL, O_STEPS, O_EVAL, O_EVALB, O_SAVE, O_RESUME, O_INIT, O_SEED, O_LOG, O_SHUFFLE, O_TRACE,
@@ -40,7 +46,7 @@ static const struct option opts[] = {
     {"kernel-profile", required_argument, 0, O_KPROF}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
 
-/* One flag's value into *a: 0 done; 1 after its message; 2: a number out of range. */
+/* One flag's value into *a: 0 done; 1 after its message; 3: unknown. */
 static int take(const char *prog, int c, RunArgs *a) {
   char msg[256];
   int64_t v;
@@ -61,20 +67,25 @@ static int take(const char *prog, int c, RunArgs *a) {
   case 'q': a->o.quiet = true; return 0;
   case O_STEPS: /* 0: nothing trained; with --save, the initial (or --init) weights are written */
     a->steps_set = true;
-    return parse_int(optarg, 0, INT64_MAX / 2, &a->o.steps) ? 0 : 2;
-  case O_EVAL: return parse_int(optarg, 0, INT64_MAX / 2, &a->o.eval_every) ? 0 : 2;
-  case O_EVALB: return parse_int(optarg, 1, 1 << 30, &a->o.eval_batches) ? 0 : 2;
+    return int_flag(prog, "steps", optarg, 0, INT64_MAX / 2, &a->o.steps);
+  case O_EVAL: return int_flag(prog, "eval-every", optarg, 0, INT64_MAX / 2, &a->o.eval_every);
+  case O_EVALB: return int_flag(prog, "eval-batches", optarg, 1, 1 << 30, &a->o.eval_batches);
   case O_THREADS:
-  case O_DEVICE:
-    if (!parse_int(optarg, c == O_DEVICE ? 0 : 1, c == O_DEVICE ? 1023 : 4096, &v)) return 2;
-    *(c == O_DEVICE ? &a->o.device : &a->o.threads) = (int)v;
+  case O_DEVICE: {
+    bool dev = c == O_DEVICE;
+    if (int_flag(prog, dev ? "device" : "threads", optarg, dev ? 0 : 1, dev ? 1023 : 4096, &v)) return 1;
+    *(dev ? &a->o.device : &a->o.threads) = (int)v;
     return 0;
+  }
   case O_SEED: {
     char *end;
     errno = 0;
     a->o.seed = strtoull(optarg, &end, 10);
     a->o.seed_set = true;
-    return errno || end == optarg || *end || optarg[0] == '-' ? 2 : 0;
+    if (!errno && end != optarg && !*end && optarg[0] != '-') return 0;
+    snprintf(msg, sizeof msg, "--seed needs an integer from 0 to %llu, got '%s'", (unsigned long long)UINT64_MAX,
+             optarg);
+    return rt_fail(prog, msg);
   }
   case O_TIMEOUT:
   case O_REF_TOL: {
@@ -82,8 +93,8 @@ static int take(const char *prog, int c, RunArgs *a) {
     errno = 0;
     double x = strtod(optarg, &end);
     if (errno || end == optarg || *end || !(x > 0) || x > 1e6) {
-      snprintf(msg, sizeof msg, "%s needs a positive number, got '%s'", c == O_TIMEOUT ? "--timeout" : "--reference-tol",
-               optarg);
+      snprintf(msg, sizeof msg, "%s needs a number above 0 and at most 1e6, got '%s'",
+               c == O_TIMEOUT ? "--timeout" : "--reference-tol", optarg);
       return rt_fail(prog, msg);
     }
     *(c == O_TIMEOUT ? &a->o.timeout_s : &a->o.ref_tol) = x;
@@ -131,11 +142,6 @@ int run_args_parse(const char *prog, RunArgsTool tool, const char *usage, int ar
     }
     int r = take(prog, c, a);
     if (r == 1) return 1;
-    if (r == 2) {
-      snprintf(msg, sizeof msg, "%s needs a non-negative integer in range, got '%s'",
-               argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
-      return rt_fail(prog, msg);
-    }
     if (r == 3) {
       snprintf(msg, sizeof msg, "unknown or incomplete option '%s' (see %s --help)", argv[optind - 1], prog);
       return rt_fail(prog, msg);
@@ -148,4 +154,9 @@ int run_args_parse(const char *prog, RunArgsTool tool, const char *usage, int ar
   if (!a->o.data_path) return rt_fail(prog, "--data FILE is required");
   if (!a->steps_set) return rt_fail(prog, "--steps N is required");
   return -1;
+}
+
+int run_exit_status(int rc) {
+  int sig = transport_interrupted();
+  return rc != 0 && sig ? 128 + sig : rc;
 }

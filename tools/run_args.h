@@ -25,5 +25,9 @@ typedef enum { RUN_ARGS_PD2BWRUN, RUN_ARGS_CUDA_TRAIN } RunArgsTool;
  * directory, --data and --steps required. Returns -1 to go on; else the exit status,
  * after usage on stdout (-h) or one "prog: error:" line on stderr. */
 int run_args_parse(const char *prog, RunArgsTool tool, const char *usage, int argc, char **argv, RunArgs *a);
+/* The tool's exit status for a run that returned rc: 128 + the signal when a
+ * SIGINT/SIGTERM stopped it (130, 143, as a shell reports a process the signal killed;
+ * the run stops at the next step's end: runtime/exec/exec_interp.c), else rc. */
+int run_exit_status(int rc);
 
 #endif /* PD2BW_TOOLS_RUN_ARGS_H */

@@ -67,11 +67,17 @@ typedef struct StageProgram {
 bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen);
 /* Runs argv[0] (searched in PATH) with argv and no shell, stdin /dev/null; returns
  * its stdout and stderr together (pd_malloc'd) and its exit status in *status (-1
- * when it could not be waited for; -1 - N when signal N killed it: RT_RUN_SIGNAL),
- * or NULL with errno when it cannot start. (run_capture.c) */
-char *rt_run_capture(char *const argv[], int *status);
+ * when it could not be waited for; -1 - N when signal N killed it: RT_RUN_SIGNAL;
+ * RT_RUN_TIMED_OUT when it ran past timeout_s > 0 seconds, and it and its process
+ * group were killed), or NULL with errno when it cannot start. (run_capture.c) */
+char *rt_run_capture(char *const argv[], double timeout_s, int *status);
+#define RT_RUN_TIMED_OUT (-100000)
+/* How long the stage programs' C compiler may run, in seconds: $PD2BW_CC_TIMEOUT if
+ * set (a number > 0), else RT_CC_TIMEOUT_S; the compiler is killed past it with a
+ * message (issue 24: a compiler that never returned was waited on forever). */
+#define RT_CC_TIMEOUT_S 600
 /* The signal that killed a program run by rt_run_capture, from its *status; 0 if none. */
-#define RT_RUN_SIGNAL(status) ((status) < -1 ? -1 - (status) : 0)
+#define RT_RUN_SIGNAL(status) ((status) < -1 && (status) != RT_RUN_TIMED_OUT ? -1 - (status) : 0)
 /* Splits s at runs of spaces and tabs into *words (pd_malloc'd, each word too);
  * returns the count. (run_capture.c) */
 int rt_split_words(const char *s, char ***words);

@@ -39,6 +39,20 @@ static const char *compiler(void) {
   return cc && strspn(cc, " \t") < strlen(cc) ? cc : "cc";
 }
 
+static double cc_timeout(void) {
+  const char *s = getenv("PD2BW_CC_TIMEOUT");
+  char *end;
+  double t = s && *s ? strtod(s, &end) : 0;
+  return s && *s && !*end && t > 0 && t <= 1e6 ? t : RT_CC_TIMEOUT_S;
+}
+
+/* The message of a compiler run past cc_timeout(). */
+static bool timed_out(const char *c_path, const char *what, char *err, size_t errlen) {
+  const char *s = getenv("PD2BW_CC_TIMEOUT");
+  return ERR("%s: the C compiler '%s' did not finish %s within %g s (%s); it was killed", c_path, compiler(), what,
+             cc_timeout(), s && *s ? "PD2BW_CC_TIMEOUT" : "the default; set PD2BW_CC_TIMEOUT to change it");
+}
+
 bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen) {
   const char *env = getenv("PD2BW_CACHE"), *home = getenv("HOME");
   size_t room = n > CACHE_DIR_ROOM ? n - CACHE_DIR_ROOM : 0;
@@ -170,9 +184,14 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
   /* The key: source, command, compiler banner. */
   char **cmdv = command((const char *const[]){"--version"}, 1);
   int st;
-  char *banner = rt_run_capture(cmdv, &st);
+  char *banner = rt_run_capture(cmdv, cc_timeout(), &st);
   int spawn_errno = errno;
   free_words(cmdv);
+  if (banner && st == RT_RUN_TIMED_OUT) {
+    free(src);
+    free(banner);
+    return timed_out(c_path, "its --version", err, errlen);
+  }
   if (!banner || st != 0) {
     free(src);
     free(banner);
@@ -216,7 +235,13 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
     cc = command((const char *const *)words, nflags);
     for (int i = 0; i < nflags; i++) free(words[i]);
     free(words);
-    char *log = rt_run_capture(cc, &st);
+    char *log = rt_run_capture(cc, cc_timeout(), &st);
+    if (log && st == RT_RUN_TIMED_OUT) {
+      remove(tmp);
+      free(log);
+      free_words(cc);
+      return timed_out(c_path, "compiling it", err, errlen);
+    }
     if (!log || st != 0) {
       remove(tmp);
       /* Enough of the compiler's complaint to act on. */

@@ -80,6 +80,18 @@ static bool stop_run(PipeRank *R, const char *msg) {
   return false;
 }
 
+/* A SIGINT/SIGTERM caught (transport_sys.c's flag): the run stops here, after batch t's
+ * step, a safe point in every mode (a rank with no transport wait to notice it, as a
+ * one-stage run, would otherwise train on to the end). The tool exits 128 + the signal;
+ * no --save checkpoint is written (the other ranks may stop mid-step). */
+static bool interrupted(PipeRank *R, int64_t t) {
+  char msg[160];
+  int sig = transport_interrupted();
+  snprintf(msg, sizeof msg, "interrupted by %s after step %lld of %lld; %s", sig == SIGINT ? "SIGINT" : "SIGTERM",
+           (long long)t + 1, (long long)R->steps, R->o->save_path ? "no checkpoint written" : "stopped");
+  return stop_run(R, msg);
+}
+
 /* Token ids or targets outside the vocabulary, checked after every pass that reads
  * them (stage 0's tokens, the last stage's targets), so the message names the step. */
 static bool check_ids(PipeRank *R, const PlanInstr *in, int64_t bad) {
@@ -357,7 +369,8 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   R->last_step_time = now;
   if (R->st->has_loss && !step_loss(R, t)) return false;
   /* --log-json: batch t's losses on their way to rank 0, which writes batch t-1's line */
-  return !R->logs || pipe_log_step(R, t);
+  if (R->logs && !pipe_log_step(R, t)) return false;
+  return !transport_interrupted() || interrupted(R, t);
 }
 
 /* ---- the interpreter ------------------------------------------------------------------- */

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -145,7 +146,15 @@ static bool copy_param(const CkptParam *p, GptSlot slot, const Src *s, const cha
   }
   int64_t have = rows < s->rows ? rows : s->rows;
   for (int64_t r = 0; r < have; r++)
-    for (int64_t c = 0; c < cols; c++) p->dst[r * cols + c] = s->data[r * s->rs + c * s->cs];
+    for (int64_t c = 0; c < cols; c++) {
+      float x = s->data[r * s->rs + c * s->cs];
+      if (!isfinite(x)) { /* (safetensors: st_read_f32 refused it already) */
+        snprintf(err, errlen, "%s: parameter \"%s\" (%s): element %lld is %s (a checkpoint of a run that diverged?)",
+                 path, p->name, s->desc, (long long)(r * cols + c), isnan(x) ? "NaN" : "infinite");
+        return false;
+      }
+      p->dst[r * cols + c] = x;
+    }
   memset(p->dst + have * cols, 0, (size_t)((rows - have) * cols) * sizeof(float));
   return true;
 }

@@ -93,6 +93,19 @@ static bool parse_llmc(DataFile *f, const int32_t *hdr, char *err, size_t errlen
   return true;
 }
 
+/* DATA_AUTO's choice: llm.c for a file that starts with its magic (shorter than the
+ * header too, which parse_llmc reports as truncated), and for an llm.c header whose
+ * magic alone is damaged (version 1 and a token count that fills the file exactly:
+ * parse_llmc names the bad magic); else raw uint16 tokens. Without this both were
+ * read as raw tokens and reported as ids outside the vocabulary (issue 24). */
+static DataFormat sniff(const DataFile *f, const int32_t *hdr) {
+  if (f->map_size >= 4 && hdr[0] == DATA_LLMC_MAGIC) return DATA_LLMC;
+  if (f->map_size >= DATA_LLMC_HEADER_BYTES && hdr[1] == DATA_LLMC_VERSION && hdr[2] > 0 &&
+      (uint64_t)hdr[2] * 2 == f->map_size - DATA_LLMC_HEADER_BYTES)
+    return DATA_LLMC;
+  return DATA_RAW;
+}
+
 DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, size_t errlen) {
   char why[IO_ERR_LEN];
   struct stat sb;
@@ -118,8 +131,7 @@ DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, 
     return NULL;
   }
   const int32_t *hdr = f->map;
-  if (fmt == DATA_AUTO)
-    fmt = f->map_size >= DATA_LLMC_HEADER_BYTES && hdr[0] == DATA_LLMC_MAGIC ? DATA_LLMC : DATA_RAW;
+  if (fmt == DATA_AUTO) fmt = sniff(f, hdr);
   f->format = fmt;
   bool ok = true;
   switch (fmt) {

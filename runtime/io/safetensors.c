@@ -445,12 +445,24 @@ static float half_to_float(uint16_t h) {
   return f;
 }
 
+/* Every value finite: a NaN or Inf (a checkpoint of a run that diverged, a damaged
+ * file) is refused naming the tensor and the element, not trained on (issue 24). */
+static bool all_finite(const SafeTensors *st, const StTensor *t, const float *x, char *err, size_t errlen) {
+  for (int64_t i = 0; i < t->numel; i++)
+    if (!isfinite(x[i])) {
+      snprintf(err, errlen, "%s: tensor \"%s\": element %lld is %s (a checkpoint of a run that diverged?)",
+               st->path, t->name, (long long)i, isnan(x[i]) ? "NaN" : "infinite");
+      return false;
+    }
+  return true;
+}
+
 bool st_read_f32(const SafeTensors *st, const StTensor *t, float *dst, char *err, size_t errlen) {
   const unsigned char *p = t->data;
   switch (t->dtype) {
     case ST_F32:
       memcpy(dst, p, t->nbytes);
-      return true;
+      return all_finite(st, t, dst, err, errlen);
     case ST_F16:
     case ST_BF16:
       for (int64_t i = 0; i < t->numel; i++) {
@@ -463,7 +475,7 @@ bool st_read_f32(const SafeTensors *st, const StTensor *t, float *dst, char *err
           memcpy(&dst[i], &bits, 4);
         }
       }
-      return true;
+      return all_finite(st, t, dst, err, errlen);
     case ST_F64:
     case ST_I64:
     case ST_I32:

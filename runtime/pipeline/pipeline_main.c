@@ -146,6 +146,13 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     if (t) transport_abort(t, err);
     return 1;
   }
+  bool together = true; /* MPI: every rank trains the same thing, or none does */
+  if (t && transport_size(t) > 1 && !pipe_ranks_agree(plan_dir, p, &o, t, err, sizeof err, &together)) {
+    if (err[0]) rt_fail(prog, err);
+    if (!together) transport_abort(t, err);
+    pipe_plan_free(p);
+    return 1;
+  }
   if (p->rt->train.steps == 0) p->rt->train.steps = o.steps;
   o.prog = prog;
   if (!be) { /* Threads: the host's cores shared by the ranks it runs. */

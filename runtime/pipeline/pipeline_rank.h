@@ -19,7 +19,7 @@
  * a stretch's losses to rank 0 for the streamed --log-json, pipeline_log.c). */
 enum {
   PIPE_TAG_ACT = 1, PIPE_TAG_GRAD = 2, PIPE_TAG_NORM = 3, PIPE_TAG_GATHER = 4, PIPE_TAG_LOSS = 12,
-  PIPE_TAG_LOG = 13, PIPE_TAG_TIED = 16
+  PIPE_TAG_LOG = 13, PIPE_TAG_AGREE = 14, PIPE_TAG_TIED = 16
 };
 
 /* One executed instruction (a group of sends/receives: one per instruction, with the
@@ -183,6 +183,15 @@ StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *para
  * no delay compensation (the gradient was taken at win). */
 void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
                    float *v, int64_t t, double scale, bool fresh);
+
+/* Before the first step of an MPI run (pipeline_agree.c): every rank sends rank 0 a
+ * description of its run (the plan's schedule and plan.json, --data, --val-data,
+ * --resume and --init as sizes and sample hashes, the resolved seed, --steps and the
+ * flags that change what is trained); a difference is rank 0's one message in err
+ * ("rank 1 does not agree with rank 0 on --data: rank 0 has ..., rank 1 ..."), every
+ * other rank's err "", false (transport_agree; *together false: a transport failure). */
+bool pipe_ranks_agree(const char *plan_dir, const PipePlan *p, const PipeOptions *o, Transport *t, char *err,
+                      size_t errlen, bool *together);
 
 /* ---- the driver loop (pipeline_drive.c) ------------------------------------------ */
 

@@ -434,7 +434,8 @@ static void *rank_main(void *p) {
  * itself) that has made no progress for WATCHDOG_GRACE_S since then is stuck: the
  * watchdog, a thread of its own that waits on nothing the ranks hold for long,
  * prints the failure and that rank, and ends the process with _exit(1) (exit would
- * run library destructors that may wait on the stuck thread). */
+ * run library destructors that may wait on the stuck thread). A rank silent for
+ * longer than the timeout is stuck too, whatever the others do (silent_rank). */
 #define WATCHDOG_GRACE_S 2.0
 
 typedef struct Watchdog {
@@ -442,6 +443,27 @@ typedef struct Watchdog {
   pthread_t tid;
   _Atomic bool done;
 } Watchdog;
+
+/* A rank outside the transport that has made no progress for longer than the
+ * timeout while another rank still runs (issue 24: without a failure elsewhere the
+ * watchdog never acted, and a rank stuck in a library held the run forever): a wait
+ * on it would have timed out by now. Not before its first step's progress (setup has
+ * its own bounds), and not while it is the last rank running in a run that has not
+ * failed (it may be writing a large checkpoint). -1 if none. Lock held. */
+static int silent_rank(const TransportWorld *w, double now, bool failed) {
+  int running = 0;
+  for (int r = 0; r < w->n; r++) running += !w->ranks[r].exited;
+  if (running < 2 && !failed) return -1;
+  for (int r = 0; r < w->n; r++) {
+    const LocalRank *lr = &w->ranks[r];
+    long long beat = atomic_load_explicit(&lr->base.beat_us, memory_order_relaxed);
+    if (!lr->exited && beat > 0 && lr->base.timeout_s > 0 &&
+        atomic_load_explicit(&lr->base.waiting_on, memory_order_relaxed) < 0 &&
+        (double)((long long)(now * 1e6) - beat) > lr->base.timeout_s * 1e6)
+      return r;
+  }
+  return -1;
+}
 
 static void *watchdog_main(void *p) {
   Watchdog *wd = p;
@@ -463,6 +485,18 @@ static void *watchdog_main(void *p) {
         stuck = r;
     }
     if ((first >= 0 || w->aborted) && failed_at < 0) failed_at = now;
+    int slow = w->n > 1 ? silent_rank(w, now, failed_at >= 0) : -1;
+    if (slow >= 0) {
+      char how[160];
+      transport_describe_progress(&w->ranks[slow].base, now, how, sizeof how);
+      fflush(stdout);
+      if (first >= 0 || w->aborted)
+        fprintf(stderr, "%s: error: %s\n", program_invocation_short_name,
+                first >= 0 ? w->ranks[first].base.err : w->abort_cause);
+      fprintf(stderr, "%s: error: rank %d is stuck inside a computation or a library call (%s, more than --timeout "
+              "%g s); ending the run\n", program_invocation_short_name, slow, how, w->ranks[slow].base.timeout_s);
+      _exit(1);
+    }
     if (failed_at >= 0 && stuck >= 0 && now - failed_at > grace) {
       char how[160];
       transport_describe_progress(&w->ranks[stuck].base, now, how, sizeof how);

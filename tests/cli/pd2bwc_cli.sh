@@ -26,7 +26,8 @@ expect 1 "unknown option '--bogus'" -- "$pd2bwc" models/mlp.model --bogus -o "$w
 expect 1 'no output directory' -- "$pd2bwc" models/mlp.model
 expect 1 'no model file' -- "$pd2bwc" -o "$work/x"
 expect 1 "--schedule takes gpipe, 1f1b, 2bw or pipedream, got 'zerobubble'" -- "$pd2bwc" models/mlp.model --schedule zerobubble -o "$work/x"
-expect 1 "--stages needs a positive integer, got '0'" -- "$pd2bwc" models/mlp.model --stages 0 -o "$work/x"
+expect 1 "--stages needs an integer from 1 to 1048576, got '0'" -- "$pd2bwc" models/mlp.model --stages 0 -o "$work/x"
+expect 1 "--microbatches needs an integer from 1 to 2147483647, got '-2'" -- "$pd2bwc" models/mlp.model --microbatches -2 -o "$work/x"
 expect 1 "--emit takes 'ast' or 'ir'" -- "$pd2bwc" models/mlp.model --emit=llvm
 expect 1 "no pass named 'nope'" -- "$pd2bwc" models/mlp.model --print-ir-after=nope -o "$work/x"
 expect 1 'cannot open' -- "$pd2bwc" models/does-not-exist.model -o "$work/x"

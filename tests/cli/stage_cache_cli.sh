@@ -94,5 +94,33 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "PD2BW_CACHE is ${#long} characters" <<<"$out" && ok ||
   bad "a ${#long}-character PD2BW_CACHE: exit $rc, output: $out"
 
+# A C compiler that never returns is killed after PD2BW_CC_TIMEOUT seconds (default
+# 600), with it what it started, and the run ends with a message (issue 24): a fake
+# compiler that answers --version and then sleeps. Before, the run waited forever.
+cat >"$w/slowcc" <<'SH'
+#!/bin/sh
+[ "$1" = --version ] && { echo "slowcc 1.0"; exit 0; }
+sleep 300 &
+echo $! >"$(dirname "$0")/sleep.pid"
+wait
+SH
+chmod +x "$w/slowcc"
+t0=$(date +%s)
+out=$(PD2BW_CC=$w/slowcc PD2BW_CC_TIMEOUT=2 PD2BW_CACHE=$w/slowcache timeout 60 "$run" "$w/plan" --data "$w/train.bin" \
+  --steps 2 --threads 1 2>&1)
+rc=$? dt=$(($(date +%s) - t0))
+if [ $rc -eq 1 ] && [ $dt -le 20 ] && grep -q "the C compiler '$w/slowcc' did not finish compiling it within 2 s (PD2BW_CC_TIMEOUT); it was killed" <<<"$out"; then
+  ok
+else
+  bad "a compiler that never returns: exit $rc after $dt s: $out"
+fi
+sleep 0.5 # (killed already; a zombie not yet reaped by its new parent counts as gone)
+if [ -s "$w/sleep.pid" ] && ps -o stat= -p "$(cat "$w/sleep.pid")" 2>/dev/null | grep -qv '^Z'; then
+  bad "what the compiler started (sleep, pid $(cat "$w/sleep.pid")) outlived the run"
+  kill "$(cat "$w/sleep.pid")"
+else
+  ok
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -44,11 +44,11 @@ else
 fi
 expect_error "no data flag" "--data FILE is required" "$T/plan" --steps 1
 expect_error "no steps" "--steps N is required" "$T/plan" --data "$T/train.bin"
-expect_error "bad steps" "positive integer" "$T/plan" --data "$T/train.bin" --steps 0
+expect_error "bad steps" "--steps needs an integer from 1 to" "$T/plan" --data "$T/train.bin" --steps 0
 expect_error "bad gemm" "fp32 or tf32" "$T/plan" --data "$T/train.bin" --steps 1 --gemm bf17
 expect_error "unknown option" "unknown or incomplete option" "$T/plan" --data "$T/train.bin" --steps 1 --frobnicate
 expect_error "two plans" "one plan directory" "$T/plan" "$T/plan" --data "$T/train.bin" --steps 1
-expect_error "bad reference tol" "reference-tol needs a positive number" "$T/plan" --data "$T/train.bin" --steps 1 \
+expect_error "bad reference tol" "reference-tol needs a number above 0 and at most 1e6" "$T/plan" --data "$T/train.bin" --steps 1 \
   --reference --reference-tol 0
 expect_error "pd2bwrun's flag" "unknown option '--threads'" "$T/plan" --data "$T/train.bin" --steps 1 --threads 2
 expect_error "shared flags reach the device" "use --backend cpu\|without the CUDA toolkit" "$T/plan" \

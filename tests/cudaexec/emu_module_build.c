@@ -20,7 +20,7 @@
  * output, cut to fit, in err. */
 static bool run(char *const argv[], char *err, size_t errlen) {
   int status;
-  char *out = rt_run_capture(argv, &status);
+  char *out = rt_run_capture(argv, 0, &status);
   bool ok = out && status == 0;
   if (!ok) snprintf(err, errlen, "%s failed: %.600s", argv[0], out ? out : "cannot start");
   free(out);

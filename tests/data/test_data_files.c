@@ -80,6 +80,13 @@ static void test_errors(void) {
   EXPECT_OPEN_FAILS(p, DATA_LLMC, 0, "truncated: 20 bytes, shorter than the 1024-byte");
   write_bytes(p, seq, 21);
   EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "odd size (21 bytes)");
+  /* Found by content (issue 24): an llm.c file cut inside its header, and one whose
+   * magic alone is damaged, are reported as such, not as tokens outside the vocabulary. */
+  write_llmc(p, DATA_LLMC_MAGIC, 1, 10, seq, 10);
+  EXPECT(truncate(p, 500) == 0);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 50, "truncated: 500 bytes, shorter than the 1024-byte llm.c token-file header");
+  write_llmc(p, 12345, 1, 10, seq, 10);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 50, "offset 0: bad magic 12345", "20240520");
   write_bytes(p, seq, 0);
   EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "empty token file");
   EXPECT_OPEN_FAILS(tmp_path("missing.bin"), DATA_AUTO, 0, "cannot open token file",

@@ -3,7 +3,8 @@
 # --steps' range is an error naming the key and value, never a clamped INT64_MAX;
 # resuming a finished run says there is nothing to train and exits 0; an llm.c
 # header whose head count differs from the model's is refused naming both. The
-# one-stage trainer (PLAN/reference) and the pipeline executor (PLAN) alike.
+# one-stage trainer (PLAN/reference) and the pipeline executor (PLAN) alike. A NaN or
+# Inf in a checkpoint is refused naming the tensor (issue 24).
 #   ckpt_meta.sh PD2BWC PD2BWRUN
 set -u
 PD2BWC=$1
@@ -77,4 +78,34 @@ for kind in one-stage pipeline; do
     'gpt2_nh4.bin: offset 20: the llm.c header has NH=4 attention heads (head size 4), the model 2 (head size 8' \
     train "$dir" 1 --init "$T/gpt2_nh4.bin"
 done
+# A NaN or an infinity in a checkpoint is refused naming the file, the tensor and the
+# element (issue 24): --resume and --init (pd2bw's and llm.c's formats) and pd2bw-export,
+# which exported it with exit 0; training it said only "training diverged".
+EXPORT=$(dirname "$RUN")/pd2bw-export
+train "$T/one" 2 --save "$T/good.st" >/dev/null 2>&1 || bad "one-stage: 2 steps with --save"
+"$EXPORT" "$T/good.st" --heads 2 --llmc "$T/good.llmc.bin" >/dev/null 2>&1 || bad "export of good.st"
+python3 - "$T/good.st" "$T/nan.st" "$T/inf.st" "$T/good.llmc.bin" "$T/nan.llmc.bin" <<'PY'
+import json, struct, sys
+good, nan_st, inf_st, llmc, nan_llmc = sys.argv[1:]
+b = bytearray(open(good, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+at = 8 + n + h["lnf_w"]["data_offsets"][0] + 4 * 3  # element 3 of the final layer norm's weight
+for path, x in ((nan_st, float("nan")), (inf_st, float("-inf"))):
+    c = bytearray(b)
+    c[at:at + 4] = struct.pack("<f", x)
+    open(path, "wb").write(c)
+m = bytearray(open(llmc, "rb").read())
+m[1024 + 4 * 5:1024 + 4 * 6] = struct.pack("<f", float("nan"))  # wte, element 5
+open(nan_llmc, "wb").write(m)
+PY
+expect "--resume of a NaN checkpoint" 1 'nan.st: tensor "lnf_w": element 3 is NaN' train "$T/one" 4 --resume "$T/nan.st"
+expect "--init of an Inf checkpoint" 1 'inf.st: tensor "lnf_w": element 3 is infinite' train "$T/one" 4 --init "$T/inf.st"
+expect "pipeline --resume of a NaN checkpoint" 1 'nan.st: tensor "lnf_w": element 3 is NaN' \
+  train "$T/p" 4 --resume "$T/nan.st"
+expect "--init of a NaN llm.c file" 1 'nan.llmc.bin: parameter "wte" (llm.c tensor #0.*element 5 is NaN' \
+  train "$T/one" 4 --init "$T/nan.llmc.bin"
+expect "pd2bw-export of a NaN checkpoint" 1 'nan.st: tensor "lnf_w": element 3 is NaN' \
+  "$EXPORT" "$T/nan.st" --heads 2 --llmc "$T/nan-out.bin"
+[ ! -e "$T/nan-out.bin" ] || bad "pd2bw-export left nan-out.bin behind"
 finish

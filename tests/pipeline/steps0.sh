@@ -64,5 +64,5 @@ PY
   then ok "$m: --init CKPT --steps 0 --save writes CKPT's weights"; else bad "$m: --init --steps 0 weights"; fi
 done
 if out=$("$RUN" "$T/p" --data "$T/train.bin" --steps -1 2>&1); then bad "--steps -1 accepted"
-else grep -q "non-negative integer" <<<"$out" && ok "--steps -1 refused: $out" || bad "--steps -1 message: $out"; fi
+else grep -q "steps needs an integer from 0 to" <<<"$out" && ok "--steps -1 refused: $out" || bad "--steps -1 message: $out"; fi
 finish

@@ -99,7 +99,13 @@ check "2bw's delayed update changes the losses" test "$(fields "$T/s1-2bw.jsonl"
 expect_error "no plan" "plan.json" "$T/nope" --data "$T/train.bin" --steps 1
 expect_error "no data flag" "--data FILE is required" "$T/plan" --steps 1
 expect_error "no steps" "--steps N is required" "$T/plan" --data "$T/train.bin"
-expect_error "bad steps" "non-negative integer" "$T/plan" --data "$T/train.bin" --steps x
+expect_error "bad steps" "--steps needs an integer from 0 to 4611686018427387903, got 'x'" "$T/plan" --data "$T/train.bin" --steps x
+# every numeric flag's message names its range (issue 24, item 7)
+expect_error "threads 0" "--threads needs an integer from 1 to 4096, got '0'" "$T/plan" --data "$T/train.bin" --steps 1 --threads 0
+expect_error "threads=0" "--threads needs an integer from 1 to 4096, got '0'" "$T/plan" --data "$T/train.bin" --steps 1 --threads=0
+expect_error "eval-batches 0" "--eval-batches needs an integer from 1 to 1073741824" "$T/plan" --data "$T/train.bin" --steps 1 --eval-batches 0
+expect_error "seed -1" "--seed needs an integer from 0 to 18446744073709551615" "$T/plan" --data "$T/train.bin" --steps 1 --seed -1
+expect_error "timeout 0" "--timeout needs a number above 0 and at most 1e6, got '0'" "$T/plan" --data "$T/train.bin" --steps 1 --timeout 0
 expect_error "missing data file" "missing.bin" "$T/plan" --data "$T/missing.bin" --steps 1
 expect_error "unknown option" "unknown or incomplete option" "$T/plan" --data "$T/train.bin" --steps 1 --frobnicate
 printf '\x01\x00' >"$T/tiny.bin"
