@@ -403,7 +403,7 @@ static void emit_op(Emit *e, const Op *op) {
   OpDest d = {.y = y, .Y = cc_ptr(e, y)};
   describe(e, op);
   /* An op that must accumulate but cannot computes into its scratch temporary. */
-  d.via_temp = cc_acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  d.via_temp = cc_acc(e, y) && e->L->place[y].alias < 0 && !op_has(op->kind, OPF_ACCUMULATES);
   if (d.via_temp) d.Y = acc_temp(e, op);
   d.A = cc_acc(e, y) ? 1 : 0;
   switch (op->kind) {

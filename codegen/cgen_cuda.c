@@ -268,7 +268,7 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
  * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
 bool cu_bf16_operand(const CuEmit *e, const Op *op, int i) {
   OpKind k = op->kind;
-  if (k == OP_LINEAR || k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) return i < 2;
+  if (op_has(k, OPF_GEMM)) return i < 2;
   return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
 }
 

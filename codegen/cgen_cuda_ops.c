@@ -490,7 +490,7 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
 static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   int y = op->out[0];
   OpDest d = {.y = y, .Y = cu_tensor(e, y), .bias_done = bias_done};
-  d.via_temp = acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  d.via_temp = acc(e, y) && e->L->place[y].alias < 0 && !op_has(op->kind, OPF_ACCUMULATES);
   if (d.via_temp) d.Y = acc_temp(e, op);
   d.A = acc(e, y) ? 1 : 0;
   switch (op->kind) {
