@@ -131,8 +131,6 @@ CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, 
  * emits ops[k] alone). `bias_lead` >= 0: ops[k] is a linear with a bias whose GEMM
  * was already emitted, and the kernel starts by adding the bias in place. */
 int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead);
-/* An op kind cu_fuse_from may put in a chain. */
-bool cu_fusible_kind(const Graph *g, const Op *op);
 
 /* cgen_cuda_epilogue.c (with e->o->gemm_epilogues): emits ops[k] as a GEMM with a
  * cuBLASLt epilogue when it starts one of the file's patterns, marking the ops it
