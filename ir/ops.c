@@ -300,6 +300,18 @@ void op_grad_RELU(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_RELU_BWD, in, 2, NULL, gname(g, op->in[0]));
 }
 
+bool op_shape_SILU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
+OpCost op_cost_SILU(COST_ARGS) {
+  double n = numel(T(op->out[0]), b);
+  return (OpCost){5.0 * n, 8.0 * n};
+}
+void op_grad_SILU(GRAD_ARGS) {
+  din[0] = -1;
+  if (dout[0] < 0 || !wants(g, op, 0)) return;
+  int in[] = {dout[0], op->in[0]};
+  din[0] = emit1(g, op, OP_SILU_BWD, in, 2, NULL, gname(g, op->in[0]));
+}
+
 bool op_shape_SOFTMAX(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
 OpCost op_cost_SOFTMAX(COST_ARGS) {
   double n = numel(T(op->out[0]), b);

@@ -57,6 +57,24 @@ PK_API void PK(relu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64
   for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0;
 }
 
+/* SiLU: x·σ(x) = x / (1 + e^(-x)), one exp per element (PK_EXPV, finite: no
+ * inf·0 for large |x|). One element, as silu_fwd and fused loops compute it. */
+static inline PK_REAL PK(silu_)(PK_REAL v) { return v / (1 + PK_EXPV(-v)); }
+
+PK_API void PK(silu_fwd)(PK_REAL *y, const PK_REAL *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) y[i] = PK(silu_)(x[i]);
+}
+
+/* dx = dy·σ·(1 + x·(1 - σ)), PyTorch's form. */
+PK_API void PK(silu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) {
+    PK_REAL s = 1 / (1 + PK_EXPV(-x[i]));
+    dx[i] = dy[i] * s * (1 + x[i] * (1 - s));
+  }
+}
+
 /* Softmax over each row of N (max-subtracted, so large logits do not overflow). */
 PK_API void PK(softmax_fwd)(PK_REAL *y, const PK_REAL *x, int64_t M, int N) {
   PK_OMP(omp parallel for schedule(static) if (M * N >= PK_PAR_MIN))

@@ -53,6 +53,8 @@ typedef enum PkcLaunchKind {
   X(pkc_gelu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_relu_fwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_relu_bwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_silu_fwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_silu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_softmax_fwd_f32, PKC_ROW)           /* M */ \
   X(pkc_softmax_bwd_f32, PKC_ROW)           /* M */ \
   X(pkc_dropout_fwd_f32, PKC_ELEM)          /* (n+3)/4 */ \

@@ -44,6 +44,17 @@ __global__ void pkc_relu_bwd_f32(float *dx, const float *dy, const float *x, pkc
   pkc_map2(dx, dy, x, n, [](float g, float v) { return v > 0 ? g : 0.0f; });
 }
 
+__global__ void pkc_silu_fwd_f32(float *y, const float *x, pkc_i64 n) {
+  pkc_map1(y, x, n, [](float v) { return pkc_silu_(v); });
+}
+
+__global__ void pkc_silu_bwd_f32(float *dx, const float *dy, const float *x, pkc_i64 n) {
+  pkc_map2(dx, dy, x, n, [](float g, float v) {
+    float s = 1.0f / (1.0f + expf(-v));
+    return g * s * (1.0f + v * (1.0f - s));
+  });
+}
+
 /* Row kernel: softmax over each row of N, max-subtracted. */
 __global__ void pkc_softmax_fwd_f32(float *y, const float *x, pkc_i64 M, int N) {
   __shared__ float sh[PKC_MAX_BLOCK];

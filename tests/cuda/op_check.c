@@ -401,6 +401,18 @@ static void check_activations(Ctx *c) {
   LAUNCH(c, "pkc_relu_bwd_f32", n, &dy, &dg, &dx, &n);
   pk_relu_bwd_f32(r, g, x, n);
   oc_check_vec(c, "relu_bwd", dy, r, n, 0);
+  float far[2] = {-100, 100}; /* SiLU far out: 0 and x, never inf·0 */
+  DevPtr dfar = oc_up(c, far, 2 * 4);
+  long long two = 2;
+  LAUNCH(c, "pkc_silu_fwd_f32", two, &dy, &dfar, &two);
+  pk_silu_fwd_f32(r, far, two);
+  oc_check_vec(c, "silu_fwd.far", dy, r, two, 1e-6);
+  LAUNCH(c, "pkc_silu_fwd_f32", n, &dy, &dx, &n);
+  pk_silu_fwd_f32(r, x, n);
+  oc_check_vec(c, "silu_fwd", dy, r, n, 1e-5);
+  LAUNCH(c, "pkc_silu_bwd_f32", n, &dy, &dg, &dx, &n);
+  pk_silu_bwd_f32(r, g, x, n);
+  oc_check_vec(c, "silu_bwd", dy, r, n, 1e-5);
   free(x), free(g), free(r);
 }
 

@@ -78,6 +78,12 @@ static void test_pointwise_and_norm(void) {
   pk_relu_fwd_f64(y.d, x.d, y.n);
   pk_relu_fwd_f32(y.f, x.f, y.n);
   AGREE("relu_fwd", y.f, y.d, y.n);
+  pk_silu_fwd_f64(y.d, x.d, y.n);
+  pk_silu_fwd_f32(y.f, x.f, y.n);
+  AGREE("silu_fwd", y.f, y.d, y.n);
+  pk_silu_bwd_f64(d.d, g.d, x.d, d.n);
+  pk_silu_bwd_f32(d.f, g.f, x.f, d.n);
+  AGREE("silu_bwd", d.f, d.d, d.n);
   pk_softmax_fwd_f64(y.d, x.d, BT, C);
   pk_softmax_fwd_f32(y.f, x.f, BT, C);
   AGREE("softmax_fwd", y.f, y.d, y.n);

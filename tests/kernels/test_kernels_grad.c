@@ -218,16 +218,17 @@ static void test_layernorm(void) {
   free(c.x), free(c.gamma), free(c.beta), free(c.g), free(c.y), free(one), free(zero);
 }
 
-/* ---- gelu, relu, softmax --------------------------------------------------------- */
+/* ---- gelu, relu, softmax, silu --------------------------------------------------- */
 typedef struct {
   double *x, *g, *y;
-  int kind; /* 0 gelu, 1 relu, 2 softmax */
+  int kind; /* 0 gelu, 1 relu, 2 softmax, 3 silu */
 } ActCtx;
 static double act_loss(void *p) {
   ActCtx *c = p;
   if (c->kind == 0) pk_gelu_fwd_f64(c->y, c->x, BT * C);
   if (c->kind == 1) pk_relu_fwd_f64(c->y, c->x, BT * C);
   if (c->kind == 2) pk_softmax_fwd_f64(c->y, c->x, BT, C);
+  if (c->kind == 3) pk_silu_fwd_f64(c->y, c->x, BT * C);
   return kc_dot(c->g, c->y, BT * C);
 }
 static void test_activations(void) {
@@ -245,6 +246,18 @@ static void test_activations(void) {
   act_loss(&c);
   pk_softmax_bwd_f64(dx, c.g, c.y, BT, C);
   KC_CHECK_GRAD("softmax dx", c.x, BT * C, dx, act_loss, &c);
+  c.kind = 3;
+  pk_silu_bwd_f64(dx, c.g, c.x, BT * C);
+  KC_CHECK_GRAD("silu dx", c.x, BT * C, dx, act_loss, &c);
+  /* SiLU's value at known points: silu(1) = 1/(1 + e^-1); far out, x or 0 (no NaN). */
+  double xs[3] = {1, -100, 100}, ys[3], gs[3] = {1, 1, 1}, ds[3];
+  pk_silu_fwd_f64(ys, xs, 3);
+  pk_silu_bwd_f64(ds, gs, xs, 3);
+  EXPECT_NEAR(ys[0], 0.7310585786300049, 1e-14, 0);
+  EXPECT_NEAR(ys[1], 0, 0, 1e-30);
+  EXPECT_NEAR(ys[2], 100, 1e-14, 0);
+  EXPECT_NEAR(ds[1], 0, 0, 1e-30);
+  EXPECT_NEAR(ds[2], 1, 1e-14, 0);
   /* GELU's value at a known point: gelu(1) = 0.5·(1 + tanh(√(2/π)·1.044715)). */
   double one = 1, y1;
   pk_gelu_fwd_f64(&y1, &one, 1);
