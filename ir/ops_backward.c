@@ -61,6 +61,25 @@ OpCost op_cost_LAYERNORM_BWD(COST_ARGS) {
   double n = numel(IN(1), b);
   return (OpCost){16.0 * n, 16.0 * n};
 }
+bool op_shape_RMSNORM_DGAMMA(SHAPE_ARGS) {
+  (void)err, (void)errlen;
+  out[0] = shape1(last_dim(IN(1)));
+  odt[0] = DT_F32;
+  return true;
+}
+OpCost op_cost_RMSNORM_DGAMMA(COST_ARGS) {
+  double n = numel(IN(1), b);
+  return (OpCost){5.0 * n, 4.0 * (2 * n + last_dim(IN(1)))};
+}
+bool op_shape_RMSNORM_BWD(SHAPE_ARGS) {
+  (void)err, (void)errlen;
+  same_as(g, op, out, odt, 0, 1);
+  return true;
+}
+OpCost op_cost_RMSNORM_BWD(COST_ARGS) {
+  double n = numel(IN(1), b);
+  return (OpCost){8.0 * n, 4.0 * (3 * n + numel(IN(2), b))};
+}
 /* dy-shaped outputs: gelu_bwd, relu_bwd, silu_bwd, softmax_bwd, dropout_bwd, cross_entropy_bwd */
 static bool same_as_in1(SHAPE_ARGS) {
   (void)err, (void)errlen;

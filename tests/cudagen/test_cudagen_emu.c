@@ -378,20 +378,22 @@ static void test_bert(void) {
   arena_destroy(a);
 }
 
-/* The ops Llama-family models add, in tests/cudagen/swiglu.model: silu in a SwiGLU
- * product (stored for its gradient) and in a fused chain with a residual add (the
- * stage's own kernel must hold it), and through the library kernels (unfused),
- * forward and backward. Targets in [0, 16) = [0, classes). */
-static void test_swiglu(void) {
+/* The ops Llama-family models add, in tests/cudagen/llama_ops.model: rmsnorm (its
+ * dx and its gain's gradient), silu in a SwiGLU product (stored for its gradient) and
+ * in a fused chain with a residual add (the stage's own kernel must hold it), and
+ * through the library kernels (unfused), forward and backward. Targets in [0, 16) =
+ * [0, classes). */
+static void test_llama_ops(void) {
   for (int fuse = 0; fuse <= 1; fuse++) {
     Arena *a = arena_create();
     Diag d;
     diag_init(&d, stderr);
-    Graph *g = frontend_load_model(a, &d, "tests/cudagen/swiglu.model", NULL, 0);
+    Graph *g = frontend_load_model(a, &d, "tests/cudagen/llama_ops.model", NULL, 0);
     EXPECT(g != NULL);
     PassOptions po = {.print_after = NULL, .print_to = stdout, .verify = true};
     if (g && passes_run(g, &d, &po)) {
       EXPECT(has_op(g, OP_SILU) && has_op(g, OP_SILU_BWD));
+      EXPECT(has_op(g, OP_RMSNORM) && has_op(g, OP_RMSNORM_BWD) && has_op(g, OP_RMSNORM_DGAMMA));
       fused_must_hold = "silu(op ";
       check_stage(g, 0, g->nregions - 1, 3, 5, fuse, 16);
       fused_must_hold = NULL;
@@ -402,7 +404,7 @@ static void test_swiglu(void) {
 }
 
 int main(void) {
-  RUN(test_swiglu);
+  RUN(test_llama_ops);
   RUN(test_whole_model);
   RUN(test_last_stage);
   RUN(test_bert);

@@ -218,6 +218,37 @@ static void test_layernorm(void) {
   free(c.x), free(c.gamma), free(c.beta), free(c.g), free(c.y), free(one), free(zero);
 }
 
+/* ---- rmsnorm ------------------------------------------------------------------ */
+typedef struct {
+  double *x, *gamma, *g, *y;
+} RmsCtx;
+static double rms_loss(void *p) {
+  RmsCtx *c = p;
+  pk_rmsnorm_fwd_f64(c->y, c->x, c->gamma, BT, C, 1e-6);
+  return kc_dot(c->g, c->y, BT * C);
+}
+static void test_rmsnorm(void) {
+  RmsCtx c = {kc_alloc(BT * C), kc_alloc(C), kc_alloc(BT * C), kc_alloc(BT * C)};
+  kc_fill(c.x, BT * C, 0.1, 2);
+  kc_fill(c.gamma, C, 0.5, 1.5);
+  kc_fill(c.g, BT * C, 0.1, 1);
+  double *dx = kc_alloc(BT * C), *dg = kc_alloc(C), *dg2 = kc_alloc(C);
+  pk_rmsnorm_bwd_f64(dx, c.g, c.x, c.gamma, BT, C, 1e-6);
+  KC_CHECK_GRAD("rmsnorm dx", c.x, BT * C, dx, rms_loss, &c);
+  pk_rmsnorm_dgamma_f64(dg, c.g, c.x, BT, C, 1e-6, 0);
+  KC_CHECK_GRAD("rmsnorm dgamma", c.gamma, C, dg, rms_loss, &c);
+  for (int i = 0; i < C; i++) dg2[i] = 0.25;
+  pk_rmsnorm_dgamma_f64(dg2, c.g, c.x, BT, C, 1e-6, 1); /* accumulate: adds onto 0.25 */
+  for (int i = 0; i < C; i++) EXPECT_NEAR(dg2[i], dg[i] + 0.25, 1e-14, 1e-14);
+  /* Hugging Face's LlamaRMSNorm of [1, 2, 3, 4], weight [1, 0.5, 2, 1], eps 1e-6:
+   * x·rsqrt(7.5 + 1e-6)·weight. */
+  double x4[4] = {1, 2, 3, 4}, w4[4] = {1, 0.5, 2, 1}, y4[4];
+  const double want[4] = {0.3651483473268884, 0.3651483473268884, 2.1908900839613303, 1.4605933893075536};
+  pk_rmsnorm_fwd_f64(y4, x4, w4, 1, 4, 1e-6);
+  for (int i = 0; i < 4; i++) EXPECT_NEAR(y4[i], want[i], 1e-15, 0);
+  free(c.x), free(c.gamma), free(c.g), free(c.y), free(dx), free(dg), free(dg2);
+}
+
 /* ---- gelu, relu, softmax, silu --------------------------------------------------- */
 typedef struct {
   double *x, *g, *y;
@@ -371,6 +402,7 @@ int main(void) {
   RUN(test_matmul);
   RUN(test_elementwise);
   RUN(test_layernorm);
+  RUN(test_rmsnorm);
   RUN(test_activations);
   RUN(test_dropout);
   RUN(test_gather);
