@@ -203,7 +203,7 @@ static void emit_lookup(Emit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* The dense layers: linear and matmul (GEMMs), their weight gradients and the bias gradient. */
+/* The dense layers: linear and matmul (GEMMs) and their weight gradients. */
 static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
   Str *s = e->s;
   int y = d->y;
@@ -226,10 +226,6 @@ static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
     str_printf(s, "  K(linear_dw)(%s, %s, %s, %lld, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
                cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
                (long long)cc_lastd(e, op->in[1]), A);
-    break;
-  case OP_BIAS_GRAD:
-    str_printf(s, "  K(bias_grad)(%s, %s, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]), A);
     break;
   case OP_MATMUL_DW_T: /* dW[N,K] = dy[M,N]ᵀ·x[M,K] */
     str_printf(s, "  K(matmul_db)(%s, %s, %s, %lld, %lld, %lld, 0, 1, %d);\n", Y, cc_ptr(e, op->in[1]),

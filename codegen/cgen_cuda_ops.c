@@ -278,7 +278,7 @@ static void emit_lookup(CuEmit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* The dense layers: linear and matmul (GEMMs), their weight gradients and the bias gradient. */
+/* The dense layers: linear and matmul (GEMMs) and their weight gradients. */
 static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
   CuPtr Y = d->Y;
@@ -307,10 +307,6 @@ static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
          ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
-  case OP_BIAS_GRAD:
-    LAUNCH(e, id, "pkc_bias_grad_f32", lastd(e, op->in[0]), PP(Y), P(e, op->in[0]), I64(rows(e, op->in[0])),
-           I32(lastd(e, op->in[0])), I32(A));
-    break;
   case OP_MATMUL_DW_T: { /* dW[N,K] (+)= dy[M,N]ᵀ·x[M,K] */
     int64_t M = rows(e, op->in[1]), K = lastd(e, op->in[1]), N = lastd(e, op->in[0]);
     gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),

@@ -152,7 +152,7 @@ typedef enum OpFamily {
   OPFAM_ROWS,        /* generic: kernel(y, in..., rows, C, attrs... [, accumulate]) over
                         in[0]'s rows of its last dim C */
   OPFAM_LOOKUP,      /* ids select rows: embedding, positions, gather (and gradients) */
-  OPFAM_DENSE,       /* GEMMs and the bias gradient */
+  OPFAM_DENSE,       /* GEMMs */
   OPFAM_ELEMENTWISE, /* add, scale, dropout, reshape: element ops with special lowering */
   OPFAM_NORM,        /* layernorm and its gradient */
   OPFAM_ATTENTION,   /* attention and its gradient */
