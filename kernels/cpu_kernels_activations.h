@@ -1,5 +1,5 @@
 /* kernels/cpu_kernels_activations.h — the CPU kernels of the elementwise and
- * row-wise nonlinearities, gelu, relu and softmax; of dropout, the random op (its
+ * row-wise nonlinearities, gelu, relu, silu and softmax; of dropout, the random op (its
  * mask from philox.h through pk_keep_); and of gather, which picks rows by position.
  *
  * A part of kernels/cpu_kernels.h, not a header of its own: cpu_kernels.h includes it

@@ -1,6 +1,6 @@
 /* kernels/cpu_kernels_layers.h — the CPU kernels of the ops that hold weights and of
  * the arithmetic between them: embedding and positions (rows of a table), linear and
- * matmul (through PK(gemm)), add, mul and scale, layernorm.
+ * matmul (through PK(gemm)), add, mul and scale, layernorm and rmsnorm.
  *
  * A part of kernels/cpu_kernels.h, not a header of its own: cpu_kernels.h includes it
  * inside each instantiation (float32, float64), where PK(), PK_REAL and Part 1's

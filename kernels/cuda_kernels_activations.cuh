@@ -1,5 +1,5 @@
 /* kernels/cuda_kernels_activations.cuh — the CUDA kernels of the elementwise and row-wise
- * nonlinearities, gelu, relu and softmax; of dropout, the random op (its mask from
+ * nonlinearities, gelu, relu, silu and softmax; of dropout, the random op (its mask from
  * philox.h); and of gather, which picks rows by position.
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh

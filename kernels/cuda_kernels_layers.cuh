@@ -1,7 +1,7 @@
 /* kernels/cuda_kernels_layers.cuh — the CUDA kernels of the ops that hold weights and of
  * the arithmetic between them: embedding and positions (rows of a table), add, mul
  * and scale, the bias of a linear and its gradient (the GEMMs themselves are cuBLAS
- * calls), layernorm.
+ * calls), layernorm and rmsnorm.
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
  * includes it inside its extern "C" block, after the 128-bit maps (pkc_map1,
