@@ -10,8 +10,9 @@
  *      kernel call (or one fused loop) per op, every shape and offset a literal;
  *   5. the exported entry points (cgen_c_entry.c).
  *
- * Ops map to kernels through one switch (emit_op), to one emitter per op family;
- * -Wswitch-enum makes a new op kind a compile error here until it has its call.
+ * Ops map to kernels by the table's op family (emit_op): an op of a generic family
+ * (OPFAM_MAP, OPFAM_ROWS) is the call cgen_lower.h derives from its ops.def row; the
+ * others have one emitter per family here, switching over their own kinds.
  * Gradient accumulation follows the layout: an output placed with `accumulate` is
  * added into (kernel flag, or an axpy from the op's scratch temporary), and an add
  * whose inputs were all accumulated onto its output emits nothing.
@@ -20,6 +21,7 @@
  * (cgen_c_fuse.c), tried before emit_op at each op.
  */
 #include "codegen/cgen_c_internal.h"
+#include "codegen/cgen_lower.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -201,7 +203,7 @@ static void emit_lookup(Emit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* The dense layers: linear and matmul (GEMMs), their weight gradients and the bias gradient. */
+/* The dense layers: linear and matmul (GEMMs) and their weight gradients. */
 static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
   Str *s = e->s;
   int y = d->y;
@@ -225,10 +227,6 @@ static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
                cc_ptr(e, op->in[1]), (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]),
                (long long)cc_lastd(e, op->in[1]), A);
     break;
-  case OP_BIAS_GRAD:
-    str_printf(s, "  K(bias_grad)(%s, %s, %lld, %lld, %d);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)rows(e, op->in[0]), (long long)cc_lastd(e, op->in[0]), A);
-    break;
   case OP_MATMUL_DW_T: /* dW[N,K] = dy[M,N]ᵀ·x[M,K] */
     str_printf(s, "  K(matmul_db)(%s, %s, %s, %lld, %lld, %lld, 0, 1, %d);\n", Y, cc_ptr(e, op->in[1]),
                cc_ptr(e, op->in[0]), (long long)rows(e, op->in[1]), (long long)cc_lastd(e, op->in[1]),
@@ -239,7 +237,7 @@ static void emit_dense(Emit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* Element for element: add, mul, scale, gelu, relu, dropout (and their gradients) and reshape. */
+/* Element for element, lowered by hand: add, scale, dropout (and its gradient) and reshape. */
 static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
   const Graph *g = e->g;
   Str *s = e->s;
@@ -268,10 +266,6 @@ static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
                  cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)cc_lastd(e, y));
     }
     break;
-  case OP_MUL:
-    str_printf(s, "  K(mul_fwd)(%s, %s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]),
-               (long long)cc_numel(e, y));
-    break;
   case OP_SCALE:
     if (A && !via_temp) {
       if (!folded_into(e, op->in[0], y))
@@ -282,35 +276,23 @@ static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
                  (long long)cc_numel(e, y));
     }
     break;
-  case OP_GELU:
-    str_printf(s, "  K(gelu_fwd)(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), (long long)cc_numel(e, y));
-    break;
-  case OP_RELU:
-    str_printf(s, "  K(relu_fwd)(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]), (long long)cc_numel(e, y));
-    break;
   case OP_DROPOUT:
   case OP_DROPOUT_BWD:
-    rng(e, r, sizeof r, op->kind == OP_DROPOUT ? op->id : op->fwd_op);
-    str_printf(s, "  K(%s)(%s, %s, %lld, %s, %s);\n",
-               op->kind == OP_DROPOUT ? "dropout_fwd" : "dropout_bwd", Y, cc_ptr(e, op->in[0]),
-               (long long)cc_numel(e, y), cc_pexpr(op->attr[0]), r);
+    rng(e, r, sizeof r, op_rng_stream(op));
+    str_printf(s, "  K(%s)(%s, %s, %lld, %s, %s);\n", op_info[op->kind].kernel, Y, cc_ptr(e, op->in[0]),
+               (long long)cc_numel(e, y), cc_pexpr(op_rng_p(op)), r);
     break;
   case OP_RESHAPE:
     str_printf(s, "  memmove(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]),
                (long long)(e->L->place[y].bytes * (g->tensors[y].dtype == DT_I32 ? 1 : e->rs)));
-    break;
-  case OP_GELU_BWD:
-  case OP_RELU_BWD:
-    str_printf(s, "  K(%s)(%s, %s, %s, %lld);\n", op->kind == OP_GELU_BWD ? "gelu_bwd" : "relu_bwd",
-               Y, cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), (long long)cc_numel(e, y));
     break;
   default:
     PD_CHECK(false, "(op %s is not of emit_elementwise's family)", op_info[op->kind].name);
   }
 }
 
-/* Row reductions: layernorm and softmax, and their gradients. */
-static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
+/* Layernorm and its gradient. */
+static void emit_norm(Emit *e, const Op *op, const OpDest *d) {
   Str *s = e->s;
   int y = d->y;
   const char *Y = d->Y;
@@ -319,10 +301,6 @@ static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
     str_printf(s, "  K(layernorm_fwd)(%s, NULL, %s, %s, %s, %lld, %lld, (R)%.17g);\n", Y,
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]), (long long)rows(e, y),
                (long long)cc_lastd(e, y), op->attr[0]);
-    break;
-  case OP_SOFTMAX:
-    str_printf(s, "  K(softmax_fwd)(%s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-               (long long)rows(e, y), (long long)cc_lastd(e, y));
     break;
   case OP_LAYERNORM_BWD: {
     int dg = op->out[1], db = op->out[2];
@@ -336,12 +314,8 @@ static void emit_rows(Emit *e, const Op *op, const OpDest *d) {
                (long long)rows(e, y), (long long)cc_lastd(e, y), op->attr[0], la);
     break;
   }
-  case OP_SOFTMAX_BWD:
-    str_printf(s, "  K(softmax_bwd)(%s, %s, %s, %lld, %lld);\n", Y, cc_ptr(e, op->in[0]),
-               cc_ptr(e, op->in[1]), (long long)rows(e, y), (long long)cc_lastd(e, y));
-    break;
   default:
-    PD_CHECK(false, "(op %s is not of emit_rows's family)", op_info[op->kind].name);
+    PD_CHECK(false, "(op %s is not of emit_norm's family)", op_info[op->kind].name);
   }
 }
 
@@ -357,7 +331,7 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
     int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
     const Shape *q = &g->tensors[qkv].shape;
     int64_t T = q->dim[1], C = cc_lastd(e, qkv) / 3, B = cc_numel(e, qkv) / (T * 3 * C);
-    rng(e, r, sizeof r, op->kind == OP_ATTENTION ? op->id : op->fwd_op);
+    rng(e, r, sizeof r, op_rng_stream(op));
     if (op->kind == OP_ATTENTION)
       str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
                  cc_ptr(e, op->out[1]), cc_ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
@@ -396,61 +370,45 @@ static void emit_loss(Emit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* One kernel call (or a few) per op, by op family: -Wswitch-enum keeps this switch
- * complete, each family's emitter holds its kinds' calls. */
+/* A generic family's op (cgen_lower.h): its kernel call, as the table gives it. */
+static void emit_generic(Emit *e, const Op *op, const OpDest *d) {
+  KernelCall c = cgen_lower_call(e->g, op, e->L->b, d->A);
+  str_printf(e->s, "  K(%s)(", c.kernel);
+  for (int i = 0; i < c.nargs; i++) {
+    const KArg *a = &c.arg[i];
+    if (i) str_printf(e->s, ", ");
+    switch (a->kind) {
+    case KARG_DEST: str_printf(e->s, "%s", d->Y); break;
+    case KARG_TENSOR: str_printf(e->s, "%s", cc_ptr(e, a->tensor)); break;
+    case KARG_I64:
+    case KARG_I32: str_printf(e->s, "%lld", (long long)a->value); break;
+    case KARG_REAL: str_printf(e->s, "(R)%.17g", a->value); break;
+    case KARG_FLAG: str_printf(e->s, "%d", (int)a->value); break;
+    }
+  }
+  str_printf(e->s, ");\n");
+}
+
+/* One kernel call (or a few) per op, by the table's op family: generic families
+ * lower through cgen_lower.h, the others through their family's emitter. */
 static void emit_op(Emit *e, const Op *op) {
   int y = op->out[0];
   OpDest d = {.y = y, .Y = cc_ptr(e, y)};
   describe(e, op);
   /* An op that must accumulate but cannot computes into its scratch temporary. */
-  d.via_temp = cc_acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  d.via_temp = cc_acc(e, y) && e->L->place[y].alias < 0 && !op_has(op->kind, OPF_ACCUMULATES);
   if (d.via_temp) d.Y = acc_temp(e, op);
   d.A = cc_acc(e, y) ? 1 : 0;
-  switch (op->kind) {
-  case OP_EMBEDDING:
-  case OP_POSITIONS:
-  case OP_GATHER:
-  case OP_EMBEDDING_BWD:
-  case OP_POSITIONS_BWD:
-  case OP_GATHER_BWD:
-    emit_lookup(e, op, &d);
-    break;
-  case OP_LINEAR:
-  case OP_MATMUL:
-  case OP_LINEAR_DW:
-  case OP_BIAS_GRAD:
-  case OP_MATMUL_DW_T:
-    emit_dense(e, op, &d);
-    break;
-  case OP_ADD:
-  case OP_MUL:
-  case OP_SCALE:
-  case OP_GELU:
-  case OP_RELU:
-  case OP_DROPOUT:
-  case OP_DROPOUT_BWD:
-  case OP_RESHAPE:
-  case OP_GELU_BWD:
-  case OP_RELU_BWD:
-    emit_elementwise(e, op, &d);
-    break;
-  case OP_LAYERNORM:
-  case OP_SOFTMAX:
-  case OP_LAYERNORM_BWD:
-  case OP_SOFTMAX_BWD:
-    emit_rows(e, op, &d);
-    break;
-  case OP_ATTENTION:
-  case OP_ATTENTION_BWD:
-    emit_attention(e, op, &d);
-    break;
-  case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_BWD:
-    emit_loss(e, op, &d);
-    break;
-  case OP_COUNT:
-    PD_CHECK(false, "(OP_COUNT is not an op)");
-    break;
+  switch (op_info[op->kind].family) {
+  case OPFAM_MAP:
+  case OPFAM_ROWS: emit_generic(e, op, &d); break;
+  case OPFAM_LOOKUP: emit_lookup(e, op, &d); break;
+  case OPFAM_DENSE: emit_dense(e, op, &d); break;
+  case OPFAM_ELEMENTWISE: emit_elementwise(e, op, &d); break;
+  case OPFAM_NORM: emit_norm(e, op, &d); break;
+  case OPFAM_ATTENTION: emit_attention(e, op, &d); break;
+  case OPFAM_LOSS: emit_loss(e, op, &d); break;
+  case OPFAM_COUNT: PD_CHECK(false, "(OPFAM_COUNT is not a family)"); break;
   }
   if (d.via_temp)
     str_printf(e->s, "  K(axpy)(%s, 1, %s, %lld);\n", cc_ptr(e, y), d.Y, (long long)cc_numel(e, y));

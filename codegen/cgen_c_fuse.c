@@ -1,23 +1,18 @@
 /* codegen/cgen_c_fuse.c — a C stage program's fused elementwise loops (CodegenOptions.fuse).
  *
- * A chain of elementwise ops — add (same shape or a bias vector), mul, scale, gelu,
- * relu, dropout and dropout's backward — where every intermediate has one consumer, is
- * in WORK and is not accumulated, becomes one loop; the intermediates are never stored.
+ * A chain of elementwise ops — those whose ops.def row gives an element expression
+ * (cgen_fusible: add with the same shape or a bias vector, mul, scale, gelu, relu,
+ * dropout and dropout's backward) — where every intermediate has one consumer, is in
+ * WORK and is not accumulated, becomes one loop; the intermediates are never stored.
  * Dropout inside a fused loop draws the same Philox element as the dropout kernel
  * (element e of the op's stream), so fused and unfused programs give the same bits of
  * mask. cgen_cuda_fuse.c fuses the same chains on the GPU. Kept apart from cgen_c.c
  * (one kernel call per op) because it writes loops, not calls.
  */
 #include "codegen/cgen_c_internal.h"
+#include "codegen/cgen_lower.h"
 
 #include <stdio.h>
-
-/* Elementwise ops a fused loop can express (the list the file comment names). */
-static bool fusible_kind(const Graph *g, const Op *op) {
-  OpKind k = op->kind;
-  if (k == OP_ADD || k == OP_MUL) return g->tensors[op->in[0]].dtype == DT_F32;
-  return k == OP_SCALE || k == OP_GELU || k == OP_RELU || k == OP_DROPOUT || k == OP_DROPOUT_BWD;
-}
 
 /* True when writing tensor `out` elementwise could clobber an element of `in` not
  * yet read: their bytes overlap but they do not start at the same place. */
@@ -45,9 +40,9 @@ static int chain_from(Emit *e, const int *ops, int nops, int k, int *chain, int 
     int c = ops[k + n];
     if (cgen_sole_consumer(e->g, e->L, t) != c || e->done[c] || g->ops[c].region != cur->region) break;
     const Op *nx = &g->ops[c];
-    if (!fusible_kind(g, nx) || cc_numel(e, nx->out[0]) != len || cc_acc(e, nx->out[0])) break;
+    if (!cgen_fusible(g, nx) || cc_numel(e, nx->out[0]) != len || cc_acc(e, nx->out[0])) break;
     if (cgen_needs_upcast(e->L, nx)) break; /* its upcast goes before it, not before the loop */
-    if (nx->kind == OP_ADD || nx->kind == OP_MUL) {
+    if (nx->nin == 2) {
       if (nx->in[0] == nx->in[1]) break;
       /* a bias vector is indexed i % N: the chained value must be the full operand */
       if (cc_numel(e, nx->in[0] == t ? nx->in[0] : nx->in[1]) != len) break;
@@ -91,10 +86,10 @@ static void emit_fused(Emit *e, const int *chain, int n) {
   bool any_rng = false;
   for (int k = 0; k < n; k++) {
     const Op *op = &g->ops[chain[k]];
-    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
+    if (op_masks_elements(op)) {
       any_rng = true;
-      str_printf(s, "    const uint64_t thr%d = pk_rng_threshold(%s);\n", k, cc_pexpr(op->attr[0]));
-      str_printf(s, "    const R ks%d = thr%d ? (R)(1.0 / (1.0 - %.17g)) : (R)1;\n", k, k, op->attr[0]);
+      str_printf(s, "    const uint64_t thr%d = pk_rng_threshold(%s);\n", k, cc_pexpr(op_rng_p(op)));
+      str_printf(s, "    const R ks%d = thr%d ? (R)(1.0 / (1.0 - %.17g)) : (R)1;\n", k, k, op_rng_p(op));
     }
   }
   str_printf(s, "    R *const y = %s;\n", cc_ptr(e, out));
@@ -104,12 +99,12 @@ static void emit_fused(Emit *e, const int *chain, int n) {
     str_printf(s, "    for (int64_t blk = 0; blk < %lld; blk++) {\n", (long long)((len + 3) / 4));
     for (int k = 0; k < n; k++) {
       const Op *op = &g->ops[chain[k]];
-      if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0)
+      if (op_masks_elements(op))
         str_printf(s,
                    "      const PhiloxCtr r%d = thr%d ? pk_rng_block(ctx->seed, ctx->rng_base + %du, ctx->microbatch,\n"
                    "                                                 (uint64_t)blk)\n"
                    "                                 : (PhiloxCtr){{0, 0, 0, 0}};\n",
-                   k, k, (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base);
+                   k, k, op_rng_stream(op) - e->rng_base);
     }
     str_printf(s, "      for (int j = 0; j < 4 && blk * 4 + j < %lld; j++) {\n        const int64_t i = blk * 4 + j;\n",
                (long long)len);
@@ -125,32 +120,18 @@ static void emit_fused(Emit *e, const int *chain, int n) {
     } else {
       snprintf(a, sizeof a, "v%d", prev);
     }
-    const char *x = a;
     char other[160];
-    if ((op->kind == OP_ADD || op->kind == OP_MUL) && k > 0) {
-      int oth = op->in[0] == g->ops[chain[k - 1]].out[0] ? op->in[1] : op->in[0];
+    if (op->nin == 2) { /* the operand that is not the chained value */
+      int oth = k > 0 && op->in[0] == g->ops[chain[k - 1]].out[0] ? op->in[1] : k > 0 ? op->in[0] : op->in[1];
       operand(e, other, sizeof other, oth, len);
-    } else if (op->kind == OP_ADD || op->kind == OP_MUL) {
-      operand(e, other, sizeof other, op->in[1], len);
     }
     str_printf(s, "%sconst R v%d = ", any_rng ? "        " : "      ", k);
-    if (op->kind == OP_ADD) {
-      str_printf(s, "%s + %s", x, other);
-    } else if (op->kind == OP_MUL) {
-      str_printf(s, "%s * %s", x, other);
-    } else if (op->kind == OP_SCALE) {
-      str_printf(s, "(R)%.17g * %s", op->attr[0], x);
-    } else if (op->kind == OP_RELU) {
-      str_printf(s, "%s > 0 ? %s : (R)0", x, x);
-    } else if (op->kind == OP_GELU) {
-      str_printf(s, "K(gelu_)(%s)", x); /* the kernel's own element function */
-    } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      /* the backward replays its forward's stream (r%d drawn above) */
-      str_printf(s, "(uint64_t)r%d.v[j] >= thr%d ? %s * ks%d : (R)0", k, k, x, k);
+    if (op_masks_elements(op)) { /* the backward replays its forward's stream (r%d drawn above) */
+      str_printf(s, "(uint64_t)r%d.v[j] >= thr%d ? ", k, k);
+      cgen_elem_print(s, CGEN_C, op, a, op->nin == 2 ? other : NULL);
+      str_printf(s, " * ks%d : (R)0", k);
     } else {
-      PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
-               op_info[op->kind].name);
-      str_printf(s, "%s", x);
+      cgen_elem_print(s, CGEN_C, op, a, op->nin == 2 ? other : NULL);
     }
     str_printf(s, ";\n");
     prev = k;
@@ -163,7 +144,7 @@ static void emit_fused(Emit *e, const int *chain, int n) {
 
 int cc_fuse_from(Emit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
-  if (!e->o->fuse || !fusible_kind(e->g, op) || cc_acc(e, op->out[0])) return 0;
+  if (!e->o->fuse || !cgen_fusible(e->g, op) || cc_acc(e, op->out[0])) return 0;
   int chain[16];
   int n = chain_from(e, ops, nops, k, chain, 16);
   if (n < 2) return 0;

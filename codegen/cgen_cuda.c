@@ -162,6 +162,17 @@ static bool in_library(const char *name) { return library_index(name) >= 0; }
 
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...) {
+  cJSON *arg[CU_MAX_ARGS];
+  PD_CHECK(nargs <= CU_MAX_ARGS, "(%s: %d arguments)", name, nargs);
+  va_list ap;
+  va_start(ap, nargs);
+  for (int i = 0; i < nargs; i++) arg[i] = va_arg(ap, cJSON *);
+  va_end(ap);
+  cu_launch_args(e, op, name, kind, items, block, nargs, arg);
+}
+
+void cu_launch_args(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block, int nargs,
+                    cJSON *const *arg) {
   cJSON *l = cJSON_CreateObject();
   cJSON_AddNumberToObject(l, "op", op - e->op_base);
   cJSON_AddStringToObject(l, "kernel", name);
@@ -170,10 +181,7 @@ void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, uns
   cJSON_AddNumberToObject(l, "block", block);
   cJSON_AddNumberToObject(l, "shared", 0); /* every kernel's shared memory is static */
   cJSON *args = cJSON_AddArrayToObject(l, "args");
-  va_list ap;
-  va_start(ap, nargs);
-  for (int i = 0; i < nargs; i++) cJSON_AddItemToArray(args, va_arg(ap, cJSON *));
-  va_end(ap);
+  for (int i = 0; i < nargs; i++) cJSON_AddItemToArray(args, arg[i]);
   cJSON_AddItemToArray(e->list, l);
   add_kernel_name(e, name);
 }
@@ -268,7 +276,7 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
  * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
 bool cu_bf16_operand(const CuEmit *e, const Op *op, int i) {
   OpKind k = op->kind;
-  if (k == OP_LINEAR || k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) return i < 2;
+  if (op_has(k, OPF_GEMM)) return i < 2;
   return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
 }
 

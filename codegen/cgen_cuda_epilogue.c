@@ -26,6 +26,7 @@
  * last dimension divisible by 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD must be).
  */
 #include "codegen/cgen_cuda_internal.h"
+#include "codegen/cgen_lower.h"
 
 #include <string.h>
 
@@ -127,7 +128,7 @@ static int linear_forward(CuEmit *e, const int *ops, int nops, int k) {
     }
   }
   /* a chain that reads the output adds the bias for free (cu_fuse_from's bias lead) */
-  if (e->o->fuse && ge && !e->done[ge->id] && cu_fusible_kind(e->g, ge) && reads(ge, y))
+  if (e->o->fuse && ge && !e->done[ge->id] && cgen_fusible(e->g, ge) && reads(ge, y))
     return 0;
   gemm_with(e, op, GEMM_EPI_BIAS, NONE, bias, 0, NONE, 0);
   return 1;

@@ -1,8 +1,8 @@
 /* codegen/cgen_cuda_fuse.c — the stage's own kernels: fused elementwise chains.
  *
- * The chains are cgen_c_fuse.c's (the same rule, so the two programs agree on what is
- * stored): consecutive ops of one region among add (same shape or a bias vector),
- * mul, scale, gelu, relu, dropout and dropout_bwd, where every intermediate has one
+ * The chains are cgen_c_fuse.c's (the same rule, cgen_fusible, so the two programs
+ * agree on what is stored): consecutive ops of one region among those whose ops.def
+ * row gives an element expression, where every intermediate has one
  * consumer, lives in WORK, is not accumulated and is not the loss; intermediates
  * stay in registers. One GPU addition: a linear with a bias is emitted as its GEMM
  * (beta 0) followed by a kernel that adds the bias in place — and that kernel then
@@ -36,6 +36,7 @@
  * (see Vec; tests/cuda/test_cuda_sass.c checks the SASS of the golden GPT's chains).
  */
 #include "codegen/cgen_cuda_internal.h"
+#include "codegen/cgen_lower.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +44,6 @@
 #include "kernels/cuda_kernel_list.h"
 
 #define MAX_CHAIN 16
-
-static bool fusible_kind(const Graph *g, const Op *op) {
-  OpKind k = op->kind;
-  if (k == OP_ADD || k == OP_MUL) return g->tensors[op->in[0]].dtype == DT_F32;
-  return k == OP_SCALE || k == OP_GELU || k == OP_RELU || k == OP_DROPOUT || k == OP_DROPOUT_BWD;
-}
-
-bool cu_fusible_kind(const Graph *g, const Op *op) { return fusible_kind(g, op); }
 
 static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
 
@@ -157,11 +150,11 @@ static int extend(CuEmit *e, const int *ops, int nops, int next, int region, int
     }
     int c = ops[next + n];
     const Op *nx = &g->ops[c];
-    if (e->done[c] || nx->region != region || !fusible_kind(g, nx)) break;
+    if (e->done[c] || nx->region != region || !cgen_fusible(g, nx)) break;
     if (cgen_needs_upcast(e->L, nx)) break; /* its upcast goes before it, not before the kernel */
     if (n > 0 ? cgen_sole_consumer(e->g, e->L, t) != c : !uses(nx, t)) break;
     if (cu_numel(e, nx->out[0]) != len || acc(e, nx->out[0])) break;
-    if ((nx->kind == OP_ADD || nx->kind == OP_MUL) && nx->in[0] == nx->in[1]) break;
+    if (nx->nin == 2 && nx->in[0] == nx->in[1]) break;
     chain[n++] = c;
   }
   return n;
@@ -201,34 +194,21 @@ static void emit_chain_body(CuEmit *e, const int *chain, int n, const Op *first,
       snprintf(x, sizeof x, "%s", prev);
     else
       operand(e, x, sizeof x, op->in[0], len, v, lead_y);
-    if (op->kind == OP_ADD || op->kind == OP_MUL) {
+    if (op->nin == 2) { /* the operand that is not the value in a register */
       int oth = prev && op->in[0] == in_chain ? op->in[1] : prev && op->in[1] == in_chain ? op->in[0] : op->in[1];
       operand(e, other, sizeof other, oth, len, v, lead_y);
     }
     str_printf(s, "%s    const float v%d = ", ind, i);
-    if (op->kind == OP_ADD) {
-      str_printf(s, "%s + %s", x, other);
-    } else if (op->kind == OP_MUL) {
-      str_printf(s, "%s * %s", x, other);
-    } else if (op->kind == OP_SCALE) {
-      str_printf(s, "(float)%.17g * %s", op->attr[0], x);
-    } else if (op->kind == OP_RELU) {
-      str_printf(s, "%s > 0 ? %s : 0.0f", x, x);
-    } else if (op->kind == OP_GELU) {
-      str_printf(s, "0.5f * %s * (1.0f + tanhf(PKC_GELU_K * (%s + PKC_GELU_A * %s * %s * %s)))", x, x, x, x, x);
-    } else if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      /* the backward replays its forward's stream */
+    if (op_masks_elements(op)) { /* the backward replays its forward's stream */
       if (v && v->lane >= 0) /* the quad's Philox block, drawn once (vec_open) */
-        str_printf(s, "(pkc_u64)rb%d.v[%d] >= thr%d ? %s * ks%d : 0.0f", i, v->lane, i, x, i);
+        str_printf(s, "(pkc_u64)rb%d.v[%d] >= thr%d ? ", i, v->lane, i);
       else
-        str_printf(s,
-                   "(pkc_u64)pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? "
-                   "%s * ks%d : 0.0f",
-                   (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base, i, x, i);
+        str_printf(s, "(pkc_u64)pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)i >> 2).v[i & 3] >= thr%d ? ",
+                   op_rng_stream(op) - e->rng_base, i);
+      cgen_elem_print(s, CGEN_CUDA, op, x, op->nin == 2 ? other : NULL);
+      str_printf(s, " * ks%d : 0.0f", i);
     } else {
-      PD_CHECK(op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD, "(op %s in a fused chain)",
-               op_info[op->kind].name);
-      str_printf(s, "%s", x); /* dropout with p = 0 */
+      cgen_elem_print(s, CGEN_CUDA, op, x, op->nin == 2 ? other : NULL);
     }
     str_printf(s, ";\n");
     snprintf(prevbuf, sizeof prevbuf, "v%d", i);
@@ -343,9 +323,9 @@ static void emit_chain_vec(CuEmit *e, const int *chain, int n, const Op *first, 
   }
   for (int i = 0; i < n; i++) {
     const Op *op = &g->ops[chain[i]];
-    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0)
+    if (op_masks_elements(op))
       str_printf(s, "    const PhiloxCtr rb%d = pk_rng_block(seed, rng_base + %du, microbatch, (pkc_u64)q);\n", i,
-                 (op->kind == OP_DROPOUT ? op->id : op->fwd_op) - e->rng_base);
+                 op_rng_stream(op) - e->rng_base);
   }
   str_printf(s, "    pkc_f4 w0, w1;\n    (void)w0;\n");
   Vec lane = *v;
@@ -375,7 +355,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     len = cu_numel(e, lead_y);
     n = extend(e, ops, nops, k + 1, first->region, lead_y, len, chain, 0);
   } else {
-    if (!fusible_kind(g, first) || acc(e, first->out[0])) return 0;
+    if (!cgen_fusible(g, first) || acc(e, first->out[0])) return 0;
     len = cu_numel(e, first->out[0]);
     chain[n++] = ops[k];
     /* extend looks at ops[next + n]: with ops[k] already the chain's first, the next
@@ -412,7 +392,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
   bool random = false; /* a dropout with p > 0: the kernel reads the microbatch key */
   for (int i = 0; i < n; i++) {
     const Op *op = &g->ops[chain[i]];
-    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) random = true;
+    if (op_masks_elements(op)) random = true;
   }
   char name[64];
   snprintf(name, sizeof name, "fused%d", e->nfused++); /* by place: stages may share the file */
@@ -430,8 +410,8 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
     str_printf(s, "  const pkc_u32 microbatch = training ? *mbkey : 0u;\n");
   for (int i = 0; i < n; i++) {
     const Op *op = &g->ops[chain[i]];
-    if ((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->attr[0] > 0) {
-      str_printf(s, "  const double p%d = training ? %.17g : 0.0;\n", i, op->attr[0]);
+    if (op_masks_elements(op)) {
+      str_printf(s, "  const double p%d = training ? %.17g : 0.0;\n", i, op_rng_p(op));
       str_printf(s, "  const pkc_u64 thr%d = pk_rng_threshold(p%d);\n", i, i);
       str_printf(s, "  const float ks%d = pkc_keep_scale(p%d);\n", i, i);
     }

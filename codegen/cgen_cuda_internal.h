@@ -82,9 +82,13 @@ CuPtr cu_buf(int cls, int64_t off);
 const char *cu_buf_name(int cls);
 int64_t cu_numel(const CuEmit *e, int t);
 /* Appends a launch of `name` (kind and work items size the grid) for op `op` with
- * nargs cJSON arguments (cu_arg_*), which it takes ownership of. */
+ * nargs cJSON arguments (cu_arg_*; at most CU_MAX_ARGS), which it takes ownership of;
+ * cu_launch_args takes them as an array. */
+#define CU_MAX_ARGS 24
 void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block,
                int nargs, ...);
+void cu_launch_args(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block, int nargs,
+                    cJSON *const *arg);
 cJSON *cu_arg_ptr(CuPtr p);
 /* {"buf", "offset"} of p (never NULL): a GEMM's A, B and C, the list's "loss". */
 cJSON *cu_place_json(CuPtr p);
@@ -131,8 +135,6 @@ CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, 
  * emits ops[k] alone). `bias_lead` >= 0: ops[k] is a linear with a bias whose GEMM
  * was already emitted, and the kernel starts by adding the bias in place. */
 int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead);
-/* An op kind cu_fuse_from may put in a chain. */
-bool cu_fusible_kind(const Graph *g, const Op *op);
 
 /* cgen_cuda_epilogue.c (with e->o->gemm_epilogues): emits ops[k] as a GEMM with a
  * cuBLASLt epilogue when it starts one of the file's patterns, marking the ops it

@@ -8,13 +8,15 @@
  * Differences, all GPU-specific: linear's bias is added after its GEMM (beta 0,
  * usually fused with what follows), embedding_bwd zero-fills then adds atomically,
  * cross-entropy reduces through cuda_scratch, layernorm_bwd and attention_bwd are
- * two and three kernels. emit_op's switch sends each op kind to its family's
- * emitter; -Wswitch-enum keeps that switch complete.
+ * two and three kernels. emit_op sends each op by the table's family: a generic
+ * family's op to the launch cgen_lower.h derives from its row (the C program's call
+ * from the same KernelCall), the others to their family's emitter.
  *
  * Kept apart from cgen_cuda.c (the list's format, the kernel names, the two modules'
  * text) because this is the one place that knows each op's kernels and arguments.
  */
 #include "codegen/cgen_cuda_internal.h"
+#include "codegen/cgen_lower.h"
 
 /* ---- shapes, strides and arguments ----------------------------------------------- */
 
@@ -118,7 +120,7 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1], NH = (int)op->attr[0], causal = (int)op->attr[1];
   double p = op->attr[2];
-  int stream = fwd ? op->id : op->fwd_op;
+  int stream = op_rng_stream(op);
   int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
   CuPtr Q16 = cu_stage_bf16(e, op->id, qkv, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
   if (fwd) {
@@ -145,7 +147,7 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);
   int NH = (int)op->attr[0], causal = (int)op->attr[1];
   double p = op->attr[2];
-  int stream = fwd ? op->id : op->fwd_op;
+  int stream = op_rng_stream(op);
   int64_t items = B * NH * T, qe, de;
   CuPtr work = scratch_of(e, op);
   if (!fwd) {
@@ -276,7 +278,7 @@ static void emit_lookup(CuEmit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* The dense layers: linear and matmul (GEMMs), their weight gradients and the bias gradient. */
+/* The dense layers: linear and matmul (GEMMs) and their weight gradients. */
 static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
   CuPtr Y = d->Y;
@@ -305,10 +307,6 @@ static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
          ld(e, op->in[1]), A, Y, ld(e, y));
     break;
   }
-  case OP_BIAS_GRAD:
-    LAUNCH(e, id, "pkc_bias_grad_f32", lastd(e, op->in[0]), PP(Y), P(e, op->in[0]), I64(rows(e, op->in[0])),
-           I32(lastd(e, op->in[0])), I32(A));
-    break;
   case OP_MATMUL_DW_T: { /* dW[N,K] (+)= dy[M,N]ᵀ·x[M,K] */
     int64_t M = rows(e, op->in[1]), K = lastd(e, op->in[1]), N = lastd(e, op->in[0]);
     gemm(e, id, 1, 0, N, K, M, 1, cu_tensor(e, op->in[0]), ld(e, op->in[0]), cu_tensor(e, op->in[1]),
@@ -320,7 +318,7 @@ static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* Element for element: add, mul, scale, gelu, relu, dropout (and their gradients) and reshape. */
+/* Element for element, lowered by hand: add, scale, dropout (and its gradient) and reshape. */
 static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
   CuPtr Y = d->Y;
@@ -347,10 +345,6 @@ static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
              I64(rows(e, y)), I32(lastd(e, y)));
     }
     break;
-  case OP_MUL:
-    LAUNCH(e, id, "pkc_mul_fwd_f32", cu_numel(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]),
-           I64(cu_numel(e, y)));
-    break;
   case OP_SCALE:
     if (A && !via_temp) {
       if (!folded_into(e, op->in[0], y))
@@ -361,17 +355,13 @@ static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
              I64(cu_numel(e, y)));
     }
     break;
-  case OP_GELU:
-  case OP_RELU:
-    LAUNCH(e, id, op->kind == OP_GELU ? "pkc_gelu_fwd_f32" : "pkc_relu_fwd_f32", cu_numel(e, y), PP(Y),
-           P(e, op->in[0]), I64(cu_numel(e, y)));
-    break;
   case OP_DROPOUT:
   case OP_DROPOUT_BWD: {
     int64_t n = cu_numel(e, y);
-    LAUNCH(e, id, op->kind == OP_DROPOUT ? "pkc_dropout_fwd_f32" : "pkc_dropout_bwd_f32", (n + 3) / 4,
-           PP(Y), P(e, op->in[0]), I64(n), DROP(op->attr[0]), SEED(),
-           cu_arg_stream(e, op->kind == OP_DROPOUT ? op->id : op->fwd_op), MB(op->attr[0]));
+    char name[64];
+    snprintf(name, sizeof name, "pkc_%s_f32", op_info[op->kind].kernel);
+    LAUNCH(e, id, name, (n + 3) / 4, PP(Y), P(e, op->in[0]), I64(n), DROP(op_rng_p(op)), SEED(),
+           cu_arg_stream(e, op_rng_stream(op)), MB(op_rng_p(op)));
     break;
   }
   case OP_RESHAPE: {
@@ -383,18 +373,13 @@ static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
     LAUNCH(e, id, "pkc_copy_f32", bytes / 4, PP(Y), PP(X), I64(bytes / 4));
     break;
   }
-  case OP_GELU_BWD:
-  case OP_RELU_BWD:
-    LAUNCH(e, id, op->kind == OP_GELU_BWD ? "pkc_gelu_bwd_f32" : "pkc_relu_bwd_f32", cu_numel(e, y), PP(Y),
-           P(e, op->in[0]), P(e, op->in[1]), I64(cu_numel(e, y)));
-    break;
   default:
     PD_CHECK(false, "(op %s is not of emit_elementwise's family)", op_info[op->kind].name);
   }
 }
 
-/* Row reductions: layernorm and softmax, and their gradients. */
-static void emit_rows(CuEmit *e, const Op *op, OpDest *d) {
+/* Layernorm and its gradient. */
+static void emit_norm(CuEmit *e, const Op *op, OpDest *d) {
   int y = d->y;
   CuPtr Y = d->Y;
   int id = op->id;
@@ -402,10 +387,6 @@ static void emit_rows(CuEmit *e, const Op *op, OpDest *d) {
   case OP_LAYERNORM:
     LAUNCH(e, id, "pkc_layernorm_fwd_f32", rows(e, y), PP(Y), NUL(), P(e, op->in[0]), P(e, op->in[1]),
            P(e, op->in[2]), I64(rows(e, y)), I32(lastd(e, y)), F32(op->attr[0]));
-    break;
-  case OP_SOFTMAX:
-    LAUNCH(e, id, "pkc_softmax_fwd_f32", rows(e, y), PP(Y), P(e, op->in[0]), I64(rows(e, y)),
-           I32(lastd(e, y)));
     break;
   case OP_LAYERNORM_BWD: {
     int dg = op->out[1], db = op->out[2];
@@ -424,12 +405,8 @@ static void emit_rows(CuEmit *e, const Op *op, OpDest *d) {
     d->via_temp = false; /* as the CPU program: layernorm_bwd accumulates natively */
     break;
   }
-  case OP_SOFTMAX_BWD:
-    LAUNCH(e, id, "pkc_softmax_bwd_f32", rows(e, y), PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(rows(e, y)),
-           I32(lastd(e, y)));
-    break;
   default:
-    PD_CHECK(false, "(op %s is not of emit_rows's family)", op_info[op->kind].name);
+    PD_CHECK(false, "(op %s is not of emit_norm's family)", op_info[op->kind].name);
   }
 }
 
@@ -484,60 +461,47 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
   }
 }
 
-/* Emits op (not fused), by op family: -Wswitch-enum keeps this switch complete, each
- * family's emitter holds its kinds' launches. For a linear with a bias, `bias_done`
- * says the caller fused the bias into a kernel of its own; else it is added here. */
+/* A generic family's op (cgen_lower.h): the launch of its kernel, as the table gives it. */
+static void emit_generic(CuEmit *e, const Op *op, const OpDest *d) {
+  KernelCall c = cgen_lower_call(e->g, op, e->L->b, d->A);
+  char name[64];
+  snprintf(name, sizeof name, "pkc_%s_f32", c.kernel);
+  cJSON *arg[KCALL_MAX_ARGS];
+  for (int i = 0; i < c.nargs; i++) {
+    const KArg *a = &c.arg[i];
+    switch (a->kind) {
+    case KARG_DEST: arg[i] = PP(d->Y); break;
+    case KARG_TENSOR: arg[i] = P(e, a->tensor); break;
+    case KARG_I64: arg[i] = I64((int64_t)a->value); break;
+    case KARG_I32:
+    case KARG_FLAG: arg[i] = I32((int64_t)a->value); break;
+    case KARG_REAL: arg[i] = F32(a->value); break;
+    }
+  }
+  int kind = cu_kernel_kind(name);
+  cu_launch_args(e, op->id, name, kind, cgen_kcall_items(&c, kind), CU_BLOCK, c.nargs, arg);
+}
+
+/* Emits op (not fused), by the table's op family: generic families lower through
+ * cgen_lower.h, the others through their family's emitter. For a linear with a bias,
+ * `bias_done` says the caller fused the bias into a kernel of its own; else it is
+ * added here. */
 static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   int y = op->out[0];
   OpDest d = {.y = y, .Y = cu_tensor(e, y), .bias_done = bias_done};
-  d.via_temp = acc(e, y) && e->L->place[y].alias < 0 && !layout_accumulates_natively(op->kind);
+  d.via_temp = acc(e, y) && e->L->place[y].alias < 0 && !op_has(op->kind, OPF_ACCUMULATES);
   if (d.via_temp) d.Y = acc_temp(e, op);
   d.A = acc(e, y) ? 1 : 0;
-  switch (op->kind) {
-  case OP_EMBEDDING:
-  case OP_POSITIONS:
-  case OP_GATHER:
-  case OP_EMBEDDING_BWD:
-  case OP_POSITIONS_BWD:
-  case OP_GATHER_BWD:
-    emit_lookup(e, op, &d);
-    break;
-  case OP_LINEAR:
-  case OP_MATMUL:
-  case OP_LINEAR_DW:
-  case OP_BIAS_GRAD:
-  case OP_MATMUL_DW_T:
-    emit_dense(e, op, &d);
-    break;
-  case OP_ADD:
-  case OP_MUL:
-  case OP_SCALE:
-  case OP_GELU:
-  case OP_RELU:
-  case OP_DROPOUT:
-  case OP_DROPOUT_BWD:
-  case OP_RESHAPE:
-  case OP_GELU_BWD:
-  case OP_RELU_BWD:
-    emit_elementwise(e, op, &d);
-    break;
-  case OP_LAYERNORM:
-  case OP_SOFTMAX:
-  case OP_LAYERNORM_BWD:
-  case OP_SOFTMAX_BWD:
-    emit_rows(e, op, &d);
-    break;
-  case OP_ATTENTION:
-  case OP_ATTENTION_BWD:
-    emit_attention(e, op, d.Y);
-    break;
-  case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_BWD:
-    emit_loss(e, op, &d);
-    break;
-  case OP_COUNT:
-    PD_CHECK(false, "(OP_COUNT is not an op)");
-    break;
+  switch (op_info[op->kind].family) {
+  case OPFAM_MAP:
+  case OPFAM_ROWS: emit_generic(e, op, &d); break;
+  case OPFAM_LOOKUP: emit_lookup(e, op, &d); break;
+  case OPFAM_DENSE: emit_dense(e, op, &d); break;
+  case OPFAM_ELEMENTWISE: emit_elementwise(e, op, &d); break;
+  case OPFAM_NORM: emit_norm(e, op, &d); break;
+  case OPFAM_ATTENTION: emit_attention(e, op, d.Y); break;
+  case OPFAM_LOSS: emit_loss(e, op, &d); break;
+  case OPFAM_COUNT: PD_CHECK(false, "(OPFAM_COUNT is not a family)"); break;
   }
   if (d.via_temp)
     LAUNCH(e, op->id, "pkc_axpy_f32", cu_numel(e, y), P(e, y), F32(1), PP(d.Y), I64(cu_numel(e, y)));

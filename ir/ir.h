@@ -128,17 +128,37 @@ const char *shape_str(const Shape *s, char *buf, size_t n);
 
 /* ---- op table ------------------------------------------------------------ */
 typedef enum OpKind {
-#define OP(id, name, mini, maxi, nout, attrs, flags) OP_##id,
+#define OP(id, name, mini, maxi, nout, attrs, flags, lowering, elem) OP_##id,
 #include "ops.def"
 #undef OP
   OP_COUNT
 } OpKind;
 
 enum {
-  OPF_FWD = 1 << 0, /* may appear in model text */
-  OPF_BWD = 1 << 1, /* produced by autodiff only */
-  OPF_RNG = 1 << 2, /* draws from the counter-based RNG */
+  OPF_FWD = 1 << 0,         /* may appear in model text */
+  OPF_BWD = 1 << 1,         /* produced by autodiff only */
+  OPF_RNG = 1 << 2,         /* draws from the counter-based RNG: attribute p, the
+                               stream of its forward op (op_rng_stream) */
+  OPF_GEMM = 1 << 3,        /* a GEMM: in[0] and in[1] are its A and B operands */
+  OPF_ACCUMULATES = 1 << 4, /* its kernel (or generated loop) can add into its output */
 };
+
+/* How the code generators lower an op (ops.def's lowering column). The generic
+ * families need no generator code per op: their kernel's arguments follow from the
+ * table (codegen/cgen_lower.h). The others have one hand-written emitter per family
+ * in each generator. */
+typedef enum OpFamily {
+  OPFAM_MAP,         /* generic: kernel(y, in..., n), n = elements of y */
+  OPFAM_ROWS,        /* generic: kernel(y, in..., rows, C, attrs... [, accumulate]) over
+                        in[0]'s rows of its last dim C */
+  OPFAM_LOOKUP,      /* ids select rows: embedding, positions, gather (and gradients) */
+  OPFAM_DENSE,       /* GEMMs */
+  OPFAM_ELEMENTWISE, /* add, scale, dropout, reshape: element ops with special lowering */
+  OPFAM_NORM,        /* layernorm and its gradient */
+  OPFAM_ATTENTION,   /* attention and its gradient */
+  OPFAM_LOSS,        /* cross-entropy and its gradient */
+  OPFAM_COUNT
+} OpFamily;
 
 #define IR_MAX_IN 4
 #define IR_MAX_OUT 3
@@ -160,6 +180,14 @@ typedef struct OpInfo {
   const char *attr_names[IR_MAX_ATTR];
   double attr_defaults[IR_MAX_ATTR];
   unsigned flags;
+  OpFamily family;
+  /* The kernel's base name ("gelu_fwd": C's K(gelu_fwd), CUDA's pkc_gelu_fwd_f32);
+   * NULL for a family that names its own kernels. */
+  const char *kernel;
+  /* The value of one element in a fused elementwise chain, as C and as CUDA print it
+   * (codegen/cgen_lower.h: $x the chained value, $y the other operand, $s attribute 0,
+   * $R a cast to the real type, $0 zero); NULL: the op does not fuse. */
+  const char *elem_c, *elem_cuda;
   /* Computes output shapes/dtypes from the op's inputs and attributes. On a
    * mismatch returns false and writes a user-facing message ("expected ...") to
    * err. */
@@ -178,6 +206,8 @@ extern const OpInfo op_info[OP_COUNT];
 int op_lookup(const char *name);
 /* Index of attribute `name` for kind, or -1. */
 int op_attr_index(OpKind kind, const char *name);
+/* Whether kind's row has all of flags (OPF_*). */
+static inline bool op_has(OpKind kind, unsigned flags) { return (op_info[kind].flags & flags) == flags; }
 
 /* ---- graph --------------------------------------------------------------- */
 typedef enum TensorKind {
@@ -213,6 +243,12 @@ struct Op {
   int fwd_op;               /* backward ops: the forward op they differentiate; else -1 */
   Loc loc;
 };
+
+/* OPF_RNG ops: the op whose stream it draws (a backward op replays its forward's),
+ * and its probability p (attribute "p"). masks_elements: an OPF_RNG op with p > 0. */
+int op_rng_stream(const Op *op);
+double op_rng_p(const Op *op);
+bool op_masks_elements(const Op *op);
 
 typedef enum InitKind {
   INIT_ZEROS,  /* all 0 */

@@ -300,6 +300,18 @@ void op_grad_RELU(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_RELU_BWD, in, 2, NULL, gname(g, op->in[0]));
 }
 
+bool op_shape_SILU(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
+OpCost op_cost_SILU(COST_ARGS) {
+  double n = numel(T(op->out[0]), b);
+  return (OpCost){5.0 * n, 8.0 * n};
+}
+void op_grad_SILU(GRAD_ARGS) {
+  din[0] = -1;
+  if (dout[0] < 0 || !wants(g, op, 0)) return;
+  int in[] = {dout[0], op->in[0]};
+  din[0] = emit1(g, op, OP_SILU_BWD, in, 2, NULL, gname(g, op->in[0]));
+}
+
 bool op_shape_SOFTMAX(SHAPE_ARGS) { return unary_f32(g, op, out, odt, err, errlen); }
 OpCost op_cost_SOFTMAX(COST_ARGS) {
   double n = numel(T(op->out[0]), b);
@@ -360,6 +372,36 @@ void op_grad_LAYERNORM(GRAD_ARGS) {
                       gname(g, op->out[0]));
   for (int i = 0; i < 3; i++)
     if (wants(g, op, i)) din[i] = g->ops[id].out[i];
+}
+
+bool op_shape_RMSNORM(SHAPE_ARGS) {
+  char b1[64], b2[64];
+  if (!need_f32(g, op, 0, err, errlen) || !need_f32(g, op, 1, err, errlen)) return false;
+  if (!need_rank(g, op, 0, 1, 4, err, errlen)) return false;
+  int64_t c = last_dim(IN(0));
+  if (IN(1)->shape.rank != 1 || IN(1)->shape.batched || IN(1)->shape.dim[0] != c)
+    return ERR("'rmsnorm' of %s '%s' needs a gain [%lld], got %s '%s'", sh(IN(0), b1), IN(0)->name, (long long)c,
+               sh(IN(1), b2), IN(1)->name);
+  if (!(op->attr[0] > 0) || !isfinite(op->attr[0]))
+    return ERR("'rmsnorm' attribute eps must be positive, got %g", op->attr[0]);
+  same_as(g, op, out, odt, 0, 0);
+  return true;
+}
+OpCost op_cost_RMSNORM(COST_ARGS) {
+  double n = numel(T(op->out[0]), b);
+  return (OpCost){4.0 * n, 4.0 * (2 * n + numel(IN(1), b))};
+}
+void op_grad_RMSNORM(GRAD_ARGS) {
+  din[0] = din[1] = -1;
+  if (dout[0] < 0) return;
+  if (wants(g, op, 0)) {
+    int in[] = {dout[0], op->in[0], op->in[1]};
+    din[0] = emit1(g, op, OP_RMSNORM_BWD, in, 3, op->attr, gname(g, op->in[0]));
+  }
+  if (wants(g, op, 1)) {
+    int in[] = {dout[0], op->in[0]};
+    din[1] = emit1(g, op, OP_RMSNORM_DGAMMA, in, 2, op->attr, gname(g, op->in[1]));
+  }
 }
 
 /* ---- attention ------------------------------------------------------------------ */

@@ -61,7 +61,26 @@ OpCost op_cost_LAYERNORM_BWD(COST_ARGS) {
   double n = numel(IN(1), b);
   return (OpCost){16.0 * n, 16.0 * n};
 }
-/* dy-shaped outputs: gelu_bwd, relu_bwd, softmax_bwd, dropout_bwd, cross_entropy_bwd */
+bool op_shape_RMSNORM_DGAMMA(SHAPE_ARGS) {
+  (void)err, (void)errlen;
+  out[0] = shape1(last_dim(IN(1)));
+  odt[0] = DT_F32;
+  return true;
+}
+OpCost op_cost_RMSNORM_DGAMMA(COST_ARGS) {
+  double n = numel(IN(1), b);
+  return (OpCost){5.0 * n, 4.0 * (2 * n + last_dim(IN(1)))};
+}
+bool op_shape_RMSNORM_BWD(SHAPE_ARGS) {
+  (void)err, (void)errlen;
+  same_as(g, op, out, odt, 0, 1);
+  return true;
+}
+OpCost op_cost_RMSNORM_BWD(COST_ARGS) {
+  double n = numel(IN(1), b);
+  return (OpCost){8.0 * n, 4.0 * (3 * n + numel(IN(2), b))};
+}
+/* dy-shaped outputs: gelu_bwd, relu_bwd, silu_bwd, softmax_bwd, dropout_bwd, cross_entropy_bwd */
 static bool same_as_in1(SHAPE_ARGS) {
   (void)err, (void)errlen;
   same_as(g, op, out, odt, 0, op->nin > 1 ? 1 : 0);
@@ -76,6 +95,11 @@ bool op_shape_RELU_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, er
 OpCost op_cost_RELU_BWD(COST_ARGS) {
   double n = numel(IN(0), b);
   return (OpCost){n, 12.0 * n};
+}
+bool op_shape_SILU_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
+OpCost op_cost_SILU_BWD(COST_ARGS) {
+  double n = numel(IN(0), b);
+  return (OpCost){9.0 * n, 12.0 * n};
 }
 bool op_shape_SOFTMAX_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
 OpCost op_cost_SOFTMAX_BWD(COST_ARGS) {

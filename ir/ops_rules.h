@@ -5,9 +5,9 @@
  * rules (shape, cost, gradient), ops_backward.c the backward ops' shape and cost
  * rules, ops_table.c the table that names them all. This header declares every rule
  * from ops.def itself, so a new row without its functions still fails to link, and
- * holds the few shape and cost helpers both rule files need. Backward rows have no
- * gradient rule: their op_grad_<ID> is declared here but never defined, and
- * ops_table.c names NULL for it. */
+ * holds the few shape and cost helpers both rule files need. Backward rows (OPF_BWD)
+ * have no gradient rule: their op_grad_<ID> is declared here but never defined, and
+ * ops_table.c's row takes NULL for it by the flag. */
 #ifndef PD2BW_IR_OPS_RULES_H
 #define PD2BW_IR_OPS_RULES_H
 
@@ -19,7 +19,7 @@
 #define COST_ARGS const Graph *g, const Op *op, int64_t b
 #define GRAD_ARGS Graph *g, const Op *op, const int *dout, int *din
 
-#define OP(id, nm, mini, maxi, nout, attrs, fl)                                \
+#define OP(id, nm, mini, maxi, nout, attrs, fl, lowering, elem)                \
   bool op_shape_##id(SHAPE_ARGS);                                              \
   OpCost op_cost_##id(COST_ARGS);                                              \
   void op_grad_##id(GRAD_ARGS);

@@ -6,22 +6,6 @@
 
 #include <string.h>
 
-/* Backward ops are not differentiated again (no double backward): their grad
- * entry is NULL, through these names that the table pastes. */
-#define op_grad_EMBEDDING_BWD NULL
-#define op_grad_POSITIONS_BWD NULL
-#define op_grad_LINEAR_DW NULL
-#define op_grad_BIAS_GRAD NULL
-#define op_grad_MATMUL_DW_T NULL
-#define op_grad_LAYERNORM_BWD NULL
-#define op_grad_GELU_BWD NULL
-#define op_grad_RELU_BWD NULL
-#define op_grad_SOFTMAX_BWD NULL
-#define op_grad_ATTENTION_BWD NULL
-#define op_grad_DROPOUT_BWD NULL
-#define op_grad_GATHER_BWD NULL
-#define op_grad_CROSS_ENTROPY_BWD NULL
-
 /* ---- the table -------------------------------------------------------------------- */
 
 #define A0 .nattrs = 0
@@ -32,17 +16,27 @@
 #define A4(n1, d1, n2, d2, n3, d3, n4, d4)                                     \
   .nattrs = 4, .attr_names = {n1, n2, n3, n4}, .attr_defaults = {d1, d2, d3, d4}
 
+#define LOWER(fam, k) .family = OPFAM_##fam, .kernel = k
+#define ELEM(both) .elem_c = both, .elem_cuda = both
+#define ELEM2(c, cuda) .elem_c = c, .elem_cuda = cuda
+#define NO_ELEM .elem_c = NULL
+
+/* Backward ops are not differentiated again (no double backward): a row flagged
+ * OPF_BWD takes NULL for its gradient rule (a constant condition, so the undefined
+ * op_grad_<ID> is never referenced). */
 const OpInfo op_info[OP_COUNT] = {
-#define OP(id, nm, mini, maxi, nout, attrs, fl)                                \
+#define OP(id, nm, mini, maxi, nout, attrs, fl, lowering, elem)                \
   [OP_##id] = {.name = nm,                                                     \
                .min_inputs = mini,                                             \
                .max_inputs = maxi,                                             \
                .noutputs = nout,                                               \
                attrs,                                                          \
                .flags = fl,                                                    \
+               lowering,                                                       \
+               elem,                                                           \
                .shape = op_shape_##id,                                         \
                .cost = op_cost_##id,                                           \
-               .grad = op_grad_##id},
+               .grad = ((fl) & OPF_BWD) ? NULL : op_grad_##id},
 #include "ops.def"
 #undef OP
 };
@@ -58,3 +52,13 @@ int op_attr_index(OpKind kind, const char *name) {
     if (strcmp(op_info[kind].attr_names[i], name) == 0) return i;
   return -1;
 }
+
+int op_rng_stream(const Op *op) { return op_has(op->kind, OPF_BWD) ? op->fwd_op : op->id; }
+
+double op_rng_p(const Op *op) {
+  int i = op_attr_index(op->kind, "p");
+  PD_CHECK(op_has(op->kind, OPF_RNG) && i >= 0, "(op %s draws no mask)", op_info[op->kind].name);
+  return op->attr[i];
+}
+
+bool op_masks_elements(const Op *op) { return op_has(op->kind, OPF_RNG) && op_rng_p(op) > 0; }

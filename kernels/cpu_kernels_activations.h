@@ -1,5 +1,5 @@
 /* kernels/cpu_kernels_activations.h — the CPU kernels of the elementwise and
- * row-wise nonlinearities, gelu, relu and softmax; of dropout, the random op (its
+ * row-wise nonlinearities, gelu, relu, silu and softmax; of dropout, the random op (its
  * mask from philox.h through pk_keep_); and of gather, which picks rows by position.
  *
  * A part of kernels/cpu_kernels.h, not a header of its own: cpu_kernels.h includes it
@@ -55,6 +55,24 @@ PK_API void PK(relu_fwd)(PK_REAL *y, const PK_REAL *x, int64_t n) {
 PK_API void PK(relu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64_t n) {
   PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
   for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0;
+}
+
+/* SiLU: x·σ(x) = x / (1 + e^(-x)), one exp per element (PK_EXPV, finite: no
+ * inf·0 for large |x|). One element, as silu_fwd and fused loops compute it. */
+static inline PK_REAL PK(silu_)(PK_REAL v) { return v / (1 + PK_EXPV(-v)); }
+
+PK_API void PK(silu_fwd)(PK_REAL *y, const PK_REAL *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) y[i] = PK(silu_)(x[i]);
+}
+
+/* dx = dy·σ·(1 + x·(1 - σ)), PyTorch's form. */
+PK_API void PK(silu_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, int64_t n) {
+  PK_OMP(omp parallel for schedule(static) if (n >= PK_PAR_MIN))
+  for (int64_t i = 0; i < n; i++) {
+    PK_REAL s = 1 / (1 + PK_EXPV(-x[i]));
+    dx[i] = dy[i] * s * (1 + x[i] * (1 - s));
+  }
 }
 
 /* Softmax over each row of N (max-subtracted, so large logits do not overflow). */

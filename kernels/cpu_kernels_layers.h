@@ -1,6 +1,6 @@
 /* kernels/cpu_kernels_layers.h — the CPU kernels of the ops that hold weights and of
  * the arithmetic between them: embedding and positions (rows of a table), linear and
- * matmul (through PK(gemm)), add, mul and scale, layernorm.
+ * matmul (through PK(gemm)), add, mul and scale, layernorm and rmsnorm.
  *
  * A part of kernels/cpu_kernels.h, not a header of its own: cpu_kernels.h includes it
  * inside each instantiation (float32, float64), where PK(), PK_REAL and Part 1's
@@ -355,5 +355,58 @@ PK_API void PK(layernorm_bwd)(PK_REAL *dx, PK_REAL *dgamma, PK_REAL *dbeta, PK_R
       if (dgamma) dgamma[c] = ag[c - c0];
       if (dbeta) dbeta[c] = ab[c - c0];
     }
+  }
+}
+
+/* ---- rmsnorm (Llama's: Hugging Face's LlamaRMSNorm in float32) ------------------ */
+
+/* rstd = 1/sqrt(mean(x²) + eps) of one row of C. */
+static inline PK_REAL PK(rms_rstd_)(const PK_REAL *xr, int C, PK_REAL eps) {
+  PK_REAL s = 0;
+  for (int c = 0; c < C; c++) s += xr[c] * xr[c];
+  return 1 / PK_SQRT(s / C + eps);
+}
+
+/* y = x·rstd·gamma per row, in that order (LlamaRMSNorm's). */
+PK_API void PK(rmsnorm_fwd)(PK_REAL *y, const PK_REAL *x, const PK_REAL *gamma, int64_t M, int C, PK_REAL eps) {
+  PK_OMP(omp parallel for schedule(static) if (M * C >= PK_PAR_MIN))
+  for (int64_t r = 0; r < M; r++) {
+    const PK_REAL *xr = x + r * C;
+    PK_REAL rs = PK(rms_rstd_)(xr, C, eps);
+    for (int c = 0; c < C; c++) y[r * C + c] = xr[c] * rs * gamma[c];
+  }
+}
+
+/* dx = rstd·(dn - x·k), dn = dy·gamma, k = rstd²·mean(dn·x) (= rstd·mean(dn·n) with
+ * n = x·rstd the normalised row). */
+PK_API void PK(rmsnorm_bwd)(PK_REAL *dx, const PK_REAL *dy, const PK_REAL *x, const PK_REAL *gamma, int64_t M,
+                            int C, PK_REAL eps) {
+  PK_OMP(omp parallel for schedule(static) if (M * C >= PK_PAR_MIN))
+  for (int64_t r = 0; r < M; r++) {
+    const PK_REAL *xr = x + r * C, *g = dy + r * C;
+    PK_REAL rs = PK(rms_rstd_)(xr, C, eps), d = 0;
+    for (int c = 0; c < C; c++) d += g[c] * gamma[c] * xr[c];
+    PK_REAL k = d * rs * rs / C;
+    for (int c = 0; c < C; c++) dx[r * C + c] = rs * (g[c] * gamma[c] - xr[c] * k);
+  }
+}
+
+/* dgamma (+)= Σ_rows dy·x·rstd. Each chunk of columns recomputes its rows' rstd:
+ * O(M·C) per chunk, small beside the GEMMs' O(M·C²) around it, and no stats pass
+ * between two ops. */
+PK_API void PK(rmsnorm_dgamma)(PK_REAL *dgamma, const PK_REAL *dy, const PK_REAL *x, int64_t M, int C, PK_REAL eps,
+                               int accumulate) {
+  int nchunks = (C + PK_COLS - 1) / PK_COLS;
+  PK_OMP(omp parallel for schedule(static) if (M * C >= PK_PAR_MIN))
+  for (int ch = 0; ch < nchunks; ch++) {
+    int c0 = ch * PK_COLS, c1 = c0 + PK_COLS < C ? c0 + PK_COLS : C;
+    PK_REAL acc[PK_COLS];
+    for (int c = c0; c < c1; c++) acc[c - c0] = accumulate ? dgamma[c] : 0;
+    for (int64_t r = 0; r < M; r++) {
+      const PK_REAL *xr = x + r * C;
+      PK_REAL rs = PK(rms_rstd_)(xr, C, eps);
+      for (int c = c0; c < c1; c++) acc[c - c0] += dy[r * C + c] * xr[c] * rs;
+    }
+    for (int c = c0; c < c1; c++) dgamma[c] = acc[c - c0];
   }
 }

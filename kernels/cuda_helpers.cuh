@@ -142,6 +142,8 @@ static __device__ __forceinline__ float pkc_bf16_to_f32(unsigned short h) {
 }
 
 /* GELU (tanh form), as cpu_kernels.h: 0.5·x·(1 + tanh(K·(x + A·x³))). */
+/* SiLU of one element: what pkc_silu_fwd_f32 and a stage's fused chains compute. */
+static __device__ __forceinline__ float pkc_silu_(float v) { return v / (1.0f + expf(-v)); }
 #define PKC_GELU_K 0.7978845608028654f
 #define PKC_GELU_A 0.044715f
 

@@ -49,10 +49,15 @@ typedef enum PkcLaunchKind {
   X(pkc_layernorm_fwd_f32, PKC_ROW)         /* M */ \
   X(pkc_layernorm_bwd_dx_f32, PKC_ROW)      /* M */ \
   X(pkc_layernorm_bwd_params_f32, PKC_COL)  /* C */ \
+  X(pkc_rmsnorm_fwd_f32, PKC_ROW)           /* M */ \
+  X(pkc_rmsnorm_bwd_f32, PKC_ROW)           /* M */ \
+  X(pkc_rmsnorm_dgamma_f32, PKC_COL)        /* C */ \
   X(pkc_gelu_fwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_gelu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_relu_fwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_relu_bwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_silu_fwd_f32, PKC_ELEM4)            /* n */ \
+  X(pkc_silu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_softmax_fwd_f32, PKC_ROW)           /* M */ \
   X(pkc_softmax_bwd_f32, PKC_ROW)           /* M */ \
   X(pkc_dropout_fwd_f32, PKC_ELEM)          /* (n+3)/4 */ \

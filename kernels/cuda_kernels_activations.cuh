@@ -1,5 +1,5 @@
 /* kernels/cuda_kernels_activations.cuh — the CUDA kernels of the elementwise and row-wise
- * nonlinearities, gelu, relu and softmax; of dropout, the random op (its mask from
+ * nonlinearities, gelu, relu, silu and softmax; of dropout, the random op (its mask from
  * philox.h); and of gather, which picks rows by position.
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
@@ -42,6 +42,17 @@ __global__ void pkc_relu_fwd_f32(float *y, const float *x, pkc_i64 n) {
 
 __global__ void pkc_relu_bwd_f32(float *dx, const float *dy, const float *x, pkc_i64 n) {
   pkc_map2(dx, dy, x, n, [](float g, float v) { return v > 0 ? g : 0.0f; });
+}
+
+__global__ void pkc_silu_fwd_f32(float *y, const float *x, pkc_i64 n) {
+  pkc_map1(y, x, n, [](float v) { return pkc_silu_(v); });
+}
+
+__global__ void pkc_silu_bwd_f32(float *dx, const float *dy, const float *x, pkc_i64 n) {
+  pkc_map2(dx, dy, x, n, [](float g, float v) {
+    float s = 1.0f / (1.0f + expf(-v));
+    return g * s * (1.0f + v * (1.0f - s));
+  });
 }
 
 /* Row kernel: softmax over each row of N, max-subtracted. */

@@ -1,7 +1,7 @@
 /* kernels/cuda_kernels_layers.cuh — the CUDA kernels of the ops that hold weights and of
  * the arithmetic between them: embedding and positions (rows of a table), add, mul
  * and scale, the bias of a linear and its gradient (the GEMMs themselves are cuBLAS
- * calls), layernorm.
+ * calls), layernorm and rmsnorm.
  *
  * A part of kernels/cuda_kernels.cuh, not a header of its own: cuda_kernels.cuh
  * includes it inside its extern "C" block, after the 128-bit maps (pkc_map1,
@@ -269,6 +269,67 @@ __global__ void pkc_layernorm_bwd_params_f32(float *dgamma, float *dbeta, const 
       }
       if (dgamma) dgamma[c] = sg;
       if (dbeta) dbeta[c] = sb;
+    }
+    __syncthreads();
+  }
+}
+
+/* ===== rmsnorm (Llama's: Hugging Face's LlamaRMSNorm in float32) ================== */
+
+/* Row kernel: y = x·rstd·gamma, rstd = 1/sqrt(mean(x²) + eps) (pk_rmsnorm_fwd's twin). */
+__global__ void pkc_rmsnorm_fwd_f32(float *y, const float *x, const float *gamma, pkc_i64 M, int C, float eps) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + r * C;
+    float s = 0;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) s += xr[c] * xr[c];
+    float rs = 1.0f / sqrtf(pkc_block_sum(s, sh) / (float)C + eps);
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) y[r * C + c] = xr[c] * rs * gamma[c];
+  }
+}
+
+/* Row kernel: dx = rstd·(dy·gamma - x·k), k = rstd²·mean(dy·gamma·x) (pk_rmsnorm_bwd's twin). */
+__global__ void pkc_rmsnorm_bwd_f32(float *dx, const float *dy, const float *x, const float *gamma, pkc_i64 M,
+                                    int C, float eps) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  for (pkc_i64 r = blockIdx.x; r < M; r += gridDim.x) {
+    const float *xr = x + r * C, *g = dy + r * C;
+    float s = 0, d = 0;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+      s += xr[c] * xr[c];
+      d += g[c] * gamma[c] * xr[c];
+    }
+    float rs = 1.0f / sqrtf(pkc_block_sum(s, sh) / (float)C + eps);
+    float k = pkc_block_sum(d, sh) * rs * rs / (float)C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) dx[r * C + c] = rs * (g[c] * gamma[c] - xr[c] * k);
+  }
+}
+
+/* Column kernel: dgamma (+)= Σ_rows dy·x·rstd, bias_grad's scheme (a block per 32
+ * columns, its warps over rows); each warp recomputes its row's rstd with a warp sum,
+ * as pk_rmsnorm_dgamma does per chunk, so no stats pass between two ops. */
+__global__ void pkc_rmsnorm_dgamma_f32(float *dgamma, const float *dy, const float *x, pkc_i64 M, int C, float eps,
+                                       int accumulate) {
+  __shared__ float sh[PKC_MAX_BLOCK];
+  int lane = (int)(threadIdx.x & 31u), grp = (int)(threadIdx.x >> 5);
+  int ngrp = (int)(blockDim.x >> 5);
+  for (int c0 = (int)blockIdx.x * 32; c0 < C; c0 += (int)gridDim.x * 32) {
+    int c = c0 + lane;
+    float a = 0;
+    for (pkc_i64 r = grp; r < M; r += ngrp) { /* the whole warp: the shuffles need every lane */
+      const float *xr = x + r * C;
+      float s = 0;
+      for (int k = lane; k < C; k += 32) s += xr[k] * xr[k];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      float rs = 1.0f / sqrtf(s / (float)C + eps);
+      if (c < C) a += dy[r * C + c] * xr[c] * rs;
+    }
+    sh[threadIdx.x] = a;
+    __syncthreads();
+    if (grp == 0 && c < C) {
+      float t = accumulate ? dgamma[c] : 0.0f;
+      for (int k = 0; k < ngrp; k++) t += sh[k * 32 + lane];
+      dgamma[c] = t;
     }
     __syncthreads();
   }

@@ -34,13 +34,6 @@ int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b) {
   return 0;
 }
 
-/* Ops whose kernel (or generated loop) can add into its output. */
-bool layout_accumulates_natively(OpKind k) {
-  return k == OP_EMBEDDING_BWD || k == OP_POSITIONS_BWD || k == OP_LINEAR_DW ||
-         k == OP_BIAS_GRAD || k == OP_MATMUL_DW_T || k == OP_LAYERNORM_BWD || k == OP_ADD ||
-         k == OP_SCALE;
-}
-
 int layout_contribution_param(const Graph *g, int t) {
   for (int hops = 0; hops < 64; hops++) {
     if (g->tensors[t].kind == TK_GRAD) return g->tensors[t].param;
@@ -282,7 +275,7 @@ static void fold_accumulation(StageLocal *S) {
       if (pc->cls != BUF_WORK) continue;
       if (pc->bytes != place_of(S, t)->bytes) continue;
       const Op *q = &g->ops[x->producer];
-      if (!layout_accumulates_natively(q->kind)) continue;
+      if (!op_has(q->kind, OPF_ACCUMULATES)) continue;
       pc->cls = BUF_GRADS;
       pc->accumulate = true;
       pc->alias = t;

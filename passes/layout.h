@@ -107,7 +107,7 @@ typedef struct StageLayout {
   /* Per op id: scratch in WORK (0 bytes: none) = the kernel's scratch
    * (layout_op_scratch_elems reals), then, rounded up to LAYOUT_ALIGN, a temporary
    * of the output's size when the op must accumulate into a gradient but its kernel
-   * cannot (layout_accumulates_natively false): it computes there and adds. */
+   * cannot (its ops.def row lacks OPF_ACCUMULATES): it computes there and adds. */
   int64_t *scratch_off, *scratch_bytes;
   int64_t total[BUF_CLASS_COUNT];       /* block sizes in bytes (64-aligned) */
   int loss;             /* the loss tensor if the stage computes it, else -1 */
@@ -183,10 +183,6 @@ bool layout_has_op(const StageLayout *L, int o);
 /* Kernel scratch elements (reals) op `op` needs at microbatch size b (attention's
  * probability rows, layernorm backward's statistics); 0 for most ops. */
 int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b);
-
-/* Ops whose kernel (or generated loop) can add into its output instead of
- * overwriting it: the parameter-gradient kernels, add and scale. */
-bool layout_accumulates_natively(OpKind k);
 
 /* ---- padded rows: the classifier's logits and their gradient (layout_cuda.c) ---------
  * GPT-2's vocabulary (50257) is odd, so a [rows, V] tensor's rows are not 16-byte

@@ -23,8 +23,8 @@ static int64_t last_dim(const Graph *g, int t) {
 /* Reads of a padded tensor that honour its row stride (layout.h). */
 static bool stride_aware_read(const Op *op, int i) {
   OpKind k = op->kind;
-  if (k == OP_CROSS_ENTROPY || k == OP_CROSS_ENTROPY_BWD || k == OP_LINEAR) return i == 0;
-  return (k == OP_MATMUL || k == OP_LINEAR_DW || k == OP_MATMUL_DW_T) && i <= 1;
+  if (k == OP_CROSS_ENTROPY || k == OP_CROSS_ENTROPY_BWD) return i == 0;
+  return op_has(k, OPF_GEMM) && i <= 1; /* A and B (the GEMM calls pass their row strides) */
 }
 
 int64_t *layout_row_strides(const Graph *g) {
@@ -66,8 +66,7 @@ static int64_t staged_elems(const Graph *g, const int64_t *ld, int t, int64_t b)
 
 bool layout_cuda_gemm_operands(const Graph *g, const Op *op, const int64_t *ld, int64_t b,
                                int64_t *a_elems, int64_t *b_elems) {
-  OpKind k = op->kind;
-  if (k != OP_LINEAR && k != OP_MATMUL && k != OP_LINEAR_DW && k != OP_MATMUL_DW_T) return false;
+  if (!op_has(op->kind, OPF_GEMM)) return false;
   *a_elems = staged_elems(g, ld, op->in[0], b);
   *b_elems = staged_elems(g, ld, op->in[1], b);
   return true;

@@ -270,7 +270,7 @@ void layout_work_offsets(StageLocal *S, const int *last) {
     int64_t sc = layout_op_scratch_elems(g, op, S->b) * 4;
     for (int i = 0; i < op->nout; i++) {
       const TensorPlace *pl = place_of(S, op->out[i]);
-      if (pl->accumulate && pl->alias < 0 && !layout_accumulates_natively(op->kind))
+      if (pl->accumulate && pl->alias < 0 && !op_has(op->kind, OPF_ACCUMULATES))
         sc = layout_align_up(sc) + pl->bytes; /* compute into scratch, then add */
     }
     if (sc > 0) {

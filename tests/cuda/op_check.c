@@ -383,6 +383,35 @@ static void check_layernorm(Ctx *c) {
   free(x), free(gm), free(bt), free(dy), free(y), free(st), free(dx);
 }
 
+static void check_rmsnorm(Ctx *c) {
+  if (!oc_want(c, "rmsnorm")) return;
+  long long M = 37;
+  int C = 300;
+  float eps = 1e-6f;
+  size_t n = (size_t)M * C;
+  float *x = oc_rvec(c, n, 3), *gm = oc_rvec(c, C, 1), *dy = oc_rvec(c, n, 1);
+  for (size_t i = 0; i < n; i++) x[i] += 0.5f; /* a non-zero mean: rmsnorm does not subtract it */
+  float *y = oc_zvec(n), *dx = oc_zvec(n);
+  DevPtr dxx = oc_up(c, x, n * 4), dgm = oc_up(c, gm, C * 4), ddy = oc_up(c, dy, n * 4);
+  DevPtr dyy = c->d->alloc(c->d->ctx, n * 4), ddx = c->d->alloc(c->d->ctx, n * 4);
+  LAUNCH(c, "pkc_rmsnorm_fwd_f32", M, &dyy, &dxx, &dgm, &M, &C, &eps);
+  pk_rmsnorm_fwd_f32(y, x, gm, M, C, eps);
+  oc_check_vec(c, "rmsnorm_fwd", dyy, y, n, 1e-5);
+  LAUNCH(c, "pkc_rmsnorm_bwd_f32", M, &ddx, &ddy, &dxx, &dgm, &M, &C, &eps);
+  pk_rmsnorm_bwd_f32(dx, dy, x, gm, M, C, eps);
+  oc_check_vec(c, "rmsnorm_bwd", ddx, dx, n, 1e-5);
+  for (int acc = 0; acc <= 1; acc++) {
+    float *dg = oc_rvec(c, C, 1);
+    DevPtr ddg = oc_up(c, dg, C * 4);
+    long long cols = C;
+    LAUNCH(c, "pkc_rmsnorm_dgamma_f32", cols, &ddg, &ddy, &dxx, &M, &C, &eps, &acc);
+    pk_rmsnorm_dgamma_f32(dg, dy, x, M, C, eps, acc);
+    oc_check_vec(c, acc ? "rmsnorm_dgamma.acc" : "rmsnorm_dgamma", ddg, dg, C, 1e-5);
+    free(dg);
+  }
+  free(x), free(gm), free(dy), free(y), free(dx);
+}
+
 static void check_activations(Ctx *c) {
   if (!oc_want(c, "activations")) return;
   long long n = 1003;
@@ -401,6 +430,18 @@ static void check_activations(Ctx *c) {
   LAUNCH(c, "pkc_relu_bwd_f32", n, &dy, &dg, &dx, &n);
   pk_relu_bwd_f32(r, g, x, n);
   oc_check_vec(c, "relu_bwd", dy, r, n, 0);
+  float far[2] = {-100, 100}; /* SiLU far out: 0 and x, never inf·0 */
+  DevPtr dfar = oc_up(c, far, 2 * 4);
+  long long two = 2;
+  LAUNCH(c, "pkc_silu_fwd_f32", two, &dy, &dfar, &two);
+  pk_silu_fwd_f32(r, far, two);
+  oc_check_vec(c, "silu_fwd.far", dy, r, two, 1e-6);
+  LAUNCH(c, "pkc_silu_fwd_f32", n, &dy, &dx, &n);
+  pk_silu_fwd_f32(r, x, n);
+  oc_check_vec(c, "silu_fwd", dy, r, n, 1e-5);
+  LAUNCH(c, "pkc_silu_bwd_f32", n, &dy, &dg, &dx, &n);
+  pk_silu_bwd_f32(r, g, x, n);
+  oc_check_vec(c, "silu_bwd", dy, r, n, 1e-5);
   free(x), free(g), free(r);
 }
 
@@ -788,6 +829,7 @@ int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {
   check_gather(&c);
   check_arith(&c);
   check_layernorm(&c);
+  check_rmsnorm(&c);
   check_activations(&c);
   op_check_vec(&c);
   op_check_sum(&c);

@@ -42,7 +42,8 @@ static const struct {
     {"pkc_mul_fwd_f32", VF_MAP2},      {"pkc_mul_bwd_f32", VF_MULBWD},
     {"pkc_scale_fwd_f32", VF_SCALE},   {"pkc_gelu_fwd_f32", VF_MAP1},
     {"pkc_gelu_bwd_f32", VF_MAP2},     {"pkc_relu_fwd_f32", VF_MAP1},
-    {"pkc_relu_bwd_f32", VF_MAP2},     {"pkc_dropout_fwd_f32", VF_DROPOUT},
+    {"pkc_relu_bwd_f32", VF_MAP2},     {"pkc_silu_fwd_f32", VF_MAP1},
+    {"pkc_silu_bwd_f32", VF_MAP2},     {"pkc_dropout_fwd_f32", VF_DROPOUT},
     {"pkc_dropout_bwd_f32", VF_DROPOUT}, {"pkc_cast_f32_to_bf16", VF_TO_BF16},
     {"pkc_cast_bf16_to_f32", VF_FROM_BF16},
 };

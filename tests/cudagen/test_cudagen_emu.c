@@ -241,6 +241,24 @@ static void check_forward_elementwise_fused(const cJSON *list) {
   EXPECT(library == 0);
 }
 
+/* When set, a fused stage's source must name this op in a fused kernel ("silu(op "). */
+static const char *fused_must_hold;
+
+/* Whether a fused kernel's heading comment in the stage source names `what`. */
+static bool fused_kernel_names(const char *src, const char *what) {
+  for (const char *f = strstr(src, "/* fused:"); f; f = strstr(f + 1, "/* fused:")) {
+    const char *end = strchr(f, '\n'), *w = strstr(f, what);
+    if (w && (!end || w < end)) return true;
+  }
+  return false;
+}
+
+static bool has_op(const Graph *g, OpKind kind) {
+  for (int o = 0; o < g->nops; o++)
+    if (g->ops[o].kind == kind) return true;
+  return false;
+}
+
 static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool fuse, int id_range) {
   Harness h;
   EXPECT(harness_build_range(&h, g, r0, r1, b, false, true));
@@ -257,8 +275,13 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
   char *lib = codegen_cuda_library_source(g);
-  if (fuse) check_add_layernorm_fused(g, list);
-  if (fuse && r0 == 0 && r1 == g->nregions - 1) check_forward_elementwise_fused(list);
+  if (fuse && has_op(g, OP_LAYERNORM)) check_add_layernorm_fused(g, list);
+  if (fuse && fused_must_hold) {
+    bool held = fused_kernel_names(src, fused_must_hold);
+    printf("  %s in a fused kernel: %s\n", fused_must_hold, held ? "yes" : "no");
+    EXPECT(held);
+  }
+  if (fuse && r0 == 0 && r1 == g->nregions - 1 && has_op(g, OP_LAYERNORM)) check_forward_elementwise_fused(list);
   Replay r = {.seed = 1234, .mb = mb, .training = 1, .rng_base = (uint32_t)codegen_rng_base(L)};
   for (int c = BUF_PARAMS; c < NBLK; c++) {
     const char *nm = c == SCRATCH ? "cuda_scratch" : buf_class_name((BufClass)c);
@@ -355,7 +378,33 @@ static void test_bert(void) {
   arena_destroy(a);
 }
 
+/* The ops Llama-family models add, in tests/cudagen/llama_ops.model: rmsnorm (its
+ * dx and its gain's gradient), silu in a SwiGLU product (stored for its gradient) and
+ * in a fused chain with a residual add (the stage's own kernel must hold it), and
+ * through the library kernels (unfused), forward and backward. Targets in [0, 16) =
+ * [0, classes). */
+static void test_llama_ops(void) {
+  for (int fuse = 0; fuse <= 1; fuse++) {
+    Arena *a = arena_create();
+    Diag d;
+    diag_init(&d, stderr);
+    Graph *g = frontend_load_model(a, &d, "tests/cudagen/llama_ops.model", NULL, 0);
+    EXPECT(g != NULL);
+    PassOptions po = {.print_after = NULL, .print_to = stdout, .verify = true};
+    if (g && passes_run(g, &d, &po)) {
+      EXPECT(has_op(g, OP_SILU) && has_op(g, OP_SILU_BWD));
+      EXPECT(has_op(g, OP_RMSNORM) && has_op(g, OP_RMSNORM_BWD) && has_op(g, OP_RMSNORM_DGAMMA));
+      fused_must_hold = "silu(op ";
+      check_stage(g, 0, g->nregions - 1, 3, 5, fuse, 16);
+      fused_must_hold = NULL;
+    }
+    if (g) graph_destroy(g);
+    arena_destroy(a);
+  }
+}
+
 int main(void) {
+  RUN(test_llama_ops);
   RUN(test_whole_model);
   RUN(test_last_stage);
   RUN(test_bert);

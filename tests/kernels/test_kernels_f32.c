@@ -78,6 +78,12 @@ static void test_pointwise_and_norm(void) {
   pk_relu_fwd_f64(y.d, x.d, y.n);
   pk_relu_fwd_f32(y.f, x.f, y.n);
   AGREE("relu_fwd", y.f, y.d, y.n);
+  pk_silu_fwd_f64(y.d, x.d, y.n);
+  pk_silu_fwd_f32(y.f, x.f, y.n);
+  AGREE("silu_fwd", y.f, y.d, y.n);
+  pk_silu_bwd_f64(d.d, g.d, x.d, d.n);
+  pk_silu_bwd_f32(d.f, g.f, x.f, d.n);
+  AGREE("silu_bwd", d.f, d.d, d.n);
   pk_softmax_fwd_f64(y.d, x.d, BT, C);
   pk_softmax_fwd_f32(y.f, x.f, BT, C);
   AGREE("softmax_fwd", y.f, y.d, y.n);
@@ -92,6 +98,15 @@ static void test_pointwise_and_norm(void) {
   AGREE("layernorm_bwd dx", d.f, d.d, d.n);
   AGREE("layernorm_bwd dgamma", dg.f, dg.d, dg.n);
   AGREE("layernorm_bwd dbeta", db.f, db.d, db.n);
+  pk_rmsnorm_fwd_f64(y.d, x.d, gamma.d, BT, C, 1e-6);
+  pk_rmsnorm_fwd_f32(y.f, x.f, gamma.f, BT, C, 1e-6f);
+  AGREE("rmsnorm_fwd", y.f, y.d, y.n);
+  pk_rmsnorm_bwd_f64(d.d, g.d, x.d, gamma.d, BT, C, 1e-6);
+  pk_rmsnorm_bwd_f32(d.f, g.f, x.f, gamma.f, BT, C, 1e-6f);
+  AGREE("rmsnorm_bwd", d.f, d.d, d.n);
+  pk_rmsnorm_dgamma_f64(dg.d, g.d, x.d, BT, C, 1e-6, 0);
+  pk_rmsnorm_dgamma_f32(dg.f, g.f, x.f, BT, C, 1e-6f, 0);
+  AGREE("rmsnorm_dgamma", dg.f, dg.d, dg.n);
   PkRng r = {99, 1, 2};
   pk_dropout_fwd_f64(y.d, x.d, y.n, 0.25, r);
   pk_dropout_fwd_f32(y.f, x.f, y.n, 0.25, r);

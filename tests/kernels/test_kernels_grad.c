@@ -218,16 +218,48 @@ static void test_layernorm(void) {
   free(c.x), free(c.gamma), free(c.beta), free(c.g), free(c.y), free(one), free(zero);
 }
 
-/* ---- gelu, relu, softmax --------------------------------------------------------- */
+/* ---- rmsnorm ------------------------------------------------------------------ */
+typedef struct {
+  double *x, *gamma, *g, *y;
+} RmsCtx;
+static double rms_loss(void *p) {
+  RmsCtx *c = p;
+  pk_rmsnorm_fwd_f64(c->y, c->x, c->gamma, BT, C, 1e-6);
+  return kc_dot(c->g, c->y, BT * C);
+}
+static void test_rmsnorm(void) {
+  RmsCtx c = {kc_alloc(BT * C), kc_alloc(C), kc_alloc(BT * C), kc_alloc(BT * C)};
+  kc_fill(c.x, BT * C, 0.1, 2);
+  kc_fill(c.gamma, C, 0.5, 1.5);
+  kc_fill(c.g, BT * C, 0.1, 1);
+  double *dx = kc_alloc(BT * C), *dg = kc_alloc(C), *dg2 = kc_alloc(C);
+  pk_rmsnorm_bwd_f64(dx, c.g, c.x, c.gamma, BT, C, 1e-6);
+  KC_CHECK_GRAD("rmsnorm dx", c.x, BT * C, dx, rms_loss, &c);
+  pk_rmsnorm_dgamma_f64(dg, c.g, c.x, BT, C, 1e-6, 0);
+  KC_CHECK_GRAD("rmsnorm dgamma", c.gamma, C, dg, rms_loss, &c);
+  for (int i = 0; i < C; i++) dg2[i] = 0.25;
+  pk_rmsnorm_dgamma_f64(dg2, c.g, c.x, BT, C, 1e-6, 1); /* accumulate: adds onto 0.25 */
+  for (int i = 0; i < C; i++) EXPECT_NEAR(dg2[i], dg[i] + 0.25, 1e-14, 1e-14);
+  /* Hugging Face's LlamaRMSNorm of [1, 2, 3, 4], weight [1, 0.5, 2, 1], eps 1e-6:
+   * x·rsqrt(7.5 + 1e-6)·weight. */
+  double x4[4] = {1, 2, 3, 4}, w4[4] = {1, 0.5, 2, 1}, y4[4];
+  const double want[4] = {0.3651483473268884, 0.3651483473268884, 2.1908900839613303, 1.4605933893075536};
+  pk_rmsnorm_fwd_f64(y4, x4, w4, 1, 4, 1e-6);
+  for (int i = 0; i < 4; i++) EXPECT_NEAR(y4[i], want[i], 1e-15, 0);
+  free(c.x), free(c.gamma), free(c.g), free(c.y), free(dx), free(dg), free(dg2);
+}
+
+/* ---- gelu, relu, softmax, silu --------------------------------------------------- */
 typedef struct {
   double *x, *g, *y;
-  int kind; /* 0 gelu, 1 relu, 2 softmax */
+  int kind; /* 0 gelu, 1 relu, 2 softmax, 3 silu */
 } ActCtx;
 static double act_loss(void *p) {
   ActCtx *c = p;
   if (c->kind == 0) pk_gelu_fwd_f64(c->y, c->x, BT * C);
   if (c->kind == 1) pk_relu_fwd_f64(c->y, c->x, BT * C);
   if (c->kind == 2) pk_softmax_fwd_f64(c->y, c->x, BT, C);
+  if (c->kind == 3) pk_silu_fwd_f64(c->y, c->x, BT * C);
   return kc_dot(c->g, c->y, BT * C);
 }
 static void test_activations(void) {
@@ -245,6 +277,18 @@ static void test_activations(void) {
   act_loss(&c);
   pk_softmax_bwd_f64(dx, c.g, c.y, BT, C);
   KC_CHECK_GRAD("softmax dx", c.x, BT * C, dx, act_loss, &c);
+  c.kind = 3;
+  pk_silu_bwd_f64(dx, c.g, c.x, BT * C);
+  KC_CHECK_GRAD("silu dx", c.x, BT * C, dx, act_loss, &c);
+  /* SiLU's value at known points: silu(1) = 1/(1 + e^-1); far out, x or 0 (no NaN). */
+  double xs[3] = {1, -100, 100}, ys[3], gs[3] = {1, 1, 1}, ds[3];
+  pk_silu_fwd_f64(ys, xs, 3);
+  pk_silu_bwd_f64(ds, gs, xs, 3);
+  EXPECT_NEAR(ys[0], 0.7310585786300049, 1e-14, 0);
+  EXPECT_NEAR(ys[1], 0, 0, 1e-30);
+  EXPECT_NEAR(ys[2], 100, 1e-14, 0);
+  EXPECT_NEAR(ds[1], 0, 0, 1e-30);
+  EXPECT_NEAR(ds[2], 1, 1e-14, 0);
   /* GELU's value at a known point: gelu(1) = 0.5·(1 + tanh(√(2/π)·1.044715)). */
   double one = 1, y1;
   pk_gelu_fwd_f64(&y1, &one, 1);
@@ -358,6 +402,7 @@ int main(void) {
   RUN(test_matmul);
   RUN(test_elementwise);
   RUN(test_layernorm);
+  RUN(test_rmsnorm);
   RUN(test_activations);
   RUN(test_dropout);
   RUN(test_gather);
