@@ -11,7 +11,7 @@
  *   5. the exported entry points (cgen_c_entry.c).
  *
  * Ops map to kernels by the table's op family (emit_op): an op of a generic family
- * (OPFAM_MAP, OPFAM_ROWS) is the call cgen_lower.h derives from its ops.def row; the
+ * (OPFAM_MAP, OPFAM_ROWS, OPFAM_SEQ) is the call cgen_lower.h derives from its ops.def row; the
  * others have one emitter per family here, switching over their own kinds.
  * Gradient accumulation follows the layout: an output placed with `accumulate` is
  * added into (kernel flag, or an axpy from the op's scratch temporary), and an add
@@ -401,7 +401,8 @@ static void emit_op(Emit *e, const Op *op) {
   d.A = cc_acc(e, y) ? 1 : 0;
   switch (op_info[op->kind].family) {
   case OPFAM_MAP:
-  case OPFAM_ROWS: emit_generic(e, op, &d); break;
+  case OPFAM_ROWS:
+  case OPFAM_SEQ: emit_generic(e, op, &d); break;
   case OPFAM_LOOKUP: emit_lookup(e, op, &d); break;
   case OPFAM_DENSE: emit_dense(e, op, &d); break;
   case OPFAM_ELEMENTWISE: emit_elementwise(e, op, &d); break;

@@ -494,7 +494,8 @@ static void emit_op(CuEmit *e, const Op *op, bool bias_done) {
   d.A = acc(e, y) ? 1 : 0;
   switch (op_info[op->kind].family) {
   case OPFAM_MAP:
-  case OPFAM_ROWS: emit_generic(e, op, &d); break;
+  case OPFAM_ROWS:
+  case OPFAM_SEQ: emit_generic(e, op, &d); break;
   case OPFAM_LOOKUP: emit_lookup(e, op, &d); break;
   case OPFAM_DENSE: emit_dense(e, op, &d); break;
   case OPFAM_ELEMENTWISE: emit_elementwise(e, op, &d); break;

@@ -12,6 +12,13 @@ static int64_t last_dim(const Graph *g, int t) {
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
 
+/* T of a [B,T,C] operand (the shape rule of a SEQ op requires rank 3). */
+static int64_t seq_len(const Graph *g, int t) {
+  const Shape *s = &g->tensors[t].shape;
+  PD_CHECK(s->rank == 3, "(a SEQ op's operand has rank %d, not 3)", s->rank);
+  return s->dim[1];
+}
+
 static void add(KernelCall *c, KArgKind kind, int tensor, double value) {
   PD_CHECK(c->nargs < KCALL_MAX_ARGS, "(kernel %s: too many arguments)", c->kernel);
   c->arg[c->nargs++] = (KArg){kind, tensor, value};
@@ -30,7 +37,9 @@ KernelCall cgen_lower_call(const Graph *g, const Op *op, int64_t b, bool accumul
     add(&c, KARG_I64, -1, (double)c.n);
     break;
   case OPFAM_ROWS:
+  case OPFAM_SEQ:
     add(&c, KARG_I64, -1, (double)c.rows);
+    if (info->family == OPFAM_SEQ) add(&c, KARG_I32, -1, (double)seq_len(g, x));
     add(&c, KARG_I32, -1, (double)c.cols);
     for (int a = 0; a < info->nattrs; a++) add(&c, KARG_REAL, -1, op->attr[a]);
     if (op_has(op->kind, OPF_ACCUMULATES)) add(&c, KARG_FLAG, -1, accumulate);

@@ -1,7 +1,7 @@
 /* codegen/cgen_lower.h — the lowering both generators share: what ops.def says about
  * an op, turned into what a backend prints (private to codegen/).
  *
- * An op of a generic family (OPFAM_MAP, OPFAM_ROWS) is lowered once, here, into a
+ * An op of a generic family (OPFAM_MAP, OPFAM_ROWS, OPFAM_SEQ) is lowered once, here, into a
  * KernelCall: its kernel's base name and its arguments, in order, as typed values. The
  * C generator prints it as `K(name)(args);`, the CUDA generator as a launch of
  * pkc_<name>_f32 with the same arguments, so the two programs call their twin
@@ -45,11 +45,13 @@ typedef struct KernelCall {
   KArg arg[KCALL_MAX_ARGS];
 } KernelCall;
 
-/* The call of op (family OPFAM_MAP or OPFAM_ROWS) at microbatch size b, its
- * destination accumulated into when `accumulate`:
+/* The call of op (family OPFAM_MAP, OPFAM_ROWS or OPFAM_SEQ) at microbatch size b,
+ * its destination accumulated into when `accumulate`:
  *   OPFAM_MAP:  kernel(y, in..., n), n = elements of y;
  *   OPFAM_ROWS: kernel(y, in..., rows, C, attrs... [, accumulate]) over in[0]'s rows
- *               of its last dimension C; the flag only for an OPF_ACCUMULATES op. */
+ *               of its last dimension C; the flag only for an OPF_ACCUMULATES op;
+ *   OPFAM_SEQ:  kernel(y, in..., rows, T, C, attrs... [, accumulate]), as ROWS over
+ *               in[0] [B,T,C], whose row r is at position r mod T. */
 KernelCall cgen_lower_call(const Graph *g, const Op *op, int64_t b, bool accumulate);
 
 /* The work items of a launch of kind `launch_kind` (PkcLaunchKind). */

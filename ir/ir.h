@@ -151,6 +151,8 @@ typedef enum OpFamily {
   OPFAM_MAP,         /* generic: kernel(y, in..., n), n = elements of y */
   OPFAM_ROWS,        /* generic: kernel(y, in..., rows, C, attrs... [, accumulate]) over
                         in[0]'s rows of its last dim C */
+  OPFAM_SEQ,         /* generic: kernel(y, in..., rows, T, C, attrs... [, accumulate]) as
+                        ROWS over in[0] [B,T,C], row r at position r mod T */
   OPFAM_LOOKUP,      /* ids select rows: embedding, positions, gather (and gradients) */
   OPFAM_DENSE,       /* GEMMs */
   OPFAM_ELEMENTWISE, /* add, scale, dropout, reshape: element ops with special lowering */

@@ -324,6 +324,41 @@ void op_grad_SOFTMAX(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_SOFTMAX_BWD, in, 2, NULL, gname(g, op->in[0]));
 }
 
+/* rope: x[B,T,C] in heads of D = C/heads, D even (the rotation pairs x_i with
+ * x_{i+D/2}). */
+bool op_shape_ROPE(SHAPE_ARGS) {
+  char b[64];
+  if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 3, 3, err, errlen)) return false;
+  double heads = op->attr[0], theta = op->attr[1];
+  int64_t c = last_dim(IN(0));
+  if (heads == 0)
+    return ERR("'rope' needs its heads attribute, rope(x, heads = H): the width %lld of %s '%s' in H heads",
+               (long long)c, sh(IN(0), b), IN(0)->name);
+  if (!is_int_attr(heads) || heads < 1) return ERR("'rope' heads must be a positive integer, got %g", heads);
+  if (c % (int64_t)heads != 0)
+    return ERR("'rope' width %lld of %s '%s' is not divisible by %g heads", (long long)c, sh(IN(0), b),
+               IN(0)->name, heads);
+  if ((c / (int64_t)heads) % 2 != 0)
+    return ERR("'rope' head size %lld (width %lld / %g heads) of %s '%s' is odd: rotary position embedding "
+               "rotates pairs (x[i], x[i + D/2]) and needs an even head size",
+               (long long)(c / (int64_t)heads), (long long)c, heads, sh(IN(0), b), IN(0)->name);
+  if (!(theta > 0) || !isfinite(theta)) return ERR("'rope' attribute theta must be positive, got %g", theta);
+  same_as(g, op, out, odt, 0, 0);
+  return true;
+}
+/* Two products and a sum per element, and each pair's angle (its cos and sin): about
+ * 4 FLOPs an element; x read and y written once. */
+OpCost op_cost_ROPE(COST_ARGS) {
+  double n = numel(T(op->out[0]), b);
+  return (OpCost){4.0 * n, 8.0 * n};
+}
+/* The gradient of a rotation is the inverse rotation: rope_bwd(dy), angle -a. */
+void op_grad_ROPE(GRAD_ARGS) {
+  din[0] = -1;
+  if (dout[0] < 0 || !wants(g, op, 0)) return;
+  din[0] = emit1(g, op, OP_ROPE_BWD, &dout[0], 1, op->attr, gname(g, op->in[0]));
+}
+
 static bool check_p(double p, const char *opname, char *err, size_t errlen) {
   if (p >= 0 && p < 1) return true;
   return ERR("'%s' dropout probability p must be in [0, 1), got %g", opname, p);

@@ -80,7 +80,7 @@ OpCost op_cost_RMSNORM_BWD(COST_ARGS) {
   double n = numel(IN(1), b);
   return (OpCost){8.0 * n, 4.0 * (3 * n + numel(IN(2), b))};
 }
-/* dy-shaped outputs: gelu_bwd, relu_bwd, silu_bwd, softmax_bwd, dropout_bwd, cross_entropy_bwd */
+/* dy-shaped outputs: gelu_bwd, relu_bwd, silu_bwd, softmax_bwd, rope_bwd, dropout_bwd, cross_entropy_bwd */
 static bool same_as_in1(SHAPE_ARGS) {
   (void)err, (void)errlen;
   same_as(g, op, out, odt, 0, op->nin > 1 ? 1 : 0);
@@ -106,6 +106,8 @@ OpCost op_cost_SOFTMAX_BWD(COST_ARGS) {
   double n = numel(IN(0), b);
   return (OpCost){4.0 * n, 12.0 * n};
 }
+bool op_shape_ROPE_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
+OpCost op_cost_ROPE_BWD(COST_ARGS) { return op_cost_ROPE(g, op, b); }
 bool op_shape_ATTENTION_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
 /* dQ, dK, dV, dP: twice the forward GEMM work (recomputing P is counted in the
  * forward-sized term, as flash-attention's backward does). */

@@ -225,6 +225,9 @@ PK_API void pk_bf16_load(float *y, const uint16_t *x, int64_t n) {
 #define PK_EXPV pk_exp_clamped_
 #define PK_LOG log
 #define PK_SQRT sqrt
+#define PK_POW pow
+#define PK_COS cos
+#define PK_SIN sin
 #else
 #define PD2BW_CPU_KERNELS_F32
 #define PK_REAL float
@@ -233,6 +236,9 @@ PK_API void pk_bf16_load(float *y, const uint16_t *x, int64_t n) {
 #define PK_EXPV pk_expf_ /* vectorisable, Part 1 */
 #define PK_LOG logf
 #define PK_SQRT sqrtf
+#define PK_POW powf
+#define PK_COS cosf
+#define PK_SIN sinf
 #endif
 #define PK_CAT_(a, b) pk_##a##_##b
 #define PK_CAT(a, b) PK_CAT_(a, b)
@@ -360,5 +366,8 @@ PK_API double PK(sumsq)(const PK_REAL *x, int64_t n) {
 #undef PK_EXPV
 #undef PK_LOG
 #undef PK_SQRT
+#undef PK_POW
+#undef PK_COS
+#undef PK_SIN
 #endif /* one instantiation */
 #undef PK_F64

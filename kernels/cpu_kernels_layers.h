@@ -410,3 +410,54 @@ PK_API void PK(rmsnorm_dgamma)(PK_REAL *dgamma, const PK_REAL *dy, const PK_REAL
     for (int c = c0; c < c1; c++) dgamma[c] = acc[c - c0];
   }
 }
+
+/* ---- rope (rotary position embedding, Hugging Face's rotate-half convention) ------ */
+
+/* Pairs per angle table: the angles of one position are computed a chunk at a time. */
+#define PK_ROPE_CHUNK 64
+
+/* y = x rotated per head: x[B,T,C] (rows = B·T, row r at position t = r mod T), heads
+ * of D = C/H, and for i < D/2 the pair (x_i, x_{i+D/2}) turned by sgn·a,
+ * a = t·inv_i, inv_i = 1/theta^(2i/D), in the real type in the order Hugging Face's
+ * LlamaRotaryEmbedding computes it (float32: its values to float32 rounding):
+ *     y_i = x_i·cos a - x_{i+D/2}·sin a,   y_{i+D/2} = x_{i+D/2}·cos a + x_i·sin a.
+ * Each position's cos and sin are computed once, for all its rows and heads. */
+static inline void PK(rope_)(PK_REAL *y, const PK_REAL *x, int64_t rows, int T, int C, PK_REAL heads,
+                             PK_REAL theta, PK_REAL sgn) {
+  int H = (int)heads, D = C / H, half = D / 2;
+  PK_OMP(omp parallel for schedule(static) if (rows * C >= PK_PAR_MIN))
+  for (int t = 0; t < T; t++) {
+    PK_REAL cs[PK_ROPE_CHUNK], sn[PK_ROPE_CHUNK];
+    for (int i0 = 0; i0 < half; i0 += PK_ROPE_CHUNK) {
+      int n = half - i0 < PK_ROPE_CHUNK ? half - i0 : PK_ROPE_CHUNK;
+      for (int i = 0; i < n; i++) {
+        PK_REAL inv = 1 / PK_POW(theta, (PK_REAL)(2 * (i0 + i)) / (PK_REAL)D);
+        PK_REAL a = (PK_REAL)t * inv;
+        cs[i] = PK_COS(a);
+        sn[i] = sgn * PK_SIN(a);
+      }
+      for (int64_t r = t; r < rows; r += T)
+        for (int h = 0; h < H; h++) {
+          const PK_REAL *xa = x + r * C + h * D + i0, *xb = xa + half;
+          PK_REAL *ya = y + r * C + h * D + i0, *yb = ya + half;
+          for (int i = 0; i < n; i++) {
+            PK_REAL u = xa[i], v = xb[i];
+            ya[i] = u * cs[i] - v * sn[i];
+            yb[i] = v * cs[i] + u * sn[i];
+          }
+        }
+    }
+  }
+}
+
+/* rope(x): the rotation by +a (see rope_). */
+PK_API void PK(rope_fwd)(PK_REAL *y, const PK_REAL *x, int64_t rows, int T, int C, PK_REAL heads, PK_REAL theta) {
+  PK(rope_)(y, x, rows, T, C, heads, theta, 1);
+}
+
+/* rope_bwd(dy) -> dx: the transpose of a rotation is its inverse, the rotation by -a:
+ * dx_i = dy_i·cos a + dy_{i+D/2}·sin a, dx_{i+D/2} = dy_{i+D/2}·cos a - dy_i·sin a. */
+PK_API void PK(rope_bwd)(PK_REAL *dx, const PK_REAL *dy, int64_t rows, int T, int C, PK_REAL heads,
+                         PK_REAL theta) {
+  PK(rope_)(dx, dy, rows, T, C, heads, theta, -1);
+}

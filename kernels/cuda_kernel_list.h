@@ -52,6 +52,8 @@ typedef enum PkcLaunchKind {
   X(pkc_rmsnorm_fwd_f32, PKC_ROW)           /* M */ \
   X(pkc_rmsnorm_bwd_f32, PKC_ROW)           /* M */ \
   X(pkc_rmsnorm_dgamma_f32, PKC_COL)        /* C */ \
+  X(pkc_rope_fwd_f32, PKC_ROW)              /* B*T */ \
+  X(pkc_rope_bwd_f32, PKC_ROW)              /* B*T */ \
   X(pkc_gelu_fwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_gelu_bwd_f32, PKC_ELEM4)            /* n */ \
   X(pkc_relu_fwd_f32, PKC_ELEM4)            /* n */ \

@@ -334,3 +334,36 @@ __global__ void pkc_rmsnorm_dgamma_f32(float *dgamma, const float *dy, const flo
     __syncthreads();
   }
 }
+
+/* ===== rope (rotary position embedding, Hugging Face's rotate-half convention) ===== */
+
+/* Row kernel: row r of x[B,T,C] (position t = r mod T), its heads of D = C/heads, each
+ * thread a pair (x_i, x_{i+D/2}) turned by sgn·a, a = t·(1/theta^(2i/D)) in float32
+ * (pk_rope_'s twin: y_i = x_i·cos - x_{i+D/2}·sin, y_{i+D/2} = x_{i+D/2}·cos + x_i·sin). */
+static __device__ __forceinline__ void pkc_rope_(float *y, const float *x, pkc_i64 rows, int T, int C, float heads,
+                                                 float theta, float sgn) {
+  int H = (int)heads, D = C / H, half = D / 2;
+  for (pkc_i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    float t = (float)(r % T);
+    for (int j = (int)threadIdx.x; j < H * half; j += (int)blockDim.x) {
+      int h = j / half, i = j - h * half;
+      float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+      float a = t * inv, cs = cosf(a), sn = sgn * sinf(a);
+      pkc_i64 k = r * C + h * D + i;
+      float u = x[k], v = x[k + half];
+      y[k] = u * cs - v * sn;
+      y[k + half] = v * cs + u * sn;
+    }
+  }
+}
+
+/* Row kernel: rope(x) (pk_rope_fwd's twin). */
+__global__ void pkc_rope_fwd_f32(float *y, const float *x, pkc_i64 rows, int T, int C, float heads, float theta) {
+  pkc_rope_(y, x, rows, T, C, heads, theta, 1.0f);
+}
+
+/* Row kernel: rope_bwd(dy) -> dx, the rotation by -a (pk_rope_bwd's twin). */
+__global__ void pkc_rope_bwd_f32(float *dx, const float *dy, pkc_i64 rows, int T, int C, float heads,
+                                 float theta) {
+  pkc_rope_(dx, dy, rows, T, C, heads, theta, -1.0f);
+}

@@ -412,6 +412,33 @@ static void check_rmsnorm(Ctx *c) {
   free(x), free(gm), free(dy), free(y), free(dx);
 }
 
+/* rope and its inverse: 3 heads of D = 10 over T = 37 positions (angles to 36 rad),
+ * and one head of D = 260 (130 pairs: more than the C kernel's chunk of 64 angles,
+ * more than a small block's threads). Llama 3's theta for the second. */
+static void check_rope(Ctx *c) {
+  if (!oc_want(c, "rope")) return;
+  static const struct {
+    long long B;
+    int T, H, D;
+    float theta;
+  } cs[] = {{3, 37, 3, 10, 10000.0f}, {2, 5, 1, 260, 500000.0f}};
+  for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+    long long rows = cs[k].B * cs[k].T;
+    int T = cs[k].T, C = cs[k].H * cs[k].D;
+    float heads = (float)cs[k].H, theta = cs[k].theta;
+    size_t n = (size_t)rows * C;
+    float *x = oc_rvec(c, n, 2), *y = oc_zvec(n);
+    DevPtr dx = oc_up(c, x, n * 4), dy = c->d->alloc(c->d->ctx, n * 4);
+    LAUNCH(c, "pkc_rope_fwd_f32", rows, &dy, &dx, &rows, &T, &C, &heads, &theta);
+    pk_rope_fwd_f32(y, x, rows, T, C, heads, theta);
+    oc_check_vec(c, k ? "rope_fwd.wide" : "rope_fwd", dy, y, n, 1e-5);
+    LAUNCH(c, "pkc_rope_bwd_f32", rows, &dy, &dx, &rows, &T, &C, &heads, &theta);
+    pk_rope_bwd_f32(y, x, rows, T, C, heads, theta);
+    oc_check_vec(c, k ? "rope_bwd.wide" : "rope_bwd", dy, y, n, 1e-5);
+    free(x), free(y);
+  }
+}
+
 static void check_activations(Ctx *c) {
   if (!oc_want(c, "activations")) return;
   long long n = 1003;
@@ -830,6 +857,7 @@ int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {
   check_arith(&c);
   check_layernorm(&c);
   check_rmsnorm(&c);
+  check_rope(&c);
   check_activations(&c);
   op_check_vec(&c);
   op_check_sum(&c);

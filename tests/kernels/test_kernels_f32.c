@@ -107,6 +107,12 @@ static void test_pointwise_and_norm(void) {
   pk_rmsnorm_dgamma_f64(dg.d, g.d, x.d, BT, C, 1e-6, 0);
   pk_rmsnorm_dgamma_f32(dg.f, g.f, x.f, BT, C, 1e-6f, 0);
   AGREE("rmsnorm_dgamma", dg.f, dg.d, dg.n);
+  pk_rope_fwd_f64(y.d, x.d, BT, T, C, NH, 10000);
+  pk_rope_fwd_f32(y.f, x.f, BT, T, C, NH, 10000);
+  AGREE("rope_fwd", y.f, y.d, y.n);
+  pk_rope_bwd_f64(d.d, g.d, BT, T, C, NH, 10);
+  pk_rope_bwd_f32(d.f, g.f, BT, T, C, NH, 10);
+  AGREE("rope_bwd", d.f, d.d, d.n);
   PkRng r = {99, 1, 2};
   pk_dropout_fwd_f64(y.d, x.d, y.n, 0.25, r);
   pk_dropout_fwd_f32(y.f, x.f, y.n, 0.25, r);

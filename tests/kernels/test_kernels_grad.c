@@ -249,6 +249,39 @@ static void test_rmsnorm(void) {
   free(c.x), free(c.gamma), free(c.g), free(c.y), free(dx), free(dg), free(dg2);
 }
 
+/* ---- rope ----------------------------------------------------------------------- */
+/* x[B,T,C] in 2 heads of D = 4; theta 10 so the angles t/theta^(2i/D) of T = 5
+ * positions span more than a turn. */
+typedef struct {
+  double *x, *g, *y;
+} RopeCtx;
+static double rope_loss(void *p) {
+  RopeCtx *c = p;
+  pk_rope_fwd_f64(c->y, c->x, BT, T, C, 2, 10);
+  return kc_dot(c->g, c->y, BT * C);
+}
+static void test_rope(void) {
+  RopeCtx c = {kc_alloc(BT * C), kc_alloc(BT * C), kc_alloc(BT * C)};
+  kc_fill(c.x, BT * C, 0.1, 2);
+  kc_fill(c.g, BT * C, 0.1, 1);
+  double *dx = kc_alloc(BT * C), *back = kc_alloc(BT * C);
+  pk_rope_bwd_f64(dx, c.g, BT, T, C, 2, 10);
+  KC_CHECK_GRAD("rope dx", c.x, BT * C, dx, rope_loss, &c);
+  /* a rotation: the inverse undoes it, and position 0 is the identity */
+  rope_loss(&c);
+  pk_rope_bwd_f64(back, c.y, BT, T, C, 2, 10);
+  for (int i = 0; i < BT * C; i++) EXPECT_NEAR(back[i], c.x[i], 1e-14, 1e-15);
+  for (int i = 0; i < C; i++) EXPECT(c.y[i] == c.x[i] && c.y[T * C + i] == c.x[T * C + i]);
+  /* one head of D = 4 at position 2 (theta 10000): pair 0 turns by 2 rad, pair 1 by
+   * 2/100: y0 = x0·cos 2 - x2·sin 2, y2 = x2·cos 2 + x0·sin 2, likewise (x1, x3). */
+  double x4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}, y4[12];
+  pk_rope_fwd_f64(y4, x4, 3, 3, 4, 1, 10000);
+  const double want[4] = {1 * cos(2.0) - 3 * sin(2.0), 2 * cos(0.02) - 4 * sin(0.02), 3 * cos(2.0) + 1 * sin(2.0),
+                          4 * cos(0.02) + 2 * sin(0.02)};
+  for (int i = 0; i < 4; i++) EXPECT_NEAR(y4[8 + i], want[i], 1e-15, 1e-15);
+  free(c.x), free(c.g), free(c.y), free(dx), free(back);
+}
+
 /* ---- gelu, relu, softmax, silu --------------------------------------------------- */
 typedef struct {
   double *x, *g, *y;
@@ -403,6 +436,7 @@ int main(void) {
   RUN(test_elementwise);
   RUN(test_layernorm);
   RUN(test_rmsnorm);
+  RUN(test_rope);
   RUN(test_activations);
   RUN(test_dropout);
   RUN(test_gather);
