@@ -514,9 +514,10 @@ def hangs(c):
     open(sleeper, "w").write("#!/bin/sh\nsleep 600\n")
     os.chmod(sleeper, 0o755)
     for plan in ("plan1", "plan2"):
-        c.probes.append(Probe("hangs", "%s: a C compiler that never returns, --timeout 5" % plan,
-                              c.train(plan, "--timeout", "5"), pattern=r"compil", timeout=40,
-                              env={"PD2BW_CC": sleeper, "PD2BW_CACHE": c.p("cache-slow-" + plan)}))
+        c.probes.append(Probe("hangs", "%s: a C compiler that never returns, PD2BW_CC_TIMEOUT=5" % plan,
+                              c.train(plan), pattern=r"compil", timeout=40,
+                              env={"PD2BW_CC": sleeper, "PD2BW_CC_TIMEOUT": "5",
+                                   "PD2BW_CACHE": c.p("cache-slow-" + plan)}))
     c.probes.append(Probe("hangs", "plan2: rank 1 stuck in a library, --timeout 5",
                           c.train("plan2", "--timeout", "5", steps=5), pattern=r"rank|timed out|timeout", timeout=40,
                           env={"PD2BW_FAULT_INJECT": "1:2:stuck"}))
