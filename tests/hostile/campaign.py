@@ -540,15 +540,16 @@ def errors(c):
             argv += [flag, value]
         c.probes.append(Probe("errors", "pd2bwrun %s %s" % (flag, value), argv, pattern=re.escape(flag) + ".*" + rng))
 
-    def llmc(name, magic, version, n, body):
+    def llmc(name, magic, version, n, body, have=None):  # have: tokens after the header (n)
         def setup():
             hdr = struct.pack("<256i", magic, version, n, *([0] * 253))
-            open(c.p(name), "wb").write(hdr[:body] if body < 1024 else hdr + struct.pack("<%dH" % n, *([65] * n)))
+            k = n if have is None else have
+            open(c.p(name), "wb").write(hdr[:body] if body < 1024 else hdr + struct.pack("<%dH" % k, *([65] * k)))
         return setup
     for name, args, pat in (("short.bin", (20240520, 1, 1000, 600), r"short.bin.*(header|short|bytes)"),
                             ("magic.bin", (20240521, 1, 1000, 4096), r"magic.bin.*(magic|header)"),
                             ("version.bin", (20240520, 9, 1000, 4096), r"version.bin.*version"),
-                            ("count.bin", (20240520, 1, 5000, 4096), r"count.bin.*(tokens|count|bytes|short)")):
+                            ("count.bin", (20240520, 1, 5000, 4096, 1000), r"count.bin.*(tokens|count|bytes|short|truncated)")):
         c.probes.append(Probe("errors", "token file: " + name, c.train("plan1", "--data", c.p(name)), pattern=pat,
                               setup=llmc(name, *args)))
     odd = c.p("odd.bin")
