@@ -48,7 +48,8 @@ ladder() { # NAME COMMAND...
   for f in 95 90 80 60 40 20 5; do
     v=$((hi * f / 100))
     run $v "$@"
-    out=$(grep -m1 'out of memory' "$T/out")
+    # (any case: a library that fails as it loads, libgomp for one, says "Out of memory")
+    out=$(grep -m1 -i 'out of memory' "$T/out")
     if [ $rc -eq 1 ] && [ -n "$out" ] && [ $dt -lt $MAX_S ]; then
       hits=$((hits + 1))
       echo "  $name at $v KiB ($f%): exit 1 after $dt s: $out"
