@@ -251,6 +251,7 @@ static void test_long_chain(void) {
       EXPECT(g != NULL);
       if (!g) fprintf(stderr, "%d terms: %s\n", terms, fx_diag(&f));
       if (g) EXPECT_EQ_INT(graph_param_count(g), 32 * terms);
+      if (g) graph_destroy(g);
     } else {
       EXPECT(g == NULL && strstr(fx_diag(&f), "expression nested too deeply (expected at most 1000 levels)"));
     }
