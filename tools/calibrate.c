@@ -39,17 +39,22 @@
 extern char **environ;
 
 /* The profiled model: models/tinygpt.model's text (a GPT-2 block; tools/CMakeLists.txt
- * embeds it), 2 layers, at two shapes. */
+ * embeds it), 2 layers, at three shapes. */
 extern const char calibrate_model_text[];
 
-/* The two shapes: narrow with small microbatches (fixed costs weigh), wide with
- * larger ones (per-element costs weigh). */
+/* The shapes: narrow with small microbatches (fixed costs weigh), the same width
+ * with larger ones (how a pass grows with the microbatch: the per-op fixed cost
+ * and the per-element costs are told apart only by changing the microbatch at
+ * one width), and wide (GEMMs weigh). With the first and the last alone the fit
+ * took the narrow shape's time as fixed cost, 3.8 us per op, and under-predicted a
+ * 4-sample pass at width 64 by a quarter (bench/pipeline/RESULTS.md). */
 typedef struct CalShape {
   const char *defines[4];
   int microbatch;
 } CalShape;
 static const CalShape shapes[] = {
     {{"dim=64", "seq=64", "train.batch=4", "layers=2"}, 1},
+    {{"dim=64", "seq=64", "train.batch=16", "layers=2"}, 8},
     {{"dim=192", "seq=128", "train.batch=8", "layers=2"}, 4},
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
@@ -119,7 +124,7 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
       "# memcpy of 64 MiB on 1 thread: %.2f GB/s copied (memory_gbs counts reads and writes)\n"
       "# optimizer step (AdamW + gradient norm, 4 Mi parameters): %.2f ns per parameter\n"
       "# Not GEMMs, and the fixed cost of one op: fitted to pd2bwrun --profile-out of a\n"
-      "#   models/tinygpt.model, 2 layers, at dim 64 (microbatch 1) and dim 192 (microbatch 4), 1 thread;\n"
+      "#   models/tinygpt.model, 2 layers, at dim 64 (microbatch 1 and 8) and dim 192 (microbatch 4), 1 thread;\n"
       "#   mean error of the fitted segment times %.0f%%:\n%s"
       "cluster host {\n"
       "  nodes = 1;\n  devices_per_node = %d;\n  device = \"cpu\";\n  memory_gib = %.1f;\n"
@@ -328,18 +333,9 @@ static bool scratch(const char *dir, const HostRates *r, char *err, size_t errle
 bool calibrate_default_path(char *buf, size_t n, char *err, size_t errlen) {
   char *dir = cache_dir_for_run(NULL, NULL, err, errlen);
   if (!dir) return false;
-  char cpu[96], tag[96];
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  snprintf(cpu, sizeof cpu, "cpu");
-  if (f) {
-    char line[256];
-    while (fgets(line, sizeof line, f))
-      if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
-        snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 1);
-        break;
-      }
-    fclose(f);
-  }
+  CpuIdent id = calibrate_cpu_ident();
+  const char *cpu = id.name;
+  char tag[96];
   size_t j = 0;
   for (size_t i = 0; cpu[i] && j + 1 < sizeof tag; i++) /* the model name as a file name */
     if ((cpu[i] >= 'a' && cpu[i] <= 'z') || (cpu[i] >= 'A' && cpu[i] <= 'Z') || (cpu[i] >= '0' && cpu[i] <= '9'))

@@ -34,6 +34,13 @@ typedef struct HostRates {
   double optimizer_ns;       /* AdamW + the gradient norm's sum of squares, per parameter */
 } HostRates;
 
+/* /proc/cpuinfo's first model name, cpu family and model (name "" and "?" when the
+ * file or the line is missing): the calibration file's comments and its name. */
+typedef struct CpuIdent {
+  char name[96], family[16], model[16];
+} CpuIdent;
+CpuIdent calibrate_cpu_ident(void);
+
 /* Measures them all (about 3 s on 2 cores). Sets pd_blas_init(1) for the process. */
 bool calibrate_host(HostRates *r, char *err, size_t errlen);
 

@@ -141,30 +141,32 @@ static double optimizer_ns(void) {
   return isfinite(best) ? best / (double)n * 1e9 : 0;
 }
 
-static void cpu_model(char *buf, size_t n) {
-  snprintf(buf, n, "unknown CPU");
+CpuIdent calibrate_cpu_ident(void) {
+  CpuIdent id = {"", "?", "?"};
   FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[256], name[96] = "", fam[16] = "?", model[16] = "?";
+  if (!f) return id;
+  char line[256];
   while (fgets(line, sizeof line, f)) {
     char *v = strchr(line, ':');
     if (!v) continue;
     v += strspn(v + 1, " \t") + 1;
     v[strcspn(v, "\n")] = 0;
-    if (!name[0] && strncmp(line, "model name", 10) == 0) snprintf(name, sizeof name, "%s", v);
-    else if (strncmp(line, "cpu family", 10) == 0) snprintf(fam, sizeof fam, "%s", v);
-    else if (strncmp(line, "model\t", 6) == 0) snprintf(model, sizeof model, "%s", v);
-    if (strncmp(line, "processor", 9) == 0 && name[0]) break; /* the second CPU: enough */
+    if (!id.name[0] && strncmp(line, "model name", 10) == 0) snprintf(id.name, sizeof id.name, "%s", v);
+    else if (strncmp(line, "cpu family", 10) == 0) snprintf(id.family, sizeof id.family, "%s", v);
+    else if (strncmp(line, "model\t", 6) == 0) snprintf(id.model, sizeof id.model, "%s", v);
+    if (strncmp(line, "processor", 9) == 0 && id.name[0]) break; /* the second CPU: enough */
   }
   fclose(f);
-  snprintf(buf, n, "%.60s (family %.8s, model %.8s)", name[0] ? name : "unknown CPU", fam, model);
+  return id;
 }
 
 bool calibrate_host(HostRates *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   r->cores = cores > 0 ? (int)cores : 1;
-  cpu_model(r->cpu, sizeof r->cpu);
+  CpuIdent id = calibrate_cpu_ident();
+  snprintf(r->cpu, sizeof r->cpu, "%.60s (family %.8s, model %.8s)", id.name[0] ? id.name : "unknown CPU", id.family,
+           id.model);
   pd_blas_set_quiet(1);
   pd_blas_init(r->cores);
   r->gemm_flops_all = pd_sgemm_peak_gflops() * 1e9;
