@@ -48,6 +48,14 @@ static int param_by_name(const RtStage *s, const char *name) {
   return -1;
 }
 
+PlanStreamSpec pipe_stream_spec(const PipePlan *p, int nbatches) {
+  bool twobw = p->schedule == PS_2BW;
+  int64_t K = p->rt->train.flush_steps < INT32_MAX ? p->rt->train.flush_steps : INT32_MAX;
+  return (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule, .nbatches = nbatches,
+                          .replicas = p->w, .groups = p->groups, .ngroups = p->ngroups,
+                          .flush_batches = twobw ? (int)K : 0, .predict = twobw && p->rt->train.predict > 0};
+}
+
 /* The streams for batches [0, R->steps), with the plan's tied groups; --steps 0 (save
  * the initial weights) builds one batch's streams that never run, as the scheduler
  * wants at least one batch. Then what the interpreter looks up in them: the stash
@@ -58,12 +66,7 @@ static bool rank_streams(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   PlanStreams old = R->streams;
   memset(&R->streams, 0, sizeof R->streams);
-  bool twobw = p->schedule == PS_2BW;
-  int64_t K = p->rt->train.flush_steps < INT32_MAX ? p->rt->train.flush_steps : INT32_MAX;
-  R->spec = (PlanStreamSpec){.stages = p->d, .microbatches = p->m, .schedule = p->schedule,
-                             .nbatches = R->steps > 0 ? (int)R->steps : 1, .replicas = p->w, .groups = p->groups,
-                             .ngroups = p->ngroups, .flush_batches = twobw ? (int)K : 0,
-                             .predict = twobw && p->rt->train.predict > 0};
+  R->spec = pipe_stream_spec(p, R->steps > 0 ? (int)R->steps : 1);
   bool built = plan_streams_build(&R->spec, &R->streams, err, errlen);
   /* a longer run's streams must begin with what already ran (pipe_rank_extend) */
   if (built && old.st) {

@@ -134,6 +134,9 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
 void pipe_rank_destroy(PipeRank *R);
 /* A one-stage plan without stages[0].memory: stage 0's slots and the arena pd2bwc lays out. */
 bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen);
+/* What plan_streams_build needs for nbatches (>= 1) batches of p: its schedule, tied
+ * groups and 2bw refinements; every rank's streams come from it (and the tests'). */
+PlanStreamSpec pipe_stream_spec(const PipePlan *p, int nbatches);
 /* Lengthens the run to batches [first, steps) (the one-stage trainer, which steps
  * without a horizon): the streams of the longer run begin with those of the shorter
  * for a one-stage plan. false with a message. */
