@@ -5,7 +5,8 @@
 # docs/update-rules.md), over a grid of peak learning rates, global batch sizes
 # and model sizes. Every run: the model's cosine schedule stretched to STEPS, 2
 # pipeline stages on models/clusters/cpu2.cluster (2 threads), the validation loss
-# every EVAL_EVERY steps on EVAL_BATCHES batches. Output under $OUT:
+# every EVAL_EVERY steps on EVAL_BATCHES batches (STAGES=1: one stage, for the
+# one-stage baseline; put it in its own OUT). Output under $OUT:
 #   SETTING/RULE-sSEED.jsonl  pd2bwrun --log-json of each run (a finished log is kept:
 #                          rerunning the script only runs what is missing)
 #   SETTING.svg            loss against step, every rule, the first seed (pd2bw-curves)
@@ -16,8 +17,9 @@
 #   MODELS=tiny LRS=3e-3 BATCHES=16 bench/convergence/run.sh   # one setting
 #   TRAIN=0 RULES="1f1b 2bw 2bw-dc1000" bench/convergence/run.sh  # plots and table of the logs there
 #
-# MODELS: tiny (models/tinygpt.model, 0.2M weights) and big (the same text with
-# -D layers=8 -D dim=160: 2.5M weights, about 11x). RULES: 1f1b, pipedream, 2bw
+# MODELS: tiny (models/tinygpt.model, 0.2M weights), big (the same text with
+# -D layers=8 -D dim=160: 2.5M weights, about 11x) and llama (models/llama.model's
+# defaults: 4 layers of width 128, 4 heads over 2 key/value heads, SwiGLU 384, 0.9M). RULES: 1f1b, pipedream, 2bw
 # (with pd2bwc's defaults for a 2bw plan, docs/update-rules.md), and 2bw followed by
 # any of -f<K> (-D train.flush_steps=K), -p<k> (-D train.predict=k) and -dc<L>
 # (-D train.delay_comp=L): 2bw-f0-p0 is plain 2bw. SEEDS: train.seed values (1337 is
@@ -34,6 +36,7 @@ LRS=${LRS:-1e-3 3e-3}
 BATCHES=${BATCHES:-16 32}
 MODELS=${MODELS:-tiny big}
 RULES=${RULES:-1f1b 2bw}
+STAGES=${STAGES:-2}
 SEEDS=${SEEDS:-1337 2}
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes}
 TRAIN=${TRAIN:-1} # 0: train nothing, draw what OUT holds
@@ -46,11 +49,12 @@ if [ ! -f "$OUT/fortunes_val.bin" ]; then # the main job's tokens (scripts/main-
   "$BUILD"/tools/pd2bw-data --fortune --val-fraction 0.05 --input "${inputs[@]}" --out-prefix "$OUT/fortunes"
 fi
 
-model_args() { # the model's -D params
+model_args() { # the model file and its -D params
   case $1 in
-  tiny) echo "" ;;
-  big) echo "-D layers=8 -D dim=160" ;;
-  *) echo "run.sh: MODELS: '$1' is not tiny or big" >&2; exit 1 ;;
+  tiny) echo "models/tinygpt.model" ;;
+  big) echo "models/tinygpt.model -D layers=8 -D dim=160" ;;
+  llama) echo "models/llama.model" ;;
+  *) echo "run.sh: MODELS: '$1' is not tiny, big or llama" >&2; exit 1 ;;
   esac
 }
 
@@ -90,8 +94,8 @@ for model in $MODELS; do
             echo "== $set_name $rule seed $seed"
             rm -f "$log" # (pd2bwc replaces the plan directory it wrote before)
             # shellcheck disable=SC2046 # the argument lists are words
-            "$BUILD"/tools/pd2bwc models/tinygpt.model $(model_args "$model") --cluster models/clusters/cpu2.cluster \
-              --stages 2 $(rule_args "$rule") -D train.lr="$lr" -D train.batch="$batch" -D train.steps="$STEPS" \
+            "$BUILD"/tools/pd2bwc $(model_args "$model") --cluster models/clusters/cpu2.cluster \
+              --stages "$STAGES" $(rule_args "$rule") -D train.lr="$lr" -D train.batch="$batch" -D train.steps="$STEPS" \
               -D train.seed="$seed" -o "$OUT/$set_name/$rule-s$seed.plan" >/dev/null
             "$BUILD"/tools/pd2bwrun "$OUT/$set_name/$rule-s$seed.plan" --data "$OUT/fortunes_train.bin" --steps "$STEPS" \
               --threads 2 --val-data "$OUT/fortunes_val.bin" --eval-every "$EVAL_EVERY" \
