@@ -1,77 +1,16 @@
-/* runtime/pipeline/pipeline.h — pipelined training: the instruction-stream executor.
+/* runtime/pipeline/pipeline.h — pipelined training: the plan as the ranks run it.
  *
- * What this folder (runtime/pipeline/, library pd2bw_pipeline) owns:
- *   pipeline.c        one rank as the interpreter (runtime/exec/) finds it: device,
- *                     link, streams, arena, tied groups, data; what rank 0 gathers
- *   pipeline_plan.c   the parts of plan.json the executor needs beyond the programs,
- *                     and the console's rates per step
- *   pipeline_run.c    running a plan: ranks as threads or MPI processes, checkpoints,
- *                     --init, validation, what rank 0 gathers
- *   pipeline_drive.c  a rank's driver loop: stretches of batches, evaluations, step lines
- *   pipeline_log.c    the --log-json, streamed by rank 0 for every plan shape
- *   pipeline_weights.c a rank's weight versions set from host memory (--init, --resume)
- *   pipeline_main.c   pd2bwrun's one pipeline driver for every backend and transport:
- *                     the plan, the seed rule, the run, rank 0's report, --reference
- *   pipeline_trace.c  what the ranks did, measured: the Chrome trace (--trace), the
- *                     measured figures, the profile
- *   pipeline_eval.c/h the validation loss through the pipeline
- *   pipeline_rank.h   internals shared with runtime/exec/, runtime/reference/ and
- *                     runtime/cuda/pipe/
- * pd2bw_pipeline also holds runtime/exec/ (the interpreter) and runtime/reference/
- * (the sequential references a run is checked against), each in its own folder.
- *
- * Private to runtime/ (runtime/core/runtime.h includes it). One rank runs one stage
- * replica (stage i, replica r) and interprets that stage's instruction stream
- * (contract/plan_streams.h, docs/plan-format.md) literally: FWD/BWD of microbatch k with
- * weight version v in slot vslot, sends and receives of activations and gradients
- * (a run of `with_next` instructions is posted at once and waited together), the
- * replica ALLREDUCE, TIED_SYNC, OPT_STEP writing the next version into the slot the
- * plan names. The streams come from plan_streams_build() for exactly the batches the
- * run trains (a pure function of d, m, schedule, w > 1 and the tied groups), so a run
- * of any length executes what the planner verified.
- *
- * Data order (the contract with the sequential reference, runtime/exec/exec_one.c): the
- * global batch t holds B = b·w·m samples; replica r's j-th microbatch of batch t
- * (j = 0..m-1) is the reference's microbatch j' = r·m + j of step t: samples
- * t·B + j'·b .. + b, dropout keyed by the global microbatch index t·(w·m) + j'.
- * Gradients are summed over the m microbatches in place, over the w replicas by the
- * all-reduce, over the stages holding a tied parameter by TIED_SYNC (in ascending
- * stage order), then scaled by 1/(w·m) and clipped by the global norm over every
- * stage exactly as the reference does (a norm exchange among a pipeline's d stages at
- * each OPT_STEP when clip > 0: the one point where 2bw waits for the whole pipeline).
- *
- * Stage boundaries: pd2bwc lists, per stage, the tensors another stage produces or
- * consumes ("program.pipeline.boundary", codegen/cgen_boundary.c): an incoming
- * activation is received straight into its place in the stash slot of the FWD that
- * reads it; the outgoing activation and the gradients are sent from / received into
- * the program's boundary block. A tied parameter (GPT's wte: the embedding on the
- * first stage, the LM head on the last) is held by every stage using it; each stage's
- * program accumulates its own contribution straight into its gradient of the
- * parameter (contract/contract.h), and TIED_SYNC sums the stages' gradients before the
- * step. The executor adds nothing itself.
- *
- * Memory: each rank allocates ONE arena of exactly the plan's stages[i].memory.
- * total_bytes when it starts and finds every buffer at its planned offset (weights ×
- * versions, grads, tied_grads × 2, adam_m, adam_v, stash × slots, activations when
- * recomputing, inputs, boundary, workspace, tied_recv × 2: plan_apply_layouts). A
- * buffer smaller than the stage program needs, or outside the arena, is an error at
- * load time. Nothing else is allocated for tensors while training; the run reports
- * the arena beside the plan's figure per stage, and they are equal.
- *
- * Failures: every transport call is checked; the first failure aborts every rank
- * (transport_abort) and the run returns 1 with the root cause: the rank that stopped
- * answering, then the wait that timed out ("rank 4 stopped answering (no progress for
- * 5.1 s, in FWD 7); rank 3 timed out after 5 s waiting for activation of microbatch 7
- * from rank 4"). A rank stuck where it cannot notice (a library call) is ended by the
- * local world's watchdog (transport_local.c). What may fail on one rank or on all
- * before training (rank 0's output paths, a checkpoint to --init or --resume from, the
- * validation file) and rank 0's writing of the outputs at the end are agreed on
- * instead (transport_agree): every rank returns 1, rank 0 with the one message (the
- * lowest failing rank's), the others with none, and nobody is aborted. PD2BW_FAULT_INJECT=
- * RANK:STEP[:exit|hang|kill|stop|stuck] makes rank RANK fail at the start of batch
- * STEP (tests): exit, stop answering for a while (hang), SIGKILL, SIGSTOP itself, or
- * spin forever without looking at anything (stuck, like a library call that never
- * returns).
+ * This folder owns a rank's setup (pipeline.c: device, link, streams, arena, tied
+ * groups, data), plan.json's executor parts (pipeline_plan.c), running a plan as threads
+ * or MPI processes with checkpoints, --init and validation (pipeline_run.c,
+ * pipeline_drive.c, pipeline_eval.c), the log and trace (pipeline_log.c,
+ * pipeline_trace.c) and pd2bwrun's one driver (pipeline_main.c); pipeline_rank.h is
+ * what runtime/exec/, runtime/reference/ and runtime/cuda/pipe/ share of it.
+ * Invariants: a rank interprets its stage's stream (contract/plan_streams.h) literally,
+ * built for exactly the batches it trains; it allocates one arena of exactly the plan's
+ * stages[i].memory.total_bytes and nothing else for tensors; a run computes what the
+ * sequential reference does on the same data order (docs/pipelines.md, "How a rank runs
+ * a plan": data order, sums, boundaries, memory, failures).
  */
 #ifndef PD2BW_RUNTIME_PIPELINE_H
 #define PD2BW_RUNTIME_PIPELINE_H

@@ -1,77 +1,17 @@
-/* runtime/transport/transport.h — how ranks talk: point-to-point pipeline traffic, the
- * replica-group all-reduce, the tied-parameter sum, and failure handling.
+/* runtime/transport/transport.h — how ranks talk: point to point, the replica group's
+ * all-reduce, agreement, and failure handling, over two transports (DESIGN.md §5):
+ * local (ranks are threads of one process: a message is copied once, sender's buffer
+ * to receiver's, by whichever side arrives second) and mpi (ranks are MPI processes;
+ * every wait polls, so timeouts, aborts and signals are noticed while blocked).
  *
- * What this folder (runtime/transport/, library pd2bw_transport) owns:
- *   transport.c         the transport-independent half: argument checks, the sticky
- *                       error, blocking calls built from posted ones
- *   transport_coll.c    groups and the collectives, once over both transports
- *   transport_sys.c     signals, the clock, sleeps, compute-thread sizing
- *   transport_local.c   the local transport (ranks are threads)
- *   transport_mpi.c     the MPI transport (transport_mpi_none.c without Open MPI)
- *   transport_impl.h    what a transport implements (private to this folder and
- *                       tests/transport)
- *
- * One rank runs one stage replica and owns one Transport. Two transports sit behind
- * this one interface (DESIGN.md §5):
- *
- *   local  all ranks are threads of one process (the default: no launcher, MPI is
- *          never initialised). A message is copied once, straight from the
- *          sender's buffer into the receiver's buffer, by whichever side arrives
- *          second (a rendezvous: a send completes when its data has been copied).
- *   mpi    ranks are MPI processes (Open MPI, one or many machines). Every wait is
- *          MPI_Isend/MPI_Irecv plus a polling loop (MPI_Test and short sleeps), so
- *          that the timeout, an abort by another rank and SIGINT/SIGTERM are all
- *          noticed while blocked.
- *
- * Promises:
- *   - Blocking semantics from the caller's view: transport_send() returns once the
- *     receiver has the data (local) or the buffer may be reused (mpi);
- *     transport_recv() returns with the data in buf. Messages between one pair of
- *     ranks with one tag arrive in the order they were sent (MPI's non-overtaking
- *     rule); different tags are independent.
- *   - Pipelines need sends that do not block (stage i sends an activation forward
- *     while stage i+1 sends a gradient back): post them with transport_isend /
- *     transport_irecv and finish them with transport_wait / transport_waitall.
- *     A posted buffer must stay untouched until its request completes.
- *   - All-reduce is deterministic and identical on both transports, bit for bit:
- *     element i of the result is
- *         ((b_0[i] + b_1[i]) + b_2[i]) + ... + b_{w-1}[i]      (float32 adds)
- *     where b_k is the buffer of the group's k-th member in ascending world-rank
- *     order. Each element is summed once, by the member that owns its chunk
- *     (reduce-scatter), and copied to the others (all-gather), so every member
- *     holds the same bits. Both transports run the same code (transport_coll.c) over
- *     their point-to-point layer.
- *   - Nothing hangs. Every call returns a TransportStatus; on failure
- *     transport_error() holds one line that names this rank, what it was waiting
- *     for (the caller's `what`), the peer and the cause, e.g.
- *         "rank 3: timed out after 60 s waiting for activation of microbatch 7
- *          from rank 2".
- *     A timeout names first the rank that stopped answering, found by following
- *     the waits from the peer (local: every rank's state is visible; mpi: each rank
- *     is asked whom it waits on, from inside its own waits, and one that does not
- *     answer, stopped or stuck outside the transport, is the culprit):
- *         "rank 2 stopped answering (...); rank 0 timed out after 60 s waiting for
- *          activation of microbatch 7 from rank 1, which waits for rank 2".
- *     Causes: the timeout (per wait, TRANSPORT_DEFAULT_TIMEOUT_S unless set); a
- *     peer that exited (local: at once; mpi: a process that calls exit() with
- *     its transport open says so from an atexit handler, one killed by a signal
- *     is Open MPI's to report — it ends the job, and our SIGTERM handler turns
- *     that into TRANSPORT_INTERRUPTED — and one that stops answering trips the
- *     timeout);
- *     transport_abort() on any rank (every blocked rank returns promptly with the
- *     aborting rank's reason); SIGINT/SIGTERM (noticed within ~50 ms).
- *   - Failure is sticky: after the first error every call on that Transport
- *     returns the same status and message at once. The caller's job is then to
- *     stop: call transport_abort(t, transport_error(t)) so every other rank stops
- *     too, print the message, and transport_destroy(t).
- *
- * Threads: a Transport is used by one thread at a time (its rank's). The local
- * world is shared by its rank threads and is internally locked.
- *
- * Adding a transport (nccl): implement TransportOps (runtime/transport/transport_impl.h) —
- * post, wait, abort, destroy — and the collectives come for free; a transport
- * with its own all-reduce must keep the summation order above to stay
- * bit-identical.
+ * This folder owns both (transport_local.c, transport_mpi.c), their common half
+ * (transport.c), the collectives written once over both (transport_coll.c), signals
+ * and clocks (transport_sys.c) and what a transport implements (transport_impl.h: a new
+ * one implements post, wait, abort and destroy, and gets the collectives). Invariants:
+ * nothing hangs (every call returns a status and a message naming the rank and the
+ * wait), failure is sticky, and the all-reduce is the same bits on both transports.
+ * A Transport is used by one thread at a time (its rank's); the local world is
+ * shared by its rank threads and internally locked.
  */
 #ifndef PD2BW_RUNTIME_TRANSPORT_H
 #define PD2BW_RUNTIME_TRANSPORT_H
@@ -163,18 +103,38 @@ int transport_size(const Transport *t);
 int transport_ranks_on_host(const Transport *t);
 double transport_timeout(const Transport *t);
 void transport_set_timeout(Transport *t, double timeout_s); /* <= 0: default */
-TransportStatus transport_status(const Transport *t);      /* the sticky status */
-const char *transport_error(const Transport *t);          /* "" while all is well */
+/* Failure is sticky: after the first error every call on t returns the same status
+ * and message at once. The caller then stops: transport_abort(t, transport_error(t))
+ * so every other rank stops too, print the message, transport_destroy(t). */
+TransportStatus transport_status(const Transport *t);
+/* "" while all is well; else one line naming this rank, what it waited for (the
+ * caller's `what`), the peer and the cause ("rank 3: timed out after 60 s waiting for
+ * activation of microbatch 7 from rank 2"). A timeout names first the rank that
+ * stopped answering, found by following the waits from the peer (local: every rank's
+ * state is visible; mpi: each rank is asked whom it waits on, from inside its own
+ * waits, and one that does not answer is the culprit): "rank 2 stopped answering
+ * (...); rank 0 timed out after 60 s waiting for ... from rank 1, which waits for rank
+ * 2". Causes: the timeout (per wait); a peer that exited (local: at once; mpi: from an
+ * atexit handler; one killed by a signal is Open MPI's to report, and our SIGTERM
+ * handler turns that into TRANSPORT_INTERRUPTED); transport_abort() on any rank;
+ * SIGINT/SIGTERM (noticed within ~50 ms). */
+const char *transport_error(const Transport *t);
 
 /* Point-to-point. `what` says what the message is ("activation of microbatch 7");
- * it appears in error messages only. bytes must match on both sides. */
+ * it appears in error messages only. bytes must match on both sides. Blocking from
+ * the caller's view: send returns once the receiver has the data (local) or the
+ * buffer may be reused (mpi); recv returns with the data in buf. Messages between one
+ * pair of ranks with one tag arrive in the order they were sent (MPI's
+ * non-overtaking rule); different tags are independent. */
 TransportStatus transport_send(Transport *t, int dst, int tag, const void *buf,
                                size_t bytes, const char *what);
 TransportStatus transport_recv(Transport *t, int src, int tag, void *buf, size_t bytes,
                                const char *what);
-/* Non-blocking: *req is set on TRANSPORT_OK and must be finished by exactly one
- * transport_wait/transport_waitall. After a failure, outstanding requests are
- * void (they were cancelled); do not wait on them again. */
+/* Non-blocking, for pipelines (stage i sends an activation forward while stage i+1
+ * sends a gradient back): *req is set on TRANSPORT_OK and must be finished by exactly
+ * one transport_wait/transport_waitall; a posted buffer stays untouched until then.
+ * After a failure, outstanding requests are void (they were cancelled); do not wait on
+ * them again. */
 TransportStatus transport_isend(Transport *t, int dst, int tag, const void *buf,
                                 size_t bytes, const char *what, TransportRequest **req);
 TransportStatus transport_irecv(Transport *t, int src, int tag, void *buf, size_t bytes,
@@ -194,7 +154,11 @@ int transport_group_rank(const TransportGroup *g);   /* the caller's index */
 const int *transport_group_ranks(const TransportGroup *g); /* ascending */
 
 /* Collectives: every member calls them in the same order with the same n.
- * Sums buf over the group in place, in the fixed order documented above. */
+ * Sums buf over the group in place, deterministically and the same bits on both
+ * transports: element i is ((b_0[i] + b_1[i]) + b_2[i]) + ... + b_{w-1}[i] (float32
+ * adds), b_k the buffer of the group's k-th member in ascending world-rank order, each
+ * element summed once by the member owning its chunk (reduce-scatter) and copied to the
+ * others (all-gather). A transport with an all-reduce of its own must keep this order. */
 TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_t n,
                                             const char *what);
 TransportStatus transport_barrier(TransportGroup *g, const char *what);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""No product file over 600 lines, no C function over 120 (issue 13).
+"""No product file over 600 lines, no C function over 120 (issue 13), no file header
+over 15 (issue 27).
 
     source_limits.py ROOT             checks the product sources under ROOT against
                                       the allowlist beside this script (allowed.txt)
@@ -12,6 +13,10 @@ Product sources: the C, CUDA C, flex and bison files (.c .h .cu .cuh .y .l .def)
 frontend/ ir/ passes/ codegen/ contract/ kernels/ runtime/ tools/ and bench/. tests/
 is not product code (its golden data and drivers may be as long as they need), nor
 are scripts/ (shell) and models/ (model text).
+
+A file's header is the comment it opens with (its first line starts "/*"), counted
+from that line to the line that closes it: what the file owns, why, its invariants.
+Contracts belong on the declarations they describe, history in docs/ or the log.
 
 A file's size is its number of lines (wc -l). A function is a brace block at the top
 level of the file (an extern "C" { ... } block is looked through) whose head, the code
@@ -39,6 +44,7 @@ import tempfile
 
 FILE_LIMIT = 600
 FUNCTION_LIMIT = 120
+HEADER_LIMIT = 15
 FOLDERS = ["frontend", "ir", "passes", "codegen", "contract", "kernels", "runtime", "tools", "bench"]
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".y", ".l", ".def")
 GRAMMAR_EXT = (".y", ".l")
@@ -190,14 +196,24 @@ def product_files(root):
     return sorted(names)
 
 
+def header_lines(text):
+    """Lines of the comment a file opens with (0: it opens with code)."""
+    if not text.startswith("/*"):
+        return 0
+    end = text.find("*/")
+    return text.count("\n", 0, end if end >= 0 else len(text)) + 1
+
+
 def measure(root):
-    """{key: (line, size)} of every product file ('file', PATH) and function
-    ('function', PATH, NAME); of two functions with one name (#if branches) the longer."""
+    """{key: (line, size)} of every product file ('file', PATH), its header ('header',
+    PATH) and function ('function', PATH, NAME); of two functions with one name (#if
+    branches) the longer."""
     sizes = {}
     for rel in product_files(root):
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             text = f.read()
         sizes[("file", rel)] = (FILE_LIMIT + 1, line_count(text))
+        sizes[("header", rel)] = (HEADER_LIMIT + 1, header_lines(text))
         if rel.endswith(GRAMMAR_EXT):
             continue
         for name, head_line, lines in functions(text):
@@ -208,7 +224,7 @@ def measure(root):
 
 
 def limit_of(key):
-    return FILE_LIMIT if key[0] == "file" else FUNCTION_LIMIT
+    return {"file": FILE_LIMIT, "header": HEADER_LIMIT}.get(key[0], FUNCTION_LIMIT)
 
 
 def over_limit(sizes):
@@ -217,7 +233,8 @@ def over_limit(sizes):
 
 def read_allowed(path, shown):
     """{key: (recorded size, allowed.txt line)}; entries are 'PATH SIZE' for a file,
-    'PATH NAME SIZE' for a function, then an optional '# why'."""
+    'PATH (header) SIZE' for its header, 'PATH NAME SIZE' for a function, then an
+    optional '# why'."""
     allowed, errors = {}, []
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, 1):
@@ -228,7 +245,8 @@ def read_allowed(path, shown):
             if len(line) not in (2, 3) or not line[-1].isdigit():
                 errors.append(f"{where}: error: expected 'PATH SIZE' or 'PATH FUNCTION SIZE'")
                 continue
-            key = ("file", line[0]) if len(line) == 2 else ("function", line[0], line[1])
+            key = (("file", line[0]) if len(line) == 2 else ("header", line[0]) if line[1] == "(header)"
+                   else ("function", line[0], line[1]))
             if key in allowed:
                 errors.append(f"{where}: error: {' '.join(key[1:])} is listed twice")
             allowed[key] = (int(line[-1]), n)
@@ -236,7 +254,9 @@ def read_allowed(path, shown):
 
 
 def describe(key):
-    return f"file {key[1]}" if key[0] == "file" else f"function {key[2]}"
+    if key[0] == "function":
+        return f"function {key[2]}"
+    return f"file {key[1]}" if key[0] == "file" else f"the header of {key[1]}"
 
 
 def check(root, allowed_path):
@@ -249,20 +269,23 @@ def check(root, allowed_path):
         limit = limit_of(key)
         where = f"{key[1]}:{line}"
         if key not in allowed:
-            errors.append(f"{where}: error: {describe(key)} has {size} lines (limit {limit}); "
-                          f"split it by concern")
+            errors.append(f"{where}: error: {describe(key)} has {size} lines (limit {limit}); " +
+                          ("say what the file owns, why and its invariants; contracts go on the declarations, "
+                           "history to docs/" if key[0] == "header" else "split it by concern"))
             continue
         recorded, _ = allowed[key]
         if size > recorded:
             errors.append(f"{where}: error: {describe(key)} grew from {recorded} to {size} lines "
-                          f"(limit {limit}; listed in {listed}); split it instead")
+                          f"(limit {limit}; listed in {listed}); " +
+                          ("shorten it instead" if key[0] == "header" else "split it instead"))
         elif size < recorded:
             notes.append(f"{where}: note: {describe(key)} shrank from {recorded} to {size} lines: "
                          f"lower its entry in {listed}")
     for key, (recorded, n) in sorted(allowed.items(), key=lambda kv: kv[1][1]):
         if key in over:
             continue
-        what = key[1] if key[0] == "file" else f"function {key[2]} in {key[1]}"
+        what = f"function {key[2]} in {key[1]}" if key[0] == "function" else key[1] if key[0] == "file" else \
+            f"the header of {key[1]}"
         if key in sizes:
             state = f"is within its limit now ({sizes[key][1]} lines, limit {limit_of(key)})"
         else:
@@ -274,7 +297,8 @@ def check(root, allowed_path):
 def listing(sizes):
     out = []
     for key, (_, size) in sorted(over_limit(sizes).items()):
-        out.append(f"{key[1]} {size}" if key[0] == "file" else f"{key[1]} {key[2]} {size}")
+        out.append(f"{key[1]} {key[2]} {size}" if key[0] == "function" else f"{key[1]} {size}" if key[0] == "file"
+                   else f"{key[1]} (header) {size}")
     return out
 
 
@@ -298,13 +322,17 @@ def selftest():
         "frontend/g.y": "%%\nrule: A {\n" + body(200) + "}\n;\n",
         # tests/ is not product code
         "tests/t.c": "int t(void) {\n" + body(300) + "}\n",
+        # a 16-line header (unlisted), and a listed one that grew
+        "ir/h.h": "/*" + "\n" * 15 + "*/\nint h;\n",
+        "ir/g.h": "/*" + "\n" * 17 + "*/\n",
     }
     allowed = ("# why\n"
                "codegen/b.cuh grew 129\n"
                "codegen/b.cuh shrank 130\n"
                "runtime/small.c 700   # stale: within its limit\n"
                "runtime/gone.c 800\n"
-               "passes/a.c ok 125\n")
+               "passes/a.c ok 125\n"
+               "ir/g.h (header) 17\n")
     with tempfile.TemporaryDirectory() as root:
         for name, text in files.items():
             os.makedirs(os.path.join(root, os.path.dirname(name)), exist_ok=True)
@@ -320,6 +348,10 @@ def selftest():
             "codegen/b.cuh:2: error: function grew grew from 129 to 130 lines (limit 120; "
             "listed in allowed.txt); split it instead",
             "passes/a.c:124: error: function too_long has 121 lines (limit 120); split it by concern",
+            "ir/g.h:16: error: the header of ir/g.h grew from 17 to 18 lines (limit 15; listed in allowed.txt); "
+            "shorten it instead",
+            "ir/h.h:16: error: the header of ir/h.h has 16 lines (limit 15); say what the file owns, why and its "
+            "invariants; contracts go on the declarations, history to docs/",
             "allowed.txt:4: error: stale entry: runtime/small.c is within its limit now "
             "(3 lines, limit 600); delete the entry",
             "allowed.txt:5: error: stale entry: runtime/gone.c no longer exists; delete the entry",
