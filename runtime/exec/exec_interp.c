@@ -1,24 +1,17 @@
 /* runtime/exec/exec_interp.c — the interpreter of one rank's instruction stream over
- * its device and its link (runtime/exec/exec.h; what a run computes is
- * runtime/pipeline/pipeline.h's contract).
+ * its device and its link (runtime/exec/exec.h; what a run computes:
+ * docs/pipelines.md, "How a rank runs a plan").
  *
- * The stage program runs with its block bases pointed into this rank's arena: params
- * at the instruction's weight slot, stash at the instruction's stash slot (with
- * recomputation: at one full activation block, after the slot's stashed input was
- * copied in), the boundary block where the outgoing activation and the gradients sit.
- * Messages go straight from and into those places. The data inputs are refilled from
- * the token file before a FWD and again before its BWD (embedding_bwd and
- * cross_entropy_bwd read them), so one inputs block serves any number of
- * microbatches in flight.
- *
- * Invariants the schedule gives us (the planner's verifier checks them): a group of
- * sends/receives completes before the next instruction, so the single boundary block
- * is never overwritten under a message; the m backwards of batch t come before
- * OPT_STEP(t) and those of batch t+1 after it, so the gradient block holds exactly
- * batch t at OPT_STEP(t). That order is also why --log-json's hand-off of the losses
- * to rank 0 can run at the end of each OPT_STEP, outside the instruction streams
- * (runtime/pipeline/pipeline_log.c pipe_log_step: no drain, no wait).
- */
+ * The program's block bases point into this rank's arena: params at the instruction's
+ * weight slot, stash at its stash slot (recomputing: one full activation block, the
+ * slot's stashed input copied in), the boundary block where outgoing activations and
+ * gradients sit; messages go straight from and into those places. Inputs are refilled
+ * before a FWD and again before its BWD, so one inputs block serves any number of
+ * microbatches in flight. Invariants the schedule gives (the planner's verifier checks
+ * them): a group of sends/receives completes before the next instruction, so the one
+ * boundary block is never overwritten under a message; batch t's backwards come before
+ * OPT_STEP(t) and batch t+1's after it, so the gradient block holds exactly batch t
+ * there (and --log-json's hand-off can run at each OPT_STEP's end: pipe_log_step). */
 #include "runtime/exec/exec.h"
 
 #include <math.h>

@@ -2,52 +2,12 @@
  * rank 0 as it trains (docs/output-files.md): one rank, threads, MPI, and the CUDA
  * pipeline modes, which all run pipeline_run.c's rank under pipe_drive.
  *
- * The hand-off is asynchronous, inside the stretch, so it drains nothing: the last
- * stage of every replica sends batch t's m microbatch losses to rank 0 (tag
- * PIPE_TAG_LOG, transport_isend from R->loss, which nothing writes again) at the end
- * of its OPT_STEP(t) (pipe_log_step, called by the interpreter, exec_interp.c
- * run_step) — not at the FWD of (t, m-1) that computes the last one: a GPU delivers
- * losses to the host only by the step's norm (exec.h: forward's late loss). Rank 0
- * receives batch t's at the end of its own OPT_STEP(t + 1), puts them in the
- * reference order and sums them as the run's outcome does (pipeline_run.c
- * fill_outcome: batch, then replica, then microbatch, from 0), so a streamed line
- * carries the very bits the summary and --reference report and the file is byte for
- * byte what writing it from the outcome at the end gave (tests/runtime/log_stream.sh).
- * Grad norm and step time are rank 0's (every rank has the same norms; rank 0's step
- * times are the pipeline's). The line of a stretch's last batch is written at the
- * stretch end (pipe_log_stretch), after the validation that may follow it, whose
- * loss goes on it.
- *
- * Why rank 0 never waits on a rank that waits on it. Replica r's last stage sends
- * batch t's losses in its OPT_STEP(t), which in its program comes before its BWDs of
- * batch t + 1 (the invariant of every schedule, exec_interp.c). Rank 0's OPT_STEP(t+1)
- * needs stage 0's gradient of batch t + 1 on every replica (its own BWDs, then the
- * all-reduce for w > 1), hence every replica's last stage past its BWD(t+1, m-1),
- * hence past the send. On the CPU links that chain is of host waits; on the NCCL
- * link the all-reduce and the sends are device-side, asynchronous to the host, but
- * OPT_STEP(t+1)'s norm (sumsq) waits for rank 0's device, whose all-reduce or
- * receive completes only once each peer's host has enqueued its part, which it does
- * after its own OPT_STEP(t): the same chain, through the devices. So the receive
- * finds the message sent (receiving at OPT_STEP(t) itself could wait: rank 0's step
- * implies the last stages past their BWD(t, m-1) only, not past their own step).
- * The sends never block a last stage: rank 0 posts batch u's receives before any
- * last stage can reach OPT_STEP(u) (at the stretch start for its first batch, at the
- * end of its OPT_STEP(u-1) for the others: a last stage's OPT_STEP(u) needs rank 0's
- * norm part or its all-reduce of batch u, both after rank 0's OPT_STEP(u-1)), so the
- * local transport copies at the post (were it not so, the message would wait in
- * rank 0's queue, its buffer untouched); the senders wait their requests only at the
- * stretch end, when rank 0 has received every batch of the stretch. Rank 0's line
- * writes fall inside its OPT_STEP (the trace's step event, the next step's time).
- * Between stretches nothing is outstanding; a rank that fails with requests outstanding
- * aborts the transport before its buffers go (pipe_log_destroy), so no peer copies
- * into or out of freed memory.
- *
- * Stretches, then, are what they are without the log (validations, the end),
- * except that a failed write is agreed on by every rank (transport_agree) at a
- * stretch end: gpipe, 1f1b and one rank end a stretch after every step (they flush
- * at every batch anyway: the cost is the agreement), 2bw and pipedream every
- * ceil(256·(d - 1)/m) steps — a drain of about d - 1 microbatch slots every 256·(d-1)
- * slots, under 0.4% idle — which bounds how long a failed write goes unnoticed. */
+ * Invariants: the hand-off is asynchronous, inside the stretch, so it drains nothing;
+ * a streamed line carries the very bits the summary and --reference report (the
+ * file is byte for byte what writing it from the outcome at the end gave:
+ * tests/runtime/log_stream.sh); rank 0 never waits on a rank that waits on it (the
+ * argument is at pipe_log_step); a failed write is agreed on by every rank at a
+ * stretch end (pipe_log_every says how often). Grad norm and step time are rank 0's. */
 #include "runtime/pipeline/pipeline_rank.h"
 
 #include <math.h>
@@ -67,6 +27,12 @@ struct PipeLogStream {
   int64_t ntx, captx;
 };
 
+/* Stretches are what they are without the log (validations, the end), except that a
+ * failed write is agreed on by every rank (transport_agree) at a stretch end: gpipe,
+ * 1f1b and one rank end a stretch after every step (they flush at every batch anyway:
+ * the cost is the agreement), 2bw and pipedream every ceil(256·(d - 1)/m) steps — a
+ * drain of about d - 1 microbatch slots every 256·(d-1) slots, under 0.4% idle — which
+ * bounds how long a failed write goes unnoticed. */
 int64_t pipe_log_every(const PipePlan *p) {
   if (p->nranks == 1 || p->schedule == PS_GPIPE || p->schedule == PS_1F1B) return 1;
   int64_t L = (256 * (int64_t)(p->d - 1) + p->m - 1) / p->m;
@@ -158,6 +124,40 @@ bool pipe_log_begin(PipeRank *R, int64_t lo, int64_t hi) {
   return R->rank != 0 || lo >= hi || post(R, L, lo);
 }
 
+/* The last stage of every replica sends batch t's m microbatch losses to rank 0 (tag
+ * PIPE_TAG_LOG, transport_isend from R->loss, which nothing writes again) at the end
+ * of its OPT_STEP(t) (called by the interpreter, exec_interp.c run_step) — not at the
+ * FWD of (t, m-1) that computes the last one: a GPU delivers losses to the host only
+ * by the step's norm (exec.h: forward's late loss). Rank 0 receives batch t's at the
+ * end of its own OPT_STEP(t + 1), puts them in the reference order and sums them as
+ * the run's outcome does (pipeline_run.c fill_outcome: batch, then replica, then
+ * microbatch, from 0). The line of a stretch's last batch is written at the stretch
+ * end (pipe_log_stretch), after the validation that may follow it, whose loss goes on
+ * it.
+ *
+ * Why rank 0 never waits on a rank that waits on it. Replica r's last stage sends
+ * batch t's losses in its OPT_STEP(t), which in its program comes before its BWDs of
+ * batch t + 1 (the invariant of every schedule, exec_interp.c). Rank 0's OPT_STEP(t+1)
+ * needs stage 0's gradient of batch t + 1 on every replica (its own BWDs, then the
+ * all-reduce for w > 1), hence every replica's last stage past its BWD(t+1, m-1),
+ * hence past the send. On the CPU links that chain is of host waits; on the NCCL
+ * link the all-reduce and the sends are device-side, asynchronous to the host, but
+ * OPT_STEP(t+1)'s norm (sumsq) waits for rank 0's device, whose all-reduce or
+ * receive completes only once each peer's host has enqueued its part, which it does
+ * after its own OPT_STEP(t): the same chain, through the devices. So the receive
+ * finds the message sent (receiving at OPT_STEP(t) itself could wait: rank 0's step
+ * implies the last stages past their BWD(t, m-1) only, not past their own step).
+ * The sends never block a last stage: rank 0 posts batch u's receives before any
+ * last stage can reach OPT_STEP(u) (at the stretch start for its first batch, at the
+ * end of its OPT_STEP(u-1) for the others: a last stage's OPT_STEP(u) needs rank 0's
+ * norm part or its all-reduce of batch u, both after rank 0's OPT_STEP(u-1)), so the
+ * local transport copies at the post (were it not so, the message would wait in
+ * rank 0's queue, its buffer untouched); the senders wait their requests only at the
+ * stretch end, when rank 0 has received every batch of the stretch. Rank 0's line
+ * writes fall inside its OPT_STEP (the trace's step event, the next step's time).
+ * Between stretches nothing is outstanding; a rank that fails with requests outstanding
+ * aborts the transport before its buffers go (pipe_log_destroy), so no peer copies
+ * into or out of freed memory. */
 bool pipe_log_step(PipeRank *R, int64_t t) {
   PipeLogStream *L = R->logs;
   if (t < L->lo || t >= L->hi) return true;

@@ -1,75 +1,16 @@
-/* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes. Single-GPU pipeline mode: every
- * stage replica of a d-stage, w-replica plan on ONE device, so a pipeline plan can be
- * checked on one GPU; a one-stage plan is its d = w = 1 case (pd2bwrun --backend cuda
- * runs every plan here but with --transport nccl). Multi-GPU mode (--transport nccl, cuda_pipe_multi.c): one MPI
- * process per stage replica, each a rank of the CPU MPI pipeline (runtime/pipeline,
- * the plan interpreter runtime/exec/) on the CUDA device of runtime/cuda/exec/
- * (cuda_exec_device.c) with an NCCL link (cuda_link_nccl.c, whose header says what
- * goes where and what has never run).
+/* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes, as backends of pd2bwrun's
+ * one pipeline driver (runtime/pipeline/pipeline_main.c).
  *
- * What this folder (runtime/cuda/pipe/, built into pd2bw_cuda_exec) owns:
- *   cuda_pipe_threads.c  single-GPU mode on the shared interpreter (below)
- *   cuda_pipe_multi.c    multi-GPU mode: the CPU MPI pipeline with CUDA devices and
- *                        NCCL links (its device and link factories)
- *   cuda_pipe_main.c     both modes as a backend of pd2bwrun's one pipeline driver
- *                        (runtime/pipeline/pipeline_main.c pipeline_main_on: it adds
- *                        the banner, the training call and the summary's GPU words),
- *                        and multi-GPU mode's launch
- * Both modes are the CPU pipelines' interpreter and driver; the device and the links
- * are runtime/cuda/exec/'s.
- *
- * SINGLE-GPU MODE runs the plan's instruction streams on the CPU pipelines' own
- * interpreter (runtime/exec/exec.h) and driver (runtime/pipeline/pipeline_run.c:
- * pipeline_run_local, so data order, dropout keys, 1/(w·m) scaling, global-norm
- * clipping, tied sums, weight versions, 2bw's deferred tied steps, --init, --resume,
- * --save and validation are that code's, and so are the per-step checks and the step
- * lines). What differs is only where things run:
- *
- *  - a host thread per stage replica ("SR", rank stage·w + replica), each with its own
- *    CUDA device (runtime/cuda/exec/cuda_exec_device.c cx_exec_device: the stage's
- *    launch lists as CUDA graphs, the norm and the update as graphs of their own, the
- *    multi-tensor AdamW writing each version's bf16 copy) on a VIEW of the one GPU
- *    (cuda_exec_share.c: stream 1 + rank, its part of the one allocation, one lock
- *    around the issuing so a capture never interleaves with another thread's work);
- *  - the same-GPU link between them (runtime/cuda/exec/cuda_link_local.c): matching,
- *    rendezvous, the stall detector and the timeouts that name a dead rank are the
- *    local transport's (runtime/transport/transport_local.c), which carries small host
- *    records; a message's data is a device copy on the receiver's stream after an
- *    event of the sender's, and the sender's stream waits for the copy before it
- *    overwrites the buffer; the replica all-reduce sums on the first member's stream in
- *    ascending replica order (transport_coll.c's bits) and copies the sum back; the
- *    norm exchange and the losses are host messages;
- *  - memory: ONE device allocation, one part per SR: the plan's stages[i].memory.
- *    total_bytes (every buffer at its planned offset: the CPU executor's layout), then
- *    the device's extras (reported apart): the launch list's cuda_scratch, norm
- *    partials, the loss ring, the token images of a few batches (uploaded once per
- *    batch), the bf16 copies of the stage's weight versions, the AdamW table;
- *  - --trace: the interpreter marks each instruction's (or send/receive group's) start
- *    and end on the SR's stream with device events against one origin, so the trace
- *    (one process, a thread per SR) and the measured bubble per stage are the GPU's;
- *    --profile-out: each SR's program times its segments (cuda_profile.c).
- * The measured step time is the median of rank 0's update-to-update times after the
- * first step.
- *
- * Tested: in CI, tests/cudaexec/test_cudapipe_emu and the others run it on an emulated
- * device (tests/cudaexec/emu_device.h, thread-safe) whose streams really reorder work,
- * so the event protocol above is checked (without the receiver's wait for the
- * sender's event the run differs from the reference). NOT run on a GPU yet (each rank
- * thread makes the context current through its view: CxDeviceOps thread_enter,
- * runtime/cuda/cuda_device.c cuda_dev_make_current). On an H200 (2026-11-30,
- * bench/gpu/RESULTS.md) the older single-threaded interpreter ran a 4-stage 2bw plan
- * against the CPU reference, and the one-stage trainer (exec_one.c on
- * cuda_exec_device.c) the one-stage plans that now run here on one rank: the next
- * lent GPU's scripts/gpu-check.sh is this path's first run on a GPU.
- *
- * Checkpoints and validation are runtime/pipeline/pipeline_run.c's in both modes:
- * --save writes replica 0 of every stage through the CPU pipeline's writer (pipe_save:
- * the one-stage trainer's format, so any executor resumes it), --resume and --init
- * read any executor's file, --val-data trains in stretches that end where a
- * validation is due (runtime/pipeline/pipeline_eval.h's loss).
- *
- * NOT done: traces and measured bubbles in multi-GPU mode (refused). Overlap is not a
- * goal yet: token uploads and clip norms wait for the whole device. */
+ * This folder owns single-GPU mode (cuda_pipe_threads.c: every stage replica of a plan
+ * a host thread with its own CUDA device on a view of one GPU, joined by same-GPU
+ * links; a one-stage plan is its d = w = 1 case), multi-GPU mode (cuda_pipe_multi.c:
+ * one MPI process per stage replica with an NCCL link) and both modes' banner, call
+ * and summary (cuda_pipe_main.c). Invariant: both modes are the CPU pipelines'
+ * interpreter and driver (data order, scaling, clipping, tied sums, versions,
+ * checkpoints, validation and the per-step checks are that code's); only the device
+ * and the links (runtime/cuda/exec/) differ. docs/gpu.md, "Single-GPU pipeline mode",
+ * says how the memory, the events and the trace work, and "Status" what has run on a GPU.
+ */
 #ifndef PD2BW_RUNTIME_CUDA_PIPE_H
 #define PD2BW_RUNTIME_CUDA_PIPE_H
 
