@@ -40,12 +40,12 @@ bool gemm_epilogue_parse(const char *name, GemmEpilogue *out) {
   return false;
 }
 
-void codegen_hash_hex(const void *p, size_t n, char out[17]) {
-  uint64_t h = 1469598103934665603ull;
+uint64_t contract_fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 1099511628211ull;
-  }
-  snprintf(out, 17, "%016" PRIx64, h);
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+void codegen_hash_hex(const void *p, size_t n, char out[17]) {
+  snprintf(out, 17, "%016" PRIx64, contract_fnv1a(CONTRACT_FNV_BASIS, p, n));
 }

@@ -159,5 +159,9 @@ bool gemm_epilogue_parse(const char *name, GemmEpilogue *out);
 
 /* FNV-1a 64-bit of a byte string, as 16 hex digits in out[17]. */
 void codegen_hash_hex(const void *p, size_t n, char out[17]);
+/* 64-bit FNV-1a of n bytes continued from h (CONTRACT_FNV_BASIS to start): the one hash
+ * of the plans, caches, parameter seeds and the ranks' agreement. */
+#define CONTRACT_FNV_BASIS 1469598103934665603ull
+uint64_t contract_fnv1a(uint64_t h, const void *p, size_t n);
 
 #endif /* PD2BW_CONTRACT_H */

@@ -34,6 +34,11 @@
 #include "runtime/blas/blas.h"
 #include "runtime/io/io.h"
 
+/* n rounded up to a multiple of 256 bytes: the alignment of every region the runtime
+ * carves out of an arena beyond the plan's buffers (device extras, receive slots) and
+ * of an arena itself (cuBLAS and 128-bit loads want it). */
+static inline uint64_t rt_align256(uint64_t n) { return (n + 255) / 256 * 256; }
+
 #define RT_ERR_LEN 2048
 
 /* ---- stage programs: cc + on-disk cache + dlopen (stage_cc.c) ------------------

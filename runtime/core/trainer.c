@@ -16,22 +16,13 @@
 
 /* ---- parameters ---------------------------------------------------------------- */
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 void rt_init_param(float *w, const RtParam *p, uint64_t seed) {
   if (p->init != INIT_NORMAL) {
     float v = p->init == INIT_ONES ? 1.0f : 0.0f;
     for (int64_t i = 0; i < p->numel; i++) w[i] = v;
     return;
   }
-  uint64_t h = fnv1a(p->name);
+  uint64_t h = contract_fnv1a(CONTRACT_FNV_BASIS, p->name, strlen(p->name));
   /* Counter words 2 and 3 hold the name's hash; words 0-1 the pair index. One block
    * of four draws makes two normals (Box-Muller, u1 in (0,1], u2 in [0,1)). */
   int64_t npairs = (p->numel + 1) / 2;

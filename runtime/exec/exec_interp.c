@@ -22,7 +22,6 @@
 
 #include "runtime/pipeline/pipeline_rank.h"
 
-static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
 /* ---- one microbatch ------------------------------------------------------------------ */
 
@@ -176,7 +175,7 @@ static bool tied_post(PipeRank *R, int g, int64_t t) {
     snprintf(what, sizeof what, "tied gradient '%s' of batch %lld from stage %d", R->pp->group_names[g],
              (long long)t, G->stages[q]);
     int pr = peer_rank(R, G->stages[q]);
-    char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * up256(T->bytes);
+    char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * rt_align256(T->bytes);
     if (!pipe_transport_ok(R, R->link->ops->isend(R->link, pr, PIPE_TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
     if (!pipe_transport_ok(R, R->link->ops->irecv(R->link, pr, PIPE_TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
   }
@@ -196,7 +195,7 @@ static bool tied_finish(PipeRank *R, int g, int64_t t) {
   const float *src[PLAN_MAX_TIED_SEGS];
   int n = 0;
   for (int q = 0; q < G->nstages; q++)
-    src[q] = q == T->member ? mine : (const float *)(const void *)(R->tied_rx[par] + T->rx_off + (uint64_t)n++ * up256(T->bytes));
+    src[q] = q == T->member ? mine : (const float *)(const void *)(R->tied_rx[par] + T->rx_off + (uint64_t)n++ * rt_align256(T->bytes));
   R->dev->ops->sum_ordered(R->dev, mine, src, G->nstages, (int64_t)(T->bytes / 4));
   T->state[par] = 2;
   return true;

@@ -21,7 +21,6 @@ double pipe_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
 /* The first transport failure: keep its message, make every other rank stop. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
@@ -208,10 +207,10 @@ static bool setup_tied(PipeRank *R, char *err, size_t errlen) {
     T->bytes = (uint64_t)R->st->params[T->param].bytes;
     if (T->deferred) {
       T->tg_off = dbytes;
-      dbytes += up256(T->bytes);
+      dbytes += rt_align256(T->bytes);
     }
     T->rx_off = rxbytes;
-    rxbytes += (uint64_t)(p->groups[g].nstages - 1) * up256(T->bytes);
+    rxbytes += (uint64_t)(p->groups[g].nstages - 1) * rt_align256(T->bytes);
   }
   R->tied_deferred_bytes = dbytes;
   R->tied_rx_bytes = rxbytes;
@@ -270,7 +269,7 @@ PipeRank *pipe_rank_create(const PipePlan *p, const PipeOptions *o, Transport *t
         goto fail;
       }
       R->act_in_packed[k] = (int64_t)R->act_in_bytes;
-      R->act_in_bytes += up256((uint64_t)ps->bnd[k].bytes);
+      R->act_in_bytes += rt_align256((uint64_t)ps->bnd[k].bytes);
     }
   if (!setup_tied(R, err, errlen)) goto fail;
   R->dev = o->rank_device ? o->rank_device(o->rank_ctx, R->rank, R->stage, err, errlen)

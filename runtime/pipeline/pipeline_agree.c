@@ -18,12 +18,6 @@
 
 #define AGREE_BYTES 4096 /* one rank's description, NUL-terminated lines "field\tkey\tshown" */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
 /* A file's size and a hash of a sample of it (its first and last 64 KiB and 64
  * pieces of 4 KiB spread between): enough to tell another file from this one
  * without reading a large token file whole on every rank. */
@@ -35,12 +29,12 @@ static void file_key(const char *path, bool whole, char *key, size_t n) {
     snprintf(key, n, "unreadable");
     return;
   }
-  uint64_t h = 1469598103934665603ull, size = (uint64_t)sb.st_size;
+  uint64_t h = CONTRACT_FNV_BASIS, size = (uint64_t)sb.st_size;
   enum { CHUNK = 4096, EDGE = 16 * CHUNK };
   char *buf = pd_malloc(EDGE);
   if (whole) {
     ssize_t r;
-    for (uint64_t off = 0; (r = pread(fd, buf, EDGE, (off_t)off)) > 0; off += (uint64_t)r) h = fnv(h, buf, (size_t)r);
+    for (uint64_t off = 0; (r = pread(fd, buf, EDGE, (off_t)off)) > 0; off += (uint64_t)r) h = contract_fnv1a(h, buf, (size_t)r);
   } else {
     uint64_t at[66];
     int nat = 0;
@@ -49,7 +43,7 @@ static void file_key(const char *path, bool whole, char *key, size_t n) {
     for (int k = 1; k <= 64 && size > 2 * EDGE; k++) at[nat++] = size / 65 * (uint64_t)k;
     for (int k = 0; k < nat; k++) {
       ssize_t r = pread(fd, buf, k < 2 ? EDGE : CHUNK, (off_t)at[k]);
-      if (r > 0) h = fnv(h, buf, (size_t)r);
+      if (r > 0) h = contract_fnv1a(h, buf, (size_t)r);
     }
   }
   free(buf);

@@ -126,7 +126,7 @@ bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen) {
   for (int k = 0; k < n; k++)
     for (int i = 0; i < count[k] && size[k] > 0; i++) {
       ps->bufs[ps->nbufs++] = (PipeBuf){.kind = kind[k], .index = i, .offset = at, .size = size[k]};
-      at += (size[k] + 255) / 256 * 256;
+      at += rt_align256(size[k]);
     }
   ps->planned_bytes = at;
   return true;

@@ -123,6 +123,9 @@ typedef struct PipeGathered {
 } PipeGathered;
 
 double pipe_now(void);
+/* The median of v[0..n) (sorted in place; 0 when n is 0): the step times and segment
+ * times runs report, so that a pass the OS preempted does not count. */
+double pipe_median(double *v, int64_t n);
 /* false when s is a transport failure: the first one keeps its message in R->err and
  * aborts every other rank (transport_abort); every transport call goes through it. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s);

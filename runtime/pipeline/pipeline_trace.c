@@ -109,6 +109,12 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
+double pipe_median(double *v, int64_t n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The step time is the median of stage 0 (replica 0)'s update-to-update times over
  * the whole run after its first step (which fills the pipeline), so a slow start or
  * a loaded stretch does not decide it; the bubble window is the same span. A run of
@@ -128,8 +134,7 @@ void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t fir
     if (end[k - 1] >= 0 && end[k] > end[k - 1]) dur[nd++] = end[k] - end[k - 1];
   double a, b;
   if (nd > 0) {
-    qsort(dur, (size_t)nd, sizeof *dur, cmp_double);
-    *step_time = nd % 2 ? dur[nd / 2] : (dur[nd / 2 - 1] + dur[nd / 2]) / 2;
+    *step_time = pipe_median(dur, nd);
     a = -1, b = -1; /* the first and last update found */
     for (int64_t k = 0; k < nb; k++)
       if (end[k] >= 0) b = end[k], a = a < 0 ? end[k] : a;
@@ -194,8 +199,7 @@ static double seg_median(const double *rows, int64_t n, int nsegs, int q) {
   if (!n) return 0;
   double *col = pd_malloc((size_t)n * sizeof(double));
   for (int64_t i = 0; i < n; i++) col[i] = rows[i * nsegs + q];
-  qsort(col, (size_t)n, sizeof(double), cmp_double);
-  double m = n % 2 ? col[n / 2] : (col[n / 2 - 1] + col[n / 2]) / 2;
+  double m = pipe_median(col, n);
   free(col);
   return m;
 }

@@ -103,11 +103,6 @@ static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *
   return ok;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* single-GPU mode's step time (cuda_pipe.h): the median of rank 0's update-to-update
  * times after the first step (the whole first step when it is the only one). */
 static double median_step(const PipeOutcome *r) {
@@ -115,9 +110,7 @@ static double median_step(const PipeOutcome *r) {
   if (nb <= 1) return nb == 1 ? r->step_ms[0] * 1e-3 : 0;
   double *ms = pd_malloc((size_t)nb * sizeof *ms);
   memcpy(ms, r->step_ms + 1, (size_t)(nb - 1) * sizeof *ms);
-  qsort(ms, (size_t)(nb - 1), sizeof *ms, cmp_double);
-  int64_t n = nb - 1;
-  double med = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  double med = pipe_median(ms, nb - 1);
   free(ms);
   return med * 1e-3;
 }
