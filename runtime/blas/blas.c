@@ -38,6 +38,7 @@
 #include <cblas.h>
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
+int openblas_get_parallel(void);
 void openblas_set_num_threads(int n);
 #else
 #error "define PD_BLAS_BLIS or PD_BLAS_OPENBLAS (runtime/blas/CMakeLists.txt does)"
@@ -54,6 +55,7 @@ typedef struct DlOpenblas {
   void (*set_threads)(int);
   char *(*corename)(void);
   char *(*config)(void);
+  int (*parallel)(void); /* 0 serial, 1 pthread, 2 OpenMP; NULL: not exported */
 } DlOpenblas;
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -99,12 +101,14 @@ static bool dl_openblas_load(void) {
   DlOpenblas d;
   /* POSIX lets dlsym's void * hold a function pointer; memcpy converts it without a
    * cast ISO C leaves undefined. */
-  void *p[4] = {dlsym(h, "cblas_sgemm"), dlsym(h, "openblas_set_num_threads"),
-                dlsym(h, "openblas_get_corename"), dlsym(h, "openblas_get_config")};
+  void *p[5] = {dlsym(h, "cblas_sgemm"), dlsym(h, "openblas_set_num_threads"),
+                dlsym(h, "openblas_get_corename"), dlsym(h, "openblas_get_config"),
+                dlsym(h, "openblas_get_parallel")};
   memcpy(&d.sgemm, &p[0], sizeof p[0]);
   memcpy(&d.set_threads, &p[1], sizeof p[1]);
   memcpy(&d.corename, &p[2], sizeof p[2]);
   memcpy(&d.config, &p[3], sizeof p[3]);
+  memcpy(&d.parallel, &p[4], sizeof p[4]); /* (optional: the name's threading word) */
   if (!d.sgemm || !d.set_threads || !d.corename || !d.config) {
     fprintf(stderr, "pd2bw: warning: libopenblas.so.0 lacks cblas_sgemm or the openblas_* "
                     "API; keeping the linked BLAS\n");
@@ -206,15 +210,27 @@ void pd_blas_init(int nthreads) {
 #endif
 }
 
-/* "openblas 0.3.21 (Zen, pthread, 2 threads)" from OpenBLAS's own queries. */
-static void openblas_name(const char *config, const char *core, const char *extra) {
+/* "openblas 0.3.21 (Zen, pthread, 2 threads)" from OpenBLAS's own queries (parallel:
+ * openblas_get_parallel's 0 serial, 1 pthread, 2 OpenMP; -1 unknown). */
+static void openblas_name(const char *config, const char *core, int parallel, const char *extra) {
   char version[32] = "?"; /* config is "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..." */
   sscanf(config, "OpenBLAS %31s", version);
+  const char *threading = parallel == 0 ? "serial" : parallel == 1 ? "pthread" : parallel == 2 ? "openmp" : "?";
   if (blas_threads)
-    snprintf(blas_name, sizeof blas_name, "openblas %s (%s, pthread, %d thread%s%s)", version,
-             core, blas_threads, blas_threads == 1 ? "" : "s", extra);
+    snprintf(blas_name, sizeof blas_name, "openblas %s (%s, %s, %d thread%s%s)", version, core, threading,
+             blas_threads, blas_threads == 1 ? "" : "s", extra);
   else
-    snprintf(blas_name, sizeof blas_name, "openblas %s (%s, pthread%s)", version, core, extra);
+    snprintf(blas_name, sizeof blas_name, "openblas %s (%s, %s%s)", version, core, threading, extra);
+}
+
+int pd_blas_own_pool(void) {
+  PD_CHECK(pthread_once(&blas_once, blas_choose) == 0);
+  if (dl.sgemm) return !dl.parallel || dl.parallel() != 2;
+#if defined(PD_BLAS_BLIS)
+  return !bli_info_get_enable_openmp();
+#else
+  return openblas_get_parallel() != 2;
+#endif
 }
 
 const char *pd_blas_name(void) {
@@ -222,7 +238,7 @@ const char *pd_blas_name(void) {
   if (dl.sgemm) {
     char extra[128];
     snprintf(extra, sizeof extra, "; dlopen: %s", dl_reason);
-    openblas_name(dl.config(), dl.corename(), extra);
+    openblas_name(dl.config(), dl.corename(), dl.parallel ? dl.parallel() : -1, extra);
     return blas_name;
   }
 #if defined(PD_BLAS_BLIS)
@@ -234,7 +250,7 @@ const char *pd_blas_name(void) {
            bli_info_get_version_str(), bli_arch_string(bli_arch_query_id()), threading, n,
            n == 1 ? "" : "s");
 #else
-  openblas_name(openblas_get_config(), openblas_get_corename(), "");
+  openblas_name(openblas_get_config(), openblas_get_corename(), openblas_get_parallel(), "");
 #endif
   return blas_name;
 }

@@ -41,6 +41,12 @@ void pd_blas_init(int nthreads);
  * Before pd_blas_init. */
 void pd_blas_set_quiet(int quiet);
 
+/* Whether the library runs GEMMs on a thread pool of its own, beside OpenMP's
+ * (OpenBLAS's pthread build; BLIS here is its OpenMP build, which shares OpenMP's).
+ * Two pools on the same cores spin against each other: a rank then gives the stage
+ * program's OpenMP loops one thread (pipeline_main.c pipe_rank_threads). */
+int pd_blas_own_pool(void);
+
 /* "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2
  * threads)": library, version, kernel configuration, threading (and a note when an
  * AVX-512 CPU runs 256-bit BLIS kernels). Static storage, rewritten by each call. */

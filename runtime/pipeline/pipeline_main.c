@@ -20,10 +20,15 @@
  * omp_set_num_threads runs its parallel loops (stage programs, the optimizer) on that
  * many threads: every core, whatever --threads says. Each rank (a thread of the local
  * transport, or an MPI process) sets its own, or two ranks on two cores run four
- * threads whose barriers spin against each other. */
+ * threads whose barriers spin against each other. And where the BLAS keeps a pool of
+ * its own (OpenBLAS's pthread build), a rank's n threads are the BLAS's and its
+ * OpenMP loops get one: the two pools' idle threads spin on the same cores, and a
+ * one-stage tinygpt on 2 cores ran 4x slower on 2 threads than on 1
+ * (bench/pipeline/RESULTS.md). The planner charges only GEMMs for a rank's extra
+ * cores (plan_cluster_for_config), so this is the runtime it predicts. */
 void pipe_rank_threads(int n) {
 #ifdef _OPENMP
-  omp_set_num_threads(n > 0 ? n : 1);
+  omp_set_num_threads(n > 1 && !pd_blas_own_pool() ? n : 1);
 #else
   (void)n;
 #endif
@@ -163,8 +168,8 @@ int pipeline_main_on(const char *prog, const char *plan_dir, const PipeOptions *
     snprintf(tb, sizeof tb, "%d", per);
     setenv("OMP_NUM_THREADS", tb, 1); /* (for processes this one starts: the C compiler) */
     o.threads_per_rank = per;
-    pipe_rank_threads(per); /* this thread's; each rank sets its own (run_rank) */
     pd_blas_init(per);
+    pipe_rank_threads(per); /* this thread's; each rank sets its own (run_rank) */
     if (p->nranks == 1 && !o.quiet) /* the one-stage banner (tests/cli, scripts/main-job.sh, docs) */
       printf("%s: plan %s (model %s), microbatch %lld x %lld per step, %d thread%s, BLAS %s\n", prog, plan_dir,
              p->rt->model, (long long)p->b, (long long)p->m, per, per == 1 ? "" : "s", pd_blas_name());

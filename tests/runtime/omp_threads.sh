@@ -6,7 +6,8 @@
 # a 2-layer GPT on one loaded core 20x slower). Checked by the threads the process
 # holds with --threads 1: the same with and without OMP_NUM_THREADS=1 in the
 # environment, and fewer than with --threads set to the cores (which shows the check
-# sees OpenMP's threads). Thread counts, not times: no CPU's speed decides it.
+# sees OpenMP's threads), and no more than one pool of them (the BLAS's and OpenMP's
+# would spin against each other). Thread counts, not times: no CPU's speed decides it.
 #   omp_threads.sh PD2BWC PD2BWRUN
 set -u
 PD2BWC=$1 RUN=$2
@@ -42,5 +43,9 @@ echo "threads held with --threads 1: $free; with OMP_NUM_THREADS=1 too: $pinned;
 fail=0
 [ "$free" -ge 1 ] && [ "$free" -eq "$pinned" ] || { echo "FAIL: --threads 1 holds $free threads, $pinned with OMP_NUM_THREADS=1"; fail=1; }
 [ "$wide" -gt "$pinned" ] || { echo "FAIL: the check cannot tell: --threads $cores holds $wide threads, --threads 1 $pinned"; fail=1; }
+# one pool of $cores threads, not two: OpenBLAS's pthread build keeps its own, and
+# then the rank's OpenMP loops get one thread (pipe_rank_threads); BLIS's OpenMP
+# build shares OpenMP's (two pools spinning on the same cores: tinygpt 4x slower)
+[ "$wide" -le $((pinned + cores - 1)) ] || { echo "FAIL: --threads $cores holds $wide threads: two pools of $cores"; fail=1; }
 [ $fail -eq 0 ] && echo "passed"
 exit $fail
