@@ -36,8 +36,6 @@ static CuApi cu_api;
 /* cuMemcpyDtoDAsync (single-GPU pipeline mode's sends), loaded beside PD_CU_FUNCS;
  * kept apart from that list, which cuda_internal.h owns, because nothing else needs it. */
 static __typeof__(cuMemcpyDtoDAsync) *cu_dtod_async;
-static int cu_state; /* 0 not tried, 1 ready, -1 failed (cu_why says why) */
-static char cu_why[768];
 
 /* Names for the results a user may meet before any call has worked (the stub
  * library's cuGetErrorName fails too, so these cannot come from the driver). */
@@ -72,62 +70,36 @@ void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file,
            cuda_result_str(api, r, buf, sizeof buf));
 }
 
-/* Runs once per process, whichever thread asks first (rank threads may open their
- * devices concurrently). */
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-static void cu_load_once(void) {
-  static const char *const names[] = {"libcuda.so.1", NULL};
-  char why[512];
-  cu_state = -1;
-  void *h = cuda_dlopen("PD2BW_LIBCUDA", names, why, sizeof why);
-  bool ok = h != NULL;
-  if (!ok)
-    snprintf(cu_why, sizeof cu_why, "cuda backend: no CUDA driver found (%s); use --backend cpu",
-             why);
-#define PD_CU_SYM(f)                                                                               \
-  if (ok && !(cu_api.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcuda.so.1", why,        \
-                                                     sizeof why))) {                               \
-    ok = false;                                                                                    \
-    snprintf(cu_why, sizeof cu_why,                                                                \
-             "cuda backend: the CUDA driver is too old (%s); use --backend cpu", why);             \
-  }
+/* The driver's API, then cuInit: a stub library or a machine without a device is
+ * said as such. */
+static bool cu_bind(void *h, char *why, size_t n) {
+  const CudaMsg old = {"cuda backend: the CUDA driver is too old (", "); use --backend cpu"};
+#define PD_CU_SYM(f) \
+  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcuda.so.1", &cu_api.f, old, why, n)) return false;
   PD_CU_FUNCS(PD_CU_SYM)
 #undef PD_CU_SYM
-  if (ok && !(cu_dtod_async = (__typeof__(cuMemcpyDtoDAsync) *)cuda_dlsym(h, PD_SYMNAME(cuMemcpyDtoDAsync),
-                                                                          "libcuda.so.1", why, sizeof why))) {
-    ok = false;
-    snprintf(cu_why, sizeof cu_why, "cuda backend: the CUDA driver is too old (%s); use --backend cpu", why);
-  }
-  if (ok) {
-    CUresult r = cu_api.cuInit(0);
-    char rs[256];
-    cuda_result_str(&cu_api, r, rs, sizeof rs);
-    if (r == CUDA_ERROR_STUB_LIBRARY) {
-      snprintf(cu_why, sizeof cu_why,
-               "cuda backend: no CUDA driver found (libcuda.so.1 is the CUDA toolkit's stub "
-               "library, not a driver: cuInit returned %s); use --backend cpu",
-               rs);
-    } else if (r == CUDA_ERROR_NO_DEVICE) {
-      snprintf(cu_why, sizeof cu_why,
-               "cuda backend: no CUDA device found (cuInit returned %s); use --backend cpu", rs);
-    } else if (r != CUDA_SUCCESS) {
-      snprintf(cu_why, sizeof cu_why,
-               "cuda backend: the CUDA driver failed to start (cuInit returned %s); use "
-               "--backend cpu",
-               rs);
-    } else {
-      cu_state = 1;
-    }
-  }
+  if (!cuda_lib_sym(h, PD_SYMNAME(cuMemcpyDtoDAsync), "libcuda.so.1", &cu_dtod_async, old, why, n)) return false;
+  CUresult r = cu_api.cuInit(0);
+  char rs[256];
+  cuda_result_str(&cu_api, r, rs, sizeof rs);
+  if (r == CUDA_ERROR_STUB_LIBRARY)
+    snprintf(why, n,
+             "cuda backend: no CUDA driver found (libcuda.so.1 is the CUDA toolkit's stub "
+             "library, not a driver: cuInit returned %s); use --backend cpu",
+             rs);
+  else if (r == CUDA_ERROR_NO_DEVICE)
+    snprintf(why, n, "cuda backend: no CUDA device found (cuInit returned %s); use --backend cpu", rs);
+  else if (r != CUDA_SUCCESS)
+    snprintf(why, n, "cuda backend: the CUDA driver failed to start (cuInit returned %s); use --backend cpu", rs);
+  return r == CUDA_SUCCESS;
 }
 
+static const char *const cu_names[] = {"libcuda.so.1", NULL};
+static CudaLib cu_lib =
+    CUDA_LIB("PD2BW_LIBCUDA", cu_names, "cuda backend: no CUDA driver found (", "); use --backend cpu", cu_bind);
+
 const CuApi *cuda_driver_api(char *err, size_t errlen) {
-  pthread_once(&cu_once, cu_load_once);
-  if (cu_state < 0) {
-    snprintf(err, errlen, "%s", cu_why);
-    return NULL;
-  }
-  return &cu_api;
+  return cuda_lib_load(&cu_lib, err, errlen) ? &cu_api : NULL;
 }
 
 /* ---- cuBLAS, loaded with the first device ---------------------------------------- */
@@ -145,38 +117,20 @@ typedef struct CublasApi {
 } CublasApi;
 
 static CublasApi cublas_api;
-static int cublas_state;
-static char cublas_why[640];
 
-/* Runs once per process, whichever thread asks first (rank threads may open their
- * devices concurrently). */
-static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
-static void cublas_load_once(void) {
-  static const char *const names[] = {"libcublas.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libcublas.so",
-                                      NULL};
-  char why[512];
-  cublas_state = -1;
-  void *h = cuda_dlopen("PD2BW_LIBCUBLAS", names, why, sizeof why);
-  bool ok = h != NULL;
-  if (!ok) snprintf(cublas_why, sizeof cublas_why, "cuda backend: cuBLAS not found (%s)", why);
-#define PD_CUBLAS_SYM(f)                                                                           \
-  if (ok && !(cublas_api.f =                                                                       \
-                  (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcublas", why, sizeof why))) {  \
-    ok = false;                                                                                    \
-    snprintf(cublas_why, sizeof cublas_why, "cuda backend: %s", why);                              \
-  }
+static bool cublas_bind(void *h, char *why, size_t n) {
+#define PD_CUBLAS_SYM(f) \
+  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcublas", &cublas_api.f, (CudaMsg){"cuda backend: ", ""}, why, n)) return false;
   PD_CUBLAS_FUNCS(PD_CUBLAS_SYM)
 #undef PD_CUBLAS_SYM
-  if (ok) cublas_state = 1;
+  return true;
 }
 
+static const char *const cublas_names[] = {"libcublas.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libcublas.so", NULL};
+static CudaLib cublas_lib = CUDA_LIB("PD2BW_LIBCUBLAS", cublas_names, "cuda backend: cuBLAS not found (", ")", cublas_bind);
+
 static const CublasApi *cublas_load(char *err, size_t errlen) {
-  pthread_once(&cublas_once, cublas_load_once);
-  if (cublas_state < 0) {
-    snprintf(err, errlen, "%s", cublas_why);
-    return NULL;
-  }
-  return &cublas_api;
+  return cuda_lib_load(&cublas_lib, err, errlen) ? &cublas_api : NULL;
 }
 
 bool cuda_cublas_available(char *err, size_t errlen) { return cublas_load(err, errlen) != NULL; }

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/cuda/cuda_internal.h"
 
@@ -43,6 +44,31 @@ void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, si
   }
   snprintf(err, errlen, "%s", first_err); /* dlerror names the library */
   return NULL;
+}
+
+bool cuda_lib_load(CudaLib *l, char *err, size_t errlen) {
+  pthread_mutex_lock(&l->mu);
+  if (l->state == 0) {
+    char why[512];
+    void *h = cuda_dlopen(l->env_var, l->sonames, why, sizeof why);
+    if (!h) snprintf(l->why, sizeof l->why, "%s%s%s", l->missing.before, why, l->missing.after);
+    l->state = h && l->bind(h, l->why, sizeof l->why) ? 1 : -1;
+  }
+  int state = l->state;
+  pthread_mutex_unlock(&l->mu);
+  if (state < 0) snprintf(err, errlen, "%s", l->why);
+  return state > 0;
+}
+
+bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n) {
+  char reason[512];
+  void *p = cuda_dlsym(h, sym, libname, reason, sizeof reason);
+  if (!p) {
+    snprintf(why, n, "%s%s%s", msg.before, reason, msg.after);
+    return false;
+  }
+  memcpy(fn, &p, sizeof p); /* POSIX: dlsym's void * holds a function pointer */
+  return true;
 }
 
 void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen) {

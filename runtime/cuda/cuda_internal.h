@@ -13,6 +13,7 @@
 #define PD2BW_CUDA_INTERNAL_H
 
 #include <cuda.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -28,6 +29,32 @@ void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, si
 
 /* dlsym that reports which symbol was missing; NULL with a message in err. */
 void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen);
+
+/* A message around a reason: before, the reason, after. */
+typedef struct CudaMsg {
+  const char *before, *after;
+} CudaMsg;
+
+/* One NVIDIA library, loaded once per process by whichever thread asks first (rank
+ * threads open their devices concurrently): cuda_dlopen(env_var, sonames), then
+ * bind(h) resolves its API (and checks what it must), false with a message. A
+ * library that is missing says `missing` around the loader's reason. */
+typedef struct CudaLib {
+  const char *env_var;
+  const char *const *sonames;
+  CudaMsg missing;
+  bool (*bind)(void *h, char *why, size_t n);
+  pthread_mutex_t mu;
+  int state; /* 0 not tried, 1 ready, -1 failed (why) */
+  char why[768];
+} CudaLib;
+#define CUDA_LIB(env_var, sonames, missing_before, missing_after, bind) \
+  {env_var, sonames, {missing_before, missing_after}, bind, PTHREAD_MUTEX_INITIALIZER, 0, ""}
+/* true once the library is ready; else false with its message in err */
+bool cuda_lib_load(CudaLib *l, char *err, size_t errlen);
+/* Resolves `sym` into *fn (a function pointer's address) or fails with `msg` around
+ * cuda_dlsym's message in why; for the bind functions' symbol lists. */
+bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n);
 
 /* The driver API functions pd2bw uses (one X per function). */
 /* clang-format off */

@@ -58,32 +58,18 @@ typedef struct LtApi {
 
 static LtApi lt;
 static cublasLtHandle_t lt_handle; /* one per process: a handle is not tied to a device */
-static int lt_state;               /* 0 not tried, 1 ready, -1 failed (lt_why says why) */
-static char lt_why[640];
-static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
-
-static void lt_load_once(void) {
-  static const char *const names[] = {"libcublasLt.so." LT_XSTR(PD2BW_CUDA_MAJOR), "libcublasLt.so", NULL};
-  char why[512];
-  lt_state = -1;
-  void *h = cuda_dlopen("PD2BW_LIBCUBLASLT", names, why, sizeof why);
-  bool ok = h != NULL;
-  if (!ok) snprintf(lt_why, sizeof lt_why, "cuda backend: cuBLASLt not found (%s)", why);
-#define PD_LT_SYM(f)                                                                               \
-  if (ok && !(lt.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libcublasLt", why, sizeof why))) { \
-    ok = false;                                                                                    \
-    snprintf(lt_why, sizeof lt_why, "cuda backend: %s", why);                                      \
-  }
+static bool lt_bind(void *h, char *why, size_t n) {
+#define PD_LT_SYM(f) \
+  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcublasLt", &lt.f, (CudaMsg){"cuda backend: ", ""}, why, n)) return false;
   PD_LT_FUNCS(PD_LT_SYM)
 #undef PD_LT_SYM
-  if (ok) lt_state = 1;
+  return true;
 }
 
-bool cuda_lt_available(char *err, size_t errlen) {
-  pthread_once(&lt_once, lt_load_once);
-  if (lt_state < 0) snprintf(err, errlen, "%s", lt_why);
-  return lt_state > 0;
-}
+static const char *const lt_names[] = {"libcublasLt.so." LT_XSTR(PD2BW_CUDA_MAJOR), "libcublasLt.so", NULL};
+static CudaLib lt_lib = CUDA_LIB("PD2BW_LIBCUBLASLT", lt_names, "cuda backend: cuBLASLt not found (", ")", lt_bind);
+
+bool cuda_lt_available(char *err, size_t errlen) { return cuda_lib_load(&lt_lib, err, errlen); }
 
 #define LT_CHECK(call)                                                                             \
   do {                                                                                             \

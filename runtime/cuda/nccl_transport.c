@@ -45,37 +45,20 @@ typedef struct NcclApi {
 } NcclApi;
 
 static NcclApi nccl_api;
-static int nccl_state; /* 0 not tried, 1 loaded, -1 failed (nccl_why) */
-static char nccl_why[640];
 
-/* Runs once per process, whichever thread asks first (rank threads may open their
- * devices concurrently). */
-static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
-static void nccl_load_once(void) {
-  static const char *const names[] = {"libnccl.so.2", "libnccl.so", NULL};
-  char why[512];
-  nccl_state = -1;
-  void *h = cuda_dlopen("PD2BW_LIBNCCL", names, why, sizeof why);
-  bool ok = h != NULL;
-  if (!ok) snprintf(nccl_why, sizeof nccl_why, "nccl transport: NCCL not found (%s)", why);
-#define PD_NCCL_SYM(f)                                                                             \
-  if (ok && !(nccl_api.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libnccl.so.2", why,      \
-                                                       sizeof why))) {                             \
-    ok = false;                                                                                    \
-    snprintf(nccl_why, sizeof nccl_why, "nccl transport: %s", why);                                \
-  }
+static bool nccl_bind(void *h, char *why, size_t n) {
+#define PD_NCCL_SYM(f) \
+  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libnccl.so.2", &nccl_api.f, (CudaMsg){"nccl transport: ", ""}, why, n)) return false;
   PD_NCCL_FUNCS(PD_NCCL_SYM)
 #undef PD_NCCL_SYM
-  if (ok) nccl_state = 1;
+  return true;
 }
 
+static const char *const nccl_names[] = {"libnccl.so.2", "libnccl.so", NULL};
+static CudaLib nccl_lib = CUDA_LIB("PD2BW_LIBNCCL", nccl_names, "nccl transport: NCCL not found (", ")", nccl_bind);
+
 static const NcclApi *nccl_load(char *err, size_t errlen) {
-  pthread_once(&nccl_once, nccl_load_once);
-  if (nccl_state < 0) {
-    snprintf(err, errlen, "%s", nccl_why);
-    return NULL;
-  }
-  return &nccl_api;
+  return cuda_lib_load(&nccl_lib, err, errlen) ? &nccl_api : NULL;
 }
 
 bool nccl_available(char *err, size_t errlen) { return nccl_load(err, errlen) != NULL; }

@@ -59,51 +59,24 @@ typedef struct NvrtcApi {
 } NvrtcApi;
 
 static NvrtcApi nvrtc_api;
-static int nvrtc_state; /* 0 not tried, 1 loaded, -1 failed (nvrtc_why says why) */
-static char nvrtc_why[640];
-
 #define PD_XSTR_(x) #x
 #define PD_XSTR(x) PD_XSTR_(x)
 
-/* Loads NVRTC once per process, whichever thread asks first (rank threads may
- * compile their stages concurrently). */
-static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
-static void nvrtc_load_once(void) {
-  static const char *const names[] = {"libnvrtc.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libnvrtc.so",
-                                      NULL};
-  char why[512];
-  void *h = cuda_dlopen("PD2BW_LIBNVRTC", names, why, sizeof why);
-  nvrtc_state = -1;
-  if (!h) {
-    snprintf(nvrtc_why, sizeof nvrtc_why, "NVRTC not found (%s)", why);
-  } else {
-    bool ok = true;
-#define PD_NVRTC_SYM(f)                                                                            \
-  if (ok &&                                                                                        \
-      !(nvrtc_api.f = (__typeof__(f) *)cuda_dlsym(h, PD_SYMNAME(f), "libnvrtc", why, sizeof why))) \
-    ok = false;
-    PD_NVRTC_FUNCS(PD_NVRTC_SYM)
+static bool nvrtc_bind(void *h, char *why, size_t n) {
+#define PD_NVRTC_SYM(f) \
+  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libnvrtc", &nvrtc_api.f, (CudaMsg){"", ""}, why, n)) return false;
+  PD_NVRTC_FUNCS(PD_NVRTC_SYM)
 #undef PD_NVRTC_SYM
-    if (!ok) {
-      snprintf(nvrtc_why, sizeof nvrtc_why, "%s", why);
-    } else {
-      nvrtcResult r = nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
-      if (r != NVRTC_SUCCESS)
-        snprintf(nvrtc_why, sizeof nvrtc_why, "nvrtcVersion failed: %s",
-                 nvrtc_api.nvrtcGetErrorString(r));
-      else
-        nvrtc_state = 1;
-    }
-  }
+  nvrtcResult r = nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
+  if (r != NVRTC_SUCCESS) snprintf(why, n, "nvrtcVersion failed: %s", nvrtc_api.nvrtcGetErrorString(r));
+  return r == NVRTC_SUCCESS;
 }
 
+static const char *const nvrtc_names[] = {"libnvrtc.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libnvrtc.so", NULL};
+static CudaLib nvrtc_lib = CUDA_LIB("PD2BW_LIBNVRTC", nvrtc_names, "NVRTC not found (", ")", nvrtc_bind);
+
 static const NvrtcApi *nvrtc_load(char *err, size_t errlen) {
-  pthread_once(&nvrtc_once, nvrtc_load_once);
-  if (nvrtc_state < 0) {
-    snprintf(err, errlen, "%s", nvrtc_why);
-    return NULL;
-  }
-  return &nvrtc_api;
+  return cuda_lib_load(&nvrtc_lib, err, errlen) ? &nvrtc_api : NULL;
 }
 
 bool cuda_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
