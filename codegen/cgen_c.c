@@ -356,10 +356,12 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
       break;
     }
     PD_CHECK(!cc_acc(e, op->out[1]) && !cc_acc(e, op->out[2]), "(attention_gqa_bwd: dk or dv accumulated)");
-    str_printf(s, "  K(attention_gqa_bwd)(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n",
-               Y, cc_ptr(e, op->out[1]), cc_ptr(e, op->out[2]), cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]),
-               cc_ptr(e, op->in[2]), cc_ptr(e, op->in[3]), cc_ptr(e, op->in[4]), cc_ptr(e, op->in[5]), scratch(e, op),
-               (long long)B, (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal, cc_pexpr(a.p), r);
+    /* in two parts: cc_ptr's strings live for 8 calls */
+    str_printf(s, "  K(attention_gqa_bwd)(%s, %s, %s, %s, %s, ", Y, cc_ptr(e, op->out[1]), cc_ptr(e, op->out[2]),
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]));
+    str_printf(s, "%s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n", cc_ptr(e, op->in[2]),
+               cc_ptr(e, op->in[3]), cc_ptr(e, op->in[4]), cc_ptr(e, op->in[5]), scratch(e, op), (long long)B,
+               (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal, cc_pexpr(a.p), r);
     break;
   }
   default:
