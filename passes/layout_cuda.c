@@ -83,11 +83,9 @@ int layout_cuda_head_size(const Graph *g) {
   int hs = 0;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
-    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
-    const Shape *s = &g->tensors[qkv].shape;
-    int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
-    int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
+    AttnGeom a;
+    if (!op_attention_geom(g, op, &a)) continue;
+    int h = a.hs > 0 ? (int)a.hs : -1;
     if (hs == 0) hs = h;
     else if (hs != h) hs = -1;
   }
@@ -98,9 +96,9 @@ int layout_cuda_seq_len(const Graph *g) {
   int64_t T = 0;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
-    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-    const Shape *s = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]].shape;
-    int64_t t = s->rank >= 2 ? s->dim[s->rank - 2] : -1;
+    AttnGeom a;
+    if (!op_attention_geom(g, op, &a)) continue;
+    int64_t t = a.T;
     if (T == 0) T = t;
     else if (T != t) T = -1;
   }
@@ -114,11 +112,14 @@ int layout_cuda_flash_head_size(const Graph *g) {
 
 bool layout_cuda_attention_operands(const Graph *g, const Op *op, int flash_hs, int64_t b,
                                     int64_t *qkv_elems, int64_t *dy_elems) {
-  if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) return false;
-  if (!flash_hs) return false;
-  bool fwd = op->kind == OP_ATTENTION;
-  *qkv_elems = shape_numel(&g->tensors[op->in[fwd ? 0 : 1]].shape, b);
-  *dy_elems = fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
+  AttnGeom a;
+  if (!op_attention_geom(g, op, &a) || !flash_hs) return false;
+  int q = a.fwd ? 0 : 1;
+  *qkv_elems = shape_numel(&g->tensors[op->in[q]].shape, b);
+  if (!a.packed) /* q, k, v one after another, each at a LAYOUT_CUDA_BF16_ALIGN boundary */
+    *qkv_elems += shape_numel(&g->tensors[op->in[q + 1]].shape, b) + shape_numel(&g->tensors[op->in[q + 2]].shape, b) +
+                  2 * LAYOUT_CUDA_BF16_ALIGN;
+  *dy_elems = a.fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
   return true;
 }
 
@@ -155,9 +156,10 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
       a = unless_stored(L, op->in[0], a), bb = unless_stored(L, op->in[1], bb);
       if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
     }
-    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb)) {
-      bool fwd = op->kind == OP_ATTENTION;
-      a = unless_stored(L, op->in[fwd ? 0 : 1], a), bb = fwd ? bb : unless_stored(L, op->in[0], bb);
+    AttnGeom ag;
+    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb) && op_attention_geom(g, op, &ag)) {
+      bool fwd = ag.fwd; /* attention_gqa's three are counted staged, stored or not (plan_input.c alike) */
+      a = ag.packed ? unless_stored(L, op->in[fwd ? 0 : 1], a) : a, bb = fwd ? bb : unless_stored(L, op->in[0], bb);
       if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
     }
   }

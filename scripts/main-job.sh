@@ -11,6 +11,7 @@
 #
 #   scripts/main-job.sh                 # 300 steps, output in out/main-job
 #   STAGES= SCHEDULE= OUT=/tmp/mj scripts/main-job.sh    # the planner's own choice
+#   MODEL=models/llama.model scripts/main-job.sh         # the Llama-family model instead
 #
 # The stages are pinned because left to itself the planner gives this small model
 # 1 stage x 2 replicas with the vanilla 1f1b rule: there 2bw buys no speed, and its
@@ -30,6 +31,8 @@ STAGES=${STAGES-2}            # empty: the planner chooses
 SCHEDULE=${SCHEDULE-2bw}        # empty: the planner chooses
 CLUSTER=${CLUSTER-}               # empty: this host, calibrated (docs/calibration.md)
 EVAL_EVERY=${EVAL_EVERY:-50}
+MODEL=${MODEL:-models/tinygpt.model} # any model over the byte-level vocabulary (vocab 256)
+name=$(basename "$MODEL" .model)
 FORTUNES=${FORTUNES:-/usr/share/games/fortunes}
 
 echo "== dependencies"
@@ -48,12 +51,12 @@ fi
 "$BUILD"/tools/pd2bw-data --fortune --val-fraction 0.05 --input "${inputs[@]}" --out-prefix "$OUT/fortunes"
 "$BUILD"/tools/pd2bw-data --info "$OUT/fortunes_train.bin" "$OUT/fortunes_val.bin"
 
-echo "== compile models/tinygpt.model (${SCHEDULE:-the schedule the planner picks} on ${CLUSTER:-this host, calibrated}${STAGES:+, $STAGES stages})"
+echo "== compile $MODEL (${SCHEDULE:-the schedule the planner picks} on ${CLUSTER:-this host, calibrated}${STAGES:+, $STAGES stages})"
 # (pd2bwc replaces a plan directory it wrote and refuses any other: nothing to remove)
-"$BUILD"/tools/pd2bwc models/tinygpt.model ${CLUSTER:+--cluster "$CLUSTER"} ${SCHEDULE:+--schedule "$SCHEDULE"} \
+"$BUILD"/tools/pd2bwc "$MODEL" ${CLUSTER:+--cluster "$CLUSTER"} ${SCHEDULE:+--schedule "$SCHEDULE"} \
   ${STAGES:+--stages "$STAGES"} -o "$OUT/plan"
 
 echo "== train $STEPS steps on $THREADS threads (validation loss every $EVAL_EVERY steps)"
 "$BUILD"/tools/pd2bwrun "$OUT/plan" --data "$OUT/fortunes_train.bin" --steps "$STEPS" --threads "$THREADS" \
   --val-data "$OUT/fortunes_val.bin" --eval-every "$EVAL_EVERY" --eval-batches 8 \
-  --log-json "$OUT/log.jsonl" --trace "$OUT/trace.json" --save "$OUT/tinygpt.safetensors"
+  --log-json "$OUT/log.jsonl" --trace "$OUT/trace.json" --save "$OUT/$name.safetensors"

@@ -136,6 +136,21 @@ static void test_attention_and_loss(void) {
     pk_attention_bwd_f32(dq.f, g.f, qkv.f, y.f, lse.f, w.f, B, T, C, NH, causal, 0.2, r);
     AGREE("attention_bwd", dq.f, dq.d, dq.n);
   }
+  { /* grouped-query: NH query heads of C/NH over one key/value head */
+    int hs = C / NH;
+    Pair q = pair(BT * C, 0.1, 1.5), k = pair(BT * hs, 0.1, 1.5), v = pair(BT * hs, 0.1, 1.5);
+    Pair gq = outn(BT * C), gk = outn(BT * hs), gv = outn(BT * hs);
+    pk_attention_gqa_fwd_f64(y.d, lse.d, q.d, k.d, v.d, w.d, B, T, NH, 1, hs, 1, 0.2, r);
+    pk_attention_gqa_fwd_f32(y.f, lse.f, q.f, k.f, v.f, w.f, B, T, NH, 1, hs, 1, 0.2, r);
+    AGREE("attention_gqa_fwd", y.f, y.d, y.n);
+    AGREE("attention_gqa_fwd lse", lse.f, lse.d, lse.n);
+    pk_attention_gqa_bwd_f64(gq.d, gk.d, gv.d, g.d, q.d, k.d, v.d, y.d, lse.d, w.d, B, T, NH, 1, hs, 1, 0.2, r);
+    pk_attention_gqa_bwd_f32(gq.f, gk.f, gv.f, g.f, q.f, k.f, v.f, y.f, lse.f, w.f, B, T, NH, 1, hs, 1, 0.2, r);
+    AGREE("attention_gqa_bwd dq", gq.f, gq.d, gq.n);
+    AGREE("attention_gqa_bwd dk", gk.f, gk.d, gk.n);
+    AGREE("attention_gqa_bwd dv", gv.f, gv.d, gv.n);
+    pair_free(&q), pair_free(&k), pair_free(&v), pair_free(&gq), pair_free(&gk), pair_free(&gv);
+  }
   Pair logits = pair(BT * V, 0.1, 4), dl = outn(BT * V);
   static const int32_t tg[BT] = {3, -1, 0, 10, 7, 7, -1, 2, 5, 1};
   double ld;
