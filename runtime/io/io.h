@@ -9,7 +9,7 @@
  *   cache_seal.c    the checksum that ends every on-disk cache entry
  *   cache_dir.c     which directory a compile cache may use: only its owner's
  *   data.c          memory-mapped token files and the batch sampler
- *   bpe.c           GPT-2's byte-level BPE tokenizer
+ *   bpe.c           byte-level BPE tokenizers: GPT-2's files, tokenizer.json (bpe_hf.c)
  *   safetensors.c   reading and writing the safetensors format
  *   ckpt_import.c   pd2bw's GPT parameters from other programs' checkpoints
  *
@@ -214,7 +214,7 @@ int64_t data_sample_window(DataLoader *l, int64_t n);
 /* Copies sample n into in[T], tgt[T]. */
 void data_get_sample(DataLoader *l, int64_t n, int32_t *in, int32_t *tgt);
 
-/* ---- GPT-2 byte-pair encoding (bpe.c) --------------------------------------
+/* ---- byte-level byte-pair encoding (bpe.c, bpe_pretok.c, bpe_hf.c) ----------
  * Token ids are uint16 on disk, so a vocabulary may hold at most 65536 ids. */
 typedef struct Bpe Bpe;
 
@@ -222,6 +222,11 @@ typedef struct Bpe Bpe;
  * GPT-2's byte-to-unicode map) and merges.txt ("a b" per line, highest
  * priority first, an optional "#version" first line). */
 Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t errlen);
+/* Loads a Hugging Face tokenizer.json byte-level BPE: vocabulary, merges, added
+ * (special) tokens and the pre-tokenizer's split pattern (GPT-2's, Llama 3's or
+ * Qwen2's). What would tokenise differently from the library is refused naming
+ * the file and key ("tok.json: pre_tokenizer.pretokenizers[0].pattern.Regex: ..."). */
+Bpe *bpe_load_hf(const char *path, char *err, size_t errlen);
 void bpe_destroy(Bpe *b);
 /* 1 + the largest id in vocab.json. */
 int64_t bpe_vocab_size(const Bpe *b);
