@@ -376,6 +376,22 @@ typedef struct CkptGpt2Kind {
 } CkptGpt2Kind;
 CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
 
+/* The 12 Llama tensor kinds (models/llama.model's parameter names): pd2bw's name
+ * (after "h.<i>." for per-layer kinds) and Hugging Face LlamaForCausalLM's (after
+ * "model.layers.<i>." for per-layer kinds), and whether Hugging Face stores it as an
+ * nn.Linear weight, [out, in], where pd2bw's is [in, out]. The last kind is "head"
+ * (lm_head.weight, absent from a tied model). */
+#define CKPT_LLAMA_KINDS 12
+typedef struct CkptLlamaKind {
+  const char *pd, *hf;
+  bool per_layer, linear;
+} CkptLlamaKind;
+CkptLlamaKind ckpt_llama_kind(int k); /* 0 <= k < CKPT_LLAMA_KINDS */
+/* Hugging Face's full name of kind k in layer `layer` ("model.layers.3.mlp.up_proj.weight"). */
+void ckpt_llama_hf_name(int k, int layer, char *buf, size_t n);
+/* "h.3.wq" -> (its kind, 3); "embed" -> (0, -1). False if not a Llama name. */
+bool ckpt_llama_name(const char *name, int *kind, int *layer);
+
 /* Checks that every tensor of a pd2bw checkpoint belongs to one of the model's
  * parameters names[n]: "NAME" itself, or its "opt.m.", "opt.v.", "prev." or "next."
  * (2bw's weight versions) tensor. Otherwise false with "PATH: N tensors of no parameter
@@ -387,7 +403,10 @@ bool ckpt_check_extras(const SafeTensors *st, const char *const *names, int n, c
 
 /* Fills every params[i].dst or fails naming the missing or mismatched tensor
  * (a shape mismatch reports both shapes). The number of transformer layers
- * in the checkpoint must equal the number the params ask for. */
+ * in the checkpoint must equal the number the params ask for. A directory is a
+ * Hugging Face one, by its config.json's model_type: "llama" (runtime/io/ckpt_llama.c:
+ * config.json checked against the parameters, model.safetensors or the shards of
+ * model.safetensors.index.json) or "gpt2" (its model.safetensors, as CKPT_HF). */
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen);
 

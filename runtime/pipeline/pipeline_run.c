@@ -228,8 +228,8 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
                         "schedule", plan_schedule_name(p->schedule), "weight_versions",
                         !two ? "1" : G->stage_next ? "3 (prev.*, next.*: the weights batches step and step+1 run on)"
                                                    : "2 (prev.* = W(step-1))",
-                        "partition", part};
-  bool ok = st_write(path, e, ne, meta, 8, err, errlen);
+                        "partition", part, "consts", p->rt->model_consts};
+  bool ok = st_write(path, e, ne, meta, 9, err, errlen);
   for (int k = 0; k < 4 * n; k++) free(names[k]);
   free(names);
   free(e);
