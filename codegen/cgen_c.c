@@ -342,6 +342,28 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
                  (long long)C, (int)op->attr[0], (int)op->attr[1], cc_pexpr(op->attr[2]), r);
     break;
   }
+  case OP_ATTENTION_GQA:
+  case OP_ATTENTION_GQA_BWD: { /* separate q, k, v; kv_heads dividing heads */
+    AttnGeom a;
+    op_attention_geom(g, op, &a);
+    int64_t T = a.T, B = cc_numel(e, a.q) / (T * a.heads * a.hs);
+    rng(e, r, sizeof r, op_rng_stream(op));
+    if (a.fwd) {
+      str_printf(s, "  K(attention_gqa_fwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n", Y,
+                 cc_ptr(e, op->out[1]), cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]),
+                 scratch(e, op), (long long)B, (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal,
+                 cc_pexpr(a.p), r);
+      break;
+    }
+    PD_CHECK(!cc_acc(e, op->out[1]) && !cc_acc(e, op->out[2]), "(attention_gqa_bwd: dk or dv accumulated)");
+    /* in two parts: cc_ptr's strings live for 8 calls */
+    str_printf(s, "  K(attention_gqa_bwd)(%s, %s, %s, %s, %s, ", Y, cc_ptr(e, op->out[1]), cc_ptr(e, op->out[2]),
+               cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]));
+    str_printf(s, "%s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n", cc_ptr(e, op->in[2]),
+               cc_ptr(e, op->in[3]), cc_ptr(e, op->in[4]), cc_ptr(e, op->in[5]), scratch(e, op), (long long)B,
+               (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal, cc_pexpr(a.p), r);
+    break;
+  }
   default:
     PD_CHECK(false, "(op %s is not of emit_attention's family)", op_info[op->kind].name);
   }

@@ -140,8 +140,41 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
 /* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
  * backward, D = rowsum(dy∘out) per query row into the op's scratch (B·NH·T floats)
  * first, then dq and dkv from lse and D (kernels/cuda_kernels.cuh). */
+/* attention_gqa(q, k, v) -> (out, lse); attention_gqa_bwd(dy, q, k, v, out, lse) ->
+ * dq, dk, dv: the fp32 kernels (every precision; a bf16 plan does not stage them for
+ * tensor cores yet), the backward after the same delta kernel as attention's. */
+static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
+  AttnGeom a;
+  op_attention_geom(e->g, op, &a);
+  int64_t T = a.T, C = a.heads * a.hs, B = cu_numel(e, a.q) / (T * C);
+  int stream = op_rng_stream(op);
+  int64_t items = B * a.heads * T;
+  if (a.fwd) {
+    LAUNCH_B(e, op->id, "pkc_attention_gqa_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->out[1]), P(e, op->in[0]),
+             P(e, op->in[1]), P(e, op->in[2]), I32(B), I32(T), I32(a.heads), I32(a.kv_heads), I32(a.hs),
+             I32(a.causal), DROP(a.p), SEED(), cu_arg_stream(e, stream), MB(a.p));
+    return;
+  }
+  CuPtr work = scratch_of(e, op);
+  PD_CHECK(e->L->scratch_bytes[op->id] >= B * a.heads * T * 4, "(attention_gqa_bwd scratch too small)");
+  LAUNCH_B(e, op->id, "pkc_attention_bwd_delta_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
+           P(e, op->in[4]), I32(B), I32(T), I32(C), I32(a.heads));
+  LAUNCH_B(e, op->id, "pkc_attention_gqa_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[5]), PP(work),
+           P(e, op->in[0]), P(e, op->in[1]), P(e, op->in[2]), P(e, op->in[3]), I32(B), I32(T), I32(a.heads),
+           I32(a.kv_heads), I32(a.hs), I32(a.causal), DROP(a.p), SEED(), cu_arg_stream(e, stream), MB(a.p));
+  LAUNCH_B(e, op->id, "pkc_attention_gqa_bwd_dkv_f32", B * a.kv_heads * T, CU_ATT_BLOCK, P(e, op->out[1]),
+           P(e, op->out[2]), P(e, op->in[5]), PP(work), P(e, op->in[0]), P(e, op->in[1]), P(e, op->in[2]),
+           P(e, op->in[3]), I32(B), I32(T), I32(a.heads), I32(a.kv_heads), I32(a.hs), I32(a.causal), DROP(a.p),
+           SEED(), cu_arg_stream(e, stream), MB(a.p));
+}
+
 static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   const Graph *g = e->g;
+  AttnGeom ag;
+  if (op_attention_geom(g, op, &ag) && !ag.packed) {
+    emit_attention_gqa(e, op, Y);
+    return;
+  }
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1];
   int64_t T = g->tensors[qkv].shape.dim[1], C = lastd(e, qkv) / 3, B = cu_numel(e, qkv) / (T * 3 * C);

@@ -157,12 +157,12 @@ typedef enum OpFamily {
   OPFAM_DENSE,       /* GEMMs */
   OPFAM_ELEMENTWISE, /* add, scale, dropout, reshape: element ops with special lowering */
   OPFAM_NORM,        /* layernorm and its gradient */
-  OPFAM_ATTENTION,   /* attention and its gradient */
+  OPFAM_ATTENTION,   /* attention, attention_gqa and their gradients */
   OPFAM_LOSS,        /* cross-entropy and its gradient */
   OPFAM_COUNT
 } OpFamily;
 
-#define IR_MAX_IN 4
+#define IR_MAX_IN 6 /* attention_gqa_bwd: dy, q, k, v, out, lse */
 #define IR_MAX_OUT 3
 #define IR_MAX_ATTR 4
 
@@ -251,6 +251,23 @@ struct Op {
 int op_rng_stream(const Op *op);
 double op_rng_p(const Op *op);
 bool op_masks_elements(const Op *op);
+
+/* The geometry of an attention-family op (OPFAM_ATTENTION), forward or backward, packed
+ * (attention: q|k|v in one [B,T,3C] input) or separate (attention_gqa): q is the input
+ * holding the queries (its dim 0 the batch, dim 1 the sequence), hs the head size,
+ * kv_heads = heads when not grouped. The passes size scratch and pick kernels from this,
+ * never from a list of kinds. */
+typedef struct AttnGeom {
+  int q;          /* tensor id of q (or of packed qkv) */
+  bool fwd;       /* the forward op (else its gradient) */
+  bool packed;    /* q, k, v packed in one input (attention), else three (attention_gqa) */
+  int64_t T, hs;  /* sequence length, head size */
+  int heads, kv_heads;
+  int causal;
+  double p;
+} AttnGeom;
+/* Fills a for an attention-family op; false for any other op. */
+bool op_attention_geom(const Graph *g, const Op *op, AttnGeom *a);
 
 typedef enum InitKind {
   INIT_ZEROS,  /* all 0 */

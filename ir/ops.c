@@ -12,55 +12,6 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- helpers --------------------------------------------------------------- */
-
-#define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
-
-static const char *sh(const Tensor *t, char *buf) { return shape_str(&t->shape, buf, 64); }
-
-static bool need_f32(const Graph *g, const Op *op, int i, char *err, size_t errlen) {
-  if (IN(i)->dtype == DT_F32) return true;
-  return ERR("input %d of '%s' must be f32, got %s '%s'", i + 1, op_info[op->kind].name,
-             dtype_name(IN(i)->dtype), IN(i)->name);
-}
-
-static bool need_i32(const Graph *g, const Op *op, int i, char *err, size_t errlen) {
-  if (IN(i)->dtype == DT_I32) return true;
-  return ERR("input %d of '%s' must be i32 ids, got %s '%s'", i + 1, op_info[op->kind].name,
-             dtype_name(IN(i)->dtype), IN(i)->name);
-}
-
-static bool need_rank(const Graph *g, const Op *op, int i, int lo, int hi, char *err,
-                      size_t errlen) {
-  int r = IN(i)->shape.rank;
-  if (r >= lo && r <= hi) return true;
-  char b[64];
-  if (lo == hi)
-    return ERR("input %d of '%s' must have rank %d, got %s '%s'", i + 1, op_info[op->kind].name,
-               lo, sh(IN(i), b), IN(i)->name);
-  return ERR("input %d of '%s' must have rank %d to %d, got %s '%s'", i + 1,
-             op_info[op->kind].name, lo, hi, sh(IN(i), b), IN(i)->name);
-}
-
-static bool is_int_attr(double v) { return v == floor(v) && fabs(v) < 9e15; }
-
-/* Shape `s` with its last dim replaced by n. */
-static Shape with_last(Shape s, int64_t n) {
-  s.dim[s.rank - 1] = n;
-  return s;
-}
-
-/* Emits op and returns its first output. */
-static int emit1(Graph *g, const Op *op, OpKind kind, const int *in, int nin, const double *attr,
-                 const char *name) {
-  int id = graph_emit(g, kind, in, nin, attr, op->region, op->id, TK_ACT_GRAD, name);
-  return g->ops[id].out[0];
-}
-
-static const char *gname(Graph *g, int t) { return arena_printf(g->arena, "d%s", g->tensors[t].name); }
-
-static bool wants(const Graph *g, const Op *op, int i) { return g->tensors[op->in[i]].needs_grad; }
-
 /* ---- embedding ---------------------------------------------------------------- */
 
 bool op_shape_EMBEDDING(SHAPE_ARGS) {
@@ -359,11 +310,6 @@ void op_grad_ROPE(GRAD_ARGS) {
   din[0] = emit1(g, op, OP_ROPE_BWD, &dout[0], 1, op->attr, gname(g, op->in[0]));
 }
 
-static bool check_p(double p, const char *opname, char *err, size_t errlen) {
-  if (p >= 0 && p < 1) return true;
-  return ERR("'%s' dropout probability p must be in [0, 1), got %g", opname, p);
-}
-
 bool op_shape_DROPOUT(SHAPE_ARGS) {
   if (!check_p(op->attr[0], "dropout", err, errlen)) return false;
   return unary_f32(g, op, out, odt, err, errlen);
@@ -437,45 +383,6 @@ void op_grad_RMSNORM(GRAD_ARGS) {
     int in[] = {dout[0], op->in[0]};
     din[1] = emit1(g, op, OP_RMSNORM_DGAMMA, in, 2, op->attr, gname(g, op->in[1]));
   }
-}
-
-/* ---- attention ------------------------------------------------------------------ */
-
-bool op_shape_ATTENTION(SHAPE_ARGS) {
-  char b1[64];
-  if (!need_f32(g, op, 0, err, errlen) || !need_rank(g, op, 0, 3, 3, err, errlen)) return false;
-  const Tensor *qkv = IN(0);
-  double heads = op->attr[0], causal = op->attr[1];
-  if (!is_int_attr(heads) || heads < 1) return ERR("'attention' heads must be a positive integer, got %g", heads);
-  if (causal != 0 && causal != 1) return ERR("'attention' causal must be 0 or 1, got %g", causal);
-  if (!check_p(op->attr[2], "attention", err, errlen)) return false;
-  int64_t c3 = last_dim(qkv);
-  if (c3 % 3 != 0)
-    return ERR("'attention' needs packed q,k,v [B,T,3*C]; last dim of %s '%s' is not a multiple of 3",
-               sh(qkv, b1), qkv->name);
-  if ((c3 / 3) % (int64_t)heads != 0)
-    return ERR("'attention' width %lld is not divisible by %g heads", (long long)(c3 / 3), heads);
-  out[0] = with_last(qkv->shape, c3 / 3);
-  odt[0] = DT_F32;
-  out[1] = (Shape){.rank = 3, .batched = qkv->shape.batched,
-                   .dim = {qkv->shape.dim[0], (int64_t)heads, qkv->shape.dim[1]}};
-  odt[1] = DT_F32;
-  return true;
-}
-/* QK^T and PV: 2 GEMMs of 2·T·T·C each per sample, plus the softmax. The causal
- * mask halves the useful work but the kernels compute full tiles; count them
- * all, as llm.c and Megatron's FLOP formulas do. */
-OpCost op_cost_ATTENTION(COST_ARGS) {
-  const Tensor *qkv = IN(0);
-  double t = (double)qkv->shape.dim[1], c = (double)last_dim(qkv) / 3, h = op->attr[0];
-  double nb = (double)(qkv->shape.batched ? b : qkv->shape.dim[0]);
-  return (OpCost){nb * (4.0 * t * t * c + 5.0 * h * t * t), 4.0 * nb * t * 4 * c};
-}
-void op_grad_ATTENTION(GRAD_ARGS) {
-  din[0] = -1;
-  if (dout[0] < 0 || !wants(g, op, 0)) return;
-  int in[] = {dout[0], op->in[0], op->out[0], op->out[1]};
-  din[0] = emit1(g, op, OP_ATTENTION_BWD, in, 4, op->attr, gname(g, op->in[0]));
 }
 
 /* ---- reshape, gather --------------------------------------------------------------- */

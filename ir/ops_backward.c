@@ -117,6 +117,21 @@ OpCost op_cost_ATTENTION_BWD(COST_ARGS) {
   f.flops *= 2;
   return f;
 }
+/* dq, dk, dv: the shapes of q, k, v. */
+bool op_shape_ATTENTION_GQA_BWD(SHAPE_ARGS) {
+  (void)err, (void)errlen;
+  for (int i = 0; i < 3; i++) same_as(g, op, out, odt, i, i + 1);
+  return true;
+}
+/* As attention_bwd: twice the forward. */
+OpCost op_cost_ATTENTION_GQA_BWD(COST_ARGS) {
+  Op f = *op; /* the forward's inputs are this op's 1..3 */
+  for (int i = 0; i < 3; i++) f.in[i] = op->in[i + 1];
+  OpCost c = op_cost_ATTENTION_GQA(g, &f, b);
+  c.bytes *= 2;
+  c.flops *= 2;
+  return c;
+}
 bool op_shape_DROPOUT_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
 OpCost op_cost_DROPOUT_BWD(COST_ARGS) { return op_cost_DROPOUT(g, op, b); }
 bool op_shape_GATHER_BWD(SHAPE_ARGS) {

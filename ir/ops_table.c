@@ -62,3 +62,19 @@ double op_rng_p(const Op *op) {
 }
 
 bool op_masks_elements(const Op *op) { return op_has(op->kind, OPF_RNG) && op_rng_p(op) > 0; }
+
+bool op_attention_geom(const Graph *g, const Op *op, AttnGeom *a) {
+  if (op_info[op->kind].family != OPFAM_ATTENTION) return false;
+  a->fwd = op_has(op->kind, OPF_FWD);
+  a->packed = op_info[op->kind].min_inputs == (a->fwd ? 1 : 4); /* attention(qkv), attention_bwd(dy, qkv, ..) */
+  a->q = op->in[a->fwd ? 0 : 1];
+  const Shape *s = &g->tensors[a->q].shape;
+  int64_t c = s->dim[s->rank - 1] / (a->packed ? 3 : 1);
+  a->heads = (int)op->attr[0];
+  a->kv_heads = a->packed || op->attr[1] == 0 ? a->heads : (int)op->attr[1];
+  a->causal = (int)op->attr[op_attr_index(op->kind, "causal")];
+  a->p = op_rng_p(op);
+  a->T = s->dim[1];
+  a->hs = a->heads > 0 && c % a->heads == 0 ? c / a->heads : -1;
+  return true;
+}

@@ -99,9 +99,10 @@ PK_API void PK(att_softmax_row_)(PK_REAL *s, PK_REAL *lse, int n, int nk, int T,
   }
 }
 
-/* out[B,T,C] = multi-head attention over qkv[B,T,3C] packed as GPT-2's c_attn emits
- * it: q = [..,0:C], k = [..,C:2C], v = [..,2C:3C]; head h uses columns
- * h·hs:(h+1)·hs of each, hs = C/NH. Scores are scaled by 1/sqrt(hs); causal != 0
+/* out[B,T,NH·hs] = multi-head attention, the queries' rows q (row stride ldq), keys k
+ * and values v (row stride ldkv; sample b at b·T rows of each). Query head h uses
+ * columns h·hs:(h+1)·hs of q and out, and key/value head h/(NH/KVH) (grouped-query
+ * attention; KVH = NH is multi-head). Scores are scaled by 1/sqrt(hs); causal != 0
  * masks keys after the query. Dropout p applies to the probabilities: element
  * ((b·NH + h)·T + t)·T + u of rng's stream (philox.h), kept ones scaled 1/(1-p).
  * lse[B,NH,T] gets each query row's log-sum-exp of the scaled scores (natural log),
@@ -112,9 +113,10 @@ PK_API void PK(att_softmax_row_)(PK_REAL *s, PK_REAL *lse, int n, int nk, int T,
  * query rows as many as fit in work: S = scale·Q·Kᵀ and O = P'·V are GEMMs through
  * the hook (BLAS threads them; a causal block stops at its last row's key), the row
  * softmax runs rows in parallel. */
-PK_API void PK(attention_fwd)(PK_REAL *out, PK_REAL *lse, const PK_REAL *qkv, PK_REAL *work,
-                              int B, int T, int C, int NH, int causal, double p, PkRng rng) {
-  int hs = C / NH, C3 = 3 * C;
+PK_API void PK(attention_core_fwd_)(PK_REAL *out, PK_REAL *lse, const PK_REAL *qs, int ldq, const PK_REAL *ks,
+                                    const PK_REAL *vs, int ldkv, PK_REAL *work, int B, int T, int NH, int KVH,
+                                    int hs, int causal, double p, PkRng rng) {
+  int C = NH * hs, grp = NH / KVH;
   int R = (int)(pk_attention_work_elems(B, T, NH) / T); /* rows per block */
   R = R < T ? R : T;
   PK_REAL scale = (PK_REAL)(1.0 / sqrt((double)hs));
@@ -122,33 +124,38 @@ PK_API void PK(attention_fwd)(PK_REAL *out, PK_REAL *lse, const PK_REAL *qkv, PK
   PK_REAL keep_scale = p < 1 ? (PK_REAL)(1.0 / (1.0 - p)) : 0;
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
-    const PK_REAL *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs;
+    const PK_REAL *q = qs + (int64_t)b * T * ldq + (int64_t)h * hs;
+    const PK_REAL *k = ks + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
+    const PK_REAL *v = vs + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
     PK_REAL *o = out + (int64_t)b * T * C + (int64_t)h * hs;
     for (int t0 = 0; t0 < T; t0 += R) {
       int t1 = t0 + R < T ? t0 + R : T, nk = causal ? t1 : T;
-      PK(gemm)(0, 1, t1 - t0, nk, hs, scale, q + (int64_t)t0 * C3, C3, q + C, C3, 0, work, nk);
+      PK(gemm)(0, 1, t1 - t0, nk, hs, scale, q + (int64_t)t0 * ldq, ldq, k, ldkv, 0, work, nk);
       PK_OMP(omp parallel for schedule(static) if ((int64_t)(t1 - t0) * nk >= PK_PAR_MIN))
       for (int t = t0; t < t1; t++)
         PK(att_softmax_row_)(work + (int64_t)(t - t0) * nk, lse + (int64_t)bh * T + t,
                              causal ? t + 1 : T, nk, T, bh, t, thr, keep_scale, rng);
-      PK(gemm)(0, 0, t1 - t0, hs, nk, 1, work, nk, q + 2 * C, C3, 0, o + (int64_t)t0 * C, C);
+      PK(gemm)(0, 0, t1 - t0, hs, nk, 1, work, nk, v, ldkv, 0, o + (int64_t)t0 * C, C);
     }
   }
 }
 
-/* dqkv[B,T,3C] (overwritten) from dy[B,T,C], the forward's qkv, its output out[B,T,C]
- * and its lse[B,NH,T], with the same heads/causal/p/rng as the forward (the same mask
- * is replayed). FlashAttention-2's backward: per query row t, D_t = dy_t·out_t (=
- * Σ_u P_u·dP_u, with dropout too: Σ_u P'_u (dy_t·v_u) = dy_t·out_t), so no pass over
- * the keys reduces anything. Per block of rows:
+/* dq, dk, dv (overwritten; row strides ldq, ldkv as the forward's q, k, v) from
+ * dy[B,T,NH·hs], the forward's q, k, v, its output out and its lse[B,NH,T], with the
+ * same heads/causal/p/rng as the forward (the same mask is replayed). dk and dv of a
+ * key/value head sum over the query heads of its group. FlashAttention-2's backward:
+ * per query row t, D_t = dy_t·out_t (= Σ_u P_u·dP_u, with dropout too: Σ_u P'_u
+ * (dy_t·v_u) = dy_t·out_t), so no pass over the keys reduces anything. Per block of
+ * rows:
  *   P = e^(S - lse), P' = P⊙mask/(1-p)                         (recomputed)
  *   dV += P'ᵀ·dy, dP' = dy·Vᵀ, dP = dP'⊙mask/(1-p), dS = P⊙(dP - D),
  *   dQ = scale·dS·K, dK += scale·dSᵀ·Q.
  * work holds two blocks: P, and P' then dP' then dS. */
-PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *qkv,
-                              const PK_REAL *out, const PK_REAL *lse, PK_REAL *work, int B, int T,
-                              int C, int NH, int causal, double p, PkRng rng) {
-  int hs = C / NH, C3 = 3 * C;
+PK_API void PK(attention_core_bwd_)(PK_REAL *dqs, PK_REAL *dks, PK_REAL *dvs, const PK_REAL *dy,
+                                    const PK_REAL *qs, int ldq, const PK_REAL *ks, const PK_REAL *vs, int ldkv,
+                                    const PK_REAL *out, const PK_REAL *lse, PK_REAL *work, int B, int T, int NH,
+                                    int KVH, int hs, int causal, double p, PkRng rng) {
+  int C = NH * hs, grp = NH / KVH;
   int R = (int)(pk_attention_work_elems(B, T, NH) / (2 * (int64_t)T)); /* rows per block */
   R = R < T ? R : T;
   PK_REAL scale = (PK_REAL)(1.0 / sqrt((double)hs));
@@ -157,18 +164,23 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
   PK_REAL *P = work, *D = work + (int64_t)R * T;
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
-    const PK_REAL *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs;
+    const PK_REAL *q = qs + (int64_t)b * T * ldq + (int64_t)h * hs;
+    const PK_REAL *k = ks + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
+    const PK_REAL *v = vs + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
     const PK_REAL *g = dy + (int64_t)b * T * C + (int64_t)h * hs;
     const PK_REAL *o = out + (int64_t)b * T * C + (int64_t)h * hs;
     const PK_REAL *lr = lse + (int64_t)bh * T;
-    PK_REAL *dq = dqkv + (int64_t)b * T * C3 + (int64_t)h * hs;
-    for (int t = 0; t < T; t++) { /* dK and dV accumulate over the blocks */
-      memset(dq + (int64_t)t * C3 + C, 0, (size_t)hs * sizeof(PK_REAL));
-      memset(dq + (int64_t)t * C3 + 2 * C, 0, (size_t)hs * sizeof(PK_REAL));
-    }
+    PK_REAL *dq = dqs + (int64_t)b * T * ldq + (int64_t)h * hs;
+    PK_REAL *dk = dks + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
+    PK_REAL *dv = dvs + (int64_t)b * T * ldkv + (int64_t)(h / grp) * hs;
+    if (h % grp == 0)
+      for (int t = 0; t < T; t++) { /* dK and dV accumulate over the blocks and the group's heads */
+        memset(dk + (int64_t)t * ldkv, 0, (size_t)hs * sizeof(PK_REAL));
+        memset(dv + (int64_t)t * ldkv, 0, (size_t)hs * sizeof(PK_REAL));
+      }
     for (int t0 = 0; t0 < T; t0 += R) {
       int t1 = t0 + R < T ? t0 + R : T, nr = t1 - t0, nk = causal ? t1 : T;
-      PK(gemm)(0, 1, nr, nk, hs, scale, q + (int64_t)t0 * C3, C3, q + C, C3, 0, P, nk);
+      PK(gemm)(0, 1, nr, nk, hs, scale, q + (int64_t)t0 * ldq, ldq, k, ldkv, 0, P, nk);
       PK_OMP(omp parallel for schedule(static) if ((int64_t)nr * nk >= PK_PAR_MIN))
       for (int t = t0; t < t1; t++) {
         PK_REAL *pr = P + (int64_t)(t - t0) * nk, *dr = D + (int64_t)(t - t0) * nk;
@@ -186,8 +198,8 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
         }
       }
       const PK_REAL *gb = g + (int64_t)t0 * C;
-      PK(gemm)(1, 0, nk, hs, nr, 1, thr > 0 ? D : P, nk, gb, C, 1, dq + 2 * C, C3); /* dV */
-      PK(gemm)(0, 1, nr, nk, hs, 1, gb, C, q + 2 * C, C3, 0, D, nk);                 /* dP' */
+      PK(gemm)(1, 0, nk, hs, nr, 1, thr > 0 ? D : P, nk, gb, C, 1, dv, ldkv); /* dV */
+      PK(gemm)(0, 1, nr, nk, hs, 1, gb, C, v, ldkv, 0, D, nk);                 /* dP' */
       PK_OMP(omp parallel for schedule(static) if ((int64_t)nr * nk >= PK_PAR_MIN))
       for (int t = t0; t < t1; t++) {
         PK_REAL *pr = P + (int64_t)(t - t0) * nk, *dr = D + (int64_t)(t - t0) * nk;
@@ -200,13 +212,46 @@ PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *q
             dr[u] = pk_keep_(rng, thr, e0 + (uint64_t)u, &blk, &blk_id) ? dr[u] * keep_scale : 0;
         }
         double dot = 0; /* D_t = dy_t·out_t */
-        for (int k = 0; k < hs; k++) dot += (double)gt[k] * (double)ot[k];
+        for (int kk = 0; kk < hs; kk++) dot += (double)gt[kk] * (double)ot[kk];
         PK_REAL Dt = (PK_REAL)dot;
         for (int u = 0; u < n; u++) dr[u] = pr[u] * (dr[u] - Dt);
         for (int u = n; u < nk; u++) dr[u] = 0;
       }
-      PK(gemm)(0, 0, nr, hs, nk, scale, D, nk, q + C, C3, 0, dq + (int64_t)t0 * C3, C3); /* dQ */
-      PK(gemm)(1, 0, nk, hs, nr, scale, D, nk, q + (int64_t)t0 * C3, C3, 1, dq + C, C3); /* dK */
+      PK(gemm)(0, 0, nr, hs, nk, scale, D, nk, k, ldkv, 0, dq + (int64_t)t0 * ldq, ldq);   /* dQ */
+      PK(gemm)(1, 0, nk, hs, nr, scale, D, nk, q + (int64_t)t0 * ldq, ldq, 1, dk, ldkv); /* dK */
     }
   }
+}
+
+/* attention over qkv[B,T,3C] packed as GPT-2's c_attn emits it: q = [..,0:C],
+ * k = [..,C:2C], v = [..,2C:3C] (attention_core_fwd_ with NH key/value heads). */
+PK_API void PK(attention_fwd)(PK_REAL *out, PK_REAL *lse, const PK_REAL *qkv, PK_REAL *work,
+                              int B, int T, int C, int NH, int causal, double p, PkRng rng) {
+  PK(attention_core_fwd_)(out, lse, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, work, B, T, NH, NH, C / NH, causal,
+                          p, rng);
+}
+
+/* dqkv[B,T,3C] (overwritten) from dy[B,T,C], the forward's qkv, out and lse. */
+PK_API void PK(attention_bwd)(PK_REAL *dqkv, const PK_REAL *dy, const PK_REAL *qkv,
+                              const PK_REAL *out, const PK_REAL *lse, PK_REAL *work, int B, int T,
+                              int C, int NH, int causal, double p, PkRng rng) {
+  PK(attention_core_bwd_)(dqkv, dqkv + C, dqkv + 2 * C, dy, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, out, lse,
+                          work, B, T, NH, NH, C / NH, causal, p, rng);
+}
+
+/* Grouped-query attention over separate q[B,T,NH·hs], k and v [B,T,KVH·hs]
+ * (attention_gqa; KVH divides NH). */
+PK_API void PK(attention_gqa_fwd)(PK_REAL *out, PK_REAL *lse, const PK_REAL *q, const PK_REAL *k,
+                                  const PK_REAL *v, PK_REAL *work, int B, int T, int NH, int KVH, int hs,
+                                  int causal, double p, PkRng rng) {
+  PK(attention_core_fwd_)(out, lse, q, NH * hs, k, v, KVH * hs, work, B, T, NH, KVH, hs, causal, p, rng);
+}
+
+/* dq, dk, dv (overwritten) of attention_gqa. */
+PK_API void PK(attention_gqa_bwd)(PK_REAL *dq, PK_REAL *dk, PK_REAL *dv, const PK_REAL *dy, const PK_REAL *q,
+                                  const PK_REAL *k, const PK_REAL *v, const PK_REAL *out, const PK_REAL *lse,
+                                  PK_REAL *work, int B, int T, int NH, int KVH, int hs, int causal, double p,
+                                  PkRng rng) {
+  PK(attention_core_bwd_)(dq, dk, dv, dy, q, NH * hs, k, v, KVH * hs, out, lse, work, B, T, NH, KVH, hs, causal,
+                          p, rng);
 }

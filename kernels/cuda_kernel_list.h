@@ -76,6 +76,9 @@ typedef enum PkcLaunchKind {
   X(pkc_attention_bwd_delta_f32, PKC_ELEM)  /* B*NH*T */ \
   X(pkc_attention_bwd_dq_f32, PKC_ELEM)     /* B*NH*T */ \
   X(pkc_attention_bwd_dkv_f32, PKC_ELEM)    /* B*NH*T */ \
+  X(pkc_attention_gqa_fwd_f32, PKC_ELEM)    /* B*NH*T */ \
+  X(pkc_attention_gqa_bwd_dq_f32, PKC_ELEM) /* B*NH*T */ \
+  X(pkc_attention_gqa_bwd_dkv_f32, PKC_ELEM) /* B*KVH*T */ \
   X(pkc_flash_attention_fwd_bf16, PKC_ROW)  /* B*NH*ceil(T/64) tiles; block PKC_FLASH_THREADS */ \
   X(pkc_flash_attention_bwd_dq_bf16, PKC_ROW)    /* the same */ \
   X(pkc_flash_attention_bwd_dkv_bf16, PKC_ROW)   /* the same */ \

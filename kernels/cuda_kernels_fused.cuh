@@ -257,30 +257,29 @@ static __device__ void pkc_attention_poison(float *x, pkc_i64 n) {
 /* Scratch floats the backward needs (D; the forward needs none). */
 #define PKC_ATTENTION_WORK_ELEMS(B, T, NH) ((pkc_i64)(B) * (NH) * (T))
 
-__global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                      int NH, int causal, double p, pkc_u64 seed, pkc_u32 op,
-                                      const pkc_u32 *mbkey) {
+/* The forward's body over q rows (row stride ldq), k and v rows (row stride ldkv), NH
+ * query heads of hs reading key/value head h/(NH/KVH); out [B,T,NH·hs]. */
+static __device__ void pkc_attention_fwd_body(float *out, float *lse, const float *qs, pkc_i64 ldq,
+                                              const float *ks, const float *vs, pkc_i64 ldkv, int B, int T,
+                                              int NH, int KVH, int hs, int causal, double p, pkc_u64 seed,
+                                              pkc_u32 op, const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
-  const int hs = PKC_ATT_HS_OF(C, NH);
-  pkc_i64 C3 = 3 * (pkc_i64)C;
+  const int C = NH * hs, grp = NH / KVH;
   float scale = (float)(1.0 / sqrt((double)hs));
   pkc_u64 thr = pk_rng_threshold(p);
-  float ks = pkc_keep_scale(p);
+  float ksc = pkc_keep_scale(p);
   pkc_i64 rows = (pkc_i64)B * NH * T;
-  if (!PKC_ATT_HS_OK(C, NH)) { /* not the head size compiled for: poison, don't guess */
-    pkc_attention_poison(out, (pkc_i64)B * T * C);
-    pkc_attention_poison(lse, rows);
-    return;
-  }
   for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
     int t = (int)(row % T);
     pkc_i64 bh = row / T;
     int b = (int)(bh / NH), h = (int)(bh % NH);
-    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
+    const float *qb = qs + (pkc_i64)b * T * ldq + (pkc_i64)h * hs;
+    const float *kb = ks + (pkc_i64)b * T * ldkv + (pkc_i64)(h / grp) * hs;
+    const float *vb = vs + (pkc_i64)b * T * ldkv + (pkc_i64)(h / grp) * hs;
     float *o = out + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
     float q[PKC_ATT_HS_MAX], acc[PKC_ATT_HS_MAX];
     for (int d = 0; d < hs; d++) {
-      q[d] = base[(pkc_i64)t * C3 + d];
+      q[d] = qb[(pkc_i64)t * ldq + d];
       acc[d] = 0;
     }
     int n = causal ? t + 1 : T;
@@ -288,7 +287,7 @@ __global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, 
     PhiloxCtr blk;
     pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
     for (int t2 = 0; t2 < n; t2++) {
-      const float *k = base + (pkc_i64)t2 * C3 + C;
+      const float *k = kb + (pkc_i64)t2 * ldkv;
       float s = 0;
       for (int d = 0; d < hs; d++) s += q[d] * k[d];
       s *= scale;
@@ -301,9 +300,9 @@ __global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, 
       float w = expf(s - m);
       l += w;
       if (p > 0)
-        w = pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? w * ks : 0.0f;
+        w = pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? w * ksc : 0.0f;
       if (w != 0.0f) {
-        const float *v = base + (pkc_i64)t2 * C3 + 2 * C;
+        const float *v = vb + (pkc_i64)t2 * ldkv;
         for (int d = 0; d < hs; d++) acc[d] += w * v[d];
       }
     }
@@ -311,6 +310,32 @@ __global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, 
     for (int d = 0; d < hs; d++) o[d] = acc[d] * inv;
     lse[row] = m + logf(l);
   }
+}
+
+__global__ void pkc_attention_fwd_f32(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                      int NH, int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                      const pkc_u32 *mbkey) {
+  if (!PKC_ATT_HS_OK(C, NH)) { /* not the head size compiled for: poison, don't guess */
+    pkc_attention_poison(out, (pkc_i64)B * T * C);
+    pkc_attention_poison(lse, (pkc_i64)B * NH * T);
+    return;
+  }
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  pkc_attention_fwd_body(out, lse, qkv, C3, qkv + C, qkv + 2 * C, C3, B, T, NH, NH, PKC_ATT_HS_OF(C, NH), causal,
+                         p, seed, op, mbkey);
+}
+
+/* Grouped-query attention (attention_gqa): q[B,T,NH·hs], k and v [B,T,KVH·hs]. */
+__global__ void pkc_attention_gqa_fwd_f32(float *out, float *lse, const float *q, const float *k, const float *v,
+                                          int B, int T, int NH, int KVH, int hs, int causal, double p,
+                                          pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  if (!PKC_ATT_HS_OK(NH * hs, NH) || KVH < 1 || NH % KVH != 0) {
+    pkc_attention_poison(out, (pkc_i64)B * T * NH * hs);
+    pkc_attention_poison(lse, (pkc_i64)B * NH * T);
+    return;
+  }
+  pkc_attention_fwd_body(out, lse, q, (pkc_i64)NH * hs, k, v, (pkc_i64)KVH * hs, B, T, NH, KVH,
+                         PKC_ATT_HS_OF(NH * hs, NH), causal, p, seed, op, mbkey);
 }
 
 __global__ void pkc_attention_bwd_delta_f32(float *D, const float *dy, const float *out, int B, int T,
@@ -328,30 +353,29 @@ __global__ void pkc_attention_bwd_delta_f32(float *D, const float *dy, const flo
   }
 }
 
-__global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
-                                         const float *qkv, int B, int T, int C, int NH, int causal,
-                                         double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+/* dq rows (stride ldq) of the backward, q, k, v as the forward's. */
+static __device__ void pkc_attention_dq_body(float *dqs, const float *lse, const float *Dv, const float *dy,
+                                             const float *qs, pkc_i64 ldq, const float *ks, const float *vs,
+                                             pkc_i64 ldkv, int B, int T, int NH, int KVH, int hs, int causal,
+                                             double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
-  const int hs = PKC_ATT_HS_OF(C, NH);
-  pkc_i64 C3 = 3 * (pkc_i64)C;
+  const int C = NH * hs, grp = NH / KVH;
   float scale = (float)(1.0 / sqrt((double)hs));
   pkc_u64 thr = pk_rng_threshold(p);
-  float ks = pkc_keep_scale(p);
+  float ksc = pkc_keep_scale(p);
   pkc_i64 rows = (pkc_i64)B * NH * T;
-  if (!PKC_ATT_HS_OK(C, NH)) {
-    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
-    return;
-  }
   for (pkc_i64 row = pkc_tid(); row < rows; row += pkc_nthreads()) {
     int t = (int)(row % T);
     pkc_i64 bh = row / T;
     int b = (int)(bh / NH), h = (int)(bh % NH);
-    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
-    float *dq = dqkv + ((pkc_i64)b * T + t) * C3 + (pkc_i64)h * hs;
+    const float *qb = qs + (pkc_i64)b * T * ldq + (pkc_i64)h * hs;
+    const float *kb = ks + (pkc_i64)b * T * ldkv + (pkc_i64)(h / grp) * hs;
+    const float *vb = vs + (pkc_i64)b * T * ldkv + (pkc_i64)(h / grp) * hs;
+    float *dq = dqs + ((pkc_i64)b * T + t) * ldq + (pkc_i64)h * hs;
     const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
     float q[PKC_ATT_HS_MAX], acc[PKC_ATT_HS_MAX];
     for (int d = 0; d < hs; d++) {
-      q[d] = base[(pkc_i64)t * C3 + d];
+      q[d] = qb[(pkc_i64)t * ldq + d];
       acc[d] = 0;
     }
     float L = lse[row], D = Dv[row];
@@ -359,8 +383,8 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const fl
     PhiloxCtr blk;
     pkc_u64 blk_id = ~0ull, e0 = (pkc_u64)row * (pkc_u64)T;
     for (int t2 = 0; t2 < n; t2++) {
-      const float *k = base + (pkc_i64)t2 * C3 + C;
-      const float *v = k + C;
+      const float *k = kb + (pkc_i64)t2 * ldkv;
+      const float *v = vb + (pkc_i64)t2 * ldkv;
       float s = 0, gv = 0;
       for (int d = 0; d < hs; d++) {
         s += q[d] * k[d];
@@ -368,7 +392,7 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const fl
       }
       float P = expf(s * scale - L);
       float mk =
-          p > 0 ? (pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? ks : 0.0f)
+          p > 0 ? (pkc_keep(seed, op, microbatch, thr, e0 + (pkc_u64)t2, &blk, &blk_id) ? ksc : 0.0f)
                 : 1.0f;
       float ds = P * (gv * mk - D) * scale;
       for (int d = 0; d < hs; d++) acc[d] += ds * k[d];
@@ -377,53 +401,55 @@ __global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const fl
   }
 }
 
-__global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
-                                          const float *qkv, int B, int T, int C, int NH, int causal,
-                                          double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+/* dk and dv rows (stride ldkv): one thread per key/value head's row j, summing over the
+ * query heads of its group in order (deterministic, no atomics). */
+static __device__ void pkc_attention_dkv_body(float *dks, float *dvs, const float *lse, const float *Dv,
+                                              const float *dy, const float *qs, pkc_i64 ldq, const float *ks,
+                                              const float *vs, pkc_i64 ldkv, int B, int T, int NH, int KVH, int hs,
+                                              int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                              const pkc_u32 *mbkey) {
   const pkc_u32 microbatch = p > 0 ? *mbkey : 0u; /* read once; NULL when p is 0 */
-  const int hs = PKC_ATT_HS_OF(C, NH);
-  pkc_i64 C3 = 3 * (pkc_i64)C;
+  const int C = NH * hs, grp = NH / KVH;
   float scale = (float)(1.0 / sqrt((double)hs));
   pkc_u64 thr = pk_rng_threshold(p);
-  float ks = pkc_keep_scale(p);
-  pkc_i64 rows = (pkc_i64)B * NH * T;
-  if (!PKC_ATT_HS_OK(C, NH)) {
-    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
-    return;
-  }
+  float ksc = pkc_keep_scale(p);
+  pkc_i64 rows = (pkc_i64)B * KVH * T;
   for (pkc_i64 krow = pkc_tid(); krow < rows; krow += pkc_nthreads()) {
     int j = (int)(krow % T); /* the key/value row this thread owns */
-    pkc_i64 bh = krow / T;
-    int b = (int)(bh / NH), h = (int)(bh % NH);
-    const float *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * hs;
-    float *dk = dqkv + ((pkc_i64)b * T + j) * C3 + C + (pkc_i64)h * hs;
-    float *dv = dk + C;
+    pkc_i64 bkh = krow / T;
+    int b = (int)(bkh / KVH), kh = (int)(bkh % KVH);
+    float *dk = dks + ((pkc_i64)b * T + j) * ldkv + (pkc_i64)kh * hs;
+    float *dv = dvs + ((pkc_i64)b * T + j) * ldkv + (pkc_i64)kh * hs;
     float k[PKC_ATT_HS_MAX], v[PKC_ATT_HS_MAX], ak[PKC_ATT_HS_MAX], av[PKC_ATT_HS_MAX];
     for (int d = 0; d < hs; d++) {
-      k[d] = base[(pkc_i64)j * C3 + C + d];
-      v[d] = base[(pkc_i64)j * C3 + 2 * C + d];
+      k[d] = ks[((pkc_i64)b * T + j) * ldkv + (pkc_i64)kh * hs + d];
+      v[d] = vs[((pkc_i64)b * T + j) * ldkv + (pkc_i64)kh * hs + d];
       ak[d] = av[d] = 0;
     }
-    for (int t = causal ? j : 0; t < T; t++) {
-      const float *q = base + (pkc_i64)t * C3;
-      const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
-      pkc_i64 qrow = bh * T + t;
-      float s = 0, gv = 0;
-      for (int d = 0; d < hs; d++) {
-        s += q[d] * k[d];
-        gv += g[d] * v[d];
-      }
-      float P = expf(s * scale - lse[qrow]);
-      float mk = 1.0f;
-      if (p > 0) {
-        pkc_u64 e = (pkc_u64)qrow * (pkc_u64)T + (pkc_u64)j;
-        mk = (pkc_u64)pk_rng_u32(seed, op, microbatch, e) >= thr ? ks : 0.0f;
-      }
-      float pd = P * mk; /* P' */
-      float ds = P * (gv * mk - Dv[qrow]) * scale;
-      for (int d = 0; d < hs; d++) {
-        av[d] += pd * g[d];
-        ak[d] += ds * q[d];
+    for (int h = kh * grp; h < (kh + 1) * grp; h++) {
+      pkc_i64 bh = (pkc_i64)b * NH + h;
+      const float *qb = qs + (pkc_i64)b * T * ldq + (pkc_i64)h * hs;
+      for (int t = causal ? j : 0; t < T; t++) {
+        const float *q = qb + (pkc_i64)t * ldq;
+        const float *g = dy + ((pkc_i64)b * T + t) * C + (pkc_i64)h * hs;
+        pkc_i64 qrow = bh * T + t;
+        float s = 0, gv = 0;
+        for (int d = 0; d < hs; d++) {
+          s += q[d] * k[d];
+          gv += g[d] * v[d];
+        }
+        float P = expf(s * scale - lse[qrow]);
+        float mk = 1.0f;
+        if (p > 0) {
+          pkc_u64 e = (pkc_u64)qrow * (pkc_u64)T + (pkc_u64)j;
+          mk = (pkc_u64)pk_rng_u32(seed, op, microbatch, e) >= thr ? ksc : 0.0f;
+        }
+        float pd = P * mk; /* P' */
+        float ds = P * (gv * mk - Dv[qrow]) * scale;
+        for (int d = 0; d < hs; d++) {
+          av[d] += pd * g[d];
+          ak[d] += ds * q[d];
+        }
       }
     }
     for (int d = 0; d < hs; d++) {
@@ -431,4 +457,55 @@ __global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const f
       dv[d] = av[d];
     }
   }
+}
+
+__global__ void pkc_attention_bwd_dq_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
+                                         const float *qkv, int B, int T, int C, int NH, int causal,
+                                         double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  if (!PKC_ATT_HS_OK(C, NH)) {
+    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
+    return;
+  }
+  pkc_attention_dq_body(dqkv, lse, Dv, dy, qkv, C3, qkv + C, qkv + 2 * C, C3, B, T, NH, NH, PKC_ATT_HS_OF(C, NH),
+                        causal, p, seed, op, mbkey);
+}
+
+__global__ void pkc_attention_bwd_dkv_f32(float *dqkv, const float *lse, const float *Dv, const float *dy,
+                                          const float *qkv, int B, int T, int C, int NH, int causal,
+                                          double p, pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  pkc_i64 C3 = 3 * (pkc_i64)C;
+  if (!PKC_ATT_HS_OK(C, NH)) {
+    pkc_attention_poison(dqkv, (pkc_i64)B * T * C3);
+    return;
+  }
+  pkc_attention_dkv_body(dqkv + C, dqkv + 2 * C, lse, Dv, dy, qkv, C3, qkv + C, qkv + 2 * C, C3, B, T, NH, NH,
+                         PKC_ATT_HS_OF(C, NH), causal, p, seed, op, mbkey);
+}
+
+/* attention_gqa's backward, after pkc_attention_bwd_delta_f32 (C = NH·hs): dq, then dk
+ * and dv of each key/value head summed over its group's query heads. */
+__global__ void pkc_attention_gqa_bwd_dq_f32(float *dq, const float *lse, const float *Dv, const float *dy,
+                                             const float *q, const float *k, const float *v, int B, int T, int NH,
+                                             int KVH, int hs, int causal, double p, pkc_u64 seed, pkc_u32 op,
+                                             const pkc_u32 *mbkey) {
+  if (!PKC_ATT_HS_OK(NH * hs, NH) || KVH < 1 || NH % KVH != 0) {
+    pkc_attention_poison(dq, (pkc_i64)B * T * NH * hs);
+    return;
+  }
+  pkc_attention_dq_body(dq, lse, Dv, dy, q, (pkc_i64)NH * hs, k, v, (pkc_i64)KVH * hs, B, T, NH, KVH,
+                        PKC_ATT_HS_OF(NH * hs, NH), causal, p, seed, op, mbkey);
+}
+
+__global__ void pkc_attention_gqa_bwd_dkv_f32(float *dk, float *dv, const float *lse, const float *Dv,
+                                              const float *dy, const float *q, const float *k, const float *v,
+                                              int B, int T, int NH, int KVH, int hs, int causal, double p,
+                                              pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  if (!PKC_ATT_HS_OK(NH * hs, NH) || KVH < 1 || NH % KVH != 0) {
+    pkc_attention_poison(dk, (pkc_i64)B * T * KVH * hs);
+    pkc_attention_poison(dv, (pkc_i64)B * T * KVH * hs);
+    return;
+  }
+  pkc_attention_dkv_body(dk, dv, lse, Dv, dy, q, (pkc_i64)NH * hs, k, v, (pkc_i64)KVH * hs, B, T, NH, KVH,
+                         PKC_ATT_HS_OF(NH * hs, NH), causal, p, seed, op, mbkey);
 }

@@ -20,11 +20,12 @@
 #include <string.h>
 
 int64_t layout_op_scratch_elems(const Graph *g, const Op *op, int64_t b) {
-  if (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_BWD) {
-    const Tensor *qkv = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]];
-    int64_t nb = qkv->shape.batched ? b : qkv->shape.dim[0];
-    int64_t rows = nb * (int64_t)op->attr[0]; /* pk_attention_work_elems */
-    return (rows > 2 ? rows : 2) * qkv->shape.dim[1];
+  AttnGeom a;
+  if (op_attention_geom(g, op, &a)) {
+    const Tensor *q = &g->tensors[a.q];
+    int64_t nb = q->shape.batched ? b : q->shape.dim[0];
+    int64_t rows = nb * (int64_t)a.heads; /* pk_attention_work_elems */
+    return (rows > 2 ? rows : 2) * a.T;
   }
   if (op->kind == OP_LAYERNORM_BWD) {
     const Tensor *x = &g->tensors[op->in[1]];

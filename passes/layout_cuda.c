@@ -83,11 +83,9 @@ int layout_cuda_head_size(const Graph *g) {
   int hs = 0;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
-    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-    int qkv = op->in[op->kind == OP_ATTENTION ? 0 : 1];
-    const Shape *s = &g->tensors[qkv].shape;
-    int64_t C = s->dim[s->rank - 1] / 3, NH = (int64_t)op->attr[0];
-    int h = NH > 0 && C % NH == 0 ? (int)(C / NH) : -1;
+    AttnGeom a;
+    if (!op_attention_geom(g, op, &a)) continue;
+    int h = a.hs > 0 ? (int)a.hs : -1;
     if (hs == 0) hs = h;
     else if (hs != h) hs = -1;
   }
@@ -98,9 +96,9 @@ int layout_cuda_seq_len(const Graph *g) {
   int64_t T = 0;
   for (int o = 0; o < g->nops; o++) {
     const Op *op = &g->ops[o];
-    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) continue;
-    const Shape *s = &g->tensors[op->in[op->kind == OP_ATTENTION ? 0 : 1]].shape;
-    int64_t t = s->rank >= 2 ? s->dim[s->rank - 2] : -1;
+    AttnGeom a;
+    if (!op_attention_geom(g, op, &a)) continue;
+    int64_t t = a.T;
     if (T == 0) T = t;
     else if (T != t) T = -1;
   }

@@ -71,7 +71,9 @@ bool layout_bf16_storable(const Graph *g, int t) {
   if (x->dtype != DT_F32 || t == g->loss) return false;
   if (x->producer < 0) return true;
   const Op *op = &g->ops[x->producer];
-  return !((op->kind == OP_ATTENTION && op->nout > 1 && op->out[1] == t) || op->kind == OP_SOFTMAX);
+  bool lse = op_info[op->kind].family == OPFAM_ATTENTION && op_has(op->kind, OPF_FWD) && op->nout > 1 &&
+             op->out[1] == t; /* attention's and attention_gqa's */
+  return !(lse || op->kind == OP_SOFTMAX);
 }
 
 void layout_mark_bf16(StageLocal *S) {

@@ -865,6 +865,7 @@ int op_check_all(const OpDev *d, const char *only, int verbose, int *nchecked) {
   check_dropout(&c);
   check_cross_entropy(&c);
   check_attention(&c);
+  op_check_gqa(&c);
   op_check_flash(&c);
   check_gemm(&c);
   check_optim(&c);

@@ -1,5 +1,6 @@
 /* tests/cuda/op_check_internal.h — what the op-check files share (op_check.c: the
- * helpers and most checks; op_check_flash.c: the tensor-core attention; op_check_vec.c:
+ * helpers and most checks; op_check_flash.c: the tensor-core attention; op_check_gqa.c:
+ * grouped-query attention; op_check_vec.c:
  * the elementwise kernels' 128-bit and scalar paths; op_check_sum.c: the ordered sum). */
 #ifndef PD2BW_TESTS_OP_CHECK_INTERNAL_H
 #define PD2BW_TESTS_OP_CHECK_INTERNAL_H
@@ -41,6 +42,7 @@ void oc_report_exact(Ctx *c, const char *name, bool ok, const char *detail);
                  (void *[]){__VA_ARGS__})
 
 void op_check_flash(Ctx *c); /* op_check_flash.c */
+void op_check_gqa(Ctx *c);   /* op_check_gqa.c */
 void op_check_vec(Ctx *c);   /* op_check_vec.c */
 void op_check_sum(Ctx *c);   /* op_check_sum.c */
 

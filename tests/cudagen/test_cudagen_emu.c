@@ -380,7 +380,8 @@ static void test_bert(void) {
 
 /* The ops Llama-family models add, in tests/cudagen/llama_ops.model: rmsnorm (its
  * dx and its gain's gradient), rope of two projections (their gradients through
- * rope_bwd), silu in a SwiGLU product (stored for its gradient) and in a fused chain
+ * rope_bwd) into grouped-query attention (two query heads on one key/value head, with
+ * dropout), silu in a SwiGLU product (stored for its gradient) and in a fused chain
  * with a residual add (the stage's own kernel must hold it), and through the library
  * kernels (unfused), forward and backward. Targets in [0, 16) = [0, classes). */
 static void test_llama_ops(void) {
@@ -395,6 +396,7 @@ static void test_llama_ops(void) {
       EXPECT(has_op(g, OP_SILU) && has_op(g, OP_SILU_BWD));
       EXPECT(has_op(g, OP_RMSNORM) && has_op(g, OP_RMSNORM_BWD) && has_op(g, OP_RMSNORM_DGAMMA));
       EXPECT(has_op(g, OP_ROPE) && has_op(g, OP_ROPE_BWD));
+      EXPECT(has_op(g, OP_ATTENTION_GQA) && has_op(g, OP_ATTENTION_GQA_BWD));
       fused_must_hold = "silu(op ";
       check_stage(g, 0, g->nregions - 1, 3, 5, fuse, 16);
       fused_must_hold = NULL;
