@@ -159,7 +159,7 @@ bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t err
     cp[k].dst = (float *)(void *)(b->params + p->offset);
     cp[k].att_head_size = st->att_head_size;
   }
-  bool ok = ckpt_import(path, CKPT_AUTO, cp, st->nparams, err, errlen);
+  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, st->nparams, b->plan->model_consts, err, errlen);
   free(cp);
   if (ok && b->prev) memcpy(b->prev, b->params, (size_t)st->blocks[BUF_PARAMS]);
   return ok;

@@ -453,7 +453,8 @@ static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, 
 }
 
 /* A Hugging Face directory: Llama's reader, or GPT-2's model.safetensors. */
-static bool import_dir(const char *dir, const CkptParam *params, int n, char *err, size_t errlen) {
+static bool import_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
+                       size_t errlen) {
   size_t plen = strlen(dir) + 24;
   char *cfg_path = pd_malloc(plen);
   snprintf(cfg_path, plen, "%s/config.json", dir);
@@ -468,7 +469,7 @@ static bool import_dir(const char *dir, const CkptParam *params, int n, char *er
     snprintf(cfg_path, plen, "%s/model.safetensors", dir);
     ok = ckpt_import(cfg_path, CKPT_HF, params, n, err, errlen);
   } else {
-    ok = ckpt_import_llama_dir(dir, params, n, err, errlen); /* names any other model_type */
+    ok = ckpt_import_llama_dir(dir, params, n, consts, err, errlen); /* names any other model_type */
   }
   cJSON_Delete(cfg);
   free(text);
@@ -478,8 +479,13 @@ static bool import_dir(const char *dir, const CkptParam *params, int n, char *er
 
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen) {
+  return ckpt_import_model(path, fmt, params, n, NULL, err, errlen);
+}
+
+bool ckpt_import_model(const char *path, CkptFormat fmt, const CkptParam *params, int n, const char *consts,
+                       char *err, size_t errlen) {
   struct stat sb;
-  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return import_dir(path, params, n, err, errlen);
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return import_dir(path, params, n, consts, err, errlen);
   bool detect = fmt == CKPT_AUTO;
   if (detect) {
     int32_t magic = 0;

@@ -32,6 +32,7 @@ bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *
 
 /* A Hugging Face Llama directory (ckpt_llama.c): config.json checked against the
  * parameters, model.safetensors or the shards its index names. */
-bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, char *err, size_t errlen);
+bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
+                           size_t errlen);
 
 #endif /* PD2BW_RUNTIME_IO_CKPT_INTERNAL_H */

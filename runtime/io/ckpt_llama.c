@@ -11,9 +11,10 @@
  * vocabulary, intermediate size, heads x head_dim, kv_heads x head_dim, tied or
  * untied head, and the attention's head size where the plan records it), each
  * mismatch naming both values, and what pd2bw's Llama cannot compute (rope_scaling,
- * biases, another activation) is refused naming the key. rope_theta and
- * rms_norm_eps are not in the parameters' shapes: a pd2bw checkpoint records them
- * (its "consts" metadata) and pd2bw-export writes them back.
+ * biases, another activation) is refused naming the key. What no shape shows (heads,
+ * kv_heads, rope_theta, rms_norm_eps) is checked against the model's params when the
+ * caller passes them (plan.json's model.consts, which pd2bwrun also records in its
+ * checkpoints and pd2bw-export writes back).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -331,6 +332,36 @@ static bool check_cfg(const HfDir *d, const Cfg *c, const CkptParam *params, int
   return true;
 }
 
+/* config.json's value of what no tensor shows against the model's param of that name
+ * (plan.json's model.consts): heads, kv_heads, rope theta, RMSNorm eps. */
+static bool check_consts(const HfDir *d, const Cfg *c, const char *consts_json, char *err, size_t errlen) {
+  cJSON *consts = consts_json ? cJSON_Parse(consts_json) : NULL;
+  const cJSON *rp = cJSON_GetObjectItemCaseSensitive(d->cfg, "rope_parameters");
+  const cJSON *theta = cJSON_GetObjectItemCaseSensitive(d->cfg, "rope_theta");
+  if (!cJSON_IsNumber(theta)) theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
+  const cJSON *eps = cJSON_GetObjectItemCaseSensitive(d->cfg, "rms_norm_eps");
+  struct {
+    const char *cfg_key, *param;
+    double value; /* NAN: config.json does not say (transformers' default is not assumed) */
+  } pairs[] = {
+      {"num_attention_heads", "heads", (double)c->heads},
+      {"num_key_value_heads", "kv_heads", (double)c->kv_heads},
+      {"rope_theta", "rope_theta", cJSON_IsNumber(theta) ? theta->valuedouble : NAN},
+      {"rms_norm_eps", "rms_eps", cJSON_IsNumber(eps) ? eps->valuedouble : NAN},
+  };
+  bool ok = true;
+  for (int i = 0; i < 4 && ok; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(consts, pairs[i].param);
+    if (!cJSON_IsNumber(v) || isnan(pairs[i].value) || v->valuedouble == pairs[i].value) continue;
+    snprintf(err, errlen, "%s: %s is %.10g, but the model's param %s is %.10g (plan it with -D %s=%.10g)",
+             d->cfg_path, pairs[i].cfg_key, pairs[i].value, pairs[i].param, v->valuedouble, pairs[i].param,
+             pairs[i].value);
+    ok = false;
+  }
+  cJSON_Delete(consts);
+  return ok;
+}
+
 /* Every tensor of the files is one the parameters read (or a tied lm_head, or an old
  * save's rotary_emb.inv_freq buffer): a tensor of no parameter is a different model. */
 static bool check_extras(const HfDir *d, const Cfg *c, int L, char *err, size_t errlen) {
@@ -355,11 +386,13 @@ static bool check_extras(const HfDir *d, const Cfg *c, int L, char *err, size_t 
   return true;
 }
 
-bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, char *err, size_t errlen) {
+bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
+                           size_t errlen) {
   HfDir d = {0};
   Cfg c = {0};
   bool ok = hf_open(&d, dir, err, errlen) && read_cfg(&d, &c, err, errlen) &&
-            check_cfg(&d, &c, params, n, err, errlen) && check_extras(&d, &c, (int)c.layers, err, errlen);
+            check_cfg(&d, &c, params, n, err, errlen) && check_consts(&d, &c, consts, err, errlen) &&
+            check_extras(&d, &c, (int)c.layers, err, errlen);
   float *tmp = NULL;
   for (int i = 0; i < n && ok; i++) {
     const CkptParam *p = &params[i];

@@ -409,5 +409,10 @@ bool ckpt_check_extras(const SafeTensors *st, const char *const *names, int n, c
  * model.safetensors.index.json) or "gpt2" (its model.safetensors, as CKPT_HF). */
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen);
+/* The same, also checking a Hugging Face Llama directory's config.json against the model's
+ * params (plan.json's model.consts, compact JSON; NULL: unknown): heads, kv_heads,
+ * rope_theta and rms_eps, which shape no tensor, each mismatch naming both values. */
+bool ckpt_import_model(const char *path, CkptFormat fmt, const CkptParam *params, int n, const char *consts,
+                       char *err, size_t errlen);
 
 #endif /* PD2BW_RUNTIME_IO_H */

@@ -181,7 +181,7 @@ static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errl
     for (int j = 0; j < R->st->nparams; j++)
       if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(w + R->st->params[j].offset);
   }
-  bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, n, R->pp->rt->model_consts, err, errlen);
   if (ok) pipe_rank_set_weights(R, w, 0, NULL, -1);
   free(w);
   free(cp);

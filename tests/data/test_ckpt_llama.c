@@ -9,7 +9,8 @@
  *    that imports bit for bit, whose tensors are the original file's bit for bit, and
  *    whose config.json carries the heads, kv_heads, rope theta and eps the checkpoint's
  *    "consts" metadata recorded (no flags); without the metadata it asks for --heads;
- *  - bad directories: config.json against the model's parameters (both values named),
+ *  - bad directories: config.json against the model's parameters and params (heads,
+ *    kv_heads, rope theta, eps: plan.json's model.consts; both values named),
  *    rope scaling refused naming it, another model_type, a missing shard, a tensor of
  *    no parameter.
  *   usage: test_ckpt_llama PATH/TO/pd2bw-export   (run in the source directory) */
@@ -341,6 +342,26 @@ static void test_errors(void) {
                       "model-00002-of-00003.safetensors: cannot open", NULL);
   expect_import_error(bad_dir("e10", MHA, "tie_word_embeddings", "false", NULL), &m,
                       "tie_word_embeddings is false", "no \"head\" parameter");
+  drop(&m);
+  /* what no shape shows, against the model's params (plan.json's model.consts) */
+  make(&m, 2, 256, 32, 4, 2, 64, true);
+  char err[IO_ERR_LEN] = "";
+  const char *good = "{\"heads\":4,\"kv_heads\":2,\"rope_theta\":10000,\"rms_eps\":1e-05,\"dim\":32}";
+  bool ok = ckpt_import_model(GQA, CKPT_AUTO, m.p, m.n, good, err, sizeof err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  static const char *const bad[][2] = {
+      {"{\"heads\":4,\"kv_heads\":2,\"rope_theta\":500000,\"rms_eps\":1e-05}",
+       "config.json: rope_theta is 10000, but the model's param rope_theta is 500000 (plan it with -D rope_theta=10000)"},
+      {"{\"heads\":4,\"kv_heads\":2,\"rope_theta\":10000,\"rms_eps\":1e-06}",
+       "config.json: rms_norm_eps is 1e-05, but the model's param rms_eps is 1e-06"},
+      {"{\"heads\":2,\"kv_heads\":2}", "config.json: num_attention_heads is 4, but the model's param heads is 2"},
+  };
+  for (int i = 0; i < 3; i++) {
+    EXPECT(!ckpt_import_model(GQA, CKPT_AUTO, m.p, m.n, bad[i][0], err, sizeof err));
+    if (!strstr(err, bad[i][1])) fprintf(stderr, "got: %s\nwanted: %s\n", err, bad[i][1]);
+    EXPECT(strstr(err, bad[i][1]) != NULL);
+  }
   drop(&m);
   /* fewer layers in the model than in the files: config says so first */
   make(&m, 1, 256, 32, 4, 2, 64, true);
