@@ -264,7 +264,9 @@ static bool llama_begin(const Llama *m, const char *dir, AtomicFile *st_af, Atom
 int export_llama(const ExportOptions *o, SafeTensors *st) {
   if (o->llmc) return export_fail("--llmc: llm.c's format holds GPT-2 only; %s is a Llama checkpoint", o->ckpt);
   if (!o->hf) return export_fail("nothing to write: give --hf DIR");
-  if (o->vocab) return export_fail("--vocab-size: a Llama export keeps embed's %s rows", "all");
+  if (o->vocab)
+    return export_fail("--vocab-size %ld: a Llama export writes embed's rows as they are (GPT-2's llm.c padding only)",
+                       o->vocab);
   Llama m = {0};
   int rc = read_llama(o, st, &m) ? 0 : 1;
   bool made_dir = false;
