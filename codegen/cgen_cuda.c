@@ -273,11 +273,14 @@ static void emit_downcasts(CuEmit *e, const int *list, int n, int from) {
 }
 
 /* Input i of op is read as bfloat16 from a stored copy (cu_stage_bf16): a GEMM's A or
- * B, the tensor-core attention's qkv (its dy is also read as float32, by the delta). */
+ * B, the tensor-core attention's qkv, or attention_gqa's q, k, v (their dy is also read
+ * as float32, by the delta). */
 bool cu_bf16_operand(const CuEmit *e, const Op *op, int i) {
-  OpKind k = op->kind;
-  if (op_has(k, OPF_GEMM)) return i < 2;
-  return e->flash_hs && ((k == OP_ATTENTION && i == 0) || (k == OP_ATTENTION_BWD && i == 1));
+  AttnGeom a;
+  if (op_has(op->kind, OPF_GEMM)) return i < 2;
+  if (!e->flash_hs || !op_attention_geom(e->g, op, &a)) return false;
+  int q = a.fwd ? 0 : 1;
+  return i >= q && i < q + (a.packed ? 1 : 3);
 }
 
 /* e->fp32_read for the pass of ops[0..n): the stored tensors some op reads as float32. */

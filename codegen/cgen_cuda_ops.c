@@ -140,15 +140,51 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
 /* attention(qkv) -> (out, lse); attention_bwd(dy, qkv, out, lse): FlashAttention-2's
  * backward, D = rowsum(dy∘out) per query row into the op's scratch (B·NH·T floats)
  * first, then dq and dkv from lse and D (kernels/cuda_kernels.cuh). */
+/* attention_gqa on tensor cores in a bf16 plan (as emit_flash_attention): q, k, v (and
+ * backward dy) cast to bf16 into the staging, each from an aligned offset, then the
+ * forward, or the backward's dq and dkv kernels (D already in the op's scratch). */
+static void emit_flash_attention_gqa(CuEmit *e, const Op *op, const AttnGeom *a, CuPtr Y, int64_t B) {
+  int q = a->fwd ? 0 : 1, stream = op_rng_stream(op);
+  int64_t T = a->T, ntile = (T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS, end = cu_bf16_staging(e);
+  CuPtr X16[4];
+  for (int j = 0; j < 3; j++) {
+    int t = op->in[q + j];
+    int64_t cols = (j ? a->kv_heads : a->heads) * a->hs;
+    X16[j] = cu_stage_bf16(e, op->id, t, cu_tensor(e, t), B * T, cols, cols, j ? cu_bf16_align(end) : end, &end);
+  }
+  if (a->fwd) {
+    LAUNCH_B(e, op->id, "pkc_flash_attention_gqa_fwd_bf16", B * a->heads * ntile, CU_FLASH_BLOCK, PP(Y),
+             P(e, op->out[1]), PP(X16[0]), PP(X16[1]), PP(X16[2]), I32(B), I32(T), I32(a->heads), I32(a->kv_heads),
+             I32(a->hs), I32(a->causal), DROP(a->p), SEED(), cu_arg_stream(e, stream), MB(a->p));
+    return;
+  }
+  int64_t C = a->heads * a->hs;
+  X16[3] = cu_stage_bf16(e, op->id, op->in[0], cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
+  CuPtr work = scratch_of(e, op);
+  LAUNCH_B(e, op->id, "pkc_flash_attention_gqa_bwd_dq_bf16", B * a->heads * ntile, CU_FLASH_BLOCK, PP(Y),
+           P(e, op->in[5]), PP(work), PP(X16[3]), PP(X16[0]), PP(X16[1]), PP(X16[2]), I32(B), I32(T), I32(a->heads),
+           I32(a->kv_heads), I32(a->hs), I32(a->causal), DROP(a->p), SEED(), cu_arg_stream(e, stream), MB(a->p));
+  LAUNCH_B(e, op->id, "pkc_flash_attention_gqa_bwd_dkv_bf16", B * a->kv_heads * ntile, CU_FLASH_BLOCK,
+           P(e, op->out[1]), P(e, op->out[2]), P(e, op->in[5]), PP(work), PP(X16[3]), PP(X16[0]), PP(X16[1]),
+           PP(X16[2]), I32(B), I32(T), I32(a->heads), I32(a->kv_heads), I32(a->hs), I32(a->causal), DROP(a->p), SEED(),
+           cu_arg_stream(e, stream), MB(a->p));
+}
+
 /* attention_gqa(q, k, v) -> (out, lse); attention_gqa_bwd(dy, q, k, v, out, lse) ->
- * dq, dk, dv: the fp32 kernels (every precision; a bf16 plan does not stage them for
- * tensor cores yet), the backward after the same delta kernel as attention's. */
+ * dq, dk, dv: the fp32 kernels, or in a bf16 plan whose head size qualifies the
+ * tensor-core ones; the backward after the same delta kernel as attention's. */
 static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
   AttnGeom a;
   op_attention_geom(e->g, op, &a);
-  int64_t T = a.T, C = a.heads * a.hs, B = cu_numel(e, a.q) / (T * C);
+  int64_t T = a.T, C = a.heads * a.hs, B = cu_numel(e, a.q) / (T * C), qe, de;
   int stream = op_rng_stream(op);
   int64_t items = B * a.heads * T;
+  bool flash =
+      e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(e->g, op, e->flash_hs, e->L->b, &qe, &de);
+  if (a.fwd && flash) {
+    emit_flash_attention_gqa(e, op, &a, Y, B);
+    return;
+  }
   if (a.fwd) {
     LAUNCH_B(e, op->id, "pkc_attention_gqa_fwd_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->out[1]), P(e, op->in[0]),
              P(e, op->in[1]), P(e, op->in[2]), I32(B), I32(T), I32(a.heads), I32(a.kv_heads), I32(a.hs),
@@ -159,6 +195,10 @@ static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
   PD_CHECK(e->L->scratch_bytes[op->id] >= B * a.heads * T * 4, "(attention_gqa_bwd scratch too small)");
   LAUNCH_B(e, op->id, "pkc_attention_bwd_delta_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
            P(e, op->in[4]), I32(B), I32(T), I32(C), I32(a.heads));
+  if (flash) {
+    emit_flash_attention_gqa(e, op, &a, Y, B);
+    return;
+  }
   LAUNCH_B(e, op->id, "pkc_attention_gqa_bwd_dq_f32", items, CU_ATT_BLOCK, PP(Y), P(e, op->in[5]), PP(work),
            P(e, op->in[0]), P(e, op->in[1]), P(e, op->in[2]), P(e, op->in[3]), I32(B), I32(T), I32(a.heads),
            I32(a.kv_heads), I32(a.hs), I32(a.causal), DROP(a.p), SEED(), cu_arg_stream(e, stream), MB(a.p));

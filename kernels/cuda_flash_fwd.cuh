@@ -2,7 +2,8 @@
  *
  * pkc_flash_attention_fwd_bf16(out, lse, qkv16, B, T, C, NH, causal, p, seed, op, mbkey):
  * out[B,T,C] fp32 as pkc_attention_fwd_f32, from qkv16 = qkv as bf16
- * (pkc_cast_f32_to_bf16). lse (may be NULL) gets each query row's log-sum-exp of
+ * (pkc_cast_f32_to_bf16); pkc_flash_attention_gqa_fwd_bf16 the same over separate q, k,
+ * v with KVH key/value heads (a query tile reads its group's head). lse (may be NULL) gets each query row's log-sum-exp of
  * the scaled scores, lse[(b·NH+h)·T + t] (natural log): the IR's second output of
  * attention, which the backward (cuda_flash_bwd.cuh) takes instead of recomputing.
  *
@@ -24,24 +25,29 @@
 #include "cuda_flash_common.cuh"
 #endif
 
-/* One query tile: out, and lse[row] when lse is not NULL. */
+/* One query tile: out, and lse[row] when lse is not NULL. q rows have stride ldq, k and
+ * v rows ldkv; query head h reads key/value head h/(NH/KVH) (packed qkv: ldq = ldkv =
+ * 3C, KVH = NH). */
 template <int HS>
-static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned short *qkv, int T, int C, int NH, int causal,
-                                          const PkcFlashDrop *dr, pkc_i64 tile, unsigned short *sK,
-                                          unsigned short *sV) {
+static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned short *qs, pkc_i64 ldq,
+                                          const unsigned short *ks, const unsigned short *vs, pkc_i64 ldkv, int T,
+                                          int NH, int KVH, int causal, const PkcFlashDrop *dr, pkc_i64 tile,
+                                          unsigned short *sK, unsigned short *sV) {
   const int nq = pkc_flash_ntiles(T);
   const int qt = nq - 1 - (int)(tile % nq); /* causal: the longest tiles first */
   const pkc_i64 bh = tile / nq;
   const int b = (int)(bh / NH), h = (int)(bh % NH);
   const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const pkc_i64 C3 = 3 * (pkc_i64)C;
-  const unsigned short *base = qkv + (pkc_i64)b * T * C3 + (pkc_i64)h * HS;
+  const pkc_i64 C = (pkc_i64)NH * HS;
+  const unsigned short *qb = qs + (pkc_i64)b * T * ldq + (pkc_i64)h * HS;
+  const unsigned short *kb = ks + (pkc_i64)b * T * ldkv + (pkc_i64)(h / (NH / KVH)) * HS;
+  const unsigned short *vb = vs + (pkc_i64)b * T * ldkv + (pkc_i64)(h / (NH / KVH)) * HS;
   const int q0 = qt * PKC_FLASH_BR, wq0 = q0 + 16 * warp; /* the block's and the warp's first row */
   const float sl2 = (float)(1.4426950408889634 / sqrt((double)HS)); /* scale·log2(e) */
 
   /* Q: through sK into this warp's A fragments. */
   unsigned qf[HS / 16][4];
-  pkc_flash_load<HS>(sK, base, C3, q0, T);
+  pkc_flash_load<HS>(sK, qb, ldq, q0, T);
   pkc_cp_async_commit();
   pkc_cp_async_wait<0>();
   __syncthreads();
@@ -60,8 +66,8 @@ static __device__ void pkc_flash_fwd_tile(float *out, float *lse, const unsigned
   }
   for (int kt = 0; kt < nk; kt++) {
     const int k0 = kt * PKC_FLASH_BC;
-    pkc_flash_load<HS>(sK, base + C, C3, k0, T);
-    pkc_flash_load<HS>(sV, base + 2 * C, C3, k0, T);
+    pkc_flash_load<HS>(sK, kb, ldkv, k0, T);
+    pkc_flash_load<HS>(sV, vb, ldkv, k0, T);
     pkc_cp_async_commit();
     pkc_cp_async_wait<0>();
     __syncthreads();
@@ -145,20 +151,46 @@ extern "C" __global__ void pkc_flash_attention_fwd_bf16(float *out, float *lse, 
                                                         pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
   __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
   const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
-  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T));
-  (void)sKV, (void)tiles, (void)qkv, (void)causal, (void)dr; /* unused when no size is compiled */
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T)), C3 = 3 * (pkc_i64)C;
+  (void)sKV, (void)tiles, (void)qkv, (void)causal, (void)dr, (void)C3; /* unused when no size is compiled */
   if (blockDim.x == PKC_FLASH_THREADS && C % NH == 0 && PKC_FLASH_T_OK(T)) switch (C / NH) {
 #define PKC_FLASH_FWD_CASE(n)                                                                              \
   case n:                                                                                                 \
     for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
-      pkc_flash_fwd_tile<n>(out, lse, qkv, PKC_FLASH_T(T), C, NH, causal, &dr, t, sKV,                         \
-                            sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                        \
+      pkc_flash_fwd_tile<n>(out, lse, qkv, C3, qkv + C, qkv + 2 * C, C3, PKC_FLASH_T(T), NH, NH, causal, &dr, t, \
+                            sKV, sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                                   \
     return;
       PKC_FLASH_SIZES(PKC_FLASH_FWD_CASE)
 #undef PKC_FLASH_FWD_CASE
     default: break;
     }
   pkc_flash_poison(out, (pkc_i64)B * T * C); /* not compiled for this head size */
+  if (lse) pkc_flash_poison(lse, (pkc_i64)B * NH * T);
+}
+
+/* Grouped-query attention (attention_gqa): q16[B,T,NH·hs], k16 and v16 [B,T,KVH·hs] as
+ * bf16, KVH dividing NH; out and lse as pkc_flash_attention_fwd_bf16's. Grid
+ * B·NH·ceil(T/64) (any grid works). */
+extern "C" __global__ void pkc_flash_attention_gqa_fwd_bf16(float *out, float *lse, const unsigned short *q,
+                                                            const unsigned short *k, const unsigned short *v, int B,
+                                                            int T, int NH, int KVH, int hs, int causal, double p,
+                                                            pkc_u64 seed, pkc_u32 op, const pkc_u32 *mbkey) {
+  __shared__ __align__(16) unsigned short sKV[2 * PKC_FLASH_BC * PKC_FLASH_LD(PKC_FLASH_HS_MAX)];
+  const PkcFlashDrop dr = pkc_flash_drop(p, seed, op, mbkey);
+  const pkc_i64 tiles = (pkc_i64)B * NH * pkc_flash_ntiles(PKC_FLASH_T(T));
+  (void)sKV, (void)tiles, (void)q, (void)k, (void)v, (void)causal, (void)dr; /* unused when no size is compiled */
+  if (blockDim.x == PKC_FLASH_THREADS && KVH >= 1 && NH % KVH == 0 && PKC_FLASH_T_OK(T)) switch (hs) {
+#define PKC_FLASH_GQA_FWD_CASE(n)                                                                          \
+  case n:                                                                                                 \
+    for (pkc_i64 t = blockIdx.x; t < tiles; t += gridDim.x)                                               \
+      pkc_flash_fwd_tile<n>(out, lse, q, (pkc_i64)NH * n, k, v, (pkc_i64)KVH * n, PKC_FLASH_T(T), NH, KVH,   \
+                            causal, &dr, t, sKV, sKV + PKC_FLASH_BC * PKC_FLASH_LD(n));                   \
+    return;
+      PKC_FLASH_SIZES(PKC_FLASH_GQA_FWD_CASE)
+#undef PKC_FLASH_GQA_FWD_CASE
+    default: break;
+    }
+  pkc_flash_poison(out, (pkc_i64)B * T * NH * hs); /* not compiled for this head size */
   if (lse) pkc_flash_poison(lse, (pkc_i64)B * NH * T);
 }
 

@@ -82,6 +82,9 @@ typedef enum PkcLaunchKind {
   X(pkc_flash_attention_fwd_bf16, PKC_ROW)  /* B*NH*ceil(T/64) tiles; block PKC_FLASH_THREADS */ \
   X(pkc_flash_attention_bwd_dq_bf16, PKC_ROW)    /* the same */ \
   X(pkc_flash_attention_bwd_dkv_bf16, PKC_ROW)   /* the same */ \
+  X(pkc_flash_attention_gqa_fwd_bf16, PKC_ROW)    /* B*NH*ceil(T/64) tiles; block PKC_FLASH_THREADS */ \
+  X(pkc_flash_attention_gqa_bwd_dq_bf16, PKC_ROW) /* the same */ \
+  X(pkc_flash_attention_gqa_bwd_dkv_bf16, PKC_ROW) /* B*KVH*ceil(T/64) tiles */ \
   X(pkc_mma_check_bf16, PKC_ONE)            /* -; block 32 */ \
   X(pkc_adamw_step_f32, PKC_ELEM)           /* n */ \
   X(pkc_sgd_step_f32, PKC_ELEM)             /* n */ \

@@ -237,7 +237,8 @@ int layout_cuda_seq_len(const Graph *g);
  * multiple of 16 in 16..128): a bf16 plan then launches them; else 0. */
 int layout_cuda_flash_head_size(const Graph *g);
 /* Float32 elements an attention op casts to bf16 for the tensor-core kernels in a bf16
- * plan: qkv, and for attention_bwd dy (0 forward); false for other ops, or when the
+ * plan: qkv (attention_gqa: q, k and v, each from a LAYOUT_CUDA_BF16_ALIGN boundary, so
+ * two alignments' worth more), and for the backward dy (0 forward); false for other ops, or when the
  * graph's head size keeps the fp32 kernels (flash_hs = layout_cuda_flash_head_size(g),
  * 0: the caller computes it once, since it scans the whole graph). Staged as layout_cuda_gemm_staging(qkv, dy)
  * (counted, like a GEMM's operands, only with bf16). */

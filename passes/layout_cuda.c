@@ -112,11 +112,14 @@ int layout_cuda_flash_head_size(const Graph *g) {
 
 bool layout_cuda_attention_operands(const Graph *g, const Op *op, int flash_hs, int64_t b,
                                     int64_t *qkv_elems, int64_t *dy_elems) {
-  if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_BWD) return false;
-  if (!flash_hs) return false;
-  bool fwd = op->kind == OP_ATTENTION;
-  *qkv_elems = shape_numel(&g->tensors[op->in[fwd ? 0 : 1]].shape, b);
-  *dy_elems = fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
+  AttnGeom a;
+  if (!op_attention_geom(g, op, &a) || !flash_hs) return false;
+  int q = a.fwd ? 0 : 1;
+  *qkv_elems = shape_numel(&g->tensors[op->in[q]].shape, b);
+  if (!a.packed) /* q, k, v one after another, each at a LAYOUT_CUDA_BF16_ALIGN boundary */
+    *qkv_elems += shape_numel(&g->tensors[op->in[q + 1]].shape, b) + shape_numel(&g->tensors[op->in[q + 2]].shape, b) +
+                  2 * LAYOUT_CUDA_BF16_ALIGN;
+  *dy_elems = a.fwd ? 0 : shape_numel(&g->tensors[op->in[0]].shape, b);
   return true;
 }
 
@@ -153,9 +156,10 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
       a = unless_stored(L, op->in[0], a), bb = unless_stored(L, op->in[1], bb);
       if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
     }
-    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb)) {
-      bool fwd = op->kind == OP_ATTENTION;
-      a = unless_stored(L, op->in[fwd ? 0 : 1], a), bb = fwd ? bb : unless_stored(L, op->in[0], bb);
+    AttnGeom ag;
+    if (layout_cuda_attention_operands(g, op, flash_hs, L->b, &a, &bb) && op_attention_geom(g, op, &ag)) {
+      bool fwd = ag.fwd; /* attention_gqa's three are counted staged, stored or not (plan_input.c alike) */
+      a = ag.packed ? unless_stored(L, op->in[fwd ? 0 : 1], a) : a, bb = fwd ? bb : unless_stored(L, op->in[0], bb);
       if (layout_cuda_gemm_staging(a, bb) > staging) staging = layout_cuda_gemm_staging(a, bb);
     }
   }

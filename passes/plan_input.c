@@ -57,10 +57,13 @@ static void add_cuda_terms(const Graph *g, const Op *op, const int64_t *ld, int 
     layout_cuda_gemm_operands(g, op, ld, 2, &a2, &b2);
   } else if (layout_cuda_attention_operands(g, op, flash_hs, 1, &a1, &b1)) { /* staged like a GEMM's */
     layout_cuda_attention_operands(g, op, flash_hs, 2, &a2, &b2);
-    gemm = true, ia = op->kind == OP_ATTENTION ? 0 : 1, ib = op->kind == OP_ATTENTION ? -1 : 0;
+    AttnGeom ag;
+    op_attention_geom(g, op, &ag);
+    gemm = true, ib = ag.fwd ? -1 : 0;
+    ia = ag.packed ? (ag.fwd ? 0 : 1) : -1; /* attention_gqa's q, k, v: counted staged (layout_cuda.c alike) */
   }
   if (gemm) {
-    if (stored && stored[op->in[ia]]) a1 = a2 = 0;
+    if (stored && ia >= 0 && stored[op->in[ia]]) a1 = a2 = 0;
     if (stored && ib >= 0 && stored[op->in[ib]]) b1 = b2 = 0;
     plan_segment_add_cuda(s, (PlanCudaTerm){true, a2 - a1, 2 * a1 - a2, b2 - b1, 2 * b1 - b2});
   } else if (op->fwd_op < 0 && (a1 = layout_cuda_ce_rows(g, op, 1)) > 0) {

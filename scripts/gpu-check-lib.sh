@@ -74,6 +74,40 @@ gc_pick_b() {
   echo "$best"
 }
 
+# The Llama row (issue 25, item 7): models/llama.model at a 1B-class shape (Llama 3.2
+# 1B's 16 layers of width 2048, 32 query heads over 8 key/value heads, SwiGLU 8192 and
+# vocabulary 128256, head untied) at T=2048, as a one-stage BF16 plan on the h200
+# cluster: grouped-query attention on the tensor-core kernels
+# (pkc_flash_attention_gqa_*_bf16), every GEMM bf16.
+GC_LLAMA_ARGS=(-D layers=16 -D dim=2048 -D heads=32 -D kv_heads=8 -D ffn=8192 -D vocab=128256 -D seq=2048
+               -D rope_theta=500000)
+GC_LLAMA_L=16 GC_LLAMA_D=2048 GC_LLAMA_T=2048
+
+# gc_llama_plan PD2BWC WORK b: that plan at microbatch b (one microbatch a step) into
+# WORK/llama-1b-bB; prints the directory, status 1 when pd2bwc refuses it (over memory).
+gc_llama_plan() {
+  local pc=$1 work=$2 b=$3 dir="$2/llama-1b-b$3"
+  "$pc" models/llama.model "${GC_LLAMA_ARGS[@]}" -D "train.batch=$b" -D "train.microbatch=$b" \
+    --cluster models/clusters/h200.cluster --stages 1 --replicas 1 --microbatch-size "$b" --microbatches 1 \
+    --precision bf16 -o "$dir" -q >/dev/null 2>&1 || return 1
+  echo "$dir"
+}
+
+# gc_llama_pick_b PD2BWC WORK [MAX]: the largest power-of-two microbatch from 1 up to MAX
+# (default 16) whose Llama plan fits; prints it (0: not even 1). Steps to stderr.
+gc_llama_pick_b() {
+  local pc=$1 work=$2 max=${3:-16} b=1 best=0
+  while [ "$b" -le "$max" ]; do
+    if gc_llama_plan "$pc" "$work" "$b" >/dev/null; then
+      best=$b; echo "  llama b=$b fits" >&2
+    else
+      echo "  llama b=$b is over the device's memory (pd2bwc)" >&2; break
+    fi
+    b=$((b * 2))
+  done
+  echo "$best"
+}
+
 # gc_params PLAN_DIR: the plan's parameter count (plan.json stages[0].parameters).
 gc_params() {
   sed -n 's/.*"parameters":[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$1/plan.json" | head -1

@@ -40,6 +40,11 @@
 #       b and heads, hs 64, causal (bench/gpu/gpu_attention_bench); and the 350M
 #       model made with --gemm-epilogues on (cuBLASLt epilogues) beside it: its tok/s
 #       against the plain plan's, which decides pd2bwc's default (docs/gpu.md);
+#   (d') the Llama row: models/llama.model at a 1B-class shape (16 x 2048, 32 heads over
+#       8 key/value heads, SwiGLU 8192, vocabulary 128256, T=2048; scripts/gpu-check-lib.sh
+#       GC_LLAMA_ARGS), a BF16 plan at the largest power-of-two microbatch (up to 16) that
+#       pd2bwc fits on the H200: tok/s, ms/step, MFU as (d)'s, the plan's TFLOP/s, and that
+#       its launch list runs grouped-query attention on the tensor-core kernels;
 #   (f) the ten kernels with the most GPU time at one shape (GPU_CHECK_PROFILE_SHAPE,
 #       default 350M): Nsight Compute when there is one, else pd2bw-cuda-train
 #       --kernel-profile (runtime/cuda/exec/cuda_exec_kprof.c), the same table;
@@ -375,6 +380,47 @@ measure_attention() {
   done
 }
 
+# (d') the Llama row (scripts/gpu-check-lib.sh GC_LLAMA_ARGS): the largest microbatch the
+# planner fits, then pd2bw-cuda-train's steady-state rate, as (d)'s GPT shapes.
+measure_llama() {
+  step "(d') Llama 1B-class (16 x 2048, 32 heads / 8 kv heads, SwiGLU 8192, vocab 128256), T=2048, BF16 plan"
+  local b plan out rc n mfu
+  b=$(gc_llama_pick_b "$pc" "$work" 16)
+  if [ "$b" -eq 0 ]; then
+    echo "gpu-check: FAILED: no Llama microbatch fits (pd2bwc)"; failed=1
+    rows+=("| (d') Llama 1B-class, T=2048 | no microbatch fits | FAIL |"); return
+  fi
+  plan="$work/llama-1b-b$b"
+  if ! grep -q pkc_flash_attention_gqa_fwd_bf16 "$plan/stage0.launch.json"; then
+    echo "gpu-check: FAILED: the Llama plan's attention is not on the tensor-core kernels"; failed=1
+    rows+=("| (d') Llama 1B-class, b=$b | attention not on tensor cores | FAIL |"); return
+  fi
+  # > 16 windows of 2049; ids below 65536 (the data files hold uint16 tokens), all valid
+  # in the vocabulary of 128256 (the embedding and head are still full size)
+  tokens "$work/llama.bin" $((GC_LLAMA_T * 20)) 65536
+  out=$(timeout "$(limit 150)" "$run_gpu" "$plan" --data "$work/llama.bin" --steps "$steps_d" --device "$device" \
+          --bench-gemm --log-json "$work/llama.jsonl" -q 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -ne 0 ] && gc_out_of_memory "$out" && [ "$b" -gt 1 ] && [ "$(limit 999)" -ge 40 ]; then
+    b=$((b / 2)) plan="$work/llama-1b-b$((b))"
+    echo "Llama: out of device memory: again at b=$b"
+    out=$(timeout "$(limit 150)" "$run_gpu" "$plan" --data "$work/llama.bin" --steps "$steps_d" --device "$device" \
+            --bench-gemm --log-json "$work/llama.jsonl" -q 2>&1)
+    rc=$?
+    echo "$out"
+  fi
+  if [ $rc -eq 124 ] && gc_log_parse "$work/llama.jsonl"; then
+    echo "Llama: timed out after $gc_logged steps: the rate of steps 2..$gc_logged from its --log-json"
+  elif [ $rc -ne 0 ] || ! gc_train_parse "$out"; then
+    echo "gpu-check: FAILED: Llama training (exit $rc)"; failed=1
+    rows+=("| (d') Llama 1B-class, b=$b | run failed (exit $rc) | FAIL |"); return
+  fi
+  n=$(gc_params "$plan")
+  mfu=$(gc_mfu "$gc_tok" "${n:-0}" "$GC_LLAMA_L" "$GC_LLAMA_D" "$GC_LLAMA_T")
+  rows+=("| (d') Llama 1B-class ($n params), b=$b T=2048, BF16 plan, GQA on tensor cores | $gc_tok tok/s, $gc_ms ms/step, MFU $mfu%, plan $gc_plan_tflops TFLOP/s | ran |")
+}
+
 # (f) the per-kernel GPU time at one shape (GPU_CHECK_PROFILE_SHAPE, default 350M, at its
 # b): Nsight Compute when the machine has it, else pd2bw-cuda-train --kernel-profile
 # (runtime/cuda/exec/cuda_exec_kprof.c); the same table either way.
@@ -478,6 +524,7 @@ unless_spent() { # SECONDS ROW-NAME FUNCTION
 measure_shapes
 measure_epilogues
 measure_attention
+unless_spent 60 "(d') Llama 1B-class" measure_llama
 measure_kernel_profile
 check_nccl
 unless_spent 30 "(a) every CUDA op vs the CPU op" check_ops

@@ -113,8 +113,9 @@ static char *compile_sass(const char *src, const char *name, const char **def, i
 }
 
 static const char *const tensor_core_kernels[] = {
-    "pkc_mma_check_bf16", "pkc_flash_attention_fwd_bf16", "pkc_flash_attention_bwd_dq_bf16",
-    "pkc_flash_attention_bwd_dkv_bf16"};
+    "pkc_mma_check_bf16",           "pkc_flash_attention_fwd_bf16",         "pkc_flash_attention_bwd_dq_bf16",
+    "pkc_flash_attention_bwd_dkv_bf16", "pkc_flash_attention_gqa_fwd_bf16", "pkc_flash_attention_gqa_bwd_dq_bf16",
+    "pkc_flash_attention_gqa_bwd_dkv_bf16"};
 
 /* The elementwise kernels with a 128-bit path (launch kinds PKC_ELEM4 / PKC_ELEM8, and
  * dropout's blocks of four). */
@@ -141,6 +142,7 @@ static void test_tensor_core_sass(void) {
   }
   /* and the fp32 kernels stay scalar: the check can tell the two apart */
   EXPECT_EQ_INT(kernel_has(sass, "pkc_attention_fwd_f32", "HMMA"), 0);
+  EXPECT_EQ_INT(kernel_has(sass, "pkc_attention_gqa_fwd_f32", "HMMA"), 0);
   for (size_t k = 0; k < sizeof vector_kernels / sizeof *vector_kernels; k++) {
     static const char *const ops[] = {"STG.E.128", "LDG.E.128"};
     int nops = strcmp(vector_kernels[k], "pkc_fill_f32") == 0 ? 1 : 2;

@@ -105,11 +105,17 @@ bool emu_train_files(void) {
 }
 
 bool emu_make_plan(const char *name, const char *extra) {
+  char model_path[256];
+  emu_path(model_path, sizeof model_path, "cx.model");
+  return emu_make_plan_of(name, model_path, extra);
+}
+
+bool emu_make_plan_of(const char *name, const char *model_path, const char *extra) {
   char cmd[1024];
   double t0 = emu_now_s();
   snprintf(cmd, sizeof cmd,
-           "'%s' '%s/cx.model' --stages 1 --replicas 1 --microbatch-size 2 --microbatches %d %s -o '%s/%s' -q", pd2bwc,
-           workdir, EMU_MB, extra, workdir, name);
+           "'%s' '%s' --stages 1 --replicas 1 --microbatch-size 2 --microbatches %d %s -o '%s/%s' -q", pd2bwc,
+           model_path, EMU_MB, extra, workdir, name);
   int rc = system(cmd);
   if (rc != 0) fprintf(stderr, "  failed: %s\n", cmd);
   printf("  pd2bwc %s: %.1f s\n", extra, emu_now_s() - t0);

@@ -51,6 +51,8 @@ double emu_now_s(void);
 /* pd2bwc on the model: one stage, one replica, EMU_MB microbatches of 2, plus `extra`
  * flags, into WORKDIR/name. */
 bool emu_make_plan(const char *name, const char *extra);
+/* The same for another model file (a path from the source root), e.g. models/llama.model. */
+bool emu_make_plan_of(const char *name, const char *model, const char *extra);
 /* WORKDIR/name, for the tests' own calls. */
 void emu_path(char *out, size_t n, const char *name);
 /* EMU_STEPS steps of plan WORKDIR/plan on the CPU trainer / the emulated device (in

@@ -35,7 +35,9 @@
  *
  *   test_cudaexec_bf16 PD2BWC    (run in the source tree: it needs tests/cuda/cuda_emu.cpp)
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "emu_train.h"
 #include "test.h"
@@ -134,6 +136,47 @@ static void test_bf16_update_writes_copy(void) {
   free(b16.w);
 }
 
+/* models/llama.model in miniature (vocabulary 64 as the tokens, 2 layers of width 64,
+ * 2 query heads of 32 over 1 key/value head, SwiGLU 96, T 8, dropout-free): its bf16
+ * plan runs attention_gqa on the tensor-core kernels (q, k, v and dy cast to bf16),
+ * the fp32 plan on the fp32 ones. Losses: emulated fp32 plan vs CPU within FP32_TOL,
+ * emulated bf16 plan vs the CPU trainer on that plan within BF16_TOL, and the two
+ * emulated runs apart (the casts happen: with weights of 0.02 bf16 moves these losses
+ * by ~6.5e-5, less than the GPT's, so "apart" is only "not equal": 1e-6, where the
+ * float32 runs agree to 0). */
+#define LLAMA_MINI                                                                                    \
+  "-D vocab=64 -D seq=8 -D layers=2 -D dim=64 -D heads=2 -D kv_heads=1 -D ffn=96 -D train.batch=4 " \
+  "-D train.microbatch=2 -D train.lr_schedule=constant --schedule gpipe"
+static void test_bf16_llama(void) {
+  EXPECT(emu_make_plan_of("lf32", "models/llama.model", LLAMA_MINI " --precision fp32"));
+  EXPECT(emu_make_plan_of("lbf16", "models/llama.model", LLAMA_MINI " --precision bf16"));
+  char path[300];
+  emu_path(path, sizeof path, "lbf16/stage0.launch.json");
+  FILE *f = fopen(path, "r");
+  long size = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+  char *list = calloc((size_t)(size > 0 ? size : 0) + 1, 1);
+  if (f && list && size > 0 && fseek(f, 0, SEEK_SET) == 0) list[fread(list, 1, (size_t)size, f)] = 0;
+  if (f) fclose(f);
+  EXPECT(list && strstr(list, "pkc_flash_attention_gqa_fwd_bf16") && strstr(list, "pkc_flash_attention_gqa_bwd_dq_bf16") &&
+         strstr(list, "pkc_flash_attention_gqa_bwd_dkv_bf16"));
+  free(list);
+  EmuRun cpu = {0}, cpu16 = {0}, f32 = {0}, b16 = {0};
+  bool ok = emu_run_cpu("lf32", &cpu) && emu_run_cpu("lbf16", &cpu16) && emu_run_gpu("lf32", &f32) &&
+            emu_run_gpu("lbf16", &b16);
+  EXPECT(ok);
+  if (ok) {
+    double d32 = emu_losses_diff(&cpu, &f32, 0), d16 = emu_losses_diff(&cpu16, &b16, 0);
+    double apart = emu_losses_diff(&f32, &b16, 0);
+    printf("  llama: loss %.6f -> %.6f; cpu vs gpu fp32 %.2e (bound %.0e); cpu bf16 plan vs gpu bf16 %.2e (bound "
+           "%.0e); gpu bf16 vs fp32 %.2e (must exceed 1e-6)\n",
+           b16.mb[0], b16.mb[EMU_STEPS * EMU_MB - 1], d32, FP32_TOL, d16, BF16_TOL, apart);
+    EXPECT(d32 <= FP32_TOL);
+    EXPECT(d16 <= BF16_TOL);
+    EXPECT(apart > 1e-6);
+  }
+  free(cpu.w), free(cpu16.w), free(f32.w), free(b16.w);
+}
+
 /* The override of cx_program_load cannot mix float32 and bf16 lists. */
 static void test_overrides_refused(void) {
   char dir[256], err[RT_ERR_LEN] = "";
@@ -184,6 +227,7 @@ int main(int argc, char **argv) {
   RUN(test_bf16_update_writes_copy);
   RUN(test_bf16_padded_logits);
   RUN(test_overrides_refused);
+  RUN(test_bf16_llama);
   emu_test_end();
   return TEST_REPORT();
 }

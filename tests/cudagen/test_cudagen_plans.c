@@ -11,7 +11,7 @@
  *             codegen_cuda_source for the plan's regions and microbatch size: they
  *             (and kernels.cu) must be the files pd2bwc wrote, the launch list is
  *             well-formed against its two modules and blocks, its GEMMs are
- *             exactly the GEMM calls of the stageN.c, and (GPT cases) every GEMM
+ *             exactly the GEMM calls of the stageN.c, and (GPT, Llama cases) every GEMM
  *             of this list and of the stage's bf16 list has 16-byte aligned
  *             operands and leading dimensions that are multiples of 8
  *             (cudagen_check.h);
@@ -176,10 +176,11 @@ static void lists_case(const Case *c) {
     /* cuBLAS's aligned kernels for every GEMM, the tf32 list's and the bf16 list's
      * (operands staged in cuda_scratch), in the GPT cases (gpt.model, tinygpt.model):
      * there the vocabulary (50257) is the only width that is not a multiple of 8, and
-     * the layout pads the logits' rows. Not yet BERT's, whose LM head adds a bias
+     * the layout pads the logits' rows; and the Llama cases (llama.model,
+     * llama_tied.model: q, k, v, o, gate, up, down and the head, bf16 list included). Not yet BERT's, whose LM head adds a bias
      * (add and its gradient do not take a row stride), nor mlp.model's, whose weights
      * are 10 wide (parameters keep their shape; only a padded staging copy would do). */
-    if (strstr(c->args, "gpt.model")) {
+    if (strstr(c->args, "gpt.model") || strstr(c->args, "models/llama")) {
       EXPECT_EQ_INT(check_gemm_alignment(list, what), 0);
       cJSON *list16 = NULL;
       free(codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true, .gemm = CGEN_GEMM_BF16}, &list16));

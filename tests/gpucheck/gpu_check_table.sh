@@ -11,7 +11,8 @@
 #    time in descending order, launches of one kernel summed, one "(N other kernels)"
 #    row, shares adding up to 100%;
 #  - the microbatch search with the real pd2bwc: the b it picks fits and 2b does not
-#    (pd2bwc refuses it), from 8 upward and from 64 downward;
+#    (pd2bwc refuses it), from 8 upward and from 64 downward; the same for the Llama
+#    row's 1B-class plan (its parameters, its GQA on the tensor-core kernels);
 #  - the report (gc_report): a RESULTS.md section whose item-6 table has the header
 #    and one row per shape, 9 columns each, a skipped shape saying so.
 #   gpu_check_table.sh PD2BWC     (run in the source tree)
@@ -104,6 +105,21 @@ done
 n=$(gc_params "$work/gpt-24x2048-b$b")
 [ "${n:-0}" -gt 1300000000 ] && [ "$n" -lt 1320000000 ]
 check "plan parameters" $? "$n"
+
+# ---- the Llama row's plan (the real planner): a b that fits (up to 16), 2b over memory
+# or the cap; the 1B-class shape's parameters (1,498,482,688, head untied); attention
+# on the tensor-core GQA kernels in its BF16 launch list ----------------------------
+b=$(gc_llama_pick_b "$PC" "$work" 16 2>"$work/search.txt")
+cat "$work/search.txt"
+echo "Llama 1B-class: b=$b"
+[ "$b" -ge 1 ] && [ -f "$work/llama-1b-b$b/plan.json" ] &&
+  { [ "$b" -eq 16 ] || ! gc_llama_plan "$PC" "$work" $((b * 2)) >/dev/null; }
+check "llama: b fits, 2b does not" $? "b=$b"
+n=$(gc_params "$work/llama-1b-b$b")
+[ "${n:-0}" -eq 1498482688 ]
+check "llama plan parameters" $? "$n"
+grep -q pkc_flash_attention_gqa_bwd_dkv_bf16 "$work/llama-1b-b$b/stage0.launch.json"
+check "llama attention on tensor cores" $? "no pkc_flash_attention_gqa_bwd_dkv_bf16 in its launch list"
 
 # ---- the report ----------------------------------------------------------------------
 gc_train_parse "$(cat $dir/train-350M.out)"
