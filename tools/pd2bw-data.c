@@ -1,7 +1,8 @@
 /* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on.
  *
  *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1]
- *              [--vocab vocab.json --merges merges.txt [--eot]] [--format llmc|raw]
+ *              [--vocab vocab.json --merges merges.txt | --tokenizer tokenizer.json]
+ *              [--eot] [--format llmc|raw]
  *              [--fortune]
  *   pd2bw-data --info FILE.bin...
  *
@@ -15,7 +16,9 @@
  * the corpus (not one topic at its end), and there are floor(n·f) of them.
  * Each document is tokenised on its own and the token streams concatenated in
  * input order; with --eot each document is preceded by the vocabulary's
- * "<|endoftext|>" token, as GPT-2 and llm.c's data scripts delimit documents.
+ * "<|endoftext|>" token (Llama 3's "<|end_of_text|>" when it has no such token),
+ * as GPT-2 and llm.c's data scripts delimit documents. A tokenizer.json's
+ * post-processor template (Llama 3's <|begin_of_text|>) is not applied.
  * Inputs that are not text (see TEXT_SNIFF_BYTES) are skipped, one note each.
  */
 #include <stdarg.h>
@@ -33,7 +36,7 @@ typedef struct Doc {
 typedef struct Options {
   const char **inputs;
   int ninputs;
-  const char *out_prefix, *vocab, *merges;
+  const char *out_prefix, *vocab, *merges, *tokenizer;
   double val_fraction;
   DataFormat format;
   bool fortune;
@@ -43,7 +46,8 @@ typedef struct Options {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction F]\n"
-          "                  [--vocab vocab.json --merges merges.txt [--eot]]\n"
+          "                  [--vocab vocab.json --merges merges.txt | --tokenizer tokenizer.json]\n"
+          "                  [--eot]\n"
           "                  [--format llmc|raw]\n"
           "                  [--fortune]\n"
           "       pd2bw-data --info FILE.bin...\n"
@@ -53,7 +57,8 @@ static void usage(FILE *out) {
           "  --out-prefix P      output prefix\n"
           "  --val-fraction F    fraction of documents for validation, 0 <= F < 1 (0.1)\n"
           "  --vocab, --merges   GPT-2 BPE files; without them each byte is a token (vocab 256)\n"
-          "  --eot               put <|endoftext|> (from the vocabulary) before each document\n"
+          "  --tokenizer FILE    a Hugging Face tokenizer.json byte-level BPE instead\n"
+          "  --eot               put <|endoftext|> (or <|end_of_text|>) before each document\n"
           "  --format llmc|raw   llm.c layout with a 1024-byte header (default) or bare uint16\n"
           "  --fortune           input is fortune(6) files: '%%' lines separate entries\n"
           "  --info FILE.bin...  print the format, token count and largest id of token files\n");
@@ -168,6 +173,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->vocab = argv[++i];
     } else if (strcmp(a, "--merges") == 0 && has_val) {
       o->merges = argv[++i];
+    } else if (strcmp(a, "--tokenizer") == 0 && has_val) {
+      o->tokenizer = argv[++i];
     } else if (strcmp(a, "--val-fraction") == 0 && has_val) {
       char *end;
       o->val_fraction = strtod(argv[++i], &end);
@@ -195,8 +202,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   if (!o->out_prefix) return fail("no --out-prefix");
   if (!o->vocab != !o->merges)
     return fail("--vocab and --merges go together (give both, or neither for bytes)");
-  if (o->eot && !o->vocab)
-    return fail("--eot needs --vocab and --merges (byte-level tokens have no end-of-text id)");
+  if (o->tokenizer && o->vocab)
+    return fail("--tokenizer replaces --vocab and --merges (give one or the other)");
+  if (o->eot && !o->vocab && !o->tokenizer)
+    return fail("--eot needs --vocab and --merges or --tokenizer (byte-level tokens have no end-of-text id)");
   return 0;
 }
 
@@ -211,11 +220,12 @@ static int check_paths(const Options *o) {
   snprintf(train, n, "%s_train.bin", o->out_prefix);
   snprintf(val, n, "%s_val.bin", o->out_prefix);
   PathFlag outs[] = {{flag, train, false}, {flag, o->val_fraction > 0 ? val : NULL, false}};
-  PathFlag *ins = pd_calloc((size_t)o->ninputs + 2, sizeof *ins);
+  PathFlag *ins = pd_calloc((size_t)o->ninputs + 3, sizeof *ins);
   for (int i = 0; i < o->ninputs; i++) ins[i] = (PathFlag){"--input", o->inputs[i], false};
   ins[o->ninputs] = (PathFlag){"--vocab", o->vocab, false};
   ins[o->ninputs + 1] = (PathFlag){"--merges", o->merges, false};
-  bool ok = output_paths_check(outs, 2, ins, o->ninputs + 2, err, sizeof err);
+  ins[o->ninputs + 2] = (PathFlag){"--tokenizer", o->tokenizer, false};
+  bool ok = output_paths_check(outs, 2, ins, o->ninputs + 3, err, sizeof err);
   free(ins);
   free(flag);
   free(train);
@@ -299,7 +309,8 @@ static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t e
       char sym[4], msg[IO_ERR_LEN];
       unsigned char byte = (unsigned char)c->texts[d->file][d->start + bad];
       snprintf(msg, sizeof msg, "%s: offset %zu: byte 0x%02x has no token: %s lacks \"%s\"",
-               o->inputs[d->file], d->start + bad, byte, o->vocab, bpe_byte_symbol(byte, sym));
+               o->inputs[d->file], d->start + bad, byte, o->vocab ? o->vocab : o->tokenizer,
+               bpe_byte_symbol(byte, sym));
       rc = fail("%s", msg);
     }
   }
@@ -340,8 +351,8 @@ static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, cons
     printf("pd2bw-data: %d files, %zu bytes, %d documents (%d validation)\n", c->nfiles,
            c->total_bytes, c->ndocs, nval_docs);
     if (bpe)
-      printf("  tokenizer: GPT-2 BPE from %s, vocab %lld\n", o->vocab,
-             (long long)bpe_vocab_size(bpe));
+      printf("  tokenizer: %s BPE from %s, vocab %lld\n", o->vocab ? "GPT-2" : "tokenizer.json",
+             o->vocab ? o->vocab : o->tokenizer, (long long)bpe_vocab_size(bpe));
     else
       printf("  tokenizer: bytes, vocab 256\n");
     printf("  train: %zu tokens -> %s (%s)\n", train->n, train_path,
@@ -369,10 +380,13 @@ int main(int argc, char **argv) {
   char err[IO_ERR_LEN];
   Bpe *bpe = NULL;
   if (o.vocab && !(bpe = bpe_load(o.vocab, o.merges, err, sizeof err))) return fail("%s", err);
+  if (o.tokenizer && !(bpe = bpe_load_hf(o.tokenizer, err, sizeof err))) return fail("%s", err);
   int64_t eot = o.eot ? bpe_token_id(bpe, "<|endoftext|>") : -1;
+  if (o.eot && eot < 0 && o.tokenizer) eot = bpe_token_id(bpe, "<|end_of_text|>"); /* Llama 3's */
   if (o.eot && eot < 0) {
     bpe_destroy(bpe);
-    return fail("--eot: %s has no \"<|endoftext|>\" token", o.vocab);
+    return fail("--eot: %s has no \"<|endoftext|>\" token%s", o.vocab ? o.vocab : o.tokenizer,
+                o.tokenizer ? " (nor \"<|end_of_text|>\")" : "");
   }
 
   Corpus c = {0};

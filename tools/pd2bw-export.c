@@ -2,15 +2,18 @@
  * the programs GPT-2 users already have: a Hugging Face GPT-2 directory and an
  * llm.c model file. The inverse of pd2bwrun --init (runtime/io/ckpt_import.c).
  *
- *   pd2bw-export CKPT.safetensors --heads N [--vocab-size V]
+ *   pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V]
  *                [--hf DIR] [--llmc FILE.bin] [--force]
+ *                [--kv-heads N] [--rope-theta T] [--rms-eps E]   (Llama, old checkpoints)
  *
  * pd2bw's GPT tensors already have GPT-2's Conv1D layout ([in, out]), so the
  * Hugging Face export is a rename (h.3.attn_w -> transformer.h.3.attn.c_attn.
  * weight) plus config.json; llm.c stores linear weights [out, in], all layers
  * of a kind back to back, after its 1024-byte header (version 3, float32).
- * The head count is not in the checkpoint (it shapes no tensor): --heads gives
- * it. Optimizer state (opt.m.*, opt.v.*) and 2BW's other weight versions (prev.*,
+ * The head count shapes no tensor: the checkpoint's "consts" metadata records it
+ * (pd2bwrun copies the plan's model.consts), --heads gives it for a checkpoint
+ * written before. A checkpoint of models/llama.model (its "embed") is written as a
+ * LlamaForCausalLM directory by export_llama.c. Optimizer state (opt.m.*, opt.v.*) and 2BW's other weight versions (prev.*,
  * and next.* under weight prediction) are left out; any other tensor that is not GPT-2's is an error.
  *
  * Outputs appear whole or not at all: everything is written to temporary files
@@ -20,6 +23,7 @@
  * config.json).
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -27,13 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/io/io.h"
+#include "tools/export.h"
 
-typedef struct Options {
-  const char *ckpt, *hf, *llmc;
-  long heads, vocab;
-  bool force;
-} Options;
+typedef ExportOptions Options;
 
 /* The model read from the checkpoint: every GPT-2 tensor as float32. */
 typedef struct Gpt2 {
@@ -46,19 +46,25 @@ static float **slot(Gpt2 *g, int kind, int layer) { return &g->w[kind * (g->L + 
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: pd2bw-export CKPT.safetensors --heads N [--vocab-size V]\n"
+          "usage: pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V]\n"
           "                    [--hf DIR] [--llmc FILE.bin] [--force]\n"
+          "                    [--kv-heads N] [--rope-theta T] [--rms-eps E]\n"
           "\n"
-          "Writes a pd2bw checkpoint of a GPT-2-shaped model (pd2bwrun --save) as\n"
+          "Writes a pd2bw checkpoint (pd2bwrun --save) of a GPT-2-shaped model as\n"
           "  --hf DIR          a Hugging Face GPT-2 directory: model.safetensors, config.json\n"
           "  --llmc FILE.bin   an llm.c model file (gpt2_*.bin layout, float32)\n"
-          "  --heads N         attention heads (not recorded in the checkpoint)\n"
+          "or of models/llama.model as --hf DIR, a Hugging Face LlamaForCausalLM directory.\n"
+          "The checkpoint records the model's shape attributes; for one written before it\n"
+          "did, give them:\n"
+          "  --heads N         attention heads\n"
+          "  --kv-heads N      Llama: key/value heads (default: --heads)\n"
+          "  --rope-theta T    Llama: rotary base\n"
+          "  --rms-eps E       Llama: RMSNorm epsilon\n"
           "  --vocab-size V    the real vocabulary when wte is padded (default: wte's rows)\n"
           "  --force           replace existing outputs\n");
 }
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
+int export_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "pd2bw-export: error: ");
@@ -87,23 +93,30 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->llmc = argv[++i];
     } else if (strcmp(a, "--heads") == 0 && has_val) {
       if (!parse_long(argv[++i], &o->heads))
-        return fail("--heads %s: expected an integer from 1 to 1073741824", argv[i]);
+        return export_fail("--heads %s: expected an integer from 1 to 1073741824", argv[i]);
+    } else if (strcmp(a, "--kv-heads") == 0 && has_val) {
+      if (!parse_long(argv[++i], &o->kv_heads))
+        return export_fail("--kv-heads %s: expected an integer from 1 to 1073741824", argv[i]);
+    } else if ((strcmp(a, "--rope-theta") == 0 || strcmp(a, "--rms-eps") == 0) && has_val) {
+      char *end;
+      double v = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(v > 0) || !isfinite(v)) return export_fail("%s %s: expected a positive number", a, argv[i]);
+      *(a[2] == 'r' && a[3] == 'o' ? &o->rope_theta : &o->rms_eps) = v;
     } else if (strcmp(a, "--vocab-size") == 0 && has_val) {
       if (!parse_long(argv[++i], &o->vocab))
-        return fail("--vocab-size %s: expected an integer from 1 to 1073741824", argv[i]);
+        return export_fail("--vocab-size %s: expected an integer from 1 to 1073741824", argv[i]);
     } else if (strcmp(a, "--force") == 0) {
       o->force = true;
     } else if (a[0] != '-' && !o->ckpt) {
       o->ckpt = a;
     } else {
-      fail("unknown or incomplete option %s", a);
+      export_fail("unknown or incomplete option %s", a);
       usage(stderr);
       return 1;
     }
   }
-  if (!o->ckpt) return fail("no checkpoint given");
-  if (!o->hf && !o->llmc) return fail("nothing to write: give --hf DIR and/or --llmc FILE");
-  if (!o->heads) return fail("--heads N is required (the checkpoint does not record it)");
+  if (!o->ckpt) return export_fail("no checkpoint given");
+  if (!o->hf && !o->llmc) return export_fail("nothing to write: give --hf DIR and/or --llmc FILE");
   return 0;
 }
 
@@ -128,7 +141,7 @@ static int kind_shape(const Gpt2 *g, int k, int64_t shape[2]) {
   return 2;
 }
 
-static bool is_optimizer_state(const char *name) {
+bool export_is_optimizer_state(const char *name) {
   return strncmp(name, "opt.m.", 6) == 0 || strncmp(name, "opt.v.", 6) == 0 ||
          strncmp(name, "prev.", 5) == 0 || strncmp(name, "next.", 5) == 0;
 }
@@ -138,13 +151,13 @@ static bool read_gpt2(const Options *o, SafeTensors *st, Gpt2 *g) {
   const char *path = o->ckpt, *format = st_meta(st, "format");
   char err[IO_ERR_LEN], name[64], a[64], b[64];
   if (!format || strcmp(format, "pd2bw") != 0) {
-    fail("%s: not a pd2bw checkpoint (metadata format %s%s%s; pd2bwrun --save writes \"pd2bw\")",
+    export_fail("%s: not a pd2bw checkpoint (metadata format %s%s%s; pd2bwrun --save writes \"pd2bw\")",
          path, format ? "\"" : "", format ? format : "missing", format ? "\"" : "");
     return false;
   }
   const StTensor *wte = st_find(st, "wte"), *wpe = st_find(st, "wpe");
   if (!wte || !wpe || wte->rank != 2 || wpe->rank != 2) {
-    fail("%s: not GPT-2-shaped: %s", path,
+    export_fail("%s: not GPT-2-shaped: %s", path,
          !wte ? "no tensor \"wte\"" : !wpe ? "no tensor \"wpe\"" : "wte and wpe must be matrices");
     return false;
   }
@@ -156,7 +169,7 @@ static bool read_gpt2(const Options *o, SafeTensors *st, Gpt2 *g) {
     if (!st_find(st, name)) break;
   }
   if (g->L == 0) {
-    fail("%s: not GPT-2-shaped: no transformer layer (no tensor \"h.0.ln1_w\")", path);
+    export_fail("%s: not GPT-2-shaped: no transformer layer (no tensor \"h.0.ln1_w\")", path);
     return false;
   }
   g->step = st_meta(st, "step");
@@ -166,14 +179,14 @@ static bool read_gpt2(const Options *o, SafeTensors *st, Gpt2 *g) {
       pd_name(k, l, name, sizeof name);
       const StTensor *t = st_find(st, name);
       if (!t) {
-        fail("%s: not GPT-2-shaped: no tensor \"%s\" (%lld layers, as h.<i>.ln1_w says)", path, name,
+        export_fail("%s: not GPT-2-shaped: no tensor \"%s\" (%lld layers, as h.<i>.ln1_w says)", path, name,
              (long long)g->L);
         return false;
       }
       int64_t shape[2];
       int rank = kind_shape(g, k, shape);
       if (t->rank != rank || t->shape[0] != shape[0] || (rank == 2 && t->shape[1] != shape[1])) {
-        fail("%s: not GPT-2-shaped: \"%s\" is %s, GPT-2 wants %s (n_embd %lld from wte)", path, name,
+        export_fail("%s: not GPT-2-shaped: \"%s\" is %s, GPT-2 wants %s (n_embd %lld from wte)", path, name,
              st_shape_str(t->rank, t->shape, a, sizeof a), st_shape_str(rank, shape, b, sizeof b),
              (long long)g->C);
         return false;
@@ -181,20 +194,20 @@ static bool read_gpt2(const Options *o, SafeTensors *st, Gpt2 *g) {
       float *w = pd_malloc((size_t)t->numel * sizeof *w + 1);
       *slot(g, k, l) = w;
       if (!st_read_f32(st, t, w, err, sizeof err)) {
-        fail("%s", err);
+        export_fail("%s", err);
         return false;
       }
     }
   for (int i = 0; i < st_count(st); i++) {
     const char *n = st_tensor(st, i)->name;
-    bool known = is_optimizer_state(n);
+    bool known = export_is_optimizer_state(n);
     for (int k = 0; k < CKPT_GPT2_KINDS && !known; k++)
       for (int l = 0; l < (ckpt_gpt2_kind(k).per_layer ? g->L : 1) && !known; l++) {
         pd_name(k, l, name, sizeof name);
         known = strcmp(name, n) == 0;
       }
     if (!known) {
-      fail("%s: not GPT-2-shaped: tensor \"%s\" has no GPT-2 counterpart", path, n);
+      export_fail("%s: not GPT-2-shaped: tensor \"%s\" has no GPT-2 counterpart", path, n);
       return false;
     }
   }
@@ -236,7 +249,7 @@ static char *hf_config(const Gpt2 *g, long heads) {
   return text;
 }
 
-static char *join(const char *dir, const char *name) {
+char *export_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
   char *p = pd_malloc(n);
   snprintf(p, n, "%s/%s", dir, name);
@@ -264,7 +277,7 @@ static bool hf_begin(Gpt2 *g, long heads, const char *dir, AtomicFile *st_af, At
     }
   }
   const char *meta[] = {"format", "pt"}; /* transformers refuses files without it */
-  char *st_path = join(dir, "model.safetensors"), *cfg_path = join(dir, "config.json");
+  char *st_path = export_join(dir, "model.safetensors"), *cfg_path = export_join(dir, "config.json");
   bool ok = st_write_uncommitted(st_af, st_path, e, n, meta, 1, err, errlen);
   if (ok && atomic_open(cfg_af, cfg_path, err, errlen)) {
     char *cfg = hf_config(g, heads);
@@ -317,20 +330,20 @@ static bool exists(const char *path) {
 /* Refuses outputs that would replace something without --force. */
 static bool check_outputs(const Options *o) {
   if (o->llmc && exists(o->llmc) && !o->force) {
-    fail("--llmc %s: %s exists (give --force to replace it)", o->llmc, o->llmc);
+    export_fail("--llmc %s: %s exists (give --force to replace it)", o->llmc, o->llmc);
     return false;
   }
   struct stat sb;
   if (o->hf && stat(o->hf, &sb) == 0) {
     if (!S_ISDIR(sb.st_mode)) {
-      fail("--hf %s: exists and is not a directory", o->hf);
+      export_fail("--hf %s: exists and is not a directory", o->hf);
       return false;
     }
     const char *files[] = {"model.safetensors", "config.json"};
     for (int i = 0; i < 2 && !o->force; i++) {
-      char *p = join(o->hf, files[i]);
+      char *p = export_join(o->hf, files[i]);
       bool there = exists(p);
-      if (there) fail("--hf %s: %s exists (give --force to replace it)", o->hf, p);
+      if (there) export_fail("--hf %s: %s exists (give --force to replace it)", o->hf, p);
       free(p);
       if (there) return false;
     }
@@ -348,14 +361,25 @@ static int check_paths(const Options *o) {
   size_t n = dir ? strlen(o->hf) + 8 : 0;
   char *flag = dir ? pd_malloc(n) : NULL;
   if (flag) snprintf(flag, n, "--hf %s:", o->hf);
-  char *st = dir ? join(o->hf, "model.safetensors") : NULL, *cfg = dir ? join(o->hf, "config.json") : NULL;
+  char *st = dir ? export_join(o->hf, "model.safetensors") : NULL, *cfg = dir ? export_join(o->hf, "config.json") : NULL;
   PathFlag outs[] = {{"--llmc", o->llmc, false}, {flag, st, false}, {flag, cfg, false}};
   PathFlag in = {"the checkpoint", o->ckpt, false};
   bool ok = output_paths_check(outs, 3, &in, 1, err, sizeof err);
   free(flag);
   free(st);
   free(cfg);
-  return ok ? 0 : fail("%s", err);
+  return ok ? 0 : export_fail("%s", err);
+}
+
+/* Removes what a failed export left in a directory it made, and the directory. */
+static void remove_made_dir(const char *dir) {
+  char *p = export_join(dir, "model.safetensors");
+  unlink(p);
+  free(p);
+  p = export_join(dir, "config.json");
+  unlink(p);
+  free(p);
+  rmdir(dir);
 }
 
 static int write_outputs(const Options *o, Gpt2 *g) {
@@ -363,7 +387,7 @@ static int write_outputs(const Options *o, Gpt2 *g) {
   if (!check_outputs(o)) return 1;
   bool made_dir = false;
   if (o->hf && !exists(o->hf)) {
-    if (mkdir(o->hf, 0777) != 0) return fail("--hf %s: cannot create the directory: %s", o->hf, strerror(errno));
+    if (mkdir(o->hf, 0777) != 0) return export_fail("--hf %s: cannot create the directory: %s", o->hf, strerror(errno));
     made_dir = true;
   }
   AtomicFile st_af = {0}, cfg_af = {0}, llmc_af = {0};
@@ -377,16 +401,8 @@ static int write_outputs(const Options *o, Gpt2 *g) {
     atomic_abort(&st_af);
     atomic_abort(&cfg_af);
     atomic_abort(&llmc_af);
-    if (made_dir) { /* ours: a rename may have happened before the failing one */
-      char *p = join(o->hf, "model.safetensors");
-      unlink(p);
-      free(p);
-      p = join(o->hf, "config.json");
-      unlink(p);
-      free(p);
-      rmdir(o->hf);
-    }
-    return fail("%s", err);
+    if (made_dir) remove_made_dir(o->hf); /* ours: a rename may have happened before the failing one */
+    return export_fail("%s", err);
   }
   printf("pd2bw-export: GPT-2 with %lld layers, n_embd %lld, %ld heads, context %lld, vocab %lld "
          "(wte rows %lld), step %s of %s\n",
@@ -395,6 +411,47 @@ static int write_outputs(const Options *o, Gpt2 *g) {
   if (o->hf) printf("  Hugging Face: %s/model.safetensors, %s/config.json\n", o->hf, o->hf);
   if (o->llmc) printf("  llm.c: %s (version 3, float32)\n", o->llmc);
   return 0;
+}
+
+int export_hf_dir_begin(const ExportOptions *o, bool *made_dir) {
+  *made_dir = false;
+  if (!check_outputs(o)) return 1;
+  if (!exists(o->hf)) {
+    if (mkdir(o->hf, 0777) != 0) return export_fail("--hf %s: cannot create the directory: %s", o->hf, strerror(errno));
+    *made_dir = true;
+  }
+  return 0;
+}
+
+int export_hf_dir_commit(const ExportOptions *o, bool made_dir, bool ok, AtomicFile *st_af, AtomicFile *cfg_af,
+                         char *err) {
+  if (ok) ok = atomic_commit(st_af, err, IO_ERR_LEN);
+  if (ok) ok = atomic_commit(cfg_af, err, IO_ERR_LEN);
+  if (ok) return 0;
+  atomic_abort(st_af);
+  atomic_abort(cfg_af);
+  if (made_dir) remove_made_dir(o->hf); /* ours: a rename may have happened before the failing one */
+  return export_fail("%s", err);
+}
+
+/* The head count of a GPT-2 checkpoint: --heads, or its "consts" metadata (pd2bwrun
+ * records the plan's model.consts); both must agree. 0 after an error. */
+static long gpt_heads(const Options *o, const SafeTensors *st) {
+  const char *meta = st_meta(st, "consts");
+  cJSON *consts = meta ? cJSON_Parse(meta) : NULL;
+  const cJSON *h = cJSON_GetObjectItemCaseSensitive(consts, "heads");
+  long rec = cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= (1 << 30) ? (long)h->valuedouble : 0;
+  cJSON_Delete(consts);
+  if (rec && o->heads && rec != o->heads) {
+    export_fail("--heads %ld: the checkpoint records heads = %ld", o->heads, rec);
+    return 0;
+  }
+  if (!rec && !o->heads) {
+    export_fail("--heads N is required (the checkpoint does not record it: written before pd2bwrun recorded "
+                "the model's consts)");
+    return 0;
+  }
+  return rec ? rec : o->heads;
 }
 
 int main(int argc, char **argv) {
@@ -410,16 +467,23 @@ int main(int argc, char **argv) {
   if (parse_args(argc, argv, &o) || check_paths(&o)) return 1;
   char err[IO_ERR_LEN];
   SafeTensors *st = st_open(o.ckpt, err, sizeof err);
-  if (!st) return fail("%s", err);
+  if (!st) return export_fail("%s", err);
+  const char *format = st_meta(st, "format");
+  if (st_find(st, "embed") && format && strcmp(format, "pd2bw") == 0) { /* models/llama.model's names */
+    int rc = export_llama(&o, st);
+    st_close(st);
+    return rc;
+  }
   Gpt2 g = {0};
   int rc = read_gpt2(&o, st, &g) ? 0 : 1;
+  if (!rc && !(o.heads = gpt_heads(&o, st))) rc = 1;
   if (!rc && g.C % o.heads != 0)
-    rc = fail("--heads %ld: n_embd %lld is not a multiple of --heads %ld", o.heads, (long long)g.C, o.heads);
+    rc = export_fail("--heads %ld: n_embd %lld is not a multiple of --heads %ld", o.heads, (long long)g.C, o.heads);
   g.V = o.vocab ? o.vocab : g.Vp;
   if (!rc && g.V > g.Vp)
-    rc = fail("--vocab-size %ld: the checkpoint's wte has %lld rows", o.vocab, (long long)g.Vp);
+    rc = export_fail("--vocab-size %ld: the checkpoint's wte has %lld rows", o.vocab, (long long)g.Vp);
   if (!rc && (g.Vp > INT32_MAX || g.T > INT32_MAX || g.C > INT32_MAX / 4))
-    rc = fail("%s: too large for llm.c's int32 header", o.ckpt);
+    rc = export_fail("%s: too large for llm.c's int32 header", o.ckpt);
   if (!rc) rc = write_outputs(&o, &g);
   for (int64_t i = 0; g.w && i < CKPT_GPT2_KINDS * (g.L + 1); i++) free(g.w[i]);
   free(g.w);

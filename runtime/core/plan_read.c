@@ -297,6 +297,14 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
   if (!r.failed && version != 1) jr_fail(&r, "version", "unsupported plan format version (this runtime reads 1)");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   p->model = pd_strdup(model ? jr_str(&r, model, "model", "name", "?") : "?");
+  const cJSON *consts = cJSON_GetObjectItemCaseSensitive(model, "consts");
+  if (cJSON_IsObject(consts)) {
+    char *c = cJSON_PrintUnformatted(consts);
+    p->model_consts = pd_strdup(c);
+    cJSON_free(c);
+  } else {
+    p->model_consts = pd_strdup("{}");
+  }
   /* the MFU's denominator (runtime/core/console.c); optional: older plans lack it */
   p->peak_flops = jr_real(&r, root, "", "peak_flops", 0, false, INFINITY, false, 0, false);
   const cJSON *train = jr_get(&r, root, "", "train");
@@ -362,5 +370,6 @@ void rt_plan_free(RtPlan *p) {
   free(p->stages);
   free(p->dir);
   free(p->model);
+  free(p->model_consts);
   free(p);
 }

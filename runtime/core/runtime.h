@@ -137,6 +137,9 @@ typedef struct RtStage {
 typedef struct RtPlan {
   char *dir;
   char *model;
+  char *model_consts; /* plan.json model.consts as compact JSON ("{}" without): the model's
+                       * shape attributes (heads, kv_heads, rope theta, eps, ...), recorded in
+                       * checkpoints' "consts" metadata so that pd2bw-export needs no flags */
   TrainConfig train;
   int64_t b, m; /* microbatch size and microbatches per update */
   char schedule[16]; /* config.schedule: gpipe, 1f1b, 2bw, pipedream */

@@ -94,8 +94,8 @@ bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)seed_value);
   snprintf(pos, sizeof pos, "%lld", (long long)(step_index * b->plan->b * b->plan->m));
   const char *meta[] = {"format", "pd2bw", "model", b->plan->model, "step", step,
-                        "seed", seed, "data_position", pos};
-  bool ok = st_write(path, e, ne, meta, 5, err, errlen);
+                        "seed", seed, "data_position", pos, "consts", b->plan->model_consts};
+  bool ok = st_write(path, e, ne, meta, 6, err, errlen);
   for (int k = 0; k < 4 * n; k++) free(names[k]);
   free(names);
   free(e);
@@ -150,7 +150,7 @@ bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t err
     cp[k].dst = (float *)(void *)(b->params + p->offset);
     cp[k].att_head_size = st->att_head_size;
   }
-  bool ok = ckpt_import(path, CKPT_AUTO, cp, st->nparams, err, errlen);
+  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, st->nparams, b->plan->model_consts, err, errlen);
   free(cp);
   if (ok && b->prev) memcpy(b->prev, b->params, (size_t)st->blocks[BUF_PARAMS]);
   return ok;

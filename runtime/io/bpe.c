@@ -1,26 +1,15 @@
-/* runtime/io/bpe.c — GPT-2's byte-level byte-pair encoding, without Python.
+/* runtime/io/bpe.c — byte-level byte-pair encoding (GPT-2's, and Hugging Face's
+ * tokenizer.json BPE: bpe_hf.c reads it), without Python.
  *
  * GPT-2 encodes text in three steps, and so do we:
- *  1. Pre-tokenisation: the regex
- *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *     cuts the text into chunks; merges never cross a chunk boundary. We
- *     implement it by hand (bpe_pretoken_len) on code points, with the classes
- *     GPT-2's regex engines use (Python's `regex` for encoder.py, the Rust
- *     regex crate for tiktoken), taken from utf8proc's Unicode tables:
- *     \p{L} is the general categories Lu Ll Lt Lm Lo, \p{N} is Nd Nl No, and
- *     \s is the Unicode property White_Space — U+0009..U+000D, U+0085 and the
- *     categories Zs, Zl, Zp (White_Space is exactly that set; it is not
- *     Python's str.isspace, which adds U+001C..U+001F). Everything else
- *     (punctuation, symbols, marks, controls, format characters such as ZWJ
- *     and the BOM) is the "other" class. The contraction and ' ?' prefixes are
- *     the ASCII characters the pattern spells. utf8proc's Unicode version can
- *     lag the reference tokenizer's for characters assigned since.
- *     Bytes that are not part of valid UTF-8: GPT-2's tokenizers take decoded
- *     text, so such bytes never reach them. We keep each such byte as it is
- *     and give it the "other" class — what GPT-2's regex does to text decoded
- *     with Python's errors="surrogateescape" (a byte becomes a lone
- *     surrogate, category Cs), so a file with a stray Latin-1 byte still
- *     tokenises, byte-exactly, like its surrogateescape decoding.
+ *  1. Pre-tokenisation: a regex (GPT-2's, or Llama 3's from a tokenizer.json)
+ *     cuts the text into chunks; merges never cross a chunk boundary.
+ *     bpe_pretok.c implements both patterns by hand and says which Unicode
+ *     classes they use and what becomes of bytes that are not valid UTF-8.
+ *     A tokenizer.json's added tokens (its special tokens among them) are cut
+ *     out of the text first, leftmost-longest, as Hugging Face tokenizers do;
+ *     with its model.ignore_merges a chunk that is in the vocabulary as a whole
+ *     is that one token.
  *  2. Each byte of a chunk becomes the vocabulary symbol spelled by GPT-2's
  *     byte-to-unicode map (printable Latin-1 bytes spell themselves, the other
  *     bytes are shifted to U+0100 and up, so a space is "Ġ").
@@ -31,11 +20,11 @@
  * between spellings and ids, merging ids is the same as GPT-2 merging strings.
  */
 #include <cjson/cJSON.h>
-#include <utf8proc.h>
 #include <stdlib.h>
+#include <utf8proc.h>
 #include <string.h>
 
-#include "runtime/io/io.h"
+#include "runtime/io/bpe_internal.h"
 
 /* ---- open-addressing hash tables ----------------------------------------- */
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -50,26 +39,6 @@ static uint64_t hash_u64(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
-
-typedef struct StrSlot {
-  char *key; /* NULL: empty */
-  int32_t value;
-} StrSlot;
-
-typedef struct PairSlot {
-  uint64_t key; /* (left id << 32 | right id) + 1; 0: empty */
-  int32_t rank;
-  int32_t merged;
-} PairSlot;
-
-struct Bpe {
-  StrSlot *vocab;
-  size_t vocab_cap; /* power of two */
-  int64_t vocab_size;
-  PairSlot *merges;
-  size_t merges_cap;
-  int32_t byte_id[256]; /* vocab id of each byte's symbol, -1 when missing */
-};
 
 static size_t pow2_at_least(size_t n) {
   size_t c = 16;
@@ -101,11 +70,21 @@ int64_t bpe_token_id(const Bpe *b, const char *token) {
 
 int64_t bpe_vocab_size(const Bpe *b) { return b->vocab_size; }
 
+void bpe_vocab_add(Bpe *b, const char *token, int32_t id) {
+  StrSlot *s = str_slot(b->vocab, b->vocab_cap, token);
+  PD_CHECK(!s->key);
+  s->key = pd_strdup(token);
+  s->value = id;
+  if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+}
+
 void bpe_destroy(Bpe *b) {
   if (!b) return;
   for (size_t i = 0; i < b->vocab_cap; i++) free(b->vocab[i].key);
   free(b->vocab);
   free(b->merges);
+  for (int i = 0; i < b->nadded; i++) free(b->added[i].content);
+  free(b->added);
   free(b);
 }
 
@@ -133,6 +112,52 @@ static void utf8_encode(uint32_t cp, char out[4]) {
 }
 
 /* ---- loading --------------------------------------------------------------- */
+bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *where, char *err,
+                         size_t errlen) {
+  int n = cJSON_GetArraySize(root);
+  b->vocab_cap = pow2_at_least(((size_t)n + extra) * 2 + 2);
+  b->vocab = pd_calloc(b->vocab_cap, sizeof *b->vocab);
+  /* ids seen, to reject two spellings for one id (merging ids would then not
+   * be merging strings). */
+  const char **by_id = pd_calloc(65536, sizeof *by_id);
+  bool ok = true;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, root) {
+    double v = item->valuedouble;
+    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > 65535) {
+      snprintf(err, errlen,
+               "%s: token \"%s\": id must be an integer in [0, 65535] (token files store "
+               "uint16)",
+               where, item->string);
+      ok = false;
+      break;
+    }
+    int32_t id = (int32_t)v;
+    StrSlot *s = str_slot(b->vocab, b->vocab_cap, item->string);
+    if (s->key) {
+      snprintf(err, errlen, "%s: token \"%s\" appears twice", where, item->string);
+      ok = false;
+      break;
+    }
+    if (by_id[id]) {
+      snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", where, id, by_id[id],
+               item->string);
+      ok = false;
+      break;
+    }
+    s->key = pd_strdup(item->string);
+    s->value = id;
+    by_id[id] = s->key;
+    if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+  }
+  free(by_id);
+  if (ok && b->vocab_size == 0) {
+    snprintf(err, errlen, "%s: empty vocabulary", where);
+    ok = false;
+  }
+  return ok;
+}
+
 static bool load_vocab(Bpe *b, const char *path, char *err, size_t errlen) {
   size_t len;
   char *text = io_read_all(path, &len, err, errlen);
@@ -147,50 +172,35 @@ static bool load_vocab(Bpe *b, const char *path, char *err, size_t errlen) {
     free(text);
     return false;
   }
-  int n = cJSON_GetArraySize(root);
-  b->vocab_cap = pow2_at_least((size_t)n * 2 + 2);
-  b->vocab = pd_calloc(b->vocab_cap, sizeof *b->vocab);
-  /* ids seen, to reject two spellings for one id (merging ids would then not
-   * be merging strings). */
-  const char **by_id = pd_calloc(65536, sizeof *by_id);
-  bool ok = true;
-  const cJSON *item;
-  cJSON_ArrayForEach(item, root) {
-    double v = item->valuedouble;
-    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > 65535) {
-      snprintf(err, errlen,
-               "%s: token \"%s\": id must be an integer in [0, 65535] (token files store "
-               "uint16)",
-               path, item->string);
-      ok = false;
-      break;
-    }
-    int32_t id = (int32_t)v;
-    StrSlot *s = str_slot(b->vocab, b->vocab_cap, item->string);
-    if (s->key) {
-      snprintf(err, errlen, "%s: token \"%s\" appears twice", path, item->string);
-      ok = false;
-      break;
-    }
-    if (by_id[id]) {
-      snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", path, id, by_id[id],
-               item->string);
-      ok = false;
-      break;
-    }
-    s->key = pd_strdup(item->string);
-    s->value = id;
-    by_id[id] = s->key;
-    if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
-  }
-  free(by_id);
+  bool ok = bpe_vocab_from_json(b, root, 0, path, err, errlen);
   cJSON_Delete(root);
   free(text);
-  if (ok && b->vocab_size == 0) {
-    snprintf(err, errlen, "%s: empty vocabulary", path);
-    ok = false;
-  }
   return ok;
+}
+
+void bpe_merges_reserve(Bpe *b, size_t n) {
+  b->merges_cap = pow2_at_least(n * 2 + 2);
+  b->merges = pd_calloc(b->merges_cap, sizeof *b->merges);
+}
+
+bool bpe_add_merge(Bpe *b, const char *left, const char *right, const char *where, char *err,
+                   size_t errlen) {
+  size_t n = strlen(left) + strlen(right) + 1;
+  char *merged = pd_malloc(n);
+  snprintf(merged, n, "%s%s", left, right);
+  int64_t a = bpe_token_id(b, left), c = bpe_token_id(b, right), m = bpe_token_id(b, merged);
+  const char *missing = a < 0 ? left : c < 0 ? right : m < 0 ? merged : NULL;
+  if (missing) snprintf(err, errlen, "%s: token \"%s\" is not in the vocabulary", where, missing);
+  free(merged);
+  if (missing) return false;
+  PairSlot *s = pair_slot(b->merges, b->merges_cap, (int32_t)a, (int32_t)c);
+  /* A repeated pair keeps its first (highest-priority) rank. */
+  if (!s->key) {
+    s->key = pair_key((int32_t)a, (int32_t)c);
+    s->rank = b->next_rank++;
+    s->merged = (int32_t)m;
+  }
+  return true;
 }
 
 static bool load_merges(Bpe *b, const char *path, char *err, size_t errlen) {
@@ -199,12 +209,11 @@ static bool load_merges(Bpe *b, const char *path, char *err, size_t errlen) {
   if (!text) return false;
   size_t nlines = 1;
   for (size_t i = 0; i < len; i++) nlines += text[i] == '\n';
-  b->merges_cap = pow2_at_least(nlines * 2 + 2);
-  b->merges = pd_calloc(b->merges_cap, sizeof *b->merges);
-  int32_t rank = 0;
+  bpe_merges_reserve(b, nlines);
   int lineno = 0;
   bool ok = true;
-  char *merged = pd_malloc(len + 1);
+  size_t wlen = strlen(path) + 24;
+  char *where = pd_malloc(wlen);
   for (char *line = text; ok && line < text + len;) {
     char *nl = memchr(line, '\n', (size_t)(text + len - line));
     char *eol = nl ? nl : text + len;
@@ -224,28 +233,21 @@ static bool load_merges(Bpe *b, const char *path, char *err, size_t errlen) {
       break;
     }
     *sp = '\0';
-    const char *left = line, *right = sp + 1;
-    int64_t a = bpe_token_id(b, left), c = bpe_token_id(b, right);
-    snprintf(merged, len + 1, "%s%s", left, right);
-    int64_t m = bpe_token_id(b, merged);
-    const char *missing = a < 0 ? left : c < 0 ? right : m < 0 ? merged : NULL;
-    if (missing) {
-      snprintf(err, errlen, "%s:%d: token \"%s\" is not in the vocabulary", path, lineno, missing);
-      ok = false;
-      break;
-    }
-    PairSlot *s = pair_slot(b->merges, b->merges_cap, (int32_t)a, (int32_t)c);
-    /* A repeated pair keeps its first (highest-priority) rank. */
-    if (!s->key) {
-      s->key = pair_key((int32_t)a, (int32_t)c);
-      s->rank = rank++;
-      s->merged = (int32_t)m;
-    }
+    snprintf(where, wlen, "%s:%d", path, lineno);
+    ok = bpe_add_merge(b, line, sp + 1, where, err, errlen);
     line = next;
   }
-  free(merged);
+  free(where);
   free(text);
   return ok;
+}
+
+void bpe_finish(Bpe *b) {
+  for (int c = 0; c < 256; c++) {
+    char sym[4];
+    utf8_encode(bpe_byte_to_unicode((uint8_t)c), sym);
+    b->byte_id[c] = (int32_t)bpe_token_id(b, sym);
+  }
 }
 
 Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t errlen) {
@@ -254,98 +256,8 @@ Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t
     bpe_destroy(b);
     return NULL;
   }
-  for (int c = 0; c < 256; c++) {
-    char sym[4];
-    utf8_encode(bpe_byte_to_unicode((uint8_t)c), sym);
-    b->byte_id[c] = (int32_t)bpe_token_id(b, sym);
-  }
+  bpe_finish(b);
   return b;
-}
-
-/* ---- pre-tokenisation ------------------------------------------------------ */
-typedef enum CharClass {
-  CC_SPACE,  /* \s: Unicode White_Space */
-  CC_LETTER, /* \p{L} */
-  CC_DIGIT,  /* \p{N} */
-  CC_OTHER,  /* everything else, and bytes that are not valid UTF-8 */
-} CharClass;
-
-static CharClass cp_class(utf8proc_int32_t cp) {
-  if ((cp >= '\t' && cp <= '\r') || cp == 0x85) return CC_SPACE;
-  utf8proc_category_t cat = utf8proc_category(cp);
-  if (cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP)
-    return CC_SPACE;
-  if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
-      cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_LO)
-    return CC_LETTER;
-  if (cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO)
-    return CC_DIGIT;
-  return CC_OTHER;
-}
-
-/* The code point at t[0] (n > 0): its length in bytes and its class. A byte
- * that does not start a valid UTF-8 sequence is one "character" of class
- * other (see the file comment). */
-static size_t next_char(const unsigned char *t, size_t n, CharClass *cls) {
-  if (t[0] < 0x80) { /* ASCII: the common case, without a table lookup */
-    unsigned char c = t[0];
-    *cls = c == ' ' || (c >= '\t' && c <= '\r')            ? CC_SPACE
-           : (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ? CC_LETTER
-           : c >= '0' && c <= '9'                             ? CC_DIGIT
-                                                              : CC_OTHER;
-    return 1;
-  }
-  utf8proc_int32_t cp;
-  utf8proc_ssize_t len = utf8proc_iterate(t, n < 4 ? (utf8proc_ssize_t)n : 4, &cp);
-  if (len <= 0 || cp < 0) {
-    *cls = CC_OTHER;
-    return 1;
-  }
-  *cls = cp_class(cp);
-  return (size_t)len;
-}
-
-/* Bytes of the run of class c that starts at t[0]. */
-static size_t run_len(const unsigned char *t, size_t n, CharClass c) {
-  size_t k = 0;
-  while (k < n) {
-    CharClass cc;
-    size_t len = next_char(t + k, n - k, &cc);
-    if (cc != c) break;
-    k += len;
-  }
-  return k;
-}
-
-size_t bpe_pretoken_len(const char *text, size_t n) {
-  const unsigned char *t = (const unsigned char *)text;
-  PD_CHECK(n > 0);
-  /* 's|'t|'re|'ve|'m|'ll|'d */
-  if (t[0] == '\'' && n >= 2) {
-    if (n >= 3 && ((t[1] == 'r' && t[2] == 'e') || (t[1] == 'v' && t[2] == 'e') ||
-                   (t[1] == 'l' && t[2] == 'l')))
-      return 3;
-    if (t[1] == 's' || t[1] == 't' || t[1] == 'm' || t[1] == 'd') return 2;
-  }
-  /* ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: an optional leading ASCII space,
-   * then a run of one class. */
-  CharClass c;
-  size_t j = (t[0] == ' ' && n > 1) ? 1 : 0;
-  next_char(t + j, n - j, &c);
-  if (c != CC_SPACE) return j + run_len(t + j, n - j, c);
-  /* `\s+(?!\S)|\s+`: a whitespace run, less its last character when a
-   * non-space follows (that character then starts the next chunk: " word"),
-   * but never less than one character. */
-  size_t k = 0, last = 0;
-  while (k < n) {
-    CharClass cc;
-    size_t len = next_char(t + k, n - k, &cc);
-    if (cc != CC_SPACE) break;
-    last = k;
-    k += len;
-  }
-  if (k == n || last == 0) return k; /* whole run at the end; a single character */
-  return last;
 }
 
 bool text_check(const char *text, size_t n, size_t *offset, const char **why) {
@@ -423,25 +335,47 @@ static size_t merge_word(const Bpe *b, int32_t *sym, size_t m) {
   return m;
 }
 
-bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t *bad_offset) {
-  const unsigned char *t = (const unsigned char *)text;
-  if (!b) {
-    for (size_t i = 0; i < n; i++) tokenbuf_push(out, t[i]);
-    return true;
+/* The vocabulary spelling of text[0, n) (each byte's symbol) into buf, which holds 2n + 1. */
+static void spell(const unsigned char *t, size_t n, char *buf) {
+  size_t w = 0;
+  for (size_t k = 0; k < n; k++) {
+    char sym[4];
+    utf8_encode(bpe_byte_to_unicode(t[k]), sym);
+    for (char *c = sym; *c; c++) buf[w++] = *c;
   }
+  buf[w] = '\0';
+}
+
+/* Encodes text[0, n), which holds no added token; offsets in *bad_offset are
+ * relative to text + base. */
+static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, TokenBuf *out,
+                         size_t *bad_offset) {
+  const unsigned char *t = (const unsigned char *)text;
   int32_t *sym = NULL;
+  char *word = NULL;
   size_t sym_cap = 0;
   bool ok = true;
   for (size_t i = 0; i < n && ok;) {
-    size_t len = bpe_pretoken_len(text + i, n - i);
+    size_t len = b->pretok == BPE_PRE_LLAMA3 ? bpe_pretoken_len_llama3(text + i, n - i, b->max_digits)
+                                             : bpe_pretoken_len(text + i, n - i);
     if (len > sym_cap) {
       sym_cap = len > 2 * sym_cap ? len : 2 * sym_cap;
       sym = pd_realloc(sym, sym_cap * sizeof *sym);
+      if (b->ignore_merges) word = pd_realloc(word, 2 * sym_cap + 1);
+    }
+    if (b->ignore_merges) { /* Hugging Face's BPE: a whole pre-token in the vocabulary is one token */
+      spell(t + i, len, word);
+      int64_t id = bpe_token_id(b, word);
+      if (id >= 0) {
+        tokenbuf_push(out, (uint16_t)id);
+        i += len;
+        continue;
+      }
     }
     for (size_t k = 0; k < len && ok; k++) {
       sym[k] = b->byte_id[t[i + k]];
       if (sym[k] < 0) {
-        *bad_offset = i + k;
+        *bad_offset = base + i + k;
         ok = false;
       }
     }
@@ -451,7 +385,39 @@ bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t 
     i += len;
   }
   free(sym);
+  free(word);
   return ok;
+}
+
+/* The leftmost added token in text[0, n), the longest one there: its index, and its
+ * offset in *at; -1 when none (Hugging Face's AddedVocabulary, leftmost-longest). */
+static int find_added(const Bpe *b, const unsigned char *t, size_t n, size_t *at) {
+  for (size_t i = 0; i < n; i++) {
+    if (!b->added_first[t[i]]) continue;
+    for (int k = 0; k < b->nadded; k++) /* longest first */
+      if (b->added[k].len <= n - i && memcmp(t + i, b->added[k].content, b->added[k].len) == 0) {
+        *at = i;
+        return k;
+      }
+  }
+  return -1;
+}
+
+bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t *bad_offset) {
+  const unsigned char *t = (const unsigned char *)text;
+  if (!b) {
+    for (size_t i = 0; i < n; i++) tokenbuf_push(out, t[i]);
+    return true;
+  }
+  for (size_t i = 0; i < n;) {
+    size_t at = n - i;
+    int k = b->nadded ? find_added(b, t + i, n - i, &at) : -1;
+    if (!encode_plain(b, text + i, at, i, out, bad_offset)) return false;
+    if (k < 0) break;
+    tokenbuf_push(out, (uint16_t)b->added[k].id);
+    i += at + b->added[k].len;
+  }
+  return true;
 }
 
 const char *bpe_byte_symbol(uint8_t byte, char out[4]) {

@@ -1,5 +1,6 @@
 /* runtime/io/ckpt_import.c — filling pd2bw's GPT parameters from other programs'
- * checkpoints (and from pd2bw's own safetensors checkpoints).
+ * checkpoints (and from pd2bw's own safetensors checkpoints); a Hugging Face
+ * directory goes to its reader (Llama: ckpt_llama.c, with its own slot table).
  *
  * Every pd2bw GPT parameter name maps to one GPT-2 tensor (a GptSlot) of one
  * layer. A source is described in pd2bw's orientation: element (r, c) of the
@@ -17,6 +18,7 @@
  * fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C]. Rows V..Vp of wte are
  * padding.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -26,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/io/io.h"
+#include "runtime/io/ckpt_internal.h"
 
 /* One GPT-2 tensor kind; the order is llm.c's file order. Shapes are pd2bw's
  * ([in, out] for linear weights); "per layer" kinds exist once per block. */
@@ -105,33 +107,23 @@ static bool parse_name(const char *name, GptSlot *slot, int *layer) {
   return false;
 }
 
-/* ---- the one copy ---------------------------------------------------------- */
-/* A source tensor in pd2bw orientation; `data` holds float32 (converted). */
-typedef struct Src {
-  char desc[300]; /* where it came from, for messages */
-  int rank;
-  int64_t rows, cols; /* rank 1: rows = 1 */
-  int64_t rs, cs;
-  const float *data;
-  int64_t min_rows; /* wte: the real vocabulary the model must cover */
-} Src;
-
+/* ---- the one copy (runtime/io/ckpt_internal.h) ------------------------------ */
 static const char *param_shape_str(const CkptParam *p, char *buf, size_t n) {
   return st_shape_str(p->rank, p->shape, buf, n);
 }
 
-static const char *src_shape_str(const Src *s, char *buf, size_t n) {
+static const char *src_shape_str(const CkptSrc *s, char *buf, size_t n) {
   int64_t sh[2] = {s->rows, s->cols};
   return s->rank == 1 ? st_shape_str(1, &sh[1], buf, n) : st_shape_str(2, sh, buf, n);
 }
 
-static bool copy_param(const CkptParam *p, GptSlot slot, const Src *s, const char *path, char *err,
-                       size_t errlen) {
+bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *path, char *err,
+               size_t errlen) {
   int64_t rows = p->rank == 2 ? p->shape[0] : 1, cols = p->rank == 2 ? p->shape[1] : p->shape[0];
   bool ok = p->rank == s->rank && cols == s->cols;
-  if (ok && slot == G_WTE)
+  if (ok && rule == CKPT_ROWS_VOCAB)
     ok = rows >= s->min_rows; /* padded vocabulary */
-  else if (ok && slot == G_WPE)
+  else if (ok && rule == CKPT_ROWS_PREFIX)
     ok = rows <= s->rows; /* shorter context */
   else if (ok)
     ok = rows == s->rows;
@@ -139,9 +131,9 @@ static bool copy_param(const CkptParam *p, GptSlot slot, const Src *s, const cha
     char a[64], b[64];
     snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (%s)%s",
              path, p->name, param_shape_str(p, a, sizeof a), src_shape_str(s, b, sizeof b), s->desc,
-             slot == G_WTE   ? "; the model's vocabulary must cover the checkpoint's"
-             : slot == G_WPE ? "; the model's context must not exceed the checkpoint's"
-                             : "");
+             rule == CKPT_ROWS_VOCAB    ? "; the model's vocabulary must cover the checkpoint's"
+             : rule == CKPT_ROWS_PREFIX ? "; the model's context must not exceed the checkpoint's"
+                                        : "");
     return false;
   }
   int64_t have = rows < s->rows ? rows : s->rows;
@@ -157,6 +149,10 @@ static bool copy_param(const CkptParam *p, GptSlot slot, const Src *s, const cha
     }
   memset(p->dst + have * cols, 0, (size_t)((rows - have) * cols) * sizeof(float));
   return true;
+}
+
+static CkptRows gpt_rows(GptSlot s) {
+  return s == G_WTE ? CKPT_ROWS_VOCAB : s == G_WPE ? CKPT_ROWS_PREFIX : CKPT_ROWS_EXACT;
 }
 
 /* Number of layers the model's parameters name (1 + the largest h.<i>). */
@@ -293,7 +289,7 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
     GptSlot s;
     int l;
     parse_name(p->name, &s, &l);
-    Src src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .min_rows = 1};
+    CkptSrc src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .min_rows = 1};
     src.rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
                : slots[s].rows_c   ? slots[s].rows_c * C
                                    : 1;
@@ -323,7 +319,7 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
     }
     snprintf(src.desc, sizeof src.desc, "llm.c tensor #%d%s", (int)s,
              slot_per_layer(s) ? ", one layer" : "");
-    if (!copy_param(p, s, &src, path, err, errlen)) goto done;
+    if (!ckpt_copy(p, gpt_rows(s), &src, path, err, errlen)) goto done;
   }
   ok = true;
 done:
@@ -384,14 +380,14 @@ static bool import_hf(const SafeTensors *st, const CkptParam *params, int n, cha
       ok = false;
       break;
     }
-    Src src = {.rank = want_rank, .data = tmp, .min_rows = 1};
+    CkptSrc src = {.rank = want_rank, .data = tmp, .min_rows = 1};
     src.rows = want_rank == 2 ? t->shape[0] : 1;
     src.cols = t->shape[want_rank - 1];
     src.rs = src.cols;
     src.cs = 1;
     if (s == G_WTE) src.min_rows = src.rows;
     snprintf(src.desc, sizeof src.desc, "\"%s\"", name);
-    ok = copy_param(p, s, &src, st_path(st), err, errlen);
+    ok = ckpt_copy(p, gpt_rows(s), &src, st_path(st), err, errlen);
   }
   free(tmp);
   return ok;
@@ -456,8 +452,40 @@ static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, 
   return true;
 }
 
+/* A Hugging Face directory: Llama's reader, or GPT-2's model.safetensors. */
+static bool import_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
+                       size_t errlen) {
+  size_t plen = strlen(dir) + 24;
+  char *cfg_path = pd_malloc(plen);
+  snprintf(cfg_path, plen, "%s/config.json", dir);
+  size_t len;
+  char *text = io_read_all(cfg_path, &len, err, errlen);
+  cJSON *cfg = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+  bool ok = false;
+  if (!text) {
+    /* io_read_all's error names config.json */
+  } else if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0) {
+    snprintf(cfg_path, plen, "%s/model.safetensors", dir);
+    ok = ckpt_import(cfg_path, CKPT_HF, params, n, err, errlen);
+  } else {
+    ok = ckpt_import_llama_dir(dir, params, n, consts, err, errlen); /* names any other model_type */
+  }
+  cJSON_Delete(cfg);
+  free(text);
+  free(cfg_path);
+  return ok;
+}
+
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen) {
+  return ckpt_import_model(path, fmt, params, n, NULL, err, errlen);
+}
+
+bool ckpt_import_model(const char *path, CkptFormat fmt, const CkptParam *params, int n, const char *consts,
+                       char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return import_dir(path, params, n, consts, err, errlen);
   bool detect = fmt == CKPT_AUTO;
   if (detect) {
     int32_t magic = 0;

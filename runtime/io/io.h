@@ -9,9 +9,11 @@
  *   cache_seal.c    the checksum that ends every on-disk cache entry
  *   cache_dir.c     which directory a compile cache may use: only its owner's
  *   data.c          memory-mapped token files and the batch sampler
- *   bpe.c           GPT-2's byte-level BPE tokenizer
+ *   bpe.c           byte-level BPE tokenizers: GPT-2's files, tokenizer.json (bpe_hf.c),
+ *                   the pre-tokenizers' regexes by hand (bpe_pretok.c)
  *   safetensors.c   reading and writing the safetensors format
  *   ckpt_import.c   pd2bw's GPT parameters from other programs' checkpoints
+ *   ckpt_llama.c    pd2bw's Llama parameters from a Hugging Face LlamaForCausalLM directory
  *
  * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
  * Everything here reads or writes a file a user handed us, so every failure that
@@ -214,7 +216,7 @@ int64_t data_sample_window(DataLoader *l, int64_t n);
 /* Copies sample n into in[T], tgt[T]. */
 void data_get_sample(DataLoader *l, int64_t n, int32_t *in, int32_t *tgt);
 
-/* ---- GPT-2 byte-pair encoding (bpe.c) --------------------------------------
+/* ---- byte-level byte-pair encoding (bpe.c, bpe_pretok.c, bpe_hf.c) ----------
  * Token ids are uint16 on disk, so a vocabulary may hold at most 65536 ids. */
 typedef struct Bpe Bpe;
 
@@ -222,6 +224,11 @@ typedef struct Bpe Bpe;
  * GPT-2's byte-to-unicode map) and merges.txt ("a b" per line, highest
  * priority first, an optional "#version" first line). */
 Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t errlen);
+/* Loads a Hugging Face tokenizer.json byte-level BPE: vocabulary, merges, added
+ * (special) tokens and the pre-tokenizer's split pattern (GPT-2's, Llama 3's or
+ * Qwen2's). What would tokenise differently from the library is refused naming
+ * the file and key ("tok.json: pre_tokenizer.pretokenizers[0].pattern.Regex: ..."). */
+Bpe *bpe_load_hf(const char *path, char *err, size_t errlen);
 void bpe_destroy(Bpe *b);
 /* 1 + the largest id in vocab.json. */
 int64_t bpe_vocab_size(const Bpe *b);
@@ -371,6 +378,22 @@ typedef struct CkptGpt2Kind {
 } CkptGpt2Kind;
 CkptGpt2Kind ckpt_gpt2_kind(int k); /* 0 <= k < CKPT_GPT2_KINDS */
 
+/* The 12 Llama tensor kinds (models/llama.model's parameter names): pd2bw's name
+ * (after "h.<i>." for per-layer kinds) and Hugging Face LlamaForCausalLM's (after
+ * "model.layers.<i>." for per-layer kinds), and whether Hugging Face stores it as an
+ * nn.Linear weight, [out, in], where pd2bw's is [in, out]. The last kind is "head"
+ * (lm_head.weight, absent from a tied model). */
+#define CKPT_LLAMA_KINDS 12
+typedef struct CkptLlamaKind {
+  const char *pd, *hf;
+  bool per_layer, linear;
+} CkptLlamaKind;
+CkptLlamaKind ckpt_llama_kind(int k); /* 0 <= k < CKPT_LLAMA_KINDS */
+/* Hugging Face's full name of kind k in layer `layer` ("model.layers.3.mlp.up_proj.weight"). */
+void ckpt_llama_hf_name(int k, int layer, char *buf, size_t n);
+/* "h.3.wq" -> (its kind, 3); "embed" -> (0, -1). False if not a Llama name. */
+bool ckpt_llama_name(const char *name, int *kind, int *layer);
+
 /* Checks that every tensor of a pd2bw checkpoint belongs to one of the model's
  * parameters names[n]: "NAME" itself, or its "opt.m.", "opt.v.", "prev." or "next."
  * (2bw's weight versions) tensor. Otherwise false with "PATH: N tensors of no parameter
@@ -382,8 +405,16 @@ bool ckpt_check_extras(const SafeTensors *st, const char *const *names, int n, c
 
 /* Fills every params[i].dst or fails naming the missing or mismatched tensor
  * (a shape mismatch reports both shapes). The number of transformer layers
- * in the checkpoint must equal the number the params ask for. */
+ * in the checkpoint must equal the number the params ask for. A directory is a
+ * Hugging Face one, by its config.json's model_type: "llama" (runtime/io/ckpt_llama.c:
+ * config.json checked against the parameters, model.safetensors or the shards of
+ * model.safetensors.index.json) or "gpt2" (its model.safetensors, as CKPT_HF). */
 bool ckpt_import(const char *path, CkptFormat fmt, const CkptParam *params, int n, char *err,
                  size_t errlen);
+/* The same, also checking a Hugging Face Llama directory's config.json against the model's
+ * params (plan.json's model.consts, compact JSON; NULL: unknown): heads, kv_heads,
+ * rope_theta and rms_eps, which shape no tensor, each mismatch naming both values. */
+bool ckpt_import_model(const char *path, CkptFormat fmt, const CkptParam *params, int n, const char *consts,
+                       char *err, size_t errlen);
 
 #endif /* PD2BW_RUNTIME_IO_H */

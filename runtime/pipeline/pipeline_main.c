@@ -15,6 +15,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* libgomp reads OMP_NUM_THREADS once, when it loads, and a thread that never called
  * omp_set_num_threads runs its parallel loops (stage programs, the optimizer) on that
@@ -113,9 +114,11 @@ static bool outputs_agreed(const char *prog, const char *plan_dir, const PipeOpt
   PathFlag outs[] = {{"--save", o->save_path, false},          {"--log-json", o->log_json, false},
                      {"--trace", o->trace_path, false},        {"--profile-out", o->profile_out, false},
                      {"--kernel-profile", o->kernel_profile, false}};
+  struct stat sb; /* --init DIR: a Hugging Face directory (runtime/io/ckpt_llama.c), all in it inputs */
+  bool init_dir = o->init_path && stat(o->init_path, &sb) == 0 && S_ISDIR(sb.st_mode);
   PathFlag ins[] = {{"--data", o->data_path, false}, {"--val-data", o->val_path, false},
                     {"the plan directory", plan_dir, true}, {"--resume", o->resume_path, false},
-                    {"--init", o->init_path, false}};
+                    {"--init", o->init_path, init_dir}};
   /* --save may name the checkpoint it resumes or starts from, as `--resume c.st --save
    * c.st` keeps one checkpoint current: that file is read whole before the first step
    * and replaced whole (a temporary renamed) after the last */

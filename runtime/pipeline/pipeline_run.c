@@ -181,7 +181,7 @@ static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errl
     for (int j = 0; j < R->st->nparams; j++)
       if (strcmp(R->st->params[j].name, q->name) == 0) cp[k].dst = (float *)(void *)(w + R->st->params[j].offset);
   }
-  bool ok = ckpt_import(path, CKPT_AUTO, cp, n, err, errlen);
+  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, n, R->pp->rt->model_consts, err, errlen);
   if (ok) pipe_rank_set_weights(R, w, 0, NULL, -1);
   free(w);
   free(cp);
@@ -228,8 +228,8 @@ bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t 
                         "schedule", plan_schedule_name(p->schedule), "weight_versions",
                         !two ? "1" : G->stage_next ? "3 (prev.*, next.*: the weights batches step and step+1 run on)"
                                                    : "2 (prev.* = W(step-1))",
-                        "partition", part};
-  bool ok = st_write(path, e, ne, meta, 8, err, errlen);
+                        "partition", part, "consts", p->rt->model_consts};
+  bool ok = st_write(path, e, ne, meta, 9, err, errlen);
   for (int k = 0; k < 4 * n; k++) free(names[k]);
   free(names);
   free(e);

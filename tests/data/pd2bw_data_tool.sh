@@ -47,6 +47,17 @@ printf "hello\n\n42\n" > "$DIR/two.txt"
   --val-fraction 0 --eot > /dev/null || fail "eot run"
 [ "$(tokens "$DIR/t_train.bin")" = "27 17 13 13 27 24 13" ] || fail "eot tokens: $(tokens "$DIR/t_train.bin")"
 
+# ---- a Hugging Face tokenizer.json (Llama 3's split pattern, special tokens): the
+# ids the tokenizers library gave the whole file (tests/data/gen_hf_tokenizer_ref.py)
+HF=$FIX/../hf_tokenizer
+"$BIN" --input "$HF/sample.txt" --out-prefix "$DIR/hf" --tokenizer "$HF/tokenizer.json" --format raw \
+  --val-fraction 0 > "$DIR/out.txt" || fail "tokenizer.json run: $(cat "$DIR/out.txt")"
+[ "$(tokens "$DIR/hf_train.bin" 0)" = "$(cat "$HF/sample.ids")" ] || fail "tokenizer.json tokens: $(tokens "$DIR/hf_train.bin" 0)"
+grep -q "tokenizer.json BPE from .*, vocab 1203" "$DIR/out.txt" || fail "tokenizer.json summary: $(cat "$DIR/out.txt")"
+"$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/he" --tokenizer "$HF/tokenizer.json" --format raw \
+  --val-fraction 0 --eot > /dev/null || fail "tokenizer.json eot run"
+[ "$(tokens "$DIR/he_train.bin" 0 | cut -d' ' -f1)" = "1" ] || fail "--eot with tokenizer.json: <|end_of_text|> (1) first: $(tokens "$DIR/he_train.bin" 0)"
+
 # ---- --fortune: '%' lines separate entries and are dropped ------------------------
 printf 'one\n%%\ntwo\n%%\nthree\n%%\nfour\n%%\n' > "$DIR/f"
 "$BIN" --fortune --input "$DIR/f" --out-prefix "$DIR/f" --val-fraction 0.25 > "$DIR/out.txt" || fail "fortune run"
@@ -124,6 +135,21 @@ expect_error "no --out-prefix" --input "$DIR/h.txt"
 expect_error "has no \"<|endoftext|>\" token" --input "$DIR/h.txt" --out-prefix "$DIR/e" --vocab "$FIX/vocab.json" \
   --merges "$FIX/merges.txt" --eot
 expect_error "--eot needs --vocab" --input "$DIR/h.txt" --out-prefix "$DIR/e" --eot
+# malformed tokenizer.json: each error names the file and the key
+expect_error "--tokenizer replaces --vocab" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$HF/tokenizer.json" \
+  --vocab "$FIX/vocab.json" --merges "$FIX/merges.txt"
+printf '{"model": {' > "$DIR/broken.json"
+expect_error "broken.json: offset" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$DIR/broken.json"
+sed 's/p{N}{1,3}/p{N}{1,4}/' "$HF/tokenizer.json" > "$DIR/pat.json"
+expect_error "pat.json: pre_tokenizer.pretokenizers[0].pattern.Regex: the split pattern" --input "$DIR/h.txt" \
+  --out-prefix "$DIR/e" --tokenizer "$DIR/pat.json"
+sed 's/"type": "BPE"/"type": "Unigram"/' "$HF/tokenizer.json" > "$DIR/uni.json"
+expect_error "uni.json: model.type: a \"Unigram\" model" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$DIR/uni.json"
+sed 's/"normalizer": null/"normalizer": {"type": "NFC"}/' "$HF/tokenizer.json" > "$DIR/nfc.json"
+expect_error "nfc.json: normalizer: a normalizer is not supported" --input "$DIR/h.txt" --out-prefix "$DIR/e" \
+  --tokenizer "$DIR/nfc.json"
+sed '/"merges": \[/{n;n;s/"[^"]*"/"nosuch"/}' "$HF/tokenizer.json" > "$DIR/merge.json"
+expect_error "merge.json: model.merges[0]: token \"nosuch\" is not in the vocabulary" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$DIR/merge.json"
 expect_error "unknown or incomplete option --bogus" --bogus
 expect_error "cannot create" --input "$DIR/a.txt" --out-prefix "$DIR/no/such/dir/p"
 printf 'abc' > "$DIR/odd.bin"

@@ -12,21 +12,18 @@
 #include "test.h"
 
 #define DIR "tests/data/unicode/"
+#define HF_DIR "tests/data/hf_tokenizer/"
 
 static int hexval(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-static void test_reference_ids(void) {
+/* Every case of the TSV file encodes to its ids; at least min_cases cases and
+ * min_invalid of them not UTF-8. Takes b. */
+static void check_cases(Bpe *b, const char *tsv_path, int min_cases, int min_invalid) {
   char err[IO_ERR_LEN];
-  Bpe *b = bpe_load(DIR "vocab.json", DIR "merges.txt", err, sizeof err);
-  if (!b) {
-    fprintf(stderr, "%s\n", err);
-    EXPECT(b != NULL);
-    return;
-  }
   size_t len;
-  char *tsv = io_read_all(DIR "cases.tsv", &len, err, sizeof err);
+  char *tsv = io_read_all(tsv_path, &len, err, sizeof err);
   EXPECT(tsv != NULL);
   if (!tsv) {
     bpe_destroy(b);
@@ -73,13 +70,36 @@ static void test_reference_ids(void) {
   }
   if (nbad) fprintf(stderr, "%d of %d cases differ from the reference ids\n", nbad, ncases);
   EXPECT_EQ_INT(nbad, 0);
-  EXPECT(ncases >= 450); /* the file was read whole */
-  EXPECT(ninvalid >= 6);
+  EXPECT(ncases >= min_cases); /* the file was read whole */
+  EXPECT(ninvalid >= min_invalid);
   free(tsv);
   bpe_destroy(b);
 }
 
+static void test_reference_ids(void) {
+  char err[IO_ERR_LEN];
+  Bpe *b = bpe_load(DIR "vocab.json", DIR "merges.txt", err, sizeof err);
+  if (!b) fprintf(stderr, "%s\n", err);
+  EXPECT(b != NULL);
+  if (b) check_cases(b, DIR "cases.tsv", 450, 6);
+}
+
+/* A Hugging Face tokenizer.json with Llama 3's split pattern, special tokens and
+ * ignore_merges against the ids the tokenizers library gave the same texts
+ * (tests/data/gen_hf_tokenizer_ref.py wrote both). */
+static void test_hf_tokenizer_ids(void) {
+  char err[IO_ERR_LEN];
+  Bpe *b = bpe_load_hf(HF_DIR "tokenizer.json", err, sizeof err);
+  if (!b) fprintf(stderr, "%s\n", err);
+  EXPECT(b != NULL);
+  if (!b) return;
+  EXPECT_EQ_INT(bpe_vocab_size(b), 1203);
+  EXPECT_EQ_INT(bpe_token_id(b, "<|end_of_text|>"), 1);
+  check_cases(b, HF_DIR "cases.tsv", 460, 0);
+}
+
 int main(void) {
   RUN(test_reference_ids);
+  RUN(test_hf_tokenizer_ids);
   return TEST_REPORT();
 }

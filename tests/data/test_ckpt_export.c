@@ -183,6 +183,7 @@ static void test_hf_and_llmc(void) {
 
   expect_roundtrip(tp("hf/model.safetensors"), CKPT_HF, V, V);
   expect_roundtrip(tp("hf/model.safetensors"), CKPT_AUTO, V, V);
+  expect_roundtrip(tp("hf"), CKPT_AUTO, V, V); /* the directory: --init DIR, by config.json's model_type */
   expect_roundtrip(tp("gpt2.bin"), CKPT_LLMC, V, V);
   expect_roundtrip(tp("gpt2.bin"), CKPT_AUTO, V, V);
 

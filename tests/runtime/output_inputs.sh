@@ -153,6 +153,9 @@ refused "pd2bw-export --hf replaces its checkpoint" \
   "$EXPORT" "$T/hf/model.safetensors" --heads 2 --hf "$T/hf" --force
 "$EXPORT" "$T/g.st" --heads 2 --llmc "$T/g.bin" >/dev/null
 check "pd2bw-export writes beside its checkpoint" test -s "$T/g.bin"
+# pd2bwrun records the model's consts in the checkpoint: no --heads needed, the same file
+"$EXPORT" "$T/g.st" --llmc "$T/g2.bin" >/dev/null
+check "pd2bw-export takes heads from the checkpoint's consts" cmp -s "$T/g.bin" "$T/g2.bin"
 
 # ---- pd2bwc -o ----
 cp "$SRC/tinygpt.model" "$T/plan1/my.model"

@@ -1,0 +1,268 @@
+/* runtime/io/bpe_hf.c — a Hugging Face tokenizer.json byte-level BPE (Llama 3's,
+ * Qwen2's, GPT-2's as tokenizers saves them) read into the tokenizer of bpe.c.
+ *
+ * What is read: model.vocab, model.merges (the "a b" strings of older files or the
+ * ["a", "b"] pairs tokenizers writes since 0.20), model.ignore_merges, the
+ * added_tokens (special or not: both are cut out of the text before
+ * pre-tokenization) and the pre-tokenizer — GPT-2's ByteLevel with its regex, or
+ * a Sequence of a Split on Llama 3's (or Qwen2's, or GPT-2's) pattern and a
+ * ByteLevel without one. Anything that would change the ids and that bpe.c does
+ * not do is refused naming the file and the key (a normalizer, a BPE dropout,
+ * byte fallback, subword prefixes, add_prefix_space, another split pattern, an
+ * added token with lstrip/rstrip/single_word) rather than tokenised differently
+ * from the library. The post-processor (Llama 3's template adds
+ * <|begin_of_text|>) is not applied: pd2bw-data's --eot marks documents.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/io/bpe_internal.h"
+
+/* The split patterns bpe_pretok.c implements, as tokenizer.json spells them. */
+static const char LLAMA3_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+typedef struct Ctx {
+  const char *path;
+  char *err;
+  size_t errlen;
+} Ctx;
+
+static bool bad(const Ctx *c, const char *key, const char *msg) {
+  snprintf(c->err, c->errlen, "%s: %s: %s", c->path, key, msg);
+  return false;
+}
+
+/* Whether obj[key] is absent, null or false. */
+static bool off(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return !v || cJSON_IsNull(v) || cJSON_IsFalse(v);
+}
+
+/* Whether obj[key] is absent, null or "". */
+static bool empty_str(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == '\0');
+}
+
+static const char *type_of(const cJSON *obj) {
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
+  return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+static bool read_model(Bpe *b, const cJSON *model, int nadded, const Ctx *c) {
+  if (!cJSON_IsObject(model)) return bad(c, "model", "expected an object");
+  const char *type = type_of(model);
+  if (!type || strcmp(type, "BPE") != 0) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "a \"%.80s\" model; pd2bw-data reads byte-level BPE only", type ? type : "untyped");
+    return bad(c, "model.type", msg);
+  }
+  if (!off(model, "dropout")) return bad(c, "model.dropout", "BPE dropout is not supported (ids would be random)");
+  if (!off(model, "byte_fallback")) return bad(c, "model.byte_fallback", "byte fallback is not supported");
+  if (!empty_str(model, "continuing_subword_prefix"))
+    return bad(c, "model.continuing_subword_prefix", "a subword prefix is not supported");
+  if (!empty_str(model, "end_of_word_suffix"))
+    return bad(c, "model.end_of_word_suffix", "an end-of-word suffix is not supported");
+  const cJSON *im = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
+  if (im && !cJSON_IsBool(im)) return bad(c, "model.ignore_merges", "expected true or false");
+  b->ignore_merges = cJSON_IsTrue(im);
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  if (!cJSON_IsObject(vocab)) return bad(c, "model.vocab", vocab ? "expected an object {\"token\": id, ...}" : "missing");
+  char where[IO_ERR_LEN];
+  snprintf(where, sizeof where, "%s: model.vocab", c->path);
+  if (!bpe_vocab_from_json(b, vocab, (size_t)nadded, where, c->err, c->errlen)) return false;
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  if (!cJSON_IsArray(merges)) return bad(c, "model.merges", merges ? "expected an array" : "missing");
+  bpe_merges_reserve(b, (size_t)cJSON_GetArraySize(merges));
+  int i = 0;
+  const cJSON *m;
+  cJSON_ArrayForEach(m, merges) {
+    char key[48], *buf = NULL;
+    const char *left = NULL, *right = NULL;
+    snprintf(key, sizeof key, "model.merges[%d]", i);
+    if (cJSON_IsString(m)) { /* "a b" */
+      buf = pd_strdup(m->valuestring);
+      char *sp = strchr(buf, ' ');
+      if (sp && sp != buf && sp[1] && !strchr(sp + 1, ' ')) {
+        *sp = '\0';
+        left = buf;
+        right = sp + 1;
+      }
+    } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
+               cJSON_IsString(cJSON_GetArrayItem(m, 1))) { /* ["a", "b"] */
+      left = cJSON_GetArrayItem(m, 0)->valuestring;
+      right = cJSON_GetArrayItem(m, 1)->valuestring;
+    }
+    if (!left) {
+      free(buf);
+      return bad(c, key, "expected \"a b\" (two tokens, one space) or [\"a\", \"b\"]");
+    }
+    snprintf(where, sizeof where, "%s: %s", c->path, key);
+    bool ok = bpe_add_merge(b, left, right, where, c->err, c->errlen);
+    free(buf);
+    if (!ok) return false;
+    i++;
+  }
+  return true;
+}
+
+static int longest_first(const void *x, const void *y) {
+  const BpeAdded *a = x, *b = y;
+  return a->len != b->len ? (a->len < b->len ? 1 : -1) : strcmp(a->content, b->content);
+}
+
+static bool read_added(Bpe *b, const cJSON *added, const Ctx *c) {
+  if (!added || cJSON_IsNull(added)) return true;
+  int n = cJSON_GetArraySize(added);
+  b->added = pd_calloc((size_t)n + 1, sizeof *b->added);
+  const cJSON *t;
+  cJSON_ArrayForEach(t, added) {
+    char key[48];
+    snprintf(key, sizeof key, "added_tokens[%d]", b->nadded);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(t, "id");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(t, "content");
+    if (!cJSON_IsObject(t) || !cJSON_IsString(content) || !content->valuestring[0] || !cJSON_IsNumber(id))
+      return bad(c, key, "expected {\"id\": N, \"content\": \"...\", ...}");
+    double v = id->valuedouble;
+    if (v != (double)(int64_t)v || v < 0 || v > 65535)
+      return bad(c, key, "id must be an integer in [0, 65535] (token files store uint16)");
+    static const char *const unsupported[] = {"lstrip", "rstrip", "single_word"};
+    for (int k = 0; k < 3; k++)
+      if (!off(t, unsupported[k])) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "%s is not supported (the token would match differently)", unsupported[k]);
+        return bad(c, key, msg);
+      }
+    const char *s = content->valuestring;
+    int64_t have = bpe_token_id(b, s);
+    if (have >= 0 && have != (int64_t)v) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "\"%.80s\" has id %lld, model.vocab gives it %lld", s, (long long)v, (long long)have);
+      return bad(c, key, msg);
+    }
+    if (have < 0) {
+      /* a new token: its id must be free */
+      for (size_t k = 0; k < b->vocab_cap; k++)
+        if (b->vocab[k].key && b->vocab[k].value == (int32_t)v) {
+          char msg[240];
+          snprintf(msg, sizeof msg, "id %lld of \"%.80s\" is model.vocab's \"%.80s\"", (long long)v, s, b->vocab[k].key);
+          return bad(c, key, msg);
+        }
+      bpe_vocab_add(b, s, (int32_t)v);
+    }
+    b->added[b->nadded] = (BpeAdded){pd_strdup(s), strlen(s), (int32_t)v};
+    b->added_first[(unsigned char)s[0]] = true;
+    b->nadded++;
+  }
+  qsort(b->added, (size_t)b->nadded, sizeof *b->added, longest_first);
+  return true;
+}
+
+/* A ByteLevel pre-tokenizer at `key`; `split` tells whether a Split came before it. */
+static bool read_bytelevel(Bpe *b, const cJSON *p, const char *key, bool split, const Ctx *c) {
+  char k[96];
+  snprintf(k, sizeof k, "%s.add_prefix_space", key);
+  if (!off(p, "add_prefix_space")) return bad(c, k, "true is not supported");
+  const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
+  bool use_regex = !ur || cJSON_IsTrue(ur); /* tokenizers' default: true */
+  snprintf(k, sizeof k, "%s.use_regex", key);
+  if (split && use_regex)
+    return bad(c, k, "true after a Split (two regexes in a row) is not supported");
+  if (!split && !use_regex) return bad(c, k, "false without a Split (no pre-tokenization) is not supported");
+  if (!split) {
+    b->pretok = BPE_PRE_GPT2;
+  }
+  return true;
+}
+
+static bool read_split(Bpe *b, const cJSON *p, const char *key, const Ctx *c) {
+  char k[96];
+  const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+  const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+  snprintf(k, sizeof k, "%s.pattern", key);
+  if (!cJSON_IsString(re)) return bad(c, k, "expected {\"Regex\": \"...\"}");
+  const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+  snprintf(k, sizeof k, "%s.behavior", key);
+  if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0)
+    return bad(c, k, "only \"Isolated\" is supported");
+  snprintf(k, sizeof k, "%s.invert", key);
+  if (!off(p, "invert")) return bad(c, k, "true is not supported");
+  const char *r = re->valuestring;
+  if (strcmp(r, LLAMA3_PATTERN) == 0 || strcmp(r, QWEN2_PATTERN) == 0) {
+    b->pretok = BPE_PRE_LLAMA3;
+    b->max_digits = strcmp(r, LLAMA3_PATTERN) == 0 ? 3 : 1;
+  } else if (strcmp(r, GPT2_PATTERN) == 0) {
+    b->pretok = BPE_PRE_GPT2;
+  } else {
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "the split pattern \"%.200s\" is not one pd2bw-data implements (Llama 3's, Qwen2's and GPT-2's are)",
+             r);
+    snprintf(k, sizeof k, "%s.pattern.Regex", key);
+    return bad(c, k, msg);
+  }
+  return true;
+}
+
+static bool read_pretok(Bpe *b, const cJSON *p, const Ctx *c) {
+  const char *type = p ? type_of(p) : NULL;
+  if (type && strcmp(type, "ByteLevel") == 0) return read_bytelevel(b, p, "pre_tokenizer", false, c);
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
+  if (type && strcmp(type, "Sequence") == 0 && cJSON_GetArraySize(list) == 2) {
+    const cJSON *s = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
+    const char *t0 = type_of(s), *t1 = type_of(bl);
+    if (t0 && t1 && strcmp(t0, "Split") == 0 && strcmp(t1, "ByteLevel") == 0)
+      return read_split(b, s, "pre_tokenizer.pretokenizers[0]", c) &&
+             read_bytelevel(b, bl, "pre_tokenizer.pretokenizers[1]", true, c);
+  }
+  char msg[200];
+  snprintf(msg, sizeof msg,
+           "%s%.60s%s is not supported (a ByteLevel, or a Sequence of a Split and a ByteLevel, is)",
+           type ? "a \"" : "", type ? type : p ? "an untyped pre-tokenizer" : "none", type ? "\"" : "");
+  return bad(c, "pre_tokenizer", msg);
+}
+
+Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {
+  size_t len;
+  char *text = io_read_all(path, &len, err, errlen);
+  if (!text) return NULL;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  Ctx c = {path, err, errlen};
+  Bpe *b = pd_calloc(1, sizeof *b);
+  bool ok = false;
+  if (!root || !cJSON_IsObject(root)) {
+    size_t off_at = end && end >= text ? (size_t)(end - text) : 0;
+    snprintf(err, errlen, "%s: offset %zu: %s", path, off_at,
+             root ? "expected a JSON object (a Hugging Face tokenizer.json)" : "malformed JSON");
+    goto done;
+  }
+  const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+  if (norm && !cJSON_IsNull(norm)) {
+    bad(&c, "normalizer", "a normalizer is not supported (byte-level BPE tokenizers have none)");
+    goto done;
+  }
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added)) {
+    bad(&c, "added_tokens", "expected an array");
+    goto done;
+  }
+  ok = read_model(b, cJSON_GetObjectItemCaseSensitive(root, "model"), cJSON_GetArraySize(added), &c) &&
+       read_added(b, added, &c) && read_pretok(b, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &c);
+  if (ok) bpe_finish(b);
+done:
+  cJSON_Delete(root);
+  free(text);
+  if (!ok) {
+    bpe_destroy(b);
+    return NULL;
+  }
+  return b;
+}

@@ -1,0 +1,38 @@
+/* runtime/io/ckpt_internal.h — what the checkpoint importers share: GPT-2's and llm.c's
+ * (ckpt_import.c) and Hugging Face Llama directories' (ckpt_llama.c). Each maps a
+ * pd2bw parameter to a source tensor described in pd2bw's orientation and hands it
+ * to the one copy, ckpt_copy. */
+#ifndef PD2BW_RUNTIME_IO_CKPT_INTERNAL_H
+#define PD2BW_RUNTIME_IO_CKPT_INTERNAL_H
+
+#include "runtime/io/io.h"
+
+/* A source tensor in pd2bw orientation: element (r, c) of the [rows, cols] matrix
+ * the model wants is data[r·rs + c·cs] (a transposing source: rs = 1, cs = rows of
+ * the stored [out, in]); `data` holds float32 (converted). */
+typedef struct CkptSrc {
+  char desc[300]; /* where it came from, for messages */
+  int rank;
+  int64_t rows, cols; /* rank 1: rows = 1 */
+  int64_t rs, cs;
+  const float *data;
+  int64_t min_rows; /* CKPT_ROWS_VOCAB: the real vocabulary the model must cover */
+} CkptSrc;
+
+/* How the model's rows may differ from the source's. */
+typedef enum CkptRows {
+  CKPT_ROWS_EXACT,
+  CKPT_ROWS_VOCAB,  /* a padded vocabulary: at least min_rows; extra rows zero */
+  CKPT_ROWS_PREFIX, /* a shorter context: the first rows */
+} CkptRows;
+
+/* Copies s into p->dst, checking shapes (an error names both) and finiteness. */
+bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *path, char *err,
+               size_t errlen);
+
+/* A Hugging Face Llama directory (ckpt_llama.c): config.json checked against the
+ * parameters, model.safetensors or the shards its index names. */
+bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
+                           size_t errlen);
+
+#endif /* PD2BW_RUNTIME_IO_CKPT_INTERNAL_H */
