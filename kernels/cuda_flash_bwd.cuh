@@ -1,23 +1,12 @@
 /* kernels/cuda_flash_bwd.cuh — attention backward on tensor cores (FlashAttention-2),
- * deterministic: no atomics, every output row written by one warp.
+ * packed qkv (pkc_flash_attention_bwd_dq/dkv_bf16) and separate q, k, v with KVH
+ * key/value heads (pkc_flash_attention_gqa_bwd_dq/dkv_bf16).
  *
- * Three launches, in order (all but the first block PKC_FLASH_THREADS, any grid; qkv16
- * and dy16 are qkv and dy as bf16; lse[row] is the forward's log-sum-exp, row =
- * (b·NH+h)·T + t, the IR's second output of attention):
- *   1. pkc_attention_bwd_delta_f32 (cuda_kernels.cuh): D[row] = dy·out from the
- *      forward's stored out (FlashAttention-2: nothing of the forward is recomputed);
- *   2. pkc_flash_attention_bwd_dq_bf16, one block per (b, h, 64-query tile):
- *      dq = scale·Σ_j dS_j·k_j, dS = P∘(dP∘M − D), P = exp(s − lse), dP = dy·vᵀ;
- *   3. pkc_flash_attention_bwd_dkv_bf16, one block per (b, h, 64-key tile), walking
- *      the query tiles: dv = Σ_t (P∘M)ᵀ·dy, dk = scale·Σ_t dSᵀ·q;
- * with M the dropout multiplier (0 or 1/(1-p)) of element ((b·NH+h)·T+t)·T+u, replayed
- * from Philox as the forward drew it. S, dP and the two products run as mma.sync with
- * dS and P re-packed from the accumulators as A fragments; causal tiles are skipped
- * (whole tiles per block, a warp's rows per warp). 2 and 3 write disjoint columns of
- * dqkv[B,T,3C] (fp32) and may run in either order. Grids: B·NH·ceil(T/64) each.
- * pkc_flash_attention_gqa_bwd_dq/dkv_bf16 are the same over separate q, k, v with KVH
- * key/value heads: a dkv block owns one key/value head's key tile and walks every query
- * head of its group, so dk and dv sum over the group in registers.
+ * Invariants: deterministic — no atomics, every output row written by one warp; the
+ * dropout multiplier of each element is replayed from Philox as the forward drew it;
+ * nothing of the forward is recomputed but P, from the forward's lse (its second
+ * output) and D[row] = dy·out (pkc_attention_bwd_delta_f32, launched first). The dq and
+ * dkv launches write disjoint outputs and may run in either order.
  */
 #ifndef PD2BW_CUDA_FLASH_BWD_CUH
 #define PD2BW_CUDA_FLASH_BWD_CUH
@@ -28,6 +17,19 @@
 
 #define PKC_FLASH_LOG2E 1.4426950408889634f
 
+/* The launches, in order (all but the first block PKC_FLASH_THREADS, any grid; qkv16
+ * and dy16 are qkv and dy as bf16; row = (b·NH+h)·T + t):
+ *   1. pkc_attention_bwd_delta_f32 (cuda_kernels.cuh): D[row] = dy·out;
+ *   2. ..._bwd_dq_bf16, one block per (b, h, 64-query tile):
+ *      dq = scale·Σ_j dS_j·k_j, dS = P∘(dP∘M − D), P = exp(s − lse), dP = dy·vᵀ;
+ *   3. ..._bwd_dkv_bf16, one block per (b, h, 64-key tile), walking the query tiles:
+ *      dv = Σ_t (P∘M)ᵀ·dy, dk = scale·Σ_t dSᵀ·q;
+ * with M the dropout multiplier (0 or 1/(1-p)) of element ((b·NH+h)·T+t)·T+u. S, dP
+ * and the two products run as mma.sync with dS and P re-packed from the accumulators
+ * as A fragments; causal tiles are skipped (whole tiles per block, a warp's rows per
+ * warp). Grids: B·NH·ceil(T/64) each. The GQA dkv block owns one key/value head's key
+ * tile and walks every query head of its group, so dk and dv sum over the group in
+ * registers. */
 /* One query tile's dq (row stride ldq, as q's); q, k, v as pkc_flash_fwd_tile's. */
 template <int HS>
 static __device__ void pkc_flash_dq_tile(float *dqs, const float *lse, const float *Dv, const unsigned short *dy,

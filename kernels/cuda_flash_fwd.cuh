@@ -1,22 +1,12 @@
-/* kernels/cuda_flash_fwd.cuh — attention forward on tensor cores (FlashAttention-2).
+/* kernels/cuda_flash_fwd.cuh — attention forward on tensor cores (FlashAttention-2):
+ * pkc_flash_attention_fwd_bf16 over packed qkv and pkc_flash_attention_gqa_fwd_bf16
+ * over separate q, k, v with KVH key/value heads, from bf16 inputs, fp32 out.
  *
- * pkc_flash_attention_fwd_bf16(out, lse, qkv16, B, T, C, NH, causal, p, seed, op, mbkey):
- * out[B,T,C] fp32 as pkc_attention_fwd_f32, from qkv16 = qkv as bf16
- * (pkc_cast_f32_to_bf16); pkc_flash_attention_gqa_fwd_bf16 the same over separate q, k,
- * v with KVH key/value heads (a query tile reads its group's head). lse (may be NULL) gets each query row's log-sum-exp of
- * the scaled scores, lse[(b·NH+h)·T + t] (natural log): the IR's second output of
+ * Invariants: out is pkc_attention_fwd_f32's (the C twin, op_check holds them to each
+ * other); dropout is drawn per element from Philox exactly as the CPU draws it (same
+ * element index, same threshold); lse (may be NULL) gets each query row's natural-log
+ * log-sum-exp of the scaled scores, lse[(b·NH+h)·T + t], the IR's second output of
  * attention, which the backward (cuda_flash_bwd.cuh) takes instead of recomputing.
- *
- * One block per (b, h, 64-query tile), 4 warps of 16 query rows. The warp keeps its
- * Q rows as A fragments in registers, walks the key tiles (K and V tiles in shared
- * memory, loaded by cp.async): S = Q·Kᵀ by mma.sync, the online softmax on S's
- * accumulators (row max and sum across the four lanes of a row by shuffles; the sum
- * stays per lane until the end), dropout drawn per element from Philox exactly as the
- * CPU (same element index, same threshold), then P re-packed in registers as the A
- * fragment of O += P·V (no trip through shared memory). Causal: key tiles wholly after
- * the block's last query are never loaded, those after a warp's last query skipped by
- * that warp; partial tiles (T not a multiple of 64) are masked. Launch: block
- * PKC_FLASH_THREADS, grid B·NH·ceil(T/64) (any grid works).
  */
 #ifndef PD2BW_CUDA_FLASH_FWD_CUH
 #define PD2BW_CUDA_FLASH_FWD_CUH
@@ -25,6 +15,15 @@
 #include "cuda_flash_common.cuh"
 #endif
 
+/* How a block runs: one per (b, h, 64-query tile), 4 warps of 16 query rows. The warp
+ * keeps its Q rows as A fragments in registers, walks the key tiles (K and V tiles in
+ * shared memory, loaded by cp.async): S = Q·Kᵀ by mma.sync, the online softmax on S's
+ * accumulators (row max and sum across the four lanes of a row by shuffles; the sum
+ * stays per lane until the end), dropout, then P re-packed in registers as the A
+ * fragment of O += P·V (no trip through shared memory). Causal: key tiles wholly after
+ * the block's last query are never loaded, those after a warp's last query skipped by
+ * that warp; partial tiles (T not a multiple of 64) are masked. Launch: block
+ * PKC_FLASH_THREADS, grid B·NH·ceil(T/64) (any grid works). */
 /* One query tile: out, and lse[row] when lse is not NULL. q rows have stride ldq, k and
  * v rows ldkv; query head h reads key/value head h/(NH/KVH) (packed qkv: ldq = ldkv =
  * 3C, KVH = NH). */

@@ -1,9 +1,8 @@
 /* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on.
  *
- *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1]
+ *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1] [--eot]
  *              [--vocab vocab.json --merges merges.txt | --tokenizer tokenizer.json]
- *              [--eot] [--format llmc|raw]
- *              [--fortune]
+ *              [--format llmc|raw] [--fortune]
  *   pd2bw-data --info FILE.bin...
  *
  * Writes PREFIX_train.bin and PREFIX_val.bin, each whole or not at all.
@@ -15,11 +14,9 @@
  * floor((i+1)·f) > floor(i·f): validation documents are spread evenly through
  * the corpus (not one topic at its end), and there are floor(n·f) of them.
  * Each document is tokenised on its own and the token streams concatenated in
- * input order; with --eot each document is preceded by the vocabulary's
- * "<|endoftext|>" token (Llama 3's "<|end_of_text|>" when it has no such token),
- * as GPT-2 and llm.c's data scripts delimit documents. A tokenizer.json's
- * post-processor template (Llama 3's <|begin_of_text|>) is not applied.
- * Inputs that are not text (see TEXT_SNIFF_BYTES) are skipped, one note each.
+ * input order; --eot puts "<|endoftext|>" (or "<|end_of_text|>") before each, as
+ * GPT-2 and llm.c's scripts do (no tokenizer.json post-processor template). Inputs
+ * that are not text (TEXT_SNIFF_BYTES) are skipped, one note each.
  */
 #include <stdarg.h>
 #include <stdlib.h>

@@ -2,25 +2,21 @@
  * the programs GPT-2 users already have: a Hugging Face GPT-2 directory and an
  * llm.c model file. The inverse of pd2bwrun --init (runtime/io/ckpt_import.c).
  *
- *   pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V]
- *                [--hf DIR] [--llmc FILE.bin] [--force]
- *                [--kv-heads N] [--rope-theta T] [--rms-eps E]   (Llama, old checkpoints)
+ *   pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V] [--hf DIR] [--llmc FILE.bin]
+ *                [--force] [--kv-heads N] [--rope-theta T] [--rms-eps E]
  *
  * pd2bw's GPT tensors already have GPT-2's Conv1D layout ([in, out]), so the
  * Hugging Face export is a rename (h.3.attn_w -> transformer.h.3.attn.c_attn.
  * weight) plus config.json; llm.c stores linear weights [out, in], all layers
  * of a kind back to back, after its 1024-byte header (version 3, float32).
- * The head count shapes no tensor: the checkpoint's "consts" metadata records it
- * (pd2bwrun copies the plan's model.consts), --heads gives it for a checkpoint
- * written before. A checkpoint of models/llama.model (its "embed") is written as a
- * LlamaForCausalLM directory by export_llama.c. Optimizer state (opt.m.*, opt.v.*) and 2BW's other weight versions (prev.*,
- * and next.* under weight prediction) are left out; any other tensor that is not GPT-2's is an error.
+ * Head counts shape no tensor: the checkpoint's "consts" metadata records them
+ * (--heads for older ones). A models/llama.model checkpoint becomes a
+ * LlamaForCausalLM directory (export_llama.c). Optimizer state and 2BW's other
+ * versions (prev.*, next.*) are left out; any other unknown tensor is an error.
  *
- * Outputs appear whole or not at all: everything is written to temporary files
- * first and renamed only when all of it succeeded; a directory we created is
- * removed again on failure. An existing output is the user's: it is replaced
- * only with --force (and then, in a --hf directory, only model.safetensors and
- * config.json).
+ * Outputs appear whole or not at all (temporary files renamed once all succeeded; a
+ * directory we created is removed on failure). An existing output is the user's:
+ * replaced only with --force (in a --hf directory only model.safetensors and config.json).
  */
 #include <cjson/cJSON.h>
 #include <math.h>

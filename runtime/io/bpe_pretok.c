@@ -1,38 +1,36 @@
 /* runtime/io/bpe_pretok.c — the pre-tokenizers: the regexes that cut text into the
- * chunks merges never cross, written by hand on code points (no regex library:
- * the two patterns below are all byte-level BPE tokenizers in use need, and a
- * hand-written matcher says exactly which Unicode classes it uses).
+ * chunks merges never cross, written by hand on code points for GPT-2's pattern
+ * (bpe_pretoken_len) and Llama 3's / Qwen2's (bpe_pretoken_len_llama3); no regex
+ * library: these are all byte-level BPE tokenizers in use need, and a hand-written
+ * matcher says exactly which Unicode classes it uses.
  *
- * GPT-2's pattern (also Hugging Face's ByteLevel pre-tokenizer with use_regex):
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * Llama 3's (its tokenizer.json's Split pre-tokenizer; Qwen2's is the same with
- * \p{N} for \p{N}{1,3}):
- *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * Both are run by backtracking engines (Python's regex, Oniguruma in Hugging Face
- * tokenizers): at each position the first alternative that matches wins, and
- * every character is matched by some alternative, so the chunks tile the text.
- * The classes are the ones those engines use, from utf8proc's Unicode tables:
- * \p{L} is the general categories Lu Ll Lt Lm Lo, \p{N} is Nd Nl No, and \s is
- * the Unicode property White_Space — U+0009..U+000D, U+0085 and the categories
- * Zs, Zl, Zp (not Python's str.isspace, which adds U+001C..U+001F). Everything
- * else (punctuation, symbols, marks, controls, format characters such as ZWJ and
- * the BOM) is the "other" class. The contractions and ' ?' are the ASCII
- * characters the patterns spell; (?i:...) folds ASCII case only (Oniguruma also
- * folds U+017F LATIN SMALL LETTER LONG S to s, which we do not). utf8proc's
- * Unicode version can lag the reference tokenizer's for characters assigned
- * since.
- * Bytes that are not part of valid UTF-8: the reference tokenizers take decoded
- * text, so such bytes never reach them. We keep each such byte as it is and give
- * it the "other" class — what the regex does to text decoded with Python's
- * errors="surrogateescape" (a byte becomes a lone surrogate, category Cs), so a
- * file with a stray Latin-1 byte still tokenises, byte-exactly, like its
- * surrogateescape decoding.
+ * Invariants: at each position the first alternative that matches wins, as in the
+ * backtracking engines the reference tokenizers use (Python's regex, Oniguruma), and
+ * the chunks tile the text; the classes are those engines' (CharClass, from
+ * utf8proc's tables); bytes that are not valid UTF-8 are kept, one "other" character
+ * each, as Python's errors="surrogateescape" decoding would see them.
  */
 #include <utf8proc.h>
 
 #include "runtime/io/bpe_internal.h"
 
+/* The patterns:
+ *   GPT-2 (also Hugging Face's ByteLevel pre-tokenizer with use_regex):
+ *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   Llama 3 (its tokenizer.json's Split pre-tokenizer; Qwen2's has \p{N} for \p{N}{1,3}):
+ *     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *      ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * \p{L} is the general categories Lu Ll Lt Lm Lo, \p{N} is Nd Nl No, and \s is the
+ * Unicode property White_Space — U+0009..U+000D, U+0085 and the categories Zs, Zl, Zp
+ * (not Python's str.isspace, which adds U+001C..U+001F). Everything else
+ * (punctuation, symbols, marks, controls, format characters such as ZWJ and the BOM)
+ * is the "other" class. The contractions and ' ?' are the ASCII characters the
+ * patterns spell; (?i:...) folds ASCII case only (Oniguruma also folds U+017F LATIN
+ * SMALL LETTER LONG S to s, which we do not). utf8proc's Unicode version can lag the
+ * reference tokenizer's for characters assigned since. A byte that is not part of
+ * valid UTF-8 never reaches the reference tokenizers (they take decoded text); kept
+ * with the "other" class it tokenises as its surrogateescape decoding (a lone
+ * surrogate, category Cs) does. */
 typedef enum CharClass {
   CC_SPACE,  /* \s: Unicode White_Space */
   CC_LETTER, /* \p{L} */

@@ -15,8 +15,7 @@
  * tensors, each holding all L layers back to back: wte [Vp,C], wpe [maxT,C],
  * ln1w [L,C], ln1b [L,C], qkvw [L,3C,C], qkvb [L,3C], attprojw [L,C,C],
  * attprojb [L,C], ln2w [L,C], ln2b [L,C], fcw [L,4C,C], fcb [L,4C],
- * fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C]. Rows V..Vp of wte are
- * padding.
+ * fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C] (rows V..Vp of wte: padding).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -4,17 +4,12 @@
  * weight_map names.
  *
  * One table maps each pd2bw name to the Hugging Face tensor, as ckpt_import.c's does
- * for GPT-2; Linear weights are stored [out, in] and pd2bw's are [in, out], so those
- * are read transposed (the source's strides), the embedding, the norms and the LM
- * head (used with transpose_b) as they are. config.json is checked against the
- * parameters before any tensor is read: every shape it implies (width, layers,
- * vocabulary, intermediate size, heads x head_dim, kv_heads x head_dim, tied or
- * untied head, and the attention's head size where the plan records it), each
- * mismatch naming both values, and what pd2bw's Llama cannot compute (rope_scaling,
- * biases, another activation) is refused naming the key. What no shape shows (heads,
- * kv_heads, rope_theta, rms_norm_eps) is checked against the model's params when the
- * caller passes them (plan.json's model.consts, which pd2bwrun also records in its
- * checkpoints and pd2bw-export writes back).
+ * for GPT-2; Linear weights ([out, in] there, [in, out] here) are read transposed.
+ * Invariant: config.json is checked against the parameters before any tensor is
+ * read — every shape it implies, and heads, kv_heads, rope_theta and rms_norm_eps
+ * against the model's consts when the caller passes them — each mismatch naming both
+ * values; what pd2bw's Llama cannot compute (rope_scaling, biases, another
+ * activation) is refused naming the key.
  */
 #include <cjson/cJSON.h>
 #include <math.h>

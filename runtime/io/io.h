@@ -9,11 +9,9 @@
  *   cache_seal.c    the checksum that ends every on-disk cache entry
  *   cache_dir.c     which directory a compile cache may use: only its owner's
  *   data.c          memory-mapped token files and the batch sampler
- *   bpe.c           byte-level BPE tokenizers: GPT-2's files, tokenizer.json (bpe_hf.c),
- *                   the pre-tokenizers' regexes by hand (bpe_pretok.c)
+ *   bpe.c           byte-level BPE (GPT-2's files; tokenizer.json: bpe_hf.c, bpe_pretok.c)
  *   safetensors.c   reading and writing the safetensors format
- *   ckpt_import.c   pd2bw's GPT parameters from other programs' checkpoints
- *   ckpt_llama.c    pd2bw's Llama parameters from a Hugging Face LlamaForCausalLM directory
+ *   ckpt_import.c   GPT parameters from other programs' checkpoints (Llama: ckpt_llama.c)
  *
  * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
  * Everything here reads or writes a file a user handed us, so every failure that
