@@ -163,3 +163,20 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
   }
   return layout_cuda_scratch_size(rows, staging, bf16);
 }
+
+bool layout_cuda_fold_params(const StageLayout *L, char *folded) {
+  const Graph *g = L->g;
+  char *use = pd_calloc((size_t)g->ntensors + 1, 1); /* bit 0: a GEMM's A or B, bit 1: other */
+  for (int k = 0; k < L->nfwd + L->nbwd; k++) {
+    const Op *op = &g->ops[k < L->nfwd ? L->fwd_ops[k] : L->bwd_ops[k - L->nfwd]];
+    for (int i = 0; i < op->nin; i++)
+      if (g->tensors[op->in[i]].kind == TK_PARAM) use[op->in[i]] |= op_has(op->kind, OPF_GEMM) && i < 2 ? 1 : 2;
+  }
+  bool ok = true;
+  for (int t = 0; t < g->ntensors; t++) {
+    ok &= use[t] != 3;
+    if (folded) folded[t] = use[t] == 1;
+  }
+  free(use);
+  return ok;
+}

@@ -22,7 +22,9 @@
  * otherwise be identical; every tf32 GEMM must appear in the bf16 list
  * as the same GEMM with dtype "bf16" whose weight operands (the tf32 GEMM's A or B in
  * the params block) are read from the params_bf16 block (the bf16 weight copy the
- * optimizer writes: half the offset, inside params/2 bytes) with no cast, and whose
+ * optimizer writes: half the offset, inside params/2 bytes; in a 2bw plan with weight
+ * prediction, whose weight versions hold the copies, the weight's own offset, listed in
+ * the list's bf16_in_versions, inside params bytes) with no cast, and whose
  * other operands are each a pkc_cast_f32_to_bf16 launch (same op) before it. The casts
  * must read the tf32 GEMM's operand (or its working place) with the element count the
  * GEMM spans (from its leading dimension), and write 2-byte elements into cuda_scratch
@@ -345,9 +347,14 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
         t->stored_operands++;
         continue;
       }
-      if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset, inside its block */
+      if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset (or the weight's own
+                          where the versions hold the copies), inside its block */
+        const cJSON *fold = cJSON_GetObjectItemCaseSensitive(l16, "bf16_in_versions"), *f;
+        bool listed = false;
+        cJSON_ArrayForEach(f, fold) listed |= f->valuedouble == num(ops32[q], "offset");
         EXPECT_STREQ(str(x16, "buf"), "params_bf16");
-        EXPECT(num(x16, "offset") * 2 == num(ops32[q], "offset"));
+        EXPECT(num(x16, "offset") * (fold ? 1 : 2) == num(ops32[q], "offset"));
+        EXPECT(!fold || listed);
         EXPECT(num(x16, "offset") + 2 * n_[q] <= num(blocks, "params_bf16"));
         t->weight_operands++;
         continue;
@@ -452,8 +459,10 @@ static void check_model_cls(const char *tag, const char *args, bool want_flash, 
         EXPECT(num(b16, b->string) <= b->valuedouble && (b->valuedouble == 0 || num(b16, b->string) < b->valuedouble));
       else if (strcmp(b->string, "work") != 0) EXPECT(num(b16, b->string) == b->valuedouble);
     }
-    /* plus the bf16 weight copy's block, half the params block */
-    EXPECT(num(b16, "params_bf16") * 2 == num(b32, "params"));
+    /* plus the bf16 weight copy's block, half the params block (the params block where
+     * the versions hold the copies) */
+    bool fold = cJSON_GetObjectItemCaseSensitive(l16, "bf16_in_versions") != NULL;
+    EXPECT(num(b16, "params_bf16") * (fold ? 1 : 2) == num(b32, "params"));
     EXPECT(cJSON_GetObjectItemCaseSensitive(b32, "params_bf16") == NULL);
     double staging = num(cJSON_GetObjectItemCaseSensitive(l16, "cuda_scratch"), "bf16_staging");
     EXPECT(staging >= ce_rows_end(l16));
