@@ -435,9 +435,10 @@ int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict);
  * versions (docs/update-rules.md, "Memory"): a bf16 CUDA plan under 2bw's weight prediction
  * with AdamW, where the version slots are what the passes read and the master holds the
  * float32 weights, so a GEMM weight's slot holds only its bf16 copy (in the first half of
- * its float32 place) and no copy is kept beside the arena. Not where a tied group lies
- * wholly in the stage (its lookup reads float32 and its LM head bf16: both from one slot);
- * the exact plan asks the stage's layout (layout_cuda_fold_params). */
+ * its float32 place) and no copy is kept beside the arena (a tied embedding wholly in the
+ * stage: its lookup reads the bf16 copy too). The exact plan asks the stage's layout
+ * (layout_cuda_fold_params), which refuses a weight that a GEMM and a float32 operand
+ * (not a lookup) both read: then the copies stay beside. */
 bool plan_bf16_in_versions(const PlanInput *in, const PlanConfig *cfg, int a, int e);
 /* The same for the plan as a whole, before any stage's tied groups: what pd2bwc asks the
  * CUDA code generator for (codegen.h CodegenCudaOptions.bf16_in_versions). */
