@@ -175,8 +175,8 @@ bool layout_cuda_fold_params(const StageLayout *L, char *folded) {
   }
   bool ok = true;
   for (int t = 0; t < g->ntensors; t++) {
-    ok &= (use[t] & 5) != 5;
-    if (folded) folded[t] = (use[t] & 1) && !(use[t] & 4);
+    ok &= !((use[t] & 3) && (use[t] & 4));
+    if (folded) folded[t] = (use[t] & 3) && !(use[t] & 4);
   }
   free(use);
   return ok;

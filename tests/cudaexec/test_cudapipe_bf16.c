@@ -23,7 +23,13 @@
  *     bound of test_cudaexec_bf16: bf16 keeps 8 significant bits).
  *
  * And (resume) a resumed bf16 run makes its copies from the checkpoint: bit for bit the
- * uninterrupted run.
+ * uninterrupted run, with and without delay compensation (the plans predict, so their
+ * versions hold the copies: the checkpoint's prev./next. of a GEMM weight are bf16 values).
+ *
+ * And (fold) weight prediction at no memory cost (docs/update-rules.md, "Memory"):
+ * predict=1 needs no more device bytes than predict=0 per stage (estimate and exact), no
+ * copy is allocated beside the versions, and the plan trains bit for bit like its lists
+ * rewritten with the copies beside (losses, weights, each step's validation loss).
  *
  * And (sgd) 1f1b with SGD: no AdamW; the copy is one cast of the version written per
  * stage replica and step, and the run stays within the bound of the reference.
@@ -170,47 +176,82 @@ static void test_sgd(void) {
               "--stages 2 --replicas 1 --microbatches 4 --schedule 1f1b --recompute off", 0, true);
 }
 
-/* A resumed run makes its bf16 copies from the checkpoint's weights (one cast per
- * version at load): 2 steps, --save, then resumed to 4 steps gives the losses of steps
- * 3-4 and the final weights of 4 uninterrupted steps bit for bit (the emulated device
- * is deterministic; without the cast at load the copies would be zeros). */
-static void test_resume(void) {
-  EXPECT(emu_pipe_make_plan("pres", "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 "
-                                    "--schedule 2bw --recompute off"));
-  char dir[256], data[256], ck[256], err[RT_ERR_LEN] = "";
-  emu_path(dir, sizeof dir, "pres");
-  emu_path(data, sizeof data, "train.bin");
-  emu_path(ck, sizeof ck, "pres2.safetensors");
-  EXPECT(list_folds(dir, 0) && list_folds(dir, 1)); /* the versions hold the copies: checkpoints convert */
-  PipePlan *p = pipe_plan_load(dir, err, sizeof err);
-  EXPECT(p != NULL);
-  if (!p) return;
-  p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
-  PipeOutcome full = {0}, half = {0}, rest = {0};
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = CX_GEMM_PLAN};
-  int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
-  ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  o.steps = 2, o.save_path = ck;
-  rc = rc || cx_pipe_train(p, &ops, &o, &half, NULL, err, sizeof err);
-  ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  o.steps = 4, o.save_path = NULL, o.resume_path = ck;
-  rc = rc || cx_pipe_train(p, &ops, &o, &rest, NULL, err, sizeof err);
-  if (rc) fprintf(stderr, "  %s\n", err);
-  EXPECT(rc == 0);
-  if (!rc) {
-    int mb = full.mb_per_step;
-    bool same = rest.first_step == 2 && memcmp(rest.mb_loss, full.mb_loss + 2 * mb, (size_t)(2 * mb) * 8) == 0; /* from first_step */
-    for (int k = 0; same && k < full.nparams; k++)
-      same = memcmp(rest.weights[k], full.weights[k], (size_t)full.numel[k] * 4) == 0;
-    printf("  2bw bf16, 2 steps + --save + --resume to 4 vs 4 steps: losses of steps 3-4 and final weights %s\n",
-           same ? "bit for bit the same" : "DIFFER");
-    EXPECT(same);
+/* Checkpoint ck of a plan whose versions hold the bf16 copies: weight `name` (a GEMM's)
+ * has its master W and the weights batches `step` and `step` + 1 run on, prev.name and
+ * next.name, and those are bf16 copies widened (no low bits), the master float32. */
+static void expect_folded_ckpt(const char *ck, const char *name) {
+  char err[RT_ERR_LEN] = "", nm[128];
+  SafeTensors *f = st_open(ck, err, sizeof err);
+  EXPECT(f != NULL);
+  if (!f) return;
+  for (int q = 0; q < 3; q++) {
+    snprintf(nm, sizeof nm, "%s%s", q == 0 ? "" : q == 1 ? "prev." : "next.", name);
+    const StTensor *t = st_find(f, nm);
+    EXPECT(t != NULL);
+    float *x = t ? malloc((size_t)t->numel * 4) : NULL;
+    int64_t low = 0;
+    if (x && st_read_f32(f, t, x, err, sizeof err))
+      for (int64_t i = 0; i < t->numel; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        low += (u & 0xffffu) != 0;
+      }
+    printf("  %s: %lld of %lld elements with bits below bf16's\n", nm, (long long)low, t ? (long long)t->numel : 0LL);
+    EXPECT(q == 0 ? low > 0 : low == 0);
+    free(x);
   }
-  pipe_outcome_free(&full);
-  pipe_outcome_free(&half);
-  pipe_outcome_free(&rest);
-  pipe_plan_free(p);
+  st_close(f);
+}
+
+/* A resumed run makes its bf16 copies from the checkpoint's weights: 2 steps, --save,
+ * then resumed to 4 steps gives the losses of steps 3-4 and the final weights of 4
+ * uninterrupted steps bit for bit (the emulated device is deterministic). The plan
+ * predicts (pd2bwc's default), so its versions hold the copies: they are rounded into
+ * the versions at upload, the checkpoint's prev./next. are them widened (and the
+ * master float32); the same with delay compensation, which reads W(t-1) from the copy. */
+static void test_resume(void) {
+  const char *args[2] = {"-D train.flush_steps=1", "-D train.delay_comp=1000 -D train.flush_steps=1"};
+  for (int a = 0; a < 2; a++) {
+    char pa[512], name[16], dir[256], data[256], ck[256], err[RT_ERR_LEN] = "";
+    snprintf(name, sizeof name, "pres%d", a);
+    snprintf(pa, sizeof pa, "--precision bf16 -D clipv=1.0 --stages 2 --replicas 1 --microbatches 4 --schedule 2bw "
+             "--recompute off %s", args[a]);
+    EXPECT(emu_pipe_make_plan(name, pa));
+    emu_path(dir, sizeof dir, name);
+    emu_path(data, sizeof data, "train.bin");
+    emu_path(ck, sizeof ck, "pres2.safetensors");
+    EXPECT(list_folds(dir, 0) && list_folds(dir, 1)); /* the versions hold the copies: checkpoints convert */
+    PipePlan *p = pipe_plan_load(dir, err, sizeof err);
+    EXPECT(p != NULL);
+    if (!p) return;
+    p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
+    PipeOutcome full = {0}, half = {0}, rest = {0};
+    CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    CudaExecOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = CX_GEMM_PLAN};
+    int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
+    ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    o.steps = 2, o.save_path = ck;
+    rc = rc || cx_pipe_train(p, &ops, &o, &half, NULL, err, sizeof err);
+    if (!rc) expect_folded_ckpt(ck, "h.0.fc_w");
+    ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    o.steps = 4, o.save_path = NULL, o.resume_path = ck;
+    rc = rc || cx_pipe_train(p, &ops, &o, &rest, NULL, err, sizeof err);
+    if (rc) fprintf(stderr, "  %s\n", err);
+    EXPECT(rc == 0);
+    if (!rc) {
+      int mb = full.mb_per_step;
+      bool same = rest.first_step == 2 && memcmp(rest.mb_loss, full.mb_loss + 2 * mb, (size_t)(2 * mb) * 8) == 0;
+      for (int k = 0; same && k < full.nparams; k++)
+        same = memcmp(rest.weights[k], full.weights[k], (size_t)full.numel[k] * 4) == 0;
+      printf("  2bw bf16%s, 2 steps + --save + --resume to 4 vs 4 steps: losses of steps 3-4 and final weights %s\n",
+             a ? " with delay compensation" : "", same ? "bit for bit the same" : "DIFFER");
+      EXPECT(same);
+    }
+    pipe_outcome_free(&full);
+    pipe_outcome_free(&half);
+    pipe_outcome_free(&rest);
+    pipe_plan_free(p);
+  }
 }
 
 /* program.blocks[name] of stage s of plan dir's plan.json; -1 when missing. */
