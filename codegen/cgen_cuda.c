@@ -341,12 +341,17 @@ char *codegen_cuda_library_source(const Graph *g) {
   return src.p;
 }
 
-static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch, bool bf16) {
+static void add_blocks(cJSON *j, const StageLayout *L, int64_t scratch, bool bf16, const char *folded) {
   cJSON *b = cJSON_AddObjectToObject(j, "blocks");
   for (int c = BUF_PARAMS; c < BUF_CLASS_COUNT; c++)
     cJSON_AddNumberToObject(b, buf_class_name((BufClass)c), (double)L->total[c]);
   cJSON_AddNumberToObject(b, "cuda_scratch", (double)scratch);
-  if (bf16) cJSON_AddNumberToObject(b, "params_bf16", (double)(L->total[BUF_PARAMS] / 2));
+  /* the versions holding the copies: params_bf16 is the version's own block */
+  if (bf16) cJSON_AddNumberToObject(b, "params_bf16", (double)(L->total[BUF_PARAMS] / (folded ? 1 : 2)));
+  if (!folded) return;
+  cJSON *f = cJSON_AddArrayToObject(j, "bf16_in_versions"); /* the folded weights' byte offsets */
+  for (int t = 0; t < L->g->ntensors; t++)
+    if (folded[t]) cJSON_AddItemToArray(f, cJSON_CreateNumber((double)L->place[t].offset));
 }
 
 char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const CodegenCudaOptions *o,
@@ -359,6 +364,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
   e.fp32_read = pd_calloc((size_t)g->ntensors + 1, 1);
+  e.folded = cu_folded_weights(L, o);
   TensorPlace *vf, *vb; /* each pass's view of L (cgen_pass_view) */
   StageLayout fwd_view = cgen_pass_view(L, 0, &vf), bwd_view = cgen_pass_view(L, 1, &vb);
   e.scratch = CU_SCRATCH_ROWS; /* the bad-id counter is always there */
@@ -442,7 +448,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
     cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
     cJSON_AddStringToObject(j, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
-    add_blocks(j, L, e.scratch, o->gemm == CGEN_GEMM_BF16);
+    add_blocks(j, L, e.scratch, o->gemm == CGEN_GEMM_BF16, e.folded);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
@@ -466,5 +472,6 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_Delete(e.kernels);
     cJSON_Delete(j);
   }
+  free(e.folded);
   return src.p;
 }

@@ -3,7 +3,8 @@
  *
  * A weight operand (a tensor of the params block) is read from the "params_bf16" block:
  * the bf16 copy of the weight version the pass uses, params' layout at half the
- * offsets, which the optimizer step writes with every new version
+ * offsets (or, when the versions hold the copies, the version's own block at the weight's
+ * offset: CuEmit.folded), which the optimizer step writes with every new version
  * (kernels/cuda_adamw_multi.cuh) and the runtime casts once from the initial or resumed
  * weights; no launch casts it. An activation the layout stores as bfloat16 (a stashed
  * or sent one: passes/layout.h, "bf16 storage") is read from its stored copy, which
@@ -18,6 +19,8 @@
  * staging from the same rule (layout_cuda_scratch_bytes: a weight or a stored operand
  * stages nothing), so the planner counts the bytes these launches reach. */
 #include "codegen/cgen_cuda_internal.h"
+
+#include <stdlib.h>
 
 #include "kernels/cuda_kernel_list.h"
 
@@ -38,10 +41,21 @@ int64_t cu_bf16_staging(const CuEmit *e) {
   return layout_cuda_bf16_staging(r);
 }
 
+char *cu_folded_weights(const StageLayout *L, const CodegenCudaOptions *o) {
+  if (!o->bf16_in_versions || o->gemm != CGEN_GEMM_BF16) return NULL;
+  char *f = pd_calloc((size_t)L->g->ntensors + 1, 1);
+  if (!layout_cuda_fold_params(L, f)) free(f), f = NULL; /* a weight read both ways: copies beside */
+  return f;
+}
+
 CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
                     int64_t *end) {
   *end = to;
-  if (X.cls == BUF_PARAMS) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
+  if (X.cls == BUF_PARAMS && !e->folded) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
+  if (X.cls == BUF_PARAMS) { /* the copy in the version itself, at the weight's offset */
+    PD_CHECK(t >= 0 && e->folded[t] && X.off == e->L->place[t].offset, "(weight operand t%d is not a folded weight)", t);
+    return cu_buf(CU_PARAMS16, X.off);
+  }
   if (t >= 0 && t == e->cls_grad) { /* the gradient the forward's classifier stored over the logits */
     const TensorPlace *pl = &e->stored->place[e->cls_logits];
     PD_CHECK(X.cls == (int)e->L->place[t].cls && X.off == e->L->place[t].offset, "(operand t%d is not its place)", t);

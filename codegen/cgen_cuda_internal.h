@@ -20,7 +20,8 @@
  * in order on one stream, so no two ops use it at once. */
 #define CU_SCRATCH ((int)BUF_CLASS_COUNT)
 /* bf16 lists: the "params_bf16" block, a bfloat16 copy of the weight version the
- * microbatch uses (the params block's layout at half the offsets), which the optimizer
+ * microbatch uses (the params block's layout at half the offsets, or, when the versions
+ * hold the copies, the version's params block itself: CuEmit.folded), which the optimizer
  * step writes (kernels/cuda_adamw_multi.cuh): the GEMMs read their weight operands there. */
 #define CU_PARAMS16 ((int)BUF_CLASS_COUNT + 1)
 #define CU_SCRATCH_BAD 0
@@ -74,6 +75,9 @@ typedef struct CuEmit {
    * read it there: cu_stage_bf16) and the cross_entropy_bwd the kernel replaces (not
    * emitted, so the backward never upcasts the logits) */
   int cls_logits, cls_grad, cls_bwd;
+  char *folded; /* per tensor id, when the versions hold the bf16 copies
+                   (CodegenCudaOptions.bf16_in_versions): a weight read from its slot's
+                   bf16 copy at its own offset; NULL: params_bf16 at half the offsets */
 } CuEmit;
 
 /* cgen_cuda.c */
@@ -118,6 +122,9 @@ void cu_emit_linear_gemm(CuEmit *e, const Op *op);
 /* cgen_cuda_segments.c: adds the launch list's "segments" (format 5) to list j. */
 void cu_list_segments(const Graph *g, const StageLayout *L, cJSON *j);
 
+/* CuEmit.folded for stage layout L (NULL unless o->bf16_in_versions and the stage's
+ * layout allows it: layout_cuda_fold_params). */
+char *cu_folded_weights(const StageLayout *L, const CodegenCudaOptions *o);
 /* cgen_cuda_bf16.c: a bf16 list's GEMM and attention operands. n rounded up to the
  * staging's 256-byte alignment; where the staging starts in cuda_scratch (after the
  * stage's largest cross-entropy row-loss array, which the emission may not have reached

@@ -308,10 +308,15 @@ static void emit_lookup(CuEmit *e, const Op *op, const OpDest *d) {
   int A = d->A;
   int id = op->id;
   switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
-  case OP_EMBEDDING:
-    LAUNCH(e, id, "pkc_embedding_fwd_f32", cu_numel(e, op->in[1]) * lastd(e, op->in[0]), PP(Y),
-           P(e, op->in[0]), P(e, op->in[1]), I64(cu_numel(e, op->in[1])), I32(lastd(e, op->in[0])),
-           I32(g->tensors[op->in[0]].shape.dim[0]), BAD());
+  case OP_EMBEDDING: /* a version holding the table's bf16 copy (CuEmit.folded): from there */
+    if (e->folded && e->folded[op->in[0]])
+      LAUNCH(e, id, "pkc_embedding_fwd_bf16_f32", cu_numel(e, op->in[1]) * lastd(e, op->in[0]), PP(Y),
+             cu_arg_ptr(cu_buf(CU_PARAMS16, e->L->place[op->in[0]].offset)), P(e, op->in[1]),
+             I64(cu_numel(e, op->in[1])), I32(lastd(e, op->in[0])), I32(g->tensors[op->in[0]].shape.dim[0]), BAD());
+    else
+      LAUNCH(e, id, "pkc_embedding_fwd_f32", cu_numel(e, op->in[1]) * lastd(e, op->in[0]), PP(Y),
+             P(e, op->in[0]), P(e, op->in[1]), I64(cu_numel(e, op->in[1])), I32(lastd(e, op->in[0])),
+             I32(g->tensors[op->in[0]].shape.dim[0]), BAD());
     break;
   case OP_POSITIONS: {
     int64_t T = lastd(e, op->in[1]), Cc = lastd(e, op->in[0]);

@@ -154,6 +154,11 @@ typedef struct CodegenCudaOptions {
   CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
   bool gemm_epilogues; /* bias, GELU and bias gradients as GEMM epilogues (cuBLASLt on a
                           GPU: codegen/cgen_cuda_epilogue.c), else kernels of their own */
+  bool bf16_in_versions; /* bf16 lists under 2bw's weight prediction: a stage whose layout
+                            allows it (layout_cuda_fold_params) reads each GEMM weight's bf16
+                            copy from the weight version itself, at the weight's own offset
+                            (params_bf16 is then the version's params block), and lists those
+                            weights' offsets as "bf16_in_versions" */
 } CodegenCudaOptions;
 
 /* The kernel library of g's plans (pd_malloc'd; free it): what codegen_cuda_stage

@@ -27,6 +27,12 @@
  * offsets, rewritten from every new weight (the predicted one under prediction; round
  * to nearest even, pkc_f32_to_bf16): the bf16 GEMMs read their weight operand there
  * (pd2bwc --precision bf16).
+ * A folded tensor (fold: a bf16 plan's weight prediction, where the versions hold the
+ * bf16 copies, docs/update-rules.md "Memory") has no float32 value in the version
+ * written: its bf16 copy is written instead into the first half of its float32 place
+ * there (element i at w_out's element off, bf16 element i), and delay compensation
+ * reads W(t-1) from that copy (the weights its gradient was taken at, as the GEMMs read
+ * them); the master (never NULL then) holds its float32 W.
  * The rules of cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host).
  */
 #ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
@@ -119,6 +125,8 @@ struct pkc_adamw_tensor {
   pkc_i64 n;   /* elements */
   int decay;   /* weight decay applies */
   int has_grad; /* 0: copy W(t) into the version written, no step */
+  int fold;     /* the version written holds only its bf16 copy (the file's comment) */
+  int pad_;
 };
 
 /* One chunk of the work: elements [chunk·size, (chunk+1)·size) of tensor `tensor`. */
@@ -133,15 +141,16 @@ static __device__ __forceinline__ pkc_u64 pkc_bf16x4(float a, float b, float c, 
 }
 
 /* Elements [lo, hi) of one tensor (pointers at its offset), one by one; ma: master
- * (NULL: no prediction), k its factor. */
+ * (NULL: no prediction), k its factor; fold: the version written is w16 alone. */
 static __device__ __forceinline__ void pkc_adamw_multi_scalar(const pkc_adamw_c &c, float *wo,
                                                               const float *wi, const float *g,
                                                               float *m, float *v, float *ma,
                                                               float k, unsigned short *w16,
-                                                              pkc_i64 lo, pkc_i64 hi) {
+                                                              bool fold, pkc_i64 lo, pkc_i64 hi) {
   for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     float mi = m[i], vi = v[i];
-    float w = pkc_adamw_elem(c, g[i], wi[i], c.dc != 0.0f ? wo[i] : 0.0f, mi, vi);
+    float prev = c.dc == 0.0f ? 0.0f : fold ? pkc_bf16_to_f32(w16[i]) : wo[i];
+    float w = pkc_adamw_elem(c, g[i], wi[i], prev, mi, vi);
     m[i] = mi;
     v[i] = vi;
     if (ma) {
@@ -149,7 +158,7 @@ static __device__ __forceinline__ void pkc_adamw_multi_scalar(const pkc_adamw_c 
       ma[i] = w;
       w = pkc_predict_elem(k, w, old);
     }
-    wo[i] = w;
+    if (!fold) wo[i] = w;
     if (w16) w16[i] = pkc_f32_to_bf16(w);
   }
 }
@@ -157,7 +166,7 @@ static __device__ __forceinline__ void pkc_adamw_multi_scalar(const pkc_adamw_c 
 /* A tensor without a gradient, elements [lo, hi): W(t) into the version written (and
  * predicted from master's old value, which it replaces), its bf16 copy. */
 static __device__ __forceinline__ void pkc_adamw_multi_keep(float *wo, const float *wi, float *ma,
-                                                            float k, unsigned short *w16,
+                                                            float k, unsigned short *w16, bool fold,
                                                             pkc_i64 lo, pkc_i64 hi) {
   for (pkc_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     float w = wi[i];
@@ -165,8 +174,8 @@ static __device__ __forceinline__ void pkc_adamw_multi_keep(float *wo, const flo
       float old = ma[i];
       ma[i] = w;
       w = pkc_predict_elem(k, w, old);
-      wo[i] = w;
-    } else if (wo != wi) {
+      if (!fold) wo[i] = w;
+    } else if (wo != wi && !fold) {
       wo[i] = w;
     }
     if (w16) w16[i] = pkc_f32_to_bf16(w);
@@ -197,9 +206,10 @@ __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const f
     float *wo = w_out + t.off, *mt = m + t.off, *vt = v + t.off;
     const float *wi = w_in + t.off, *gt = grad + t.off;
     float *ma = master ? master + t.off : 0;
-    unsigned short *h = w16 ? w16 + t.off : 0;
+    bool fold = t.fold != 0; /* the version written holds the bf16 copy in wo's place */
+    unsigned short *h = fold ? (unsigned short *)(void *)wo : w16 ? w16 + t.off : 0;
     if (!t.has_grad) { /* no step: W(t) into the version written */
-      pkc_adamw_multi_keep(wo, wi, ma, k, h, lo, hi);
+      pkc_adamw_multi_keep(wo, wi, ma, k, h, fold, lo, hi);
       continue;
     }
     pkc_adamw_c c = pkc_adamw_consts(s->lr, beta1, beta2, eps, weight_decay, t.decay, bc[0], bc[1],
@@ -212,7 +222,13 @@ __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const f
       pkc_i64 i = lo + 4 * j;
       pkc_f4 w4 = *(const pkc_f4 *)(wi + i), g4 = *(const pkc_f4 *)(gt + i);
       pkc_f4 m4 = *(const pkc_f4 *)(mt + i), v4 = *(const pkc_f4 *)(vt + i), p4 = {0, 0, 0, 0};
-      if (c.dc != 0.0f) p4 = *(const pkc_f4 *)(wo + i);
+      if (c.dc != 0.0f && fold) {
+        pkc_u64 h4 = *(const pkc_u64 *)(h + i);
+        p4.x = pkc_bf16_to_f32((unsigned short)h4), p4.y = pkc_bf16_to_f32((unsigned short)(h4 >> 16));
+        p4.z = pkc_bf16_to_f32((unsigned short)(h4 >> 32)), p4.w = pkc_bf16_to_f32((unsigned short)(h4 >> 48));
+      } else if (c.dc != 0.0f) {
+        p4 = *(const pkc_f4 *)(wo + i);
+      }
       pkc_f4 o4;
       o4.x = pkc_adamw_elem(c, g4.x, w4.x, p4.x, m4.x, v4.x);
       o4.y = pkc_adamw_elem(c, g4.y, w4.y, p4.y, m4.y, v4.y);
@@ -225,10 +241,10 @@ __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const f
         *(pkc_f4 *)(ma + i) = o4;
         o4 = pkc_predict4(k, o4, old);
       }
-      *(pkc_f4 *)(wo + i) = o4;
+      if (!fold) *(pkc_f4 *)(wo + i) = o4;
       if (h) *(pkc_u64 *)(h + i) = pkc_bf16x4(o4.x, o4.y, o4.z, o4.w);
     }
-    pkc_adamw_multi_scalar(c, wo, wi, gt, mt, vt, ma, k, h, lo + 4 * n4, hi);
+    pkc_adamw_multi_scalar(c, wo, wi, gt, mt, vt, ma, k, h, fold, lo + 4 * n4, hi);
   }
 }
 

@@ -37,6 +37,7 @@ typedef enum PkcLaunchKind {
   X(pkc_cast_f32_to_bf16, PKC_ELEM8)        /* n */ \
   X(pkc_cast_bf16_to_f32, PKC_ELEM8)        /* n */ \
   X(pkc_embedding_fwd_f32, PKC_ELEM)        /* n*C */ \
+  X(pkc_embedding_fwd_bf16_f32, PKC_ELEM)   /* n*C */ \
   X(pkc_embedding_bwd_f32, PKC_ELEM)        /* n*C */ \
   X(pkc_positions_fwd_f32, PKC_ELEM)        /* B*T*C */ \
   X(pkc_positions_bwd_f32, PKC_ELEM)        /* rows*C */ \

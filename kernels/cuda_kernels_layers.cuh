@@ -35,6 +35,25 @@ __global__ void pkc_embedding_fwd_f32(float *out, const float *table, const int 
   }
 }
 
+/* The same from a bfloat16 table (the bf16 copy a weight version holds of a tied
+ * embedding that the LM head's GEMM reads on the same stage, under 2bw's weight prediction:
+ * docs/update-rules.md, "Memory"), each element widened exactly. */
+__global__ void pkc_embedding_fwd_bf16_f32(float *out, const unsigned short *table, const int *ids, pkc_i64 n,
+                                           int C, int V, unsigned long long *bad) {
+  pkc_i64 total = n * C;
+  for (pkc_i64 k = pkc_tid(); k < total; k += pkc_nthreads()) {
+    pkc_i64 i = k / C;
+    int c = (int)(k - i * C);
+    int id = ids[i];
+    if (id < 0 || id >= V) {
+      out[k] = 0;
+      if (c == 0) pkc_count_bad(bad);
+    } else {
+      out[k] = pkc_bf16_to_f32(table[(pkc_i64)id * C + c]);
+    }
+  }
+}
+
 /* dtable[ids[i],:] += dy[i,:]. Accumulates: for the CPU's accumulate = 0, launch
  * pkc_fill_f32(dtable, 0, V·C) first. atomicAdd, so the summation order of a row
  * that several tokens share varies from run to run (float rounding only); bad ids

@@ -258,6 +258,16 @@ int64_t layout_cuda_scratch_size(int64_t ce_rows, int64_t gemm_staging, bool bf1
  * place would make (the copy is the working place rounded, or the working place is
  * the copy widened). */
 int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16);
+/* Whether the stage's weight versions can hold its bf16 weight copies themselves (2bw's
+ * weight prediction in a bf16 plan: planner.h plan_bf16_in_versions): true when no
+ * parameter is both a GEMM's A or B or an embedding lookup's table (read from the bf16
+ * copy: pkc_embedding_fwd_bf16_f32) and another operand read as float32 in the stage's
+ * forward and backward ops. With folded != NULL (one flag per tensor id) marks those
+ * parameters (GEMM weights and lookup tables), whose slot then holds only the bf16 copy,
+ * in the first half of the parameter's float32 place. A tied embedding is then a bf16
+ * copy on every stage that holds it, so its stages step it alike (delay compensation
+ * reads W(t-1) from that copy on each). */
+bool layout_cuda_fold_params(const StageLayout *L, char *folded);
 
 /* Every size and offset above is for float32 reals; a float64 program (the
  * gradient-check build) doubles them all, which keeps int32 tensors in bounds (a bf16

@@ -165,3 +165,21 @@ int64_t layout_cuda_scratch_bytes(const StageLayout *L, bool bf16) {
   }
   return layout_cuda_scratch_size(rows, staging, bf16);
 }
+
+bool layout_cuda_fold_params(const StageLayout *L, char *folded) {
+  const Graph *g = L->g;
+  char *use = pd_calloc((size_t)g->ntensors + 1, 1); /* 1: a GEMM's A or B, 2: a lookup's table, 4: other */
+  for (int k = 0; k < L->nfwd + L->nbwd; k++) {
+    const Op *op = &g->ops[k < L->nfwd ? L->fwd_ops[k] : L->bwd_ops[k - L->nfwd]];
+    for (int i = 0; i < op->nin; i++)
+      if (g->tensors[op->in[i]].kind == TK_PARAM)
+        use[op->in[i]] |= op_has(op->kind, OPF_GEMM) && i < 2 ? 1 : op->kind == OP_EMBEDDING && i == 0 ? 2 : 4;
+  }
+  bool ok = true;
+  for (int t = 0; t < g->ntensors; t++) {
+    ok &= !((use[t] & 3) && (use[t] & 4));
+    if (folded) folded[t] = (use[t] & 3) && !(use[t] & 4);
+  }
+  free(use);
+  return ok;
+}

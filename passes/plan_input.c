@@ -154,6 +154,7 @@ bool plan_input_from_graph_bf16(const Graph *g, bool bf16, PlanInput *out) {
   out->microbatch = g->train.microbatch;
   out->flush_steps = g->train.flush_steps > 0 ? g->train.flush_steps : 0;
   out->predict = g->train.predict > 0;
+  out->sgd = g->train.optimizer == OPT_SGD;
   out->steps = g->train.steps;
 
   bool has_bwd = false;

@@ -59,6 +59,15 @@ int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict) {
   return 0;
 }
 
+bool plan_bf16_in_versions_any(const PlanInput *in, const PlanConfig *cfg) {
+  return in->cuda && in->precision == PPR_BF16 && cfg->schedule == PS_2BW && cfg->predict && !in->sgd;
+}
+
+bool plan_bf16_in_versions(const PlanInput *in, const PlanConfig *cfg, int a, int e) {
+  (void)a, (void)e; /* every stage of a GPT or BERT can (layout_cuda_fold_params decides exactly) */
+  return plan_bf16_in_versions_any(in, cfg);
+}
+
 int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m) {
   switch (s) {
   case PS_GPIPE: return (int)m;
@@ -132,7 +141,7 @@ uint64_t plan_stage_bytes(const PlanConfig *cfg, int i, const PlanStageSums *sum
   put(&L, PB_WORKSPACE, 0, sum->ws);
   /* TIED_SYNC's receive buffers, double-buffered like the gradients they hold */
   if (sum->tied_recv > 0) put_n(&L, PB_TIED_RECV, 2, sum->tied_recv);
-  uint64_t w16 = sum->bf16_weights ? (uint64_t)nversions * align_up((uint64_t)sum->params * 2) : 0;
+  uint64_t w16 = sum->bf16_weights && !sum->bf16_in_versions ? (uint64_t)nversions * align_up((uint64_t)sum->params * 2) : 0;
   uint64_t device = L.top + align_up(sum->cuda_scratch) + w16 + sum->cublas_workspace;
   if (st) {
     st->total_bytes = L.top;
@@ -206,6 +215,7 @@ uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConf
   sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
   sum.cublas_workspace = plan_cublas_workspace(in, c);
   sum.bf16_weights = in->cuda && in->precision == PPR_BF16;
+  sum.bf16_in_versions = plan_bf16_in_versions(in, cfg, a, e);
   sum.tied_recv = plan_tied_recv_bytes(in, a, e, cfg->stages);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);
 }

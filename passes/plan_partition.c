@@ -110,6 +110,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
         if (p->work[a] > work) work = p->work[a];
         if (a < e - 1 && in->segs[a].out_bytes > internal) internal = in->segs[a].out_bytes;
         s.ws = work + internal * b; /* as plan_stage_sums */
+        s.bf16_in_versions = plan_bf16_in_versions(in, p->cfg, a, e);
         if (in->ntied > 0) {
           s.params = own + plan_tied_params(in, a, e);
           s.tied_spanning = plan_tied_spanning(in, a, e);

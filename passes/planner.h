@@ -127,6 +127,8 @@ typedef struct PlanInput {
    * prediction holds a master copy (a third weight version) */
   int64_t flush_steps, steps; /* steps: train.steps, the run the flushed start is a part of (0: unknown) */
   bool predict, predict_optional; /* optional: pd2bwc's default, dropped where it does not fit */
+  bool sgd; /* the optimizer is SGD: no fused multi-tensor step, so a bf16 plan's weight
+               prediction keeps separate bf16 copies (plan_bf16_in_versions) */
   /* The target (zero: tf32, CPU programs only). */
   PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
   bool cuda;               /* the plan runs CUDA programs: each stage's device also
@@ -429,6 +431,18 @@ uint64_t plan_cublas_workspace(const PlanInput *in, const Cluster *c);
 
 /* Memory accounting (plan_memory.c): versions and stash slots per schedule. */
 int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict);
+/* Whether a stage holding segments [a, e) keeps its bf16 weight copies inside its weight
+ * versions (docs/update-rules.md, "Memory"): a bf16 CUDA plan under 2bw's weight prediction
+ * with AdamW, where the version slots are what the passes read and the master holds the
+ * float32 weights, so a GEMM weight's slot holds only its bf16 copy (in the first half of
+ * its float32 place) and no copy is kept beside the arena (a tied embedding wholly in the
+ * stage: its lookup reads the bf16 copy too). The exact plan asks the stage's layout
+ * (layout_cuda_fold_params), which refuses a weight that a GEMM and a float32 operand
+ * (not a lookup) both read: then the copies stay beside. */
+bool plan_bf16_in_versions(const PlanInput *in, const PlanConfig *cfg, int a, int e);
+/* The same for the plan as a whole, before any stage's tied groups: what pd2bwc asks the
+ * CUDA code generator for (codegen.h CodegenCudaOptions.bf16_in_versions). */
+bool plan_bf16_in_versions_any(const PlanInput *in, const PlanConfig *cfg);
 int plan_stash_bound(PlanSchedule s, int d, int i, int64_t m);
 /* What stage memory depends on, summed over its segments. */
 typedef struct PlanStageSums {
@@ -443,6 +457,8 @@ typedef struct PlanStageSums {
   uint64_t cuda_scratch;     /* bytes at the configuration's b (plan_cuda_scratch) */
   uint64_t cublas_workspace; /* plan_cublas_workspace */
   bool bf16_weights;         /* bf16 CUDA programs: a bf16 copy per weight version */
+  bool bf16_in_versions;     /* with bf16_weights: the copies live inside the version slots
+                                (plan_bf16_in_versions), so none beside the arena */
   double tied_recv;          /* one TIED_SYNC receive buffer: the other member stages'
                                 gradients of the spanning tied parameters
                                 (plan_tied_recv_bytes) */

@@ -299,8 +299,11 @@ static int apply_layouts(const Graph *g, Plan *plan) {
     B->boundary = (uint64_t)L->total[BUF_BOUNDARY];
     /* the CUDA programs' GPU-only block, the size codegen records (passes/layout.h) */
     if (plan->in.cuda) B->cuda_scratch = (uint64_t)layout_cuda_scratch_bytes(L, plan->in.precision == PPR_BF16);
-    /* a bf16 copy of the weights per version (codegen/cgen_cuda.c's params_bf16 block) */
-    if (plan->in.cuda && plan->in.precision == PPR_BF16) B->params_bf16 = B->params / 2;
+    /* a bf16 copy of the weights per version (codegen/cgen_cuda.c's params_bf16 block),
+     * none beside the arena where the versions hold them (weight prediction) */
+    if (plan->in.cuda && plan->in.precision == PPR_BF16 &&
+        !(plan_bf16_in_versions_any(&plan->in, &plan->cfg) && layout_cuda_fold_params(L, NULL)))
+      B->params_bf16 = B->params / 2;
     /* what stage i-1 sends: the stash slot's content when recomputing */
     for (int t = 0; t < g->ntensors; t++) {
       const Tensor *x = &g->tensors[t];
@@ -420,7 +423,8 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   CodegenOptions co = {.f64 = false, .fuse = true, .bf16 = want_cuda && precision == PPR_BF16};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
-    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision), .gemm_epilogues = epilogues};
+    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision), .gemm_epilogues = epilogues,
+                             .bf16_in_versions = plan_bf16_in_versions_any(&plan->in, &plan->cfg)};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
   /* For the pipeline executor: what crosses each stage boundary (codegen/codegen.h),

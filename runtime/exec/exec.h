@@ -114,6 +114,14 @@ typedef struct ExecDeviceOps {
    * device was flushed. */
   void (*mark)(ExecDevice *d, int i, bool end);
   double (*mark_time)(ExecDevice *d, int i, bool end);
+  /* Where the rank's weight versions lie in the arena (w[0..n)) and which of them is
+   * 2bw's master slot under weight prediction (-1: none), told once after the arena is
+   * laid out and before any upload (NULL: the device keeps every version as the float32
+   * block the interpreter sees, the CPU's). A device may store a version differently as
+   * long as upload and download convert (the CUDA device whose launch lists keep the bf16
+   * weight copies in the versions: a weight a GEMM reads is its bf16 copy there,
+   * cuda_exec_device.c), and the float32 values read back are then what its passes use. */
+  void (*versions)(ExecDevice *d, char *const *w, int n, int master);
 } ExecDeviceOps;
 
 struct ExecDevice {

@@ -185,6 +185,8 @@ static bool layout_arena(PipeRank *R, char *err, size_t errlen) {
   ok = ok && place(R, &R->bnd, PB_BOUNDARY, 0, (uint64_t)st->blocks[BUF_BOUNDARY], err, errlen);
   ok = ok && place(R, &R->work, PB_WORKSPACE, 0, (uint64_t)st->blocks[BUF_WORK], err, errlen);
   for (int q = 0; ok && q < 2; q++) ok = place(R, &R->tied_rx[q], PB_TIED_RECV, q, R->tied_rx_bytes, err, errlen);
+  if (ok && R->dev->ops->versions) /* before the first upload into them */
+    R->dev->ops->versions(R->dev, R->w, R->nversions, R->spec.predict ? PLAN_MASTER_VSLOT : -1);
   return ok;
 }
 

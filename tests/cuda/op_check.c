@@ -238,6 +238,17 @@ static void check_embedding(Ctx *c) {
   int64_t nbad = pk_embedding_fwd_f32(out, table, ids, n, C, V);
   oc_check_vec(c, "embedding_fwd", dout, out, n * C, 0);
   oc_check_count(c, "embedding_fwd.bad", bad, nbad);
+  /* from a bf16 table (a version holding its bf16 copy): the rows widened exactly, so
+   * the float32 lookup of the widened table gives the same bits */
+  uint16_t *t16 = malloc((size_t)V * C * 2);
+  pk_bf16_store(t16, table, (int64_t)V * C);
+  pk_bf16_load(table, t16, (int64_t)V * C);
+  DevPtr dt16 = oc_up(c, t16, (size_t)V * C * 2), bad16 = oc_up(c, &zero, 8);
+  LAUNCH(c, "pkc_embedding_fwd_bf16_f32", n * C, &dout, &dt16, &dids, &n, &C, &V, &bad16);
+  nbad = pk_embedding_fwd_f32(out, table, ids, n, C, V);
+  oc_check_vec(c, "embedding_fwd_bf16", dout, out, n * C, 0);
+  oc_check_count(c, "embedding_fwd_bf16.bad", bad16, nbad);
+  free(t16);
 
   /* accumulate = 1 into a random table */
   LAUNCH(c, "pkc_embedding_bwd_f32", n * C, &ddt, &ddy, &dids, &n, &C, &V, &bad2);

@@ -27,6 +27,15 @@
  * states must be equal byte for byte, the bf16 copy must be round-to-nearest-even of
  * the (predicted) version written, and the multi-tensor step exactly one kernel launch.
  *
+ * Part "fold": the same launch with every tensor of the table folded (a bf16 plan's
+ * weight prediction whose versions hold the bf16 copies: CxAdamwTensor.fold) against the
+ * launch with the copies beside the versions, over the kernel part's steps from the master
+ * slot (compensated or not, k = 0, 1, 0.7). The unfolded state's version read as W(t-1)
+ * is first set to its copy widened (what the folded one holds); then m, v and the master
+ * must be equal byte for byte, each folded tensor's first half the unfolded copy of the
+ * version written, its second half never written, and the deferred tied parameter
+ * untouched.
+ *
  * Parts "device" (fp32 plan: AdamW, with and without prediction, and SGD with it) and
  * "bf16" (a --precision bf16 plan: the same, and the bf16 copies). A one-stage 2bw plan's
  * stage on the CUDA device (cx_exec_device, the emulator, CUDA graphs on) and on the CPU
@@ -41,7 +50,7 @@
  * in the bf16 plan, each weight slot's bf16 copy that the device holds as current must
  * be the cast of that slot's weights (the version written: current and predicted).
  *
- *   test_adamw_multi PD2BWC [all|kernel|device|bf16]   (in the source tree: the
+ *   test_adamw_multi PD2BWC [all|kernel|fold|device|bf16]   (in the source tree: the
  *   emulator compiles kernels there)
  */
 #include <math.h>
@@ -271,6 +280,113 @@ static void test_kernel(void) {
   free(h), free(h2), free(hg), free(h16);
 }
 
+/* ---- part fold ------------------------------------------------------------------------------ */
+
+static void test_fold(void) {
+  char err[512] = "";
+  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  void *lib = ops.load(ops.dev, pd_cuda_kernels_src, "kernels.cu", err, sizeof err);
+  void *k_multi = lib ? ops.kernel(ops.dev, lib, "pkc_adamw_multi_dev_f32") : NULL;
+  EXPECT(k_multi != NULL);
+  if (!k_multi) return;
+  CxAdamwTensor tab[NSPEC], tf[NSPEC];
+  int64_t off[NSPEC], P = 0;
+  int nt = 0;
+  for (int k = 0; k < NSPEC; k++) {
+    off[k] = (P + 63) / 64 * 64 + spec[k].mis;
+    P = off[k] + spec[k].n;
+    if (!spec[k].in_table) continue;
+    tab[nt] = (CxAdamwTensor){.off = off[k], .n = spec[k].n, .decay = spec[k].decay, .has_grad = spec[k].grad};
+    tf[nt] = tab[nt], tf[nt].fold = 1;
+    nt++;
+  }
+  P = (P + 63) / 64 * 64;
+  size_t fb = (size_t)P * 4;
+  uint64_t tb = cx_adamw_table_bytes(tab, nt);
+  /* two states of 3 weight slots, m, v; the unfolded state's two bf16 copies; the
+   * gradient, the scalars, the two tables */
+  CxPtr base;
+  EXPECT(ops.alloc(ops.dev, 2 * 5 * fb + fb + fb + 256 + 2 * tb, &base, err, sizeof err));
+  State st[2];
+  for (int s = 0; s < 2; s++) st[s] = (State){{base + 5 * s * fb, base + (5 * s + 1) * fb, base + (5 * s + 2) * fb},
+                                              base + (5 * s + 3) * fb, base + (5 * s + 4) * fb};
+  CxPtr c16[2] = {base + 10 * fb, base + 10 * fb + fb / 2}, grad = base + 11 * fb, scal = grad + fb,
+        table = scal + 256;
+  CxAdamwTable T = cx_adamw_table_upload(&ops, table, tab, nt), TF = cx_adamw_table_upload(&ops, table + tb, tf, nt);
+  float *h = malloc(fb), *hw = malloc(fb), *hg = malloc(fb), *hb = malloc(fb);
+  uint16_t *h16 = malloc(fb / 2), *f16 = malloc(fb);
+  uint64_t seed = 4242;
+  /* the master W, m, v; each version a copy x, held widened (unfolded) and as bits (folded) */
+  for (int64_t i = 0; i < P; i++) h[i] = draw(&seed);
+  ops.htod(ops.dev, st[0].w[2], h, fb), ops.htod(ops.dev, st[1].w[2], h, fb);
+  for (int64_t i = 0; i < P; i++) h[i] = 0.01f * draw(&seed);
+  ops.htod(ops.dev, st[0].m, h, fb), ops.htod(ops.dev, st[1].m, h, fb);
+  for (int64_t i = 0; i < P; i++) h[i] = 1e-4f * fabsf(draw(&seed));
+  ops.htod(ops.dev, st[0].v, h, fb), ops.htod(ops.dev, st[1].v, h, fb);
+  for (int v = 0; v < 2; v++) {
+    for (int64_t i = 0; i < P; i++) h16[i] = bf16_of(draw(&seed));
+    ops.htod(ops.dev, c16[v], h16, fb / 2);
+    for (int64_t i = 0; i < P; i++) { /* folded: each tensor's bits in its first half, 0x7e7e after */
+      uint32_t u = (uint32_t)h16[i] << 16;
+      memcpy(&hw[i], &u, 4);
+      f16[2 * i] = f16[2 * i + 1] = 0x7e7e;
+    }
+    for (int k = 0; k < nt; k++) memcpy(f16 + 2 * tab[k].off, h16 + tab[k].off, (size_t)tab[k].n * 2);
+    ops.htod(ops.dev, st[0].w[v], hw, fb), ops.htod(ops.dev, st[1].w[v], f16, fb);
+  }
+  ops.dtoh(ops.dev, hb, st[1].w[0], fb); /* the deferred tied parameter's bytes, never written */
+  const double hp[4] = {0.9, 0.95, 1e-8, 0.1};
+  int nsteps = 0;
+  for (int q = 0; q < NKSTEPS; q++) {
+    if (!ksteps[q].master) continue;
+    int wv = ksteps[q].wv;
+    nsteps++;
+    /* the unfolded version written: its copy widened, as the folded one reads W(t-1) */
+    ops.dtoh(ops.dev, h16, c16[wv], fb / 2);
+    ops.dtoh(ops.dev, hw, st[0].w[wv], fb);
+    for (int k = 0; k < nt; k++)
+      for (int64_t i = tab[k].off; i < tab[k].off + tab[k].n; i++) {
+        uint32_t u = (uint32_t)h16[i] << 16;
+        memcpy(&hw[i], &u, 4);
+      }
+    ops.htod(ops.dev, st[0].w[wv], hw, fb);
+    for (int64_t i = 0; i < P; i++) hg[i] = draw(&seed);
+    ops.htod(ops.dev, grad, hg, fb);
+    Scalars sc = {.lr = 2e-3 * (q + 1), .gs = 0.41 + 0.1 * q, .t = q + 1, .dc = ksteps[q].dc, .k = ksteps[q].k};
+    ops.htod(ops.dev, scal, &sc, sizeof sc);
+    for (int s = 0; s < 2; s++) {
+      CxAdamwLaunch a = {.w_out = st[s].w[wv], .w_in = st[s].w[2], .grad = grad, .m = st[s].m, .v = st[s].v,
+                         .master = st[s].w[2], .w16 = s ? 0 : c16[wv], .scalars = scal, .beta1 = hp[0],
+                         .beta2 = hp[1], .eps = hp[2], .weight_decay = hp[3]};
+      cx_adamw_multi_launch(&ops, k_multi, 0, s ? &TF : &T, &a);
+    }
+    ops.sync(ops.dev);
+    const char *name[3] = {"master", "m", "v"};
+    CxPtr b0[3] = {st[0].w[2], st[0].m, st[0].v}, b1[3] = {st[1].w[2], st[1].m, st[1].v};
+    for (int b = 0; b < 3; b++) {
+      ops.dtoh(ops.dev, h, b0[b], fb);
+      ops.dtoh(ops.dev, hw, b1[b], fb);
+      EXPECT(first_diff(name[b], q, h, hw, P, "copies beside", "folded") < 0);
+    }
+    ops.dtoh(ops.dev, h16, c16[wv], fb / 2);
+    ops.dtoh(ops.dev, f16, st[1].w[wv], fb);
+    int64_t bad = 0, over = 0;
+    for (int k = 0; k < nt; k++)
+      for (int64_t i = 0; i < tab[k].n; i++) {
+        bad += f16[2 * tab[k].off + i] != h16[tab[k].off + i];
+        over += f16[2 * tab[k].off + tab[k].n + i] != 0x7e7e;
+      }
+    if (bad || over) fprintf(stderr, "  step %d: %lld folded copies differ, %lld second halves written\n", q,
+                             (long long)bad, (long long)over);
+    EXPECT(bad == 0 && over == 0);
+  }
+  ops.dtoh(ops.dev, h, st[1].w[0], fb);
+  EXPECT(memcmp((char *)h + 4 * off[3], (char *)hb + 4 * off[3], (size_t)spec[3].n * 4) == 0);
+  printf("  %d tensors folded: master, m, v and the bf16 copies bit for bit the copies-beside launch's over %d "
+         "steps from the master (compensated from the copy, k = 0, 1, 0.7); second halves untouched\n", nt, nsteps);
+  free(h), free(hw), free(hg), free(hb), free(h16), free(f16);
+}
+
 /* ---- parts device and bf16 ------------------------------------------------------------------- */
 
 #define DSTEPS 8
@@ -417,15 +533,18 @@ static void test_device(void) {
 
 static void test_bf16(void) {
   EXPECT(emu_train_files());
-  EXPECT(emu_make_plan("pdev16", "--schedule 2bw --precision bf16"));
+  /* the copies beside the versions: a plan without prediction (with it the versions
+   * would hold them, part fold and test_cudapipe_bf16's); the steps predict all the same */
+  EXPECT(emu_make_plan("pdev16", "--schedule 2bw --precision bf16 -D train.predict=0"));
   device_case("pdev16", false, true); /* (c) the copies written by the multi-tensor AdamW */
   device_case("pdev16", true, true);  /* and cast after the per-tensor steps */
 }
 
 int main(int argc, char **argv) {
-  const char *part = emu_test_begin(argc, argv, true, "usage: test_adamw_multi PD2BWC [all|kernel|device|bf16]", tmp);
+  const char *part = emu_test_begin(argc, argv, true, "usage: test_adamw_multi PD2BWC [all|kernel|fold|device|bf16]", tmp);
   if (!part) return 2;
   if (emu_test_part(part, "kernel")) RUN(test_kernel);
+  if (emu_test_part(part, "fold")) RUN(test_fold);
   if (emu_test_part(part, "device")) RUN(test_device);
   if (emu_test_part(part, "bf16")) RUN(test_bf16);
   emu_test_end();

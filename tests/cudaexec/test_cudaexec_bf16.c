@@ -30,6 +30,11 @@
  *     AdamW; the casts that ran are the lists' (activation operands) x microbatches
  *     plus one per weight version at load: no weight is cast inside a step
  *     (runtime/cuda/exec/cuda_exec_device.c).
+ * And (2bw with weight prediction, one stage) the same four runs of a 2bw plan with
+ * train.predict = 1 (flushed start K = 1): the bf16 list keeps its bf16 weight copies in
+ * the weight versions (bf16_in_versions; docs/update-rules.md, "Memory"), the tied
+ * embedding included, whose lookup then reads the copy (pkc_embedding_fwd_bf16_f32);
+ * the same bounds hold.
  * Also: a bf16 plan cannot be loaded as fp32/tf32, nor a float32 plan as bf16
  * (cx_program_load's override), each with a message.
  *
@@ -103,6 +108,33 @@ static void test_bf16_trains(void) {
   free(cpu16.w);
   free(f32.w);
   free(b16.w);
+}
+
+static void test_bf16_2bw_predict(void) {
+  EmuRun cpu = {0}, cpu16 = {0}, f32 = {0}, b16 = {0};
+  const char *k = "--schedule 2bw -D train.flush_steps=1 -D train.predict=1";
+  char a32[256], a16[256], dir[256], path[300];
+  snprintf(a32, sizeof a32, "%s --precision fp32", k);
+  snprintf(a16, sizeof a16, "%s --precision bf16", k);
+  EXPECT(emu_make_plan("q32", a32) && emu_make_plan("q16", a16));
+  emu_path(dir, sizeof dir, "q16");
+  snprintf(path, sizeof path, "%s/stage0.launch.json", dir);
+  cJSON *l = emu_read_json(path);
+  const cJSON *fold = cJSON_GetObjectItemCaseSensitive(l, "bf16_in_versions"), *e;
+  int lookups16 = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(l, "forward")) {
+    const cJSON *kn = cJSON_GetObjectItemCaseSensitive(e, "kernel");
+    lookups16 += cJSON_IsString(kn) && strcmp(kn->valuestring, "pkc_embedding_fwd_bf16_f32") == 0;
+  }
+  printf("  q16's list: %d weights read from their versions' bf16 copies, %d lookup(s) of one\n",
+         cJSON_GetArraySize(fold), lookups16);
+  EXPECT(cJSON_GetArraySize(fold) > 0 && lookups16 == 1);
+  cJSON_Delete(l);
+  bool ok = emu_run_cpu("q32", &cpu) && emu_run_cpu("q16", &cpu16) && emu_run_gpu("q32", &f32) &&
+            emu_run_gpu("q16", &b16);
+  EXPECT(ok);
+  if (ok) check_runs(&cpu, &cpu16, &f32, &b16, emu_list_store_casts(dir, 0));
+  free(cpu.w), free(cpu16.w), free(f32.w), free(b16.w);
 }
 
 /* One AdamW launch a step, and no weight cast but at load (the copies are written
@@ -225,6 +257,7 @@ int main(int argc, char **argv) {
   EXPECT(emu_train_files());
   RUN(test_bf16_trains);
   RUN(test_bf16_update_writes_copy);
+  RUN(test_bf16_2bw_predict);
   RUN(test_bf16_padded_logits);
   RUN(test_overrides_refused);
   RUN(test_bf16_llama);

@@ -22,7 +22,10 @@
  * otherwise be identical; every tf32 GEMM must appear in the bf16 list
  * as the same GEMM with dtype "bf16" whose weight operands (the tf32 GEMM's A or B in
  * the params block) are read from the params_bf16 block (the bf16 weight copy the
- * optimizer writes: half the offset, inside params/2 bytes) with no cast, and whose
+ * optimizer writes: half the offset, inside params/2 bytes; in a 2bw plan with weight
+ * prediction, whose weight versions hold the copies, the weight's own offset, listed in
+ * the list's bf16_in_versions, inside params bytes; an embedding lookup's table is read
+ * there too, pkc_embedding_fwd_bf16_f32 at the table's own offset) with no cast, and whose
  * other operands are each a pkc_cast_f32_to_bf16 launch (same op) before it. The casts
  * must read the tf32 GEMM's operand (or its working place) with the element count the
  * GEMM spans (from its leading dimension), and write 2-byte elements into cuda_scratch
@@ -111,15 +114,24 @@ static bool same_arg(const cJSON *y, const cJSON *x) {
   return cJSON_Compare(x, y, 1);
 }
 
-/* A launch of the bf16 list equal to the tf32 one but for activation pointers. */
+/* A launch of the bf16 list equal to the tf32 one but for activation pointers; and an
+ * embedding lookup whose version holds the table's bf16 copy (weight prediction:
+ * bf16_in_versions) reads it there, at the table's own offset in params_bf16. */
 static bool same_launch(const cJSON *e16, const cJSON *e32) {
-  if (!e16 || strcmp(str(e16, "kernel"), str(e32, "kernel")) != 0 || num(e16, "op") != num(e32, "op") ||
+  bool lookup16 = e16 && strcmp(str(e16, "kernel"), "pkc_embedding_fwd_bf16_f32") == 0 &&
+                  strcmp(str(e32, "kernel"), "pkc_embedding_fwd_f32") == 0;
+  if (!e16 || (!lookup16 && strcmp(str(e16, "kernel"), str(e32, "kernel")) != 0) || num(e16, "op") != num(e32, "op") ||
       num(e16, "grid") != num(e32, "grid") || num(e16, "block") != num(e32, "block"))
     return false;
   const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(e16, "args"), *a32 = cJSON_GetObjectItemCaseSensitive(e32, "args");
   if (cJSON_GetArraySize(a16) != cJSON_GetArraySize(a32)) return false;
-  for (int k = 0; k < cJSON_GetArraySize(a32); k++)
-    if (!same_arg(cJSON_GetArrayItem(a16, k), cJSON_GetArrayItem(a32, k))) return false;
+  for (int k = 0; k < cJSON_GetArraySize(a32); k++) {
+    const cJSON *y = cJSON_GetArrayItem(a16, k), *x = cJSON_GetArrayItem(a32, k);
+    if (lookup16 && k == 1 ? strcmp(str(y, "buf"), "params_bf16") != 0 || strcmp(str(x, "buf"), "params") != 0 ||
+                                 num(y, "offset") != num(x, "offset")
+                           : !same_arg(y, x))
+      return false;
+  }
   return true;
 }
 
@@ -345,9 +357,14 @@ static void check_pass(const cJSON *l16, const cJSON *l32, const char *pass, dou
         t->stored_operands++;
         continue;
       }
-      if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset, inside its block */
+      if (!casts[q]) { /* the weight copy: bf16 at half the float32 offset (or the weight's own
+                          where the versions hold the copies), inside its block */
+        const cJSON *fold = cJSON_GetObjectItemCaseSensitive(l16, "bf16_in_versions"), *f;
+        bool listed = false;
+        cJSON_ArrayForEach(f, fold) listed |= f->valuedouble == num(ops32[q], "offset");
         EXPECT_STREQ(str(x16, "buf"), "params_bf16");
-        EXPECT(num(x16, "offset") * 2 == num(ops32[q], "offset"));
+        EXPECT(num(x16, "offset") * (fold ? 1 : 2) == num(ops32[q], "offset"));
+        EXPECT(!fold || listed);
         EXPECT(num(x16, "offset") + 2 * n_[q] <= num(blocks, "params_bf16"));
         t->weight_operands++;
         continue;
@@ -452,8 +469,10 @@ static void check_model_cls(const char *tag, const char *args, bool want_flash, 
         EXPECT(num(b16, b->string) <= b->valuedouble && (b->valuedouble == 0 || num(b16, b->string) < b->valuedouble));
       else if (strcmp(b->string, "work") != 0) EXPECT(num(b16, b->string) == b->valuedouble);
     }
-    /* plus the bf16 weight copy's block, half the params block */
-    EXPECT(num(b16, "params_bf16") * 2 == num(b32, "params"));
+    /* plus the bf16 weight copy's block, half the params block (the params block where
+     * the versions hold the copies) */
+    bool fold = cJSON_GetObjectItemCaseSensitive(l16, "bf16_in_versions") != NULL;
+    EXPECT(num(b16, "params_bf16") * (fold ? 1 : 2) == num(b32, "params"));
     EXPECT(cJSON_GetObjectItemCaseSensitive(b32, "params_bf16") == NULL);
     double staging = num(cJSON_GetObjectItemCaseSensitive(l16, "cuda_scratch"), "bf16_staging");
     EXPECT(staging >= ce_rows_end(l16));
@@ -475,7 +494,9 @@ static void check_model_cls(const char *tag, const char *args, bool want_flash, 
     cJSON_ArrayForEach(kk, k32) {
       bool att = strncmp(kk->valuestring, "pkc_attention_", 14) == 0 && st.flash > 0, found = false;
       const cJSON *k2;
-      cJSON_ArrayForEach(k2, k16) found = found || strcmp(k2->valuestring, kk->valuestring) == 0;
+      cJSON_ArrayForEach(k2, k16) found = found || strcmp(k2->valuestring, kk->valuestring) == 0 ||
+                                          (strcmp(kk->valuestring, "pkc_embedding_fwd_f32") == 0 &&
+                                           strcmp(k2->valuestring, "pkc_embedding_fwd_bf16_f32") == 0);
       if (!found && !att && strcmp(kk->valuestring, "pkc_classifier_f32") != 0)
         fprintf(stderr, "  %s: not in the bf16 list's kernels\n", kk->valuestring);
       EXPECT(found || att || strcmp(kk->valuestring, "pkc_classifier_f32") == 0);

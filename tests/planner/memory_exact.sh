@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issues 14 and 26, "exact memory": the search's memory figure for every stage
+# Issues 14 and 26, "exact memory" (and issue 23: bf16 weight prediction at no memory
+# cost, below): the search's memory figure for every stage
 # (estimated_bytes: all the device will hold, the arena and beside it the CUDA
 # scratch, the bf16 weight copies and cuBLAS's workspace) equals the exact layout's
 # device_bytes (plan_apply_layouts: the stage programs' block sizes) within 1%, over
@@ -66,6 +67,33 @@ check g1.3b-h200x8-2bw-bf16-s4 models/gpt.model -D layers=24 -D dim=2048 -D head
 # O(segment) (passes/layout_index.c), not the per-tensor estimates (-4 %..+47 %).
 check g260-v100x64-40 models/gpt.model -D layers=260 -D dim=128 -D heads=2 -D seq=128 \
   --cluster models/clusters/v100x64.cluster --stages 40 --replicas 1 --backend cpu
+# 2bw's weight prediction in a bf16 plan costs no memory (docs/update-rules.md, "Memory":
+# the versions hold the bf16 copies): GPT-2 124M on h200x8 (the planner's d = 1, and 4
+# stages), per stage, both the search's estimate and the exact device bytes with
+# train.predict=1 no larger than with 0, and no weights_bf16 beside the arena.
+for st in "" "--stages 4"; do
+  g124="models/gpt.model -D layers=12 -D dim=768 -D heads=12 --cluster models/clusters/h200x8.cluster --precision bf16 --schedule 2bw $st"
+  tag="g124m-2bw-bf16${st:+-s4}"
+  check "$tag-k0" $g124 -D train.predict=0
+  check "$tag-k1" $g124 -D train.predict=1
+  n=$((n + 1))
+  python3 - "$work/$tag-k0/plan.json" "$work/$tag-k1/plan.json" "$tag" <<'PY' || fail=$((fail + 1))
+import json, sys
+k0, k1 = (json.load(open(f)) for f in sys.argv[1:3])
+bad = False
+for i, (s0, s1) in enumerate(zip(k0["stages"], k1["stages"])):
+    m0, m1 = s0["memory"], s1["memory"]
+    for key in ("estimated_bytes", "device_bytes"):
+        if m1[key] > m0[key]:
+            print("FAIL %s stage %d: %s %d with prediction, %d without" % (sys.argv[3], i, key, m1[key], m0[key]))
+            bad = True
+    if s1["weight_versions"] != 3 or m1.get("weights_bf16", 0) != 0 or m0.get("weights_bf16", 0) == 0:
+        print("FAIL %s stage %d: %d versions, weights_bf16 %d (k=1), %d (k=0)" % (
+            sys.argv[3], i, s1["weight_versions"], m1.get("weights_bf16", 0), m0.get("weights_bf16", 0)))
+        bad = True
+sys.exit(1 if bad else 0)
+PY
+done
 # Over memory: an error, and nothing written.
 n=$((n + 1))
 if "$pd2bwc" models/gpt.model $G38 --cluster models/clusters/v100x8.cluster --schedule 2bw --stages 2 -q \

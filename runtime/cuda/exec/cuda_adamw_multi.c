@@ -77,13 +77,14 @@ uint64_t cx_adamw_stage_table_bytes(const RtStage *st) {
   return bytes;
 }
 
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in) {
+CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in,
+                                  const char *fold) {
   CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
   int nt = 0;
   for (int k = 0; k < st->nparams; k++)
     if (in[k])
       t[nt++] = (CxAdamwTensor){.off = st->params[k].offset / 4, .n = st->params[k].numel,
-                                .decay = st->params[k].decay, .has_grad = in[k] == 2};
+                                .decay = st->params[k].decay, .has_grad = in[k] == 2, .fold = fold && fold[k]};
   CxAdamwTable tab = cx_adamw_table_upload(ops, at, t, nt);
   free(t);
   return tab;

@@ -26,8 +26,11 @@ typedef struct CxAdamwTensor {
   int64_t n;        /* elements */
   int32_t decay;    /* weight decay applies */
   int32_t has_grad; /* 0: W(t) is copied into the version written, no step */
+  int32_t fold;     /* the version written holds only its bf16 copy, in the first half of
+                       its float32 place (a bf16 plan's weight prediction; master set) */
+  int32_t pad_;
 } CxAdamwTensor;
-_Static_assert(sizeof(CxAdamwTensor) == 24, "CxAdamwTensor must match pkc_adamw_tensor");
+_Static_assert(sizeof(CxAdamwTensor) == 32, "CxAdamwTensor must match pkc_adamw_tensor");
 
 /* One chunk (pkc_adamw_chunk): elements [chunk·CX_ADAMW_CHUNK, ...) of tensor `tensor`. */
 typedef struct CxAdamwChunk {
@@ -73,7 +76,9 @@ bool cx_adamw_multi_match(const RtStage *st, const ExecOptStep *s, int n, char *
 /* Device bytes of a table of every parameter of st: room for any table of its
  * (the size does not depend on has_grad). */
 uint64_t cx_adamw_stage_table_bytes(const RtStage *st);
-/* Uploads the table of the parameters in[] lists (cx_adamw_multi_match's) to `at`. */
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in);
+/* Uploads the table of the parameters in[] lists (cx_adamw_multi_match's) to `at`;
+ * fold (NULL: none) per parameter: CxAdamwTensor.fold. */
+CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in,
+                                  const char *fold);
 
 #endif /* PD2BW_RUNTIME_CUDA_ADAMW_MULTI_H */

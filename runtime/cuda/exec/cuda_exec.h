@@ -208,6 +208,16 @@ int64_t cx_program_block(const CxProgram *p, int c);
  * out-of-range id counter the runtime zeroes and reads. */
 int64_t cx_program_loss_offset(const CxProgram *p);
 int64_t cx_program_bad_ids_offset(const CxProgram *p);
+/* A bf16 list whose weight versions hold the bf16 copies (2bw's weight prediction,
+ * codegen.h CodegenCudaOptions.bf16_in_versions): the byte offsets in the params block
+ * of the weights a GEMM reads from the version itself, *n of them (their bf16 copy in
+ * the first half of their float32 place; params_bf16 is the version's params block);
+ * NULL, *n = 0: the copies are beside the versions. */
+const int64_t *cx_program_folded(const CxProgram *p, int *n);
+/* The list's "bf16_in_versions" when it has one (else *off NULL: true): offsets inside
+ * the params block (params bytes), whose params_bf16 block must be as large, into *off
+ * (pd_malloc'd, *n of them); false: malformed (cuda_exec_fold.c). */
+bool cx_fold_offsets(const struct cJSON *list, int64_t params, int64_t params_bf16, int64_t **off, int *n);
 /* The library kernels (cuda_kernels.cuh) the executor launches itself (cuda_exec_device.c,
  * cuda_exec_list.c): cx_library_complete's one list, in this order. */
 typedef enum CxLibKernel {
@@ -338,6 +348,9 @@ const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
 /* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
  * copy each (default 2). Before the arena. */
 void cx_exec_device_set_versions(ExecDevice *d, int n);
+/* The bf16 weight copies it holds beside the versions (0 where the versions hold them,
+ * cx_program_folded), once set_versions was called. */
+uint64_t cx_exec_device_bf16_bytes(const ExecDevice *d);
 /* The bf16 copy of the weight version at w (a params block of the arena; registered
  * as a version with a copy if it was not, as a pass reading it would) and whether it
  * is stale, cast again before a pass reads it; 0 for a plan without bf16 copies. What

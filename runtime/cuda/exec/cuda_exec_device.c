@@ -11,7 +11,8 @@
  * flushed step; the weight prediction's k) in device memory, so one graph serves
  * every step. 2bw's weight prediction (an ExecOptStep's master) is fused into the
  * multi-tensor AdamW, a pass of its own after each per-tensor step, and a bf16 copy
- * is always of the predicted weights of the version written.
+ * is always of the predicted weights of the version written; where the lists say so
+ * the versions hold the copies themselves (cuda_exec_fold.h).
  *
  * Everything runs on stream 0, in issue order, and a step's passes without a host
  * wait (the GPU trainer's scheme): a batch's input images go up in ONE copy at its
@@ -40,6 +41,7 @@
 
 #include "runtime/cuda/exec/cuda_adamw_multi.h"
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/exec/cuda_exec_fold.h"
 #include "runtime/exec/exec.h"
 #include "runtime/pipeline/pipeline_rank.h"
 
@@ -79,6 +81,7 @@ typedef struct CudaDevice {
     bool dirty;
   } ver[PIPE_MAX_SLOTS];
   int nver; /* versions with a bf16 copy */
+  CxFold *fold; /* the versions hold the copies (cuda_exec_fold.h); NULL: beside them, or none */
   int32_t *tok_tmp, *tgt_tmp;
   /* AdamW as one multi-tensor launch (cuda_adamw_multi.h): the table of the
    * parameters the first update it serves lists, uploaded then; stepped[k] says how
@@ -101,6 +104,7 @@ typedef struct CudaDevice {
   const ExecOptStep *os;
   int os_count;
   bool os_multi;      /* the update is one multi-tensor AdamW launch: os_launch */
+  bool os_one;        /* fold: one multi-tensor launch per step (cx_fold_one_launches) */
   CxAdamwLaunch os_launch;
 } CudaDevice;
 
@@ -155,6 +159,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   c->data = base + data;
   c->p16 = base + p16;
   c->adamw = base + adamw;
+  if (c->fold) cx_fold_set_tables(c->fold, c->adamw + cx_adamw_stage_table_bytes(c->st));
   return (char *)(uintptr_t)base;
 }
 
@@ -225,7 +230,8 @@ static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
   CxReplay r = {.seed = p->seed, .microbatch = (uint32_t)p->mb, .training = p->training, .stream = 0};
   for (int k = BUF_PARAMS; k < BUF_CLASS_COUNT; k++) r.base[k] = dp(p->block[k]);
   r.base[CX_SCRATCH] = c->scratch;
-  if (c->p16_bytes) r.base[CX_PARAMS16] = bf16_copy(c, p->block[BUF_PARAMS]);
+  if (c->fold) r.base[CX_PARAMS16] = cx_fold_pass_base(c->fold, p->block[BUF_PARAMS]);
+  else if (c->p16_bytes) r.base[CX_PARAMS16] = bf16_copy(c, p->block[BUF_PARAMS]);
   cx_program_run(c->prog, which, &r);
   p->bad_ids = 0; /* counted on the device: late_bad_ids */
   if (p->loss && which == CX_FORWARD) { /* into the ring, stream-ordered */
@@ -272,6 +278,8 @@ static void cd_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t
 }
 
 static void cd_copy(ExecDevice *d, void *dst, const void *src, uint64_t bytes) {
+  PD_CHECK(!cud(d)->fold || !(cx_fold_touches(cud(d)->fold, dst, bytes) || cx_fold_touches(cud(d)->fold, src, bytes)),
+           "(a device copy of a weight version that holds its bf16 copies)");
   if (bytes) cud(d)->ops->dtod(cud(d)->ops->dev, 0, dp(dst), dp(src), (size_t)bytes);
   written(cud(d), dst, bytes);
 }
@@ -281,11 +289,13 @@ static void cd_zero(ExecDevice *d, void *dst, uint64_t bytes) {
 }
 
 static void cd_upload(ExecDevice *d, void *dst, const void *host, uint64_t bytes) {
+  if (cud(d)->fold && cx_fold_upload(cud(d)->fold, dst, host, bytes)) return;
   if (bytes) cud(d)->ops->htod(cud(d)->ops->dev, dp(dst), host, (size_t)bytes);
   written(cud(d), dst, bytes);
 }
 
 static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t bytes) {
+  if (cud(d)->fold && cx_fold_download(cud(d)->fold, host, src, bytes)) return;
   if (bytes) cud(d)->ops->dtoh(cud(d)->ops->dev, host, dp(src), (size_t)bytes);
 }
 
@@ -377,7 +387,8 @@ static void issue_update(void *arg) { /* a CudaDevice */
     cx_adamw_multi_launch(c->ops, cx_program_lib_kernel(c->prog, CX_K_ADAMW_MULTI), 0, &c->adamw_tab, &c->os_launch);
     return;
   }
-  for (int i = 0; i < c->os_count; i++) {
+  if (c->os_one) cx_fold_issue(c->fold);
+  for (int i = 0; !c->os_one && i < c->os_count; i++) {
     const ExecOptStep *s = &c->os[i];
     const TrainConfig *tc = s->tc;
     CxPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
@@ -413,7 +424,7 @@ static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaun
   char *in = pd_calloc((size_t)st->nparams + 1, 1); /* 0: not listed, 1: no gradient, 2: stepped */
   bool ok = cx_adamw_multi_match(st, s, n, in, a);
   if (ok && !c->adamw_ready) {
-    c->adamw_tab = cx_adamw_stage_table(c->ops, c->adamw, st, in);
+    c->adamw_tab = cx_adamw_stage_table(c->ops, c->adamw, st, in, c->fold ? cx_fold_flags(c->fold) : NULL);
     memcpy(c->stepped, in, (size_t)st->nparams);
     c->adamw_ready = true;
   }
@@ -442,7 +453,9 @@ static void cd_opt_step(ExecDevice *d, const ExecOptStep *s, int n) {
   c->ops->htod(c->ops->dev, c->scalars, &sv, sizeof sv); /* waits: no update reads the last ones still */
   c->os = s;
   c->os_count = n;
+  if (c->fold) cx_fold_step_begin(c->fold);
   c->os_multi = multi_launch(c, s, n, &c->os_launch);
+  if ((c->os_one = c->fold && !c->os_multi)) cx_fold_one_launches(c->fold, s, n, c->scalars);
   run_graph(c, c->g_upd, key, issue_update, &c->upd_stats);
   if (c->os_multi && c->p16_bytes) /* every parameter's bf16 copy was written with it */
     c->ver[version_of(c, (const char *)(uintptr_t)c->os_launch.w_out)].dirty = false;
@@ -492,7 +505,12 @@ static void cd_destroy(ExecDevice *d) {
   free(c->tok_tmp);
   free(c->tgt_tmp);
   free(c->stepped);
+  cx_fold_destroy(c->fold);
   free(c);
+}
+
+static void cd_versions(ExecDevice *d, char *const *w, int n, int master) {
+  if (cud(d)->fold) cx_fold_versions(cud(d)->fold, w, n, master);
 }
 
 static const ExecDeviceOps cuda_ops = {
@@ -500,7 +518,7 @@ static const ExecDeviceOps cuda_ops = {
     .backward = cd_backward, .load_samples = cd_load_samples, .copy = cd_copy, .zero = cd_zero,
     .upload = cd_upload, .download = cd_download, .sum_ordered = cd_sum_ordered, .sumsq = cd_sumsq,
     .opt_step = cd_opt_step, .flush = cd_flush, .late_bad_ids = cd_late_bad_ids, .destroy = cd_destroy,
-    .mark = cd_mark, .mark_time = cd_mark_time,
+    .mark = cd_mark, .mark_time = cd_mark_time, .versions = cd_versions,
 };
 
 ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
@@ -543,6 +561,10 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
     c->adamw_bytes = cx_adamw_stage_table_bytes(st);
     c->stepped = pd_calloc((size_t)st->nparams, 1);
   }
+  bool bad;
+  if ((c->fold = cx_fold_create(ops, prog, st, err, errlen, &bad))) /* no copy beside the versions */
+    c->p16_bytes = 0, c->adamw_bytes += cx_fold_table_bytes(c->fold);
+  if (bad) return cd_destroy(&c->base), NULL;
   return &c->base;
 }
 
@@ -559,6 +581,7 @@ void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = o
 void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx) {
   cud(d)->at_end = fn, cud(d)->end_ctx = ctx;
 }
+uint64_t cx_exec_device_bf16_bytes(const ExecDevice *d) { return (uint64_t)ccud(d)->nver * up256(ccud(d)->p16_bytes); }
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;

@@ -105,6 +105,7 @@ struct CxProgram {
   CxGraphSlot slot[CX_MAX_KEYS];
   int nslots, ngraphs;
   CxGraphStats stats;
+  int64_t *folded; int nfolded; /* "bf16_in_versions" (cx_program_folded); NULL: none */
 };
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), false)
@@ -402,6 +403,8 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
     if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
     else p->block[c] = (int64_t)v->valuedouble;
   }
+  if (!l.failed && !cx_fold_offsets(list, p->block[BUF_PARAMS], p->block[CX_PARAMS16], &p->folded, &p->nfolded))
+    ld_fail(&l, "bf16_in_versions", 0, "not offsets inside the params block, or params_bf16 is not that block");
   const cJSON *loss = cJSON_GetObjectItemCaseSensitive(list, "loss");
   p->loss_off = -1;
   if (cJSON_IsObject(loss)) {
@@ -444,12 +447,13 @@ void cx_program_free(CxProgram *p) {
   free(p->e[1]);
   free(p->seg_n[0]);
   free(p->seg_n[1]);
-  free(p->args);
+  free(p->args), free(p->folded);
   free(p);
 }
 
 int64_t cx_program_block(const CxProgram *p, int c) { return c > BUF_NONE && c < CX_NBLOCKS ? p->block[c] : 0; }
 int64_t cx_program_loss_offset(const CxProgram *p) { return p->loss_off; }
+const int64_t *cx_program_folded(const CxProgram *p, int *n) { return *n = p->nfolded, p->folded; }
 int64_t cx_program_bad_ids_offset(const CxProgram *p) { return p->bad_off; }
 int cx_program_nlaunches(const CxProgram *p, CxPass pass) { return p->ne[pass]; }
 

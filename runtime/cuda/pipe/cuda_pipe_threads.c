@@ -95,8 +95,7 @@ static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *
     need[r] = cx_exec_device_need(dev[r], p->st[s].planned_bytes);
     uint64_t extra = need[r] - p->st[s].planned_bytes;
     if (extra > st->extra_bytes) st->extra_bytes = extra;
-    st->weights_bf16 += ((uint64_t)cx_program_block(cx_exec_device_program(dev[r]), CX_PARAMS16) + 255) / 256 * 256 *
-                        (uint64_t)p->st[s].nversions;
+    st->weights_bf16 += cx_exec_device_bf16_bytes(dev[r]);
   }
   ok = ok && cx_share_reserve(sh, need, err, errlen);
   free(need);
