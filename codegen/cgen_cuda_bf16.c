@@ -10,12 +10,11 @@
  * or sent one: passes/layout.h, "bf16 storage") is read from its stored copy, which
  * holds exactly what a cast of its float32 working place would make: the producer's
  * cast wrote it from that place, or the pass's upcast widened it into that place. So is
- * the logits' gradient when the forward's fused classifier stored it there as bf16 in
- * place of the logits (CuEmit.cls_grad: the bits a cast of the float32 gradient gives). Any
- * other operand (an activation or a gradient) is one pkc_cast_f32_to_bf16 launch
- * (round to nearest even) into cuda_scratch's staging, from bf16_staging on (after the
- * cross-entropy's row losses): a GEMM's A, then B at the next 256-byte boundary, the
- * same bytes for every GEMM (one stream, in order). passes/layout_cuda.c sizes the
+ * the logits' gradient the fused classifier stored there as bf16 in place of the logits
+ * (CuEmit.cls_grad: the bits a cast of the float32 gradient gives). Any
+ * other operand is one pkc_cast_f32_to_bf16 launch (round to nearest even) into
+ * cuda_scratch's staging from bf16_staging on: a GEMM's A, then B at the next 256-byte
+ * boundary, the same bytes for every GEMM (one stream, in order). passes/layout_cuda.c sizes the
  * staging from the same rule (layout_cuda_scratch_bytes: a weight or a stored operand
  * stages nothing), so the planner counts the bytes these launches reach. */
 #include "codegen/cgen_cuda_internal.h"

@@ -2,9 +2,8 @@
  * replica's parameters in ONE launch (the multi-tensor apply of apex and PyTorch's
  * _foreach/fused optimizers).
  *
- * pkc_adamw_elem is AdamW's one expression per element (kernels/cpu_kernels.h's
- * pk_adamw_step, float for float); the per-tensor kernels of cuda_kernels.cuh and the
- * multi-tensor kernel below all call it, so they give the same bits.
+ * pkc_adamw_elem is AdamW's one expression per element (cpu_kernels.h's pk_adamw_step,
+ * float for float): every AdamW kernel calls it, so they give the same bits.
  *
  * The multi-tensor kernel. Every parameter of a stage replica lies at the same byte
  * offset in each of its blocks (the weight versions, the gradients, m and v), so a
@@ -27,12 +26,7 @@
  * offsets, rewritten from every new weight (the predicted one under prediction; round
  * to nearest even, pkc_f32_to_bf16): the bf16 GEMMs read their weight operand there
  * (pd2bwc --precision bf16).
- * A folded tensor (fold: a bf16 plan's weight prediction, where the versions hold the
- * bf16 copies, docs/update-rules.md "Memory") has no float32 value in the version
- * written: its bf16 copy is written instead into the first half of its float32 place
- * there (element i at w_out's element off, bf16 element i), and delay compensation
- * reads W(t-1) from that copy (the weights its gradient was taken at, as the GEMMs read
- * them); the master (never NULL then) holds its float32 W.
+ * A folded tensor (CxAdamwTensor.fold) keeps only its bf16 copy in the version written.
  * The rules of cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host).
  */
 #ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
@@ -125,7 +119,13 @@ struct pkc_adamw_tensor {
   pkc_i64 n;   /* elements */
   int decay;   /* weight decay applies */
   int has_grad; /* 0: copy W(t) into the version written, no step */
-  int fold;     /* the version written holds only its bf16 copy (the file's comment) */
+  /* a bf16 plan's weight prediction, where the versions hold the bf16 copies
+   * (docs/update-rules.md "Memory"): no float32 value in the version written, its bf16
+   * copy instead in the first half of its float32 place there (element i at w_out's
+   * element off, bf16 element i); delay compensation reads W(t-1) from that copy (the
+   * weights its gradient was taken at, as the GEMMs read them); the master (never NULL
+   * then) holds its float32 W */
+  int fold;
   int pad_;
 };
 

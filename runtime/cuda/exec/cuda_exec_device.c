@@ -6,9 +6,8 @@
  * multi-tensor launch that also writes the bf16 weight copy of the version it writes,
  * so no weight is cast inside a step), the norm and the update as CUDA graphs of their
  * own (eager on the first sighting of a set of pointers, captured on the second,
- * launched after), the update's per-step values (lr, the
- * bias-correction step, the gradient scale, the delay compensation in force: 0 in a
- * flushed step; the weight prediction's k) in device memory, so one graph serves
+ * launched after), the update's per-step values (lr, the bias-correction step, the
+ * gradient scale, the delay compensation in force: 0 in a flushed step; k) in device memory, so one graph serves
  * every step. 2bw's weight prediction (an ExecOptStep's master) is fused into the
  * multi-tensor AdamW, a pass of its own after each per-tensor step, and a bf16 copy
  * is always of the predicted weights of the version written; where the lists say so

@@ -1,7 +1,6 @@
 /* runtime/cuda/exec/cuda_exec_fold.h — weight versions that hold their bf16 copies: the
  * CUDA device's side (cuda_exec_device.c) of a bf16 plan under 2bw's weight prediction
  * whose launch lists say so (cx_program_folded; docs/update-rules.md, "Memory").
- *
  * The master slot holds the float32 weights W; every other version holds, for a weight a
  * GEMM reads (a "folded" one), only its bf16 copy, in the first half of its float32
  * place, and for any other weight its float32 value; no copy lies beside the arena. So:
