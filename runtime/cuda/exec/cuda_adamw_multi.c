@@ -9,7 +9,6 @@
 
 static int64_t chunks_of(const CxAdamwTensor *t) { return (t->n + CX_ADAMW_CHUNK - 1) / CX_ADAMW_CHUNK; }
 
-static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
 static int64_t total_chunks(const CxAdamwTensor *t, int n) {
   int64_t c = 0;
@@ -18,11 +17,11 @@ static int64_t total_chunks(const CxAdamwTensor *t, int n) {
 }
 
 uint64_t cx_adamw_table_bytes(const CxAdamwTensor *t, int n) {
-  return up256((uint64_t)n * sizeof *t) + up256((uint64_t)total_chunks(t, n) * sizeof(CxAdamwChunk));
+  return rt_align256((uint64_t)n * sizeof *t) + rt_align256((uint64_t)total_chunks(t, n) * sizeof(CxAdamwChunk));
 }
 
 CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAdamwTensor *t, int n) {
-  uint64_t tb = up256((uint64_t)n * sizeof *t), bytes = cx_adamw_table_bytes(t, n);
+  uint64_t tb = rt_align256((uint64_t)n * sizeof *t), bytes = cx_adamw_table_bytes(t, n);
   CxAdamwTable out = {.tensors = at, .chunks = at + tb, .nchunks = total_chunks(t, n)};
   PD_CHECK(out.nchunks <= 0x7fffffff, "(%lld AdamW chunks: more than a grid)", (long long)out.nchunks);
   unsigned char *host = pd_calloc((size_t)bytes + 1, 1);

@@ -109,7 +109,6 @@ typedef struct CudaDevice {
 
 static CudaDevice *cud(ExecDevice *d) { return (CudaDevice *)(void *)d; }
 static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
-static uint64_t up256(uint64_t n) { return (n + 255) / 256 * 256; }
 
 static unsigned grid_for(int64_t n) {
   int64_t g = (n + CD_BLOCK - 1) / CD_BLOCK;
@@ -125,15 +124,15 @@ static void launch(CudaDevice *c, CxLibKernel k, unsigned grid, unsigned block, 
 /* The one allocation's layout for an arena of `bytes`: the extras' offsets into off
  * (scratch, parts, norm, scalars, losses, data, p16, adamw); returns the total. */
 static uint64_t layout(const CudaDevice *c, uint64_t bytes, uint64_t off[8]) {
-  uint64_t at = up256(bytes);
+  uint64_t at = rt_align256(bytes);
   off[0] = at;
-  off[1] = (at += up256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
-  off[2] = (at += up256((uint64_t)(c->nparts * 8)));
+  off[1] = (at += rt_align256((uint64_t)cx_program_block(c->prog, CX_SCRATCH)));
+  off[2] = (at += rt_align256((uint64_t)(c->nparts * 8)));
   off[3] = (at += 256);
-  off[4] = (at += up256(sizeof(CxStepScalars)));
-  off[5] = (at += up256(CD_LOSSES * 4));
+  off[4] = (at += rt_align256(sizeof(CxStepScalars)));
+  off[5] = (at += rt_align256(CD_LOSSES * 4));
   off[6] = (at += CD_DATA_SLOTS * (uint64_t)c->images * c->image_bytes);
-  off[7] = (at += (uint64_t)c->nver * up256(c->p16_bytes));
+  off[7] = (at += (uint64_t)c->nver * rt_align256(c->p16_bytes));
   return at + c->adamw_bytes;
 }
 
@@ -214,7 +213,7 @@ static int version_of(CudaDevice *c, const char *w) {
  * load or another write. */
 static CxPtr bf16_copy(CudaDevice *c, const char *w) {
   int v = version_of(c, w);
-  CxPtr w16 = c->p16 + (CxPtr)v * up256(c->p16_bytes), src = dp(w);
+  CxPtr w16 = c->p16 + (CxPtr)v * rt_align256(c->p16_bytes), src = dp(w);
   if (c->ver[v].dirty) {
     int64_t n = c->st->blocks[BUF_PARAMS] / 4;
     void *args[] = {&w16, &src, &n};
@@ -431,7 +430,7 @@ static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaun
   free(in);
   if (!ok) return false;
   const TrainConfig *tc = s[0].tc;
-  if (c->p16_bytes) a->w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)a->w_out) * up256(c->p16_bytes);
+  if (c->p16_bytes) a->w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)a->w_out) * rt_align256(c->p16_bytes);
   a->scalars = c->scalars;
   a->beta1 = tc->beta1, a->beta2 = tc->beta2, a->eps = tc->eps, a->weight_decay = tc->weight_decay;
   return true;
@@ -549,7 +548,7 @@ ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage
     if (st->inputs[k].stream != STREAM_OTHER && st->inputs[k].rank == 2) c->T = (int)st->inputs[k].shape[1];
   c->batch_samples = batch_samples;
   c->images = batch_samples / st->b;
-  c->image_bytes = up256((uint64_t)st->blocks[BUF_INPUTS]);
+  c->image_bytes = rt_align256((uint64_t)st->blocks[BUF_INPUTS]);
   for (int s = 0; s < CD_DATA_SLOTS; s++) c->slot_batch[s] = -1;
   c->host_inputs = pd_calloc((size_t)((uint64_t)c->images * c->image_bytes) + 1, 1);
   c->host_losses = pd_calloc(CD_LOSSES, sizeof(float));
@@ -580,7 +579,7 @@ void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = o
 void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx) {
   cud(d)->at_end = fn, cud(d)->end_ctx = ctx;
 }
-uint64_t cx_exec_device_bf16_bytes(const ExecDevice *d) { return (uint64_t)ccud(d)->nver * up256(ccud(d)->p16_bytes); }
+uint64_t cx_exec_device_bf16_bytes(const ExecDevice *d) { return (uint64_t)ccud(d)->nver * rt_align256(ccud(d)->p16_bytes); }
 void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;
@@ -590,7 +589,7 @@ CxPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale) {
   if (!c->p16_bytes) return 0;
   int v = version_of(c, w);
   *stale = c->ver[v].dirty;
-  return c->p16 + (CxPtr)v * up256(c->p16_bytes);
+  return c->p16 + (CxPtr)v * rt_align256(c->p16_bytes);
 }
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes) {
   uint64_t off[8];

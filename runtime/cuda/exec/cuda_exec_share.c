@@ -203,7 +203,7 @@ bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errl
   for (int r = 0; r < sh->nranks; r++) {
     sh->off[r] = at;
     sh->bytes[r] = bytes[r];
-    at += (bytes[r] + 255) / 256 * 256;
+    at += rt_align256(bytes[r]);
   }
   return sh->gpu->alloc(sh->gpu->dev, (size_t)(at ? at : 256), &sh->base, err, errlen);
 }
