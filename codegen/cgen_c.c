@@ -67,15 +67,11 @@ static const char *base_of(BufClass c) {
   return "?";
 }
 
-/* A typed pointer expression for tensor t; up to 8 live at once per op. */
+/* A typed pointer expression for tensor t (in e->strs: lives as long as the emit). */
 const char *cc_ptr(Emit *e, int t) {
-  static char ring[8][96];
-  static int next;
-  char *b = ring[next++ & 7];
   const TensorPlace *pl = &e->L->place[t];
   const char *ty = e->g->tensors[t].dtype == DT_I32 ? "TI" : "TR";
-  snprintf(b, 96, "%s(%s, %lld)", ty, base_of(pl->cls), (long long)(pl->offset * e->rs));
-  return b;
+  return arena_printf(e->strs, "%s(%s, %lld)", ty, base_of(pl->cls), (long long)(pl->offset * e->rs));
 }
 
 int64_t cc_numel(Emit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
@@ -94,11 +90,8 @@ static bool folded_into(Emit *e, int t, int into) {
 }
 
 /* "ctx->training ? p : 0.0": evaluation turns dropout off. */
-const char *cc_pexpr(double p) {
-  static char b[64];
-  if (p == 0) return "0.0";
-  snprintf(b, sizeof b, "(ctx->training ? %.17g : 0.0)", p);
-  return b;
+const char *cc_pexpr(Emit *e, double p) {
+  return p == 0 ? "0.0" : arena_printf(e->strs, "(ctx->training ? %.17g : 0.0)", p);
 }
 
 static void rng(Emit *e, char *b, size_t n, int opid) {
@@ -114,17 +107,13 @@ int codegen_rng_base(const StageLayout *L) {
 
 /* The scratch temporary of an op that must add its result into a gradient. */
 static const char *acc_temp(Emit *e, const Op *op) {
-  static char b[96];
   int64_t k = layout_op_scratch_elems(e->g, op, e->L->b) * 4;
   k = (k + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
-  snprintf(b, sizeof b, "TR(W, %lld)", (long long)((e->L->scratch_off[op->id] + k) * e->rs));
-  return b;
+  return arena_printf(e->strs, "TR(W, %lld)", (long long)((e->L->scratch_off[op->id] + k) * e->rs));
 }
 
 static const char *scratch(Emit *e, const Op *op) {
-  static char b[96];
-  snprintf(b, sizeof b, "TR(W, %lld)", (long long)(e->L->scratch_off[op->id] * e->rs));
-  return b;
+  return arena_printf(e->strs, "TR(W, %lld)", (long long)(e->L->scratch_off[op->id] * e->rs));
 }
 
 static void describe(Emit *e, const Op *op) {
@@ -280,7 +269,7 @@ static void emit_elementwise(Emit *e, const Op *op, const OpDest *d) {
   case OP_DROPOUT_BWD:
     rng(e, r, sizeof r, op_rng_stream(op));
     str_printf(s, "  K(%s)(%s, %s, %lld, %s, %s);\n", op_info[op->kind].kernel, Y, cc_ptr(e, op->in[0]),
-               (long long)cc_numel(e, y), cc_pexpr(op_rng_p(op)), r);
+               (long long)cc_numel(e, y), cc_pexpr(e, op_rng_p(op)), r);
     break;
   case OP_RESHAPE:
     str_printf(s, "  memmove(%s, %s, %lld);\n", Y, cc_ptr(e, op->in[0]),
@@ -335,11 +324,11 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
     if (op->kind == OP_ATTENTION)
       str_printf(s, "  K(attention_fwd)(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n", Y,
                  cc_ptr(e, op->out[1]), cc_ptr(e, qkv), scratch(e, op), (long long)B, (long long)T, (long long)C,
-                 (int)op->attr[0], (int)op->attr[1], cc_pexpr(op->attr[2]), r);
+                 (int)op->attr[0], (int)op->attr[1], cc_pexpr(e, op->attr[2]), r);
     else
       str_printf(s, "  K(attention_bwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %d, %s, %s);\n",
                  Y, cc_ptr(e, op->in[0]), cc_ptr(e, qkv), cc_ptr(e, op->in[2]), cc_ptr(e, op->in[3]), scratch(e, op), (long long)B, (long long)T,
-                 (long long)C, (int)op->attr[0], (int)op->attr[1], cc_pexpr(op->attr[2]), r);
+                 (long long)C, (int)op->attr[0], (int)op->attr[1], cc_pexpr(e, op->attr[2]), r);
     break;
   }
   case OP_ATTENTION_GQA:
@@ -352,16 +341,15 @@ static void emit_attention(Emit *e, const Op *op, const OpDest *d) {
       str_printf(s, "  K(attention_gqa_fwd)(%s, %s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n", Y,
                  cc_ptr(e, op->out[1]), cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]), cc_ptr(e, op->in[2]),
                  scratch(e, op), (long long)B, (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal,
-                 cc_pexpr(a.p), r);
+                 cc_pexpr(e, a.p), r);
       break;
     }
     PD_CHECK(!cc_acc(e, op->out[1]) && !cc_acc(e, op->out[2]), "(attention_gqa_bwd: dk or dv accumulated)");
-    /* in two parts: cc_ptr's strings live for 8 calls */
     str_printf(s, "  K(attention_gqa_bwd)(%s, %s, %s, %s, %s, ", Y, cc_ptr(e, op->out[1]), cc_ptr(e, op->out[2]),
                cc_ptr(e, op->in[0]), cc_ptr(e, op->in[1]));
     str_printf(s, "%s, %s, %s, %s, %s, %lld, %lld, %d, %d, %lld, %d, %s, %s);\n", cc_ptr(e, op->in[2]),
                cc_ptr(e, op->in[3]), cc_ptr(e, op->in[4]), cc_ptr(e, op->in[5]), scratch(e, op), (long long)B,
-               (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal, cc_pexpr(a.p), r);
+               (long long)T, a.heads, a.kv_heads, (long long)a.hs, a.causal, cc_pexpr(e, a.p), r);
     break;
   }
   default:
@@ -513,7 +501,8 @@ static void emit_region(Emit *e, int r, const int *ops, int nops, const RegionIn
 
 char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const CodegenOptions *o) {
   Str s = {0};
-  Emit e = {.g = g, .L = L, .o = o, .s = &s, .rs = o->f64 ? 2 : 1, .rng_base = codegen_rng_base(L), .stored = L};
+  Emit e = {.g = g, .L = L, .o = o, .s = &s, .rs = o->f64 ? 2 : 1, .rng_base = codegen_rng_base(L), .stored = L,
+            .strs = arena_create()};
   PD_CHECK(!(o->f64 && L->bf16), "(a bf16 layout has no float64 program)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
@@ -567,5 +556,6 @@ char *codegen_c_source(const Graph *g, const StageLayout *L, int stage, const Co
   free(fx.start), free(fx.pos), free(bx.start), free(bx.pos);
   free(e.done);
   free(e.cast);
+  arena_destroy(e.strs);
   return s.p;
 }

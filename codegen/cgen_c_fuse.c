@@ -88,7 +88,7 @@ static void emit_fused(Emit *e, const int *chain, int n) {
     const Op *op = &g->ops[chain[k]];
     if (op_masks_elements(op)) {
       any_rng = true;
-      str_printf(s, "    const uint64_t thr%d = pk_rng_threshold(%s);\n", k, cc_pexpr(op_rng_p(op)));
+      str_printf(s, "    const uint64_t thr%d = pk_rng_threshold(%s);\n", k, cc_pexpr(e, op_rng_p(op)));
       str_printf(s, "    const R ks%d = thr%d ? (R)(1.0 / (1.0 - %.17g)) : (R)1;\n", k, k, op_rng_p(op));
     }
   }

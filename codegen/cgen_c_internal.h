@@ -19,9 +19,10 @@ typedef struct Emit {
   const StageLayout *stored; /* the stage's layout; L is the pass's view of it
                                 (cgen_pass_view: the same without bf16 storage) */
   bool *cast;   /* per op, bf16 layouts: its outputs' casts down emitted */
+  Arena *strs;  /* the expressions cc_ptr and its kind return, freed with the emit */
 } Emit;
 
-/* cgen_c.c: tensor t's typed pointer expression (up to 8 live at once per op), its
+/* cgen_c.c: tensor t's typed pointer expression (e->strs's: any number live), its
  * element count at the microbatch size, its last dimension (1 for a scalar), whether
  * its place is added into, and dropout's probability as an expression
  * ("ctx->training ? p : 0.0": evaluation turns it off). */
@@ -29,7 +30,7 @@ const char *cc_ptr(Emit *e, int t);
 int64_t cc_numel(Emit *e, int t);
 int64_t cc_lastd(Emit *e, int t);
 bool cc_acc(Emit *e, int t);
-const char *cc_pexpr(double p);
+const char *cc_pexpr(Emit *e, double p);
 
 /* cgen_c_fuse.c (with e->o->fuse): emits ops[k] and the ops after it that fuse with it
  * as one loop, marking them done, and returns how many; 0 (nothing emitted) when fewer
