@@ -113,7 +113,12 @@ for kind in ("simulated", "simulated-step", "measured"):  # the whole simulation
     for l in lanes:
         ev = [e for e in t.els if "ev" in cls(e) and l in e["up"]]
         fwd = [e for e in ev if re.match(r"F\d", e["text"])]
-        assert fwd, (kind, l["a"]["data-lane"], "has no forward")
+        # The measured step is rank 0's update-to-update time. Another replica's ranks
+        # are tied to it only by the all-reduce: on a loaded host replica 1 can run its
+        # next forwards before rank 0's step ends, so its lanes must show the step's
+        # work (the all-reduce, the update), not necessarily a forward.
+        assert fwd or (kind == "measured" and not l["a"]["data-lane"].endswith("/0") and ev), \
+            (kind, l["a"]["data-lane"], "has no forward" if ev else "has no event")
 
 assert spans["simulated-step"] == spans["measured"] > 0, spans  # one time axis for the two steps
 busy = [(e["text"], cls(e)) for e in t.els if e["tag"] == "td" and ("busy-sim" in cls(e) or "busy-run" in cls(e))]
