@@ -97,6 +97,29 @@
  * pointer is not aligned, take the scalar loop. The same f computes each element
  * alone on both paths, so the bits never depend on the path (nor on the grid). y may
  * alias an input. Their launch kind is PKC_ELEM4: a thread per four elements. */
+/* A table element as float: itself, or a bfloat16 one widened exactly. */
+static __device__ __forceinline__ float pkc_table_f32(float x) { return x; }
+static __device__ __forceinline__ float pkc_table_f32(unsigned short x) { return pkc_bf16_to_f32(x); }
+
+/* out[i,:] = table[ids[i],:] for n tokens, of a float or bf16 table (the embedding
+ * kernels, cuda_kernels_layers.cuh); a bad id gives a zero row (counted). */
+template <class E>
+static __device__ __forceinline__ void pkc_embedding_rows(float *out, const E *table, const int *ids, pkc_i64 n,
+                                                          int C, int V, unsigned long long *bad) {
+  pkc_i64 total = n * C;
+  for (pkc_i64 k = pkc_tid(); k < total; k += pkc_nthreads()) {
+    pkc_i64 i = k / C;
+    int c = (int)(k - i * C);
+    int id = ids[i];
+    if (id < 0 || id >= V) {
+      out[k] = 0;
+      if (c == 0) pkc_count_bad(bad);
+    } else {
+      out[k] = pkc_table_f32(table[(pkc_i64)id * C + c]);
+    }
+  }
+}
+
 template <class F>
 static __device__ __forceinline__ void pkc_map1(float *y, const float *x, pkc_i64 n, F f) {
   pkc_i64 i0 = 0;

@@ -18,40 +18,18 @@
 
 /* ===== embedding, positions ==================================================== */
 
-/* out[i,:] = table[ids[i],:] for n tokens; a bad id gives a zero row (counted). */
+/* out[i,:] = table[ids[i],:] for n tokens (pkc_embedding_rows). */
 __global__ void pkc_embedding_fwd_f32(float *out, const float *table, const int *ids, pkc_i64 n,
                                       int C, int V, unsigned long long *bad) {
-  pkc_i64 total = n * C;
-  for (pkc_i64 k = pkc_tid(); k < total; k += pkc_nthreads()) {
-    pkc_i64 i = k / C;
-    int c = (int)(k - i * C);
-    int id = ids[i];
-    if (id < 0 || id >= V) {
-      out[k] = 0;
-      if (c == 0) pkc_count_bad(bad);
-    } else {
-      out[k] = table[(pkc_i64)id * C + c];
-    }
-  }
+  pkc_embedding_rows(out, table, ids, n, C, V, bad);
 }
 
 /* The same from a bfloat16 table (the bf16 copy a weight version holds of a tied
  * embedding that the LM head's GEMM reads on the same stage, under 2bw's weight prediction:
- * docs/update-rules.md, "Memory"), each element widened exactly. */
+ * docs/update-rules.md, "Memory"). */
 __global__ void pkc_embedding_fwd_bf16_f32(float *out, const unsigned short *table, const int *ids, pkc_i64 n,
                                            int C, int V, unsigned long long *bad) {
-  pkc_i64 total = n * C;
-  for (pkc_i64 k = pkc_tid(); k < total; k += pkc_nthreads()) {
-    pkc_i64 i = k / C;
-    int c = (int)(k - i * C);
-    int id = ids[i];
-    if (id < 0 || id >= V) {
-      out[k] = 0;
-      if (c == 0) pkc_count_bad(bad);
-    } else {
-      out[k] = pkc_bf16_to_f32(table[(pkc_i64)id * C + c]);
-    }
-  }
+  pkc_embedding_rows(out, table, ids, n, C, V, bad);
 }
 
 /* dtable[ids[i],:] += dy[i,:]. Accumulates: for the CPU's accumulate = 0, launch

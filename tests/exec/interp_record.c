@@ -56,7 +56,6 @@ typedef struct RecDevice {
   ExecDevice base;
   ExecDevice *in;
   Rec *rec;
-  const RtStage *st;
 } RecDevice;
 
 static RecDevice *rd(ExecDevice *d) { return (RecDevice *)(void *)d; }
@@ -183,7 +182,7 @@ static ExecDevice *make_device(void *ctx, int rank, int stage, char *err, size_t
   if (!in) return NULL;
   RecDevice *d = calloc(1, sizeof *d);
   if (!d) abort();
-  d->base.ops = &rec_device_ops, d->in = in, d->rec = &c->rec[rank], d->st = &c->p->rt->stages[stage];
+  d->base.ops = &rec_device_ops, d->in = in, d->rec = &c->rec[rank];
   return &d->base;
 }
 
