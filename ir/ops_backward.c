@@ -110,9 +110,12 @@ bool op_shape_ROPE_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, er
 OpCost op_cost_ROPE_BWD(COST_ARGS) { return op_cost_ROPE(g, op, b); }
 bool op_shape_ATTENTION_BWD(SHAPE_ARGS) { return same_as_in1(g, op, out, odt, err, errlen); }
 /* dQ, dK, dV, dP: twice the forward GEMM work (recomputing P is counted in the
- * forward-sized term, as flash-attention's backward does). */
+ * forward-sized term, as flash-attention's backward does). The forward's cost reads
+ * the packed qkv, this op's input 1 (input 0, dout, is a third as wide). */
 OpCost op_cost_ATTENTION_BWD(COST_ARGS) {
-  OpCost f = op_cost_ATTENTION(g, op, b);
+  Op fwd = *op;
+  fwd.in[0] = op->in[1];
+  OpCost f = op_cost_ATTENTION(g, &fwd, b);
   f.bytes *= 2;
   f.flops *= 2;
   return f;

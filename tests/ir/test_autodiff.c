@@ -79,9 +79,38 @@ static void test_needs_cross_entropy_loss(void) {
   arena_destroy(a);
 }
 
+/* A backward's cost is counted on the forward's shapes: attention_bwd reads dout
+ * (a third as wide as the packed qkv), so its cost once came out 0.76x the forward's
+ * where it is 2x (flash-attention's dQ, dK, dV, dP), and the planner under-predicted
+ * every attention backward. */
+static void test_attention_bwd_costs_twice_forward(void) {
+  Arena *a = arena_create();
+  Diag d;
+  diag_init(&d, stderr);
+  Graph *g = build_tiny_gpt(a, &d, 32, 8, 16, 2, 2);
+  int nfwd = g->nops;
+  EXPECT(pass_autodiff(g, &d));
+  int checked = 0;
+  for (int i = nfwd; i < g->nops; i++) {
+    const Op *bwd = &g->ops[i];
+    if (bwd->kind != OP_ATTENTION_BWD) continue;
+    const Op *fwd = &g->ops[g->tensors[bwd->in[2]].producer]; /* in: dout, qkv, out, lse */
+    EXPECT(fwd->kind == OP_ATTENTION);
+    OpCost cf = op_info[OP_ATTENTION].cost(g, fwd, 3), cb = op_info[OP_ATTENTION_BWD].cost(g, bwd, 3);
+    EXPECT(cf.flops > 0);
+    EXPECT_NEAR(cb.flops, 2 * cf.flops, 1e-12, 0);
+    EXPECT_NEAR(cb.bytes, 2 * cf.bytes, 1e-12, 0);
+    checked++;
+  }
+  EXPECT_EQ_INT(checked, 2);
+  graph_destroy(g);
+  arena_destroy(a);
+}
+
 int main(void) {
   RUN(test_mlp_backward);
   RUN(test_tied_embedding_sums_both_uses);
+  RUN(test_attention_bwd_costs_twice_forward);
   RUN(test_needs_cross_entropy_loss);
   return TEST_REPORT();
 }
