@@ -17,6 +17,7 @@
 #include "codegen/codegen.h"
 #include "passes/passes.h"
 #include "runtime/core/runtime.h"
+#include "runtime/pipeline/pipeline.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -133,10 +134,11 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  char tb[16];
-  snprintf(tb, sizeof tb, "%d", threads > 0 ? threads : 1);
-  setenv("OMP_NUM_THREADS", tb, 1);
+  if (threads < 1) threads = 1;
+  /* as pd2bwrun does: libgomp read OMP_NUM_THREADS at load, so a setenv here came
+   * too late; and a BLAS with its own pool leaves the stage program's loops one thread */
   pd_blas_init(threads);
+  pipe_rank_threads(threads);
   double peak = pd_sgemm_peak_gflops();
   printf("train_bench: %s, %d threads, SGEMM %.1f GFLOP/s (1024^3, best of ~0.3 s)\n", pd_blas_name(), threads, peak);
   static const BenchShape shapes[] = {
