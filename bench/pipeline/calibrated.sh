@@ -7,7 +7,8 @@
 #   tinygpt, d = 2, gpipe / 1f1b / 2bw (one rank per core)
 #   the GPT-2 124M shape (12 x 768, 12 heads, vocab 50257) at seq 256, batch 4, one stage
 #
-#   bench/pipeline/calibrated.sh [BUILD_DIR] [OUT_DIR]     (STEPS=40, BIG_STEPS=5)
+#   bench/pipeline/calibrated.sh [BUILD_DIR] [OUT_DIR]     (STEPS=40, BIG_STEPS=5; a 2bw
+#   plan runs at least 2 x train.flush_steps + 10 steps, so its median is past the flushed start)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -31,6 +32,11 @@ row() { # NAME PLAN STEPS THREADS-ARGS...
   shift 3
   local pred meas
   pred=$(python3 -c "import json,sys; print('%.2f' % (json.load(open(sys.argv[1]))['predicted']['step_time_s'] * 1e3))" "$plan/plan.json")
+  # predicted.step_time_s is 2bw's steady state; its first train.flush_steps steps are
+  # flushed (1f1b's step), so run enough steps that the median is a steady one
+  local flush
+  flush=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['update_rule'].get('flush_steps', 0))" "$plan/plan.json")
+  if ((steps < 2 * flush + 10)); then steps=$((2 * flush + 10)); fi
   meas=$("$BUILD"/tools/pd2bwrun "$plan" --data "$OUT/train.bin" --steps "$steps" -q "$@" | grep -o '[0-9.]* ms/step' | cut -d' ' -f1)
   python3 -c "import sys; p, m = float(sys.argv[2]), float(sys.argv[3]); print('| %s | %.2f ms | %.2f ms | %.3f |' % (sys.argv[1], p, m, p / m))" \
     "$name" "$pred" "$meas"
