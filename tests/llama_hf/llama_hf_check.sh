@@ -2,8 +2,8 @@
 # pd2bw's Llama against an implementation nobody here wrote: for each fixture of
 # tests/llama_hf/ (a transformers LlamaForCausalLM saved with save_pretrained, and the
 # step-0 loss and 20-step torch.optim.AdamW trajectory transformers gave on its tokens;
-# gen_fixtures.py wrote them), pd2bwc plans models/llama.model (or llama_tied.model) with
-# the fixture's shape and train settings (ref.json's defines) and pd2bwrun trains it from
+# gen_fixtures.py wrote them), pd2bwc plans models/llama.model with the fixture's shape,
+# head (tied=1 or 0) and train settings (ref.json's defines) and pd2bwrun trains it from
 # the fixture (--init DIR):
 #   - one stage, 1f1b: the step-0 loss within 1e-5 (relative) of transformers', every
 #     step's loss within 1e-4 of the PyTorch trajectory;
