@@ -35,6 +35,8 @@ typedef enum AstKind {
   AST_WEIGHT,   /* weight name : a(TYPE) = b(init expression) [nodecay]; flag = nodecay */
   AST_ASSIGN,   /* name = a; */
   AST_REPEAT,   /* repeat name[a] { list } */
+  AST_IF,       /* if a { list } else { b... }: a is the condition, b the first statement of
+                   the else branch (NULL: none; `else if` is an else holding one AST_IF) */
   AST_MINIMIZE, /* minimize name; */
   AST_TRAIN,    /* train { list of AST_SETTING } */
   AST_SETTING,  /* name = a; inside train{} and cluster{} */

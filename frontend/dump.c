@@ -79,7 +79,7 @@ void ast_print_expr(const Ast *e, FILE *out) {
     fputc(']', out);
     return;
   case AST_PARAM: case AST_INPUT: case AST_WEIGHT: case AST_ASSIGN: case AST_REPEAT:
-  case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING: case AST_MODEL: case AST_CLUSTER:
+  case AST_IF: case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING: case AST_MODEL: case AST_CLUSTER:
     break;
   }
   PD_CHECK(0, "(ast_print_expr on node kind %d)", (int)e->kind);
@@ -104,6 +104,7 @@ static void dump_node(const Ast *s, int indent, FILE *out) {
   case AST_ASSIGN: fprintf(out, "%s = ", s->name); ast_print_expr(s->a, out); break;
   case AST_SETTING: fprintf(out, "%s = ", s->name); ast_print_expr(s->a, out); break;
   case AST_REPEAT: fprintf(out, "repeat %s[", s->name); ast_print_expr(s->a, out); fputc(']', out); break;
+  case AST_IF: fputs("if ", out); ast_print_expr(s->a, out); break;
   case AST_MINIMIZE: fprintf(out, "minimize %s", s->name); break;
   case AST_TRAIN: fputs("train", out); break;
   case AST_INT: case AST_FLOAT: case AST_STRING: case AST_NAME: case AST_BINARY:
@@ -115,9 +116,16 @@ static void dump_node(const Ast *s, int indent, FILE *out) {
   bool has_body = s->kind == AST_MODEL || s->kind == AST_CLUSTER || s->kind == AST_REPEAT ||
                   s->kind == AST_TRAIN;
   if (has_body) dump_list(s->list, indent + 1, out);
+  if (s->kind == AST_IF) {
+    dump_list(s->list, indent + 1, out);
+    if (s->b) {
+      fprintf(out, "%*selse\n", 2 * indent, "");
+      dump_list(s->b, indent + 1, out);
+    }
+  }
 }
 
-/* Statement lists nest only through repeat and train (bounded by the bracket
+/* Statement lists nest only through repeat, if and train (bounded by the bracket
  * depth the lexer allows), so this recursion is shallow. */
 static void dump_list(const Ast *list, int indent, FILE *out) {
   for (const Ast *s = list; s; s = s->next) dump_node(s, indent, out);

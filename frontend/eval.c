@@ -57,9 +57,13 @@ static bool eval_name(LowerCtx *c, const Ast *e, Value *out) {
   if (pi >= 0) return eval_param(c, pi, e->loc, out);
   Binding *b = lower_lookup(c, e->name);
   if (b) {
-    diag_error(c->d, e->loc, "'%s' is %s (expected a number or a param)", e->name,
-               b->kind == BIND_INPUT ? "an input tensor"
-               : b->kind == BIND_WEIGHT ? "a weight tensor" : "a tensor");
+    const char *what = b->kind == BIND_INPUT ? "an input tensor"
+                       : b->kind == BIND_WEIGHT ? "a weight tensor" : "a tensor";
+    if (c->in_condition) /* an if picks its branch when the model compiles */
+      diag_error(c->d, e->loc, "'%s' is %s, which has no value when the model is compiled "
+                 "(expected a condition over params and numbers)", e->name, what);
+    else
+      diag_error(c->d, e->loc, "'%s' is %s (expected a number or a param)", e->name, what);
     return false;
   }
   if (strcmp(e->name, "B") == 0) {
@@ -182,7 +186,7 @@ bool eval_scalar(LowerCtx *c, const Ast *e, Value *out) {
     diag_error(c->d, e->loc, "expected a number, found a string");
     break;
   case AST_ARG: case AST_TYPE: case AST_PARAM: case AST_INPUT: case AST_WEIGHT:
-  case AST_ASSIGN: case AST_REPEAT: case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING:
+  case AST_ASSIGN: case AST_REPEAT: case AST_IF: case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING:
   case AST_MODEL: case AST_CLUSTER:
     PD_CHECK(0, "(eval_scalar on node kind %d)", (int)e->kind);
   }

@@ -33,7 +33,7 @@ static const char *bind_kind_name(BindKind k) {
   return "?";
 }
 
-static void bind(LowerCtx *c, const char *name, BindKind kind, int index, Loc loc) {
+void lower_bind(LowerCtx *c, const char *name, BindKind kind, int index, Loc loc) {
   if (c->nbinds == c->cap_binds) {
     c->cap_binds = c->cap_binds ? 2 * c->cap_binds : 64;
     c->binds = pd_realloc(c->binds, (size_t)c->cap_binds * sizeof *c->binds);
@@ -169,7 +169,7 @@ static void lower_input(LowerCtx *c, const Ast *s) {
   int t = -1;
   if (lower_type(c, s->a, true, &dt, &shape))
     t = graph_add_input(c->g, lower_unique_name(c, s->name), dt, shape, s->name_loc);
-  bind(c, s->name, BIND_INPUT, t, s->name_loc);
+  lower_bind(c, s->name, BIND_INPUT, t, s->name_loc);
 }
 
 static void lower_weight(LowerCtx *c, const Ast *s) {
@@ -186,7 +186,7 @@ static void lower_weight(LowerCtx *c, const Ast *s) {
     t = graph_add_param(c->g, name, shape, init, std, c->region, s->name_loc);
     if (s->flag) c->g->params[c->g->tensors[t].param].decay = false;
   }
-  bind(c, s->name, BIND_WEIGHT, t, s->name_loc);
+  lower_bind(c, s->name, BIND_WEIGHT, t, s->name_loc);
 }
 
 static void lower_assign(LowerCtx *c, const Ast *s) {
@@ -206,18 +206,10 @@ static void lower_assign(LowerCtx *c, const Ast *s) {
   int t = lower_tensor(c, s->a, name);
   b = lower_lookup(c, s->name); /* lowering may have grown the binding list */
   if (b) b->index = t;          /* re-assignment: carried out of a repeat body */
-  else bind(c, s->name, BIND_VALUE, t, s->name_loc);
+  else lower_bind(c, s->name, BIND_VALUE, t, s->name_loc);
 }
 
 /* ---- statements ------------------------------------------------------------------- */
-
-typedef struct ModelState {
-  const Ast *repeat;   /* the model's repeat, once seen */
-  const Ast *minimize; /* the minimize statement, once seen */
-  const Ast *train;    /* the train section, once seen */
-} ModelState;
-
-static void lower_items(LowerCtx *c, ModelState *st, const Ast *items, bool in_repeat);
 
 static void lower_repeat(LowerCtx *c, ModelState *st, const Ast *s) {
   if (st->repeat) {
@@ -232,14 +224,15 @@ static void lower_repeat(LowerCtx *c, ModelState *st, const Ast *s) {
   Graph *g = c->g;
   g->nblocks = (int)n;
   g->block_name = arena_strdup(c->a, s->name);
-  int mark = c->nbinds;
+  int mark = c->nbinds, mark_branch_only = c->nbranch_only;
   for (int i = 0; i < n; i++) {
     int errors = c->d->nerrors;
     const char *region = arena_printf(c->a, "%s.%d", s->name, i);
     c->region = graph_add_region(g, RG_BLOCK, i, region);
     c->prefix = arena_printf(c->a, "%s.", region);
-    lower_items(c, st, s->list, true);
+    lower_statements(c, st, s->list, SCOPE_REPEAT);
     c->nbinds = mark; /* the body's own names live for one copy */
+    c->nbranch_only = mark_branch_only;
     if (c->d->nerrors > errors) break; /* the other copies would repeat the messages */
   }
   c->prefix = "";
@@ -255,6 +248,7 @@ static void lower_minimize(LowerCtx *c, ModelState *st, const Ast *s) {
   st->minimize = s;
   Binding *b = lower_lookup(c, s->name);
   if (!b) {
+    if (lower_report_branch_only(c, s->name, s->name_loc)) return;
     diag_error(c->d, s->name_loc, "undefined name '%s' (expected the loss tensor)", s->name);
     return;
   }
@@ -270,30 +264,37 @@ static void lower_minimize(LowerCtx *c, ModelState *st, const Ast *s) {
   c->g->loss = b->index;
 }
 
-static void lower_items(LowerCtx *c, ModelState *st, const Ast *items, bool in_repeat) {
+bool lower_misplaced(LowerCtx *c, const Ast *s, unsigned scope) {
+  if (!scope) return false;
+  if (s->kind == AST_REPEAT && (scope & SCOPE_REPEAT)) {
+    diag_error(c->d, s->loc, "repeat blocks cannot be nested");
+    return true;
+  }
+  const char *what = s->kind == AST_PARAM ? "'param'" /* collected before any statement */
+                     : s->kind == AST_MINIMIZE ? "'minimize'"
+                     : s->kind == AST_TRAIN ? "'train'"
+                     : s->kind == AST_REPEAT ? "'repeat'" /* the planner cuts one unconditional block */
+                     : s->kind == AST_INPUT && (scope & SCOPE_REPEAT) ? "'input'" /* may be conditional */
+                     : NULL;
+  if (!what) return false;
+  diag_error(c->d, s->loc, "%s belongs at model level, not inside %s", what,
+             scope & SCOPE_REPEAT ? "a repeat block" : "an 'if' block");
+  return true;
+}
+
+void lower_statements(LowerCtx *c, ModelState *st, const Ast *items, unsigned scope) {
   for (const Ast *s = items; s; s = s->next) {
-    const char *where = NULL; /* a statement that belongs at model level */
+    if (lower_misplaced(c, s, scope)) continue;
     switch (s->kind) {
-    case AST_PARAM:
-      if (in_repeat) where = "'param'";
-      break; /* collected before the statements */
-    case AST_INPUT:
-      if (in_repeat) where = "'input'";
-      else lower_input(c, s);
-      break;
+    case AST_PARAM: break; /* collected before the statements */
+    case AST_INPUT: lower_input(c, s); break;
     case AST_WEIGHT: lower_weight(c, s); break;
     case AST_ASSIGN: lower_assign(c, s); break;
-    case AST_REPEAT:
-      if (in_repeat) diag_error(c->d, s->loc, "repeat blocks cannot be nested");
-      else lower_repeat(c, st, s);
-      break;
-    case AST_MINIMIZE:
-      if (in_repeat) where = "'minimize'";
-      else lower_minimize(c, st, s);
-      break;
+    case AST_REPEAT: lower_repeat(c, st, s); break;
+    case AST_IF: lower_if(c, st, s, scope); break;
+    case AST_MINIMIZE: lower_minimize(c, st, s); break;
     case AST_TRAIN:
-      if (in_repeat) where = "'train'";
-      else if (st->train) {
+      if (st->train) {
         diag_error(c->d, s->loc, "a model has one train section (found a second)");
         diag_note(c->d, st->train->loc, "the first train section is here");
       } else {
@@ -306,8 +307,6 @@ static void lower_items(LowerCtx *c, ModelState *st, const Ast *items, bool in_r
     case AST_MODEL: case AST_CLUSTER:
       PD_CHECK(0, "(statement of kind %d)", (int)s->kind);
     }
-    if (where)
-      diag_error(c->d, s->loc, "%s belongs at model level, not inside a repeat block", where);
   }
 }
 
@@ -427,7 +426,7 @@ Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *con
   if (collect_params(&c, model, overrides, noverrides)) {
     c.region = graph_add_region(g, RG_PROLOGUE, 0, "prologue");
     ModelState st = {0};
-    lower_items(&c, &st, model->list, false);
+    lower_statements(&c, &st, model->list, 0);
     /* after the train section, so that the command line wins */
     if (d->nerrors == errors) lower_train_overrides(&c, overrides, noverrides);
     if (!st.minimize && d->nerrors == errors)
@@ -435,6 +434,7 @@ Graph *frontend_lower_model(Arena *a, Diag *d, const Ast *model, const char *con
                  "loss to train on)", model->name);
   }
   free(c.binds);
+  free(c.branch_only);
   if (d->nerrors == errors) check_batch_numel(g, d);
   if (d->nerrors > errors) {
     graph_destroy(g);

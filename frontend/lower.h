@@ -63,6 +63,14 @@ typedef struct ParamDef {
   Value value;
 } ParamDef;
 
+/* A name that only one branch of an `if` defines (frontend/lower_if.c): after the if
+ * it is not bound, and a use says why rather than "undefined name". */
+typedef struct BranchOnly {
+  const char *name;
+  Loc loc;         /* its declaration or first assignment in that branch */
+  bool in_else;    /* which branch */
+} BranchOnly;
+
 typedef struct LowerCtx {
   Arena *a;
   Diag *d;
@@ -78,7 +86,32 @@ typedef struct LowerCtx {
   int region;
   const char *prefix; /* "h.3." while lowering copy 3 of the repeat, else "" */
   int eval_depth;     /* live eval_scalar frames, across param references */
+  bool in_condition;  /* evaluating an if's condition: a tensor name gets its own message */
+  BranchOnly *branch_only; /* scoped like binds: a repeat copy drops its own */
+  int nbranch_only, cap_branch_only;
+  NameMap branch_only_index; /* name -> index in branch_only (stale when >= nbranch_only) */
 } LowerCtx;
+
+/* Where a statement list sits; some statements belong at model level only. */
+enum { SCOPE_REPEAT = 1, SCOPE_IF = 2 };
+
+typedef struct ModelState {
+  const Ast *repeat;   /* the model's repeat, once seen */
+  const Ast *minimize; /* the minimize statement, once seen */
+  const Ast *train;    /* the train section, once seen */
+} ModelState;
+
+/* Lowers a statement list in order (lower.c); scope is SCOPE_* flags. */
+void lower_statements(LowerCtx *c, ModelState *st, const Ast *items, unsigned scope);
+/* Reports s if it may not appear in scope (param inside a repeat, ...); true if it did. */
+bool lower_misplaced(LowerCtx *c, const Ast *s, unsigned scope);
+/* Binds name to tensor index (-1: poisoned) from here on. */
+void lower_bind(LowerCtx *c, const char *name, BindKind kind, int index, Loc loc);
+/* Lowers `if COND { ... } else { ... }` (lower_if.c): only the branch COND picks. */
+void lower_if(LowerCtx *c, ModelState *st, const Ast *s, unsigned scope);
+/* If name was defined in one branch of an if only, reports its use at `use` and
+ * returns true; otherwise false (the caller says "undefined name"). */
+bool lower_report_branch_only(LowerCtx *c, const char *name, Loc use);
 
 /* Evaluates a size/attribute expression; false after reporting. */
 bool eval_scalar(LowerCtx *c, const Ast *e, Value *out);

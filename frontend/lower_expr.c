@@ -149,6 +149,7 @@ int lower_tensor(LowerCtx *c, const Ast *e, const char *name) {
       diag_error(c->d, e->loc, "'%s' is a param, a number (expected a tensor)", e->name);
       return -1;
     }
+    if (lower_report_branch_only(c, e->name, e->loc)) return -1;
     diag_error(c->d, e->loc, "undefined name '%s' (expected a tensor)", e->name);
     return -1;
   }
@@ -163,7 +164,7 @@ int lower_tensor(LowerCtx *c, const Ast *e, const char *name) {
     diag_error(c->d, e->loc, "expected a tensor, found a string");
     return -1;
   case AST_ARG: case AST_TYPE: case AST_PARAM: case AST_INPUT: case AST_WEIGHT:
-  case AST_ASSIGN: case AST_REPEAT: case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING:
+  case AST_ASSIGN: case AST_REPEAT: case AST_IF: case AST_MINIMIZE: case AST_TRAIN: case AST_SETTING:
   case AST_MODEL: case AST_CLUSTER:
     break;
   }

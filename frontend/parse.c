@@ -309,7 +309,7 @@ void parse_report_syntax(ParseCtx *c, int line, int col, const char *found_kind,
     bool in_stmt = strcmp(e, "'param'") == 0 || strcmp(e, "'input'") == 0 ||
                    strcmp(e, "'weight'") == 0 || strcmp(e, "'repeat'") == 0 ||
                    strcmp(e, "'minimize'") == 0 || strcmp(e, "'train'") == 0 ||
-                   strcmp(e, "name") == 0;
+                   strcmp(e, "'if'") == 0 || strcmp(e, "name") == 0;
     bool operator = strlen(e) == 3 && strchr("+-*/%", e[1]) && !(expr && e[1] == '-');
     if ((expr && in_expr) || (stmt && in_stmt)) continue;
     if (operator && nexpected > 4) continue; /* "an operator" is implied by the rest */

@@ -37,12 +37,12 @@ static void yyerror(YYLTYPE *loc, ParseCtx *ctx, void *scanner, const char *msg)
 %token LEXERR "invalid token"
 %token MODEL "'model'" CLUSTER "'cluster'" PARAM "'param'" INPUT "'input'"
 %token WEIGHT "'weight'" REPEAT "'repeat'" MINIMIZE "'minimize'" TRAIN "'train'"
-%token NODECAY "'nodecay'"
+%token NODECAY "'nodecay'" IF "'if'" ELSE "'else'"
 %token <ival> INT "integer"
 %token <fval> FLOAT "number"
 %token <str> IDENT "name" STRING "string"
 
-%type <node> file item setting type expr arg
+%type <node> file item ifstmt elsepart setting type expr arg
 %type <list> items settings dims dimlist args arglist
 %type <ival> nodecay
 
@@ -84,6 +84,19 @@ item
   | MINIMIZE IDENT ';'             { $$ = ast_new(ctx, AST_MINIMIZE, L(@1)); $$->name = $2;
                                      $$->name_loc = pctx_loc(ctx, L(@2)); }
   | TRAIN '{' settings '}'         { $$ = ast_new(ctx, AST_TRAIN, L(@1)); $$->list = $3.first; }
+  | ifstmt                         { $$ = $1; }
+  ;
+
+/* Braces are required, so an else always belongs to the nearest if. */
+ifstmt
+  : IF expr '{' items '}' elsepart { $$ = ast_new(ctx, AST_IF, L(@1)); $$->a = $2;
+                                     $$->list = $4.first; $$->b = $6; }
+  ;
+
+elsepart
+  : %empty                         { $$ = NULL; }
+  | ELSE '{' items '}'             { $$ = $3.first; }
+  | ELSE ifstmt                    { $$ = $2; }
   ;
 
 nodecay

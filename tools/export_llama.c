@@ -1,5 +1,5 @@
 /* tools/export_llama.c — pd2bw-export's Llama half: a pd2bw checkpoint of
- * models/llama.model (or llama_tied.model) written as a Hugging Face
+ * models/llama.model (its head untied, or tied with -D tied=1) written as a Hugging Face
  * LlamaForCausalLM directory, model.safetensors and config.json, that
  * transformers' from_pretrained loads and pd2bwrun --init reads back bit for bit
  * (runtime/io/ckpt_llama.c is the inverse; both use its name table).

@@ -6,8 +6,8 @@
  * One table maps each pd2bw name to the Hugging Face tensor, as ckpt_import.c's does
  * for GPT-2; Linear weights ([out, in] there, [in, out] here) are read transposed.
  * Invariant: config.json is checked against the parameters before any tensor is
- * read — every shape it implies, and heads, kv_heads, rope_theta and rms_norm_eps
- * against the model's consts when the caller passes them — each mismatch naming both
+ * read — every shape it implies, and heads, kv_heads, rope_theta, rms_norm_eps and
+ * tie_word_embeddings against the model's consts when the caller passes them — each mismatch naming both
  * values; what pd2bw's Llama cannot compute (rope_scaling, biases, another
  * activation) is refused naming the key.
  */
@@ -357,6 +357,24 @@ static bool check_consts(const HfDir *d, const Cfg *c, const char *consts_json, 
   return ok;
 }
 
+/* config.json's tie_word_embeddings against the model's param tied (models/llama.model;
+ * plan.json's model.consts), where the plan has one: its head is its own matrix or the
+ * embedding, and importing the other kind would train another model than the one the
+ * checkpoint was. Without the param (an older plan) the head checks of check_cfg stand. */
+static bool check_tie(const HfDir *d, const Cfg *c, const char *consts_json, char *err, size_t errlen) {
+  cJSON *consts = consts_json ? cJSON_Parse(consts_json) : NULL;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(consts, "tied");
+  bool ok = !cJSON_IsNumber(v) || (v->valuedouble != 0) == c->tied;
+  bool given = cJSON_GetObjectItemCaseSensitive(d->cfg, "tie_word_embeddings") != NULL;
+  if (!ok)
+    snprintf(err, errlen,
+             "%s: tie_word_embeddings is %s%s, but the model's param tied is %.10g (plan it with -D tied=%d)",
+             d->cfg_path, c->tied ? "true" : "false", given ? "" : " (not given: LlamaConfig's default)",
+             v->valuedouble, c->tied ? 1 : 0);
+  cJSON_Delete(consts);
+  return ok;
+}
+
 /* Every tensor of the files is one the parameters read (or a tied lm_head, or an old
  * save's rotary_emb.inv_freq buffer): a tensor of no parameter is a different model. */
 static bool check_extras(const HfDir *d, const Cfg *c, int L, char *err, size_t errlen) {
@@ -386,7 +404,7 @@ bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, cons
   HfDir d = {0};
   Cfg c = {0};
   bool ok = hf_open(&d, dir, err, errlen) && read_cfg(&d, &c, err, errlen) &&
-            check_cfg(&d, &c, params, n, err, errlen) && check_consts(&d, &c, consts, err, errlen) &&
+            check_tie(&d, &c, consts, err, errlen) && check_cfg(&d, &c, params, n, err, errlen) && check_consts(&d, &c, consts, err, errlen) &&
             check_extras(&d, &c, (int)c.layers, err, errlen);
   float *tmp = NULL;
   for (int i = 0; i < n && ok; i++) {

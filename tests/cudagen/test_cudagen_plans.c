@@ -177,7 +177,7 @@ static void lists_case(const Case *c) {
      * (operands staged in cuda_scratch), in the GPT cases (gpt.model, tinygpt.model):
      * there the vocabulary (50257) is the only width that is not a multiple of 8, and
      * the layout pads the logits' rows; and the Llama cases (llama.model,
-     * llama_tied.model: q, k, v, o, gate, up, down and the head, bf16 list included). Not yet BERT's, whose LM head adds a bias
+     * untied and -D tied=1: q, k, v, o, gate, up, down and the head, bf16 list included). Not yet BERT's, whose LM head adds a bias
      * (add and its gradient do not take a row stride), nor mlp.model's, whose weights
      * are 10 wide (parameters keep their shape; only a padded staging copy would do). */
     if (strstr(c->args, "gpt.model") || strstr(c->args, "models/llama")) {

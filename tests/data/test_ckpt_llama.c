@@ -4,13 +4,15 @@
  *  - --init's reader fills pd2bw's parameters from gqa_untied (one model.safetensors)
  *    and from mha_odd_tied (three shards and their index), every element checked
  *    against the stored tensor: Linear weights transposed, the rest as stored; a tied
- *    checkpoint fills an untied model's head with the embedding;
+ *    checkpoint fills an untied model's head with the embedding when the plan has no
+ *    tied param;
  *  - pd2bw-export writes a pd2bw checkpoint of it back as a LlamaForCausalLM directory
  *    that imports bit for bit, whose tensors are the original file's bit for bit, and
  *    whose config.json carries the heads, kv_heads, rope theta and eps the checkpoint's
  *    "consts" metadata recorded (no flags); without the metadata it asks for --heads;
  *  - bad directories: config.json against the model's parameters and params (heads,
- *    kv_heads, rope theta, eps: plan.json's model.consts; both values named),
+ *    kv_heads, rope theta, eps, tie_word_embeddings: plan.json's model.consts; both
+ *    values named),
  *    rope scaling refused naming it, another model_type, a missing shard, a tensor of
  *    no parameter.
  *   usage: test_ckpt_llama PATH/TO/pd2bw-export   (run in the source directory) */
@@ -356,12 +358,37 @@ static void test_errors(void) {
       {"{\"heads\":4,\"kv_heads\":2,\"rope_theta\":10000,\"rms_eps\":1e-06}",
        "config.json: rms_norm_eps is 1e-05, but the model's param rms_eps is 1e-06"},
       {"{\"heads\":2,\"kv_heads\":2}", "config.json: num_attention_heads is 4, but the model's param heads is 2"},
+      /* models/llama.model -D tied=1 against an untied checkpoint, though this model has a head */
+      {"{\"heads\":4,\"kv_heads\":2,\"tied\":1}",
+       "config.json: tie_word_embeddings is false, but the model's param tied is 1 (plan it with -D tied=0)"},
   };
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     EXPECT(!ckpt_import_model(GQA, CKPT_AUTO, m.p, m.n, bad[i][0], err, sizeof err));
     if (!strstr(err, bad[i][1])) fprintf(stderr, "got: %s\nwanted: %s\n", err, bad[i][1]);
     EXPECT(strstr(err, bad[i][1]) != NULL);
   }
+  /* the tied param agrees: imports */
+  const char *untied = "{\"heads\":4,\"kv_heads\":2,\"tied\":0}";
+  ok = ckpt_import_model(GQA, CKPT_AUTO, m.p, m.n, untied, err, sizeof err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  /* a tied checkpoint into a model planned untied: refused, though its head could start as
+   * the embedding (what a plan without the param still gets, test_import_shards) */
+  drop(&m);
+  make(&m, 3, 256, 32, 4, 4, 48, true);
+  EXPECT(!ckpt_import_model(MHA, CKPT_AUTO, m.p, m.n, "{\"tied\":0}", err, sizeof err));
+  const char *want =
+      "config.json: tie_word_embeddings is true, but the model's param tied is 0 (plan it with -D tied=1)";
+  if (!strstr(err, want)) fprintf(stderr, "got: %s\nwanted: %s\n", err, want);
+  EXPECT(strstr(err, want) != NULL);
+  drop(&m);
+  /* LlamaConfig's default when config.json does not say */
+  make(&m, 2, 256, 32, 4, 2, 64, false);
+  EXPECT(!ckpt_import_model(bad_dir("e11", GQA, "tie_word_embeddings", NULL, NULL), CKPT_AUTO, m.p, m.n,
+                            "{\"tied\":1}", err, sizeof err));
+  want = "tie_word_embeddings is false (not given: LlamaConfig's default), but the model's param tied is 1";
+  if (!strstr(err, want)) fprintf(stderr, "got: %s\nwanted: %s\n", err, want);
+  EXPECT(strstr(err, want) != NULL);
   drop(&m);
   /* fewer layers in the model than in the files: config says so first */
   make(&m, 1, 256, 32, 4, 2, 64, true);

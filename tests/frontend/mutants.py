@@ -54,7 +54,7 @@ EXTREMES = [b"0", b"-1", b"1", b"2147483648", b"1099511627776", b"92233720368547
             b"0.5", b"-0", b"1e999", b"10001", b"65536"]
 JUNK = [b"\x00", b"\xff", b"\xfe\xff", b"\x1b[2J", b"\xc2\x9b", b"\xe9", b"\x7f", b"\r",
         b"\t", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80", b"'", b"\"", b"{", b"}", b"(", b";",
-        b"[", b"]", b"B", b"repeat", b"#", b"/*", b"=", b","]
+        b"[", b"]", b"B", b"repeat", b"if", b"else", b"#", b"/*", b"=", b","]
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z_0-9.]*|[0-9][0-9.eE+-]*|\s+|.", re.S)
 NUMBER = re.compile(rb"(?<![A-Za-z_.0-9])[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 LOCATED = re.compile(r"^(\S[^\n]*?:\d+:\d+: error: |[^\n:]+: error: |pd2bwc?: error: |command line: error: )",

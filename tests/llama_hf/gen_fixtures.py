@@ -39,11 +39,11 @@ TRAIN = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0
 SHAPES = {
     # kv_heads < heads (grouped-query), untied head
     "gqa_untied": dict(layers=2, dim=32, heads=4, kv_heads=2, ffn=64, vocab=256, tied=False,
-                       rope_theta=10000.0, rms_eps=1e-5, model="models/llama.model", shards=False),
+                       rope_theta=10000.0, rms_eps=1e-5, shards=False),
     # kv_heads = heads (multi-head), an odd number of layers (a 2-stage cut falls mid-model),
     # tied head, Llama 3's rope theta, saved in shards
     "mha_odd_tied": dict(layers=3, dim=32, heads=4, kv_heads=4, ffn=48, vocab=256, tied=True,
-                         rope_theta=500000.0, rms_eps=1e-6, model="models/llama_tied.model", shards=True),
+                         rope_theta=500000.0, rms_eps=1e-6, shards=True),
 }
 
 
@@ -115,11 +115,11 @@ def main(outdir):
             losses.append(loss.item())
         defines = {"layers": s["layers"], "dim": s["dim"], "heads": s["heads"], "kv_heads": s["kv_heads"],
                    "ffn": s["ffn"], "vocab": s["vocab"], "seq": T, "rope_theta": s["rope_theta"],
-                   "rms_eps": s["rms_eps"], "train.batch": B, "train.microbatch": B // 2,
+                   "rms_eps": s["rms_eps"], "tied": int(s["tied"]), "train.batch": B, "train.microbatch": B // 2,
                    "train.lr": TRAIN["lr"], "train.beta1": TRAIN["beta1"], "train.beta2": TRAIN["beta2"],
                    "train.eps": TRAIN["eps"], "train.weight_decay": TRAIN["weight_decay"],
                    "train.lr_schedule": "constant", "train.clip": 0, "train.steps": STEPS}
-        ref = {"shape": name, "model": s["model"], "T": T, "B": B, "steps": STEPS, "defines": defines,
+        ref = {"shape": name, "model": "models/llama.model", "T": T, "B": B, "steps": STEPS, "defines": defines,
                "step0_loss": step0, "losses": losses, "train": TRAIN,
                "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
                "note": "losses[t]: transformers' float32 cross-entropy of the batch at step t, before "

@@ -2,15 +2,16 @@
 # pd2bw's Llama against an implementation nobody here wrote: for each fixture of
 # tests/llama_hf/ (a transformers LlamaForCausalLM saved with save_pretrained, and the
 # step-0 loss and 20-step torch.optim.AdamW trajectory transformers gave on its tokens;
-# gen_fixtures.py wrote them), pd2bwc plans models/llama.model (or llama_tied.model) with
-# the fixture's shape and train settings (ref.json's defines) and pd2bwrun trains it from
+# gen_fixtures.py wrote them), pd2bwc plans models/llama.model with the fixture's shape,
+# head (tied=1 or 0) and train settings (ref.json's defines) and pd2bwrun trains it from
 # the fixture (--init DIR):
 #   - one stage, 1f1b: the step-0 loss within 1e-5 (relative) of transformers', every
 #     step's loss within 1e-4 of the PyTorch trajectory;
 #   - 4 stages, 1f1b (8-device cluster, on threads): the PyTorch trajectory within 1e-4,
 #     and its sequential reference (pd2bwrun on PLAN/reference, the same --init) within 1e-5;
 #   - 2 stages, 2bw (flushed start 2, prediction 1): the one-stage trainer on a 2bw plan
-#     with the same rule within 1e-5 (the stale rule is not PyTorch's AdamW).
+#     with the same rule within 1e-5 (the stale rule is not PyTorch's AdamW);
+# and the tied fixture into a plan with its own head is refused (tie_word_embeddings).
 # No torch needed. Every data.bin holds exactly one batch, so each step trains on it.
 #   usage: llama_hf_check.sh PD2BWC PD2BWRUN   (from the source root)
 set -u
@@ -86,6 +87,21 @@ for fix in tests/llama_hf/gqa_untied tests/llama_hf/mha_odd_tied; do
   python3 -c 'import json,sys; p=json.load(open(sys.argv[1]+"/plan.json")); sys.exit(len(p["stages"]) != int(sys.argv[2]))' \
     "$T/$s.p4" 4 || fail "$s: the 4-stage plan does not have 4 stages"
 done
+
+# config.json's tie_word_embeddings against the plan's tied param: the tied fixture into a
+# plan with its own head (-D tied=0 after ref.json's tied=1) is refused, both values named
+fix=tests/llama_hf/mha_odd_tied
+plan tiemix models/llama.model "$fix" -D tied=0 --cluster models/clusters/cpu2.cluster --stages 1 --replicas 1 \
+  --schedule 1f1b && {
+  if out=$(timeout -k 5 60 "$RUN" "$T/tiemix" --init "$fix" --data "$fix/data.bin" --steps 1 --threads 1 -q 2>&1); then
+    fail "tied checkpoint into a tied=0 plan: accepted"
+  elif ! grep -q "config.json: tie_word_embeddings is true, but the model's param tied is 0 (plan it with -D tied=1)" \
+      <<<"$out"; then
+    fail "tied checkpoint into a tied=0 plan: $out"
+  else
+    echo "tied checkpoint into a tied=0 plan: refused ($(grep -o 'tie_word_embeddings.*' <<<"$out"))"
+  fi
+}
 
 if [ $FAILED -eq 0 ]; then
   rm -rf "$T"

@@ -2,9 +2,8 @@
 # models/llama.model pipelined vs the sequential reference (DESIGN.md §3), on local
 # threads, as equiv.sh does for the tiny GPT: 3 layers (an odd count, so a cut falls
 # mid-model) of width 32, 4 query heads over 2 key/value heads (grouped-query) and over
-# 4 (multi-head), SwiGLU 48, T 8, the untied head and the tied variant
-# (models/llama_tied.model: the embedding's gradient summed across the first and last
-# stage). 2bw on 2 stages (one-step delayed rule), 1f1b on 4 (vanilla), gpipe with 2
+# 4 (multi-head), SwiGLU 48, T 8, the untied head and the tied one (-D tied=1: the
+# embedding's gradient summed across the first and last stage). 2bw on 2 stages (one-step delayed rule), 1f1b on 4 (vanilla), gpipe with 2
 # replicas. Losses of every step within 1e-5 relative and all weights within 1e-4.
 #   llama_equiv.sh PD2BWC PD2BWRUN
 set -u
@@ -40,7 +39,7 @@ for kv in 2 4; do
 done
 run "llama kv=2 gpipe d=2 w=2 m=2" llama.model 2 4 -D train.batch=4 -D train.microbatch=1 --stages 2 --replicas 2 \
   --microbatches 2 --schedule gpipe --recompute off
-run "llama_tied kv=2 2bw d=2 w=1 m=2" llama_tied.model 2 4 -D train.batch=2 -D train.microbatch=1 --stages 2 \
+run "llama tied=1 kv=2 2bw d=2 w=1 m=2" llama.model 2 4 -D tied=1 -D train.batch=2 -D train.microbatch=1 --stages 2 \
   --replicas 1 --microbatches 2 --schedule 2bw --recompute off
 run "llama kv=2 2bw recompute d=2 w=1 m=2" llama.model 2 4 -D train.batch=2 -D train.microbatch=1 --stages 2 \
   --replicas 1 --microbatches 2 --schedule 2bw --recompute on
