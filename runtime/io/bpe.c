@@ -75,7 +75,7 @@ void bpe_vocab_add(Bpe *b, const char *token, int32_t id) {
   PD_CHECK(!s->key);
   s->key = pd_strdup(token);
   s->value = id;
-  if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+  if ((int64_t)id + 1 > b->vocab_size) b->vocab_size = (int64_t)id + 1;
 }
 
 void bpe_destroy(Bpe *b) {
@@ -112,23 +112,34 @@ static void utf8_encode(uint32_t cp, char out[4]) {
 }
 
 /* ---- loading --------------------------------------------------------------- */
+/* An id and where it was given, to find two spellings of one id by sorting. */
+typedef struct IdAt {
+  int32_t id;
+  int order; /* in the JSON object */
+  const char *key;
+} IdAt;
+
+static int by_id_then_order(const void *x, const void *y) {
+  const IdAt *a = x, *b = y;
+  return a->id != b->id ? (a->id < b->id ? -1 : 1) : (a->order > b->order) - (a->order < b->order);
+}
+
 bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *where, char *err,
                          size_t errlen) {
   int n = cJSON_GetArraySize(root);
   b->vocab_cap = pow2_at_least(((size_t)n + extra) * 2 + 2);
   b->vocab = pd_calloc(b->vocab_cap, sizeof *b->vocab);
-  /* ids seen, to reject two spellings for one id (merging ids would then not
-   * be merging strings). */
-  const char **by_id = pd_calloc(65536, sizeof *by_id);
+  /* ids seen, to reject two spellings for one id (merging ids would then not be
+   * merging strings): sorted rather than indexed, as ids may be sparse and large. */
+  IdAt *ids = pd_calloc((size_t)n + 1, sizeof *ids);
+  int nids = 0;
   bool ok = true;
   const cJSON *item;
   cJSON_ArrayForEach(item, root) {
     double v = item->valuedouble;
-    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > 65535) {
-      snprintf(err, errlen,
-               "%s: token \"%s\": id must be an integer in [0, 65535] (token files store "
-               "uint16)",
-               where, item->string);
+    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID) {
+      snprintf(err, errlen, "%s: token \"%s\": id must be an integer in [0, %d]", where, item->string,
+               BPE_MAX_ID);
       ok = false;
       break;
     }
@@ -139,18 +150,22 @@ bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *wh
       ok = false;
       break;
     }
-    if (by_id[id]) {
-      snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", where, id, by_id[id],
-               item->string);
-      ok = false;
-      break;
-    }
     s->key = pd_strdup(item->string);
     s->value = id;
-    by_id[id] = s->key;
-    if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+    ids[nids] = (IdAt){id, nids, s->key};
+    nids++;
+    if ((int64_t)id + 1 > b->vocab_size) b->vocab_size = (int64_t)id + 1;
   }
-  free(by_id);
+  if (ok) {
+    qsort(ids, (size_t)nids, sizeof *ids, by_id_then_order);
+    for (int i = 1; i < nids && ok; i++)
+      if (ids[i].id == ids[i - 1].id) {
+        snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", where, ids[i].id,
+                 ids[i - 1].key, ids[i].key);
+        ok = false;
+      }
+  }
+  free(ids);
   if (ok && b->vocab_size == 0) {
     snprintf(err, errlen, "%s: empty vocabulary", where);
     ok = false;
@@ -294,7 +309,7 @@ bool text_check(const char *text, size_t n, size_t *offset, const char **why) {
 }
 
 /* ---- encoding --------------------------------------------------------------- */
-void tokenbuf_push(TokenBuf *t, uint16_t id) {
+void tokenbuf_push(TokenBuf *t, uint32_t id) {
   if (t->n == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 1024;
     t->ids = pd_realloc(t->ids, t->cap * sizeof *t->ids);
@@ -367,7 +382,7 @@ static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, 
       spell(t + i, len, word);
       int64_t id = bpe_token_id(b, word);
       if (id >= 0) {
-        tokenbuf_push(out, (uint16_t)id);
+        tokenbuf_push(out, (uint32_t)id);
         i += len;
         continue;
       }
@@ -381,7 +396,7 @@ static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, 
     }
     if (!ok) break;
     size_t m = merge_word(b, sym, len);
-    for (size_t k = 0; k < m; k++) tokenbuf_push(out, (uint16_t)sym[k]);
+    for (size_t k = 0; k < m; k++) tokenbuf_push(out, (uint32_t)sym[k]);
     i += len;
   }
   free(sym);
@@ -414,7 +429,7 @@ bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t 
     int k = b->nadded ? find_added(b, t + i, n - i, &at) : -1;
     if (!encode_plain(b, text + i, at, i, out, bad_offset)) return false;
     if (k < 0) break;
-    tokenbuf_push(out, (uint16_t)b->added[k].id);
+    tokenbuf_push(out, (uint32_t)b->added[k].id);
     i += at + b->added[k].len;
   }
   return true;

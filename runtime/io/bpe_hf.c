@@ -131,8 +131,11 @@ static bool read_added(Bpe *b, const cJSON *added, const Ctx *c) {
     if (!cJSON_IsObject(t) || !cJSON_IsString(content) || !content->valuestring[0] || !cJSON_IsNumber(id))
       return bad(c, key, "expected {\"id\": N, \"content\": \"...\", ...}");
     double v = id->valuedouble;
-    if (v != (double)(int64_t)v || v < 0 || v > 65535)
-      return bad(c, key, "id must be an integer in [0, 65535] (token files store uint16)");
+    if (v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID) {
+      char msg[64];
+      snprintf(msg, sizeof msg, "id must be an integer in [0, %d]", BPE_MAX_ID);
+      return bad(c, key, msg);
+    }
     static const char *const unsupported[] = {"lstrip", "rstrip", "single_word"};
     for (int k = 0; k < 3; k++)
       if (!off(t, unsupported[k])) {
