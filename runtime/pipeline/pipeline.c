@@ -6,6 +6,7 @@
  */
 #include "runtime/pipeline/pipeline_rank.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -333,10 +334,17 @@ fail:
 }
 
 int64_t pipe_vocab(const RtPlan *rt) {
-  int64_t vocab = 0;
+  cJSON *consts = cJSON_Parse(rt->model_consts ? rt->model_consts : "{}");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(consts, "vocab");
+  int64_t vocab = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble == (double)(int64_t)v->valuedouble
+                      ? (int64_t)v->valuedouble
+                      : 0;
+  cJSON_Delete(consts);
+  if (vocab) return vocab;
   for (int s = 0; s < rt->nstages; s++)
     for (int k = 0; k < rt->stages[s].nparams; k++)
-      if (strcmp(rt->stages[s].params[k].name, "wte") == 0) vocab = rt->stages[s].params[k].shape[0];
+      if (strcmp(rt->stages[s].params[k].name, "wte") == 0 || strcmp(rt->stages[s].params[k].name, "embed") == 0)
+        vocab = rt->stages[s].params[k].shape[0];
   return vocab;
 }
 
