@@ -17,13 +17,6 @@
  * input order; --eot puts "<|endoftext|>" (or "<|end_of_text|>") before each, as
  * GPT-2 and llm.c's scripts do (no tokenizer.json post-processor template). Inputs
  * that are not text (TEXT_SNIFF_BYTES) are skipped, one note each.
- *
- * Token width: uint16, as llm.c writes GPT-2's files, unless the tokenizer's ids go
- * above 65535 (a vocabulary of more than 65536 ids, Llama 3's 128256): then llm.c's
- * Llama 3 layout (magic 20240801, version 7, uint32 tokens). The choice depends on the
- * tokenizer alone, not on the ids the text happens to use, so one tokenizer always
- * gives one layout; raw (headerless) files are uint16 only, so --format raw with such a
- * tokenizer is refused.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -411,7 +404,9 @@ int main(int argc, char **argv) {
                 o.tokenizer ? " (nor \"<|end_of_text|>\")" : "");
   }
 
-  /* uint32 tokens exactly when the tokenizer has ids above 65535 (the file comment) */
+  /* uint32 tokens (llm.c's Llama 3 layout) exactly when the tokenizer has ids above
+   * 65535: by the tokenizer, not the ids a text happens to use, so one tokenizer always
+   * gives one layout. Raw files are uint16 only. */
   bool wide = bpe && bpe_vocab_size(bpe) > 65536;
   if (wide && o.format == DATA_RAW) {
     int64_t v = bpe_vocab_size(bpe);

@@ -1,20 +1,15 @@
 /* runtime/io/data.c — memory-mapped token files and the batch sampler.
  *
- * Three layouts hold token ids (see DataFormat in io.h): llm.c's headed file of
- * uint16 (GPT-2) or of uint32 (Llama 3, whose 128256 ids do not fit 16 bits) and
- * nanoGPT's headerless uint16. Everything after data_open reads an id through
- * tok_at, which widens either width to uint32; the width is a property of the
- * file, so the trainer never sees which it was. The file is mapped read-only and checked once, whole, at open: header,
- * size, and every token against the model's vocabulary. A bad token id would
- * otherwise surface hours later as an out-of-bounds embedding lookup on some
- * rank; here it is a message with the file, byte offset and value.
+ * Three layouts (DataFormat, io.h): llm.c's uint16 (GPT-2) or uint32 (Llama 3) files
+ * and nanoGPT's raw uint16. Ids are read only through tok_at, which widens either
+ * width, so nothing after data_open knows it. The file is mapped read-only and checked
+ * whole at open (header, size, every id against the vocabulary): a bad id is a message
+ * with file, offset and value, not an out-of-bounds embedding hours later on some rank.
  *
- * The sampler follows llm.c's DataLoader (batch = B consecutive windows of
- * T + 1 tokens, the remainder that does not fill a batch dropped) and adds an
- * optional per-epoch shuffle of window order. The shuffle is a Fisher-Yates
- * permutation driven by splitmix64 seeded from (seed, epoch) only, so the
- * sample stream is a pure function of (file, B, T, seed): a resumed run and
- * every replica compute the same stream without talking to each other.
+ * The sampler is llm.c's DataLoader (batch = B consecutive windows of T + 1 tokens,
+ * the tail that fills no batch dropped) plus an optional per-epoch shuffle: Fisher-Yates
+ * driven by splitmix64 seeded from (seed, epoch) only, so the sample stream is a pure
+ * function of (file, B, T, seed) that a resumed run and every replica recompute alone.
  */
 #include <errno.h>
 #include <fcntl.h>

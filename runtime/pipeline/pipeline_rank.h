@@ -172,7 +172,7 @@ void pipe_gathered_free(PipeGathered *G);
 
 /* Pieces of a rank's setup, shared with the sequential multi-stage reference
  * (pipeline_seq.c), which runs the same stage programs without a transport. */
-/* The token ids the model allows, checked in every token file at open (data_open: file,
+/* (pipeline_data.c) The token ids the model allows, checked in every token file at open (data_open: file,
  * offset, index, id): its `vocab` param (plan.json model.consts; every model with a
  * token input declares one), else the rows of its embedding table, "wte" (GPT, BERT)
  * or "embed" (Llama; a PLAN/reference plan.json has no consts), else 0 (no check).
