@@ -362,24 +362,40 @@ static void spell(const unsigned char *t, size_t n, char *buf) {
 }
 
 /* Encodes text[0, n), which holds no added token; offsets in *bad_offset are
- * relative to text + base. */
+ * relative to text + base. ByteLevel's add_prefix_space (b->prefix) puts a space
+ * before the whole text (SEGMENT, then pre-tokenised) or before each pre-token (PIECE)
+ * that does not start with one; a byte without a symbol is reported at its offset in
+ * the text, the added space at the place it was added. */
 static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, TokenBuf *out,
                          size_t *bad_offset) {
+  char *seg = NULL;
+  size_t shift = 0;
+  if (b->prefix == BPE_PREFIX_SEGMENT && n > 0 && text[0] != ' ') {
+    seg = pd_malloc(n + 1);
+    seg[0] = ' ';
+    memcpy(seg + 1, text, n);
+    text = seg, n++, shift = 1;
+  }
   const unsigned char *t = (const unsigned char *)text;
   int32_t *sym = NULL;
+  unsigned char *piece = NULL; /* the pre-token, with its added space */
   char *word = NULL;
-  size_t sym_cap = 0;
+  size_t cap = 0;
   bool ok = true;
   for (size_t i = 0; i < n && ok;) {
     size_t len = b->pretok == BPE_PRE_LLAMA3 ? bpe_pretoken_len_llama3(text + i, n - i, b->max_digits)
                                              : bpe_pretoken_len(text + i, n - i);
-    if (len > sym_cap) {
-      sym_cap = len > 2 * sym_cap ? len : 2 * sym_cap;
-      sym = pd_realloc(sym, sym_cap * sizeof *sym);
-      if (b->ignore_merges) word = pd_realloc(word, 2 * sym_cap + 1);
+    size_t pre = b->prefix == BPE_PREFIX_PIECE && t[i] != ' ', m = len + pre;
+    if (m > cap) {
+      cap = m > 2 * cap ? m : 2 * cap;
+      sym = pd_realloc(sym, cap * sizeof *sym);
+      piece = pd_realloc(piece, cap);
+      if (b->ignore_merges) word = pd_realloc(word, 2 * cap + 1);
     }
+    piece[0] = ' ';
+    memcpy(piece + pre, t + i, len);
     if (b->ignore_merges) { /* Hugging Face's BPE: a whole pre-token in the vocabulary is one token */
-      spell(t + i, len, word);
+      spell(piece, m, word);
       int64_t id = bpe_token_id(b, word);
       if (id >= 0) {
         tokenbuf_push(out, (uint32_t)id);
@@ -387,20 +403,23 @@ static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, 
         continue;
       }
     }
-    for (size_t k = 0; k < len && ok; k++) {
-      sym[k] = b->byte_id[t[i + k]];
+    for (size_t k = 0; k < m && ok; k++) {
+      sym[k] = b->byte_id[piece[k]];
       if (sym[k] < 0) {
-        *bad_offset = base + i + k;
+        size_t at = i + (k < pre ? 0 : k - pre); /* in text */
+        *bad_offset = base + (at < shift ? 0 : at - shift);
         ok = false;
       }
     }
     if (!ok) break;
-    size_t m = merge_word(b, sym, len);
-    for (size_t k = 0; k < m; k++) tokenbuf_push(out, (uint32_t)sym[k]);
+    size_t mm = merge_word(b, sym, m);
+    for (size_t k = 0; k < mm; k++) tokenbuf_push(out, (uint32_t)sym[k]);
     i += len;
   }
   free(sym);
+  free(piece);
   free(word);
+  free(seg);
   return ok;
 }
 

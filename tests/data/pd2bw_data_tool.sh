@@ -172,6 +172,9 @@ expect_error "uni.json: model.type: a \"Unigram\" model" --input "$DIR/h.txt" --
 sed 's/"normalizer": null/"normalizer": {"type": "NFC"}/' "$HF/tokenizer.json" > "$DIR/nfc.json"
 expect_error "nfc.json: normalizer: a normalizer is not supported" --input "$DIR/h.txt" --out-prefix "$DIR/e" \
   --tokenizer "$DIR/nfc.json"
+sed '0,/"add_prefix_space": false/s//"add_prefix_space": 1/' "$HF/tokenizer.json" > "$DIR/aps.json"
+expect_error "aps.json: pre_tokenizer.pretokenizers[1].add_prefix_space: expected true or false" --input "$DIR/h.txt" \
+  --out-prefix "$DIR/e" --tokenizer "$DIR/aps.json"
 sed '/"merges": \[/{n;n;s/"[^"]*"/"nosuch"/}' "$HF/tokenizer.json" > "$DIR/merge.json"
 expect_error "merge.json: model.merges[0]: token \"nosuch\" is not in the vocabulary" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$DIR/merge.json"
 expect_error "unknown or incomplete option --bogus" --bogus
