@@ -9,6 +9,7 @@ typedef struct ExportOptions {
   const char *ckpt, *hf, *llmc;
   long heads, vocab, kv_heads;  /* 0: not given */
   double rope_theta, rms_eps;   /* 0: not given */
+  int64_t max_shard;            /* Llama --hf: bytes of tensors a shard may hold; 0: one file */
   bool force;
 } ExportOptions;
 
@@ -25,6 +26,11 @@ int export_hf_dir_begin(const ExportOptions *o, bool *made_dir);
  * returns 0, or 1 after printing err. */
 int export_hf_dir_commit(const ExportOptions *o, bool made_dir, bool ok, AtomicFile *st_af, AtomicFile *cfg_af,
                          char *err);
+/* A size as transformers' max_shard_size spells it: bytes, or N with KB, MB, GB (10^3k)
+ * or KiB, MiB, GiB (2^10k), a lowercase final b meaning bits; false when it is none. */
+bool export_parse_size(const char *s, int64_t *out);
+/* The name of a model-NNNNN-of-MMMMM.safetensors shard in dir (a new string), or NULL. */
+char *export_hf_shard_in(const char *dir);
 /* The Llama export (export_llama.c); st is a pd2bw checkpoint holding "embed". */
 int export_llama(const ExportOptions *o, SafeTensors *st);
 

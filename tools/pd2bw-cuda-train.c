@@ -22,7 +22,7 @@ static const char usage[] =
     "several stages or replicas runs all of them on that GPU (single-GPU pipeline mode).\n"
     "\n"
     "options:\n"
-    "  --data FILE       training tokens (uint16 .bin)\n"
+    "  --data FILE       training tokens (.bin: uint16, or uint32 llm.c)\n"
     "  --steps N         optimizer steps\n"
     "  --device K        GPU ordinal (default 0)\n"
     "  --gemm fp32|tf32  GEMM arithmetic (default: as the plan's launch lists say)\n"

@@ -49,7 +49,8 @@ static void usage(FILE *out) {
           "                  [--fortune]\n"
           "       pd2bw-data --info FILE.bin...\n"
           "\n"
-          "Tokenises text into PREFIX_train.bin and PREFIX_val.bin (uint16 token ids).\n"
+          "Tokenises text into PREFIX_train.bin and PREFIX_val.bin: uint16 token ids, or\n"
+          "uint32 (llm.c's Llama 3 layout) when the tokenizer's ids exceed 65535.\n"
           "  --input FILE...     text files, in order\n"
           "  --out-prefix P      output prefix\n"
           "  --val-fraction F    fraction of documents for validation, 0 <= F < 1 (0.1)\n"
@@ -57,6 +58,7 @@ static void usage(FILE *out) {
           "  --tokenizer FILE    a Hugging Face tokenizer.json byte-level BPE instead\n"
           "  --eot               put <|endoftext|> (or <|end_of_text|>) before each document\n"
           "  --format llmc|raw   llm.c layout with a 1024-byte header (default) or bare uint16\n"
+          "                      (raw: a vocabulary of at most 65536 ids)\n"
           "  --fortune           input is fortune(6) files: '%%' lines separate entries\n"
           "  --info FILE.bin...  print the format, token count and largest id of token files\n");
 }
@@ -86,8 +88,10 @@ static int info(int argc, char **argv, int i) {
       continue;
     }
     printf("%s: %s, %lld tokens, largest id %lld\n", argv[i],
-           data_format(f) == DATA_LLMC ? "llm.c format" : "raw uint16", (long long)data_ntokens(f),
-           (long long)data_max_token(f));
+           data_format(f) == DATA_RAW     ? "raw uint16"
+           : data_token_bytes(f) == 4     ? "llm.c format (uint32 tokens)"
+                                          : "llm.c format",
+           (long long)data_ntokens(f), (long long)data_max_token(f));
     data_close(f);
   }
   fflush(stdout);
@@ -144,14 +148,26 @@ static void split_docs(const char *text, size_t n, int file, bool fortune, Doc *
   }
 }
 
-static bool write_tokens(AtomicFile *af, const char *path, const TokenBuf *t, DataFormat fmt,
+/* wide: uint32 tokens under llm.c's Llama 3 header; else uint16 (either layout). */
+static bool write_tokens(AtomicFile *af, const char *path, const TokenBuf *t, DataFormat fmt, bool wide,
                          char *err, size_t errlen) {
   if (!atomic_open(af, path, err, errlen)) return false;
   if (fmt == DATA_LLMC) {
-    int32_t hdr[256] = {DATA_LLMC_MAGIC, DATA_LLMC_VERSION, (int32_t)t->n};
+    int32_t hdr[256] = {wide ? DATA_LLMC32_MAGIC : DATA_LLMC_MAGIC,
+                        wide ? DATA_LLMC32_VERSION : DATA_LLMC_VERSION, (int32_t)t->n};
     atomic_write(af, hdr, sizeof hdr);
   }
-  atomic_write(af, t->ids, t->n * sizeof *t->ids);
+  if (wide) {
+    atomic_write(af, t->ids, t->n * sizeof *t->ids);
+    return true;
+  }
+  uint16_t chunk[4096]; /* ids < 65536: the tokenizer's vocabulary is at most that */
+  for (size_t i = 0; i < t->n;) {
+    size_t m = t->n - i < 4096 ? t->n - i : 4096;
+    for (size_t k = 0; k < m; k++) chunk[k] = (uint16_t)t->ids[i + k];
+    atomic_write(af, chunk, m * sizeof *chunk);
+    i += m;
+  }
   return true;
 }
 
@@ -301,7 +317,7 @@ static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t e
     bool is_val = (long long)((i + 1) * o->val_fraction) > (long long)(i * o->val_fraction);
     *nval_docs += is_val;
     size_t bad;
-    if (eot >= 0) tokenbuf_push(is_val ? val : train, (uint16_t)eot);
+    if (eot >= 0) tokenbuf_push(is_val ? val : train, (uint32_t)eot);
     if (!bpe_encode(bpe, c->texts[d->file] + d->start, d->len, is_val ? val : train, &bad)) {
       char sym[4], msg[IO_ERR_LEN];
       unsigned char byte = (unsigned char)c->texts[d->file][d->start + bad];
@@ -325,8 +341,8 @@ static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t e
 
 /* Writes PREFIX_train.bin and PREFIX_val.bin, both or neither, and says what they
  * hold. Returns 0, or 1 after an error. */
-static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, const TokenBuf *train,
-                         const TokenBuf *val, int nval_docs) {
+static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, bool wide,
+                         const TokenBuf *train, const TokenBuf *val, int nval_docs) {
   char err[IO_ERR_LEN];
   int rc = 0;
   size_t plen = strlen(o->out_prefix) + 16;
@@ -335,8 +351,8 @@ static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, cons
   snprintf(val_path, plen, "%s_val.bin", o->out_prefix);
   /* Both temp files first, then both renames: an error leaves neither. */
   AtomicFile a = {0}, b = {0};
-  bool ok = write_tokens(&a, train_path, train, o->format, err, sizeof err) &&
-            (o->val_fraction == 0 || write_tokens(&b, val_path, val, o->format, err, sizeof err));
+  bool ok = write_tokens(&a, train_path, train, o->format, wide, err, sizeof err) &&
+            (o->val_fraction == 0 || write_tokens(&b, val_path, val, o->format, wide, err, sizeof err));
   if (ok) ok = atomic_commit(&a, err, sizeof err);
   if (ok && b.f) ok = atomic_commit(&b, err, sizeof err);
   if (!ok) {
@@ -353,7 +369,9 @@ static int write_outputs(const Options *o, const Corpus *c, const Bpe *bpe, cons
     else
       printf("  tokenizer: bytes, vocab 256\n");
     printf("  train: %zu tokens -> %s (%s)\n", train->n, train_path,
-           o->format == DATA_LLMC ? "llm.c format" : "raw uint16");
+           o->format == DATA_RAW ? "raw uint16"
+           : wide                ? "llm.c format, uint32 tokens: the vocabulary exceeds 65536 ids"
+                                 : "llm.c format");
     if (o->val_fraction > 0) printf("  val:   %zu tokens -> %s\n", val->n, val_path);
   }
   free(train_path);
@@ -386,12 +404,23 @@ int main(int argc, char **argv) {
                 o.tokenizer ? " (nor \"<|end_of_text|>\")" : "");
   }
 
+  /* uint32 tokens (llm.c's Llama 3 layout) exactly when the tokenizer has ids above
+   * 65535: by the tokenizer, not the ids a text happens to use, so one tokenizer always
+   * gives one layout. Raw files are uint16 only. */
+  bool wide = bpe && bpe_vocab_size(bpe) > 65536;
+  if (wide && o.format == DATA_RAW) {
+    int64_t v = bpe_vocab_size(bpe);
+    bpe_destroy(bpe);
+    return fail("--format raw holds uint16 ids, but %s has ids up to %lld: use --format llmc (uint32 tokens)",
+                o.vocab ? o.vocab : o.tokenizer, (long long)v - 1);
+  }
+
   Corpus c = {0};
   TokenBuf train = {0}, val = {0};
   int nval_docs = 0;
   int rc = read_inputs(&o, &c);
   if (!rc) rc = tokenize(&o, &c, bpe, eot, &train, &val, &nval_docs);
-  if (!rc) rc = write_outputs(&o, &c, bpe, &train, &val, nval_docs);
+  if (!rc) rc = write_outputs(&o, &c, bpe, wide, &train, &val, nval_docs);
   tokenbuf_free(&train);
   tokenbuf_free(&val);
   for (int i = 0; i < o.ninputs; i++) free(c.texts[i]);

@@ -45,6 +45,7 @@ static void usage(FILE *out) {
           "usage: pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V]\n"
           "                    [--hf DIR] [--llmc FILE.bin] [--force]\n"
           "                    [--kv-heads N] [--rope-theta T] [--rms-eps E]\n"
+          "                    [--max-shard-size S]\n"
           "\n"
           "Writes a pd2bw checkpoint (pd2bwrun --save) of a GPT-2-shaped model as\n"
           "  --hf DIR          a Hugging Face GPT-2 directory: model.safetensors, config.json\n"
@@ -57,6 +58,8 @@ static void usage(FILE *out) {
           "  --rope-theta T    Llama: rotary base\n"
           "  --rms-eps E       Llama: RMSNorm epsilon\n"
           "  --vocab-size V    the real vocabulary when wte is padded (default: wte's rows)\n"
+          "  --max-shard-size S  Llama: shards of at most S (\"5GB\", \"500MiB\", bytes) and their\n"
+          "                    index when the tensors take more, as save_pretrained does\n"
           "  --force           replace existing outputs\n");
 }
 
@@ -101,6 +104,10 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strcmp(a, "--vocab-size") == 0 && has_val) {
       if (!parse_long(argv[++i], &o->vocab))
         return export_fail("--vocab-size %s: expected an integer from 1 to 1073741824", argv[i]);
+    } else if (strcmp(a, "--max-shard-size") == 0 && has_val) {
+      if (!export_parse_size(argv[++i], &o->max_shard))
+        return export_fail("--max-shard-size %s: expected a size: bytes, or a number with KB, MB, GB, KiB, MiB or GiB",
+                           argv[i]);
     } else if (strcmp(a, "--force") == 0) {
       o->force = true;
     } else if (a[0] != '-' && !o->ckpt) {
@@ -335,14 +342,18 @@ static bool check_outputs(const Options *o) {
       export_fail("--hf %s: exists and is not a directory", o->hf);
       return false;
     }
-    const char *files[] = {"model.safetensors", "config.json"};
-    for (int i = 0; i < 2 && !o->force; i++) {
+    const char *files[] = {"model.safetensors", "config.json", "model.safetensors.index.json"};
+    for (int i = 0; i < 3 && !o->force; i++) {
       char *p = export_join(o->hf, files[i]);
       bool there = exists(p);
       if (there) export_fail("--hf %s: %s exists (give --force to replace it)", o->hf, p);
       free(p);
       if (there) return false;
     }
+    char *shard = o->force ? NULL : export_hf_shard_in(o->hf);
+    if (shard) export_fail("--hf %s: %s/%s exists (give --force to replace it)", o->hf, o->hf, shard);
+    free(shard);
+    if (shard) return false;
   }
   return true;
 }
@@ -465,7 +476,12 @@ int main(int argc, char **argv) {
   SafeTensors *st = st_open(o.ckpt, err, sizeof err);
   if (!st) return export_fail("%s", err);
   const char *format = st_meta(st, "format");
-  if (st_find(st, "embed") && format && strcmp(format, "pd2bw") == 0) { /* models/llama.model's names */
+  bool llama = st_find(st, "embed") && format && strcmp(format, "pd2bw") == 0; /* models/llama.model's names */
+  if (!llama && o.max_shard) {
+    st_close(st);
+    return export_fail("--max-shard-size: shards are written for a Llama checkpoint only; %s is GPT-2's", o.ckpt);
+  }
+  if (llama) {
     int rc = export_llama(&o, st);
     st_close(st);
     return rc;

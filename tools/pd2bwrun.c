@@ -24,8 +24,9 @@
 static const char usage[] =
     "usage: pd2bwrun PLAN_DIR --data FILE --steps N [options]\n"
     "\n"
-    "Trains the plan that pd2bwc wrote into PLAN_DIR on a file of uint16 token ids\n"
-    "(llm.c/nanoGPT .bin; make one with pd2bw-data).\n"
+    "Trains the plan that pd2bwc wrote into PLAN_DIR on a file of token ids\n"
+    "(llm.c .bin of uint16 or, Llama 3's, uint32, or nanoGPT's raw uint16; make one\n"
+    "with pd2bw-data).\n"
     "\n"
     "options:\n"
     "  --data FILE         training tokens\n"

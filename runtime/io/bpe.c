@@ -75,7 +75,7 @@ void bpe_vocab_add(Bpe *b, const char *token, int32_t id) {
   PD_CHECK(!s->key);
   s->key = pd_strdup(token);
   s->value = id;
-  if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+  if ((int64_t)id + 1 > b->vocab_size) b->vocab_size = (int64_t)id + 1;
 }
 
 void bpe_destroy(Bpe *b) {
@@ -112,23 +112,34 @@ static void utf8_encode(uint32_t cp, char out[4]) {
 }
 
 /* ---- loading --------------------------------------------------------------- */
+/* An id and where it was given, to find two spellings of one id by sorting. */
+typedef struct IdAt {
+  int32_t id;
+  int order; /* in the JSON object */
+  const char *key;
+} IdAt;
+
+static int by_id_then_order(const void *x, const void *y) {
+  const IdAt *a = x, *b = y;
+  return a->id != b->id ? (a->id < b->id ? -1 : 1) : (a->order > b->order) - (a->order < b->order);
+}
+
 bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *where, char *err,
                          size_t errlen) {
   int n = cJSON_GetArraySize(root);
   b->vocab_cap = pow2_at_least(((size_t)n + extra) * 2 + 2);
   b->vocab = pd_calloc(b->vocab_cap, sizeof *b->vocab);
-  /* ids seen, to reject two spellings for one id (merging ids would then not
-   * be merging strings). */
-  const char **by_id = pd_calloc(65536, sizeof *by_id);
+  /* ids seen, to reject two spellings for one id (merging ids would then not be
+   * merging strings): sorted rather than indexed, as ids may be sparse and large. */
+  IdAt *ids = pd_calloc((size_t)n + 1, sizeof *ids);
+  int nids = 0;
   bool ok = true;
   const cJSON *item;
   cJSON_ArrayForEach(item, root) {
     double v = item->valuedouble;
-    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > 65535) {
-      snprintf(err, errlen,
-               "%s: token \"%s\": id must be an integer in [0, 65535] (token files store "
-               "uint16)",
-               where, item->string);
+    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID) {
+      snprintf(err, errlen, "%s: token \"%s\": id must be an integer in [0, %d]", where, item->string,
+               BPE_MAX_ID);
       ok = false;
       break;
     }
@@ -139,18 +150,22 @@ bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *wh
       ok = false;
       break;
     }
-    if (by_id[id]) {
-      snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", where, id, by_id[id],
-               item->string);
-      ok = false;
-      break;
-    }
     s->key = pd_strdup(item->string);
     s->value = id;
-    by_id[id] = s->key;
-    if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+    ids[nids] = (IdAt){id, nids, s->key};
+    nids++;
+    if ((int64_t)id + 1 > b->vocab_size) b->vocab_size = (int64_t)id + 1;
   }
-  free(by_id);
+  if (ok) {
+    qsort(ids, (size_t)nids, sizeof *ids, by_id_then_order);
+    for (int i = 1; i < nids && ok; i++)
+      if (ids[i].id == ids[i - 1].id) {
+        snprintf(err, errlen, "%s: id %d is given to both \"%s\" and \"%s\"", where, ids[i].id,
+                 ids[i - 1].key, ids[i].key);
+        ok = false;
+      }
+  }
+  free(ids);
   if (ok && b->vocab_size == 0) {
     snprintf(err, errlen, "%s: empty vocabulary", where);
     ok = false;
@@ -294,7 +309,7 @@ bool text_check(const char *text, size_t n, size_t *offset, const char **why) {
 }
 
 /* ---- encoding --------------------------------------------------------------- */
-void tokenbuf_push(TokenBuf *t, uint16_t id) {
+void tokenbuf_push(TokenBuf *t, uint32_t id) {
   if (t->n == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 1024;
     t->ids = pd_realloc(t->ids, t->cap * sizeof *t->ids);
@@ -347,45 +362,64 @@ static void spell(const unsigned char *t, size_t n, char *buf) {
 }
 
 /* Encodes text[0, n), which holds no added token; offsets in *bad_offset are
- * relative to text + base. */
+ * relative to text + base. ByteLevel's add_prefix_space (b->prefix) puts a space
+ * before the whole text (SEGMENT, then pre-tokenised) or before each pre-token (PIECE)
+ * that does not start with one; a byte without a symbol is reported at its offset in
+ * the text, the added space at the place it was added. */
 static bool encode_plain(const Bpe *b, const char *text, size_t n, size_t base, TokenBuf *out,
                          size_t *bad_offset) {
+  char *seg = NULL;
+  size_t shift = 0;
+  if (b->prefix == BPE_PREFIX_SEGMENT && n > 0 && text[0] != ' ') {
+    seg = pd_malloc(n + 1);
+    seg[0] = ' ';
+    memcpy(seg + 1, text, n);
+    text = seg, n++, shift = 1;
+  }
   const unsigned char *t = (const unsigned char *)text;
   int32_t *sym = NULL;
+  unsigned char *piece = NULL; /* the pre-token, with its added space */
   char *word = NULL;
-  size_t sym_cap = 0;
+  size_t cap = 0;
   bool ok = true;
   for (size_t i = 0; i < n && ok;) {
     size_t len = b->pretok == BPE_PRE_LLAMA3 ? bpe_pretoken_len_llama3(text + i, n - i, b->max_digits)
                                              : bpe_pretoken_len(text + i, n - i);
-    if (len > sym_cap) {
-      sym_cap = len > 2 * sym_cap ? len : 2 * sym_cap;
-      sym = pd_realloc(sym, sym_cap * sizeof *sym);
-      if (b->ignore_merges) word = pd_realloc(word, 2 * sym_cap + 1);
+    size_t pre = b->prefix == BPE_PREFIX_PIECE && t[i] != ' ', m = len + pre;
+    if (m > cap) {
+      cap = m > 2 * cap ? m : 2 * cap;
+      sym = pd_realloc(sym, cap * sizeof *sym);
+      piece = pd_realloc(piece, cap);
+      if (b->ignore_merges) word = pd_realloc(word, 2 * cap + 1);
     }
+    piece[0] = ' ';
+    memcpy(piece + pre, t + i, len);
     if (b->ignore_merges) { /* Hugging Face's BPE: a whole pre-token in the vocabulary is one token */
-      spell(t + i, len, word);
+      spell(piece, m, word);
       int64_t id = bpe_token_id(b, word);
       if (id >= 0) {
-        tokenbuf_push(out, (uint16_t)id);
+        tokenbuf_push(out, (uint32_t)id);
         i += len;
         continue;
       }
     }
-    for (size_t k = 0; k < len && ok; k++) {
-      sym[k] = b->byte_id[t[i + k]];
+    for (size_t k = 0; k < m && ok; k++) {
+      sym[k] = b->byte_id[piece[k]];
       if (sym[k] < 0) {
-        *bad_offset = base + i + k;
+        size_t at = i + (k < pre ? 0 : k - pre); /* in text */
+        *bad_offset = base + (at < shift ? 0 : at - shift);
         ok = false;
       }
     }
     if (!ok) break;
-    size_t m = merge_word(b, sym, len);
-    for (size_t k = 0; k < m; k++) tokenbuf_push(out, (uint16_t)sym[k]);
+    size_t mm = merge_word(b, sym, m);
+    for (size_t k = 0; k < mm; k++) tokenbuf_push(out, (uint32_t)sym[k]);
     i += len;
   }
   free(sym);
+  free(piece);
   free(word);
+  free(seg);
   return ok;
 }
 
@@ -414,7 +448,7 @@ bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t 
     int k = b->nadded ? find_added(b, t + i, n - i, &at) : -1;
     if (!encode_plain(b, text + i, at, i, out, bad_offset)) return false;
     if (k < 0) break;
-    tokenbuf_push(out, (uint16_t)b->added[k].id);
+    tokenbuf_push(out, (uint32_t)b->added[k].id);
     i += at + b->added[k].len;
   }
   return true;

@@ -8,8 +8,8 @@
  * a Sequence of a Split on Llama 3's (or Qwen2's, or GPT-2's) pattern and a
  * ByteLevel without one. Anything that would change the ids and that bpe.c does
  * not do is refused naming the file and the key (a normalizer, a BPE dropout,
- * byte fallback, subword prefixes, add_prefix_space, another split pattern, an
- * added token with lstrip/rstrip/single_word) rather than tokenised differently
+ * byte fallback, subword prefixes, another split pattern, an added token with
+ * lstrip/rstrip/single_word) rather than tokenised differently
  * from the library. The post-processor (Llama 3's template adds
  * <|begin_of_text|>) is not applied: pd2bw-data's --eot marks documents.
  */
@@ -131,8 +131,11 @@ static bool read_added(Bpe *b, const cJSON *added, const Ctx *c) {
     if (!cJSON_IsObject(t) || !cJSON_IsString(content) || !content->valuestring[0] || !cJSON_IsNumber(id))
       return bad(c, key, "expected {\"id\": N, \"content\": \"...\", ...}");
     double v = id->valuedouble;
-    if (v != (double)(int64_t)v || v < 0 || v > 65535)
-      return bad(c, key, "id must be an integer in [0, 65535] (token files store uint16)");
+    if (v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID) {
+      char msg[64];
+      snprintf(msg, sizeof msg, "id must be an integer in [0, %d]", BPE_MAX_ID);
+      return bad(c, key, msg);
+    }
     static const char *const unsupported[] = {"lstrip", "rstrip", "single_word"};
     for (int k = 0; k < 3; k++)
       if (!off(t, unsupported[k])) {
@@ -169,7 +172,11 @@ static bool read_added(Bpe *b, const cJSON *added, const Ctx *c) {
 static bool read_bytelevel(Bpe *b, const cJSON *p, const char *key, bool split, const Ctx *c) {
   char k[96];
   snprintf(k, sizeof k, "%s.add_prefix_space", key);
-  if (!off(p, "add_prefix_space")) return bad(c, k, "true is not supported");
+  const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
+  if (!off(p, "add_prefix_space") && !cJSON_IsTrue(aps)) return bad(c, k, "expected true or false");
+  /* the pieces ByteLevel is handed: the text between added tokens when it splits them
+   * itself, a Split's pieces after one */
+  b->prefix = cJSON_IsTrue(aps) ? (split ? BPE_PREFIX_PIECE : BPE_PREFIX_SEGMENT) : BPE_PREFIX_NONE;
   const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
   bool use_regex = !ur || cJSON_IsTrue(ur); /* tokenizers' default: true */
   snprintf(k, sizeof k, "%s.use_regex", key);

@@ -25,6 +25,14 @@ typedef enum BpePretok {
   BPE_PRE_LLAMA3, /* Llama 3's (and, with max_digits 1, Qwen2's) regex (bpe_pretoken_len_llama3) */
 } BpePretok;
 
+/* ByteLevel's add_prefix_space: a space before each piece it is handed that does not
+ * start with one (the library's rule, measured with tokenizers 0.23). */
+typedef enum BpePrefix {
+  BPE_PREFIX_NONE,
+  BPE_PREFIX_SEGMENT, /* ByteLevel with its own regex: each text between added tokens */
+  BPE_PREFIX_PIECE,   /* ByteLevel after a Split: each of the Split's pieces */
+} BpePrefix;
+
 /* A tokenizer.json added token: matched in the raw text before pre-tokenization. */
 typedef struct BpeAdded {
   char *content;
@@ -42,6 +50,7 @@ struct Bpe {
   int32_t byte_id[256]; /* vocab id of each byte's symbol, -1 when missing */
   BpePretok pretok;
   int max_digits;     /* BPE_PRE_LLAMA3: \p{N}{1,max_digits} */
+  BpePrefix prefix;
   bool ignore_merges; /* tokenizer.json model.ignore_merges: a pre-token in the vocabulary is one token */
   BpeAdded *added;    /* longest first */
   int nadded;

@@ -1,17 +1,15 @@
 /* runtime/io/data.c — memory-mapped token files and the batch sampler.
  *
- * Two layouts hold the same thing, uint16 token ids (see DataFormat in io.h).
- * The file is mapped read-only and checked once, whole, at open: header,
- * size, and every token against the model's vocabulary. A bad token id would
- * otherwise surface hours later as an out-of-bounds embedding lookup on some
- * rank; here it is a message with the file, byte offset and value.
+ * Three layouts (DataFormat, io.h): llm.c's uint16 (GPT-2) or uint32 (Llama 3) files
+ * and nanoGPT's raw uint16. Ids are read only through tok_at, which widens either
+ * width, so nothing after data_open knows it. The file is mapped read-only and checked
+ * whole at open (header, size, every id against the vocabulary): a bad id is a message
+ * with file, offset and value, not an out-of-bounds embedding hours later on some rank.
  *
- * The sampler follows llm.c's DataLoader (batch = B consecutive windows of
- * T + 1 tokens, the remainder that does not fill a batch dropped) and adds an
- * optional per-epoch shuffle of window order. The shuffle is a Fisher-Yates
- * permutation driven by splitmix64 seeded from (seed, epoch) only, so the
- * sample stream is a pure function of (file, B, T, seed): a resumed run and
- * every replica compute the same stream without talking to each other.
+ * The sampler is llm.c's DataLoader (batch = B consecutive windows of T + 1 tokens,
+ * the tail that fills no batch dropped) plus an optional per-epoch shuffle: Fisher-Yates
+ * driven by splitmix64 seeded from (seed, epoch) only, so the sample stream is a pure
+ * function of (file, B, T, seed) that a resumed run and every replica recompute alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +30,8 @@ struct DataFile {
   DataFormat format;
   void *map; /* whole file */
   size_t map_size;
-  const uint16_t *tokens;
+  const void *tokens;
+  int token_bytes; /* 2 or 4 */
   int64_t ntokens;
   int64_t max_token;
 };
@@ -40,14 +39,31 @@ struct DataFile {
 const char *data_path(const DataFile *f) { return f->path; }
 DataFormat data_format(const DataFile *f) { return f->format; }
 int64_t data_ntokens(const DataFile *f) { return f->ntokens; }
-const uint16_t *data_tokens(const DataFile *f) { return f->tokens; }
+int data_token_bytes(const DataFile *f) { return f->token_bytes; }
 int64_t data_max_token(const DataFile *f) { return f->max_token; }
+
+/* Token i, widened: the one place that knows the width (a predictable branch). */
+static inline uint32_t tok_at(const DataFile *f, int64_t i) {
+  return f->token_bytes == 4 ? ((const uint32_t *)f->tokens)[i] : ((const uint16_t *)f->tokens)[i];
+}
+uint32_t data_token(const DataFile *f, int64_t i) {
+  PD_CHECK(i >= 0 && i < f->ntokens);
+  return tok_at(f, i);
+}
 
 void data_close(DataFile *f) {
   if (!f) return;
   if (f->map) munmap(f->map, f->map_size);
   free(f->path);
   free(f);
+}
+
+/* The token width an llm.c header's magic announces (2 or 4), with the version that
+ * magic goes with; 0 for a magic that is neither. */
+static int llmc_width(int32_t magic, int32_t *version) {
+  if (magic == DATA_LLMC_MAGIC) return *version = DATA_LLMC_VERSION, 2;
+  if (magic == DATA_LLMC32_MAGIC) return *version = DATA_LLMC32_VERSION, 4;
+  return 0;
 }
 
 /* Checks the llm.c header against the file size and points f->tokens past it. */
@@ -58,14 +74,19 @@ static bool parse_llmc(DataFile *f, const int32_t *hdr, char *err, size_t errlen
              f->map_size, DATA_LLMC_HEADER_BYTES);
     return false;
   }
-  if (hdr[0] != DATA_LLMC_MAGIC) {
-    snprintf(err, errlen, "%s: offset 0: bad magic %d (an llm.c token file starts with %d)",
-             f->path, hdr[0], DATA_LLMC_MAGIC);
+  int32_t version = 0;
+  int w = llmc_width(hdr[0], &version);
+  if (!w) {
+    snprintf(err, errlen,
+             "%s: offset 0: bad magic %d (an llm.c token file starts with %d, or %d for uint32 "
+             "tokens)",
+             f->path, hdr[0], DATA_LLMC_MAGIC, DATA_LLMC32_MAGIC);
     return false;
   }
-  if (hdr[1] != DATA_LLMC_VERSION) {
-    snprintf(err, errlen, "%s: offset 4: unsupported llm.c token-file version %d (expected %d)",
-             f->path, hdr[1], DATA_LLMC_VERSION);
+  if (hdr[1] != version) {
+    snprintf(err, errlen,
+             "%s: offset 4: unsupported llm.c token-file version %d (expected %d with magic %d)",
+             f->path, hdr[1], version, hdr[0]);
     return false;
   }
   int64_t n = hdr[2];
@@ -74,35 +95,41 @@ static bool parse_llmc(DataFile *f, const int32_t *hdr, char *err, size_t errlen
     snprintf(err, errlen, "%s: offset 8: negative token count %lld", f->path, (long long)n);
     return false;
   }
-  if ((uint64_t)n * 2 > have) {
+  if ((uint64_t)n * (uint64_t)w > have) {
     snprintf(err, errlen,
-             "%s: truncated: header (offset 8) says %lld tokens (%llu bytes) but only %zu "
+             "%s: truncated: header (offset 8) says %lld tokens (%llu bytes of uint%d) but only %zu "
              "bytes follow the header",
-             f->path, (long long)n, (unsigned long long)n * 2, have);
+             f->path, (long long)n, (unsigned long long)n * (unsigned)w, 8 * w, have);
     return false;
   }
-  if ((uint64_t)n * 2 < have) {
+  if ((uint64_t)n * (uint64_t)w < have) {
     snprintf(err, errlen,
-             "%s: %zu bytes of trailing garbage after the %lld tokens the header (offset 8) "
+             "%s: %zu bytes of trailing garbage after the %lld uint%d tokens the header (offset 8) "
              "announces",
-             f->path, have - (size_t)n * 2, (long long)n);
+             f->path, have - (size_t)n * (size_t)w, (long long)n, 8 * w);
     return false;
   }
-  f->tokens = (const uint16_t *)((const char *)f->map + DATA_LLMC_HEADER_BYTES);
+  f->tokens = (const char *)f->map + DATA_LLMC_HEADER_BYTES;
+  f->token_bytes = w;
   f->ntokens = n;
   return true;
 }
 
-/* DATA_AUTO's choice: llm.c for a file that starts with its magic (shorter than the
+/* DATA_AUTO's choice: llm.c for a file that starts with either magic (shorter than the
  * header too, which parse_llmc reports as truncated), and for an llm.c header whose
- * magic alone is damaged (version 1 and a token count that fills the file exactly:
- * parse_llmc names the bad magic); else raw uint16 tokens. Without this both were
- * read as raw tokens and reported as ids outside the vocabulary (issue 24). */
+ * magic alone is damaged (a version of either kind and a token count that fills the
+ * file exactly at its width: parse_llmc names the bad magic); else raw uint16 tokens.
+ * Without this both were read as raw tokens and reported as ids outside the vocabulary
+ * (issue 24). */
 static DataFormat sniff(const DataFile *f, const int32_t *hdr) {
-  if (f->map_size >= 4 && hdr[0] == DATA_LLMC_MAGIC) return DATA_LLMC;
-  if (f->map_size >= DATA_LLMC_HEADER_BYTES && hdr[1] == DATA_LLMC_VERSION && hdr[2] > 0 &&
-      (uint64_t)hdr[2] * 2 == f->map_size - DATA_LLMC_HEADER_BYTES)
-    return DATA_LLMC;
+  int32_t version;
+  if (f->map_size >= 4 && llmc_width(hdr[0], &version)) return DATA_LLMC;
+  if (f->map_size >= DATA_LLMC_HEADER_BYTES && hdr[2] > 0) {
+    uint64_t body = f->map_size - DATA_LLMC_HEADER_BYTES;
+    if ((hdr[1] == DATA_LLMC_VERSION && (uint64_t)hdr[2] * 2 == body) ||
+        (hdr[1] == DATA_LLMC32_VERSION && (uint64_t)hdr[2] * 4 == body))
+      return DATA_LLMC;
+  }
   return DATA_RAW;
 }
 
@@ -147,6 +174,7 @@ DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, 
         ok = false;
       }
       f->tokens = f->map;
+      f->token_bytes = 2;
       f->ntokens = (int64_t)(f->map_size / 2);
       break;
     case DATA_AUTO:
@@ -160,20 +188,26 @@ DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, 
     data_close(f);
     return NULL;
   }
-  /* One pass over all tokens: validate and find the largest id. */
-  const uint16_t *t = f->tokens;
+  /* One pass over all tokens: validate and find the largest id. The trainer's ids are
+   * int32, so an id above INT32_MAX is refused even without a vocabulary. */
+  int64_t limit = vocab > 0 ? vocab : (int64_t)INT32_MAX + 1;
   int64_t mx = -1;
   for (int64_t i = 0; i < f->ntokens; i++) {
-    if (vocab > 0 && t[i] >= vocab) {
-      size_t off = (size_t)((const char *)&t[i] - (const char *)f->map);
-      snprintf(err, errlen,
-               "%s: offset %zu: token %u (token #%lld) is outside the model's vocabulary of "
-               "%lld ids",
-               path, off, (unsigned)t[i], (long long)i, (long long)vocab);
+    uint32_t t = tok_at(f, i);
+    if (t >= limit) {
+      size_t off = (size_t)((const char *)f->tokens - (const char *)f->map) + (size_t)i * (size_t)f->token_bytes;
+      if (vocab > 0)
+        snprintf(err, errlen,
+                 "%s: offset %zu: token %u (token #%lld) is outside the model's vocabulary of "
+                 "%lld ids",
+                 path, off, (unsigned)t, (long long)i, (long long)vocab);
+      else
+        snprintf(err, errlen, "%s: offset %zu: token %u (token #%lld) is above the largest id %d", path,
+                 off, (unsigned)t, (long long)i, INT32_MAX);
       data_close(f);
       return NULL;
     }
-    if (t[i] > mx) mx = t[i];
+    if (t > mx) mx = t;
   }
   f->max_token = mx;
   return f;
@@ -187,10 +221,10 @@ int64_t data_nwindows(const DataFile *f, int T) {
 void data_get_window(const DataFile *f, int64_t w, int T, int32_t *in, int32_t *tgt) {
   PD_CHECK(w >= 0 && w < data_nwindows(f, T), "(window %lld of %lld)", (long long)w,
            (long long)data_nwindows(f, T));
-  const uint16_t *t = f->tokens + w * T;
-  for (int i = 0; i < T; i++) {
-    in[i] = t[i];
-    tgt[i] = t[i + 1];
+  int64_t first = w * T;
+  for (int i = 0; i < T; i++) { /* ids < vocab <= INT32_MAX + 1 (data_open) */
+    in[i] = (int32_t)tok_at(f, first + i);
+    tgt[i] = (int32_t)tok_at(f, first + i + 1);
   }
 }
 

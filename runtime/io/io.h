@@ -155,28 +155,33 @@ int io_open_regular(const char *path, struct stat *st, char *why, size_t whylen)
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
 
 /* ---- token data files (data.c) -------------------------------------------
- * A read-only memory map of uint16 token ids. */
-#define DATA_LLMC_MAGIC 20240520
+ * A read-only memory map of token ids, uint16 or uint32 on disk, read as uint32. */
+#define DATA_LLMC_MAGIC 20240520 /* llm.c's GPT-2 files: uint16 tokens */
 #define DATA_LLMC_VERSION 1
+#define DATA_LLMC32_MAGIC 20240801 /* llm.c's Llama 3 files (dev/data/data_common.py): uint32 */
+#define DATA_LLMC32_VERSION 7
 #define DATA_LLMC_HEADER_BYTES 1024 /* 256 int32 */
 
 typedef enum DataFormat {
-  DATA_AUTO, /* open: llm.c when the file starts with its magic, else raw */
-  DATA_LLMC, /* llm.c: int32 header[256] = {magic, version 1, ntokens, 0...},
-                then ntokens uint16 */
+  DATA_AUTO, /* open: llm.c when the file starts with either magic, else raw */
+  DATA_LLMC, /* llm.c: int32 header[256] = {magic, version, ntokens, 0...}, then
+                ntokens tokens: {20240520, 1}: uint16; {20240801, 7}: uint32 */
   DATA_RAW,  /* nanoGPT: uint16 tokens, no header */
 } DataFormat;
 
 typedef struct DataFile DataFile;
 
 /* Maps and validates `path`. vocab > 0: every token must be < vocab (the first
- * bad one is reported with its byte offset); vocab == 0 skips that check. */
+ * bad one is reported with its byte offset, index and value); vocab == 0 checks
+ * only that ids fit the trainer's int32. */
 DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, size_t errlen);
 void data_close(DataFile *f);
 const char *data_path(const DataFile *f);
 DataFormat data_format(const DataFile *f); /* DATA_LLMC or DATA_RAW after open */
+int data_token_bytes(const DataFile *f);   /* 2 (uint16) or 4 (uint32) */
 int64_t data_ntokens(const DataFile *f);
-const uint16_t *data_tokens(const DataFile *f);
+/* Token i (0 <= i < data_ntokens), whatever the file's width. */
+uint32_t data_token(const DataFile *f, int64_t i);
 /* Largest token id in the file (found while validating); -1 when empty. */
 int64_t data_max_token(const DataFile *f);
 
@@ -215,8 +220,12 @@ int64_t data_sample_window(DataLoader *l, int64_t n);
 void data_get_sample(DataLoader *l, int64_t n, int32_t *in, int32_t *tgt);
 
 /* ---- byte-level byte-pair encoding (bpe.c, bpe_pretok.c, bpe_hf.c) ----------
- * Token ids are uint16 on disk, so a vocabulary may hold at most 65536 ids. */
+ * Ids are below 2^31 (the trainer's int32); token files hold them as uint16 when
+ * the vocabulary fits (at most 65536 ids) and as uint32 otherwise (pd2bw-data). */
 typedef struct Bpe Bpe;
+/* The largest id a vocabulary may give: the vocabulary size (1 + the largest id) is
+ * then an int32, as the trainer's ids are. */
+#define BPE_MAX_ID (INT32_MAX - 1)
 
 /* Loads a GPT-2 style vocab.json ({"token": id, ...}, tokens spelled with
  * GPT-2's byte-to-unicode map) and merges.txt ("a b" per line, highest
@@ -235,10 +244,10 @@ int64_t bpe_token_id(const Bpe *b, const char *token);
 
 /* A growable array of token ids. */
 typedef struct TokenBuf {
-  uint16_t *ids;
+  uint32_t *ids;
   size_t n, cap;
 } TokenBuf;
-void tokenbuf_push(TokenBuf *t, uint16_t id);
+void tokenbuf_push(TokenBuf *t, uint32_t id);
 void tokenbuf_free(TokenBuf *t);
 
 /* Appends the tokens of text[0, n) to out. Fails only when the vocabulary

@@ -332,26 +332,6 @@ fail:
   return NULL;
 }
 
-int64_t pipe_vocab(const RtPlan *rt) {
-  int64_t vocab = 0;
-  for (int s = 0; s < rt->nstages; s++)
-    for (int k = 0; k < rt->stages[s].nparams; k++)
-      if (strcmp(rt->stages[s].params[k].name, "wte") == 0) vocab = rt->stages[s].params[k].shape[0];
-  return vocab;
-}
-
-bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,
-                    DataLoader **dl, char *err, size_t errlen) {
-  char ierr[IO_ERR_LEN];
-  *dl = NULL;
-  *df = data_open(o->data_path, DATA_AUTO, vocab, ierr, sizeof ierr);
-  if (!*df || !(*dl = data_loader_create(*df, (int)B, T, o->shuffle, seed, ierr, sizeof ierr))) {
-    snprintf(err, errlen, "%s", ierr);
-    return false;
-  }
-  return true;
-}
-
 void pipe_rank_destroy(PipeRank *R) {
   if (!R) return;
   if (R->rep_group) R->link->ops->group_destroy(R->rep_group);

@@ -172,7 +172,12 @@ void pipe_gathered_free(PipeGathered *G);
 
 /* Pieces of a rank's setup, shared with the sequential multi-stage reference
  * (pipeline_seq.c), which runs the same stage programs without a transport. */
-/* Rows of the model's "wte" in any stage (0 when it has none): the token ids allowed. */
+/* (pipeline_data.c) The token ids the model allows, checked in every token file at open (data_open: file,
+ * offset, index, id): its `vocab` param (plan.json model.consts; every model with a
+ * token input declares one), else the rows of its embedding table, "wte" (GPT, BERT)
+ * or "embed" (Llama; a PLAN/reference plan.json has no consts), else 0 (no check).
+ * Only "wte" counted before, so a Llama plan had no check at open, only the step's
+ * count of bad ids (exec_interp.c check_ids). */
 int64_t pipe_vocab(const RtPlan *rt);
 /* Opens o->data_path and a loader of B samples of T tokens per batch. */
 bool pipe_data_open(const PipeOptions *o, int64_t vocab, int64_t B, int T, uint64_t seed, DataFile **df,

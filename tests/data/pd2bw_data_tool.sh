@@ -11,6 +11,8 @@ FAILED=0
 fail() { echo "FAIL: $*" >&2; FAILED=$((FAILED + 1)); }
 # tokens FILE [SKIP]: the uint16 tokens of FILE after SKIP bytes, one line.
 tokens() { od -An -v -tu2 -j "${2:-1024}" "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+# tokens32 FILE: the uint32 tokens of an llm.c Llama 3 file (after its 1024-byte header).
+tokens32() { od -An -v -tu4 -j 1024 "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
 bytes_as_tokens() { od -An -v -tu1 "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
 
 # ---- byte level, paragraphs: 10 documents, the 10th goes to validation ------
@@ -57,6 +59,28 @@ grep -q "tokenizer.json BPE from .*, vocab 1203" "$DIR/out.txt" || fail "tokeniz
 "$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/he" --tokenizer "$HF/tokenizer.json" --format raw \
   --val-fraction 0 --eot > /dev/null || fail "tokenizer.json eot run"
 [ "$(tokens "$DIR/he_train.bin" 0 | cut -d' ' -f1)" = "1" ] || fail "--eot with tokenizer.json: <|end_of_text|> (1) first: $(tokens "$DIR/he_train.bin" 0)"
+
+# ---- ids above 65535 (tests/data/gen_hf_tokenizer_big.py: the same tokenizer renumbered
+# as Llama 3's, specials 128000 and 128001): llm.c's uint32 layout, the library's ids
+HB=$FIX/../hf_tokenizer_big
+"$BIN" --input "$HF/sample.txt" --out-prefix "$DIR/hb" --tokenizer "$HB/tokenizer.json" \
+  --val-fraction 0 > "$DIR/out.txt" || fail "big tokenizer.json run: $(cat "$DIR/out.txt")"
+[ "$(od -An -td4 -N12 "$DIR/hb_train.bin" | tr -s ' ' ' ' | sed 's/^ //')" = "20240801 7 $(wc -w < "$HB/sample.ids")" ] ||
+  fail "uint32 llm.c header: $(od -An -td4 -N12 "$DIR/hb_train.bin")"
+[ "$(tokens32 "$DIR/hb_train.bin")" = "$(cat "$HB/sample.ids")" ] || fail "big tokenizer.json tokens: $(tokens32 "$DIR/hb_train.bin")"
+grep -q "vocab 128002" "$DIR/out.txt" && grep -q "uint32 tokens: the vocabulary exceeds 65536 ids" "$DIR/out.txt" ||
+  fail "big tokenizer.json summary: $(cat "$DIR/out.txt")"
+"$BIN" --info "$DIR/hb_train.bin" | grep -q "llm.c format (uint32 tokens), $(wc -w < "$HB/sample.ids") tokens, largest id 128001" ||
+  fail "--info uint32: $("$BIN" --info "$DIR/hb_train.bin")"
+"$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/hbe" --tokenizer "$HB/tokenizer.json" --val-fraction 0 --eot > /dev/null ||
+  fail "big tokenizer.json eot run"
+[ "$(tokens32 "$DIR/hbe_train.bin" | cut -d' ' -f1)" = "128001" ] || fail "--eot: <|end_of_text|> is 128001: $(tokens32 "$DIR/hbe_train.bin")"
+# raw files are uint16: refused, nothing written
+"$BIN" --input "$HF/sample.txt" --out-prefix "$DIR/hbr" --tokenizer "$HB/tokenizer.json" --format raw \
+  --val-fraction 0 > "$DIR/out.txt" 2>&1 && fail "--format raw with ids above 65535 was accepted"
+grep -q "error: --format raw holds uint16 ids, but .*tokenizer.json has ids up to 128001: use --format llmc" "$DIR/out.txt" ||
+  fail "--format raw refusal: $(cat "$DIR/out.txt")"
+[ ! -e "$DIR/hbr_train.bin" ] || fail "a refused --format raw wrote a file"
 
 # ---- --fortune: '%' lines separate entries and are dropped ------------------------
 printf 'one\n%%\ntwo\n%%\nthree\n%%\nfour\n%%\n' > "$DIR/f"
@@ -148,6 +172,9 @@ expect_error "uni.json: model.type: a \"Unigram\" model" --input "$DIR/h.txt" --
 sed 's/"normalizer": null/"normalizer": {"type": "NFC"}/' "$HF/tokenizer.json" > "$DIR/nfc.json"
 expect_error "nfc.json: normalizer: a normalizer is not supported" --input "$DIR/h.txt" --out-prefix "$DIR/e" \
   --tokenizer "$DIR/nfc.json"
+sed '0,/"add_prefix_space": false/s//"add_prefix_space": 1/' "$HF/tokenizer.json" > "$DIR/aps.json"
+expect_error "aps.json: pre_tokenizer.pretokenizers[1].add_prefix_space: expected true or false" --input "$DIR/h.txt" \
+  --out-prefix "$DIR/e" --tokenizer "$DIR/aps.json"
 sed '/"merges": \[/{n;n;s/"[^"]*"/"nosuch"/}' "$HF/tokenizer.json" > "$DIR/merge.json"
 expect_error "merge.json: model.merges[0]: token \"nosuch\" is not in the vocabulary" --input "$DIR/h.txt" --out-prefix "$DIR/e" --tokenizer "$DIR/merge.json"
 expect_error "unknown or incomplete option --bogus" --bogus

@@ -6,10 +6,12 @@
  * cases that are not valid UTF-8 the ids are GPT-2's encoder.py algorithm on
  * the surrogateescape-decoded text. tests/data/gen_bpe_unicode_ref.py wrote
  * them and says how. Every case must give the same ids, in the same order. */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 
 #include "runtime/io/io.h"
 #include "test.h"
+#include "test_util.h"
 
 #define DIR "tests/data/unicode/"
 #define HF_DIR "tests/data/hf_tokenizer/"
@@ -50,7 +52,7 @@ static void check_cases(Bpe *b, const char *tsv_path, int min_cases, int min_inv
       char *end;
       long v = strtol(p, &end, 10);
       if (end == p) break;
-      tokenbuf_push(&want, (uint16_t)v);
+      tokenbuf_push(&want, (uint32_t)v);
       p = end;
     }
     size_t bad = 0;
@@ -98,8 +100,42 @@ static void test_hf_tokenizer_ids(void) {
   check_cases(b, HF_DIR "cases.tsv", 460, 0);
 }
 
+/* ByteLevel's add_prefix_space, in both places it can stand: the hf_tokenizer with its
+ * pre_tokenizer replaced by prefix_<variant>.json (a plain ByteLevel, which prefixes each
+ * text between added tokens; a Split then a ByteLevel, which prefixes each piece) against
+ * the library's ids (tests/data/gen_hf_prefix_ref.py made the same splice). */
+static void check_prefix(const char *variant) {
+  char err[IO_ERR_LEN], path[256];
+  size_t n;
+  char *base = io_read_all(HF_DIR "tokenizer.json", &n, err, sizeof err);
+  snprintf(path, sizeof path, HF_DIR "prefix_%s.json", variant);
+  char *pre = io_read_all(path, &n, err, sizeof err);
+  cJSON *j = base ? cJSON_Parse(base) : NULL, *p = pre ? cJSON_Parse(pre) : NULL;
+  EXPECT(j && p);
+  free(base);
+  free(pre);
+  if (!j || !p) return;
+  cJSON_ReplaceItemInObjectCaseSensitive(j, "pre_tokenizer", p);
+  char *text = cJSON_Print(j);
+  snprintf(path, sizeof path, "prefix_%s.tokenizer.json", variant);
+  write_bytes(tmp_path(path), text, strlen(text));
+  free(text);
+  cJSON_Delete(j);
+  Bpe *b = bpe_load_hf(tmp_path(path), err, sizeof err);
+  if (!b) fprintf(stderr, "%s\n", err);
+  EXPECT(b != NULL);
+  snprintf(path, sizeof path, HF_DIR "prefix_%s.tsv", variant);
+  if (b) check_cases(b, path, 470, 0);
+}
+static void test_hf_prefix_segment(void) { check_prefix("segment"); }
+static void test_hf_prefix_piece(void) { check_prefix("piece"); }
+
 int main(void) {
+  tmp_init("bpe-unicode");
   RUN(test_reference_ids);
   RUN(test_hf_tokenizer_ids);
+  RUN(test_hf_prefix_segment);
+  RUN(test_hf_prefix_piece);
+  tmp_cleanup(test_failed_);
   return TEST_REPORT();
 }

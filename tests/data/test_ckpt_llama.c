@@ -277,6 +277,136 @@ static void test_export_roundtrip(void) {
   drop(&back);
 }
 
+/* dir/name parsed as JSON (NULL when missing or malformed). */
+static cJSON *read_json(const char *dir, const char *name) {
+  char path[1100], err[IO_ERR_LEN];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  size_t len;
+  char *text = io_read_all(path, &len, err, sizeof err);
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  return j;
+}
+
+static bool exists_in(const char *dir, const char *name) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* --max-shard-size: mha_odd_tied's weights exported with the limit transformers saved
+ * them under ("60KB") land in the same three shards, tensor for tensor, with the same
+ * index totals; they import back bit for bit and are transformers' own tensors. A limit
+ * below the largest tensors gives those a shard each; --force replaces a sharded export
+ * with one file and back, leaving nothing of the other. */
+static void test_export_shards(void) {
+  Model m, back;
+  make(&m, 3, 256, 32, 4, 4, 48, false);
+  char err[IO_ERR_LEN];
+  EXPECT(import(MHA, &m, err, sizeof err));
+  char ckpt[1024], out[1024];
+  snprintf(ckpt, sizeof ckpt, "%s", tmp_path("tied.safetensors"));
+  snprintf(out, sizeof out, "%s", tmp_path("hf_shards"));
+  write_pd2bw(&m, ckpt,
+              "{\"vocab\":256,\"seq\":16,\"layers\":3,\"dim\":32,\"heads\":4,\"kv_heads\":4,\"ffn\":48,"
+              "\"rope_theta\":500000,\"rms_eps\":1e-06}");
+  const char *args[] = {ckpt, "--hf", out, "--max-shard-size", "60KB", NULL};
+  EXPECT_EQ_INT(run_export(args), 0);
+  EXPECT(!exists_in(out, "model.safetensors"));
+  cJSON *mine = read_json(out, "model.safetensors.index.json"), *hf = read_json(MHA, "model.safetensors.index.json");
+  EXPECT(mine && hf);
+  if (mine && hf) {
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(mine, "metadata"), *hm = cJSON_GetObjectItemCaseSensitive(hf, "metadata");
+    EXPECT(cfg_num(mm, "total_size") == cfg_num(hm, "total_size") && cfg_num(hm, "total_size") == 138112);
+    EXPECT(cfg_num(mm, "total_parameters") == cfg_num(hm, "total_parameters"));
+    const cJSON *mw = cJSON_GetObjectItemCaseSensitive(mine, "weight_map"), *hw = cJSON_GetObjectItemCaseSensitive(hf, "weight_map");
+    EXPECT_EQ_INT(cJSON_GetArraySize(mw), cJSON_GetArraySize(hw));
+    int differ = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, hw) {
+      const cJSON *o = cJSON_GetObjectItemCaseSensitive(mw, e->string);
+      if (!cJSON_IsString(o) || strcmp(o->valuestring, e->valuestring) != 0) {
+        if (differ++ < 3) fprintf(stderr, "  %s: transformers %s, pd2bw-export %s\n", e->string, e->valuestring,
+                                  cJSON_IsString(o) ? o->valuestring : "(none)");
+      }
+    }
+    EXPECT_EQ_INT(differ, 0);
+  }
+  cJSON_Delete(mine);
+  cJSON_Delete(hf);
+  make(&back, 3, 256, 32, 4, 4, 48, false);
+  bool ok = import(out, &back, err, sizeof err);
+  if (!ok) fprintf(stderr, "%s\n", err);
+  EXPECT(ok);
+  int bad = 0;
+  for (int i = 0; i < m.n; i++) {
+    int64_t numel = m.p[i].rank == 2 ? m.p[i].shape[0] * m.p[i].shape[1] : m.p[i].shape[0];
+    bad += memcmp(m.p[i].dst, back.p[i].dst, (size_t)numel * 4) != 0;
+  }
+  EXPECT_EQ_INT(bad, 0);
+  const char *files[] = {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                         "model-00003-of-00003.safetensors"};
+  EXPECT_EQ_INT(check_against_files(&back, out, files, 3, false), 34528);
+  drop(&back);
+  /* an export there without --force is refused, a lone shard too */
+  const char *again[] = {ckpt, "--hf", out, "--max-shard-size", "60KB", NULL};
+  EXPECT_EQ_INT(run_export(again), 1);
+  EXPECT(strstr(msg, "config.json exists (give --force") != NULL);
+  char lone[1100];
+  snprintf(lone, sizeof lone, "%s/lone", out);
+  EXPECT(mkdir(lone, 0777) == 0);
+  snprintf(lone, sizeof lone, "%s/lone/model-00002-of-00003.safetensors", out);
+  write_bytes(lone, "x", 1);
+  snprintf(lone, sizeof lone, "%s/lone", out);
+  const char *lone_args[] = {ckpt, "--hf", lone, NULL};
+  EXPECT_EQ_INT(run_export(lone_args), 1);
+  EXPECT(strstr(msg, "lone/model-00002-of-00003.safetensors exists (give --force") != NULL);
+  /* --force, no limit: one model.safetensors, the shards and index gone */
+  const char *one[] = {ckpt, "--hf", out, "--force", NULL};
+  EXPECT_EQ_INT(run_export(one), 0);
+  EXPECT(exists_in(out, "model.safetensors") && !exists_in(out, "model.safetensors.index.json") &&
+         !exists_in(out, files[0]) && !exists_in(out, files[2]));
+  /* 20KB: the 32768-byte embedding alone; every other shard within the limit */
+  const char *small[] = {ckpt, "--hf", out, "--force", "--max-shard-size", "20KB", NULL};
+  EXPECT_EQ_INT(run_export(small), 0);
+  EXPECT(!exists_in(out, "model.safetensors"));
+  cJSON *idx = read_json(out, "model.safetensors.index.json");
+  const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map"), *emb = cJSON_GetObjectItemCaseSensitive(wm, "model.embed_tokens.weight");
+  EXPECT(cJSON_IsString(emb) && strncmp(emb->valuestring, "model-00001-of-", 15) == 0);
+  int nshards = 0, over = 0;
+  for (int s = 1; s < 100; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%05d-of-", s);
+    int ntensors = 0;
+    int64_t bytes = 0;
+    const cJSON *e;
+    char path[1100];
+    cJSON_ArrayForEach(e, wm) if (strncmp(e->valuestring, name, strlen(name)) == 0) {
+      ntensors++;
+      snprintf(path, sizeof path, "%s/%s", out, e->valuestring);
+    }
+    if (!ntensors) break;
+    nshards++;
+    SafeTensors *st = st_open(path, err, sizeof err);
+    EXPECT(st && st_count(st) == ntensors);
+    for (int i = 0; st && i < st_count(st); i++) bytes += (int64_t)st_tensor(st, i)->nbytes;
+    over += ntensors > 1 && bytes > 20000;
+    st_close(st);
+  }
+  EXPECT(nshards >= 6);
+  EXPECT_EQ_INT(over, 0);
+  cJSON_Delete(idx);
+  make(&back, 3, 256, 32, 4, 4, 48, false);
+  EXPECT(import(out, &back, err, sizeof err));
+  EXPECT(memcmp(find(&back, "h.2.w_down"), find(&m, "h.2.w_down"), 48 * 32 * 4) == 0);
+  drop(&back);
+  /* bad sizes; a GPT-2 checkpoint is not sharded */
+  const char *bad_size[] = {ckpt, "--hf", tmp_path("hf_x"), "--max-shard-size", "5XB", NULL};
+  EXPECT_EQ_INT(run_export(bad_size), 1);
+  EXPECT(strstr(msg, "--max-shard-size 5XB: expected a size") != NULL);
+  drop(&m);
+}
+
 /* A copy of fixture dir (its safetensors files linked) with config.json's key set to
  * the JSON value (NULL: removed), or file `unlinked` left out; the scratch dir's name. */
 static const char *bad_dir(const char *name, const char *fixture, const char *key, const char *value,
@@ -406,6 +536,7 @@ int main(int argc, char **argv) {
   RUN(test_import_single_file);
   RUN(test_import_shards);
   RUN(test_export_roundtrip);
+  RUN(test_export_shards);
   RUN(test_errors);
   if (!test_failed_) { /* tmp_cleanup removes plain files only */
     char cmd[1200];

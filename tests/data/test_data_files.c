@@ -1,5 +1,6 @@
-/* Token files (runtime/io/data.c): both layouts, every error with its message, and
- * the batch sampler's windows, wrap-around, shuffle determinism and seeking. */
+/* Token files (runtime/io/data.c): every layout (llm.c uint16 and uint32, raw), every
+ * error with its message, and the batch sampler's windows, wrap-around, shuffle
+ * determinism and seeking. */
 #include <sys/stat.h>
 
 #include "runtime/io/io.h"
@@ -18,7 +19,20 @@ static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t
   free(buf);
 }
 
+/* The same with uint32 tokens (llm.c's Llama 3 layout when magic is DATA_LLMC32_MAGIC). */
+static void write_llmc32(const char *path, int32_t magic, int32_t version, int32_t count,
+                         const uint32_t *tokens, size_t n) {
+  size_t bytes = DATA_LLMC_HEADER_BYTES + 4 * n;
+  unsigned char *buf = calloc(1, bytes);
+  int32_t hdr[3] = {magic, version, count};
+  memcpy(buf, hdr, sizeof hdr);
+  memcpy(buf + DATA_LLMC_HEADER_BYTES, tokens, 4 * n);
+  write_bytes(path, buf, bytes);
+  free(buf);
+}
+
 static uint16_t seq[1000];
+static uint32_t seq32[1000]; /* the same ids as seq, as uint32 */
 
 static void test_llmc_round_trip(void) {
   const char *p = tmp_path("llmc.bin");
@@ -30,8 +44,71 @@ static void test_llmc_round_trip(void) {
   EXPECT_EQ_INT(data_format(f), DATA_LLMC);
   EXPECT_EQ_INT(data_ntokens(f), 100);
   EXPECT_EQ_INT(data_max_token(f), 99);
-  EXPECT(memcmp(data_tokens(f), seq, 200) == 0);
+  EXPECT_EQ_INT(data_token_bytes(f), 2);
+  for (int i = 0; i < 100; i++) EXPECT_EQ_INT(data_token(f, i), i);
   data_close(f);
+}
+
+/* Llama 3's layout: ids above 65535 come back whole, the header's magic decides. */
+static void test_llmc32_round_trip(void) {
+  const char *p = tmp_path("llmc32.bin");
+  uint32_t t[6] = {128000, 9, 65535, 65536, 70000, 128255};
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 6, t, 6);
+  char err[IO_ERR_LEN] = "";
+  DataFile *f = data_open(p, DATA_AUTO, 128256, err, sizeof err);
+  EXPECT(f != NULL);
+  if (!f) {
+    fprintf(stderr, "  %s\n", err);
+    return;
+  }
+  EXPECT_EQ_INT(data_format(f), DATA_LLMC);
+  EXPECT_EQ_INT(data_token_bytes(f), 4);
+  EXPECT_EQ_INT(data_ntokens(f), 6);
+  EXPECT_EQ_INT(data_max_token(f), 128255);
+  for (int i = 0; i < 6; i++) EXPECT_EQ_INT(data_token(f, i), t[i]);
+  int32_t in[5], tgt[5];
+  data_get_window(f, 0, 5, in, tgt);
+  for (int i = 0; i < 5; i++) {
+    EXPECT_EQ_INT(in[i], (int32_t)t[i]);
+    EXPECT_EQ_INT(tgt[i], (int32_t)t[i + 1]);
+  }
+  data_close(f);
+  /* forced llm.c reads it the same */
+  f = data_open(p, DATA_LLMC, 0, err, sizeof err);
+  EXPECT(f && data_token_bytes(f) == 4 && data_token(f, 5) == 128255);
+  data_close(f);
+}
+
+/* The same ids as llm.c uint16, llm.c uint32 and raw files: every loader (plain and
+ * shuffled, any batch) hands the trainer identical batches. */
+static void test_widths_give_same_batches(void) {
+  const char *p16 = tmp_path("w16.bin"), *p32 = tmp_path("w32.bin"), *praw = tmp_path("wraw.bin");
+  write_llmc(p16, DATA_LLMC_MAGIC, DATA_LLMC_VERSION, 997, seq, 997);
+  write_llmc32(p32, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 997, seq32, 997);
+  write_bytes(praw, seq, 2 * 997);
+  char err[IO_ERR_LEN];
+  const char *paths[3] = {p16, p32, praw};
+  DataFile *f[3];
+  for (int k = 0; k < 3; k++) {
+    f[k] = data_open(paths[k], DATA_AUTO, 1000, err, sizeof err);
+    EXPECT(f[k] != NULL);
+    if (!f[k]) return;
+  }
+  EXPECT_EQ_INT(data_token_bytes(f[1]), 4);
+  for (int shuffle = 0; shuffle < 2; shuffle++) {
+    DataLoader *l[3];
+    for (int k = 0; k < 3; k++) l[k] = data_loader_create(f[k], 3, 7, shuffle, 11, err, sizeof err);
+    int32_t in[3][21], tgt[3][21];
+    int differ = 0;
+    for (int b = 0; b < 2 * data_batches_per_epoch(l[0]) + 3; b++) {
+      for (int k = 0; k < 3; k++) data_next_batch(l[k], in[k], tgt[k]);
+      for (int k = 1; k < 3; k++)
+        differ += memcmp(in[0], in[k], sizeof in[0]) != 0 || memcmp(tgt[0], tgt[k], sizeof tgt[0]) != 0;
+    }
+    EXPECT_EQ_INT(differ, 0);
+    for (int k = 0; k < 3; k++) data_loader_destroy(l[k]);
+  }
+  for (int k = 0; k < 3; k++) data_close(f[k]);
 }
 
 static void test_raw_round_trip(void) {
@@ -43,7 +120,8 @@ static void test_raw_round_trip(void) {
   if (!f) return;
   EXPECT_EQ_INT(data_format(f), DATA_RAW);
   EXPECT_EQ_INT(data_ntokens(f), 37);
-  EXPECT_EQ_INT(data_tokens(f)[36], 36);
+  EXPECT_EQ_INT(data_token(f, 36), 36);
+  EXPECT_EQ_INT(data_token_bytes(f), 2);
   data_close(f);
   /* An llm.c file read as raw keeps its header as tokens: forcing works. */
   f = data_open(tmp_path("llmc.bin"), DATA_RAW, 0, err, sizeof err);
@@ -94,6 +172,40 @@ static void test_errors(void) {
   /* a FIFO: refused at once, never waited on for a writer (issue 24) */
   EXPECT(mkfifo(tmp_path("fifo.bin"), 0600) == 0);
   EXPECT_OPEN_FAILS(tmp_path("fifo.bin"), DATA_AUTO, 0, "cannot open token file: a FIFO, not a regular file");
+}
+
+/* A damaged uint32 file: each error names the file and where. */
+static void test_errors32(void) {
+  const char *p = tmp_path("bad32.bin");
+  /* truncated: the header counts 100 tokens, 60 are there (240 bytes; 200 would be
+   * enough for uint16: the width comes from the magic) */
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 100, seq32, 60);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "truncated", "says 100 tokens (400 bytes of uint32)", "only 240 bytes");
+  /* cut mid-token: 10 whole tokens and 2 bytes of the 11th */
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 11, seq32, 11);
+  EXPECT(truncate(p, DATA_LLMC_HEADER_BYTES + 42) == 0);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "truncated", "says 11 tokens (44 bytes of uint32)", "only 42 bytes");
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 40, seq32, 50);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "40 bytes of trailing garbage after the 40 uint32 tokens");
+  /* the magic and the version must go together */
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC_VERSION, 10, seq32, 10);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "offset 4: unsupported llm.c token-file version 1 (expected 7 with magic 20240801)");
+  write_llmc(p, DATA_LLMC_MAGIC, DATA_LLMC32_VERSION, 10, seq, 10);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "offset 4: unsupported llm.c token-file version 7 (expected 1 with magic 20240520)");
+  /* found by content: cut inside the header, or the magic alone garbled */
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 10, seq32, 10);
+  EXPECT(truncate(p, 300) == 0);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 50, "truncated: 300 bytes, shorter than the 1024-byte llm.c token-file header");
+  write_llmc32(p, 20240802, DATA_LLMC32_VERSION, 10, seq32, 10);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 50, "offset 0: bad magic 20240802", "20240801 for uint32");
+  /* an id outside the vocabulary: its byte offset (1024 + 4·3), index, value, vocab */
+  uint32_t t[6] = {1, 2, 128255, 128256, 5, 6};
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 6, t, 6);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 128256, "offset 1036: token 128256 (token #3)", "vocabulary of 128256 ids");
+  /* without a vocabulary: ids must still fit the trainer's int32 */
+  t[4] = 0x80000000u;
+  write_llmc32(p, DATA_LLMC32_MAGIC, DATA_LLMC32_VERSION, 6, t, 6);
+  EXPECT_OPEN_FAILS(p, DATA_AUTO, 0, "offset 1040: token 2147483648 (token #4) is above the largest id 2147483647");
 }
 
 static void test_token_out_of_vocab(void) {
@@ -220,11 +332,14 @@ static void test_shuffled_batches(void) {
 }
 
 int main(void) {
-  for (int i = 0; i < 1000; i++) seq[i] = (uint16_t)i;
+  for (int i = 0; i < 1000; i++) seq[i] = (uint16_t)i, seq32[i] = (uint32_t)i;
   tmp_init("data");
   RUN(test_llmc_round_trip);
+  RUN(test_llmc32_round_trip);
   RUN(test_raw_round_trip);
+  RUN(test_widths_give_same_batches);
   RUN(test_errors);
+  RUN(test_errors32);
   RUN(test_token_out_of_vocab);
   RUN(test_windows);
   RUN(test_sequential_batches);
