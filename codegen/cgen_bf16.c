@@ -5,16 +5,13 @@
  * A tensor stored as bfloat16 is never an operand of an op: in each pass the ops read
  * and write its float32 working place. So each pass is emitted against a view of the
  * layout in which such a tensor's place IS its working place (class WORK, float32
- * bytes); every emitter (kernel calls, fused loops, GEMM epilogues, their overlap
- * checks) then works unchanged. The casts between the stored copy and the working
- * place come from the stored layout: down right after the producer, up right before
- * the first reader of a pass that does not produce it (TensorPlace.up). A fusion may
- * put ops after the first one into its unit only when none of them needs an upcast
- * (cgen_needs_upcast): the upcast is emitted before the unit, and the working place
- * it writes is only reserved from that op on. The classifier's gradient kept in the
- * stash (StageLayout.cls_grad) is the exception: no pass computes on it in float32, so
- * its place in the view stays its stored bf16 place, which only the GEMMs reading it
- * as bf16 reach (cgen_c.c's emit_dense, cgen_cuda_bf16.c's cu_stage_bf16). */
+ * bytes), and every emitter (kernel calls, fused loops, GEMM epilogues, their overlap
+ * checks) works unchanged. The casts come from the stored layout: down right after the
+ * producer, up right before the first reader of a pass that does not produce it
+ * (TensorPlace.up). The exception is the classifier's gradient kept in the stash
+ * (StageLayout.cls_grad): no pass computes on it in float32, so its view place stays
+ * its stored bf16 place, which only the GEMMs reading it as bf16 reach (cgen_c.c's
+ * emit_dense, cgen_cuda_bf16.c's cu_stage_bf16). */
 #include "codegen/cgen_internal.h"
 
 #include <string.h>

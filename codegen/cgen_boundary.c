@@ -2,25 +2,15 @@
  * executor (compile side; pd2bwc calls it after codegen_c_stages).
  *
  * A stage program reads and writes tensors at fixed offsets of its blocks, but the
- * stage JSON says nothing about the tensors that another stage produces or consumes.
- * The executor must know where to receive an activation, where the output activation
- * sits when it sends it, and so on. This pass walks the graph once per stage and lists
- * every such tensor with its role, its block and offset (from the same layout_stage()
- * call codegen used, so they agree), under "pipeline": {"boundary": [...]} of the
- * stage's "program" object:
- *
- *   act_in    a forward activation made by stage i-1 (received before FWD)
- *   act_out   a forward activation read by stage i+1 (sent after FWD)
- *   grad_in   the gradient of act_out, made by stage i+1 (received before BWD)
- *   grad_out  the gradient of act_in, read by stage i-1 (sent after BWD)
- *
- * A contribution to a TIED parameter's gradient that another stage sums (GPT: the LM
- * head's part of dwte, summed by the prologue's add) is not listed: layout_stage()
- * accumulates it straight into the producing stage's gradient of the parameter and
- * folds it away on the summing stage, and TIED_SYNC sums the stages' gradients.
- *
- * A tensor that skips a stage (made on i, read on i+2) has no channel in the plan's
- * instruction streams; that is reported as an error naming the tensor. */
+ * stage JSON says nothing about the tensors another stage produces or consumes. This
+ * pass walks the graph once per stage and lists each such tensor with its role
+ * (act_in, act_out, grad_in, grad_out: docs/plan-format.md, "The stage program"), its
+ * block and offset, under the stage program's "pipeline": {"boundary": [...]}.
+ * Invariants: offsets come from the same layout_stage() call codegen used, so they
+ * agree with the program; a TIED parameter's gradient share summed on another stage is
+ * not listed (layout_stage() accumulates it into the producing stage's gradient and
+ * TIED_SYNC sums the stages'); a tensor that skips a stage (made on i, read on i+2)
+ * has no channel in the instruction streams and is an error naming the tensor. */
 #include "codegen/codegen.h"
 #include "contract/plan_limits.h"
 

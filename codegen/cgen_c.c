@@ -6,20 +6,13 @@
  *      float or, with CodegenOptions.f64, double;
  *   3. StageCtx (the stringised PD2BW_STAGE_CTX_FIELDS) and short macros that turn
  *      (block, constant offset) into a typed pointer;
- *   4. per region, a static forward function and a static backward function: one
- *      kernel call (or one fused loop) per op, every shape and offset a literal;
+ *   4. per region, a static forward and a static backward function: one kernel call
+ *      (or one fused loop, cgen_c_fuse.c, tried first at each op) per op, every shape
+ *      and offset a literal;
  *   5. the exported entry points (cgen_c_entry.c).
- *
- * Ops map to kernels by the table's op family (emit_op): an op of a generic family
- * (OPFAM_MAP, OPFAM_ROWS, OPFAM_SEQ) is the call cgen_lower.h derives from its ops.def row; the
- * others have one emitter per family here, switching over their own kinds.
- * Gradient accumulation follows the layout: an output placed with `accumulate` is
- * added into (kernel flag, or an axpy from the op's scratch temporary), and an add
- * whose inputs were all accumulated onto its output emits nothing.
- *
- * Fusion (CodegenOptions.fuse): chains of elementwise ops become one loop
- * (cgen_c_fuse.c), tried before emit_op at each op.
- */
+ * Ops map to kernels by the table's op family (emit_op): a generic family's op is the
+ * call cgen_lower.h derives from its ops.def row; the others have one emitter per
+ * family here, each switching over its own kinds. */
 #include "codegen/cgen_c_internal.h"
 #include "codegen/cgen_lower.h"
 
@@ -400,7 +393,10 @@ static void emit_generic(Emit *e, const Op *op, const OpDest *d) {
 }
 
 /* One kernel call (or a few) per op, by the table's op family: generic families
- * lower through cgen_lower.h, the others through their family's emitter. */
+ * lower through cgen_lower.h, the others through their family's emitter. An output
+ * the layout places with `accumulate` is added into (kernel flag, or an axpy from the
+ * op's scratch temporary), and an add whose inputs were all accumulated onto its
+ * output emits nothing. */
 static void emit_op(Emit *e, const Op *op) {
   int y = op->out[0];
   OpDest d = {.y = y, .Y = cc_ptr(e, y)};

@@ -1,82 +1,18 @@
 /* codegen/cgen_cuda.c — the CUDA program of one stage and its launch list (codegen.h).
  *
- * A plan's GPU program is two modules, each compiled by NVRTC at load time:
- *  - kernels.cu, the kernel library, one per plan (codegen_cuda_library_source): a
- *    banner, "#define PKC_ATT_HS <hs>" when every attention op of the model has head
- *    size hs (the kernels then keep a head's q/accumulators in registers, and the
- *    tensor-core attention is compiled for hs) and "#define PKC_ATT_T <T>" when they
- *    also share one sequence length T (the tensor-core attention's tile counts and
- *    row offsets become constants), then the verbatim text of philox.h,
- *    kernels/cuda_helpers.cuh, cuda_mma.cuh, cuda_flash_*.cuh and cuda_kernels.cuh
- *    (embedded at build time: pkc_kernels_src.h). Nothing in it depends on the plan
- *    but hs and T, so every plan with the same two has the same text, and NVRTC's
- *    disk cache (runtime/cuda/nvrtc_compile.c) compiles it once for all of them;
- *  - stageN.cu, the stage's own program: a banner, the verbatim text of philox.h and
- *    cuda_helpers.cuh (pkc_helpers_src.h: device helpers only, no kernel), then the
- *    stage's own kernels, fusedK: one per fused elementwise chain, or chain plus
- *    the layernorm of its residual add (cgen_cuda_fuse.c), every length and offset a
- *    literal.
- * Why two: the library is ~85% of a whole stage's NVRTC time and the same for every
- * stage; compiled once per plan (and cached across plans), a stage costs only its
- * fused kernels. Nothing in either runs by itself. What runs, in order, is
- * stageN.launch.json:
- *
- *   { "format": 6, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"} (the
- *     plan's kernel library), "block": 256, "nvrtc_options": [], "gemm_dtype": "tf32"|"fp32"|"bf16",
- *     "mixed_precision": "none"|"bf16-fp32-master" (with bf16), "blocks": {params, grads, stash, work,
- *     inputs, boundary, cuda_scratch: bytes}, "cuda_scratch": {bad_ids: 0 (u64 counter of out-of-range
- *     ids/targets; the runtime zeroes and reads it), ce_nvalid, loss, microbatch_key (u32: the
- *     microbatch's global index, written by the runtime before every pass that reads it), ce_rows:
- *     offsets; with bf16 also bf16_staging: where the GEMM operands' bfloat16 copies start}, "loss": {buf,
- *     offset} of the f32 loss after forward | null, "kernels": [distinct names launched], "forward":
- *     [entry], "backward": [entry], "segments" (cgen_cuda_segments.c) }
- *   entry: {"op": id - the pass's smallest op id, "kernel": name, "module": "library"|"stage" (the module that
- *           defines it: kernels.cu or stageN.cu), "grid", "block", "shared": bytes,
- *           "args": [arg]}
- *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta,
- *                               A, B, C: pointer, dtype[, epilogue, bias, bias_accumulate,
- *                               aux, ldaux: contract/contract.h GemmEpilogue; the list says "gemm_epilogues"]}}
- *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
- *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
- *          {"type": ..., "runtime": "seed"|"training"|"dropout_p"
- *                        (then "value" is p; the runtime passes 0 when not training)
- *                        |"rng_base" (u32: a Philox stream, the runtime passes the
- *                        stage's program.cuda.rng_base + "value")}
- * Nothing in a list or its .cu names the stage, so stages with the same program share
- * both files (codegen_cuda_stages; plan.json's program.cuda names each stage's).
- * The microbatch index is no argument (format 2 passed it by value): the random
- * kernels take a pointer to cuda_scratch's microbatch_key (a "ptr" argument, null when
- * the op's p is 0), so a pass's arguments are the same for every microbatch of a
- * weight version and stash slot, and a runtime may capture a pass once as a CUDA graph
- * and replay it.
- * A pointer is the block's base (of the microbatch's stash slot, inputs and boundary
- * copy, of the weight version the microbatch uses) plus offset; "bytes" is the most
- * the kernel touches from there. Argument types are exactly the kernel's parameter
- * types (cuda_launch passes a pointer to each). GEMMs are row-major with cuda_gemm's
- * (= pk_sgemm_fn's) semantics, so each is the same call the CPU program makes, but
- * for the leading dimension of the classifier's logits and their gradient: the layout
- * pads those rows to a multiple of 128 when the vocabulary is not a multiple of 8
- * (passes/layout.h, "padded rows"), so that cuBLAS runs its aligned kernels. The
- * GEMMs keep N (or K) = V and pass ld = the padded stride rather than running over
- * Vp columns: the padding then needs no zeroing and never reaches the loss, and the
- * weight (wte[V, C], leading dimension C) is never padded, so neither are its
- * gradient, its norm, its AdamW state or a checkpoint. The cross-entropy kernels take
- * the stride too; the CPU program writes the same rows contiguously.
- * A "bf16" GEMM's A and B are bfloat16 (uint16 bits, leading dimensions in elements),
- * C float32: a weight is read from "params_bf16", its version's bf16 copy that the
- * optimizer writes, and any other operand is cast before it (cgen_cuda_bf16.c; the
- * casts' staging is cuda_scratch from bf16_staging on, the same bytes for every GEMM,
- * so cuda_scratch grows by the largest GEMM's cast operands). In a bf16 list, attention with a
- * head size that is a multiple of 16 is pkc_flash_attention_*_bf16 (tensor cores),
- * after casts of its qkv (and, backward, dy) into the same staging bytes. A bf16 list
- * also runs on a bf16 layout (passes/layout.h, "bf16 storage"): its stored activations
- * are cast down (pkc_cast_f32_to_bf16 into the stash or boundary block) after their
- * producer and up (pkc_cast_bf16_to_f32 into the working place) before a pass's first
- * reader, every op computing on the working places (cgen_bf16.c), and a GEMM or the
- * tensor-core attention reads such an operand's stored copy instead of staging a cast.
- *
- * What each op launches (the GEMM entries included): cgen_cuda_ops.c.
- */
+ * A plan's GPU program is two NVRTC modules: kernels.cu, the kernel library, one per
+ * plan (codegen_cuda_library_source: philox.h and the kernels/ CUDA headers verbatim),
+ * and stageN.cu, the stage's own fused kernels (cgen_cuda_fuse.c) after philox.h and
+ * cuda_helpers.cuh (pkc_helpers_src.h: device helpers, no kernel), every length and
+ * offset a literal. Why two: the library is ~85% of a stage's NVRTC time and the same
+ * for every stage; compiled once per plan (and cached across plans), a stage costs only
+ * its fused kernels. What runs, in order, is stageN.launch.json (its format:
+ * docs/plan-format.md, "The launch list"). Invariants: nothing in a list or its .cu
+ * names the stage, so stages with the same program share both files; a pass's
+ * arguments are the same for every microbatch (the random kernels read its index from
+ * cuda_scratch), so a runtime may capture a pass once as a CUDA graph; a GEMM entry is
+ * the call the CPU program makes (cuda_gemm = pk_sgemm_fn). Each op's launches:
+ * cgen_cuda_ops.c; bf16 operands: cgen_cuda_bf16.c. */
 #include "codegen/cgen_cuda_internal.h"
 
 #include <limits.h>
@@ -321,6 +257,10 @@ static void emit_region(CuEmit *e, const RegionOps *x, int r, bool forward) {
   }
 }
 
+/* PKC_ATT_HS, when every attention op has one head size hs, lets the kernels keep a
+ * head's q and accumulators in registers and compiles the tensor-core attention for hs;
+ * PKC_ATT_T, when they also share one sequence length T, makes that attention's tile
+ * counts and row offsets constants. The text depends on nothing else of the plan. */
 char *codegen_cuda_library_source(const Graph *g) {
   Str src = {0};
   int hs = layout_cuda_head_size(g); /* the whole graph, not a stage: one library per plan */

@@ -1,22 +1,18 @@
 /* codegen/cgen_cuda_bf16.c — the bfloat16 operands of a bf16 list's GEMMs and
  * tensor-core attention (cgen_cuda_internal.h).
  *
- * A weight operand (a tensor of the params block) is read from the "params_bf16" block:
- * the bf16 copy of the weight version the pass uses, params' layout at half the
- * offsets (or, when the versions hold the copies, the version's own block at the weight's
- * offset: CuEmit.folded), which the optimizer step writes with every new version
+ * A weight operand is read from "params_bf16", the bf16 copy of the pass's weight
+ * version (params' layout at half the offsets, or the version's own block at the
+ * weight's offset: CuEmit.folded), which the optimizer step writes with every version
  * (kernels/cuda_adamw_multi.cuh) and the runtime casts once from the initial or resumed
- * weights; no launch casts it. An activation the layout stores as bfloat16 (a stashed
- * or sent one: passes/layout.h, "bf16 storage") is read from its stored copy, which
- * holds exactly what a cast of its float32 working place would make: the producer's
- * cast wrote it from that place, or the pass's upcast widened it into that place. So is
- * the logits' gradient the fused classifier stored there as bf16 in place of the logits
- * (CuEmit.cls_grad: the bits a cast of the float32 gradient gives). Any
- * other operand is one pkc_cast_f32_to_bf16 launch (round to nearest even) into
- * cuda_scratch's staging from bf16_staging on: a GEMM's A, then B at the next 256-byte
- * boundary, the same bytes for every GEMM (one stream, in order). passes/layout_cuda.c sizes the
- * staging from the same rule (layout_cuda_scratch_bytes: a weight or a stored operand
- * stages nothing), so the planner counts the bytes these launches reach. */
+ * weights; no launch casts it. An activation stored as bfloat16 (passes/layout.h, "bf16
+ * storage"), and the logits' gradient the fused classifier stored in their place
+ * (CuEmit.cls_grad), is read from its stored copy, which holds exactly the bits a cast
+ * would make. Any other operand is one pkc_cast_f32_to_bf16 launch (round to nearest
+ * even) into cuda_scratch's staging from bf16_staging on: A, then B at the next
+ * 256-byte boundary, the same bytes for every GEMM (one stream, in order). Invariant:
+ * passes/layout_cuda.c sizes the staging by the same rule (layout_cuda_scratch_bytes),
+ * so the planner counts the bytes these launches reach. */
 #include "codegen/cgen_cuda_internal.h"
 
 #include <stdlib.h>

@@ -1,30 +1,16 @@
 /* codegen/cgen_cuda_epilogue.c — bias, GELU and bias gradients folded into the GEMMs
- * (pd2bwc --gemm-epilogues on): the GEMM entry of the launch list carries an
- * "epilogue" (contract/contract.h: GemmEpilogue), which a GPU runs as a cuBLASLt
- * epilogue (runtime/cuda/cuda_lt.c) and the emulator as the very kernels it replaces.
- *
- * The patterns, a GPT's MLP and projections:
- *  - forward, linear(x, W, b) then gelu of its output, the next op: ONE GEMM with
- *    gelu_aux_bias, C = the gelu's output, aux = the linear's output (the pre-GELU
- *    value gelu_bwd reads; it stays where the layout put it);
- *  - forward, any other linear with a bias: the GEMM with "bias", unless an
- *    elementwise chain reads its output next (a dropout + residual add + layernorm):
- *    that chain's fused kernel adds the bias at no cost (cgen_cuda_fuse.c's bias
- *    lead), so the GEMM stays plain there (with fusion off it gets "bias" too);
- *  - backward, a matmul (a linear's dx) whose output only a gelu_bwd reads: the GEMM
- *    with dgelu, C = the gelu_bwd's output, aux = its pre-GELU input; the matmul's
- *    own output is never written;
- *  - backward, linear_dw(x, dy) and a bias_grad(dy) of the same region: the dW GEMM
- *    with bgradb into the bias gradient (accumulating as the bias_grad kernel does).
- *    Not in bf16 plans: there the GEMM's B is dy's bfloat16 copy, and the bias
- *    gradient would be summed from it, not from float32 dy as the CPU program does.
- * An op computed at the GEMM instead of where it stood in the stage's order writes
- * (and reads) earlier than before: every op between the two must neither touch what
- * it writes (places, scratch included) nor write what it reads, or the GEMM is
- * emitted plain. Every tensor involved must be unpadded (ld = its last dimension:
- * the emulator's kernels and cuBLASLt's aux layout assume it) and, for an aux, have a
- * last dimension divisible by 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD must be).
- */
+ * (pd2bwc --gemm-epilogues on; docs/gpu.md, "GEMM epilogues"): the GEMM entry of the
+ * launch list carries an "epilogue" (contract/contract.h: GemmEpilogue), which a GPU
+ * runs as a cuBLASLt epilogue (runtime/cuda/cuda_lt.c) and the emulator as the very
+ * kernels it replaces. The patterns, a GPT's MLP and projections, are one function
+ * each: linear_forward (gelu_aux_bias, bias), matmul_dgelu, dw_bgrad. A linear whose
+ * output an elementwise chain reads next keeps a plain GEMM: that chain's fused kernel
+ * adds the bias at no cost (cgen_cuda_fuse.c's bias lead; with fusion off the GEMM
+ * gets "bias" too). Invariants: an op computed at the GEMM instead of where it stood
+ * writes (and reads) earlier, so every op between the two must neither touch what it
+ * writes (places, scratch included) nor write what it reads (clear_between), or the
+ * GEMM is emitted plain; every tensor involved is unpadded (plain), and an aux has a
+ * last dimension divisible by 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD must be). */
 #include "codegen/cgen_cuda_internal.h"
 #include "codegen/cgen_lower.h"
 
@@ -51,7 +37,8 @@ static int64_t lastdim(const CuEmit *e, int t) {
   return s->rank ? s->dim[s->rank - 1] : 1;
 }
 
-/* t lies in a block, is overwritten (not accumulated) and its rows are unpadded. */
+/* t lies in a block, is overwritten (not accumulated) and its rows are unpadded
+ * (ld = its last dimension: the emulator's kernels and cuBLASLt's aux layout assume it). */
 static bool plain(const CuEmit *e, int t) {
   const TensorPlace *p = &e->L->place[t];
   return p->cls != BUF_NONE && !p->accumulate && e->L->ld[t] == lastdim(e, t);
@@ -109,7 +96,8 @@ static void gemm_with(CuEmit *e, const Op *op, GemmEpilogue kind, CuPtr c, CuPtr
 
 static const CuPtr NONE = {-1, 0};
 
-/* linear + bias (+ gelu): gelu_aux_bias or bias. */
+/* linear + bias (+ gelu): gelu_aux_bias (C = the gelu's output, aux = the linear's
+ * output, the pre-GELU value gelu_bwd reads, left where the layout put it) or bias. */
 static int linear_forward(CuEmit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
   int y = op->out[0];
@@ -134,7 +122,9 @@ static int linear_forward(CuEmit *e, const int *ops, int nops, int k) {
   return 1;
 }
 
-/* matmul whose output only a later gelu_bwd of the region reads: dgelu. */
+/* matmul (a linear's dx) whose output only a later gelu_bwd of the region reads:
+ * dgelu, C = the gelu_bwd's output, aux = its pre-GELU input; the matmul's own output
+ * is never written. */
 static int matmul_dgelu(CuEmit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
   int t = op->out[0];
@@ -163,7 +153,10 @@ static int matmul_dgelu(CuEmit *e, const int *ops, int nops, int k) {
   return 1;
 }
 
-/* linear_dw(x, dy) and a later bias_grad(dy) of the region: bgradb. */
+/* linear_dw(x, dy) and a later bias_grad(dy) of the region: bgradb into the bias
+ * gradient, accumulating as the bias_grad kernel does. Not with bf16 GEMMs: their B is
+ * dy's bfloat16 copy, and the bias gradient would be summed from it, not from float32
+ * dy as the CPU program does. */
 static int dw_bgrad(CuEmit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
   if (op->kind != OP_LINEAR_DW || e->o->gemm == CGEN_GEMM_BF16) return 0;

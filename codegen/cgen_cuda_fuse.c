@@ -1,40 +1,18 @@
 /* codegen/cgen_cuda_fuse.c — the stage's own kernels: fused elementwise chains.
  *
  * The chains are cgen_c_fuse.c's (the same rule, cgen_fusible, so the two programs
- * agree on what is stored): consecutive ops of one region among those whose ops.def
- * row gives an element expression, where every intermediate has one
- * consumer, lives in WORK, is not accumulated and is not the loss; intermediates
- * stay in registers. One GPU addition: a linear with a bias is emitted as its GEMM
- * (beta 0) followed by a kernel that adds the bias in place — and that kernel then
- * continues with the chain that consumes the linear's output (bias + gelu, bias +
- * dropout + residual add), so the pre-activation is read and written once.
- *
- * A generated kernel takes the blocks' bases and finds every operand at a literal
- * offset; lengths are literals too. Dropout inside draws the same Philox element as
- * pkc_dropout_fwd_f32 and the CPU program (element i of the forward op's stream),
- * so masks agree bit for bit; its microbatch index is read once from the key in
- * cuda_scratch (mbkey, null for a chain without a random op), never passed by value,
- * so the launch is the same for every microbatch (a CUDA graph replays it). A chain
- * is cut short while its final output would overlap an operand it still reads at
- * another place (threads run in any order).
- *
- * Residual add + layernorm: when a chain ends with an add whose output the op emitted
- * next, a layernorm, normalises (a GPT block's x + attn(...) then ln_2, or the
- * embeddings' sum then ln_1), the kernel is a row kernel instead: block r computes row
- * r of the chain, stores the sum (the residual stream, read later), and normalises it
- * into the layernorm's output, with the arithmetic of pkc_layernorm_fwd_f32 (the same
- * per-thread column loops at the same block size, the same block-sum tree, the same
- * expressions), so the bits are those of the two kernels it replaces. A lone add (no
- * chain) fuses with its layernorm the same way.
- *
- * 128-bit path: an elementwise chain (no layernorm) whose length is a multiple of 4,
- * whose tensors are 16-byte aligned in their blocks and whose bias vectors have a
- * length that is a multiple of 4 runs four elements a thread (launch kind PKC_ELEM4):
- * one LDG.E.128 per tensor read, one STG.E.128 per tensor written, one Philox block
- * per quad for each dropout (the four draws the scalar path takes one at a time), and
- * per element the scalar path's expressions, so the bits do not depend on the path
- * (see Vec; tests/cuda/test_cuda_sass.c checks the SASS of the golden GPT's chains).
- */
+ * agree on what is stored); intermediates stay in registers. GPU additions: a linear
+ * with a bias is emitted as its GEMM (beta 0) followed by a kernel that adds the bias
+ * in place and continues with the chain that reads the linear's output (the bias lead:
+ * bias + gelu, bias + dropout + residual add), so the pre-activation is read and
+ * written once; a chain ending in an add that the next op layer-normalises becomes one
+ * row kernel (emit_add_layernorm); a chain of aligned quads runs four elements a thread
+ * (Vec). Invariants: every operand is at a literal offset of a block base, every
+ * length a literal; dropout draws pkc_dropout_fwd_f32's Philox element, so masks agree
+ * bit for bit with it and the CPU program, and reads the microbatch index from
+ * cuda_scratch (mbkey), so the launch is the same for every microbatch; every path
+ * computes each element by the same expressions, so the bits do not depend on the path;
+ * a chain stops before its output would overlap an operand it still reads elsewhere. */
 #include "codegen/cgen_cuda_internal.h"
 #include "codegen/cgen_lower.h"
 
@@ -82,7 +60,9 @@ static const char *base_name(int cls) {
   return "?";
 }
 
-/* The 128-bit path of an elementwise chain: a thread takes the four elements
+/* The 128-bit path of an elementwise chain (launch kind PKC_ELEM4; one LDG.E.128 per
+ * tensor read, one STG.E.128 per tensor written, one Philox block per quad for each
+ * dropout: tests/cuda/test_cuda_sass.c checks the golden GPT's SASS): a thread takes the four elements
  * i = 4q .. 4q+3 of quad q, loads each tensor the chain reads from memory once as a
  * pkc_f4 (register r<k>; a bias vector's quad q % (m/4)), runs the chain's statements
  * once per lane on the lane's component, and stores each output quad once
@@ -246,9 +226,12 @@ static const Op *layernorm_after(const CuEmit *e, const int *ops, int nops, int 
   return ln;
 }
 
-/* The row kernel of chain[0..n) + layernorm ln (see the top of the file): the loops
- * and expressions of pkc_layernorm_fwd_f32, with the chain in place of its first read
- * of x. */
+/* The row kernel of chain[0..n) + layernorm ln (a GPT block's x + attn(...) then ln_2,
+ * or the embeddings' sum then ln_1; a lone add, n = 1, too): block r computes row r of
+ * the chain, stores the sum (the residual stream, read later) and normalises it into
+ * ln's output with the loops and expressions of pkc_layernorm_fwd_f32 (the same
+ * per-thread column loops at the same block size, the same block-sum tree), the chain
+ * in place of its first read of x, so the bits are those of the two kernels it replaces. */
 static void emit_add_layernorm(CuEmit *e, const int *chain, int n, const Op *first, int bias_lead, int lead_y,
                                int64_t len, const Op *ln) {
   const Graph *g = e->g;

@@ -1,5 +1,5 @@
 /* codegen/cgen_cuda_ops.c — the launches of one op that is not fused: the entries of a
- * stage's launch list (cgen_cuda.c writes the list; its format is documented there).
+ * stage's launch list (cgen_cuda.c writes the list; docs/plan-format.md its format).
  *
  * The mapping op -> launches mirrors cgen_c.c's emit_op call for call: the same
  * accumulation rules (layout's `accumulate`, a scratch temporary plus axpy for ops
@@ -9,12 +9,10 @@
  * usually fused with what follows), embedding_bwd zero-fills then adds atomically,
  * cross-entropy reduces through cuda_scratch, layernorm_bwd and attention_bwd are
  * two and three kernels. emit_op sends each op by the table's family: a generic
- * family's op to the launch cgen_lower.h derives from its row (the C program's call
- * from the same KernelCall), the others to their family's emitter.
- *
- * Kept apart from cgen_cuda.c (the list's format, the kernel names, the two modules'
- * text) because this is the one place that knows each op's kernels and arguments.
- */
+ * family's op to the launch cgen_lower.h derives from its row (the KernelCall the C
+ * program's call comes from), the others to their family's emitter. Kept apart from
+ * cgen_cuda.c (the list, the kernel names, the two modules' text) as the one place
+ * that knows each op's kernels and arguments. */
 #include "codegen/cgen_cuda_internal.h"
 #include "codegen/cgen_lower.h"
 

@@ -35,7 +35,8 @@ int cgen_sole_consumer(const Graph *g, const StageLayout *L, int t);
  * (BUF_NONE when the pass has none; its bf16, work and up kept); *place is the view's
  * array (free it; NULL, and L itself, without bf16). And whether op must be preceded
  * by an upcast (it is the first reader of a stored value in its pass; L or a view): a
- * fused unit may start with such an op, never take one in. */
+ * fused unit may start with such an op, never take one in, since the upcast is emitted
+ * before the unit and the working place it writes is only reserved from that op on. */
 StageLayout cgen_pass_view(const StageLayout *L, int pass, TensorPlace **place);
 bool cgen_needs_upcast(const StageLayout *L, const Op *op);
 

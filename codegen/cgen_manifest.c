@@ -1,29 +1,18 @@
 /* codegen/cgen_manifest.c — the manifest: what a stage program tells the runtime about
- * itself, so that plan.json cannot say otherwise (issue 24, item 3).
+ * itself, so that plan.json cannot say otherwise (docs/plan-format.md, "The manifest").
  *
  * A stageN.c addresses every tensor by a literal offset in a block of a literal size,
  * so the program, not plan.json, decides the block sizes, where each parameter lives,
  * which tensors cross to the neighbouring stages and which parameters are tied. After
  * every program and its description in plan.json are made, codegen_manifest_stages
- * appends to each program, as data it compiles, the description of every stage that
- * runs it (a shared program: every stage of its "Also the program of stages" line):
- *
- *   static const char pd2bw_manifest[] =
- *     "{\"stages\": ["
- *     "{\"stage\": 1, \"program\": {...}, \"tied\": [...]},"
- *     "]}";
- *   const char *pd2bw_stage_manifest(void);
- *
- * "program" is the stage's plan.json program less what names or measures the C file
- * itself (source, hash, abi, flops, regions, loss_tensor): rng_base, real_bytes,
- * microbatch_size, blocks, params (name, shape, numel, offset, bytes, init, std,
- * decay, has_grad), inputs, loss, pipeline.boundary and cuda (the stage's CUDA files
- * with their hashes, its rng_base, cuda_scratch, ...: so the C program also pins the
- * launch list the CUDA runtime runs for the stage, whose blocks it checks against the
- * same program.blocks); "tied" the plan's tied groups holding the stage ({name, stages}). The runtime (runtime/core/plan_manifest.c)
- * reads it back from the program text whose hash plan.json records and refuses a plan
- * that differs, naming the field and both values. The program's hash changes with the
- * manifest, so plan.json's "hash" of every stage running it is rewritten here. */
+ * appends to each program, as data it compiles (pd2bw_manifest, returned by
+ * pd2bw_stage_manifest()), {"stages": [{"stage", "program", "tied"}]} for every stage
+ * that runs it: "program" is the stage's plan.json program less the keys that name or
+ * measure the C file itself (`kept` below lists the rest; "cuda" pins the launch list
+ * too), "tied" the plan's tied groups holding the stage. The runtime
+ * (runtime/core/plan_manifest.c) reads it back from the text whose hash plan.json
+ * records and refuses a plan that differs. Invariant: the program's hash changes with
+ * the manifest, so plan.json's "hash" of every stage running it is rewritten here. */
 #include "codegen/cgen_internal.h"
 
 #include <cjson/cJSON.h>

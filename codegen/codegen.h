@@ -1,38 +1,18 @@
-/* codegen/codegen.h — per-stage programs: the C of the CPU backend.
+/* codegen/codegen.h — per-stage programs: the C of the CPU backend, the CUDA of the GPU.
  *
  * codegen/ owns turning one laid-out stage (passes/layout.h) into a self-contained
  * C file, stageN.c, that the runtime compiles on the machine that trains (cc -O3
  * -march=native -fopenmp -fPIC -shared) and loads with dlopen. The file begins with
- * the verbatim text of kernels/philox.h and cpu_kernels.h (embedded into
- * the compiler at build time), then one static function per region and direction
- * with every shape and buffer offset a constant, then the entry points below. It
- * also describes the program in a cJSON object (parameters with their initialisers,
- * data inputs, block sizes, the loss, FLOPs, the source's hash) so the runtime can
- * run it without the IR.
+ * the verbatim text of kernels/philox.h and cpu_kernels.h (embedded into the compiler
+ * at build time), then one static function per region and direction with every shape
+ * and buffer offset a constant, then the entry points (codegen_c_stage). It also
+ * describes the program in a cJSON object (parameters with their initialisers, data
+ * inputs, block sizes, the loss, FLOPs, the source's hash) so the runtime can run it
+ * without the IR; the CUDA twin is stageN.cu with its launch list (below).
  *
  * Promises: the same graph, layout and options give the same bytes (golden tests
  * diff stage0.c); a stage file appears whole or not at all; codegen decides nothing
- * the layout did not decide.
- *
- * The ABI between a stage .so and the runtime, version PD2BW_STAGE_ABI:
- *   int  pd2bw_stage_abi(void);           returns PD2BW_STAGE_ABI
- *   int  pd2bw_stage_real_bytes(void);    4: float32 program, 8: float64
- *   void pd2bw_stage_forward(StageCtx *); forward of one microbatch; writes the
- *                                         loss to *loss when the stage has it
- *   void pd2bw_stage_backward(StageCtx *);backward of the same microbatch (the stash
- *                                         slot it filled); ADDS parameter gradients
- *                                         into the grads block, so the m microbatches
- *                                         of a batch sum in place (the runtime zeroes
- *                                         it once per batch)
- *   int  pd2bw_stage_segments(void);      the stage's segments (its regions, in order)
- *   void pd2bw_stage_forward_segment(StageCtx *, int k);
- *   void pd2bw_stage_backward_segment(StageCtx *, int k);
- *                                         the forward / backward of segment k alone:
- *                                         k = 0 .. n-1 forward, then n-1 .. 0 backward,
- *                                         is exactly the two calls above (ABI 3; how
- *                                         pd2bwrun --profile-out times each segment)
- * A float64 program uses the same layout with every offset and block size doubled.
- */
+ * the layout did not decide. */
 #ifndef PD2BW_CODEGEN_H
 #define PD2BW_CODEGEN_H
 
@@ -56,7 +36,27 @@ typedef struct CodegenOptions {
                 codegen_single_stage_plan); codegen_c_stage follows L->bf16. */
 } CodegenOptions;
 
-/* Writes dir/stage<stage>.c (atomically) for layout L of g and fills stage_json
+/* The entry points every stageN.c exports, its ABI with the runtime (version
+ * PD2BW_STAGE_ABI, contract/contract.h; a float64 program uses the same layout with
+ * every offset and block size doubled):
+ *   int  pd2bw_stage_abi(void);           returns PD2BW_STAGE_ABI
+ *   int  pd2bw_stage_real_bytes(void);    4: float32 program, 8: float64
+ *   void pd2bw_stage_forward(StageCtx *); forward of one microbatch; writes the
+ *                                         loss to *loss when the stage has it
+ *   void pd2bw_stage_backward(StageCtx *);backward of the same microbatch (the stash
+ *                                         slot it filled); ADDS parameter gradients
+ *                                         into the grads block, so the m microbatches
+ *                                         of a batch sum in place (the runtime zeroes
+ *                                         it once per batch)
+ *   int  pd2bw_stage_segments(void);      the stage's segments (its regions, in order)
+ *   void pd2bw_stage_forward_segment(StageCtx *, int k);
+ *   void pd2bw_stage_backward_segment(StageCtx *, int k);
+ *                                         the forward / backward of segment k alone:
+ *                                         k = 0 .. n-1 forward, then n-1 .. 0 backward,
+ *                                         is exactly the two calls above (ABI 3; how
+ *                                         pd2bwrun --profile-out times each segment)
+ *
+ * Writes dir/stage<stage>.c (atomically) for layout L of g and fills stage_json
  * (an object the caller owns) with what the runtime needs: "source", "hash", "abi",
  * "real_bytes", "microbatch_size", "blocks" {params, grads, stash, work, inputs,
  * boundary: bytes}, "params" [{name, shape, numel, offset, bytes, init, std, decay}],
@@ -132,7 +132,7 @@ bool codegen_manifest_stages(const char *dir, cJSON *stages, const cJSON *tied, 
  * counter, microbatch key, cross-entropy row losses and count; with bf16 GEMMs also
  * their operands' bfloat16 copies), is sized in the launch list, by
  * layout_cuda_scratch_bytes (passes/layout.h: the planner counts the same bytes).
- * docs: codegen/cgen_cuda.c (file comment) describes the launch-list format. */
+ * docs/plan-format.md ("The launch list") describes the launch-list format. */
 
 /* Element type of the GEMMs the launch list records. */
 typedef enum CgenGemmDtype {

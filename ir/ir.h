@@ -2,23 +2,17 @@
  *
  * The IR is a flat, topologically ordered list of ops over named tensors with static
  * shapes (dim 0 of a "batched" tensor is the symbolic microbatch dimension B, fixed
- * only when the planner picks b). Every op kind comes from the one op table,
- * ir/ops.def, which says per kind: arity, attributes, shape rule, FLOPs and bytes, and
- * how to differentiate it. Ops carry the region they came from (the prologue, one
- * copy of the repeated block, or the epilogue), which is what the planner cuts
- * between. Parameters carry their initialiser; a parameter used by ops in two regions
- * (the GPT token embedding reused as the LM head) is a tied parameter.
- *
- * This header also holds the few things every folder shares: the arena allocator,
- * source locations and the diagnostic sink (user errors: `file:line:col: error: ...`
- * with the source line and a caret), and the internal check macro (PD_CHECK), and the
- * cluster and training descriptions that the front end produces and the planner and
- * runtime consume.
+ * only when the planner picks b). Every op kind comes from the one op table, ir/ops.def.
+ * Ops carry the region they came from (the prologue, one copy of the repeated block,
+ * or the epilogue), which is what the planner cuts between. Parameters carry their
+ * initialiser; one used by ops in two regions (GPT's token embedding reused as the LM
+ * head) is tied. Also here, what every folder shares: the arena allocator, source
+ * locations, the diagnostic sink (`file:line:col: error: ...` with the source line and
+ * a caret), PD_CHECK, and the cluster and training descriptions the front end makes.
  *
  * Promises: ids are dense and deterministic (same input, same ids); ir_dump() output
  * is stable and diffed by golden tests; nothing here does I/O except ir_dump and
- * the diagnostic printer.
- */
+ * the diagnostic printer. */
 #ifndef PD2BW_IR_H
 #define PD2BW_IR_H
 
@@ -136,9 +130,12 @@ typedef enum OpKind {
 
 enum {
   OPF_FWD = 1 << 0,         /* may appear in model text */
-  OPF_BWD = 1 << 1,         /* produced by autodiff only */
+  OPF_BWD = 1 << 1,         /* produced by autodiff (and the optimizer) only; model
+                               text cannot name it */
   OPF_RNG = 1 << 2,         /* draws from the counter-based RNG: attribute p, the
-                               stream of its forward op (op_rng_stream) */
+                               stream of its forward op (op_rng_stream), keyed by
+                               (seed, op id, microbatch, element), so CPU and GPU
+                               draw identical masks */
   OPF_GEMM = 1 << 3,        /* a GEMM: in[0] and in[1] are its A and B operands */
   OPF_ACCUMULATES = 1 << 4, /* its kernel (or generated loop) can add into its output */
 };
@@ -175,22 +172,36 @@ typedef struct OpCost {
   double bytes;
 } OpCost;
 
+/* One row of ops.def: OP(ID, "name", min_inputs, max_inputs, outputs, attributes,
+ * flags, lowering, element), a field each below. */
 typedef struct OpInfo {
   const char *name;
   int min_inputs, max_inputs, noutputs;
+  /* ops.def's A0, or An("name", default, ...) for n = 1..4 named attributes. Values
+   * are doubles; integer-valued ones (heads, causal, flags) hold exact integers. */
   int nattrs;
   const char *attr_names[IR_MAX_ATTR];
   double attr_defaults[IR_MAX_ATTR];
-  unsigned flags;
-  OpFamily family;
-  /* The kernel's base name ("gelu_fwd": C's K(gelu_fwd), CUDA's pkc_gelu_fwd_f32);
-   * NULL for a family that names its own kernels. */
+  unsigned flags; /* OPF_FWD or OPF_BWD, and any of OPF_RNG, OPF_GEMM, OPF_ACCUMULATES:
+                     the planner, layout and generators read these, never a list of kinds */
+  OpFamily family; /* ops.def's LOWER(FAMILY, "kernel") */
+  /* The kernel's base name ("gelu_fwd": C's K(gelu_fwd), that is pk_gelu_fwd_f32/_f64
+   * in kernels/cpu_kernels*.h, and CUDA's pkc_gelu_fwd_f32 in kernels/cuda_kernels*.cuh,
+   * with its row in cuda_kernel_list.h, whose launch kind sizes the grid: elements,
+   * rows or columns); NULL for a family that names its own kernels. */
   const char *kernel;
   /* The value of one element in a fused elementwise chain, as C and as CUDA print it
-   * (codegen/cgen_lower.h: $x the chained value, $y the other operand, $s attribute 0,
-   * $R a cast to the real type, $0 zero); NULL: the op does not fuse. */
+   * (ops.def's ELEM("expr") for both, ELEM2("C expr", "CUDA expr"), or NO_ELEM;
+   * codegen/cgen_lower.h: $x the chained value, $y the other operand of a binary op,
+   * $s attribute 0, $R a cast to the real type, $0 zero); NULL: the op does not fuse.
+   * It must give the bits of the op's kernel, so it calls the kernel's own element
+   * function (C: K(name_)($x), CUDA: a __device__ function of the kernel library); an
+   * OPF_RNG op's element is multiplied by its keep mask, so it must be one term. */
   const char *elem_c, *elem_cuda;
-  /* Computes output shapes/dtypes from the op's inputs and attributes. On a
+  /* shape, cost and grad are the functions op_shape_<ID>, op_cost_<ID> and op_grad_<ID>
+   * (ir/ops.c, or ir/ops_backward.c for a backward op), which the linker demands of
+   * every row (ir/ops_rules.h); an OPF_BWD row has no gradient rule.
+   * Computes output shapes/dtypes from the op's inputs and attributes. On a
    * mismatch returns false and writes a user-facing message ("expected ...") to
    * err. */
   bool (*shape)(const Graph *g, const Op *op, Shape *out, DType *out_dtype, char *err,

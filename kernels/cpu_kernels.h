@@ -1,53 +1,18 @@
-/* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward.
+/* kernels/cpu_kernels.h — every CPU kernel of pd2bw, forward and backward, with the
+ * optimizer steps and bf16 plans' casts and GEMMs; parts by family in
+ * cpu_kernels_<family>.h, which this file includes inside each instantiation.
  *
- * This folder owns the numerics of the CPU backend: the kernels of every primitive op
- * of ir/ops.def (and the optimizer steps, the casts of bf16 plans' stored
- * activations and the GEMMs that read a bf16 plan's classifier gradient from the
- * stash), the counter-based RNG (philox.h) and the embedded copy of both that the code
- * generator pastes into each stageN.c.
- *
- * Why one header of static functions: a generated stageN.c must compile on the
- * machine that runs the plan with nothing but the system compiler, so the code
- * generator pastes philox.h and then this file verbatim at its top (the build embeds
- * the text: see pk_kernels_src.h made by kernels/embed.cmake). The kernels themselves
- * live in parts by family, cpu_kernels_<family>.h, which this file includes inside
- * each instantiation; the embedded text has each part in place of its #include, so
- * it is still one text that needs no files. The
- * shapes the generated code passes are compile-time constants, so `cc -O3` inlines
- * and specialises the loops. The sequential executor and the tests include the same
- * text, so there is exactly one implementation of each op.
- *
- * Why a name macro and a real-type macro: the kernels are written once and
- * instantiated per real type. Including this file plainly gives the float32
- * kernels, named pk_<op>_f32; defining PK_F64 before a (second) inclusion gives the
- * float64 ones, pk_<op>_f64, which the finite-difference tests use:
- *     #include "kernels/cpu_kernels.h"          // pk_..._f32
- *     #define PK_F64
- *     #include "kernels/cpu_kernels.h"          // pk_..._f64
- *
- * GEMMs go through one hook, pk_sgemm_fn (row-major, below). The float32 kernels
- * call the hook set by pk_set_sgemm() (the runtime hands a stage .so pd_sgemm from
- * runtime/blas/blas.h); with no hook set they fall back to a naive loop, so a kernel
- * never crashes for want of a BLAS. The float64 kernels always use the naive loop.
- *
- * Conventions for every kernel:
- *  - Tensors are dense, row-major, and do not overlap unless a comment says so.
- *  - Activation outputs and activation gradients are overwritten. Parameter
- *    gradients (embedding, positions, linear dW/db, matmul weight, layernorm
- *    gamma/beta) take `accumulate`: 0 overwrites, 1 adds into the buffer (how the
- *    runtime sums gradients over the microbatches of a batch without a copy).
- *  - Linear weights are [in, out] (y = x·W + b), as in ir/ops.def.
- *  - Kernels that index with data (token ids, targets, gather positions) never read
- *    or write out of bounds: they skip a bad index and return how many they
- *    skipped, so the runtime can report the data error.
- *  - Reductions that feed the loss or the gradient norm are deterministic: their
- *    summation order does not depend on the number of threads.
- *  - Random ops take a PkRng (seed, op id, global microbatch index); their
- *    backward replays the forward's mask from the same PkRng (philox.h).
- *
- * OpenMP pragmas are spelled through PK_OMP so that a build without -fopenmp sees
- * nothing (and -Wunknown-pragmas stays quiet).
- */
+ * One header of static functions because a generated stageN.c must compile with
+ * nothing but the system compiler: codegen pastes philox.h and this text verbatim
+ * (kernels/embed.cmake puts each part in place of its #include), every shape a
+ * constant so `cc -O3` specialises the loops; the sequential executor and the tests
+ * include the same text, so each op has exactly one implementation. Written once per
+ * real type: a plain #include gives pk_<op>_f32, another after #define PK_F64 gives
+ * pk_<op>_f64 (the finite-difference tests). GEMMs go through pk_sgemm_fn.
+ * Every kernel keeps the conventions of docs/kernels.md: dense row-major tensors,
+ * parameter gradients added under `accumulate`, bad data indices skipped and counted,
+ * reductions of the loss and gradient norm independent of the thread count, random
+ * ops replaying their mask from a PkRng (philox.h). */
 
 /* ===== Part 1: shared by every instantiation (included once) ============== */
 #ifndef PD2BW_CPU_KERNELS_COMMON
@@ -68,6 +33,8 @@
 #define PK_API static
 #endif
 
+/* OpenMP pragmas are spelled through PK_OMP so that a build without -fopenmp sees
+ * nothing (and -Wunknown-pragmas stays quiet). */
 #define PK_PRAGMA_(x) _Pragma(#x)
 #if defined(_OPENMP)
 #define PK_OMP(x) PK_PRAGMA_(x)
@@ -84,7 +51,11 @@
  * transa != 0: A is stored K×M (A[p*lda + i], lda >= M), op(A) = Aᵀ;
  * likewise B: transb == 0, stored K×N (ldb >= N); transb != 0, stored N×K (ldb >= K).
  * C is stored M×N (C[i*ldc + j], ldc >= N). beta == 0 means C is not read (NaNs in
- * it do not propagate). This is cblas_sgemm(CblasRowMajor, ...) exactly. */
+ * it do not propagate). This is cblas_sgemm(CblasRowMajor, ...) exactly.
+ * Every GEMM of the kernels goes through it: the float32 kernels call the hook set by
+ * pk_set_sgemm() (the runtime hands a stage .so pd_sgemm from runtime/blas/blas.h);
+ * with no hook set they fall back to a naive loop, so a kernel never crashes for want
+ * of a BLAS. The float64 kernels always use the naive loop. */
 typedef void (*pk_sgemm_fn)(int transa, int transb, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc);

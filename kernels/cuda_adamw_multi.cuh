@@ -1,34 +1,15 @@
 /* kernels/cuda_adamw_multi.cuh — AdamW's element step, and AdamW over ALL of a stage
  * replica's parameters in ONE launch (the multi-tensor apply of apex and PyTorch's
- * _foreach/fused optimizers).
+ * _foreach/fused optimizers): pkc_adamw_multi_dev_f32.
  *
  * pkc_adamw_elem is AdamW's one expression per element (cpu_kernels.h's pk_adamw_step,
  * float for float): every AdamW kernel calls it, so they give the same bits.
- *
- * The multi-tensor kernel. Every parameter of a stage replica lies at the same byte
- * offset in each of its blocks (the weight versions, the gradients, m and v), so a
- * tensor is (element offset, count, decay, has a gradient) and the launch gets the
- * blocks' bases: one table serves every (version written, version read) pair.
- * The work is cut into chunks of `chunk` elements (a multiple of 4, so every chunk of
- * a 16-byte-aligned tensor starts 16-byte aligned); the host writes a map with one
- * (tensor, chunk) entry per chunk (runtime/cuda/exec/cuda_adamw_multi.c), and block b steps
- * chunk b, b + gridDim.x, ... (any grid is correct). A chunk whose five float
- * streams are 16-byte aligned (and its bf16 copy 8-byte aligned) moves them with
- * 128-bit loads and stores, four elements a step, its tail one by one; any other
- * chunk goes element by element. A tensor without a gradient keeps its value: W(t)
- * copied into the version written (a no-op when that is the version read).
- * master (may be NULL): 2bw's weight prediction (train.predict, docs/update-rules.md),
- * fused into the same pass: after an element's step (or copy) master takes its new
- * W(t+1) and the version written W(t+1) + k·(W(t+1) - W(t)), W(t) being master's old
- * value (pkc_predict_elem: kernels/cpu_kernels_optim.h's pk_predict_step, float for
- * float); w_in is master then.
- * w16 (may be NULL): a bfloat16 copy of the version written, at the same element
- * offsets, rewritten from every new weight (the predicted one under prediction; round
- * to nearest even, pkc_f32_to_bf16): the bf16 GEMMs read their weight operand there
- * (pd2bwc --precision bf16).
- * A folded tensor (CxAdamwTensor.fold) keeps only its bf16 copy in the version written.
- * The rules of cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host).
- */
+ * Why one table serves every launch: every parameter of a stage replica lies at the
+ * same byte offset in each of its blocks (the weight versions, the gradients, m and v),
+ * so a tensor is (element offset, count, decay, has a gradient) and the launch gets the
+ * blocks' bases, whatever (version written, version read) pair it steps. 2bw's weight
+ * prediction and the bf16 weight copies are fused into the same pass. The rules of
+ * cuda_kernels.cuh hold (no system header; PKC_EMULATE on the host). */
 #ifndef PD2BW_CUDA_ADAMW_MULTI_CUH
 #define PD2BW_CUDA_ADAMW_MULTI_CUH
 
@@ -184,12 +165,28 @@ static __device__ __forceinline__ void pkc_adamw_multi_keep(float *wo, const flo
 
 extern "C" {
 
-/* AdamW of every tensor of `tensors` in one launch (the file's comment): blocks
- * w_out (version written, W(t-1) on entry under 2bw's delay compensation), w_in
- * (version read), grad, m, v, the optional master (weight prediction) and the optional
- * bf16 copy w16 of the version written; lr, t, grad_scale, the delay compensation and
- * the prediction's k read from s, as pkc_adamw_step_dev_f32 and
- * pkc_predict_step_dev_f32 (the same bits). */
+/* AdamW of every tensor of `tensors` in one launch: blocks w_out (version written,
+ * W(t-1) on entry under 2bw's delay compensation), w_in (version read), grad, m, v, the
+ * optional master (weight prediction) and the optional bf16 copy w16 of the version
+ * written; lr, t, grad_scale, the delay compensation and the prediction's k read from
+ * s, as pkc_adamw_step_dev_f32 and pkc_predict_step_dev_f32 (the same bits).
+ * The work is cut into chunks of `chunk` elements (a multiple of 4, so every chunk of a
+ * 16-byte-aligned tensor starts 16-byte aligned); the host writes a map with one
+ * (tensor, chunk) entry per chunk (runtime/cuda/exec/cuda_adamw_multi.c), and block b
+ * steps chunk b, b + gridDim.x, ... (any grid is correct). A chunk whose five float
+ * streams are 16-byte aligned (and its bf16 copy 8-byte aligned) moves them with
+ * 128-bit loads and stores, four elements a step, its tail one by one; any other chunk
+ * goes element by element. A tensor without a gradient keeps its value: W(t) copied
+ * into the version written (a no-op when that is the version read).
+ * master (may be NULL): 2bw's weight prediction (train.predict, docs/update-rules.md),
+ * fused into the same pass: after an element's step (or copy) master takes its new
+ * W(t+1) and the version written W(t+1) + k·(W(t+1) - W(t)), W(t) being master's old
+ * value (pkc_predict_elem); w_in is master then.
+ * w16 (may be NULL): a bfloat16 copy of the version written, at the same element
+ * offsets, rewritten from every new weight (the predicted one under prediction; round
+ * to nearest even, pkc_f32_to_bf16): the bf16 GEMMs read their weight operand there
+ * (pd2bwc --precision bf16). A folded tensor (CxAdamwTensor.fold) keeps only its bf16
+ * copy in the version written. */
 __global__ void pkc_adamw_multi_dev_f32(float *w_out, const float *w_in, const float *grad,
                                         float *m, float *v, float *master, unsigned short *w16,
                                         const pkc_adamw_tensor *tensors,

@@ -1,7 +1,7 @@
 /* kernels/cuda_flash_common.cuh — what the tensor-core attention kernels share
  * (cuda_flash_fwd.cuh, cuda_flash_bwd.cuh): tile sizes, the head sizes compiled, tile
  * loads, the Philox dropout context, and the kernels' refusal of what they were not
- * compiled for.
+ * compiled for (PKC_FLASH_THREADS).
  *
  * Semantics are the fp32 kernels' (cuda_kernels.cuh, "fused multi-head self-attention",
  * and cpu_kernels.h's attention_fwd/bwd): qkv[B,T,3C] packed q|k|v, head h in columns
@@ -10,13 +10,7 @@
  * are bf16 copies (pkc_cast_f32_to_bf16 of qkv and dy, in cuda_scratch); the products
  * go through mma.sync m16n8k16 with fp32 accumulators, softmax and its statistics stay
  * fp32, and the probabilities are rounded to bf16 for the P·V (and dS·K, dSᵀ·Q, Pᵀ·dy)
- * products. So results differ from fp32 by bf16 rounding: ~1e-2 relative.
- *
- * Every flash kernel runs PKC_FLASH_THREADS threads a block (4 warps, 16 query or key
- * rows each) and strides over its tiles by gridDim.x, so any grid is correct; another
- * block size, or a head size or sequence length not compiled, gives NaN outputs
- * (pkc_flash_poison).
- */
+ * products. So results differ from fp32 by bf16 rounding: ~1e-2 relative. */
 #ifndef PD2BW_CUDA_FLASH_COMMON_CUH
 #define PD2BW_CUDA_FLASH_COMMON_CUH
 
@@ -24,6 +18,10 @@
 #include "cuda_mma.cuh"
 #endif
 
+/* Every flash kernel runs PKC_FLASH_THREADS threads a block (4 warps, 16 query or key
+ * rows each) and strides over its tiles by gridDim.x, so any grid is correct; another
+ * block size, or a head size or sequence length not compiled, gives NaN outputs
+ * (pkc_flash_poison). */
 #define PKC_FLASH_THREADS 128 /* 4 warps */
 #define PKC_FLASH_BR 64       /* rows of a block's tile (16 per warp) */
 #define PKC_FLASH_BC 64       /* rows of the other operand loaded per step */

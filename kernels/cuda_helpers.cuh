@@ -4,16 +4,14 @@
  * integer types, block sizes, grid-stride ids, block reductions, dropout's keep
  * decision and scale, the bad-id counter, bfloat16 bits and the GELU constants.
  * A plan's GPU program is two modules (codegen/cgen_cuda.c): the kernel library,
- * kernels.cu = philox.h + this file + cuda_mma.cuh + cuda_flash_*.cuh + cuda_kernels.cuh, the same text for every
- * plan with the same attention head size (so NVRTC's disk cache shares it), and
- * each stageN.cu = philox.h + this file + the stage's own fused kernels. Keeping
- * the helpers apart is what lets a stage skip the library's ~40 kernels, which are
- * most of NVRTC's time. Static device functions only: each module gets its own copy.
- *
+ * kernels.cu = philox.h + this file + cuda_mma.cuh + cuda_flash_*.cuh + cuda_kernels.cuh,
+ * the same text for every plan with the same attention head size (so NVRTC's disk cache
+ * shares it), and each stageN.cu = philox.h + this file + the stage's own fused kernels.
+ * Keeping the helpers apart is what lets a stage skip the library's ~40 kernels, which
+ * are most of NVRTC's time. Static device functions only: each module gets its own copy.
  * cuda_kernels.cuh includes this file, so the host emulator (tests/cuda/cuda_emu.cpp)
- * and the op checks still see one header. The rules of cuda_kernels.cuh hold here
- * (no system header, PKC_EMULATE on the host).
- */
+ * and the op checks still see one header; the rules of cuda_kernels.cuh hold here (no
+ * system header, PKC_EMULATE on the host). */
 #ifndef PD2BW_CUDA_HELPERS_CUH
 #define PD2BW_CUDA_HELPERS_CUH
 

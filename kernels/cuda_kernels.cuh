@@ -1,55 +1,18 @@
 /* kernels/cuda_kernels.cuh — every CUDA kernel of pd2bw, forward and backward.
  *
- * The GPU twin of kernels/cpu_kernels.h: same ops, same layouts, same
- * semantics (read that file's conventions; they hold here), float32 storage with
- * float32 arithmetic (double where the CPU sums in double). GEMMs are not here: the
- * runtime calls cuBLAS (cuda_backend.h: cuda_gemm), so linear/matmul and their
- * gradients are GEMM calls plus, for a bias, pkc_add_bias_fwd_f32 / pkc_bias_grad_f32.
- *
- * Why one header of extern "C" kernels: the CUDA code generator pastes philox.h,
- * cuda_helpers.cuh (the device helpers, shared with the stages' own kernels) and
- * then this file verbatim into a plan's kernel library, kernels.cu (the build embeds
- * the text: pkc_kernels_src.h, made by kernels/CMakeLists.txt, with the kernels' parts
- * by family, cuda_kernels_<family>.cuh, in place of their #include), one module that
- * NVRTC compiles at load time beside each stage's stageN.cu. extern "C" keeps the
- * names unmangled, so the launch lists can name kernels and cuModuleGetFunction can
- * find them. The text includes no system header (NVRTC has none) and no
- * cuda_bf16.h: bfloat16 is handled as raw bits.
- *
- * The same text also compiles as host C++ under tests/cuda/cuda_emu.cpp, which
- * defines PKC_EMULATE and emulates a grid (one fibre per thread, __syncthreads as a
- * yield), so every kernel is run and compared with the CPU kernels in CI on a
- * machine with no GPU. Hence: only __syncthreads, atomicAdd, full-warp shuffles
- * (__shfl_xor_sync, __shfl_sync, __syncwarp) and cuda_mma.cuh's tensor-core helpers;
- * the emulator provides those, and no inline PTX outside cuda_mma.cuh (which gives
- * each instruction a CPU definition).
- *
- * Launch conventions (every kernel):
- *  - 1-D grids and blocks. Every kernel walks its work with a grid-stride loop, so
- *    ANY grid is correct; the grid only sets the parallelism. cuda_kernel_list.h
- *    gives each kernel's launch kind and work items, and pkc_grid() the grid;
- *    block = PKC_BLOCK.
- *  - "row" kernels (one block per row: layernorm, softmax, cross-entropy rows) and
- *    "column" kernels (bias_grad, layernorm params) need blockDim.x a power of two
- *    between 32 and PKC_MAX_BLOCK; row kernels stride over rows by gridDim.x.
- *  - Kernels that need two phases with a global barrier between them are two
- *    kernels (the caller launches both, in the order documented at each).
- *  - Sizes are long long (int64) where a tensor can exceed 2^31 elements.
- *  - `bad` counters (unsigned long long*, may be NULL) count out-of-range token ids,
- *    targets and positions, as the CPU kernels' return values do.
- *  - Random ops take (p, seed, op, mbkey) and compute the keep/drop decision
- *    exactly as philox.h and the CPU do: element e is dropped iff
- *    pk_rng_u32(seed, op, microbatch, e) < pk_rng_threshold(p), where microbatch is
- *    *mbkey, read in device memory (the runtime writes it with pkc_set_u32 before the
- *    pass, on the same stream), not passed by value: so a pass captured once as a CUDA
- *    graph replays for every microbatch. mbkey may be NULL when p is 0.
- *  - Reductions are deterministic: fixed order for a given launch configuration,
- *    except embedding_bwd (atomicAdd; see there).
- *
- * PKC_SELFTEST_PERTURB: defined when compiling, gelu_fwd multiplies its result by
- * 1.01, so tests/cuda/gpu_op_check --self-test can prove its checks catch a wrong
- * kernel. Never defined in a real build.
- */
+ * The GPU twin of kernels/cpu_kernels.h: same ops, same layouts, same semantics,
+ * float32 storage with float32 arithmetic (double where the CPU sums in double). GEMMs
+ * are not here: the runtime calls cuBLAS (cuda_backend.h: cuda_gemm). One header of
+ * extern "C" kernels because the CUDA code generator pastes philox.h, cuda_helpers.cuh
+ * and this text verbatim (with its parts, cuda_kernels_<family>.cuh, in place of their
+ * #include: pkc_kernels_src.h) into a plan's kernel library, kernels.cu, which NVRTC
+ * compiles at load time; unmangled names let launch lists name the kernels. The same
+ * text compiles as host C++ under tests/cuda/cuda_emu.cpp (PKC_EMULATE), so every
+ * kernel is checked against its CPU twin in CI without a GPU. Invariants (all of them,
+ * and why: docs/kernels.md): no system header and no inline PTX outside cuda_mma.cuh;
+ * 1-D grid-stride loops, so any grid is correct; row and column kernels need a block
+ * of 2^k threads; deterministic reductions but embedding_bwd's; random kernels read the
+ * microbatch index through mbkey, so a captured CUDA graph replays for every microbatch. */
 #ifndef PD2BW_CUDA_KERNELS_CUH
 #define PD2BW_CUDA_KERNELS_CUH
 

@@ -17,6 +17,9 @@
 
 /* ===== gelu, relu, softmax ====================================================== */
 
+/* PKC_SELFTEST_PERTURB, defined when compiling (never in a real build), multiplies
+ * the result by 1.01, so tests/cuda/gpu_op_check --self-test can prove its checks
+ * catch a wrong kernel. */
 __global__ void pkc_gelu_fwd_f32(float *y, const float *x, pkc_i64 n) {
   pkc_map1(y, x, n, [](float v) {
     float r = 0.5f * v * (1.0f + tanhf(PKC_GELU_K * (v + PKC_GELU_A * v * v * v)));

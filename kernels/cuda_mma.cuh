@@ -2,29 +2,16 @@
  * library (warp-collective; sm_80 and later).
  *
  * Four PTX instructions, as inline PTX (NVRTC has no headers, so no mma.h/cuda_bf16.h):
- *   - mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D[16x8] += A[16x16]·B[16x8],
- *     bf16 operands, fp32 accumulators;
- *   - ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8x8 b16 matrices from
- *     shared memory into the fragment layout below (lane 8j+r gives row r of matrix
- *     j's address; register j of lane 4r+c holds matrix j's row r, columns 2c, 2c+1,
- *     or with .trans its rows 2c, 2c+1 of column r);
- *   - cp.async.cg.shared.global (16 bytes), cp.async.commit_group / wait_group.
- *
- * Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16), with
- * g = lane>>2 (groupID) and c = lane&3 (threadID_in_group); each 32-bit register holds
- * two bf16, the lower-indexed element in the low half:
- *   A (16x16, row): a[0] = A[g][2c..2c+1],   a[1] = A[g+8][2c..2c+1],
- *                   a[2] = A[g][2c+8..2c+9], a[3] = A[g+8][2c+8..2c+9];
- *   B (16x8, col):  b[0] = B[2c..2c+1][g],   b[1] = B[2c+8..2c+9][g];
- *   C, D (16x8):    d[0], d[1] = D[g][2c], D[g][2c+1];  d[2], d[3] = D[g+8][2c], D[g+8][2c+1].
+ * mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, ldmatrix.sync.aligned.m8n8.x4
+ * (.trans).shared.b16, cp.async.cg.shared.global (16 bytes) with cp.async.commit_group
+ * and wait_group; the fragment layouts they use precede their definitions below.
  *
  * Under PKC_EMULATE (tests/cuda/cuda_emu.cpp) each helper is a CPU definition with
- * exactly that layout: the lanes exchange their registers or row addresses through
- * the emulator's warp rendezvous (emu_warp_exchange), and each lane computes what the
- * instruction would leave in its registers. So a kernel that gets a fragment wrong
- * computes a wrong answer on the emulator too (tests/cuda/test_cuda_mma.c proves the
- * layout against a plain loop). cp.async is a plain 16-byte copy there.
- */
+ * exactly the instruction's layout: the lanes exchange their registers or row addresses
+ * through the emulator's warp rendezvous (emu_warp_exchange), and each lane computes
+ * what the instruction would leave in its registers. So a kernel that gets a fragment
+ * wrong computes a wrong answer on the emulator too (tests/cuda/test_cuda_mma.c proves
+ * the layout against a plain loop). cp.async is a plain 16-byte copy there. */
 #ifndef PD2BW_CUDA_MMA_CUH
 #define PD2BW_CUDA_MMA_CUH
 
@@ -43,6 +30,18 @@ static __device__ __forceinline__ unsigned pkc_pack_bf16x2(float lo, float hi) {
 #endif
 }
 
+/* The fragments the helpers below move (PTX ISA, "Matrix Fragments for mma.m16n8k16"
+ * with .bf16), with g = lane>>2 (groupID) and c = lane&3 (threadID_in_group); each
+ * 32-bit register holds two bf16, the lower-indexed element in the low half:
+ *   A (16x16, row): a[0] = A[g][2c..2c+1],   a[1] = A[g+8][2c..2c+1],
+ *                   a[2] = A[g][2c+8..2c+9], a[3] = A[g+8][2c+8..2c+9];
+ *   B (16x8, col):  b[0] = B[2c..2c+1][g],   b[1] = B[2c+8..2c+9][g];
+ *   C, D (16x8):    d[0], d[1] = D[g][2c], D[g][2c+1];  d[2], d[3] = D[g+8][2c], D[g+8][2c+1].
+ * pkc_mma_bf16_16816: D[16x8] += A[16x16]·B[16x8], bf16 operands, fp32 accumulators.
+ * pkc_ldmatrix_x4(_trans): four 8x8 b16 matrices from shared memory (lane 8j+r gives
+ * row r of matrix j's address; register j of lane 4r+c holds matrix j's row r, columns
+ * 2c, 2c+1, or with _trans its rows 2c, 2c+1 of column r). Each has a CPU definition
+ * under PKC_EMULATE with exactly that layout, the GPU's inline PTX otherwise. */
 #if defined(PKC_EMULATE)
 
 /* Element (r, k) of the A fragment the warp's 32 lanes hold (regs: 4 per lane). */

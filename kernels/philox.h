@@ -6,17 +6,8 @@
  * device: the CPU kernels and the CUDA kernels include this same file and make the
  * same keep/drop decision for the same element, bit for bit. Decisions compare a
  * uint32 draw with a uint32-range threshold (pk_rng_threshold); no float rounding is
- * ever involved, so no device can disagree.
- *
- * How pd2bw forms key and counter (one stream per random op and microbatch):
- *     key     = { seed bits 0..31, seed bits 32..63 }        (the training seed)
- *     counter = { e/4 bits 0..31,  e/4 bits 32..63,  microbatch, op id }
- * where e is the element's flat index inside the op's per-microbatch tensor (for
- * attention: ((b*heads + h)*T + t_query)*T + t_key) and "microbatch" is the
- * microbatch's global index (the same number on every stage and replica, so a
- * replayed backward or a recomputed forward draws the same mask). Word e%4 of the
- * block is element e's draw. The 64-bit seed fills the key so that two seeds never
- * share a stream; the op id sits in the counter, which is equally a bijection.
+ * ever involved, so no device can disagree. How key and counter are formed from
+ * (seed, op, microbatch, element): pk_rng_block.
  *
  * Pure C99/C11 (and CUDA C under NVRTC, where <stdint.h> may be missing); no state,
  * no allocation, no dependencies.
@@ -83,8 +74,16 @@ PHILOX_FN PhiloxCtr philox4x32_10(PhiloxCtr c, PhiloxKey k) {
   return c;
 }
 
-/* pd2bw's key/counter convention (see the top of this file): the four draws for
- * elements 4*block .. 4*block+3 of op `op`'s mask in microbatch `microbatch`. */
+/* pd2bw's key/counter convention, one stream per random op and microbatch: the four
+ * draws for elements 4*block .. 4*block+3 of op `op`'s mask in microbatch `microbatch`,
+ *     key     = { seed bits 0..31, seed bits 32..63 }        (the training seed)
+ *     counter = { e/4 bits 0..31,  e/4 bits 32..63,  microbatch, op id }
+ * where e is the element's flat index inside the op's per-microbatch tensor (for
+ * attention: ((b*heads + h)*T + t_query)*T + t_key) and "microbatch" is the
+ * microbatch's global index (the same number on every stage and replica, so a
+ * replayed backward or a recomputed forward draws the same mask). Word e%4 of the
+ * block is element e's draw. The 64-bit seed fills the key so that two seeds never
+ * share a stream; the op id sits in the counter, which is equally a bijection. */
 PHILOX_FN PhiloxCtr pk_rng_block(uint64_t seed, uint32_t op, uint32_t microbatch,
                                  uint64_t block) {
   PhiloxCtr c;

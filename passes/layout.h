@@ -3,73 +3,16 @@
  * A stage is a contiguous range of regions [first_region, last_region] of a
  * differentiated graph: the forward ops of those regions and the backward ops that
  * autodiff put in them. layout_stage() gives each tensor the stage touches a class
- * (one of the blocks below) and a byte offset inside that block, for microbatch size
- * b. The code generator bakes the offsets into stageN.c; the runtime allocates the
- * blocks; the planner calls the same function for stash and workspace sizes, so the
- * plan and the program never disagree.
+ * (one of the blocks: StageLayout.total) and a byte offset inside that block, for
+ * microbatch size b. The code generator bakes the offsets into stageN.c; the runtime
+ * allocates the blocks; the planner calls the same function for stash and workspace
+ * sizes, so the plan and the program never disagree.
  *
- * Blocks, and how many copies the runtime keeps of each:
- *   PARAMS    one per weight version;        every parameter the stage's ops read
- *   GRADS     one;                           a parameter's gradient at the SAME
- *                                            offset as the parameter in PARAMS
- *   STASH     one per in-flight microbatch;  forward activations a backward op of
- *                                            the stage reads, and activations
- *                                            received from the previous stage
- *   WORK      one;                           transient values, offsets reused by a
- *                                            linear scan over op order (forward ops,
- *                                            then backward ops); also per-op kernel
- *                                            scratch (attention, layernorm stats) and,
- *                                            in bf16 layouts, the float32 working
- *                                            places of what STASH and BOUNDARY store
- *                                            as bfloat16 (below)
- *   INPUTS    one per in-flight microbatch;  data tensors (tokens, targets)
- *   BOUNDARY  one per in-flight microbatch;  the activation sent to the next stage
- *                                            and the gradient received from it or
- *                                            sent back to the previous one
- * Every tensor's offset is 64-byte aligned. Parameter gradients are ACCUMULATED
- * (the producer adds into GRADS), so the m microbatches of a batch sum without a
- * buffer each; a gradient contribution whose only consumer is the sum that makes a
- * parameter's gradient is placed on that gradient and accumulated too (the tied
- * embedding's two contributions then never need a V×C temporary).
- *
- * Split across stages, a tied parameter (GPT's wte: embedding on the first stage, LM
- * head on the last) is held by every stage using it, each with its own gradient. The
- * contribution a stage computes for another stage's sum is accumulated into its OWN
- * gradient of the parameter (class GRADS, at the parameter's offset); on the summing
- * stage that remote operand is folded onto the gradient (class GRADS, alias), so the
- * sum adds nothing for it. The pipeline's TIED_SYNC then adds the stages' gradients.
- * Nothing tied crosses the BOUNDARY block, and on one stage nothing changes.
- *
- * bf16 storage (layout_stage_bf16 with bf16, LayoutIndex.bf16; the layout of every
- * program of a --precision bf16 plan, CPU and CUDA alike): every float32 tensor placed
- * in STASH or BOUNDARY is stored as bfloat16 (2 bytes an element in its block,
- * TensorPlace.bf16), except statistics (attention's lse, softmax's probabilities) and
- * the loss. Ops never read or write the stored copy: each pass that computes on such
- * a tensor has a float32 working place in WORK (TensorPlace.work), an interval of
- * WORK's linear scan of its own: from the producer to the pass's last reader, or,
- * when the pass does not produce it (received activations, the stashed activations
- * in the backward, a received gradient), from its first reader in the pass
- * (TensorPlace.up: the generated code casts it up, exactly, right before that op) to
- * its last. The producer's pass casts the working place into the stored copy right
- * after the producer, rounding to nearest even. So STASH and BOUNDARY halve (and with
- * them every send between stages), and WORK grows by what is live of the working
- * places; the arithmetic stays float32. Without bf16 nothing of this exists and the
- * layout is the float32 one, byte for byte.
- *
- * The classifier's gradient in the stash (bf16 layouts, StageLayout.cls_grad): when
- * the stage's backward differentiates its cross-entropy with the same logits and
- * targets, the gradient was placed over the logits (their last use), the logits are
- * stored in STASH and read by no other op, and the gradient's only readers are the
- * stage's backward GEMMs reading it as a row-major [rows, V] operand (matmul's a,
- * linear_dw's and matmul_dw_t's dy), the forward computes the loss and the gradient in
- * one pass over its float32 logits and stores the gradient, rounded once to nearest
- * even, in the logits' stored place instead of the logits (CUDA: pkc_classifier_bf16;
- * C: cross_entropy_bwd in place, then pk_bf16_store). The gradient's place is then
- * that stored place (STASH, bf16, alias of the logits, no working place); the backward
- * has no cross_entropy_bwd and no working place for the logits or the gradient (the
- * b·T·V float32 bytes it used to need), and its GEMMs read the bf16 gradient (cuBLAS
- * the stored place; the C program's bf16-reading GEMM loops, cpu_kernels_layers.h).
- */
+ * Invariants: offsets are 64-byte aligned; parameter gradients accumulate in GRADS at
+ * their parameter's offset, and nothing tied crosses BOUNDARY (layout_stage); a bf16
+ * layout's ops compute only on float32 working places ("bf16 storage":
+ * layout_stage_bf16; "the classifier's gradient in the stash": layout_classifier_grad_ok);
+ * padded rows never reach a parameter, a gradient or the loss (LAYOUT_ROW_PAD). */
 #ifndef PD2BW_PASSES_LAYOUT_H
 #define PD2BW_PASSES_LAYOUT_H
 
@@ -86,7 +29,7 @@ typedef struct TensorPlace {
   bool accumulate;/* the producer adds into the place instead of overwriting */
   int alias;      /* tensor whose place this one reuses in place, or -1 (an alias of a
                      bf16 tensor is placed on its working place: cls WORK) */
-  bool bf16;      /* stored as bfloat16 (bf16 layouts: see above); bytes is then
+  bool bf16;      /* stored as bfloat16 (bf16 layouts: layout_stage_bf16); bytes is then
                      padded numel · 2, and the float32 working places 2 · bytes */
   int64_t work[2];/* bf16: the WORK offset of its float32 working place in the forward
                      [0] and backward [1] pass, -1 when the pass does not touch it */
@@ -109,10 +52,30 @@ typedef struct StageLayout {
    * of the output's size when the op must accumulate into a gradient but its kernel
    * cannot (its ops.def row lacks OPF_ACCUMULATES): it computes there and adds. */
   int64_t *scratch_off, *scratch_bytes;
-  int64_t total[BUF_CLASS_COUNT];       /* block sizes in bytes (64-aligned) */
+  /* Block sizes in bytes (64-aligned). The blocks, and how many copies the runtime
+   * keeps of each:
+   *   PARAMS    one per weight version;        every parameter the stage's ops read
+   *   GRADS     one;                           a parameter's gradient at the SAME
+   *                                            offset as the parameter in PARAMS
+   *   STASH     one per in-flight microbatch;  forward activations a backward op of
+   *                                            the stage reads, and activations
+   *                                            received from the previous stage
+   *   WORK      one;                           transient values, offsets reused by a
+   *                                            linear scan over op order (forward ops,
+   *                                            then backward ops); also per-op kernel
+   *                                            scratch (attention, layernorm stats) and,
+   *                                            in bf16 layouts, the float32 working
+   *                                            places of what STASH and BOUNDARY store
+   *                                            as bfloat16 (layout_stage_bf16)
+   *   INPUTS    one per in-flight microbatch;  data tensors (tokens, targets)
+   *   BOUNDARY  one per in-flight microbatch;  the activation sent to the next stage
+   *                                            and the gradient received from it or
+   *                                            sent back to the previous one */
+  int64_t total[BUF_CLASS_COUNT];
   int loss;             /* the loss tensor if the stage computes it, else -1 */
   int cls_grad;         /* bf16: the classifier's gradient stored over the logits
-                           (above, "the classifier's gradient in the stash"), else -1;
+                           (layout_classifier_grad_ok, "the classifier's gradient in
+                           the stash"), else -1;
                            its alias is the logits, its producer the cross_entropy_bwd
                            that the forward's classifier runs instead */
   /* Per tensor id: the one op of the whole graph that reads it (once), else -1
@@ -126,10 +89,35 @@ typedef struct StageLayout {
 
 /* Lays out stage [first_region, last_region] of g (differentiated or not) for
  * microbatch size b >= 1. Never fails on a verified graph (internal errors abort).
- * O(graph): its per-tensor and per-op arrays are the graph's size. */
+ * O(graph): its per-tensor and per-op arrays are the graph's size.
+ * Every tensor's offset is 64-byte aligned. Parameter gradients are ACCUMULATED (the
+ * producer adds into GRADS), so the m microbatches of a batch sum without a buffer
+ * each; a gradient contribution whose only consumer is the sum that makes a
+ * parameter's gradient is placed on that gradient and accumulated too (the tied
+ * embedding's two contributions then never need a V×C temporary).
+ * Split across stages, a tied parameter (GPT's wte: embedding on the first stage, LM
+ * head on the last) is held by every stage using it, each with its own gradient. The
+ * contribution a stage computes for another stage's sum is accumulated into its OWN
+ * gradient of the parameter (class GRADS, at the parameter's offset); on the summing
+ * stage that remote operand is folded onto the gradient (class GRADS, alias), so the
+ * sum adds nothing for it. The pipeline's TIED_SYNC then adds the stages' gradients.
+ * Nothing tied crosses the BOUNDARY block, and on one stage nothing changes. */
 StageLayout *layout_stage(const Graph *g, int first_region, int last_region, int64_t b);
 /* The same with bf16 storage when bf16 (the layout of a --precision bf16 plan's
- * programs); layout_stage is bf16 false. */
+ * programs, CPU and CUDA alike; LayoutIndex.bf16); layout_stage is bf16 false.
+ * bf16 storage: every float32 tensor placed in STASH or BOUNDARY is stored as bfloat16
+ * (2 bytes an element in its block, TensorPlace.bf16), except statistics (attention's
+ * lse, softmax's probabilities) and the loss. Ops never read or write the stored copy:
+ * each pass that computes on such a tensor has a float32 working place in WORK
+ * (TensorPlace.work), an interval of WORK's linear scan of its own: from the producer
+ * to the pass's last reader, or, when the pass does not produce it (received
+ * activations, the stashed activations in the backward, a received gradient), from
+ * its first reader in the pass (TensorPlace.up: the generated code casts it up,
+ * exactly, right before that op) to its last. The producer's pass casts the working
+ * place into the stored copy right after the producer, rounding to nearest even. So
+ * STASH and BOUNDARY halve (and with them every send between stages), and WORK grows
+ * by what is live of the working places; the arithmetic stays float32. Without bf16
+ * nothing of this exists and the layout is the float32 one, byte for byte. */
 StageLayout *layout_stage_bf16(const Graph *g, int first_region, int last_region, int64_t b, bool bf16);
 
 /* What every stage's layout reads of the whole graph, computed once in O(graph)
@@ -164,8 +152,21 @@ void layout_destroy(StageLayout *L);
 bool layout_bf16_storable(const Graph *g, int t);
 
 /* True when tensor t is a cross_entropy_bwd's gradient that a bf16 layout keeps in the
- * stash wherever the stage's own layout allows it (above, "the classifier's gradient in
- * the stash": the graph's part of the rule, O(graph); the planner's estimate uses it). */
+ * stash wherever the stage's own layout allows it (the graph's part of the rule below,
+ * O(graph); the planner's estimate uses it).
+ * The classifier's gradient in the stash (bf16 layouts, StageLayout.cls_grad): when
+ * the stage's backward differentiates its cross-entropy with the same logits and
+ * targets, the gradient was placed over the logits (their last use), the logits are
+ * stored in STASH and read by no other op, and the gradient's only readers are the
+ * stage's backward GEMMs reading it as a row-major [rows, V] operand (matmul's a,
+ * linear_dw's and matmul_dw_t's dy), the forward computes the loss and the gradient in
+ * one pass over its float32 logits and stores the gradient, rounded once to nearest
+ * even, in the logits' stored place instead of the logits (CUDA: pkc_classifier_bf16;
+ * C: cross_entropy_bwd in place, then pk_bf16_store). The gradient's place is then
+ * that stored place (STASH, bf16, alias of the logits, no working place); the backward
+ * has no cross_entropy_bwd and no working place for the logits or the gradient, and
+ * its GEMMs read the bf16 gradient (cuBLAS the stored place; the C program's
+ * bf16-reading GEMM loops, cpu_kernels_layers.h). */
 bool layout_classifier_grad_ok(const Graph *g, int t);
 
 /* Stable text dump: block totals, then one line per placed tensor (a bf16 one with its

@@ -5,17 +5,12 @@
  * are allocated before its dead inputs are released, so no kernel ever sees an output
  * overlapping an input it reads, except the in-place cases the layout chose (an
  * alias: cross-entropy backward writes dlogits over the logits when that is their
- * last use).
- *
- * In a bf16 layout (LayoutIndex.bf16) a tensor stored as bfloat16 in STASH or
- * BOUNDARY is computed on in float32 in a working place of WORK, one per pass that
- * touches it, each an interval of the same scan: from its producer, or from the first
- * reader of the pass when the pass does not produce it (codegen upcasts it there),
- * to the last reader of the pass. Nothing is live in WORK from one pass to the
- * other, so microbatches may interleave their passes as before. The classifier's
- * gradient kept in the stash (layout.h; layout_classifier_grad) is the exception: the
- * backward gives neither it nor the logits a working place (its GEMMs read it as bf16).
- */
+ * last use). In a bf16 layout each working place (layout_stage_bf16) is an interval of
+ * the same scan: from its producer, or from the pass's first reader when the pass does
+ * not produce it (codegen upcasts it there), to the pass's last reader. Nothing is live
+ * in WORK from one pass to the other, so microbatches may interleave their passes as
+ * before. The classifier's gradient kept in the stash (layout_classifier_grad) is the
+ * exception: the backward gives neither it nor the logits a working place. */
 #include "passes/layout_internal.h"
 
 #include <stdlib.h>

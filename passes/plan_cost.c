@@ -3,19 +3,12 @@
  * Compute: each segment runs at the roofline, max(FLOPs / peak, bytes / memory
  * bandwidth), times the microbatch size, forward and backward separately. The peak
  * is the cluster's for the plan's GEMM precision (plan_peak_flops): on an H200 bf16
- * runs at twice the tf32 rate and ~15x the fp32 one. Measured
- * per-sample times (--profile) replace the roofline. Recomputation re-runs the
- * forward inside the backward. Point-to-point: boundary bytes over the bandwidth of
- * the link between the two stages' devices. All-reduce: ring, 2(w-1)/w x bytes over
- * the bandwidth of the slowest link of the replica group.
- *
- * Placement: ranks are numbered node-major (rank = node * devices_per_node + device).
- * Stage-major puts a stage's w replicas on consecutive ranks (their all-reduce stays
- * inside a node when w <= devices per node); replica-major puts one pipeline's d
- * stages on consecutive ranks (their activations stay inside a node). The search
- * evaluates both and keeps the faster, which is the paper's rule of keeping the
- * heavier traffic inside the node.
- */
+ * runs at twice the tf32 rate and ~15x the fp32 one. Measured per-sample times
+ * (--profile) replace the roofline. Recomputation re-runs the forward inside the
+ * backward. Point-to-point: boundary bytes over the bandwidth of the link between the
+ * two stages' devices. All-reduce: ring, 2(w-1)/w x bytes over the bandwidth of the
+ * slowest link of the replica group. Placement (stage-major or replica-major, the
+ * faster kept): plan_place_rank. */
 #include "passes/planner.h"
 
 #include <string.h>
@@ -140,6 +133,12 @@ double plan_cost_link(const Cluster *c, int rank_a, int rank_b) {
   return rank_a / dpn == rank_b / dpn ? c->intra_bandwidth : c->inter_bandwidth;
 }
 
+/* Ranks are numbered node-major (rank = node * devices_per_node + device).
+ * Stage-major puts a stage's w replicas on consecutive ranks (their all-reduce stays
+ * inside a node when w <= devices per node); replica-major puts one pipeline's d
+ * stages on consecutive ranks (their activations stay inside a node). The search
+ * evaluates both and keeps the faster, which is the paper's rule of keeping the
+ * heavier traffic inside the node. */
 int plan_place_rank(PlanPlacement pl, int d, int w, int stage, int replica) {
   switch (pl) {
   case PP_STAGE_MAJOR: return stage * w + replica;

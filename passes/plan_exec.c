@@ -10,16 +10,8 @@
  * a collective of the stages holding the tied parameter; ALLREDUCE runs among the w
  * replicas of one stage, which execute the same stream in lockstep, so it only costs
  * time here. When no stage can move and some are not finished, that is a deadlock.
- *
- * Checked on the way (any violation names stage, instruction index and microbatch):
- * a receive precedes the compute that reads it, a send follows the compute that
- * writes it; forward and backward of a microbatch use the same version and slot, the
- * version 2bw prescribes (plan_2bw_version: max(floor((k-1)/m) - 1, 0), or W(t) in a
- * flushed start) or the newest one
- * (other schedules); an optimizer step never overwrites a version a microbatch in
- * flight still reads, and follows all m backwards of its batch; stash and version
- * slots stay within the plan's counts.
- */
+ * Checked on the way (plan_exec in planner.h; each run_* function its instruction's
+ * rules), any violation naming stage, instruction index and microbatch. */
 #include "passes/plan_exec_state.h"
 
 #include <stdarg.h>
@@ -79,8 +71,9 @@ static bool tied_step(Exec *x, int s, const PlanInstr *in) {
   return true;
 }
 
-/* FWD: the version the schedule prescribes, in the slot it names, with a free stash
- * slot; takes both. */
+/* FWD: the version the schedule prescribes (2bw: plan_2bw_version, max(floor((k-1)/m)
+ * - 1, 0), or W(t) in a flushed start; other schedules: the newest), in the slot it
+ * names, with a free stash slot; takes both. */
 static bool run_fwd(Exec *x, int s, const PlanInstr *in) {
   SState *S = &x->st[s];
   int pc = S->pc;

@@ -1,38 +1,18 @@
 /* passes/plan_memory.c — the per-stage memory plan: one arena, every buffer at a
- * 256-byte aligned offset.
+ * 256-byte aligned offset (buffers and slot counts: docs/plan-format.md, "Memory: one
+ * arena per stage"; PipeDream-2BW §3.2, Appendix A).
  *
- * Per stage i of d (PipeDream-2BW §3.2, Appendix A):
- *   weights   P x 4 bytes per version: 1 (gpipe, 1f1b), 2 (2bw), up to d-i (pipedream)
- *   gradients P x 4 (accumulated over the batch's m microbatches); under 2bw a
- *             tied parameter shared with another stage has two gradient buffers
- *             of its own instead (plan_tied_deferred)
- *   optimizer P x 8 (AdamW m and v, one copy whatever the number of versions)
- *   stash     one slot per microbatch in flight: m (gpipe), <= d-i (1f1b, 2bw,
- *             pipedream); a slot holds what the backward needs, or only the stage
- *             input when recomputing (then one more block, "activations", where the
- *             backward rebuilds one microbatch's)
- *   inputs    the data tensors (tokens, targets)
- *   boundary  the activation sent on and the gradients received and sent back
- *   workspace the program's transients (PlanStageSums.ws)
- *   tied_recv TIED_SYNC's receive buffers, two
- * the same buffers, in the same order, as the exact plan below lays out from the
- * programs' blocks; the segments' figures come from the same layout function.
- * P counts the stage's own parameters plus every tied parameter it holds.
- *
- * A plan with CUDA programs also needs, on each stage's device, the programs'
- * GPU-only cuda_scratch block (passes/layout.h: counters, the cross-entropy's row
- * losses and, with bf16 GEMMs, the largest GEMM's operands as bfloat16). The CUDA
- * runtimes allocate it beside the arena, so it is not a buffer of the arena; it is
- * part of what must fit the device (plan_stage_device_bytes), in the search and in
- * the exact plan alike. So are a bf16 plan's bf16 weight copies, one per version
- * (2 bytes a parameter: the optimizer writes them, the GEMMs read them), also beside
- * the arena.
- *
- * Those are the search's estimates (PlanSegment sums, no graph needed). Once the
- * configuration is chosen, plan_apply_layouts() rebuilds each stage's plan from the
- * stage programs' exact block sizes, buffer for buffer what the pipeline runtime
- * (runtime/pipeline/pipeline.c) allocates, so the plan's figure is the measured one.
- */
+ * Two figures, one buffer list. The search's estimate (plan_stage_bytes) sums the
+ * segments' figures (PlanSegment, no graph needed); once the configuration is chosen,
+ * plan_apply_layouts() rebuilds each stage's plan from the stage programs' exact block
+ * sizes, buffer for buffer what the pipeline runtime (runtime/pipeline/pipeline.c)
+ * allocates, so the plan's figure is the measured one. Both lay out the same buffers in
+ * the same order, the segments' figures from the same layout function; P counts the
+ * stage's own parameters plus every tied parameter it holds. A plan with CUDA programs
+ * also needs, beside the arena on each device, the GPU-only cuda_scratch block
+ * (passes/layout.h) and, with bf16, one bf16 weight copy per version: not arena
+ * buffers, but part of what must fit the device (plan_stage_device_bytes), in the
+ * search and the exact plan alike. */
 #include "passes/planner.h"
 
 #include <string.h>

@@ -1,25 +1,13 @@
 /* passes/plan_search.c — the search, and plan_create / plan_destroy.
  *
- * Candidates: d over powers of two up to min(segments, devices) plus d = segments;
- * w the largest divisor of the global batch B with d·w <= devices (replicas are
- * cheaper than idle devices; --replicas overrides); b over powers of two dividing
- * B/w (or the pinned / model-given b); m = B/(b·w); every schedule; recompute off and
- * on. That is at most ~8 x 12 x 4 x 2 partitions of O(n^2) each, which plans a
- * 96-layer GPT on 1024 devices well under a second.
- *
- * Each candidate is partitioned under both placements (plan_cost.c) and scored by
- * the analytic pipeline formula with t_i the slowest stage's compute + p2p per
- * microbatch and A_i its all-reduce:
- *   flush (gpipe, 1f1b):   step = (m + d - 1) max t_i + max A_i
- *   2bw, pipedream:        step = max (m t_i + A_i)       (no bubble in steady state)
- * The analytic formula leaves out what the simulation sees (warm-up and drain that
- * overlap the next batch, the tied-parameter sync, transfers that do not overlap),
- * and differs from it by up to 3x on small batches. So the PLAN_SIM_PER_SCHEDULE
- * candidates of each schedule with the smallest analytic estimates are built and
- * simulated, and candidates are ranked by the simulated step time: the figure
- * plan.json predicts is the one the choice was made on. Ties go to 2bw, then 1f1b,
- * gpipe, pipedream, then the earlier candidate.
- */
+ * The search enumerates configurations (search: d, w, b, m, schedule, recomputation),
+ * partitions each under both placements and scores it by the analytic pipeline formula
+ * (analytic_step). The formula misses what only a simulation sees and can be off by 3x
+ * on small batches, so the PLAN_SIM_PER_SCHEDULE candidates of each schedule with the
+ * smallest analytic estimates are built and simulated, and candidates are ranked by
+ * the simulated step time (rank_by_simulation): the figure plan.json predicts is the
+ * one the choice was made on. Ties go to the preferred schedule (pref), then the
+ * earlier candidate (better). */
 #include "passes/planner.h"
 
 #include <inttypes.h>
@@ -108,6 +96,13 @@ static void stage_times(const PlanInput *in, const Cluster *c, const PlanConfig 
   }
 }
 
+/* The analytic pipeline formula, with t_i the slowest stage's compute + p2p per
+ * microbatch and A_i its all-reduce:
+ *   flush (gpipe, 1f1b):   step = (m + d - 1) max t_i + max A_i
+ *   2bw, pipedream:        step = max (m t_i + A_i)       (no bubble in steady state)
+ * It leaves out what the simulation sees (warm-up and drain that overlap the next
+ * batch, the tied-parameter sync, transfers that do not overlap) and differs from it
+ * by up to 3x on small batches: rank_by_simulation has the last word. */
 static double analytic_step(const PlanConfig *cfg, const double *t, const double *A) {
   int d = cfg->stages;
   double m = (double)cfg->microbatches, tmax = 0, amax = 0, worst = 0;
@@ -232,6 +227,13 @@ static int64_t largest_divisor_le(int64_t n, int64_t cap) {
   return 1;
 }
 
+/* Candidates: d over powers of two up to min(segments, devices) plus d = segments;
+ * w the largest divisor of the global batch B with d·w <= devices (replicas are
+ * cheaper than idle devices; --replicas overrides); b over powers of two dividing
+ * B/w (or the pinned / model-given b); m = B/(b·w); every schedule; recompute off and
+ * on. That is at most ~8 x 12 x 4 x 2 partitions of O(n^2) each, which plans a
+ * 96-layer GPT on 1024 devices well under a second. Each is partitioned under both
+ * placements (plan_cost.c) and scored by analytic_step. */
 static void search(Search *S, const PlanPins *pins, int devices) {
   const PlanInput *in = S->in;
   int n = in->nsegs;

@@ -5,22 +5,12 @@
  * segments (prologue, each copy of the repeated block, epilogue, or finer cuts), each
  * with per-sample FLOPs/bytes, parameter count and activation sizes, plus the tied-
  * parameter groups. plan_input_from_graph() builds one from the IR; tests build
- * synthetic ones by hand.
+ * synthetic ones by hand. plan_create() makes the plan (search, partition, placement,
+ * streams, memory, verification, simulation); plan_write() emits the plan.json
+ * sections and the readable files. The target (precision, CUDA) is part of the input.
  *
- * plan_create() searches (stages d, replicas w, microbatch size b, microbatches m,
- * schedule, recomputation), partitions the segments into d contiguous stages by
- * dynamic programming on the cost model, places stage x replica on (node, device),
- * generates each stage's instruction stream, lays out every buffer in one arena per
- * stage, verifies the streams (blocking send/receive, versions, stash slots) and
- * simulates them. plan_write() emits the plan.json sections and the readable files.
- * The target is part of the input (PlanInput.precision, .cuda): compute is charged at
- * the cluster's peak for the GEMM precision, and a plan with CUDA programs counts each
- * stage's cuda_scratch block (passes/layout.h) in what must fit the device.
- *
- * Promises: deterministic (same input, same plan, same bytes); a user error (pins
- * that cannot hold, nothing fits in memory, 2bw with m < d) is a diagnostic and a
- * NULL plan; a stream that fails verification is a bug (PD_CHECK).
- */
+ * Promises: deterministic (same input, same plan, same bytes); a user error is a
+ * diagnostic and a NULL plan; a stream that fails verification is a bug (PD_CHECK). */
 #ifndef PD2BW_PLANNER_H
 #define PD2BW_PLANNER_H
 
@@ -229,7 +219,8 @@ typedef struct PlanSimResult {
 } PlanSimResult;
 
 /* Executes the streams under blocking send/receive semantics and checks: every send
- * meets its matching receive in order; no deadlock; a microbatch's forward and
+ * meets its matching receive in order; a receive precedes the compute that reads it,
+ * a send follows the compute that writes it; no deadlock; a microbatch's forward and
  * backward use the same version (for 2bw v(k) = max(floor((k-1)/m) - 1, 0)), flush
  * schedules and pipedream use the newest version; no more version or stash slots than
  * limits (NULL = the streams' own counts). On a violation returns false with
@@ -337,6 +328,15 @@ typedef struct Plan {
 #define PLAN_FILE_BATCHES 3
 #define PLAN_SIM_BATCHES 6
 
+/* Searches (stages d, replicas w, microbatch size b, microbatches m, schedule,
+ * recomputation), partitions the segments into d contiguous stages by dynamic
+ * programming on the cost model, places stage x replica on (node, device), generates
+ * each stage's instruction stream, lays out every buffer in one arena per stage,
+ * verifies the streams and simulates them. Compute is charged at the cluster's peak
+ * for in->precision; with in->cuda each stage's cuda_scratch block counts in what must
+ * fit the device. A user error (pins that cannot hold, nothing fits in memory, 2bw
+ * with m < d) is a diagnostic on d and NULL; a stream that fails verification is a bug
+ * (PD_CHECK). */
 Plan *plan_create(const PlanInput *in, const Cluster *c, const PlanPins *pins, Diag *d);
 /* The time per step over a whole run of train.steps: the steady state's, with 2bw's
  * flushed start's batches charged at their own (slower) pace. */

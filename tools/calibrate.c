@@ -1,20 +1,17 @@
-/* tools/calibrate.c — pd2bwc --calibrate: this machine as a cluster file (calibrate.h).
+/* tools/calibrate.c — pd2bwc --calibrate: this machine as a cluster file (calibrate.h;
+ * what is measured and how: docs/calibration.md).
  *
  * Three steps, under 30 s on 2 cores:
  *   1. the host's rates (runtime/calibrate): the GEMM on one thread (rate and fixed
  *      cost fitted over a sweep), memcpy, the optimizer kernel;
- *   2. a small GPT compiled twice (two widths and microbatch sizes) by this pd2bwc and
- *      profiled by pd2bwrun --profile-out on one thread: each segment's forward and
- *      backward time;
- *   3. the two rates the host's own figures cannot give, fitted to those times with
- *      the planner's own cost terms (plan_op_time): the ops that are not GEMMs
- *      (nongemm_tflops: on a CPU they are the stage program's loops) and the fixed
- *      cost of one op (launch_us). Least squares in relative error; an op is charged
- *      max(FLOPs / rate, bytes / bandwidth) as the planner charges it.
+ *   2. a small GPT compiled by this pd2bwc at a few shapes and profiled by pd2bwrun
+ *      --profile-out on one thread: each segment's forward and backward time;
+ *   3. the two rates the host's own figures cannot give (nongemm_tflops, launch_us),
+ *      fitted to those times with the planner's own cost terms (plan_op_time), least
+ *      squares in relative error.
  * The file, with every measurement and the fit's error in its comments, goes to the
  * stage cache's directory (the same trust rule: runtime/io/cache_dir.c), named after
- * the CPU model and core count, written whole or not at all.
- */
+ * the CPU model and core count, written whole or not at all. */
 #include "tools/calibrate.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* bench/gpu/gemm_sweep.c — cuBLAS GEMM times over a sweep of shapes, and the
  * planner's GEMM cost fitted to them (docs/language.md, "Compute"; run by
- * scripts/gpu-check.sh step (e)).
+ * scripts/gpu-check.sh step (e); its file and options: bench/gpu/README.md).
  *
  *   gemm_sweep [--device N] [--peak-fp32 T --peak-tf32 T --peak-bf16 T]
  *              [--cluster-out FILE --devices N --memory-gib G --intra-gbs X --inter-gbs Y] OUT.json
@@ -8,21 +8,10 @@
  * For each precision (fp32, tf32, bf16) it times M x N x K GEMMs with N = K = 2048
  * and 8192 and M = 512 .. 16384 (the rows of a GPT layer at b x seq tokens), fits
  * t = latency + FLOPs / rate by least squares (gemm_fit.c), and writes OUT.json
- * (atomically; gemm_sweep_json: a precision that could not be fitted is left out):
- *   {"version": 1, "device": "NVIDIA H200",
- *    "gemm": {"bf16": {"latency_us": L, "rate_tflops": R, "efficiency": R / peak,
- *                      "points": [{"m": M, "n": N, "k": K, "seconds": t}, ...]}, ...}}
- * ("efficiency" only when that precision's peak is given). The cluster file's
- * gemm_efficiency and gemm_latency_us are the plan precision's "efficiency" and
- * "latency_us"; the lines to paste are printed on stdout. Exit 77 without a GPU.
- *
- * --cluster-out (issue 26, gpu-check's calibration step): the TF32 and BF16 sweeps also
- * time the GEMMs of GPT 124M, 350M and 1.3B at T = 1024 (M = 4096 tokens; N x K of the
- * attention and MLP projections and their transposes), and the device's copy rate
- * (1 GiB device to device) and launch cost (an empty kernel, 2,000 launches back to
- * back) are timed with events; FILE becomes the device's cluster file
- * (gpu_cluster_text), ready for pd2bwc --cluster.
- */
+ * atomically (gemm_sweep_json: a precision that could not be fitted is left out); the
+ * cluster-file lines to paste are printed on stdout. --cluster-out also times GPT's
+ * GEMMs, the copy rate and the launch cost, and writes the device's cluster file
+ * (gpu_cluster_text). Exit 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,19 +3,15 @@
  *     gpu_attention_bench [--device N] [--B 8] [--T 1024] [--NH 16] [--hs 64] [--causal 1]
  *                         [--p 0] [--iters 20]
  *
- * Compiles the kernel library (pkc_kernels_src.h) with NVRTC for the GPU, with
- * PKC_ATT_HS = hs and PKC_ATT_T = T as the code generator does, and times with CUDA events:
- *   forward:  pkc_flash_attention_fwd_bf16 (out and lse);
- *   backward: pkc_attention_bwd_delta_f32 (D = dy·out) + pkc_flash_attention_bwd_dq_bf16
- *             + _dkv_bf16 (the three the code generator launches for attention_bwd,
- *             from the forward's out and lse);
- * on random bf16 qkv and dy (the casts are not timed: the code generator's casts go
- * away when activations become bf16). FLOPs, FlashAttention's convention: forward
- * 4·B·NH·T²·hs (two T×T×hs products), halved when causal; backward 2.5× forward.
- * Prints one line per pass: "attention fwd|bwd B=.. T=.. NH=.. hs=.. causal=..: X ms,
- * Y TFLOP/s". scripts/gpu-check.sh step (d) runs it at GPT-2's shape (the defaults).
- * Exit status: 0, 2 bad usage or setup failure, 77 no GPU.
- */
+ * Compiles the kernel library (pkc_kernels_src.h) with NVRTC, with PKC_ATT_HS = hs and
+ * PKC_ATT_T = T as the code generator does, and times with CUDA events the forward
+ * (pkc_flash_attention_fwd_bf16) and the three kernels the code generator launches for
+ * attention_bwd (pkc_attention_bwd_delta_f32, pkc_flash_attention_bwd_dq_bf16, _dkv_bf16)
+ * on random bf16 qkv and dy (casts untimed: they go away when activations are bf16).
+ * FLOPs, FlashAttention's convention: forward 4·B·NH·T²·hs, halved when causal;
+ * backward 2.5× forward. Prints "attention fwd|bwd B=.. T=.. NH=.. hs=.. causal=..:
+ * X ms, Y TFLOP/s" per pass; scripts/gpu-check.sh step (d) runs it at GPT-2's shape.
+ * Exit status: 0, 2 bad usage or setup failure, 77 no GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

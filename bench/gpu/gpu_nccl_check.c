@@ -3,17 +3,13 @@
  *
  *     gpu_nccl_check [--device N] [--count N]
  *
- * Why a program of its own: multi-GPU mode (runtime/cuda/exec/cuda_link_nccl.c) makes
- * communicators only for groups of two ranks or more, and NCCL refuses two ranks on
- * one GPU, so on a one-GPU machine `mpirun -np 1 pd2bwrun --backend cuda --transport
- * nccl` never loads libnccl. This one does, on a communicator of one rank: the loader
- * (PD2BW_LIBNCCL, then the system's paths) and every symbol it resolves, the unique-id
- * bootstrap, ncclCommInitRank, an in-place float32 all-reduce (a sum over one rank:
- * the data unchanged), a grouped send/receive to itself (a copy), bfloat16 and
- * float64 all-reduces (the layer's other dtypes), and the asynchronous-error
- * check. Prints "gpu_nccl_check: PASS ..." with NCCL's elapsed times.
- * Exit status: 0 pass, 1 a result differs, 2 no libnccl or a failed call, 77 no GPU.
- */
+ * Why a program of its own: multi-GPU mode makes communicators only for groups of two
+ * ranks or more, and NCCL refuses two ranks on one GPU, so on a one-GPU machine
+ * pd2bwrun never loads libnccl. This one does, on a communicator of one rank, and
+ * checks the loader, every symbol, the bootstrap, each collective and dtype the layer
+ * uses and the asynchronous-error check (the list: bench/gpu/README.md). Prints
+ * "gpu_nccl_check: PASS ..." with NCCL's elapsed times.
+ * Exit status: 0 pass, 1 a result differs, 2 no libnccl or a failed call, 77 no GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

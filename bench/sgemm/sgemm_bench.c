@@ -6,17 +6,12 @@
  * --sweep times M x 768 x 768 GEMMs for M = 8 .. 4096 instead (the rows a GPT-2
  * small projection has at b·T tokens) and prints each best time in microseconds:
  * the points the planner's GEMM cost (gemm_efficiency, gemm_latency_us in the
- * cluster file, docs/cluster.md "Compute") is fitted to.
+ * cluster file, docs/language.md "Compute") is fitted to.
  *
- * "pd" is pd_sgemm (runtime/blas/blas.h), i.e. whatever the runtime was built against;
- * "openblas" and "blis" are loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so each
- * runs its own code even though both export cblas_sgemm. Which kernels a library
- * picks is decided when it is loaded: set OPENBLAS_CORETYPE=Haswell (etc.) in the
- * environment to try another OpenBLAS kernel set. (BLIS_ARCH_TYPE makes Debian's
- * BLIS 0.9.0 abort; see RESULTS.md.) When pd_sgemm is BLIS (the usual build), "blis"
- * is that same library, so --lib all skips it. PD2BW_BLAS=openblas makes pd_sgemm
- * itself use OpenBLAS (runtime/blas/blas.c). Results and commands: RESULTS.md.
- */
+ * "pd" is pd_sgemm (runtime/blas/blas.h), i.e. whatever the runtime was built against
+ * (PD2BW_BLAS=openblas makes it OpenBLAS: runtime/blas/blas.c); the others are loaded
+ * side by side (load_lib). When pd_sgemm is BLIS (the usual build), "blis" is that
+ * same library, so --lib all skips it. Results and commands: RESULTS.md. */
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -82,7 +77,12 @@ static void *must_sym(void *h, const char *lib, const char *sym) {
   return p;
 }
 
-/* Loads a library by soname; returns 0 (with a note) when it is not installed. */
+/* Loads a library by soname; returns 0 (with a note) when it is not installed.
+ * "openblas" and "blis" are loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so each
+ * runs its own code even though both export cblas_sgemm. Which kernels a library
+ * picks is decided when it is loaded: set OPENBLAS_CORETYPE=Haswell (etc.) in the
+ * environment to try another OpenBLAS kernel set. (BLIS_ARCH_TYPE makes Debian's
+ * BLIS 0.9.0 abort; see RESULTS.md.) */
 static int load_lib(Lib *lib, const char *which, int threads) {
   memset(lib, 0, sizeof *lib);
   lib->name = which;
