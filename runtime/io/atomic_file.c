@@ -1,27 +1,17 @@
-/* runtime/io/atomic_file.c — files that appear whole or not at all.
+/* runtime/io/atomic_file.c — files that appear whole or not at all (atomic_open/atomic_commit).
  *
- * A reader (another rank resuming, a user's script) must never see half a
- * checkpoint or half a token file, even when we are killed mid-write. So we
- * write TARGET.tmp.<pid>, fsync it, rename it over TARGET (atomic on POSIX within a
- * file system), and fsync the directory so the rename itself survives a crash.
- * TARGET is the path's final target (output_path.c): a symlink is written through,
- * and a device, FIFO, socket or directory is refused before anything is created.
- * The pid in the temp name keeps two processes writing the same path from
- * trampling each other's temp file; O_EXCL keeps us from opening whatever else
- * (a planted symlink) might have that name.
+ * A reader (another rank resuming, a user's script) must never see half a checkpoint or
+ * half a token file, even when we are killed mid-write. So we write TARGET.tmp.<pid>,
+ * fsync it, rename it over TARGET (atomic on POSIX within a file system) and fsync the
+ * directory, so the rename itself survives a crash. TARGET is the path's final target
+ * (output_path.c): a symlink is written through; a device, FIFO, socket or directory is
+ * refused before anything is created. The pid keeps two processes writing one path off
+ * each other's temporary; O_EXCL keeps us from opening whatever else (a planted symlink)
+ * has that name.
  *
- * Leftovers. While a temporary exists its name is in a fixed table that a signal
- * handler can read without locks or allocation. SIGHUP, SIGINT, SIGQUIT, SIGTERM and
- * SIGABRT (a PD_CHECK failure) are caught only while some temporary exists:
- *   - when the program had its own handler for the signal (the transports record
- *     SIGINT/SIGTERM and shut down in order), that handler runs and the write goes
- *     on to its commit or abort, which remove the temporary themselves;
- *   - otherwise the signal would end the process: the handler unlinks every listed
- *     temporary, restores the default action and raises the signal again, so the
- *     process ends as it would have, and the exit status still says which signal.
- * SIGKILL cannot be caught; its leftover is removed by the next write or check of
- * the same target (output_remove_stale_temps).
- */
+ * Invariant: no temporary outlives its process except after SIGKILL, whose leftover the
+ * next write or check of the target removes (output_remove_stale_temps); while one
+ * exists the catchable fatal signals remove it (temp_on_signal). Users: docs/output-files.md. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,6 +26,8 @@
 #include "runtime/io/io.h"
 
 /* ---- the temporaries a signal must remove -------------------------------- */
+/* While a temporary exists its name is in this fixed table, which a signal handler can
+ * read without locks or allocation; SIGKILL cannot be caught (output_remove_stale_temps). */
 
 #define TEMP_SLOTS 16
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the slot flags are read in a signal handler");
@@ -54,6 +46,12 @@ static bool is_handler(const struct sigaction *a) {
   return a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
 
+/* Installed for temp_signals only while some temporary exists (SIGABRT: a PD_CHECK
+ * failure). When the program had its own handler (the transports record SIGINT/SIGTERM
+ * and shut down in order), that one runs and the write goes on to its commit or abort,
+ * which remove the temporary themselves. Otherwise the signal would end the process: we
+ * unlink every listed temporary, restore the default action and raise the signal again,
+ * so the process ends as it would have and its exit status still names the signal. */
 static void temp_on_signal(int sig, siginfo_t *info, void *uc) {
   int k = 0;
   while (k < TEMP_NSIG && temp_signals[k] != sig) k++;

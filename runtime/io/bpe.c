@@ -1,24 +1,10 @@
 /* runtime/io/bpe.c — byte-level byte-pair encoding (GPT-2's, and Hugging Face's
- * tokenizer.json BPE: bpe_hf.c reads it), without Python.
+ * tokenizer.json BPE: bpe_hf.c reads it), without Python: the tables, loading GPT-2's
+ * vocab.json and merges.txt, and encoding (the steps: bpe_encode).
  *
- * GPT-2 encodes text in three steps, and so do we:
- *  1. Pre-tokenisation: a regex (GPT-2's, or Llama 3's from a tokenizer.json)
- *     cuts the text into chunks; merges never cross a chunk boundary.
- *     bpe_pretok.c implements both patterns by hand and says which Unicode
- *     classes they use and what becomes of bytes that are not valid UTF-8.
- *     A tokenizer.json's added tokens (its special tokens among them) are cut
- *     out of the text first, leftmost-longest, as Hugging Face tokenizers do;
- *     with its model.ignore_merges a chunk that is in the vocabulary as a whole
- *     is that one token.
- *  2. Each byte of a chunk becomes the vocabulary symbol spelled by GPT-2's
- *     byte-to-unicode map (printable Latin-1 bytes spell themselves, the other
- *     bytes are shifted to U+0100 and up, so a space is "Ġ").
- *  3. Rank-ordered merges: repeatedly take the adjacent pair with the lowest
- *     rank in merges.txt and merge all its occurrences left to right, until no
- *     adjacent pair has a rank.
- * Symbols are vocabulary ids; because vocab.json is checked to be a bijection
- * between spellings and ids, merging ids is the same as GPT-2 merging strings.
- */
+ * Invariant: vocab.json is checked to be a bijection between spellings and ids, so
+ * symbols are vocabulary ids and merging ids is the same as GPT-2 merging strings.
+ * Users: docs/data.md. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <utf8proc.h>
@@ -437,6 +423,19 @@ static int find_added(const Bpe *b, const unsigned char *t, size_t n, size_t *at
   return -1;
 }
 
+/* GPT-2's three steps, and so ours:
+ *  1. Pre-tokenisation: a regex (GPT-2's, or Llama 3's from a tokenizer.json) cuts the
+ *     text into chunks and merges never cross a chunk boundary (bpe_pretok.c says which
+ *     Unicode classes the patterns use and what becomes of bytes that are not valid
+ *     UTF-8). A tokenizer.json's added tokens are cut out first, leftmost-longest, as
+ *     Hugging Face tokenizers do (find_added); with its model.ignore_merges a chunk that
+ *     is in the vocabulary as a whole is that one token (encode_plain).
+ *  2. Each byte of a chunk becomes the symbol spelled by GPT-2's byte-to-unicode map
+ *     (printable Latin-1 bytes spell themselves, the others are shifted to U+0100 and up,
+ *     so a space is "Ġ": bpe_byte_to_unicode).
+ *  3. Rank-ordered merges: repeatedly the adjacent pair with the lowest rank in
+ *     merges.txt has all its occurrences merged left to right, until no adjacent pair
+ *     has a rank (merge_word). */
 bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t *bad_offset) {
   const unsigned char *t = (const unsigned char *)text;
   if (!b) {

@@ -4,18 +4,11 @@
  * .so it finds, whose constructors run before any check, and the cubin cache
  * (runtime/cuda/nvrtc_compile.c) hands its cubins to the GPU. An entry's seal
  * (cache_seal.c) guards against damage, not against someone who can write the
- * directory: they can write a valid seal too. So a cache directory is used only when
- * it is owned by the user running pd2bw (geteuid) and writable by nobody else (no
- * group or other write bit); pd2bw creates it 0700 (missing parents as `mkdir -p` makes
- * them). Anything else — another owner, a group- or world-writable mode, not a
- * directory, not creatable, or neither PD2BW_CACHE nor HOME set (no shared
- * /tmp/.cache/pd2bw) — gets one note on stderr naming the directory and why, and the run
- * compiles into a private temporary directory (mkdtemp: 0700, under $TMPDIR or /tmp),
- * made once per process and removed at exit. The rule is this one function's, for both
- * caches; the cubins go in <dir>/cuda, held to the same rule.
- *
- * Ranks that are threads of one process call this at once: the private directory and
- * the notes already given are behind one lock, so a process notes each directory once. */
+ * directory: they can write a valid seal too. So a cache directory is used only when it
+ * is owned by the user running pd2bw and writable by nobody else (trusted); anything
+ * else gets one note and a private temporary directory (private_cache), never a shared
+ * /tmp/.cache/pd2bw. The rule is this one function's, for both caches (the cubins: <dir>/cuda).
+ * Users: docs/data.md ("The stage-program cache"). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +22,9 @@
 
 #define NOTED_MAX 16 /* distinct directories noted per process (more: noted again) */
 
+/* Ranks that are threads of one process call cache_dir_for_run at once: the private
+ * directory and the notes already given are behind this lock, so a process notes each
+ * directory once. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *private_dir; /* this process's, once made; removed at exit */
 static char *noted[NOTED_MAX];
@@ -57,7 +53,8 @@ static bool make_dirs(const char *path) {
   return ok;
 }
 
-/* True when dir may hold a cache; else false with why. */
+/* True when dir may hold a cache: a directory owned by this user (geteuid) with no
+ * group or other write bit; else false with why. */
 static bool trusted(const char *dir, char *why, size_t n) {
   struct stat st;
   if (stat(dir, &st) != 0) return snprintf(why, n, "%s", strerror(errno)), false;
@@ -100,7 +97,8 @@ static void remove_private(void) {
   if (private_dir) remove_tree(private_dir, 2);
 }
 
-/* This process's private directory (under the lock); NULL with err. */
+/* This process's private directory (under the lock): mkdtemp (0700) under $TMPDIR or
+ * /tmp, made once per process and removed at exit; NULL with err. */
 static const char *private_cache(char *err, size_t errlen) {
   if (private_dir) return private_dir;
   const char *tmp = getenv("TMPDIR");

@@ -1,22 +1,14 @@
 /* runtime/io/ckpt_import.c — filling pd2bw's GPT parameters from other programs'
- * checkpoints (and from pd2bw's own safetensors checkpoints); a Hugging Face
- * directory goes to its reader (Llama: ckpt_llama.c, with its own slot table).
+ * checkpoints (Hugging Face's GPT-2 model.safetensors, llm.c's model file) and from
+ * pd2bw's own safetensors checkpoints; a Hugging Face directory goes to its reader
+ * (Llama: ckpt_llama.c, with its own slot table).
  *
- * Every pd2bw GPT parameter name maps to one GPT-2 tensor (a GptSlot) of one
- * layer. A source is described in pd2bw's orientation: element (r, c) of the
- * [rows, cols] matrix the model wants is src[r·rs + c·cs]. That one copy loop
- * then serves Hugging Face (Conv1D weights are already [in, out]: rs = cols,
- * cs = 1) and llm.c (linear weights are stored [out, in], so the copy
- * transposes: rs = 1, cs = in).
- *
- * llm.c's model file (train_gpt2.c, gpt2_build_from_checkpoint and
- * fill_in_parameter_sizes): int32 header[256] = {20240326, version, maxT, V, L,
- * NH, C, Vp, ...}; version 3 holds float32, version 5 bfloat16; then 16
- * tensors, each holding all L layers back to back: wte [Vp,C], wpe [maxT,C],
- * ln1w [L,C], ln1b [L,C], qkvw [L,3C,C], qkvb [L,3C], attprojw [L,C,C],
- * attprojb [L,C], ln2w [L,C], ln2b [L,C], fcw [L,4C,C], fcb [L,4C],
- * fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C] (rows V..Vp of wte: padding).
- */
+ * Every pd2bw GPT parameter name maps to one GPT-2 tensor (a GptSlot) of one layer. A
+ * source is described in pd2bw's orientation: element (r, c) of the [rows, cols] matrix
+ * the model wants is src[r·rs + c·cs] (CkptSrc). So one copy loop, ckpt_copy, which
+ * checks shapes and finiteness, serves Hugging Face (Conv1D weights are already
+ * [in, out]: rs = cols, cs = 1) and llm.c (linear weights are stored [out, in], so the
+ * copy transposes: rs = 1, cs = in). Users: docs/data.md ("Checkpoints"). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -214,6 +206,13 @@ static bool check_llmc_heads(const char *path, const CkptParam *params, int n, i
   return true;
 }
 
+/* llm.c's model file (train_gpt2.c, gpt2_build_from_checkpoint and
+ * fill_in_parameter_sizes): int32 header[256] = {20240326, version, maxT, V, L, NH, C,
+ * Vp, ...}; version 3 holds float32, version 5 bfloat16; then 16 tensors, each holding
+ * all L layers back to back: wte [Vp,C], wpe [maxT,C], ln1w [L,C], ln1b [L,C],
+ * qkvw [L,3C,C], qkvb [L,3C], attprojw [L,C,C], attprojb [L,C], ln2w [L,C], ln2b [L,C],
+ * fcw [L,4C,C], fcb [L,4C], fcprojw [L,C,4C], fcprojb [L,C], lnfw [C], lnfb [C] (rows
+ * V..Vp of wte: padding). */
 static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
                         size_t errlen) {
   char why[IO_ERR_LEN];

@@ -1,40 +1,18 @@
 /* runtime/io/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
  *
- * What this folder (runtime/io/, library pd2bw_io) owns:
- *   atomic_file.c   files that appear whole or not at all (atomic_open/atomic_commit)
- *   output_path.c   where an output file goes, decided before any work is done
- *   read_file.c     opening an input (regular files only, never blocking), reading
- *                   a whole (small) one into memory
- *   stale_tmp.c     recognising temporary files left by dead processes
- *   cache_seal.c    the checksum that ends every on-disk cache entry
- *   cache_dir.c     which directory a compile cache may use: only its owner's
- *   data.c          memory-mapped token files and the batch sampler
- *   bpe.c           byte-level BPE (GPT-2's files; tokenizer.json: bpe_hf.c, bpe_pretok.c)
- *   safetensors.c   reading and writing the safetensors format
- *   ckpt_import.c   GPT parameters from other programs' checkpoints (Llama: ckpt_llama.c)
+ * This folder (runtime/io/, library pd2bw_io) owns: outputs (output_path.c: where one
+ * goes, checked before any work; atomic_file.c: whole or not at all), inputs
+ * (read_file.c: regular files only, never blocking), the compile caches' files
+ * (stale_tmp.c, cache_seal.c, cache_dir.c), token files and the batch sampler (data.c),
+ * byte-level BPE (bpe.c, bpe_hf.c, bpe_pretok.c), safetensors.c, and other programs'
+ * checkpoints (ckpt_import.c; Llama: ckpt_llama.c). Internal: runtime/core/runtime.h
+ * includes it; tools/ and bench/ use it.
  *
- * Private to runtime/ (runtime/core/runtime.h includes it; tools/pd2bw-data uses it).
- * Everything here reads or writes a file a user handed us, so every failure that
- * the user can cause (a wrong, truncated or corrupt file) is reported as a message
- * in the caller's error buffer that names the file, and where it helps the byte
- * offset and the tensor — never a crash. Internal invariants and failed library
- * calls on our own memory go through PD_CHECK (ir/ir.h).
- *
- * Promises:
- *   - every file we write appears whole or not at all: it is written to
- *     TARGET.tmp.<pid>, fsynced, then renamed over TARGET (atomic_file.c), where
- *     TARGET is the path with its symlinks followed; a device, FIFO, socket or
- *     directory is refused, never opened or replaced (output_path.c);
- *   - a file we read is validated completely before any of its data is used:
- *     token ids against the model's vocabulary, safetensors headers against the
- *     file size, checkpoints against the shapes the model asks for;
- *   - byte order is little-endian on disk (the llm.c and safetensors formats);
- *     the code assumes a little-endian host and refuses to build on another.
- *
- * Error buffers: functions that can fail on user input take (char *err, size_t
- * errlen) and return false/NULL with a one-line message there; IO_ERR_LEN is a
- * size that always suffices.
- */
+ * Everything here reads or writes a file a user handed us. Invariants: a failure the
+ * user can cause (a wrong, truncated or corrupt file) is a message naming the file —
+ * never a crash (PD_CHECK is for our own invariants); a file read is validated
+ * completely before its data is used; a file written appears whole or not at all; on
+ * disk bytes are little-endian, and so must the host be (data.c refuses to build). */
 #ifndef PD2BW_RUNTIME_IO_H
 #define PD2BW_RUNTIME_IO_H
 
@@ -46,6 +24,9 @@
 
 #include "ir/ir.h"
 
+/* Functions that can fail on user input take (char *err, size_t errlen) and return
+ * false/NULL with a one-line message there naming the file and, where it helps, the
+ * byte offset and the tensor; IO_ERR_LEN is a size that always suffices. */
 #define IO_ERR_LEN 1024
 
 /* ---- output paths (output_path.c) -----------------------------------------

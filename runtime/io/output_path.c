@@ -1,40 +1,18 @@
-/* runtime/io/output_path.c — where an output file goes, decided before any work is done.
+/* runtime/io/output_path.c — where an output file goes, decided before any work is done
+ * (output_path_check, output_paths_check; what users see: docs/output-files.md).
  *
- * Every file pd2bw writes for the user (--save, --log-json, --trace, --profile-out,
- * pd2bw-data's token files) is a regular file that we create, or replace whole. What
- * else a user may name instead, carelessly or not:
- *   - a symlink: written THROUGH, as `>` in a shell does. The link's final target is
- *     the file we replace (temporary + rename in the target's directory), the link
- *     stays. A dangling link creates the file it names.
- *   - a device, FIFO, socket or directory: refused, and never opened. Opening a FIFO
- *     for writing blocks until a reader comes; /dev/full fails every write; and as
- *     root, renaming a temporary over /dev/null would replace the device node.
- * output_path_check (one flag) and output_paths_check (all of a driver's flags) also
- * create and remove a temporary in the target's directory, so a missing or
- * read-only directory is reported when the run starts, not after the training; they
- * are what every driver calls before it loads anything.
+ * Every file pd2bw writes for the user is a regular file that we create or replace
+ * whole. A symlink is written through, as `>` in a shell does (output_target); a device,
+ * FIFO, socket or directory is refused and never opened: a FIFO opened for writing
+ * blocks until a reader comes, /dev/full fails every write, and as root a temporary
+ * renamed over /dev/null would replace the device node. The check also probes the
+ * target's directory, so a missing or read-only one is reported when the run starts,
+ * not after the training. And an output never names an input (apart, holds_not): a
+ * --log-json over the --data file truncated it under its memory map (SIGBUS), --save
+ * replaced the checkpoint being resumed, --trace PLAN/stage0.c the plan's program.
  *
- * An output never names an input (output_paths_check's inputs): `--log-json d.bin`
- * beside `--data d.bin` truncated the token file under its memory map (SIGBUS), `--save`
- * turned a token file or the checkpoint being resumed into another, `--trace
- * PLAN/stage0.c` replaced the plan's program, and pd2bw-data's PREFIX_train.bin its own
- * input. Each output is compared, after symlinks, with each input: by device and inode
- * where both exist (a hard link is the same file), by directory and name where neither
- * does yet. An input directory (the plan) counts with everything in it: an output
- * whose directory is the plan's or lies below it (after symlinks: realpath), or a hard
- * link to one of its files, is refused too; a directory output replaced whole (pd2bwc
- * -o) must hold no input. The message names both and nothing is written. An input
- * that is there but is not a regular file (a FIFO, whose open() waited for a writer
- * forever) is refused by its flag, opened O_NONBLOCK and never read.
- *
- * Temporaries are named TARGET.tmp.<pid> (atomic_file.c). A process killed with
- * SIGKILL leaves its temporary behind; the next check or write of the same target
- * removes those whose process is gone (kill(pid, 0) fails with ESRCH) and nothing
- * else: not another name, not a live process's, not a directory or link. A pid is
- * only meaningful on this host: a directory shared with another host could hold a
- * live process's temporary that looks stale here, so do not point two hosts'
- * concurrent runs at the same output file.
- */
+ * Temporaries (TARGET.tmp.<pid>, atomic_file.c) that SIGKILL left behind are removed by
+ * the next check or write of the same target (output_remove_stale_temps). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +110,11 @@ static long parse_pid(const char *s) {
   return v;
 }
 
+/* Removes only regular files named exactly TARGET.tmp.<decimal pid> whose process is gone
+ * (kill(pid, 0) fails with ESRCH): not another name, not a live process's, not a
+ * directory or link. A pid is only meaningful on this host: a directory shared with
+ * another host could hold a live process's temporary that looks stale here, so two
+ * hosts' concurrent runs must not write the same output file (docs/output-files.md). */
 int output_remove_stale_temps(const char *target) {
   char *dir = output_dir_of(target);
   const char *slash = strrchr(target, '/');
@@ -296,7 +279,9 @@ static char *linked_in(const char *file, const char *tree) {
   return tree_find(tree, &st, TREE_DEPTH, &budget);
 }
 
-/* Output o, written at target, against input in: true when they are apart. */
+/* Output o, written at target, against input in: true when they are apart. An input
+ * directory (a plan) counts with everything in it: an output whose directory is it or
+ * lies below it (after symlinks: realpath), or a hard link to one of its files, is not. */
 static bool apart(const PathFlag *o, const char *target, const PathFlag *in, char *err, size_t errlen) {
   char what[160];
   input_name(in, what, sizeof what);
