@@ -1,25 +1,15 @@
-/* runtime/blas/blas.c — pd_sgemm over CBLAS (see runtime/blas/blas.h).
+/* runtime/blas/blas.c — pd_sgemm over CBLAS (see runtime/blas/blas.h), and which
+ * library serves it.
  *
- * Which library: the build links BLIS when found, else OpenBLAS (the defines
- * PD_BLAS_BLIS / PD_BLAS_OPENBLAS come from runtime/blas/CMakeLists.txt). BLIS
- * picks its kernel sub-configuration from cpuid when it initialises, and on the
- * machines measured it picks the right one (zen3 on AMD Milan; numbers in
- * bench/sgemm/RESULTS.md).
+ * The build links BLIS when found, else OpenBLAS (the defines PD_BLAS_BLIS /
+ * PD_BLAS_OPENBLAS come from runtime/blas/CMakeLists.txt). BLIS picks its kernel
+ * sub-configuration from cpuid when it initialises, and on the machines measured it picks
+ * the right one, except on an AVX-512 CPU that BLIS 0.9.0 files under 'haswell': there a
+ * BLIS build switches to OpenBLAS loaded with dlopen (blas_choose). PD2BW_BLAS=openblas|blis
+ * in the environment overrides the choice (benchmarks, debugging).
  *
- * The one case BLIS gets wrong: an AVX-512 CPU whose model BLIS 0.9.0 does not know
- * (newer Xeons) is filed under 'haswell', half the FLOP rate of 'skx'. It cannot be
- * corrected inside BLIS: BLIS_ARCH_TYPE makes Debian's 0.9.0 abort on ANY value
- * ("Accessed uninitialized context in gks"; tried 0, 3, 6, 7, 8, 12 and names), and
- * bli_arch_set_id is not exported. So in that case a BLIS build switches, at the
- * first call, to OpenBLAS loaded with dlopen with its AVX-512 kernels forced
- * (OPENBLAS_CORETYPE=SkylakeX, read by OpenBLAS when it loads; OpenBLAS 0.3.21's own
- * detection misfiles these CPUs too). RTLD_DEEPBIND keeps OpenBLAS's internal calls
- * inside OpenBLAS although BLIS exports the same BLAS symbols.
- *
- * PD2BW_BLAS=openblas|blis in the environment overrides the choice (benchmarks,
- * debugging); the choice is made once per process and never changes, so every GEMM
- * of a run uses the same library.
- */
+ * Invariant: the choice is made once per process (blas_once) and never changes, so every
+ * GEMM of a run uses the same library. Measurements: bench/sgemm/RESULTS.md. */
 #include "runtime/blas/blas.h"
 
 #include <dlfcn.h>
@@ -49,7 +39,7 @@ typedef void (*CblasSgemm)(int order, int ta, int tb, int M, int N, int K, float
                            const float *A, int lda, const float *B, int ldb, float beta,
                            float *C, int ldc);
 
-/* OpenBLAS opened with dlopen (BLIS builds only, see the top of this file). */
+/* OpenBLAS opened with dlopen (BLIS builds only, see blas_choose). */
 typedef struct DlOpenblas {
   CblasSgemm sgemm;
   void (*set_threads)(int);
@@ -81,7 +71,11 @@ static bool cpu_has_avx512(void) {
 #endif
 }
 
-/* Loads OpenBLAS for dl; false (with a warning naming the cause) when it cannot. */
+/* Loads OpenBLAS for dl; false (with a warning naming the cause) when it cannot. On an
+ * AVX-512 CPU its AVX-512 kernels are forced (OPENBLAS_CORETYPE=SkylakeX, read when
+ * OpenBLAS loads; OpenBLAS 0.3.21's own detection misfiles these CPUs too). RTLD_DEEPBIND
+ * keeps OpenBLAS's internal calls inside OpenBLAS although BLIS exports the same BLAS
+ * symbols. */
 static bool dl_openblas_load(void) {
   if (cpu_has_avx512()) setenv("OPENBLAS_CORETYPE", "SkylakeX", 0); /* 0: user's wins */
   /* AddressSanitizer refuses RTLD_DEEPBIND (its interceptors must bind first);
@@ -120,7 +114,12 @@ static bool dl_openblas_load(void) {
 
 #endif /* PD_BLAS_BLIS */
 
-/* Decides, once, which library serves pd_sgemm. */
+/* Decides, once, which library serves pd_sgemm. The one case BLIS gets wrong: an AVX-512
+ * CPU whose model BLIS 0.9.0 does not know (newer Xeons) is filed under 'haswell', half
+ * the FLOP rate of 'skx'. It cannot be corrected inside BLIS: BLIS_ARCH_TYPE makes
+ * Debian's 0.9.0 abort on ANY value ("Accessed uninitialized context in gks"; tried 0, 3,
+ * 6, 7, 8, 12 and names), and bli_arch_set_id is not exported. So that case goes to
+ * OpenBLAS (dl_openblas_load). */
 static void blas_choose(void) {
 #if defined(PD_BLAS_BLIS)
   const char *want = getenv("PD2BW_BLAS");

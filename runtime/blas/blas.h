@@ -4,24 +4,10 @@
  * BLIS or OpenBLAS, and the choice between them (CMakeLists.txt finds them).
  *
  * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
- * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
- * passes &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS
- * header. Which library sits behind it (bench/sgemm/RESULTS.md has the
- * measurements): the build links BLIS when found, OpenBLAS otherwise; BLIS picks its
- * kernel configuration for the CPU it runs on by itself (cpuid), so a binary built
- * on one machine runs the right kernels on another. Where BLIS 0.9.0 cannot (an
- * AVX-512 CPU it files under 'haswell'), pd_sgemm switches to OpenBLAS loaded with
- * dlopen and its AVX-512 kernels. PD2BW_BLAS=openblas|blis in the environment
- * overrides the choice. The choice is made once per process, at pd_blas_init or the
- * first GEMM; pd_blas_name() says what was picked.
- *
- * Thread count: pd_blas_init(nthreads) once, before the first GEMM and before the
- * process starts other threads (it may setenv OPENBLAS_CORETYPE), with nthreads =
- * the host's cores divided by the ranks it runs (so ranks never oversubscribe).
- * Calling pd_sgemm without pd_blas_init works (the library's default threads).
- * pd_sgemm itself may be called from many threads at once (each rank of the local
- * transport is a thread); both libraries allow concurrent calls.
- */
+ * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime passes
+ * &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS header. So the
+ * library is chosen in one place, once per process (blas.c says how; docs/kernels.md),
+ * and a binary built on one machine runs the right kernels on another. */
 #ifndef PD2BW_BLAS_H
 #define PD2BW_BLAS_H
 
@@ -30,12 +16,17 @@
  * transb == 0: B stored K×N, ldb >= N; transb != 0: B stored N×K, ldb >= K;
  * C stored M×N, ldc >= N; beta == 0: C is not read. Same signature as
  * pk_sgemm_fn in kernels/cpu_kernels.h. Bad dimensions are a bug in the
- * caller: PD_CHECK. */
+ * caller: PD_CHECK. May be called from many threads at once (each rank of the local
+ * transport is a thread); both libraries allow concurrent calls. Works without
+ * pd_blas_init (the library's default threads). */
 void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it.
- * Call once per process, before the first GEMM; later calls change the count. */
+/* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it, choosing
+ * the library. Call once per process, before the first GEMM and before the process starts
+ * other threads (it may setenv OPENBLAS_CORETYPE), with nthreads = the host's cores
+ * divided by the ranks it runs (so ranks never oversubscribe); later calls change the
+ * count. */
 void pd_blas_init(int nthreads);
 /* quiet (pd2bwrun -q): no note on which library was chosen; warnings still print.
  * Before pd_blas_init. */
@@ -47,7 +38,8 @@ void pd_blas_set_quiet(int quiet);
  * program's OpenMP loops one thread (pipeline_main.c pipe_rank_threads). */
 int pd_blas_own_pool(void);
 
-/* "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2
+/* What was picked (at pd_blas_init or the first GEMM):
+ * "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2
  * threads)": library, version, kernel configuration, threading (and a note when an
  * AVX-512 CPU runs 256-bit BLIS kernels). Static storage, rewritten by each call. */
 const char *pd_blas_name(void);
