@@ -1,23 +1,16 @@
-/* runtime/report/plan_report.h — plan/report.html: the plan as a page a person looks at.
+/* runtime/report/plan_report.h — plan/report.html: the plan as a page a person looks at
+ * (what it shows: docs/compiling.md; the data it embeds: docs/plan-format.md).
  *
  * What this folder (runtime/report/, library pd2bw_report) owns: plan_report.c (the
  * writer), plan_report.html (the page's template, edited as a web page) and
  * embed_text.cmake (the template as a C array at build time).
  *
- * One self-contained HTML file (inline CSS, script and SVG; nothing fetched) that
- * shows the chosen configuration and the candidate table with why each one lost,
- * each stage's memory as stacked bars against the device's, the simulated timeline
- * and, after a run, the measured timeline and the loss curve. The page is the
- * template runtime/report/plan_report.html with its data embedded as JSON; its script
- * draws the figures when the page is opened.
- *
- * Written by pd2bwc into every plan directory (from the plan.json it just wrote)
- * and rewritten by pd2bwrun --trace after a run with the run's data added. Both
- * link this writer through pd2bw_report (runtime/report/CMakeLists.txt), which needs only
- * cJSON and pd2bw_io's file helpers: plan.json is the one thing the compiler and
- * the runtime share, so the writer reads that and includes neither passes/ nor the
- * trainers. The file is written with atomic_open/atomic_commit (runtime/io/io.h):
- * whole or not at all. */
+ * One self-contained HTML file (inline CSS, script and SVG; nothing fetched): the template
+ * with its data embedded as JSON, whose script draws the figures when the page is opened.
+ * Written by pd2bwc into every plan directory, rewritten by pd2bwrun --trace with the run
+ * added. plan.json is the one thing the compiler and the runtime share, so the writer
+ * reads that and links only cJSON and pd2bw_io's file helpers, never passes/ or the
+ * trainers. */
 #ifndef PD2BW_RUNTIME_PLAN_REPORT_H
 #define PD2BW_RUNTIME_PLAN_REPORT_H
 
@@ -42,7 +35,8 @@ typedef struct ReportRun {
 
 /* Writes plan_dir/report.html from plan_dir/plan.json and timeline.json, plus the
  * run's data when run is not NULL. False with "PATH: why" in err (a missing or
- * unreadable plan.json or trace, a failed write); nothing is then written. */
+ * unreadable plan.json or trace, a failed write); nothing is then written. The page is
+ * written with atomic_open/atomic_commit (runtime/io/io.h): whole or not at all. */
 bool plan_report_write(const char *plan_dir, const ReportRun *run, char *err, size_t errlen);
 
 #endif
