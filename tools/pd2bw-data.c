@@ -1,23 +1,16 @@
-/* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on.
+/* tools/pd2bw-data.c — turns text into the token files pd2bwrun trains on
+ * (what users see: docs/data.md).
  *
  *   pd2bw-data --input FILE... --out-prefix PREFIX [--val-fraction 0.1] [--eot]
  *              [--vocab vocab.json --merges merges.txt | --tokenizer tokenizer.json]
  *              [--format llmc|raw] [--fortune]
  *   pd2bw-data --info FILE.bin...
  *
- * Writes PREFIX_train.bin and PREFIX_val.bin, each whole or not at all.
- *
- * Train/validation split: the text is cut into documents — fortune entries
- * with --fortune (the '%' separator lines are dropped), otherwise paragraphs
- * (a paragraph keeps the blank lines that end it, so the documents put back
- * together are the input). Document i goes to validation when
- * floor((i+1)·f) > floor(i·f): validation documents are spread evenly through
- * the corpus (not one topic at its end), and there are floor(n·f) of them.
- * Each document is tokenised on its own and the token streams concatenated in
- * input order; --eot puts "<|endoftext|>" (or "<|end_of_text|>") before each, as
- * GPT-2 and llm.c's scripts do (no tokenizer.json post-processor template). Inputs
- * that are not text (TEXT_SNIFF_BYTES) are skipped, one note each.
- */
+ * Writes PREFIX_train.bin and PREFIX_val.bin (no val file with --val-fraction 0), both or
+ * neither, after checking that neither names an input. The text is cut into documents
+ * (split_docs), each tokenised on its own and put in train or validation by a rule that
+ * spreads validation evenly (tokenize); inputs that are not text are skipped, one note
+ * each (TEXT_SNIFF_BYTES). */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +110,9 @@ static bool is_strfile_index(const char *path, const char *text, size_t n) {
          memcmp(text, "\0\0\0", 3) == 0 && (text[3] == 1 || text[3] == 2);
 }
 
-/* Cuts text into documents (see the file comment) and appends them. */
+/* Cuts text into documents and appends them: fortune entries with --fortune (the '%'
+ * separator lines are dropped), otherwise paragraphs (a paragraph keeps the blank lines
+ * that end it, so the documents put back together are the input). */
 static void split_docs(const char *text, size_t n, int file, bool fortune, Doc **docs, int *ndocs,
                        int *cap) {
   size_t doc_start = 0;
@@ -306,9 +301,12 @@ static int read_inputs(const Options *o, Corpus *c) {
   return rc;
 }
 
-/* Tokenises each document into train or val (the split rule at the top), each
- * preceded by eot when eot >= 0; checks both streams are usable. Returns 0, or 1
- * after an error. */
+/* Tokenises each document on its own, token streams concatenated in input order, into
+ * train or val: document i goes to validation when floor((i+1)·f) > floor(i·f), so the
+ * floor(n·f) validation documents are spread evenly through the corpus (not one topic at
+ * its end). Each is preceded by eot when eot >= 0 ("<|endoftext|>" or "<|end_of_text|>",
+ * as GPT-2 and llm.c's scripts do; no tokenizer.json post-processor template). Checks
+ * both streams are usable. Returns 0, or 1 after an error. */
 static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t eot,
                     TokenBuf *train, TokenBuf *val, int *nval_docs) {
   int rc = 0;

@@ -1,23 +1,16 @@
 /* tools/pd2bw-export.c — a pd2bw checkpoint of a GPT-2-shaped model, written for
  * the programs GPT-2 users already have: a Hugging Face GPT-2 directory and an
- * llm.c model file. The inverse of pd2bwrun --init (runtime/io/ckpt_import.c).
+ * llm.c model file. The inverse of pd2bwrun --init (runtime/io/ckpt_import.c); a
+ * models/llama.model checkpoint becomes a LlamaForCausalLM directory (export_llama.c).
+ * Users: docs/data.md ("Checkpoints").
  *
  *   pd2bw-export CKPT.safetensors [--heads N] [--vocab-size V] [--hf DIR] [--llmc FILE.bin]
  *                [--force] [--kv-heads N] [--rope-theta T] [--rms-eps E]
  *
- * pd2bw's GPT tensors already have GPT-2's Conv1D layout ([in, out]), so the
- * Hugging Face export is a rename (h.3.attn_w -> transformer.h.3.attn.c_attn.
- * weight) plus config.json; llm.c stores linear weights [out, in], all layers
- * of a kind back to back, after its 1024-byte header (version 3, float32).
- * Head counts shape no tensor: the checkpoint's "consts" metadata records them
- * (--heads for older ones). A models/llama.model checkpoint becomes a
- * LlamaForCausalLM directory (export_llama.c). Optimizer state and 2BW's other
- * versions (prev.*, next.*) are left out; any other unknown tensor is an error.
- *
- * Outputs appear whole or not at all (temporary files renamed once all succeeded; a
- * directory we created is removed on failure). An existing output is the user's:
- * replaced only with --force (in a --hf directory only model.safetensors and config.json).
- */
+ * Head counts shape no tensor: the checkpoint's "consts" metadata records them (gpt_heads).
+ * Optimizer state and 2BW's other versions are left out (export_is_optimizer_state); any
+ * other unknown tensor is an error. Outputs appear whole or not at all (write_outputs),
+ * and an existing one is the user's: replaced only with --force (check_outputs). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <errno.h>
@@ -259,7 +252,9 @@ char *export_join(const char *dir, const char *name) {
   return p;
 }
 
-/* Starts both files of the directory (uncommitted in st_af, cfg_af). */
+/* Starts both files of the directory (uncommitted in st_af, cfg_af). pd2bw's GPT tensors
+ * already have GPT-2's Conv1D layout ([in, out]), so this is a rename
+ * (h.3.attn_w -> transformer.h.3.attn.c_attn.weight) plus config.json. */
 static bool hf_begin(Gpt2 *g, long heads, const char *dir, AtomicFile *st_af, AtomicFile *cfg_af,
                      char *err, size_t errlen) {
   int n = 0;
@@ -298,6 +293,8 @@ static bool hf_begin(Gpt2 *g, long heads, const char *dir, AtomicFile *st_af, At
 }
 
 /* ---- llm.c -------------------------------------------------------------------- */
+/* llm.c stores linear weights [out, in], all layers of a kind back to back, after its
+ * 1024-byte header (version 3, float32): runtime/io/ckpt_import.c import_llmc. */
 static bool llmc_begin(Gpt2 *g, long heads, const char *path, AtomicFile *af, char *err, size_t errlen) {
   if (!atomic_open(af, path, err, errlen)) return false;
   int32_t h[256] = {CKPT_LLMC_MAGIC, 3, (int32_t)g->T, (int32_t)g->V, (int32_t)g->L, (int32_t)heads,
@@ -330,7 +327,8 @@ static bool exists(const char *path) {
   return lstat(path, &sb) == 0;
 }
 
-/* Refuses outputs that would replace something without --force. */
+/* Refuses outputs that would replace something without --force (in a --hf directory
+ * only model.safetensors and config.json are replaced). */
 static bool check_outputs(const Options *o) {
   if (o->llmc && exists(o->llmc) && !o->force) {
     export_fail("--llmc %s: %s exists (give --force to replace it)", o->llmc, o->llmc);
@@ -389,6 +387,8 @@ static void remove_made_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* Temporary files, renamed once all succeeded; a directory we created is removed on
+ * failure. */
 static int write_outputs(const Options *o, Gpt2 *g) {
   char err[IO_ERR_LEN];
   if (!check_outputs(o)) return 1;
