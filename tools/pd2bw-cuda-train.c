@@ -12,7 +12,7 @@
  * the flags scripts/gpu-check.sh adds: --gemm, --bench-gemm, --kernel-profile. Without a
  * GPU driver it prints "cuda backend: no CUDA driver found (...); use --backend cpu" and
  * exits 1. */
-#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "tools/run_args.h"
 
 static const char usage[] =

@@ -8,13 +8,13 @@
  * pipeline_main): one rank per stage replica, as threads
  * (--transport local, the default) or MPI processes (mpirun ... --transport mpi); a
  * one-stage plan is one rank, which computes what the one-stage trainer
- * (runtime/exec/exec_one.c) does, and is reported in its words. Every failure
+ * (runtime/pipeline/pipeline_one.c) does, and is reported in its words. Every failure
  * the user can cause (a missing plan, a bad flag, a data file that does not fit the
  * model, a checkpoint of another model) ends with one line naming the file and exit
  * status 1. --val-data/--eval-every and --init mean the same on both executors: the
  * pipelined validation loss is the one-stage trainer's on PLAN_DIR/reference for the
  * same weights (runtime/pipeline/pipeline_eval.h). */
-#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "runtime/core/runtime.h"
 
 #include <string.h>

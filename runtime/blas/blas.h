@@ -44,7 +44,7 @@ void pd_blas_set_quiet(int quiet);
 /* Whether the library runs GEMMs on a thread pool of its own, beside OpenMP's
  * (OpenBLAS's pthread build; BLIS here is its OpenMP build, which shares OpenMP's).
  * Two pools on the same cores spin against each other: a rank then gives the stage
- * program's OpenMP loops one thread (pipeline_main.c pipe_rank_threads). */
+ * program's OpenMP loops one thread (pipeline_run.c pipe_rank_threads). */
 int pd_blas_own_pool(void);
 
 /* "blis 0.9.0 (zen3, openmp, 2 threads)", "openblas 0.3.21 (Zen, pthread, 2

@@ -2,7 +2,7 @@
  *
  * gpipe, 1f1b, 2bw: pd2bwc writes PLAN/reference/: the same model as ONE stage,
  * microbatch size b and w·m microbatches per step, i.e. the global batch of the
- * pipeline. The one-stage trainer (runtime/exec/exec_one.c) runs it with the pipeline's
+ * pipeline. The one-stage trainer (runtime/pipeline/pipeline_one.c) runs it with the pipeline's
  * update rule (vanilla for gpipe/1f1b, one step delayed for 2bw) over the same data in
  * the same microbatch order and dropout keys (runtime/pipeline/pipeline.h), from the same
  * checkpoint when the run resumed.
@@ -19,7 +19,7 @@
  * divides each element's step by that element's own gradient scale, so where a
  * gradient is near zero (fresh biases) the rounding becomes a visible part of a step:
  * hence the looser weight bound, still far below one step's size (lr ~ 1e-3). */
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -26,7 +26,7 @@
  * another into one gradient, so sums differ from the executor's (per replica, then
  * all-reduced) by f32 rounding only, as the one-stage reference's do.
  */
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>

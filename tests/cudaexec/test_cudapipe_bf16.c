@@ -58,6 +58,7 @@
 
 #include "emu_train.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define STEPS 3

@@ -48,6 +48,7 @@
 
 #include "emu_train.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define TOL 1e-5

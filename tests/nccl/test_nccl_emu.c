@@ -40,6 +40,7 @@
 #include "cudaexec/emu_train.h"
 #include "nccl_emu_ops.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define TOL 1e-5

@@ -17,7 +17,7 @@
  *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
  *    one graph launch (cx_program_run);
  *  - cuda_exec_device.c: a stage on those ops as the plan interpreter's device
- *    (runtime/exec/exec.h): the one-stage trainer is the CPU's (runtime/exec/exec_one.c,
+ *    (runtime/exec/exec.h): the one-stage trainer is the CPU's (runtime/pipeline/pipeline_one.c,
  *    the plan as d = w = 1 through the one interpreter) with this as its device, so its
  *    update rule, data order, dropout keys, per-step checks and checkpoints are the
  *    CPU trainer's. A step uploads its batch's input images in one copy and issues
@@ -40,7 +40,7 @@
  *  - cuda_exec_main.c: cuda_exec_main, what pd2bwrun --backend cuda and
  *    tools/pd2bw-cuda-train call: the GPU opened, then pd2bwrun's one driver with the
  *    GPU as a backend (every plan, one-stage included: cuda_pipe_main,
- *    runtime/pipeline/pipeline_main.c's GPU backend), --kernel-profile, --bench-gemm;
+ *    runtime/driver/driver.c's GPU backend), --kernel-profile, --bench-gemm;
  *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
  *    on the one device, one stream each, a host thread each on runtime/exec/'s
  *    interpreter with cuda_link_local.c's link; and
@@ -57,7 +57,7 @@
  *
  *  - cuda_exec_kprof.c: --kernel-profile, the per-kernel GPU time of a run without
  *    Nsight Compute: a CxDeviceOps table that times each launch and GEMM of the one it
- *    wraps (cuda_exec_main.c puts it between the executors and the device).
+ *    wraps (cuda_pipe_run.c puts it between the executors and the device).
  *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
  *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
  *    through the device's upload/download). Both pipeline modes' are the CPU
@@ -70,8 +70,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/core/runtime.h"
-#include "runtime/pipeline/seg_times.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/exec/seg_times.h"
 
 /* A device address: an arena base plus a byte offset. */
 typedef uint64_t CxPtr;
@@ -313,7 +313,7 @@ int cx_profile_begin(CxProfile *f, CxPass pass, int stream);
 void cx_profile_mark(CxProfile *f, int rec, int seg);
 const SegTimes *cx_profile_times(CxProfile *f);
 
-/* ---- what pd2bwrun --backend cuda asks for (cuda_exec_main.c, cuda/pipe/) -------- */
+/* ---- what pd2bwrun --backend cuda asks for (runtime/cuda/pipe/) -------- */
 
 /* pd2bwrun's options are one struct for every backend (runtime/pipeline/pipeline.h
  * PipeOptions: data, steps, checkpoints, validation, log, --reference, and the GPU's
@@ -426,12 +426,6 @@ const char *cx_cuda_name(const CxDeviceOps *ops);
  * message. */
 double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
 
-
-/* pd2bwrun --backend cuda: trains the plan in plan_dir on GPU o->device (single-GPU
- * pipeline mode, one-stage plans included; --transport nccl: multi-GPU mode) for
- * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
- * line on stderr. */
-int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
 /* cuda_exec_main on an open device (tests pass the emulator's): cuda_pipe_main (no
  * --bench-gemm). */
 int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,

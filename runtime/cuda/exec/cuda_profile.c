@@ -7,7 +7,7 @@
  * stream before its first launch and after each segment's last (the launch list's
  * "segments", format 5). The events of up to CX_PROFILE_RING passes wait here; when
  * the ring is full, and at the end (cx_profile_times), the device is synchronised once
- * and each segment's elapsed time is kept (runtime/pipeline/seg_times.h), which
+ * and each segment's elapsed time is kept (runtime/exec/seg_times.h), which
  * pipe_profile_write writes as the CPU backend's are. Without --profile-out no
  * program has a CxProfile and cx_program_run is what it was: graphs, no events.
  *

@@ -1,5 +1,5 @@
 /* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes, as backends of pd2bwrun's
- * one pipeline driver (runtime/pipeline/pipeline_main.c).
+ * one pipeline driver (runtime/driver/driver.c).
  *
  * This folder owns single-GPU mode (cuda_pipe_threads.c: every stage replica of a plan
  * a host thread with its own CUDA device on a view of one GPU, joined by same-GPU
@@ -15,6 +15,7 @@
 #define PD2BW_RUNTIME_CUDA_PIPE_H
 
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/driver/driver.h"
 #include "runtime/transport/transport.h"
 
 /* What single-GPU mode reports besides the outcome (its summary line). */
@@ -29,7 +30,7 @@ typedef struct CxPipeStats {
   CxGemmType gemm;      /* the dtype its GEMMs ran in (cx_exec_device_gemm_type) */
 } CxPipeStats;
 
-/* What a one-stage run leaves for --bench-gemm (cuda_exec_main.c): the model's MLP
+/* What a one-stage run leaves for --bench-gemm (cuda_pipe_run.c): the model's MLP
  * GEMM (M = b·T tokens, N = 4·dim, K = dim) in the dtype training ran, and the rate
  * training achieved. M = 0: nothing to time. */
 typedef struct CxBench {
@@ -83,5 +84,11 @@ int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOp
  * GPU o->device + this rank's index on its host, cuda_pipe_nccl_main, and the
  * transport's end (MPI_Finalize, or MPI_Abort after a failure). */
 int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o);
+
+/* pd2bwrun --backend cuda: trains the plan in plan_dir on GPU o->device (single-GPU
+ * pipeline mode, one-stage plans included; --transport nccl: multi-GPU mode) for
+ * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
+ * line on stderr. */
+int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_H */

@@ -1,5 +1,5 @@
 /* runtime/cuda/pipe/cuda_pipe_main.c — the CUDA pipeline modes as a backend of pd2bwrun's
- * one pipeline driver (runtime/pipeline/pipeline_main.c pipeline_main_on: the plan,
+ * one pipeline driver (runtime/driver/driver.c pipeline_main_on: the plan,
  * the seed rule, the log, the validation, saved and trace lines, --reference): this
  * file adds only the GPU's banner, its training (single-GPU mode: cx_pipe_train,
  * cuda_pipe_threads.c; --transport nccl: cx_pipe_train_nccl, cuda_pipe_multi.c) and

@@ -1,5 +1,5 @@
-/* runtime/cuda/exec/cuda_exec_main.c — pd2bwrun --backend cuda and tools/pd2bw-cuda-train
- * (cuda_exec.h): the GPU as a backend of pd2bwrun's one pipeline driver. Every plan,
+/* runtime/cuda/pipe/cuda_pipe_run.c — pd2bwrun --backend cuda and tools/pd2bw-cuda-train
+ * (cuda_pipe.h cuda_exec_main): the GPU as a backend of pd2bwrun's one pipeline driver. Every plan,
  * one-stage included, runs in single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main,
  * pipeline_main_on's GPU backend: a one-stage plan is one rank, d = w = 1, so the data
  * order, per-step checks, log lines, --init then --resume, validation and --save are
@@ -11,10 +11,7 @@
  * a one-stage plan's MLP GEMM after the run, in the same process, so the two figures
  * share a GPU and a clock. cuda_exec_run is the path on a device that is already open
  * (tests: the emulator). */
-#include "runtime/cuda/exec/cuda_exec.h"
-
 #include "runtime/cuda/pipe/cuda_pipe.h"
-#include "runtime/exec/exec.h"
 
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
                     const CudaExecOptions *o, CxBench *bench) {
