@@ -82,10 +82,10 @@ int main(int argc, char **argv) {
     a.o.nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
     /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
-     * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
+     * options) and --transport nccl's MPI one (cx_pipe_nccl_launch) */
     if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
-    return run_exit_status(cuda_exec_main("pd2bwrun", a.plan, &a.o));
+    return run_exit_status(cx_main("pd2bwrun", a.plan, &a.o));
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */

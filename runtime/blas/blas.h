@@ -1,27 +1,13 @@
-/* runtime/blas/blas.h — the one small BLAS interface of pd2bw.
- *
- * What this folder (runtime/blas/, library pd2bw_blas) owns: blas.c, pd_sgemm over
- * BLIS or OpenBLAS, and the choice between them (CMakeLists.txt finds them).
- *
- * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
- * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime
- * passes &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS
- * header. Which library sits behind it (bench/sgemm/RESULTS.md has the
- * measurements): the build links BLIS when found, OpenBLAS otherwise; BLIS picks its
- * kernel configuration for the CPU it runs on by itself (cpuid), so a binary built
- * on one machine runs the right kernels on another. Where BLIS 0.9.0 cannot (an
- * AVX-512 CPU it files under 'haswell'), pd_sgemm switches to OpenBLAS loaded with
- * dlopen and its AVX-512 kernels. PD2BW_BLAS=openblas|blis in the environment
- * overrides the choice. The choice is made once per process, at pd_blas_init or the
- * first GEMM; pd_blas_name() says what was picked.
- *
- * Thread count: pd_blas_init(nthreads) once, before the first GEMM and before the
- * process starts other threads (it may setenv OPENBLAS_CORETYPE), with nthreads =
- * the host's cores divided by the ranks it runs (so ranks never oversubscribe).
- * Calling pd_sgemm without pd_blas_init works (the library's default threads).
- * pd_sgemm itself may be called from many threads at once (each rank of the local
- * transport is a thread); both libraries allow concurrent calls.
- */
+/* runtime/blas/blas.h — the one small BLAS interface of pd2bw (pd2bw_blas: blas.c).
+ * Every GEMM of the CPU backend goes through pd_sgemm: the kernels of
+ * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime passes
+ * &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS header.
+ * Behind it (bench/sgemm/RESULTS.md has the measurements): BLIS when the build finds
+ * it, OpenBLAS otherwise. BLIS picks its kernels for the CPU it runs on (cpuid), so a
+ * binary built on one machine runs the right kernels on another; where BLIS 0.9.0
+ * cannot (an AVX-512 CPU it files under 'haswell'), pd_sgemm switches to OpenBLAS
+ * loaded with dlopen. PD2BW_BLAS=openblas|blis overrides the choice, made once per
+ * process at pd_blas_init or the first GEMM (pd_blas_name says which). */
 #ifndef PD2BW_BLAS_H
 #define PD2BW_BLAS_H
 
@@ -35,7 +21,11 @@ void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const fl
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 /* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it.
- * Call once per process, before the first GEMM; later calls change the count. */
+ * Call once per process, before the first GEMM and before the process starts other
+ * threads (it may setenv OPENBLAS_CORETYPE), with the host's cores divided by the
+ * ranks it runs (so ranks never oversubscribe); later calls change the count. Without
+ * it pd_sgemm works on the library's default threads. pd_sgemm may be called from
+ * many threads at once (each rank of the local transport is one). */
 void pd_blas_init(int nthreads);
 /* quiet (pd2bwrun -q): no note on which library was chosen; warnings still print.
  * Before pd_blas_init. */

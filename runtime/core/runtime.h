@@ -1,28 +1,13 @@
-/* runtime/core/runtime.h — the runtime's core: load a plan and train it.
- *
- * What this folder (runtime/core/, library pd2bw_runtime) owns:
- *   stage_cc.c     a generated stageN.c turned into loaded code (cc, cache, dlopen)
- *   run_capture.c  running a program from an argument vector, output captured
- *   plan_read.c    plan.json back into the structs below
- *   json_read.c/h  reading plan.json with errors that name the file, key and value
- *   trainer.c      what every executor shares about parameters: initial values, the
- *                  learning rate of a step, the checkpoint format
- *   log.c          what a training run prints (console lines, --log-json)
- *   console.c      the one format of a training step
- * The other folders of runtime/ (runtime/CMakeLists.txt lists them) build on this one.
- *
- * runtime/ owns everything that happens after the compiler: reading plan.json, compiling
- * each stage's generated C with the system compiler (cached on disk, loaded with
- * dlopen), allocating a stage's arena once, initialising parameters, running the
- * training loop (forward, backward, gradient accumulation over microbatches, clipping,
- * the optimizer, the learning-rate schedule), evaluation, checkpoints, logs, and the
- * data, tokenizer and checkpoint files (runtime/io/io.h) and the BLAS (runtime/blas/blas.h).
- *
- * Promises: nothing in the training loop allocates; a user's mistake (a missing or
- * corrupt plan, a stage file that does not compile, an ABI mismatch, a data or
- * checkpoint file that does not match) comes back as a one-line message naming the
- * file, never a crash; files we write appear whole or not at all.
- */
+/* runtime/core/runtime.h — the runtime's core (pd2bw_runtime, the lowest layer of the
+ * executors: runtime/CMakeLists.txt): plan.json read back into the structs below
+ * (plan_read.c, with json_read.c's errors naming the file, key and value), a stage's
+ * generated C compiled with the system compiler, cached on disk and dlopen()ed
+ * (stage_cc.c, run_capture.c), what every executor shares about parameters (trainer.c:
+ * initial values, the learning rate of a step, the checkpoint format) and what a run
+ * prints (log.c, console.c). Promises: nothing in a training loop allocates; a user's
+ * mistake (a missing or corrupt plan, a stage that does not compile, an ABI mismatch,
+ * a data or checkpoint file that does not match) is a one-line message naming the
+ * file, never a crash; files we write appear whole or not at all. */
 #ifndef PD2BW_RUNTIME_H
 #define PD2BW_RUNTIME_H
 

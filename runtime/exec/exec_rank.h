@@ -100,9 +100,9 @@ typedef struct PipeOptions {
   /* pd2bwrun's flags that the driver (pipeline_main, pipeline_main_on) acts on */
   bool reference;          /* afterwards, train PLAN_DIR/reference sequentially and compare */
   double ref_tol;          /* --reference's relative bound (<= 0: 1e-5) */
-  /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CudaExecOptions is this struct) */
+  /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CxOptions is this struct) */
   int device;              /* GPU ordinal (multi-GPU mode: rank 0's; the others' + local rank) */
-  int gemm;                /* CxGemmType: CX_GEMM_PLAN (0) as the launch lists say */
+  int gemm;                /* GemmType: GEMM_PLAN (0) as the launch lists say */
   bool nccl;               /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h) */
   bool graphs_off;         /* --cuda-graphs off: every pass launch by launch (zero: graphs on) */
   bool bench_gemm;         /* pd2bw-cuda-train: cuBLAS on the model's MLP GEMM after training */

@@ -1,22 +1,14 @@
 /* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
  * processes, checkpoints across partitions, --init, validation, what rank 0 gathers.
- *
- * With --val-data a rank trains in stretches of batches (exec_run_batches, driven by
- * pipe_drive: pipeline_drive.c, the CUDA pipeline modes' loop too) that
- * end where an evaluation is due, after every K-th step and the last; every rank then
- * runs pipe_eval_run (runtime/pipeline/pipeline_eval.h) and rank 0 keeps the mean for the log.
- *
- * A checkpoint is the sequential trainer's format (runtime/core/trainer.c): one tensor
- * per parameter under its model name, "opt.m.<name>", "opt.v.<name>", and for 2bw the
- * older version "prev.<name>" (W(t-1), the one batch t trains on); metadata step,
- * seed, model, data_position. Names do not depend on the partition, so a checkpoint
- * of any (d, w, schedule) loads into any other plan of the same model and into the
- * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
- * st_write writes a temporary file and renames it), every rank reads it back itself.
- * Every rank's setup (reading its part of a checkpoint) and rank 0's outputs are
- * agreed on by all ranks (transport_agree): one failing rank ends them all with one
- * message and no abort (pipeline.h: Failures). What pd2bwrun prints and writes around
- * a run (the report, the log, --reference) is runtime/driver/driver.c's. */
+ * With --val-data a rank trains in stretches (exec_run_batches driven by pipe_drive)
+ * that end where an evaluation is due; every rank then runs pipe_eval_run and rank 0
+ * keeps the mean. A checkpoint is the sequential trainer's format (runtime/core/runtime.h
+ * rt_ckpt_save): names do not depend on the partition, so a checkpoint of any (d, w,
+ * schedule) loads into any other plan of the same model and into the one-stage trainer;
+ * rank 0 gathers and writes it atomically, every rank reads it back itself. Every rank's
+ * setup and rank 0's outputs are agreed on by all ranks (transport_agree): one failing
+ * rank ends them all with one message and no abort (docs/pipelines.md: failures). What
+ * pd2bwrun prints and writes around a run is runtime/driver/driver.c's. */
 #include "runtime/pipeline/pipeline_eval.h"
 
 #include <math.h>

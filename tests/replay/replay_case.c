@@ -197,7 +197,7 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
   if (ok) {
     if (p->rt->train.steps == 0) p->rt->train.steps = steps;
     PipeOptions po = {.data_path = data, .steps = steps, .quiet = true, .threads = 1};
-    CudaExecOptions co = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN};
+    CxOptions co = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN};
     if (strcmp(mode, "pipe") == 0) {
       ok = pipeline_run_local(p, &po, &r, err, sizeof err) == 0;
     } else if (strcmp(mode, "pipe-mpi") == 0) {

@@ -38,7 +38,7 @@
 #define CL_COLL_TAG 16384 /* the all-reduce's records (and + 1, + 2) */
 
 typedef struct ClRecord {
-  CxPtr src;
+  GpuPtr src;
   uint64_t bytes;
   void *ready, *done; /* Es, Ed */
 } ClRecord;
@@ -76,7 +76,7 @@ struct ExecGroup {
 };
 
 static ClLink *cl(ExecLink *l) { return (ClLink *)(void *)l; }
-static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static GpuPtr dp(const void *p) { return (GpuPtr)(uintptr_t)p; }
 
 static ExecReq *req_get(ClLink *l) {
   ExecReq *r = l->free_reqs;

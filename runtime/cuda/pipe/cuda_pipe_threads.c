@@ -79,7 +79,7 @@ static ExecLink *make_link(void *ctx, Transport *t, ExecDevice *dev, char *err, 
 }
 
 /* Every rank's device on its view, and the one allocation they share. */
-static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *o, ThreadsCtx *c, char *err,
+static bool make_devices(const PipePlan *p, CxShare *sh, const CxOptions *o, ThreadsCtx *c, char *err,
                          size_t errlen) {
   ExecDevice **dev = c->dev;
   CxPipeStats *st = c->stats;
@@ -117,7 +117,7 @@ static double median_step(const PipeOutcome *r) {
 /* --trace: every device's clock marks against one origin event, recorded and waited
  * for before the run. --profile-out: every program times its segments from the second
  * step on (the first too when it is the only one), as the one-stage trainer's. */
-static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, ThreadsCtx *c, void **origin,
+static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, ThreadsCtx *c, void **origin,
                     char *err, size_t errlen) {
   memcpy(c->made, c->dev, (size_t)p->nranks * sizeof *c->made);
   if (o->trace_path) {
@@ -139,7 +139,7 @@ static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOpt
   return true;
 }
 
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
                   CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
   if (!stats) stats = &mine;
