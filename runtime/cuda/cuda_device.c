@@ -1,20 +1,14 @@
-/* runtime/cuda/cuda_device.c — one GPU through the driver API, GEMMs through cuBLAS.
- *
- * The driver (libcuda.so.1) and cuBLAS are dlopen()ed when a device is first asked
- * for (cuda_internal.h says why and how the symbols are named). The device uses the
- * primary context of its ordinal: cuBLAS works through the runtime API, which uses
- * that same context, so driver-launched kernels and cuBLAS GEMMs share memory and
- * streams without any interop.
- *
+/* runtime/cuda/cuda_device.c — one GPU through the driver API, GEMMs through cuBLAS. The
+ * driver and cuBLAS are dlopen()ed when a device is first asked for (cuda_internal.h).
+ * The device uses its ordinal's primary context, which cuBLAS's runtime API uses too, so
+ * driver-launched kernels and cuBLAS GEMMs share memory and streams without interop.
  * Memory: the stage's arena is the one big cuMemAlloc (cuda_arena_create); modules,
  * streams, events and cuBLAS are made at start-up. cuBLAS gets a workspace of our own
- * per stream (cuBLAS's recommendation: 32 MiB on Hopper, 4 MiB before), allocated at
- * the first GEMM on that stream and set with every GEMM (cublasSetStream resets it to
- * cuBLAS's pool): with its own pool cuBLAS would allocate while a CUDA graph is being
- * captured, and one workspace shared by streams that run at once would race. A pass
- * is run eagerly before it is ever captured (cuda_exec_list.c), so the only
- * allocations after start-up happen in the first training step.
- */
+ * per stream (32 MiB on Hopper, 4 MiB before), allocated at the stream's first GEMM and
+ * set with every GEMM (cublasSetStream resets it): with its own pool cuBLAS would
+ * allocate during a graph capture, and one workspace shared by concurrent streams would
+ * race. A pass runs eagerly before it is captured, so the only allocations after
+ * start-up happen in the first training step. */
 #include <cublas_v2.h>
 #include <pthread.h>
 #include <stdio.h>

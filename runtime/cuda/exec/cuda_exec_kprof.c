@@ -1,23 +1,14 @@
-/* runtime/cuda/exec/cuda_exec_kprof.c — the per-kernel GPU time of a run, without
- * Nsight Compute (pd2bw-cuda-train --kernel-profile FILE; cuda_exec.h).
- *
- * A profiling CxDeviceOps table wraps the device's: every kernel launch and every GEMM
- * is issued between two event records on its stream, and the elapsed time of each
- * pair is added to its "site" (a kernel by the name it was resolved under, a GEMM by
- * its dtype, transposes, M×N×K and epilogue: cuBLAS picks its kernels per shape). Nothing else
- * changes: the executors issue exactly what they issue without it. The table has no
- * CUDA graphs (a captured pass could not be timed launch by launch), so every pass
- * and update runs eagerly, as under `--cuda-graphs off` or ncu.
- *
- * Pairs are recorded into a fixed pool and read back (one host wait) only when the
- * pool is full and at the end, so the profile adds a host wait per KPROF_PAIRS
- * launches, not per launch. An event pair measures the stream between the records:
- * on a stream of its own that is the kernel's time plus its launch gap, the figure
- * ncu's gpu__time_duration approximates from inside.
- *
- * The file is the table bench/gpu/RESULTS.md shows (and scripts/gpu-check.sh writes
- * from ncu's output when ncu is there): the ten sites with the most time, one row for
- * the rest, shares of the total to 0.1%. */
+/* runtime/cuda/exec/cuda_exec_kprof.c — the per-kernel GPU time of a run without Nsight
+ * Compute (pd2bw-cuda-train --kernel-profile FILE). A profiling CxDeviceOps table wraps
+ * the device's: every launch and GEMM is issued between two event records on its
+ * stream, each pair's time added to its "site" (a kernel by its resolved name, a GEMM by
+ * dtype, transposes, M×N×K and epilogue: cuBLAS picks kernels per shape). The executors
+ * issue exactly what they issue without it; the table has no CUDA graphs, so every pass
+ * runs eagerly, as under --cuda-graphs off or ncu. Pairs go into a fixed pool read back
+ * (one host wait) when full and at the end. A pair measures its stream between the
+ * records: the kernel's time plus its launch gap, what ncu's gpu__time_duration
+ * approximates from inside. The file is the table bench/gpu/RESULTS.md shows: the ten
+ * sites with the most time, one row for the rest, shares of the total to 0.1%. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

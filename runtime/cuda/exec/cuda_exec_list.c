@@ -1,32 +1,16 @@
-/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list, loaded once and replayed
- * (cuda_exec.h).
- *
- * A stage's kernels live in two modules (codegen/cgen_cuda.c): the plan's kernel
- * library (kernels.cu) and the stage's own program (stageN.cu). Both sources are
- * checked against the hashes the list records before either is compiled, the library
- * is loaded first (a device may hand back the module it already has for the same
- * text: stages on one GPU then share it), and each kernel is resolved in the module
- * its entry names.
- *
- * Loading turns stageN.launch.json into flat arrays: per entry either a GEMM (its
- * operands as (block, offset), its dtype) or a kernel (the resolved handle, grid,
- * block, and its arguments pre-encoded as 8-byte cells). Runtime arguments (seed,
- * training, dropout p) stay symbolic and are filled at replay. Every pointer is
- * checked against its block's size here, so a damaged list is a message at load time,
- * not a wild write on the GPU. Replay builds each launch's argument array on the
- * stack: nothing is allocated per microbatch.
- *
- * CUDA graphs. The microbatch index is the one value that changes from microbatch to
- * microbatch; since launch list format 3 the random kernels read it from
- * cuda_scratch's microbatch_key, which cx_program_run writes with a one-thread
- * library kernel (pkc_set_u32) on the pass's stream just before the pass: same
- * stream, so ordered before the pass's kernels with no host wait, and each stage
- * replica of pipeline mode has its own scratch and stream. What is left to vary is
- * the block bases (weight version, stash slot, data slot: a few values), the stream,
- * training and the seed: the cache key. A pass is replayed eagerly on the first
- * sighting of its key, captured on the second (so one-off keys cost no capture), and
- * launched as a graph from then on. Keys are remembered in a fixed table
- * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
+/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list (contract/contract.h),
+ * loaded once and replayed. Both modules' sources (kernels.cu, stageN.cu) are checked
+ * against the list's hashes before either is compiled; the library loads first (a device
+ * may return the module it already has for the same text). Loading makes flat arrays:
+ * per entry a GEMM (operands as (block, offset)) or a kernel (resolved handle, grid,
+ * block, arguments pre-encoded as 8-byte cells, runtime ones filled at replay); every
+ * pointer is checked against its block here, so a damaged list is a message at load,
+ * not a wild write. Replay allocates nothing. CUDA graphs: the microbatch index reaches
+ * the kernels through cuda_scratch's microbatch_key (written by pkc_set_u32 on the
+ * pass's stream just before it), so a pass varies only with its block bases, stream,
+ * training and seed: the cache key. A pass runs eagerly at its key's first sighting, is
+ * captured at the second and launched as a graph after; past CX_MAX_KEYS keys or
+ * CX_MAX_GRAPHS graphs, passes run eagerly. */
 #include "runtime/cuda/exec/cuda_exec.h"
 #include "runtime/cuda/exec/cuda_exec_epilogue.h"
 
