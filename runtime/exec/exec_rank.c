@@ -120,7 +120,7 @@ void seg_times_add(SegTimes *dst, const SegTimes *src) {
   }
 }
 
-/* The console's rates (pipeline.h). */
+/* The console's rates (exec_rank.h). */
 double pipe_tokens_per_step(const PipePlan *p) {
   for (int s = 0; s < p->d; s++)
     for (int k = 0; k < p->rt->stages[s].ninputs; k++)

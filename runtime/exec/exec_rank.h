@@ -206,7 +206,7 @@ typedef struct PipeRank {
   PipeLogStream *logs; /* --log-json: the losses' hand-off to rank 0 (pipeline_log.c); else NULL */
   /* After OPT_STEP(t), when logs is set: pipeline_log.c's pipe_log_step (the pipeline
    * sets both; the interpreter knows no log). false: a transport failure. */
-  bool (*log_step)(struct PipeRank *R, int64_t t);
+  bool (*log_step)(PipeRank *R, int64_t t);
   /* faults */
   int64_t fault_step;
   int fault_mode; /* 0 exit, 1 hang, 2 kill, 3 stop (SIGSTOP), 4 stuck (spins forever) */
