@@ -102,7 +102,7 @@ typedef struct PipeOptions {
   double ref_tol;          /* --reference's relative bound (<= 0: 1e-5) */
   /* --backend cuda (runtime/cuda/exec/cuda_exec.h: CxOptions is this struct) */
   int device;              /* GPU ordinal (multi-GPU mode: rank 0's; the others' + local rank) */
-  int gemm;                /* GemmType: GEMM_PLAN (0) as the launch lists say */
+  GemmType gemm;           /* GEMM_PLAN (0): as the launch lists say; else fp32 or tf32 */
   bool nccl;               /* --transport nccl: multi-GPU mode under mpirun (cuda_pipe.h) */
   bool graphs_off;         /* --cuda-graphs off: every pass launch by launch (zero: graphs on) */
   bool bench_gemm;         /* pd2bw-cuda-train: cuBLAS on the model's MLP GEMM after training */
