@@ -7,7 +7,7 @@
  * offset a literal. Why two: the library is ~85% of a stage's NVRTC time and the same
  * for every stage; compiled once per plan (and cached across plans), a stage costs only
  * its fused kernels. What runs, in order, is stageN.launch.json (its format:
- * docs/plan-format.md, "The launch list"). Invariants: nothing in a list or its .cu
+ * contract/contract.h, CODEGEN_CUDA_LIST_FORMAT). Invariants: nothing in a list or its .cu
  * names the stage, so stages with the same program share both files; a pass's
  * arguments are the same for every microbatch (the random kernels read its index from
  * cuda_scratch), so a runtime may capture a pass once as a CUDA graph; a GEMM entry is
@@ -30,17 +30,17 @@ const char *cu_buf_name(int cls) {
   return cls == CU_SCRATCH ? "cuda_scratch" : cls == CU_PARAMS16 ? "params_bf16" : buf_class_name((BufClass)cls);
 }
 
-CuPtr cu_buf(int cls, int64_t off) { return (CuPtr){cls, off}; }
+CuPlace cu_buf(int cls, int64_t off) { return (CuPlace){cls, off}; }
 
-CuPtr cu_tensor(const CuEmit *e, int t) {
+CuPlace cu_tensor(const CuEmit *e, int t) {
   const TensorPlace *pl = &e->L->place[t];
   PD_CHECK(pl->cls != BUF_NONE, "(tensor %d '%s' has no place in stage %d)", t, e->g->tensors[t].name,
            e->stage);
-  return (CuPtr){(int)pl->cls, pl->offset};
+  return (CuPlace){(int)pl->cls, pl->offset};
 }
 
 int64_t cu_numel(const CuEmit *e, int t) { return shape_numel(&e->g->tensors[t].shape, e->L->b); }
-cJSON *cu_arg_ptr(CuPtr p) {
+cJSON *cu_arg_ptr(CuPlace p) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "type", "ptr");
   if (p.cls < 0) {
@@ -52,7 +52,7 @@ cJSON *cu_arg_ptr(CuPtr p) {
   return a;
 }
 
-cJSON *cu_place_json(CuPtr p) {
+cJSON *cu_place_json(CuPlace p) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
   cJSON_AddNumberToObject(a, "offset", (double)p.off);
@@ -300,7 +300,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   cJSON *j = cJSON_CreateObject();
   CuEmit e = {.g = g, .L = L, .o = o, .stage = stage, .src = &own, .kernels = cJSON_CreateArray(), .stored = L,
               .cls_logits = -1, .cls_grad = -1, .cls_bwd = -1};
-  PD_CHECK(!L->bf16 || o->gemm == CGEN_GEMM_BF16, "(a bf16 layout is a bf16 list's)");
+  PD_CHECK(o->gemm >= GEMM_FP32 && o->gemm <= GEMM_BF16 && (!L->bf16 || o->gemm == GEMM_BF16), "(GEMM dtype)");
   e.done = pd_calloc((size_t)g->nops + 1, 1);
   e.cast = pd_calloc((size_t)g->nops + 1, 1);
   e.fp32_read = pd_calloc((size_t)g->ntensors + 1, 1);
@@ -339,7 +339,7 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
   /* The block's size is layout_cuda_scratch_bytes's, the figure the planner counts in
    * the stage's device memory; what the launches above reach must lie inside it. */
   int64_t reached = e.scratch;
-  e.scratch = layout_cuda_scratch_bytes(L, o->gemm == CGEN_GEMM_BF16);
+  e.scratch = layout_cuda_scratch_bytes(L, o->gemm == GEMM_BF16);
   PD_CHECK(reached <= e.scratch, "(stage %d's launches reach byte %lld of cuda_scratch, but "
            "layout_cuda_scratch_bytes sizes it %lld: update passes/layout_cuda.c)", stage,
            (long long)reached, (long long)e.scratch);
@@ -385,17 +385,17 @@ char *codegen_cuda_source(const Graph *g, const StageLayout *L, int stage, const
     cJSON_AddNumberToObject(j, "block", CU_BLOCK);
     cJSON_AddNumberToObject(j, "att_head_size", layout_cuda_head_size(g));
     cJSON_AddItemToObject(j, "nvrtc_options", cJSON_CreateArray());
-    cJSON_AddStringToObject(j, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
-    cJSON_AddStringToObject(j, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+    cJSON_AddStringToObject(j, "gemm_dtype", gemm_type_name(o->gemm));
+    cJSON_AddStringToObject(j, "mixed_precision", o->gemm == GEMM_BF16 ? "bf16-fp32-master" : "none");
     cJSON_AddStringToObject(j, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
-    add_blocks(j, L, e.scratch, o->gemm == CGEN_GEMM_BF16, e.folded);
+    add_blocks(j, L, e.scratch, o->gemm == GEMM_BF16, e.folded);
     cJSON *cs = cJSON_AddObjectToObject(j, "cuda_scratch");
     cJSON_AddNumberToObject(cs, "bad_ids", CU_SCRATCH_BAD);
     cJSON_AddNumberToObject(cs, "ce_nvalid", CU_SCRATCH_NVALID);
     cJSON_AddNumberToObject(cs, "ce_rows", CU_SCRATCH_ROWS);
     cJSON_AddNumberToObject(cs, "loss", CU_SCRATCH_LOSS);
     cJSON_AddNumberToObject(cs, "microbatch_key", CU_SCRATCH_MBKEY);
-    if (o->gemm == CGEN_GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)cu_bf16_staging(&e));
+    if (o->gemm == GEMM_BF16) cJSON_AddNumberToObject(cs, "bf16_staging", (double)cu_bf16_staging(&e));
     if (L->loss >= 0) { /* written by the forward; valid until the next forward */
       cJSON_AddItemToObject(j, "loss", cu_place_json(cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS)));
     } else {

@@ -37,13 +37,13 @@ int64_t cu_bf16_staging(const CuEmit *e) {
 }
 
 char *cu_folded_weights(const StageLayout *L, const CodegenCudaOptions *o) {
-  if (!o->bf16_in_versions || o->gemm != CGEN_GEMM_BF16) return NULL;
+  if (!o->bf16_in_versions || o->gemm != GEMM_BF16) return NULL;
   char *f = pd_calloc((size_t)L->g->ntensors + 1, 1);
   if (!layout_cuda_fold_params(L, f)) free(f), f = NULL; /* a weight read both ways: copies beside */
   return f;
 }
 
-CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+CuPlace cu_stage_bf16(CuEmit *e, int op, int t, CuPlace X, int64_t r, int64_t cols, int64_t ld, int64_t to,
                     int64_t *end) {
   *end = to;
   if (X.cls == BUF_PARAMS && !e->folded) return cu_buf(CU_PARAMS16, X.off / 2); /* the weight copy */
@@ -62,7 +62,7 @@ CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, 
     return cu_buf((int)pl->cls, pl->offset);
   }
   int64_t n = (r - 1) * ld + cols; /* the elements the GEMM reads, gaps included */
-  CuPtr S = cu_buf(CU_SCRATCH, to);
+  CuPlace S = cu_buf(CU_SCRATCH, to);
   cu_launch(e, op, "pkc_cast_f32_to_bf16", PKC_ELEM8, n, CU_BLOCK, 3, cu_arg_ptr(S), cu_arg_ptr(X),
             cu_arg_num("i64", (double)n));
   *end = to + n * 2;

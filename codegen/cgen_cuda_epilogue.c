@@ -66,7 +66,7 @@ static bool reads(const Op *op, int t) {
   return false;
 }
 
-static cJSON *ptr(CuPtr p) {
+static cJSON *ptr(CuPlace p) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "buf", cu_buf_name(p.cls));
   cJSON_AddNumberToObject(a, "offset", (double)p.off);
@@ -76,7 +76,7 @@ static cJSON *ptr(CuPtr p) {
 /* The op's GEMM (emitted by cgen_cuda_ops.c, a linear's bias left out) with the epilogue:
  * C moved to `c` when c.cls >= 0; bias (with bias_acc for bgradb) and aux (ldaux)
  * when their cls >= 0. */
-static void gemm_with(CuEmit *e, const Op *op, GemmEpilogue kind, CuPtr c, CuPtr bias, int bias_acc, CuPtr aux,
+static void gemm_with(CuEmit *e, const Op *op, GemmEpilogue kind, CuPlace c, CuPlace bias, int bias_acc, CuPlace aux,
                       int64_t ldaux) {
   cu_emit_linear_gemm(e, op);
   cJSON *last = cJSON_GetArrayItem(e->list, cJSON_GetArraySize(e->list) - 1);
@@ -94,7 +94,7 @@ static void gemm_with(CuEmit *e, const Op *op, GemmEpilogue kind, CuPtr c, CuPtr
   e->done[op->id] = true;
 }
 
-static const CuPtr NONE = {-1, 0};
+static const CuPlace NONE = {-1, 0};
 
 /* linear + bias (+ gelu): gelu_aux_bias (C = the gelu's output, aux = the linear's
  * output, the pre-GELU value gelu_bwd reads, left where the layout put it) or bias. */
@@ -102,7 +102,7 @@ static int linear_forward(CuEmit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
   int y = op->out[0];
   if (op->kind != OP_LINEAR || op->nin != 3 || !plain(e, y)) return 0;
-  CuPtr bias = cu_tensor(e, op->in[2]);
+  CuPlace bias = cu_tensor(e, op->in[2]);
   const Op *ge = k + 1 < nops ? &e->g->ops[ops[k + 1]] : NULL;
   if (ge && !e->done[ge->id] && ge->kind == OP_GELU && ge->in[0] == y && plain(e, ge->out[0]) &&
       lastdim(e, y) % 8 == 0) {
@@ -159,7 +159,7 @@ static int matmul_dgelu(CuEmit *e, const int *ops, int nops, int k) {
  * dy as the CPU program does. */
 static int dw_bgrad(CuEmit *e, const int *ops, int nops, int k) {
   const Op *op = &e->g->ops[ops[k]];
-  if (op->kind != OP_LINEAR_DW || e->o->gemm == CGEN_GEMM_BF16) return 0;
+  if (op->kind != OP_LINEAR_DW || e->o->gemm == GEMM_BF16) return 0;
   int dy = op->in[1], j = k + 1;
   if (e->L->ld[dy] != lastdim(e, dy)) return 0;
   while (j < nops && !(e->g->ops[ops[j]].kind == OP_BIAS_GRAD && e->g->ops[ops[j]].in[0] == dy)) j++;

@@ -29,16 +29,6 @@ static void remove_in(const char *dir, const char *name) {
   free(path);
 }
 
-const char *cgen_gemm_dtype_name(CgenGemmDtype t) {
-  switch (t) {
-  case CGEN_GEMM_TF32: return "tf32";
-  case CGEN_GEMM_FP32: return "fp32";
-  case CGEN_GEMM_BF16: return "bf16";
-  }
-  PD_CHECK(false, "(GEMM dtype %d)", (int)t);
-  return "";
-}
-
 /* The stage's plan.json "cuda" object: the files it runs (maybe another stage's) and
  * what a runtime checks before loading them. */
 static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *o, int rng_base, const char *name,
@@ -55,8 +45,8 @@ static void cuda_json(cJSON *prog, const cJSON *list, const CodegenCudaOptions *
   cJSON_AddStringToObject(c, "library_hash", cJSON_GetStringValue(cJSON_GetObjectItem(lj, "hash")));
   cJSON_AddItemToObject(c, "kernels", cJSON_Duplicate(cJSON_GetObjectItem(list, "kernels"), 1));
   cJSON_AddNumberToObject(c, "att_head_size", cJSON_GetObjectItem(list, "att_head_size")->valuedouble);
-  cJSON_AddStringToObject(c, "gemm_dtype", cgen_gemm_dtype_name(o->gemm));
-  cJSON_AddStringToObject(c, "mixed_precision", o->gemm == CGEN_GEMM_BF16 ? "bf16-fp32-master" : "none");
+  cJSON_AddStringToObject(c, "gemm_dtype", gemm_type_name(o->gemm));
+  cJSON_AddStringToObject(c, "mixed_precision", o->gemm == GEMM_BF16 ? "bf16-fp32-master" : "none");
   cJSON_AddStringToObject(c, "gemm_epilogues", o->gemm_epilogues ? "on" : "off");
   cJSON_AddNumberToObject(c, "cuda_scratch",
                           cJSON_GetObjectItem(cJSON_GetObjectItem(list, "blocks"), "cuda_scratch")->valuedouble);
@@ -138,7 +128,7 @@ bool codegen_cuda_stages(const Graph *g, const int *first_region, const int *las
     prog[i] = cJSON_GetObjectItem(st, "program");
     if (!prog[i]) prog[i] = cJSON_AddObjectToObject(st, "program");
     /* a bf16 list runs on the C program's bf16 layout (the blocks must be the same) */
-    cl[i] = L[i] = layout_stage_bf16(g, first_region[i], last_region[i], b, o->gemm == CGEN_GEMM_BF16);
+    cl[i] = L[i] = layout_stage_bf16(g, first_region[i], last_region[i], b, o->gemm == GEMM_BF16);
   }
   bool ok = write_stages(g, cl, 0, nstages, o, dir, prog, d);
   for (int i = 0; i < nstages; i++) layout_destroy(L[i]);

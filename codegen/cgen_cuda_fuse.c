@@ -95,7 +95,7 @@ static void operand(const CuEmit *e, char *b, size_t n, int t, int64_t len, Vec 
     snprintf(b, n, "r%d.%c", k, "xyzw"[v->lane]);
     return;
   }
-  CuPtr p = cu_tensor(e, t);
+  CuPlace p = cu_tensor(e, t);
   int64_t m = cu_numel(e, t);
   if (m != len)
     snprintf(b, n, "TF(%s, %lld)[i %% %lld]", base_name(p.cls), (long long)p.off, (long long)m);
@@ -238,7 +238,7 @@ static void emit_add_layernorm(CuEmit *e, const int *chain, int n, const Op *fir
   Str *s = e->src;
   int sum = g->ops[chain[n - 1]].out[0];
   int64_t C = lastd_of(e, sum), M = len / C;
-  CuPtr x = cu_tensor(e, sum), y = cu_tensor(e, ln->out[0]), ga = cu_tensor(e, ln->in[1]),
+  CuPlace x = cu_tensor(e, sum), y = cu_tensor(e, ln->out[0]), ga = cu_tensor(e, ln->in[1]),
         be = cu_tensor(e, ln->in[2]);
   str_printf(s, "  __shared__ float sh[PKC_MAX_BLOCK];\n");
   str_printf(s, "  for (pkc_i64 r = blockIdx.x; r < %lldLL; r += gridDim.x) {\n", (long long)M);
@@ -298,7 +298,7 @@ static void emit_chain_vec(CuEmit *e, const int *chain, int n, const Op *first, 
   const Graph *g = e->g;
   str_printf(s, "  for (pkc_i64 q = pkc_tid(); q < %lldLL; q += pkc_nthreads()) {\n", (long long)(len / 4));
   for (int k = 0; k < v->n; k++) {
-    CuPtr p = cu_tensor(e, v->t[k]);
+    CuPlace p = cu_tensor(e, v->t[k]);
     int64_t m = cu_numel(e, v->t[k]);
     str_printf(s, "    const pkc_f4 r%d = ((const pkc_f4 *)TF(%s, %lld))[q", k, base_name(p.cls), (long long)p.off);
     if (m != len) str_printf(s, " %% %lldLL", (long long)(m / 4));
@@ -322,7 +322,7 @@ static void emit_chain_vec(CuEmit *e, const int *chain, int n, const Op *first, 
   int written[2] = {keep ? lead_y : -1, g->ops[chain[n - 1]].out[0]};
   for (int w = 0; w < 2; w++)
     if (written[w] >= 0) {
-      CuPtr p = cu_tensor(e, written[w]);
+      CuPlace p = cu_tensor(e, written[w]);
       str_printf(s, "    ((pkc_f4 *)TF(%s, %lld))[q] = w%d;\n", base_name(p.cls), (long long)p.off, w);
     }
   str_printf(s, "  }\n");
@@ -418,7 +418,7 @@ int cu_fuse_from(CuEmit *e, const int *ops, int nops, int k, int bias_lead) {
             CU_BLOCK, 10, cu_arg_ptr(cu_buf(BUF_PARAMS, 0)),
             cu_arg_ptr(cu_buf(BUF_GRADS, 0)), cu_arg_ptr(cu_buf(BUF_STASH, 0)), cu_arg_ptr(cu_buf(BUF_WORK, 0)),
             cu_arg_ptr(cu_buf(BUF_INPUTS, 0)), cu_arg_ptr(cu_buf(BUF_BOUNDARY, 0)), cu_arg_runtime("u64", "seed", 0),
-            cu_arg_ptr(random ? cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY) : (CuPtr){-1, 0}),
+            cu_arg_ptr(random ? cu_buf(CU_SCRATCH, CU_SCRATCH_MBKEY) : (CuPlace){-1, 0}),
             cu_arg_runtime("i32", "training", 0), cu_arg_stream(e, e->rng_base));
   return n + (bias_lead >= 0 ? 1 : 0) + (ln ? 1 : 0);
 }

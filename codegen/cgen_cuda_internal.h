@@ -40,11 +40,12 @@
 /* Grids are capped (every kernel strides, so any grid is correct). */
 #define CU_MAX_GRID (1u << 20)
 
-/* A device pointer in the launch list: (block, byte offset); cls < 0 is NULL. */
-typedef struct CuPtr {
+/* A place in the launch list (its "ptr" arguments and GEMM operands): (block, byte
+ * offset), resolved by the runtime to a GpuPtr (contract/contract.h); cls < 0 is NULL. */
+typedef struct CuPlace {
   int cls; /* BufClass, CU_SCRATCH, or -1 */
   int64_t off;
-} CuPtr;
+} CuPlace;
 
 typedef struct CuEmit {
   const Graph *g;
@@ -81,8 +82,8 @@ typedef struct CuEmit {
 } CuEmit;
 
 /* cgen_cuda.c */
-CuPtr cu_tensor(const CuEmit *e, int t);
-CuPtr cu_buf(int cls, int64_t off);
+CuPlace cu_tensor(const CuEmit *e, int t);
+CuPlace cu_buf(int cls, int64_t off);
 const char *cu_buf_name(int cls);
 int64_t cu_numel(const CuEmit *e, int t);
 /* Appends a launch of `name` (kind and work items size the grid) for op `op` with
@@ -93,9 +94,9 @@ void cu_launch(CuEmit *e, int op, const char *name, int kind, int64_t items, uns
                int nargs, ...);
 void cu_launch_args(CuEmit *e, int op, const char *name, int kind, int64_t items, unsigned block, int nargs,
                     cJSON *const *arg);
-cJSON *cu_arg_ptr(CuPtr p);
+cJSON *cu_arg_ptr(CuPlace p);
 /* {"buf", "offset"} of p (never NULL): a GEMM's A, B and C, the list's "loss". */
-cJSON *cu_place_json(CuPtr p);
+cJSON *cu_place_json(CuPlace p);
 cJSON *cu_arg_num(const char *type, double v);
 cJSON *cu_arg_runtime(const char *type, const char *what, double value);
 /* A dropout op's Philox stream (its forward op id) as a launch argument: the runtime
@@ -134,7 +135,7 @@ char *cu_folded_weights(const StageLayout *L, const CodegenCudaOptions *o);
  * (bytes; `to` when nothing is cast). */
 int64_t cu_bf16_align(int64_t n);
 int64_t cu_bf16_staging(const CuEmit *e);
-CuPtr cu_stage_bf16(CuEmit *e, int op, int t, CuPtr X, int64_t r, int64_t cols, int64_t ld, int64_t to,
+CuPlace cu_stage_bf16(CuEmit *e, int op, int t, CuPlace X, int64_t r, int64_t cols, int64_t ld, int64_t to,
                     int64_t *end);
 
 /* cgen_cuda_fuse.c: tries to emit ops[k] (and the consecutive ops that fuse with it)

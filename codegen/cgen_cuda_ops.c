@@ -29,8 +29,8 @@ static int64_t ld(const CuEmit *e, int t) { return e->L->ld[t]; }
 static bool acc(const CuEmit *e, int t) { return e->L->place[t].accumulate; }
 
 static cJSON *P(const CuEmit *e, int t) { return cu_arg_ptr(cu_tensor(e, t)); }
-static cJSON *PP(CuPtr p) { return cu_arg_ptr(p); }
-static cJSON *NUL(void) { return cu_arg_ptr((CuPtr){-1, 0}); }
+static cJSON *PP(CuPlace p) { return cu_arg_ptr(p); }
+static cJSON *NUL(void) { return cu_arg_ptr((CuPlace){-1, 0}); }
 static cJSON *I32(int64_t v) {
   PD_CHECK(v >= -2147483648LL && v <= 2147483647LL, "(%lld does not fit a kernel's int)", (long long)v);
   return cu_arg_num("i32", (double)v);
@@ -57,9 +57,9 @@ static cJSON *BAD(void) { return PP(cu_buf(CU_SCRATCH, CU_SCRATCH_BAD)); }
  * bf16: A and B first go through cu_stage_bf16 (a weight's or a stored tensor's bf16
  * copy, or a cast), C f32. */
 static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                 CuPtr A, int64_t lda, CuPtr B, int64_t ldb, double beta, CuPtr C, int64_t ldc) {
+                 CuPlace A, int64_t lda, CuPlace B, int64_t ldb, double beta, CuPlace C, int64_t ldc) {
   PD_CHECK(M <= 2147483647LL && N <= 2147483647LL && K <= 2147483647LL, "(GEMM too large)");
-  if (e->o->gemm == CGEN_GEMM_BF16) { /* every GEMM's A and B are its op's in[0] and in[1] */
+  if (e->o->gemm == GEMM_BF16) { /* every GEMM's A and B are its op's in[0] and in[1] */
     int64_t a_end, b_end;
     const Op *o = &e->g->ops[op];
     A = cu_stage_bf16(e, op, o->in[0], A, ta ? K : M, ta ? M : K, lda, cu_bf16_staging(e), &a_end);
@@ -81,7 +81,7 @@ static void gemm(CuEmit *e, int op, int ta, int tb, int64_t M, int64_t N, int64_
   cJSON_AddItemToObject(gm, "A", cu_place_json(A));
   cJSON_AddItemToObject(gm, "B", cu_place_json(B));
   cJSON_AddItemToObject(gm, "C", cu_place_json(C));
-  cJSON_AddStringToObject(gm, "dtype", cgen_gemm_dtype_name(e->o->gemm));
+  cJSON_AddStringToObject(gm, "dtype", gemm_type_name(e->o->gemm));
   cJSON_AddItemToArray(e->list, l);
 }
 
@@ -93,12 +93,12 @@ static bool folded_into(const CuEmit *e, int t, int into) {
   return a->alias >= 0 && a->cls == b->cls && a->offset == b->offset && a->accumulate;
 }
 
-static CuPtr scratch_of(const CuEmit *e, const Op *op) {
+static CuPlace scratch_of(const CuEmit *e, const Op *op) {
   return cu_buf(BUF_WORK, e->L->scratch_off[op->id]);
 }
 
 /* The temporary an op computes into when it must add into a gradient but cannot. */
-static CuPtr acc_temp(const CuEmit *e, const Op *op) {
+static CuPlace acc_temp(const CuEmit *e, const Op *op) {
   int64_t k = layout_op_scratch_elems(e->g, op, e->L->b) * 4;
   k = (k + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
   return cu_buf(BUF_WORK, e->L->scratch_off[op->id] + k);
@@ -114,20 +114,20 @@ static void need_scratch(CuEmit *e, int64_t bytes) {
  * cuda_scratch's staging (as a bf16 GEMM's operands: the same bytes, qkv then dy), then
  * the forward (out and lse), or the backward's dq and dkv kernels (lse from the
  * forward, D already in the op's scratch: emit_attention). */
-static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, int64_t T, int64_t C) {
+static void emit_flash_attention(CuEmit *e, const Op *op, CuPlace Y, int64_t B, int64_t T, int64_t C) {
   bool fwd = op->kind == OP_ATTENTION;
   int qkv = op->in[fwd ? 0 : 1], NH = (int)op->attr[0], causal = (int)op->attr[1];
   double p = op->attr[2];
   int stream = op_rng_stream(op);
   int64_t tiles = B * NH * ((T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS), end;
-  CuPtr Q16 = cu_stage_bf16(e, op->id, qkv, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
+  CuPlace Q16 = cu_stage_bf16(e, op->id, qkv, cu_tensor(e, qkv), B * T, 3 * C, 3 * C, cu_bf16_staging(e), &end);
   if (fwd) {
     LAUNCH_B(e, op->id, "pkc_flash_attention_fwd_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->out[1]),
              PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
     return;
   }
-  CuPtr Y16 = cu_stage_bf16(e, op->id, op->in[0], cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
-  CuPtr work = scratch_of(e, op);
+  CuPlace Y16 = cu_stage_bf16(e, op->id, op->in[0], cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
+  CuPlace work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dq_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]), PP(work),
            PP(Y16), PP(Q16), I32(B), I32(T), I32(C), I32(NH), I32(causal), DROP(p), SEED(), cu_arg_stream(e, stream), MB(p));
   LAUNCH_B(e, op->id, "pkc_flash_attention_bwd_dkv_bf16", tiles, CU_FLASH_BLOCK, PP(Y), P(e, op->in[3]),
@@ -141,10 +141,10 @@ static void emit_flash_attention(CuEmit *e, const Op *op, CuPtr Y, int64_t B, in
 /* attention_gqa on tensor cores in a bf16 plan (as emit_flash_attention): q, k, v (and
  * backward dy) cast to bf16 into the staging, each from an aligned offset, then the
  * forward, or the backward's dq and dkv kernels (D already in the op's scratch). */
-static void emit_flash_attention_gqa(CuEmit *e, const Op *op, const AttnGeom *a, CuPtr Y, int64_t B) {
+static void emit_flash_attention_gqa(CuEmit *e, const Op *op, const AttnGeom *a, CuPlace Y, int64_t B) {
   int q = a->fwd ? 0 : 1, stream = op_rng_stream(op);
   int64_t T = a->T, ntile = (T + CU_FLASH_ROWS - 1) / CU_FLASH_ROWS, end = cu_bf16_staging(e);
-  CuPtr X16[4];
+  CuPlace X16[4];
   for (int j = 0; j < 3; j++) {
     int t = op->in[q + j];
     int64_t cols = (j ? a->kv_heads : a->heads) * a->hs;
@@ -158,7 +158,7 @@ static void emit_flash_attention_gqa(CuEmit *e, const Op *op, const AttnGeom *a,
   }
   int64_t C = a->heads * a->hs;
   X16[3] = cu_stage_bf16(e, op->id, op->in[0], cu_tensor(e, op->in[0]), B * T, C, C, cu_bf16_align(end), &end);
-  CuPtr work = scratch_of(e, op);
+  CuPlace work = scratch_of(e, op);
   LAUNCH_B(e, op->id, "pkc_flash_attention_gqa_bwd_dq_bf16", B * a->heads * ntile, CU_FLASH_BLOCK, PP(Y),
            P(e, op->in[5]), PP(work), PP(X16[3]), PP(X16[0]), PP(X16[1]), PP(X16[2]), I32(B), I32(T), I32(a->heads),
            I32(a->kv_heads), I32(a->hs), I32(a->causal), DROP(a->p), SEED(), cu_arg_stream(e, stream), MB(a->p));
@@ -171,14 +171,14 @@ static void emit_flash_attention_gqa(CuEmit *e, const Op *op, const AttnGeom *a,
 /* attention_gqa(q, k, v) -> (out, lse); attention_gqa_bwd(dy, q, k, v, out, lse) ->
  * dq, dk, dv: the fp32 kernels, or in a bf16 plan whose head size qualifies the
  * tensor-core ones; the backward after the same delta kernel as attention's. */
-static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
+static void emit_attention_gqa(CuEmit *e, const Op *op, CuPlace Y) {
   AttnGeom a;
   op_attention_geom(e->g, op, &a);
   int64_t T = a.T, C = a.heads * a.hs, B = cu_numel(e, a.q) / (T * C), qe, de;
   int stream = op_rng_stream(op);
   int64_t items = B * a.heads * T;
   bool flash =
-      e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(e->g, op, e->flash_hs, e->L->b, &qe, &de);
+      e->o->gemm == GEMM_BF16 && layout_cuda_attention_operands(e->g, op, e->flash_hs, e->L->b, &qe, &de);
   if (a.fwd && flash) {
     emit_flash_attention_gqa(e, op, &a, Y, B);
     return;
@@ -189,7 +189,7 @@ static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
              I32(a.causal), DROP(a.p), SEED(), cu_arg_stream(e, stream), MB(a.p));
     return;
   }
-  CuPtr work = scratch_of(e, op);
+  CuPlace work = scratch_of(e, op);
   PD_CHECK(e->L->scratch_bytes[op->id] >= B * a.heads * T * 4, "(attention_gqa_bwd scratch too small)");
   LAUNCH_B(e, op->id, "pkc_attention_bwd_delta_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
            P(e, op->in[4]), I32(B), I32(T), I32(C), I32(a.heads));
@@ -206,7 +206,7 @@ static void emit_attention_gqa(CuEmit *e, const Op *op, CuPtr Y) {
            SEED(), cu_arg_stream(e, stream), MB(a.p));
 }
 
-static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
+static void emit_attention(CuEmit *e, const Op *op, CuPlace Y) {
   const Graph *g = e->g;
   AttnGeom ag;
   if (op_attention_geom(g, op, &ag) && !ag.packed) {
@@ -220,13 +220,13 @@ static void emit_attention(CuEmit *e, const Op *op, CuPtr Y) {
   double p = op->attr[2];
   int stream = op_rng_stream(op);
   int64_t items = B * NH * T, qe, de;
-  CuPtr work = scratch_of(e, op);
+  CuPlace work = scratch_of(e, op);
   if (!fwd) {
     PD_CHECK(e->L->scratch_bytes[op->id] >= B * NH * T * 4, "(attention_bwd scratch too small)");
     LAUNCH_B(e, op->id, "pkc_attention_bwd_delta_f32", items, CU_ATT_BLOCK, PP(work), P(e, op->in[0]),
              P(e, op->in[2]), I32(B), I32(T), I32(C), I32(NH));
   }
-  if (e->o->gemm == CGEN_GEMM_BF16 && layout_cuda_attention_operands(g, op, e->flash_hs, e->L->b, &qe, &de)) {
+  if (e->o->gemm == GEMM_BF16 && layout_cuda_attention_operands(g, op, e->flash_hs, e->L->b, &qe, &de)) {
     emit_flash_attention(e, op, Y, B, T, C);
     return;
   }
@@ -293,7 +293,7 @@ void cu_find_classifier(CuEmit *e) {
  * emit_op. */
 typedef struct OpDest {
   int y;
-  CuPtr Y;
+  CuPlace Y;
   int A;
   bool via_temp, bias_done;
 } OpDest;
@@ -302,7 +302,7 @@ typedef struct OpDest {
 static void emit_lookup(CuEmit *e, const Op *op, const OpDest *d) {
   const Graph *g = e->g;
   int y = d->y;
-  CuPtr Y = d->Y;
+  CuPlace Y = d->Y;
   int A = d->A;
   int id = op->id;
   switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
@@ -357,7 +357,7 @@ static void emit_lookup(CuEmit *e, const Op *op, const OpDest *d) {
 /* The dense layers: linear and matmul (GEMMs) and their weight gradients. */
 static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
-  CuPtr Y = d->Y;
+  CuPlace Y = d->Y;
   int A = d->A;
   int id = op->id;
   bool bias_done = d->bias_done;
@@ -397,7 +397,7 @@ static void emit_dense(CuEmit *e, const Op *op, const OpDest *d) {
 /* Element for element, lowered by hand: add, scale, dropout (and its gradient) and reshape. */
 static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
-  CuPtr Y = d->Y;
+  CuPlace Y = d->Y;
   int A = d->A;
   bool via_temp = d->via_temp;
   int id = op->id;
@@ -441,7 +441,7 @@ static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
     break;
   }
   case OP_RESHAPE: {
-    CuPtr X = cu_tensor(e, op->in[0]);
+    CuPlace X = cu_tensor(e, op->in[0]);
     int64_t bytes = e->L->place[y].bytes;
     if (X.cls == Y.cls && X.off == Y.off) break; /* placed in place: nothing to move */
     PD_CHECK(X.cls != Y.cls || X.off + bytes <= Y.off || Y.off + bytes <= X.off,
@@ -457,7 +457,7 @@ static void emit_elementwise(CuEmit *e, const Op *op, const OpDest *d) {
 /* Layernorm and its gradient. */
 static void emit_norm(CuEmit *e, const Op *op, OpDest *d) {
   int y = d->y;
-  CuPtr Y = d->Y;
+  CuPlace Y = d->Y;
   int id = op->id;
   switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
   case OP_LAYERNORM:
@@ -471,7 +471,7 @@ static void emit_norm(CuEmit *e, const Op *op, OpDest *d) {
     PD_CHECK(!(want_g && want_b) || acc(e, dg) == acc(e, db), "(layernorm_bwd: one of dgamma/dbeta accumulated)");
     int la = (want_g && acc(e, dg)) || (want_b && acc(e, db));
     int64_t M = rows(e, y), Cc = lastd(e, y);
-    CuPtr stats = scratch_of(e, op);
+    CuPlace stats = scratch_of(e, op);
     /* dx is op->out[0]: the CPU program writes it directly (its place, never a temp) */
     LAUNCH(e, id, "pkc_layernorm_bwd_dx_f32", M, P(e, y), PP(stats), I32(0), P(e, op->in[0]), P(e, op->in[1]),
            P(e, op->in[2]), I64(M), I32(Cc), F32(op->attr[0]));
@@ -489,16 +489,16 @@ static void emit_norm(CuEmit *e, const Op *op, OpDest *d) {
 /* The loss: cross-entropy and its gradient. */
 static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
   int y = d->y;
-  CuPtr Y = d->Y;
+  CuPlace Y = d->Y;
   int id = op->id;
   switch ((int)op->kind) { /* emit_op's switch names every kind; here only the family's */
   case OP_CROSS_ENTROPY: {
     int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
     need_scratch(e, CU_SCRATCH_ROWS + M * 8);
-    CuPtr rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
+    CuPlace rl = cu_buf(CU_SCRATCH, CU_SCRATCH_ROWS);
     const Op *bw = classifier_bwd(e, op);
     if (bw) { /* the fused classifier: the gradient too, over the logits, when training */
-      CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
+      CuPlace nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
       LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V),
              I32((int64_t)op->attr[0]));
       const TensorPlace *sp = &e->stored->place[op->in[0]];
@@ -515,7 +515,7 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
       LAUNCH(e, id, "pkc_cross_entropy_rows_f32", M, PP(rl), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),
              I32(ld(e, op->in[0])), I32((int64_t)op->attr[0]));
     }
-    CuPtr loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
+    CuPlace loss = cu_buf(CU_SCRATCH, CU_SCRATCH_LOSS);
     LAUNCH(e, id, "pkc_cross_entropy_reduce_f32", 1, PP(loss), PP(cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID)), BAD(),
            PP(rl), P(e, op->in[1]), I64(M), I32(V), I32((int64_t)op->attr[0]));
     LAUNCH(e, id, "pkc_copy_f32", 1, PP(Y), PP(loss), I64(1)); /* the tensor too, as the CPU program */
@@ -525,7 +525,7 @@ static void emit_loss(CuEmit *e, const Op *op, const OpDest *d) {
     int64_t M = rows(e, op->in[0]), V = lastd(e, op->in[0]);
     int ign = (int)op->attr[0];
     need_scratch(e, CU_SCRATCH_ROWS);
-    CuPtr nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
+    CuPlace nv = cu_buf(CU_SCRATCH, CU_SCRATCH_NVALID);
     LAUNCH(e, id, "pkc_cross_entropy_count_f32", 1, PP(nv), P(e, op->in[1]), I64(M), I32(V), I32(ign));
     PD_CHECK(ld(e, y) == ld(e, op->in[0]), "(cross_entropy_bwd: dlogits and logits with different strides)");
     LAUNCH(e, id, "pkc_cross_entropy_bwd_f32", M, PP(Y), P(e, op->in[0]), P(e, op->in[1]), I64(M), I32(V),

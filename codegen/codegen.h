@@ -132,26 +132,12 @@ bool codegen_manifest_stages(const char *dir, cJSON *stages, const cJSON *tied, 
  * counter, microbatch key, cross-entropy row losses and count; with bf16 GEMMs also
  * their operands' bfloat16 copies), is sized in the launch list, by
  * layout_cuda_scratch_bytes (passes/layout.h: the planner counts the same bytes).
- * docs/plan-format.md ("The launch list") describes the launch-list format. */
-
-/* Element type of the GEMMs the launch list records. */
-typedef enum CgenGemmDtype {
-  CGEN_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation (default) */
-  CGEN_GEMM_FP32, /* float32 operands and arithmetic */
-  CGEN_GEMM_BF16, /* mixed precision, FP32 master weights: before each GEMM, cast launches
-                     (pkc_cast_f32_to_bf16, round to nearest even) copy its float32 A and B
-                     into bfloat16 staging buffers in cuda_scratch; the GEMM reads those and
-                     writes/accumulates float32 C. Weights, gradients, optimizer state and
-                     every other kernel stay float32 ("mixed_precision": "bf16-fp32-master") */
-} CgenGemmDtype;
-
-/* "tf32", "fp32" or "bf16": the spelling of the launch list, plan.json and pd2bwc
- * --precision. */
-const char *cgen_gemm_dtype_name(CgenGemmDtype t);
+ * contract/contract.h specifies the launch-list format. */
 
 typedef struct CodegenCudaOptions {
   bool fuse;           /* generate fused elementwise kernels (else one library kernel per op) */
-  CgenGemmDtype gemm;  /* dtype recorded on every GEMM descriptor */
+  GemmType gemm;       /* dtype recorded on every GEMM descriptor: fp32, tf32 or bf16
+                          (contract/contract.h GemmType) */
   bool gemm_epilogues; /* bias, GELU and bias gradients as GEMM epilogues (cuBLASLt on a
                           GPU: codegen/cgen_cuda_epilogue.c), else kernels of their own */
   bool bf16_in_versions; /* bf16 lists under 2bw's weight prediction: a stage whose layout

@@ -34,6 +34,19 @@ const char *gemm_epilogue_name(GemmEpilogue k) {
   return epilogue_names[k];
 }
 
+static const char *const gemm_type_names[GEMM_TYPE_COUNT] = {"plan", "fp32", "tf32", "bf16", "bf16_out"};
+
+const char *gemm_type_name(GemmType t) {
+  PD_CHECK(t >= 0 && t < GEMM_TYPE_COUNT, "GEMM type %d", (int)t);
+  return gemm_type_names[t];
+}
+
+bool gemm_type_parse(const char *name, GemmType *out) {
+  for (int t = GEMM_FP32; t <= GEMM_BF16; t++)
+    if (strcmp(name, gemm_type_names[t]) == 0) return *out = (GemmType)t, true;
+  return false;
+}
+
 bool gemm_epilogue_parse(const char *name, GemmEpilogue *out) {
   for (int k = 0; k < GEMM_EPI_COUNT; k++)
     if (strcmp(name, epilogue_names[k]) == 0) return *out = (GemmEpilogue)k, true;

@@ -117,13 +117,30 @@ typedef struct StageCtx {
 
 /* ---- the CUDA programs ------------------------------------------------------------ */
 
-/* The plan's kernel library file, and the launch lists' "format" (2: two modules;
- * 3: the microbatch index in cuda_scratch's "microbatch_key", not a kernel argument;
- * 4: nothing of the stage in the list or its .cu, so stages may share both: "op"
- * relative to the pass's smallest op id, dropout streams as the runtime argument
- * "rng_base" + value, plan.json's program.cuda naming each stage's files and rng_base;
- * 5: a GEMM may carry an "epilogue", below; 6: "segments", each segment's count of
- * launches per pass, for --profile-out). */
+/* The plan's kernel library file, and the format of a stage's launch list,
+ * stageN.launch.json: what the runtime replays, in order, for a pass (codegen/cgen_cuda*.c
+ * write it, runtime/cuda/exec/cuda_exec_list.c reads it; history: docs/gpu.md):
+ *
+ *   { "format": 6, "source", "hash" (of the .cu), "library": {"source": "kernels.cu", "hash"},
+ *     "block": 256, "nvrtc_options": [], "gemm_dtype": GemmType's name (fp32|tf32|bf16),
+ *     "mixed_precision": "none"|"bf16-fp32-master", "blocks": {params, grads, stash, work,
+ *     inputs, boundary, cuda_scratch[, params_bf16]: bytes}, "cuda_scratch": {bad_ids (u64
+ *     counter of out-of-range ids), ce_nvalid, loss, microbatch_key (u32, written by the
+ *     runtime before every pass), ce_rows[, bf16_staging]: offsets}, "loss": {buf, offset}
+ *     | null, "kernels": [names], "forward": [entry], "backward": [entry], "segments" }
+ *   entry: {"op": id - the pass's smallest op id, "kernel": name, "module": "library"|"stage",
+ *           "grid", "block", "shared": bytes, "args": [arg]}
+ *       or {"op": id, "gemm": {transa, transb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C:
+ *           pointer, dtype[, epilogue, bias, bias_accumulate, aux, ldaux]}}: a GpuGemm, below
+ *   arg:   {"type": "ptr", "buf": block name|null, "offset", "bytes"}
+ *          {"type": "i32"|"i64"|"u32"|"u64"|"f32"|"f64", "value": v}
+ *          {"type": ..., "runtime": "seed"|"training"|"dropout_p" (0 when not training)
+ *                        |"rng_base" (the stage's program.cuda.rng_base + "value")}
+ * A pointer is its block's base for the pass (the microbatch's stash slot, the weight
+ * version it uses) plus offset; "bytes" is the most the kernel touches from there.
+ * Argument types are exactly the kernel's parameter types. Nothing in a list names its
+ * stage or microbatch, so stages with one program share it and a pass's launches are
+ * the same for every microbatch (a runtime may replay them as one CUDA graph). */
 #define CODEGEN_CUDA_LIBRARY "kernels.cu"
 #define CODEGEN_CUDA_LIST_FORMAT 6
 
@@ -154,6 +171,56 @@ typedef enum GemmEpilogue {
 const char *gemm_epilogue_name(GemmEpilogue k);
 /* The kind spelled `name`; false when there is none. */
 bool gemm_epilogue_parse(const char *name, GemmEpilogue *out);
+
+/* ---- the GPU's vocabulary: one set of names for the launch lists pd2bwc writes, the
+ * runtime's launch-list interpreter, its devices (a GPU, the emulator) and the CUDA
+ * backend (docs/development.md, "Names"). ------------------------------------------ */
+
+/* A device address: an arena base plus a byte offset (a CUdeviceptr on a GPU). */
+typedef uint64_t GpuPtr;
+
+/* A GEMM's element and compute types: pd2bwc --precision, the launch list's "dtype" and
+ * what cuBLAS runs. */
+typedef enum GemmType {
+  GEMM_PLAN,     /* as the launch list says: pd2bwrun --gemm's "no override" (PipeOptions.gemm) */
+  GEMM_FP32,     /* float32 operands and arithmetic (bit-comparable to the CPU) */
+  GEMM_TF32,     /* float32 operands, TF32 tensor cores, float32 accumulation */
+  GEMM_BF16,     /* A, B bfloat16 (uint16 bits), C float32, float32 accumulation. In a launch
+                    list: mixed precision with float32 master weights, cast launches
+                    (pkc_cast_f32_to_bf16, round to nearest even) make the operands'
+                    bfloat16 copies in cuda_scratch; every other kernel stays float32 */
+  GEMM_BF16_OUT, /* A, B, C bfloat16, float32 accumulation (cuBLAS only: the GPU op checks) */
+  GEMM_TYPE_COUNT
+} GemmType;
+
+/* "plan", "fp32", "tf32", "bf16", "bf16_out": the launch list's "dtype", plan.json's
+ * and pd2bwc --precision's spelling (of fp32, tf32 and bf16). */
+const char *gemm_type_name(GemmType t);
+/* A launch list's dtype: fp32, tf32 or bf16 only; false for any other name. */
+bool gemm_type_parse(const char *name, GemmType *out);
+
+/* A GEMM's epilogue with its operands, in the runtime (its launch-list entry resolved). */
+typedef struct GpuEpilogue {
+  GemmEpilogue kind;
+  GpuPtr bias;  /* bias, gelu_aux_bias: the vector added (N floats); bgradb: the bias
+                   gradient written, or added to when bias_acc */
+  int bias_acc; /* bgradb: 1 adds into bias */
+  GpuPtr aux;   /* gelu_aux_bias: the pre-GELU output written; dgelu: the pre-GELU input */
+  int ldaux;    /* aux's leading dimension (floats), a multiple of 8 */
+} GpuEpilogue;
+
+/* One GEMM as a device runs it, its operands resolved to addresses: row-major
+ * C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn's semantics: ta, tb transpose A, B as
+ * stored; leading dimensions in elements), A and B bfloat16 for GEMM_BF16 (C too for
+ * GEMM_BF16_OUT), else float32; then ep (kind GEMM_EPI_NONE: no epilogue). */
+typedef struct GpuGemm {
+  GemmType type;
+  int ta, tb, M, N, K;
+  float alpha, beta;
+  GpuPtr A, B, C;
+  int lda, ldb, ldc;
+  GpuEpilogue ep;
+} GpuGemm;
 
 /* ---- the hash of program texts (plan.json's "hash" fields, the cache keys) --------- */
 

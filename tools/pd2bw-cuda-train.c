@@ -8,11 +8,11 @@
  *                    [--reference [--reference-tol X]] [--kernel-profile FILE]
  *                    [--trace FILE] [--profile-out FILE] [--timeout S] [-q]
  *
- * pd2bwrun --backend cuda (cuda_exec_main, the same command line: tools/run_args.c) with
+ * pd2bwrun --backend cuda (cx_main, the same command line: tools/run_args.c) with
  * the flags scripts/gpu-check.sh adds: --gemm, --bench-gemm, --kernel-profile. Without a
  * GPU driver it prints "cuda backend: no CUDA driver found (...); use --backend cpu" and
  * exits 1. */
-#include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "tools/run_args.h"
 
 static const char usage[] =
@@ -60,5 +60,5 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (a.o.steps == 0) return fail("--steps needs an integer from 1 to 4611686018427387903, got '0'");
   if (a.o.eval_every && !a.o.val_path) return fail("--eval-every needs --val-data");
-  return run_exit_status(cuda_exec_main("pd2bw-cuda-train", a.plan, &a.o));
+  return run_exit_status(cx_main("pd2bw-cuda-train", a.plan, &a.o));
 }

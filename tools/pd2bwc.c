@@ -225,15 +225,15 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
-static CgenGemmDtype gemm_dtype(PlanPrecision p) {
+static GemmType gemm_dtype(PlanPrecision p) {
   switch (p) {
-  case PPR_TF32: return CGEN_GEMM_TF32;
-  case PPR_FP32: return CGEN_GEMM_FP32;
-  case PPR_BF16: return CGEN_GEMM_BF16;
+  case PPR_TF32: return GEMM_TF32;
+  case PPR_FP32: return GEMM_FP32;
+  case PPR_BF16: return GEMM_BF16;
   case PPR_COUNT: break;
   }
   PD_CHECK(0, "precision %d", (int)p);
-  return CGEN_GEMM_TF32;
+  return GEMM_TF32;
 }
 
 static cJSON *shape_json(const Shape *s) {

@@ -6,14 +6,12 @@
  * This file dispatches (the command line is run_args.c's, shared with pd2bw-cuda-train).
  * Every CPU plan runs on the pipeline executor (runtime/pipeline/pipeline.h
  * pipeline_main): one rank per stage replica, as threads (--transport local, the
- * default) or MPI processes (mpirun ... --transport mpi); a one-stage plan is one rank,
- * which computes what the one-stage trainer (runtime/exec/exec_one.c) does, and is
- * reported in its words. Every failure the user can cause (a missing plan, a bad flag,
- * a data file that does not fit the model, a checkpoint of another model) ends with one
- * line naming the file and exit status 1. --val-data/--eval-every and --init mean the
- * same on both executors: the pipelined validation loss is the one-stage trainer's on
- * PLAN_DIR/reference for the same weights (runtime/pipeline/pipeline_eval.h). */
-#include "runtime/cuda/exec/cuda_exec.h"
+ * default) or MPI processes (--transport mpi); a one-stage plan is one rank, reported
+ * in the one-stage trainer's words (runtime/pipeline/pipeline_one.c). Every failure the
+ * user can cause ends with one line naming the file and exit status 1. --val-data,
+ * --eval-every and --init mean the same on both executors: the pipelined validation
+ * loss is the one-stage trainer's on PLAN_DIR/reference for the same weights. */
+#include "runtime/cuda/pipe/cuda_pipe.h"
 #include "runtime/core/runtime.h"
 
 #include <string.h>
@@ -82,10 +80,10 @@ int main(int argc, char **argv) {
     a.o.nccl = a.transport && strcmp(a.transport, "nccl") == 0;
     /* checkpoints and validation: runtime/cuda/exec/cuda_exec.h says which modes take them */
     /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
-     * options) and --transport nccl's MPI one (cuda_pipe_nccl_launch) */
+     * options) and --transport nccl's MPI one (cx_pipe_nccl_launch) */
     if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
     if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
-    return run_exit_status(cuda_exec_main("pd2bwrun", a.plan, &a.o));
+    return run_exit_status(cx_main("pd2bwrun", a.plan, &a.o));
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
   if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */

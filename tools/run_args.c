@@ -120,7 +120,7 @@ static int take(const char *prog, int c, RunArgs *a) {
       snprintf(msg, sizeof msg, "--gemm takes fp32 or tf32, got '%s'", optarg);
       return rt_fail(prog, msg);
     }
-    a->o.gemm = strcmp(optarg, "fp32") == 0 ? CX_GEMM_FP32 : CX_GEMM_TF32;
+    a->o.gemm = strcmp(optarg, "fp32") == 0 ? GEMM_FP32 : GEMM_TF32;
     return 0;
   default: return 3;
   }

@@ -1,6 +1,6 @@
 /* tools/run_args.h — the command line of pd2bwrun and pd2bw-cuda-train: one parser for
  * the one option struct they both fill (runtime/pipeline/pipeline.h PipeOptions, which
- * runtime/cuda/exec/cuda_exec.h calls CudaExecOptions), so a flag both take is read,
+ * runtime/cuda/exec/cuda_exec.h calls CxOptions), so a flag both take is read,
  * checked and worded the same way in both. Each tool keeps its own usage text and what
  * it does with the result. */
 #ifndef PD2BW_TOOLS_RUN_ARGS_H

@@ -22,7 +22,7 @@
 #include "runtime/io/io.h"
 
 static const char *const names[] = {"fp32", "tf32", "bf16"};
-static const CxGemmType types[] = {CX_GEMM_FP32, CX_GEMM_TF32, CX_GEMM_BF16};
+static const GemmType types[] = {GEMM_FP32, GEMM_TF32, GEMM_BF16};
 static const int ms[] = {512, 1024, 2048, 4096, 8192, 16384};
 static const int nks[] = {2048, 8192};
 enum { NM = sizeof ms / sizeof ms[0], NNK = sizeof nks / sizeof nks[0] };
@@ -36,7 +36,7 @@ enum { NW = sizeof widths / sizeof widths[0], NP = sizeof proj / sizeof proj[0],
 static void device_rates(CxDeviceOps *ops, double *copy_gbs, double *launch_us) {
   char err[512];
   const size_t half = (size_t)1 << 30;
-  CxPtr base;
+  GpuPtr base;
   *copy_gbs = *launch_us = 0;
   if (!ops->streams(ops->dev, 1, err, sizeof err) || !ops->alloc(ops->dev, 2 * half, &base, err, sizeof err)) {
     fprintf(stderr, "gemm_sweep: device rates: %s\n", err);

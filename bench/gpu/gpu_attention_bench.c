@@ -106,15 +106,15 @@ int main(int argc, char **argv) {
   int C = NH * hs;
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, rows = (size_t)B * NH * T;
   size_t bytes = nq * 2 + no * 2 + no * 4 + nq * 4 + rows * 8 + no * 4 + 5 * 256 + 256;
-  CudaPtr base;
+  GpuPtr base;
   if (!cuda_arena_create(dev, bytes, &base, err, sizeof err)) {
     fprintf(stderr, "gpu_attention_bench: %s\n", err);
     return 2;
   }
-  CudaPtr q16 = base, y16 = (q16 + nq * 2 + 255) & ~255ull, out = (y16 + no * 2 + 255) & ~255ull;
-  CudaPtr dqkv = (out + no * 4 + 255) & ~255ull, work = (dqkv + nq * 4 + 255) & ~255ull;
-  CudaPtr lse = work, D = work + rows * 4, y32 = (work + rows * 8 + 255) & ~255ull;
-  CudaPtr mb = (y32 + no * 4 + 255) & ~255ull;
+  GpuPtr q16 = base, y16 = (q16 + nq * 2 + 255) & ~255ull, out = (y16 + no * 2 + 255) & ~255ull;
+  GpuPtr dqkv = (out + no * 4 + 255) & ~255ull, work = (dqkv + nq * 4 + 255) & ~255ull;
+  GpuPtr lse = work, D = work + rows * 4, y32 = (work + rows * 8 + 255) & ~255ull;
+  GpuPtr mb = (y32 + no * 4 + 255) & ~255ull;
   unsigned long long s = 12345;
   unsigned short *hq = rand_bf16(nq, &s), *hy = rand_bf16(no, &s);
   unsigned mbkey = 0;

@@ -65,13 +65,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   double t_init = now_ms() - t0;
-  CudaPtr base;
+  GpuPtr base;
   size_t bytes = count * 4;
   if (!cuda_arena_create(dev, 3 * bytes + 512, &base, err, sizeof err)) {
     printf("gpu_nccl_check: %s\n", err);
     return 2;
   }
-  CudaPtr a = base, b = (base + bytes + 255) & ~255ull, d64 = (b + bytes + 255) & ~255ull;
+  GpuPtr a = base, b = (base + bytes + 255) & ~255ull, d64 = (b + bytes + 255) & ~255ull;
   float *h = malloc(bytes), *back = malloc(bytes);
   for (size_t i = 0; i < count; i++) h[i] = (float)(i % 1000) * 0.5f - 7.25f;
   cuda_memcpy_htod(dev, a, h, bytes);

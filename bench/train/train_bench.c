@@ -16,7 +16,6 @@
 #include "build_models.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/core/runtime.h"
 #include "runtime/pipeline/pipeline.h"
 
 #include <ftw.h>

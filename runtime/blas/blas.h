@@ -1,13 +1,13 @@
-/* runtime/blas/blas.h — the one small BLAS interface of pd2bw.
- *
- * What this folder (runtime/blas/, library pd2bw_blas) owns: blas.c, pd_sgemm over
- * BLIS or OpenBLAS, and the choice between them (CMakeLists.txt finds them).
- *
- * Every GEMM of the CPU backend goes through pd_sgemm: the kernels in
+/* runtime/blas/blas.h — the one small BLAS interface of pd2bw (pd2bw_blas: blas.c).
+ * Every GEMM of the CPU backend goes through pd_sgemm: the kernels of
  * kernels/cpu_kernels.h call it through their pk_sgemm_fn hook (the runtime passes
- * &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS header. So the
- * library is chosen in one place, once per process (blas.c says how; docs/kernels.md),
- * and a binary built on one machine runs the right kernels on another. */
+ * &pd_sgemm to each stage .so), and nothing else in pd2bw includes a BLAS header.
+ * Behind it (bench/sgemm/RESULTS.md has the measurements): BLIS when the build finds
+ * it, OpenBLAS otherwise. BLIS picks its kernels for the CPU it runs on (cpuid), so a
+ * binary built on one machine runs the right kernels on another; where BLIS 0.9.0
+ * cannot (an AVX-512 CPU it files under 'haswell'), pd_sgemm switches to OpenBLAS
+ * loaded with dlopen. PD2BW_BLAS=openblas|blis overrides the choice, made once per
+ * process at pd_blas_init or the first GEMM (pd_blas_name says which). */
 #ifndef PD2BW_BLAS_H
 #define PD2BW_BLAS_H
 
@@ -22,11 +22,12 @@
 void pd_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it, choosing
- * the library. Call once per process, before the first GEMM and before the process starts
- * other threads (it may setenv OPENBLAS_CORETYPE), with nthreads = the host's cores
- * divided by the ranks it runs (so ranks never oversubscribe); later calls change the
- * count. */
+/* Sets the library's thread count (>= 1; values < 1 mean 1) and initialises it.
+ * Call once per process, before the first GEMM and before the process starts other
+ * threads (it may setenv OPENBLAS_CORETYPE), with the host's cores divided by the
+ * ranks it runs (so ranks never oversubscribe); later calls change the count. Without
+ * it pd_sgemm works on the library's default threads. pd_sgemm may be called from
+ * many threads at once (each rank of the local transport is one). */
 void pd_blas_init(int nthreads);
 /* quiet (pd2bwrun -q): no note on which library was chosen; warnings still print.
  * Before pd_blas_init. */
@@ -35,7 +36,7 @@ void pd_blas_set_quiet(int quiet);
 /* Whether the library runs GEMMs on a thread pool of its own, beside OpenMP's
  * (OpenBLAS's pthread build; BLIS here is its OpenMP build, which shares OpenMP's).
  * Two pools on the same cores spin against each other: a rank then gives the stage
- * program's OpenMP loops one thread (pipeline_main.c pipe_rank_threads). */
+ * program's OpenMP loops one thread (pipeline_run.c pipe_rank_threads). */
 int pd_blas_own_pool(void);
 
 /* What was picked (at pd_blas_init or the first GEMM):

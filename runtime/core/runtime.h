@@ -1,28 +1,13 @@
-/* runtime/core/runtime.h — the runtime's core: load a plan and train it.
- *
- * What this folder (runtime/core/, library pd2bw_runtime) owns:
- *   stage_cc.c     a generated stageN.c turned into loaded code (cc, cache, dlopen)
- *   run_capture.c  running a program from an argument vector, output captured
- *   plan_read.c    plan.json back into the structs below
- *   json_read.c/h  reading plan.json with errors that name the file, key and value
- *   trainer.c      what every executor shares about parameters: initial values, the
- *                  learning rate of a step, the checkpoint format
- *   log.c          what a training run prints (console lines, --log-json)
- *   console.c      the one format of a training step
- * The other folders of runtime/ (runtime/CMakeLists.txt lists them) build on this one.
- *
- * runtime/ owns everything that happens after the compiler: reading plan.json, compiling
- * each stage's generated C with the system compiler (cached on disk, loaded with
- * dlopen), allocating a stage's arena once, initialising parameters, running the
- * training loop (forward, backward, gradient accumulation over microbatches, clipping,
- * the optimizer, the learning-rate schedule), evaluation, checkpoints, logs, and the
- * data, tokenizer and checkpoint files (runtime/io/io.h) and the BLAS (runtime/blas/blas.h).
- *
- * Promises: nothing in the training loop allocates; a user's mistake (a missing or
- * corrupt plan, a stage file that does not compile, an ABI mismatch, a data or
- * checkpoint file that does not match) comes back as a one-line message naming the
- * file, never a crash; files we write appear whole or not at all.
- */
+/* runtime/core/runtime.h — the runtime's core (pd2bw_runtime, the lowest layer of the
+ * executors: runtime/CMakeLists.txt): plan.json read back into the structs below
+ * (plan_read.c, with json_read.c's errors naming the file, key and value), a stage's
+ * generated C compiled with the system compiler, cached on disk and dlopen()ed
+ * (stage_cc.c, run_capture.c), what every executor shares about parameters (trainer.c:
+ * initial values, the learning rate of a step, the checkpoint format) and what a run
+ * prints (log.c, console.c). Promises: nothing in a training loop allocates; a user's
+ * mistake (a missing or corrupt plan, a stage that does not compile, an ABI mismatch,
+ * a data or checkpoint file that does not match) is a one-line message naming the
+ * file, never a crash; files we write appear whole or not at all. */
 #ifndef PD2BW_RUNTIME_H
 #define PD2BW_RUNTIME_H
 
@@ -160,17 +145,6 @@ void rt_plan_free(RtPlan *p);
  * counter holding FNV-1a(name) and e/2, so any partition draws identical weights. */
 void rt_init_param(float *w, const RtParam *p, uint64_t seed);
 
-/* ---- the one-stage trainer (runtime/exec/exec_one.c) ------------------------------ */
-typedef struct Trainer Trainer;
-
-typedef struct TrainerOptions {
-  uint64_t seed;     /* overrides the plan's seed (and a checkpoint's) when seed_set */
-  bool seed_set;
-  const char *data_path; /* named in the out-of-range token id message; NULL: none */
-  struct ExecDevice *device; /* the device to train on (runtime/exec/exec.h), not owned;
-                                NULL: the CPU's */
-} TrainerOptions;
-
 typedef struct StepStats {
   double loss;      /* mean over the step's microbatches */
   const double *mb_loss; /* each microbatch's loss, in order (m of them; the trainer's
@@ -185,33 +159,6 @@ typedef struct StepStats {
                         trainer's storage; the trainer is then spent. */
 } StepStats;
 
-/* Loads stage 0 of a one-stage plan as a plan with d = 1 and w = 1 for the
- * interpreter (runtime/exec/exec.h), allocates its arena in the compiler's layout and
- * initialises the parameters (AdamW state zeroed). The update rule follows
- * RtPlan.delayed: vanilla (gpipe/1f1b), or one step delayed for 2bw (two weight
- * versions). NULL with a message on error. */
-Trainer *trainer_create(const RtPlan *p, const TrainerOptions *o, char *err, size_t errlen);
-void trainer_destroy(Trainer *t);
-const RtStage *trainer_stage(const Trainer *t);
-/* The params block (float32, the newest version), for tests and checkpoints; the
- * last step's gradient (a copy: the step clears the gradient block). Both the CPU
- * device's only (TrainerOptions.device NULL; with a device: trainer_read_params, and
- * trainer_grads is NULL). */
-float *trainer_params(Trainer *t);
-/* The newest weights copied into dst (params-block bytes) through the trainer's
- * device (TrainerOptions.device: trainer_params is the CPU device's memory). */
-void trainer_read_params(Trainer *t, float *dst);
-float *trainer_grads(Trainer *t);
-int64_t trainer_step_index(const Trainer *t); /* updates done so far */
-double trainer_flops_per_step(const Trainer *t);
-
-/* One update from batch `step` of the data (its m microbatches, b samples each): the
- * loader must have been created with batch = b·m and the plan's T. out->error says
- * whether a per-step check stopped it. */
-void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
-/* Mean loss over batches first .. first + nbatches - 1 of `data`, dropout off, on
- * the newest weights. */
-double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches);
 /* Learning rate of step s (0-based) under the plan's schedule. */
 double rt_lr_at(const TrainConfig *c, int64_t s);
 /* The divergence check of every mode: false with its one message ("the loss is nan at
@@ -219,18 +166,14 @@ double rt_lr_at(const TrainConfig *c, int64_t s);
  * not finite. */
 bool rt_loss_ok(double loss, int64_t s, char *msg, size_t n);
 
+
 /* Checkpoints: params under their names, AdamW state as "opt.m.<name>" and
  * "opt.v.<name>", for 2bw the older weight version as "prev.<name>"; metadata
- * step, seed, model, data_position (samples consumed). Written atomically. */
-bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen);
-bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen);
-/* Parameters only, from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
-bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen);
-
-/* trainer_save's and trainer_init_from's work (a resume is the pipelines' reader,
+ * step, seed, model, data_position (samples consumed). Written atomically.
+ * trainer_save's and trainer_init_from's work (a resume is the pipelines' reader,
  * runtime/pipeline pipe_rank_resume) on a one-stage training state in host memory, each block laid out
  * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
- * GPU's blocks copied to the host (runtime/exec/exec_one.c: the device's download), so both write
+ * GPU's blocks copied to the host (runtime/pipeline/pipeline_one.c: the device's download), so both write
  * and read one format. prev: 2bw's older version, NULL for one version. */
 typedef struct RtCkptBlocks {
   const RtPlan *plan;
@@ -298,8 +241,5 @@ void rt_log_set_plain(RtLog *l);
 bool rt_log_finish(RtLog *l, char *err, size_t errlen);
 const char *rt_log_error(const RtLog *l);
 void rt_log_close(RtLog *l); /* frees l (NULL is fine); after rt_log_finish, or on a failed run */
-
-/* ---- pipelines (pipeline*.c): several stages and replicas, threads or MPI ----- */
-#include "runtime/pipeline/pipeline.h"
 
 #endif

@@ -2,7 +2,7 @@
  * deterministic initial values, the learning rate of a step, and the checkpoint format
  * (read and written from one stage's params and optimizer blocks in host memory).
  * The one-stage trainer itself is a d = 1, w = 1 plan run by the interpreter
- * (runtime/exec/exec_one.c). */
+ * (runtime/pipeline/pipeline_one.c). */
 #include "runtime/core/runtime.h"
 
 #include <errno.h>

@@ -1,47 +1,24 @@
-/* runtime/cuda/cuda_backend.h — the CUDA backend of pd2bw: NVRTC, the device, NCCL.
- *
- * This folder owns everything that touches NVIDIA software:
- *  - cuda_kernels.cuh: the CUDA kernel of every primitive op (the text the CUDA code
- *    generator writes into a plan's kernel library, kernels.cu; embedded as
- *    pkc_kernels_src.h), on cuda_helpers.cuh: the device helpers, which each
- *    stageN.cu also starts with (pkc_helpers_src.h);
- *  - nvrtc_compile.c: CUDA C source -> cubin for one architecture, with NVRTC, cached
- *    on disk;
- *  - cuda_device.c: one GPU through the driver API (context, the stage's arena,
- *    modules, launches, copies, streams, events, CUDA graph capture and replay) and
- *    GEMMs through cuBLAS;
- *  - cuda_lt.c: GEMMs with epilogues (bias, GELU, their gradients) through cuBLASLt;
- *  - nccl_transport.c: NCCL communicators, point-to-point and all-reduce.
- * Its subfolders hold the GPU executors, built with or without the toolkit (they reach
- * this library only through tables of functions): exec/ (the launch-list trainer,
- * exec/cuda_exec.h) and pipe/ (the pipeline executor, pipe/cuda_pipe.h).
- *
- * What it promises: NOTHING here is linked against a CUDA library. libnvrtc, libcuda,
- * libcublas, libcublasLt and libnccl are opened with dlopen the first time they are needed, so a
- * pd2bw binary built with the toolkit starts on a machine without a GPU driver (where
- * the toolkit ships only a stub libcuda, and linking it would stop the binary from
- * loading at all: DESIGN.md §5). Asking for the backend there gives a clear message,
- * "cuda backend: no CUDA driver found (libcuda.so.1: ...); use --backend cpu", never a
- * crash. NVRTC needs no driver: compiling works on any machine with the toolkit,
- * which is how CI checks every generated stageN.cu without a GPU.
- *
- * Two error channels (STYLE.md): what the environment or the user got wrong (no
- * driver, no device, a source that does not compile, a plan too big for the GPU)
- * comes back as false/NULL with a message; a failed CUDA/cuBLAS/NCCL call during
- * normal operation is a bug or a broken machine and stops through pd_fatal, naming
- * the call, file, line and the library's error name.
- *
- * Libraries are found as: $PD2BW_LIBCUDA / $PD2BW_LIBNVRTC / $PD2BW_LIBCUBLAS /
- * $PD2BW_LIBCUBLASLT / $PD2BW_LIBNCCL (a path, for tests and odd installs), else the soname through the
- * loader's search path, else the toolkit's lib64 directory this build was configured
- * with.
- */
+/* runtime/cuda/cuda_backend.h — the CUDA backend (pd2bw_cuda): NVRTC (nvrtc_compile.c:
+ * source to cubin, cached on disk), one GPU through the driver API (cuda_device.c: arena,
+ * modules, launches, copies, streams, events, graphs; GEMMs through cuBLAS, with
+ * epilogues through cuBLASLt, cuda_lt.c) and NCCL (nccl_transport.c). Its types are
+ * contract/contract.h's GPU vocabulary; runtime/cuda/exec/ reaches it only through a
+ * table (cuda_exec_dev.c). Promise: NOTHING here links a CUDA library: libcuda, libnvrtc,
+ * libcublas(Lt) and libnccl are dlopen()ed on first use ($PD2BW_LIBCUDA, ...; else the
+ * soname; else the configured toolkit's lib64), so a binary starts without a GPU driver
+ * and asking for the backend there says "cuda backend: no CUDA driver found (...); use
+ * --backend cpu" (DESIGN.md §5); NVRTC needs no driver, so CI compiles every stageN.cu.
+ * Errors: what the user or machine got wrong (no driver or device, a source that does
+ * not compile, too little memory) is false/NULL with a message; a failed call in normal
+ * operation stops through pd_fatal naming the call, file, line and the library's error. */
 #ifndef PD2BW_CUDA_BACKEND_H
 #define PD2BW_CUDA_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "contract/contract.h" /* GpuPtr, GemmType, GpuEpilogue: the GPU's vocabulary */
 
 /* ===== NVRTC: source -> cubin ================================================= */
 
@@ -84,8 +61,6 @@ bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name);
 typedef struct CudaDev CudaDev;
 typedef struct CudaModule CudaModule;
 typedef struct CudaEvent CudaEvent;
-/* A device address (CUdeviceptr). Offsets from the arena base are plain adds. */
-typedef uint64_t CudaPtr;
 /* Opaque kernel handle (a CUfunction). */
 typedef struct CudaKernel CudaKernel;
 
@@ -102,14 +77,6 @@ typedef enum CudaStreamId {
  * replica): ids CUDA_NSTREAMS .. n-1 are created by cuda_streams_ensure and used like
  * the named ones. */
 #define CUDA_MAX_STREAMS 64
-
-/* GEMM operand and compute types (cuda_gemm). */
-typedef enum CudaGemmType {
-  CUDA_GEMM_F32,     /* A, B, C float32; float32 arithmetic (CUBLAS_COMPUTE_32F) */
-  CUDA_GEMM_TF32,    /* A, B, C float32; TF32 tensor cores, float32 accumulation */
-  CUDA_GEMM_BF16,    /* A, B bfloat16; C float32; float32 accumulation */
-  CUDA_GEMM_BF16_OUT /* A, B, C bfloat16; float32 accumulation */
-} CudaGemmType;
 
 /* True when cuBLAS can be loaded and has every function pd2bw calls (needs no GPU);
  * false with a message. cuda_dev_create checks this itself. */
@@ -130,7 +97,7 @@ void cuda_dev_make_current(const CudaDev *d);
 
 /* The stage's arena: allocated ONCE per device (the memory plan says how big); a
  * second call is a bug. false with a message when the GPU has too little memory. */
-bool cuda_arena_create(CudaDev *d, size_t bytes, CudaPtr *base, char *err, size_t errlen);
+bool cuda_arena_create(CudaDev *d, size_t bytes, GpuPtr *base, char *err, size_t errlen);
 
 /* Loads a cubin (from cuda_nvrtc_compile). NULL with a message on failure (a cubin
  * for another architecture, a corrupt image). */
@@ -140,54 +107,28 @@ CudaKernel *cuda_module_kernel(CudaModule *m, const char *name);
 void cuda_module_unload(CudaModule *m);
 
 /* Launches k with a 1-D grid on stream s. args: one pointer per kernel parameter, to
- * a value of exactly the parameter's type (CudaPtr for a pointer). Asynchronous. */
+ * a value of exactly the parameter's type (GpuPtr for a pointer). Asynchronous. */
 void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid, unsigned block,
                  void **args);
 
-/* Row-major GEMM on stream s, the semantics of pk_sgemm_fn (cpu_kernels.h):
- *     C[M,N] = alpha·op(A)·op(B) + beta·C,  ta/tb != 0 transpose A/B as stored,
- * with element types by `type`. Asynchronous. */
-void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
-               float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc);
+/* GEMM g on stream s (contract/contract.h GpuGemm), asynchronously: cuBLAS, or with an
+ * epilogue ONE cuBLASLt matmul (runtime/cuda/cuda_lt.c: the same types and operand swap,
+ * the stream's cuBLAS workspace; a shape or layout cuBLASLt has no algorithm for stops
+ * with a message naming pd2bwc --gemm-epilogues off). */
+void cuda_gemm(CudaDev *d, CudaStreamId s, const GpuGemm *g);
 
-/* cuBLASLt epilogues of cuda_gemm_epilogue, in cuda_gemm's row-major terms
- * (contract/contract.h GemmEpilogue describes each). */
-typedef enum CudaEpilogueKind {
-  CUDA_EPI_NONE,
-  CUDA_EPI_BIAS,          /* C += bias[N] per row */
-  CUDA_EPI_GELU_AUX_BIAS, /* aux = C + bias, C = gelu(aux); beta 0 */
-  CUDA_EPI_DGELU,         /* C *= gelu'(aux); beta 0 */
-  CUDA_EPI_BGRADB         /* bias[N] (+)= Σ_k op(B)[k, :] */
-} CudaEpilogueKind;
-
-typedef struct CudaEpilogue {
-  CudaEpilogueKind kind;
-  CudaPtr bias;  /* float32 [N]: added, or (BGRADB) the bias gradient */
-  int bias_acc;  /* BGRADB: add into bias (cuBLASLt writes a temporary, then cuBLAS adds it) */
-  CudaPtr aux;   /* float32 [M, ldaux]: GELU_AUX_BIAS writes it, DGELU reads it */
-  int ldaux;     /* a multiple of 8 */
-} CudaEpilogue;
-
-/* True when cuBLASLt can be loaded with every function cuda_gemm_epilogue calls (no
+/* True when cuBLASLt can be loaded with every function an epilogue's GEMM calls (no
  * GPU needed); false with a message. */
 bool cuda_lt_available(char *err, size_t errlen);
 
-/* cuda_gemm followed by epilogue ep, as ONE cuBLASLt matmul (runtime/cuda/cuda_lt.c):
- * the same types and operand swap, the stream's cuBLAS workspace. A shape or layout
- * cuBLASLt has no algorithm for stops with a message naming pd2bwc --gemm-epilogues
- * off. Asynchronous. */
-void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
-                        float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc,
-                        const CudaEpilogue *ep);
-
 /* Copies (synchronous with respect to the host; they order after all earlier work
  * on the default stream, so synchronise the streams first). */
-void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes);
-void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes);
+void cuda_memcpy_htod(CudaDev *d, GpuPtr dst, const void *src, size_t bytes);
+void cuda_memcpy_dtoh(CudaDev *d, void *dst, GpuPtr src, size_t bytes);
 /* Zeroes bytes at p on stream s (asynchronous). */
-void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes);
+void cuda_memset0(CudaDev *d, CudaStreamId s, GpuPtr p, size_t bytes);
 /* Copies bytes from src to dst (device memory, no overlap) on stream s (asynchronous). */
-void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, CudaPtr dst, CudaPtr src, size_t bytes);
+void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, GpuPtr dst, GpuPtr src, size_t bytes);
 /* Makes streams 0 .. n-1 exist (non-blocking, like the named ones). false with a
  * message when n > CUDA_MAX_STREAMS. */
 bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen);
@@ -251,10 +192,10 @@ void nccl_comm_destroy(NcclComm *c);
 void nccl_group_start(NcclComm *c);
 void nccl_group_end(NcclComm *c);
 /* `stream` is the CUstream/cudaStream_t to issue on (CxDeviceOps.native_stream). */
-void nccl_send(NcclComm *c, void *stream, CudaPtr buf, size_t count, NcclDtype t, int peer);
-void nccl_recv(NcclComm *c, void *stream, CudaPtr buf, size_t count, NcclDtype t, int peer);
+void nccl_send(NcclComm *c, void *stream, GpuPtr buf, size_t count, NcclDtype t, int peer);
+void nccl_recv(NcclComm *c, void *stream, GpuPtr buf, size_t count, NcclDtype t, int peer);
 /* In-place sum over the group (send == recv allowed). */
-void nccl_allreduce_sum(NcclComm *c, void *stream, CudaPtr send, CudaPtr recv, size_t count,
+void nccl_allreduce_sum(NcclComm *c, void *stream, GpuPtr send, GpuPtr recv, size_t count,
                         NcclDtype t);
 /* Non-blocking health check for the bounded-time failure rule: false (with a
  * message) when NCCL reports an asynchronous error on the communicator. */

@@ -1,20 +1,14 @@
-/* runtime/cuda/cuda_device.c — one GPU through the driver API, GEMMs through cuBLAS.
- *
- * The driver (libcuda.so.1) and cuBLAS are dlopen()ed when a device is first asked
- * for (cuda_internal.h says why and how the symbols are named). The device uses the
- * primary context of its ordinal: cuBLAS works through the runtime API, which uses
- * that same context, so driver-launched kernels and cuBLAS GEMMs share memory and
- * streams without any interop.
- *
+/* runtime/cuda/cuda_device.c — one GPU through the driver API, GEMMs through cuBLAS. The
+ * driver and cuBLAS are dlopen()ed when a device is first asked for (cuda_internal.h).
+ * The device uses its ordinal's primary context, which cuBLAS's runtime API uses too, so
+ * driver-launched kernels and cuBLAS GEMMs share memory and streams without interop.
  * Memory: the stage's arena is the one big cuMemAlloc (cuda_arena_create); modules,
  * streams, events and cuBLAS are made at start-up. cuBLAS gets a workspace of our own
- * per stream (cuBLAS's recommendation: 32 MiB on Hopper, 4 MiB before), allocated at
- * the first GEMM on that stream and set with every GEMM (cublasSetStream resets it to
- * cuBLAS's pool): with its own pool cuBLAS would allocate while a CUDA graph is being
- * captured, and one workspace shared by streams that run at once would race. A pass
- * is run eagerly before it is ever captured (cuda_exec_list.c), so the only
- * allocations after start-up happen in the first training step.
- */
+ * per stream (32 MiB on Hopper, 4 MiB before), allocated at the stream's first GEMM and
+ * set with every GEMM (cublasSetStream resets it): with its own pool cuBLAS would
+ * allocate during a graph capture, and one workspace shared by concurrent streams would
+ * race. A pass runs eagerly before it is captured, so the only allocations after
+ * start-up happen in the first training step. */
 #include <cublas_v2.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -256,7 +250,7 @@ CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s) {
   return d->streams[s];
 }
 
-bool cuda_arena_create(CudaDev *d, size_t bytes, CudaPtr *base, char *err, size_t errlen) {
+bool cuda_arena_create(CudaDev *d, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
   PD_CHECK(!d->arena, "the stage arena is allocated once per device");
   PD_CHECK(bytes > 0);
   CUresult r = d->api->cuMemAlloc(&d->arena, bytes);
@@ -271,7 +265,7 @@ bool cuda_arena_create(CudaDev *d, size_t bytes, CudaPtr *base, char *err, size_
     return false;
   }
   d->arena_bytes = bytes;
-  *base = (CudaPtr)d->arena;
+  *base = (GpuPtr)d->arena;
   return true;
 }
 
@@ -326,43 +320,49 @@ void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid,
 /* Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands
  * and the dimensions M and N; each operand's own transpose flag carries over
  * unchanged (a row-major matrix read column-major is already its transpose). */
-CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
-                                  CudaPtr B, int ldb, CudaPtr C, int ldc) {
+CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, GpuPtr A, int lda,
+                                  GpuPtr B, int ldb, GpuPtr C, int ldc) {
   CublasGemmArgs g = {tb ? 1 : 0, ta ? 1 : 0, N, M, K, B, ldb, A, lda, C, ldc};
   return g;
 }
 
-void cuda_gemm(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
-               float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C,
-               int ldc) {
-  if (M <= 0 || N <= 0) return;
+void cuda_gemm(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
+  if (gm->ep.kind != GEMM_EPI_NONE) {
+    cuda_gemm_lt(d, s, gm);
+    return;
+  }
+  if (gm->M <= 0 || gm->N <= 0) return;
   cudaDataType ab_t = CUDA_R_32F, c_t = CUDA_R_32F;
   cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+  GemmType type = gm->type;
   switch (type) {
-  case CUDA_GEMM_F32: break;
-  case CUDA_GEMM_TF32: ct = CUBLAS_COMPUTE_32F_FAST_TF32; break;
-  case CUDA_GEMM_BF16: ab_t = CUDA_R_16BF; break;
-  case CUDA_GEMM_BF16_OUT: ab_t = c_t = CUDA_R_16BF; break;
+  case GEMM_FP32: break;
+  case GEMM_TF32: ct = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+  case GEMM_BF16: ab_t = CUDA_R_16BF; break;
+  case GEMM_BF16_OUT: ab_t = c_t = CUDA_R_16BF; break;
+  case GEMM_PLAN:
+  case GEMM_TYPE_COUNT: PD_CHECK(false, "(GEMM type %s has no cuBLAS call)", gemm_type_name(type));
   }
-  CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  CublasGemmArgs g = cuda_gemm_colmajor(gm->ta, gm->tb, gm->M, gm->N, gm->K, gm->A, gm->lda, gm->B, gm->ldb, gm->C,
+                                        gm->ldc);
   CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
   size_t ws_bytes;
-  CudaPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
+  GpuPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
   CUBLAS_CHECK(cublas_api.cublasSetWorkspace(d->blas, (void *)(uintptr_t)ws, ws_bytes));
   CUBLAS_CHECK(cublas_api.cublasGemmEx(
       d->blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
-      g.k, &alpha, (const void *)(uintptr_t)g.A, ab_t, g.lda, (const void *)(uintptr_t)g.B, ab_t,
-      g.ldb, &beta, (void *)(uintptr_t)g.C, c_t, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
+      g.k, &gm->alpha, (const void *)(uintptr_t)g.A, ab_t, g.lda, (const void *)(uintptr_t)g.B, ab_t,
+      g.ldb, &gm->beta, (void *)(uintptr_t)g.C, c_t, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
-CudaPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes) {
+GpuPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes) {
   (void)cuda_dev_stream(d, s); /* checks s */
   if (!d->ws[s]) CU_CHECK(d->api, d->api->cuMemAlloc(&d->ws[s], d->ws_bytes)); /* never while capturing: see top */
   *bytes = d->ws_bytes;
-  return (CudaPtr)d->ws[s];
+  return (GpuPtr)d->ws[s];
 }
 
-void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y) {
+void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y) {
   const float one = 1;
   CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
   CUBLAS_CHECK(cublas_api.cublasSaxpy(d->blas, n, &one, (const float *)(uintptr_t)x, 1, (float *)(uintptr_t)y, 1));
@@ -370,20 +370,20 @@ void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y) {
 
 /* ---- copies, streams, events -------------------------------------------------------- */
 
-void cuda_memcpy_htod(CudaDev *d, CudaPtr dst, const void *src, size_t bytes) {
+void cuda_memcpy_htod(CudaDev *d, GpuPtr dst, const void *src, size_t bytes) {
   if (bytes) CU_CHECK(d->api, d->api->cuMemcpyHtoD((CUdeviceptr)dst, src, bytes));
 }
 
-void cuda_memcpy_dtoh(CudaDev *d, void *dst, CudaPtr src, size_t bytes) {
+void cuda_memcpy_dtoh(CudaDev *d, void *dst, GpuPtr src, size_t bytes) {
   if (bytes) CU_CHECK(d->api, d->api->cuMemcpyDtoH(dst, (CUdeviceptr)src, bytes));
 }
 
-void cuda_memset0(CudaDev *d, CudaStreamId s, CudaPtr p, size_t bytes) {
+void cuda_memset0(CudaDev *d, CudaStreamId s, GpuPtr p, size_t bytes) {
   if (bytes)
     CU_CHECK(d->api, d->api->cuMemsetD8Async((CUdeviceptr)p, 0, bytes, cuda_dev_stream(d, s)));
 }
 
-void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, CudaPtr dst, CudaPtr src, size_t bytes) {
+void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, GpuPtr dst, GpuPtr src, size_t bytes) {
   if (bytes) CU_CHECK(d->api, cu_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
 }
 

@@ -98,25 +98,29 @@ void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file,
 typedef struct CublasGemmArgs {
   int transa, transb;
   int m, n, k;
-  CudaPtr A;
+  GpuPtr A;
   int lda;
-  CudaPtr B;
+  GpuPtr B;
   int ldb;
-  CudaPtr C;
+  GpuPtr C;
   int ldc;
 } CublasGemmArgs;
-CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, CudaPtr A, int lda,
-                                  CudaPtr B, int ldb, CudaPtr C, int ldc);
+CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, GpuPtr A, int lda,
+                                  GpuPtr B, int ldb, GpuPtr C, int ldc);
 
 /* The stream's cuBLAS workspace (cuda_device.c allocates it at its first use) and its
  * size: cuBLAS and cuBLASLt (cuda_lt.c) share it, their calls on one stream being in
  * order. */
-CudaPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes);
+GpuPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes);
 /* y[0..n) += x[0..n) (float32) on stream s, through cuBLAS (cublasSaxpy). */
-void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, CudaPtr x, CudaPtr y);
+void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y);
+/* cuda_gemm of a GEMM with an epilogue: one cuBLASLt matmul (cuda_lt.c). */
+void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *g);
 /* The cublasLtEpilogue_t that runs row-major epilogue k after cuda_gemm_colmajor's
- * operand swap (cuda_lt.c says why BGRADB becomes CUBLASLT_EPILOGUE_BGRADA). */
-int cuda_lt_epilogue_colmajor(CudaEpilogueKind k);
+ * operand swap: row-major N is column-major m, the rows of D, so the bias (length N)
+ * and aux (ld ldaux) keep their meaning, and the bias gradient of the row-major B
+ * operand is column-major A's, CUBLASLT_EPILOGUE_BGRADA (tests/cuda/test_cuda_gemm_map.c). */
+int cuda_lt_epilogue_colmajor(GemmEpilogue k);
 
 CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
 

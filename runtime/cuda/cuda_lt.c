@@ -1,33 +1,16 @@
-/* runtime/cuda/cuda_lt.c — GEMMs with epilogues through cuBLASLt (cuda_backend.h:
- * cuda_gemm_epilogue), for the launch lists of pd2bwc --gemm-epilogues on.
+/* runtime/cuda/cuda_lt.c — GEMMs with epilogues through cuBLASLt (cuda_internal.h:
+ * cuda_gemm_lt, cuda_gemm's path for pd2bwc --gemm-epilogues on).
  *
- * cuBLASLt (libcublasLt) is dlopen()ed like cuBLAS (cuda_internal.h says why and how
- * the symbols are named), the first time a GEMM with an epilogue runs. Each call
- * builds a matmul descriptor (compute type and scale type by the plan's precision:
- * fp32 CUBLAS_COMPUTE_32F, tf32 CUBLAS_COMPUTE_32F_FAST_TF32, bf16 CUBLAS_COMPUTE_32F
- * on CUDA_R_16BF A and B; C, D, the bias and the aux matrix float32 in every case),
- * sets CUBLASLT_MATMUL_DESC_EPILOGUE, _BIAS_POINTER and _EPILOGUE_AUX_POINTER/_LD,
- * asks the heuristic for one algorithm within the stream's workspace and runs it. The
- * descriptors are rebuilt per call: a pass runs eagerly once and is then replayed as
- * a CUDA graph (runtime/cuda/exec/cuda_exec_list.c), which keeps none of this host work.
- *
- * Row-major to column-major: the operands swap as for cuBLAS (cuda_gemm_colmajor),
- * so row-major N is column-major m, the rows of D: the bias vector (length N) and
- * the aux matrix (ld = ldaux) keep their meaning, and the bias gradient of the
- * row-major B operand is that of column-major A, CUBLASLT_EPILOGUE_BGRADA
- * (cuda_lt_epilogue_colmajor, unit-tested in tests/cuda/test_cuda_gemm_map.c).
- *
- * Workspace: the stream's cuBLAS workspace (cuda_dev_workspace): cuBLAS and cuBLASLt
- * calls on one stream run one after the other, so they share it, and the planner's
- * memory needs no second one. An accumulating bias gradient (every gradient of a
- * training step accumulates over its microbatches) is the one thing cuBLASLt cannot
- * do, as it only writes the vector: it writes it into the workspace's last bytes (the
- * matmul is given the rest) and cuBLAS adds it (cuda_dev_axpy).
+ * libcublasLt is dlopen()ed like cuBLAS, the first time a GEMM with an epilogue runs.
+ * Each call builds a matmul descriptor (compute type by the GEMM's type: fp32 and bf16
+ * CUBLAS_COMPUTE_32F, tf32 _FAST_TF32; C, D, the bias and aux always float32), sets the
+ * epilogue, bias and aux pointers, asks the heuristic for one algorithm within the
+ * stream's workspace and runs it. Rebuilding the descriptors per call costs nothing that
+ * matters: a pass runs eagerly once and is then replayed as a CUDA graph.
  *
  * UNTESTED on a GPU (no GPU in CI): compiled, loaded (cuda_lt_available) and its
  * mapping unit-tested; scripts/gpu-check.sh runs it and times it against the plain
- * path (docs/gpu.md).
- */
+ * path (docs/gpu.md). */
 #include <cublasLt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -82,13 +65,14 @@ bool cuda_lt_available(char *err, size_t errlen) { return cuda_lib_load(&lt_lib,
 static pthread_once_t lt_handle_once = PTHREAD_ONCE_INIT;
 static void lt_handle_create(void) { LT_CHECK(lt.cublasLtCreate(&lt_handle)); }
 
-int cuda_lt_epilogue_colmajor(CudaEpilogueKind k) {
+int cuda_lt_epilogue_colmajor(GemmEpilogue k) {
   switch (k) {
-  case CUDA_EPI_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
-  case CUDA_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
-  case CUDA_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  case CUDA_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
-  case CUDA_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADA; /* row-major B is column-major A */
+  case GEMM_EPI_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
+  case GEMM_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+  case GEMM_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  case GEMM_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+  case GEMM_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADA; /* row-major B is column-major A */
+  case GEMM_EPI_COUNT: break;
   }
   PD_CHECK(false, "(epilogue %d)", (int)k);
   return CUBLASLT_EPILOGUE_DEFAULT;
@@ -98,25 +82,28 @@ static void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a
   LT_CHECK(lt.cublasLtMatmulDescSetAttribute(desc, a, v, n));
 }
 
-static const char *const kind_names[] = {"none", "bias", "gelu_aux_bias", "dgelu", "bgradb"};
-
-void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, int tb, int M, int N, int K,
-                        float alpha, CudaPtr A, int lda, CudaPtr B, int ldb, float beta, CudaPtr C, int ldc,
-                        const CudaEpilogue *ep) {
+void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
+  GemmType type = gm->type;
+  int ta = gm->ta, tb = gm->tb, M = gm->M, N = gm->N, lda = gm->lda, ldb = gm->ldb, ldc = gm->ldc;
+  const GpuEpilogue *ep = &gm->ep;
   char err[640];
   if (!cuda_lt_available(err, sizeof err)) pd_fatal(__FILE__, __LINE__, "%s; make the plan with pd2bwc --gemm-epilogues off", err);
   pthread_once(&lt_handle_once, lt_handle_create);
   if (M <= 0 || N <= 0) return;
-  PD_CHECK(type != CUDA_GEMM_BF16_OUT, "(a bf16 output takes no epilogue)");
-  cudaDataType ab_t = type == CUDA_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  cublasComputeType_t ct = type == CUDA_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  PD_CHECK(type != GEMM_BF16_OUT, "(a bf16 output takes no epilogue)");
+  cudaDataType ab_t = type == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  cublasComputeType_t ct = type == GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, gm->K, gm->A, lda, gm->B, ldb, gm->C, ldc);
 
   size_t ws_bytes = 0;
-  CudaPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
-  CudaPtr bias = ep->bias;
-  bool add_after = ep->kind == CUDA_EPI_BGRADB && ep->bias_acc;
-  if (add_after) { /* the gradient's temporary: the workspace's last (256-aligned) bytes */
+  GpuPtr ws = cuda_dev_workspace(d, s, &ws_bytes);
+  GpuPtr bias = ep->bias;
+  bool add_after = ep->kind == GEMM_EPI_BGRADB && ep->bias_acc;
+  /* The stream's cuBLAS workspace serves cuBLASLt too (calls on one stream run in turn).
+   * An accumulating bias gradient is the one thing cuBLASLt cannot do (it only writes
+   * the vector): it writes it into the workspace's last (256-aligned) bytes, the matmul
+   * gets the rest, and cuBLAS adds it (cuda_dev_axpy). */
+  if (add_after) {
     size_t tb_bytes = ((size_t)N * 4 + 255) / 256 * 256;
     PD_CHECK(tb_bytes * 2 <= ws_bytes, "(a bias gradient of %d floats in a %zu-byte workspace)", N, ws_bytes);
     ws_bytes -= tb_bytes;
@@ -130,13 +117,13 @@ void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, i
   set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
   uint32_t epi = (uint32_t)cuda_lt_epilogue_colmajor(ep->kind);
   set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-  if (ep->kind == CUDA_EPI_BIAS || ep->kind == CUDA_EPI_GELU_AUX_BIAS || ep->kind == CUDA_EPI_BGRADB) {
+  if (ep->kind == GEMM_EPI_BIAS || ep->kind == GEMM_EPI_GELU_AUX_BIAS || ep->kind == GEMM_EPI_BGRADB) {
     void *bp = (void *)(uintptr_t)bias;
     int32_t bt = CUDA_R_32F; /* the bias, and the bias gradient, stay float32 with bf16 operands */
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
   }
-  if (ep->kind == CUDA_EPI_GELU_AUX_BIAS || ep->kind == CUDA_EPI_DGELU) {
+  if (ep->kind == GEMM_EPI_GELU_AUX_BIAS || ep->kind == GEMM_EPI_DGELU) {
     void *ap = (void *)(uintptr_t)ep->aux;
     int64_t ld = ep->ldaux;
     int32_t at = CUDA_R_32F;
@@ -160,11 +147,11 @@ void cuda_gemm_epilogue(CudaDev *d, CudaStreamId s, CudaGemmType type, int ta, i
     pd_fatal(__FILE__, __LINE__,
              "cuBLASLt has no algorithm for a GEMM with the %s epilogue (row-major M %d N %d K %d, transposes %d %d, "
              "ld %d %d %d, aux ld %d: %s); make the plan with pd2bwc --gemm-epilogues off",
-             kind_names[ep->kind], M, N, K, ta, tb, lda, ldb, ldc, ep->ldaux,
+             gemm_epilogue_name(ep->kind), M, N, gm->K, ta, tb, lda, ldb, ldc, ep->ldaux,
              hs != CUBLAS_STATUS_SUCCESS ? lt.cublasLtGetStatusString(hs) : "none found");
   CUstream st = cuda_dev_stream(d, s);
-  LT_CHECK(lt.cublasLtMatmul(lt_handle, desc, &alpha, (const void *)(uintptr_t)g.A, la, (const void *)(uintptr_t)g.B,
-                             lb, &beta, (const void *)(uintptr_t)g.C, lc, (void *)(uintptr_t)g.C, lc, &h.algo,
+  LT_CHECK(lt.cublasLtMatmul(lt_handle, desc, &gm->alpha, (const void *)(uintptr_t)g.A, la, (const void *)(uintptr_t)g.B,
+                             lb, &gm->beta, (const void *)(uintptr_t)g.C, lc, (void *)(uintptr_t)g.C, lc, &h.algo,
                              (void *)(uintptr_t)ws, ws_bytes, (cudaStream_t)st));
   LT_CHECK(lt.cublasLtMatmulPreferenceDestroy(pref));
   LT_CHECK(lt.cublasLtMatrixLayoutDestroy(la));

@@ -1,24 +1,16 @@
-/* runtime/cuda/nccl_transport.c — NCCL communicators for the nccl transport
- * (runtime/cuda/exec/cuda_link_nccl.c: multi-GPU pipeline mode's link).
+/* runtime/cuda/nccl_transport.c — NCCL communicators for multi-GPU pipeline mode's link
+ * (runtime/cuda/exec/cuda_link_nccl.c); libnccl.so.2 is dlopen()ed on first use. The
+ * bootstrap is NCCL's documented MPI example: group rank 0 calls ncclGetUniqueId, the
+ * caller's broadcast (passed in, so this folder needs no MPI) hands the id to the group,
+ * every rank calls ncclCommInitRank with its device's context current. One NcclComm per
+ * group (a stage's replicas, a tied parameter's stages, the pipeline); streams come in as
+ * the driver's handles (CxDeviceOps.native_stream).
  *
- * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs (the machines this was written on
- * have none). What runs in CI is this file against tests/nccl/fake_nccl.c, a stand-in
- * libnccl over MPI on host memory (loaded through PD2BW_LIBNCCL): the bootstrap, the
- * grouped send/receive, the all-reduces and the call sequence are exercised, NCCL's
- * own behaviour (device-side blocking, ring summation order) is not. What to check
- * first on a GPU machine is listed in bench/gpu/README.md.
- *
- * Bootstrap (NCCL's documented MPI example): group rank 0 calls ncclGetUniqueId, the
- * caller's broadcast (MPI_Bcast over the group's MPI communicator; passed in so this
- * folder needs no MPI) hands the 128-byte id to the group, and every rank calls
- * ncclCommInitRank with its device's context current (the caller's job). One
- * NcclComm per group: the stage's replicas (gradient all-reduce), a tied parameter's
- * stages (its gradients' exchange), the pipeline (point-to-point activations and
- * gradients).
- * Streams come in as the driver's handles (CxDeviceOps.native_stream).
- *
- * libnccl.so.2 is dlopen()ed on first use, like every NVIDIA library here.
- */
+ * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs. CI runs this file against
+ * tests/nccl/fake_nccl.c, a stand-in libnccl over MPI on host memory (PD2BW_LIBNCCL):
+ * the bootstrap, grouped send/receive, all-reduces and call sequence are exercised,
+ * NCCL's own behaviour (device-side blocking, ring summation order) is not; what to
+ * check first on a GPU machine is in bench/gpu/README.md. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -135,19 +127,19 @@ void nccl_group_end(NcclComm *c) {
   NCCL_CHECK(nccl_api.ncclGroupEnd());
 }
 
-void nccl_send(NcclComm *c, void *s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
+void nccl_send(NcclComm *c, void *s, GpuPtr buf, size_t count, NcclDtype t, int peer) {
   PD_CHECK(peer >= 0 && peer < c->nranks && peer != c->rank, "peer %d", peer);
   NCCL_CHECK(nccl_api.ncclSend((const void *)(uintptr_t)buf, count, nccl_dtype(t), peer, c->comm,
                                NCCL_STREAM(s)));
 }
 
-void nccl_recv(NcclComm *c, void *s, CudaPtr buf, size_t count, NcclDtype t, int peer) {
+void nccl_recv(NcclComm *c, void *s, GpuPtr buf, size_t count, NcclDtype t, int peer) {
   PD_CHECK(peer >= 0 && peer < c->nranks && peer != c->rank, "peer %d", peer);
   NCCL_CHECK(nccl_api.ncclRecv((void *)(uintptr_t)buf, count, nccl_dtype(t), peer, c->comm,
                                NCCL_STREAM(s)));
 }
 
-void nccl_allreduce_sum(NcclComm *c, void *s, CudaPtr send, CudaPtr recv, size_t count,
+void nccl_allreduce_sum(NcclComm *c, void *s, GpuPtr send, GpuPtr recv, size_t count,
                         NcclDtype t) {
   NCCL_CHECK(nccl_api.ncclAllReduce((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, count,
                                     nccl_dtype(t), ncclSum, c->comm,

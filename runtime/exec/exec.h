@@ -5,13 +5,12 @@
  * This folder owns the interpreter (exec_interp.c: one rank's stream in order, with
  * the tied sums, clipping, the optimizer step, the per-step checks, trace events and
  * injected faults), the CPU device (exec_cpu.c), the transport link
- * (exec_link_transport.c) and the one-stage trainer (exec_one.c). The CUDA device and
- * links are runtime/cuda/exec/'s; the rank's state (PipeRank) is set up by
- * runtime/pipeline/. Invariant: the interpreter touches memory only through the device
- * and other ranks only through the link, so a new device or link changes nothing
- * here; order and rounding are part of each operation's contract, and the replay set
- * (docs/replay.md) holds every device to the CPU's bits where the arithmetic is the
- * same. docs/gpu.md describes the CUDA device and links against these contracts.
+ * (exec_link_transport.c) and one rank's state (exec_rank.h; set up by
+ * runtime/pipeline/). The CUDA device and links are runtime/cuda/exec/'s. Invariant:
+ * the interpreter touches memory only through the device and other ranks only through
+ * the link, so a new device or link changes nothing here; order and rounding are part
+ * of each operation's contract, and the replay set (docs/replay.md) holds every device
+ * to the CPU's bits where the arithmetic is the same (docs/gpu.md: the CUDA side).
  */
 #ifndef PD2BW_RUNTIME_EXEC_EXEC_H
 #define PD2BW_RUNTIME_EXEC_EXEC_H
@@ -21,7 +20,7 @@
 #include <stdint.h>
 
 #include "runtime/core/runtime.h"
-#include "runtime/pipeline/seg_times.h"
+#include "runtime/exec/seg_times.h"
 #include "runtime/transport/transport.h"
 
 typedef struct PipeRank PipeRank;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu_kernels.h"
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/exec/exec_rank.h"
 
 typedef struct CpuDevice {
   ExecDevice base;

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/exec/exec_rank.h"
 
 
 /* ---- one microbatch ------------------------------------------------------------------ */
@@ -361,7 +361,7 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   R->last_step_time = now;
   if (R->st->has_loss && !step_loss(R, t)) return false;
   /* --log-json: batch t's losses on their way to rank 0, which writes batch t-1's line */
-  if (R->logs && !pipe_log_step(R, t)) return false;
+  if (R->logs && !R->log_step(R, t)) return false;
   return !transport_interrupted() || interrupted(R, t);
 }
 

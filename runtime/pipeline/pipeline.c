@@ -1,8 +1,9 @@
 /* runtime/pipeline/pipeline.c — one rank of a pipeline as the interpreter (runtime/exec/)
  * finds it: its device and link, its streams, its arena with every buffer at the
  * plan's offset, its tied groups, its data; and, at the end, what rank 0 gathers.
- * The pieces the sequential reference shares with it (samples, stage context, the
- * optimizer step) are here too. See runtime/pipeline/pipeline.h for the contract.
+ * (The pieces the interpreter and the sequential reference share with it: samples,
+ * stage context, the optimizer step, are runtime/exec/exec_rank.c's.) See
+ * runtime/pipeline/pipeline.h for the contract.
  */
 #include "runtime/pipeline/pipeline_rank.h"
 
@@ -15,23 +16,6 @@
 
 #include "kernels/cpu_kernels.h"
 
-double pipe_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-
-/* The first transport failure: keep its message, make every other rank stop. */
-bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
-  if (s == TRANSPORT_OK) return true;
-  if (!R->failed) {
-    R->failed = true;
-    snprintf(R->err, sizeof R->err, "%s", R->link->ops->error(R->link));
-    R->link->ops->abort(R->link, R->err);
-  }
-  return false;
-}
 
 /* ---- setup ------------------------------------------------------------------------ */
 
@@ -359,68 +343,11 @@ void pipe_rank_destroy(PipeRank *R) {
   free(R);
 }
 
-void pipe_fill_samples(const RtStage *st, char *inputs, DataLoader *dl, int64_t first, int64_t b, int T,
-                       int32_t *tok_tmp, int32_t *tgt_tmp) {
-  int32_t *tok = NULL, *tgt = NULL;
-  for (int q = 0; q < st->ninputs; q++) {
-    const RtInput *in = &st->inputs[q];
-    if (in->stream == STREAM_TOKENS) tok = (int32_t *)(void *)(inputs + in->offset);
-    if (in->stream == STREAM_TARGETS) tgt = (int32_t *)(void *)(inputs + in->offset);
-  }
-  for (int64_t r = 0; r < b; r++)
-    data_get_sample(dl, first + r, tok ? tok + r * T : tok_tmp, tgt ? tgt + r * T : tgt_tmp);
-}
-
-StageCtx pipe_stage_ctx(const RtStage *st, uint64_t seed, int64_t mb, char *params, char *grads, char *stash, char *work, char *inputs,
-                        char *bnd, double *loss) {
-  StageCtx c = {0};
-  c.abi = PD2BW_STAGE_ABI;
-  c.training = 1;
-  c.microbatch = (uint32_t)mb;
-  c.rng_base = st->rng_base;
-  c.seed = seed;
-  c.params = params;
-  c.grads = grads;
-  c.stash = stash;
-  c.work = work;
-  c.inputs = inputs;
-  c.boundary = bnd;
-  c.sgemm = (void (*)(void))pd_sgemm;
-  c.loss = loss;
-  return c;
-}
-
-/* Where a program block lives for an instruction using weight slot vslot and stash
- * slot sslot. */
-char *pipe_block_base(PipeRank *R, int cls, int vslot, int sslot) {
-  switch ((BufClass)cls) {
-  case BUF_PARAMS: return R->w[vslot < 0 ? R->newest : vslot];
-  case BUF_GRADS: return R->grads;
-  case BUF_STASH: return R->pp->recompute ? R->full : R->stash[sslot < 0 ? 0 : sslot];
-  case BUF_WORK: return R->work;
-  case BUF_INPUTS: return R->inputs;
-  case BUF_BOUNDARY: return R->bnd;
-  case BUF_NONE:
-  case BUF_CLASS_COUNT: break;
-  }
-  PD_CHECK(0, "block class %d", cls);
-  return NULL;
-}
-
-void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const float *win, const float *g, float *m,
-                   float *v, int64_t t, double scale, bool fresh) {
-  double lr = rt_lr_at(tc, t);
-  if (tc->optimizer == OPT_SGD)
-    pk_sgd_step_f32(wout, win, g, m, pp->numel, lr, tc->beta1, tc->weight_decay, pp->decay, scale);
-  else
-    pk_adamw_step_f32(wout, win, g, m, v, pp->numel, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, pp->decay,
-                      t + 1, scale, fresh ? 0 : tc->delay_comp);
-}
 
 /* ---- gathering to rank 0 ------------------------------------------------------------- */
 
 /* --profile-out: a rank's per-segment times as two messages: {nsegs, nfwd, nbwd}, then
- * the forward rows and the backward rows (runtime/pipeline/seg_times.h). */
+ * the forward rows and the backward rows (runtime/exec/seg_times.h). */
 static bool send_seg_times(PipeRank *R) {
   const SegTimes *t = &R->segt;
   int64_t hdr[3] = {t->nsegs, t->nfwd, t->nbwd};

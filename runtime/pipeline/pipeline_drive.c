@@ -8,7 +8,7 @@
  * stretch: the streamed --log-json's last line of it (the others went out as it
  * trained) and the agreement on a failed write (pipeline_log.c); for that agreement
  * stretches are cut to at most log_every steps (one-rank plans: a step per stretch,
- * as the one-stage trainer, exec_one.c, does). */
+ * as the one-stage trainer, pipeline_one.c, does). */
 #include <math.h>
 #include <stdio.h>
 

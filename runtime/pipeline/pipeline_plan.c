@@ -290,21 +290,3 @@ int pipe_plan_ranks(const char *dir) {
   return r;
 }
 
-/* The console's rates (pipeline.h). */
-double pipe_tokens_per_step(const PipePlan *p) {
-  for (int s = 0; s < p->d; s++)
-    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
-      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
-        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
-  return 0;
-}
-
-double pipe_flops_per_step(const PipePlan *p) {
-  double f = 0;
-  for (int s = 0; s < p->d; s++) f += p->rt->stages[s].flops_fwd + p->rt->stages[s].flops_bwd;
-  return f * (double)(p->m * p->w);
-}
-
-double pipe_peak_flops(const PipePlan *p, bool one_device) {
-  return p->rt->peak_flops * (one_device ? 1.0 : (double)p->nranks);
-}

@@ -1,31 +1,44 @@
 /* runtime/pipeline/pipeline_run.c — running a pipeline plan: ranks as threads or MPI
  * processes, checkpoints across partitions, --init, validation, what rank 0 gathers.
- *
- * With --val-data a rank trains in stretches of batches (exec_run_batches, driven by
- * pipe_drive: pipeline_drive.c, the CUDA pipeline modes' loop too) that
- * end where an evaluation is due, after every K-th step and the last; every rank then
- * runs pipe_eval_run (runtime/pipeline/pipeline_eval.h) and rank 0 keeps the mean for the log.
- *
- * A checkpoint is the sequential trainer's format (runtime/core/trainer.c): one tensor
- * per parameter under its model name, "opt.m.<name>", "opt.v.<name>", and for 2bw the
- * older version "prev.<name>" (W(t-1), the one batch t trains on); metadata step,
- * seed, model, data_position. Names do not depend on the partition, so a checkpoint
- * of any (d, w, schedule) loads into any other plan of the same model and into the
- * one-stage trainer. Rank 0 gathers the parameters and writes it (atomically:
- * st_write writes a temporary file and renames it), every rank reads it back itself.
- * Every rank's setup (reading its part of a checkpoint) and rank 0's outputs are
- * agreed on by all ranks (transport_agree): one failing rank ends them all with one
- * message and no abort (pipeline.h: Failures). What pd2bwrun prints and writes around
- * a run (the report, the log, --reference) is pipeline_main.c's. */
+ * With --val-data a rank trains in stretches (exec_run_batches driven by pipe_drive)
+ * that end where an evaluation is due; every rank then runs pipe_eval_run and rank 0
+ * keeps the mean. A checkpoint is the sequential trainer's format (runtime/core/runtime.h
+ * rt_ckpt_save): names do not depend on the partition, so a checkpoint of any (d, w,
+ * schedule) loads into any other plan of the same model and into the one-stage trainer;
+ * rank 0 gathers and writes it atomically, every rank reads it back itself. Every rank's
+ * setup and rank 0's outputs are agreed on by all ranks (transport_agree): one failing
+ * rank ends them all with one message and no abort (docs/pipelines.md: failures). What
+ * pd2bwrun prints and writes around a run is runtime/driver/driver.c's. */
 #include "runtime/pipeline/pipeline_eval.h"
 
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kernels/cpu_kernels.h"
+
+/* libgomp reads OMP_NUM_THREADS once, when it loads, and a thread that never called
+ * omp_set_num_threads runs its parallel loops (stage programs, the optimizer) on that
+ * many threads: every core, whatever --threads says. Each rank (a thread of the local
+ * transport, or an MPI process) sets its own, or two ranks on two cores run four
+ * threads whose barriers spin against each other. And where the BLAS keeps a pool of
+ * its own (OpenBLAS's pthread build), a rank's n threads are the BLAS's and its
+ * OpenMP loops get one: the two pools' idle threads spin on the same cores, and a
+ * one-stage tinygpt on 2 cores ran 4x slower on 2 threads than on 1
+ * (bench/pipeline/RESULTS.md). The planner charges only GEMMs for a rank's extra
+ * cores (plan_cluster_for_config), so this is the runtime it predicts. */
+void pipe_rank_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n > 1 && !pd_blas_own_pool() ? n : 1);
+#else
+  (void)n;
+#endif
+}
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 
@@ -426,6 +439,7 @@ static int run_rank(Transport *t, void *arg) {
       return 1;
     }
     R->logs = pipe_log_create(R, rd.log);
+    R->log_step = pipe_log_step;
   }
   /* the driver loop of every pipelined mode (pipeline_drive.c), the log streamed as
    * it trains */

@@ -160,39 +160,6 @@ void pipe_measure(const PipePlan *p, const PipeEvent *ev, int64_t n, int64_t fir
   }
 }
 
-void seg_times_init(SegTimes *t, int n, int64_t from_mb) { *t = (SegTimes){.nsegs = n, .from_mb = from_mb}; }
-
-void seg_times_free(SegTimes *t) {
-  free(t->fwd), free(t->bwd);
-  *t = (SegTimes){0};
-}
-
-/* Room for row `at` of a direction (doubling). */
-static double *seg_row_at(SegTimes *t, bool bwd, int64_t at) {
-  double **rows = bwd ? &t->bwd : &t->fwd;
-  int64_t *cap = &t->cap[bwd];
-  if (at >= *cap) {
-    *cap = at + 1 > 2 * *cap ? at + 1 : 2 * *cap;
-    *rows = pd_realloc(*rows, (size_t)(*cap * (t->nsegs ? t->nsegs : 1)) * sizeof(double));
-  }
-  return *rows + at * t->nsegs;
-}
-
-double *seg_times_row(SegTimes *t, bool bwd) {
-  int64_t *n = bwd ? &t->nbwd : &t->nfwd;
-  if (*n >= SEG_TIMES_MAX_PASSES) return NULL;
-  return seg_row_at(t, bwd, (*n)++);
-}
-
-void seg_times_add(SegTimes *dst, const SegTimes *src) {
-  PD_CHECK(dst->nsegs == src->nsegs, "(segment times of %d and %d segments)", dst->nsegs, src->nsegs);
-  for (int bwd = 0; bwd < 2; bwd++) {
-    int64_t n = bwd ? src->nbwd : src->nfwd, *dn = bwd ? &dst->nbwd : &dst->nfwd;
-    for (int64_t i = 0; i < n; i++)
-      memcpy(seg_row_at(dst, bwd, (*dn)++), (bwd ? src->bwd : src->fwd) + i * src->nsegs,
-             (size_t)src->nsegs * sizeof(double));
-  }
-}
 
 /* The median of segment q's column of n rows (0 when there are none). */
 static double seg_median(const double *rows, int64_t n, int nsegs, int q) {
@@ -204,7 +171,7 @@ static double seg_median(const double *rows, int64_t n, int nsegs, int q) {
   return m;
 }
 
-/* Each segment's own median time per pass (runtime/pipeline/seg_times.h: the median, so
+/* Each segment's own median time per pass (runtime/exec/seg_times.h: the median, so
  * that a pass the OS preempted does not count as a slower segment), named as plan.json
  * names the stage's segments, in pd2bwc --profile's "segments" form. */
 bool pipe_profile_write(const PipePlan *p, const SegTimes *seg, const char *backend, const char *path, char *err,

@@ -1,25 +1,17 @@
-/* runtime/reference/pipeline_ref.c — checking a pipelined run against the sequential reference.
- *
- * gpipe, 1f1b, 2bw: pd2bwc writes PLAN/reference/: the same model as ONE stage,
- * microbatch size b and w·m microbatches per step, i.e. the global batch of the
- * pipeline. The one-stage trainer (runtime/exec/exec_one.c) runs it with the pipeline's
- * update rule (vanilla for gpipe/1f1b, one step delayed for 2bw) over the same data in
- * the same microbatch order and dropout keys (runtime/pipeline/pipeline.h), from the same
- * checkpoint when the run resumed.
- * pipedream: its stages read different versions of a tied parameter for the same
- * microbatch, which one stage cannot express; the sequential multi-stage executor
- * (runtime/reference/pipeline_seq.c) runs the plan's own stage programs with the per-stage
- * delay rule instead, from step 0 (a pipedream checkpoint lacks the stashed versions).
- * Then the loss of every microbatch and, at the end, every weight are compared:
+/* runtime/reference/pipeline_ref.c — checking a pipelined run against the sequential
+ * reference (reference.h). gpipe, 1f1b, 2bw: the one-stage trainer runs PLAN/reference
+ * (the model as one stage, w·m microbatches per step) with the pipeline's update rule
+ * over the same data, microbatch order and dropout keys, from the same checkpoint.
+ * pipedream (its stages read different versions of a tied parameter for one microbatch,
+ * which one stage cannot express): pipeline_seq.c, from step 0. Bounds, per microbatch
+ * loss and per tensor at the end:
  *     loss:   |a - b| <= tol · max(|b|, 1)
- *     weight: max_i |a_i - b_i| <= 10·tol · max(max_i |b_i|, 1e-2)   (per tensor)
- * Summation order differs (per replica then across replicas; tied contributions per
- * stage then across stages), so the gradients' bits differ by f32 rounding (~1e-7
- * relative). Losses see that only through the weights and stay within ~1e-6. AdamW
- * divides each element's step by that element's own gradient scale, so where a
- * gradient is near zero (fresh biases) the rounding becomes a visible part of a step:
- * hence the looser weight bound, still far below one step's size (lr ~ 1e-3). */
-#include "runtime/pipeline/pipeline_rank.h"
+ *     weight: max_i |a_i - b_i| <= 10·tol · max(max_i |b_i|, 1e-2)
+ * Summation orders differ (replicas, tied members), so gradients differ by f32 rounding
+ * (~1e-7 relative) and losses stay within ~1e-6; AdamW divides each element's step by
+ * its own gradient scale, so near-zero gradients (fresh biases) make that rounding a
+ * visible part of a step: hence the looser weight bound, far below one step (lr ~1e-3). */
+#include "runtime/reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>

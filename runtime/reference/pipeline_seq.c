@@ -1,32 +1,14 @@
-/* runtime/reference/pipeline_seq.c — the sequential multi-stage reference (runtime/pipeline/pipeline_rank.h).
- *
- * The one-stage reference (PLAN/reference, runtime/core/trainer.c) holds a tied parameter
- * as ONE tensor read by every use of it; under pipedream the embedding (stage 0) and
- * the LM head (stage d-1) read different versions of it for the same microbatch, so
- * that rule needs the stages apart. This executor runs the pipeline plan's own stage
- * programs on one thread, without a transport and without instruction streams (it
- * is what checks them): for each microbatch in the reference order, the forward of
- * stages 0..d-1 (copying each outgoing activation into the next stage's stash where
- * its program reads it), the backward of stages d-1..0 (copying the input gradients
- * back), every stage on the weight version the rule gives it. Each stage keeps the
- * versions later microbatches may still read in a ring indexed by version number
- * (ceil(delay/m) + 2 buffers; use of an overwritten version is a broken invariant).
- * 2bw's flushed start and weight prediction (train.flush_steps K, train.predict k;
- * docs/update-rules.md) are read here from their definition, not from the streams:
- * batch t runs on W(t) while t < max(K, 1), then on W(t-1), and with k > 0 batches
- * t > max(K, 1) on W(t-1) + k·(W(t-1) - W(t-2)), made from the ring per batch.
- * After the w·m microbatches of batch t: tied gradients summed over the stages holding
- * them (ascending stage order), scale 1/(w·m) times the clip factor of the global norm
- * (a tied gradient counted once), and each stage's optimizer writes W(t+1) from its
- * own W(t) — a tied parameter's copies get the same update and stay equal.
- *
- * The k-th act_out of stage i is the k-th act_in of stage i+1, as the executor's
- * messages match (one tag, posted in list order); the same for grad_out / grad_in.
- * No recomputation: its forward again gives the same bits. Replicas run one after
- * another into one gradient, so sums differ from the executor's (per replica, then
- * all-reduced) by f32 rounding only, as the one-stage reference's do.
- */
-#include "runtime/pipeline/pipeline_rank.h"
+/* runtime/reference/pipeline_seq.c — the sequential multi-stage reference (reference.h):
+ * the pipeline plan's own stage programs run on one thread, without a transport and
+ * without instruction streams (it is what checks them), each microbatch in the
+ * reference order forward through stages 0..d-1 and backward through d-1..0, every
+ * stage on the weight version the update rule gives it (kept in a ring per stage);
+ * 2bw's flushed start and weight prediction are read from their definition
+ * (docs/update-rules.md), not from the streams. It exists because under pipedream the
+ * embedding and the LM head read different versions of a tied parameter for one
+ * microbatch, which the one-stage reference cannot express. docs/pipelines.md ("The
+ * sequential multi-stage reference") has the full rule and why its sums match. */
+#include "runtime/reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -37,7 +37,7 @@ const char *emu_last_error(void);
  * the two orders, which the checks then catch. */
 void emu_set_reverse_blocks(int reverse);
 
-/* cuBLAS's mixed-precision GEMM as pd2bw calls it (cuda_gemm CUDA_GEMM_BF16: A and B
+/* cuBLAS's mixed-precision GEMM as pd2bw calls it (cuda_gemm GEMM_BF16: A and B
  * CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F), row-major with cuda_gemm's
  * semantics: C[M,N] = alpha·op(A)·op(B) + beta·C where A and B hold bfloat16 bits
  * (leading dimensions in elements). Each bf16 value widens exactly to float, the

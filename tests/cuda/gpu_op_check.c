@@ -30,7 +30,7 @@
 typedef struct Gpu {
   CudaDev *dev;
   CudaModule *mod;
-  CudaPtr base;
+  GpuPtr base;
   size_t size, used;
 } Gpu;
 
@@ -65,11 +65,11 @@ static void g_launch(void *ctx, const char *kernel, unsigned grid, unsigned bloc
   cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE); /* a fault names this kernel */
 }
 
-static void g_gemm(void *ctx, OpGemmType type, int ta, int tb, int M, int N, int K, float alpha,
+static void g_gemm(void *ctx, GemmType type, int ta, int tb, int M, int N, int K, float alpha,
                    DevPtr A, int lda, DevPtr B, int ldb, float beta, DevPtr C, int ldc) {
   Gpu *g = ctx;
-  cuda_gemm(g->dev, CUDA_STREAM_COMPUTE, (CudaGemmType)type, ta, tb, M, N, K, alpha, A, lda, B, ldb,
-            beta, C, ldc);
+  GpuGemm gm = {type, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, {GEMM_EPI_NONE}};
+  cuda_gemm(g->dev, CUDA_STREAM_COMPUTE, &gm);
   cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE);
 }
 

@@ -733,26 +733,26 @@ static void check_gemm(Ctx *c) {
   int Mi = (int)M;
 
   /* linear: y = x·W (GEMM) + bias (add_bias in place) */
-  c->d->gemm(c->d->ctx, OP_GEMM_F32, 0, 0, Mi, N, K, 1, dxx, K, dW_, N, 0, dyy, N);
+  c->d->gemm(c->d->ctx, GEMM_FP32, 0, 0, Mi, N, K, 1, dxx, K, dW_, N, 0, dyy, N);
   LAUNCH(c, "pkc_add_bias_fwd_f32", M * N, &dyy, &dyy, &db, &M, &N);
   pk_linear_fwd_f32(y, x, W, bias, M, K, N);
   oc_check_vec(c, "gemm.linear_fwd", dyy, y, M * N, 1e-5);
   /* dx = dy·Wᵀ */
-  c->d->gemm(c->d->ctx, OP_GEMM_F32, 0, 1, Mi, K, N, 1, ddy, N, dW_, N, 0, ddx, K);
+  c->d->gemm(c->d->ctx, GEMM_FP32, 0, 1, Mi, K, N, 1, ddy, N, dW_, N, 0, ddx, K);
   pk_linear_dx_f32(dx, dy, W, M, K, N);
   oc_check_vec(c, "gemm.linear_dx", ddx, dx, M * K, 1e-5);
   /* dW += xᵀ·dy (accumulate) */
-  c->d->gemm(c->d->ctx, OP_GEMM_F32, 1, 0, K, N, Mi, 1, dxx, K, ddy, N, 1, ddW, N);
+  c->d->gemm(c->d->ctx, GEMM_FP32, 1, 0, K, N, Mi, 1, dxx, K, ddy, N, 1, ddW, N);
   pk_linear_dw_f32(dW, x, dy, M, K, N, 1);
   oc_check_vec(c, "gemm.linear_dw.accumulate", ddW, dW, (size_t)K * N, 1e-5);
   /* tied LM head: y[M,N] = x[M,K]·E[N,K]ᵀ */
   float *E = oc_rvec(c, (size_t)N * K, 1);
   DevPtr dE = oc_up(c, E, (size_t)N * K * 4);
-  c->d->gemm(c->d->ctx, OP_GEMM_F32, 0, 1, Mi, N, K, 1, dxx, K, dE, K, 0, dyy, N);
+  c->d->gemm(c->d->ctx, GEMM_FP32, 0, 1, Mi, N, K, 1, dxx, K, dE, K, 0, dyy, N);
   pk_matmul_fwd_f32(y, x, E, M, K, N, 0, 1);
   oc_check_vec(c, "gemm.matmul_tb", dyy, y, M * N, 1e-5);
   /* TF32 */
-  c->d->gemm(c->d->ctx, OP_GEMM_TF32, 0, 1, Mi, N, K, 1, dxx, K, dE, K, 0, dyy, N);
+  c->d->gemm(c->d->ctx, GEMM_TF32, 0, 1, Mi, N, K, 1, dxx, K, dE, K, 0, dyy, N);
   oc_check_vec(c, "gemm.matmul_tb.tf32", dyy, y, M * N, 5e-3);
   /* BF16 operands (cast on the device), float32 C: the CPU multiplies the same
    * bf16-rounded values. */
@@ -764,7 +764,7 @@ static void check_gemm(Ctx *c) {
   for (long long i = 0; i < nx; i++) xr[i] = bf16_to_f32(ref_bf16(x[i]));
   for (long long i = 0; i < nE; i++) Er[i] = bf16_to_f32(ref_bf16(E[i]));
   pk_matmul_fwd_f32(y, xr, Er, M, K, N, 0, 1);
-  c->d->gemm(c->d->ctx, OP_GEMM_BF16, 0, 1, Mi, N, K, 1, hx, K, hE, K, 0, dyy, N);
+  c->d->gemm(c->d->ctx, GEMM_BF16, 0, 1, Mi, N, K, 1, hx, K, hE, K, 0, dyy, N);
   oc_check_vec(c, "gemm.matmul_tb.bf16", dyy, y, M * N, 1e-5);
   free(x), free(W), free(bias), free(dy), free(y), free(dx), free(dW), free(E), free(xr), free(Er);
 }

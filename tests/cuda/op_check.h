@@ -21,17 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "contract/contract.h" /* GemmType */
+
 /* A device address as the kernels see it (CUdeviceptr, or a host pointer in the
  * emulator). */
 typedef uint64_t DevPtr;
 
-/* GEMM element types (runtime/cuda/cuda_backend.h's CudaGemmType, same values). */
-typedef enum OpGemmType {
-  OP_GEMM_F32,     /* float32 in and out, float32 arithmetic */
-  OP_GEMM_TF32,    /* float32 in and out, TF32 multiplies */
-  OP_GEMM_BF16,    /* bf16 A, B; float32 C; float32 accumulation */
-  OP_GEMM_BF16_OUT /* bf16 A, B, C */
-} OpGemmType;
 
 typedef struct OpDev {
   void *ctx;
@@ -44,7 +39,7 @@ typedef struct OpDev {
   /* 1-D launch of a kernel by name; args as for cuLaunchKernel. Synchronous enough
    * that a following download sees the result. */
   void (*launch)(void *ctx, const char *kernel, unsigned grid, unsigned block, void **args);
-  void (*gemm)(void *ctx, OpGemmType type, int ta, int tb, int M, int N, int K, float alpha,
+  void (*gemm)(void *ctx, GemmType type, int ta, int tb, int M, int N, int K, float alpha,
                DevPtr A, int lda, DevPtr B, int ldb, float beta, DevPtr C, int ldc);
   unsigned block;    /* threads per block for every launch (a power of two >= 32) */
   unsigned max_grid; /* cap on blocks per launch (small in the emulator, to exercise

@@ -70,11 +70,11 @@ static float ld(DevPtr p, int64_t i, int bf16) {
 
 /* A naive row-major GEMM with cuda_gemm's semantics (the emulator stands in for
  * cuBLAS only so the checks' calling convention is exercised). */
-static void emu_gemm(void *ctx, OpGemmType type, int ta, int tb, int M, int N, int K, float alpha,
+static void emu_gemm(void *ctx, GemmType type, int ta, int tb, int M, int N, int K, float alpha,
                      DevPtr A, int lda, DevPtr B, int ldb, float beta, DevPtr C, int ldc) {
   (void)ctx;
-  int in16 = type == OP_GEMM_BF16 || type == OP_GEMM_BF16_OUT;
-  int out16 = type == OP_GEMM_BF16_OUT;
+  int in16 = type == GEMM_BF16 || type == GEMM_BF16_OUT;
+  int out16 = type == GEMM_BF16_OUT;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       float acc = 0;

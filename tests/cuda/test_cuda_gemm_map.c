@@ -6,7 +6,7 @@
  * n, k, lda, ldb, ldc), fed the mapped arguments, must equal the CPU kernels'
  * row-major GEMM for every transpose combination, odd sizes and padded leading
  * dimensions.
- * The epilogues of cuda_gemm_epilogue likewise: a column-major reference with
+ * The epilogues of cuda_gemm_lt likewise: a column-major reference with
  * cuBLASLt's documented meaning of each cublasLtEpilogue_t (bias along D's rows;
  * BGRADA / BGRADB: op(A) / op(B) summed over k), fed the mapped arguments and the
  * epilogue cuda_lt_epilogue_colmajor picks, must give the row-major epilogue
@@ -58,8 +58,8 @@ static void test_all_transposes(void) {
       for (int i = 0; i < M * ldc; i++) C1[i] = C2[i] = frand(&seed);
       pk_gemm_naive_f32(ta, tb, M, N, K, 1.5f, A, lda, B, ldb, 0.5f, C1, ldc);
       CublasGemmArgs g =
-          cuda_gemm_colmajor(ta, tb, M, N, K, (CudaPtr)(uintptr_t)A, lda, (CudaPtr)(uintptr_t)B,
-                             ldb, (CudaPtr)(uintptr_t)C2, ldc);
+          cuda_gemm_colmajor(ta, tb, M, N, K, (GpuPtr)(uintptr_t)A, lda, (GpuPtr)(uintptr_t)B,
+                             ldb, (GpuPtr)(uintptr_t)C2, ldc);
       colmajor_gemm(g.transa, g.transb, g.m, g.n, g.k, 1.5f, (const float *)(uintptr_t)g.A, g.lda,
                     (const float *)(uintptr_t)g.B, g.ldb, 0.5f, (float *)(uintptr_t)g.C, g.ldc);
       for (int i = 0; i < M; i++)
@@ -104,19 +104,19 @@ static void colmajor_epilogue(int epi, int transa, int transb, int m, int n, int
 }
 
 /* The row-major meaning (contract/contract.h), after C = alpha·op(A)·op(B) + beta·C. */
-static void rowmajor_epilogue(CudaEpilogueKind kind, int tb, int M, int N, int K, const float *B, int ldb, float *C,
+static void rowmajor_epilogue(GemmEpilogue kind, int tb, int M, int N, int K, const float *B, int ldb, float *C,
                               int ldc, float *bias, float *aux, int ldaux) {
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       float *c = &C[(int64_t)i * ldc + j];
-      if (kind == CUDA_EPI_BIAS) *c += bias[j];
-      if (kind == CUDA_EPI_GELU_AUX_BIAS) {
+      if (kind == GEMM_EPI_BIAS) *c += bias[j];
+      if (kind == GEMM_EPI_GELU_AUX_BIAS) {
         aux[(int64_t)i * ldaux + j] = *c + bias[j];
         *c = (float)gelu(aux[(int64_t)i * ldaux + j]);
       }
-      if (kind == CUDA_EPI_DGELU) *c = (float)(*c * dgelu(aux[(int64_t)i * ldaux + j]));
+      if (kind == GEMM_EPI_DGELU) *c = (float)(*c * dgelu(aux[(int64_t)i * ldaux + j]));
     }
-  if (kind == CUDA_EPI_BGRADB)
+  if (kind == GEMM_EPI_BGRADB)
     for (int j = 0; j < N; j++) {
       double s = 0;
       for (int p = 0; p < K; p++) s += tb ? B[(int64_t)j * ldb + p] : B[(int64_t)p * ldb + j];
@@ -127,7 +127,7 @@ static void rowmajor_epilogue(CudaEpilogueKind kind, int tb, int M, int N, int K
 static void test_epilogues(void) {
   enum { M = 6, N = 8, K = 5, pad = 2, ldaux = N };
   unsigned seed = 7;
-  const CudaEpilogueKind kinds[] = {CUDA_EPI_BIAS, CUDA_EPI_GELU_AUX_BIAS, CUDA_EPI_DGELU, CUDA_EPI_BGRADB};
+  const GemmEpilogue kinds[] = {GEMM_EPI_BIAS, GEMM_EPI_GELU_AUX_BIAS, GEMM_EPI_DGELU, GEMM_EPI_BGRADB};
   for (int kk = 0; kk < 4; kk++)
     for (int ta = 0; ta <= 1; ta++)
       for (int tb = 0; tb <= 1; tb++) {
@@ -140,11 +140,11 @@ static void test_epilogues(void) {
         for (int i = 0; i < M * ldc; i++) C1[i] = C2[i] = frand(&seed);
         for (int i = 0; i < M * N; i++) aux1[i] = aux2[i] = frand(&seed);
         for (int i = 0; i < N; i++) bias1[i] = bias2[i] = frand(&seed);
-        float beta = kinds[kk] == CUDA_EPI_BIAS || kinds[kk] == CUDA_EPI_BGRADB ? 0.5f : 0;
+        float beta = kinds[kk] == GEMM_EPI_BIAS || kinds[kk] == GEMM_EPI_BGRADB ? 0.5f : 0;
         pk_gemm_naive_f32(ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C1, ldc);
         rowmajor_epilogue(kinds[kk], tb, M, N, K, B, ldb, C1, ldc, bias1, aux1, ldaux);
-        CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, (CudaPtr)(uintptr_t)A, lda, (CudaPtr)(uintptr_t)B, ldb,
-                                              (CudaPtr)(uintptr_t)C2, ldc);
+        CublasGemmArgs g = cuda_gemm_colmajor(ta, tb, M, N, K, (GpuPtr)(uintptr_t)A, lda, (GpuPtr)(uintptr_t)B, ldb,
+                                              (GpuPtr)(uintptr_t)C2, ldc);
         const float *gA = (const float *)(uintptr_t)g.A, *gB = (const float *)(uintptr_t)g.B;
         colmajor_gemm(g.transa, g.transb, g.m, g.n, g.k, 1.5f, gA, g.lda, gB, g.ldb, beta, (float *)(uintptr_t)g.C,
                       g.ldc);

@@ -60,11 +60,11 @@ typedef struct EmuOp {
   EmuKernel *k;
   unsigned grid, block;
   uint64_t cell[EMU_MAX_ARGS];
-  CxGemmType type;
+  GemmType type;
   int ta, tb, M, N, K, lda, ldb, ldc;
   float alpha, beta;
-  CxPtr a, b, c; /* GEMM operands; memset/dtod: a = dst, b = src */
-  CxEpilogue ep;  /* the GEMM's epilogue (GEMM_EPI_NONE: none) */
+  GpuPtr a, b, c; /* GEMM operands; memset/dtod: a = dst, b = src */
+  GpuEpilogue ep;  /* the GEMM's epilogue (GEMM_EPI_NONE: none) */
   size_t bytes;
   EmuEvent *ev;
   int64_t gen;
@@ -106,13 +106,13 @@ typedef struct EmuDev {
 
 static EmuDev emu;
 
-static void *P(CxPtr p) { return (void *)(uintptr_t)p; }
+static void *P(GpuPtr p) { return (void *)(uintptr_t)p; }
 
-static bool e_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
+static bool e_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
   EmuDev *d = dev;
   if (d->arena) return snprintf(err, errlen, "second arena"), false;
   d->arena = calloc(1, bytes + 64);
-  *base = (CxPtr)(uintptr_t)d->arena;
+  *base = (GpuPtr)(uintptr_t)d->arena;
   return d->arena != NULL;
 }
 
@@ -261,9 +261,9 @@ static void exec_op(EmuDev *d, EmuOp *op) {
   }
   case Q_GEMM: {
     bool to_aux = op->ep.kind == GEMM_EPI_GELU_AUX_BIAS; /* the product is the pre-GELU value */
-    CxPtr c = to_aux ? op->ep.aux : op->c;
+    GpuPtr c = to_aux ? op->ep.aux : op->c;
     int ldc = to_aux ? op->ep.ldaux : op->ldc;
-    if (op->type == CX_GEMM_BF16) {
+    if (op->type == GEMM_BF16) {
       /* every module holds the emulator, so the first one's will do */
       PD_CHECK(d->nmod > 0 && d->mod[0].gemm_bf16, "(the emulator module has no emu_gemm_bf16)");
       d->mod[0].gemm_bf16(op->ta, op->tb, op->M, op->N, op->K, op->alpha, P(op->a), op->lda, P(op->b), op->ldb,
@@ -357,28 +357,28 @@ static void e_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   issue(d, stream, &op);
 }
 
-static void e_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
+static void e_gemm(void *dev, int stream, const GpuGemm *g) {
   EmuDev *d = dev;
-  EmuOp op = {.kind = Q_GEMM, .type = type, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .a = A,
-              .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = ldc, .ep = ep ? *ep : (CxEpilogue){0}};
+  EmuOp op = {.kind = Q_GEMM, .type = g->type, .ta = g->ta, .tb = g->tb, .M = g->M, .N = g->N, .K = g->K,
+              .alpha = g->alpha, .a = g->A, .lda = g->lda, .b = g->B, .ldb = g->ldb, .beta = g->beta, .c = g->C,
+              .ldc = g->ldc, .ep = g->ep};
   if (!capturing(d, stream)) {
     d->n.gemms++;
-    d->n.bf16_gemms += type == CX_GEMM_BF16;
+    d->n.bf16_gemms += g->type == GEMM_BF16;
     d->n.epilogues[op.ep.kind]++;
   }
   issue(d, stream, &op);
 }
 
-static void e_htod(void *dev, CxPtr dst, const void *src, size_t n) {
+static void e_htod(void *dev, GpuPtr dst, const void *src, size_t n) {
   drain(dev);
   memcpy(P(dst), src, n);
 }
-static void e_dtoh(void *dev, void *dst, CxPtr src, size_t n) {
+static void e_dtoh(void *dev, void *dst, GpuPtr src, size_t n) {
   drain(dev);
   memcpy(dst, P(src), n);
 }
-static void e_memset0(void *dev, int stream, CxPtr p, size_t n) {
+static void e_memset0(void *dev, int stream, GpuPtr p, size_t n) {
   EmuOp op = {.kind = Q_MEMSET, .a = p, .bytes = n};
   issue(dev, stream, &op);
 }
@@ -422,7 +422,7 @@ static float e_event_ms(void *dev, void *start, void *end) {
   return (float)(b->stamp - a->stamp) * 1e-3f;
 }
 
-static void e_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t n) {
+static void e_dtod(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t n) {
   EmuDev *d = dev;
   EmuOp op = {.kind = Q_DTOD, .a = dst, .b = src, .bytes = n};
   if (!capturing(d, stream)) d->n.dtods++;
@@ -504,18 +504,16 @@ static void ul(void) { pthread_mutex_unlock(&emu_mu); }
     e_##name args;                                                                                                   \
     ul();                                                                                                            \
   }
-LOCKED(bool, alloc, (void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen), (dev, bytes, base, err, errlen))
+LOCKED(bool, alloc, (void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen), (dev, bytes, base, err, errlen))
 LOCKED(void *, load, (void *dev, const char *src, const char *name, char *err, size_t errlen),
        (dev, src, name, err, errlen))
 LOCKED(void *, kernel, (void *dev, void *module, const char *name), (dev, module, name))
 LOCKED_VOID(launch, (void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args),
             (dev, stream, kernel, grid, block, args))
-LOCKED_VOID(gemm, (void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep),
-            (dev, stream, type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep))
-LOCKED_VOID(htod, (void *dev, CxPtr dst, const void *src, size_t n), (dev, dst, src, n))
-LOCKED_VOID(dtoh, (void *dev, void *dst, CxPtr src, size_t n), (dev, dst, src, n))
-LOCKED_VOID(memset0, (void *dev, int stream, CxPtr p, size_t n), (dev, stream, p, n))
+LOCKED_VOID(gemm, (void *dev, int stream, const GpuGemm *g), (dev, stream, g))
+LOCKED_VOID(htod, (void *dev, GpuPtr dst, const void *src, size_t n), (dev, dst, src, n))
+LOCKED_VOID(dtoh, (void *dev, void *dst, GpuPtr src, size_t n), (dev, dst, src, n))
+LOCKED_VOID(memset0, (void *dev, int stream, GpuPtr p, size_t n), (dev, stream, p, n))
 LOCKED_VOID(sync, (void *dev), (dev))
 LOCKED(bool, streams, (void *dev, int n, char *err, size_t errlen), (dev, n, err, errlen))
 LOCKED(void *, event_create, (void *dev), (dev))
@@ -523,7 +521,7 @@ LOCKED_VOID(event_destroy, (void *dev, void *ev), (dev, ev))
 LOCKED_VOID(event_record, (void *dev, void *ev, int stream), (dev, ev, stream))
 LOCKED_VOID(stream_wait, (void *dev, int stream, void *ev), (dev, stream, ev))
 LOCKED(float, event_ms, (void *dev, void *start, void *end), (dev, start, end))
-LOCKED_VOID(dtod, (void *dev, int stream, CxPtr dst, CxPtr src, size_t n), (dev, stream, dst, src, n))
+LOCKED_VOID(dtod, (void *dev, int stream, GpuPtr dst, GpuPtr src, size_t n), (dev, stream, dst, src, n))
 LOCKED_VOID(graph_launch, (void *dev, void *graph, int stream), (dev, graph, stream))
 LOCKED_VOID(graph_destroy, (void *dev, void *graph), (dev, graph))
 

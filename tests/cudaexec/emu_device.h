@@ -61,7 +61,7 @@ typedef struct EmuCounts {
   int adamw_one;   /* of those, the per-tensor AdamW kernels (pkc_adamw_step_f32 and _dev) */
   int predicts;    /* of those, the per-tensor weight predictions (pkc_predict_step_dev_f32) */
   int gemms;      /* GEMMs of every type */
-  int bf16_gemms; /* of those, CX_GEMM_BF16 */
+  int bf16_gemms; /* of those, GEMM_BF16 */
   int epilogues[GEMM_EPI_COUNT]; /* GEMMs by epilogue ([GEMM_EPI_NONE]: plain ones) */
   int dtods, records, waits; /* device copies, event records, stream waits */
   int max_queued;            /* most operations queued at once (0 in order) */

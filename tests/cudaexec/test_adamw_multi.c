@@ -135,27 +135,27 @@ static int64_t first_diff(const char *what, int step, const float *a, const floa
 /* ---- part kernel ----------------------------------------------------------------------------- */
 
 typedef struct State {
-  CxPtr w[3], m, v; /* versions 0 and 1, the master slot */
+  GpuPtr w[3], m, v; /* versions 0 and 1, the master slot */
 } State;
 
 /* State 0's step on the device, tensor by tensor (the CUDA device's per-tensor path). */
 static void per_tensor(const CxDeviceOps *ops, void *k_one, void *k_pred, const State *s, const CxAdamwTensor *tab,
-                       int nt, int q, CxPtr grad, CxPtr scal, const double hp[4]) {
+                       int nt, int q, GpuPtr grad, GpuPtr scal, const double hp[4]) {
   int wv = ksteps[q].wv, rv = ksteps[q].rv;
   double b1 = hp[0], b2 = hp[1], eps = hp[2], wd = hp[3];
   for (int k = 0; k < nt; k++) {
-    CxPtr o = (CxPtr)tab[k].off * 4, wo = s->w[wv] + o, wi = s->w[rv] + o;
+    GpuPtr o = (GpuPtr)tab[k].off * 4, wo = s->w[wv] + o, wi = s->w[rv] + o;
     int64_t n = tab[k].n;
     if (!tab[k].has_grad) {
       if (wo != wi) ops->dtod(ops->dev, 0, wo, wi, (size_t)n * 4);
     } else {
-      CxPtr g = grad + o, m = s->m + o, v = s->v + o;
+      GpuPtr g = grad + o, m = s->m + o, v = s->v + o;
       int decay = tab[k].decay;
       void *args[] = {&wo, &wi, &g, &m, &v, &n, &b1, &b2, &eps, &wd, &decay, &scal};
       ops->launch(ops->dev, 0, k_one, (unsigned)((n + 255) / 256 > 4096 ? 4096 : (n + 255) / 256), 256, args);
     }
     if (ksteps[q].master) {
-      CxPtr ma = s->w[2] + o;
+      GpuPtr ma = s->w[2] + o;
       void *args[] = {&wo, &ma, &n, &scal};
       ops->launch(ops->dev, 0, k_pred, (unsigned)((n + 1023) / 1024), 256, args);
     }
@@ -204,16 +204,16 @@ static void test_kernel(void) {
   size_t fb = (size_t)P * 4;
   uint64_t tb = cx_adamw_table_bytes(tab, nt);
   /* arena: two states (3 weight slots, m, v), the gradient, the bf16 copy, the scalars, the table */
-  CxPtr base;
+  GpuPtr base;
   size_t total = 2 * 5 * fb + fb + fb / 2 + 256 + tb;
   EXPECT(ops.alloc(ops.dev, total, &base, err, sizeof err));
   State st[2];
-  CxPtr at = base;
+  GpuPtr at = base;
   for (int s = 0; s < 2; s++) {
     st[s] = (State){{at, at + fb, at + 2 * fb}, at + 3 * fb, at + 4 * fb};
     at += 5 * fb;
   }
-  CxPtr grad = at, w16 = at + fb, scal = at + fb + fb / 2, table = scal + 256;
+  GpuPtr grad = at, w16 = at + fb, scal = at + fb + fb / 2, table = scal + 256;
   CxAdamwTable T = cx_adamw_table_upload(&ops, table, tab, nt);
   int64_t chunks = 0;
   for (int k = 0; k < nt; k++) chunks += (tab[k].n + CX_ADAMW_CHUNK - 1) / CX_ADAMW_CHUNK;
@@ -227,7 +227,7 @@ static void test_kernel(void) {
   for (int64_t i = 0; i < P; i++) hs[3][i] = 0.01f * draw(&seed);
   for (int64_t i = 0; i < P; i++) hs[4][i] = 1e-4f * fabsf(draw(&seed));
   for (int s = 0; s < 2; s++) {
-    CxPtr blk[5] = {st[s].w[0], st[s].w[1], st[s].w[2], st[s].m, st[s].v};
+    GpuPtr blk[5] = {st[s].w[0], st[s].w[1], st[s].w[2], st[s].m, st[s].v};
     for (int b = 0; b < 5; b++) ops.htod(ops.dev, blk[b], hs[b], fb);
   }
   const double hp[4] = {0.9, 0.95, 1e-8, 0.1}; /* beta1, beta2, eps, weight decay */
@@ -248,8 +248,8 @@ static void test_kernel(void) {
     ops.sync(ops.dev);
     const char *name[5] = {"version 0", "version 1", "master", "m", "v"};
     for (int b = 0; b < 5; b++) {
-      CxPtr b0[5] = {st[0].w[0], st[0].w[1], st[0].w[2], st[0].m, st[0].v};
-      CxPtr b1[5] = {st[1].w[0], st[1].w[1], st[1].w[2], st[1].m, st[1].v};
+      GpuPtr b0[5] = {st[0].w[0], st[0].w[1], st[0].w[2], st[0].m, st[0].v};
+      GpuPtr b1[5] = {st[1].w[0], st[1].w[1], st[1].w[2], st[1].m, st[1].v};
       ops.dtoh(ops.dev, h, b0[b], fb);
       ops.dtoh(ops.dev, h2, b1[b], fb);
       EXPECT(first_diff(name[b], q, h, h2, P, "per tensor", "multi-tensor") < 0);
@@ -305,12 +305,12 @@ static void test_fold(void) {
   uint64_t tb = cx_adamw_table_bytes(tab, nt);
   /* two states of 3 weight slots, m, v; the unfolded state's two bf16 copies; the
    * gradient, the scalars, the two tables */
-  CxPtr base;
+  GpuPtr base;
   EXPECT(ops.alloc(ops.dev, 2 * 5 * fb + fb + fb + 256 + 2 * tb, &base, err, sizeof err));
   State st[2];
   for (int s = 0; s < 2; s++) st[s] = (State){{base + 5 * s * fb, base + (5 * s + 1) * fb, base + (5 * s + 2) * fb},
                                               base + (5 * s + 3) * fb, base + (5 * s + 4) * fb};
-  CxPtr c16[2] = {base + 10 * fb, base + 10 * fb + fb / 2}, grad = base + 11 * fb, scal = grad + fb,
+  GpuPtr c16[2] = {base + 10 * fb, base + 10 * fb + fb / 2}, grad = base + 11 * fb, scal = grad + fb,
         table = scal + 256;
   CxAdamwTable T = cx_adamw_table_upload(&ops, table, tab, nt), TF = cx_adamw_table_upload(&ops, table + tb, tf, nt);
   float *h = malloc(fb), *hw = malloc(fb), *hg = malloc(fb), *hb = malloc(fb);
@@ -362,7 +362,7 @@ static void test_fold(void) {
     }
     ops.sync(ops.dev);
     const char *name[3] = {"master", "m", "v"};
-    CxPtr b0[3] = {st[0].w[2], st[0].m, st[0].v}, b1[3] = {st[1].w[2], st[1].m, st[1].v};
+    GpuPtr b0[3] = {st[0].w[2], st[0].m, st[0].v}, b1[3] = {st[1].w[2], st[1].m, st[1].v};
     for (int b = 0; b < 3; b++) {
       ops.dtoh(ops.dev, h, b0[b], fb);
       ops.dtoh(ops.dev, hw, b1[b], fb);
@@ -436,7 +436,7 @@ static void check_copies(ExecDevice *gd, const RtStage *st, int np, char *const 
   uint16_t *c16 = malloc((size_t)n * 2 + 2);
   for (int v = 0; v < 3; v++) {
     bool stale = true;
-    CxPtr at = cx_exec_device_bf16_copy(gd, blk[v], &stale);
+    GpuPtr at = cx_exec_device_bf16_copy(gd, blk[v], &stale);
     if (!at) break;
     if (v == t % 2) EXPECT(!stale);
     if (stale) continue;
@@ -461,7 +461,7 @@ static void device_case(const char *name, bool sgd, bool predict) {
   emu_path(dir, sizeof dir, name);
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  Dev g = {p ? cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL, {0}};
+  Dev g = {p ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL, {0}};
   Dev c = {g.d ? exec_cpu_device(&p->stages[0], err, sizeof err) : NULL, {0}};
   if (g.d) cx_exec_device_set_versions(g.d, 3);
   const RtStage *st = p ? &p->stages[0] : NULL;

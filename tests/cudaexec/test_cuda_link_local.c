@@ -48,8 +48,8 @@ typedef struct FakeDev {
 
 static void fake_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   const FakeDev *f = (const FakeDev *)(const void *)d;
-  CxPtr y = (CxPtr)(uintptr_t)dst, s[8];
-  for (int q = 0; q < 8; q++) s[q] = (CxPtr)(uintptr_t)src[q < n ? q : 0];
+  GpuPtr y = (GpuPtr)(uintptr_t)dst, s[8];
+  for (int q = 0; q < 8; q++) s[q] = (GpuPtr)(uintptr_t)src[q < n ? q : 0];
   void *args[] = {&y, &n, &numel, &s[0], &s[1], &s[2], &s[3], &s[4], &s[5], &s[6], &s[7]};
   f->ops->launch(f->ops->dev, 0, f->c->k_sum, (unsigned)((numel + 255) / 256), 256, args);
 }
@@ -57,7 +57,7 @@ static void fake_sum_ordered(ExecDevice *d, float *dst, const float *const *src,
 static const ExecDeviceOps fake_ops = {.name = "fake", .sum_ordered = fake_sum_ordered};
 
 /* Writes v into buf on the rank's stream (staged: htod waits, the copy does not). */
-static void write_queued(const CxDeviceOps *v, CxPtr stage, CxPtr buf, float val) {
+static void write_queued(const CxDeviceOps *v, GpuPtr stage, GpuPtr buf, float val) {
   float *h = malloc(N * sizeof *h);
   for (int i = 0; i < N; i++) h[i] = val;
   v->htod(v->dev, stage, h, N * sizeof *h);
@@ -69,9 +69,9 @@ static int rank_fn(Transport *t, void *arg) {
   Ctx *c = arg;
   int r = transport_rank(t);
   const CxDeviceOps *v = cx_share_view(c->sh, r);
-  CxPtr base;
+  GpuPtr base;
   if (!v->alloc(v->dev, 3 * N * sizeof(float), &base, c->err[r], sizeof c->err[r])) return 1;
-  CxPtr stage = base, buf = base + N * sizeof(float), rx = base + 2 * N * sizeof(float);
+  GpuPtr stage = base, buf = base + N * sizeof(float), rx = base + 2 * N * sizeof(float);
   FakeDev d = {.base.ops = &fake_ops, .ops = v, .c = c};
   ExecLink *L = cx_local_link(t, &d.base, v);
   TransportStatus s = TRANSPORT_OK;

@@ -47,7 +47,7 @@ static int stop_step(bool gpu, char *why, size_t n) {
   ExecDevice *dev = NULL;
   if (p && gpu) {
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    dev = cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err);
+    dev = cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err);
   }
   Trainer *t = p && (!gpu || dev) ? trainer_create(p, &(TrainerOptions){.device = dev, .data_path = "bad.bin"}, err,
                                                    sizeof err)

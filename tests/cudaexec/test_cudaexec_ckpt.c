@@ -13,7 +13,7 @@
  *   - init: the GPU trainer with --init (a pd2bw checkpoint) gives the CPU trainer's
  *     losses with the same --init (weights within INIT_WEIGHT_TOL: see there);
  *   - eval: trainer_eval on the GPU device equals it on the CPU for the same weights within EVAL_TOL
- *     (float vs double loss accumulation only), and through cuda_exec_run (pd2bwrun
+ *     (float vs double loss accumulation only), and through cx_run (pd2bwrun
  *     --backend cuda's loop) the logged "val_loss" is that number too;
  *   - pipe: single-GPU pipeline mode (2bw, d = 2) trains 3 steps and saves; the CPU
  *     pipeline (threads) and pipeline mode itself resume it for 3 more and match the
@@ -24,7 +24,7 @@
  *     the CPU pipeline's on the same weights within EVAL_TOL, per step with
  *     --eval-every 1 within LOSS_TOL, and evaluating changes no training bit;
  *   - errors: resuming (or --init from) a checkpoint of another model (dim 16 for 32)
- *     through cuda_exec_run, one-stage and pipeline plans: status 1, one line naming
+ *     through cx_run, one-stage and pipeline plans: status 1, one line naming
  *     the file, and no --save file; a --save path in a missing directory; --save,
  *     --log-json and --trace naming a FIFO (refused, the FIFO kept); a validation
  *     file that does not suit the model.
@@ -105,7 +105,7 @@ static bool train(const char *plan, const How *h, Run *r) {
   ExecDevice *dev = NULL;
   if (h->gpu) { /* the one-stage trainer with the GPU as its device (pd2bwrun --backend cuda's) */
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    dev = cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err);
+    dev = cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err);
   }
   Trainer *ct = !h->gpu || dev ? trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err) : NULL;
   bool ok = ct != NULL;
@@ -269,17 +269,17 @@ static void test_eval(void) {
   emu_path(log, sizeof log, "eval.jsonl");
   emu_path(ck, sizeof ck, "e2.safetensors");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 2, .log_json = log, .quiet = true, .gemm = CX_GEMM_PLAN,
+  CxOptions o = {.data_path = data, .steps = 2, .log_json = log, .quiet = true, .gemm = GEMM_PLAN,
                        .val_path = data, .eval_every = 1, .eval_batches = 2};
-  EXPECT(cuda_exec_run("test_cudaexec_ckpt", dir, &ops, "emulated", &o) == 0);
+  EXPECT(cx_run("test_cudaexec_ckpt", dir, &ops, "emulated", &o) == 0);
   double logged = last_val_loss(log);
-  printf("  cuda_exec_run --val-data: logged val_loss %.9f\n", logged);
+  printf("  cx_run --val-data: logged val_loss %.9f\n", logged);
   if (ok) EXPECT_NEAR(logged, cpu.val, LOSS_TOL, 0); /* GPU-trained weights: the training bound */
   /* resumed at --steps: nothing trains, the weights are evaluated */
   o.resume_path = ck;
   o.log_json = NULL;
   ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  EXPECT(cuda_exec_run("test_cudaexec_ckpt", dir, &ops, "emulated", &o) == 0);
+  EXPECT(cx_run("test_cudaexec_ckpt", dir, &ops, "emulated", &o) == 0);
   free(cpu.w);
   free(gpu.w);
 }
@@ -328,7 +328,7 @@ static void test_pipe(void) {
   if (!p) return;
   /* the GPU: 3 steps, --save */
   CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = CX_GEMM_PLAN, .save_path = ck};
+  CxOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = GEMM_PLAN, .save_path = ck};
   PipeOutcome g = {0}, full = {0}, rest = {0}, grest = {0};
   int rc = cx_pipe_train(p, &ops, &o, &g, NULL, err, sizeof err);
   if (rc) printf("  %s\n", err);
@@ -396,7 +396,7 @@ static void test_pipe_eval(void) {
                     .eval_batches = 2};
   rc = rc || pipeline_run_local(p, &pv, &cv, err, sizeof err);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = CX_GEMM_PLAN, .resume_path = ck,
+  CxOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .resume_path = ck,
                        .val_path = data, .eval_batches = 2};
   rc = rc || cx_pipe_train(p, &ops, &o, &gv, NULL, err, sizeof err);
   if (rc) printf("  %s\n", err);
@@ -412,7 +412,7 @@ static void test_pipe_eval(void) {
                     .eval_every = 1, .eval_batches = 2};
   rc = pipeline_run_local(p, &pe, &ce, err, sizeof err);
   ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-  o = (CudaExecOptions){.data_path = data, .steps = 2, .quiet = true, .gemm = CX_GEMM_PLAN, .val_path = data,
+  o = (CxOptions){.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .val_path = data,
                         .eval_every = 1, .eval_batches = 2};
   rc = rc || cx_pipe_train(p, &ops, &o, &ge, NULL, err, sizeof err);
   ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
@@ -455,7 +455,7 @@ static void test_pipe_init(void) {
   PipeOptions ps = {.data_path = data, .steps = 2, .quiet = true, .threads = 1, .save_path = ck};
   int rc = pipeline_run_local(p, &ps, &g, err, sizeof err);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = CX_GEMM_PLAN, .init_path = ck};
+  CxOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = GEMM_PLAN, .init_path = ck};
   rc = rc || cx_pipe_train(p, &ops, &o, &gi, NULL, err, sizeof err);
   PipeOptions pi = {.data_path = data, .steps = HALF, .quiet = true, .threads = 1, .init_path = ck};
   rc = rc || pipeline_run_local(p, &pi, &ci, err, sizeof err);
@@ -478,7 +478,7 @@ static void test_pipe_init(void) {
 
 /* ---- user errors ------------------------------------------------------------------------ */
 
-static int run_cli(const char *plan, CudaExecOptions *o, char *msg, size_t n) {
+static int run_cli(const char *plan, CxOptions *o, char *msg, size_t n) {
   char dir[256], path[256];
   emu_path(dir, sizeof dir, plan);
   emu_path(path, sizeof path, "stderr.txt");
@@ -486,7 +486,7 @@ static int run_cli(const char *plan, CudaExecOptions *o, char *msg, size_t n) {
   int fd = dup(2);
   FILE *f = freopen(path, "w", stderr);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  int rc = f ? cuda_exec_run("pd2bwrun", dir, &ops, "emulated", o) : -1;
+  int rc = f ? cx_run("pd2bwrun", dir, &ops, "emulated", o) : -1;
   fflush(stderr);
   dup2(fd, 2);
   close(fd);
@@ -511,7 +511,7 @@ static void test_errors(void) {
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "d16.safetensors");
   emu_path(out, sizeof out, "never.safetensors");
-  CudaExecOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = CX_GEMM_PLAN, .resume_path = ck,
+  CxOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .resume_path = ck,
                        .save_path = out};
   EXPECT(run_cli("p2bw", &o, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "pd2bwrun: error: ") == msg && strstr(msg, "d16.safetensors") && strstr(msg, "wte"));
@@ -534,10 +534,10 @@ static void test_errors(void) {
   char fifo[256];
   emu_path(fifo, sizeof fifo, "out.fifo");
   EXPECT(mkfifo(fifo, 0644) == 0);
-  CudaExecOptions of = {.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
+  CxOptions of = {.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
   EXPECT(run_cli("p2bw", &of, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "--save ") && strstr(msg, "FIFO"));
-  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .log_json = fifo};
+  of = (CxOptions){.data_path = data, .steps = 1, .quiet = true, .log_json = fifo};
   EXPECT(run_cli("p2bw", &of, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "--log-json ") && strstr(msg, "FIFO"));
   struct stat fst;
@@ -545,14 +545,14 @@ static void test_errors(void) {
   /* a pipeline plan (single-GPU pipeline mode): the same checkpoint, the same refusal */
   EXPECT(emu_pipe_make_plan("pp", "--precision fp32 --stages 2 --replicas 1 --microbatches 4 --schedule gpipe"));
   emu_path(out, sizeof out, "never.safetensors");
-  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .trace_path = fifo};
+  of = (CxOptions){.data_path = data, .steps = 1, .quiet = true, .trace_path = fifo};
   EXPECT(run_cli("pp", &of, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "--trace ") && strstr(msg, "FIFO"));
-  of = (CudaExecOptions){.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
+  of = (CxOptions){.data_path = data, .steps = 1, .quiet = true, .save_path = fifo};
   EXPECT(run_cli("pp", &of, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "--save ") && strstr(msg, "FIFO"));
   EXPECT(lstat(fifo, &fst) == 0 && S_ISFIFO(fst.st_mode));
-  CudaExecOptions pr = {.data_path = data, .steps = 1, .quiet = true, .resume_path = ck, .save_path = out};
+  CxOptions pr = {.data_path = data, .steps = 1, .quiet = true, .resume_path = ck, .save_path = out};
   EXPECT(run_cli("pp", &pr, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "pd2bwrun: error: ") == msg && strstr(msg, "d16.safetensors") != NULL);
   EXPECT(access(out, F_OK) != 0);
@@ -562,7 +562,7 @@ static void test_errors(void) {
   FILE *f = fopen(bad, "wb");
   for (int i = 0; f && i < 4096; i++) fputc(0xff, f);
   if (f) fclose(f);
-  CudaExecOptions pv = {.data_path = data, .steps = 1, .quiet = true, .val_path = bad};
+  CxOptions pv = {.data_path = data, .steps = 1, .quiet = true, .val_path = bad};
   EXPECT(run_cli("pp", &pv, msg, sizeof msg) == 1);
   EXPECT(strstr(msg, "bad.bin") != NULL);
 }

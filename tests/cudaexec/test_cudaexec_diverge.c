@@ -1,6 +1,6 @@
 /* tests/cudaexec/test_cudaexec_diverge.c — the divergence check of every mode (issue
  * 13; runtime.h rt_loss_ok; tests/pipeline/diverge.sh holds the CPU modes to it) in
- * pd2bwrun --backend cuda's loop (cuda_exec_run) on the emulated device: a loss that
+ * pd2bwrun --backend cuda's loop (cx_run) on the emulated device: a loss that
  * is not finite ends the run with status 1, the one message "error: the loss is nan at
  * step S: training diverged (lower the learning rate?)" naming the first step whose
  * loss is not finite, and no --save checkpoint.
@@ -63,12 +63,12 @@ static int run(const char *plan, char *msg, size_t n) {
   emu_path(data, sizeof data, "train.bin");
   emu_path(ck, sizeof ck, "ck.st");
   emu_path(path, sizeof path, "stderr.txt");
-  CudaExecOptions o = {.data_path = data, .steps = 20, .quiet = true, .gemm = CX_GEMM_PLAN, .save_path = ck};
+  CxOptions o = {.data_path = data, .steps = 20, .quiet = true, .gemm = GEMM_PLAN, .save_path = ck};
   fflush(stderr);
   int fd = dup(2);
   FILE *f = freopen(path, "w", stderr);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  int rc = f ? cuda_exec_run("pd2bwrun", dir, &ops, "emulated", &o) : -1;
+  int rc = f ? cx_run("pd2bwrun", dir, &ops, "emulated", &o) : -1;
   fflush(stderr);
   dup2(fd, 2);
   close(fd);

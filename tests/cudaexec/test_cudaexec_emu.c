@@ -145,7 +145,7 @@ static bool upd_run(const char *plan, bool gpu, UpdRun *u) {
   if (upd_sgd) p->train.optimizer = OPT_SGD; /* momentum: beta1, as trainer.c */
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   /* the one-stage trainer, with the GPU as its device (pd2bwrun --backend cuda's) or the CPU */
-  ExecDevice *dev = gpu ? cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
+  ExecDevice *dev = gpu ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
   Trainer *ct = !gpu || dev ? trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err) : NULL;
   DataFile *df = data_open(path, DATA_AUTO, 64, err, sizeof err);
   DataLoader *dl = df ? data_loader_create(df, (int)(p->b * p->m), 8, false, 0, err, sizeof err) : NULL;
@@ -326,7 +326,7 @@ static void test_cpu_only_plan(void) {
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
   EXPECT(p != NULL);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  ExecDevice *t = p ? cx_exec_device(&ops, p, 0, CX_GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
+  ExecDevice *t = p ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
   EXPECT(t == NULL);
   printf("  %s\n", err);
   EXPECT(strstr(err, "stage 0 has no CUDA program") != NULL && strstr(err, "--backend cpu") != NULL);
@@ -342,7 +342,7 @@ static void test_edited_source(void) {
   EXPECT(system(cmd) == 0);
   snprintf(cmd, sizeof cmd, "%s/pedit", tmp);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CxProgram *prog = cx_program_load(&ops, cmd, 0, CX_GEMM_PLAN, err, sizeof err);
+  CxProgram *prog = cx_program_load(&ops, cmd, 0, GEMM_PLAN, err, sizeof err);
   EXPECT(prog == NULL);
   printf("  %s\n", err);
   EXPECT(strstr(err, "stage0.cu") != NULL && strstr(err, "hash") != NULL);

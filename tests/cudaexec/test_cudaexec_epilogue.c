@@ -18,7 +18,8 @@
  * gelu_bwd and four bias_grad). Both runs are also within test_cudaexec_emu's float32
  * bound of the CPU trainer.
  * Parts: fp32 (2bw), bf16 (gpipe, --precision bf16: no bgradb there, the bias
- * gradient keeps its float32 kernel), errors (damaged epilogues refused at load).
+ * gradient keeps its float32 kernel), errors (damaged epilogues, and GEMM dtypes that are
+ * no launch list's: "plan", "bf16_out", refused at load).
  *
  *   test_cudaexec_epilogue PD2BWC [all|fp32|bf16|errors]   (run in the source tree)
  */
@@ -105,7 +106,7 @@ static void damaged(const char *kind, void (*edit)(cJSON *gm), const char *want)
     EXPECT(f && fputs(out, f) >= 0 && fclose(f) == 0);
     free(out);
     CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    CxProgram *p = cx_program_load(&ops, dir, 0, CX_GEMM_PLAN, err, sizeof err);
+    CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);
     printf("  %s\n", err);
     EXPECT(p == NULL && strstr(err, want) != NULL);
     cx_program_free(p);
@@ -125,12 +126,19 @@ static void padded_aux(cJSON *gm) {
   cJSON_ReplaceItemInObject(gm, "ldaux", cJSON_CreateNumber(cJSON_GetObjectItem(gm, "N")->valuedouble + 8));
 }
 
+/* GemmType names that are no launch-list dtype (contract/contract.h gemm_type_parse):
+ * "plan" is only an override, "bf16_out" only the GPU op checks'. */
+static void dtype_plan(cJSON *gm) { cJSON_ReplaceItemInObject(gm, "dtype", cJSON_CreateString("plan")); }
+static void dtype_bf16_out(cJSON *gm) { cJSON_ReplaceItemInObject(gm, "dtype", cJSON_CreateString("bf16_out")); }
+
 static void test_errors(void) {
   EXPECT(emu_make_plan("pon", "--schedule 2bw --gemm-epilogues on"));
   damaged("bias", unknown_kind, "GEMM epilogue is not none, bias, gelu_aux_bias, dgelu or bgradb");
   damaged("bias", far_bias, "outside the block");
   damaged("gelu_aux_bias", no_aux, "without its bias or aux");
   damaged("dgelu", padded_aux, "aux rows padded");
+  damaged("bias", dtype_plan, "GEMM dtype is not fp32, tf32 or bf16");
+  damaged("bias", dtype_bf16_out, "GEMM dtype is not fp32, tf32 or bf16");
 }
 
 int main(int argc, char **argv) {

@@ -3,7 +3,7 @@
  * has no Nsight Compute.
  *
  *  - table: a BF16 plan of the emulator tests' small GPT (gpipe, 2 microbatches of 2)
- *    trained 3 steps through cuda_exec_run (pd2bwrun --backend cuda's loop) with the
+ *    trained 3 steps through cx_run (pd2bwrun --backend cuda's loop) with the
  *    profile on. The file is one comment line, the header `| kernel | calls | ms |
  *    share |` and its rule, then the ten kernels with the most time, in descending
  *    order, and one "(N other kernels)" row; the shares add up to 100% (to the 0.1%
@@ -90,7 +90,7 @@ static bool check_table(const char *path, Table *t) {
   return ok;
 }
 
-/* One run of plan WORKDIR/plan through cuda_exec_run, 3 steps, with the profile when
+/* One run of plan WORKDIR/plan through cx_run, 3 steps, with the profile when
  * kprof is set; the log in WORKDIR/log. */
 static int run(const char *plan, const char *log, const char *kprof, EmuCounts *counts) {
   char dir[256], data[256], logp[256];
@@ -98,9 +98,9 @@ static int run(const char *plan, const char *log, const char *kprof, EmuCounts *
   emu_path(data, sizeof data, "train.bin");
   emu_path(logp, sizeof logp, log);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = EMU_STEPS, .log_json = logp, .quiet = true,
-                       .gemm = CX_GEMM_PLAN, .kernel_profile = kprof};
-  int rc = cuda_exec_run("test_cudaexec_kprof", dir, &ops, "emulated", &o);
+  CxOptions o = {.data_path = data, .steps = EMU_STEPS, .log_json = logp, .quiet = true,
+                       .gemm = GEMM_PLAN, .kernel_profile = kprof};
+  int rc = cx_run("test_cudaexec_kprof", dir, &ops, "emulated", &o);
   if (counts) *counts = emu_device_counts();
   return rc;
 }

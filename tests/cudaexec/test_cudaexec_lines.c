@@ -1,7 +1,7 @@
 /* tests/cudaexec/test_cudaexec_lines.c — what pd2bwrun --backend cuda prints for a
  * one-stage plan, now that it runs as single-GPU pipeline mode on one rank
  * (runtime/cuda/pipe/cuda_pipe_main.c's one-stage words), on the emulated device:
- *   - a run with --save and --val-data (cuda_exec_run, not quiet): the GPU banner
+ *   - a run with --save and --val-data (cx_run, not quiet): the GPU banner
  *     ("plan P (model M), microbatch b x m per step, GPU 0 (emulated)"), the summary
  *     scripts/gpu-check-lib.sh reads with ", saved PATH" in it and no separate "saved"
  *     line, the graphs line whose updates ("N as a graph, M launch by launch") add up
@@ -9,7 +9,7 @@
  *     one-stage plan's too) the trace file and its line;
  *   - that checkpoint resumed at --steps: "nothing to train" on stderr, no summary, the
  *     validation loss of the saved weights (the same figure);
- *   - cuda_pipe_main's --bench-gemm figures (cuda_exec_main times them after the run):
+ *   - cx_pipe_main's --bench-gemm figures (cx_main times them after the run):
  *     the model's MLP GEMM (M = b·T, N = 4·dim, K = dim) and the rate achieved.
  *
  *   test_cudaexec_lines PD2BWC   (in the source tree)
@@ -26,9 +26,9 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-cudalines-XXXXXX";
 
-/* cuda_exec_run (bench NULL) or cuda_pipe_main with bench, its stdout and stderr read
+/* cx_run (bench NULL) or cx_pipe_main with bench, its stdout and stderr read
  * back into out and errs (malloc'd); the status. */
-static int run(const CudaExecOptions *o, CxBench *bench, char **out, char **errs) {
+static int run(const CxOptions *o, CxBench *bench, char **out, char **errs) {
   char dir[256], po[256], pe[256], ierr[IO_ERR_LEN];
   emu_path(dir, sizeof dir, "p1");
   emu_path(po, sizeof po, "stdout.txt");
@@ -39,8 +39,8 @@ static int run(const CudaExecOptions *o, CxBench *bench, char **out, char **errs
   int rc = -1;
   if (k1 >= 0 && k2 >= 0 && f1 >= 0 && f2 >= 0 && dup2(f1, 1) == 1 && dup2(f2, 2) == 2) {
     CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    rc = bench ? cuda_pipe_main("lines", dir, &ops, "emulated", o, bench)
-               : cuda_exec_run("lines", dir, &ops, "emulated", o);
+    rc = bench ? cx_pipe_main("lines", dir, &ops, "emulated", o, bench)
+               : cx_run("lines", dir, &ops, "emulated", o);
   }
   fflush(stdout), fflush(stderr);
   dup2(k1, 1), dup2(k2, 2);
@@ -69,7 +69,7 @@ static void test_lines(void) {
   emu_path(ck, sizeof ck, "ck.safetensors");
   char tr[256], want[300];
   emu_path(tr, sizeof tr, "trace.json");
-  CudaExecOptions o = {.data_path = data, .steps = 3, .gemm = CX_GEMM_PLAN, .save_path = ck, .val_path = data,
+  CxOptions o = {.data_path = data, .steps = 3, .gemm = GEMM_PLAN, .save_path = ck, .val_path = data,
                        .eval_batches = 1, .trace_path = tr};
   EXPECT(run(&o, NULL, &out, &errs) == 0);
   int n;
@@ -99,7 +99,7 @@ static void test_lines(void) {
   cJSON_Delete(trace);
   free(out), free(errs);
   /* resumed at --steps: nothing to train, the saved weights' validation loss */
-  CudaExecOptions r = {.data_path = data, .steps = 3, .gemm = CX_GEMM_PLAN, .resume_path = ck, .val_path = data,
+  CxOptions r = {.data_path = data, .steps = 3, .gemm = GEMM_PLAN, .resume_path = ck, .val_path = data,
                        .eval_batches = 1};
   EXPECT(run(&r, NULL, &out, &errs) == 0);
   EXPECT(errs && strstr(errs, "nothing to train"));
@@ -109,7 +109,7 @@ static void test_lines(void) {
   free(out), free(errs);
   /* --bench-gemm's figures: the model's MLP GEMM, its shape from the plan */
   CxBench b = {.M = 0};
-  CudaExecOptions q = {.data_path = data, .steps = 2, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions q = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN};
   EXPECT(run(&q, &b, &out, &errs) == 0);
   free(out), free(errs);
   char dir[256], err[RT_ERR_LEN];

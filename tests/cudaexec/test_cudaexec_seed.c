@@ -2,7 +2,7 @@
  * docs/data.md "Seeds"; runtime.h rt_run_seed): --seed when given, else the
  * checkpoint's when resuming, else the plan's, for the weights, dropout and the
  * --shuffle order alike. tests/pipeline/seed.sh holds the CPU modes to it; this holds
- * pd2bwrun --backend cuda's loop (cuda_exec_run) on the emulated device:
+ * pd2bwrun --backend cuda's loop (cx_run) on the emulated device:
  *   - one:  a one-stage plan (2bw, dropout; single-GPU pipeline mode on one rank);
  *   - pipe: single-GPU pipeline mode (2bw, 2 stages x 2 replicas, dropout).
  * Each: 4 steps --shuffle --seed 7 (a); 2 steps --shuffle --seed 7 --save ck;
@@ -58,11 +58,11 @@ static bool run(const char *plan, int64_t steps, int seed, const char *resume, c
   emu_path(rp, sizeof rp, resume ? resume : "");
   emu_path(sp, sizeof sp, save ? save : "");
   emu_path(lp, sizeof lp, log ? log : "");
-  CudaExecOptions o = {.data_path = data, .steps = steps, .quiet = true, .shuffle = true, .gemm = CX_GEMM_PLAN,
+  CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .shuffle = true, .gemm = GEMM_PLAN,
                        .seed = (uint64_t)seed, .seed_set = seed > 0, .resume_path = resume ? rp : NULL,
                        .save_path = save ? sp : NULL, .log_json = log ? lp : NULL};
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  int rc = cuda_exec_run("test_cudaexec_seed", dir, &ops, "emulated", &o);
+  int rc = cx_run("test_cudaexec_seed", dir, &ops, "emulated", &o);
   if (rc) printf("  FAIL: %s --steps %lld: status %d\n", plan, (long long)steps, rc);
   return rc == 0;
 }

@@ -58,6 +58,7 @@
 
 #include "emu_train.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define STEPS 3
@@ -129,7 +130,7 @@ static void run(const char *name, const char *args, int deferred_per_step, bool 
   emu_device_set_graphs(false);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   emu_device_set_graphs(true);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
   CxPipeStats stats = {0};
   int rc = cx_pipe_train(p, &ops, &o, &r, &stats, err, sizeof err);
@@ -227,7 +228,7 @@ static void test_resume(void) {
     p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
     PipeOutcome full = {0}, half = {0}, rest = {0};
     CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-    CudaExecOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = CX_GEMM_PLAN};
+    CxOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = GEMM_PLAN};
     int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
     o.steps = 2, o.save_path = ck;
@@ -296,7 +297,7 @@ static void test_memory(void) {
     EXPECT_EQ_INT((int64_t)s16, ((int64_t)s32 + lse) / 2);
   }
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
@@ -392,12 +393,12 @@ static void test_fold(void) {
   if (!p || !pb) return;
   PipeOutcome r[3] = {{0}};
   CxPipeStats st[3] = {{0}};
-  CudaExecOptions o = {.data_path = data, .steps = FSTEPS, .quiet = true, .gemm = CX_GEMM_PLAN, .val_path = data,
+  CxOptions o = {.data_path = data, .steps = FSTEPS, .quiet = true, .gemm = GEMM_PLAN, .val_path = data,
                        .eval_every = 1, .eval_batches = 2};
   int rc = 0;
   for (int i = 0; i < 3 && !rc; i++) { /* folded, beside, folded without validation */
     CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-    CudaExecOptions oi = o;
+    CxOptions oi = o;
     if (i == 2) oi.val_path = NULL, oi.eval_every = 0;
     rc = cx_pipe_train(i == 1 ? pb : p, &ops, &oi, &r[i], &st[i], err, sizeof err);
   }
@@ -438,7 +439,7 @@ static void test_recompute(void) {
   EXPECT(p != NULL && p->recompute);
   if (!p) return;
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);

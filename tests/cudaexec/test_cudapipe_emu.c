@@ -23,7 +23,7 @@
  *   - 2bw, d = 4, w = 1, m = 4, clip 1 (deferred tied steps, the norm), highest first;
  *   - gpipe, d = 2, w = 2, m = 2, no clip (the replica all-reduce), lowest first;
  *   - 1f1b, d = 3, w = 1, m = 4, clip 1, recomputation on, highest first, through
- *     cuda_pipe_main (pd2bwrun --backend cuda --reference --log-json's path);
+ *     cx_pipe_main (pd2bwrun --backend cuda --reference --log-json's path);
  *   - pipedream, d = 3, w = 1, m = 4, clip 1, lowest first;
  * each against the CPU sequential reference (pipeline_check_reference: the one-stage
  * trainer on PLAN/reference with the schedule's rule; for pipedream the plan's stage
@@ -48,6 +48,7 @@
 
 #include "emu_train.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define TOL 1e-5
@@ -68,7 +69,7 @@ static PipePlan *load_plan(const char *name) {
 static void expect_refused(const PipePlan *p, const CxDeviceOps *ops, char *err, size_t errlen) {
   char data[256];
   emu_path(data, sizeof data, "train.bin");
-  CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true};
+  CxOptions o = {.data_path = data, .steps = 1, .quiet = true};
   PipeOutcome r;
   EXPECT(cx_pipe_train(p, ops, &o, &r, NULL, err, errlen) == 1);
   printf("  %s\n", err);
@@ -90,7 +91,7 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   if (!p) return false;
   if (p->rt->train.steps == 0) p->rt->train.steps = steps;
   CxDeviceOps ops = emu_device_ops(tmp, order);
-  CudaExecOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   CxPipeStats st = {0};
   double t0 = emu_now_s();
@@ -165,7 +166,7 @@ static void test_2bw(void) {
   emu_device_set_graphs(false);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   emu_device_set_graphs(true);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome e = {0};
   CxPipeStats st = {0};
   EXPECT(cx_pipe_train(p, &ops, &o, &e, &st, err, sizeof err) == 0);
@@ -220,7 +221,7 @@ static void test_gpipe(void) {
   run_check("pgpipe", EMU_LOWEST_FIRST, STEPS + 1, NULL, NULL); /* 3 times after the first */
 }
 
-/* Through cuda_pipe_main, as pd2bwrun --backend cuda --reference --log-json runs it:
+/* Through cx_pipe_main, as pd2bwrun --backend cuda --reference --log-json runs it:
  * status 0 only when the reference check matches; a log line per step. */
 static void test_1f1b(void) {
   EXPECT(emu_pipe_make_plan("p1f1b", "--precision fp32 -D clipv=1.0 --stages 3 --replicas 1 --microbatches 4 "
@@ -230,10 +231,10 @@ static void test_1f1b(void) {
   snprintf(data, sizeof data, "%s/train.bin", tmp);
   snprintf(log, sizeof log, "%s/p1f1b.jsonl", tmp);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = CX_GEMM_PLAN, .log_json = log,
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = GEMM_PLAN, .log_json = log,
                        .reference = true, .ref_tol = TOL};
   double t0 = emu_now_s();
-  int rc = cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL);
+  int rc = cx_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL);
   EmuCounts emu = emu_device_counts();
   printf("  p1f1b (recompute on), emulated device (%s): %d launches, %d device copies, %d stream waits; %.1f s\n",
          emu_order_name(EMU_HIGHEST_FIRST), emu.launches, emu.dtods, emu.waits, emu_now_s() - t0);
@@ -264,8 +265,8 @@ static void test_steps0(void) {
   snprintf(data, sizeof data, "%s/train.bin", tmp);
   snprintf(save, sizeof save, "%s/p0.st", tmp);
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 0, .quiet = true, .gemm = CX_GEMM_PLAN, .save_path = save};
-  EXPECT(cuda_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL) == 0);
+  CxOptions o = {.data_path = data, .steps = 0, .quiet = true, .gemm = GEMM_PLAN, .save_path = save};
+  EXPECT(cx_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL) == 0);
   FILE *f = fopen(save, "rb");
   EXPECT(f != NULL);
   if (f) fclose(f);
@@ -347,7 +348,7 @@ static void test_stall(void) {
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   char data[256];
   emu_path(data, sizeof data, "train.bin");
-  CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true, .timeout_s = 2};
+  CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .timeout_s = 2};
   PipeOutcome r;
   EXPECT(cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err) == 1);
   printf("  %s\n", err);

@@ -29,6 +29,7 @@
 
 #include "emu_train.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define TOL 1e-5
@@ -74,7 +75,7 @@ static void run_check(const char *name, const char *args, int group, EmuOrder or
   if (!p) return;
   expect_group(p, group);
   CxDeviceOps ops = emu_device_ops(tmp, order);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   double t0 = emu_now_s();
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);

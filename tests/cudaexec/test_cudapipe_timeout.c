@@ -2,8 +2,8 @@
  * single-GPU pipeline mode, without a GPU: a rank that stops answering ends the run
  * within the given timeout, with the message naming it.
  *
- * The run goes through cuda_pipe_main (pd2bwrun --backend cuda's path once the device
- * is open: cuda_exec_main hands it the parsed options, --timeout as timeout_s) on the
+ * The run goes through cx_pipe_main (pd2bwrun --backend cuda's path once the device
+ * is open: cx_main hands it the parsed options, --timeout as timeout_s) on the
  * emulated device (emu_device.h), a gpipe plan with d = 2, m = 4, 3 steps, with
  * PD2BW_FAULT_INJECT=1:1:hang (runtime/exec/exec_interp.c: rank 1 stops answering at
  * batch 1) and timeout_s = 2. Rank 0's wait must time out after 2 s naming rank 1 and
@@ -33,11 +33,11 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-cudapipe-timeout-XXXXXX";
 
-/* cuda_pipe_main in a child process (the local transport's watchdog ends the whole
+/* cx_pipe_main in a child process (the local transport's watchdog ends the whole
  * process, _exit(1), when the hanging rank has not stopped 2 s after the others gave
  * up on it: pd2bwrun's exit), its stderr in a file; that text into msg (a sanitizer's
  * "==" lines left out). Returns the child's exit status (-1: no normal exit). */
-static int run_main(const char *dir, const CudaExecOptions *o, char *msg, size_t n) {
+static int run_main(const char *dir, const CxOptions *o, char *msg, size_t n) {
   char path[256];
   emu_path(path, sizeof path, "stderr.txt");
   fflush(stdout);
@@ -47,7 +47,7 @@ static int run_main(const char *dir, const CudaExecOptions *o, char *msg, size_t
     int rc = 1, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0 && dup2(fd, 2) == 2) {
       CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-      rc = cuda_pipe_main("pd2bwrun", dir, &ops, "emulated", o, NULL);
+      rc = cx_pipe_main("pd2bwrun", dir, &ops, "emulated", o, NULL);
     }
     fflush(stdout);
     fflush(stderr);
@@ -73,7 +73,7 @@ static void test_hang(void) {
   char dir[256], data[256], msg[4096];
   emu_path(dir, sizeof dir, "p2");
   emu_path(data, sizeof data, "train.bin");
-  CudaExecOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = CX_GEMM_PLAN, .timeout_s = 2};
+  CxOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = GEMM_PLAN, .timeout_s = 2};
   setenv("PD2BW_FAULT_INJECT", "1:1:hang", 1);
   double t0 = emu_now_s();
   int rc = run_main(dir, &o, msg, sizeof msg);

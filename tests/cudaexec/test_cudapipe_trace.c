@@ -6,7 +6,7 @@
  *    steps), 3 steps, highest stream first; the same run with the trace off gives
  *    bit-identical losses and weights;
  *  - 2bw2: 2bw, d = 2, w = 2, m = 2 (the replica ALLREDUCE), lowest stream first,
- *    through cuda_pipe_main (pd2bwrun --backend cuda --trace's path: the summary with
+ *    through cx_pipe_main (pd2bwrun --backend cuda --trace's path: the summary with
  *    graph counts and the measured and predicted bubbles);
  * each trace: it parses as JSON; one process, one named thread per stage replica; one
  * complete ("X") event per instruction of the SR's stream, per kind as many as the
@@ -227,7 +227,7 @@ static int train(const PipePlan *p, EmuOrder order, int steps, const char *trace
   char data[256];
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, order);
-  CudaExecOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN, .trace_path = trace};
+  CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN, .trace_path = trace};
   int rc = cx_pipe_train(p, &ops, &o, r, NULL, err, errlen);
   if (rc) fprintf(stderr, "  %s\n", err);
   return rc;
@@ -293,7 +293,7 @@ static void check_report(const char *dir, const PipeOutcome *r, int steps) {
   free(page);
 }
 
-/* Through cuda_pipe_main, as pd2bwrun --backend cuda --trace runs it. */
+/* Through cx_pipe_main, as pd2bwrun --backend cuda --trace runs it. */
 static void test_2bw2(void) {
   enum { STEPS = 3 };
   EXPECT(emu_pipe_make_plan("t2bw2", "--precision fp32 --stages 2 --replicas 2 --microbatches 2 --schedule 2bw "
@@ -303,8 +303,8 @@ static void test_2bw2(void) {
   emu_path(data, sizeof data, "train.bin");
   emu_path(trace, sizeof trace, "t2bw2.trace.json");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .gemm = CX_GEMM_PLAN, .trace_path = trace};
-  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 0);
+  CxOptions o = {.data_path = data, .steps = STEPS, .gemm = GEMM_PLAN, .trace_path = trace};
+  EXPECT(cx_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 0);
   PipePlan *p = load_plan("t2bw2");
   if (!p) return;
   check_trace(p, trace, STEPS);
@@ -338,12 +338,12 @@ static void test_errors(void) {
   printf("  unwritable trace: %s\n", err);
   EXPECT(strstr(err, "train.bin/t.json") != NULL);
   pipe_outcome_free(&r);
-  /* the same through cuda_pipe_main: status 1, nothing written next to the data */
+  /* the same through cx_pipe_main: status 1, nothing written next to the data */
   emu_path(dir, sizeof dir, "terr");
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = CX_GEMM_PLAN, .trace_path = bad};
-  EXPECT(cuda_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 1);
+  CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = GEMM_PLAN, .trace_path = bad};
+  EXPECT(cx_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 1);
   EXPECT(files_named("train.bin") == 1);
   /* a good path: the file and nothing else (no temporary left) */
   char good[300];
@@ -354,7 +354,7 @@ static void test_errors(void) {
   /* multi-GPU mode times nothing: refused before MPI starts */
   o.trace_path = good;
   o.nccl = true;
-  EXPECT(cuda_pipe_nccl_launch("test_cudapipe_trace", dir, &o) == 1);
+  EXPECT(cx_pipe_nccl_launch("test_cudapipe_trace", dir, &o) == 1);
   pipe_plan_free(p);
 }
 

@@ -5,13 +5,13 @@
  * checks are exact.
  *
  *  - pipe: 2bw, d = 2, w = 2, m = 2, 3 steps, streams run lowest first, through
- *    cx_pipe_train (cuda_pipe_main's path): the file parses, names every segment of the
+ *    cx_pipe_train (cx_pipe_main's path): the file parses, names every segment of the
  *    plan in the plan's order, each segment's forward_s and backward_s is its own
  *    launch count x 1 µs (a stage's time split evenly over its segments is not), and
  *    pd2bwc --profile FILE makes a plan from it; the same run without --profile-out
  *    gives bit-identical losses and weights (the timed passes run the same launches,
  *    eagerly instead of as graphs);
- *  - one: a one-stage plan through cuda_exec_run (pd2bwrun --backend cuda's one-stage
+ *  - one: a one-stage plan through cx_run (pd2bwrun --backend cuda's one-stage
  *    path), 6 steps (more timed passes than the event ring holds, so it is read back
  *    mid-run too): the same checks of the file;
  *  - errors: a --profile-out path whose directory is a file: status 1, the path in the
@@ -105,7 +105,7 @@ static int train(const PipePlan *p, const char *prof, PipeOutcome *r) {
   char data[256], err[RT_ERR_LEN];
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = CX_GEMM_PLAN, .profile_out = prof};
+  CxOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = GEMM_PLAN, .profile_out = prof};
   int rc = cx_pipe_train(p, &ops, &o, r, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
   return rc;
@@ -146,8 +146,8 @@ static void test_one(void) {
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   /* 6 steps of 4 microbatches: 40 timed passes, more than cuda_profile.c's ring holds */
-  CudaExecOptions o = {.data_path = data, .steps = 6, .quiet = true, .gemm = CX_GEMM_PLAN, .profile_out = prof};
-  EXPECT(cuda_exec_run("test_cudaprofile_emu", dir, &ops, "emulated", &o) == 0);
+  CxOptions o = {.data_path = data, .steps = 6, .quiet = true, .gemm = GEMM_PLAN, .profile_out = prof};
+  EXPECT(cx_run("test_cudaprofile_emu", dir, &ops, "emulated", &o) == 0);
   check_profile("one", prof);
   check_replan(prof);
 }
@@ -159,12 +159,12 @@ static void test_errors(void) {
   emu_path(bad, sizeof bad, "train.bin/p.json"); /* its directory is a file */
   emu_path(data, sizeof data, "train.bin");
   CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
-  CudaExecOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = CX_GEMM_PLAN, .profile_out = bad};
+  CxOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .profile_out = bad};
   emu_path(out, sizeof out, "err.stderr");
   fflush(stderr);
   int keep = dup(2), fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* the message, to read back */
   EXPECT(keep >= 0 && fd >= 0 && dup2(fd, 2) == 2);
-  int rc = cuda_exec_run("test_cudaprofile_emu", dir, &ops, "emulated", &o);
+  int rc = cx_run("test_cudaprofile_emu", dir, &ops, "emulated", &o);
   fflush(stderr);
   EXPECT(dup2(keep, 2) == 2);
   close(fd), close(keep);
@@ -179,7 +179,7 @@ static void test_errors(void) {
   /* multi-GPU mode times nothing yet: refused before MPI starts */
   o.nccl = true;
   o.profile_out = "p.json";
-  EXPECT(cuda_pipe_nccl_launch("test_cudaprofile_emu", dir, &o) == 1);
+  EXPECT(cx_pipe_nccl_launch("test_cudaprofile_emu", dir, &o) == 1);
 }
 
 int main(int argc, char **argv) {

@@ -39,8 +39,8 @@
 static const char *const BEGIN = "/* ==== kernels/philox.h and cuda_helpers.cuh, verbatim ==== */\n";
 static const char *const END = "/* ==== end of the helpers ==== */\n";
 
-static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = CGEN_GEMM_TF32};
-static const CodegenCudaOptions UNFUSED = {.fuse = false, .gemm = CGEN_GEMM_FP32};
+static const CodegenCudaOptions FUSED = {.fuse = true, .gemm = GEMM_TF32};
+static const CodegenCudaOptions UNFUSED = {.fuse = false, .gemm = GEMM_FP32};
 
 static char *without_kernels(const char *src) {
   const char *b = strstr(src, BEGIN), *e = strstr(src, END);

@@ -273,7 +273,7 @@ static void check_stage(Graph *g, int r0, int r1, int64_t b, uint32_t mb, bool f
   memset(h.block[BUF_GRADS], 0, (size_t)L->total[BUF_GRADS]);
 
   cJSON *list = NULL;
-  char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse}, &list);
+  char *src = codegen_cuda_source(g, L, 0, &(CodegenCudaOptions){.fuse = fuse, .gemm = GEMM_TF32}, &list);
   char *lib = codegen_cuda_library_source(g);
   if (fuse && has_op(g, OP_LAYERNORM)) check_add_layernorm_fused(g, list);
   if (fuse && fused_must_hold) {

@@ -53,13 +53,13 @@ static const Op *writer_at(const Graph *g, const StageLayout *L, OpKind k, const
   return NULL;
 }
 
-static Counts generate(const Graph *g, const StageLayout *L, CgenGemmDtype dt, bool on) {
+static Counts generate(const Graph *g, const StageLayout *L, GemmType dt, bool on) {
   Counts c = {0};
   CodegenCudaOptions o = {.fuse = true, .gemm = dt, .gemm_epilogues = on};
   cJSON *list = NULL;
   char *src = codegen_cuda_source(g, L, 0, &o, &list);
   char *lib = codegen_cuda_library_source(g);
-  if (dt != CGEN_GEMM_BF16) EXPECT_EQ_INT(check_launch_list(list, lib, src), 0); /* it sizes operands as float32 */
+  if (dt != GEMM_BF16) EXPECT_EQ_INT(check_launch_list(list, lib, src), 0); /* it sizes operands as float32 */
   EXPECT(strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(list, "gemm_epilogues")), on ? "on" : "off") == 0);
   static const char *const replaced[] = {"pkc_add_bias_fwd_f32", "pkc_gelu_fwd_f32", "pkc_gelu_bwd_f32",
                                          "pkc_bias_grad_f32"};
@@ -105,7 +105,7 @@ static void test_tinygpt(void) {
   EXPECT(g != NULL && pass_autodiff(g, &d));
   StageLayout *L = layout_stage(g, 0, g->nregions - 1, 2);
   for (int bf16 = 0; bf16 <= 1; bf16++) {
-    CgenGemmDtype dt = bf16 ? CGEN_GEMM_BF16 : CGEN_GEMM_TF32;
+    GemmType dt = bf16 ? GEMM_BF16 : GEMM_TF32;
     Counts on = generate(g, L, dt, true), off = generate(g, L, dt, false);
     printf("  %s on: bias %d, gelu_aux_bias %d, dgelu %d, bgradb %d, plain %d; replaced kernels left %d (off: %d)\n",
            bf16 ? "bf16" : "tf32", on.epi[GEMM_EPI_BIAS], on.epi[GEMM_EPI_GELU_AUX_BIAS], on.epi[GEMM_EPI_DGELU],

@@ -86,7 +86,7 @@ static void write_plan(void) {
   EXPECT(mkdtemp(dir) != NULL);
   int first[] = {0, 2}, last[] = {1, g->nregions - 1};
   cJSON *stages = cJSON_CreateArray();
-  EXPECT(codegen_cuda_stages(g, first, last, 2, 2, &(CodegenCudaOptions){.fuse = true}, dir, stages, &d));
+  EXPECT(codegen_cuda_stages(g, first, last, 2, 2, &(CodegenCudaOptions){.fuse = true, .gemm = GEMM_TF32}, dir, stages, &d));
   /* the runtime finds each stage's launch list and rng_base in plan.json */
   cJSON *plan = cJSON_CreateObject();
   cJSON_AddItemToObject(plan, "stages", stages);
@@ -129,7 +129,7 @@ static void test_two_modules(void) {
   for (int s = 0; s < 2; s++) {
     CxDeviceOps ops = fake_ops();
     char err[512] = "";
-    CxProgram *p = cx_program_load(&ops, dir, s, CX_GEMM_PLAN, err, sizeof err);
+    CxProgram *p = cx_program_load(&ops, dir, s, GEMM_PLAN, err, sizeof err);
     if (!p) fprintf(stderr, "  %s\n", err);
     EXPECT(p != NULL);
     if (!p) continue;
@@ -164,7 +164,7 @@ static void edited(const char *name, int stage) {
   write_text(name, mod);
   CxDeviceOps ops = fake_ops();
   char err[512] = "";
-  CxProgram *p = cx_program_load(&ops, dir, stage, CX_GEMM_PLAN, err, sizeof err);
+  CxProgram *p = cx_program_load(&ops, dir, stage, GEMM_PLAN, err, sizeof err);
   printf("  %s edited: %s\n", name, err);
   EXPECT(p == NULL);
   EXPECT(strstr(err, name) != NULL && strstr(err, "hash") != NULL);
@@ -195,7 +195,7 @@ static void bad_list(void (*edit)(cJSON *), const char *want) {
   write_text("stage0.launch.json", text);
   CxDeviceOps ops = fake_ops();
   char err[512] = "";
-  CxProgram *p = cx_program_load(&ops, dir, 0, CX_GEMM_PLAN, err, sizeof err);
+  CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);
   printf("  %s\n", err);
   EXPECT(p == NULL);
   EXPECT(strstr(err, want) != NULL);
@@ -278,7 +278,7 @@ static void test_old_plan(void) {
   write_text("plan.json", text);
   CxDeviceOps ops = fake_ops();
   char err[512] = "";
-  CxProgram *p = cx_program_load(&ops, dir, 1, CX_GEMM_PLAN, err, sizeof err);
+  CxProgram *p = cx_program_load(&ops, dir, 1, GEMM_PLAN, err, sizeof err);
   printf("  %s\n", err);
   EXPECT(p == NULL && strstr(err, "stage 1") && strstr(err, "regenerate the plan with this pd2bwc"));
   EXPECT_EQ_INT(fake.nmod, 0);
@@ -296,7 +296,7 @@ static void test_library_without_own_kernel(void) {
   CxDeviceOps ops = fake_ops();
   char err[512] = "";
   fake_missing = "pkc_sum_ordered_f32";
-  CxProgram *p = cx_program_load(&ops, dir, 0, CX_GEMM_PLAN, err, sizeof err);
+  CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);
   fake_missing = NULL;
   printf("  %s\n", err);
   EXPECT(p == NULL && strstr(err, "has no pkc_sum_ordered_f32") && strstr(err, "regenerate the plan with this pd2bwc"));

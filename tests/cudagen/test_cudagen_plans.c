@@ -149,7 +149,7 @@ static void lists_case(const Case *c) {
     EXPECT_STREQ(g->regions[r0].name, cJSON_GetStringValue(cJSON_GetObjectItem(prog, "first_region")));
     StageLayout *L = layout_stage(g, r0, r1, b);
     cJSON *list = NULL;
-    char *src = codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true}, &list);
+    char *src = codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true, .gemm = GEMM_TF32}, &list);
     char what[300];
     snprintf(what, sizeof what, "%s stage%d.cu", c->name, i);
     /* the .cu the stage runs: its own or one it shares, the same code but comments */
@@ -183,7 +183,7 @@ static void lists_case(const Case *c) {
     if (strstr(c->args, "gpt.model") || strstr(c->args, "models/llama")) {
       EXPECT_EQ_INT(check_gemm_alignment(list, what), 0);
       cJSON *list16 = NULL;
-      free(codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true, .gemm = CGEN_GEMM_BF16}, &list16));
+      free(codegen_cuda_source(g, L, i, &(CodegenCudaOptions){.fuse = true, .gemm = GEMM_BF16}, &list16));
       snprintf(what, sizeof what, "%s stage%d bf16", c->name, i);
       EXPECT_EQ_INT(check_gemm_alignment(list16, what), 0);
       cJSON_Delete(list16);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tests/gpucheck/summary_format.sh — the lines gpu-check.sh reads, as the runtime prints
-# them today: test_cudaexec_kprof's table part trains through cuda_exec_run (the loop of
+# them today: test_cudaexec_kprof's table part trains through cx_run (the loop of
 # pd2bw-cuda-train) on the emulated device and prints its summary and its kernel
 # profile; scripts/gpu-check-lib.sh must read that summary (gc_train_parse), and the
 # profile must have the header and rows of the table gc_ncu_table writes from ncu. A
-# change to cuda_exec_main.c's summary or to cuda_exec_kprof.c's table fails here, not
+# change to cuda_pipe_run.c's summary or to cuda_exec_kprof.c's table fails here, not
 # on the next lent GPU.
 #   summary_format.sh TEST_CUDAEXEC_KPROF PD2BWC     (run in the source tree)
 set -u

@@ -23,7 +23,7 @@
 #include "passes/passes.h"
 #include "runtime/blas/blas.h"
 #include "kernels/cpu_kernels.h"
-#include "runtime/core/runtime.h"
+#include "runtime/pipeline/pipeline.h"
 #include "test.h"
 
 typedef struct AttShape {

@@ -16,7 +16,7 @@
  *           nothing trains) == the CPU pipeline's; --eval-every 1 over 2 steps: each
  *           logged loss == the CPU pipeline's, and training is bit-identical with and
  *           without the evaluations;
- *   errors  through cuda_pipe_nccl_main (pd2bwrun's path): a checkpoint of another
+ *   errors  through cx_pipe_nccl_main (pd2bwrun's path): a checkpoint of another
  *           model (every rank fails to read it), a checkpoint only rank 1 cannot
  *           read (its stage's tensors missing) and a --save rank 0 cannot write: every
  *           rank returns 1, rank 0 prints ONE "error:" line naming the file, the
@@ -87,11 +87,11 @@ static double weight_diff(const PipeOutcome *a, const PipeOutcome *b) {
 }
 
 /* Multi-GPU mode on every rank (collective); rank 0's out filled. */
-static int multi(const PipePlan *p, CudaExecOptions o, EmuOrder order, PipeOutcome *out) {
+static int multi(const PipePlan *p, CxOptions o, EmuOrder order, PipeOutcome *out) {
   char err[RT_ERR_LEN];
   CxDeviceOps ops = nccl_emu_ops(own, order);
   o.quiet = true;
-  o.gemm = CX_GEMM_PLAN;
+  o.gemm = GEMM_PLAN;
   double t0 = emu_now_s();
   int rc = cx_pipe_train_nccl(p, &ops, &o, T, out, err, sizeof err);
   if (rc) fprintf(stderr, "  rank %d: %s\n", rank, err);
@@ -119,9 +119,9 @@ static void test_resume(void) {
   EXPECT(p != NULL);
   if (!p) return;
   PipeOutcome half = {0}, full = {0}, rest = {0}, crest = {0}, cfull = {0};
-  CudaExecOptions o = {.data_path = data, .steps = HALF, .save_path = ck};
+  CxOptions o = {.data_path = data, .steps = HALF, .save_path = ck};
   EXPECT(multi(p, o, EMU_HIGHEST_FIRST, &half) == 0);
-  o = (CudaExecOptions){.data_path = data, .steps = STEPS};
+  o = (CxOptions){.data_path = data, .steps = STEPS};
   EXPECT(multi(p, o, EMU_LOWEST_FIRST, &full) == 0);
   o.resume_path = ck;
   EXPECT(multi(p, o, EMU_HIGHEST_FIRST, &rest) == 0);
@@ -165,7 +165,7 @@ static void test_fromcpu(void) {
     EXPECT(cpu(p, (PipeOptions){.data_path = data, .steps = STEPS}, &cfull) == 0);
   }
   EXPECT(nccl_test_barrier(T)); /* cpu3.safetensors is there */
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = STEPS, .resume_path = cck}, EMU_LOWEST_FIRST,
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = STEPS, .resume_path = cck}, EMU_LOWEST_FIRST,
                &from_cpu) == 0);
   if (rank == 0 && cfull.mb_loss && from_cpu.mb_loss) {
     EXPECT(from_cpu.first_step == HALF);
@@ -190,8 +190,8 @@ static void test_init(void) {
   PipeOutcome c2 = {0}, ci = {0}, gi = {0}, g0 = {0};
   if (rank == 0) EXPECT(cpu(p, (PipeOptions){.data_path = data, .steps = 2, .save_path = ck}, &c2) == 0);
   EXPECT(nccl_test_barrier(T));
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = HALF, .init_path = ck}, EMU_HIGHEST_FIRST, &gi) == 0);
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = HALF}, EMU_LOWEST_FIRST, &g0) == 0);
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = HALF, .init_path = ck}, EMU_HIGHEST_FIRST, &gi) == 0);
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = HALF}, EMU_LOWEST_FIRST, &g0) == 0);
   if (rank == 0) {
     EXPECT(cpu(p, (PipeOptions){.data_path = data, .steps = HALF, .init_path = ck}, &ci) == 0);
     if (ci.mb_loss && gi.mb_loss && g0.mb_loss) {
@@ -225,11 +225,11 @@ static void test_eval(void) {
   }
   EXPECT(nccl_test_barrier(T));
   /* the same weights: resumed at --steps 2, evaluated only */
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = 2, .resume_path = ck, .val_path = data,
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = 2, .resume_path = ck, .val_path = data,
                                     .eval_batches = 2}, EMU_HIGHEST_FIRST, &gv) == 0);
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = 2, .val_path = data, .eval_every = 1,
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = 2, .val_path = data, .eval_every = 1,
                                     .eval_batches = 2}, EMU_LOWEST_FIRST, &ge) == 0);
-  EXPECT(multi(p, (CudaExecOptions){.data_path = data, .steps = 2}, EMU_LOWEST_FIRST, &gn) == 0);
+  EXPECT(multi(p, (CxOptions){.data_path = data, .steps = 2}, EMU_LOWEST_FIRST, &gn) == 0);
   if (rank == 0 && cv.mb_loss && gv.mb_loss && ce.mb_loss && ge.mb_loss && gn.mb_loss) {
     double d = fabs(cv.val_final - gv.val_final) / cv.val_final;
     printf("  validation on the same weights: CPU pipeline %.9f, multi-GPU %.9f (%.2e apart, bound %.0e)\n",
@@ -249,9 +249,9 @@ static void test_eval(void) {
   pipe_plan_free(p);
 }
 
-/* cuda_pipe_nccl_main (pd2bwrun's path) with this rank's stderr in a file; its text
+/* cx_pipe_nccl_main (pd2bwrun's path) with this rank's stderr in a file; its text
  * into msg. */
-static int run_main(const char *plan, CudaExecOptions o, char *msg, size_t n) {
+static int run_main(const char *plan, CxOptions o, char *msg, size_t n) {
   char dir[256], path[256];
   emu_path(dir, sizeof dir, plan);
   snprintf(path, sizeof path, "%s/stderr%d.txt", tmp, rank);
@@ -260,8 +260,8 @@ static int run_main(const char *plan, CudaExecOptions o, char *msg, size_t n) {
   FILE *f = freopen(path, "w", stderr);
   CxDeviceOps ops = nccl_emu_ops(own, EMU_IN_ORDER);
   o.quiet = true;
-  o.gemm = CX_GEMM_PLAN;
-  int rc = f ? cuda_pipe_nccl_main("pd2bwrun", dir, &ops, "emulated", &o, T) : -1;
+  o.gemm = GEMM_PLAN;
+  int rc = f ? cx_pipe_nccl_main("pd2bwrun", dir, &ops, "emulated", &o, T) : -1;
   fflush(stderr);
   dup2(fd, 2);
   close(fd);
@@ -364,26 +364,26 @@ static void test_errors(void) {
   }
   EXPECT(nccl_test_barrier(T));
   /* another model's checkpoint: every rank fails to read it */
-  int rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 2, .resume_path = other, .save_path = out},
+  int rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 2, .resume_path = other, .save_path = out},
                     msg, sizeof msg);
   expect_one_failure(rc, msg, "d8.safetensors", out);
   /* --init of it: the same */
-  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 2, .init_path = other, .save_path = out}, msg,
+  rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 2, .init_path = other, .save_path = out}, msg,
                 sizeof msg);
   expect_one_failure(rc, msg, "d8.safetensors", out);
   /* only rank 1 (stage 1) misses its tensors: rank 0 says rank 1's message */
-  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 2, .resume_path = part, .save_path = out}, msg,
+  rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 2, .resume_path = part, .save_path = out}, msg,
                 sizeof msg);
   expect_one_failure(rc, msg, "nostage1.safetensors", out);
   /* a --save only rank 0 writes, into a directory that does not exist */
   emu_path(out, sizeof out, "nodir/x.safetensors");
-  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
+  rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
   expect_one_failure(rc, msg, "nodir/x.safetensors", out);
   /* a --save naming a FIFO: rank 0 refuses it before anything is read or trained,
    * every rank stops with its one message, and the FIFO stays (runtime/io/io.h) */
   emu_path(out, sizeof out, "out.fifo");
   if (rank == 0) EXPECT(mkfifo(out, 0644) == 0);
-  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
+  rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 1, .save_path = out}, msg, sizeof msg);
   EXPECT(rc == 1);
   if (rank == 0) {
     EXPECT(strstr(msg, "pd2bwrun: error: --save ") == msg && strstr(msg, "FIFO") != NULL);
@@ -396,7 +396,7 @@ static void test_errors(void) {
   EXPECT(nccl_test_barrier(T));
   /* and a good run through the same path still works after all that */
   emu_path(out, sizeof out, "ok.safetensors");
-  rc = run_main("p2bw", (CudaExecOptions){.data_path = data, .steps = 2, .resume_path = good, .save_path = out}, msg,
+  rc = run_main("p2bw", (CxOptions){.data_path = data, .steps = 2, .resume_path = good, .save_path = out}, msg,
                 sizeof msg);
   EXPECT(rc == 0 && msg[0] == 0);
   if (rank == 0) EXPECT(access(out, F_OK) == 0);

@@ -18,7 +18,7 @@
  *       (deferred tied steps, the pipeline norm); also checked against the vanilla
  *       rule, which must NOT match (the bound discriminates);
  *   mpirun -np 4 test_nccl_emu PD2BWC gpipe   gpipe, d = 2, w = 2, m = 2 (the
- *       replica all-reduce, tied exchanges per replica), through cuda_pipe_nccl_main with
+ *       replica all-reduce, tied exchanges per replica), through cx_pipe_nccl_main with
  *       --reference and --log-json; clipping off, yet every JSON line has a grad
  *       norm, and the step lines (the last stage of replica 0's stdout) give the
  *       global loss and that norm, as the JSON log (issue 16's one console);
@@ -40,6 +40,7 @@
 #include "cudaexec/emu_train.h"
 #include "nccl_emu_ops.h"
 #include "runtime/cuda/pipe/cuda_pipe.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 #define TOL 1e-5
@@ -92,7 +93,7 @@ static void run_check(const char *name, const char *args, EmuOrder order, long s
   EXPECT(p != NULL);
   if (!p) return;
   CxDeviceOps ops = nccl_ops(order);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = CX_GEMM_PLAN};
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   double t0 = emu_now_s();
   int rc = cx_pipe_train_nccl(p, &ops, &o, T, &r, err, sizeof err);
@@ -204,9 +205,9 @@ static void test_gpipe(void) {
   emu_path(data, sizeof data, "train.bin");
   emu_path(log, sizeof log, "pgpipe.jsonl");
   CxDeviceOps ops = nccl_ops(EMU_LOWEST_FIRST);
-  CudaExecOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = CX_GEMM_PLAN, .log_json = log,
+  CxOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = GEMM_PLAN, .log_json = log,
                        .reference = true, .ref_tol = TOL};
-  int rc = cuda_pipe_nccl_main("test_nccl_emu", dir, &ops, "emulated", &o, T);
+  int rc = cx_pipe_nccl_main("test_nccl_emu", dir, &ops, "emulated", &o, T);
   EXPECT(rc == 0);
   double shown[2 * STEPS] = {0};
   if (rank == 2) {

@@ -42,7 +42,7 @@ static bool open_rank(const char *name, const char *args, PipePlan **p, ExecDevi
   *p = pipe_plan_load(dir, err, sizeof err);
   ops = nccl_emu_ops(tmp, EMU_LOWEST_FIRST);
   const PipePlan *q = *p;
-  if (q) *dev = cx_exec_device(&ops, q->rt, q->rank_stage[transport_rank(T)], CX_GEMM_PLAN, q->b * q->m * q->w, err,
+  if (q) *dev = cx_exec_device(&ops, q->rt, q->rank_stage[transport_rank(T)], GEMM_PLAN, q->b * q->m * q->w, err,
                                sizeof err);
   if (*dev) *link = cx_nccl_link(T, q, *dev, err, sizeof err);
   if (!*link) fprintf(stderr, "  rank %d: %s\n", transport_rank(T), err);
@@ -151,7 +151,7 @@ static void test_errors(void) {
   if (!p) return;
   ops = nccl_emu_ops(tmp, EMU_LOWEST_FIRST);
   ops.native_stream = NULL;
-  ExecDevice *dev = cx_exec_device(&ops, p->rt, p->rank_stage[transport_rank(T)], CX_GEMM_PLAN, p->b * p->m, err,
+  ExecDevice *dev = cx_exec_device(&ops, p->rt, p->rank_stage[transport_rank(T)], GEMM_PLAN, p->b * p->m, err,
                                    sizeof err);
   EXPECT(dev != NULL);
   ExecLink *L = dev ? cx_nccl_link(T, p, dev, err, sizeof err) : NULL;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/reference/reference.h"
 
 int main(int argc, char **argv) {
   if (argc < 4) {

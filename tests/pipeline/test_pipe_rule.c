@@ -5,7 +5,7 @@
  * replicas, with and without a tied group on the first and last stage. The streams
  * are what the executor runs, the rules what the references run: they must agree
  * instruction by instruction. */
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/reference/reference.h"
 #include "test.h"
 
 /* Every FWD/BWD of the streams reads the rule's version; returns how many it checked. */

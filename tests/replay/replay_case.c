@@ -16,7 +16,7 @@
  *   trainer      the one-stage CPU trainer (runtime/core/trainer.c) on a one-stage PLAN
  *   emu-trainer  the one-stage GPU path on the emulated device (tests/cudaexec/emu_device.h), in
  *                order: pd2bwrun --backend cuda's, single-GPU pipeline mode on one rank
- *                (cx_pipe_train; recorded: the one-stage trainer, runtime/exec/exec_one.c, on
+ *                (cx_pipe_train; recorded: the one-stage trainer, runtime/pipeline/pipeline_one.c, on
  *                runtime/cuda/exec/cuda_exec_device.c)
  *   emu-pipe     single-GPU pipeline mode (runtime/cuda/pipe/cuda_pipe_threads.c) on the emulated
  *                device, streams queued and run lowest first (deterministic)
@@ -46,7 +46,7 @@
 #include "nccl/nccl_emu_ops.h"
 #endif
 #include "runtime/io/io.h"
-#include "runtime/pipeline/pipeline_rank.h"
+#include "runtime/reference/reference.h"
 
 /* ---- the case file --------------------------------------------------------------------- */
 
@@ -130,7 +130,7 @@ static CxDeviceOps nccl_emu_ops(const char *dir, int order) {
 }
 #endif
 
-/* The one-stage CPU trainer (runtime/exec/exec_one.c): the same data setup as the
+/* The one-stage CPU trainer (runtime/pipeline/pipeline_one.c): the same data setup as the
  * reference (pipe_trainer_run). */
 static bool run_one_stage(const PipePlan *p, const PipeOptions *o, PipeOutcome *out, double *norms, char *err,
                           size_t errlen) {
@@ -197,7 +197,7 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
   if (ok) {
     if (p->rt->train.steps == 0) p->rt->train.steps = steps;
     PipeOptions po = {.data_path = data, .steps = steps, .quiet = true, .threads = 1};
-    CudaExecOptions co = {.data_path = data, .steps = steps, .quiet = true, .gemm = CX_GEMM_PLAN};
+    CxOptions co = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN};
     if (strcmp(mode, "pipe") == 0) {
       ok = pipeline_run_local(p, &po, &r, err, sizeof err) == 0;
     } else if (strcmp(mode, "pipe-mpi") == 0) {

@@ -18,7 +18,7 @@
 
 #include "runtime/pipeline/pipeline_rank.h"
 
-/* The lines from the outcome, as the end-of-run writer formatted them (pipeline_main.c's
+/* The lines from the outcome, as the end-of-run writer formatted them (runtime/driver/driver.c's
  * pipe_log_write, before 7414cbb streamed the log). */
 static char *outcome_lines(const PipePlan *p, const PipeOutcome *r, size_t *len) {
   size_t cap = 1024 + (size_t)(r->steps - r->first_step) * 512, n = 0;

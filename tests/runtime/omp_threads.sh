@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Each rank runs its stage program's OpenMP loops on its share of the cores
-# (pipeline_main.c pipe_rank_threads): libgomp reads OMP_NUM_THREADS once, at load,
+# (pipeline_run.c pipe_rank_threads): libgomp reads OMP_NUM_THREADS once, at load,
 # so the runtime's setenv came too late and every rank ran one OpenMP thread per core
 # whatever --threads said (two ranks on two cores: four threads spinning in barriers;
 # a 2-layer GPT on one loaded core 20x slower). Checked by the threads the process

@@ -7,7 +7,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/core/runtime.h"
+#include "runtime/pipeline/pipeline.h"
 #include "test.h"
 
 #include <stdlib.h>

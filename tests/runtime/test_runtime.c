@@ -5,7 +5,7 @@
 #include "build_models.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
-#include "runtime/core/runtime.h"
+#include "runtime/pipeline/pipeline.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -345,7 +345,7 @@ static void test_param_init_by_name(void) {
 }
 
 /* The one-stage trainer's streams cover 64 batches and are lengthened as a run passes
- * them (runtime/exec/exec_one.c): 70 steps straight (lengthened at batch 64) equal 66
+ * them (runtime/pipeline/pipeline_one.c): 70 steps straight (lengthened at batch 64) equal 66
  * steps, a checkpoint, a fresh trainer resumed there (its streams rebuilt for 67
  * batches, then 135), 4 steps; vanilla and 2bw. */
 static void test_streams_lengthen(void) {

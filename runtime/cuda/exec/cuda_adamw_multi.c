@@ -20,7 +20,7 @@ uint64_t cx_adamw_table_bytes(const CxAdamwTensor *t, int n) {
   return rt_align256((uint64_t)n * sizeof *t) + rt_align256((uint64_t)total_chunks(t, n) * sizeof(CxAdamwChunk));
 }
 
-CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAdamwTensor *t, int n) {
+CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n) {
   uint64_t tb = rt_align256((uint64_t)n * sizeof *t), bytes = cx_adamw_table_bytes(t, n);
   CxAdamwTable out = {.tensors = at, .chunks = at + tb, .nchunks = total_chunks(t, n)};
   PD_CHECK(out.nchunks <= 0x7fffffff, "(%lld AdamW chunks: more than a grid)", (long long)out.nchunks);
@@ -38,7 +38,7 @@ CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAda
 void cx_adamw_multi_launch(const CxDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
                            const CxAdamwLaunch *a) {
   if (tb->nchunks == 0) return;
-  CxPtr wo = a->w_out, wi = a->w_in, g = a->grad, m = a->m, v = a->v, ma = a->master, w16 = a->w16,
+  GpuPtr wo = a->w_out, wi = a->w_in, g = a->grad, m = a->m, v = a->v, ma = a->master, w16 = a->w16,
         ts = tb->tensors, cs = tb->chunks, sc = a->scalars;
   int64_t nchunks = tb->nchunks, chunk = CX_ADAMW_CHUNK;
   double b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
@@ -46,19 +46,19 @@ void cx_adamw_multi_launch(const CxDeviceOps *ops, void *kernel, int stream, con
   ops->launch(ops->dev, stream, kernel, (unsigned)nchunks, CX_ADAMW_BLOCK, args);
 }
 
-static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static GpuPtr dp(const void *p) { return (GpuPtr)(uintptr_t)p; }
 
 bool cx_adamw_multi_match(const RtStage *st, const ExecOptStep *s, int n, char *in, CxAdamwLaunch *a) {
   int f = 0;
   while (f < n && !s[f].g) f++;
   if (n < 1 || s[0].tc->optimizer == OPT_SGD || f == n) return false;
-  CxPtr off0 = (CxPtr)s[0].param->offset, offf = (CxPtr)s[f].param->offset;
-  CxPtr wo = dp(s[0].wout) - off0, wi = dp(s[0].win) - off0, ma = s[0].master ? dp(s[0].master) - off0 : 0;
-  CxPtr g = dp(s[f].g) - offf, m = dp(s[f].m) - offf, v = dp(s[f].v) - offf;
+  GpuPtr off0 = (GpuPtr)s[0].param->offset, offf = (GpuPtr)s[f].param->offset;
+  GpuPtr wo = dp(s[0].wout) - off0, wi = dp(s[0].win) - off0, ma = s[0].master ? dp(s[0].master) - off0 : 0;
+  GpuPtr g = dp(s[f].g) - offf, m = dp(s[f].m) - offf, v = dp(s[f].v) - offf;
   bool ok = true;
   for (int i = 0; ok && i < n; i++) {
     int64_t k = s[i].param - st->params;
-    CxPtr off = (CxPtr)s[i].param->offset;
+    GpuPtr off = (GpuPtr)s[i].param->offset;
     ok = k >= 0 && k < st->nparams && (i == 0 || k > s[i - 1].param - st->params) && dp(s[i].wout) == wo + off &&
          dp(s[i].win) == wi + off && (ma ? dp(s[i].master) == ma + off : !s[i].master) &&
          (!s[i].g || (dp(s[i].g) == g + off && dp(s[i].m) == m + off && dp(s[i].v) == v + off));
@@ -76,7 +76,7 @@ uint64_t cx_adamw_stage_table_bytes(const RtStage *st) {
   return bytes;
 }
 
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in,
+CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
                                   const char *fold) {
   CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
   int nt = 0;

@@ -39,7 +39,7 @@ typedef struct CxAdamwChunk {
 
 /* A table on the device. */
 typedef struct CxAdamwTable {
-  CxPtr tensors, chunks; /* device addresses */
+  GpuPtr tensors, chunks; /* device addresses */
   int64_t nchunks;
 } CxAdamwTable;
 
@@ -48,7 +48,7 @@ uint64_t cx_adamw_table_bytes(const CxAdamwTensor *t, int n);
 /* Uploads the table of t[0..n) to `at` (cx_adamw_table_bytes of room) with one host
  * copy (ops->htod: it waits for the device; call at setup). Tensors with n = 0 get no
  * chunk. */
-CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAdamwTensor *t, int n);
+CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n);
 
 /* The blocks and hyperparameters of one launch. master (0: none) holds 2bw's newest
  * weights under weight prediction (w_in is master then: the kernel steps from it,
@@ -56,7 +56,7 @@ CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, CxPtr at, const CxAda
  * the bf16 copy of the version written; scalars: the per-step pkc_step_scalars (lr,
  * gradient scale, t, the delay compensation in force, the prediction's k). */
 typedef struct CxAdamwLaunch {
-  CxPtr w_out, w_in, grad, m, v, master, w16, scalars;
+  GpuPtr w_out, w_in, grad, m, v, master, w16, scalars;
   double beta1, beta2, eps, weight_decay;
 } CxAdamwLaunch;
 
@@ -78,7 +78,7 @@ bool cx_adamw_multi_match(const RtStage *st, const ExecOptStep *s, int n, char *
 uint64_t cx_adamw_stage_table_bytes(const RtStage *st);
 /* Uploads the table of the parameters in[] lists (cx_adamw_multi_match's) to `at`;
  * fold (NULL: none) per parameter: CxAdamwTensor.fold. */
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, CxPtr at, const RtStage *st, const char *in,
+CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
                                   const char *fold);
 
 #endif /* PD2BW_RUNTIME_CUDA_ADAMW_MULTI_H */

@@ -1,68 +1,16 @@
-/* runtime/cuda/exec/cuda_exec.h — training a plan on a GPU: the launch-list executor.
- *
- * pd2bwc writes, next to each stageN.c, the GPU twin stageN.cu and the launch list
- * stageN.launch.json (format in codegen/cgen_cuda.c): the ordered kernel launches and
- * GEMM calls of one microbatch's forward and backward, every pointer a (block,
- * offset) pair. This folder (runtime/cuda/exec/, library pd2bw_cuda_exec, which
- * also builds runtime/cuda/pipe/) replays those lists:
- *
- *  - cuda_exec_list.c: the interpreter core. It loads a launch list once into flat
- *    arrays (kernel handles resolved, every offset checked against its block, every
- *    argument pre-encoded), then replays a pass with no allocation and no JSON. It
- *    talks to the device ONLY through a CxDeviceOps table (launch, GEMM, copies,
- *    zeroing), so tests plug in the host CUDA emulator (tests/cuda/cuda_emu.h) and
- *    replay the very lists a GPU would run, on the CPU. A pass repeats every
- *    microbatch with the same launches (the microbatch index reaches the dropout
- *    kernels through a key in device memory, launch list format 3), so it is captured
- *    once per (pass, bases, stream, training, seed) as a CUDA graph and replayed with
- *    one graph launch (cx_program_run);
- *  - cuda_exec_device.c: a stage on those ops as the plan interpreter's device
- *    (runtime/exec/exec.h): the one-stage trainer is the CPU's (runtime/exec/exec_one.c,
- *    the plan as d = w = 1 through the one interpreter) with this as its device, so its
- *    update rule, data order, dropout keys, per-step checks and checkpoints are the
- *    CPU trainer's. A step uploads its batch's input images in one copy and issues
- *    every microbatch with no host wait (losses and out-of-range ids come back with
- *    the norm); the norm and the update run as CUDA graphs, the update's per-step
- *    values (lr, step, clip scale, 2bw's delay compensation in force and weight
- *    prediction's k) read from device memory;
- *  - cuda_exec_step.c: a step's own CUDA graphs (norms, updates: cx_step_graph_run);
- *  - cuda_exec_share.c: one GPU shared by the host threads of single-GPU pipeline mode
- *    (a view per stage replica: its own stream, its part of the one allocation, one
- *    lock), and cuda_link_local.c: the same-GPU link between those ranks
- *    (runtime/exec/exec.h's ExecLink: host records over the local transport, device
- *    copies ordered by events, the replica all-reduce in ascending order);
- *  - cuda_adamw_multi.c (cuda_adamw_multi.h): AdamW over all of a stage replica's
- *    parameters in one launch, the table and launch of kernels/cuda_adamw_multi.cuh
- *    (the pipeline interpreter's update, which also writes bf16 weight copies);
- *  - cuda_exec_dev.c: the ops table of a real GPU (runtime/cuda/cuda_backend.h:
- *    NVRTC + driver API + cuBLAS, all dlopen()ed) and the cuBLAS rate measurement.
- *    Without the CUDA toolkit at build time cuda_exec_dev_none.c stands in and says so;
- *  - cuda_exec_main.c: cuda_exec_main, what pd2bwrun --backend cuda and
- *    tools/pd2bw-cuda-train call: the GPU opened, then pd2bwrun's one driver with the
- *    GPU as a backend (every plan, one-stage included: cuda_pipe_main,
- *    runtime/pipeline/pipeline_main.c's GPU backend), --kernel-profile, --bench-gemm;
- *  - in runtime/cuda/pipe/, cuda_pipe*.c: single-GPU pipeline mode (cuda_pipe.h), every stage replica
- *    on the one device, one stream each, a host thread each on runtime/exec/'s
- *    interpreter with cuda_link_local.c's link; and
- *    multi-GPU mode (cuda_pipe_multi.c, --transport nccl under mpirun: one process per
- *    stage replica, each the CPU MPI pipeline's rank with this folder's device and
- *    NCCL link);
- *  - cuda_link_nccl.c: multi-GPU mode's link (runtime/exec/exec.h), NCCL between the
- *    ranks' devices (never run on GPUs with the real libnccl, see its header).
- *
- * What it promises: on a machine without a GPU driver, opening the device fails with
- * "cuda backend: no CUDA driver found (...); use --backend cpu" and exit status 1,
- * never a crash. A plan made with --backend cpu (no launch lists) is a user error
- * naming the missing file.
- *
- *  - cuda_exec_kprof.c: --kernel-profile, the per-kernel GPU time of a run without
- *    Nsight Compute: a CxDeviceOps table that times each launch and GEMM of the one it
- *    wraps (cuda_exec_main.c puts it between the executors and the device).
- *  Checkpoints (--save, --resume, --init) and --val-data's loss of one-stage plans are
- *    the CPU trainer's (trainer_save, trainer_resume, trainer_init_from, trainer_eval,
- *    through the device's upload/download). Both pipeline modes' are the CPU
- *    pipeline's (runtime/pipeline/pipeline_run.c) on the CUDA device (cuda_pipe.h).
- */
+/* runtime/cuda/exec/cuda_exec.h — the launch-list executor (pd2bw_cuda_exec): replays the
+ * launch lists pd2bwc writes (contract/contract.h) through a device table, CxDeviceOps,
+ * so the host CUDA emulator (tests/cuda/cuda_emu.h) runs the very lists a GPU would.
+ * cuda_exec_list.c loads a list once into flat arrays and replays a pass with no
+ * allocation, captured once as a CUDA graph (cx_program_run); cuda_exec_device.c makes a
+ * stage the interpreter's device (runtime/exec/exec.h), cuda_exec_step.c its step graphs,
+ * cuda_adamw_multi.c its one-launch AdamW; cuda_exec_share.c and cuda_link_local.c share
+ * one GPU among single-GPU pipeline mode's ranks, cuda_link_nccl.c links multi-GPU mode's;
+ * cuda_exec_dev.c is a real GPU's table (cuda_exec_dev_none.c without the toolkit),
+ * cuda_exec_kprof.c a timing wrapper for --kernel-profile. docs/gpu.md has the design.
+ * Promise: without a GPU driver, opening the device fails with "cuda backend: no CUDA
+ * driver found (...); use --backend cpu", exit status 1, never a crash; a plan without
+ * launch lists is a user error naming the missing file. */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H
 
@@ -70,32 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/core/runtime.h"
-#include "runtime/pipeline/seg_times.h"
-
-/* A device address: an arena base plus a byte offset. */
-typedef uint64_t CxPtr;
-
-/* The element/compute type of a GEMM. */
-typedef enum CxGemmType {
-  CX_GEMM_PLAN, /* as the launch list says (its "dtype"); only in CudaExecOptions */
-  CX_GEMM_FP32, /* float32 operands, float32 arithmetic (bit-comparable to the CPU) */
-  CX_GEMM_TF32, /* float32 operands, TF32 tensor cores, float32 accumulation */
-  CX_GEMM_BF16  /* A, B bfloat16 (uint16 bits), C float32, float32 accumulation (cuBLAS:
-                   CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F). Only where the
-                   launch list says "bf16" (its casts made the operands); never an override */
-} CxGemmType;
-
-/* A GEMM's epilogue: the launch list's (contract/contract.h GemmEpilogue says what
- * each kind computes, in the GEMM's row-major terms). */
-typedef struct CxEpilogue {
-  GemmEpilogue kind;
-  CxPtr bias;   /* bias, gelu_aux_bias: the vector added (N floats); bgradb: the bias
-                   gradient written, or added to when bias_acc */
-  int bias_acc; /* bgradb: 1 adds into bias */
-  CxPtr aux;    /* gelu_aux_bias: the pre-GELU output written; dgelu: the pre-GELU input */
-  int ldaux;    /* aux's leading dimension (floats) */
-} CxEpilogue;
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/exec/seg_times.h"
 
 /* The device as the executor sees it. Every call is on one device; `stream` is a
  * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
@@ -104,7 +28,7 @@ typedef struct CxEpilogue {
 typedef struct CxDeviceOps {
   void *dev;
   /* The one arena (called once per device). false with a message (too little memory). */
-  bool (*alloc)(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen);
+  bool (*alloc)(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen);
   /* Compiles/loads module source `src` (a stage's stageN.cu or the plan's kernels.cu;
    * name for diagnostics); NULL with a message. May return the module it already
    * loaded for the same text (stages on one device then share the library). */
@@ -113,15 +37,12 @@ typedef struct CxDeviceOps {
   void *(*kernel)(void *dev, void *module, const char *name);
   /* args: one pointer per kernel parameter, to a value of exactly its type. */
   void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
-  /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C (pk_sgemm_fn semantics); A and B
-   * are bfloat16 for CX_GEMM_BF16 (leading dimensions in elements), else float32.
-   * ep: the epilogue that follows (NULL: none; a GPU runs it as cuBLASLt's, the
+  /* One GEMM (contract/contract.h GpuGemm; a GPU runs an epilogue as cuBLASLt's, the
    * emulator as the kernels it stands for). */
-  void (*gemm)(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha,
-               CxPtr A, int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep);
-  void (*htod)(void *dev, CxPtr dst, const void *src, size_t bytes);
-  void (*dtoh)(void *dev, void *dst, CxPtr src, size_t bytes);
-  void (*memset0)(void *dev, int stream, CxPtr p, size_t bytes);
+  void (*gemm)(void *dev, int stream, const GpuGemm *g);
+  void (*htod)(void *dev, GpuPtr dst, const void *src, size_t bytes);
+  void (*dtoh)(void *dev, void *dst, GpuPtr src, size_t bytes);
+  void (*memset0)(void *dev, int stream, GpuPtr p, size_t bytes);
   void (*sync)(void *dev); /* waits for all streams */
   /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
    * needs them; the one-stage trainer calls only dtod (on stream 0). */
@@ -138,7 +59,7 @@ typedef struct CxDeviceOps {
    * their records: cuEventElapsedTime); the traces of single-GPU pipeline mode. */
   float (*event_ms)(void *dev, void *start, void *end);
   /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
-  void (*dtod)(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes);
+  void (*dtod)(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes);
   /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
    * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
   void *(*native_stream)(void *dev, int stream);
@@ -183,7 +104,7 @@ typedef struct CxProgram CxProgram;
 /* What a replay needs besides the list: the block bases of this microbatch (params:
  * the weight version it uses; stash: its slot) and the runtime arguments. */
 typedef struct CxReplay {
-  CxPtr base[CX_NBLOCKS]; /* indexed by BufClass / CX_SCRATCH; [BUF_NONE] unused */
+  GpuPtr base[CX_NBLOCKS]; /* indexed by BufClass / CX_SCRATCH; [BUF_NONE] unused */
   uint64_t seed;
   uint32_t microbatch; /* global index: keys the dropout streams (written to the device
                           before the pass: see cx_program_run) */
@@ -195,11 +116,11 @@ typedef struct CxReplay {
  * library (kernels.cu), checks both sources' hashes against the list's (before
  * compiling either), loads both modules through ops (the library first) and resolves
  * every kernel in the module its entry names.
- * gemm != CX_GEMM_PLAN overrides the list's GEMM dtype between fp32 and tf32 (a
+ * gemm != GEMM_PLAN overrides the list's GEMM dtype between fp32 and tf32 (a
  * "bf16" list's GEMMs read bf16 staging buffers: overriding them is an error, and so
- * is CX_GEMM_BF16 on a float32 list: pd2bwc --precision bf16 makes the casts). NULL
+ * is GEMM_BF16 on a float32 list: pd2bwc --precision bf16 makes the casts). NULL
  * with a message naming the file (a plan made with --backend cpu has no launch lists). */
-CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
+CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
                            char *err, size_t errlen);
 void cx_program_free(CxProgram *p);
 /* Bytes of block c (CX_SCRATCH included) the list needs. */
@@ -230,8 +151,8 @@ void *cx_program_lib_kernel(const CxProgram *p, CxLibKernel k);
 void *cx_program_kernel(const CxProgram *p, const char *name);
 int cx_program_nlaunches(const CxProgram *p, CxPass pass); /* kernels + GEMMs */
 /* The dtype of the program's GEMMs as loaded (overrides applied; the first GEMM's when
- * they differ, CX_GEMM_FP32 when there is none): what a benchmark beside it times. */
-CxGemmType cx_program_gemm_type(const CxProgram *p);
+ * they differ, GEMM_FP32 when there is none): what a benchmark beside it times. */
+GemmType cx_program_gemm_type(const CxProgram *p);
 /* Replays pass `pass` with bases and runtime values from r. Asynchronous. When the
  * pass has dropout it first launches pkc_set_u32(scratch + microbatch_key,
  * r->microbatch) on r->stream (stream-ordered, no host wait). With graph ops, the
@@ -313,12 +234,12 @@ int cx_profile_begin(CxProfile *f, CxPass pass, int stream);
 void cx_profile_mark(CxProfile *f, int rec, int seg);
 const SegTimes *cx_profile_times(CxProfile *f);
 
-/* ---- what pd2bwrun --backend cuda asks for (cuda_exec_main.c, cuda/pipe/) -------- */
+/* ---- what pd2bwrun --backend cuda asks for (runtime/cuda/pipe/) -------- */
 
 /* pd2bwrun's options are one struct for every backend (runtime/pipeline/pipeline.h
  * PipeOptions: data, steps, checkpoints, validation, log, --reference, and the GPU's
  * device, gemm override, graphs off, bench and kernel profile). */
-typedef PipeOptions CudaExecOptions;
+typedef PipeOptions CxOptions;
 
 /* ---- the plan interpreter's CUDA device (cuda_exec_device.c) -------------------- */
 
@@ -329,7 +250,7 @@ typedef struct ExecDevice ExecDevice;
  * cx_program_load takes it), its arena the table's one allocation; batch_samples:
  * the samples of one batch (b·m·w), uploaded at once. NULL with a message naming
  * the plan. Destroyed with exec_device_destroy. */
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen);
 /* How its passes ran (cx_program_graph_stats), its optimizer steps and its norms
  * (eager, captured, launched as a graph). */
@@ -339,7 +260,7 @@ CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d);
 /* The device memory it holds (the arena and its extras), once the arena is allocated;
  * the dtype of its GEMMs (cx_program_gemm_type). */
 uint64_t cx_exec_device_bytes(const ExecDevice *d);
-CxGemmType cx_exec_device_gemm_type(const ExecDevice *d);
+GemmType cx_exec_device_gemm_type(const ExecDevice *d);
 /* Its stage program (cx_program_profile: --profile-out). */
 CxProgram *cx_exec_device_program(ExecDevice *d);
 /* The table it issues on: everything goes on its stream 0 (the same-GPU link and the
@@ -356,7 +277,7 @@ uint64_t cx_exec_device_bf16_bytes(const ExecDevice *d);
  * is stale, cast again before a pass reads it; 0 for a plan without bf16 copies. What
  * the optimizer step left there, for tests: a copy that is not stale must be the cast
  * of its version. */
-CxPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale);
+GpuPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale);
 /* --trace: the interpreter's clock marks (runtime/exec/exec.h mark) become events on
  * the device's stream, read as seconds since `origin` (an event of the same GPU,
  * recorded and complete before the run: every rank's times on one clock). NULL (the
@@ -424,17 +345,11 @@ const char *cx_cuda_name(const CxDeviceOps *ops);
 /* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
  * the device (in its own arena: call with no trainer alive). TFLOP/s, or -1 with a
  * message. */
-double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen);
+double cx_cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen);
 
-
-/* pd2bwrun --backend cuda: trains the plan in plan_dir on GPU o->device (single-GPU
- * pipeline mode, one-stage plans included; --transport nccl: multi-GPU mode) for
- * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
- * line on stderr. */
-int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o);
-/* cuda_exec_main on an open device (tests pass the emulator's): cuda_pipe_main (no
+/* cx_main on an open device (tests pass the emulator's): cx_pipe_main (no
  * --bench-gemm). */
-int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                  const CudaExecOptions *o);
+int cx_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                  const CxOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_EXEC_H */

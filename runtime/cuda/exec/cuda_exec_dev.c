@@ -25,8 +25,8 @@ typedef struct CxCuda {
   int nmod, cap;
 } CxCuda;
 
-static bool d_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
-  CudaPtr b;
+static bool d_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
+  GpuPtr b;
   if (!cuda_arena_create(((CxCuda *)dev)->d, bytes, &b, err, errlen)) return false;
   *base = b;
   return true;
@@ -69,48 +69,21 @@ static void d_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   cuda_launch(((CxCuda *)dev)->d, (CudaStreamId)stream, kernel, grid, block, args);
 }
 
-static CudaGemmType cuda_type(CxGemmType type) {
-  switch (type) {
-  case CX_GEMM_FP32: return CUDA_GEMM_F32;
-  case CX_GEMM_TF32: return CUDA_GEMM_TF32;
-  case CX_GEMM_BF16: return CUDA_GEMM_BF16; /* bf16 A, B; f32 C; CUBLAS_COMPUTE_32F */
-  case CX_GEMM_PLAN: break;
-  }
-  PD_CHECK(false, "(GEMM type %d has no cuBLAS call)", (int)type);
-  return CUDA_GEMM_F32;
-}
+static void d_gemm(void *dev, int stream, const GpuGemm *g) { cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, g); }
 
-/* A GEMM with an epilogue goes to cuBLASLt (runtime/cuda/cuda_lt.c), one without to
- * cuBLAS as before. */
-static void d_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
-  CudaGemmType t = cuda_type(type);
-  if (!ep) {
-    cuda_gemm(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  static const CudaEpilogueKind kinds[GEMM_EPI_COUNT] = {
-      [GEMM_EPI_NONE] = CUDA_EPI_NONE, [GEMM_EPI_BIAS] = CUDA_EPI_BIAS,
-      [GEMM_EPI_GELU_AUX_BIAS] = CUDA_EPI_GELU_AUX_BIAS, [GEMM_EPI_DGELU] = CUDA_EPI_DGELU,
-      [GEMM_EPI_BGRADB] = CUDA_EPI_BGRADB};
-  CudaEpilogue ce = {kinds[ep->kind], ep->bias, ep->bias_acc, ep->aux, ep->ldaux};
-  cuda_gemm_epilogue(((CxCuda *)dev)->d, (CudaStreamId)stream, t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                     ldc, &ce);
-}
-
-static void d_htod(void *dev, CxPtr dst, const void *src, size_t bytes) {
+static void d_htod(void *dev, GpuPtr dst, const void *src, size_t bytes) {
   CxCuda *c = dev;
   cuda_dev_sync(c->d);
   cuda_memcpy_htod(c->d, dst, src, bytes);
 }
 
-static void d_dtoh(void *dev, void *dst, CxPtr src, size_t bytes) {
+static void d_dtoh(void *dev, void *dst, GpuPtr src, size_t bytes) {
   CxCuda *c = dev;
   cuda_dev_sync(c->d);
   cuda_memcpy_dtoh(c->d, dst, src, bytes);
 }
 
-static void d_memset0(void *dev, int stream, CxPtr p, size_t bytes) {
+static void d_memset0(void *dev, int stream, GpuPtr p, size_t bytes) {
   cuda_memset0(((CxCuda *)dev)->d, (CudaStreamId)stream, p, bytes);
 }
 
@@ -141,7 +114,7 @@ static float d_event_ms(void *dev, void *start, void *end) {
   return cuda_event_ms(start, end);
 }
 
-static void d_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
+static void d_dtod(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes) {
   cuda_memcpy_dtod_async(((CxCuda *)dev)->d, (CudaStreamId)stream, dst, src, bytes);
 }
 
@@ -195,12 +168,12 @@ void cx_cuda_close(CxDeviceOps *ops) {
 
 const char *cx_cuda_name(const CxDeviceOps *ops) { return ops ? cuda_dev_name(((CxCuda *)ops->dev)->d) : ""; }
 
-double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen) {
+double cx_cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
   CudaDev *d = cuda_dev_create(device, err, errlen);
   if (!d) return -1;
-  size_t el = type == CX_GEMM_BF16 ? 2 : 4; /* A and B; C is always float32 */
+  size_t el = type == GEMM_BF16 ? 2 : 4; /* A and B; C is always float32 */
   size_t a = (size_t)M * (size_t)K * el, b = (size_t)K * (size_t)N * el, cb = (size_t)M * (size_t)N * 4;
-  CudaPtr base;
+  GpuPtr base;
   if (!cuda_arena_create(d, a + b + cb, &base, err, errlen)) {
     cuda_dev_destroy(d);
     return -1;
@@ -217,14 +190,14 @@ double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, cha
   cuda_memcpy_htod(d, base, h, a);
   cuda_memcpy_htod(d, base + a, h, b);
   free(h);
-  CudaGemmType t = cuda_type(type);
+  GpuGemm g = {type, 0, 0, M, N, K, 1, 0, base, base + a, base + a + b, K, N, N, {GEMM_EPI_NONE}};
   CudaEvent *e0 = cuda_event_create(d), *e1 = cuda_event_create(d);
   for (int i = 0; i < 3; i++) /* warm-up: cuBLAS picks and loads its kernel */
-    cuda_gemm(d, CUDA_STREAM_COMPUTE, t, 0, 0, M, N, K, 1, base, K, base + a, N, 0, base + a + b, N);
+    cuda_gemm(d, CUDA_STREAM_COMPUTE, &g);
   int reps = 20;
   cuda_event_record(e0, CUDA_STREAM_COMPUTE);
   for (int i = 0; i < reps; i++)
-    cuda_gemm(d, CUDA_STREAM_COMPUTE, t, 0, 0, M, N, K, 1, base, K, base + a, N, 0, base + a + b, N);
+    cuda_gemm(d, CUDA_STREAM_COMPUTE, &g);
   cuda_event_record(e1, CUDA_STREAM_COMPUTE);
   cuda_event_sync(e1);
   double ms = cuda_event_ms(e0, e1);

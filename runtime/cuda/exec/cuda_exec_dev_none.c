@@ -19,7 +19,7 @@ const char *cx_cuda_name(const CxDeviceOps *ops) {
   return "";
 }
 
-double cx_cuda_gemm_tflops(int device, CxGemmType type, int M, int N, int K, char *err, size_t errlen) {
+double cx_cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
   (void)device, (void)type, (void)M, (void)N, (void)K;
   snprintf(err, errlen, "%s", no_toolkit);
   return -1;

@@ -1,39 +1,14 @@
 /* runtime/cuda/exec/cuda_exec_device.c — a stage on a GPU as the plan interpreter's
  * device (runtime/exec/exec.h ExecDeviceOps) over a CxDeviceOps table (a real GPU, or
- * the tests' emulator): the stage's launch lists (cx_program_run: the passes as CUDA
+ * the tests' emulator): the stage's launch lists (cx_program_run: passes as CUDA
  * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
- * kernels (the one-stage GPU trainer's before it ran on the interpreter; AdamW as one
- * multi-tensor launch that also writes the bf16 weight copy of the version it writes,
- * so no weight is cast inside a step), the norm and the update as CUDA graphs of their
- * own (eager on the first sighting of a set of pointers, captured on the second,
- * launched after), the update's per-step values (lr, the bias-correction step, the
- * gradient scale, the delay compensation in force: 0 in a flushed step; k) in device memory, so one graph serves
- * every step. 2bw's weight prediction (an ExecOptStep's master) is fused into the
- * multi-tensor AdamW, a pass of its own after each per-tensor step, and a bf16 copy
- * is always of the predicted weights of the version written; where the lists say so
- * the versions hold the copies themselves (cuda_exec_fold.h).
- *
- * Everything runs on stream 0, in issue order, and a step's passes without a host
- * wait (the GPU trainer's scheme): a batch's input images go up in ONE copy at its
- * first sample (into one of CD_DATA_SLOTS slots, keyed by loader and batch) and each
- * pass's inputs are a device copy from there; a pass's loss is copied into a ring on
- * the device and its out-of-range ids stay in the device counter, both read at the
- * next host wait (the norm's read-back, or flush). So a training step waits twice:
- * its upload (for the previous step's update) and its norm. The step values go up
- * after the norm's wait (nothing issued since: no stall).
- *
- * Memory: ONE ops->alloc per device (the table allows one), carved into the
- * interpreter's arena (the plan's memory.total_bytes, every buffer at its planned
- * offset) and this device's extras after it: the launch list's scratch, the norm's
- * partials and result, the step values, the loss ring, the data slots, a bf16 copy per
- * weight version, the AdamW table. Device addresses are handed to the interpreter as
- * pointers (CxPtr cast), which it only offsets.
- *
- * It serves the one-stage trainer and each rank of single-GPU pipeline mode alike (a
- * rank: on its view of the GPU, cx_share_view, whose stream 0 is the rank's): the
- * stage's weight versions (cx_exec_device_set_versions), 2bw's deferred tied steps
- * (left out of the AdamW table; a per-tensor step, its version cast again), a tied
- * sum into any of its members, and --trace's clock marks (events against one origin). */
+ * (AdamW as one multi-tensor launch that also writes the bf16 weight copy of the
+ * version it writes, 2bw's weight prediction fused in), the norm and the update as CUDA
+ * graphs of their own with their per-step values in device memory. Everything runs on
+ * stream 0 in issue order, a step's passes without a host wait (losses and out-of-range
+ * ids are read at the next one); memory is ONE ops->alloc, the interpreter's arena at
+ * the plan's offsets and this device's extras after it. docs/gpu.md ("The device")
+ * has the step's waits, the extras and what single-GPU pipeline mode's ranks add. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +32,7 @@ typedef struct CudaDevice {
   const CxDeviceOps *ops;
   const RtStage *st;
   CxProgram *prog;
-  CxPtr scratch, parts, norm, scalars, losses, data;
+  GpuPtr scratch, parts, norm, scalars, losses, data;
   int64_t nparts; /* partials the norm can take: Σ grids of every parameter */
   int T;
   int64_t batch_samples, images; /* samples a data slot holds; their images (of st->b each) */
@@ -74,7 +49,7 @@ typedef struct CudaDevice {
   /* bf16 lists: the GEMMs read a bf16 copy of the weights (block params_bf16), one per
    * weight version, cast again before a pass reads a version written since */
   uint64_t p16_bytes;
-  CxPtr p16;
+  GpuPtr p16;
   struct {
     const char *w; /* the version's params block; NULL: free */
     bool dirty;
@@ -86,7 +61,7 @@ typedef struct CudaDevice {
    * parameters the first update it serves lists, uploaded then; stepped[k] says how
    * parameter k is in it (one without a gradient is copied into the version written,
    * or left in place, its bf16 copy written either way) */
-  CxPtr adamw;
+  GpuPtr adamw;
   uint64_t adamw_bytes;
   CxAdamwTable adamw_tab;
   bool adamw_ready;
@@ -108,7 +83,7 @@ typedef struct CudaDevice {
 } CudaDevice;
 
 static CudaDevice *cud(ExecDevice *d) { return (CudaDevice *)(void *)d; }
-static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static GpuPtr dp(const void *p) { return (GpuPtr)(uintptr_t)p; }
 
 static unsigned grid_for(int64_t n) {
   int64_t g = (n + CD_BLOCK - 1) / CD_BLOCK;
@@ -142,7 +117,7 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   uint64_t scratch = off[0], parts = off[1], norm = off[2], scalars = off[3], losses = off[4], data = off[5],
            p16 = off[6], adamw = off[7];
   c->bytes = at;
-  CxPtr base;
+  GpuPtr base;
   char err[RT_ERR_LEN];
   if (!c->ops->alloc(c->ops->dev, (size_t)at, &base, err, sizeof err)) {
     fprintf(stderr, "pd2bwrun: %s: %s\n", what, err);
@@ -172,7 +147,7 @@ static void land(CudaDevice *c) {
     for (int i = 0; i < c->npending; i++) *c->pending[i] = c->host_losses[i];
     c->npending = 0;
   }
-  CxPtr bad = c->scratch + (CxPtr)cx_program_bad_ids_offset(c->prog);
+  GpuPtr bad = c->scratch + (GpuPtr)cx_program_bad_ids_offset(c->prog);
   uint64_t n = 0;
   ops->dtoh(ops->dev, &n, bad, 8);
   if (n) ops->memset0(ops->dev, 0, bad, 8);
@@ -211,9 +186,9 @@ static int version_of(CudaDevice *c, const char *w) {
  * since (stream-ordered, before the pass that reads it). The multi-tensor AdamW
  * writes the copy of the version it writes: no cast inside a step then, only after a
  * load or another write. */
-static CxPtr bf16_copy(CudaDevice *c, const char *w) {
+static GpuPtr bf16_copy(CudaDevice *c, const char *w) {
   int v = version_of(c, w);
-  CxPtr w16 = c->p16 + (CxPtr)v * rt_align256(c->p16_bytes), src = dp(w);
+  GpuPtr w16 = c->p16 + (GpuPtr)v * rt_align256(c->p16_bytes), src = dp(w);
   if (c->ver[v].dirty) {
     int64_t n = c->st->blocks[BUF_PARAMS] / 4;
     void *args[] = {&w16, &src, &n};
@@ -234,7 +209,7 @@ static void pass(ExecDevice *d, ExecPass *p, CxPass which) {
   p->bad_ids = 0; /* counted on the device: late_bad_ids */
   if (p->loss && which == CX_FORWARD) { /* into the ring, stream-ordered */
     if (c->npending == CD_LOSSES) cd_flush(d);
-    CxPtr dst = c->losses + (CxPtr)c->npending * 4, src = c->scratch + (CxPtr)cx_program_loss_offset(c->prog);
+    GpuPtr dst = c->losses + (GpuPtr)c->npending * 4, src = c->scratch + (GpuPtr)cx_program_loss_offset(c->prog);
     int64_t one = 1;
     void *args[] = {&dst, &src, &one};
     launch(c, CX_K_COPY, 1, 32, args);
@@ -256,7 +231,7 @@ static int data_slot(CudaDevice *c, DataLoader *dl, int64_t batch) {
   for (int64_t i = 0; i < c->images; i++)
     pipe_fill_samples(c->st, c->host_inputs + (uint64_t)i * c->image_bytes, dl, batch * c->batch_samples + i * b, b,
                       c->T, c->tok_tmp, c->tgt_tmp);
-  CxPtr at = c->data + (CxPtr)s * (CxPtr)c->images * c->image_bytes;
+  GpuPtr at = c->data + (GpuPtr)s * (GpuPtr)c->images * c->image_bytes;
   c->ops->htod(c->ops->dev, at, c->host_inputs, (size_t)((uint64_t)c->images * c->image_bytes));
   land(c); /* the device was waited for: what the ring holds is there */
   c->slot_dl[s] = dl;
@@ -271,7 +246,7 @@ static void cd_load_samples(ExecDevice *d, char *inputs, DataLoader *dl, int64_t
   PD_CHECK(image, "(samples %lld + %lld: not an image of the stage)", (long long)first, (long long)b);
   int s = data_slot(c, dl, first / c->batch_samples);
   int64_t i = first % c->batch_samples / b;
-  CxPtr src = c->data + ((CxPtr)s * (CxPtr)c->images + (CxPtr)i) * c->image_bytes;
+  GpuPtr src = c->data + ((GpuPtr)s * (GpuPtr)c->images + (GpuPtr)i) * c->image_bytes;
   c->ops->dtod(c->ops->dev, 0, dp(inputs), src, (size_t)c->st->blocks[BUF_INPUTS]);
 }
 
@@ -307,7 +282,7 @@ static void cd_download(ExecDevice *d, void *host, const void *src, uint64_t byt
 _Static_assert(PLAN_MAX_TIED_SEGS <= CD_SUM_SRCS, "a tied group's sum is one launch");
 static void cd_sum_ordered(ExecDevice *d, float *dst, const float *const *src, int n, int64_t numel) {
   CudaDevice *c = cud(d);
-  CxPtr y = dp(dst), s[CD_SUM_SRCS];
+  GpuPtr y = dp(dst), s[CD_SUM_SRCS];
   for (int q = CD_SUM_SRCS; q < n; q++)
     PD_CHECK(dst != src[q], "(an ordered sum into its source %d of %d, past the first launch's)", q, n);
   for (int q = 0; q < n;) {
@@ -340,18 +315,18 @@ static void run_graph(CudaDevice *c, CxStepGraph *set, uint64_t key, void (*issu
  * in order (the one-stage GPU trainer's norm, bit for bit). */
 static void issue_norm(void *arg) { /* a CudaDevice */
   CudaDevice *c = arg;
-  CxPtr part = c->parts;
+  GpuPtr part = c->parts;
   int64_t np = 0;
   for (int i = 0; i < c->sq_count; i++) {
-    CxPtr x = dp(c->sq_x[i]);
+    GpuPtr x = dp(c->sq_x[i]);
     int64_t n = c->sq_n[i];
     unsigned g = grid_for(n);
     void *args[] = {&part, &x, &n};
     launch(c, CX_K_SUMSQ_PARTIAL, g, CD_BLOCK, args);
-    part += (CxPtr)g * 8;
+    part += (GpuPtr)g * 8;
     np += g;
   }
-  CxPtr out = c->norm, parts = c->parts;
+  GpuPtr out = c->norm, parts = c->parts;
   int npi = (int)np;
   void *args[] = {&out, &parts, &npi};
   launch(c, CX_K_SUMSQ_FINAL, 1, 32, args);
@@ -380,7 +355,7 @@ static double cd_sumsq(ExecDevice *d, const float *const *x, const int64_t *nume
  * c->os_launch), their per-step values read from c->scalars. */
 static void issue_update(void *arg) { /* a CudaDevice */
   CudaDevice *c = arg;
-  CxPtr sc = c->scalars;
+  GpuPtr sc = c->scalars;
   if (c->os_multi) {
     cx_adamw_multi_launch(c->ops, cx_program_lib_kernel(c->prog, CX_K_ADAMW_MULTI), 0, &c->adamw_tab, &c->os_launch);
     return;
@@ -389,7 +364,7 @@ static void issue_update(void *arg) { /* a CudaDevice */
   for (int i = 0; !c->os_one && i < c->os_count; i++) {
     const ExecOptStep *s = &c->os[i];
     const TrainConfig *tc = s->tc;
-    CxPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
+    GpuPtr wout = dp(s->wout), w = dp(s->win), g = dp(s->g), m = dp(s->m), v = dp(s->v);
     int64_t n = s->param->numel;
     int decay = s->param->decay;
     double b1 = tc->beta1, b2 = tc->beta2, eps = tc->eps, wd = tc->weight_decay;
@@ -403,7 +378,7 @@ static void issue_update(void *arg) { /* a CudaDevice */
       launch(c, CX_K_ADAMW_DEV, grid_for(n), CD_BLOCK, args);
     }
     if (s->master) { /* weight prediction: master = W(t+1), wout predicted */
-      CxPtr ma = dp(s->master);
+      GpuPtr ma = dp(s->master);
       void *args[] = {&wout, &ma, &n, &sc};
       launch(c, CX_K_PREDICT_DEV, grid_for((n + 3) / 4), CD_BLOCK, args);
     }
@@ -430,7 +405,7 @@ static bool multi_launch(CudaDevice *c, const ExecOptStep *s, int n, CxAdamwLaun
   free(in);
   if (!ok) return false;
   const TrainConfig *tc = s[0].tc;
-  if (c->p16_bytes) a->w16 = c->p16 + (CxPtr)version_of(c, (const char *)(uintptr_t)a->w_out) * rt_align256(c->p16_bytes);
+  if (c->p16_bytes) a->w16 = c->p16 + (GpuPtr)version_of(c, (const char *)(uintptr_t)a->w_out) * rt_align256(c->p16_bytes);
   a->scalars = c->scalars;
   a->beta1 = tc->beta1, a->beta2 = tc->beta2, a->eps = tc->eps, a->weight_decay = tc->weight_decay;
   return true;
@@ -519,7 +494,7 @@ static const ExecDeviceOps cuda_ops = {
     .mark = cd_mark, .mark_time = cd_mark_time, .versions = cd_versions,
 };
 
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, CxGemmType gemm,
+ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen) {
   const RtStage *st = &plan->stages[stage];
   CxProgram *prog = cx_program_load(ops, plan->dir, stage, gemm, err, errlen);
@@ -573,7 +548,7 @@ CxGraphStats cx_exec_device_update_stats(const ExecDevice *d) { return ccud(d)->
 CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d) { return ccud(d)->norm_stats; }
 CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
 uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ccud(d)->bytes; }
-CxGemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
+GemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
 const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
 void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = origin; }
 void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx) {
@@ -584,12 +559,12 @@ void cx_exec_device_set_versions(ExecDevice *d, int n) {
   PD_CHECK(n >= 1 && n <= PIPE_MAX_SLOTS && !cud(d)->bytes, "(%d weight versions, before the arena)", n);
   cud(d)->nver = n;
 }
-CxPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale) {
+GpuPtr cx_exec_device_bf16_copy(ExecDevice *d, const void *w, bool *stale) {
   CudaDevice *c = cud(d);
   if (!c->p16_bytes) return 0;
   int v = version_of(c, w);
   *stale = c->ver[v].dirty;
-  return c->p16 + (CxPtr)v * rt_align256(c->p16_bytes);
+  return c->p16 + (GpuPtr)v * rt_align256(c->p16_bytes);
 }
 uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes) {
   uint64_t off[8];

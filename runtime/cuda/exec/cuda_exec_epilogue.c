@@ -43,9 +43,7 @@ const char *cx_epilogue_load(const cJSON *gm, int M, int N, int tb, int ldb, int
   return NULL;
 }
 
-const CxEpilogue *cx_epilogue_at(const CxEpiRef *r, const CxPtr *base, CxEpilogue *ep) {
-  if (r->kind == GEMM_EPI_NONE) return NULL;
-  *ep = (CxEpilogue){r->kind, r->biasblk < 0 ? 0 : base[r->biasblk] + (CxPtr)r->biasoff, r->bias_acc,
-                     r->auxblk < 0 ? 0 : base[r->auxblk] + (CxPtr)r->auxoff, r->ldaux};
-  return ep;
+GpuEpilogue cx_epilogue_at(const CxEpiRef *r, const GpuPtr *base) {
+  return (GpuEpilogue){r->kind, r->biasblk < 0 ? 0 : base[r->biasblk] + (GpuPtr)r->biasoff, r->bias_acc,
+                       r->auxblk < 0 ? 0 : base[r->auxblk] + (GpuPtr)r->auxoff, r->ldaux};
 }

@@ -24,7 +24,7 @@ int cx_block_of(const char *name);
 const char *cx_epilogue_load(const cJSON *gm, int M, int N, int tb, int ldb, int ldc, float beta, bool bf16,
                              const int64_t *block, CxEpiRef *out);
 
-/* The epilogue at the replay's block bases, in ep; NULL when the GEMM has none. */
-const CxEpilogue *cx_epilogue_at(const CxEpiRef *r, const CxPtr *base, CxEpilogue *ep);
+/* The epilogue at the replay's block bases (kind GEMM_EPI_NONE when the GEMM has none). */
+GpuEpilogue cx_epilogue_at(const CxEpiRef *r, const GpuPtr *base);
 
 #endif

@@ -19,7 +19,7 @@ struct CxFold {
   int borrowed;                  /* the version a pass on the master borrows (-1: none) */
   bool borrow_fresh;             /* it holds the master's cast (no step since) */
   char *borrow_host;             /* its own bytes meanwhile */
-  CxPtr tables;                  /* the one-parameter AdamW tables, at off[k] from here */
+  GpuPtr tables;                  /* the one-parameter AdamW tables, at off[k] from here */
   uint64_t *off, bytes;
   char *uploaded;                /* per parameter: its table is on the device */
   CxAdamwTable *tab;
@@ -27,7 +27,7 @@ struct CxFold {
   int *param, nlaunch;
 };
 
-static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static GpuPtr dp(const void *p) { return (GpuPtr)(uintptr_t)p; }
 
 bool cx_fold_offsets(const cJSON *list, int64_t params, int64_t params_bf16, int64_t **off, int *n) {
   const cJSON *fold = cJSON_GetObjectItemCaseSensitive(list, "bf16_in_versions"), *x;
@@ -81,7 +81,7 @@ void cx_fold_destroy(CxFold *f) {
 }
 
 uint64_t cx_fold_table_bytes(const CxFold *f) { return f->bytes; }
-void cx_fold_set_tables(CxFold *f, CxPtr at) { f->tables = at; }
+void cx_fold_set_tables(CxFold *f, GpuPtr at) { f->tables = at; }
 const char *cx_fold_flags(const CxFold *f) { return f->fold; }
 
 void cx_fold_versions(CxFold *f, char *const *w, int n, int master) {
@@ -166,7 +166,7 @@ bool cx_fold_download(CxFold *f, void *host, const void *src, uint64_t bytes) {
   return true;
 }
 
-CxPtr cx_fold_pass_base(CxFold *f, const char *w) {
+GpuPtr cx_fold_pass_base(CxFold *f, const char *w) {
   int v = version_of(f, w, 1);
   if (v >= 0) {
     if (v == f->borrowed) give_back(f);
@@ -182,7 +182,7 @@ CxPtr cx_fold_pass_base(CxFold *f, const char *w) {
   char *b = f->fv[f->borrowed];
   for (int k = 0; !f->borrow_fresh && k < f->st->nparams; k++) {
     if (!f->fold[k]) continue;
-    CxPtr dst = dp(b + f->st->params[k].offset), src = dp(w + f->st->params[k].offset);
+    GpuPtr dst = dp(b + f->st->params[k].offset), src = dp(w + f->st->params[k].offset);
     int64_t n = f->st->params[k].numel, g = (n + 7) / 8 / 256 + 1;
     void *args[] = {&dst, &src, &n};
     f->ops->launch(f->ops->dev, 0, cx_program_lib_kernel(f->prog, CX_K_CAST_BF16), (unsigned)(g > 4096 ? 4096 : g),
@@ -197,7 +197,7 @@ void cx_fold_step_begin(CxFold *f) {
   f->borrow_fresh = false;
 }
 
-void cx_fold_one_launches(CxFold *f, const ExecOptStep *s, int n, CxPtr scalars) {
+void cx_fold_one_launches(CxFold *f, const ExecOptStep *s, int n, GpuPtr scalars) {
   const RtStage *st = f->st;
   char *in = pd_calloc((size_t)st->nparams + 1, 1);
   for (int i = 0; i < n; i++) {

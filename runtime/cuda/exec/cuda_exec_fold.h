@@ -29,7 +29,7 @@ CxFold *cx_fold_create(const CxDeviceOps *ops, const CxProgram *prog, const RtSt
 void cx_fold_destroy(CxFold *f);
 /* Device bytes of the one-parameter AdamW tables; where they go (before any step). */
 uint64_t cx_fold_table_bytes(const CxFold *f);
-void cx_fold_set_tables(CxFold *f, CxPtr at);
+void cx_fold_set_tables(CxFold *f, GpuPtr at);
 /* Per parameter, whether it is folded (for the stage's AdamW table). */
 const char *cx_fold_flags(const CxFold *f);
 /* ExecDeviceOps.versions: the versions and the master (there must be one). */
@@ -40,12 +40,12 @@ bool cx_fold_download(CxFold *f, void *host, const void *src, uint64_t bytes);
 /* Whether [at, at + bytes) touches a version. */
 bool cx_fold_touches(const CxFold *f, const void *at, uint64_t bytes);
 /* params_bf16 of a pass on block w (a version, or the master: borrowed). */
-CxPtr cx_fold_pass_base(CxFold *f, const char *w);
+GpuPtr cx_fold_pass_base(CxFold *f, const char *w);
 /* Before an optimizer step: a borrowed version put back, the master's cast stale. */
 void cx_fold_step_begin(CxFold *f);
 /* Steps s[0..n) as one launch each (AdamW with a gradient, else an internal error),
  * their per-step values at scalars; cx_fold_issue launches them (in a captured graph). */
-void cx_fold_one_launches(CxFold *f, const ExecOptStep *s, int n, CxPtr scalars);
+void cx_fold_one_launches(CxFold *f, const ExecOptStep *s, int n, GpuPtr scalars);
 void cx_fold_issue(const CxFold *f);
 
 #endif /* PD2BW_RUNTIME_CUDA_EXEC_FOLD_H */

@@ -1,23 +1,14 @@
-/* runtime/cuda/exec/cuda_exec_kprof.c — the per-kernel GPU time of a run, without
- * Nsight Compute (pd2bw-cuda-train --kernel-profile FILE; cuda_exec.h).
- *
- * A profiling CxDeviceOps table wraps the device's: every kernel launch and every GEMM
- * is issued between two event records on its stream, and the elapsed time of each
- * pair is added to its "site" (a kernel by the name it was resolved under, a GEMM by
- * its dtype, transposes, M×N×K and epilogue: cuBLAS picks its kernels per shape). Nothing else
- * changes: the executors issue exactly what they issue without it. The table has no
- * CUDA graphs (a captured pass could not be timed launch by launch), so every pass
- * and update runs eagerly, as under `--cuda-graphs off` or ncu.
- *
- * Pairs are recorded into a fixed pool and read back (one host wait) only when the
- * pool is full and at the end, so the profile adds a host wait per KPROF_PAIRS
- * launches, not per launch. An event pair measures the stream between the records:
- * on a stream of its own that is the kernel's time plus its launch gap, the figure
- * ncu's gpu__time_duration approximates from inside.
- *
- * The file is the table bench/gpu/RESULTS.md shows (and scripts/gpu-check.sh writes
- * from ncu's output when ncu is there): the ten sites with the most time, one row for
- * the rest, shares of the total to 0.1%. */
+/* runtime/cuda/exec/cuda_exec_kprof.c — the per-kernel GPU time of a run without Nsight
+ * Compute (pd2bw-cuda-train --kernel-profile FILE). A profiling CxDeviceOps table wraps
+ * the device's: every launch and GEMM is issued between two event records on its
+ * stream, each pair's time added to its "site" (a kernel by its resolved name, a GEMM by
+ * dtype, transposes, M×N×K and epilogue: cuBLAS picks kernels per shape). The executors
+ * issue exactly what they issue without it; the table has no CUDA graphs, so every pass
+ * runs eagerly, as under --cuda-graphs off or ncu. Pairs go into a fixed pool read back
+ * (one host wait) when full and at the end. A pair measures its stream between the
+ * records: the kernel's time plus its launch gap, what ncu's gpu__time_duration
+ * approximates from inside. The file is the table bench/gpu/RESULTS.md shows: the ten
+ * sites with the most time, one row for the rest, shares of the total to 0.1%. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +84,7 @@ static KprofPair *begin(CxKprof *k, int stream, int site) {
 
 /* ---- the wrapping table: timed launches and GEMMs, everything else passed on ------ */
 
-static bool w_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
+static bool w_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   return in->alloc(in->dev, bytes, base, err, errlen);
 }
@@ -124,27 +115,26 @@ static void w_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   k->in->launch(k->in->dev, stream, kernel, grid, block, args);
   k->in->event_record(k->in->dev, p->end, stream);
 }
-static void w_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
+static void w_gemm(void *dev, int stream, const GpuGemm *g) {
   CxKprof *k = dev;
   char name[128];
-  bool epi = ep && ep->kind != GEMM_EPI_NONE;
+  bool epi = g->ep.kind != GEMM_EPI_NONE;
   snprintf(name, sizeof name, "cuBLAS %s GEMM %c%c %dx%dx%d%s%s",
-           type == CX_GEMM_BF16 ? "BF16" : type == CX_GEMM_TF32 ? "TF32" : "FP32", ta ? 'T' : 'N', tb ? 'T' : 'N', M,
-           N, K, epi ? " + " : "", epi ? gemm_epilogue_name(ep->kind) : "");
+           g->type == GEMM_BF16 ? "BF16" : g->type == GEMM_TF32 ? "TF32" : "FP32", g->ta ? 'T' : 'N',
+           g->tb ? 'T' : 'N', g->M, g->N, g->K, epi ? " + " : "", epi ? gemm_epilogue_name(g->ep.kind) : "");
   KprofPair *p = begin(k, stream, site_of(k, name));
-  k->in->gemm(k->in->dev, stream, type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  k->in->gemm(k->in->dev, stream, g);
   k->in->event_record(k->in->dev, p->end, stream);
 }
-static void w_htod(void *dev, CxPtr dst, const void *src, size_t bytes) {
+static void w_htod(void *dev, GpuPtr dst, const void *src, size_t bytes) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   in->htod(in->dev, dst, src, bytes);
 }
-static void w_dtoh(void *dev, void *dst, CxPtr src, size_t bytes) {
+static void w_dtoh(void *dev, void *dst, GpuPtr src, size_t bytes) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   in->dtoh(in->dev, dst, src, bytes);
 }
-static void w_memset0(void *dev, int stream, CxPtr p, size_t bytes) {
+static void w_memset0(void *dev, int stream, GpuPtr p, size_t bytes) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   in->memset0(in->dev, stream, p, bytes);
 }
@@ -176,7 +166,7 @@ static float w_event_ms(void *dev, void *start, void *end) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   return in->event_ms(in->dev, start, end);
 }
-static void w_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t bytes) {
+static void w_dtod(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes) {
   const CxDeviceOps *in = ((CxKprof *)dev)->in;
   in->dtod(in->dev, stream, dst, src, bytes);
 }

@@ -1,32 +1,16 @@
-/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list, loaded once and replayed
- * (cuda_exec.h).
- *
- * A stage's kernels live in two modules (codegen/cgen_cuda.c): the plan's kernel
- * library (kernels.cu) and the stage's own program (stageN.cu). Both sources are
- * checked against the hashes the list records before either is compiled, the library
- * is loaded first (a device may hand back the module it already has for the same
- * text: stages on one GPU then share it), and each kernel is resolved in the module
- * its entry names.
- *
- * Loading turns stageN.launch.json into flat arrays: per entry either a GEMM (its
- * operands as (block, offset), its dtype) or a kernel (the resolved handle, grid,
- * block, and its arguments pre-encoded as 8-byte cells). Runtime arguments (seed,
- * training, dropout p) stay symbolic and are filled at replay. Every pointer is
- * checked against its block's size here, so a damaged list is a message at load time,
- * not a wild write on the GPU. Replay builds each launch's argument array on the
- * stack: nothing is allocated per microbatch.
- *
- * CUDA graphs. The microbatch index is the one value that changes from microbatch to
- * microbatch; since launch list format 3 the random kernels read it from
- * cuda_scratch's microbatch_key, which cx_program_run writes with a one-thread
- * library kernel (pkc_set_u32) on the pass's stream just before the pass: same
- * stream, so ordered before the pass's kernels with no host wait, and each stage
- * replica of pipeline mode has its own scratch and stream. What is left to vary is
- * the block bases (weight version, stash slot, data slot: a few values), the stream,
- * training and the seed: the cache key. A pass is replayed eagerly on the first
- * sighting of its key, captured on the second (so one-off keys cost no capture), and
- * launched as a graph from then on. Keys are remembered in a fixed table
- * (CX_MAX_KEYS); past it, or past CX_MAX_GRAPHS graphs, passes replay eagerly. */
+/* runtime/cuda/exec/cuda_exec_list.c — a stage's launch list (contract/contract.h),
+ * loaded once and replayed. Both modules' sources (kernels.cu, stageN.cu) are checked
+ * against the list's hashes before either is compiled; the library loads first (a device
+ * may return the module it already has for the same text). Loading makes flat arrays:
+ * per entry a GEMM (operands as (block, offset)) or a kernel (resolved handle, grid,
+ * block, arguments pre-encoded as 8-byte cells, runtime ones filled at replay); every
+ * pointer is checked against its block here, so a damaged list is a message at load,
+ * not a wild write. Replay allocates nothing. CUDA graphs: the microbatch index reaches
+ * the kernels through cuda_scratch's microbatch_key (written by pkc_set_u32 on the
+ * pass's stream just before it), so a pass varies only with its block bases, stream,
+ * training and seed: the cache key. A pass runs eagerly at its key's first sighting, is
+ * captured at the second and launched as a graph after; past CX_MAX_KEYS keys or
+ * CX_MAX_GRAPHS graphs, passes run eagerly. */
 #include "runtime/cuda/exec/cuda_exec.h"
 #include "runtime/cuda/exec/cuda_exec_epilogue.h"
 
@@ -59,7 +43,7 @@ typedef struct CxEntry {
   unsigned grid, block;
   int nargs, first_arg; /* into CxProgram.args */
   /* GEMM */
-  CxGemmType type;
+  GemmType type;
   int ta, tb, M, N, K, lda, ldb, ldc;
   float alpha, beta;
   int ablk, bblk, cblk;
@@ -74,7 +58,7 @@ typedef struct CxGraphKey {
   int stream;
   bool training;
   uint64_t seed;
-  CxPtr base[CX_NBLOCKS];
+  GpuPtr base[CX_NBLOCKS];
 } CxGraphKey;
 
 typedef struct CxGraphSlot {
@@ -162,15 +146,13 @@ static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, in
   }
 }
 
-static CxGemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
-  if (strcmp(s, "fp32") == 0) return CX_GEMM_FP32;
-  if (strcmp(s, "tf32") == 0) return CX_GEMM_TF32;
-  if (strcmp(s, "bf16") == 0) return CX_GEMM_BF16;
-  ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
-  return CX_GEMM_FP32;
+static GemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
+  GemmType t = GEMM_FP32;
+  if (!gemm_type_parse(s, &t)) ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
+  return t;
 }
 
-static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const char *where, int i) {
+static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, GemmType over, const char *where, int i) {
   e->is_gemm = true;
   e->ta = (int)ld_num(l, gm, "transa", where, i);
   e->tb = (int)ld_num(l, gm, "transb", where, i);
@@ -183,24 +165,24 @@ static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, CxGemmType over, const c
   e->alpha = (float)ld_num(l, gm, "alpha", where, i);
   e->beta = (float)ld_num(l, gm, "beta", where, i);
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(gm, "dtype");
-  e->type = cJSON_IsString(dt) ? gemm_type(l, dt->valuestring, where, i) : CX_GEMM_FP32;
+  e->type = cJSON_IsString(dt) ? gemm_type(l, dt->valuestring, where, i) : GEMM_FP32;
   /* bf16 operands are the list's own casts: no override can make them float32 or back */
-  if (over != CX_GEMM_PLAN && (e->type == CX_GEMM_BF16) != (over == CX_GEMM_BF16))
-    ld_fail(l, where, i, e->type == CX_GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
+  if (over != GEMM_PLAN && (e->type == GEMM_BF16) != (over == GEMM_BF16))
+    ld_fail(l, where, i, e->type == GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
                                                  : "a float32 GEMM cannot be run as bf16 (make the plan with "
                                                    "pd2bwc --precision bf16)");
-  if (over != CX_GEMM_PLAN) e->type = over;
+  if (over != GEMM_PLAN) e->type = over;
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "A"), where, i, &e->ablk, &e->aoff);
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "B"), where, i, &e->bblk, &e->boff);
   ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "C"), where, i, &e->cblk, &e->coff);
   /* the extents the row-major operands span, from their leading dimensions */
-  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == CX_GEMM_BF16 ? 2 : 4;
+  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == GEMM_BF16 ? 2 : 4;
   int64_t need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * ab},
                         {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * ab},
                         {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
   for (int k = 0; k < 3 && !l->failed; k++)
     if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
-  const char *bad = cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta, e->type == CX_GEMM_BF16, l->p->block, &e->epi);
+  const char *bad = cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta, e->type == GEMM_BF16, l->p->block, &e->epi);
   if (bad) ld_fail(l, where, i, bad); /* (ld_fail keeps the first failure) */
 }
 
@@ -259,7 +241,7 @@ static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *where, int i) 
   else ld_fail(l, where, i, "runtime argument of an unknown kind or type");
 }
 
-static void ld_pass(Ld *l, const cJSON *list, CxPass pass, CxGemmType over) {
+static void ld_pass(Ld *l, const cJSON *list, CxPass pass, GemmType over) {
   const char *where = pass == CX_FORWARD ? "forward" : "backward";
   const cJSON *arr = cJSON_GetObjectItemCaseSensitive(list, where);
   if (!cJSON_IsArray(arr)) {
@@ -347,7 +329,7 @@ static void ld_segments(Ld *l, const cJSON *list) {
   }
 }
 
-CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, CxGemmType gemm,
+CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
                            char *err, size_t errlen) {
   char name[256];
   uint32_t rng_base = 0;
@@ -457,11 +439,11 @@ const int64_t *cx_program_folded(const CxProgram *p, int *n) { return *n = p->nf
 int64_t cx_program_bad_ids_offset(const CxProgram *p) { return p->bad_off; }
 int cx_program_nlaunches(const CxProgram *p, CxPass pass) { return p->ne[pass]; }
 
-CxGemmType cx_program_gemm_type(const CxProgram *p) {
+GemmType cx_program_gemm_type(const CxProgram *p) {
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < p->ne[pass]; i++)
       if (p->e[pass][i].is_gemm) return p->e[pass][i].type;
-  return CX_GEMM_FP32;
+  return GEMM_FP32;
 }
 
 void *cx_program_kernel(const CxProgram *p, const char *name) {
@@ -472,7 +454,7 @@ void *cx_program_kernel(const CxProgram *p, const char *name) {
 
 void *cx_program_lib_kernel(const CxProgram *p, CxLibKernel k) { return p->lib[k]; }
 
-static CxPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (CxPtr)off; }
+static GpuPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 : r->base[blk] + (GpuPtr)off; }
 
 /* Launches [from, to) of the pass, one by one (or into a capture: the device records
  * them). */
@@ -481,9 +463,10 @@ static void replay_range(const CxProgram *p, CxPass pass, const CxReplay *r, int
   for (int i = from; i < to; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
-      CxEpilogue ep;
-      ops->gemm(ops->dev, r->stream, e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, at(r, e->ablk, e->aoff), e->lda,
-                at(r, e->bblk, e->boff), e->ldb, e->beta, at(r, e->cblk, e->coff), e->ldc, cx_epilogue_at(&e->epi, r->base, &ep));
+      GpuGemm g = {e->type, e->ta, e->tb, e->M, e->N, e->K, e->alpha, e->beta, at(r, e->ablk, e->aoff),
+                   at(r, e->bblk, e->boff), at(r, e->cblk, e->coff), e->lda, e->ldb, e->ldc,
+                   cx_epilogue_at(&e->epi, r->base)};
+      ops->gemm(ops->dev, r->stream, &g);
       continue;
     }
     uint64_t cell[CX_MAX_ARGS];
@@ -548,7 +531,7 @@ static CxGraphSlot *find_slot(CxProgram *p, CxPass pass, const CxReplay *r, bool
 void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
   const CxDeviceOps *ops = p->ops;
   if (p->needs_key[pass]) { /* before the pass, on its stream: the kernels read it there */
-    CxPtr dst = r->base[CX_SCRATCH] + (CxPtr)p->mbkey_off;
+    GpuPtr dst = r->base[CX_SCRATCH] + (GpuPtr)p->mbkey_off;
     uint32_t mb = r->microbatch;
     void *args[2] = {&dst, &mb};
     ops->launch(ops->dev, r->stream, p->lib[CX_K_SET_U32], 1, 1, args);

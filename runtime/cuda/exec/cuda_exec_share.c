@@ -30,7 +30,7 @@ struct CxShare {
   const CxDeviceOps *gpu;
   int nranks;
   CxView *views;
-  CxPtr base;
+  GpuPtr base;
   uint64_t *off, *bytes; /* [nranks] each rank's part of the one allocation */
   pthread_mutex_t mu;
 };
@@ -48,7 +48,7 @@ static void lk(void *dev) {
 }
 static void ul(void *dev) { pthread_mutex_unlock(&vw(dev)->sh->mu); }
 
-static bool v_alloc(void *dev, size_t bytes, CxPtr *base, char *err, size_t errlen) {
+static bool v_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
   CxShare *sh = vw(dev)->sh;
   int r = vw(dev)->rank;
   if (!sh->base || bytes > sh->bytes[r])
@@ -74,23 +74,22 @@ static void v_launch(void *dev, int stream, void *kernel, unsigned grid, unsigne
   G(dev)->launch(GD(dev), S(dev, stream), kernel, grid, block, args);
   ul(dev);
 }
-static void v_gemm(void *dev, int stream, CxGemmType type, int ta, int tb, int M, int N, int K, float alpha, CxPtr A,
-                   int lda, CxPtr B, int ldb, float beta, CxPtr C, int ldc, const CxEpilogue *ep) {
+static void v_gemm(void *dev, int stream, const GpuGemm *g) {
   lk(dev);
-  G(dev)->gemm(GD(dev), S(dev, stream), type, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  G(dev)->gemm(GD(dev), S(dev, stream), g);
   ul(dev);
 }
-static void v_htod(void *dev, CxPtr dst, const void *src, size_t n) {
+static void v_htod(void *dev, GpuPtr dst, const void *src, size_t n) {
   lk(dev);
   G(dev)->htod(GD(dev), dst, src, n);
   ul(dev);
 }
-static void v_dtoh(void *dev, void *dst, CxPtr src, size_t n) {
+static void v_dtoh(void *dev, void *dst, GpuPtr src, size_t n) {
   lk(dev);
   G(dev)->dtoh(GD(dev), dst, src, n);
   ul(dev);
 }
-static void v_memset0(void *dev, int stream, CxPtr p, size_t n) {
+static void v_memset0(void *dev, int stream, GpuPtr p, size_t n) {
   lk(dev);
   G(dev)->memset0(GD(dev), S(dev, stream), p, n);
   ul(dev);
@@ -131,7 +130,7 @@ static float v_event_ms(void *dev, void *start, void *end) {
   ul(dev);
   return ms;
 }
-static void v_dtod(void *dev, int stream, CxPtr dst, CxPtr src, size_t n) {
+static void v_dtod(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t n) {
   lk(dev);
   G(dev)->dtod(GD(dev), S(dev, stream), dst, src, n);
   ul(dev);

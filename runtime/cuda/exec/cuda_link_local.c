@@ -3,30 +3,10 @@
  * with its own stream on the one GPU (cx_share_view), and the ranks reach each other
  * through the local Transport, which keeps matching, rendezvous, the stall detector
  * and the timeouts that name a dead rank. What crosses that transport is small host
- * records; the data moves on the GPU. The host side (blocking host messages,
- * progress, errors, abort, the timeout) is exec_transport_link's, as the NCCL link's
- * (base.host, runtime/exec/exec.h exec_host_*).
- *
- * A device message from S to R (tag `tag`):
- *   S isend: records event Es on its stream (the data is ready), sends the record
- *     {src, bytes, Es, Ed} (Es, Ed: two events of S's request) and posts the
- *     receive of R's reply;
- *   R waitall: receives the record, makes its stream wait for Es, copies src into its
- *     buffer on its stream, records Ed ON ITS STREAM (any thread may record any event
- *     of the context) and replies;
- *   S waitall: receives the reply and makes its stream wait for Ed before anything it
- *     issues later (which may overwrite src).
- * Both events are S's and each is waited on exactly once before S's waitall returns,
- * so S reuses them for its next message without racing a late wait.
- * The norm exchange (PIPE_TAG_NORM, host doubles) goes over the transport as it is.
- *
- * The replica all-reduce sums the group's buffers on the first member's stream in
- * ascending group order (the device's sum_ordered: transport_coll.c's bits) straight
- * from the others' memory (one device), and each member copies the sum back:
- * members send {buf, ready event} to the first; the first waits for every ready event,
- * sums, records its done event and sends {sum, done, a copied event of its own} to
- * each; a member waits for done, copies, records the copied event and says so; the
- * first waits for every copied event before its next work. */
+ * records; the data moves on the GPU, ordered by events (docs/gpu.md, "The same-GPU
+ * link": a message's and the replica all-reduce's protocol). The host side (blocking
+ * host messages, progress, errors, abort, the timeout) is exec_transport_link's, as the
+ * NCCL link's (base.host, exec_host_*). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +18,7 @@
 #define CL_COLL_TAG 16384 /* the all-reduce's records (and + 1, + 2) */
 
 typedef struct ClRecord {
-  CxPtr src;
+  GpuPtr src;
   uint64_t bytes;
   void *ready, *done; /* Es, Ed */
 } ClRecord;
@@ -76,7 +56,7 @@ struct ExecGroup {
 };
 
 static ClLink *cl(ExecLink *l) { return (ClLink *)(void *)l; }
-static CxPtr dp(const void *p) { return (CxPtr)(uintptr_t)p; }
+static GpuPtr dp(const void *p) { return (GpuPtr)(uintptr_t)p; }
 
 static ExecReq *req_get(ClLink *l) {
   ExecReq *r = l->free_reqs;

@@ -1,62 +1,15 @@
 /* runtime/cuda/exec/cuda_link_nccl.c — the plan interpreter's link (runtime/exec/exec.h
  * ExecLinkOps) between the ranks of multi-GPU mode (--transport nccl: one MPI process
  * per stage replica, one GPU each, cuda_pipe.h): device memory moves by NCCL
- * (runtime/cuda/nccl_transport.c), host memory over the MPI Transport the process
- * already has.
+ * (runtime/cuda/nccl_transport.c), host memory over the process's MPI Transport.
+ * docs/gpu.md ("The NCCL link") says what goes where, in which order it sums, when the
+ * communicators are made and how a failure ends the job.
  *
  * STATUS: NEVER RUN ON GPUs WITH THE REAL libnccl. CI runs it under mpirun on the
- * emulated device (tests/nccl) with tests/nccl/fake_nccl.c standing in for libnccl
- * (NCCL's calls over MPI on host memory, each finished before it returns) and checks
- * losses and weights against the sequential reference. What that leaves unchecked:
- * NCCL's device-side blocking (whether an issue order that completes with the fake's
- * host-blocking calls also completes on GPUs: a send that cannot finish until its
- * receiver runs holds up the sender's stream behind it), NCCL's summation order, and
- * the real device table's stream handle (cuda_exec_dev.c: native_stream) in NCCL's
- * hands.
- *
- * What goes where:
- *  - point to point of device memory (activations and gradients, tags PIPE_TAG_ACT and
- *    PIPE_TAG_GRAD; the validation's activations, PIPE_TAG_EVAL) is ncclSend/ncclRecv
- *    of bytes on the replica's pipeline communicator (rank = stage); the tied-gradient
- *    exchange (PIPE_TAG_TIED + g) on tied group g's communicator (rank = position
- *    among its stages, ascending). NCCL has no tags: messages between two ranks match
- *    in issue order per communicator, so each tag that can interleave with another
- *    between one pair gets its own communicator (2bw's tied exchange of batch t and
- *    the activations of batch t + 1 cross between the first and last stage);
- *  - isend/irecv only record the message; waitall issues the requests it is given as
- *    ONE group (ncclGroupStart, a send or receive each, ncclGroupEnd) on the device's
- *    stream (CxDeviceOps stream 0, where the CUDA device runs everything: cx_exec_device),
- *    and returns. So a `with_next` run of instructions is one group, the passes after it
- *    are ordered after it by the stream itself (no event is needed), and a request
- *    posted early (TIED_SYNC's) is issued where the interpreter waits for it (the
- *    OPT_STEP that needs the sum), which every member reaches: the step's norm
- *    exchange makes OPT_STEP(t) a meeting point of the whole pipeline anyway;
- *  - the replica all-reduce is ncclAllReduce (sum, in place) of the gradient block on
- *    the stage's replica communicator (rank = replica), on the same stream;
- *  - host memory (the norm exchange's doubles, tag PIPE_TAG_NORM; blocking send/recv:
- *    the console's and the validation's losses), the stall detector (progress), the
- *    timeouts that name a dead rank, errors and abort are the Transport's, through
- *    exec_transport_link.
- * Summation order. The CPU executor adds the replicas', the tied members' and the
- * norm parts in ascending order (transport.h); the tied sum and the norm are the
- * interpreter's own (exec_interp.c: sum_ordered, host doubles), so only the replica
- * all-reduce is NCCL's. The fake adds in ascending rank order, so the tests' runs
- * match the reference bit for bit up to the kernels'. Real NCCL sums in its ring or
- * tree order, which differs per element; float addition is not associative, so each
- * summed element can differ from the ascending sum by about (w-1)·2^-24 relative to
- * the sum of the magnitudes of its w terms. That is the bound against the CPU
- * reference after one step; over training such differences grow as any rounding does.
- * Communicators are created in one global order (every pipeline, every stage's
- * replicas, every tied group of every replica), each by its members only:
- * ncclGetUniqueId on the group's first rank, sent to the others over the Transport,
- * ncclCommInitRank. That happens at the link's first NCCL call, not when the link is
- * made: by then every rank has agreed that its setup (checkpoints, validation file)
- * succeeded (pipeline_run.c), so a rank that failed there is never waited for inside
- * NCCL. Every rank that makes any NCCL call makes one while training or validating
- * (d > 1: the pipeline's messages; w > 1: the all-reduce), so all get there.
- * Failures: a failing rank aborts the Transport (the others, blocked in MPI, stop;
- * transport_destroy then ends the job through MPI_Abort); one blocked inside NCCL is
- * ended by that MPI_Abort too. */
+ * emulated device (tests/nccl) with tests/nccl/fake_nccl.c standing in for libnccl and
+ * checks losses and weights against the sequential reference. Unchecked: NCCL's
+ * device-side blocking, its summation order, and the real device table's stream
+ * handle (cuda_exec_dev.c: native_stream) in NCCL's hands. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +39,7 @@ struct ExecReq {
   ExecReq *host;
   NcclComm *comm;
   int peer; /* in comm */
-  CudaPtr buf;
+  GpuPtr buf;
   size_t bytes;
   bool send;
 };
@@ -203,7 +156,7 @@ static TransportStatus post(ExecLink *L, int peer, int tag, void *buf, size_t by
     s = failed(l);
   } else {
     route(l, peer, tag, &q->comm, &q->peer);
-    q->buf = (CudaPtr)(uintptr_t)buf;
+    q->buf = (GpuPtr)(uintptr_t)buf;
     q->bytes = bytes;
     q->send = send;
   }
@@ -289,7 +242,7 @@ static TransportStatus n_allreduce(ExecGroup *g, float *buf, size_t n, const cha
   (void)what;
   if (!make_comms(l)) return failed(l);
   if (!l->rep) return TRANSPORT_OK; /* one replica */
-  CudaPtr b = (CudaPtr)(uintptr_t)buf;
+  GpuPtr b = (GpuPtr)(uintptr_t)buf;
   nccl_allreduce_sum(l->rep, l->ops->native_stream(l->ops->dev, 0), b, b, n, NCCL_DT_F32);
   return comms_ok(l);
 }

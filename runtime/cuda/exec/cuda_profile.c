@@ -1,20 +1,14 @@
-/* runtime/cuda/exec/cuda_profile.c — pd2bwrun --backend cuda --profile-out: each segment's own
- * time on the device (cuda_exec.h, "profiles").
- *
- * A timed pass (a training pass of a microbatch from the run's second step on) is
- * replayed launch by launch by cx_program_run, never as a CUDA graph (a graph's
- * launches cannot be told apart by segment), with a device event recorded on its
- * stream before its first launch and after each segment's last (the launch list's
- * "segments", format 5). The events of up to CX_PROFILE_RING passes wait here; when
- * the ring is full, and at the end (cx_profile_times), the device is synchronised once
- * and each segment's elapsed time is kept (runtime/pipeline/seg_times.h), which
- * pipe_profile_write writes as the CPU backend's are. Without --profile-out no
- * program has a CxProfile and cx_program_run is what it was: graphs, no events.
- *
- * With several stage replicas on one GPU (single-GPU pipeline mode) a segment's time
- * is its stream's time between the events: kernels of other streams running meanwhile
- * slow it, as they slow the step it is part of.
- */
+/* runtime/cuda/exec/cuda_profile.c — pd2bwrun --backend cuda --profile-out: each segment's
+ * own time on the device. A timed pass (a training pass from the run's second step on)
+ * is replayed launch by launch by cx_program_run, never as a CUDA graph (a graph's
+ * launches cannot be told apart), with a device event before its first launch and after
+ * each segment's last (the launch list's "segments"). The events of up to
+ * CX_PROFILE_RING passes wait here; when the ring is full, and at the end
+ * (cx_profile_times), the device is synchronised once and each segment's time kept
+ * (runtime/exec/seg_times.h) for pipe_profile_write, as the CPU backend's are. Without
+ * --profile-out no program has a CxProfile and cx_program_run is unchanged. With several
+ * stage replicas on one GPU a segment's time is its stream's between the events: other
+ * streams' kernels slow it as they slow the step it is part of. */
 #include "runtime/cuda/exec/cuda_exec.h"
 
 #include <stdlib.h>

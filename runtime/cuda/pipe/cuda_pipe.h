@@ -1,5 +1,5 @@
 /* runtime/cuda/pipe/cuda_pipe.h — the CUDA pipeline modes, as backends of pd2bwrun's
- * one pipeline driver (runtime/pipeline/pipeline_main.c).
+ * one pipeline driver (runtime/driver/driver.c).
  *
  * This folder owns single-GPU mode (cuda_pipe_threads.c: every stage replica of a plan
  * a host thread with its own CUDA device on a view of one GPU, joined by same-GPU
@@ -15,6 +15,7 @@
 #define PD2BW_RUNTIME_CUDA_PIPE_H
 
 #include "runtime/cuda/exec/cuda_exec.h"
+#include "runtime/driver/driver.h"
 #include "runtime/transport/transport.h"
 
 /* What single-GPU mode reports besides the outcome (its summary line). */
@@ -26,14 +27,14 @@ typedef struct CxPipeStats {
   CxGraphStats steps;   /* the norms and updates of every SR (cx_exec_device's) */
   CxGraphStats updates; /* the updates alone (a one-stage plan's summary line) */
   uint64_t bytes;       /* the device memory of an SR (the largest: cx_exec_device_bytes) */
-  CxGemmType gemm;      /* the dtype its GEMMs ran in (cx_exec_device_gemm_type) */
+  GemmType gemm;      /* the dtype its GEMMs ran in (cx_exec_device_gemm_type) */
 } CxPipeStats;
 
-/* What a one-stage run leaves for --bench-gemm (cuda_exec_main.c): the model's MLP
+/* What a one-stage run leaves for --bench-gemm (cuda_pipe_run.c): the model's MLP
  * GEMM (M = b·T tokens, N = 4·dim, K = dim) in the dtype training ran, and the rate
  * training achieved. M = 0: nothing to time. */
 typedef struct CxBench {
-  CxGemmType type;
+  GemmType type;
   int M, N, K;
   double tflops;
 } CxBench;
@@ -44,22 +45,22 @@ typedef struct CxBench {
  * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure), and
  * stats (may be NULL). With o->trace_path, out->bubble holds the measured bubble per
  * stage and the trace is written (cuda_pipe_threads.c). 0, or 1 with the cause in err. */
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
                   CxPipeStats *stats, char *err, size_t errlen);
 
 /* The plan's predicted bubble fraction (plan_dir/plan.json "predicted"), or a
  * negative value when the plan has none. */
 double cx_pipe_predicted_bubble(const char *plan_dir);
 
-/* cuda_exec_main's path for every plan without --transport nccl: pipeline_main_on
+/* cx_main's path for every plan without --transport nccl: pipeline_main_on
  * with single-GPU mode on ops (the device called device_name in messages) as its
  * backend: the CPU pipeline's log, validation, saved/trace lines and --reference, the
  * summary with the graph counts and executor bytes. A one-stage plan (one rank) has the
  * one-stage words: its banner, the summary gpu-check.sh reads (steady-state rate,
  * arena, "saved"), its passes' and updates' graph counts; bench (may be NULL) gets what
  * --bench-gemm times. 0, or 1 after one "prog: error:" line. */
-int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                   const CudaExecOptions *o, CxBench *bench);
+int cx_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                   const CxOptions *o, CxBench *bench);
 
 /* Multi-GPU mode: this process (rank transport_rank(t) of the plan's d·w ranks) trains
  * its stage replica as pipeline_run_rank does on the CPU, on a cx_exec_device over ops
@@ -70,18 +71,24 @@ int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *op
  * others stop); or 1 on EVERY rank after a failure all of them agreed on (a checkpoint
  * some rank cannot read, a --save rank 0 cannot write: no abort), the message in rank
  * 0's err and the others' err empty (one message for the job). */
-int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
+int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, Transport *t,
                        PipeOutcome *out, char *err, size_t errlen);
 
-/* cuda_pipe_main for multi-GPU mode on an open device and transport (pipeline_main_on
+/* cx_pipe_main for multi-GPU mode on an open device and transport (pipeline_main_on
  * with this rank of t): rank 0 reports, writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line
  * (none on the ranks other than 0 after a failure all agreed on). */
-int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                        const CudaExecOptions *o, Transport *t);
+int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                        const CxOptions *o, Transport *t);
 
 /* pd2bwrun --backend cuda --transport nccl under mpirun: MPI (transport_mpi_create),
- * GPU o->device + this rank's index on its host, cuda_pipe_nccl_main, and the
+ * GPU o->device + this rank's index on its host, cx_pipe_nccl_main, and the
  * transport's end (MPI_Finalize, or MPI_Abort after a failure). */
-int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o);
+int cx_pipe_nccl_launch(const char *prog, const char *plan_dir, const CxOptions *o);
+
+/* pd2bwrun --backend cuda: trains the plan in plan_dir on GPU o->device (single-GPU
+ * pipeline mode, one-stage plans included; --transport nccl: multi-GPU mode) for
+ * o->steps steps, logging like pd2bwrun. 0 on success, 1 after one "prog: error:"
+ * line on stderr. */
+int cx_main(const char *prog, const char *plan_dir, const CxOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_PIPE_H */

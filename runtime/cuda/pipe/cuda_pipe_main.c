@@ -1,5 +1,5 @@
 /* runtime/cuda/pipe/cuda_pipe_main.c — the CUDA pipeline modes as a backend of pd2bwrun's
- * one pipeline driver (runtime/pipeline/pipeline_main.c pipeline_main_on: the plan,
+ * one pipeline driver (runtime/driver/driver.c pipeline_main_on: the plan,
  * the seed rule, the log, the validation, saved and trace lines, --reference): this
  * file adds only the GPU's banner, its training (single-GPU mode: cx_pipe_train,
  * cuda_pipe_threads.c; --transport nccl: cx_pipe_train_nccl, cuda_pipe_multi.c) and
@@ -120,21 +120,21 @@ static void gpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, cons
   }
 }
 
-int cuda_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                   const CudaExecOptions *o, CxBench *bench) {
+int cx_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                   const CxOptions *o, CxBench *bench) {
   GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops, .bench = bench};
   PipeBackend be = {.ctx = &g, .train = gpu_train, .summary = gpu_summary};
   return pipeline_main_on(prog, plan_dir, o, &be, NULL);
 }
 
-int cuda_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                        const CudaExecOptions *o, Transport *t) {
+int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                        const CxOptions *o, Transport *t) {
   GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops, .multi = true};
   PipeBackend be = {.ctx = &g, .train = gpu_train, .summary = gpu_summary};
   return pipeline_main_on(prog, plan_dir, o, &be, t);
 }
 
-int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
+int cx_pipe_nccl_launch(const char *prog, const char *plan_dir, const CxOptions *o) {
   char err[RT_ERR_LEN + TRANSPORT_ERR_LEN];
   if (o->trace_path) /* NOT done: multi-GPU mode times nothing (single-GPU mode's marks: cuda_pipe_threads.c) */
     return rt_fail(prog, "--trace is not supported with --transport nccl yet (single-GPU pipeline mode takes it)");
@@ -145,7 +145,7 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
   /* one GPU per process: the rank's index among those on its host (Open MPI says it) */
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   int local = lr ? atoi(lr) : transport_rank(t) % transport_ranks_on_host(t);
-  CudaExecOptions mine = *o;
+  CxOptions mine = *o;
   mine.device = o->device + local;
   CxDeviceOps *ops = cx_cuda_open(mine.device, err, sizeof err);
   int rc;
@@ -154,7 +154,7 @@ int cuda_pipe_nccl_launch(const char *prog, const char *plan_dir, const CudaExec
     rc = rt_fail(prog, err);
   } else {
     if (mine.graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off */
-    rc = cuda_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
+    rc = cx_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
     cx_cuda_close(ops);
   }
   transport_destroy(t);

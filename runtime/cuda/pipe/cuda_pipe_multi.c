@@ -18,7 +18,7 @@
 typedef struct MultiRun {
   const PipePlan *p;
   const CxDeviceOps *ops;
-  const CudaExecOptions *o;
+  const CxOptions *o;
 } MultiRun;
 
 static ExecDevice *rank_device(void *ctx, int rank, int stage, char *err, size_t errlen) {
@@ -34,7 +34,7 @@ static ExecLink *rank_link(void *ctx, Transport *t, ExecDevice *dev, char *err, 
   return cx_nccl_link(t, ((MultiRun *)ctx)->p, dev, err, errlen);
 }
 
-int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, Transport *t,
+int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, Transport *t,
                        PipeOutcome *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (transport_size(t) != p->nranks) {
@@ -45,7 +45,7 @@ int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CudaExec
   }
   MultiRun x = {.p = p, .ops = ops, .o = o};
   /* the CPU driver's options, with this mode's devices and links (no trace or profile:
-   * refused by cuda_pipe_nccl_launch; the log: streamed by the driver's rank 0) */
+   * refused by cx_pipe_nccl_launch; the log: streamed by the driver's rank 0) */
   PipeOptions po = *o;
   po.timeout_s = transport_timeout(t), po.trace_path = po.profile_out = NULL;
   po.rank_device = rank_device, po.rank_link = rank_link, po.rank_ctx = &x;

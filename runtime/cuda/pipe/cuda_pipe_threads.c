@@ -1,26 +1,11 @@
 /* runtime/cuda/pipe/cuda_pipe_threads.c — single-GPU pipeline mode on the shared
- * interpreter (issue 13): one host thread per stage replica, as the CPU threads
- * pipeline (runtime/pipeline/pipeline_run.c pipeline_run_local: the local transport,
+ * interpreter: one host thread per stage replica, as the CPU threads pipeline
+ * (runtime/pipeline/pipeline_run.c pipeline_run_local: the local transport,
  * pipe_rank_create, exec_run_batches, the driver loop, --init/--resume/--save and
- * validation), each rank with its own CUDA device (cx_exec_device) on a view of the
- * one GPU (cx_share_view: its own stream, its part of the one allocation) and the
- * same-GPU link (cx_local_link: the data moves as device copies between the ranks'
- * streams, ordered by events).
- *
- * The devices are made here, in the calling thread, before the ranks start: their
- * programs load one after another, and the one allocation is sized from what every
- * device needs (cx_exec_device_need). The ranks take them through PipeOptions'
- * rank_device (each destroys its own), and each device reports its graph counts,
- * bytes and segment times as it is destroyed (cx_exec_device_at_end). A one-stage
- * plan is one rank; its rank streams --log-json (pipeline_run.c), the caller writes
- * the log of more.
- *
- * --trace: the interpreter marks each instruction's start and end on the rank's stream
- * (ExecDeviceOps mark: device events against one origin), so the trace and the measured
- * bubbles are the GPU's times, written as one process with a thread per stage replica
- * (pipe_trace_write_gpu). --profile-out: each program's segment times (cuda_profile.c),
- * a stage's replicas together, through the CPU backend's writer.
- *
+ * validation), each rank with its own CUDA device (cx_exec_device) on a view of the one
+ * GPU (cx_share_view: its own stream, its part of the one allocation) and the same-GPU
+ * link (cx_local_link). docs/gpu.md ("Single-GPU pipeline mode") says how the devices
+ * are made and sized, and what --trace and --profile-out record.
  * NOT done: run on a GPU, one-stage plans included (a rank thread makes the context
  * current through the view: CxDeviceOps thread_enter; only the emulator has run it). */
 #include <pthread.h>
@@ -79,7 +64,7 @@ static ExecLink *make_link(void *ctx, Transport *t, ExecDevice *dev, char *err, 
 }
 
 /* Every rank's device on its view, and the one allocation they share. */
-static bool make_devices(const PipePlan *p, CxShare *sh, const CudaExecOptions *o, ThreadsCtx *c, char *err,
+static bool make_devices(const PipePlan *p, CxShare *sh, const CxOptions *o, ThreadsCtx *c, char *err,
                          size_t errlen) {
   ExecDevice **dev = c->dev;
   CxPipeStats *st = c->stats;
@@ -117,7 +102,7 @@ static double median_step(const PipeOutcome *r) {
 /* --trace: every device's clock marks against one origin event, recorded and waited
  * for before the run. --profile-out: every program times its segments from the second
  * step on (the first too when it is the only one), as the one-stage trainer's. */
-static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, ThreadsCtx *c, void **origin,
+static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, ThreadsCtx *c, void **origin,
                     char *err, size_t errlen) {
   memcpy(c->made, c->dev, (size_t)p->nranks * sizeof *c->made);
   if (o->trace_path) {
@@ -139,7 +124,7 @@ static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOpt
   return true;
 }
 
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CudaExecOptions *o, PipeOutcome *out,
+int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
                   CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
   if (!stats) stats = &mine;

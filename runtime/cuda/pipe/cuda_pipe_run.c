@@ -1,6 +1,6 @@
-/* runtime/cuda/exec/cuda_exec_main.c — pd2bwrun --backend cuda and tools/pd2bw-cuda-train
- * (cuda_exec.h): the GPU as a backend of pd2bwrun's one pipeline driver. Every plan,
- * one-stage included, runs in single-GPU pipeline mode (cuda_pipe.h: cuda_pipe_main,
+/* runtime/cuda/pipe/cuda_pipe_run.c — pd2bwrun --backend cuda and tools/pd2bw-cuda-train
+ * (cuda_pipe.h cx_main): the GPU as a backend of pd2bwrun's one pipeline driver. Every plan,
+ * one-stage included, runs in single-GPU pipeline mode (cuda_pipe.h: cx_pipe_main,
  * pipeline_main_on's GPU backend: a one-stage plan is one rank, d = w = 1, so the data
  * order, per-step checks, log lines, --init then --resume, validation and --save are
  * the CPU pipelines'); --transport nccl goes to multi-GPU mode. This file adds the
@@ -9,28 +9,25 @@
  * on a machine without one the message is the backend's "no CUDA driver found ... use
  * --backend cpu" before anything else is read. --bench-gemm times cuBLAS's own rate on
  * a one-stage plan's MLP GEMM after the run, in the same process, so the two figures
- * share a GPU and a clock. cuda_exec_run is the path on a device that is already open
+ * share a GPU and a clock. cx_run is the path on a device that is already open
  * (tests: the emulator). */
-#include "runtime/cuda/exec/cuda_exec.h"
-
 #include "runtime/cuda/pipe/cuda_pipe.h"
-#include "runtime/exec/exec.h"
 
 static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                    const CudaExecOptions *o, CxBench *bench) {
+                    const CxOptions *o, CxBench *bench) {
   bool one = pipe_plan_ranks(plan_dir) == 1; /* (an unreadable plan counts as one: the driver says why) */
   if (!one && o->bench_gemm) return rt_fail(prog, "--bench-gemm times one-stage plans only");
   if (one && o->reference)
     return rt_fail(prog, "--reference checks plans with several stages or replicas (single-GPU pipeline mode); a "
                       "one-stage plan is compared with the CPU backend by scripts/gpu-check.sh");
-  return cuda_pipe_main(prog, plan_dir, ops, device_name, o, one ? bench : NULL);
+  return cx_pipe_main(prog, plan_dir, ops, device_name, o, one ? bench : NULL);
 }
 
 /* run_plan; with --kernel-profile on the profiling table between the executors and the
  * device (cuda_exec_kprof.c: every launch and GEMM timed, graphs off), the table
  * written after a run that succeeded. The one place the profile hooks in. */
 static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-               const CudaExecOptions *o, CxBench *bench) {
+               const CxOptions *o, CxBench *bench) {
   if (!o->kernel_profile) return run_plan(prog, plan_dir, ops, device_name, o, bench);
   char err[RT_ERR_LEN];
   if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return rt_fail(prog, err);
@@ -43,15 +40,15 @@ static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, c
   return rc;
 }
 
-int cuda_exec_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
-                  const CudaExecOptions *o) {
+int cx_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+                  const CxOptions *o) {
   return run(prog, plan_dir, ops, device_name, o, NULL);
 }
 
-int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions *o) {
+int cx_main(const char *prog, const char *plan_dir, const CxOptions *o) {
   char err[RT_ERR_LEN];
   if (o->nccl && o->kernel_profile) return rt_fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
-  if (o->nccl) return cuda_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
+  if (o->nccl) return cx_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
   CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
   if (!ops) return rt_fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
@@ -63,7 +60,7 @@ int cuda_exec_main(const char *prog, const char *plan_dir, const CudaExecOptions
   double peak = cx_cuda_gemm_tflops(o->device, b.type, b.M, b.N, b.K, err, sizeof err);
   if (peak < 0) return rt_fail(prog, err);
   printf("%s: cuBLAS %s GEMM %dx%dx%d: %.2f TFLOP/s measured; training achieved %.2f TFLOP/s = %.0f%% of it\n", prog,
-         b.type == CX_GEMM_TF32 ? "TF32" : b.type == CX_GEMM_BF16 ? "BF16" : "FP32", b.M, b.N, b.K, peak, b.tflops,
+         b.type == GEMM_TF32 ? "TF32" : b.type == GEMM_BF16 ? "BF16" : "FP32", b.M, b.N, b.K, peak, b.tflops,
          100.0 * b.tflops / peak);
   return 0;
 }

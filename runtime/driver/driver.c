@@ -1,39 +1,17 @@
-/* runtime/pipeline/pipeline_main.c — pd2bwrun's one pipeline driver, for every backend
- * and transport (pipeline.h pipeline_main, pipeline_main_on): the plan, the seed rule,
- * the run (the CPU's ranks as threads or MPI processes, or a backend's train hook:
- * runtime/cuda/pipe/cuda_pipe_main.c's single- and multi-GPU modes; rank 0 streams
- * --log-json meanwhile, pipeline_log.c), then rank 0's report: the summary (the
- * backend's words; a one-rank plan's in the one-stage words: banner, rates, "saved" in
- * the summary), the validation loss, the saved/trace lines, the plan's report.html and
- * --reference. */
-#include "runtime/pipeline/pipeline_rank.h"
+/* runtime/driver/driver.c — pd2bwrun's one pipeline driver (driver.h): the plan, the seed
+ * rule, the run (the CPU's ranks as threads or MPI processes, or a backend's train hook,
+ * runtime/cuda/pipe/cuda_pipe_main.c; rank 0 streams --log-json meanwhile), then rank
+ * 0's report: the summary (the backend's words; a one-rank plan's in the one-stage
+ * words), the validation loss, the saved/trace lines, report.html and --reference. */
+#include "runtime/driver/driver.h"
+#include "runtime/reference/reference.h"
 #include "runtime/report/plan_report.h"
 
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-/* libgomp reads OMP_NUM_THREADS once, when it loads, and a thread that never called
- * omp_set_num_threads runs its parallel loops (stage programs, the optimizer) on that
- * many threads: every core, whatever --threads says. Each rank (a thread of the local
- * transport, or an MPI process) sets its own, or two ranks on two cores run four
- * threads whose barriers spin against each other. And where the BLAS keeps a pool of
- * its own (OpenBLAS's pthread build), a rank's n threads are the BLAS's and its
- * OpenMP loops get one: the two pools' idle threads spin on the same cores, and a
- * one-stage tinygpt on 2 cores ran 4x slower on 2 threads than on 1
- * (bench/pipeline/RESULTS.md). The planner charges only GEMMs for a rank's extra
- * cores (plan_cluster_for_config), so this is the runtime it predicts. */
-void pipe_rank_threads(int n) {
-#ifdef _OPENMP
-  omp_set_num_threads(n > 1 && !pd_blas_own_pool() ? n : 1);
-#else
-  (void)n;
-#endif
-}
 
 bool pipe_options_seed(const PipeOptions *o, uint64_t plan_seed, PipeOptions *out, char *err, size_t errlen) {
   *out = *o;

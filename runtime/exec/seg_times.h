@@ -1,12 +1,12 @@
-/* runtime/pipeline/seg_times.h — measured compute time per segment of one stage
+/* runtime/exec/seg_times.h — measured compute time per segment of one stage
  * (pd2bwrun --profile-out): what the CPU device (runtime/exec/exec_cpu.c, one segment
  * function of the stage program at a time) and the CUDA replay
  * (runtime/cuda/exec/cuda_profile.c, device events at the launch list's segment
  * boundaries) record per pass, and pipe_profile_write (runtime/pipeline/pipeline_trace.c)
  * writes, each segment's median over the passes, in the profile format pd2bwc --profile
  * reads: one writer for both backends. */
-#ifndef PD2BW_RUNTIME_PIPELINE_SEG_TIMES_H
-#define PD2BW_RUNTIME_PIPELINE_SEG_TIMES_H
+#ifndef PD2BW_RUNTIME_EXEC_SEG_TIMES_H
+#define PD2BW_RUNTIME_EXEC_SEG_TIMES_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,4 +35,4 @@ double *seg_times_row(SegTimes *t, bool bwd);
  * dst's segments. */
 void seg_times_add(SegTimes *dst, const SegTimes *src);
 
-#endif /* PD2BW_RUNTIME_PIPELINE_SEG_TIMES_H */
+#endif /* PD2BW_RUNTIME_EXEC_SEG_TIMES_H */

@@ -1,23 +1,11 @@
-/* runtime/exec/exec_one.c — the one-stage trainer (runtime/core/runtime.h: trainer_*) as a
- * plan with d = 1 and w = 1 run by the interpreter (runtime/exec/exec.h), step by step.
- *
- * The update is the reference rule every pipelined schedule must reproduce (DESIGN.md
- * §3), written once in the interpreter's OPT_STEP: the m microbatches of batch t run
- * forward then backward in order (the d = 1 stream of 1f1b, or of 2bw for the delayed
- * rule: F1 B1 F2 B2 ...), the backwards adding into the gradient block; then the
- * global norm (Σ over parameters of pk_sumsq, times 1/m), the clip factor folded into
- * the optimizer's gradient scale, and the step of every parameter with a gradient.
- * With the delayed rule (2bw) batch t trains on W(t-1) and the step writes W(t+1)
- * over it: two weight versions. Microbatch j of batch t has global index t·m + j (it
- * keys dropout) and reads samples t·B + j·b .. + b (B = b·m).
- *
- * Memory: one arena laid out as the compiler lays out a stage's (pipeline_plan.c
- * pipe_stage_layout_one), so a one-stage plan's run holds exactly its
- * memory.total_bytes; a plan without a memory section (PLAN/reference) gets the same.
- * The streams are built for 64 batches and lengthened (doubled) when a run steps past
- * them (pipe_rank_extend). */
-#include "runtime/exec/exec.h"
-
+/* runtime/pipeline/pipeline_one.c — the one-stage trainer (pipeline.h: trainer_*): a plan
+ * with d = 1 and w = 1 run by the interpreter (runtime/exec/), step by step. Its update
+ * is the reference rule every pipelined schedule must reproduce (DESIGN.md §3,
+ * docs/pipelines.md "Data order"): batch t's m microbatches forward then backward in
+ * order (1f1b's d = 1 stream, or 2bw's for the delayed rule, two weight versions),
+ * then the interpreter's OPT_STEP. Memory: one arena in the compiler's layout
+ * (pipe_stage_layout_one), so a run holds exactly memory.total_bytes; the streams are
+ * built for 64 batches and doubled when a run steps past them (pipe_rank_extend). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
