@@ -1,42 +1,9 @@
 /* contract/plan_streams.c — per-stage instruction streams for the four schedules
- * (contract/plan_streams.h).
- *
- * Two steps. First each stage's compute order: F(k), B(k) and S(t) (the update
- * after batch t):
- *   gpipe      per batch: F of all m, B of all m, S
- *   1f1b       per batch: min(d-i-1, m) F (warm-up), then F,B pairs, then the
- *              remaining B (cool-down), S (flush)
- *   2bw,       one 1F1B sequence over all batches without a flush; S(t) right after
- *   pipedream  B of batch t's last microbatch
- * Then communication: between two compute instructions a stage posts, as one group,
- * the sends of the previous one and the receives of the next (Megatron's
- * send_forward_recv_backward); under blocking send/receive the 1F1B exchange
- * deadlocks otherwise. The update S(t) = [ALLREDUCE] [TIED_SYNC...] OPT_STEP goes
- * after the group for flush-free schedules when a forward follows (its receive must
- * be posted first, or the last stage waits in TIED_SYNC for stage 0 while stage d-2
- * waits to send to it), and before the next receive for flush schedules and before
- * a backward (that receive waits on later stages, which may wait on this one's
- * TIED_SYNC).
- *
- * Versions (DESIGN.md §3): flush schedules use W(t) for batch t, one slot, stepped
- * in place. 2bw: v(k) = max(floor((k-1)/m) - 1, 0) in slot v % 2; S(t) writes W(t+1)
- * into slot (t+1) % 2, which held W(t-1), the oldest. 2bw's flushed start (K =
- * flush_batches): batches t < K-1 run as 1f1b's (drained before S(t)) and read W(t);
- * batch K-1 reads W(K-1) and starts the 1F1B sequence without a flush, batch t >= K
- * reading W(t-1) (the same slots: S(t) still writes slot (t+1) % 2). With weight
- * prediction S(t) reads and writes the master slot and puts the weights of the next
- * reader of slot (t+1) % 2 there (the interpreter's rule, docs/update-rules.md). pipedream: a forward takes the
- * newest version; S writes the next one into the lowest slot no microbatch in flight
- * uses (in place when none uses the newest).
- *
- * Tied parameters (TIED_SYNC, a non-blocking sum over the stages holding one, which
- * the OPT_STEP that updates the parameter waits for): flush schedules and pipedream
- * post it just before the stage's OPT_STEP. 2bw posts it right after the stage's own
- * step of batch t and steps the tied parameter separately (OPT_STEP with group g)
- * just before the first forward of batch t+2, the first reader of W(t+1): stage 0
- * finishes batch t about d-1 backwards after the last stage, and waiting for it in
- * the step would stall the whole pipeline once per batch.
- */
+ * (contract/plan_streams.h), in two steps: each stage's compute order (compute_order:
+ * F(k), B(k), and S(t), the update after batch t), then its communication and weight
+ * versions (build_stage, emit_step). The planner verifies the streams (deadlock,
+ * versions, stash) and the runtime regenerates them for the batches it runs, so both
+ * sides run exactly these. Version rules: DESIGN.md §3 and docs/update-rules.md. */
 #include "contract/plan_streams.h"
 
 #include <inttypes.h>
@@ -195,6 +162,14 @@ static void flushed_1f1b(const PlanStreamSpec *sp, int i, int t0, int t1, Order 
   }
 }
 
+/* Stage i's compute order:
+ *   gpipe      per batch: F of all m, B of all m, S
+ *   1f1b       per batch: min(d-i-1, m) F (warm-up), then F,B pairs, then the
+ *              remaining B (cool-down), S (flush)
+ *   2bw,       one 1F1B sequence over all batches without a flush; S(t) right after
+ *   pipedream  B of batch t's last microbatch
+ * 2bw's flushed start (K = flush_batches): batches t < K-1 run as 1f1b's (drained
+ * before S(t)); batch K-1 starts the 1F1B sequence without a flush. */
 static void compute_order(const PlanStreamSpec *sp, int i, Order *o) {
   int d = sp->stages;
   int64_t m = sp->microbatches, N = m * sp->nbatches;
@@ -268,6 +243,20 @@ static int vslot_new(VState *v) {
   return v->nslots++;
 }
 
+/* S(t) = [ALLREDUCE] [TIED_SYNC...] OPT_STEP, and the slot it writes. Flush schedules
+ * use W(t) for batch t, one slot, stepped in place. 2bw: v(k) = max(floor((k-1)/m) - 1,
+ * 0) in slot v % 2; S(t) writes W(t+1) into slot (t+1) % 2, which held W(t-1), the
+ * oldest (with the flushed start, batches t < K-1 and K-1 read W(t), later ones
+ * W(t-1): plan_2bw_version). With weight prediction S(t) reads and writes the master
+ * slot and puts the weights of the next reader of slot (t+1) % 2 there (the
+ * interpreter's rule). pipedream: a forward takes the newest version; S writes the
+ * next one into the lowest slot no microbatch in flight uses (in place when none uses
+ * the newest). Tied parameters (TIED_SYNC, a non-blocking sum over the stages holding
+ * one, which the OPT_STEP that updates it waits for): flush schedules and pipedream
+ * post it just before the OPT_STEP; 2bw posts it right after the stage's own step and
+ * steps the tied parameter later (emit_tied), since stage 0 finishes batch t about
+ * d-1 backwards after the last stage and waiting for it here would stall the whole
+ * pipeline once per batch. */
 static void emit_step(const PlanStreamSpec *sp, int i, int t, VState *v, PlanStream *s) {
   if (sp->replicas > 1) {
     PlanInstr a = instr(PI_ALLREDUCE);
@@ -337,6 +326,14 @@ static void emit_deferred(const PlanStreamSpec *sp, int i, Item *defer, int *n, 
   *n = 0;
 }
 
+/* Stage i's stream. Between two compute instructions the stage posts, as one group,
+ * the sends of the previous one and the receives of the next (Megatron's
+ * send_forward_recv_backward): under blocking send/receive the 1F1B exchange deadlocks
+ * otherwise. S(t) goes after the group for flush-free schedules when a forward
+ * follows (its receive must be posted first, or the last stage waits in TIED_SYNC for
+ * stage 0 while stage d-2 waits to send to it), and before the next receive for flush
+ * schedules and before a backward (that receive waits on later stages, which may wait
+ * on this one's TIED_SYNC). */
 static void build_stage(const PlanStreamSpec *sp, int i, PlanStream *s, int *nver,
                         int *nstash) {
   int d = sp->stages;

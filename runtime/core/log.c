@@ -5,18 +5,9 @@
  * formatted by runtime/core/console.c. On a terminal the step lines are drawn over one
  * another as a progress bar (\r) and only every `keep_every`-th step, evaluations and
  * the last step stay on screen; piped to a file every step is its own line. Quiet
- * (-q): no step lines.
- *
- * The JSON log is streamed, not written to a temporary and renamed at the end like
- * every other output (atomic_file.c): a log is most wanted when a run is interrupted
- * or fails, and `tail -f` should work. What stands in for atomicity: the path is
- * checked like every output (output_path.c: a symlink is followed, a device, FIFO,
- * socket or directory refused, and O_NONBLOCK keeps a FIFO put there since from
- * hanging the open); each line goes out in one write(2) to an O_APPEND descriptor;
- * and a line that fails halfway (a full disk, EFBIG) is cut off again with
- * ftruncate, so the file always ends with the last whole line. A failed write ends
- * the run with the path, the step and the cause (rt_log_error); rt_log_finish
- * fsyncs and reports a failing fsync or close the same way. */
+ * (-q): no step lines. The JSON log is streamed, not written whole and renamed like
+ * every other output: a log is most wanted when a run is interrupted, and `tail -f`
+ * should work (open_json and append_line say what stands in for atomicity). */
 #include "runtime/core/runtime.h"
 
 #include <errno.h>
@@ -40,7 +31,10 @@ struct RtLog {
   int64_t nlogged;
 };
 
-/* Opens path's target for appending; -1 with why in err. */
+/* Opens path's target for appending; -1 with why in err. The path is checked like
+ * every output (output_path.c: a symlink is followed, a device, FIFO, socket or
+ * directory refused, and O_NONBLOCK keeps a FIFO put there since from hanging the
+ * open). */
 static int open_json(const char *path, char *err, size_t errlen) {
   char msg[IO_ERR_LEN];
   char *target = output_target(path, msg, sizeof msg);
@@ -82,6 +76,10 @@ RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size
 }
 
 /* line[0, n) appended whole, or the file cut back to its last whole line. */
+/* One line in one write(2) to the O_APPEND descriptor; a line that fails halfway (a
+ * full disk, EFBIG) is cut off again with ftruncate, so the file always ends with the
+ * last whole line. A failed write ends the run with the path, the step and the cause
+ * (rt_log_error); rt_log_finish fsyncs and reports a failing fsync or close so. */
 static bool append_line(RtLog *l, const char *line, size_t n, int64_t step) {
   size_t done = 0;
   while (done < n) {

@@ -1,20 +1,13 @@
-/* runtime/core/plan_manifest.c — plan.json checked against the programs it names
- * (issue 24, item 3).
+/* runtime/core/plan_manifest.c — plan.json checked against the programs it names.
  *
  * A stage program is compiled with every block size, parameter offset and boundary
  * tensor as a literal; plan.json only describes them. So each program carries a
  * manifest (codegen/cgen_manifest.c: the description of every stage that runs it, as
  * a C string it compiles), and the plan reader compares the stage's plan.json entry
- * with it, key by key, in the text whose hash plan.json records (the text that is
- * compiled): rng_base, real_bytes, microbatch_size, blocks, params (name, shape,
- * numel, offset, bytes, init, std, decay, has_grad), inputs, loss, pipeline.boundary,
- * cuda (the stage's CUDA files and their hashes, its rng_base, ...), and the tied
- * groups holding the stage. The first difference stops the load with the field,
- * plan.json's value and the program's: a plan.json that does not describe its
+ * with it, key by key (rt_manifest_check). A plan.json that does not describe its
  * programs could make a program write outside a block or train another model. The
- * CUDA programs are made from the same layouts, pinned by the hashes in cuda, and their
- * launch lists' blocks are checked against the same program.blocks, so the check
- * covers them too. */
+ * CUDA programs are made from the same layouts, pinned by the hashes in cuda, and
+ * their launch lists' blocks are checked against the same program.blocks. */
 #include "runtime/core/plan_manifest.h"
 
 #include <stdlib.h>
@@ -151,6 +144,12 @@ void rt_manifest_cache_free(RtManifestCache *c) {
   c->hash[0] = 0;
 }
 
+/* Compares stage i's plan.json entry with the manifest in the text whose hash
+ * plan.json records (the text that is compiled): rng_base, real_bytes,
+ * microbatch_size, blocks, params (name, shape, numel, offset, bytes, init, std, decay,
+ * has_grad), inputs, loss, pipeline.boundary, cuda (the stage's CUDA files and their
+ * hashes, its rng_base, ...), and the tied groups holding the stage. The first
+ * difference fails r with the field, plan.json's value and the program's. */
 void rt_manifest_check(JsonRd *r, RtManifestCache *c, const char *src, size_t len, const char *hash,
                        const char *name, int i, const cJSON *stage, const cJSON *tied) {
   if (r->failed) return;

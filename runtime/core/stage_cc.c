@@ -4,18 +4,10 @@
  * covers everything that changes the machine code: the source text, the exact
  * command, and the compiler's own `--version` banner (an upgraded compiler is a new
  * key). The .so is built under a temporary name in the cache directory and renamed
- * into place, so two runs racing on one key both end with a whole file.
- *
- * A cache hit is not trusted on its name alone: a truncated entry (a full disk, a
- * crash before the data reached the disk) died with SIGBUS in dlopen, a flipped byte
- * with SIGILL mid-step. Each entry ends in a seal, a checksum of its bytes
- * (cache_seal.c), appended to the temporary file before the rename and checked
- * before dlopen; the loader ignores bytes past the ELF segments. One file rather
- * than a sidecar: a second file would need a second rename, which racing writers
- * could pair with the other's .so. The compiler runs without a shell
- * (run_capture.c). The seal guards against damage, not against someone who can write
- * the directory; so the directory itself is used only when it is this user's alone
- * (rt_cache_dir: runtime/io/cache_dir.c, the cubin cache's rule too). */
+ * into place, so two runs racing on one key both end with a whole file; it is sealed
+ * (seal, verify) so a damaged entry is rebuilt rather than loaded. The compiler runs
+ * without a shell (run_capture.c). The directory is used only when it is this user's
+ * alone (rt_cache_dir: runtime/io/cache_dir.c, the cubin cache's rule too). */
 #include "runtime/core/runtime.h"
 
 #include <dlfcn.h>
@@ -102,7 +94,13 @@ static char *command_text(char *const *argv) {
 }
 
 
-/* Appends the seal of tmp's bytes to tmp. */
+/* Appends the seal of tmp's bytes to tmp (cache_seal.c), before the rename; verify
+ * checks it before dlopen. A cache hit is not trusted on its name alone: a truncated
+ * entry (a full disk, a crash before the data reached the disk) died with SIGBUS in
+ * dlopen, a flipped byte with SIGILL mid-step. The loader ignores bytes past the ELF
+ * segments, so the seal can be part of the .so: a sidecar would need a second rename,
+ * which racing writers could pair with the other's .so. The seal guards against
+ * damage, not against someone who can write the directory. */
 static bool seal(const char *tmp, char *err, size_t errlen) {
   char ierr[IO_ERR_LEN], s[CACHE_SEAL_BYTES + 1];
   size_t n;

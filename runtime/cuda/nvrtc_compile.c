@@ -2,24 +2,12 @@
  *
  * The runtime compiles each stageN.cu at load time for the GPU it finds (DESIGN.md
  * §1, §5); CI compiles every golden stageN.cu for sm_90 without a GPU. NVRTC needs
- * no driver, so this file works on any machine with the toolkit.
- *
- * Why dlopen for NVRTC too (the brief allowed linking it): pd2bwrun and pd2bwc link
- * this library; if they linked libnvrtc, every binary would need the toolkit's lib
- * directory on the loader path even to train on the CPU. Loading it on first use
- * keeps `--backend cpu` free of any NVIDIA library, at the cost of one table of
- * function pointers.
- *
- * The cache key is a 128-bit hash (two independent 64-bit FNV-1a lanes) of a format
- * tag, the source, every option in order, NVRTC's version and the architecture: a
- * new toolkit, a new option or a changed kernel all miss. Entries are written to a
- * temporary file in the cache directory and renamed into place, so a reader never
- * sees half a cubin. Each entry ends in a checksum of its bytes (runtime/io/cache_seal.c,
- * shared with the stage-program cache): a truncated or byte-flipped entry is
- * recompiled with a one-line note, never handed to the driver. A compile that writes
- * an entry first removes temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes.
- * The directory follows the stage cache's rule (cache_dir_for): only this user's.
- */
+ * no driver, so this file works on any machine with the toolkit. NVRTC is loaded with
+ * dlopen on first use, not linked: pd2bwrun and pd2bwc link this library, and linking
+ * libnvrtc would put the toolkit on every binary's loader path, even to train on the
+ * CPU. Entries are written whole (write_cache) and sealed (runtime/io/cache_seal.c):
+ * a truncated or byte-flipped entry is recompiled with a one-line note, never handed
+ * to the driver. The directory follows the stage cache's rule: only this user's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <nvrtc.h>
@@ -112,8 +100,10 @@ typedef struct Hash128 {
   uint64_t a, b;
 } Hash128;
 
-/* Two FNV-1a lanes with different offsets and primes; bytes and a length frame per
- * field, so ("ab","c") and ("a","bc") hash differently. */
+/* The cache key: a 128-bit hash of a format tag, the source, every option in order,
+ * NVRTC's version and the architecture, so a new toolkit, a new option or a changed
+ * kernel all miss. Two FNV-1a lanes with different offsets and primes; bytes and a
+ * length frame per field, so ("ab","c") and ("a","bc") hash differently. */
 static void hash_bytes(Hash128 *h, const void *p, size_t n) {
   const unsigned char *s = p;
   for (size_t i = 0; i < n; i++) {
@@ -150,7 +140,8 @@ static char *cache_dir_for(const CudaCompileOptions *o) {
 
 /* Temporary file in the same directory, then rename: never a partial entry. The
  * entry is the cubin and its seal. A failure only costs the next run a recompile,
- * so it warns and goes on. */
+ * so it warns and goes on. Temporaries (<key>.cubin.tmp.<pid>.<n>) of dead processes
+ * are removed first. */
 static void write_cache(const char *dir, const char *path, const void *data, size_t size) {
   static _Atomic unsigned long serial; /* unique per thread of this process */
   stale_tmp_sweep_cache(dir, 32, ".cubin");

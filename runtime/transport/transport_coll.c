@@ -1,28 +1,9 @@
 /* runtime/transport/transport_coll.c — groups and the collectives, written once over the
  * transports' point-to-point layer (TRANSPORT_CH_COLL), so that both transports
  * give the same bits and the same failure handling (every wait has the timeout,
- * notices aborts and exited peers, and names the member it waited for).
- *
- * All-reduce (sum, float32) is a reduce-scatter followed by an all-gather. The n
- * elements are cut into w contiguous chunks, chunk k owned by member k (members
- * in ascending world-rank order). Member k receives chunk k of every other
- * member's buffer and computes, for each element i of its chunk,
- *     s = b_0[i]; s += b_1[i]; ...; s += b_{w-1}[i]
- * in that order and in float32 (never starting from 0.0f, which would turn -0.0
- * into +0.0), then sends its summed chunk to every other member. Each element is
- * thus summed exactly once, in a fixed order that depends neither on the
- * transport nor on timing, and every member ends with the same bits. Traffic per
- * member is 2·n·(w−1)/w floats, like a ring, in two steps instead of 2(w−1).
- *
- * Barrier: every member sends an empty message to the first member, which answers
- * each once all have arrived. Agreement (transport_agree) is a barrier of the whole
- * world whose messages carry each rank's error message and rank 0's verdict.
- *
- * Tags on the collective channel: (hash of the member list) * 4 + phase, so that
- * two groups sharing members never match each other's messages; members call
- * collectives on a group in the same order, and per-(sender, tag) FIFO order
- * keeps consecutive calls apart.
- */
+ * notices aborts and exited peers, and names the member it waited for). The
+ * all-reduce sums each element exactly once, in a fixed order that depends neither on
+ * the transport nor on timing, so every member ends with the same bits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +24,11 @@ struct TransportGroup {
   int n;                    /* members */
   int me;                   /* the caller's index in ranks[] */
   int *ranks;               /* world ranks, ascending */
-  int tag_base;             /* multiple of NPHASES */
+  int tag_base;             /* multiple of NPHASES: (hash of the member list) * NPHASES +
+                               phase, so two groups sharing members never match each
+                               other's messages; members call collectives on a group in
+                               the same order, and per-(sender, tag) FIFO order keeps
+                               consecutive calls apart */
   TransportRequest **reqs;  /* 2(n-1) slots for one phase's posted requests */
 };
 
@@ -130,6 +115,13 @@ static TransportStatus post_and_wait(TransportGroup *g, int nreq) {
   return transport_waitall(g->t, g->reqs, nreq);
 }
 
+/* A reduce-scatter, then an all-gather. The n elements are cut into w contiguous
+ * chunks, chunk k owned by member k (members in ascending world-rank order). Member k
+ * receives chunk k of every other member's buffer and computes, for each element i,
+ *     s = b_0[i]; s += b_1[i]; ...; s += b_{w-1}[i]
+ * in that order and in float32 (never starting from 0.0f, which would turn -0.0 into
+ * +0.0), then sends its summed chunk to every other member. Traffic per member is
+ * 2·n·(w−1)/w floats, like a ring, in two steps instead of 2(w−1). */
 TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_t n,
                                             const char *what) {
   Transport *t = g->t;
@@ -199,6 +191,8 @@ TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_
   return s;
 }
 
+/* Every member sends an empty message to the first member, which answers each once
+ * all have arrived. */
 TransportStatus transport_barrier(TransportGroup *g, const char *what) {
   Transport *t = g->t;
   if (t->status != TRANSPORT_OK) return t->status;
@@ -238,6 +232,8 @@ static TransportStatus agree_msg(TransportGroup *g, bool send, int k, int phase,
   return s == TRANSPORT_OK ? transport_waitall(t, &r, 1) : s;
 }
 
+/* A barrier of the whole world whose messages carry each rank's error message and
+ * rank 0's verdict. */
 bool transport_agree(Transport *t, bool ok, char *err, size_t errlen, bool *together) {
   char *msg = pd_calloc(TRANSPORT_ERR_LEN, 1), *got = pd_calloc(TRANSPORT_ERR_LEN, 1);
   if (!ok) snprintf(msg, TRANSPORT_ERR_LEN, "%s", err[0] ? err : "failed");

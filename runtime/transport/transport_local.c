@@ -1,31 +1,13 @@
 /* runtime/transport/transport_local.c — the local transport: every rank is a thread of
- * this process.
- *
- * Matching. Each rank has two FIFO queues: `inbox`, the sends addressed to it
- * that no receive has matched yet, and `posted`, its own receives that no send
- * has matched yet. A new send looks for the first matching receive in the
- * destination's `posted`; a new receive for the first matching send in its own
- * `inbox` (same sender, channel and tag). Only one of the two queues can hold a
- * match at any time, so per (sender, receiver, channel, tag) messages match in
- * the order they were posted, as MPI's non-overtaking rule says.
- *
- * Copying. The thread that completes a match copies the bytes straight from
- * the sender's buffer into the receiver's buffer — the one copy the message
- * needs, no staging — outside the lock, with both requests marked COPYING; a
- * COPYING request is always waited out, even by a failing rank, so a buffer is
- * never freed under a copy. A send therefore completes when its data is in the
- * receiver's buffer (a rendezvous); queues hold requests, never data, and are
- * bounded by the requests the ranks have posted.
- *
- * Waking. One mutex and one condition variable guard the world (ranks post a few
- * messages per microbatch; the copies, the expensive part, run unlocked). Every
- * completion, exit and abort broadcasts; waits also wake every 50 ms to see a
- * signal flag, which a handler cannot broadcast.
- *
- * Exiting. A rank that calls transport_destroy (transport_local_run does it when
- * the rank function returns) cancels its outstanding requests and is marked
- * exited; a peer waiting on it fails at once with "rank N exited".
- */
+ * this process. Messages between a pair match in the order they were posted, as MPI's
+ * non-overtaking rule says (find_match); the thread that completes a match copies the
+ * bytes straight from the sender's buffer into the receiver's, the one copy the
+ * message needs (deliver), so a send completes when its data is in the receiver's
+ * buffer (a rendezvous) and queues hold requests, never data. One mutex and one
+ * condition variable guard the world (ranks post a few messages per microbatch; the
+ * copies, the expensive part, run unlocked). Every completion, exit and abort
+ * broadcasts; waits also wake every 50 ms to see a signal flag, which a handler
+ * cannot broadcast. */
 #define _GNU_SOURCE /* program_invocation_short_name */
 #include <errno.h>
 #include <pthread.h>
@@ -139,7 +121,12 @@ static void unlink_req(LocalQueue *q, LocalReq *r) {
   PD_CHECK(0, "(request not in its queue)");
 }
 
-/* The first request in q from/to `peer` with this channel and tag. */
+/* The first request in q from/to `peer` with this channel and tag. Each rank has two
+ * FIFO queues: `inbox`, the sends addressed to it that no receive has matched yet, and
+ * `posted`, its own receives that no send has matched yet. A new send looks in the
+ * destination's `posted`, a new receive in its own `inbox`; only one of the two can
+ * hold a match at any time, so per (sender, receiver, channel, tag) messages match in
+ * the order they were posted. */
 static LocalReq *find_match(LocalQueue *q, int peer_rank_of_entry, TransportChannel ch, int tag,
                             bool entries_are_sends) {
   for (LocalReq *p = q->head; p; p = p->next) {
@@ -170,7 +157,9 @@ static void req_free(LocalRank *me, LocalReq *r) {
 }
 
 /* Completes a matched pair: copies unlocked, or fails both on a size mismatch.
- * Lock held on entry and on return. */
+ * Lock held on entry and on return. Both requests are marked COPYING meanwhile; a
+ * COPYING request is always waited out, even by a failing rank, so a buffer is never
+ * freed under a copy. */
 static void deliver(TransportWorld *w, LocalReq *send, LocalReq *recv) {
   int src = send->base.owner->rank, dst = recv->base.owner->rank;
   if (send->bytes != recv->bytes) {
@@ -346,7 +335,10 @@ static void local_abort(Transport *t, const char *why) {
   UNLOCK(w);
 }
 
-/* Marks the rank exited; note (may be NULL) is appended to "rank N exited". */
+/* Marks the rank exited; note (may be NULL) is appended to "rank N exited". A rank
+ * that calls transport_destroy (transport_local_run does it when the rank function
+ * returns) cancels its outstanding requests and comes here; a peer waiting on it
+ * fails at once. */
 static void local_exit(LocalRank *me, const char *note) {
   TransportWorld *w = me->w;
   LOCK(w);

@@ -4,22 +4,9 @@
  * Three duplicates of MPI_COMM_WORLD keep traffic apart: the caller's messages,
  * the collectives' messages (transport_coll.c), and a control channel on which a
  * rank that gives up tells every other rank why. Errors return (MPI_ERRORS_RETURN)
- * instead of killing the job, so a failed call becomes a message.
- *
- * Waiting. Every request is MPI_Isend/MPI_Irecv; a wait polls MPI_Test, and
- * between polls it checks the control channel (MPI_Iprobe), the signal flag and
- * the deadline, then sleeps with a backoff from 10 µs to ~0.1 ms (ranks often share
- * cores with each other and with BLAS threads, so spinning would steal them).
- *
- * Failure. A process that dies takes the job down through Open MPI (mpirun kills
- * the others: SIGTERM, which our handler turns into TRANSPORT_INTERRUPTED); a
- * peer that stops answering trips our timeout. transport_abort() sends its reason
- * on the control channel; a process that calls exit() with its transport still
- * open does the same from an atexit handler ("rank N exited ..."), so the other
- * ranks name it before Open MPI ends the job. After a failure, destroy waits a
- * moment (so peers can print) and calls MPI_Abort: MPI_Finalize could block
- * forever beside a dead peer.
- */
+ * instead of killing the job, so a failed call becomes a message. A process that
+ * dies takes the job down through Open MPI (mpirun's SIGTERM, which our handler turns
+ * into TRANSPORT_INTERRUPTED); a peer that stops answering trips our timeout. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -253,6 +240,10 @@ static TransportStatus fail_timeout(MpiTransport *m, MpiReq *q) {
   return transport_fail_blame(t, q->is_send, q->what, chain, len, why);
 }
 
+/* Every request is MPI_Isend/MPI_Irecv; a wait polls MPI_Test, and between polls it
+ * checks the control channel (MPI_Iprobe), the signal flag and the deadline, then
+ * sleeps with a backoff from 10 µs to ~0.1 ms (ranks often share cores with each other
+ * and with BLAS threads, so spinning would steal them). */
 static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, double deadline) {
   MpiTransport *m = as_mpi(t);
   MpiReq *q = (MpiReq *)req;
@@ -358,6 +349,11 @@ static void flush_ctrl(MpiTransport *m) {
   }
 }
 
+/* Sends why on the control channel; a process that calls exit() with its transport
+ * still open does the same from mpi_atexit ("rank N exited ..."), so the other ranks
+ * name it before Open MPI ends the job. After a failure, destroy waits a moment (so
+ * peers can print) and calls MPI_Abort: MPI_Finalize could block forever beside a
+ * dead peer. */
 static void mpi_abort(Transport *t, const char *why) {
   MpiTransport *m = as_mpi(t);
   if (m->remote_abort) return; /* another rank already told everyone */
