@@ -347,7 +347,9 @@ static void test_nvrtc_every_module(void) {
   for (int i = 0; i < ncases; i++) collect_case(&cases[i]);
   int nlib = 0;
   for (int i = 0; i < njobs; i++) nlib += jobs[i].library;
-  EXPECT(nlib >= 2 && njobs - nlib > ncases); /* several head sizes; most stages differ */
+  /* several head sizes; most stages differ, but equal programs are one module (the
+   * Llama 1B shape's middle stages with a tied or untied head: 56 modules, 60 cases) */
+  EXPECT(nlib >= 2 && njobs - nlib > ncases / 2);
 #ifndef PD2BW_HAVE_CUDA
   fprintf(stderr, "  built without the CUDA toolkit: no NVRTC\n");
   EXPECT(false);
