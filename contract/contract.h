@@ -171,10 +171,12 @@ bool gemm_epilogue_parse(const char *name, GemmEpilogue *out);
 /* A device address: an arena base plus a byte offset (a CUdeviceptr on a GPU). */
 typedef uint64_t GpuPtr;
 
-/* A GEMM's element and compute types: pd2bwc --precision, the launch list's "dtype" and
- * what cuBLAS runs. */
+/* A GEMM's element and compute types: pd2bwc --precision (the planner's
+ * PlanInput.precision), the launch list's "dtype" and what cuBLAS runs. */
 typedef enum GemmType {
-  GEMM_PLAN,     /* as the launch list says: pd2bwrun --gemm's "no override" (PipeOptions.gemm) */
+  GEMM_PLAN,     /* not chosen (zero): as the launch list says to pd2bwrun --gemm ("no
+                    override", PipeOptions.gemm); the default tf32 to the planner
+                    (passes/planner.h plan_precision) */
   GEMM_FP32,     /* float32 operands and arithmetic (bit-comparable to the CPU) */
   GEMM_TF32,     /* float32 operands, TF32 tensor cores, float32 accumulation */
   GEMM_BF16,     /* A, B bfloat16 (uint16 bits), C float32, float32 accumulation. In a launch
@@ -188,7 +190,8 @@ typedef enum GemmType {
 /* "plan", "fp32", "tf32", "bf16", "bf16_out": the launch list's "dtype", plan.json's
  * and pd2bwc --precision's spelling (of fp32, tf32 and bf16). */
 const char *gemm_type_name(GemmType t);
-/* A launch list's dtype: fp32, tf32 or bf16 only; false for any other name. */
+/* A launch list's dtype, pd2bwc --precision, a profile's "gemm" key: fp32, tf32 or bf16
+ * only; false for any other name. */
 bool gemm_type_parse(const char *name, GemmType *out);
 
 /* A GEMM's epilogue with its operands, in the runtime (its launch-list entry resolved). */

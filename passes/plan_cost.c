@@ -11,39 +11,31 @@
  * faster kept): plan_place_rank. */
 #include "passes/planner.h"
 
-#include <string.h>
-
-static const char *const precision_names[PPR_COUNT] = {
-    [PPR_TF32] = "tf32", [PPR_FP32] = "fp32", [PPR_BF16] = "bf16"};
-
-const char *plan_precision_name(PlanPrecision p) {
-  PD_CHECK(p >= 0 && p < PPR_COUNT, "precision %d", (int)p);
-  return precision_names[p];
+/* The one place a PlanInput's zero precision becomes the default: every test and tool
+ * that builds an input by hand and leaves it zero plans for tf32, as pd2bwc does
+ * without --precision. */
+GemmType plan_precision(const PlanInput *in) {
+  GemmType p = in->precision == GEMM_PLAN ? GEMM_TF32 : in->precision;
+  PD_CHECK(p >= GEMM_FP32 && p <= GEMM_BF16, "(planner precision %d)", (int)p);
+  return p;
 }
 
-bool plan_precision_parse(const char *s, PlanPrecision *out) {
-  for (int i = 0; i < PPR_COUNT; i++)
-    if (strcmp(s, precision_names[i]) == 0) {
-      *out = (PlanPrecision)i;
-      return true;
-    }
-  return false;
-}
-
-double plan_peak_flops(const Cluster *c, PlanPrecision p) {
+double plan_peak_flops(const Cluster *c, GemmType p) {
   if (c->flops > 0) return c->flops; /* one rate for every precision */
   switch (p) {
-  case PPR_FP32: return c->flops_fp32;
-  case PPR_TF32: return c->flops_tf32 > 0 ? c->flops_tf32 : c->flops_fp32;
-  case PPR_BF16: return c->flops_bf16;
-  case PPR_COUNT: break;
+  case GEMM_FP32: return c->flops_fp32;
+  case GEMM_TF32: return c->flops_tf32 > 0 ? c->flops_tf32 : c->flops_fp32;
+  case GEMM_BF16: return c->flops_bf16;
+  case GEMM_PLAN:
+  case GEMM_BF16_OUT:
+  case GEMM_TYPE_COUNT: break;
   }
-  PD_CHECK(0, "precision %d", (int)p);
+  PD_CHECK(0, "(planner precision %d)", (int)p);
   return 0;
 }
 
 static double roofline(const PlanInput *in, const Cluster *c, double flops, double bytes) {
-  double peak = plan_peak_flops(c, in->precision);
+  double peak = plan_peak_flops(c, plan_precision(in));
   double tf = peak > 0 ? flops / peak : 0;
   double tb = c->mem_bandwidth > 0 ? bytes / c->mem_bandwidth : 0;
   return tf > tb ? tf : tb;
@@ -51,9 +43,10 @@ static double roofline(const PlanInput *in, const Cluster *c, double flops, doub
 
 double plan_op_time(const PlanInput *in, const Cluster *c, const PlanOpTerm *t, int64_t b) {
   double flops = t->f1 * (double)b + t->f0, bytes = t->y1 * (double)b + t->y0;
-  double peak = plan_peak_flops(c, in->precision), latency = t->gemm ? c->gemm_latency_s : 0;
-  if (t->gemm && in->gemm_rate[in->precision] > 0)
-    peak = in->gemm_rate[in->precision], latency = in->gemm_latency_s[in->precision];
+  GemmType p = plan_precision(in);
+  double peak = plan_peak_flops(c, p), latency = t->gemm ? c->gemm_latency_s : 0;
+  if (t->gemm && in->gemm_rate[p] > 0)
+    peak = in->gemm_rate[p], latency = in->gemm_latency_s[p];
   else if (t->gemm && c->gemm_efficiency > 0)
     peak *= c->gemm_efficiency;
   if (t->gemm && c->gemm_thread_scale > 0) peak *= c->gemm_thread_scale;

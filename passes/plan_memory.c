@@ -40,7 +40,7 @@ int plan_versions_bound(PlanSchedule s, int d, int i, int64_t m, bool predict) {
 }
 
 bool plan_bf16_in_versions_any(const PlanInput *in, const PlanConfig *cfg) {
-  return in->cuda && in->precision == PPR_BF16 && cfg->schedule == PS_2BW && cfg->predict && !in->sgd;
+  return in->cuda && in->precision == GEMM_BF16 && cfg->schedule == PS_2BW && cfg->predict && !in->sgd;
 }
 
 bool plan_bf16_in_versions(const PlanInput *in, const PlanConfig *cfg, int a, int e) {
@@ -163,7 +163,7 @@ uint64_t plan_cuda_scratch(const PlanInput *in, int a, int e, int64_t b) {
     if (r > rows) rows = r;
     if (x > staging) staging = x;
   }
-  return (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
+  return (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == GEMM_BF16);
 }
 
 double plan_seg_stash(const PlanSegment *s, int64_t b) { return s->stash_bytes * (double)b + s->stash_fixed; }
@@ -194,7 +194,7 @@ uint64_t plan_stage_memory(const PlanInput *in, const Cluster *c, const PlanConf
   plan_stage_sums(in, a, e, cfg->microbatch_size, &sum);
   sum.cuda_scratch = plan_cuda_scratch(in, a, e, cfg->microbatch_size);
   sum.cublas_workspace = plan_cublas_workspace(in, c);
-  sum.bf16_weights = in->cuda && in->precision == PPR_BF16;
+  sum.bf16_weights = in->cuda && in->precision == GEMM_BF16;
   sum.bf16_in_versions = plan_bf16_in_versions(in, cfg, a, e);
   sum.tied_recv = plan_tied_recv_bytes(in, a, e, cfg->stages);
   return plan_stage_bytes(cfg, i, &sum, nversions, nstash, st);

@@ -68,7 +68,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
   PlanStageSums s0;
   memset(&s0, 0, sizeof s0);
   s0.cublas_workspace = plan_cublas_workspace(in, p->c);
-  s0.bf16_weights = in->cuda && in->precision == PPR_BF16;
+  s0.bf16_weights = in->cuda && in->precision == GEMM_BF16;
   int64_t own0 = 0, rows0 = 0, staging0 = 0;
   double work0 = 0, internal0 = 0; /* largest WORK and widest inner cut of [1, e) */
   double b = (double)p->cfg->microbatch_size;
@@ -102,7 +102,7 @@ static double dp_run(const Dp *p, bool by_memory, int *cuts) {
         if (in->cuda) {
           if (p->ce_rows[a] > rows) rows = p->ce_rows[a];
           if (p->staging[a] > staging) staging = p->staging[a];
-          s.cuda_scratch = (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == PPR_BF16);
+          s.cuda_scratch = (uint64_t)layout_cuda_scratch_size(rows, staging, in->precision == GEMM_BF16);
         }
         own += in->segs[a].params;
         s.stash += p->stash[a];

@@ -174,10 +174,10 @@ static bool apply_gemm(PlanInput *in, const ProfileText *src, Diag *d) {
   }
   const cJSON *e;
   cJSON_ArrayForEach(e, g) {
-    PlanPrecision p;
+    GemmType p;
     const cJSON *lat = cJSON_GetObjectItemCaseSensitive(e, "latency_us");
     const cJSON *rate = cJSON_GetObjectItemCaseSensitive(e, "rate_tflops");
-    if (!plan_precision_parse(e->string, &p)) {
+    if (!gemm_type_parse(e->string, &p)) { /* fp32, tf32 or bf16 only */
       diag_error(d, key_loc(src, "gemm"), "bad profile: unknown GEMM precision '%.32s' (expected fp32, tf32, bf16)",
                  e->string);
       return false;

@@ -53,7 +53,7 @@ static void input_copy(PlanInput *dst, const PlanInput *src) {
   dst->steps = src->steps;
   dst->predict = src->predict;
   dst->predict_optional = src->predict_optional;
-  dst->precision = src->precision;
+  dst->precision = plan_precision(src); /* a Plan says which: plan.json's "precision" */
   dst->cuda = src->cuda;
   memcpy(dst->gemm_rate, src->gemm_rate, sizeof dst->gemm_rate);
   memcpy(dst->gemm_latency_s, src->gemm_latency_s, sizeof dst->gemm_latency_s);
@@ -288,12 +288,12 @@ static bool check_pins(const PlanInput *in, const Cluster *c, const PlanPins *p,
     return diag_error(dg, none, "no global batch size: set 'batch' in the model's training section"),
            false;
   if (devices < 1) return diag_error(dg, c->loc, "the cluster has no devices"), false;
-  if (!(plan_peak_flops(c, in->precision) > 0)) {
-    const char *prec = plan_precision_name(in->precision);
+  if (!(plan_peak_flops(c, plan_precision(in)) > 0)) {
+    const char *prec = gemm_type_name(plan_precision(in));
     diag_error(dg, c->loc, "--precision %s: cluster '%s' (device %s) gives no %s peak (no "
                "'tflops_%s'): the device has no %s arithmetic; use --precision %s", prec,
                c->name ? c->name : "?", c->device ? c->device : "?", prec, prec, prec,
-               in->precision == PPR_BF16 ? "tf32 or fp32" : "bf16");
+               in->precision == GEMM_BF16 ? "tf32 or fp32" : "bf16");
     return false;
   }
   if (p->stages < 0 || p->stages > in->nsegs) {
@@ -452,7 +452,7 @@ void plan_print_summary(const Plan *p, FILE *out) {
           c->stages, c->replicas, c->microbatch_size, c->microbatches,
           plan_schedule_name(c->schedule), c->recompute ? "on" : "off",
           p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major",
-          plan_precision_name(p->in.precision), plan_peak_flops(&p->cluster, p->in.precision) / 1e12);
+          gemm_type_name(plan_precision(&p->in)), plan_peak_flops(&p->cluster, plan_precision(&p->in)) / 1e12);
   fprintf(out, "predicted: %.6g s per batch of %.0f, %.6g samples/s, bubble %.1f%%\n",
           p->sim.step_time_s, B, p->sim.step_time_s > 0 ? B / p->sim.step_time_s : 0,
           100 * p->sim.bubble_fraction);

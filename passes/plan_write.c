@@ -235,8 +235,8 @@ static void add_sections(const Plan *p, cJSON *root) {
   cJSON_AddStringToObject(root, "placement",
                           p->placement == PP_STAGE_MAJOR ? "stage-major" : "replica-major");
   num(root, "schedule_batches", p->streams.spec.nbatches);
-  cJSON_AddStringToObject(root, "precision", plan_precision_name(p->in.precision));
-  num(root, "peak_flops", plan_peak_flops(&p->cluster, p->in.precision));
+  cJSON_AddStringToObject(root, "precision", gemm_type_name(plan_precision(&p->in)));
+  num(root, "peak_flops", plan_peak_flops(&p->cluster, plan_precision(&p->in)));
   cJSON *cl = cJSON_AddObjectToObject(root, "cluster"); /* what the plan was fitted to */
   cJSON_AddStringToObject(cl, "name", p->cluster.name ? p->cluster.name : "");
   cJSON_AddStringToObject(cl, "device", p->cluster.device ? p->cluster.device : "");
@@ -302,7 +302,7 @@ static void schedule_txt(const Plan *p, FILE *f) {
 
 static void memory_txt(const Plan *p, FILE *f) {
   fprintf(f, "# %s: per-stage arenas (offsets 256-byte aligned), device memory %.0f bytes, "
-          "precision %s\n", p->in.name, p->cluster.memory_bytes, plan_precision_name(p->in.precision));
+          "precision %s\n", p->in.name, p->cluster.memory_bytes, gemm_type_name(plan_precision(&p->in)));
   for (int i = 0; i < p->cfg.stages; i++) {
     const PlanStage *s = &p->stages[i];
     fprintf(f, "\nstage %d: %" PRIu64 " bytes (%.3f GiB), %" PRId64

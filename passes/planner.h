@@ -24,25 +24,18 @@ typedef struct cJSON cJSON;
 
 /* ---- precision -------------------------------------------------------------- */
 
-/* The arithmetic of the CUDA programs' GEMMs (pd2bwc --precision): which of the
- * cluster's peaks the cost model charges, and whether stages stage bf16 operands. */
-typedef enum PlanPrecision {
-  PPR_TF32, /* float32 operands on TF32 tensor cores (the default) */
-  PPR_FP32, /* float32 arithmetic (also what the C programs do) */
-  PPR_BF16, /* bfloat16 GEMM operands cast from float32 master weights, float32
-               accumulation; the casts need staging in cuda_scratch (layout.h) */
-  PPR_COUNT
-} PlanPrecision;
+/* The arithmetic of the CUDA programs' GEMMs (pd2bwc --precision) is a GemmType
+ * (contract/contract.h; spelled by gemm_type_name, parsed by gemm_type_parse, which
+ * takes fp32, tf32 and bf16 only): which of the cluster's peaks the cost model
+ * charges, and whether stages stage bf16 operands (GEMM_BF16: casts from float32
+ * master weights into cuda_scratch, layout.h). PlanInput.precision GEMM_PLAN (left
+ * zero) means GEMM_TF32, resolved by plan_precision (below) alone. */
 
-/* "tf32", "fp32", "bf16". */
-const char *plan_precision_name(PlanPrecision p);
-/* "tf32", "fp32", "bf16" -> kind; false if unknown. */
-bool plan_precision_parse(const char *s, PlanPrecision *out);
-/* Peak FLOP/s the cost model charges on c for precision p: the cluster's plain
- * `tflops` when it gives one rate for all, else its per-precision peak (tf32 not
- * given: the fp32 rate, as on a device without TF32); 0 when c has none for p (bf16
- * on a V100), which plan_create refuses. */
-double plan_peak_flops(const Cluster *c, PlanPrecision p);
+/* Peak FLOP/s the cost model charges on c for precision p (fp32, tf32 or bf16): the
+ * cluster's plain `tflops` when it gives one rate for all, else its per-precision peak
+ * (tf32 not given: the fp32 rate, as on a device without TF32); 0 when c has none for
+ * p (bf16 on a V100), which plan_create refuses. */
+double plan_peak_flops(const Cluster *c, GemmType p);
 
 /* ---- input ---------------------------------------------------------------- */
 
@@ -120,16 +113,21 @@ typedef struct PlanInput {
   bool sgd; /* the optimizer is SGD: no fused multi-tensor step, so a bf16 plan's weight
                prediction keeps separate bf16 copies (plan_bf16_in_versions) */
   /* The target (zero: tf32, CPU programs only). */
-  PlanPrecision precision; /* the GEMMs' arithmetic: the peak compute is charged at */
-  bool cuda;               /* the plan runs CUDA programs: each stage's device also
-                              holds its cuda_scratch block beside the arena */
-  /* Measured GEMM cost per precision (a profile's "gemm" section: gemm_sweep's
-   * file); rate 0 = the cluster's peak x gemm_efficiency and gemm_latency_us. */
-  double gemm_rate[PPR_COUNT], gemm_latency_s[PPR_COUNT];
+  GemmType precision; /* the GEMMs' arithmetic, fp32, tf32 or bf16: the peak compute is
+                         charged at; GEMM_PLAN (zero) is the default tf32, read through
+                         plan_precision (a Plan's copy holds it resolved) */
+  bool cuda;          /* the plan runs CUDA programs: each stage's device also
+                         holds its cuda_scratch block beside the arena */
+  /* Measured GEMM cost per precision, indexed by GemmType (a profile's "gemm" section:
+   * gemm_sweep's file, fp32/tf32/bf16 only); rate 0 = the cluster's peak x
+   * gemm_efficiency and gemm_latency_us. */
+  double gemm_rate[GEMM_TYPE_COUNT], gemm_latency_s[GEMM_TYPE_COUNT];
 } PlanInput;
 
 void plan_input_init(PlanInput *in, const char *name);
 void plan_input_free(PlanInput *in);
+/* in's precision, GEMM_PLAN resolved to GEMM_TF32 (the default): fp32, tf32 or bf16. */
+GemmType plan_precision(const PlanInput *in);
 /* Appends a zeroed segment named `name` and returns it (valid until the next add). */
 PlanSegment *plan_input_add_segment(PlanInput *in, const char *name);
 /* Appends a cuda_scratch term to segment s. */

@@ -75,7 +75,7 @@ typedef struct Options {
   bool quiet;
   bool allow_over;   /* write a plan whose exact arena is over device memory */
   bool backend_cuda; /* also emit stageN.cu and launch lists (--backend both|cuda) */
-  PlanPrecision precision; /* the CUDA programs' GEMMs (--precision) */
+  GemmType precision;      /* the CUDA programs' GEMMs (--precision); GEMM_PLAN: the planner's default */
   bool gemm_epilogues;     /* --gemm-epilogues on */
 } Options;
 
@@ -201,7 +201,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       else return user_error("--backend takes cpu, cuda or both, got '%s'", optarg);
       break;
     case OPT_PRECISION:
-      if (!plan_precision_parse(optarg, &o->precision))
+      if (!gemm_type_parse(optarg, &o->precision)) /* fp32, tf32 or bf16 only */
         return user_error("--precision takes tf32, fp32 or bf16, got '%s'", optarg);
       break;
     case OPT_EPILOGUES:
@@ -217,23 +217,12 @@ static int parse_args(int argc, char **argv, Options *o) {
   if (!o->model) return user_error("%s", "no model file given");
   if (!o->emit && !o->out) return user_error("%s", "no output directory given (-o DIR)");
   /* float32 either way for the C programs; but asking for bf16 and getting none is a mistake */
-  if (!o->backend_cuda && o->precision == PPR_BF16)
+  if (!o->backend_cuda && o->precision == GEMM_BF16)
     return user_error("%s", "--precision bf16 applies to the CUDA programs, and --backend cpu writes none (the C "
                             "programs are float32)");
   if (!o->backend_cuda && o->gemm_epilogues)
     return user_error("%s", "--gemm-epilogues on applies to the CUDA programs, and --backend cpu writes none");
   return -1;
-}
-
-static GemmType gemm_dtype(PlanPrecision p) {
-  switch (p) {
-  case PPR_TF32: return GEMM_TF32;
-  case PPR_FP32: return GEMM_FP32;
-  case PPR_BF16: return GEMM_BF16;
-  case PPR_COUNT: break;
-  }
-  PD_CHECK(0, "precision %d", (int)p);
-  return GEMM_TF32;
 }
 
 static cJSON *shape_json(const Shape *s) {
@@ -289,7 +278,7 @@ static int apply_layouts(const Graph *g, Plan *plan) {
   PlanStageBlocks *blocks = pd_calloc((size_t)n, sizeof *blocks);
   for (int i = 0; i < n; i++) {
     StageLayout *L = layout_stage_bf16(g, plan->stages[i].first_seg, plan->stages[i].last_seg - 1,
-                                       plan->cfg.microbatch_size, plan->in.cuda && plan->in.precision == PPR_BF16);
+                                       plan->cfg.microbatch_size, plan->in.cuda && plan->in.precision == GEMM_BF16);
     PlanStageBlocks *B = &blocks[i];
     B->params = (uint64_t)L->total[BUF_PARAMS];
     B->grads = (uint64_t)L->total[BUF_GRADS];
@@ -298,10 +287,10 @@ static int apply_layouts(const Graph *g, Plan *plan) {
     B->inputs = (uint64_t)L->total[BUF_INPUTS];
     B->boundary = (uint64_t)L->total[BUF_BOUNDARY];
     /* the CUDA programs' GPU-only block, the size codegen records (passes/layout.h) */
-    if (plan->in.cuda) B->cuda_scratch = (uint64_t)layout_cuda_scratch_bytes(L, plan->in.precision == PPR_BF16);
+    if (plan->in.cuda) B->cuda_scratch = (uint64_t)layout_cuda_scratch_bytes(L, plan->in.precision == GEMM_BF16);
     /* a bf16 copy of the weights per version (codegen/cgen_cuda.c's params_bf16 block),
      * none beside the arena where the versions hold them (weight prediction) */
-    if (plan->in.cuda && plan->in.precision == PPR_BF16 &&
+    if (plan->in.cuda && plan->in.precision == GEMM_BF16 &&
         !(plan_bf16_in_versions_any(&plan->in, &plan->cfg) && layout_cuda_fold_params(L, NULL)))
       B->params_bf16 = B->params / 2;
     /* what stage i-1 sends: the stash slot's content when recomputing */
@@ -410,7 +399,7 @@ static Plan *fit_exact(const Graph *g, const PlanInput *in, const Cluster *c, Pl
 /* stageN.c for every stage the planner cut: stage i runs the regions of its
  * segments (the planner's segments are the graph's regions, in order). */
 static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *dir, cJSON *root,
-                                bool want_cuda, PlanPrecision precision, bool epilogues, Diag *d) {
+                                bool want_cuda, bool epilogues, Diag *d) {
   int n = plan->cfg.stages;
   int *first = pd_malloc((size_t)n * sizeof *first), *last = pd_malloc((size_t)n * sizeof *last);
   for (int i = 0; i < n; i++) {
@@ -420,10 +409,11 @@ static bool emit_stage_programs(const Graph *g, const Plan *plan, const char *di
   cJSON *stages = cJSON_GetObjectItem(root, "stages");
   if (!stages) stages = cJSON_AddArrayToObject(root, "stages");
   /* bf16 plans store activations as bfloat16 on both backends (passes/layout.h) */
-  CodegenOptions co = {.f64 = false, .fuse = true, .bf16 = want_cuda && precision == PPR_BF16};
+  GemmType precision = plan->in.precision; /* resolved by plan_create: fp32 for --backend cpu */
+  CodegenOptions co = {.f64 = false, .fuse = true, .bf16 = want_cuda && precision == GEMM_BF16};
   bool ok = codegen_c_stages(g, first, last, n, plan->cfg.microbatch_size, &co, dir, stages, d);
   if (ok && want_cuda) {
-    CodegenCudaOptions cu = {.fuse = true, .gemm = gemm_dtype(precision), .gemm_epilogues = epilogues,
+    CodegenCudaOptions cu = {.fuse = true, .gemm = precision, .gemm_epilogues = epilogues,
                              .bf16_in_versions = plan_bf16_in_versions_any(&plan->in, &plan->cfg)};
     ok = codegen_cuda_stages(g, first, last, n, plan->cfg.microbatch_size, &cu, dir, stages, d);
   }
@@ -530,7 +520,7 @@ int main(int argc, char **argv) {
 
   UpdateRuleGiven given_2bw = update_rule_defaults(&g->train);
   have_input = true; /* plan_input_from_graph initialises pin */
-  if (!plan_input_from_graph_bf16(g, o.backend_cuda && o.precision == PPR_BF16, &pin)) {
+  if (!plan_input_from_graph_bf16(g, o.backend_cuda && o.precision == GEMM_BF16, &pin)) {
     diag_error(&d, (Loc){o.model, 0, 0}, "cannot derive planner input from the model");
     goto done;
   }
@@ -538,7 +528,7 @@ int main(int argc, char **argv) {
   /* The target: CUDA programs hold cuda_scratch and run their GEMMs at the chosen
    * precision; the C programs (--backend cpu) are float32 throughout. */
   pin.cuda = o.backend_cuda;
-  pin.precision = o.backend_cuda ? o.precision : PPR_FP32;
+  pin.precision = o.backend_cuda ? o.precision : GEMM_FP32;
   pin.predict_optional = !given_2bw.predict; /* the default gives way where its master copy does not fit */
   plan = plan_create(&pin, &cluster, &o.pins, &d);
   if (!plan) goto done;
@@ -557,7 +547,7 @@ int main(int argc, char **argv) {
   char *tmp = plan_dir_begin(o.out, &d);
   if (!tmp) goto done;
   bool ok = plan_write(plan, tmp, root, &d) &&
-            emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.precision, o.gemm_epilogues, &d);
+            emit_stage_programs(g, plan, tmp, root, o.backend_cuda, o.gemm_epilogues, &d);
   ok = ok && plan_dir_write_json(tmp, "plan.json", root, &d);
   ok = ok && write_report(tmp, &d);
   ok = ok && plan_dir_commit(tmp, o.out, &d);

@@ -57,10 +57,10 @@ static void test_file_is_a_profile(void) {
   Diag d;
   diag_init(&d, stderr);
   EXPECT(plan_profile_load(&in, path, &d));
-  EXPECT_NEAR(in.gemm_rate[PPR_BF16], 811e12, 1e-9, 0);
-  EXPECT_NEAR(in.gemm_latency_s[PPR_BF16], 22e-6, 1e-6, 0);
-  EXPECT_NEAR(in.gemm_rate[PPR_FP32], 52e12, 1e-9, 0);
-  EXPECT(in.gemm_rate[PPR_TF32] == 0); /* the cluster's figure stays */
+  EXPECT_NEAR(in.gemm_rate[GEMM_BF16], 811e12, 1e-9, 0);
+  EXPECT_NEAR(in.gemm_latency_s[GEMM_BF16], 22e-6, 1e-6, 0);
+  EXPECT_NEAR(in.gemm_rate[GEMM_FP32], 52e12, 1e-9, 0);
+  EXPECT(in.gemm_rate[GEMM_TF32] == 0); /* the cluster's figure stays */
   plan_input_free(&in);
   unlink(path);
   free(text);

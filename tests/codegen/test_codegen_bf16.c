@@ -65,7 +65,7 @@ static void check_places(const Graph *g, int first, int b) {
   EXPECT(layout_cuda_scratch_bytes(L, true) < staged);
   PlanInput in;
   EXPECT(plan_input_from_graph_bf16(g, true, &in));
-  in.cuda = true, in.precision = PPR_BF16;
+  in.cuda = true, in.precision = GEMM_BF16;
   EXPECT_EQ_INT(plan_cuda_scratch(&in, first, g->nregions, b), layout_cuda_scratch_bytes(L, true));
   plan_input_free(&in);
   layout_destroy(L);

@@ -87,7 +87,7 @@ static void test_profile_stage_split_by_flops(void) {
 static void test_gemm_sweep_file(void) {
   PlanInput in;
   two_gemms(&in);
-  in.precision = PPR_BF16;
+  in.precision = GEMM_BF16;
   Cluster c = cost_cluster();
   c.flops_bf16 = 2e12;
   char *path = write_tmp("{\"version\": 1, \"device\": \"test\", \"gemm\": {"
@@ -98,6 +98,13 @@ static void test_gemm_sweep_file(void) {
   EXPECT(path && plan_profile_load(&in, path, &d));
   if (path) unlink(path);
   /* 1 GFLOP at 0.25 TFLOP/s + 2 ms + the 0.1 ms launch */
+  EXPECT_NEAR(plan_cost_fwd(&in, &c, 0, 1, 1), 4e-3 + 2e-3 + 0.1e-3, 1e-12, 0);
+  plan_input_free(&in);
+  /* a precision left zero is tf32: the tf32 entry is the one charged */
+  two_gemms(&in);
+  path = write_tmp("{\"version\": 1, \"gemm\": {\"tf32\": {\"latency_us\": 2000, \"rate_tflops\": 0.25}}}");
+  EXPECT(path && plan_profile_load(&in, path, &d));
+  if (path) unlink(path);
   EXPECT_NEAR(plan_cost_fwd(&in, &c, 0, 1, 1), 4e-3 + 2e-3 + 0.1e-3, 1e-12, 0);
   plan_input_free(&in);
   /* an unknown precision is a located error */

@@ -1,4 +1,7 @@
-/* The planner and the GEMM precision (planner.h: PlanPrecision, PlanInput.cuda):
+/* The planner and the GEMM precision (planner.h: PlanInput.precision, a GemmType, and
+ * PlanInput.cuda):
+ *  - an input whose precision is left zero (GEMM_PLAN) plans exactly as tf32 and its
+ *    plan says tf32 (plan_precision, the one place the default lives);
  *  - the cost model charges the cluster's peak for the precision: the same model and
  *    configuration predict step times in exactly the ratio of the peaks when compute
  *    is all there is (no memory-bandwidth or link terms);
@@ -51,21 +54,26 @@ static void test_step_time_ratio(void) {
   plan_pins_init(&pins);
   pins.stages = 2, pins.replicas = 1, pins.microbatch_size = 4, pins.schedule = PS_1F1B;
   pins.recompute = PR_OFF;
-  double t[PPR_COUNT];
-  for (int p = 0; p < PPR_COUNT; p++) {
-    in.precision = (PlanPrecision)p;
+  double t[GEMM_BF16 + 1];
+  for (int p = GEMM_PLAN; p <= GEMM_BF16; p++) { /* GEMM_PLAN: left zero, the default */
+    in.precision = (GemmType)p;
     Plan *pl = make(&in, &c, &pins);
     EXPECT(pl != NULL);
     t[p] = pl ? pl->sim.step_time_s : 0;
-    if (pl) EXPECT(pl->in.precision == (PlanPrecision)p && pl->stages[1].first_seg > 0);
+    GemmType want = p == GEMM_PLAN ? GEMM_TF32 : (GemmType)p; /* the plan holds it resolved */
+    if (pl) EXPECT(pl->in.precision == want && pl->stages[1].first_seg > 0);
     plan_destroy(pl);
   }
-  EXPECT(t[PPR_TF32] > 0);
+  EXPECT(t[GEMM_TF32] > 0);
+  EXPECT(t[GEMM_PLAN] == t[GEMM_TF32]); /* zero is tf32, exactly */
   /* the ratio of the peaks: tf32/bf16 = 300/150, fp32/tf32 = 150/20 */
-  EXPECT_NEAR(t[PPR_TF32] / t[PPR_BF16], 2.0, 1e-9, 0);
-  EXPECT_NEAR(t[PPR_FP32] / t[PPR_TF32], 7.5, 1e-9, 0);
+  EXPECT_NEAR(t[GEMM_TF32] / t[GEMM_BF16], 2.0, 1e-9, 0);
+  EXPECT_NEAR(t[GEMM_FP32] / t[GEMM_TF32], 7.5, 1e-9, 0);
   /* and per segment: forward FLOPs over the precision's peak */
-  in.precision = PPR_BF16;
+  in.precision = GEMM_PLAN;
+  EXPECT(plan_precision(&in) == GEMM_TF32);
+  EXPECT_NEAR(plan_cost_fwd(&in, &c, 1, 2, 1), in.segs[1].fwd_flops / 150e12, 1e-12, 0);
+  in.precision = GEMM_BF16;
   EXPECT_NEAR(plan_cost_fwd(&in, &c, 1, 2, 1), in.segs[1].fwd_flops / 300e12, 1e-12, 0);
   plan_input_free(&in);
 }
@@ -73,18 +81,20 @@ static void test_step_time_ratio(void) {
 static void test_peaks(void) {
   Cluster c = {0};
   c.flops = 7e12; /* one rate for every precision (old files, CPUs) */
-  for (int p = 0; p < PPR_COUNT; p++) EXPECT_NEAR(plan_peak_flops(&c, (PlanPrecision)p), 7e12, 0, 0);
+  for (int p = GEMM_FP32; p <= GEMM_BF16; p++) EXPECT_NEAR(plan_peak_flops(&c, (GemmType)p), 7e12, 0, 0);
   c.flops = 0, c.flops_fp32 = 15.7e12; /* a V100: no TF32, no BF16 */
-  EXPECT_NEAR(plan_peak_flops(&c, PPR_FP32), 15.7e12, 0, 0);
-  EXPECT_NEAR(plan_peak_flops(&c, PPR_TF32), 15.7e12, 0, 0);
-  EXPECT_NEAR(plan_peak_flops(&c, PPR_BF16), 0, 0, 0);
+  EXPECT_NEAR(plan_peak_flops(&c, GEMM_FP32), 15.7e12, 0, 0);
+  EXPECT_NEAR(plan_peak_flops(&c, GEMM_TF32), 15.7e12, 0, 0);
+  EXPECT_NEAR(plan_peak_flops(&c, GEMM_BF16), 0, 0, 0);
   c.flops_tf32 = 494.5e12, c.flops_bf16 = 989e12;
-  EXPECT_NEAR(plan_peak_flops(&c, PPR_TF32), 494.5e12, 0, 0);
-  EXPECT_NEAR(plan_peak_flops(&c, PPR_BF16), 989e12, 0, 0);
-  PlanPrecision pr;
-  EXPECT(plan_precision_parse("bf16", &pr) && pr == PPR_BF16);
-  EXPECT(!plan_precision_parse("fp16", &pr));
-  EXPECT_STREQ(plan_precision_name(PPR_TF32), "tf32");
+  EXPECT_NEAR(plan_peak_flops(&c, GEMM_TF32), 494.5e12, 0, 0);
+  EXPECT_NEAR(plan_peak_flops(&c, GEMM_BF16), 989e12, 0, 0);
+  /* --precision's spelling is GemmType's: fp32, tf32, bf16 and nothing else */
+  GemmType pr;
+  EXPECT(gemm_type_parse("bf16", &pr) && pr == GEMM_BF16);
+  EXPECT(!gemm_type_parse("fp16", &pr));
+  EXPECT(!gemm_type_parse("plan", &pr) && !gemm_type_parse("bf16_out", &pr));
+  EXPECT_STREQ(gemm_type_name(GEMM_TF32), "tf32");
 
   /* bf16 on a cluster without a bf16 peak: refused, at the cluster's location */
   PlanInput in;
@@ -92,13 +102,13 @@ static void test_peaks(void) {
   Cluster v = test_cluster(1, 8, 16);
   v.name = "v100x8", v.device = "V100-16GB", v.loc = (Loc){"v100x8.cluster", 2, 1};
   v.flops = 0, v.flops_fp32 = 15.7e12;
-  in.precision = PPR_BF16;
+  in.precision = GEMM_BF16;
   Plan *p = make(&in, &v, NULL);
   EXPECT(p == NULL);
   EXPECT(strstr(diag_buf, "v100x8.cluster:2:1: error: --precision bf16: cluster 'v100x8'") != NULL);
   EXPECT(strstr(diag_buf, "no bf16 peak") != NULL);
   plan_destroy(p);
-  in.precision = PPR_TF32;
+  in.precision = GEMM_TF32;
   p = make(&in, &v, NULL);
   EXPECT(p != NULL);
   plan_destroy(p);
@@ -119,7 +129,7 @@ static void test_scratch_matches_layout(void) {
   in.cuda = true;
   int checked = 0, grows = 0;
   for (int bf = 0; bf < 2; bf++) {
-    in.precision = bf ? PPR_BF16 : PPR_TF32;
+    in.precision = bf ? GEMM_BF16 : GEMM_TF32;
     for (int64_t b = 1; b <= 5; b += 2)
       for (int s = 0; s < in.nsegs; s++)
         for (int e = s + 1; e <= in.nsegs; e++) {
@@ -134,7 +144,7 @@ static void test_scratch_matches_layout(void) {
   EXPECT(checked > 20);
   EXPECT(grows > 0); /* bf16 staging is there */
   /* depends on the partition: the epilogue's LM head GEMMs are the largest */
-  in.precision = PPR_BF16;
+  in.precision = GEMM_BF16;
   EXPECT(plan_cuda_scratch(&in, in.nsegs - 1, in.nsegs, 2) > plan_cuda_scratch(&in, 1, 2, 2));
   in.cuda = false; /* CPU programs: none */
   EXPECT_EQ_INT(plan_cuda_scratch(&in, 0, in.nsegs, 2), 0);
@@ -174,7 +184,7 @@ static void test_bf16_staging_moves_the_cut(void) {
   pins.stages = 2, pins.replicas = 1, pins.microbatch_size = 1, pins.schedule = PS_1F1B;
   pins.recompute = PR_OFF;
 
-  in.precision = PPR_TF32;
+  in.precision = GEMM_TF32;
   Plan *t = make(&in, &c, &pins);
   EXPECT(t != NULL);
   if (t) {
@@ -182,7 +192,7 @@ static void test_bf16_staging_moves_the_cut(void) {
     EXPECT_EQ_INT(t->stages[1].cuda_scratch, layout_cuda_scratch_size(0, 0, false));
     EXPECT_EQ_INT(t->stages[0].weights_bf16 + t->stages[1].weights_bf16, 0); /* no bf16 copy */
   }
-  in.precision = PPR_BF16;
+  in.precision = GEMM_BF16;
   Plan *b = make(&in, &c, &pins);
   EXPECT(b != NULL);
   if (b) {
