@@ -137,6 +137,10 @@ typedef struct RtPlan {
 /* Reads and validates dir/plan.json and checks each stage file exists and matches
  * its recorded hash. NULL with a message naming the file and the key. */
 RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen);
+/* The same, handing the parsed plan.json to *json (the caller's to cJSON_Delete; NULL
+ * when it fails) for readers of its other sections (pipe_plan_load): one read of it. */
+struct cJSON;
+RtPlan *rt_plan_load_json(const char *dir, struct cJSON **json, char *err, size_t errlen);
 void rt_plan_free(RtPlan *p);
 
 /* ---- parameters ------------------------------------------------------------------ */
