@@ -269,7 +269,10 @@ static void read_config(JsonRd *r, const cJSON *cfg, RtPlan *p) {
    * takes any b and m), so it is not checked against b·m·w */
 }
 
-RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
+RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) { return rt_plan_load_json(dir, NULL, err, errlen); }
+
+RtPlan *rt_plan_load_json(const char *dir, struct cJSON **json, char *err, size_t errlen) {
+  if (json) *json = NULL;
   size_t n = strlen(dir) + 16;
   char *file = pd_malloc(n);
   snprintf(file, n, "%s/plan.json", dir);
@@ -347,13 +350,14 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) {
     free(src);
   }
   rt_manifest_cache_free(&mc);
-  cJSON_Delete(root);
   free(text);
   free(file);
   if (r.failed) {
     rt_plan_free(p);
-    return NULL;
+    p = NULL;
   }
+  if (p && json) *json = root;
+  else cJSON_Delete(root);
   return p;
 }
 

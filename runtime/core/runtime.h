@@ -137,6 +137,10 @@ typedef struct RtPlan {
 /* Reads and validates dir/plan.json and checks each stage file exists and matches
  * its recorded hash. NULL with a message naming the file and the key. */
 RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen);
+/* The same, handing the parsed plan.json to *json (the caller's to cJSON_Delete; NULL
+ * when it fails) for readers of its other sections (pipe_plan_load): one read of it. */
+struct cJSON;
+RtPlan *rt_plan_load_json(const char *dir, struct cJSON **json, char *err, size_t errlen);
 void rt_plan_free(RtPlan *p);
 
 /* ---- parameters ------------------------------------------------------------------ */
@@ -167,21 +171,6 @@ double rt_lr_at(const TrainConfig *c, int64_t s);
 bool rt_loss_ok(double loss, int64_t s, char *msg, size_t n);
 
 
-/* Checkpoints: params under their names, AdamW state as "opt.m.<name>" and
- * "opt.v.<name>", for 2bw the older weight version as "prev.<name>"; metadata
- * step, seed, model, data_position (samples consumed). Written atomically.
- * trainer_save's and trainer_init_from's work (a resume is the pipelines' reader,
- * runtime/pipeline pipe_rank_resume) on a one-stage training state in host memory, each block laid out
- * as plan stage 0's params block (RtParam offsets): the CPU trainer's arena, or the
- * GPU's blocks copied to the host (runtime/pipeline/pipeline_one.c: the device's download), so both write
- * and read one format. prev: 2bw's older version, NULL for one version. */
-typedef struct RtCkptBlocks {
-  const RtPlan *plan;
-  const RtStage *st;
-  char *params, *opt_m, *opt_v, *prev;
-  char *next; /* 2bw's weight prediction: the weights batch `step`+1 runs on (next.*); NULL none */
-} RtCkptBlocks;
-bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step, uint64_t seed, const char *path, char *err, size_t errlen);
 /* The largest step a checkpoint may record: --steps' own limit. */
 #define RT_STEP_MAX ((uint64_t)INT64_MAX / 2)
 /* A training checkpoint's metadata: step (0..RT_STEP_MAX, required) and, when seed is
@@ -194,8 +183,6 @@ bool rt_ckpt_meta(const SafeTensors *s, const char *path, int64_t *step, uint64_
  * false with a message when the checkpoint cannot be read. */
 bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t plan_seed, uint64_t *out, char *err,
                  size_t errlen);
-/* params (and prev, a copy) from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */
-bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen);
 
 /* ---- logs (log.c) ------------------------------------------------------------------ */
 /* The one way a user's mistake ends a run: "prog: error: msg" on stderr; returns 1,

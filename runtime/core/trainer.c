@@ -1,6 +1,6 @@
 /* runtime/core/trainer.c — what every executor shares about a model's parameters: their
- * deterministic initial values, the learning rate of a step, and the checkpoint format
- * (read and written from one stage's params and optimizer blocks in host memory).
+ * deterministic initial values, the learning rate of a step, and a checkpoint's
+ * metadata and seed (the format itself is written by runtime/pipeline pipe_save).
  * The one-stage trainer itself is a d = 1, w = 1 plan run by the interpreter
  * (runtime/pipeline/pipeline_one.c). */
 #include "runtime/core/runtime.h"
@@ -57,51 +57,6 @@ double rt_lr_at(const TrainConfig *c, int64_t s) {
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
 
-static void entry_of(StEntry *e, const RtParam *p, const char *name, const void *data) {
-  memset(e, 0, sizeof *e);
-  e->name = name;
-  e->dtype = ST_F32;
-  e->rank = p->rank;
-  for (int d = 0; d < p->rank; d++) e->shape[d] = p->shape[d];
-  e->data = data;
-}
-
-bool rt_ckpt_save(const RtCkptBlocks *b, int64_t step_index, uint64_t seed_value, const char *path, char *err,
-                  size_t errlen) {
-  const RtStage *st = b->st;
-  int n = st->nparams;
-  StEntry *e = pd_calloc((size_t)n * 5 + 1, sizeof *e);
-  char **names = pd_calloc((size_t)n * 4 + 1, sizeof *names);
-  int ne = 0;
-  for (int k = 0; k < n; k++) {
-    const RtParam *p = &st->params[k];
-    size_t len = strlen(p->name) + 8;
-    for (int j = 0; j < 4; j++) names[4 * k + j] = pd_malloc(len);
-    snprintf(names[4 * k], len, "opt.m.%s", p->name);
-    snprintf(names[4 * k + 1], len, "opt.v.%s", p->name);
-    snprintf(names[4 * k + 2], len, "prev.%s", p->name);
-    snprintf(names[4 * k + 3], len, "next.%s", p->name);
-    entry_of(&e[ne++], p, p->name, b->params + p->offset);
-    entry_of(&e[ne++], p, names[4 * k], b->opt_m + p->offset);
-    entry_of(&e[ne++], p, names[4 * k + 1], b->opt_v + p->offset);
-    /* 2bw: the older version too, which the next batch trains on; under weight
-     * prediction the weights of the batch after it (runtime/pipeline/pipeline_run.c) */
-    if (b->prev) entry_of(&e[ne++], p, names[4 * k + 2], b->prev + p->offset);
-    if (b->next) entry_of(&e[ne++], p, names[4 * k + 3], b->next + p->offset);
-  }
-  char step[32], seed[32], pos[32];
-  snprintf(step, sizeof step, "%lld", (long long)step_index);
-  snprintf(seed, sizeof seed, "%llu", (unsigned long long)seed_value);
-  snprintf(pos, sizeof pos, "%lld", (long long)(step_index * b->plan->b * b->plan->m));
-  const char *meta[] = {"format", "pd2bw", "model", b->plan->model, "step", step,
-                        "seed", seed, "data_position", pos, "consts", b->plan->model_consts};
-  bool ok = st_write(path, e, ne, meta, 6, err, errlen);
-  for (int k = 0; k < 4 * n; k++) free(names[k]);
-  free(names);
-  free(e);
-  return ok;
-}
-
 /* A metadata value that must be a decimal integer in [0, max]: strtoull saturates and
  * strtoll accepts signs and spaces, so the digits are checked here and an out-of-range
  * value is an error naming the key, never a clamped INT64_MAX. */
@@ -136,23 +91,6 @@ bool rt_run_seed(const char *resume_path, bool seed_set, uint64_t seed, uint64_t
   int64_t step;
   bool ok = rt_ckpt_meta(s, resume_path, &step, out, err, errlen);
   st_close(s);
-  return ok;
-}
-
-bool rt_ckpt_init(const RtCkptBlocks *b, const char *path, char *err, size_t errlen) {
-  const RtStage *st = b->st;
-  CkptParam *cp = pd_calloc((size_t)st->nparams + 1, sizeof *cp);
-  for (int k = 0; k < st->nparams; k++) {
-    const RtParam *p = &st->params[k];
-    cp[k].name = p->name;
-    cp[k].rank = p->rank;
-    for (int d = 0; d < p->rank && d < 4; d++) cp[k].shape[d] = p->shape[d];
-    cp[k].dst = (float *)(void *)(b->params + p->offset);
-    cp[k].att_head_size = st->att_head_size;
-  }
-  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, st->nparams, b->plan->model_consts, err, errlen);
-  free(cp);
-  if (ok && b->prev) memcpy(b->prev, b->params, (size_t)st->blocks[BUF_PARAMS]);
   return ok;
 }
 

@@ -108,6 +108,24 @@ static const char *src_shape_str(const CkptSrc *s, char *buf, size_t n) {
   return s->rank == 1 ? st_shape_str(1, &sh[1], buf, n) : st_shape_str(2, sh, buf, n);
 }
 
+bool ckpt_src_read(const SafeTensors *st, const StTensor *t, const char *name, const CkptParam *p, int rank,
+                   bool transposed, float **buf, CkptSrc *s, char *err, size_t errlen) {
+  if (t->rank != rank || rank > 2) {
+    char a[64], b[64];
+    snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (\"%s\")", st_path(st),
+             p->name, param_shape_str(p, a, sizeof a), st_shape_str(t->rank, t->shape, b, sizeof b), name);
+    return false;
+  }
+  *buf = pd_realloc(*buf, (size_t)(t->numel + 1) * sizeof **buf);
+  if (!st_read_f32(st, t, *buf, err, errlen)) return false;
+  bool tr = transposed && rank == 2; /* stored [out, in]: pd2bw's (r, c) is stored (c, r) */
+  int64_t rows = rank == 1 ? 1 : t->shape[tr ? 1 : 0], cols = t->shape[rank == 1 || tr ? 0 : 1];
+  *s = (CkptSrc){.rank = rank, .rows = rows, .cols = cols, .rs = tr ? 1 : cols, .cs = tr ? rows : 1,
+                 .data = *buf, .min_rows = 1};
+  snprintf(s->desc, sizeof s->desc, "\"%s\"%s", name, tr ? ", transposed" : "");
+  return true;
+}
+
 bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *path, char *err,
                size_t errlen) {
   int64_t rows = p->rank == 2 ? p->shape[0] : 1, cols = p->rank == 2 ? p->shape[1] : p->shape[0];
@@ -360,31 +378,12 @@ static bool import_hf(const SafeTensors *st, const CkptParam *params, int n, cha
     else
       snprintf(name, sizeof name, "%s%s", prefix, slots[s].hf);
     const StTensor *t = find_tensor(st, name, p, err, errlen);
-    if (!t) {
+    CkptSrc src;
+    if (!t || !ckpt_src_read(st, t, name, p, slots[s].rows_c == 0 ? 1 : 2, false, &tmp, &src, err, errlen)) {
       ok = false;
       break;
     }
-    int want_rank = slots[s].rows_c == 0 ? 1 : 2;
-    if (t->rank != want_rank) {
-      char a[64], b[64];
-      snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (%s)",
-               st_path(st), p->name, param_shape_str(p, a, sizeof a),
-               st_shape_str(t->rank, t->shape, b, sizeof b), name);
-      ok = false;
-      break;
-    }
-    tmp = pd_realloc(tmp, (size_t)(t->numel + 1) * sizeof *tmp);
-    if (!st_read_f32(st, t, tmp, err, errlen)) {
-      ok = false;
-      break;
-    }
-    CkptSrc src = {.rank = want_rank, .data = tmp, .min_rows = 1};
-    src.rows = want_rank == 2 ? t->shape[0] : 1;
-    src.cols = t->shape[want_rank - 1];
-    src.rs = src.cols;
-    src.cs = 1;
     if (s == G_WTE) src.min_rows = src.rows;
-    snprintf(src.desc, sizeof src.desc, "\"%s\"", name);
     ok = ckpt_copy(p, gpt_rows(s), &src, st_path(st), err, errlen);
   }
   free(tmp);

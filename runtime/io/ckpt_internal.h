@@ -30,6 +30,12 @@ typedef enum CkptRows {
 bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *path, char *err,
                size_t errlen);
 
+/* Reads tensor t of st (`name` there) for parameter p into *buf (grown) and describes
+ * it in *s in pd2bw orientation (transposed: a rank-2 tensor stored [out, in]); false
+ * with a message when its rank is not `rank` (both shapes named) or it cannot be read. */
+bool ckpt_src_read(const SafeTensors *st, const StTensor *t, const char *name, const CkptParam *p, int rank,
+                   bool transposed, float **buf, CkptSrc *s, char *err, size_t errlen);
+
 /* A Hugging Face Llama directory (ckpt_llama.c): config.json checked against the
  * parameters, model.safetensors or the shards its index names. */
 bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,

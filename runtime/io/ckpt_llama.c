@@ -422,37 +422,11 @@ bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, cons
       ok = false;
       break;
     }
-    if (t->rank != p->rank || t->rank > 2) {
-      char a[64], b[64];
-      snprintf(err, errlen, "%s: parameter \"%s\": the model wants %s, the checkpoint has %s (\"%s\")", st_path(st),
-               p->name, st_shape_str(p->rank, p->shape, a, sizeof a), st_shape_str(t->rank, t->shape, b, sizeof b),
-               name);
+    CkptSrc src;
+    if (!ckpt_src_read(st, t, name, p, p->rank, kinds[k].linear, &tmp, &src, err, errlen)) {
       ok = false;
       break;
     }
-    tmp = pd_realloc(tmp, (size_t)(t->numel + 1) * sizeof *tmp);
-    if (!st_read_f32(st, t, tmp, err, errlen)) {
-      ok = false;
-      break;
-    }
-    CkptSrc src = {.rank = t->rank, .data = tmp, .min_rows = 1};
-    if (t->rank == 1) {
-      src.rows = 1;
-      src.cols = t->shape[0];
-      src.rs = src.cols;
-      src.cs = 1;
-    } else if (kinds[k].linear) { /* stored [out, in]: pd2bw's (r, c) is stored (c, r) */
-      src.rows = t->shape[1];
-      src.cols = t->shape[0];
-      src.rs = 1;
-      src.cs = t->shape[1];
-    } else {
-      src.rows = t->shape[0];
-      src.cols = t->shape[1];
-      src.rs = src.cols;
-      src.cs = 1;
-    }
-    snprintf(src.desc, sizeof src.desc, "\"%s\"%s", name, kinds[k].linear ? ", transposed" : "");
     ok = ckpt_copy(p, CKPT_ROWS_EXACT, &src, st_path(st), err, errlen);
   }
   free(tmp);

@@ -65,7 +65,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out);
 /* Mean loss over batches first .. first + nbatches - 1 of `data`, dropout off, on
  * the newest weights. */
 double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatches);
-/* Checkpoints in the format of runtime/core/runtime.h rt_ckpt_save. */
+/* Checkpoints in the format of every mode (pipeline_rank.h pipe_save). */
 bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen);
 bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen);
 /* Parameters only, from a GPT-2 checkpoint of Hugging Face, llm.c or pd2bw. */

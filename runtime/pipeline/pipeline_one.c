@@ -130,27 +130,21 @@ double trainer_eval(Trainer *t, DataLoader *data, int64_t first, int64_t nbatche
   return n ? sum / (double)n : 0;
 }
 
-/* Host blocks of the params block's layout for a checkpoint (prev only for 2bw), one
- * allocation freed with free(b.params): the arena is the device's. */
-static RtCkptBlocks host_blocks(const Trainer *t) {
-  size_t pb = (size_t)t->R->st->blocks[BUF_PARAMS];
-  char *mem = pd_calloc(5 * pb + 1, 1);
-  return (RtCkptBlocks){.plan = t->plan, .st = t->R->st, .params = mem, .opt_m = mem + pb, .opt_v = mem + 2 * pb,
-                        .prev = t->pp.schedule == PS_2BW ? mem + 3 * pb : NULL,
-                        .next = t->R->spec.predict ? mem + 4 * pb : NULL};
-}
-
+/* The state in host memory (the arena is the device's), as rank 0 gathers a pipeline's. */
 bool trainer_save(Trainer *t, const char *path, char *err, size_t errlen) {
   PipeRank *R = t->R;
-  RtCkptBlocks b = host_blocks(t);
   uint64_t pb = (uint64_t)R->st->blocks[BUF_PARAMS];
-  R->dev->ops->download(R->dev, b.params, R->w[R->newest], pb);
-  R->dev->ops->download(R->dev, b.opt_m, R->adam_m, pb);
-  R->dev->ops->download(R->dev, b.opt_v, R->adam_v, pb);
-  if (b.prev) R->dev->ops->download(R->dev, b.prev, R->w[pipe_prev_slot(t->step)], pb);
-  if (b.next) R->dev->ops->download(R->dev, b.next, R->w[pipe_next_slot(t->step)], pb);
-  bool ok = rt_ckpt_save(&b, t->step, R->tc.seed, path, err, errlen);
-  free(b.params);
+  char *mem = pd_calloc(5 * pb + 1, 1), *w = mem, *m = mem + pb, *v = mem + 2 * pb;
+  char *prev = t->pp.schedule == PS_2BW ? mem + 3 * pb : NULL, *next = R->spec.predict ? mem + 4 * pb : NULL;
+  R->dev->ops->download(R->dev, w, R->w[R->newest], pb);
+  R->dev->ops->download(R->dev, m, R->adam_m, pb);
+  R->dev->ops->download(R->dev, v, R->adam_v, pb);
+  if (prev) R->dev->ops->download(R->dev, prev, R->w[pipe_prev_slot(t->step)], pb);
+  if (next) R->dev->ops->download(R->dev, next, R->w[pipe_next_slot(t->step)], pb);
+  PipeGathered G = {.d = 1, .stage_w = &w, .stage_m = &m, .stage_v = &v, .stage_prev = &prev,
+                    .stage_next = next ? &next : NULL};
+  bool ok = pipe_save(&t->pp, &G, t->step, R->tc.seed, path, err, errlen);
+  free(mem);
   return ok;
 }
 
@@ -162,10 +156,5 @@ bool trainer_resume(Trainer *t, const char *path, char *err, size_t errlen) {
 }
 
 bool trainer_init_from(Trainer *t, const char *path, char *err, size_t errlen) {
-  RtCkptBlocks b = host_blocks(t);
-  b.opt_m = b.opt_v = b.prev = b.next = NULL; /* the optimizer state stays zero; every version gets the weights */
-  bool ok = rt_ckpt_init(&b, path, err, errlen);
-  if (ok) pipe_rank_set_weights(t->R, b.params, t->R->newest, NULL, -1);
-  free(b.params);
-  return ok;
+  return pipe_rank_init_from(t->R, path, err, errlen);
 }

@@ -133,21 +133,12 @@ bool pipe_stage_layout_one(PipePlan *pp, char *err, size_t errlen) {
 }
 
 PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
-  RtPlan *rt = rt_plan_load(dir, err, errlen);
+  cJSON *root;
+  RtPlan *rt = rt_plan_load_json(dir, &root, err, errlen);
   if (!rt) return NULL;
   char file[1024];
   snprintf(file, sizeof file, "%s/plan.json", dir);
   JsonRd r = {.file = file, .err = err, .errlen = errlen};
-  char ierr[IO_ERR_LEN];
-  size_t len;
-  char *text = io_read_all(r.file, &len, ierr, sizeof ierr);
-  cJSON *root = text ? jr_parse(&r, text, len) : NULL;
-  free(text);
-  if (!root) {
-    snprintf(err, errlen, "%s: cannot be read again", r.file);
-    rt_plan_free(rt);
-    return NULL;
-  }
   PipePlan *p = pd_calloc(1, sizeof *p);
   p->rt = rt;
   const cJSON *cfg = jr_get(&r, root, "", "config");

@@ -127,9 +127,16 @@ bool pipe_log_step(PipeRank *R, int64_t t);
 bool pipe_log_stretch(PipeRank *R, double val);
 
 
+/* --init: the rank's parameters from a checkpoint of the whole model into every weight
+ * version (pipeline_run.c); false with a message. */
+bool pipe_rank_init_from(PipeRank *R, const char *path, char *err, size_t errlen);
 /* Reads the "step" of a checkpoint (0 when path is NULL); false with a message. */
 bool pipe_ckpt_step(const char *path, int64_t *step, char *err, size_t errlen);
-/* Writes the gathered state as one checkpoint, the sequential trainer's format. */
+/* Writes the gathered state as one checkpoint, atomically: params under their names,
+ * AdamW state as "opt.m.<name>" and "opt.v.<name>", for 2bw the older weight version
+ * as "prev.<name>" (and under weight prediction "next.<name>"); metadata step, seed,
+ * model, data_position (samples consumed), schedule, weight_versions, partition and
+ * consts. The one format of every mode (the one-stage trainer's trainer_save too). */
 bool pipe_save(const PipePlan *p, const PipeGathered *G, int64_t step, uint64_t seed, const char *path,
                char *err, size_t errlen);
 

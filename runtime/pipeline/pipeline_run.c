@@ -2,8 +2,8 @@
  * processes, checkpoints across partitions, --init, validation, what rank 0 gathers.
  * With --val-data a rank trains in stretches (exec_run_batches driven by pipe_drive)
  * that end where an evaluation is due; every rank then runs pipe_eval_run and rank 0
- * keeps the mean. A checkpoint is the sequential trainer's format (runtime/core/runtime.h
- * rt_ckpt_save): names do not depend on the partition, so a checkpoint of any (d, w,
+ * keeps the mean. A checkpoint has one format (pipeline_rank.h
+ * pipe_save): names do not depend on the partition, so a checkpoint of any (d, w,
  * schedule) loads into any other plan of the same model and into the one-stage trainer;
  * rank 0 gathers and writes it atomically, every rank reads it back itself. Every rank's
  * setup and rank 0's outputs are agreed on by all ranks (transport_agree): one failing
@@ -175,7 +175,7 @@ static int model_params(const PipePlan *p, ParamRef **out) {
  * model: this stage's land in its weights, the others in one scratch buffer that is
  * overwritten and dropped (startup only). A tied parameter is read by every stage
  * holding it from the same file: the copies are identical. */
-static bool rank_init_from(PipeRank *R, const char *path, char *err, size_t errlen) {
+bool pipe_rank_init_from(PipeRank *R, const char *path, char *err, size_t errlen) {
   ParamRef *pr;
   int n = model_params(R->pp, &pr);
   int64_t most = 1;
@@ -398,7 +398,7 @@ static bool rank_setup(RunCtx *c, Transport *t, PipeRank **R, PipeEval **E, char
   int64_t first = 0;
   char e[TRANSPORT_ERR_LEN + 256] = "";
   bool ok = pipe_ckpt_step(o->resume_path, &first, e, sizeof e) && (*R = pipe_rank_create(c->p, o, t, first, e, sizeof e));
-  ok = ok && (!o->init_path || rank_init_from(*R, o->init_path, e, sizeof e));
+  ok = ok && (!o->init_path || pipe_rank_init_from(*R, o->init_path, e, sizeof e));
   ok = ok && (!o->resume_path || pipe_rank_resume(*R, o->resume_path, e, sizeof e));
   ok = ok && (!o->val_path || (*E = pipe_eval_create(*R, e, sizeof e)));
   if (!ok) snprintf(err, errlen, "rank %d: %s", transport_rank(t), e);

@@ -197,61 +197,44 @@ static void quiesce(LocalRank *me) {
 
 /* ---- operations ---------------------------------------------------------- */
 
-static TransportStatus local_isend(Transport *t, TransportChannel ch, int dst, int tag,
-                                  const void *buf, size_t bytes, const char *what,
-                                  TransportRequest **out) {
+/* A send (sbuf) or a receive (rbuf) of t's: delivered now when its match waits (a
+ * receive posted at the peer, a send in t's inbox), else queued where the match looks. */
+static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int peer, int tag, const void *sbuf,
+                            void *rbuf, size_t bytes, const char *what, TransportRequest **out) {
   LocalRank *me = as_local(t);
   TransportWorld *w = me->w;
   LOCK(w);
   LocalReq *r = req_alloc(me);
-  r->is_send = true;
+  r->is_send = is_send;
   r->ch = ch;
-  r->peer = dst;
+  r->peer = peer;
   r->tag = tag;
-  r->sbuf = buf;
-  r->rbuf = NULL;
+  r->sbuf = sbuf;
+  r->rbuf = rbuf;
   r->bytes = bytes;
   transport_copy_what(r->what, what);
   *out = &r->base;
-  LocalRank *peer = &w->ranks[dst];
-  LocalReq *recv = find_match(&peer->posted, t->rank, ch, tag, false);
-  if (recv) {
-    unlink_req(&peer->posted, recv);
-    deliver(w, r, recv);
+  LocalQueue *matches = is_send ? &w->ranks[peer].posted : &me->inbox;
+  LocalReq *m = find_match(matches, is_send ? t->rank : peer, ch, tag, !is_send);
+  if (m) {
+    unlink_req(matches, m);
+    deliver(w, is_send ? r : m, is_send ? m : r);
   } else {
     r->state = REQ_POSTED;
-    enqueue(&peer->inbox, r);
+    enqueue(is_send ? &w->ranks[peer].inbox : &me->posted, r);
   }
   UNLOCK(w);
   return TRANSPORT_OK;
 }
 
-static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, int tag,
-                                  void *buf, size_t bytes, const char *what,
-                                  TransportRequest **out) {
-  LocalRank *me = as_local(t);
-  TransportWorld *w = me->w;
-  LOCK(w);
-  LocalReq *r = req_alloc(me);
-  r->is_send = false;
-  r->ch = ch;
-  r->peer = src;
-  r->tag = tag;
-  r->sbuf = NULL;
-  r->rbuf = buf;
-  r->bytes = bytes;
-  transport_copy_what(r->what, what);
-  *out = &r->base;
-  LocalReq *send = find_match(&me->inbox, src, ch, tag, true);
-  if (send) {
-    unlink_req(&me->inbox, send);
-    deliver(w, send, r);
-  } else {
-    r->state = REQ_POSTED;
-    enqueue(&me->posted, r);
-  }
-  UNLOCK(w);
-  return TRANSPORT_OK;
+static TransportStatus local_isend(Transport *t, TransportChannel ch, int dst, int tag, const void *buf,
+                                   size_t bytes, const char *what, TransportRequest **out) {
+  return post(t, true, ch, dst, tag, buf, NULL, bytes, what, out);
+}
+
+static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, int tag, void *buf, size_t bytes,
+                                   const char *what, TransportRequest **out) {
+  return post(t, false, ch, src, tag, NULL, buf, bytes, what, out);
 }
 
 /* A timeout waiting on `peer`: follows the waits from there (every rank's
