@@ -121,7 +121,8 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
       "# memcpy of 64 MiB on 1 thread: %.2f GB/s copied (memory_gbs counts reads and writes)\n"
       "# optimizer step (AdamW + gradient norm, 4 Mi parameters): %.2f ns per parameter\n"
       "# Not GEMMs, and the fixed cost of one op: fitted to pd2bwrun --profile-out of a\n"
-      "#   models/tinygpt.model, 2 layers, at dim 64 (microbatch 1 and 8) and dim 192 (microbatch 4), 1 thread;\n"
+      "#   models/tinygpt.model, 2 layers, at dim 64 (microbatch 1 and 8) and dim 192 (microbatch 4), one thread\n"
+      "#   per stage, on 2 stages where the host has 2 cores (both cores busy, as a pipeline keeps them);\n"
       "#   mean error of the fitted segment times %.0f%%:\n%s"
       "cluster host {\n"
       "  nodes = 1;\n  devices_per_node = %d;\n  device = \"cpu\";\n  memory_gib = %.1f;\n"
@@ -139,8 +140,14 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
 }
 
 /* One shape: compiled by this pd2bwc, profiled by pd2bwrun beside it. */
-static bool profile_shape(const char *self, const char *dir, int k, char *err, size_t errlen) {
-  char model[4096], cluster[4096], plan[4096], data[4096], prof[4096], mb[16], dirbuf[4096];
+/* Profiles shape k as the plans run on this host: on 2 stages when it has 2 cores, one
+ * thread each, so both cores are busy as a pipeline keeps them (on a quiet host that
+ * costs nothing; where two busy cores slow each other, shared caches or a neighbour on
+ * the machine, the fitted rates say so: a solo profile had read 25-40% faster segments
+ * than the 2-stage runs measured, 2026-12-07 17:27). */
+static bool profile_shape(const char *self, const char *dir, int k, int stages, char *err, size_t errlen) {
+  char model[4096], cluster[4096], plan[4096], data[4096], prof[4096], mb[16], dirbuf[4096], ns[8];
+  snprintf(ns, sizeof ns, "%d", stages);
   snprintf(model, sizeof model, "%.3000s/calibrate.model", dir);
   snprintf(cluster, sizeof cluster, "%.3000s/provisional.cluster", dir);
   snprintf(plan, sizeof plan, "%.3000s/plan%d", dir, k);
@@ -148,7 +155,7 @@ static bool profile_shape(const char *self, const char *dir, int k, char *err, s
   snprintf(prof, sizeof prof, "%.3000s/profile%d.json", dir, k);
   snprintf(mb, sizeof mb, "%d", shapes[k].microbatch);
   char *cc[] = {(char *)self, model, "-D", (char *)shapes[k].defines[0], "-D", (char *)shapes[k].defines[1], "-D",
-                (char *)shapes[k].defines[2], "-D", (char *)shapes[k].defines[3], "--cluster", cluster, "--backend", "cpu", "--stages", "1",
+                (char *)shapes[k].defines[2], "-D", (char *)shapes[k].defines[3], "--cluster", cluster, "--backend", "cpu", "--stages", ns,
                 "--replicas", "1", "--microbatch-size", mb, "-q", "-o", plan, NULL};
   char cache[4096];
   snprintf(cache, sizeof cache, "%.3000s/cache", dir);
@@ -361,7 +368,7 @@ static char *calibrate_text(const char *self, char *err, size_t errlen) {
     return NULL;
   }
   bool ok = scratch(dir, &r, err, errlen);
-  for (int k = 0; ok && k < NSHAPES; k++) ok = profile_shape(self, dir, k, err, errlen);
+  for (int k = 0; ok && k < NSHAPES; k++) ok = profile_shape(self, dir, k, r.cores >= 2 ? 2 : 1, err, errlen);
   double nongemm = 0, launch = 0, fit_err = 0;
   char table[6144] = "";
   ok = ok && fit_profiles(dir, &r, &nongemm, &launch, &fit_err, table, sizeof table, err, errlen);
