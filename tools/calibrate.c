@@ -141,10 +141,9 @@ static char *cluster_text(const HostRates *r, double nongemm, double launch_s, d
 
 /* One shape: compiled by this pd2bwc, profiled by pd2bwrun beside it. */
 /* Profiles shape k as the plans run on this host: on 2 stages when it has 2 cores, one
- * thread each, so both cores are busy as a pipeline keeps them (on a quiet host that
- * costs nothing; where two busy cores slow each other, shared caches or a neighbour on
- * the machine, the fitted rates say so: a solo profile had read 25-40% faster segments
- * than the 2-stage runs measured, 2026-12-07 17:27). */
+ * thread each, so both cores are busy as a pipeline keeps them. On a quiet host that
+ * costs nothing; where two busy cores slow each other (shared caches, a neighbour on
+ * the machine) the fitted rates say so (bench/pipeline/RESULTS.md). */
 static bool profile_shape(const char *self, const char *dir, int k, int stages, char *err, size_t errlen) {
   char model[4096], cluster[4096], plan[4096], data[4096], prof[4096], mb[16], dirbuf[4096], ns[8];
   snprintf(ns, sizeof ns, "%d", stages);

@@ -16,13 +16,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static char *path_join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *p = pd_malloc(n);
-  snprintf(p, n, "%s/%s", a, b);
-  return p;
-}
-
 char *plan_dir_normalize(const char *dir) {
   char *p = pd_strdup(dir);
   size_t n = strlen(p);
@@ -34,7 +27,7 @@ char *plan_dir_normalize(const char *dir) {
 
 /* plan.json names pd2bwc as its compiler (every plan has since the first driver). */
 static bool is_pd2bw_plan(const char *dir) {
-  char *path = path_join(dir, "plan.json"), ierr[IO_ERR_LEN];
+  char *path = io_join(dir, "plan.json"), ierr[IO_ERR_LEN];
   size_t n;
   char *text = io_read_all(path, &n, ierr, sizeof ierr);
   free(path);
@@ -73,7 +66,7 @@ static int foreign_entries(const char *dir, const char *prefix, bool ref, char *
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *path = path_join(dir, e->d_name);
+    char *path = io_join(dir, e->d_name);
     struct stat st;
     bool isdir = lstat(path, &st) == 0 && S_ISDIR(st.st_mode), isreg = !isdir && S_ISREG(st.st_mode);
     if (!ref && isdir && !strcmp(e->d_name, "reference")) {
@@ -243,7 +236,7 @@ static void sweep_stale(const char *dir) {
     long pid = stale_tmp_pid(e->d_name, blen, ".tmp.", false);
     if (pid < 0) old = (pid = stale_tmp_pid(e->d_name, blen, ".old.", false)) >= 0;
     if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
-    char *path = path_join(parent, e->d_name);
+    char *path = io_join(parent, e->d_name);
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
       if (!old || lstat(dir, &st) == 0 || rename(path, dir) != 0) plan_dir_remove_tree(path);
@@ -278,7 +271,7 @@ bool plan_dir_write_json(const char *tmp, const char *name, cJSON *root, Diag *d
   plan_json_sort(root);
   char *text = cJSON_Print(root);
   PD_CHECK(text != NULL, "(cJSON_Print)");
-  char *path = path_join(tmp, name);
+  char *path = io_join(tmp, name);
   FILE *f = fopen(path, "wb");
   bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
   if (f && fclose(f) != 0) ok = false;

@@ -160,22 +160,10 @@ bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *wh
 }
 
 static bool load_vocab(Bpe *b, const char *path, char *err, size_t errlen) {
-  size_t len;
-  char *text = io_read_all(path, &len, err, errlen);
-  if (!text) return false;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-  if (!root || !cJSON_IsObject(root)) {
-    size_t off = end && end >= text ? (size_t)(end - text) : 0;
-    snprintf(err, errlen, "%s: offset %zu: %s", path, off,
-             root ? "expected a JSON object {\"token\": id, ...}" : "malformed JSON");
-    cJSON_Delete(root);
-    free(text);
-    return false;
-  }
+  cJSON *root = io_read_json_object(path, " {\"token\": id, ...}", err, errlen);
+  if (!root) return false;
   bool ok = bpe_vocab_from_json(b, root, 0, path, err, errlen);
   cJSON_Delete(root);
-  free(text);
   return ok;
 }
 

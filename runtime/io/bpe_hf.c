@@ -237,20 +237,11 @@ static bool read_pretok(Bpe *b, const cJSON *p, const Ctx *c) {
 }
 
 Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {
-  size_t len;
-  char *text = io_read_all(path, &len, err, errlen);
-  if (!text) return NULL;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  cJSON *root = io_read_json_object(path, " (a Hugging Face tokenizer.json)", err, errlen);
+  if (!root) return NULL;
   Ctx c = {path, err, errlen};
   Bpe *b = pd_calloc(1, sizeof *b);
   bool ok = false;
-  if (!root || !cJSON_IsObject(root)) {
-    size_t off_at = end && end >= text ? (size_t)(end - text) : 0;
-    snprintf(err, errlen, "%s: offset %zu: %s", path, off_at,
-             root ? "expected a JSON object (a Hugging Face tokenizer.json)" : "malformed JSON");
-    goto done;
-  }
   const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
   if (norm && !cJSON_IsNull(norm)) {
     bad(&c, "normalizer", "a normalizer is not supported (byte-level BPE tokenizers have none)");
@@ -266,7 +257,6 @@ Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {
   if (ok) bpe_finish(b);
 done:
   cJSON_Delete(root);
-  free(text);
   if (!ok) {
     bpe_destroy(b);
     return NULL;

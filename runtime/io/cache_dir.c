@@ -30,13 +30,6 @@ static char *private_dir; /* this process's, once made; removed at exit */
 static char *noted[NOTED_MAX];
 static int nnoted;
 
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *p = pd_malloc(n);
-  snprintf(p, n, "%s/%s", a, b);
-  return p;
-}
-
 /* mkdir -p path: the missing parents as mkdir -p makes them (0777 less the umask), the
  * last one 0700. True when path exists afterwards (as anything: trusted() says what). */
 static bool make_dirs(const char *path) {
@@ -82,7 +75,7 @@ static void remove_tree(const char *dir, int depth) {
         fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
       continue;
     if (S_ISDIR(st.st_mode) && depth > 0) {
-      char *sub = join(dir, e->d_name);
+      char *sub = io_join(dir, e->d_name);
       remove_tree(sub, depth - 1);
       free(sub);
     } else {
@@ -102,7 +95,7 @@ static void remove_private(void) {
 static const char *private_cache(char *err, size_t errlen) {
   if (private_dir) return private_dir;
   const char *tmp = getenv("TMPDIR");
-  char *p = join(tmp && *tmp ? tmp : "/tmp", "pd2bw-cache-XXXXXX");
+  char *p = io_join(tmp && *tmp ? tmp : "/tmp", "pd2bw-cache-XXXXXX");
   if (!mkdtemp(p)) {
     snprintf(err, errlen, "cannot create a private cache directory %s: %s", p, strerror(errno));
     free(p);
@@ -125,9 +118,9 @@ char *cache_dir_for_run(const char *given, const char *sub, char *err, size_t er
   const char *env = getenv("PD2BW_CACHE"), *home = getenv("HOME");
   char *base = given && *given ? pd_strdup(given)
                : env && *env   ? pd_strdup(env)
-               : home && *home ? join(home, ".cache/pd2bw")
+               : home && *home ? io_join(home, ".cache/pd2bw")
                                : NULL;
-  char *dir = base && sub && *sub ? join(base, sub) : base ? pd_strdup(base) : NULL;
+  char *dir = base && sub && *sub ? io_join(base, sub) : base ? pd_strdup(base) : NULL;
   char why[IO_ERR_LEN] = "";
   const char *bad = NULL; /* the directory the note names */
   if (!base) snprintf(why, sizeof why, "neither PD2BW_CACHE nor HOME is set");
@@ -142,7 +135,7 @@ char *cache_dir_for_run(const char *given, const char *sub, char *err, size_t er
   }
   pthread_mutex_lock(&lock);
   const char *priv = private_cache(err, errlen);
-  char *out = priv ? (sub && *sub ? join(priv, sub) : pd_strdup(priv)) : NULL;
+  char *out = priv ? (sub && *sub ? io_join(priv, sub) : pd_strdup(priv)) : NULL;
   if (out && strcmp(out, priv) != 0 && mkdir(out, 0700) != 0 && errno != EEXIST) {
     snprintf(err, errlen, "cannot create %s: %s", out, strerror(errno));
     free(out);

@@ -76,32 +76,9 @@ typedef struct HfDir {
   char *index_path;
 } HfDir;
 
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = pd_malloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 static bool exists(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0;
-}
-
-static cJSON *read_json(const char *path, char *err, size_t errlen) {
-  size_t len;
-  char *text = io_read_all(path, &len, err, errlen);
-  if (!text) return NULL;
-  const char *end = NULL;
-  cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
-  if (!j || !cJSON_IsObject(j)) {
-    snprintf(err, errlen, "%s: offset %zu: %s", path, end && end >= text ? (size_t)(end - text) : (size_t)0,
-             j ? "expected a JSON object" : "malformed JSON");
-    cJSON_Delete(j);
-    j = NULL;
-  }
-  free(text);
-  return j;
 }
 
 static void hf_close(HfDir *d) {
@@ -115,11 +92,11 @@ static void hf_close(HfDir *d) {
 
 static bool hf_open(HfDir *d, const char *dir, char *err, size_t errlen) {
   d->dir = dir;
-  d->cfg_path = join(dir, "config.json");
-  d->index_path = join(dir, "model.safetensors.index.json");
-  if (!(d->cfg = read_json(d->cfg_path, err, errlen))) return false;
+  d->cfg_path = io_join(dir, "config.json");
+  d->index_path = io_join(dir, "model.safetensors.index.json");
+  if (!(d->cfg = io_read_json_object(d->cfg_path, "", err, errlen))) return false;
   if (!exists(d->index_path)) {
-    char *p = join(dir, "model.safetensors");
+    char *p = io_join(dir, "model.safetensors");
     d->st = pd_calloc(1, sizeof *d->st);
     d->st[0] = st_open(p, err, errlen);
     free(p);
@@ -127,7 +104,7 @@ static bool hf_open(HfDir *d, const char *dir, char *err, size_t errlen) {
     d->nst = 1;
     return true;
   }
-  if (!(d->index = read_json(d->index_path, err, errlen))) return false;
+  if (!(d->index = io_read_json_object(d->index_path, "", err, errlen))) return false;
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(d->index, "weight_map");
   if (!cJSON_IsObject(map) || !cJSON_GetArraySize(map)) {
     snprintf(err, errlen, "%s: weight_map: expected an object {\"tensor\": \"file\", ...}", d->index_path);
@@ -148,7 +125,7 @@ static bool hf_open(HfDir *d, const char *dir, char *err, size_t errlen) {
              p[strlen(p) - strlen(e->valuestring) - 1] == '/';
     }
     if (seen) continue;
-    char *p = join(dir, e->valuestring);
+    char *p = io_join(dir, e->valuestring);
     d->st[d->nst] = st_open(p, err, errlen);
     free(p);
     if (!d->st[d->nst]) return false;

@@ -134,6 +134,13 @@ int io_open_regular(const char *path, struct stat *st, char *why, size_t whylen)
 /* Reads all of path (a regular file: io_open_regular) into a NUL-terminated
  * pd_malloc'd buffer (free() it); *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
+/* "dir/name", pd_malloc'd (free() it). (read_file.c) */
+char *io_join(const char *dir, const char *name);
+/* path (io_read_all) parsed as a JSON object; NULL with "path: offset N: malformed
+ * JSON" or "path: offset N: expected a JSON object<what>" in err (what: "" or a hint,
+ * such as " (a Hugging Face tokenizer.json)"). cJSON_Delete() it. (read_file.c) */
+struct cJSON;
+struct cJSON *io_read_json_object(const char *path, const char *what, char *err, size_t errlen);
 
 /* ---- token data files (data.c) -------------------------------------------
  * A read-only memory map of token ids, uint16 or uint32 on disk, read as uint32. */

@@ -8,6 +8,7 @@
  * inputs (plans, stage programs, vocab.json, merges.txt, corpus files); large binary
  * inputs (token files, checkpoints) are mapped instead (data.c, safetensors.c).
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -69,4 +70,27 @@ char *io_read_all(const char *path, size_t *len, char *err, size_t errlen) {
   buf[n] = '\0';
   *len = n;
   return buf;
+}
+
+char *io_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = pd_malloc(n);
+  snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+cJSON *io_read_json_object(const char *path, const char *what, char *err, size_t errlen) {
+  size_t len;
+  char *text = io_read_all(path, &len, err, errlen);
+  if (!text) return NULL;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  if (!root || !cJSON_IsObject(root)) {
+    snprintf(err, errlen, "%s: offset %zu: %s%s", path, end && end >= text ? (size_t)(end - text) : (size_t)0,
+             root ? "expected a JSON object" : "malformed JSON", root ? what : "");
+    cJSON_Delete(root);
+    root = NULL;
+  }
+  free(text);
+  return root;
 }

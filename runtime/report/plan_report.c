@@ -25,13 +25,6 @@ extern const char plan_report_page[]; /* plan_report_page.c, generated */
 
 #define DATA_MARKER "@PD2BW_REPORT_DATA@"
 
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = pd_malloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* path parsed as a JSON object, or NULL with "path: why" in err. */
 static cJSON *read_json(const char *path, char *err, size_t errlen) {
   char ierr[IO_ERR_LEN];
@@ -135,7 +128,7 @@ static cJSON *run_json(const ReportRun *run, char *err, size_t errlen) {
 /* The page's data: plan.json's sections without what the page never shows (the
  * instruction streams and programs are most of a big plan's bytes). */
 static char *page_data(const char *plan_dir, const ReportRun *run, char *err, size_t errlen) {
-  char *path = join(plan_dir, "plan.json");
+  char *path = io_join(plan_dir, "plan.json");
   cJSON *plan = read_json(path, err, errlen);
   free(path);
   if (!plan) return NULL;
@@ -150,7 +143,7 @@ static char *page_data(const char *plan_dir, const ReportRun *run, char *err, si
   cJSON_AddItemToObject(root, "plan", plan);
   /* timeline.json: every pd2bwc plan has one; a hand-made or older plan without it
    * gets a page without the simulated timeline (a corrupt one is still an error) */
-  path = join(plan_dir, "timeline.json");
+  path = io_join(plan_dir, "timeline.json");
   cJSON *sim = access(path, F_OK) == 0 ? read_json(path, err, errlen) : cJSON_CreateObject();
   free(path);
   cJSON *r = sim && run ? run_json(run, err, errlen) : NULL;
@@ -187,7 +180,7 @@ bool plan_report_write(const char *plan_dir, const ReportRun *run, char *err, si
   if (!data) return false;
   const char *mark = strstr(plan_report_page, DATA_MARKER);
   PD_CHECK(mark != NULL, "plan_report.html has no " DATA_MARKER);
-  char *path = join(plan_dir, "report.html");
+  char *path = io_join(plan_dir, "report.html");
   AtomicFile af;
   bool ok = atomic_open(&af, path, err, errlen);
   if (ok) {

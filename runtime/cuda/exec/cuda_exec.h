@@ -199,8 +199,6 @@ int cx_program_segments(const CxProgram *p);
 
 /* ---- the launch list's files (cuda_exec_files.c), for cx_program_load ------------- */
 
-/* dir/name (pd_malloc'd). */
-char *cx_join(const char *dir, const char *name);
 /* plan.json's stages[stage].program.cuda: the launch list's file name (into lname) and
  * the stage's rng_base. false with a message. */
 bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,

@@ -10,18 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *cx_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *s = pd_malloc(n);
-  snprintf(s, n, "%s/%s", dir, name);
-  return s;
-}
-
 /* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
  * with a message. */
 char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
                       size_t errlen) {
-  char *path = cx_join(plan_dir, name), ioerr[IO_ERR_LEN];
+  char *path = io_join(plan_dir, name), ioerr[IO_ERR_LEN];
   size_t len = 0;
   char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
   if (!src) {
@@ -44,7 +37,7 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
  * the same program share one) and its rng_base. false with a message. */
 bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
                     size_t errlen) {
-  char *path = cx_join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
+  char *path = io_join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
   size_t len = 0;
   char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
   cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;

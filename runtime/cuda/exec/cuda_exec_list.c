@@ -334,7 +334,7 @@ CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int sta
   char name[256];
   uint32_t rng_base = 0;
   if (!cx_stage_files(plan_dir, stage, name, sizeof name, &rng_base, err, errlen)) return NULL;
-  char *lpath = cx_join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
+  char *lpath = io_join(plan_dir, name), *src = NULL, *libsrc = NULL, *text = NULL;
   CxProgram *p = NULL;
   cJSON *list = NULL;
   size_t len = 0;
