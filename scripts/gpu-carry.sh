@@ -16,7 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-gpu}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$build" -t targets all | grep -q '^gpu_op_check:' ||
+# (the list whole, then grep: under pipefail, grep -q leaving early would end ninja with
+# SIGPIPE, and the pipeline would fail on a build that has the target)
+targets=$(ninja -C "$build" -t targets all)
+grep -q '^gpu_op_check:' <<<"$targets" ||
   { echo "gpu-carry: the CUDA toolkit was not found: $build would have no GPU binaries" >&2; exit 2; }
 ninja -C "$build" pd2bwc pd2bwrun pd2bw-cuda-train gpu_op_check test_cuda_device gpu_attention_bench gemm_sweep \
   gpu_nccl_check

@@ -235,7 +235,9 @@ gc_find_nccl() {
     gc_nccl_where="PD2BW_LIBNCCL=$PD2BW_LIBNCCL is not a file"; return 1
   fi
   gc_nccl_where="libnccl.so.2 on the loader's path"
-  ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && return 0
+  # (the cache's list whole, then grep: under the caller's pipefail an early grep -q
+  # would end ldconfig with SIGPIPE and miss a library that is there)
+  grep -q 'libnccl\.so\.2 ' <<<"$(ldconfig -p 2>/dev/null)" && return 0
   local f wheel
   wheel=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
   for f in /usr/local/cuda*/lib*/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2 ${wheel:+"$wheel/lib/libnccl.so.2"}; do

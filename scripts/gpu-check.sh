@@ -105,7 +105,8 @@ else
   if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$build/gpu-check-cmake.log" 2>&1; then
     cat "$build/gpu-check-cmake.log"; echo "gpu-check: configure failed"; exit 2
   fi
-  if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q '^gpu_op_check:'; then
+  # (the list whole, then grep: under pipefail an early grep -q would fail the pipeline)
+  if ! grep -q '^gpu_op_check:' <<<"$(ninja -C "$build" -t targets all 2>/dev/null)"; then
     echo "gpu-check: the CUDA toolkit was not found (CMake find_package(CUDAToolkit)); install it"
     echo "or put nvcc on PATH / set CUDAToolkit_ROOT, then rerun"
     exit 2

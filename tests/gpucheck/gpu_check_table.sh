@@ -147,5 +147,21 @@ grep -q '^## .*, one GPU (`nvidia-smi -L`: "NVIDIA H200"), scripts/gpu-check.sh$
   grep -q '^### Per-kernel GPU time, GPT 350M at b=32 (ncu)$' <<<"$rep" && grep -q '^| (d) x | 12 s |$' <<<"$rep"
 check "report: headings and the step times" $? ""
 
+# ---- libnccl on the loader's path, under the script's pipefail ------------------------
+# A stand-in ldconfig whose cache lists 20,000 libraries with libnccl.so.2 first: the
+# lookup must say it found it on the loader's path. (It read `ldconfig -p | grep -q`,
+# which under pipefail fails the pipeline when grep leaves before ldconfig is done.)
+mkdir -p "$work/bin"
+cat >"$work/bin/ldconfig" <<'SH'
+#!/usr/bin/env bash
+echo "20001 libs found in cache \`/etc/ld.so.cache'"
+printf '\tlibnccl.so.2 (libc6,x86-64) => /opt/nccl/lib/libnccl.so.2\n'
+for i in $(seq 20000); do printf '\tlibfake%d.so.1 (libc6,x86-64) => /usr/lib/libfake%d.so.1\n' "$i" "$i"; done
+SH
+chmod +x "$work/bin/ldconfig"
+where=$(set -o pipefail; unset PD2BW_LIBNCCL; PATH="$work/bin:$PATH"; gc_find_nccl; echo "$?: $gc_nccl_where")
+[ "$where" = "0: libnccl.so.2 on the loader's path" ]
+check "libnccl found on the loader's path under pipefail" $? "$where"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
