@@ -21,11 +21,14 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=$(ninja -C "$build" -t targets all)
 grep -q '^gpu_op_check:' <<<"$targets" ||
   { echo "gpu-carry: the CUDA toolkit was not found: $build would have no GPU binaries" >&2; exit 2; }
-ninja -C "$build" pd2bwc pd2bwrun pd2bw-cuda-train gpu_op_check test_cuda_device gpu_attention_bench gemm_sweep \
-  gpu_nccl_check
-bins=("$build"/tools/pd2bwc "$build"/tools/pd2bwrun "$build"/runtime/cuda/exec/pd2bw-cuda-train
-      "$build"/tests/cuda/gpu_op_check "$build"/tests/cuda/test_cuda_device "$build"/bench/gpu/gpu_attention_bench
-      "$build"/bench/gpu/gemm_sweep "$build"/bench/gpu/gpu_nccl_check)
+# shellcheck source=scripts/gpu-check-lib.sh
+. scripts/gpu-check-lib.sh # GC_BINS: what gpu-check.sh runs
+ninja -C "$build" "${GC_BINS[@]##*/}"
+bins=()
+for b in "${GC_BINS[@]}"; do
+  [ -x "$build/$b" ] || { echo "gpu-carry: $build/$b was not built there (scripts/gpu-check-lib.sh GC_BINS)" >&2; exit 2; }
+  bins+=("$build/$b")
+done
 mkdir -p devlibs
 # every library ldd resolves, less glibc's own (the machine's must match its loader)
 libs=$(ldd "${bins[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |

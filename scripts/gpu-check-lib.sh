@@ -22,6 +22,12 @@
 #                       causal (FlashAttention's FLOP convention, its header).
 # Every function prints to stdout only what its caller reads; progress goes to stderr.
 
+# What a device run executes, relative to the build directory: the one list gpu-check.sh
+# (GPU_CHECK_PREBUILT=1) and gpu-carry.sh use, and tests/gpucheck/gpu_bins.sh checks
+# against a CUDA build (a target that moves must move here too).
+GC_BINS=(tools/pd2bwc tools/pd2bwrun tools/pd2bw-cuda-train tests/cuda/gpu_op_check tests/cuda/test_cuda_device
+         bench/gpu/gpu_attention_bench bench/gpu/gemm_sweep bench/gpu/gpu_nccl_check)
+
 GC_PEAK_TFLOPS=989 # H100/H200 SXM dense BF16 (models/clusters/h200.cluster tflops_bf16)
 
 # The three shapes: NAME:LAYERS:DIM:HEADS (head size 64 each).

@@ -96,7 +96,7 @@ if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   # A build made on another machine (same paths, same architecture): a lent GPU machine
   # may lack flex, bison and the -dev packages; nothing is configured or rebuilt here.
   step "build ($build): prebuilt (GPU_CHECK_PREBUILT=1)"
-  for b in tests/cuda/gpu_op_check tools/pd2bwc tools/pd2bwrun runtime/cuda/exec/pd2bw-cuda-train bench/gpu/gpu_attention_bench; do
+  for b in "${GC_BINS[@]}"; do
     [ -x "$build/$b" ] || { echo "gpu-check: GPU_CHECK_PREBUILT=1 but $build/$b is missing"; exit 2; }
   done
 else
@@ -148,7 +148,7 @@ work=$(mktemp -d /tmp/pd2bw-gpu-check-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 pc="$build/tools/pd2bwc"
 run_cpu="$build/tools/pd2bwrun"
-run_gpu=${GPU_CHECK_TRAIN:-$build/runtime/cuda/exec/pd2bw-cuda-train} # (a stand-in, to test this script)
+run_gpu=${GPU_CHECK_TRAIN:-$build/tools/pd2bw-cuda-train} # (a stand-in, to test this script)
 export PD2BW_CACHE=${PD2BW_CACHE:-$work/cache}
 # uint16 token files: tokens(FILE, COUNT, VOCAB)
 tokens() { perl -e 'srand(7); my ($n, $v) = @ARGV; print pack("v*", map { int(rand($v)) } 1..$n)' "$2" "$3" >"$1"; }
