@@ -24,7 +24,9 @@ import struct, sys
 text = open("docs/language.md", "rb").read() * 8   # byte-level tokens (vocab 256 and up)
 open(sys.argv[1], "wb").write(struct.pack("<%dH" % len(text), *text))
 PY
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; uptime: $(uptime)"
+cpuinfo() { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
+echo "cpu: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family') model $(cpuinfo model)," \
+  "$(grep -qw avx512f /proc/cpuinfo && echo with || echo without) AVX-512), $(nproc) cores; uptime: $(uptime)"
 "$BUILD"/tools/pd2bwc --calibrate
 grep -E "^  [a-z_]+ = " "$PD2BW_CACHE"/host-*.cluster | tr -d '\n' && echo
 row() { # NAME PLAN STEPS THREADS-ARGS...
