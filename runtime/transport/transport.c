@@ -165,14 +165,14 @@ TransportStatus transport_isend(Transport *t, int dst, int tag, const void *buf,
                                 const char *what, TransportRequest **req) {
   TransportStatus s = check_p2p(t, "send", dst, tag, buf, bytes, what);
   if (s != TRANSPORT_OK) return s;
-  return t->ops->isend(t, TRANSPORT_CH_P2P, dst, tag, buf, bytes, what, req);
+  return t->ops->post(t, TRANSPORT_CH_P2P, true, dst, tag, (void *)buf, bytes, what, req);
 }
 
 TransportStatus transport_irecv(Transport *t, int src, int tag, void *buf, size_t bytes,
                                 const char *what, TransportRequest **req) {
   TransportStatus s = check_p2p(t, "receive", src, tag, buf, bytes, what);
   if (s != TRANSPORT_OK) return s;
-  return t->ops->irecv(t, TRANSPORT_CH_P2P, src, tag, buf, bytes, what, req);
+  return t->ops->post(t, TRANSPORT_CH_P2P, false, src, tag, buf, bytes, what, req);
 }
 
 TransportStatus transport_wait(Transport *t, TransportRequest *req) {

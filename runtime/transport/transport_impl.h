@@ -29,12 +29,10 @@ typedef enum TransportChannel {
 } TransportChannel;
 
 typedef struct TransportOps {
-  /* Post a send or receive; return TRANSPORT_OK and *req, or fail t. */
-  TransportStatus (*isend)(Transport *t, TransportChannel ch, int dst, int tag,
-                           const void *buf, size_t bytes, const char *what,
-                           TransportRequest **req);
-  TransportStatus (*irecv)(Transport *t, TransportChannel ch, int src, int tag, void *buf,
-                           size_t bytes, const char *what, TransportRequest **req);
+  /* Post a send (is_send: buf is only read) or a receive; return TRANSPORT_OK and
+   * *req, or fail t. */
+  TransportStatus (*post)(Transport *t, TransportChannel ch, bool is_send, int peer, int tag, void *buf,
+                          size_t bytes, const char *what, TransportRequest **req);
   /* Block until req completes (then free it) or until `deadline` (a
    * transport_now() value) passes or another cause fails t. */
   TransportStatus (*wait)(Transport *t, TransportRequest *req, double deadline);

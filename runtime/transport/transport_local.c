@@ -38,8 +38,7 @@ struct LocalReq {
   bool is_send;
   TransportChannel ch;
   int peer, tag;
-  const void *sbuf; /* send: the data */
-  void *rbuf;       /* receive: where it goes */
+  void *buf; /* send: the data (only read); receive: where it goes */
   size_t bytes;
   char what[TRANSPORT_WHAT_LEN];
   char mismatch[TRANSPORT_ERR_LEN];
@@ -175,7 +174,7 @@ static void deliver(TransportWorld *w, LocalReq *send, LocalReq *recv) {
   }
   send->state = recv->state = REQ_COPYING;
   UNLOCK(w);
-  if (send->bytes) memcpy(recv->rbuf, send->sbuf, send->bytes);
+  if (send->bytes) memcpy(recv->buf, send->buf, send->bytes);
   LOCK(w);
   send->state = recv->state = REQ_DONE;
   broadcast(w);
@@ -197,10 +196,10 @@ static void quiesce(LocalRank *me) {
 
 /* ---- operations ---------------------------------------------------------- */
 
-/* A send (sbuf) or a receive (rbuf) of t's: delivered now when its match waits (a
+/* A send or a receive of t's: delivered now when its match waits (a
  * receive posted at the peer, a send in t's inbox), else queued where the match looks. */
-static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int peer, int tag, const void *sbuf,
-                            void *rbuf, size_t bytes, const char *what, TransportRequest **out) {
+static TransportStatus local_post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag, void *buf,
+                                  size_t bytes, const char *what, TransportRequest **out) {
   LocalRank *me = as_local(t);
   TransportWorld *w = me->w;
   LOCK(w);
@@ -209,8 +208,7 @@ static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int
   r->ch = ch;
   r->peer = peer;
   r->tag = tag;
-  r->sbuf = sbuf;
-  r->rbuf = rbuf;
+  r->buf = buf;
   r->bytes = bytes;
   transport_copy_what(r->what, what);
   *out = &r->base;
@@ -225,16 +223,6 @@ static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int
   }
   UNLOCK(w);
   return TRANSPORT_OK;
-}
-
-static TransportStatus local_isend(Transport *t, TransportChannel ch, int dst, int tag, const void *buf,
-                                   size_t bytes, const char *what, TransportRequest **out) {
-  return post(t, true, ch, dst, tag, buf, NULL, bytes, what, out);
-}
-
-static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, int tag, void *buf, size_t bytes,
-                                   const char *what, TransportRequest **out) {
-  return post(t, false, ch, src, tag, NULL, buf, bytes, what, out);
 }
 
 /* A timeout waiting on `peer`: follows the waits from there (every rank's
@@ -340,8 +328,7 @@ static void local_exit(LocalRank *me, const char *note) {
 static void local_destroy(Transport *t) { local_exit(as_local(t), NULL); }
 
 static const TransportOps local_ops = {
-    .isend = local_isend,
-    .irecv = local_irecv,
+    .post = local_post,
     .wait = local_wait,
     .abort = local_abort,
     .destroy = local_destroy,

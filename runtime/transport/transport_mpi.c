@@ -101,8 +101,8 @@ static void req_free(MpiTransport *m, MpiReq *q) {
   m->free_list = q;
 }
 
-static TransportStatus post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag,
-                            void *buf, size_t bytes, const char *what, TransportRequest **out) {
+static TransportStatus mpi_post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag,
+                                void *buf, size_t bytes, const char *what, TransportRequest **out) {
   MpiTransport *m = as_mpi(t);
   *out = NULL;
   if (bytes > (size_t)INT_MAX)
@@ -123,17 +123,6 @@ static TransportStatus post(Transport *t, TransportChannel ch, bool is_send, int
   }
   *out = &q->base;
   return TRANSPORT_OK;
-}
-
-static TransportStatus mpi_isend(Transport *t, TransportChannel ch, int dst, int tag,
-                                 const void *buf, size_t bytes, const char *what,
-                                 TransportRequest **out) {
-  return post(t, ch, true, dst, tag, (void *)buf, bytes, what, out);
-}
-
-static TransportStatus mpi_irecv(Transport *t, TransportChannel ch, int src, int tag, void *buf,
-                                 size_t bytes, const char *what, TransportRequest **out) {
-  return post(t, ch, false, src, tag, buf, bytes, what, out);
 }
 
 /* Answers a pending status query from st.MPI_SOURCE: whom this rank waits on
@@ -408,8 +397,7 @@ static void mpi_atexit(void) {
 }
 
 static const TransportOps mpi_ops = {
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
+    .post = mpi_post,
     .wait = mpi_wait,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
