@@ -417,9 +417,8 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     if (!ok) return false;
   }
   /* last stages: their microbatch losses; everyone: the trace events */
-  int64_t nl = (R->steps - R->first) * p->m;
-  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
-    return false;
+  int64_t nb = R->steps - R->first;
+  if (!root && !pipe_gather_losses(R, R->loss, nb, PIPE_TAG_GATHER + 1, "losses", NULL)) return false;
   int64_t hdr[3] = {R->nev, (int64_t)R->arena_bytes, R->bad_ids};
   if (!root) {
     if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
@@ -437,7 +436,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   G->stage_m = pd_calloc((size_t)p->d, sizeof(char *));
   G->stage_v = pd_calloc((size_t)p->d, sizeof(char *));
   if (nbufs == 5) G->stage_next = pd_calloc((size_t)p->d, sizeof(char *));
-  G->mb_loss = pd_calloc((size_t)(nl * p->w + 1), sizeof(double));
+  G->mb_loss = pd_calloc((size_t)(nb * p->m * p->w + 1), sizeof(double));
   for (int s = 0; s < p->d; s++) {
     int64_t b = p->rt->stages[s].blocks[BUF_PARAMS];
     char **dst[5] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s],
@@ -451,19 +450,7 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     for (int q = 0; q < nbufs; q++)
       if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
   }
-  double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
-  for (int rep = 0; rep < p->w; rep++) {
-    int src = p->st[p->d - 1].rank_of_replica[rep];
-    if (src == 0) memcpy(tmp, R->loss, (size_t)nl * sizeof(double));
-    else if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
-      free(tmp);
-      return false;
-    }
-    /* reference order: batch t, then replica, then j */
-    for (int64_t b = 0; b < R->steps - R->first; b++)
-      for (int64_t j = 0; j < p->m; j++) G->mb_loss[b * p->w * p->m + rep * p->m + j] = tmp[b * p->m + j];
-  }
-  free(tmp);
+  if (!pipe_gather_losses(R, R->loss, nb, PIPE_TAG_GATHER + 1, "losses", G->mb_loss)) return false;
   G->ev = pd_malloc((size_t)(R->nev + 1) * sizeof(PipeEvent));
   memcpy(G->ev, R->ev, (size_t)R->nev * sizeof(PipeEvent));
   G->nev = R->nev;
@@ -482,6 +469,23 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     G->nev += n;
   }
   return !R->o->profile_out || gather_seg_times(R, G);
+}
+
+bool pipe_gather_losses(PipeRank *R, const double *mine, int64_t nb, int tag, const char *what, double *out) {
+  const PipePlan *p = R->pp;
+  size_t bytes = (size_t)(nb * p->m) * sizeof(double);
+  if (R->rank != 0) return !R->st->has_loss || pipe_transport_ok(R, transport_send(R->t, 0, tag, mine, bytes, what));
+  double *tmp = pd_malloc(bytes + sizeof(double));
+  bool ok = true;
+  for (int rep = 0; ok && rep < p->w; rep++) {
+    int src = p->st[p->d - 1].rank_of_replica[rep];
+    if (src == 0) memcpy(tmp, mine, bytes);
+    else ok = pipe_transport_ok(R, transport_recv(R->t, src, tag, tmp, bytes, what));
+    for (int64_t b = 0; ok && b < nb; b++)
+      for (int64_t j = 0; j < p->m; j++) out[(b * p->w + rep) * p->m + j] = tmp[b * p->m + j];
+  }
+  free(tmp);
+  return ok;
 }
 
 void pipe_gathered_free(PipeGathered *G) {
