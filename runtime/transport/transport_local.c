@@ -420,25 +420,20 @@ static void *watchdog_main(void *p) {
     }
     if ((first >= 0 || w->aborted) && failed_at < 0) failed_at = now;
     int slow = w->n > 1 ? silent_rank(w, now, failed_at >= 0) : -1;
-    if (slow >= 0) {
+    bool late = slow < 0 && failed_at >= 0 && stuck >= 0 && now - failed_at > grace;
+    if (slow >= 0 || late) { /* the failure first (late: there is one), then the rank */
       char how[160];
-      transport_describe_progress(&w->ranks[slow].base, now, how, sizeof how);
+      transport_describe_progress(&w->ranks[late ? stuck : slow].base, now, how, sizeof how);
       fflush(stdout);
       if (first >= 0 || w->aborted)
         fprintf(stderr, "%s: error: %s\n", program_invocation_short_name,
                 first >= 0 ? w->ranks[first].base.err : w->abort_cause);
-      fprintf(stderr, "%s: error: rank %d is stuck inside a computation or a library call (%s, more than --timeout "
-              "%g s); ending the run\n", program_invocation_short_name, slow, how, w->ranks[slow].base.timeout_s);
-      _exit(1);
-    }
-    if (failed_at >= 0 && stuck >= 0 && now - failed_at > grace) {
-      char how[160];
-      transport_describe_progress(&w->ranks[stuck].base, now, how, sizeof how);
-      fflush(stdout);
-      fprintf(stderr, "%s: error: %s\n%s: error: rank %d did not stop within %g s of that failure (%s): stuck "
-              "inside a computation or a library call; ending the run\n",
-              program_invocation_short_name, first >= 0 ? w->ranks[first].base.err : w->abort_cause,
-              program_invocation_short_name, stuck, grace, how);
+      if (!late)
+        fprintf(stderr, "%s: error: rank %d is stuck inside a computation or a library call (%s, more than --timeout "
+                "%g s); ending the run\n", program_invocation_short_name, slow, how, w->ranks[slow].base.timeout_s);
+      else
+        fprintf(stderr, "%s: error: rank %d did not stop within %g s of that failure (%s): stuck inside a "
+                "computation or a library call; ending the run\n", program_invocation_short_name, stuck, grace, how);
       _exit(1);
     }
     UNLOCK(w);
