@@ -431,24 +431,19 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   /* rank 0 */
   memset(G, 0, sizeof *G);
   G->d = p->d;
-  G->stage_w = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_m = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_v = pd_calloc((size_t)p->d, sizeof(char *));
-  if (nbufs == 5) G->stage_next = pd_calloc((size_t)p->d, sizeof(char *));
+  char ***stage[5] = {&G->stage_w, &G->stage_prev, &G->stage_m, &G->stage_v, &G->stage_next}; /* bufs' order */
+  for (int q = 0; q < nbufs; q++) *stage[q] = pd_calloc((size_t)p->d, sizeof(char *));
   G->mb_loss = pd_calloc((size_t)(nb * p->m * p->w + 1), sizeof(double));
   for (int s = 0; s < p->d; s++) {
     int64_t b = p->rt->stages[s].blocks[BUF_PARAMS];
-    char **dst[5] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s],
-                     G->stage_next ? &G->stage_next[s] : NULL};
-    for (int q = 0; q < nbufs; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
+    for (int q = 0; q < nbufs; q++) (*stage[q])[s] = pd_malloc((size_t)(b ? b : 1));
     int src = p->st[s].rank_of_replica[0];
     if (src == 0) {
-      for (int q = 0; q < nbufs; q++) R->dev->ops->download(R->dev, *dst[q], bufs[q], (uint64_t)b);
+      for (int q = 0; q < nbufs; q++) R->dev->ops->download(R->dev, (*stage[q])[s], bufs[q], (uint64_t)b);
       continue;
     }
     for (int q = 0; q < nbufs; q++)
-      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, (*stage[q])[s], (size_t)b, "final weights"))) return false;
   }
   if (!pipe_gather_losses(R, R->loss, nb, PIPE_TAG_GATHER + 1, "losses", G->mb_loss)) return false;
   G->ev = pd_malloc((size_t)(R->nev + 1) * sizeof(PipeEvent));
@@ -489,18 +484,11 @@ bool pipe_gather_losses(PipeRank *R, const double *mine, int64_t nb, int tag, co
 }
 
 void pipe_gathered_free(PipeGathered *G) {
-  for (int s = 0; s < G->d; s++) {
-    if (G->stage_w) free(G->stage_w[s]);
-    if (G->stage_prev) free(G->stage_prev[s]);
-    if (G->stage_m) free(G->stage_m[s]);
-    if (G->stage_v) free(G->stage_v[s]);
-    if (G->stage_next) free(G->stage_next[s]);
+  char **stage[5] = {G->stage_w, G->stage_prev, G->stage_m, G->stage_v, G->stage_next};
+  for (int q = 0; q < 5; q++) {
+    for (int s = 0; stage[q] && s < G->d; s++) free(stage[q][s]);
+    free(stage[q]);
   }
-  free(G->stage_next);
-  free(G->stage_w);
-  free(G->stage_prev);
-  free(G->stage_m);
-  free(G->stage_v);
   free(G->mb_loss);
   free(G->ev);
   free(G->arena);
