@@ -247,6 +247,9 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
  * (one_device: PipeOptions's, single-GPU pipeline mode) (0: unknown) — the console's
  * and the --log-json's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
+/* The window length T of the model's token streams (any stage's tokens or targets
+ * input; 0: none): the data loader's and the rates' sample length. */
+int pipe_window(const RtPlan *rt);
 double pipe_flops_per_step(const PipePlan *p);
 double pipe_peak_flops(const PipePlan *p, bool one_device);
 

@@ -16,19 +16,11 @@ struct PipeEval {
   ExecReq **reqs;          /* one microbatch's activations */
 };
 
-/* Window length of the model's token streams (any stage's data input). */
-static int model_T(const RtPlan *rt) {
-  for (int s = 0; s < rt->nstages; s++)
-    for (int k = 0; k < rt->stages[s].ninputs; k++)
-      if (rt->stages[s].inputs[k].stream != STREAM_OTHER) return (int)rt->stages[s].inputs[k].shape[1];
-  return 0;
-}
-
 PipeEval *pipe_eval_create(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   PipeEval *E = pd_calloc(1, sizeof *E);
   E->R = R;
-  int T = model_T(p->rt);
+  int T = pipe_window(p->rt);
   if (!T) {
     snprintf(err, errlen, "--val-data: the model has no 'tokens'/'targets' inputs");
     goto fail;
