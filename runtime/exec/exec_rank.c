@@ -6,16 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/cpu_kernels.h"
-
-double pipe_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 
 /* The first transport failure: keep its message, make every other rank stop. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s) {

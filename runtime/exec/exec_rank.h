@@ -215,8 +215,6 @@ typedef struct PipeRank {
   char err[TRANSPORT_ERR_LEN + 64];
 } PipeRank;
 
-/* CLOCK_MONOTONIC, in seconds: every host time a rank records. */
-double pipe_now(void);
 /* false when s is a transport failure: the first one keeps its message in R->err and
  * aborts every other rank (transport_abort); every transport call goes through it. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s);

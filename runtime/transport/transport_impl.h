@@ -105,8 +105,6 @@ TransportStatus transport_fail(Transport *t, TransportStatus s, const char *fmt,
 TransportStatus transport_fail_wait(Transport *t, TransportStatus s, bool is_send, int peer,
                                     const char *what, const char *cause_detail);
 
-/* Monotonic seconds. */
-double transport_now(void);
 /* Sleeps for `seconds` (nanosleep; returns early on a signal). */
 void transport_sleep(double seconds);
 /* The next value of a process-wide failure counter. */
