@@ -54,9 +54,9 @@ static void timed_pass(CpuDevice *c, StageCtx *x, bool bwd, double *row) {
   int n = c->prof->nsegs;
   for (int i = 0; i < n; i++) {
     int k = bwd ? n - 1 - i : i;
-    double t0 = pipe_now();
+    double t0 = transport_now();
     (bwd ? c->prog.backward_segment : c->prog.forward_segment)(x, k);
-    row[k] = pipe_now() - t0;
+    row[k] = transport_now() - t0;
   }
 }
 

@@ -356,7 +356,7 @@ static bool run_step(PipeRank *R, const PlanInstr *in) {
   R->dev->ops->zero(R->dev, R->grads, (uint64_t)R->st->blocks[BUF_GRADS]);
   R->newest = R->spec.predict ? PLAN_MASTER_VSLOT : in->vslot; /* the weights W(t+1) themselves */
   R->steps_done = t + 1;
-  double now = pipe_now();
+  double now = transport_now();
   R->step_ms[t - R->first] = (now - R->last_step_time) * 1e3;
   R->last_step_time = now;
   if (R->st->has_loss && !step_loss(R, t)) return false;
@@ -399,8 +399,8 @@ static void inject_fault(PipeRank *R) {
     }
   if (R->fault_mode == 1) {
     /* stop answering; peers time out. Bounded, so the thread can be joined. */
-    double until = pipe_now() + 2 * R->link->ops->timeout(R->link) + 1;
-    while (pipe_now() < until && !transport_interrupted()) usleep(20000);
+    double until = transport_now() + 2 * R->link->ops->timeout(R->link) + 1;
+    while (transport_now() < until && !transport_interrupted()) usleep(20000);
   }
   if (R->link->process_per_rank) exit(3);
   snprintf(R->err, sizeof R->err, "rank %d: injected fault", R->rank);
@@ -414,7 +414,7 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
   int64_t top = hi < R->spec.nbatches ? hi : R->spec.nbatches;
   int from = lo < top ? R->ins_from[lo] : 0, to = lo < top ? R->ins_to[top - 1] : 0;
   bool ok = true;
-  R->last_step_time = pipe_now(); /* the first step's time starts here, not at 0 */
+  R->last_step_time = transport_now(); /* the first step's time starts here, not at 0 */
   for (int i = from; ok && i < to; i++) {
     const PlanInstr *in = &S->ins[i];
     if (!in_batches(in, lo, hi)) continue;
@@ -424,7 +424,7 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
       ok = false;
       break;
     }
-    double t0 = pipe_now();
+    double t0 = transport_now();
     int mk = R->nmarks++; /* one pair of device marks per instruction or group */
     mark(R, mk, false);
     switch (in->op) {
@@ -443,7 +443,7 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
         j++;
       }
       if (ok && nreq && !pipe_transport_ok(R, R->link->ops->waitall(R->link, R->reqs, nreq))) ok = false;
-      double t1 = pipe_now();
+      double t1 = transport_now();
       mark(R, mk, true);
       for (int q = i; ok && q <= j; q++)
         if (in_batches(&S->ins[q], lo, hi)) record(R, &S->ins[q], t0, t1, mk);
@@ -467,7 +467,7 @@ bool exec_run_batches(PipeRank *R, int64_t lo, int64_t hi) {
     case PI_COUNT: PD_CHECK(0, "instruction %d", (int)in->op); break;
     }
     mark(R, mk, true);
-    record(R, in, t0, pipe_now(), mk);
+    record(R, in, t0, transport_now(), mk);
   }
   if (ok) R->steps_done = hi;
   return ok && !R->failed;

@@ -6,16 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/cpu_kernels.h"
-
-double pipe_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 
 /* The first transport failure: keep its message, make every other rank stop. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s) {
@@ -121,13 +113,14 @@ void seg_times_add(SegTimes *dst, const SegTimes *src) {
 }
 
 /* The console's rates (exec_rank.h). */
-double pipe_tokens_per_step(const PipePlan *p) {
-  for (int s = 0; s < p->d; s++)
-    for (int k = 0; k < p->rt->stages[s].ninputs; k++)
-      if (p->rt->stages[s].inputs[k].stream != STREAM_OTHER)
-        return (double)(p->b * p->m * p->w) * (double)p->rt->stages[s].inputs[k].shape[1];
+int pipe_window(const RtPlan *rt) {
+  for (int s = 0; s < rt->nstages; s++)
+    for (int k = 0; k < rt->stages[s].ninputs; k++)
+      if (rt->stages[s].inputs[k].stream != STREAM_OTHER) return (int)rt->stages[s].inputs[k].shape[1];
   return 0;
 }
+
+double pipe_tokens_per_step(const PipePlan *p) { return (double)(p->b * p->m * p->w) * (double)pipe_window(p->rt); }
 
 double pipe_flops_per_step(const PipePlan *p) {
   double f = 0;

@@ -215,8 +215,6 @@ typedef struct PipeRank {
   char err[TRANSPORT_ERR_LEN + 64];
 } PipeRank;
 
-/* CLOCK_MONOTONIC, in seconds: every host time a rank records. */
-double pipe_now(void);
 /* false when s is a transport failure: the first one keeps its message in R->err and
  * aborts every other rank (transport_abort); every transport call goes through it. */
 bool pipe_transport_ok(PipeRank *R, TransportStatus s);
@@ -247,6 +245,9 @@ void pipe_opt_step(const TrainConfig *tc, const RtParam *pp, float *wout, const 
  * (one_device: PipeOptions's, single-GPU pipeline mode) (0: unknown) — the console's
  * and the --log-json's rates. */
 double pipe_tokens_per_step(const PipePlan *p);
+/* The window length T of the model's token streams (any stage's tokens or targets
+ * input; 0: none): the data loader's and the rates' sample length. */
+int pipe_window(const RtPlan *rt);
 double pipe_flops_per_step(const PipePlan *p);
 double pipe_peak_flops(const PipePlan *p, bool one_device);
 

@@ -417,9 +417,8 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
     if (!ok) return false;
   }
   /* last stages: their microbatch losses; everyone: the trace events */
-  int64_t nl = (R->steps - R->first) * p->m;
-  if (st->has_loss && !root && !pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 1, R->loss, (size_t)nl * sizeof(double), "losses")))
-    return false;
+  int64_t nb = R->steps - R->first;
+  if (!root && !pipe_gather_losses(R, R->loss, nb, PIPE_TAG_GATHER + 1, "losses", NULL)) return false;
   int64_t hdr[3] = {R->nev, (int64_t)R->arena_bytes, R->bad_ids};
   if (!root) {
     if (!pipe_transport_ok(R, transport_send(t, 0, PIPE_TAG_GATHER + 2, hdr, sizeof hdr, "trace")) ||
@@ -432,38 +431,21 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   /* rank 0 */
   memset(G, 0, sizeof *G);
   G->d = p->d;
-  G->stage_w = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_prev = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_m = pd_calloc((size_t)p->d, sizeof(char *));
-  G->stage_v = pd_calloc((size_t)p->d, sizeof(char *));
-  if (nbufs == 5) G->stage_next = pd_calloc((size_t)p->d, sizeof(char *));
-  G->mb_loss = pd_calloc((size_t)(nl * p->w + 1), sizeof(double));
+  char ***stage[5] = {&G->stage_w, &G->stage_prev, &G->stage_m, &G->stage_v, &G->stage_next}; /* bufs' order */
+  for (int q = 0; q < nbufs; q++) *stage[q] = pd_calloc((size_t)p->d, sizeof(char *));
+  G->mb_loss = pd_calloc((size_t)(nb * p->m * p->w + 1), sizeof(double));
   for (int s = 0; s < p->d; s++) {
     int64_t b = p->rt->stages[s].blocks[BUF_PARAMS];
-    char **dst[5] = {&G->stage_w[s], &G->stage_prev[s], &G->stage_m[s], &G->stage_v[s],
-                     G->stage_next ? &G->stage_next[s] : NULL};
-    for (int q = 0; q < nbufs; q++) *dst[q] = pd_malloc((size_t)(b ? b : 1));
+    for (int q = 0; q < nbufs; q++) (*stage[q])[s] = pd_malloc((size_t)(b ? b : 1));
     int src = p->st[s].rank_of_replica[0];
     if (src == 0) {
-      for (int q = 0; q < nbufs; q++) R->dev->ops->download(R->dev, *dst[q], bufs[q], (uint64_t)b);
+      for (int q = 0; q < nbufs; q++) R->dev->ops->download(R->dev, (*stage[q])[s], bufs[q], (uint64_t)b);
       continue;
     }
     for (int q = 0; q < nbufs; q++)
-      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, *dst[q], (size_t)b, "final weights"))) return false;
+      if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER, (*stage[q])[s], (size_t)b, "final weights"))) return false;
   }
-  double *tmp = pd_malloc((size_t)(nl + 1) * sizeof(double));
-  for (int rep = 0; rep < p->w; rep++) {
-    int src = p->st[p->d - 1].rank_of_replica[rep];
-    if (src == 0) memcpy(tmp, R->loss, (size_t)nl * sizeof(double));
-    else if (!pipe_transport_ok(R, transport_recv(t, src, PIPE_TAG_GATHER + 1, tmp, (size_t)nl * sizeof(double), "losses"))) {
-      free(tmp);
-      return false;
-    }
-    /* reference order: batch t, then replica, then j */
-    for (int64_t b = 0; b < R->steps - R->first; b++)
-      for (int64_t j = 0; j < p->m; j++) G->mb_loss[b * p->w * p->m + rep * p->m + j] = tmp[b * p->m + j];
-  }
-  free(tmp);
+  if (!pipe_gather_losses(R, R->loss, nb, PIPE_TAG_GATHER + 1, "losses", G->mb_loss)) return false;
   G->ev = pd_malloc((size_t)(R->nev + 1) * sizeof(PipeEvent));
   memcpy(G->ev, R->ev, (size_t)R->nev * sizeof(PipeEvent));
   G->nev = R->nev;
@@ -484,19 +466,29 @@ bool pipe_gather(PipeRank *R, PipeGathered *G) {
   return !R->o->profile_out || gather_seg_times(R, G);
 }
 
-void pipe_gathered_free(PipeGathered *G) {
-  for (int s = 0; s < G->d; s++) {
-    if (G->stage_w) free(G->stage_w[s]);
-    if (G->stage_prev) free(G->stage_prev[s]);
-    if (G->stage_m) free(G->stage_m[s]);
-    if (G->stage_v) free(G->stage_v[s]);
-    if (G->stage_next) free(G->stage_next[s]);
+bool pipe_gather_losses(PipeRank *R, const double *mine, int64_t nb, int tag, const char *what, double *out) {
+  const PipePlan *p = R->pp;
+  size_t bytes = (size_t)(nb * p->m) * sizeof(double);
+  if (R->rank != 0) return !R->st->has_loss || pipe_transport_ok(R, transport_send(R->t, 0, tag, mine, bytes, what));
+  double *tmp = pd_malloc(bytes + sizeof(double));
+  bool ok = true;
+  for (int rep = 0; ok && rep < p->w; rep++) {
+    int src = p->st[p->d - 1].rank_of_replica[rep];
+    if (src == 0) memcpy(tmp, mine, bytes);
+    else ok = pipe_transport_ok(R, transport_recv(R->t, src, tag, tmp, bytes, what));
+    for (int64_t b = 0; ok && b < nb; b++)
+      for (int64_t j = 0; j < p->m; j++) out[(b * p->w + rep) * p->m + j] = tmp[b * p->m + j];
   }
-  free(G->stage_next);
-  free(G->stage_w);
-  free(G->stage_prev);
-  free(G->stage_m);
-  free(G->stage_v);
+  free(tmp);
+  return ok;
+}
+
+void pipe_gathered_free(PipeGathered *G) {
+  char **stage[5] = {G->stage_w, G->stage_prev, G->stage_m, G->stage_v, G->stage_next};
+  for (int q = 0; q < 5; q++) {
+    for (int s = 0; stage[q] && s < G->d; s++) free(stage[q][s]);
+    free(stage[q]);
+  }
   free(G->mb_loss);
   free(G->ev);
   free(G->arena);

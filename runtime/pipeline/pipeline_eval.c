@@ -4,7 +4,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 struct PipeEval {
   PipeRank *R;
@@ -17,19 +16,11 @@ struct PipeEval {
   ExecReq **reqs;          /* one microbatch's activations */
 };
 
-/* Window length of the model's token streams (any stage's data input). */
-static int model_T(const RtPlan *rt) {
-  for (int s = 0; s < rt->nstages; s++)
-    for (int k = 0; k < rt->stages[s].ninputs; k++)
-      if (rt->stages[s].inputs[k].stream != STREAM_OTHER) return (int)rt->stages[s].inputs[k].shape[1];
-  return 0;
-}
-
 PipeEval *pipe_eval_create(PipeRank *R, char *err, size_t errlen) {
   const PipePlan *p = R->pp;
   PipeEval *E = pd_calloc(1, sizeof *E);
   E->R = R;
-  int T = model_T(p->rt);
+  int T = pipe_window(p->rt);
   if (!T) {
     snprintf(err, errlen, "--val-data: the model has no 'tokens'/'targets' inputs");
     goto fail;
@@ -97,25 +88,12 @@ static bool eval_xfer(PipeEval *E, PipeRole role, int64_t n) {
  * order (batch k, then replica, then j: trainer_eval's order). */
 static bool eval_gather(PipeEval *E, double *mean) {
   PipeRank *R = E->R;
-  const PipePlan *p = R->pp;
-  size_t bytes = (size_t)E->nmb * sizeof(double);
-  if (R->rank != 0) {
-    if (R->st->has_loss)
-      return pipe_transport_ok(R, R->link->ops->send(R->link, 0, PIPE_TAG_EVAL + 1, E->loss, bytes, "validation losses"));
-    return true;
-  }
-  int64_t m = p->m, wm = p->w * m;
-  for (int rep = 0; rep < p->w; rep++) {
-    int src = p->st[p->d - 1].rank_of_replica[rep];
-    double *got = E->all + (int64_t)rep * E->nmb; /* received per replica, reordered below */
-    if (src == 0) memcpy(got, E->loss, bytes);
-    else if (!pipe_transport_ok(R, R->link->ops->recv(R->link, src, PIPE_TAG_EVAL + 1, got, bytes, "validation losses")))
-      return false;
-  }
+  if (!pipe_gather_losses(R, E->loss, E->nbatches, PIPE_TAG_EVAL + 1, "validation losses", E->all)) return false;
+  if (R->rank != 0) return true;
+  int64_t n = E->nmb * R->pp->w;
   double sum = 0;
-  for (int64_t k = 0; k < E->nbatches; k++)
-    for (int64_t q = 0; q < wm; q++) sum += E->all[(q / m) * E->nmb + k * m + q % m];
-  *mean = E->nbatches ? sum / (double)(E->nbatches * wm) : 0;
+  for (int64_t i = 0; i < n; i++) sum += E->all[i];
+  *mean = n ? sum / (double)n : 0;
   return true;
 }
 

@@ -93,7 +93,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
   if (s >= R->steps && !pipe_rank_extend(R, 2 * s + 1, err, sizeof err)) PD_CHECK(0, "(%s)", err);
   R->dl = data;
   int64_t bad = R->bad_ids;
-  double t0 = pipe_now();
+  double t0 = transport_now();
   /* no link to fail on: only the interpreter's per-step checks stop it (exec_interp.c) */
   if (!exec_run_batches(R, s, s + 1)) {
     PD_CHECK(R->stopped, "(one-stage step %lld: %s)", (long long)s, R->err);
@@ -104,7 +104,7 @@ void trainer_step(Trainer *t, DataLoader *data, StepStats *out) {
   double sum = 0;
   for (int64_t j = 0; j < m; j++) sum += mb[j];
   *out = (StepStats){.loss = sum * (1.0 / (double)m), .mb_loss = mb, .lr = rt_lr_at(&R->tc, s),
-                     .grad_norm = R->grad_norm[s - R->first], .ms = (pipe_now() - t0) * 1e3,
+                     .grad_norm = R->grad_norm[s - R->first], .ms = (transport_now() - t0) * 1e3,
                      .bad_ids = R->bad_ids - bad};
   t->step = s + 1;
 }

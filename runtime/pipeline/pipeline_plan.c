@@ -262,15 +262,10 @@ void pipe_plan_free(PipePlan *p) {
 }
 
 int pipe_plan_ranks(const char *dir) {
-  size_t n = strlen(dir) + 16;
-  char *file = pd_malloc(n);
-  snprintf(file, n, "%s/plan.json", dir);
-  char ierr[IO_ERR_LEN];
-  size_t len;
-  char *text = io_read_all(file, &len, ierr, sizeof ierr);
+  char *file = io_join(dir, "plan.json");
+  char ierr[IO_ERR_LEN]; /* unread: pipeline.h */
+  cJSON *root = io_read_json_object(file, "", ierr, sizeof ierr);
   free(file);
-  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
   const cJSON *cfg = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
   const cJSON *d = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "stages") : NULL;
   const cJSON *w = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "replicas") : NULL;

@@ -55,6 +55,11 @@ bool pipe_ckpt_exact(const PipePlan *p, const SafeTensors *s, char *err, size_t 
  * microbatch is in flight and no message is pending (pipeline_eval.c runs there). */
 bool pipe_gather(PipeRank *R, PipeGathered *G);
 void pipe_gathered_free(PipeGathered *G);
+/* Collective: the last stages' per-microbatch values (`mine`: nb batches of m, a
+ * last-stage rank's own) to rank 0, in out[nb·w·m] in the reference's order (batch,
+ * then replica, then microbatch); other last-stage ranks send theirs (tag, what), the
+ * rest do nothing. False after a transport failure (R->err). */
+bool pipe_gather_losses(PipeRank *R, const double *mine, int64_t nb, int tag, const char *what, double *out);
 
 /* Pieces of a rank's setup, shared with the sequential multi-stage reference
  * (pipeline_seq.c), which runs the same stage programs without a transport. */

@@ -335,10 +335,7 @@ static void note_error_root(RunCtx *c, const char *msg, bool root) {
   pthread_mutex_lock(&c->mu);
   if (!c->err[0] || (root && !c->root)) {
     c->root = root;
-    size_t n = strlen(msg);
-    if (n >= sizeof c->err) n = sizeof c->err - 1;
-    memcpy(c->err, msg, n);
-    c->err[n] = 0;
+    snprintf(c->err, sizeof c->err, "%s", msg);
   }
   pthread_mutex_unlock(&c->mu);
 }

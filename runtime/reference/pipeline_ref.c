@@ -24,9 +24,7 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
     snprintf(err, errlen, "the one-stage reference has no %s rule", pipe_rule_name(r));
     return false;
   }
-  size_t n = strlen(p->rt->dir) + 32;
-  char *dir = pd_malloc(n);
-  snprintf(dir, n, "%s/reference", p->rt->dir);
+  char *dir = io_join(p->rt->dir, "reference");
   RtPlan *rp = rt_plan_load(dir, err, errlen);
   free(dir);
   if (!rp) return false;
@@ -49,11 +47,8 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
   if (ok) ok = (t = trainer_create(rp, &to, err, errlen)) != NULL;
   if (ok && o->resume_path) ok = trainer_resume(t, o->resume_path, err, errlen);
   const RtStage *st = &rp->stages[0];
-  int T = 0;
-  for (int k = 0; ok && k < st->ninputs; k++)
-    if (st->inputs[k].stream != STREAM_OTHER) T = (int)st->inputs[k].shape[1];
   if (ok)
-    ok = pipe_data_open(o, pipe_vocab(rp), rp->b * rp->m, T, o->seed_set ? o->seed : rp->train.seed, &df, &dl, err,
+    ok = pipe_data_open(o, pipe_vocab(rp), rp->b * rp->m, pipe_window(rp), o->seed_set ? o->seed : rp->train.seed, &df, &dl, err,
                         errlen);
   if (ok) {
     int64_t nb = o->steps - first;

@@ -92,7 +92,8 @@ void transport_progress(Transport *t, const char *doing, long long index) {
   atomic_store_explicit(&t->beat_us, (long long)(transport_now() * 1e6), memory_order_relaxed);
 }
 
-void transport_mark_wait(Transport *t, int peer) {
+/* A wait on `peer` begins (peer >= 0) or ends (-1). */
+static void mark_wait(Transport *t, int peer) {
   atomic_store_explicit(&t->waiting_on, peer, memory_order_relaxed);
   atomic_store_explicit(&t->beat_us, (long long)(transport_now() * 1e6), memory_order_relaxed);
 }
@@ -126,8 +127,34 @@ TransportStatus transport_fail_blame(Transport *t, bool is_send, const char *wha
                         chain[n - 1], why, t->rank, t->timeout_s, ctx, via);
 }
 
-void transport_copy_what(char dst[TRANSPORT_WHAT_LEN], const char *what) {
-  snprintf(dst, TRANSPORT_WHAT_LEN, "%s", what ? what : "a message");
+TransportRequest *transport_req_alloc(Transport *t, size_t size, bool is_send, int peer, size_t bytes,
+                                      const char *what) {
+  TransportRequest *r = t->free_reqs;
+  if (r) {
+    t->free_reqs = r->next_free;
+  } else {
+    r = pd_calloc(1, size);
+    r->owner = t;
+    r->all_next = t->all_reqs;
+    t->all_reqs = r;
+  }
+  r->is_send = is_send;
+  r->peer = peer;
+  r->bytes = bytes;
+  snprintf(r->what, sizeof r->what, "%s", what ? what : "a message");
+  return r;
+}
+
+void transport_req_free(Transport *t, TransportRequest *r) {
+  r->next_free = t->free_reqs;
+  t->free_reqs = r;
+}
+
+void transport_req_pool_free(Transport *t) {
+  for (TransportRequest *r = t->all_reqs, *next; r; r = next) {
+    next = r->all_next;
+    free(r);
+  }
 }
 
 /* ---- accessors ----------------------------------------------------------- */
@@ -165,14 +192,14 @@ TransportStatus transport_isend(Transport *t, int dst, int tag, const void *buf,
                                 const char *what, TransportRequest **req) {
   TransportStatus s = check_p2p(t, "send", dst, tag, buf, bytes, what);
   if (s != TRANSPORT_OK) return s;
-  return t->ops->isend(t, TRANSPORT_CH_P2P, dst, tag, buf, bytes, what, req);
+  return t->ops->post(t, TRANSPORT_CH_P2P, true, dst, tag, (void *)buf, bytes, what, req);
 }
 
 TransportStatus transport_irecv(Transport *t, int src, int tag, void *buf, size_t bytes,
                                 const char *what, TransportRequest **req) {
   TransportStatus s = check_p2p(t, "receive", src, tag, buf, bytes, what);
   if (s != TRANSPORT_OK) return s;
-  return t->ops->irecv(t, TRANSPORT_CH_P2P, src, tag, buf, bytes, what, req);
+  return t->ops->post(t, TRANSPORT_CH_P2P, false, src, tag, buf, bytes, what, req);
 }
 
 TransportStatus transport_wait(Transport *t, TransportRequest *req) {
@@ -182,16 +209,18 @@ TransportStatus transport_wait(Transport *t, TransportRequest *req) {
 TransportStatus transport_waitall(Transport *t, TransportRequest **reqs, int n) {
   if (t->status != TRANSPORT_OK) return t->status;
   double deadline = transport_now() + t->timeout_s;
-  for (int i = 0; i < n; i++) {
+  TransportStatus s = TRANSPORT_OK;
+  for (int i = 0; i < n && s == TRANSPORT_OK; i++) {
     if (!reqs[i]) continue;
     if (reqs[i]->owner != t)
       return transport_fail(t, TRANSPORT_BAD_ARG, "rank %d: waiting on a request of another rank",
                             t->rank);
-    TransportStatus s = t->ops->wait(t, reqs[i], deadline);
+    mark_wait(t, reqs[i]->peer);
+    s = t->ops->wait(t, reqs[i], deadline);
     reqs[i] = NULL;
-    if (s != TRANSPORT_OK) return s;
+    mark_wait(t, -1);
   }
-  return TRANSPORT_OK;
+  return s;
 }
 
 TransportStatus transport_send(Transport *t, int dst, int tag, const void *buf, size_t bytes,

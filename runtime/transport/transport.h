@@ -195,6 +195,9 @@ void transport_install_signal_handlers(void);
 int transport_interrupted(void); /* the signal number caught, or 0 */
 void transport_clear_interrupt(void); /* forget it and re-arm (tests, retries) */
 
+/* CLOCK_MONOTONIC, in seconds: the waits' deadlines and every host time a rank records. */
+double transport_now(void);
+
 /* ---- threads per rank ---------------------------------------------------- */
 
 /* The cores this process may run on (sched_getaffinity, else sysconf). */

@@ -110,9 +110,13 @@ static size_t chunk_len(size_t n, int w, int k) {
   return n / (size_t)w + ((size_t)k < n % (size_t)w ? 1 : 0);
 }
 
-/* Waits for the nreq requests one phase posted (one timeout for all). */
-static TransportStatus post_and_wait(TransportGroup *g, int nreq) {
-  return transport_waitall(g->t, g->reqs, nreq);
+/* Posts this member's message of `phase` to (is_send) or from member k, as the next
+ * of the phase's requests, g->reqs[(*nreq)++]; the phase waits for them all at once
+ * (transport_waitall: one timeout for all). */
+static TransportStatus coll_post(TransportGroup *g, bool is_send, int k, int phase, void *buf, size_t bytes,
+                                 const char *desc, int *nreq) {
+  return g->t->ops->post(g->t, TRANSPORT_CH_COLL, is_send, g->ranks[k], g->tag_base + phase, buf, bytes, desc,
+                         &g->reqs[(*nreq)++]);
 }
 
 /* A reduce-scatter, then an all-gather. The n elements are cut into w contiguous
@@ -148,14 +152,12 @@ TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_
   for (int k = 0; k < w && s == TRANSPORT_OK; k++) {
     if (k == me) continue;
     float *slot = t->scratch + (size_t)(k < me ? k : k - 1) * len;
-    s = t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_REDUCE_SCATTER,
-                      slot, len * sizeof(float), desc, &g->reqs[nreq++]);
-    if (s != TRANSPORT_OK) break;
-    s = t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_REDUCE_SCATTER,
-                      buf + chunk_lo(n, w, k), chunk_len(n, w, k) * sizeof(float), desc,
-                      &g->reqs[nreq++]);
+    s = coll_post(g, false, k, PHASE_REDUCE_SCATTER, slot, len * sizeof(float), desc, &nreq);
+    if (s == TRANSPORT_OK)
+      s = coll_post(g, true, k, PHASE_REDUCE_SCATTER, buf + chunk_lo(n, w, k), chunk_len(n, w, k) * sizeof(float),
+                    desc, &nreq);
   }
-  if (s == TRANSPORT_OK) s = post_and_wait(g, nreq);
+  if (s == TRANSPORT_OK) s = transport_waitall(t, g->reqs, nreq);
   if (s != TRANSPORT_OK) return s;
 
   /* Sum my chunk in member order, a block at a time so the running sums stay in
@@ -180,15 +182,11 @@ TransportStatus transport_allreduce_sum_f32(TransportGroup *g, float *buf, size_
   nreq = 0;
   for (int k = 0; k < w && s == TRANSPORT_OK; k++) {
     if (k == me) continue;
-    s = t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_ALL_GATHER,
-                      buf + chunk_lo(n, w, k), chunk_len(n, w, k) * sizeof(float), desc,
-                      &g->reqs[nreq++]);
-    if (s != TRANSPORT_OK) break;
-    s = t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_ALL_GATHER,
-                      buf + lo, len * sizeof(float), desc, &g->reqs[nreq++]);
+    s = coll_post(g, false, k, PHASE_ALL_GATHER, buf + chunk_lo(n, w, k), chunk_len(n, w, k) * sizeof(float),
+                  desc, &nreq);
+    if (s == TRANSPORT_OK) s = coll_post(g, true, k, PHASE_ALL_GATHER, buf + lo, len * sizeof(float), desc, &nreq);
   }
-  if (s == TRANSPORT_OK) s = post_and_wait(g, nreq);
-  return s;
+  return s == TRANSPORT_OK ? transport_waitall(t, g->reqs, nreq) : s;
 }
 
 /* Every member sends an empty message to the first member, which answers each once
@@ -202,34 +200,25 @@ TransportStatus transport_barrier(TransportGroup *g, const char *what) {
   TransportStatus s = TRANSPORT_OK;
   int nreq = 0;
   if (g->me != 0) {
-    s = t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[0], g->tag_base + PHASE_BARRIER_ARRIVE,
-                      NULL, 0, desc, &g->reqs[nreq++]);
-    if (s == TRANSPORT_OK)
-      s = t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[0], g->tag_base + PHASE_BARRIER_RELEASE,
-                        NULL, 0, desc, &g->reqs[nreq++]);
-    return s == TRANSPORT_OK ? post_and_wait(g, nreq) : s;
+    s = coll_post(g, true, 0, PHASE_BARRIER_ARRIVE, NULL, 0, desc, &nreq);
+    if (s == TRANSPORT_OK) s = coll_post(g, false, 0, PHASE_BARRIER_RELEASE, NULL, 0, desc, &nreq);
+    return s == TRANSPORT_OK ? transport_waitall(t, g->reqs, nreq) : s;
   }
   for (int k = 1; k < g->n && s == TRANSPORT_OK; k++)
-    s = t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_BARRIER_ARRIVE,
-                      NULL, 0, desc, &g->reqs[nreq++]);
-  if (s == TRANSPORT_OK) s = post_and_wait(g, nreq);
+    s = coll_post(g, false, k, PHASE_BARRIER_ARRIVE, NULL, 0, desc, &nreq);
+  if (s == TRANSPORT_OK) s = transport_waitall(t, g->reqs, nreq);
   nreq = 0;
   for (int k = 1; k < g->n && s == TRANSPORT_OK; k++)
-    s = t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + PHASE_BARRIER_RELEASE,
-                      NULL, 0, desc, &g->reqs[nreq++]);
-  return s == TRANSPORT_OK ? post_and_wait(g, nreq) : s;
+    s = coll_post(g, true, k, PHASE_BARRIER_RELEASE, NULL, 0, desc, &nreq);
+  return s == TRANSPORT_OK ? transport_waitall(t, g->reqs, nreq) : s;
 }
 
 /* One message of the agreement on the world group's barrier tags, waited for. */
 static TransportStatus agree_msg(TransportGroup *g, bool send, int k, int phase, char *buf) {
-  Transport *t = g->t;
-  TransportRequest *r = NULL;
   const char *what = send ? "the job's outcome of a step every rank takes" : "the outcome of a step every rank takes";
-  TransportStatus s = send ? t->ops->isend(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + phase, buf,
-                                           TRANSPORT_ERR_LEN, what, &r)
-                           : t->ops->irecv(t, TRANSPORT_CH_COLL, g->ranks[k], g->tag_base + phase, buf,
-                                           TRANSPORT_ERR_LEN, what, &r);
-  return s == TRANSPORT_OK ? transport_waitall(t, &r, 1) : s;
+  int nreq = 0;
+  TransportStatus s = coll_post(g, send, k, phase, buf, TRANSPORT_ERR_LEN, what, &nreq);
+  return s == TRANSPORT_OK ? transport_waitall(g->t, g->reqs, nreq) : s;
 }
 
 /* A barrier of the whole world whose messages carry each rank's error message and

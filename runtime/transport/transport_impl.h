@@ -29,14 +29,13 @@ typedef enum TransportChannel {
 } TransportChannel;
 
 typedef struct TransportOps {
-  /* Post a send or receive; return TRANSPORT_OK and *req, or fail t. */
-  TransportStatus (*isend)(Transport *t, TransportChannel ch, int dst, int tag,
-                           const void *buf, size_t bytes, const char *what,
-                           TransportRequest **req);
-  TransportStatus (*irecv)(Transport *t, TransportChannel ch, int src, int tag, void *buf,
-                           size_t bytes, const char *what, TransportRequest **req);
+  /* Post a send (is_send: buf is only read) or a receive; return TRANSPORT_OK and
+   * *req, or fail t. */
+  TransportStatus (*post)(Transport *t, TransportChannel ch, bool is_send, int peer, int tag, void *buf,
+                          size_t bytes, const char *what, TransportRequest **req);
   /* Block until req completes (then free it) or until `deadline` (a
-   * transport_now() value) passes or another cause fails t. */
+   * transport_now() value) passes or another cause fails t. transport_waitall marks
+   * the wait on req->peer around it (Transport.waiting_on). */
   TransportStatus (*wait)(Transport *t, TransportRequest *req, double deadline);
   void (*abort)(Transport *t, const char *why);
   void (*destroy)(Transport *t);
@@ -45,6 +44,11 @@ typedef struct TransportOps {
 /* A posted request; implementations embed it first in theirs. */
 struct TransportRequest {
   Transport *owner;
+  TransportRequest *next_free, *all_next; /* the owner's pool (transport_req_alloc) */
+  bool is_send;
+  int peer;
+  size_t bytes;
+  char what[TRANSPORT_WHAT_LEN];
 };
 
 /* The part every transport shares; implementations embed it first. */
@@ -58,6 +62,7 @@ struct Transport {
   char err[TRANSPORT_ERR_LEN];  /* the first failure's message */
   float *scratch;               /* all-reduce receive space, grown once */
   size_t scratch_cap;           /* in floats */
+  TransportRequest *free_reqs, *all_reqs; /* the request pool: the free ones; all ever allocated */
   /* Progress, written by the rank's thread, read by others (the local world's
    * watchdog and timeout blame; an MPI rank's answer to a status query). */
   _Atomic long long beat_us;        /* transport_now() in µs at the last progress */
@@ -66,9 +71,6 @@ struct Transport {
   _Atomic long long doing_index;
 };
 
-/* Progress bookkeeping for implementations: a wait on `peer` begins (peer >= 0) or
- * ends (-1). */
-void transport_mark_wait(Transport *t, int peer);
 /* "no progress for 5.1 s, in FWD 7" (or "... since it started") into buf. */
 void transport_describe_progress(const Transport *t, double now, char *buf, size_t n);
 /* A timeout whose cause lies down a chain of waits: this rank waited on chain[0],
@@ -77,6 +79,15 @@ void transport_describe_progress(const Transport *t, double now, char *buf, size
  * 0 timed out after 5 s waiting for X from rank 1, which waits for rank 2". */
 TransportStatus transport_fail_blame(Transport *t, bool is_send, const char *what, const int *chain, int n,
                                      const char *why);
+
+/* A request of `size` bytes (an implementation's, its TransportRequest first) from t's
+ * pool, which grows to the most requests ever outstanding, then stays: the shared
+ * fields filled (what NULL: "a message"), the rest as its last use left them. */
+TransportRequest *transport_req_alloc(Transport *t, size_t size, bool is_send, int peer, size_t bytes,
+                                      const char *what);
+void transport_req_free(Transport *t, TransportRequest *r);
+/* Frees every request of t's pool (t is done with them). */
+void transport_req_pool_free(Transport *t);
 
 /* Fills the shared fields. */
 void transport_init_base(Transport *t, const TransportOps *ops, TransportKind kind, int rank,
@@ -94,13 +105,9 @@ TransportStatus transport_fail(Transport *t, TransportStatus s, const char *fmt,
 TransportStatus transport_fail_wait(Transport *t, TransportStatus s, bool is_send, int peer,
                                     const char *what, const char *cause_detail);
 
-/* Monotonic seconds. */
-double transport_now(void);
 /* Sleeps for `seconds` (nanosleep; returns early on a signal). */
 void transport_sleep(double seconds);
 /* The next value of a process-wide failure counter. */
 uint64_t transport_next_fail_seq(void);
-/* Copies a `what` into a fixed buffer (NULL becomes "a message"). */
-void transport_copy_what(char dst[TRANSPORT_WHAT_LEN], const char *what);
 
 #endif

@@ -31,17 +31,12 @@ typedef enum LocalReqState {
 
 typedef struct LocalReq LocalReq;
 struct LocalReq {
-  TransportRequest base; /* owner */
-  LocalReq *next;        /* in a queue or on the free list */
-  LocalReq *all_next;    /* every request its rank ever allocated */
+  TransportRequest base; /* owner, is_send, peer, bytes, what */
+  LocalReq *next;        /* in a queue */
   LocalReqState state;
-  bool is_send;
   TransportChannel ch;
-  int peer, tag;
-  const void *sbuf; /* send: the data */
-  void *rbuf;       /* receive: where it goes */
-  size_t bytes;
-  char what[TRANSPORT_WHAT_LEN];
+  int tag;
+  void *buf; /* send: the data (only read); receive: where it goes */
   char mismatch[TRANSPORT_ERR_LEN];
 };
 
@@ -55,7 +50,6 @@ typedef struct LocalRank {
   bool exited;
   char exit_note[TRANSPORT_ERR_LEN / 2]; /* appended to "rank N exited" */
   LocalQueue inbox, posted;
-  LocalReq *free_list, *all;
 } LocalRank;
 
 struct TransportWorld {
@@ -130,30 +124,15 @@ static void unlink_req(LocalQueue *q, LocalReq *r) {
 static LocalReq *find_match(LocalQueue *q, int peer_rank_of_entry, TransportChannel ch, int tag,
                             bool entries_are_sends) {
   for (LocalReq *p = q->head; p; p = p->next) {
-    int from = entries_are_sends ? p->base.owner->rank : p->peer;
+    int from = entries_are_sends ? p->base.owner->rank : p->base.peer;
     if (from == peer_rank_of_entry && p->ch == ch && p->tag == tag) return p;
   }
   return NULL;
 }
 
-static LocalReq *req_alloc(LocalRank *me) {
-  LocalReq *r = me->free_list;
-  if (r) {
-    me->free_list = r->next;
-  } else { /* grows to the most requests ever outstanding, then stays */
-    r = pd_calloc(1, sizeof *r);
-    r->all_next = me->all;
-    me->all = r;
-  }
-  r->next = NULL;
-  r->base.owner = &me->base;
-  return r;
-}
-
 static void req_free(LocalRank *me, LocalReq *r) {
   r->state = REQ_FREE;
-  r->next = me->free_list;
-  me->free_list = r;
+  transport_req_free(&me->base, &r->base);
 }
 
 /* Completes a matched pair: copies unlocked, or fails both on a size mismatch.
@@ -162,20 +141,20 @@ static void req_free(LocalRank *me, LocalReq *r) {
  * freed under a copy. */
 static void deliver(TransportWorld *w, LocalReq *send, LocalReq *recv) {
   int src = send->base.owner->rank, dst = recv->base.owner->rank;
-  if (send->bytes != recv->bytes) {
+  if (send->base.bytes != recv->base.bytes) {
     snprintf(recv->mismatch, sizeof recv->mismatch,
-             "rank %d: received %zu bytes of %s from rank %d, expected %zu", dst, send->bytes,
-             recv->what, src, recv->bytes);
+             "rank %d: received %zu bytes of %s from rank %d, expected %zu", dst, send->base.bytes,
+             recv->base.what, src, recv->base.bytes);
     snprintf(send->mismatch, sizeof send->mismatch,
-             "rank %d: sent %zu bytes of %s to rank %d, which expected %zu", src, send->bytes,
-             send->what, dst, recv->bytes);
+             "rank %d: sent %zu bytes of %s to rank %d, which expected %zu", src, send->base.bytes,
+             send->base.what, dst, recv->base.bytes);
     send->state = recv->state = REQ_FAILED;
     broadcast(w);
     return;
   }
   send->state = recv->state = REQ_COPYING;
   UNLOCK(w);
-  if (send->bytes) memcpy(recv->rbuf, send->sbuf, send->bytes);
+  if (send->base.bytes) memcpy(recv->buf, send->buf, send->base.bytes);
   LOCK(w);
   send->state = recv->state = REQ_DONE;
   broadcast(w);
@@ -187,32 +166,29 @@ static void deliver(TransportWorld *w, LocalReq *send, LocalReq *recv) {
  * Lock held. */
 static void quiesce(LocalRank *me) {
   TransportWorld *w = me->w;
-  for (LocalReq *r = me->all; r; r = r->all_next) {
+  for (TransportRequest *q = me->base.all_reqs; q; q = q->all_next) {
+    LocalReq *r = (LocalReq *)q;
     while (r->state == REQ_COPYING) wait_until(w, transport_now() + 1.0);
     if (r->state == REQ_POSTED)
-      unlink_req(r->is_send ? &w->ranks[r->peer].inbox : &me->posted, r);
+      unlink_req(r->base.is_send ? &w->ranks[r->base.peer].inbox : &me->posted, r);
     if (r->state != REQ_FREE) req_free(me, r);
   }
 }
 
 /* ---- operations ---------------------------------------------------------- */
 
-/* A send (sbuf) or a receive (rbuf) of t's: delivered now when its match waits (a
+/* A send or a receive of t's: delivered now when its match waits (a
  * receive posted at the peer, a send in t's inbox), else queued where the match looks. */
-static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int peer, int tag, const void *sbuf,
-                            void *rbuf, size_t bytes, const char *what, TransportRequest **out) {
+static TransportStatus local_post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag, void *buf,
+                                  size_t bytes, const char *what, TransportRequest **out) {
   LocalRank *me = as_local(t);
   TransportWorld *w = me->w;
   LOCK(w);
-  LocalReq *r = req_alloc(me);
-  r->is_send = is_send;
+  LocalReq *r = (LocalReq *)transport_req_alloc(t, sizeof *r, is_send, peer, bytes, what);
+  r->next = NULL;
   r->ch = ch;
-  r->peer = peer;
   r->tag = tag;
-  r->sbuf = sbuf;
-  r->rbuf = rbuf;
-  r->bytes = bytes;
-  transport_copy_what(r->what, what);
+  r->buf = buf;
   *out = &r->base;
   LocalQueue *matches = is_send ? &w->ranks[peer].posted : &me->inbox;
   LocalReq *m = find_match(matches, is_send ? t->rank : peer, ch, tag, !is_send);
@@ -227,27 +203,17 @@ static TransportStatus post(Transport *t, bool is_send, TransportChannel ch, int
   return TRANSPORT_OK;
 }
 
-static TransportStatus local_isend(Transport *t, TransportChannel ch, int dst, int tag, const void *buf,
-                                   size_t bytes, const char *what, TransportRequest **out) {
-  return post(t, true, ch, dst, tag, buf, NULL, bytes, what, out);
-}
-
-static TransportStatus local_irecv(Transport *t, TransportChannel ch, int src, int tag, void *buf, size_t bytes,
-                                   const char *what, TransportRequest **out) {
-  return post(t, false, ch, src, tag, NULL, buf, bytes, what, out);
-}
-
 /* A timeout waiting on `peer`: follows the waits from there (every rank's
  * waiting_on is visible here) to the rank that is not waiting on anyone, the one
  * that stopped answering, and names it. Lock held. */
 static TransportStatus fail_timeout(LocalRank *me, const LocalReq *r) {
   TransportWorld *w = me->w;
-  int chain[64], n = 0, c = r->peer;
+  int chain[64], n = 0, c = r->base.peer;
   for (;;) {
     bool seen = c == me->base.rank;
     for (int i = 0; i < n && !seen; i++) seen = chain[i] == c;
     /* the waits lead back to a waiting rank: a deadlock, nobody stopped */
-    if (seen || n == 64) return transport_fail_wait(&me->base, TRANSPORT_TIMEOUT, r->is_send, r->peer, r->what, NULL);
+    if (seen || n == 64) return transport_fail_wait(&me->base, TRANSPORT_TIMEOUT, r->base.is_send, r->base.peer, r->base.what, NULL);
     chain[n++] = c;
     int next = atomic_load_explicit(&w->ranks[c].base.waiting_on, memory_order_relaxed);
     if (w->ranks[c].exited || next < 0) break;
@@ -259,14 +225,13 @@ static TransportStatus fail_timeout(LocalRank *me, const LocalReq *r) {
     snprintf(why, sizeof why, "it exited");
   else
     transport_describe_progress(&culprit->base, transport_now(), why, sizeof why);
-  return transport_fail_blame(&me->base, r->is_send, r->what, chain, n, why);
+  return transport_fail_blame(&me->base, r->base.is_send, r->base.what, chain, n, why);
 }
 
 static TransportStatus local_wait(Transport *t, TransportRequest *req, double deadline) {
   LocalRank *me = as_local(t);
   TransportWorld *w = me->w;
   LocalReq *r = (LocalReq *)req;
-  transport_mark_wait(t, r->peer);
   LOCK(w);
   TransportStatus s = TRANSPORT_OK;
   for (;;) {
@@ -280,15 +245,15 @@ static TransportStatus local_wait(Transport *t, TransportRequest *req, double de
       break;
     }
     if (r->state == REQ_POSTED) {
-      LocalRank *peer = &w->ranks[r->peer];
+      LocalRank *peer = &w->ranks[r->base.peer];
       if (w->aborted)
-        s = transport_fail_wait(t, TRANSPORT_ABORTED, r->is_send, r->peer, r->what,
+        s = transport_fail_wait(t, TRANSPORT_ABORTED, r->base.is_send, r->base.peer, r->base.what,
                                 w->abort_cause);
       else if (peer->exited)
-        s = transport_fail_wait(t, TRANSPORT_PEER_EXITED, r->is_send, r->peer, r->what,
+        s = transport_fail_wait(t, TRANSPORT_PEER_EXITED, r->base.is_send, r->base.peer, r->base.what,
                                 peer->exit_note);
       else if (transport_interrupted())
-        s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, r->is_send, r->peer, r->what, NULL);
+        s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, r->base.is_send, r->base.peer, r->base.what, NULL);
       else if (transport_now() >= deadline)
         s = fail_timeout(me, r);
       if (s != TRANSPORT_OK) {
@@ -300,7 +265,6 @@ static TransportStatus local_wait(Transport *t, TransportRequest *req, double de
     wait_until(w, r->state == REQ_COPYING ? transport_now() + 1.0 : deadline);
   }
   UNLOCK(w);
-  transport_mark_wait(t, -1);
   return s;
 }
 
@@ -340,8 +304,7 @@ static void local_exit(LocalRank *me, const char *note) {
 static void local_destroy(Transport *t) { local_exit(as_local(t), NULL); }
 
 static const TransportOps local_ops = {
-    .isend = local_isend,
-    .irecv = local_irecv,
+    .post = local_post,
     .wait = local_wait,
     .abort = local_abort,
     .destroy = local_destroy,
@@ -372,12 +335,8 @@ Transport *transport_local_rank(TransportWorld *w, int rank) {
 void transport_local_destroy_world(TransportWorld *w) {
   if (!w) return;
   for (int r = 0; r < w->n; r++) {
-    LocalRank *lr = &w->ranks[r];
-    free(lr->base.scratch);
-    for (LocalReq *q = lr->all, *next; q; q = next) {
-      next = q->all_next;
-      free(q);
-    }
+    free(w->ranks[r].base.scratch);
+    transport_req_pool_free(&w->ranks[r].base);
   }
   free(w->ranks);
   pthread_cond_destroy(&w->cv);
@@ -461,25 +420,20 @@ static void *watchdog_main(void *p) {
     }
     if ((first >= 0 || w->aborted) && failed_at < 0) failed_at = now;
     int slow = w->n > 1 ? silent_rank(w, now, failed_at >= 0) : -1;
-    if (slow >= 0) {
+    bool late = slow < 0 && failed_at >= 0 && stuck >= 0 && now - failed_at > grace;
+    if (slow >= 0 || late) { /* the failure first (late: there is one), then the rank */
       char how[160];
-      transport_describe_progress(&w->ranks[slow].base, now, how, sizeof how);
+      transport_describe_progress(&w->ranks[late ? stuck : slow].base, now, how, sizeof how);
       fflush(stdout);
       if (first >= 0 || w->aborted)
         fprintf(stderr, "%s: error: %s\n", program_invocation_short_name,
                 first >= 0 ? w->ranks[first].base.err : w->abort_cause);
-      fprintf(stderr, "%s: error: rank %d is stuck inside a computation or a library call (%s, more than --timeout "
-              "%g s); ending the run\n", program_invocation_short_name, slow, how, w->ranks[slow].base.timeout_s);
-      _exit(1);
-    }
-    if (failed_at >= 0 && stuck >= 0 && now - failed_at > grace) {
-      char how[160];
-      transport_describe_progress(&w->ranks[stuck].base, now, how, sizeof how);
-      fflush(stdout);
-      fprintf(stderr, "%s: error: %s\n%s: error: rank %d did not stop within %g s of that failure (%s): stuck "
-              "inside a computation or a library call; ending the run\n",
-              program_invocation_short_name, first >= 0 ? w->ranks[first].base.err : w->abort_cause,
-              program_invocation_short_name, stuck, grace, how);
+      if (!late)
+        fprintf(stderr, "%s: error: rank %d is stuck inside a computation or a library call (%s, more than --timeout "
+                "%g s); ending the run\n", program_invocation_short_name, slow, how, w->ranks[slow].base.timeout_s);
+      else
+        fprintf(stderr, "%s: error: rank %d did not stop within %g s of that failure (%s): stuck inside a "
+                "computation or a library call; ending the run\n", program_invocation_short_name, stuck, grace, how);
       _exit(1);
     }
     UNLOCK(w);

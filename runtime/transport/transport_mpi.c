@@ -25,20 +25,13 @@ enum { CTRL_TAG = 1, ASK_TAG = 2, STATE_TAG = 3 };
 typedef struct MpiReq MpiReq;
 struct MpiReq {
   TransportRequest base;
-  MpiReq *next_free;
-  MpiReq *all_next;
   MPI_Request r; /* MPI_REQUEST_NULL when not outstanding */
-  bool is_send;
-  int peer;
-  size_t bytes;
-  char what[TRANSPORT_WHAT_LEN];
 };
 
 typedef struct MpiTransport {
   Transport base;
   MPI_Comm comm[TRANSPORT_NCHANNELS];
   MPI_Comm ctrl;
-  MpiReq *free_list, *all;
   bool remote_abort;             /* the failure came from another rank */
   MPI_Request *ctrl_sends;       /* one per rank, for our own abort message */
   char ctrl_msg[TRANSPORT_ERR_LEN];
@@ -62,9 +55,10 @@ static void mpi_errstr(int rc, char *buf, size_t len) {
 /* Frees every outstanding request: receives are cancelled; sends are left to
  * finish (their buffers stay valid until destroy, which ends the process). */
 static void cancel_all(MpiTransport *m) {
-  for (MpiReq *q = m->all; q; q = q->all_next) {
+  for (TransportRequest *b = m->base.all_reqs; b; b = b->all_next) {
+    MpiReq *q = (MpiReq *)b;
     if (q->r == MPI_REQUEST_NULL) continue;
-    if (!q->is_send) MPI_Cancel(&q->r);
+    if (!q->base.is_send) MPI_Cancel(&q->r);
     MPI_Request_free(&q->r);
     q->r = MPI_REQUEST_NULL;
   }
@@ -81,59 +75,31 @@ static TransportStatus fail_call(MpiTransport *m, const char *call, int rc, cons
   return s;
 }
 
-static MpiReq *req_alloc(MpiTransport *m) {
-  MpiReq *q = m->free_list;
-  if (q) {
-    m->free_list = q->next_free;
-  } else { /* grows to the most requests ever outstanding, then stays */
-    q = pd_calloc(1, sizeof *q);
-    q->all_next = m->all;
-    m->all = q;
-  }
-  q->base.owner = &m->base;
-  q->r = MPI_REQUEST_NULL;
-  return q;
-}
-
+/* Back to the pool, not outstanding (cancel_all skips it). */
 static void req_free(MpiTransport *m, MpiReq *q) {
   q->r = MPI_REQUEST_NULL;
-  q->next_free = m->free_list;
-  m->free_list = q;
+  transport_req_free(&m->base, &q->base);
 }
 
-static TransportStatus post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag,
-                            void *buf, size_t bytes, const char *what, TransportRequest **out) {
+static TransportStatus mpi_post(Transport *t, TransportChannel ch, bool is_send, int peer, int tag,
+                                void *buf, size_t bytes, const char *what, TransportRequest **out) {
   MpiTransport *m = as_mpi(t);
   *out = NULL;
   if (bytes > (size_t)INT_MAX)
     return transport_fail(t, TRANSPORT_BAD_ARG,
                           "rank %d: %s of %zu bytes exceeds MPI's limit of %d bytes a message",
                           t->rank, what ? what : "a message", bytes, INT_MAX);
-  MpiReq *q = req_alloc(m);
-  q->is_send = is_send;
-  q->peer = peer;
-  q->bytes = bytes;
-  transport_copy_what(q->what, what);
+  MpiReq *q = (MpiReq *)transport_req_alloc(t, sizeof *q, is_send, peer, bytes, what);
+  q->r = MPI_REQUEST_NULL;
   int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm[ch], &q->r)
                    : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm[ch], &q->r);
   if (rc != MPI_SUCCESS) {
-    TransportStatus s = fail_call(m, is_send ? "MPI_Isend" : "MPI_Irecv", rc, q->what, peer);
+    TransportStatus s = fail_call(m, is_send ? "MPI_Isend" : "MPI_Irecv", rc, q->base.what, peer);
     req_free(m, q);
     return s;
   }
   *out = &q->base;
   return TRANSPORT_OK;
-}
-
-static TransportStatus mpi_isend(Transport *t, TransportChannel ch, int dst, int tag,
-                                 const void *buf, size_t bytes, const char *what,
-                                 TransportRequest **out) {
-  return post(t, ch, true, dst, tag, (void *)buf, bytes, what, out);
-}
-
-static TransportStatus mpi_irecv(Transport *t, TransportChannel ch, int src, int tag, void *buf,
-                                 size_t bytes, const char *what, TransportRequest **out) {
-  return post(t, ch, false, src, tag, buf, bytes, what, out);
 }
 
 /* Answers a pending status query from st.MPI_SOURCE: whom this rank waits on
@@ -174,8 +140,8 @@ static bool poll_ctrl(MpiTransport *m, char *cause, size_t len) {
   return true;
 }
 
-/* A timeout waiting on q->peer. Every other rank is asked whom it waits on (a rank
- * answers from inside its own waits); the waits are followed from q->peer to the
+/* A timeout waiting on q->base.peer. Every other rank is asked whom it waits on (a rank
+ * answers from inside its own waits); the waits are followed from q->base.peer to the
  * first rank that does not answer, or waits on no one, and that rank is named:
  * a SIGSTOPped or stuck process answers nothing, so the neighbour waiting on it is
  * not blamed. An abort arriving meanwhile wins (another rank found the cause). */
@@ -214,15 +180,15 @@ static TransportStatus fail_timeout(MpiTransport *m, MpiReq *q) {
   if (aborted) {
     free(state);
     m->remote_abort = true;
-    return transport_fail_wait(t, TRANSPORT_ABORTED, q->is_send, q->peer, q->what, cause);
+    return transport_fail_wait(t, TRANSPORT_ABORTED, q->base.is_send, q->base.peer, q->base.what, cause);
   }
-  int chain[64], len = 0, c = q->peer;
+  int chain[64], len = 0, c = q->base.peer;
   for (;;) {
     bool seen = c == t->rank;
     for (int i = 0; i < len && !seen; i++) seen = chain[i] == c;
     if (seen || len == 64) { /* the waits lead back to a waiting rank: a deadlock, nobody stopped */
       free(state);
-      return transport_fail_wait(t, TRANSPORT_TIMEOUT, q->is_send, q->peer, q->what, NULL);
+      return transport_fail_wait(t, TRANSPORT_TIMEOUT, q->base.is_send, q->base.peer, q->base.what, NULL);
     }
     chain[len++] = c;
     if (state[c] < 0 || state[c] >= n) break;
@@ -237,14 +203,14 @@ static TransportStatus fail_timeout(MpiTransport *m, MpiReq *q) {
     snprintf(why, sizeof why, "it waits on no one");
   free(state);
   m->blamed = culprit;
-  return transport_fail_blame(t, q->is_send, q->what, chain, len, why);
+  return transport_fail_blame(t, q->base.is_send, q->base.what, chain, len, why);
 }
 
 /* Every request is MPI_Isend/MPI_Irecv; a wait polls MPI_Test, and between polls it
  * checks the control channel (MPI_Iprobe), the signal flag and the deadline, then
  * sleeps with a backoff from 10 µs to ~0.1 ms (ranks often share cores with each other
  * and with BLAS threads, so spinning would steal them). */
-static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, double deadline) {
+static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double deadline) {
   MpiTransport *m = as_mpi(t);
   MpiReq *q = (MpiReq *)req;
   PD_CHECK(q->r != MPI_REQUEST_NULL, "(waiting on a finished request)");
@@ -260,22 +226,22 @@ static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, doub
         TransportStatus s = transport_fail(t, TRANSPORT_MISMATCH,
                                            "rank %d: received more than the %zu bytes expected "
                                            "of %s from rank %d",
-                                           t->rank, q->bytes, q->what, q->peer);
+                                           t->rank, q->base.bytes, q->base.what, q->base.peer);
         cancel_all(m);
         return s;
       }
-      return fail_call(m, "MPI_Test", rc, q->what, q->peer);
+      return fail_call(m, "MPI_Test", rc, q->base.what, q->base.peer);
     }
     if (flag) {
       q->r = MPI_REQUEST_NULL;
-      if (!q->is_send) {
+      if (!q->base.is_send) {
         int got = 0;
         MPI_Get_count(&st, MPI_BYTE, &got);
-        if ((size_t)got != q->bytes) {
+        if ((size_t)got != q->base.bytes) {
           TransportStatus s = transport_fail(t, TRANSPORT_MISMATCH,
                                              "rank %d: received %d bytes of %s from rank %d, "
                                              "expected %zu",
-                                             t->rank, got, q->what, q->peer, q->bytes);
+                                             t->rank, got, q->base.what, q->base.peer, q->base.bytes);
           req_free(m, q);
           cancel_all(m);
           return s;
@@ -288,9 +254,9 @@ static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, doub
     TransportStatus s = TRANSPORT_OK;
     if (poll_ctrl(m, cause, sizeof cause)) {
       m->remote_abort = true;
-      s = transport_fail_wait(t, TRANSPORT_ABORTED, q->is_send, q->peer, q->what, cause);
+      s = transport_fail_wait(t, TRANSPORT_ABORTED, q->base.is_send, q->base.peer, q->base.what, cause);
     } else if (transport_interrupted()) {
-      s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, q->is_send, q->peer, q->what, NULL);
+      s = transport_fail_wait(t, TRANSPORT_INTERRUPTED, q->base.is_send, q->base.peer, q->base.what, NULL);
     } else if (transport_now() >= deadline) {
       s = fail_timeout(m, q);
     }
@@ -303,14 +269,6 @@ static TransportStatus mpi_wait_marked(Transport *t, TransportRequest *req, doub
       if (nap < 100e-6) nap *= 2;
     }
   }
-}
-
-static TransportStatus mpi_wait(Transport *t, TransportRequest *req, double deadline) {
-  TransportStatus s = TRANSPORT_OK;
-  transport_mark_wait(t, ((MpiReq *)req)->peer);
-  s = mpi_wait_marked(t, req, deadline);
-  transport_mark_wait(t, -1);
-  return s;
 }
 
 /* Tells every other rank `msg` on the control channel (once per process). */
@@ -366,10 +324,7 @@ static void mpi_abort(Transport *t, const char *why) {
 }
 
 static void free_all(MpiTransport *m) {
-  for (MpiReq *q = m->all, *next; q; q = next) {
-    next = q->all_next;
-    free(q);
-  }
+  transport_req_pool_free(&m->base);
   free(m->ctrl_sends);
   free(m);
 }
@@ -408,8 +363,7 @@ static void mpi_atexit(void) {
 }
 
 static const TransportOps mpi_ops = {
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
+    .post = mpi_post,
     .wait = mpi_wait,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
