@@ -19,6 +19,9 @@
 
 #include "runtime/cuda/cuda_backend.h"
 
+/* One GPU (cuda_device.c), behind its CxDeviceOps. */
+typedef struct CudaDev CudaDev;
+
 #define PD_STR2_(x) #x
 #define PD_SYMNAME(x) PD_STR2_(x)
 
@@ -111,17 +114,17 @@ CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, GpuPtr A,
 /* The stream's cuBLAS workspace (cuda_device.c allocates it at its first use) and its
  * size: cuBLAS and cuBLASLt (cuda_lt.c) share it, their calls on one stream being in
  * order. */
-GpuPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes);
+GpuPtr cuda_dev_workspace(CudaDev *d, int s, size_t *bytes);
 /* y[0..n) += x[0..n) (float32) on stream s, through cuBLAS (cublasSaxpy). */
-void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y);
+void cuda_dev_axpy(CudaDev *d, int s, int n, GpuPtr x, GpuPtr y);
 /* cuda_gemm of a GEMM with an epilogue: one cuBLASLt matmul (cuda_lt.c). */
-void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *g);
+void cuda_gemm_lt(CudaDev *d, int s, const GpuGemm *g);
 /* The cublasLtEpilogue_t that runs row-major epilogue k after cuda_gemm_colmajor's
  * operand swap: row-major N is column-major m, the rows of D, so the bias (length N)
  * and aux (ld ldaux) keep their meaning, and the bias gradient of the row-major B
  * operand is column-major A's, CUBLASLT_EPILOGUE_BGRADA (tests/cuda/test_cuda_gemm_map.c). */
 int cuda_lt_epilogue_colmajor(GemmEpilogue k);
 
-CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
+CUstream cuda_dev_stream(const CudaDev *d, int s);
 
 #endif /* PD2BW_CUDA_INTERNAL_H */

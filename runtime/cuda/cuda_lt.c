@@ -82,7 +82,7 @@ static void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a
   LT_CHECK(lt.cublasLtMatmulDescSetAttribute(desc, a, v, n));
 }
 
-void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
+void cuda_gemm_lt(CudaDev *d, int s, const GpuGemm *gm) {
   GemmType type = gm->type;
   int ta = gm->ta, tb = gm->tb, M = gm->M, N = gm->N, lda = gm->lda, ldb = gm->ldb, ldc = gm->ldc;
   const GpuEpilogue *ep = &gm->ep;
