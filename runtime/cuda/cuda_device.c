@@ -27,9 +27,6 @@
 /* ---- the driver, loaded and initialised once ------------------------------------ */
 
 static CuApi cu_api;
-/* cuMemcpyDtoDAsync (single-GPU pipeline mode's sends), loaded beside PD_CU_FUNCS;
- * kept apart from that list, which cuda_internal.h owns, because nothing else needs it. */
-static __typeof__(cuMemcpyDtoDAsync) *cu_dtod_async;
 
 /* Names for the results a user may meet before any call has worked (the stub
  * library's cuGetErrorName fails too, so these cannot come from the driver). */
@@ -64,15 +61,13 @@ void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file,
            cuda_result_str(api, r, buf, sizeof buf));
 }
 
+CUDA_API_BIND(cu_syms, cu_api, PD_CU_FUNCS, "libcuda.so.1", "cuda backend: the CUDA driver is too old (",
+              "); use --backend cpu")
+
 /* The driver's API, then cuInit: a stub library or a machine without a device is
  * said as such. */
 static bool cu_bind(void *h, char *why, size_t n) {
-  const CudaMsg old = {"cuda backend: the CUDA driver is too old (", "); use --backend cpu"};
-#define PD_CU_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcuda.so.1", &cu_api.f, old, why, n)) return false;
-  PD_CU_FUNCS(PD_CU_SYM)
-#undef PD_CU_SYM
-  if (!cuda_lib_sym(h, PD_SYMNAME(cuMemcpyDtoDAsync), "libcuda.so.1", &cu_dtod_async, old, why, n)) return false;
+  if (!cu_syms(h, why, n)) return false;
   CUresult r = cu_api.cuInit(0);
   char rs[256];
   cuda_result_str(&cu_api, r, rs, sizeof rs);
@@ -105,20 +100,11 @@ const CuApi *cuda_driver_api(char *err, size_t errlen) {
 /* clang-format on */
 
 typedef struct CublasApi {
-#define PD_CUBLAS_FIELD(f) __typeof__(f) *f;
-  PD_CUBLAS_FUNCS(PD_CUBLAS_FIELD)
-#undef PD_CUBLAS_FIELD
+  CUDA_API_FIELDS(PD_CUBLAS_FUNCS)
 } CublasApi;
 
 static CublasApi cublas_api;
-
-static bool cublas_bind(void *h, char *why, size_t n) {
-#define PD_CUBLAS_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcublas", &cublas_api.f, (CudaMsg){"cuda backend: ", ""}, why, n)) return false;
-  PD_CUBLAS_FUNCS(PD_CUBLAS_SYM)
-#undef PD_CUBLAS_SYM
-  return true;
-}
+CUDA_API_BIND(cublas_bind, cublas_api, PD_CUBLAS_FUNCS, "libcublas", "cuda backend: ", "")
 
 static const char *const cublas_names[] = {"libcublas.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libcublas.so", NULL};
 static CudaLib cublas_lib = CUDA_LIB("PD2BW_LIBCUBLAS", cublas_names, "cuda backend: cuBLAS not found (", ")", cublas_bind);
@@ -129,13 +115,8 @@ static const CublasApi *cublas_load(char *err, size_t errlen) {
 
 bool cuda_cublas_available(char *err, size_t errlen) { return cublas_load(err, errlen) != NULL; }
 
-#define CUBLAS_CHECK(call)                                                                         \
-  do {                                                                                             \
-    cublasStatus_t cb_s_ = (call);                                                                 \
-    if (cb_s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-      pd_fatal(__FILE__, __LINE__, "cuBLAS call failed: %s returned %s (%d)", #call,               \
-               cublas_api.cublasGetStatusString(cb_s_), (int)cb_s_);                               \
-  } while (0)
+#define CUBLAS_CHECK(call) \
+  CUDA_LIB_CHECK(cublasStatus_t, call, CUBLAS_STATUS_SUCCESS, "cuBLAS", cublas_api.cublasGetStatusString)
 
 /* ---- the device: CxDeviceOps (cuda_backend.h) -------------------------------------- */
 
@@ -319,7 +300,7 @@ static void d_memset0(void *dev, int s, GpuPtr p, size_t bytes) {
 
 static void d_dtod(void *dev, int s, GpuPtr dst, GpuPtr src, size_t bytes) {
   CudaDev *d = dev;
-  if (bytes) CU_CHECK(d->api, cu_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
+  if (bytes) CU_CHECK(d->api, d->api->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
 }
 
 static bool d_streams(void *dev, int n, char *err, size_t errlen) {

@@ -59,6 +59,32 @@ bool cuda_lib_load(CudaLib *l, char *err, size_t errlen);
  * cuda_dlsym's message in why; for the bind functions' symbol lists. */
 bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n);
 
+/* A library's API as an X-macro list FUNCS of its functions: CUDA_API_FIELDS(FUNCS) in a
+ * struct declares a pointer of each function's own type; CUDA_API_BIND defines
+ * `static bool name(void *h, char *why, size_t n)`, which resolves every one of them
+ * into the struct `api` (cuda_lib_sym, libname and before/after in its message). */
+#define CUDA_API_FIELD_(f) __typeof__(f) *f;
+#define CUDA_API_FIELDS(FUNCS) FUNCS(CUDA_API_FIELD_)
+#define CUDA_API_SYM_(f) \
+  if (!cuda_lib_sym(h_, PD_SYMNAME(f), lib_, &api_->f, msg_, why_, n_)) return false;
+#define CUDA_API_BIND(name, api, FUNCS, libname, before, after) \
+  static bool name(void *h_, char *why_, size_t n_) {          \
+    __typeof__(api) *api_ = &(api);                            \
+    const char *lib_ = libname;                                \
+    const CudaMsg msg_ = {before, after};                      \
+    FUNCS(CUDA_API_SYM_)                                       \
+    return true;                                               \
+  }
+
+/* A failed library call during normal operation: pd_fatal naming the call, its status
+ * of type T (not ok) and the library's text for it, str(status). */
+#define CUDA_LIB_CHECK(T, call, ok, lib, str)                                                     \
+  do {                                                                                            \
+    T st_ = (call);                                                                               \
+    if (st_ != (ok))                                                                              \
+      pd_fatal(__FILE__, __LINE__, lib " call failed: %s returned %s (%d)", #call, str(st_), (int)st_); \
+  } while (0)
+
 /* The driver API functions pd2bw uses (one X per function). */
 /* clang-format off */
 #define PD_CU_FUNCS(X)                                                                   \
@@ -70,13 +96,12 @@ bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaM
   X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)          \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)               \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)        \
+  X(cuMemcpyDtoDAsync)
 /* clang-format on */
 
 typedef struct CuApi {
-#define PD_CU_FIELD(f) __typeof__(f) *f;
-  PD_CU_FUNCS(PD_CU_FIELD)
-#undef PD_CU_FIELD
+  CUDA_API_FIELDS(PD_CU_FUNCS)
 } CuApi;
 
 /* The driver API, loaded once per process (cuda_device.c); NULL with a message

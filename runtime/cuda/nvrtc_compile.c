@@ -40,9 +40,7 @@
 /* clang-format on */
 
 typedef struct NvrtcApi {
-#define PD_NVRTC_FIELD(f) __typeof__(f) *f;
-  PD_NVRTC_FUNCS(PD_NVRTC_FIELD)
-#undef PD_NVRTC_FIELD
+  CUDA_API_FIELDS(PD_NVRTC_FUNCS)
   int major, minor;
 } NvrtcApi;
 
@@ -50,11 +48,10 @@ static NvrtcApi nvrtc_api;
 #define PD_XSTR_(x) #x
 #define PD_XSTR(x) PD_XSTR_(x)
 
+CUDA_API_BIND(nvrtc_syms, nvrtc_api, PD_NVRTC_FUNCS, "libnvrtc", "", "")
+
 static bool nvrtc_bind(void *h, char *why, size_t n) {
-#define PD_NVRTC_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libnvrtc", &nvrtc_api.f, (CudaMsg){"", ""}, why, n)) return false;
-  PD_NVRTC_FUNCS(PD_NVRTC_SYM)
-#undef PD_NVRTC_SYM
+  if (!nvrtc_syms(h, why, n)) return false;
   nvrtcResult r = nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
   if (r != NVRTC_SUCCESS) snprintf(why, n, "nvrtcVersion failed: %s", nvrtc_api.nvrtcGetErrorString(r));
   return r == NVRTC_SUCCESS;
