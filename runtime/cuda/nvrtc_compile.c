@@ -74,21 +74,15 @@ bool cuda_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-static __attribute__((format(printf, 1, 0))) char *pd_vasprintf(const char *fmt, va_list ap) {
-  va_list ap2;
+static __attribute__((format(printf, 1, 2))) char *pd_asprintf(const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
   va_copy(ap2, ap);
   int n = vsnprintf(NULL, 0, fmt, ap2);
   va_end(ap2);
   PD_CHECK(n >= 0);
   char *s = pd_malloc((size_t)n + 1);
   vsnprintf(s, (size_t)n + 1, fmt, ap);
-  return s;
-}
-
-static __attribute__((format(printf, 1, 2))) char *pd_asprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = pd_vasprintf(fmt, ap);
   va_end(ap);
   return s;
 }
