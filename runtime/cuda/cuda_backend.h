@@ -58,24 +58,16 @@ bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name);
 
 /* ===== the device ============================================================== */
 
-/* Streams every device has, by index (one order of work each). */
-typedef enum CudaStreamId {
-  CUDA_STREAM_COMPUTE = 0, /* forward, backward, optimizer */
-  CUDA_STREAM_SEND = 1,    /* activations/gradients to the neighbour stages */
-  CUDA_STREAM_RECV = 2,    /* and from them */
-  CUDA_STREAM_REDUCE = 3,  /* the replica all-reduce */
-  CUDA_NSTREAMS = 4
-} CudaStreamId;
-
-/* More streams than the four above, for single-GPU pipeline mode (one per stage
- * replica): ids CUDA_NSTREAMS .. n-1 are made by the table's streams entry and used
- * like the named ones. */
-#define CUDA_MAX_STREAMS 64
+/* Streams, by index (one order of work each): a GPU opens with CUDA_NSTREAMS; the
+ * table's streams entry makes more, up to CUDA_MAX_STREAMS, for single-GPU pipeline
+ * mode (its rank r issues on 1 + r). Stream 0 is where the executor issues everything:
+ * passes, optimizer, and the links' copies and collectives. */
+enum { CUDA_STREAM_COMPUTE = 0, CUDA_NSTREAMS = 4, CUDA_MAX_STREAMS = 64 };
 
 /* The GPU's primitives, the one way anything drives a device: the backend's table of a
  * real GPU (cuda_dev_open), the host emulator's (tests/cudaexec), and the executor's
  * --kernel-profile wrapper and per-rank share views (runtime/cuda/exec/cuda_exec.h).
- * Every call is on one device; `stream` is a CudaStreamId (0: compute). Launches,
+ * Every call is on one device; `stream` is a stream's index (0: compute). Launches,
  * GEMMs and zeroing are asynchronous on their stream; htod/dtoh first wait for all the
  * device's work, so the host may reuse or read its buffer when they return. */
 typedef struct CxDeviceOps {
