@@ -25,22 +25,15 @@ typedef struct CudaDev CudaDev;
 #define PD_STR2_(x) #x
 #define PD_SYMNAME(x) PD_STR2_(x)
 
-/* dlopen()s the first of: getenv(env_var) (a path), each soname, each soname inside
- * the toolkit's lib directory this build was configured with. NULL with
- * dlerror()'s message for the first soname in err. */
-void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, size_t errlen);
-
-/* dlsym that reports which symbol was missing; NULL with a message in err. */
-void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen);
-
 /* A message around a reason: before, the reason, after. */
 typedef struct CudaMsg {
   const char *before, *after;
 } CudaMsg;
 
 /* One NVIDIA library, loaded once per process by whichever thread asks first (rank
- * threads open their devices concurrently): cuda_dlopen(env_var, sonames), then
- * bind(h) resolves its API (and checks what it must), false with a message. A
+ * threads open their devices concurrently): the first of getenv(env_var) (a path),
+ * each soname, each soname in the toolkit's lib directory this build was configured
+ * with (cuda_dlopen.c), then bind(h) resolves its API (and checks what it must), false with a message. A
  * library that is missing says `missing` around the loader's reason. */
 typedef struct CudaLib {
   const char *env_var;
@@ -56,7 +49,7 @@ typedef struct CudaLib {
 /* true once the library is ready; else false with its message in err */
 bool cuda_lib_load(CudaLib *l, char *err, size_t errlen);
 /* Resolves `sym` into *fn (a function pointer's address) or fails with `msg` around
- * cuda_dlsym's message in why; for the bind functions' symbol lists. */
+ * "<libname> has no symbol <sym> (too old?)" in why; for the bind functions. */
 bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n);
 
 /* A library's API as an X-macro list FUNCS of its functions: CUDA_API_FIELDS(FUNCS) in a
