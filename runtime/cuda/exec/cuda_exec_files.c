@@ -10,16 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
- * with a message. */
 char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
                       size_t errlen) {
-  char *path = io_join(plan_dir, name), ioerr[IO_ERR_LEN];
+  char *path = io_join(plan_dir, name);
   size_t len = 0;
-  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
-  if (!src) {
-    snprintf(err, errlen, "%s", ioerr);
-  } else {
+  char *src = io_read_all(path, &len, err, errlen);
+  if (src) {
     char h[17];
     codegen_hash_hex(src, len, h);
     if (strcmp(h, want) != 0) {
@@ -33,8 +29,6 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
   return src;
 }
 
-/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
- * the same program share one) and its rng_base. false with a message. */
 bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
                     size_t errlen) {
   char *path = io_join(plan_dir, "plan.json");
