@@ -95,15 +95,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[512];
-  CxDeviceOps *ops = cx_cuda_open(device, err, sizeof err);
+  CxDeviceOps *ops = cuda_dev_open(device, err, sizeof err);
   if (!ops) {
     fprintf(stderr, "gemm_sweep: %s\n", err);
     return 77;
   }
   char name[256];
-  snprintf(name, sizeof name, "%s", cx_cuda_name(ops));
+  snprintf(name, sizeof name, "%s", cuda_dev_name(ops));
   if (cluster_out) device_rates(ops, &cal.copy_gbs, &cal.launch_us);
-  cx_cuda_close(ops); /* cx_cuda_gemm_tflops opens the device itself */
+  cuda_dev_close(ops); /* cuda_gemm_tflops opens the device itself */
   GemmPoint pt[3][NNK * NM + NW * NP];
   GemmSweep sw[3];
   for (int p = 0; p < 3; p++) {
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     for (int a = 0; a < NNK; a++)
       for (int j = 0; j < NM; j++) {
         int M = ms[j], N = nks[a], K = nks[a];
-        double tf = cx_cuda_gemm_tflops(device, types[p], M, N, K, err, sizeof err);
+        double tf = cuda_gemm_tflops(device, types[p], M, N, K, err, sizeof err);
         if (tf <= 0) {
           fprintf(stderr, "gemm_sweep: %s %dx%dx%d: %s\n", names[p], M, N, K, err);
           continue;
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
     for (int a = 0; cluster_out && p > 0 && a < NW; a++) /* the model's shapes, TF32 and BF16 */
       for (int j = 0; j < NP; j++) {
         int N = proj[j][0] * widths[a], K = proj[j][1] * widths[a];
-        double tf = cx_cuda_gemm_tflops(device, types[p], MODEL_M, N, K, err, sizeof err);
+        double tf = cuda_gemm_tflops(device, types[p], MODEL_M, N, K, err, sizeof err);
         if (tf > 0) pt[p][sw[p].n++] = (GemmPoint){MODEL_M, N, K, 2.0 * MODEL_M * N * (double)K / (tf * 1e12)};
       }
     double lat, rate;

@@ -3,8 +3,8 @@
  *     gpu_attention_bench [--device N] [--B 8] [--T 1024] [--NH 16] [--hs 64] [--causal 1]
  *                         [--p 0] [--iters 20]
  *
- * Compiles the kernel library (pkc_kernels_src.h) with NVRTC, with PKC_ATT_HS = hs and
- * PKC_ATT_T = T as the code generator does, and times with CUDA events the forward
+ * Loads the kernel library (pkc_kernels_src.h) through the GPU's device table (NVRTC),
+ * with PKC_ATT_HS = hs and PKC_ATT_T = T defined as the code generator does, and times with CUDA events the forward
  * (pkc_flash_attention_fwd_bf16) and the three kernels the code generator launches for
  * attention_bwd (pkc_attention_bwd_delta_f32, pkc_flash_attention_bwd_dq_bf16, _dkv_bf16)
  * on random bf16 qkv and dy (casts untimed: they go away when activations are bf16).
@@ -71,34 +71,25 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[1024];
-  CudaDev *dev = cuda_dev_create(device, err, sizeof err);
-  if (!dev) {
+  CxDeviceOps *o = cuda_dev_open(device, err, sizeof err);
+  if (!o) {
     printf("gpu_attention_bench: NO GPU: %s\n", err);
     return EXIT_NO_GPU;
   }
-  int arch = cuda_dev_arch(dev);
-  char def[32], deft[32];
-  snprintf(def, sizeof def, "-DPKC_ATT_HS=%d", hs);
-  snprintf(deft, sizeof deft, "-DPKC_ATT_T=%d", T);
-  const char *defs[] = {def, deft};
-  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, defs, 2};
-  CudaBinary bin;
-  char *cerr = NULL;
-  if (!cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &bin, &cerr)) {
-    fprintf(stderr, "gpu_attention_bench: %s\n", cerr);
-    return 2;
-  }
-  CudaModule *mod = cuda_module_load(dev, bin.data, bin.size, err, sizeof err);
-  cuda_binary_free(&bin);
+  size_t srclen = strlen(pd_cuda_kernels_src) + 64;
+  char *src = malloc(srclen);
+  snprintf(src, srclen, "#define PKC_ATT_HS %d\n#define PKC_ATT_T %d\n%s", hs, T, pd_cuda_kernels_src);
+  void *mod = o->load(o->dev, src, "pd2bw_kernels.cu", err, sizeof err);
+  free(src);
   if (!mod) {
     fprintf(stderr, "gpu_attention_bench: %s\n", err);
     return 2;
   }
   const char *names[4] = {"pkc_flash_attention_fwd_bf16", "pkc_attention_bwd_delta_f32",
                           "pkc_flash_attention_bwd_dq_bf16", "pkc_flash_attention_bwd_dkv_bf16"};
-  CudaKernel *k[4];
+  void *k[4];
   for (int i = 0; i < 4; i++)
-    if (!(k[i] = cuda_module_kernel(mod, names[i]))) {
+    if (!(k[i] = o->kernel(o->dev, mod, names[i]))) {
       fprintf(stderr, "gpu_attention_bench: no kernel %s\n", names[i]);
       return 2;
     }
@@ -107,7 +98,7 @@ int main(int argc, char **argv) {
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, rows = (size_t)B * NH * T;
   size_t bytes = nq * 2 + no * 2 + no * 4 + nq * 4 + rows * 8 + no * 4 + 5 * 256 + 256;
   GpuPtr base;
-  if (!cuda_arena_create(dev, bytes, &base, err, sizeof err)) {
+  if (!o->alloc(o->dev, bytes, &base, err, sizeof err)) {
     fprintf(stderr, "gpu_attention_bench: %s\n", err);
     return 2;
   }
@@ -118,16 +109,16 @@ int main(int argc, char **argv) {
   unsigned long long s = 12345;
   unsigned short *hq = rand_bf16(nq, &s), *hy = rand_bf16(no, &s);
   unsigned mbkey = 0;
-  cuda_memcpy_htod(dev, q16, hq, nq * 2);
-  cuda_memcpy_htod(dev, y16, hy, no * 2);
+  o->htod(o->dev, q16, hq, nq * 2);
+  o->htod(o->dev, y16, hy, no * 2);
   float *hy32 = malloc(no * 4); /* dy as fp32, for D */
   for (size_t i = 0; i < no; i++) {
     unsigned u = (unsigned)hy[i] << 16;
     memcpy(&hy32[i], &u, 4);
   }
-  cuda_memcpy_htod(dev, y32, hy32, no * 4);
+  o->htod(o->dev, y32, hy32, no * 4);
   free(hy32);
-  cuda_memcpy_htod(dev, mb, &mbkey, 4);
+  o->htod(o->dev, mb, &mbkey, 4);
   free(hq), free(hy);
 
   unsigned long long seed = 1;
@@ -137,28 +128,27 @@ int main(int argc, char **argv) {
   void *fwd_args[] = {&out, &lse, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
   void *delta_args[] = {&D, &y32, &out, &B, &T, &C, &NH};
   void *grad_args[] = {&dqkv, &lse, &D, &y16, &q16, &B, &T, &C, &NH, &causal, &p, &seed, &op, &mb};
-  CudaEvent *e0 = cuda_event_create(dev), *e1 = cuda_event_create(dev), *e2 = cuda_event_create(dev);
+  void *e0 = o->event_create(o->dev), *e1 = o->event_create(o->dev), *e2 = o->event_create(o->dev);
   for (int warm = 0; warm < 2; warm++) { /* the first pass loads the code */
-    cuda_event_record(e0, CUDA_STREAM_COMPUTE);
+    o->event_record(o->dev, e0, CUDA_STREAM_COMPUTE);
     for (int it = 0; it < (warm ? iters : 1); it++)
-      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[0], grid, FLASH_THREADS, fwd_args);
-    cuda_event_record(e1, CUDA_STREAM_COMPUTE);
+      o->launch(o->dev, CUDA_STREAM_COMPUTE, k[0], grid, FLASH_THREADS, fwd_args);
+    o->event_record(o->dev, e1, CUDA_STREAM_COMPUTE);
     for (int it = 0; it < (warm ? iters : 1); it++) {
-      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[1], dgrid, 256, delta_args);
-      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[2], grid, FLASH_THREADS, grad_args);
-      cuda_launch(dev, CUDA_STREAM_COMPUTE, k[3], grid, FLASH_THREADS, grad_args);
+      o->launch(o->dev, CUDA_STREAM_COMPUTE, k[1], dgrid, 256, delta_args);
+      o->launch(o->dev, CUDA_STREAM_COMPUTE, k[2], grid, FLASH_THREADS, grad_args);
+      o->launch(o->dev, CUDA_STREAM_COMPUTE, k[3], grid, FLASH_THREADS, grad_args);
     }
-    cuda_event_record(e2, CUDA_STREAM_COMPUTE);
-    cuda_event_sync(e2);
+    o->event_record(o->dev, e2, CUDA_STREAM_COMPUTE);
+    o->sync(o->dev);
   }
-  double fwd_ms = cuda_event_ms(e0, e1) / iters, bwd_ms = cuda_event_ms(e1, e2) / iters;
+  double fwd_ms = o->event_ms(o->dev, e0, e1) / iters, bwd_ms = o->event_ms(o->dev, e1, e2) / iters;
   double fwd_flops = 4.0 * B * NH * (double)T * T * hs * (causal ? 0.5 : 1.0), bwd_flops = 2.5 * fwd_flops;
   printf("attention fwd B=%d T=%d NH=%d hs=%d causal=%d p=%g: %.3f ms, %.1f TFLOP/s\n", B, T, NH, hs, causal, p,
          fwd_ms, fwd_flops / fwd_ms * 1e-9);
   printf("attention bwd B=%d T=%d NH=%d hs=%d causal=%d p=%g: %.3f ms, %.1f TFLOP/s\n", B, T, NH, hs, causal, p,
          bwd_ms, bwd_flops / bwd_ms * 1e-9);
-  cuda_event_destroy(e0), cuda_event_destroy(e1), cuda_event_destroy(e2);
-  cuda_module_unload(mod);
-  cuda_dev_destroy(dev);
+  o->event_destroy(o->dev, e0), o->event_destroy(o->dev, e1), o->event_destroy(o->dev, e2);
+  cuda_dev_close(o);
   return 0;
 }

@@ -48,8 +48,8 @@ int main(int argc, char **argv) {
     i++;
   }
   char err[1024];
-  CudaDev *dev = cuda_dev_create(device, err, sizeof err);
-  if (!dev) {
+  CxDeviceOps *o = cuda_dev_open(device, err, sizeof err);
+  if (!o) {
     printf("gpu_nccl_check: NO GPU: %s\n", err);
     return EXIT_NO_GPU;
   }
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     printf("gpu_nccl_check: no usable libnccl: %s\n", err);
     return 2;
   }
-  cuda_dev_make_current(dev);
+  o->thread_enter(o->dev);
   double t0 = now_ms();
   NcclComm *c = nccl_comm_create(1, 0, no_bcast, NULL, err, sizeof err);
   if (!c) {
@@ -67,47 +67,47 @@ int main(int argc, char **argv) {
   double t_init = now_ms() - t0;
   GpuPtr base;
   size_t bytes = count * 4;
-  if (!cuda_arena_create(dev, 3 * bytes + 512, &base, err, sizeof err)) {
+  if (!o->alloc(o->dev, 3 * bytes + 512, &base, err, sizeof err)) {
     printf("gpu_nccl_check: %s\n", err);
     return 2;
   }
   GpuPtr a = base, b = (base + bytes + 255) & ~255ull, d64 = (b + bytes + 255) & ~255ull;
   float *h = malloc(bytes), *back = malloc(bytes);
   for (size_t i = 0; i < count; i++) h[i] = (float)(i % 1000) * 0.5f - 7.25f;
-  cuda_memcpy_htod(dev, a, h, bytes);
+  o->htod(o->dev, a, h, bytes);
   void *stream = NULL; /* the legacy default stream: ordered with the copies (cuMemcpy*) */
   t0 = now_ms();
   nccl_allreduce_sum(c, stream, a, a, count, NCCL_DT_F32);
-  cuda_dev_sync(dev);
+  o->sync(o->dev);
   double t_ar = now_ms() - t0;
-  cuda_memcpy_dtoh(dev, back, a, bytes);
+  o->dtoh(o->dev, back, a, bytes);
   bool ar_ok = memcmp(h, back, bytes) == 0;
-  cuda_memset0(dev, 0, b, bytes);
-  cuda_dev_sync(dev); /* the runtime's stream 0 may not be the default stream */
+  o->memset0(o->dev, 0, b, bytes);
+  o->sync(o->dev); /* the runtime's stream 0 may not be the default stream */
   t0 = now_ms();
   nccl_group_start(c);
   nccl_send(c, stream, a, bytes, NCCL_DT_U8, 0);
   nccl_recv(c, stream, b, bytes, NCCL_DT_U8, 0);
   nccl_group_end(c);
-  cuda_dev_sync(dev);
+  o->sync(o->dev);
   double t_p2p = now_ms() - t0;
-  cuda_memcpy_dtoh(dev, back, b, bytes);
+  o->dtoh(o->dev, back, b, bytes);
   bool p2p_ok = memcmp(h, back, bytes) == 0;
   /* the other dtypes the executor reduces: bf16 gradients, f64 norm parts (bits kept) */
   nccl_allreduce_sum(c, stream, b, b, count * 2, NCCL_DT_BF16);
   nccl_allreduce_sum(c, stream, d64, d64, count / 2, NCCL_DT_F64);
-  cuda_dev_sync(dev);
-  cuda_memcpy_dtoh(dev, back, b, bytes);
+  o->sync(o->dev);
+  o->dtoh(o->dev, back, b, bytes);
   bool dt_ok = memcmp(h, back, bytes) == 0;
   bool healthy = nccl_comm_ok(c, err, sizeof err);
   nccl_comm_destroy(c);
   bool pass = ar_ok && p2p_ok && dt_ok && healthy;
   printf("gpu_nccl_check: %s: one-rank communicator on %s: init %.1f ms; all-reduce f32 of %zu MiB %.2f ms (%s); "
          "send/recv to itself %.2f ms (%s); bf16/f64 all-reduces (%s); %s\n",
-         pass ? "PASS" : "FAIL", cuda_dev_name(dev), t_init, bytes >> 20, t_ar, ar_ok ? "unchanged" : "CHANGED",
+         pass ? "PASS" : "FAIL", cuda_dev_name(o), t_init, bytes >> 20, t_ar, ar_ok ? "unchanged" : "CHANGED",
          t_p2p, p2p_ok ? "copied" : "WRONG", dt_ok ? "unchanged" : "CHANGED", healthy ? "no async error" : err);
   free(h);
   free(back);
-  cuda_dev_destroy(dev);
+  cuda_dev_close(o);
   return pass ? 0 : 1;
 }

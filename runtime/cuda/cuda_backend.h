@@ -1,13 +1,13 @@
 /* runtime/cuda/cuda_backend.h — the CUDA backend (pd2bw_cuda): NVRTC (nvrtc_compile.c:
  * source to cubin, cached on disk), one GPU through the driver API (cuda_device.c: arena,
  * modules, launches, copies, streams, events, graphs; GEMMs through cuBLAS, with
- * epilogues through cuBLASLt, cuda_lt.c) and NCCL (nccl_transport.c). Its types are
- * contract/contract.h's GPU vocabulary; runtime/cuda/exec/ reaches it only through a
- * table (cuda_exec_dev.c). Promise: NOTHING here links a CUDA library: libcuda, libnvrtc,
- * libcublas(Lt) and libnccl are dlopen()ed on first use ($PD2BW_LIBCUDA, ...; else the
- * soname; else the configured toolkit's lib64), so a binary starts without a GPU driver
- * and asking for the backend there says "cuda backend: no CUDA driver found (...); use
- * --backend cpu" (DESIGN.md §5); NVRTC needs no driver, so CI compiles every stageN.cu.
+ * epilogues through cuBLASLt, cuda_lt.c), behind the table every device fills,
+ * CxDeviceOps, and NCCL (nccl_transport.c), in contract/contract.h's GPU vocabulary.
+ * Promise: NOTHING here links a CUDA library: libcuda, libnvrtc, libcublas(Lt) and
+ * libnccl are dlopen()ed on first use ($PD2BW_LIBCUDA, ...; else the soname; else the
+ * configured toolkit's lib64), so a binary starts without a GPU driver and asking for
+ * the backend there says "cuda backend: no CUDA driver found (...); use --backend cpu"
+ * (DESIGN.md §5); NVRTC needs no driver, so CI compiles every stageN.cu.
  * Errors: what the user or machine got wrong (no driver or device, a source that does
  * not compile, too little memory) is false/NULL with a message; a failed call in normal
  * operation stops through pd_fatal naming the call, file, line and the library's error. */
@@ -58,104 +58,100 @@ bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name);
 
 /* ===== the device ============================================================== */
 
-typedef struct CudaDev CudaDev;
-typedef struct CudaModule CudaModule;
-typedef struct CudaEvent CudaEvent;
-/* Opaque kernel handle (a CUfunction). */
-typedef struct CudaKernel CudaKernel;
+/* Streams, by index (one order of work each): a GPU opens with CUDA_NSTREAMS; the
+ * table's streams entry makes more, up to CUDA_MAX_STREAMS, for single-GPU pipeline
+ * mode (its rank r issues on 1 + r). Stream 0 is where the executor issues everything:
+ * passes, optimizer, and the links' copies and collectives. */
+enum { CUDA_STREAM_COMPUTE = 0, CUDA_NSTREAMS = 4, CUDA_MAX_STREAMS = 64 };
 
-/* Streams every device has, by index (one order of work each). */
-typedef enum CudaStreamId {
-  CUDA_STREAM_COMPUTE = 0, /* forward, backward, optimizer */
-  CUDA_STREAM_SEND = 1,    /* activations/gradients to the neighbour stages */
-  CUDA_STREAM_RECV = 2,    /* and from them */
-  CUDA_STREAM_REDUCE = 3,  /* the replica all-reduce */
-  CUDA_NSTREAMS = 4
-} CudaStreamId;
-
-/* More streams than the four above, for single-GPU pipeline mode (one per stage
- * replica): ids CUDA_NSTREAMS .. n-1 are created by cuda_streams_ensure and used like
- * the named ones. */
-#define CUDA_MAX_STREAMS 64
+/* The GPU's primitives, the one way anything drives a device: the backend's table of a
+ * real GPU (cuda_dev_open), the host emulator's (tests/cudaexec), and the executor's
+ * --kernel-profile wrapper and per-rank share views (runtime/cuda/exec/cuda_exec.h).
+ * Every call is on one device; `stream` is a stream's index (0: compute). Launches,
+ * GEMMs and zeroing are asynchronous on their stream; htod/dtoh first wait for all the
+ * device's work, so the host may reuse or read its buffer when they return. */
+typedef struct CxDeviceOps {
+  void *dev;
+  /* The one arena (called once per device). false with a message (too little memory). */
+  bool (*alloc)(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen);
+  /* Compiles/loads module source `src` (a stage's stageN.cu or the plan's kernels.cu;
+   * name for diagnostics); NULL with a message. May return the module it already
+   * loaded for the same text (stages on one device then share the library). */
+  void *(*load)(void *dev, const char *src, const char *name, char *err, size_t errlen);
+  /* Kernel `name` of a loaded module, or NULL when it has none. */
+  void *(*kernel)(void *dev, void *module, const char *name);
+  /* args: one pointer per kernel parameter, to a value of exactly its type. */
+  void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
+  /* One GEMM (contract/contract.h GpuGemm; a GPU runs an epilogue as cuBLASLt's, the
+   * emulator as the kernels it stands for). */
+  void (*gemm)(void *dev, int stream, const GpuGemm *g);
+  void (*htod)(void *dev, GpuPtr dst, const void *src, size_t bytes);
+  void (*dtoh)(void *dev, void *dst, GpuPtr src, size_t bytes);
+  void (*memset0)(void *dev, int stream, GpuPtr p, size_t bytes);
+  void (*sync)(void *dev); /* waits for all streams */
+  /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
+   * needs them; the one-stage trainer calls only dtod (on stream 0). */
+  /* Makes streams 0 .. n-1 usable; false with a message past the device's limit. */
+  bool (*streams)(void *dev, int n, char *err, size_t errlen);
+  void *(*event_create)(void *dev);
+  void (*event_destroy)(void *dev, void *ev);
+  /* ev now marks the work issued on `stream` so far (CUDA's cuEventRecord). */
+  void (*event_record)(void *dev, void *ev, int stream);
+  /* Work issued on `stream` after this call starts after the work ev marked when this
+   * was called (cuStreamWaitEvent: a later record of ev does not matter). */
+  void (*stream_wait)(void *dev, int stream, void *ev);
+  /* Milliseconds from start to end, both recorded and complete (a host wait since
+   * their records: cuEventElapsedTime); the traces of single-GPU pipeline mode. */
+  float (*event_ms)(void *dev, void *start, void *end);
+  /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
+  void (*dtod)(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes);
+  /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
+   * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
+  void *(*native_stream)(void *dev, int stream);
+  /* Makes the device usable from the calling thread (a GPU: its context current in
+   * it); NULL: nothing to do (the emulator). Single-GPU pipeline mode's views
+   * (cx_share_view) call it before every use from a rank's thread. */
+  void (*thread_enter)(void *dev);
+  /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
+   * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
+   * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel
+   * arguments by value as at the call); capture_end returns the executable graph, or
+   * NULL with a message. graph_launch issues a copy of the recorded work on `stream`,
+   * asynchronously, ordered like any work on it. */
+  bool (*capture_begin)(void *dev, int stream, char *err, size_t errlen);
+  void *(*capture_end)(void *dev, int stream, char *err, size_t errlen);
+  void (*graph_launch)(void *dev, void *graph, int stream);
+  void (*graph_destroy)(void *dev, void *graph);
+} CxDeviceOps;
 
 /* True when cuBLAS can be loaded and has every function pd2bw calls (needs no GPU);
- * false with a message. cuda_dev_create checks this itself. */
+ * false with a message. cuda_dev_open checks this itself. */
 bool cuda_cublas_available(char *err, size_t errlen);
-
-/* Opens device `ordinal` (its primary context, made current on this thread), the
- * CUDA_NSTREAMS streams, and cuBLAS. NULL with a message in err when there is no
- * driver, no such device, or cuBLAS is missing. */
-CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen);
-/* Frees the arena, modules' context reference, streams, cuBLAS; NULL is a no-op. */
-void cuda_dev_destroy(CudaDev *d);
-int cuda_dev_arch(const CudaDev *d);         /* 90 for sm_90 */
-const char *cuda_dev_name(const CudaDev *d); /* "NVIDIA H200" */
-size_t cuda_dev_total_mem(const CudaDev *d); /* bytes */
-/* Makes the device's context current on the calling thread (each rank thread that
- * drives the device calls it once). */
-void cuda_dev_make_current(const CudaDev *d);
-
-/* The stage's arena: allocated ONCE per device (the memory plan says how big); a
- * second call is a bug. false with a message when the GPU has too little memory. */
-bool cuda_arena_create(CudaDev *d, size_t bytes, GpuPtr *base, char *err, size_t errlen);
-
-/* Loads a cubin (from cuda_nvrtc_compile). NULL with a message on failure (a cubin
- * for another architecture, a corrupt image). */
-CudaModule *cuda_module_load(CudaDev *d, const void *cubin, size_t size, char *err, size_t errlen);
-/* The kernel named `name`, or NULL when the module has none. */
-CudaKernel *cuda_module_kernel(CudaModule *m, const char *name);
-void cuda_module_unload(CudaModule *m);
-
-/* Launches k with a 1-D grid on stream s. args: one pointer per kernel parameter, to
- * a value of exactly the parameter's type (GpuPtr for a pointer). Asynchronous. */
-void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid, unsigned block,
-                 void **args);
-
-/* GEMM g on stream s (contract/contract.h GpuGemm), asynchronously: cuBLAS, or with an
- * epilogue ONE cuBLASLt matmul (runtime/cuda/cuda_lt.c: the same types and operand swap,
- * the stream's cuBLAS workspace; a shape or layout cuBLASLt has no algorithm for stops
- * with a message naming pd2bwc --gemm-epilogues off). */
-void cuda_gemm(CudaDev *d, CudaStreamId s, const GpuGemm *g);
-
 /* True when cuBLASLt can be loaded with every function an epilogue's GEMM calls (no
  * GPU needed); false with a message. */
 bool cuda_lt_available(char *err, size_t errlen);
 
-/* Copies (synchronous with respect to the host; they order after all earlier work
- * on the default stream, so synchronise the streams first). */
-void cuda_memcpy_htod(CudaDev *d, GpuPtr dst, const void *src, size_t bytes);
-void cuda_memcpy_dtoh(CudaDev *d, void *dst, GpuPtr src, size_t bytes);
-/* Zeroes bytes at p on stream s (asynchronous). */
-void cuda_memset0(CudaDev *d, CudaStreamId s, GpuPtr p, size_t bytes);
-/* Copies bytes from src to dst (device memory, no overlap) on stream s (asynchronous). */
-void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, GpuPtr dst, GpuPtr src, size_t bytes);
-/* Makes streams 0 .. n-1 exist (non-blocking, like the named ones). false with a
- * message when n > CUDA_MAX_STREAMS. */
-bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen);
-void cuda_stream_sync(CudaDev *d, CudaStreamId s);
-/* Waits for all streams (the device's context). */
-void cuda_dev_sync(CudaDev *d);
-
-/* CUDA graphs: the work issued on stream s between cuda_capture_begin and
- * cuda_capture_end (THREAD_LOCAL capture mode: only this thread's unsafe calls are
- * refused meanwhile) is recorded, not run, and instantiated into an executable graph
- * that cuda_graph_launch replays on any stream, its kernel arguments as they were at
- * capture. cuBLAS GEMMs may be captured: each stream has its own cuBLAS workspace, set
- * with every GEMM, so cuBLAS never allocates during a capture. begin/end: false/NULL
- * with the driver's message (a capture that broke, e.g. an unsupported call in it). */
-typedef struct CudaGraph CudaGraph;
-bool cuda_capture_begin(CudaDev *d, CudaStreamId s, char *err, size_t errlen);
-CudaGraph *cuda_capture_end(CudaDev *d, CudaStreamId s, char *err, size_t errlen);
-void cuda_graph_launch(CudaDev *d, CudaGraph *g, CudaStreamId s);
-void cuda_graph_destroy(CudaDev *d, CudaGraph *g);
-
-/* Events order work across streams and time it. */
-CudaEvent *cuda_event_create(CudaDev *d);
-void cuda_event_destroy(CudaEvent *e);
-void cuda_event_record(CudaEvent *e, CudaStreamId s);
-void cuda_stream_wait(CudaDev *d, CudaStreamId s, CudaEvent *e); /* s waits for e */
-void cuda_event_sync(CudaEvent *e);
-float cuda_event_ms(CudaEvent *start, CudaEvent *end); /* both recorded and complete */
+/* Opens GPU `ordinal` as a CxDeviceOps (cuda_device.c): its primary context, made
+ * current on this thread; CUDA_NSTREAMS non-blocking streams (so htod/dtoh first wait
+ * for the whole device); cuBLAS for GEMMs, one cuBLASLt matmul for a GEMM with an
+ * epilogue (cuda_lt.c: a shape cuBLASLt has no algorithm for stops with a message
+ * naming pd2bwc --gemm-epilogues off); load compiles with cuda_nvrtc_compile for the
+ * device's architecture (cached on disk) and loads the same text once; graphs are
+ * captured in THREAD_LOCAL mode (only this thread's unsafe calls are refused), with
+ * cuBLAS on a workspace of each stream's own, so it never allocates while capturing.
+ * NULL with a message when there is no driver ("cuda backend: no CUDA driver found
+ * (...); use --backend cpu"), no such device, or no cuBLAS. cuda_exec_dev_none.c
+ * (runtime/cuda/exec/) stands in for these four without the toolkit. */
+CxDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen);
+/* Waits for the device, then frees its modules, arena, streams, cuBLAS; NULL: no-op. */
+void cuda_dev_close(CxDeviceOps *ops);
+const char *cuda_dev_name(const CxDeviceOps *ops); /* "NVIDIA H200"; "" for NULL */
+int cuda_dev_arch(const CxDeviceOps *ops);         /* 90 for sm_90 */
+size_t cuda_dev_total_mem(const CxDeviceOps *ops); /* bytes */
+/* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
+ * GPU `device` (opened for this, in its own arena: call with no trainer alive).
+ * TFLOP/s, or -1 with a message. */
+double cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen);
 
 /* ===== NCCL ===================================================================== */
 /* UNTESTED on a GPU: compiled and linked in CI, never run there (no GPU). The

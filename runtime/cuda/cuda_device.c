@@ -2,7 +2,7 @@
  * driver and cuBLAS are dlopen()ed when a device is first asked for (cuda_internal.h).
  * The device uses its ordinal's primary context, which cuBLAS's runtime API uses too, so
  * driver-launched kernels and cuBLAS GEMMs share memory and streams without interop.
- * Memory: the stage's arena is the one big cuMemAlloc (cuda_arena_create); modules,
+ * Memory: the stage's arena is the one big cuMemAlloc (the table's alloc); modules,
  * streams, events and cuBLAS are made at start-up. cuBLAS gets a workspace of our own
  * per stream (32 MiB on Hopper, 4 MiB before), allocated at the stream's first GEMM and
  * set with every GEMM (cublasSetStream resets it): with its own pool cuBLAS would
@@ -27,9 +27,6 @@
 /* ---- the driver, loaded and initialised once ------------------------------------ */
 
 static CuApi cu_api;
-/* cuMemcpyDtoDAsync (single-GPU pipeline mode's sends), loaded beside PD_CU_FUNCS;
- * kept apart from that list, which cuda_internal.h owns, because nothing else needs it. */
-static __typeof__(cuMemcpyDtoDAsync) *cu_dtod_async;
 
 /* Names for the results a user may meet before any call has worked (the stub
  * library's cuGetErrorName fails too, so these cannot come from the driver). */
@@ -64,15 +61,13 @@ void cuda_fail(const CuApi *api, CUresult r, const char *call, const char *file,
            cuda_result_str(api, r, buf, sizeof buf));
 }
 
+CUDA_API_BIND(cu_syms, cu_api, PD_CU_FUNCS, "libcuda.so.1", "cuda backend: the CUDA driver is too old (",
+              "); use --backend cpu")
+
 /* The driver's API, then cuInit: a stub library or a machine without a device is
  * said as such. */
 static bool cu_bind(void *h, char *why, size_t n) {
-  const CudaMsg old = {"cuda backend: the CUDA driver is too old (", "); use --backend cpu"};
-#define PD_CU_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcuda.so.1", &cu_api.f, old, why, n)) return false;
-  PD_CU_FUNCS(PD_CU_SYM)
-#undef PD_CU_SYM
-  if (!cuda_lib_sym(h, PD_SYMNAME(cuMemcpyDtoDAsync), "libcuda.so.1", &cu_dtod_async, old, why, n)) return false;
+  if (!cu_syms(h, why, n)) return false;
   CUresult r = cu_api.cuInit(0);
   char rs[256];
   cuda_result_str(&cu_api, r, rs, sizeof rs);
@@ -105,20 +100,11 @@ const CuApi *cuda_driver_api(char *err, size_t errlen) {
 /* clang-format on */
 
 typedef struct CublasApi {
-#define PD_CUBLAS_FIELD(f) __typeof__(f) *f;
-  PD_CUBLAS_FUNCS(PD_CUBLAS_FIELD)
-#undef PD_CUBLAS_FIELD
+  CUDA_API_FIELDS(PD_CUBLAS_FUNCS)
 } CublasApi;
 
 static CublasApi cublas_api;
-
-static bool cublas_bind(void *h, char *why, size_t n) {
-#define PD_CUBLAS_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcublas", &cublas_api.f, (CudaMsg){"cuda backend: ", ""}, why, n)) return false;
-  PD_CUBLAS_FUNCS(PD_CUBLAS_SYM)
-#undef PD_CUBLAS_SYM
-  return true;
-}
+CUDA_API_BIND(cublas_bind, cublas_api, PD_CUBLAS_FUNCS, "libcublas", "cuda backend: ", "")
 
 static const char *const cublas_names[] = {"libcublas.so." PD_XSTR(PD2BW_CUDA_MAJOR), "libcublas.so", NULL};
 static CudaLib cublas_lib = CUDA_LIB("PD2BW_LIBCUBLAS", cublas_names, "cuda backend: cuBLAS not found (", ")", cublas_bind);
@@ -129,128 +115,44 @@ static const CublasApi *cublas_load(char *err, size_t errlen) {
 
 bool cuda_cublas_available(char *err, size_t errlen) { return cublas_load(err, errlen) != NULL; }
 
-#define CUBLAS_CHECK(call)                                                                         \
-  do {                                                                                             \
-    cublasStatus_t cb_s_ = (call);                                                                 \
-    if (cb_s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-      pd_fatal(__FILE__, __LINE__, "cuBLAS call failed: %s returned %s (%d)", #call,               \
-               cublas_api.cublasGetStatusString(cb_s_), (int)cb_s_);                               \
-  } while (0)
+#define CUBLAS_CHECK(call) \
+  CUDA_LIB_CHECK(cublasStatus_t, call, CUBLAS_STATUS_SUCCESS, "cuBLAS", cublas_api.cublasGetStatusString)
 
-/* ---- the device -------------------------------------------------------------------- */
+/* ---- the device: CxDeviceOps (cuda_backend.h) -------------------------------------- */
 
-struct CudaModule {
-  CudaDev *dev;
+/* A loaded module; `hash` is its source's (codegen_hash_hex): every stage of a plan
+ * loads the same kernels.cu, and the same text loads once. */
+typedef struct CudaModule {
   CUmodule mod;
-  CudaModule *next; /* the device's list, unloaded by cuda_dev_destroy */
-};
-
-struct CudaEvent {
-  CudaDev *dev;
-  CUevent ev;
-};
+  char hash[17];
+  struct CudaModule *next; /* the device's list, unloaded by cuda_dev_close */
+} CudaModule;
 
 struct CudaDev {
+  CxDeviceOps ops; /* ops.dev is this device */
   const CuApi *api;
   int ordinal;
   CUdevice dev;
   CUcontext ctx; /* the primary context, retained */
   CUstream streams[CUDA_MAX_STREAMS];
-  int nstreams; /* CUDA_NSTREAMS, more after cuda_streams_ensure */
+  int nstreams; /* CUDA_NSTREAMS, more after d_streams */
   cublasHandle_t blas;
   CUdeviceptr ws[CUDA_MAX_STREAMS]; /* cuBLAS workspace per stream, at its first GEMM */
   size_t ws_bytes;
   CUdeviceptr arena;
-  size_t arena_bytes;
   int arch;
   size_t total_mem;
   char name[256];
   CudaModule *modules;
 };
 
-CudaDev *cuda_dev_create(int ordinal, char *err, size_t errlen) {
-  const CuApi *api = cuda_driver_api(err, errlen);
-  if (!api) return NULL;
-  int count = 0;
-  char rs[256];
-  CUresult r = api->cuDeviceGetCount(&count);
-  if (r != CUDA_SUCCESS) {
-    snprintf(err, errlen, "cuda backend: cuDeviceGetCount returned %s; use --backend cpu",
-             cuda_result_str(api, r, rs, sizeof rs));
-    return NULL;
-  }
-  if (ordinal < 0 || ordinal >= count) {
-    snprintf(err, errlen, "cuda backend: device %d requested but this machine has %d CUDA device%s",
-             ordinal, count, count == 1 ? "" : "s");
-    return NULL;
-  }
-  const CublasApi *bl = cublas_load(err, errlen);
-  if (!bl) return NULL;
-
-  CudaDev *d = pd_calloc(1, sizeof *d);
-  d->api = api;
-  d->ordinal = ordinal;
-  CU_CHECK(api, api->cuDeviceGet(&d->dev, ordinal));
-  CU_CHECK(api, api->cuDevicePrimaryCtxRetain(&d->ctx, d->dev));
-  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
-  int major = 0, minor = 0;
-  CU_CHECK(api,
-           api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev));
-  CU_CHECK(api,
-           api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev));
-  d->arch = major * 10 + minor;
-  d->ws_bytes = (size_t)(d->arch >= 90 ? 32 : 4) << 20;
-  CU_CHECK(api, api->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev));
-  CU_CHECK(api, api->cuDeviceTotalMem(&d->total_mem, d->dev));
-  for (int s = 0; s < CUDA_NSTREAMS; s++)
-    CU_CHECK(api, api->cuStreamCreate(&d->streams[s], CU_STREAM_NON_BLOCKING));
-  d->nstreams = CUDA_NSTREAMS;
-  cublasStatus_t bs = bl->cublasCreate(&d->blas);
-  if (bs != CUBLAS_STATUS_SUCCESS) {
-    snprintf(err, errlen, "cuda backend: cublasCreate failed on device %d: %s", ordinal,
-             bl->cublasGetStatusString(bs));
-    for (int s = 0; s < CUDA_NSTREAMS; s++) api->cuStreamDestroy(d->streams[s]);
-    api->cuDevicePrimaryCtxRelease(d->dev);
-    free(d);
-    return NULL;
-  }
-  return d;
-}
-
-void cuda_dev_destroy(CudaDev *d) {
-  if (!d) return;
-  const CuApi *api = d->api;
-  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
-  CU_CHECK(api, api->cuCtxSynchronize());
-  while (d->modules) {
-    CudaModule *m = d->modules;
-    d->modules = m->next;
-    CU_CHECK(api, api->cuModuleUnload(m->mod));
-    free(m);
-  }
-  CUBLAS_CHECK(cublas_api.cublasDestroy(d->blas));
-  for (int s = 0; s < d->nstreams; s++) {
-    CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
-    if (d->ws[s]) CU_CHECK(api, api->cuMemFree(d->ws[s]));
-  }
-  if (d->arena) CU_CHECK(api, api->cuMemFree(d->arena));
-  CU_CHECK(api, api->cuDevicePrimaryCtxRelease(d->dev));
-  free(d);
-}
-
-int cuda_dev_arch(const CudaDev *d) { return d->arch; }
-const char *cuda_dev_name(const CudaDev *d) { return d->name; }
-size_t cuda_dev_total_mem(const CudaDev *d) { return d->total_mem; }
-
-void cuda_dev_make_current(const CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSetCurrent(d->ctx)); }
-
-
-CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s) {
-  PD_CHECK(s >= 0 && (int)s < d->nstreams, "stream %d", (int)s);
+CUstream cuda_dev_stream(const CudaDev *d, int s) {
+  PD_CHECK(s >= 0 && s < d->nstreams, "stream %d", s);
   return d->streams[s];
 }
 
-bool cuda_arena_create(CudaDev *d, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
+static bool d_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
+  CudaDev *d = dev;
   PD_CHECK(!d->arena, "the stage arena is allocated once per device");
   PD_CHECK(bytes > 0);
   CUresult r = d->api->cuMemAlloc(&d->arena, bytes);
@@ -264,17 +166,29 @@ bool cuda_arena_create(CudaDev *d, size_t bytes, GpuPtr *base, char *err, size_t
              (double)d->total_mem / (1 << 30), cuda_result_str(d->api, r, rs, sizeof rs));
     return false;
   }
-  d->arena_bytes = bytes;
   *base = (GpuPtr)d->arena;
   return true;
 }
 
 /* ---- modules and launches ----------------------------------------------------------- */
 
-CudaModule *cuda_module_load(CudaDev *d, const void *cubin, size_t size, char *err, size_t errlen) {
-  (void)size; /* an ELF image carries its own size */
+static void *d_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
+  CudaDev *d = dev;
+  char h[17];
+  codegen_hash_hex(src, strlen(src), h);
+  for (CudaModule *m = d->modules; m; m = m->next)
+    if (strcmp(m->hash, h) == 0) return m;
+  CudaCompileOptions o = {.arch = d->arch, .name = name};
+  CudaBinary bin;
+  char *cerr = NULL;
+  if (!cuda_nvrtc_compile(src, &o, &bin, &cerr)) {
+    snprintf(err, errlen, "%s: %s", name, cerr ? cerr : "NVRTC failed");
+    free(cerr);
+    return NULL;
+  }
   CUmodule mod;
-  CUresult r = d->api->cuModuleLoadData(&mod, cubin);
+  CUresult r = d->api->cuModuleLoadData(&mod, bin.data); /* an ELF image carries its own size */
+  cuda_binary_free(&bin);
   if (r != CUDA_SUCCESS) {
     char rs[256];
     snprintf(err, errlen,
@@ -283,35 +197,24 @@ CudaModule *cuda_module_load(CudaDev *d, const void *cubin, size_t size, char *e
     return NULL;
   }
   CudaModule *m = pd_calloc(1, sizeof *m);
-  m->dev = d;
   m->mod = mod;
+  memcpy(m->hash, h, sizeof h);
   m->next = d->modules;
   d->modules = m;
   return m;
 }
 
-CudaKernel *cuda_module_kernel(CudaModule *m, const char *name) {
+static void *d_kernel(void *dev, void *module, const char *name) {
+  CudaDev *d = dev;
   CUfunction f;
-  CUresult r = m->dev->api->cuModuleGetFunction(&f, m->mod, name);
+  CUresult r = d->api->cuModuleGetFunction(&f, ((CudaModule *)module)->mod, name);
   if (r == CUDA_ERROR_NOT_FOUND) return NULL;
-  CU_CHECK(m->dev->api, r);
-  return (CudaKernel *)f;
+  CU_CHECK(d->api, r);
+  return f;
 }
 
-void cuda_module_unload(CudaModule *m) {
-  if (!m) return;
-  CudaDev *d = m->dev;
-  for (CudaModule **p = &d->modules; *p; p = &(*p)->next)
-    if (*p == m) {
-      *p = m->next;
-      break;
-    }
-  CU_CHECK(d->api, d->api->cuModuleUnload(m->mod));
-  free(m);
-}
-
-void cuda_launch(CudaDev *d, CudaStreamId s, const CudaKernel *k, unsigned grid, unsigned block,
-                 void **args) {
+static void d_launch(void *dev, int s, void *k, unsigned grid, unsigned block, void **args) {
+  CudaDev *d = dev;
   PD_CHECK(k && grid > 0 && block > 0 && block <= 1024, "grid %u block %u", grid, block);
   CU_CHECK(d->api, d->api->cuLaunchKernel((CUfunction)k, grid, 1, 1, block, 1, 1, 0,
                                           cuda_dev_stream(d, s), args, NULL));
@@ -326,7 +229,9 @@ CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, GpuPtr A,
   return g;
 }
 
-void cuda_gemm(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
+/* A GEMM with an epilogue is one cuBLASLt matmul (cuda_gemm_lt), the rest cuBLAS's. */
+static void d_gemm(void *dev, int s, const GpuGemm *gm) {
+  CudaDev *d = dev;
   if (gm->ep.kind != GEMM_EPI_NONE) {
     cuda_gemm_lt(d, s, gm);
     return;
@@ -355,14 +260,14 @@ void cuda_gemm(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
       g.ldb, &gm->beta, (void *)(uintptr_t)g.C, c_t, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
-GpuPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes) {
+GpuPtr cuda_dev_workspace(CudaDev *d, int s, size_t *bytes) {
   (void)cuda_dev_stream(d, s); /* checks s */
   if (!d->ws[s]) CU_CHECK(d->api, d->api->cuMemAlloc(&d->ws[s], d->ws_bytes)); /* never while capturing: see top */
   *bytes = d->ws_bytes;
   return (GpuPtr)d->ws[s];
 }
 
-void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y) {
+void cuda_dev_axpy(CudaDev *d, int s, int n, GpuPtr x, GpuPtr y) {
   const float one = 1;
   CUBLAS_CHECK(cublas_api.cublasSetStream(d->blas, (cudaStream_t)cuda_dev_stream(d, s)));
   CUBLAS_CHECK(cublas_api.cublasSaxpy(d->blas, n, &one, (const float *)(uintptr_t)x, 1, (float *)(uintptr_t)y, 1));
@@ -370,24 +275,36 @@ void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y) {
 
 /* ---- copies, streams, events -------------------------------------------------------- */
 
-void cuda_memcpy_htod(CudaDev *d, GpuPtr dst, const void *src, size_t bytes) {
+static void d_sync(void *dev) {
+  CudaDev *d = dev;
+  CU_CHECK(d->api, d->api->cuCtxSynchronize());
+}
+
+/* The streams are non-blocking: a host copy first waits for the whole device. */
+static void d_htod(void *dev, GpuPtr dst, const void *src, size_t bytes) {
+  CudaDev *d = dev;
+  d_sync(d);
   if (bytes) CU_CHECK(d->api, d->api->cuMemcpyHtoD((CUdeviceptr)dst, src, bytes));
 }
 
-void cuda_memcpy_dtoh(CudaDev *d, void *dst, GpuPtr src, size_t bytes) {
+static void d_dtoh(void *dev, void *dst, GpuPtr src, size_t bytes) {
+  CudaDev *d = dev;
+  d_sync(d);
   if (bytes) CU_CHECK(d->api, d->api->cuMemcpyDtoH(dst, (CUdeviceptr)src, bytes));
 }
 
-void cuda_memset0(CudaDev *d, CudaStreamId s, GpuPtr p, size_t bytes) {
-  if (bytes)
-    CU_CHECK(d->api, d->api->cuMemsetD8Async((CUdeviceptr)p, 0, bytes, cuda_dev_stream(d, s)));
+static void d_memset0(void *dev, int s, GpuPtr p, size_t bytes) {
+  CudaDev *d = dev;
+  if (bytes) CU_CHECK(d->api, d->api->cuMemsetD8Async((CUdeviceptr)p, 0, bytes, cuda_dev_stream(d, s)));
 }
 
-void cuda_memcpy_dtod_async(CudaDev *d, CudaStreamId s, GpuPtr dst, GpuPtr src, size_t bytes) {
-  if (bytes) CU_CHECK(d->api, cu_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
+static void d_dtod(void *dev, int s, GpuPtr dst, GpuPtr src, size_t bytes) {
+  CudaDev *d = dev;
+  if (bytes) CU_CHECK(d->api, d->api->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, cuda_dev_stream(d, s)));
 }
 
-bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen) {
+static bool d_streams(void *dev, int n, char *err, size_t errlen) {
+  CudaDev *d = dev;
   if (n > CUDA_MAX_STREAMS) {
     snprintf(err, errlen, "cuda backend: %d streams asked for on device %d; at most %d", n, d->ordinal,
              CUDA_MAX_STREAMS);
@@ -398,63 +315,63 @@ bool cuda_streams_ensure(CudaDev *d, int n, char *err, size_t errlen) {
   return true;
 }
 
-void cuda_stream_sync(CudaDev *d, CudaStreamId s) {
-  CU_CHECK(d->api, d->api->cuStreamSynchronize(cuda_dev_stream(d, s)));
-}
-
-void cuda_dev_sync(CudaDev *d) { CU_CHECK(d->api, d->api->cuCtxSynchronize()); }
-
-CudaEvent *cuda_event_create(CudaDev *d) {
-  CudaEvent *e = pd_calloc(1, sizeof *e);
-  e->dev = d;
-  CU_CHECK(d->api, d->api->cuEventCreate(&e->ev, CU_EVENT_DEFAULT));
+/* An event is the driver's CUevent itself. */
+static void *d_event_create(void *dev) {
+  CudaDev *d = dev;
+  CUevent e;
+  CU_CHECK(d->api, d->api->cuEventCreate(&e, CU_EVENT_DEFAULT));
   return e;
 }
 
-void cuda_event_destroy(CudaEvent *e) {
-  if (!e) return;
-  CU_CHECK(e->dev->api, e->dev->api->cuEventDestroy(e->ev));
-  free(e);
+static void d_event_destroy(void *dev, void *e) {
+  CudaDev *d = dev;
+  if (e) CU_CHECK(d->api, d->api->cuEventDestroy(e));
 }
 
-void cuda_event_record(CudaEvent *e, CudaStreamId s) {
-  CU_CHECK(e->dev->api, e->dev->api->cuEventRecord(e->ev, cuda_dev_stream(e->dev, s)));
+static void d_event_record(void *dev, void *e, int s) {
+  CudaDev *d = dev;
+  CU_CHECK(d->api, d->api->cuEventRecord(e, cuda_dev_stream(d, s)));
 }
 
-void cuda_stream_wait(CudaDev *d, CudaStreamId s, CudaEvent *e) {
-  CU_CHECK(d->api, d->api->cuStreamWaitEvent(cuda_dev_stream(d, s), e->ev, 0));
+static void d_stream_wait(void *dev, int s, void *e) {
+  CudaDev *d = dev;
+  CU_CHECK(d->api, d->api->cuStreamWaitEvent(cuda_dev_stream(d, s), e, 0));
 }
 
-void cuda_event_sync(CudaEvent *e) {
-  CU_CHECK(e->dev->api, e->dev->api->cuEventSynchronize(e->ev));
-}
-
-float cuda_event_ms(CudaEvent *start, CudaEvent *end) {
+static float d_event_ms(void *dev, void *start, void *end) {
+  CudaDev *d = dev;
   float ms = 0;
-  CU_CHECK(start->dev->api, start->dev->api->cuEventElapsedTime(&ms, start->ev, end->ev));
+  CU_CHECK(d->api, d->api->cuEventElapsedTime(&ms, start, end));
   return ms;
 }
 
-/* ---- CUDA graphs ------------------------------------------------------------------- */
+/* The CUstream of s, for multi-GPU mode's NCCL calls (runtime/cuda/exec/cuda_link_nccl.c). */
+static void *d_native_stream(void *dev, int s) { return cuda_dev_stream(dev, s); }
 
-struct CudaGraph {
-  CUgraphExec exec;
-};
+/* A rank thread of single-GPU pipeline mode: the context current in it. */
+static void d_thread_enter(void *dev) {
+  CudaDev *d = dev;
+  CU_CHECK(d->api, d->api->cuCtxSetCurrent(d->ctx));
+}
 
-bool cuda_capture_begin(CudaDev *d, CudaStreamId s, char *err, size_t errlen) {
+/* ---- CUDA graphs: a graph is the driver's CUgraphExec itself ------------------------ */
+
+static bool d_capture_begin(void *dev, int s, char *err, size_t errlen) {
+  CudaDev *d = dev;
   CUresult r = d->api->cuStreamBeginCapture(cuda_dev_stream(d, s), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (r == CUDA_SUCCESS) return true;
   char rs[256];
-  snprintf(err, errlen, "cuStreamBeginCapture on stream %d: %s", (int)s, cuda_result_str(d->api, r, rs, sizeof rs));
+  snprintf(err, errlen, "cuStreamBeginCapture on stream %d: %s", s, cuda_result_str(d->api, r, rs, sizeof rs));
   return false;
 }
 
-CudaGraph *cuda_capture_end(CudaDev *d, CudaStreamId s, char *err, size_t errlen) {
+static void *d_capture_end(void *dev, int s, char *err, size_t errlen) {
+  CudaDev *d = dev;
   CUgraph graph = NULL;
   char rs[256];
   CUresult r = d->api->cuStreamEndCapture(cuda_dev_stream(d, s), &graph);
   if (r != CUDA_SUCCESS) {
-    snprintf(err, errlen, "cuStreamEndCapture on stream %d: %s", (int)s, cuda_result_str(d->api, r, rs, sizeof rs));
+    snprintf(err, errlen, "cuStreamEndCapture on stream %d: %s", s, cuda_result_str(d->api, r, rs, sizeof rs));
     if (graph) d->api->cuGraphDestroy(graph);
     return NULL;
   }
@@ -465,17 +382,141 @@ CudaGraph *cuda_capture_end(CudaDev *d, CudaStreamId s, char *err, size_t errlen
     snprintf(err, errlen, "cuGraphInstantiateWithFlags: %s", cuda_result_str(d->api, r, rs, sizeof rs));
     return NULL;
   }
-  CudaGraph *g = pd_calloc(1, sizeof *g);
-  g->exec = exec;
-  return g;
+  return exec;
 }
 
-void cuda_graph_launch(CudaDev *d, CudaGraph *g, CudaStreamId s) {
-  CU_CHECK(d->api, d->api->cuGraphLaunch(g->exec, cuda_dev_stream(d, s)));
+static void d_graph_launch(void *dev, void *g, int s) {
+  CudaDev *d = dev;
+  CU_CHECK(d->api, d->api->cuGraphLaunch(g, cuda_dev_stream(d, s)));
 }
 
-void cuda_graph_destroy(CudaDev *d, CudaGraph *g) {
-  if (!g) return;
-  CU_CHECK(d->api, d->api->cuGraphExecDestroy(g->exec));
-  free(g);
+static void d_graph_destroy(void *dev, void *g) {
+  CudaDev *d = dev;
+  if (g) CU_CHECK(d->api, d->api->cuGraphExecDestroy(g));
+}
+
+/* ---- opening and closing ------------------------------------------------------------ */
+
+static const CxDeviceOps gpu_ops = {
+    .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch, .gemm = d_gemm, .htod = d_htod,
+    .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync, .streams = d_streams, .event_create = d_event_create,
+    .event_destroy = d_event_destroy, .event_record = d_event_record, .stream_wait = d_stream_wait,
+    .event_ms = d_event_ms, .dtod = d_dtod, .native_stream = d_native_stream, .thread_enter = d_thread_enter,
+    .capture_begin = d_capture_begin, .capture_end = d_capture_end, .graph_launch = d_graph_launch,
+    .graph_destroy = d_graph_destroy};
+
+CxDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen) {
+  const CuApi *api = cuda_driver_api(err, errlen);
+  if (!api) return NULL;
+  int count = 0;
+  char rs[256];
+  CUresult r = api->cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cuda backend: cuDeviceGetCount returned %s; use --backend cpu",
+             cuda_result_str(api, r, rs, sizeof rs));
+    return NULL;
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    snprintf(err, errlen, "cuda backend: device %d requested but this machine has %d CUDA device%s",
+             ordinal, count, count == 1 ? "" : "s");
+    return NULL;
+  }
+  const CublasApi *bl = cublas_load(err, errlen);
+  if (!bl) return NULL;
+
+  CudaDev *d = pd_calloc(1, sizeof *d);
+  d->ops = gpu_ops;
+  d->ops.dev = d;
+  d->api = api;
+  d->ordinal = ordinal;
+  CU_CHECK(api, api->cuDeviceGet(&d->dev, ordinal));
+  CU_CHECK(api, api->cuDevicePrimaryCtxRetain(&d->ctx, d->dev));
+  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
+  int major = 0, minor = 0;
+  CU_CHECK(api,
+           api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev));
+  CU_CHECK(api,
+           api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev));
+  d->arch = major * 10 + minor;
+  d->ws_bytes = (size_t)(d->arch >= 90 ? 32 : 4) << 20;
+  CU_CHECK(api, api->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev));
+  CU_CHECK(api, api->cuDeviceTotalMem(&d->total_mem, d->dev));
+  for (int s = 0; s < CUDA_NSTREAMS; s++)
+    CU_CHECK(api, api->cuStreamCreate(&d->streams[s], CU_STREAM_NON_BLOCKING));
+  d->nstreams = CUDA_NSTREAMS;
+  cublasStatus_t bs = bl->cublasCreate(&d->blas);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cuda backend: cublasCreate failed on device %d: %s", ordinal,
+             bl->cublasGetStatusString(bs));
+    for (int s = 0; s < CUDA_NSTREAMS; s++) api->cuStreamDestroy(d->streams[s]);
+    api->cuDevicePrimaryCtxRelease(d->dev);
+    free(d);
+    return NULL;
+  }
+  return &d->ops;
+}
+
+void cuda_dev_close(CxDeviceOps *ops) {
+  if (!ops) return;
+  CudaDev *d = ops->dev;
+  const CuApi *api = d->api;
+  CU_CHECK(api, api->cuCtxSetCurrent(d->ctx));
+  CU_CHECK(api, api->cuCtxSynchronize());
+  while (d->modules) {
+    CudaModule *m = d->modules;
+    d->modules = m->next;
+    CU_CHECK(api, api->cuModuleUnload(m->mod));
+    free(m);
+  }
+  CUBLAS_CHECK(cublas_api.cublasDestroy(d->blas));
+  for (int s = 0; s < d->nstreams; s++) {
+    CU_CHECK(api, api->cuStreamDestroy(d->streams[s]));
+    if (d->ws[s]) CU_CHECK(api, api->cuMemFree(d->ws[s]));
+  }
+  if (d->arena) CU_CHECK(api, api->cuMemFree(d->arena));
+  CU_CHECK(api, api->cuDevicePrimaryCtxRelease(d->dev));
+  free(d);
+}
+
+const char *cuda_dev_name(const CxDeviceOps *ops) { return ops ? ((const CudaDev *)ops->dev)->name : ""; }
+int cuda_dev_arch(const CxDeviceOps *ops) { return ((const CudaDev *)ops->dev)->arch; }
+size_t cuda_dev_total_mem(const CxDeviceOps *ops) { return ((const CudaDev *)ops->dev)->total_mem; }
+
+double cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
+  CxDeviceOps *o = cuda_dev_open(device, err, errlen);
+  if (!o) return -1;
+  size_t el = type == GEMM_BF16 ? 2 : 4; /* A and B; C is always float32 */
+  size_t a = (size_t)M * (size_t)K * el, b = (size_t)K * (size_t)N * el, cb = (size_t)M * (size_t)N * 4;
+  GpuPtr base;
+  if (!o->alloc(o->dev, a + b + cb, &base, err, errlen)) {
+    cuda_dev_close(o);
+    return -1;
+  }
+  /* small values: the rate does not depend on them, only finite ones matter */
+  float *h = pd_malloc(a > b ? a : b);
+  for (size_t i = 0; i < (a > b ? a : b) / el; i++) {
+    float v = (float)((int)(i % 17) - 8) / 64.0f;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (el == 2) ((uint16_t *)h)[i] = (uint16_t)(u >> 16); /* exact: v has 4 significant bits */
+    else h[i] = v;
+  }
+  o->htod(o->dev, base, h, a);
+  o->htod(o->dev, base + a, h, b);
+  free(h);
+  GpuGemm g = {type, 0, 0, M, N, K, 1, 0, base, base + a, base + a + b, K, N, N, {GEMM_EPI_NONE}};
+  void *e0 = o->event_create(o->dev), *e1 = o->event_create(o->dev);
+  for (int i = 0; i < 3; i++) /* warm-up: cuBLAS picks and loads its kernel */
+    o->gemm(o->dev, CUDA_STREAM_COMPUTE, &g);
+  int reps = 20;
+  o->event_record(o->dev, e0, CUDA_STREAM_COMPUTE);
+  for (int i = 0; i < reps; i++)
+    o->gemm(o->dev, CUDA_STREAM_COMPUTE, &g);
+  o->event_record(o->dev, e1, CUDA_STREAM_COMPUTE);
+  o->sync(o->dev);
+  double ms = o->event_ms(o->dev, e0, e1);
+  o->event_destroy(o->dev, e0);
+  o->event_destroy(o->dev, e1);
+  cuda_dev_close(o);
+  return 2.0 * M * N * (double)K * reps / (ms / 1e3) / 1e12;
 }

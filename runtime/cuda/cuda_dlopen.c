@@ -18,7 +18,8 @@
 #define PD2BW_CUDA_LIBDIR ""
 #endif
 
-void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, size_t errlen) {
+/* NULL with dlerror()'s message for the first soname in err. */
+static void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, size_t errlen) {
   const char *path = env_var ? getenv(env_var) : NULL;
   if (path && *path) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -61,19 +62,12 @@ bool cuda_lib_load(CudaLib *l, char *err, size_t errlen) {
 }
 
 bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n) {
-  char reason[512];
-  void *p = cuda_dlsym(h, sym, libname, reason, sizeof reason);
+  dlerror();
+  void *p = dlsym(h, sym);
   if (!p) {
-    snprintf(why, n, "%s%s%s", msg.before, reason, msg.after);
+    snprintf(why, n, "%s%s has no symbol %s (too old?)%s", msg.before, libname, sym, msg.after);
     return false;
   }
   memcpy(fn, &p, sizeof p); /* POSIX: dlsym's void * holds a function pointer */
   return true;
-}
-
-void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen) {
-  dlerror();
-  void *p = dlsym(lib, sym);
-  if (!p) snprintf(err, errlen, "%s has no symbol %s (too old?)", libname, sym);
-  return p;
 }

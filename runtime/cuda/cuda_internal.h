@@ -19,16 +19,11 @@
 
 #include "runtime/cuda/cuda_backend.h"
 
+/* One GPU (cuda_device.c), behind its CxDeviceOps. */
+typedef struct CudaDev CudaDev;
+
 #define PD_STR2_(x) #x
 #define PD_SYMNAME(x) PD_STR2_(x)
-
-/* dlopen()s the first of: getenv(env_var) (a path), each soname, each soname inside
- * the toolkit's lib directory this build was configured with. NULL with
- * dlerror()'s message for the first soname in err. */
-void *cuda_dlopen(const char *env_var, const char *const *sonames, char *err, size_t errlen);
-
-/* dlsym that reports which symbol was missing; NULL with a message in err. */
-void *cuda_dlsym(void *lib, const char *sym, const char *libname, char *err, size_t errlen);
 
 /* A message around a reason: before, the reason, after. */
 typedef struct CudaMsg {
@@ -36,8 +31,9 @@ typedef struct CudaMsg {
 } CudaMsg;
 
 /* One NVIDIA library, loaded once per process by whichever thread asks first (rank
- * threads open their devices concurrently): cuda_dlopen(env_var, sonames), then
- * bind(h) resolves its API (and checks what it must), false with a message. A
+ * threads open their devices concurrently): the first of getenv(env_var) (a path),
+ * each soname, each soname in the toolkit's lib directory this build was configured
+ * with (cuda_dlopen.c), then bind(h) resolves its API (and checks what it must), false with a message. A
  * library that is missing says `missing` around the loader's reason. */
 typedef struct CudaLib {
   const char *env_var;
@@ -53,8 +49,34 @@ typedef struct CudaLib {
 /* true once the library is ready; else false with its message in err */
 bool cuda_lib_load(CudaLib *l, char *err, size_t errlen);
 /* Resolves `sym` into *fn (a function pointer's address) or fails with `msg` around
- * cuda_dlsym's message in why; for the bind functions' symbol lists. */
+ * "<libname> has no symbol <sym> (too old?)" in why; for the bind functions. */
 bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaMsg msg, char *why, size_t n);
+
+/* A library's API as an X-macro list FUNCS of its functions: CUDA_API_FIELDS(FUNCS) in a
+ * struct declares a pointer of each function's own type; CUDA_API_BIND defines
+ * `static bool name(void *h, char *why, size_t n)`, which resolves every one of them
+ * into the struct `api` (cuda_lib_sym, libname and before/after in its message). */
+#define CUDA_API_FIELD_(f) __typeof__(f) *f;
+#define CUDA_API_FIELDS(FUNCS) FUNCS(CUDA_API_FIELD_)
+#define CUDA_API_SYM_(f) \
+  if (!cuda_lib_sym(h_, PD_SYMNAME(f), lib_, &api_->f, msg_, why_, n_)) return false;
+#define CUDA_API_BIND(name, api, FUNCS, libname, before, after) \
+  static bool name(void *h_, char *why_, size_t n_) {          \
+    __typeof__(api) *api_ = &(api);                            \
+    const char *lib_ = libname;                                \
+    const CudaMsg msg_ = {before, after};                      \
+    FUNCS(CUDA_API_SYM_)                                       \
+    return true;                                               \
+  }
+
+/* A failed library call during normal operation: pd_fatal naming the call, its status
+ * of type T (not ok) and the library's text for it, str(status). */
+#define CUDA_LIB_CHECK(T, call, ok, lib, str)                                                     \
+  do {                                                                                            \
+    T st_ = (call);                                                                               \
+    if (st_ != (ok))                                                                              \
+      pd_fatal(__FILE__, __LINE__, lib " call failed: %s returned %s (%d)", #call, str(st_), (int)st_); \
+  } while (0)
 
 /* The driver API functions pd2bw uses (one X per function). */
 /* clang-format off */
@@ -67,13 +89,12 @@ bool cuda_lib_sym(void *h, const char *sym, const char *libname, void *fn, CudaM
   X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)          \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)               \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)        \
+  X(cuMemcpyDtoDAsync)
 /* clang-format on */
 
 typedef struct CuApi {
-#define PD_CU_FIELD(f) __typeof__(f) *f;
-  PD_CU_FUNCS(PD_CU_FIELD)
-#undef PD_CU_FIELD
+  CUDA_API_FIELDS(PD_CU_FUNCS)
 } CuApi;
 
 /* The driver API, loaded once per process (cuda_device.c); NULL with a message
@@ -111,17 +132,17 @@ CublasGemmArgs cuda_gemm_colmajor(int ta, int tb, int M, int N, int K, GpuPtr A,
 /* The stream's cuBLAS workspace (cuda_device.c allocates it at its first use) and its
  * size: cuBLAS and cuBLASLt (cuda_lt.c) share it, their calls on one stream being in
  * order. */
-GpuPtr cuda_dev_workspace(CudaDev *d, CudaStreamId s, size_t *bytes);
+GpuPtr cuda_dev_workspace(CudaDev *d, int s, size_t *bytes);
 /* y[0..n) += x[0..n) (float32) on stream s, through cuBLAS (cublasSaxpy). */
-void cuda_dev_axpy(CudaDev *d, CudaStreamId s, int n, GpuPtr x, GpuPtr y);
+void cuda_dev_axpy(CudaDev *d, int s, int n, GpuPtr x, GpuPtr y);
 /* cuda_gemm of a GEMM with an epilogue: one cuBLASLt matmul (cuda_lt.c). */
-void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *g);
+void cuda_gemm_lt(CudaDev *d, int s, const GpuGemm *g);
 /* The cublasLtEpilogue_t that runs row-major epilogue k after cuda_gemm_colmajor's
  * operand swap: row-major N is column-major m, the rows of D, so the bias (length N)
  * and aux (ld ldaux) keep their meaning, and the bias gradient of the row-major B
  * operand is column-major A's, CUBLASLT_EPILOGUE_BGRADA (tests/cuda/test_cuda_gemm_map.c). */
 int cuda_lt_epilogue_colmajor(GemmEpilogue k);
 
-CUstream cuda_dev_stream(const CudaDev *d, CudaStreamId s);
+CUstream cuda_dev_stream(const CudaDev *d, int s);
 
 #endif /* PD2BW_CUDA_INTERNAL_H */

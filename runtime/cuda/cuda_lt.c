@@ -34,33 +34,20 @@
 /* clang-format on */
 
 typedef struct LtApi {
-#define PD_LT_FIELD(f) __typeof__(f) *f;
-  PD_LT_FUNCS(PD_LT_FIELD)
-#undef PD_LT_FIELD
+  CUDA_API_FIELDS(PD_LT_FUNCS)
 } LtApi;
 
 static LtApi lt;
 static cublasLtHandle_t lt_handle; /* one per process: a handle is not tied to a device */
-static bool lt_bind(void *h, char *why, size_t n) {
-#define PD_LT_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libcublasLt", &lt.f, (CudaMsg){"cuda backend: ", ""}, why, n)) return false;
-  PD_LT_FUNCS(PD_LT_SYM)
-#undef PD_LT_SYM
-  return true;
-}
+CUDA_API_BIND(lt_bind, lt, PD_LT_FUNCS, "libcublasLt", "cuda backend: ", "")
 
 static const char *const lt_names[] = {"libcublasLt.so." LT_XSTR(PD2BW_CUDA_MAJOR), "libcublasLt.so", NULL};
 static CudaLib lt_lib = CUDA_LIB("PD2BW_LIBCUBLASLT", lt_names, "cuda backend: cuBLASLt not found (", ")", lt_bind);
 
 bool cuda_lt_available(char *err, size_t errlen) { return cuda_lib_load(&lt_lib, err, errlen); }
 
-#define LT_CHECK(call)                                                                             \
-  do {                                                                                             \
-    cublasStatus_t lt_s_ = (call);                                                                 \
-    if (lt_s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-      pd_fatal(__FILE__, __LINE__, "cuBLASLt call failed: %s returned %s (%d)", #call,               \
-               lt.cublasLtGetStatusString(lt_s_), (int)lt_s_);                                     \
-  } while (0)
+#define LT_CHECK(call) \
+  CUDA_LIB_CHECK(cublasStatus_t, call, CUBLAS_STATUS_SUCCESS, "cuBLASLt", lt.cublasLtGetStatusString)
 
 static pthread_once_t lt_handle_once = PTHREAD_ONCE_INIT;
 static void lt_handle_create(void) { LT_CHECK(lt.cublasLtCreate(&lt_handle)); }
@@ -82,7 +69,7 @@ static void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a
   LT_CHECK(lt.cublasLtMatmulDescSetAttribute(desc, a, v, n));
 }
 
-void cuda_gemm_lt(CudaDev *d, CudaStreamId s, const GpuGemm *gm) {
+void cuda_gemm_lt(CudaDev *d, int s, const GpuGemm *gm) {
   GemmType type = gm->type;
   int ta = gm->ta, tb = gm->tb, M = gm->M, N = gm->N, lda = gm->lda, ldb = gm->ldb, ldc = gm->ldc;
   const GpuEpilogue *ep = &gm->ep;

@@ -31,20 +31,11 @@
 /* clang-format on */
 
 typedef struct NcclApi {
-#define PD_NCCL_FIELD(f) __typeof__(f) *f;
-  PD_NCCL_FUNCS(PD_NCCL_FIELD)
-#undef PD_NCCL_FIELD
+  CUDA_API_FIELDS(PD_NCCL_FUNCS)
 } NcclApi;
 
 static NcclApi nccl_api;
-
-static bool nccl_bind(void *h, char *why, size_t n) {
-#define PD_NCCL_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libnccl.so.2", &nccl_api.f, (CudaMsg){"nccl transport: ", ""}, why, n)) return false;
-  PD_NCCL_FUNCS(PD_NCCL_SYM)
-#undef PD_NCCL_SYM
-  return true;
-}
+CUDA_API_BIND(nccl_bind, nccl_api, PD_NCCL_FUNCS, "libnccl.so.2", "nccl transport: ", "")
 
 static const char *const nccl_names[] = {"libnccl.so.2", "libnccl.so", NULL};
 static CudaLib nccl_lib = CUDA_LIB("PD2BW_LIBNCCL", nccl_names, "nccl transport: NCCL not found (", ")", nccl_bind);
@@ -55,13 +46,7 @@ static const NcclApi *nccl_load(char *err, size_t errlen) {
 
 bool nccl_available(char *err, size_t errlen) { return nccl_load(err, errlen) != NULL; }
 
-#define NCCL_CHECK(call)                                                                           \
-  do {                                                                                             \
-    ncclResult_t nc_r_ = (call);                                                                   \
-    if (nc_r_ != ncclSuccess)                                                                      \
-      pd_fatal(__FILE__, __LINE__, "NCCL call failed: %s returned %s (%d)", #call,                 \
-               nccl_api.ncclGetErrorString(nc_r_), (int)nc_r_);                                    \
-  } while (0)
+#define NCCL_CHECK(call) CUDA_LIB_CHECK(ncclResult_t, call, ncclSuccess, "NCCL", nccl_api.ncclGetErrorString)
 
 struct NcclComm {
   ncclComm_t comm;

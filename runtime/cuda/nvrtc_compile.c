@@ -40,9 +40,7 @@
 /* clang-format on */
 
 typedef struct NvrtcApi {
-#define PD_NVRTC_FIELD(f) __typeof__(f) *f;
-  PD_NVRTC_FUNCS(PD_NVRTC_FIELD)
-#undef PD_NVRTC_FIELD
+  CUDA_API_FIELDS(PD_NVRTC_FUNCS)
   int major, minor;
 } NvrtcApi;
 
@@ -50,11 +48,10 @@ static NvrtcApi nvrtc_api;
 #define PD_XSTR_(x) #x
 #define PD_XSTR(x) PD_XSTR_(x)
 
+CUDA_API_BIND(nvrtc_syms, nvrtc_api, PD_NVRTC_FUNCS, "libnvrtc", "", "")
+
 static bool nvrtc_bind(void *h, char *why, size_t n) {
-#define PD_NVRTC_SYM(f) \
-  if (!cuda_lib_sym(h, PD_SYMNAME(f), "libnvrtc", &nvrtc_api.f, (CudaMsg){"", ""}, why, n)) return false;
-  PD_NVRTC_FUNCS(PD_NVRTC_SYM)
-#undef PD_NVRTC_SYM
+  if (!nvrtc_syms(h, why, n)) return false;
   nvrtcResult r = nvrtc_api.nvrtcVersion(&nvrtc_api.major, &nvrtc_api.minor);
   if (r != NVRTC_SUCCESS) snprintf(why, n, "nvrtcVersion failed: %s", nvrtc_api.nvrtcGetErrorString(r));
   return r == NVRTC_SUCCESS;
@@ -77,21 +74,15 @@ bool cuda_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-static __attribute__((format(printf, 1, 0))) char *pd_vasprintf(const char *fmt, va_list ap) {
-  va_list ap2;
+static __attribute__((format(printf, 1, 2))) char *pd_asprintf(const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
   va_copy(ap2, ap);
   int n = vsnprintf(NULL, 0, fmt, ap2);
   va_end(ap2);
   PD_CHECK(n >= 0);
   char *s = pd_malloc((size_t)n + 1);
   vsnprintf(s, (size_t)n + 1, fmt, ap);
-  return s;
-}
-
-static __attribute__((format(printf, 1, 2))) char *pd_asprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = pd_vasprintf(fmt, ap);
   va_end(ap);
   return s;
 }

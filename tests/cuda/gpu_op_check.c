@@ -2,9 +2,8 @@
  *
  *     gpu_op_check [--device N] [--only NAME] [--verbose] [--self-test]
  *
- * Compiles the kernel text (pkc_kernels_src.h) with NVRTC for the GPU's
- * architecture, loads it through the device backend (cuda_backend.h), and runs the
- * checks of op_check.h with GEMMs through cuBLAS. Built whenever the CUDA toolkit
+ * Loads the kernel text (pkc_kernels_src.h) on the GPU through the backend's device
+ * table (cuda_backend.h: NVRTC for the GPU's architecture), and runs the checks of op_check.h with GEMMs through cuBLAS. Built whenever the CUDA toolkit
  * is found, run only by scripts/gpu-check.sh.
  *
  * --self-test compiles the kernels with PKC_SELFTEST_PERTURB (gelu_fwd off by 1%)
@@ -28,8 +27,8 @@
 #define EXIT_NO_GPU 77
 
 typedef struct Gpu {
-  CudaDev *dev;
-  CudaModule *mod;
+  CxDeviceOps *o;
+  void *mod;
   GpuPtr base;
   size_t size, used;
 } Gpu;
@@ -39,7 +38,7 @@ static DevPtr g_alloc(void *ctx, size_t bytes) {
   size_t at = (g->used + 255) & ~(size_t)255;
   PD_CHECK(at + bytes <= g->size, "gpu_op_check arena exhausted");
   g->used = at + bytes;
-  cuda_memset0(g->dev, CUDA_STREAM_COMPUTE, g->base + at, bytes);
+  g->o->memset0(g->o->dev, CUDA_STREAM_COMPUTE, g->base + at, bytes);
   return g->base + at;
 }
 
@@ -47,30 +46,28 @@ static void g_reset(void *ctx) { ((Gpu *)ctx)->used = 0; }
 
 static void g_upload(void *ctx, DevPtr dst, const void *src, size_t bytes) {
   Gpu *g = ctx;
-  cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE);
-  cuda_memcpy_htod(g->dev, dst, src, bytes);
+  g->o->htod(g->o->dev, dst, src, bytes);
 }
 
 static void g_download(void *ctx, void *dst, DevPtr src, size_t bytes) {
   Gpu *g = ctx;
-  cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE);
-  cuda_memcpy_dtoh(g->dev, dst, src, bytes);
+  g->o->dtoh(g->o->dev, dst, src, bytes);
 }
 
 static void g_launch(void *ctx, const char *kernel, unsigned grid, unsigned block, void **args) {
   Gpu *g = ctx;
-  CudaKernel *k = cuda_module_kernel(g->mod, kernel);
+  void *k = g->o->kernel(g->o->dev, g->mod, kernel);
   PD_CHECK(k != NULL, "no kernel %s in the module", kernel);
-  cuda_launch(g->dev, CUDA_STREAM_COMPUTE, k, grid, block, args);
-  cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE); /* a fault names this kernel */
+  g->o->launch(g->o->dev, CUDA_STREAM_COMPUTE, k, grid, block, args);
+  g->o->sync(g->o->dev); /* a fault names this kernel */
 }
 
 static void g_gemm(void *ctx, GemmType type, int ta, int tb, int M, int N, int K, float alpha,
                    DevPtr A, int lda, DevPtr B, int ldb, float beta, DevPtr C, int ldc) {
   Gpu *g = ctx;
   GpuGemm gm = {type, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, {GEMM_EPI_NONE}};
-  cuda_gemm(g->dev, CUDA_STREAM_COMPUTE, &gm);
-  cuda_stream_sync(g->dev, CUDA_STREAM_COMPUTE);
+  g->o->gemm(g->o->dev, CUDA_STREAM_COMPUTE, &gm);
+  g->o->sync(g->o->dev);
 }
 
 static int usage(void) {
@@ -99,52 +96,45 @@ int main(int argc, char **argv) {
 
   char err[1024];
   Gpu g = {0};
-  g.dev = cuda_dev_create(device, err, sizeof err);
-  if (!g.dev) {
+  g.o = cuda_dev_open(device, err, sizeof err);
+  if (!g.o) {
     printf("gpu_op_check: NO GPU: %s\n", err);
     return EXIT_NO_GPU;
   }
-  int arch = cuda_dev_arch(g.dev);
-  printf("gpu_op_check: device %d: %s (sm_%d), %.1f GiB\n", device, cuda_dev_name(g.dev), arch,
-         (double)cuda_dev_total_mem(g.dev) / (1 << 30));
+  int arch = cuda_dev_arch(g.o);
+  printf("gpu_op_check: device %d: %s (sm_%d), %.1f GiB\n", device, cuda_dev_name(g.o), arch,
+         (double)cuda_dev_total_mem(g.o) / (1 << 30));
 
   /* the tensor-core attention for every head size the checks use (op_check_flash.c) */
-  const char *defs[] = {"-DPKC_FLASH_TEST_SIZES", "-DPKC_SELFTEST_PERTURB"};
-  CudaCompileOptions o = {arch, "pd2bw_kernels.cu", NULL, defs, 1 + self_test};
-  CudaBinary bin;
-  char *cerr = NULL;
-  if (!cuda_nvrtc_compile(pd_cuda_kernels_src, &o, &bin, &cerr)) {
-    fprintf(stderr, "gpu_op_check: %s\n", cerr);
-    free(cerr);
-    cuda_dev_destroy(g.dev);
-    return 2;
-  }
-  printf("gpu_op_check: kernels compiled for sm_%d (%zu bytes%s)\n", arch, bin.size,
-         bin.cache_hit ? ", from the cache" : "");
-  g.mod = cuda_module_load(g.dev, bin.data, bin.size, err, sizeof err);
-  cuda_binary_free(&bin);
+  size_t srclen = strlen(pd_cuda_kernels_src) + 128;
+  char *src = pd_malloc(srclen);
+  snprintf(src, srclen, "#define PKC_FLASH_TEST_SIZES 1\n%s%s", self_test ? "#define PKC_SELFTEST_PERTURB 1\n" : "",
+           pd_cuda_kernels_src);
+  g.mod = g.o->load(g.o->dev, src, "pd2bw_kernels.cu", err, sizeof err);
+  free(src);
   if (!g.mod) {
     fprintf(stderr, "gpu_op_check: %s\n", err);
-    cuda_dev_destroy(g.dev);
+    cuda_dev_close(g.o);
     return 2;
   }
+  printf("gpu_op_check: kernels compiled for sm_%d\n", arch);
 #define HAVE(k, kind)                                                                              \
-  if (!cuda_module_kernel(g.mod, #k)) {                                                            \
+  if (!g.o->kernel(g.o->dev, g.mod, #k)) {                                                         \
     fprintf(stderr, "gpu_op_check: kernel %s missing from the module\n", #k);                      \
-    cuda_dev_destroy(g.dev);                                                                       \
+    cuda_dev_close(g.o);                                                                           \
     return 2;                                                                                      \
   }
   PKC_KERNEL_LIST(HAVE)
 #undef HAVE
 
   g.size = (size_t)256 << 20;
-  if (!cuda_arena_create(g.dev, g.size, &g.base, err, sizeof err)) {
+  if (!g.o->alloc(g.o->dev, g.size, &g.base, err, sizeof err)) {
     fprintf(stderr, "gpu_op_check: %s\n", err);
-    cuda_dev_destroy(g.dev);
+    cuda_dev_close(g.o);
     return 2;
   }
   char name[300];
-  snprintf(name, sizeof name, "%s (sm_%d)", cuda_dev_name(g.dev), arch);
+  snprintf(name, sizeof name, "%s (sm_%d)", cuda_dev_name(g.o), arch);
   OpDev d = {&g, name, g_alloc, g_reset, g_upload, g_download, g_launch, g_gemm, 256, 4096};
   int n = 0;
   int failed = op_check_all(&d, self_test ? "activations" : only, verbose || self_test, &n);
@@ -154,7 +144,7 @@ int main(int argc, char **argv) {
   d2.max_grid = 5;
   int n2 = 0;
   int failed2 = self_test ? 0 : op_check_all(&d2, only, 0, &n2);
-  cuda_dev_destroy(g.dev);
+  cuda_dev_close(g.o);
 
   if (self_test) {
     /* activations = gelu fwd/bwd, relu fwd/bwd: only gelu_fwd may fail. */

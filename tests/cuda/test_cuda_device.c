@@ -19,7 +19,7 @@
 #endif
 
 typedef enum Scenario {
-  SC_DEVICE, /* cuda_dev_create(0): "" on success, else its message */
+  SC_DEVICE, /* cuda_dev_open(0): "" on success, else its message */
   SC_NVRTC,  /* compile a tiny kernel */
   SC_CUBLAS, /* cuda_cublas_available */
   SC_LT,     /* cuda_lt_available (cuBLASLt: GEMM epilogues) */
@@ -46,12 +46,12 @@ static void run_child(Scenario sc, const char *env_name, const char *env_value, 
     char err[1024] = "";
     switch (sc) {
     case SC_DEVICE: {
-      CudaDev *d = cuda_dev_create(0, err, sizeof err);
+      CxDeviceOps *d = cuda_dev_open(0, err, sizeof err);
       if (!d)
         snprintf(msg, sizeof msg, "%s", err);
       else
         snprintf(msg, sizeof msg, "OK %s sm_%d", cuda_dev_name(d), cuda_dev_arch(d));
-      cuda_dev_destroy(d);
+      cuda_dev_close(d);
       break;
     }
     case SC_NVRTC: {

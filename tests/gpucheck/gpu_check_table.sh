@@ -61,7 +61,7 @@ gc_attention_parse "$(cat $dir/attention.out)"
 check "attention status" $? ""
 [ "$gc_att_fwd|$gc_att_bwd" = "166.8 TFLOP/s (0.412 ms)|112.3 TFLOP/s (1.530 ms)" ]
 check "attention fields" $? "$gc_att_fwd|$gc_att_bwd"
-# cuda_arena_create's message (runtime/cuda/cuda_device.c) is recognised; another error is not
+# the GPU table's alloc message (runtime/cuda/cuda_device.c d_alloc) is recognised; another error is not
 gc_out_of_memory "pd2bw-cuda-train: error: cuda backend: cannot allocate the stage arena of 141733920768 bytes (132.00 GiB) on device 0 (NVIDIA H200, 139.80 GiB): CUDA_ERROR_OUT_OF_MEMORY"
 check "out of memory seen" $? ""
 gc_out_of_memory "pd2bw-cuda-train: error: stage0.launch.json: kernel pkc_x is not in the compiled stage program"

@@ -1,16 +1,17 @@
 /* runtime/cuda/exec/cuda_exec.h — the launch-list executor (pd2bw_cuda_exec): replays the
- * launch lists pd2bwc writes (contract/contract.h) through a device table, CxDeviceOps,
- * so the host CUDA emulator (tests/cuda/cuda_emu.h) runs the very lists a GPU would.
- * cuda_exec_list.c loads a list once into flat arrays and replays a pass with no
- * allocation, captured once as a CUDA graph (cx_program_run); cuda_exec_device.c makes a
- * stage the interpreter's device (runtime/exec/exec.h), cuda_exec_step.c its step graphs,
- * cuda_adamw_multi.c its one-launch AdamW; cuda_exec_share.c and cuda_link_local.c share
- * one GPU among single-GPU pipeline mode's ranks, cuda_link_nccl.c links multi-GPU mode's;
- * cuda_exec_dev.c is a real GPU's table (cuda_exec_dev_none.c without the toolkit),
- * cuda_exec_kprof.c a timing wrapper for --kernel-profile. docs/gpu.md has the design.
- * Promise: without a GPU driver, opening the device fails with "cuda backend: no CUDA
- * driver found (...); use --backend cpu", exit status 1, never a crash; a plan without
- * launch lists is a user error naming the missing file. */
+ * launch lists pd2bwc writes (contract/contract.h) through the device table CxDeviceOps
+ * (runtime/cuda/cuda_backend.h, which fills a real GPU's; cuda_exec_dev_none.c stands in
+ * without the toolkit), so the host CUDA emulator (tests/cuda/cuda_emu.h) runs the very
+ * lists a GPU would. cuda_exec_list.c loads a list once into flat arrays and replays a
+ * pass with no allocation, captured once as a CUDA graph (cx_program_run);
+ * cuda_exec_device.c makes a stage the interpreter's device (runtime/exec/exec.h),
+ * cuda_exec_step.c its step graphs, cuda_adamw_multi.c its one-launch AdamW;
+ * cuda_exec_share.c and cuda_link_local.c share one GPU among single-GPU pipeline mode's
+ * ranks, cuda_link_nccl.c links multi-GPU mode's; cuda_exec_kprof.c is a timing wrapper
+ * for --kernel-profile. docs/gpu.md has the design. Promise: without a GPU driver,
+ * opening the device fails with "cuda backend: no CUDA driver found (...); use --backend
+ * cpu", exit status 1, never a crash; a plan without launch lists is a user error naming
+ * the missing file. */
 #ifndef PD2BW_RUNTIME_CUDA_EXEC_H
 #define PD2BW_RUNTIME_CUDA_EXEC_H
 
@@ -18,66 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/cuda/cuda_backend.h" /* CxDeviceOps: the device the executor drives */
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/exec/seg_times.h"
-
-/* The device as the executor sees it. Every call is on one device; `stream` is a
- * CudaStreamId (0: compute). Launches, GEMMs and zeroing are asynchronous on their
- * stream; htod/dtoh first wait for all the device's work, so the host may reuse or
- * read its buffer when they return. */
-typedef struct CxDeviceOps {
-  void *dev;
-  /* The one arena (called once per device). false with a message (too little memory). */
-  bool (*alloc)(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen);
-  /* Compiles/loads module source `src` (a stage's stageN.cu or the plan's kernels.cu;
-   * name for diagnostics); NULL with a message. May return the module it already
-   * loaded for the same text (stages on one device then share the library). */
-  void *(*load)(void *dev, const char *src, const char *name, char *err, size_t errlen);
-  /* Kernel `name` of a loaded module, or NULL when it has none. */
-  void *(*kernel)(void *dev, void *module, const char *name);
-  /* args: one pointer per kernel parameter, to a value of exactly its type. */
-  void (*launch)(void *dev, int stream, void *kernel, unsigned grid, unsigned block, void **args);
-  /* One GEMM (contract/contract.h GpuGemm; a GPU runs an epilogue as cuBLASLt's, the
-   * emulator as the kernels it stands for). */
-  void (*gemm)(void *dev, int stream, const GpuGemm *g);
-  void (*htod)(void *dev, GpuPtr dst, const void *src, size_t bytes);
-  void (*dtoh)(void *dev, void *dst, GpuPtr src, size_t bytes);
-  void (*memset0)(void *dev, int stream, GpuPtr p, size_t bytes);
-  void (*sync)(void *dev); /* waits for all streams */
-  /* Several streams, events, device copies: single-GPU pipeline mode (cuda_pipe.h)
-   * needs them; the one-stage trainer calls only dtod (on stream 0). */
-  /* Makes streams 0 .. n-1 usable; false with a message past the device's limit. */
-  bool (*streams)(void *dev, int n, char *err, size_t errlen);
-  void *(*event_create)(void *dev);
-  void (*event_destroy)(void *dev, void *ev);
-  /* ev now marks the work issued on `stream` so far (CUDA's cuEventRecord). */
-  void (*event_record)(void *dev, void *ev, int stream);
-  /* Work issued on `stream` after this call starts after the work ev marked when this
-   * was called (cuStreamWaitEvent: a later record of ev does not matter). */
-  void (*stream_wait)(void *dev, int stream, void *ev);
-  /* Milliseconds from start to end, both recorded and complete (a host wait since
-   * their records: cuEventElapsedTime); the traces of single-GPU pipeline mode. */
-  float (*event_ms)(void *dev, void *start, void *end);
-  /* Copies bytes from src to dst (no overlap) on `stream`, asynchronously. */
-  void (*dtod)(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes);
-  /* Multi-GPU pipeline mode (cuda_pipe.h, --transport nccl) only: the driver's handle
-   * of `stream` (a CUstream) for NCCL calls. NULL: the device cannot take part. */
-  void *(*native_stream)(void *dev, int stream);
-  /* Makes the device usable from the calling thread (a GPU: its context current in
-   * it); NULL: nothing to do (the emulator). Single-GPU pipeline mode's views
-   * (cx_share_view) call it before every use from a rank's thread. */
-  void (*thread_enter)(void *dev);
-  /* CUDA graphs. All four NULL: the device has none (or --cuda-graphs off:
-   * cx_ops_no_graphs), and cx_program_run replays every pass launch by launch. Between
-   * capture_begin and capture_end, work issued on `stream` is recorded, NOT run (kernel
-   * arguments by value as at the call); capture_end returns the executable graph, or
-   * NULL with a message. graph_launch issues a copy of the recorded work on `stream`,
-   * asynchronously, ordered like any work on it. */
-  bool (*capture_begin)(void *dev, int stream, char *err, size_t errlen);
-  void *(*capture_end)(void *dev, int stream, char *err, size_t errlen);
-  void (*graph_launch)(void *dev, void *graph, int stream);
-  void (*graph_destroy)(void *dev, void *graph);
-} CxDeviceOps;
 
 /* Clears ops' four graph entries (pd2bwrun --cuda-graphs off). */
 void cx_ops_no_graphs(CxDeviceOps *ops);
@@ -330,20 +274,6 @@ CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out);
 bool cx_kprof_write(CxKprof *k, const char *path, const char *what, char *err, size_t errlen);
 /* Destroys its events (before the device closes) and frees it. */
 void cx_kprof_free(CxKprof *k);
-
-/* ---- the GPU (cuda_exec_dev.c, or cuda_exec_dev_none.c without the toolkit) ------ */
-
-/* Opens GPU `device` (context, streams, cuBLAS; stage sources compiled with NVRTC
- * for its architecture, cached on disk). NULL with the backend's message (no driver:
- * "cuda backend: no CUDA driver found (...); use --backend cpu"). */
-CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen);
-void cx_cuda_close(CxDeviceOps *ops);
-/* The device's name ("NVIDIA H200"), or "" */
-const char *cx_cuda_name(const CxDeviceOps *ops);
-/* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
- * the device (in its own arena: call with no trainer alive). TFLOP/s, or -1 with a
- * message. */
-double cx_cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen);
 
 /* cx_main on an open device (tests pass the emulator's): cx_pipe_main (no
  * --bench-gemm). */

@@ -1,25 +1,25 @@
-/* runtime/cuda/exec/cuda_exec_dev_none.c — cuda_exec.h's device functions in a build without
- * the CUDA toolkit: every one reports that, so `--backend cuda` (and multi-GPU mode's
- * link, cx_nccl_link) fails cleanly. */
+/* runtime/cuda/exec/cuda_exec_dev_none.c — the GPU's entry points (runtime/cuda/cuda_backend.h
+ * cuda_dev_open ... cuda_gemm_tflops, and multi-GPU mode's link, cx_nccl_link) in a build
+ * without the CUDA toolkit: every one reports that, so `--backend cuda` fails cleanly. */
 #include "runtime/cuda/exec/cuda_exec.h"
 
 static const char no_toolkit[] =
     "cuda backend: this pd2bw was built without the CUDA toolkit (CMake found no CUDAToolkit); use --backend cpu";
 
-CxDeviceOps *cx_cuda_open(int device, char *err, size_t errlen) {
+CxDeviceOps *cuda_dev_open(int device, char *err, size_t errlen) {
   (void)device;
   snprintf(err, errlen, "%s", no_toolkit);
   return NULL;
 }
 
-void cx_cuda_close(CxDeviceOps *ops) { (void)ops; }
+void cuda_dev_close(CxDeviceOps *ops) { (void)ops; }
 
-const char *cx_cuda_name(const CxDeviceOps *ops) {
+const char *cuda_dev_name(const CxDeviceOps *ops) {
   (void)ops;
   return "";
 }
 
-double cx_cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
+double cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
   (void)device, (void)type, (void)M, (void)N, (void)K;
   snprintf(err, errlen, "%s", no_toolkit);
   return -1;

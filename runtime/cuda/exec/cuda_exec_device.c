@@ -114,8 +114,6 @@ static uint64_t layout(const CudaDevice *c, uint64_t bytes, uint64_t off[8]) {
 static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
   CudaDevice *c = cud(d);
   uint64_t off[8], at = layout(c, bytes, off);
-  uint64_t scratch = off[0], parts = off[1], norm = off[2], scalars = off[3], losses = off[4], data = off[5],
-           p16 = off[6], adamw = off[7];
   c->bytes = at;
   GpuPtr base;
   char err[RT_ERR_LEN];
@@ -124,14 +122,14 @@ static char *cd_arena_alloc(ExecDevice *d, uint64_t bytes, const char *what) {
     return NULL;
   }
   c->ops->memset0(c->ops->dev, 0, base, (size_t)at);
-  c->scratch = base + scratch;
-  c->parts = base + parts;
-  c->norm = base + norm;
-  c->scalars = base + scalars;
-  c->losses = base + losses;
-  c->data = base + data;
-  c->p16 = base + p16;
-  c->adamw = base + adamw;
+  c->scratch = base + off[0];
+  c->parts = base + off[1];
+  c->norm = base + off[2];
+  c->scalars = base + off[3];
+  c->losses = base + off[4];
+  c->data = base + off[5];
+  c->p16 = base + off[6];
+  c->adamw = base + off[7];
   if (c->fold) cx_fold_set_tables(c->fold, c->adamw + cx_adamw_stage_table_bytes(c->st));
   return (char *)(uintptr_t)base;
 }

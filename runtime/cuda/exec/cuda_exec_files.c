@@ -10,16 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads plan_dir/name and checks its hash is `want` (the launch list's, lpath). NULL
- * with a message. */
 char *cx_read_checked(const char *plan_dir, const char *name, const char *want, const char *lpath, char *err,
                       size_t errlen) {
-  char *path = io_join(plan_dir, name), ioerr[IO_ERR_LEN];
+  char *path = io_join(plan_dir, name);
   size_t len = 0;
-  char *src = io_read_all(path, &len, ioerr, sizeof ioerr);
-  if (!src) {
-    snprintf(err, errlen, "%s", ioerr);
-  } else {
+  char *src = io_read_all(path, &len, err, errlen);
+  if (src) {
     char h[17];
     codegen_hash_hex(src, len, h);
     if (strcmp(h, want) != 0) {
@@ -33,21 +29,17 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
   return src;
 }
 
-/* plan.json's stages[stage].program.cuda: the launch list the stage runs (stages with
- * the same program share one) and its rng_base. false with a message. */
 bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, uint32_t *rng_base, char *err,
                     size_t errlen) {
-  char *path = io_join(plan_dir, "plan.json"), ioerr[IO_ERR_LEN];
-  size_t len = 0;
-  char *text = io_read_all(path, &len, ioerr, sizeof ioerr);
-  cJSON *plan = text ? cJSON_ParseWithLength(text, len) : NULL;
+  char *path = io_join(plan_dir, "plan.json");
+  cJSON *plan = io_read_json_object(path, "", err, errlen);
   const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
   const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
   const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
   const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
   bool ok = false;
-  if (!text) {
-    snprintf(err, errlen, "%s", ioerr);
+  if (!plan) {
+    /* err says why */
   } else if (!cuda) {
     snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
              stage);
@@ -63,7 +55,6 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
     ok = true;
   }
   cJSON_Delete(plan);
-  free(text);
   free(path);
   return ok;
 }

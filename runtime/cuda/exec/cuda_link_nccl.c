@@ -9,7 +9,7 @@
  * emulated device (tests/nccl) with tests/nccl/fake_nccl.c standing in for libnccl and
  * checks losses and weights against the sequential reference. Unchecked: NCCL's
  * device-side blocking, its summation order, and the real device table's stream
- * handle (cuda_exec_dev.c: native_stream) in NCCL's hands. */
+ * handle (the GPU table's native_stream, runtime/cuda/cuda_device.c) in NCCL's hands. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -147,15 +147,15 @@ int cx_pipe_nccl_launch(const char *prog, const char *plan_dir, const CxOptions 
   int local = lr ? atoi(lr) : transport_rank(t) % transport_ranks_on_host(t);
   CxOptions mine = *o;
   mine.device = o->device + local;
-  CxDeviceOps *ops = cx_cuda_open(mine.device, err, sizeof err);
+  CxDeviceOps *ops = cuda_dev_open(mine.device, err, sizeof err);
   int rc;
   if (!ops) {
     transport_abort(t, err);
     rc = rt_fail(prog, err);
   } else {
     if (mine.graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off */
-    rc = cx_pipe_nccl_main(prog, plan_dir, ops, cx_cuda_name(ops), &mine, t);
-    cx_cuda_close(ops);
+    rc = cx_pipe_nccl_main(prog, plan_dir, ops, cuda_dev_name(ops), &mine, t);
+    cuda_dev_close(ops);
   }
   transport_destroy(t);
   return rc;

@@ -49,15 +49,15 @@ int cx_main(const char *prog, const char *plan_dir, const CxOptions *o) {
   char err[RT_ERR_LEN];
   if (o->nccl && o->kernel_profile) return rt_fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
   if (o->nccl) return cx_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
-  CxDeviceOps *ops = cx_cuda_open(o->device, err, sizeof err);
+  CxDeviceOps *ops = cuda_dev_open(o->device, err, sizeof err);
   if (!ops) return rt_fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
   CxBench b = {.M = 0};
-  int rc = run(prog, plan_dir, ops, cx_cuda_name(ops), o, o->bench_gemm ? &b : NULL);
+  int rc = run(prog, plan_dir, ops, cuda_dev_name(ops), o, o->bench_gemm ? &b : NULL);
   /* the trainer's arena must go before the benchmark's (one arena per device) */
-  cx_cuda_close(ops);
+  cuda_dev_close(ops);
   if (rc || !b.M) return rc;
-  double peak = cx_cuda_gemm_tflops(o->device, b.type, b.M, b.N, b.K, err, sizeof err);
+  double peak = cuda_gemm_tflops(o->device, b.type, b.M, b.N, b.K, err, sizeof err);
   if (peak < 0) return rt_fail(prog, err);
   printf("%s: cuBLAS %s GEMM %dx%dx%d: %.2f TFLOP/s measured; training achieved %.2f TFLOP/s = %.0f%% of it\n", prog,
          b.type == GEMM_TF32 ? "TF32" : b.type == GEMM_BF16 ? "BF16" : "FP32", b.M, b.N, b.K, peak, b.tflops,
