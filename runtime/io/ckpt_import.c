@@ -78,19 +78,20 @@ CkptGpt2Kind ckpt_gpt2_kind(int k) {
                         slot_per_layer((GptSlot)k), slots[k].linear};
 }
 
+const char *ckpt_layer_suffix(const char *name, int *layer) {
+  *layer = -1;
+  if (strncmp(name, "h.", 2) != 0) return name;
+  char *end;
+  long l = strtol(name + 2, &end, 10); /* an overflow reads LONG_MAX or LONG_MIN: refused below */
+  if (end == name + 2 || *end != '.' || l < 0 || l > 1000000) return NULL;
+  *layer = (int)l;
+  return end + 1;
+}
+
 /* "h.3.attn_w" -> (G_ATTN_W, 3); "wte" -> (G_WTE, -1). False if not a GPT name. */
 static bool parse_name(const char *name, GptSlot *slot, int *layer) {
-  const char *suffix = name;
-  *layer = -1;
-  if (strncmp(name, "h.", 2) == 0) {
-    char *end;
-    errno = 0;
-    long l = strtol(name + 2, &end, 10);
-    if (end == name + 2 || *end != '.' || errno || l < 0 || l > 1000000) return false;
-    *layer = (int)l;
-    suffix = end + 1;
-  }
-  for (int s = 0; s < G_COUNT; s++)
+  const char *suffix = ckpt_layer_suffix(name, layer);
+  for (int s = 0; suffix && s < G_COUNT; s++)
     if (strcmp(slots[s].pd, suffix) == 0 && slot_per_layer((GptSlot)s) == (*layer >= 0)) {
       *slot = (GptSlot)s;
       return true;
@@ -164,20 +165,10 @@ static CkptRows gpt_rows(GptSlot s) {
   return s == G_WTE ? CKPT_ROWS_VOCAB : s == G_WPE ? CKPT_ROWS_PREFIX : CKPT_ROWS_EXACT;
 }
 
-/* Number of layers the model's parameters name (1 + the largest h.<i>). */
-static int model_layers(const CkptParam *params, int n) {
-  int L = 0;
-  for (int i = 0; i < n; i++) {
-    GptSlot s;
-    int l;
-    if (parse_name(params[i].name, &s, &l) && l + 1 > L) L = l + 1;
-  }
-  return L;
-}
-
-/* Checks every name is GPT's and the layer counts agree. */
+/* Checks every name is GPT's and the layer counts agree (the model's: 1 + the largest h.<i>). */
 static bool check_gpt_names(const char *path, const CkptParam *params, int n, int ckpt_layers,
                             char *err, size_t errlen) {
+  int L = 0;
   for (int i = 0; i < n; i++) {
     GptSlot s;
     int l;
@@ -189,8 +180,8 @@ static bool check_gpt_names(const char *path, const CkptParam *params, int n, in
                path, params[i].name);
       return false;
     }
+    if (l + 1 > L) L = l + 1;
   }
-  int L = model_layers(params, n);
   if (L != ckpt_layers) {
     snprintf(err, errlen, "%s: the checkpoint has %d transformer layers, the model %d", path,
              ckpt_layers, L);
@@ -452,24 +443,18 @@ static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, 
 /* A Hugging Face directory: Llama's reader, or GPT-2's model.safetensors. */
 static bool import_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
                        size_t errlen) {
-  size_t plen = strlen(dir) + 24;
-  char *cfg_path = pd_malloc(plen);
-  snprintf(cfg_path, plen, "%s/config.json", dir);
-  size_t len;
-  char *text = io_read_all(cfg_path, &len, err, errlen);
-  cJSON *cfg = text ? cJSON_ParseWithLength(text, len) : NULL;
+  char *cfg_path = io_join(dir, "config.json");
+  cJSON *cfg = io_read_json_object(cfg_path, "", err, errlen);
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
   bool ok = false;
-  if (!text) {
-    /* io_read_all's error names config.json */
-  } else if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0) {
-    snprintf(cfg_path, plen, "%s/model.safetensors", dir);
-    ok = ckpt_import(cfg_path, CKPT_HF, params, n, err, errlen);
-  } else {
-    ok = ckpt_import_llama_dir(dir, params, n, consts, err, errlen); /* names any other model_type */
+  if (cfg && cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0) {
+    char *model = io_join(dir, "model.safetensors");
+    ok = ckpt_import(model, CKPT_HF, params, n, err, errlen);
+    free(model);
+  } else if (cfg) {
+    ok = ckpt_import_llama_dir(dir, cfg_path, cfg, params, n, consts, err, errlen); /* names any other model_type */
   }
   cJSON_Delete(cfg);
-  free(text);
   free(cfg_path);
   return ok;
 }
