@@ -10,8 +10,6 @@
  * [in, out]: rs = cols, cs = 1) and llm.c (linear weights are stored [out, in], so the
  * copy transposes: rs = 1, cs = in). Users: docs/data.md ("Checkpoints"). */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,26 +222,11 @@ static bool check_llmc_heads(const char *path, const CkptParam *params, int n, i
  * V..Vp of wte: padding). */
 static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
                         size_t errlen) {
-  char why[IO_ERR_LEN];
-  struct stat sb;
-  int fd = io_open_regular(path, &sb, why, sizeof why);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
-    return false;
-  }
-  if (sb.st_size < 1024) {
-    snprintf(err, errlen, "%s: truncated: %lld bytes, shorter than llm.c's 1024-byte header", path,
-             (long long)sb.st_size);
-    close(fd);
-    return false;
-  }
-  size_t size = (size_t)sb.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) {
-    snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
-    return false;
-  }
+  size_t size;
+  void *map = io_map_file(path, "checkpoint", 1024, &size, err, errlen);
+  if (!map && size < 1024)
+    snprintf(err, errlen, "%s: truncated: %zu bytes, shorter than llm.c's 1024-byte header", path, size);
+  if (!map) return false;
   const int32_t *h = map;
   bool ok = false;
   float *tmp = NULL;
