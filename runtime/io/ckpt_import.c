@@ -254,12 +254,10 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
   if (!check_llmc_heads(path, params, n, NH, C, err, errlen)) goto done;
   size_t elt = h[1] == 3 ? 4 : 2;
   /* Element counts of the 16 tensors, in file order (= GptSlot order). */
-  int64_t count[G_COUNT], start[G_COUNT], total = 0;
+  int64_t rows[G_COUNT], count[G_COUNT], start[G_COUNT], total = 0;
   for (int s = 0; s < G_COUNT; s++) {
-    int64_t rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
-                   : slots[s].rows_c   ? slots[s].rows_c * C
-                                       : 1;
-    count[s] = rows * slots[s].cols_c * C * (slot_per_layer((GptSlot)s) ? L : 1);
+    rows[s] = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT) : slots[s].rows_c ? slots[s].rows_c * C : 1;
+    count[s] = rows[s] * slots[s].cols_c * C * (slot_per_layer((GptSlot)s) ? L : 1);
     start[s] = total;
     total += count[s];
   }
@@ -279,11 +277,7 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
     GptSlot s;
     int l;
     parse_name(p->name, &s, &l);
-    CkptSrc src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .min_rows = 1};
-    src.rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
-               : slots[s].rows_c   ? slots[s].rows_c * C
-                                   : 1;
-    src.cols = slots[s].cols_c * C;
+    CkptSrc src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .rows = rows[s], .cols = slots[s].cols_c * C, .min_rows = 1};
     if (s == G_WTE) src.min_rows = V;
     int64_t ne = src.rows * src.cols;
     int64_t first = start[s] + (l > 0 ? l : 0) * ne;
@@ -300,13 +294,8 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
       }
     }
     src.data = tmp;
-    if (slots[s].linear) { /* stored [out = cols, in = rows] */
-      src.rs = 1;
-      src.cs = src.rows;
-    } else {
-      src.rs = src.cols;
-      src.cs = 1;
-    }
+    src.rs = slots[s].linear ? 1 : src.cols; /* linear: stored [out = cols, in = rows] */
+    src.cs = slots[s].linear ? src.rows : 1;
     snprintf(src.desc, sizeof src.desc, "llm.c tensor #%d%s", (int)s,
              slot_per_layer(s) ? ", one layer" : "");
     if (!ckpt_copy(p, gpt_rows(s), &src, path, err, errlen)) goto done;
