@@ -68,11 +68,6 @@ typedef struct HfDir {
   char *index_path;
 } HfDir;
 
-static bool exists(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0;
-}
-
 static void hf_close(HfDir *d) {
   for (int i = 0; i < d->nst; i++) st_close(d->st[i]);
   free(d->st);
@@ -82,7 +77,8 @@ static void hf_close(HfDir *d) {
 
 static bool hf_open(HfDir *d, const char *dir, char *err, size_t errlen) {
   d->index_path = io_join(dir, "model.safetensors.index.json");
-  if (!exists(d->index_path)) {
+  struct stat sb;
+  if (stat(d->index_path, &sb) != 0) { /* no index: one model.safetensors */
     char *p = io_join(dir, "model.safetensors");
     d->st = pd_calloc(1, sizeof *d->st);
     d->st[0] = st_open(p, err, errlen);
