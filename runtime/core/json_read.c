@@ -160,10 +160,8 @@ cJSON *jr_parse(JsonRd *r, const char *text, size_t len) {
     long at = end && end >= copy && end <= copy + len ? (long)(end - copy) : 0L;
     const char *ep = cJSON_GetErrorPtr();
     if (ep && ep >= copy && ep <= copy + len) at = (long)(ep - copy);
-    char b[64];
-    snprintf(b, sizeof b, "near byte %ld", at);
     r->failed = true;
-    snprintf(r->err, r->errlen, "%s: not valid JSON (%s)", r->file, b);
+    snprintf(r->err, r->errlen, "%s: not valid JSON (near byte %ld)", r->file, at);
   }
   free(copy);
   return root;

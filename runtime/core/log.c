@@ -75,7 +75,6 @@ RtLog *rt_log_open(const char *json_path, FILE *out, bool quiet, char *err, size
   return l;
 }
 
-/* line[0, n) appended whole, or the file cut back to its last whole line. */
 /* One line in one write(2) to the O_APPEND descriptor; a line that fails halfway (a
  * full disk, EFBIG) is cut off again with ftruncate, so the file always ends with the
  * last whole line. A failed write ends the run with the path, the step and the cause

@@ -36,14 +36,10 @@ static int shape(JsonRd *r, const cJSON *o, const char *path, int64_t *dims) {
   int n = 0;
   const cJSON *d;
   cJSON_ArrayForEach(d, a) {
-    char b[512];
-    snprintf(b, sizeof b, "%s.shape", path);
-    char k[16];
-    snprintf(k, sizeof k, "[%d]", n);
     if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > (double)RT_MAX_DIM ||
         d->valuedouble != (double)(int64_t)d->valuedouble) {
       char p[530];
-      snprintf(p, sizeof p, "%s%s", b, k);
+      snprintf(p, sizeof p, "%s.shape[%d]", path, n);
       jr_fail_value(r, p, "", d, "must be an integer 1..1099511627776");
       return 0;
     }
@@ -94,17 +90,6 @@ static void read_train(JsonRd *r, const cJSON *t, TrainConfig *c) {
   }
 }
 
-/* Byte ranges [offset, offset + bytes) of n items: the first two that overlap, or -1. */
-static int overlap(const int64_t *off, const int64_t *len, int n, int *other) {
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < i; j++)
-      if (len[i] > 0 && len[j] > 0 && off[i] < off[j] + len[j] && off[j] < off[i] + len[i]) {
-        *other = j;
-        return i;
-      }
-  return -1;
-}
-
 static void read_params(JsonRd *r, const cJSON *params, const char *path, RtStage *s) {
   s->nparams = cJSON_GetArraySize(params);
   s->params = pd_calloc((size_t)s->nparams + 1, sizeof *s->params);
@@ -132,19 +117,18 @@ static void read_params(JsonRd *r, const cJSON *params, const char *path, RtStag
                        p->offset + p->bytes > s->blocks[BUF_PARAMS]))
       jr_fail(r, pp, "shape, numel, bytes and offset disagree or leave the params block");
   }
-  int64_t *off = pd_calloc((size_t)s->nparams + 1, sizeof *off), *len = pd_calloc((size_t)s->nparams + 1, sizeof *len);
-  for (int i = 0; i < s->nparams; i++) off[i] = s->params[i].offset, len[i] = s->params[i].bytes;
-  int j, i = r->failed ? -1 : overlap(off, len, s->nparams, &j);
-  if (i >= 0) {
-    char pp[200], b[600];
-    snprintf(pp, sizeof pp, "%s.params[%d]", path, i);
-    snprintf(b, sizeof b, "\"%s\" at bytes %lld..%lld overlaps params[%d] \"%s\" at %lld..%lld", s->params[i].name,
-             (long long)off[i], (long long)(off[i] + len[i]), j, s->params[j].name, (long long)off[j],
-             (long long)(off[j] + len[j]));
-    jr_fail(r, pp, b);
-  }
-  free(off);
-  free(len);
+  /* byte ranges [offset, offset + bytes), each bytes >= 1 once read: the first two that overlap */
+  for (int i = 0; i < s->nparams && !r->failed; i++)
+    for (int j = 0; j < i && !r->failed; j++) {
+      const RtParam *a = &s->params[i], *o = &s->params[j];
+      if (a->offset >= o->offset + o->bytes || o->offset >= a->offset + a->bytes) continue;
+      char pp[200], b[600];
+      snprintf(pp, sizeof pp, "%s.params[%d]", path, i);
+      snprintf(b, sizeof b, "\"%s\" at bytes %lld..%lld overlaps params[%d] \"%s\" at %lld..%lld", a->name,
+               (long long)a->offset, (long long)(a->offset + a->bytes), j, o->name, (long long)o->offset,
+               (long long)(o->offset + o->bytes));
+      jr_fail(r, pp, b);
+    }
 }
 
 static void read_inputs(JsonRd *r, const cJSON *inputs, const char *path, RtStage *s) {
@@ -179,9 +163,7 @@ static void read_stage(JsonRd *r, const cJSON *so, int i, const char *dir, int64
   snprintf(path, sizeof path, "stages[%d]%s", i, prog ? ".program" : "");
   if (!prog) prog = so;
   const char *src = jr_str(r, prog, path, "source", NULL);
-  size_t n = strlen(dir) + strlen(src) + 2;
-  s->source = pd_malloc(n);
-  snprintf(s->source, n, "%s/%s", dir, src);
+  s->source = io_join(dir, src);
   if (!r->failed && (!src[0] || strchr(src, '/') || strcmp(src, ".") == 0 || strcmp(src, "..") == 0))
     jr_fail_value(r, path, "source", cJSON_GetObjectItemCaseSensitive(prog, "source"),
                   "must be a file name inside the plan directory");
@@ -273,9 +255,7 @@ RtPlan *rt_plan_load(const char *dir, char *err, size_t errlen) { return rt_plan
 
 RtPlan *rt_plan_load_json(const char *dir, struct cJSON **json, char *err, size_t errlen) {
   if (json) *json = NULL;
-  size_t n = strlen(dir) + 16;
-  char *file = pd_malloc(n);
-  snprintf(file, n, "%s/plan.json", dir);
+  char *file = io_join(dir, "plan.json");
   char ierr[IO_ERR_LEN];
   size_t len;
   char *text = io_read_all(file, &len, ierr, sizeof ierr);

@@ -67,12 +67,14 @@ bool rt_cache_dir(char *buf, size_t n, char *err, size_t errlen) {
   return fits;
 }
 
-/* argv: the compiler's words, then the `nextra` words of extra, NULL-terminated;
- * free with free_words. */
-static char **command(const char *const *extra, int nextra) {
-  char **w;
-  int n = rt_split_words(compiler(), &w);
-  w = pd_realloc(w, (size_t)(n + nextra + 1) * sizeof *w);
+/* argv: the compiler's words, the words of flags, then the `nextra` strings of extra
+ * (paths: never split), NULL-terminated; free with free_words. */
+static char **command(const char *flags, const char *const *extra, int nextra) {
+  char **w, **f;
+  int n = rt_split_words(compiler(), &w), nf = rt_split_words(flags, &f);
+  w = pd_realloc(w, (size_t)(n + nf + nextra + 1) * sizeof *w);
+  for (int i = 0; i < nf; i++) w[n++] = f[i];
+  free(f);
   for (int i = 0; i < nextra; i++) w[n++] = pd_strdup(extra[i]);
   w[n] = NULL;
   return w;
@@ -92,7 +94,6 @@ static char *command_text(char *const *argv) {
   *e = 0;
   return s;
 }
-
 
 /* Appends the seal of tmp's bytes to tmp (cache_seal.c), before the rename; verify
  * checks it before dlopen. A cache hit is not trusted on its name alone: a truncated
@@ -180,21 +181,18 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
     return false;
   }
   /* The key: source, command, compiler banner. */
-  char **cmdv = command((const char *const[]){"--version"}, 1);
+  char **cmdv = command("", (const char *const[]){"--version"}, 1);
   int st;
   char *banner = rt_run_capture(cmdv, cc_timeout(), &st);
   int spawn_errno = errno;
   free_words(cmdv);
-  if (banner && st == RT_RUN_TIMED_OUT) {
-    free(src);
-    free(banner);
-    return timed_out(c_path, "its --version", err, errlen);
-  }
   if (!banner || st != 0) {
+    bool ran = banner != NULL;
     free(src);
     free(banner);
+    if (ran && st == RT_RUN_TIMED_OUT) return timed_out(c_path, "its --version", err, errlen);
     return ERR("%s: cannot run the C compiler '%s' (%s; set PD2BW_CC to one that works)", c_path, compiler(),
-               banner ? "its --version failed" : strerror(spawn_errno));
+               ran ? "its --version failed" : strerror(spawn_errno));
   }
   size_t keylen = len + strlen(banner) + strlen(compiler()) + 256;
   char *keytext = pd_malloc(keylen);
@@ -223,42 +221,26 @@ bool stage_program_load(const char *c_path, int real_bytes, StageProgram *out, c
     static _Atomic unsigned long serial;
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", out->so_path, (long)getpid(), ++serial) >= (int)sizeof tmp)
       return ERR("%s: the cache path is too long", cache);
-    char **words, **cc;
-    int nflags = rt_split_words(RT_CC_FLAGS, &words);
-    words = pd_realloc(words, (size_t)(nflags + 4) * sizeof *words);
-    words[nflags++] = pd_strdup("-o");
-    words[nflags++] = pd_strdup(tmp);
-    words[nflags++] = pd_strdup(c_path);
-    words[nflags++] = pd_strdup("-lm");
-    cc = command((const char *const *)words, nflags);
-    for (int i = 0; i < nflags; i++) free(words[i]);
-    free(words);
+    char **cc = command(RT_CC_FLAGS, (const char *const[]){"-o", tmp, c_path, "-lm"}, 4);
     char *log = rt_run_capture(cc, cc_timeout(), &st);
+    bool ok = log && st == 0;
     if (log && st == RT_RUN_TIMED_OUT) {
-      remove(tmp);
-      free(log);
-      free_words(cc);
-      return timed_out(c_path, "compiling it", err, errlen);
-    }
-    if (!log || st != 0) {
-      remove(tmp);
+      ok = timed_out(c_path, "compiling it", err, errlen);
+    } else if (!ok) {
       /* Enough of the compiler's complaint to act on. */
       if (log && strlen(log) > 1200) log[1200] = 0;
       char *text = command_text(cc);
       /* A compiler killed by a signal (out of memory, or the job being torn down by
        * another rank's abort) says nothing itself: name the signal. */
       int sig = log ? RT_RUN_SIGNAL(st) : 0;
-      bool r = sig ? ERR("%s: the C compiler was killed by signal %d (%s) (%s)%s%s", c_path, sig, strsignal(sig),
-                         text, *log ? ":\n" : "", log)
-                   : ERR("%s: the C compiler failed (%s):\n%s", c_path, text, log ? log : "(could not run it)");
+      ok = sig ? ERR("%s: the C compiler was killed by signal %d (%s) (%s)%s%s", c_path, sig, strsignal(sig), text,
+                     *log ? ":\n" : "", log)
+               : ERR("%s: the C compiler failed (%s):\n%s", c_path, text, log ? log : "(could not run it)");
       free(text);
-      free(log);
-      free_words(cc);
-      return r;
     }
     free(log);
     free_words(cc);
-    if (!seal(tmp, err, errlen)) {
+    if (!ok || !seal(tmp, err, errlen)) {
       remove(tmp);
       return false;
     }

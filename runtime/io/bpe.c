@@ -38,15 +38,15 @@ static StrSlot *str_slot(StrSlot *tab, size_t cap, const char *key) {
   return &tab[i];
 }
 
+static uint64_t pair_key(int32_t a, int32_t b) {
+  return ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+}
+
 static PairSlot *pair_slot(PairSlot *tab, size_t cap, int32_t a, int32_t b) {
-  uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+  uint64_t key = pair_key(a, b);
   size_t i = hash_u64(key) & (cap - 1);
   while (tab[i].key && tab[i].key != key) i = (i + 1) & (cap - 1);
   return &tab[i]; /* empty slot: the caller fills it on insert */
-}
-
-static uint64_t pair_key(int32_t a, int32_t b) {
-  return ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
 }
 
 int64_t bpe_token_id(const Bpe *b, const char *token) {
@@ -85,16 +85,10 @@ uint32_t bpe_byte_to_unicode(uint8_t byte) {
   return 256 + n;
 }
 
-/* UTF-8 of a code point below 0x800 (all byte symbols are), NUL-terminated. */
-static void utf8_encode(uint32_t cp, char out[4]) {
-  if (cp < 0x80) {
-    out[0] = (char)cp;
-    out[1] = 0;
-  } else {
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    out[2] = 0;
-  }
+const char *bpe_byte_symbol(uint8_t byte, char out[4]) {
+  /* a code point below 0x200: one or two UTF-8 bytes, and room for the NUL */
+  out[utf8proc_encode_char((utf8proc_int32_t)bpe_byte_to_unicode(byte), (utf8proc_uint8_t *)out)] = '\0';
+  return out;
 }
 
 /* ---- loading --------------------------------------------------------------- */
@@ -129,18 +123,14 @@ bool bpe_vocab_from_json(Bpe *b, const cJSON *root, size_t extra, const char *wh
       ok = false;
       break;
     }
-    int32_t id = (int32_t)v;
-    StrSlot *s = str_slot(b->vocab, b->vocab_cap, item->string);
-    if (s->key) {
+    if (bpe_token_id(b, item->string) >= 0) {
       snprintf(err, errlen, "%s: token \"%s\" appears twice", where, item->string);
       ok = false;
       break;
     }
-    s->key = pd_strdup(item->string);
-    s->value = id;
-    ids[nids] = (IdAt){id, nids, s->key};
+    bpe_vocab_add(b, item->string, (int32_t)v);
+    ids[nids] = (IdAt){(int32_t)v, nids, item->string};
     nids++;
-    if ((int64_t)id + 1 > b->vocab_size) b->vocab_size = (int64_t)id + 1;
   }
   if (ok) {
     qsort(ids, (size_t)nids, sizeof *ids, by_id_then_order);
@@ -234,8 +224,7 @@ static bool load_merges(Bpe *b, const char *path, char *err, size_t errlen) {
 void bpe_finish(Bpe *b) {
   for (int c = 0; c < 256; c++) {
     char sym[4];
-    utf8_encode(bpe_byte_to_unicode((uint8_t)c), sym);
-    b->byte_id[c] = (int32_t)bpe_token_id(b, sym);
+    b->byte_id[c] = (int32_t)bpe_token_id(b, bpe_byte_symbol((uint8_t)c, sym));
   }
 }
 
@@ -329,8 +318,7 @@ static void spell(const unsigned char *t, size_t n, char *buf) {
   size_t w = 0;
   for (size_t k = 0; k < n; k++) {
     char sym[4];
-    utf8_encode(bpe_byte_to_unicode(t[k]), sym);
-    for (char *c = sym; *c; c++) buf[w++] = *c;
+    for (const char *c = bpe_byte_symbol(t[k], sym); *c; c++) buf[w++] = *c;
   }
   buf[w] = '\0';
 }
@@ -439,9 +427,4 @@ bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t 
     i += at + b->added[k].len;
   }
   return true;
-}
-
-const char *bpe_byte_symbol(uint8_t byte, char out[4]) {
-  utf8_encode(bpe_byte_to_unicode(byte), out);
-  return out;
 }

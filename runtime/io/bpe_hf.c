@@ -13,6 +13,7 @@
  * from the library. The post-processor (Llama 3's template adds
  * <|begin_of_text|>) is not applied: pd2bw-data's --eot marks documents.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +35,14 @@ typedef struct Ctx {
   size_t errlen;
 } Ctx;
 
-static bool bad(const Ctx *c, const char *key, const char *msg) {
-  snprintf(c->err, c->errlen, "%s: %s: %s", c->path, key, msg);
+/* "path: key: " and the message; false. */
+static bool bad(const Ctx *c, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool bad(const Ctx *c, const char *key, const char *fmt, ...) {
+  int n = snprintf(c->err, c->errlen, "%s: %s: ", c->path, key);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n >= 0 && (size_t)n < c->errlen) vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+  va_end(ap);
   return false;
 }
 
@@ -59,11 +66,8 @@ static const char *type_of(const cJSON *obj) {
 static bool read_model(Bpe *b, const cJSON *model, int nadded, const Ctx *c) {
   if (!cJSON_IsObject(model)) return bad(c, "model", "expected an object");
   const char *type = type_of(model);
-  if (!type || strcmp(type, "BPE") != 0) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "a \"%.80s\" model; pd2bw-data reads byte-level BPE only", type ? type : "untyped");
-    return bad(c, "model.type", msg);
-  }
+  if (!type || strcmp(type, "BPE") != 0)
+    return bad(c, "model.type", "a \"%.80s\" model; pd2bw-data reads byte-level BPE only", type ? type : "untyped");
   if (!off(model, "dropout")) return bad(c, "model.dropout", "BPE dropout is not supported (ids would be random)");
   if (!off(model, "byte_fallback")) return bad(c, "model.byte_fallback", "byte fallback is not supported");
   if (!empty_str(model, "continuing_subword_prefix"))
@@ -131,33 +135,21 @@ static bool read_added(Bpe *b, const cJSON *added, const Ctx *c) {
     if (!cJSON_IsObject(t) || !cJSON_IsString(content) || !content->valuestring[0] || !cJSON_IsNumber(id))
       return bad(c, key, "expected {\"id\": N, \"content\": \"...\", ...}");
     double v = id->valuedouble;
-    if (v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID) {
-      char msg[64];
-      snprintf(msg, sizeof msg, "id must be an integer in [0, %d]", BPE_MAX_ID);
-      return bad(c, key, msg);
-    }
+    if (v != (double)(int64_t)v || v < 0 || v > BPE_MAX_ID)
+      return bad(c, key, "id must be an integer in [0, %d]", BPE_MAX_ID);
     static const char *const unsupported[] = {"lstrip", "rstrip", "single_word"};
     for (int k = 0; k < 3; k++)
-      if (!off(t, unsupported[k])) {
-        char msg[120];
-        snprintf(msg, sizeof msg, "%s is not supported (the token would match differently)", unsupported[k]);
-        return bad(c, key, msg);
-      }
+      if (!off(t, unsupported[k]))
+        return bad(c, key, "%s is not supported (the token would match differently)", unsupported[k]);
     const char *s = content->valuestring;
     int64_t have = bpe_token_id(b, s);
-    if (have >= 0 && have != (int64_t)v) {
-      char msg[200];
-      snprintf(msg, sizeof msg, "\"%.80s\" has id %lld, model.vocab gives it %lld", s, (long long)v, (long long)have);
-      return bad(c, key, msg);
-    }
+    if (have >= 0 && have != (int64_t)v)
+      return bad(c, key, "\"%.80s\" has id %lld, model.vocab gives it %lld", s, (long long)v, (long long)have);
     if (have < 0) {
       /* a new token: its id must be free */
       for (size_t k = 0; k < b->vocab_cap; k++)
-        if (b->vocab[k].key && b->vocab[k].value == (int32_t)v) {
-          char msg[240];
-          snprintf(msg, sizeof msg, "id %lld of \"%.80s\" is model.vocab's \"%.80s\"", (long long)v, s, b->vocab[k].key);
-          return bad(c, key, msg);
-        }
+        if (b->vocab[k].key && b->vocab[k].value == (int32_t)v)
+          return bad(c, key, "id %lld of \"%.80s\" is model.vocab's \"%.80s\"", (long long)v, s, b->vocab[k].key);
       bpe_vocab_add(b, s, (int32_t)v);
     }
     b->added[b->nadded] = (BpeAdded){pd_strdup(s), strlen(s), (int32_t)v};
@@ -183,9 +175,7 @@ static bool read_bytelevel(Bpe *b, const cJSON *p, const char *key, bool split, 
   if (split && use_regex)
     return bad(c, k, "true after a Split (two regexes in a row) is not supported");
   if (!split && !use_regex) return bad(c, k, "false without a Split (no pre-tokenization) is not supported");
-  if (!split) {
-    b->pretok = BPE_PRE_GPT2;
-  }
+  if (!split) b->pretok = BPE_PRE_GPT2;
   return true;
 }
 
@@ -208,12 +198,9 @@ static bool read_split(Bpe *b, const cJSON *p, const char *key, const Ctx *c) {
   } else if (strcmp(r, GPT2_PATTERN) == 0) {
     b->pretok = BPE_PRE_GPT2;
   } else {
-    char msg[400];
-    snprintf(msg, sizeof msg,
-             "the split pattern \"%.200s\" is not one pd2bw-data implements (Llama 3's, Qwen2's and GPT-2's are)",
-             r);
     snprintf(k, sizeof k, "%s.pattern.Regex", key);
-    return bad(c, k, msg);
+    return bad(c, k, "the split pattern \"%.200s\" is not one pd2bw-data implements (Llama 3's, Qwen2's and "
+               "GPT-2's are)", r);
   }
   return true;
 }
@@ -229,11 +216,9 @@ static bool read_pretok(Bpe *b, const cJSON *p, const Ctx *c) {
       return read_split(b, s, "pre_tokenizer.pretokenizers[0]", c) &&
              read_bytelevel(b, bl, "pre_tokenizer.pretokenizers[1]", true, c);
   }
-  char msg[200];
-  snprintf(msg, sizeof msg,
-           "%s%.60s%s is not supported (a ByteLevel, or a Sequence of a Split and a ByteLevel, is)",
-           type ? "a \"" : "", type ? type : p ? "an untyped pre-tokenizer" : "none", type ? "\"" : "");
-  return bad(c, "pre_tokenizer", msg);
+  return bad(c, "pre_tokenizer",
+             "%s%.60s%s is not supported (a ByteLevel, or a Sequence of a Split and a ByteLevel, is)",
+             type ? "a \"" : "", type ? type : p ? "an untyped pre-tokenizer" : "none", type ? "\"" : "");
 }
 
 Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {

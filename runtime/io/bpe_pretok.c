@@ -73,13 +73,15 @@ static size_t next_char(const unsigned char *t, size_t n, CharClass *cls) {
   return (size_t)len;
 }
 
-/* Bytes of the run of class c that starts at t[0]. */
-static size_t run_len(const unsigned char *t, size_t n, CharClass c) {
+/* Bytes of the run of class c, at most max characters, that starts at t[0]; *last (when
+ * wanted): where its last character starts (0 for a run of one or none). */
+static size_t run_len(const unsigned char *t, size_t n, CharClass c, size_t max, size_t *last) {
   size_t k = 0;
-  while (k < n) {
+  for (size_t i = 0; i < max && k < n; i++) {
     CharClass cc;
     size_t len = next_char(t + k, n - k, &cc);
     if (cc != c) break;
+    if (last) *last = k;
     k += len;
   }
   return k;
@@ -100,18 +102,11 @@ size_t bpe_pretoken_len(const char *text, size_t n) {
   CharClass c;
   size_t j = (t[0] == ' ' && n > 1) ? 1 : 0;
   next_char(t + j, n - j, &c);
-  if (c != CC_SPACE) return j + run_len(t + j, n - j, c);
+  if (c != CC_SPACE) return j + run_len(t + j, n - j, c, SIZE_MAX, NULL);
   /* `\s+(?!\S)|\s+`: a whitespace run, less its last character when a
    * non-space follows (that character then starts the next chunk: " word"),
    * but never less than one character. */
-  size_t k = 0, last = 0;
-  while (k < n) {
-    CharClass cc;
-    size_t len = next_char(t + k, n - k, &cc);
-    if (cc != CC_SPACE) break;
-    last = k;
-    k += len;
-  }
+  size_t last = 0, k = run_len(t, n, CC_SPACE, SIZE_MAX, &last);
   if (k == n || last == 0) return k; /* whole run at the end; a single character */
   return last;
 }
@@ -132,23 +127,14 @@ size_t bpe_pretoken_len_llama3(const char *text, size_t n, int max_digits) {
   size_t len0 = next_char(t, n, &c0);
   /* [^\r\n\p{L}\p{N}]?\p{L}+: a letter run, with one non-letter, non-number
    * character before it that is not CR or LF (a space, a tab, punctuation). */
-  if (c0 == CC_LETTER) return run_len(t, n, CC_LETTER);
+  if (c0 == CC_LETTER) return run_len(t, n, CC_LETTER, SIZE_MAX, NULL);
   if (c0 != CC_DIGIT && !is_crlf(t[0]) && len0 < n) {
     CharClass c1;
     next_char(t + len0, n - len0, &c1);
-    if (c1 == CC_LETTER) return len0 + run_len(t + len0, n - len0, CC_LETTER);
+    if (c1 == CC_LETTER) return len0 + run_len(t + len0, n - len0, CC_LETTER, SIZE_MAX, NULL);
   }
   /* \p{N}{1,3}: at most max_digits numbers. */
-  if (c0 == CC_DIGIT) {
-    size_t k = 0;
-    for (int d = 0; d < max_digits && k < n; d++) {
-      CharClass cc;
-      size_t len = next_char(t + k, n - k, &cc);
-      if (cc != CC_DIGIT) break;
-      k += len;
-    }
-    return k;
-  }
+  if (c0 == CC_DIGIT) return run_len(t, n, CC_DIGIT, (size_t)max_digits, NULL);
   /*  ?[^\s\p{L}\p{N}]+[\r\n]*: an "other" run, maybe after one ASCII space, and
    * the CRs and LFs that follow it. */
   size_t j = 0;
@@ -158,23 +144,17 @@ size_t bpe_pretoken_len_llama3(const char *text, size_t n, int max_digits) {
     j = c1 == CC_OTHER ? 1 : 0;
   }
   if (j == 1 || c0 == CC_OTHER) {
-    size_t k = j + run_len(t + j, n - j, CC_OTHER);
+    size_t k = j + run_len(t + j, n - j, CC_OTHER, SIZE_MAX, NULL);
     while (k < n && is_crlf(t[k])) k++;
     return k;
   }
   /* Whitespace (c0 is CC_SPACE here). \s*[\r\n]+: the run up to and including its
    * last CR or LF; else \s+(?!\S): the run less its last character when a
-   * non-space follows, but never less than one character; else \s+. */
-  size_t k = 0, last = 0, nl_end = 0;
-  while (k < n) {
-    CharClass cc;
-    size_t len = next_char(t + k, n - k, &cc);
-    if (cc != CC_SPACE) break;
-    if (is_crlf(t[k])) nl_end = k + 1;
-    last = k;
-    k += len;
-  }
-  if (nl_end) return nl_end;
+   * non-space follows, but never less than one character; else \s+. A CR or LF byte
+   * is a character of its own (UTF-8 never repeats it inside another). */
+  size_t last = 0, k = run_len(t, n, CC_SPACE, SIZE_MAX, &last);
+  for (size_t i = k; i > 0; i--)
+    if (is_crlf(t[i - 1])) return i;
   if (k == n || last == 0) return k;
   return last;
 }

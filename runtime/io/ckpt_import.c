@@ -10,8 +10,6 @@
  * [in, out]: rs = cols, cs = 1) and llm.c (linear weights are stored [out, in], so the
  * copy transposes: rs = 1, cs = in). Users: docs/data.md ("Checkpoints"). */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,19 +76,20 @@ CkptGpt2Kind ckpt_gpt2_kind(int k) {
                         slot_per_layer((GptSlot)k), slots[k].linear};
 }
 
+const char *ckpt_layer_suffix(const char *name, int *layer) {
+  *layer = -1;
+  if (strncmp(name, "h.", 2) != 0) return name;
+  char *end;
+  long l = strtol(name + 2, &end, 10); /* an overflow reads LONG_MAX or LONG_MIN: refused below */
+  if (end == name + 2 || *end != '.' || l < 0 || l > 1000000) return NULL;
+  *layer = (int)l;
+  return end + 1;
+}
+
 /* "h.3.attn_w" -> (G_ATTN_W, 3); "wte" -> (G_WTE, -1). False if not a GPT name. */
 static bool parse_name(const char *name, GptSlot *slot, int *layer) {
-  const char *suffix = name;
-  *layer = -1;
-  if (strncmp(name, "h.", 2) == 0) {
-    char *end;
-    errno = 0;
-    long l = strtol(name + 2, &end, 10);
-    if (end == name + 2 || *end != '.' || errno || l < 0 || l > 1000000) return false;
-    *layer = (int)l;
-    suffix = end + 1;
-  }
-  for (int s = 0; s < G_COUNT; s++)
+  const char *suffix = ckpt_layer_suffix(name, layer);
+  for (int s = 0; suffix && s < G_COUNT; s++)
     if (strcmp(slots[s].pd, suffix) == 0 && slot_per_layer((GptSlot)s) == (*layer >= 0)) {
       *slot = (GptSlot)s;
       return true;
@@ -164,20 +163,10 @@ static CkptRows gpt_rows(GptSlot s) {
   return s == G_WTE ? CKPT_ROWS_VOCAB : s == G_WPE ? CKPT_ROWS_PREFIX : CKPT_ROWS_EXACT;
 }
 
-/* Number of layers the model's parameters name (1 + the largest h.<i>). */
-static int model_layers(const CkptParam *params, int n) {
-  int L = 0;
-  for (int i = 0; i < n; i++) {
-    GptSlot s;
-    int l;
-    if (parse_name(params[i].name, &s, &l) && l + 1 > L) L = l + 1;
-  }
-  return L;
-}
-
-/* Checks every name is GPT's and the layer counts agree. */
+/* Checks every name is GPT's and the layer counts agree (the model's: 1 + the largest h.<i>). */
 static bool check_gpt_names(const char *path, const CkptParam *params, int n, int ckpt_layers,
                             char *err, size_t errlen) {
+  int L = 0;
   for (int i = 0; i < n; i++) {
     GptSlot s;
     int l;
@@ -189,8 +178,8 @@ static bool check_gpt_names(const char *path, const CkptParam *params, int n, in
                path, params[i].name);
       return false;
     }
+    if (l + 1 > L) L = l + 1;
   }
-  int L = model_layers(params, n);
   if (L != ckpt_layers) {
     snprintf(err, errlen, "%s: the checkpoint has %d transformer layers, the model %d", path,
              ckpt_layers, L);
@@ -233,26 +222,11 @@ static bool check_llmc_heads(const char *path, const CkptParam *params, int n, i
  * V..Vp of wte: padding). */
 static bool import_llmc(const char *path, const CkptParam *params, int n, char *err,
                         size_t errlen) {
-  char why[IO_ERR_LEN];
-  struct stat sb;
-  int fd = io_open_regular(path, &sb, why, sizeof why);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
-    return false;
-  }
-  if (sb.st_size < 1024) {
-    snprintf(err, errlen, "%s: truncated: %lld bytes, shorter than llm.c's 1024-byte header", path,
-             (long long)sb.st_size);
-    close(fd);
-    return false;
-  }
-  size_t size = (size_t)sb.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) {
-    snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
-    return false;
-  }
+  size_t size;
+  void *map = io_map_file(path, "checkpoint", 1024, &size, err, errlen);
+  if (!map && size < 1024)
+    snprintf(err, errlen, "%s: truncated: %zu bytes, shorter than llm.c's 1024-byte header", path, size);
+  if (!map) return false;
   const int32_t *h = map;
   bool ok = false;
   float *tmp = NULL;
@@ -280,12 +254,10 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
   if (!check_llmc_heads(path, params, n, NH, C, err, errlen)) goto done;
   size_t elt = h[1] == 3 ? 4 : 2;
   /* Element counts of the 16 tensors, in file order (= GptSlot order). */
-  int64_t count[G_COUNT], start[G_COUNT], total = 0;
+  int64_t rows[G_COUNT], count[G_COUNT], start[G_COUNT], total = 0;
   for (int s = 0; s < G_COUNT; s++) {
-    int64_t rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
-                   : slots[s].rows_c   ? slots[s].rows_c * C
-                                       : 1;
-    count[s] = rows * slots[s].cols_c * C * (slot_per_layer((GptSlot)s) ? L : 1);
+    rows[s] = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT) : slots[s].rows_c ? slots[s].rows_c * C : 1;
+    count[s] = rows[s] * slots[s].cols_c * C * (slot_per_layer((GptSlot)s) ? L : 1);
     start[s] = total;
     total += count[s];
   }
@@ -305,11 +277,7 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
     GptSlot s;
     int l;
     parse_name(p->name, &s, &l);
-    CkptSrc src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .min_rows = 1};
-    src.rows = slots[s].rows_c < 0 ? (s == G_WTE ? Vp : maxT)
-               : slots[s].rows_c   ? slots[s].rows_c * C
-                                   : 1;
-    src.cols = slots[s].cols_c * C;
+    CkptSrc src = {.rank = slots[s].rows_c == 0 ? 1 : 2, .rows = rows[s], .cols = slots[s].cols_c * C, .min_rows = 1};
     if (s == G_WTE) src.min_rows = V;
     int64_t ne = src.rows * src.cols;
     int64_t first = start[s] + (l > 0 ? l : 0) * ne;
@@ -326,13 +294,8 @@ static bool import_llmc(const char *path, const CkptParam *params, int n, char *
       }
     }
     src.data = tmp;
-    if (slots[s].linear) { /* stored [out = cols, in = rows] */
-      src.rs = 1;
-      src.cs = src.rows;
-    } else {
-      src.rs = src.cols;
-      src.cs = 1;
-    }
+    src.rs = slots[s].linear ? 1 : src.cols; /* linear: stored [out = cols, in = rows] */
+    src.cs = slots[s].linear ? src.rows : 1;
     snprintf(src.desc, sizeof src.desc, "llm.c tensor #%d%s", (int)s,
              slot_per_layer(s) ? ", one layer" : "");
     if (!ckpt_copy(p, gpt_rows(s), &src, path, err, errlen)) goto done;
@@ -452,24 +415,18 @@ static bool import_pd2bw(const SafeTensors *st, const CkptParam *params, int n, 
 /* A Hugging Face directory: Llama's reader, or GPT-2's model.safetensors. */
 static bool import_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
                        size_t errlen) {
-  size_t plen = strlen(dir) + 24;
-  char *cfg_path = pd_malloc(plen);
-  snprintf(cfg_path, plen, "%s/config.json", dir);
-  size_t len;
-  char *text = io_read_all(cfg_path, &len, err, errlen);
-  cJSON *cfg = text ? cJSON_ParseWithLength(text, len) : NULL;
+  char *cfg_path = io_join(dir, "config.json");
+  cJSON *cfg = io_read_json_object(cfg_path, "", err, errlen);
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
   bool ok = false;
-  if (!text) {
-    /* io_read_all's error names config.json */
-  } else if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0) {
-    snprintf(cfg_path, plen, "%s/model.safetensors", dir);
-    ok = ckpt_import(cfg_path, CKPT_HF, params, n, err, errlen);
-  } else {
-    ok = ckpt_import_llama_dir(dir, params, n, consts, err, errlen); /* names any other model_type */
+  if (cfg && cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0) {
+    char *model = io_join(dir, "model.safetensors");
+    ok = ckpt_import(model, CKPT_HF, params, n, err, errlen);
+    free(model);
+  } else if (cfg) {
+    ok = ckpt_import_llama_dir(dir, cfg_path, cfg, params, n, consts, err, errlen); /* names any other model_type */
   }
   cJSON_Delete(cfg);
-  free(text);
   free(cfg_path);
   return ok;
 }

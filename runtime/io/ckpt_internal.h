@@ -26,6 +26,10 @@ typedef enum CkptRows {
   CKPT_ROWS_PREFIX, /* a shorter context: the first rows */
 } CkptRows;
 
+/* A parameter name's part after "h.<i>." with *layer = i (0..1000000), or the whole name
+ * with *layer = -1 when it has no "h." prefix; NULL when that prefix is malformed. */
+const char *ckpt_layer_suffix(const char *name, int *layer);
+
 /* Copies s into p->dst, checking shapes (an error names both) and finiteness. */
 bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *path, char *err,
                size_t errlen);
@@ -36,9 +40,10 @@ bool ckpt_copy(const CkptParam *p, CkptRows rule, const CkptSrc *s, const char *
 bool ckpt_src_read(const SafeTensors *st, const StTensor *t, const char *name, const CkptParam *p, int rank,
                    bool transposed, float **buf, CkptSrc *s, char *err, size_t errlen);
 
-/* A Hugging Face Llama directory (ckpt_llama.c): config.json checked against the
- * parameters, model.safetensors or the shards its index names. */
-bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
-                           size_t errlen);
+/* A Hugging Face Llama directory (ckpt_llama.c): config.json (cfg, parsed from cfg_path
+ * by the caller) checked against the parameters, model.safetensors or the shards its
+ * index names. */
+bool ckpt_import_llama_dir(const char *dir, const char *cfg_path, const struct cJSON *cfg, const CkptParam *params,
+                           int n, const char *consts_json, char *err, size_t errlen);
 
 #endif /* PD2BW_RUNTIME_IO_CKPT_INTERNAL_H */

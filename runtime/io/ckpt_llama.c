@@ -48,16 +48,8 @@ void ckpt_llama_hf_name(int k, int layer, char *buf, size_t n) {
 }
 
 bool ckpt_llama_name(const char *name, int *kind, int *layer) {
-  const char *suffix = name;
-  *layer = -1;
-  if (strncmp(name, "h.", 2) == 0) {
-    char *end;
-    long l = strtol(name + 2, &end, 10);
-    if (end == name + 2 || *end != '.' || l < 0 || l > 1000000) return false;
-    *layer = (int)l;
-    suffix = end + 1;
-  }
-  for (int k = 0; k < CKPT_LLAMA_KINDS; k++)
+  const char *suffix = ckpt_layer_suffix(name, layer);
+  for (int k = 0; suffix && k < CKPT_LLAMA_KINDS; k++)
     if (strcmp(kinds[k].pd, suffix) == 0 && kinds[k].per_layer == (*layer >= 0)) {
       *kind = k;
       return true;
@@ -68,34 +60,25 @@ bool ckpt_llama_name(const char *name, int *kind, int *layer) {
 /* ---- the directory: config.json and its safetensors files ------------------------ */
 typedef struct HfDir {
   const char *dir;
-  char *cfg_path;
-  cJSON *cfg;
+  const char *cfg_path; /* config.json, read and parsed by ckpt_import.c's import_dir */
+  const cJSON *cfg;
   SafeTensors **st;
   int nst;
   cJSON *index; /* model.safetensors.index.json, or NULL */
   char *index_path;
 } HfDir;
 
-static bool exists(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0;
-}
-
 static void hf_close(HfDir *d) {
   for (int i = 0; i < d->nst; i++) st_close(d->st[i]);
   free(d->st);
-  cJSON_Delete(d->cfg);
   cJSON_Delete(d->index);
-  free(d->cfg_path);
   free(d->index_path);
 }
 
 static bool hf_open(HfDir *d, const char *dir, char *err, size_t errlen) {
-  d->dir = dir;
-  d->cfg_path = io_join(dir, "config.json");
   d->index_path = io_join(dir, "model.safetensors.index.json");
-  if (!(d->cfg = io_read_json_object(d->cfg_path, "", err, errlen))) return false;
-  if (!exists(d->index_path)) {
+  struct stat sb;
+  if (stat(d->index_path, &sb) != 0) { /* no index: one model.safetensors */
     char *p = io_join(dir, "model.safetensors");
     d->st = pd_calloc(1, sizeof *d->st);
     d->st[0] = st_open(p, err, errlen);
@@ -306,8 +289,7 @@ static bool check_cfg(const HfDir *d, const Cfg *c, const CkptParam *params, int
 
 /* config.json's value of what no tensor shows against the model's param of that name
  * (plan.json's model.consts): heads, kv_heads, rope theta, RMSNorm eps. */
-static bool check_consts(const HfDir *d, const Cfg *c, const char *consts_json, char *err, size_t errlen) {
-  cJSON *consts = consts_json ? cJSON_Parse(consts_json) : NULL;
+static bool check_consts(const HfDir *d, const Cfg *c, const cJSON *consts, char *err, size_t errlen) {
   const cJSON *rp = cJSON_GetObjectItemCaseSensitive(d->cfg, "rope_parameters");
   const cJSON *theta = cJSON_GetObjectItemCaseSensitive(d->cfg, "rope_theta");
   if (!cJSON_IsNumber(theta)) theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
@@ -321,25 +303,22 @@ static bool check_consts(const HfDir *d, const Cfg *c, const char *consts_json, 
       {"rope_theta", "rope_theta", cJSON_IsNumber(theta) ? theta->valuedouble : NAN},
       {"rms_norm_eps", "rms_eps", cJSON_IsNumber(eps) ? eps->valuedouble : NAN},
   };
-  bool ok = true;
-  for (int i = 0; i < 4 && ok; i++) {
+  for (int i = 0; i < 4; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(consts, pairs[i].param);
     if (!cJSON_IsNumber(v) || isnan(pairs[i].value) || v->valuedouble == pairs[i].value) continue;
     snprintf(err, errlen, "%s: %s is %.10g, but the model's param %s is %.10g (plan it with -D %s=%.10g)",
              d->cfg_path, pairs[i].cfg_key, pairs[i].value, pairs[i].param, v->valuedouble, pairs[i].param,
              pairs[i].value);
-    ok = false;
+    return false;
   }
-  cJSON_Delete(consts);
-  return ok;
+  return true;
 }
 
 /* config.json's tie_word_embeddings against the model's param tied (models/llama.model;
  * plan.json's model.consts), where the plan has one: its head is its own matrix or the
  * embedding, and importing the other kind would train another model than the one the
  * checkpoint was. Without the param (an older plan) the head checks of check_cfg stand. */
-static bool check_tie(const HfDir *d, const Cfg *c, const char *consts_json, char *err, size_t errlen) {
-  cJSON *consts = consts_json ? cJSON_Parse(consts_json) : NULL;
+static bool check_tie(const HfDir *d, const Cfg *c, const cJSON *consts, char *err, size_t errlen) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(consts, "tied");
   bool ok = !cJSON_IsNumber(v) || (v->valuedouble != 0) == c->tied;
   bool given = cJSON_GetObjectItemCaseSensitive(d->cfg, "tie_word_embeddings") != NULL;
@@ -348,7 +327,6 @@ static bool check_tie(const HfDir *d, const Cfg *c, const char *consts_json, cha
              "%s: tie_word_embeddings is %s%s, but the model's param tied is %.10g (plan it with -D tied=%d)",
              d->cfg_path, c->tied ? "true" : "false", given ? "" : " (not given: LlamaConfig's default)",
              v->valuedouble, c->tied ? 1 : 0);
-  cJSON_Delete(consts);
   return ok;
 }
 
@@ -376,13 +354,15 @@ static bool check_extras(const HfDir *d, const Cfg *c, int L, char *err, size_t 
   return true;
 }
 
-bool ckpt_import_llama_dir(const char *dir, const CkptParam *params, int n, const char *consts, char *err,
-                           size_t errlen) {
-  HfDir d = {0};
+bool ckpt_import_llama_dir(const char *dir, const char *cfg_path, const cJSON *cfg, const CkptParam *params, int n,
+                           const char *consts_json, char *err, size_t errlen) {
+  HfDir d = {.dir = dir, .cfg_path = cfg_path, .cfg = cfg};
   Cfg c = {0};
-  bool ok = hf_open(&d, dir, err, errlen) && read_cfg(&d, &c, err, errlen) &&
-            check_tie(&d, &c, consts, err, errlen) && check_cfg(&d, &c, params, n, err, errlen) && check_consts(&d, &c, consts, err, errlen) &&
+  cJSON *consts = consts_json ? cJSON_Parse(consts_json) : NULL;
+  bool ok = hf_open(&d, dir, err, errlen) && read_cfg(&d, &c, err, errlen) && check_tie(&d, &c, consts, err, errlen) &&
+            check_cfg(&d, &c, params, n, err, errlen) && check_consts(&d, &c, consts, err, errlen) &&
             check_extras(&d, &c, (int)c.layers, err, errlen);
+  cJSON_Delete(consts);
   float *tmp = NULL;
   for (int i = 0; i < n && ok; i++) {
     const CkptParam *p = &params[i];

@@ -11,13 +11,9 @@
  * driven by splitmix64 seeded from (seed, epoch) only, so the sample stream is a pure
  * function of (file, B, T, seed) that a resumed run and every replica recompute alone.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "runtime/io/io.h"
 
@@ -134,29 +130,16 @@ static DataFormat sniff(const DataFile *f, const int32_t *hdr) {
 }
 
 DataFile *data_open(const char *path, DataFormat fmt, int64_t vocab, char *err, size_t errlen) {
-  char why[IO_ERR_LEN];
-  struct stat sb;
-  int fd = io_open_regular(path, &sb, why, sizeof why); /* a FIFO: refused, never waited on */
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open token file: %s", path, why);
-    return NULL;
-  }
-  if (sb.st_size == 0) {
-    snprintf(err, errlen, "%s: empty token file", path);
-    close(fd);
+  size_t size;
+  void *map = io_map_file(path, "token file", 1, &size, err, errlen); /* a FIFO: refused, never waited on */
+  if (!map) {
+    if (size == 0) snprintf(err, errlen, "%s: empty token file", path);
     return NULL;
   }
   DataFile *f = pd_calloc(1, sizeof *f);
   f->path = pd_strdup(path);
-  f->map_size = (size_t)sb.st_size;
-  f->map = mmap(NULL, f->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    snprintf(err, errlen, "%s: cannot map token file: %s", path, strerror(errno));
-    data_close(f);
-    return NULL;
-  }
+  f->map = map;
+  f->map_size = size;
   const int32_t *hdr = f->map;
   if (fmt == DATA_AUTO) fmt = sniff(f, hdr);
   f->format = fmt;

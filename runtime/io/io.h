@@ -134,6 +134,11 @@ int io_open_regular(const char *path, struct stat *st, char *why, size_t whylen)
 /* Reads all of path (a regular file: io_open_regular) into a NUL-terminated
  * pd_malloc'd buffer (free() it); *len excludes the NUL. (read_file.c) */
 char *io_read_all(const char *path, size_t *len, char *err, size_t errlen);
+/* path (io_open_regular) mapped read-only, its length in *size: munmap(map, *size) it.
+ * NULL: *size is the file's length when that is below min_size (>= 1: mmap maps no
+ * empty file; err untouched, the caller names its format's minimum), else SIZE_MAX
+ * with "path: cannot open WHAT: why" or "path: cannot map WHAT: why". (read_file.c) */
+void *io_map_file(const char *path, const char *what, size_t min_size, size_t *size, char *err, size_t errlen);
 /* "dir/name", pd_malloc'd (free() it). (read_file.c) */
 char *io_join(const char *dir, const char *name);
 /* path (io_read_all) parsed as a JSON object; NULL with "path: offset N: malformed

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -87,9 +86,7 @@ char *output_target(const char *path, char *err, size_t errlen) {
       next = pd_strdup(link);
     } else {
       char *dir = output_dir_of(cur);
-      size_t len = strlen(dir) + strlen(link) + 2;
-      next = pd_malloc(len);
-      snprintf(next, len, "%s/%s", dir, link);
+      next = io_join(dir, link);
       free(dir);
     }
     free(cur);
@@ -97,17 +94,6 @@ char *output_target(const char *path, char *err, size_t errlen) {
   }
   free(cur);
   return NULL;
-}
-
-/* "123" -> 123 for a decimal pid without sign or leading zero; -1 otherwise. */
-static long parse_pid(const char *s) {
-  if (s[0] < '1' || s[0] > '9') return -1;
-  long v = 0;
-  for (; *s; s++) {
-    if (*s < '0' || *s > '9' || v > (INT_MAX - 9) / 10) return -1;
-    v = v * 10 + (*s - '0');
-  }
-  return v;
 }
 
 /* Removes only regular files named exactly TARGET.tmp.<decimal pid> whose process is gone
@@ -125,10 +111,8 @@ int output_remove_stale_temps(const char *target) {
   if (d) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-      if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp.", 5) != 0) continue;
-      long pid = parse_pid(e->d_name + blen + 5);
-      if (pid <= 0 || pid == (long)getpid()) continue;
-      if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+      long pid = strncmp(e->d_name, base, blen) == 0 ? stale_tmp_pid(e->d_name, blen, ".tmp.", false) : -1;
+      if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue; /* alive, or not ours to judge */
       struct stat st;
       if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
       if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
@@ -260,9 +244,7 @@ static char *tree_find(const char *dir, const struct stat *st, int depth, long *
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
         fstatat(dirfd(d), e->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0)
       continue;
-    size_t len = strlen(dir) + strlen(e->d_name) + 2;
-    char *p = pd_malloc(len);
-    snprintf(p, len, "%s/%s", dir, e->d_name);
+    char *p = io_join(dir, e->d_name);
     if (S_ISREG(s.st_mode) && s.st_dev == st->st_dev && s.st_ino == st->st_ino) found = p;
     else if (S_ISDIR(s.st_mode) && depth > 0) found = tree_find(p, st, depth - 1, budget);
     if (found != p) free(p);

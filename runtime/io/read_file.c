@@ -6,13 +6,14 @@
  * the wait when the program handles SIGTERM itself; then fstat, and anything but a
  * regular file is refused before a byte is read. io_read_all is for the text-sized
  * inputs (plans, stage programs, vocab.json, merges.txt, corpus files); large binary
- * inputs (token files, checkpoints) are mapped instead (data.c, safetensors.c).
+ * inputs (token files, checkpoints) are mapped instead (io_map_file).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,26 @@ char *io_read_all(const char *path, size_t *len, char *err, size_t errlen) {
   buf[n] = '\0';
   *len = n;
   return buf;
+}
+
+void *io_map_file(const char *path, const char *what, size_t min_size, size_t *size, char *err, size_t errlen) {
+  char why[IO_ERR_LEN];
+  struct stat sb;
+  int fd = io_open_regular(path, &sb, why, sizeof why);
+  if (fd < 0) {
+    *size = SIZE_MAX;
+    snprintf(err, errlen, "%s: cannot open %s: %s", path, what, why);
+    return NULL;
+  }
+  *size = (size_t)sb.st_size;
+  void *map = *size < min_size ? NULL : mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) {
+    *size = SIZE_MAX;
+    snprintf(err, errlen, "%s: cannot map %s: %s", path, what, strerror(errno));
+    map = NULL;
+  }
+  close(fd);
+  return map;
 }
 
 char *io_join(const char *dir, const char *name) {

@@ -14,14 +14,10 @@
  * checks.
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "runtime/io/io.h"
 
@@ -389,31 +385,15 @@ static bool parse_header(SafeTensors *st, const char *hdr, uint64_t hlen, char *
 }
 
 SafeTensors *st_open(const char *path, char *err, size_t errlen) {
-  char why[IO_ERR_LEN];
-  struct stat sb;
-  int fd = io_open_regular(path, &sb, why, sizeof why); /* a FIFO: refused, never waited on */
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, why);
-    return NULL;
-  }
+  size_t size;
+  void *map = io_map_file(path, "checkpoint", 8, &size, err, errlen); /* a FIFO: refused, never waited on */
+  if (!map && size < 8)
+    snprintf(err, errlen, "%s: %zu bytes: too short for a safetensors file (8-byte header length)", path, size);
+  if (!map) return NULL;
   SafeTensors *st = pd_calloc(1, sizeof *st);
   st->path = pd_strdup(path);
-  st->size = (size_t)sb.st_size;
-  if (st->size < 8) {
-    snprintf(err, errlen, "%s: %zu bytes: too short for a safetensors file (8-byte header length)",
-             path, st->size);
-    close(fd);
-    st_close(st);
-    return NULL;
-  }
-  st->map = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (st->map == MAP_FAILED) {
-    st->map = NULL;
-    snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
-    st_close(st);
-    return NULL;
-  }
+  st->map = map;
+  st->size = size;
   uint64_t hlen;
   memcpy(&hlen, st->map, 8);
   if (hlen > st->size - 8) {

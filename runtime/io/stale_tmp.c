@@ -64,9 +64,7 @@ void stale_tmp_sweep_cache(const char *dir, size_t hexlen, const char *ext) {
     if (strspn(name, "0123456789abcdef") != hexlen || strncmp(name + hexlen, ext, strlen(ext)) != 0) continue;
     long pid = stale_tmp_pid(name, stem, ".tmp.", true);
     if (pid < 0 || pid == (long)getpid() || !stale_tmp_pid_dead(pid)) continue;
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *path = pd_malloc(n);
-    snprintf(path, n, "%s/%s", dir, name);
+    char *path = io_join(dir, name);
     if (stale_tmp_idle(path, STALE_TMP_CACHE_IDLE_S)) unlink(path);
     free(path);
   }

@@ -25,25 +25,6 @@ extern const char plan_report_page[]; /* plan_report_page.c, generated */
 
 #define DATA_MARKER "@PD2BW_REPORT_DATA@"
 
-/* path parsed as a JSON object, or NULL with "path: why" in err. */
-static cJSON *read_json(const char *path, char *err, size_t errlen) {
-  char ierr[IO_ERR_LEN];
-  size_t n;
-  char *text = io_read_all(path, &n, ierr, sizeof ierr);
-  if (!text) {
-    snprintf(err, errlen, "%s", ierr);
-    return NULL;
-  }
-  cJSON *j = cJSON_ParseWithLength(text, n);
-  free(text);
-  if (!cJSON_IsObject(j)) {
-    snprintf(err, errlen, "%s: not a JSON object", path);
-    cJSON_Delete(j);
-    return NULL;
-  }
-  return j;
-}
-
 static double num_of(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsNumber(v) ? v->valuedouble : 0;
@@ -112,7 +93,7 @@ static cJSON *numbers(const double *v, int64_t n) {
 }
 
 static cJSON *run_json(const ReportRun *run, char *err, size_t errlen) {
-  cJSON *trace = read_json(run->trace_path, err, errlen);
+  cJSON *trace = io_read_json_object(run->trace_path, "", err, errlen);
   if (!trace) return NULL;
   cJSON *r = cJSON_CreateObject();
   cJSON_AddItemToObject(r, "trace", compact_trace(trace));
@@ -129,7 +110,7 @@ static cJSON *run_json(const ReportRun *run, char *err, size_t errlen) {
  * instruction streams and programs are most of a big plan's bytes). */
 static char *page_data(const char *plan_dir, const ReportRun *run, char *err, size_t errlen) {
   char *path = io_join(plan_dir, "plan.json");
-  cJSON *plan = read_json(path, err, errlen);
+  cJSON *plan = io_read_json_object(path, "", err, errlen);
   free(path);
   if (!plan) return NULL;
   const cJSON *st;
@@ -144,7 +125,7 @@ static char *page_data(const char *plan_dir, const ReportRun *run, char *err, si
   /* timeline.json: every pd2bwc plan has one; a hand-made or older plan without it
    * gets a page without the simulated timeline (a corrupt one is still an error) */
   path = io_join(plan_dir, "timeline.json");
-  cJSON *sim = access(path, F_OK) == 0 ? read_json(path, err, errlen) : cJSON_CreateObject();
+  cJSON *sim = access(path, F_OK) == 0 ? io_read_json_object(path, "", err, errlen) : cJSON_CreateObject();
   free(path);
   cJSON *r = sim && run ? run_json(run, err, errlen) : NULL;
   if (!sim || (run && !r)) {
