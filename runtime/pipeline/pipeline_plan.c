@@ -136,8 +136,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
   cJSON *root;
   RtPlan *rt = rt_plan_load_json(dir, &root, err, errlen);
   if (!rt) return NULL;
-  char file[1024];
-  snprintf(file, sizeof file, "%s/plan.json", dir);
+  char *file = io_join(dir, "plan.json");
   JsonRd r = {.file = file, .err = err, .errlen = errlen};
   PipePlan *p = pd_calloc(1, sizeof *p);
   p->rt = rt;
@@ -235,6 +234,7 @@ PipePlan *pipe_plan_load(const char *dir, char *err, size_t errlen) {
     }
   }
   cJSON_Delete(root);
+  free(file);
   if (r.failed) {
     pipe_plan_free(p);
     return NULL;
