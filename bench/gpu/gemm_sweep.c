@@ -33,7 +33,7 @@ enum { NW = sizeof widths / sizeof widths[0], NP = sizeof proj / sizeof proj[0],
 
 /* The device's copy rate (GB/s copied) and one empty kernel's cost (us), timed with
  * events on stream 0; 0 where a step fails (said on stderr). */
-static void device_rates(CxDeviceOps *ops, double *copy_gbs, double *launch_us) {
+static void device_rates(CudaDeviceOps *ops, double *copy_gbs, double *launch_us) {
   char err[512];
   const size_t half = (size_t)1 << 30;
   GpuPtr base;
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[512];
-  CxDeviceOps *ops = cuda_dev_open(device, err, sizeof err);
+  CudaDeviceOps *ops = cuda_dev_open(device, err, sizeof err);
   if (!ops) {
     fprintf(stderr, "gemm_sweep: %s\n", err);
     return 77;

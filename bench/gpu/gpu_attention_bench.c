@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[1024];
-  CxDeviceOps *o = cuda_dev_open(device, err, sizeof err);
+  CudaDeviceOps *o = cuda_dev_open(device, err, sizeof err);
   if (!o) {
     printf("gpu_attention_bench: NO GPU: %s\n", err);
     return EXIT_NO_GPU;

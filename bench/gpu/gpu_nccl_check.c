@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     i++;
   }
   char err[1024];
-  CxDeviceOps *o = cuda_dev_open(device, err, sizeof err);
+  CudaDeviceOps *o = cuda_dev_open(device, err, sizeof err);
   if (!o) {
     printf("gpu_nccl_check: NO GPU: %s\n", err);
     return EXIT_NO_GPU;

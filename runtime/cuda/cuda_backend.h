@@ -2,7 +2,7 @@
  * source to cubin, cached on disk), one GPU through the driver API (cuda_device.c: arena,
  * modules, launches, copies, streams, events, graphs; GEMMs through cuBLAS, with
  * epilogues through cuBLASLt, cuda_lt.c), behind the table every device fills,
- * CxDeviceOps, and NCCL (nccl_transport.c), in contract/contract.h's GPU vocabulary.
+ * CudaDeviceOps, and NCCL (nccl_transport.c), in contract/contract.h's GPU vocabulary.
  * Promise: NOTHING here links a CUDA library: libcuda, libnvrtc, libcublas(Lt) and
  * libnccl are dlopen()ed on first use ($PD2BW_LIBCUDA, ...; else the soname; else the
  * configured toolkit's lib64), so a binary starts without a GPU driver and asking for
@@ -70,7 +70,7 @@ enum { CUDA_STREAM_COMPUTE = 0, CUDA_NSTREAMS = 4, CUDA_MAX_STREAMS = 64 };
  * Every call is on one device; `stream` is a stream's index (0: compute). Launches,
  * GEMMs and zeroing are asynchronous on their stream; htod/dtoh first wait for all the
  * device's work, so the host may reuse or read its buffer when they return. */
-typedef struct CxDeviceOps {
+typedef struct CudaDeviceOps {
   void *dev;
   /* The one arena (called once per device). false with a message (too little memory). */
   bool (*alloc)(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen);
@@ -122,7 +122,7 @@ typedef struct CxDeviceOps {
   void *(*capture_end)(void *dev, int stream, char *err, size_t errlen);
   void (*graph_launch)(void *dev, void *graph, int stream);
   void (*graph_destroy)(void *dev, void *graph);
-} CxDeviceOps;
+} CudaDeviceOps;
 
 /* True when cuBLAS can be loaded and has every function pd2bw calls (needs no GPU);
  * false with a message. cuda_dev_open checks this itself. */
@@ -131,7 +131,7 @@ bool cuda_cublas_available(char *err, size_t errlen);
  * GPU needed); false with a message. */
 bool cuda_lt_available(char *err, size_t errlen);
 
-/* Opens GPU `ordinal` as a CxDeviceOps (cuda_device.c): its primary context, made
+/* Opens GPU `ordinal` as a CudaDeviceOps (cuda_device.c): its primary context, made
  * current on this thread; CUDA_NSTREAMS non-blocking streams (so htod/dtoh first wait
  * for the whole device); cuBLAS for GEMMs, one cuBLASLt matmul for a GEMM with an
  * epilogue (cuda_lt.c: a shape cuBLASLt has no algorithm for stops with a message
@@ -142,12 +142,12 @@ bool cuda_lt_available(char *err, size_t errlen);
  * NULL with a message when there is no driver ("cuda backend: no CUDA driver found
  * (...); use --backend cpu"), no such device, or no cuBLAS. cuda_exec_dev_none.c
  * (runtime/cuda/exec/) stands in for these four without the toolkit. */
-CxDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen);
+CudaDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen);
 /* Waits for the device, then frees its modules, arena, streams, cuBLAS; NULL: no-op. */
-void cuda_dev_close(CxDeviceOps *ops);
-const char *cuda_dev_name(const CxDeviceOps *ops); /* "NVIDIA H200"; "" for NULL */
-int cuda_dev_arch(const CxDeviceOps *ops);         /* 90 for sm_90 */
-size_t cuda_dev_total_mem(const CxDeviceOps *ops); /* bytes */
+void cuda_dev_close(CudaDeviceOps *ops);
+const char *cuda_dev_name(const CudaDeviceOps *ops); /* "NVIDIA H200"; "" for NULL */
+int cuda_dev_arch(const CudaDeviceOps *ops);         /* 90 for sm_90 */
+size_t cuda_dev_total_mem(const CudaDeviceOps *ops); /* bytes */
 /* Times M×N×K GEMMs of `type` (fp32, tf32, or bf16: bfloat16 A and B, float32 C) on
  * GPU `device` (opened for this, in its own arena: call with no trainer alive).
  * TFLOP/s, or -1 with a message. */
@@ -187,7 +187,7 @@ void nccl_comm_destroy(NcclComm *c);
  * group (a send and the matching receive of a neighbour must be, or they deadlock). */
 void nccl_group_start(NcclComm *c);
 void nccl_group_end(NcclComm *c);
-/* `stream` is the CUstream/cudaStream_t to issue on (CxDeviceOps.native_stream). */
+/* `stream` is the CUstream/cudaStream_t to issue on (CudaDeviceOps.native_stream). */
 void nccl_send(NcclComm *c, void *stream, GpuPtr buf, size_t count, NcclDtype t, int peer);
 void nccl_recv(NcclComm *c, void *stream, GpuPtr buf, size_t count, NcclDtype t, int peer);
 /* In-place sum over the group (send == recv allowed). */

@@ -118,7 +118,7 @@ bool cuda_cublas_available(char *err, size_t errlen) { return cublas_load(err, e
 #define CUBLAS_CHECK(call) \
   CUDA_LIB_CHECK(cublasStatus_t, call, CUBLAS_STATUS_SUCCESS, "cuBLAS", cublas_api.cublasGetStatusString)
 
-/* ---- the device: CxDeviceOps (cuda_backend.h) -------------------------------------- */
+/* ---- the device: CudaDeviceOps (cuda_backend.h) -------------------------------------- */
 
 /* A loaded module; `hash` is its source's (codegen_hash_hex): every stage of a plan
  * loads the same kernels.cu, and the same text loads once. */
@@ -129,7 +129,7 @@ typedef struct CudaModule {
 } CudaModule;
 
 struct CudaDev {
-  CxDeviceOps ops; /* ops.dev is this device */
+  CudaDeviceOps ops; /* ops.dev is this device */
   const CuApi *api;
   int ordinal;
   CUdevice dev;
@@ -397,7 +397,7 @@ static void d_graph_destroy(void *dev, void *g) {
 
 /* ---- opening and closing ------------------------------------------------------------ */
 
-static const CxDeviceOps gpu_ops = {
+static const CudaDeviceOps gpu_ops = {
     .alloc = d_alloc, .load = d_load, .kernel = d_kernel, .launch = d_launch, .gemm = d_gemm, .htod = d_htod,
     .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync, .streams = d_streams, .event_create = d_event_create,
     .event_destroy = d_event_destroy, .event_record = d_event_record, .stream_wait = d_stream_wait,
@@ -405,7 +405,7 @@ static const CxDeviceOps gpu_ops = {
     .capture_begin = d_capture_begin, .capture_end = d_capture_end, .graph_launch = d_graph_launch,
     .graph_destroy = d_graph_destroy};
 
-CxDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen) {
+CudaDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen) {
   const CuApi *api = cuda_driver_api(err, errlen);
   if (!api) return NULL;
   int count = 0;
@@ -456,7 +456,7 @@ CxDeviceOps *cuda_dev_open(int ordinal, char *err, size_t errlen) {
   return &d->ops;
 }
 
-void cuda_dev_close(CxDeviceOps *ops) {
+void cuda_dev_close(CudaDeviceOps *ops) {
   if (!ops) return;
   CudaDev *d = ops->dev;
   const CuApi *api = d->api;
@@ -478,12 +478,12 @@ void cuda_dev_close(CxDeviceOps *ops) {
   free(d);
 }
 
-const char *cuda_dev_name(const CxDeviceOps *ops) { return ops ? ((const CudaDev *)ops->dev)->name : ""; }
-int cuda_dev_arch(const CxDeviceOps *ops) { return ((const CudaDev *)ops->dev)->arch; }
-size_t cuda_dev_total_mem(const CxDeviceOps *ops) { return ((const CudaDev *)ops->dev)->total_mem; }
+const char *cuda_dev_name(const CudaDeviceOps *ops) { return ops ? ((const CudaDev *)ops->dev)->name : ""; }
+int cuda_dev_arch(const CudaDeviceOps *ops) { return ((const CudaDev *)ops->dev)->arch; }
+size_t cuda_dev_total_mem(const CudaDeviceOps *ops) { return ((const CudaDev *)ops->dev)->total_mem; }
 
 double cuda_gemm_tflops(int device, GemmType type, int M, int N, int K, char *err, size_t errlen) {
-  CxDeviceOps *o = cuda_dev_open(device, err, errlen);
+  CudaDeviceOps *o = cuda_dev_open(device, err, errlen);
   if (!o) return -1;
   size_t el = type == GEMM_BF16 ? 2 : 4; /* A and B; C is always float32 */
   size_t a = (size_t)M * (size_t)K * el, b = (size_t)K * (size_t)N * el, cb = (size_t)M * (size_t)N * 4;

@@ -19,7 +19,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 
-/* One GPU (cuda_device.c), behind its CxDeviceOps. */
+/* One GPU (cuda_device.c), behind its CudaDeviceOps. */
 typedef struct CudaDev CudaDev;
 
 #define PD_STR2_(x) #x

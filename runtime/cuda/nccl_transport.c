@@ -4,7 +4,7 @@
  * caller's broadcast (passed in, so this folder needs no MPI) hands the id to the group,
  * every rank calls ncclCommInitRank with its device's context current. One NcclComm per
  * group (a stage's replicas, a tied parameter's stages, the pipeline); streams come in as
- * the driver's handles (CxDeviceOps.native_stream).
+ * the driver's handles (CudaDeviceOps.native_stream).
  *
  * STATUS: NEVER RUN WITH THE REAL libnccl ON GPUs. CI runs this file against
  * tests/nccl/fake_nccl.c, a stand-in libnccl over MPI on host memory (PD2BW_LIBNCCL):

@@ -27,7 +27,7 @@
 #define EXIT_NO_GPU 77
 
 typedef struct Gpu {
-  CxDeviceOps *o;
+  CudaDeviceOps *o;
   void *mod;
   GpuPtr base;
   size_t size, used;

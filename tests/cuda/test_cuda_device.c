@@ -46,7 +46,7 @@ static void run_child(Scenario sc, const char *env_name, const char *env_value, 
     char err[1024] = "";
     switch (sc) {
     case SC_DEVICE: {
-      CxDeviceOps *d = cuda_dev_open(0, err, sizeof err);
+      CudaDeviceOps *d = cuda_dev_open(0, err, sizeof err);
       if (!d)
         snprintf(msg, sizeof msg, "%s", err);
       else

@@ -545,7 +545,7 @@ static bool emu_graphs = true; /* emu_device_set_graphs */
 
 void emu_device_set_graphs(bool on) { emu_graphs = on; }
 
-CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
+CudaDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   free(emu.arena);
   emu.arena = NULL;
   emu.workdir = workdir;
@@ -556,7 +556,7 @@ CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order) {
   emu.issued_since_wait = 0;
   emu.cap_stream = -1;
   emu.clock = 0;
-  CxDeviceOps ops = {.dev = &emu, .alloc = l_alloc, .load = l_load, .kernel = l_kernel, .launch = l_launch,
+  CudaDeviceOps ops = {.dev = &emu, .alloc = l_alloc, .load = l_load, .kernel = l_kernel, .launch = l_launch,
                      .gemm = l_gemm, .htod = l_htod, .dtoh = l_dtoh, .memset0 = l_memset0, .sync = l_sync,
                      .streams = l_streams, .event_create = l_event_create, .event_destroy = l_event_destroy,
                      .event_record = l_event_record, .stream_wait = l_stream_wait, .event_ms = l_event_ms, .dtod = l_dtod,

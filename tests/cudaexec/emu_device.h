@@ -1,4 +1,4 @@
-/* tests/cudaexec/emu_device.h — a CxDeviceOps table (runtime/cuda/exec/cuda_exec.h) on the host
+/* tests/cudaexec/emu_device.h — a CudaDeviceOps table (runtime/cuda/exec/cuda_exec.h) on the host
  * CUDA emulator (tests/cuda/cuda_emu.cpp), shared by the tests of the GPU trainer and
  * of single-GPU pipeline mode.
  *
@@ -78,7 +78,7 @@ typedef struct EmuCounts {
 /* The device, reset (arena freed, queues and counts emptied), running work in `order`;
  * modules are built under workdir. Every op of the table is set, the graph ops only
  * while graphs are on (emu_device_set_graphs; on at the start). */
-CxDeviceOps emu_device_ops(const char *workdir, EmuOrder order);
+CudaDeviceOps emu_device_ops(const char *workdir, EmuOrder order);
 void emu_device_set_graphs(bool on);
 EmuCounts emu_device_counts(void);
 const char *emu_order_name(EmuOrder order);

@@ -183,7 +183,7 @@ static bool run(const char *plan, bool gpu, EmuRun *r) {
   RtPlan *p = load_plan(plan);
   Trainer *ct = NULL;
   ExecDevice *dev = NULL;
-  CxDeviceOps ops = {0}; /* the device keeps &ops: it lives as long as the run */
+  CudaDeviceOps ops = {0}; /* the device keeps &ops: it lives as long as the run */
   if (p && gpu) { /* the one-stage trainer with the GPU as its device, as pd2bwrun --backend cuda */
     ops = emu_device_ops(workdir, EMU_IN_ORDER);
     dev = cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err);

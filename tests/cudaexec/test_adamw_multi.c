@@ -139,7 +139,7 @@ typedef struct State {
 } State;
 
 /* State 0's step on the device, tensor by tensor (the CUDA device's per-tensor path). */
-static void per_tensor(const CxDeviceOps *ops, void *k_one, void *k_pred, const State *s, const CxAdamwTensor *tab,
+static void per_tensor(const CudaDeviceOps *ops, void *k_one, void *k_pred, const State *s, const CxAdamwTensor *tab,
                        int nt, int q, GpuPtr grad, GpuPtr scal, const double hp[4]) {
   int wv = ksteps[q].wv, rv = ksteps[q].rv;
   double b1 = hp[0], b2 = hp[1], eps = hp[2], wd = hp[3];
@@ -181,7 +181,7 @@ static void cpu_step(float *const h[5], const CxAdamwTensor *tab, int nt, int q,
 
 static void test_kernel(void) {
   char err[512] = "";
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   void *lib = ops.load(ops.dev, pd_cuda_kernels_src, "kernels.cu", err, sizeof err);
   if (!lib) fprintf(stderr, "  %s\n", err);
   EXPECT(lib != NULL);
@@ -284,7 +284,7 @@ static void test_kernel(void) {
 
 static void test_fold(void) {
   char err[512] = "";
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   void *lib = ops.load(ops.dev, pd_cuda_kernels_src, "kernels.cu", err, sizeof err);
   void *k_multi = lib ? ops.kernel(ops.dev, lib, "pkc_adamw_multi_dev_f32") : NULL;
   EXPECT(k_multi != NULL);
@@ -460,7 +460,7 @@ static void device_case(const char *name, bool sgd, bool predict) {
   char dir[256], err[RT_ERR_LEN] = "";
   emu_path(dir, sizeof dir, name);
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   Dev g = {p ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL, {0}};
   Dev c = {g.d ? exec_cpu_device(&p->stages[0], err, sizeof err) : NULL, {0}};
   if (g.d) cx_exec_device_set_versions(g.d, 3);

@@ -42,7 +42,7 @@ typedef struct Ctx {
 /* The stand-in device: only what the link calls (sum_ordered). */
 typedef struct FakeDev {
   ExecDevice base;
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   const Ctx *c;
 } FakeDev;
 
@@ -57,7 +57,7 @@ static void fake_sum_ordered(ExecDevice *d, float *dst, const float *const *src,
 static const ExecDeviceOps fake_ops = {.name = "fake", .sum_ordered = fake_sum_ordered};
 
 /* Writes v into buf on the rank's stream (staged: htod waits, the copy does not). */
-static void write_queued(const CxDeviceOps *v, GpuPtr stage, GpuPtr buf, float val) {
+static void write_queued(const CudaDeviceOps *v, GpuPtr stage, GpuPtr buf, float val) {
   float *h = malloc(N * sizeof *h);
   for (int i = 0; i < N; i++) h[i] = val;
   v->htod(v->dev, stage, h, N * sizeof *h);
@@ -68,7 +68,7 @@ static void write_queued(const CxDeviceOps *v, GpuPtr stage, GpuPtr buf, float v
 static int rank_fn(Transport *t, void *arg) {
   Ctx *c = arg;
   int r = transport_rank(t);
-  const CxDeviceOps *v = cx_share_view(c->sh, r);
+  const CudaDeviceOps *v = cx_share_view(c->sh, r);
   GpuPtr base;
   if (!v->alloc(v->dev, 3 * N * sizeof(float), &base, c->err[r], sizeof c->err[r])) return 1;
   GpuPtr stage = base, buf = base + N * sizeof(float), rx = base + 2 * N * sizeof(float);
@@ -109,7 +109,7 @@ static int rank_fn(Transport *t, void *arg) {
 
 static void test_link(void) {
   char err[RT_ERR_LEN];
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   Ctx *c = calloc(1, sizeof *c);
   void *lib = ops.load(ops.dev, pd_cuda_kernels_src, "kernels.cu", err, sizeof err);
   EXPECT(lib != NULL);

@@ -43,7 +43,7 @@ static int stop_step(bool gpu, char *why, size_t n) {
   emu_path(dir, sizeof dir, "pgpipe");
   emu_path(path, sizeof path, "bad.bin");
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
-  CxDeviceOps ops = {0};
+  CudaDeviceOps ops = {0};
   ExecDevice *dev = NULL;
   if (p && gpu) {
     ops = emu_device_ops(tmp, EMU_IN_ORDER);

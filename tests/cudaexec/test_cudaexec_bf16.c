@@ -215,7 +215,7 @@ static void test_overrides_refused(void) {
   EXPECT(emu_make_plan("pf32", FP32_PLAN));
   EXPECT(emu_make_plan("pbf16", BF16_PLAN));
   emu_path(dir, sizeof dir, "pbf16");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxProgram *prog = cx_program_load(&ops, dir, 0, GEMM_TF32, err, sizeof err);
   EXPECT(prog == NULL);
   printf("  %s\n", err);

@@ -101,7 +101,7 @@ static bool train(const char *plan, const How *h, Run *r) {
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
   if (!p) return fprintf(stderr, "  %s\n", err), false;
   if (p->train.steps == 0) p->train.steps = STEPS;
-  CxDeviceOps ops = {0};
+  CudaDeviceOps ops = {0};
   ExecDevice *dev = NULL;
   if (h->gpu) { /* the one-stage trainer with the GPU as its device (pd2bwrun --backend cuda's) */
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
@@ -268,7 +268,7 @@ static void test_eval(void) {
   emu_path(data, sizeof data, "train.bin");
   emu_path(log, sizeof log, "eval.jsonl");
   emu_path(ck, sizeof ck, "e2.safetensors");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = 2, .log_json = log, .quiet = true, .gemm = GEMM_PLAN,
                        .val_path = data, .eval_every = 1, .eval_batches = 2};
   EXPECT(cx_run("test_cudaexec_ckpt", dir, &ops, "emulated", &o) == 0);
@@ -327,7 +327,7 @@ static void test_pipe(void) {
   PipePlan *p = emu_pipe_load("pp", STEPS);
   if (!p) return;
   /* the GPU: 3 steps, --save */
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   CxOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = GEMM_PLAN, .save_path = ck};
   PipeOutcome g = {0}, full = {0}, rest = {0}, grest = {0};
   int rc = cx_pipe_train(p, &ops, &o, &g, NULL, err, sizeof err);
@@ -395,7 +395,7 @@ static void test_pipe_eval(void) {
   PipeOptions pv = {.data_path = data, .steps = 2, .quiet = true, .threads = 1, .resume_path = ck, .val_path = data,
                     .eval_batches = 2};
   rc = rc || pipeline_run_local(p, &pv, &cv, err, sizeof err);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   CxOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .resume_path = ck,
                        .val_path = data, .eval_batches = 2};
   rc = rc || cx_pipe_train(p, &ops, &o, &gv, NULL, err, sizeof err);
@@ -454,7 +454,7 @@ static void test_pipe_init(void) {
   PipeOutcome g = {0}, gi = {0}, ci = {0};
   PipeOptions ps = {.data_path = data, .steps = 2, .quiet = true, .threads = 1, .save_path = ck};
   int rc = pipeline_run_local(p, &ps, &g, err, sizeof err);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   CxOptions o = {.data_path = data, .steps = HALF, .quiet = true, .gemm = GEMM_PLAN, .init_path = ck};
   rc = rc || cx_pipe_train(p, &ops, &o, &gi, NULL, err, sizeof err);
   PipeOptions pi = {.data_path = data, .steps = HALF, .quiet = true, .threads = 1, .init_path = ck};
@@ -485,7 +485,7 @@ static int run_cli(const char *plan, CxOptions *o, char *msg, size_t n) {
   fflush(stderr);
   int fd = dup(2);
   FILE *f = freopen(path, "w", stderr);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   int rc = f ? cx_run("pd2bwrun", dir, &ops, "emulated", o) : -1;
   fflush(stderr);
   dup2(fd, 2);

@@ -67,7 +67,7 @@ static int run(const char *plan, char *msg, size_t n) {
   fflush(stderr);
   int fd = dup(2);
   FILE *f = freopen(path, "w", stderr);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   int rc = f ? cx_run("pd2bwrun", dir, &ops, "emulated", &o) : -1;
   fflush(stderr);
   dup2(fd, 2);

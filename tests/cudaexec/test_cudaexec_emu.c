@@ -2,7 +2,7 @@
  * without a GPU.
  *
  * The GPU trainer (runtime/cuda/exec/cuda_exec.h) reaches the device only through a
- * CxDeviceOps table. Here that table is the host CUDA emulator of tests/cuda/
+ * CudaDeviceOps table. Here that table is the host CUDA emulator of tests/cuda/
  * cuda_emu.cpp: "loading" a stage program compiles the plan's stage0.cu as host C++
  * with the emulator (each CUDA thread a fibre; the stage's own fused kernels added
  * to its table, as tests/cudagen/test_cudagen_emu.c does), device memory is host
@@ -143,7 +143,7 @@ static bool upd_run(const char *plan, bool gpu, UpdRun *u) {
   p->train.steps = 2 * UPD_STEPS;
   p->train.min_lr = p->train.lr / 10;
   if (upd_sgd) p->train.optimizer = OPT_SGD; /* momentum: beta1, as trainer.c */
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   /* the one-stage trainer, with the GPU as its device (pd2bwrun --backend cuda's) or the CPU */
   ExecDevice *dev = gpu ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
   Trainer *ct = !gpu || dev ? trainer_create(p, &(TrainerOptions){.device = dev}, err, sizeof err) : NULL;
@@ -325,7 +325,7 @@ static void test_cpu_only_plan(void) {
   emu_path(dir, sizeof dir, "pcpu");
   RtPlan *p = rt_plan_load(dir, err, sizeof err);
   EXPECT(p != NULL);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   ExecDevice *t = p ? cx_exec_device(&ops, p, 0, GEMM_PLAN, p->b * p->m, err, sizeof err) : NULL;
   EXPECT(t == NULL);
   printf("  %s\n", err);
@@ -341,7 +341,7 @@ static void test_edited_source(void) {
   snprintf(cmd, sizeof cmd, "cp -r '%s/p2bw' '%s/pedit' && echo '// edited' >> '%s/pedit/stage0.cu'", tmp, tmp, tmp);
   EXPECT(system(cmd) == 0);
   snprintf(cmd, sizeof cmd, "%s/pedit", tmp);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxProgram *prog = cx_program_load(&ops, cmd, 0, GEMM_PLAN, err, sizeof err);
   EXPECT(prog == NULL);
   printf("  %s\n", err);

@@ -105,7 +105,7 @@ static void damaged(const char *kind, void (*edit)(cJSON *gm), const char *want)
     FILE *f = fopen(path, "w");
     EXPECT(f && fputs(out, f) >= 0 && fclose(f) == 0);
     free(out);
-    CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
     CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);
     printf("  %s\n", err);
     EXPECT(p == NULL && strstr(err, want) != NULL);

@@ -97,7 +97,7 @@ static int run(const char *plan, const char *log, const char *kprof, EmuCounts *
   emu_path(dir, sizeof dir, plan);
   emu_path(data, sizeof data, "train.bin");
   emu_path(logp, sizeof logp, log);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = EMU_STEPS, .log_json = logp, .quiet = true,
                        .gemm = GEMM_PLAN, .kernel_profile = kprof};
   int rc = cx_run("test_cudaexec_kprof", dir, &ops, "emulated", &o);

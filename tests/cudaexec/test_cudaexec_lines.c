@@ -38,7 +38,7 @@ static int run(const CxOptions *o, CxBench *bench, char **out, char **errs) {
   int f1 = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644), f2 = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int rc = -1;
   if (k1 >= 0 && k2 >= 0 && f1 >= 0 && f2 >= 0 && dup2(f1, 1) == 1 && dup2(f2, 2) == 2) {
-    CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
     rc = bench ? cx_pipe_main("lines", dir, &ops, "emulated", o, bench)
                : cx_run("lines", dir, &ops, "emulated", o);
   }

@@ -61,7 +61,7 @@ static bool run(const char *plan, int64_t steps, int seed, const char *resume, c
   CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .shuffle = true, .gemm = GEMM_PLAN,
                        .seed = (uint64_t)seed, .seed_set = seed > 0, .resume_path = resume ? rp : NULL,
                        .save_path = save ? sp : NULL, .log_json = log ? lp : NULL};
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   int rc = cx_run("test_cudaexec_seed", dir, &ops, "emulated", &o);
   if (rc) printf("  FAIL: %s --steps %lld: status %d\n", plan, (long long)steps, rc);
   return rc == 0;

@@ -128,7 +128,7 @@ static void run(const char *name, const char *args, int deferred_per_step, bool 
   cJSON_Delete(plan);
   /* the run, launch by launch */
   emu_device_set_graphs(false);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   emu_device_set_graphs(true);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
@@ -227,7 +227,7 @@ static void test_resume(void) {
     if (!p) return;
     p->rt->train.steps = 4; /* the lr schedule's length, the same in every run */
     PipeOutcome full = {0}, half = {0}, rest = {0};
-    CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+    CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
     CxOptions o = {.data_path = data, .steps = 4, .quiet = true, .gemm = GEMM_PLAN};
     int rc = cx_pipe_train(p, &ops, &o, &full, NULL, err, sizeof err);
     ops = emu_device_ops(tmp, EMU_IN_ORDER);
@@ -296,7 +296,7 @@ static void test_memory(void) {
     EXPECT(s32 > 0);
     EXPECT_EQ_INT((int64_t)s16, ((int64_t)s32 + lse) / 2);
   }
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);
@@ -397,7 +397,7 @@ static void test_fold(void) {
                        .eval_every = 1, .eval_batches = 2};
   int rc = 0;
   for (int i = 0; i < 3 && !rc; i++) { /* folded, beside, folded without validation */
-    CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+    CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
     CxOptions oi = o;
     if (i == 2) oi.val_path = NULL, oi.eval_every = 0;
     rc = cx_pipe_train(i == 1 ? pb : p, &ops, &oi, &r[i], &st[i], err, sizeof err);
@@ -438,7 +438,7 @@ static void test_recompute(void) {
   PipePlan *p = pipe_plan_load(dir, err, sizeof err);
   EXPECT(p != NULL && p->recompute);
   if (!p) return;
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r = {0};
   int rc = cx_pipe_train(p, &ops, &o, &r, NULL, err, sizeof err);

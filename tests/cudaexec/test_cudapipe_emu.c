@@ -66,7 +66,7 @@ static PipePlan *load_plan(const char *name) {
 }
 
 /* One step of p on ops must fail (status 1); the message, printed, in err. */
-static void expect_refused(const PipePlan *p, const CxDeviceOps *ops, char *err, size_t errlen) {
+static void expect_refused(const PipePlan *p, const CudaDeviceOps *ops, char *err, size_t errlen) {
   char data[256];
   emu_path(data, sizeof data, "train.bin");
   CxOptions o = {.data_path = data, .steps = 1, .quiet = true};
@@ -90,7 +90,7 @@ static bool run_check(const char *name, EmuOrder order, int steps, PipePlan **pp
   PipePlan *p = load_plan(name);
   if (!p) return false;
   if (p->rt->train.steps == 0) p->rt->train.steps = steps;
-  CxDeviceOps ops = emu_device_ops(tmp, order);
+  CudaDeviceOps ops = emu_device_ops(tmp, order);
   CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   CxPipeStats st = {0};
@@ -164,7 +164,7 @@ static void test_2bw(void) {
   /* the norm and update graphs change no bit: the same run launch by launch */
   p->schedule = PS_2BW;
   emu_device_set_graphs(false);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   emu_device_set_graphs(true);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome e = {0};
@@ -230,7 +230,7 @@ static void test_1f1b(void) {
   snprintf(dir, sizeof dir, "%s/p1f1b", tmp);
   snprintf(data, sizeof data, "%s/train.bin", tmp);
   snprintf(log, sizeof log, "%s/p1f1b.jsonl", tmp);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_HIGHEST_FIRST);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = GEMM_PLAN, .log_json = log,
                        .reference = true, .ref_tol = TOL};
   double t0 = emu_now_s();
@@ -264,7 +264,7 @@ static void test_steps0(void) {
   snprintf(dir, sizeof dir, "%s/p0", tmp);
   snprintf(data, sizeof data, "%s/train.bin", tmp);
   snprintf(save, sizeof save, "%s/p0.st", tmp);
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = 0, .quiet = true, .gemm = GEMM_PLAN, .save_path = save};
   EXPECT(cx_pipe_main("test_cudapipe_emu", dir, &ops, "emulated", &o, NULL) == 0);
   FILE *f = fopen(save, "rb");
@@ -286,7 +286,7 @@ static void test_errors(void) {
   char err[RT_ERR_LEN] = "";
   PipePlan *p = load_plan("pcpu");
   if (!p) return;
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   expect_refused(p, &ops, err, sizeof err);
   EXPECT(strstr(err, "has no CUDA program") != NULL || strstr(err, "kernels") != NULL);
   ops.streams = NULL;
@@ -345,7 +345,7 @@ static void test_stall(void) {
     if (s1->bnd[i].role != PIPE_ACT_IN) s1->bnd[k++] = s1->bnd[i];
   EXPECT(k < s1->nbnd);
   s1->nbnd = k;
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   char data[256];
   emu_path(data, sizeof data, "train.bin");
   CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .timeout_s = 2};

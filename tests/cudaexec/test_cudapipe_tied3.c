@@ -74,7 +74,7 @@ static void run_check(const char *name, const char *args, int group, EmuOrder or
   EXPECT(p != NULL);
   if (!p) return;
   expect_group(p, group);
-  CxDeviceOps ops = emu_device_ops(tmp, order);
+  CudaDeviceOps ops = emu_device_ops(tmp, order);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   double t0 = emu_now_s();

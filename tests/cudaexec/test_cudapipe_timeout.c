@@ -46,7 +46,7 @@ static int run_main(const char *dir, const CxOptions *o, char *msg, size_t n) {
   if (pid == 0) {
     int rc = 1, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0 && dup2(fd, 2) == 2) {
-      CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+      CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
       rc = cx_pipe_main("pd2bwrun", dir, &ops, "emulated", o, NULL);
     }
     fflush(stdout);

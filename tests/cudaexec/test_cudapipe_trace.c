@@ -226,7 +226,7 @@ static int train(const PipePlan *p, EmuOrder order, int steps, const char *trace
                  size_t errlen) {
   char data[256];
   emu_path(data, sizeof data, "train.bin");
-  CxDeviceOps ops = emu_device_ops(tmp, order);
+  CudaDeviceOps ops = emu_device_ops(tmp, order);
   CxOptions o = {.data_path = data, .steps = steps, .quiet = true, .gemm = GEMM_PLAN, .trace_path = trace};
   int rc = cx_pipe_train(p, &ops, &o, r, NULL, err, errlen);
   if (rc) fprintf(stderr, "  %s\n", err);
@@ -302,7 +302,7 @@ static void test_2bw2(void) {
   emu_path(dir, sizeof dir, "t2bw2");
   emu_path(data, sizeof data, "train.bin");
   emu_path(trace, sizeof trace, "t2bw2.trace.json");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   CxOptions o = {.data_path = data, .steps = STEPS, .gemm = GEMM_PLAN, .trace_path = trace};
   EXPECT(cx_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 0);
   PipePlan *p = load_plan("t2bw2");
@@ -341,7 +341,7 @@ static void test_errors(void) {
   /* the same through cx_pipe_main: status 1, nothing written next to the data */
   emu_path(dir, sizeof dir, "terr");
   emu_path(data, sizeof data, "train.bin");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = 1, .quiet = true, .gemm = GEMM_PLAN, .trace_path = bad};
   EXPECT(cx_pipe_main("test_cudapipe_trace", dir, &ops, "emulated", &o, NULL) == 1);
   EXPECT(files_named("train.bin") == 1);

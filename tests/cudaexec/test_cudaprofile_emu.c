@@ -104,7 +104,7 @@ static void check_replan(const char *prof) {
 static int train(const PipePlan *p, const char *prof, PipeOutcome *r) {
   char data[256], err[RT_ERR_LEN];
   emu_path(data, sizeof data, "train.bin");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_LOWEST_FIRST);
   CxOptions o = {.data_path = data, .steps = 3, .quiet = true, .gemm = GEMM_PLAN, .profile_out = prof};
   int rc = cx_pipe_train(p, &ops, &o, r, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "  %s\n", err);
@@ -144,7 +144,7 @@ static void test_one(void) {
   emu_path(dir, sizeof dir, "one");
   emu_path(prof, sizeof prof, "one.profile.json");
   emu_path(data, sizeof data, "train.bin");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   /* 6 steps of 4 microbatches: 40 timed passes, more than cuda_profile.c's ring holds */
   CxOptions o = {.data_path = data, .steps = 6, .quiet = true, .gemm = GEMM_PLAN, .profile_out = prof};
   EXPECT(cx_run("test_cudaprofile_emu", dir, &ops, "emulated", &o) == 0);
@@ -158,7 +158,7 @@ static void test_errors(void) {
   emu_path(dir, sizeof dir, "err");
   emu_path(bad, sizeof bad, "train.bin/p.json"); /* its directory is a file */
   emu_path(data, sizeof data, "train.bin");
-  CxDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
+  CudaDeviceOps ops = emu_device_ops(tmp, EMU_IN_ORDER);
   CxOptions o = {.data_path = data, .steps = 2, .quiet = true, .gemm = GEMM_PLAN, .profile_out = bad};
   emu_path(out, sizeof out, "err.stderr");
   fflush(stderr);

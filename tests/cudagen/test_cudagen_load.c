@@ -2,7 +2,7 @@
  *
  * codegen_cuda_stages writes a two-stage tiny GPT (kernels.cu, stageN.cu, their launch
  * lists); cx_program_load (runtime/cuda/exec/cuda_exec_list.c) then loads each stage through a
- * recording CxDeviceOps whose "modules" hold exactly the kernels their source defines
+ * recording CudaDeviceOps whose "modules" hold exactly the kernels their source defines
  * (no compiler: the emulator tests run the kernels). Checked:
  *  - each stage loads the library (kernels.cu) first, then its stageN.cu, and every
  *    launch resolves in the module its entry names (a kernel looked up in the wrong
@@ -67,10 +67,10 @@ static void *f_kernel(void *dev, void *module, const char *name) {
 
 static FakeDev fake;
 
-static CxDeviceOps fake_ops(void) {
+static CudaDeviceOps fake_ops(void) {
   for (int i = 0; i < fake.nmod; i++) free(fake.mod[i].src);
   memset(&fake, 0, sizeof fake);
-  return (CxDeviceOps){.dev = &fake, .load = f_load, .kernel = f_kernel};
+  return (CudaDeviceOps){.dev = &fake, .load = f_load, .kernel = f_kernel};
 }
 
 /* ---- the plan ------------------------------------------------------------------------- */
@@ -127,7 +127,7 @@ static void write_text(const char *name, const char *text) {
 static void test_two_modules(void) {
   char *lib0 = NULL;
   for (int s = 0; s < 2; s++) {
-    CxDeviceOps ops = fake_ops();
+    CudaDeviceOps ops = fake_ops();
     char err[512] = "";
     CxProgram *p = cx_program_load(&ops, dir, s, GEMM_PLAN, err, sizeof err);
     if (!p) fprintf(stderr, "  %s\n", err);
@@ -162,7 +162,7 @@ static void edited(const char *name, int stage) {
   char *mod = pd_malloc(n + 16);
   snprintf(mod, n + 16, "%s// edited\n", orig);
   write_text(name, mod);
-  CxDeviceOps ops = fake_ops();
+  CudaDeviceOps ops = fake_ops();
   char err[512] = "";
   CxProgram *p = cx_program_load(&ops, dir, stage, GEMM_PLAN, err, sizeof err);
   printf("  %s edited: %s\n", name, err);
@@ -193,7 +193,7 @@ static void bad_list(void (*edit)(cJSON *), const char *want) {
   edit(j);
   char *text = cJSON_Print(j);
   write_text("stage0.launch.json", text);
-  CxDeviceOps ops = fake_ops();
+  CudaDeviceOps ops = fake_ops();
   char err[512] = "";
   CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);
   printf("  %s\n", err);
@@ -276,7 +276,7 @@ static void test_old_plan(void) {
   cJSON_DeleteItemFromObject(cu, "rng_base");
   char *text = cJSON_Print(j);
   write_text("plan.json", text);
-  CxDeviceOps ops = fake_ops();
+  CudaDeviceOps ops = fake_ops();
   char err[512] = "";
   CxProgram *p = cx_program_load(&ops, dir, 1, GEMM_PLAN, err, sizeof err);
   printf("  %s\n", err);
@@ -293,7 +293,7 @@ static void test_old_plan(void) {
  * came after plans were compiled): refused at load with what to do, not a failed
  * internal check when the device first wants it. */
 static void test_library_without_own_kernel(void) {
-  CxDeviceOps ops = fake_ops();
+  CudaDeviceOps ops = fake_ops();
   char err[512] = "";
   fake_missing = "pkc_sum_ordered_f32";
   CxProgram *p = cx_program_load(&ops, dir, 0, GEMM_PLAN, err, sizeof err);

@@ -10,16 +10,16 @@
 
 #define TAG_BARRIER 31000 /* below the link's tag (cuda_link_nccl.c: 32000) */
 
-static CxDeviceOps inner;
+static CudaDeviceOps inner;
 
 static void *emu_native_stream(void *dev, int stream) {
   inner.sync(dev);
   return (void *)(uintptr_t)(stream + 1);
 }
 
-CxDeviceOps nccl_emu_ops(const char *dir, EmuOrder order) {
+CudaDeviceOps nccl_emu_ops(const char *dir, EmuOrder order) {
   inner = emu_device_ops(dir, order);
-  CxDeviceOps o = inner;
+  CudaDeviceOps o = inner;
   o.native_stream = emu_native_stream;
   return o;
 }

@@ -13,7 +13,7 @@
 
 /* The device of work directory `dir` (emu_device_ops: its modules are built there;
  * the string must outlive the device) with native_stream. */
-CxDeviceOps nccl_emu_ops(const char *dir, EmuOrder order);
+CudaDeviceOps nccl_emu_ops(const char *dir, EmuOrder order);
 /* main's start under mpirun: the MPI transport (timeout_s) into *t, then
  * emu_test_begin(argc, argv, true, usage, tmp); PD2BW_LIBNCCL must name the fake and,
  * when np > 0, np processes must run. Returns the part; NULL after saying why, with

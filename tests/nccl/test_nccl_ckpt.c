@@ -89,7 +89,7 @@ static double weight_diff(const PipeOutcome *a, const PipeOutcome *b) {
 /* Multi-GPU mode on every rank (collective); rank 0's out filled. */
 static int multi(const PipePlan *p, CxOptions o, EmuOrder order, PipeOutcome *out) {
   char err[RT_ERR_LEN];
-  CxDeviceOps ops = nccl_emu_ops(own, order);
+  CudaDeviceOps ops = nccl_emu_ops(own, order);
   o.quiet = true;
   o.gemm = GEMM_PLAN;
   double t0 = emu_now_s();
@@ -258,7 +258,7 @@ static int run_main(const char *plan, CxOptions o, char *msg, size_t n) {
   fflush(stderr);
   int fd = dup(2);
   FILE *f = freopen(path, "w", stderr);
-  CxDeviceOps ops = nccl_emu_ops(own, EMU_IN_ORDER);
+  CudaDeviceOps ops = nccl_emu_ops(own, EMU_IN_ORDER);
   o.quiet = true;
   o.gemm = GEMM_PLAN;
   int rc = f ? cx_pipe_nccl_main("pd2bwrun", dir, &ops, "emulated", &o, T) : -1;

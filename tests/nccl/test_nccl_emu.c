@@ -49,7 +49,7 @@
 static char tmp[64] = "/tmp/pd2bw-test-nccl-XXXXXX";
 static Transport *T;
 
-static CxDeviceOps nccl_ops(EmuOrder order) { return nccl_emu_ops(tmp, order); }
+static CudaDeviceOps nccl_ops(EmuOrder order) { return nccl_emu_ops(tmp, order); }
 
 /* the model the plans are made of: tinygpt, or (tied3) tests/cudaexec/tied_gain.model */
 static const char *model = "tests/pipeline/tinygpt.model";
@@ -92,7 +92,7 @@ static void run_check(const char *name, const char *args, EmuOrder order, long s
   PipePlan *p = emu_pipe_load(name, STEPS);
   EXPECT(p != NULL);
   if (!p) return;
-  CxDeviceOps ops = nccl_ops(order);
+  CudaDeviceOps ops = nccl_ops(order);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = true, .gemm = GEMM_PLAN};
   PipeOutcome r;
   double t0 = emu_now_s();
@@ -204,7 +204,7 @@ static void test_gpipe(void) {
   emu_path(dir, sizeof dir, "pgpipe");
   emu_path(data, sizeof data, "train.bin");
   emu_path(log, sizeof log, "pgpipe.jsonl");
-  CxDeviceOps ops = nccl_ops(EMU_LOWEST_FIRST);
+  CudaDeviceOps ops = nccl_ops(EMU_LOWEST_FIRST);
   CxOptions o = {.data_path = data, .steps = STEPS, .quiet = false, .gemm = GEMM_PLAN, .log_json = log,
                        .reference = true, .ref_tol = TOL};
   int rc = cx_pipe_nccl_main("test_nccl_emu", dir, &ops, "emulated", &o, T);

@@ -31,7 +31,7 @@
 
 static char tmp[64] = "/tmp/pd2bw-test-nccllink-XXXXXX";
 static Transport *T;
-static CxDeviceOps ops; /* outlives each device made on it */
+static CudaDeviceOps ops; /* outlives each device made on it */
 
 /* This rank's plan `name` (made with args), device and link; false with a message. */
 static bool open_rank(const char *name, const char *args, PipePlan **p, ExecDevice **dev, ExecLink **link) {

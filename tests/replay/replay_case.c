@@ -115,18 +115,18 @@ static bool emu_start(void) {
   fprintf(stderr, "replay_case: built without the CUDA emulator (tests/cudaexec needs a C++ compiler)\n");
   return false;
 }
-static CxDeviceOps emu_device_ops(const char *dir, int order) {
+static CudaDeviceOps emu_device_ops(const char *dir, int order) {
   (void)dir, (void)order;
-  return (CxDeviceOps){0};
+  return (CudaDeviceOps){0};
 }
 static void emu_test_end(void) {}
 #define EMU_IN_ORDER 0
 #define EMU_LOWEST_FIRST 1
 #endif
 #if !REPLAY_HAVE_NCCL
-static CxDeviceOps nccl_emu_ops(const char *dir, int order) {
+static CudaDeviceOps nccl_emu_ops(const char *dir, int order) {
   (void)dir, (void)order;
-  return (CxDeviceOps){0};
+  return (CudaDeviceOps){0};
 }
 #endif
 
@@ -212,7 +212,7 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
     } else if (strcmp(mode, "emu-pipe") == 0 || strcmp(mode, "emu-trainer") == 0) {
       bool one = mode[4] == 't';
       ok = emu_start();
-      CxDeviceOps ops = emu_device_ops(workdir, one ? EMU_IN_ORDER : EMU_LOWEST_FIRST);
+      CudaDeviceOps ops = emu_device_ops(workdir, one ? EMU_IN_ORDER : EMU_LOWEST_FIRST);
       if (one && (p->d != 1 || p->w != 1)) ok = !snprintf(err, sizeof err, "emu-trainer needs d = w = 1");
       ok = ok && cx_pipe_train(p, &ops, &co, &r, NULL, err, sizeof err) == 0;
       if (ok && one) { /* its grad norms, as the one-stage trainer's were recorded */
@@ -221,7 +221,7 @@ static int run_case(const char *mode, const char *plan, const char *data, int64_
       }
     } else if (strcmp(mode, "nccl") == 0) {
       ok = REPLAY_HAVE_NCCL ? emu_start() : (snprintf(err, sizeof err, "built without the stand-in NCCL"), false);
-      CxDeviceOps ops = nccl_emu_ops(workdir, EMU_LOWEST_FIRST);
+      CudaDeviceOps ops = nccl_emu_ops(workdir, EMU_LOWEST_FIRST);
       ok = ok && cx_pipe_train_nccl(p, &ops, &co, t, &r, err, sizeof err) == 0;
     } else {
       snprintf(err, sizeof err, "unknown mode '%s'", mode);

@@ -20,7 +20,7 @@ uint64_t cx_adamw_table_bytes(const CxAdamwTensor *t, int n) {
   return rt_align256((uint64_t)n * sizeof *t) + rt_align256((uint64_t)total_chunks(t, n) * sizeof(CxAdamwChunk));
 }
 
-CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n) {
+CxAdamwTable cx_adamw_table_upload(const CudaDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n) {
   uint64_t tb = rt_align256((uint64_t)n * sizeof *t), bytes = cx_adamw_table_bytes(t, n);
   CxAdamwTable out = {.tensors = at, .chunks = at + tb, .nchunks = total_chunks(t, n)};
   PD_CHECK(out.nchunks <= 0x7fffffff, "(%lld AdamW chunks: more than a grid)", (long long)out.nchunks);
@@ -35,7 +35,7 @@ CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, GpuPtr at, const CxAd
   return out;
 }
 
-void cx_adamw_multi_launch(const CxDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
+void cx_adamw_multi_launch(const CudaDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
                            const CxAdamwLaunch *a) {
   if (tb->nchunks == 0) return;
   GpuPtr wo = a->w_out, wi = a->w_in, g = a->grad, m = a->m, v = a->v, ma = a->master, w16 = a->w16,
@@ -76,7 +76,7 @@ uint64_t cx_adamw_stage_table_bytes(const RtStage *st) {
   return bytes;
 }
 
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
+CxAdamwTable cx_adamw_stage_table(const CudaDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
                                   const char *fold) {
   CxAdamwTensor *t = pd_malloc(((size_t)st->nparams + 1) * sizeof *t);
   int nt = 0;

@@ -48,7 +48,7 @@ uint64_t cx_adamw_table_bytes(const CxAdamwTensor *t, int n);
 /* Uploads the table of t[0..n) to `at` (cx_adamw_table_bytes of room) with one host
  * copy (ops->htod: it waits for the device; call at setup). Tensors with n = 0 get no
  * chunk. */
-CxAdamwTable cx_adamw_table_upload(const CxDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n);
+CxAdamwTable cx_adamw_table_upload(const CudaDeviceOps *ops, GpuPtr at, const CxAdamwTensor *t, int n);
 
 /* The blocks and hyperparameters of one launch. master (0: none) holds 2bw's newest
  * weights under weight prediction (w_in is master then: the kernel steps from it,
@@ -62,7 +62,7 @@ typedef struct CxAdamwLaunch {
 
 /* One launch of `kernel` (the library's pkc_adamw_multi_dev_f32) over table tb on
  * `stream`; nothing when the table has no chunk. */
-void cx_adamw_multi_launch(const CxDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
+void cx_adamw_multi_launch(const CudaDeviceOps *ops, void *kernel, int stream, const CxAdamwTable *tb,
                            const CxAdamwLaunch *a);
 
 /* Whether the steps s[0..n) of one opt_step call on stage st can be one launch: AdamW,
@@ -78,7 +78,7 @@ bool cx_adamw_multi_match(const RtStage *st, const ExecOptStep *s, int n, char *
 uint64_t cx_adamw_stage_table_bytes(const RtStage *st);
 /* Uploads the table of the parameters in[] lists (cx_adamw_multi_match's) to `at`;
  * fold (NULL: none) per parameter: CxAdamwTensor.fold. */
-CxAdamwTable cx_adamw_stage_table(const CxDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
+CxAdamwTable cx_adamw_stage_table(const CudaDeviceOps *ops, GpuPtr at, const RtStage *st, const char *in,
                                   const char *fold);
 
 #endif /* PD2BW_RUNTIME_CUDA_ADAMW_MULTI_H */

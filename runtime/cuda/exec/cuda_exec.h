@@ -1,5 +1,5 @@
 /* runtime/cuda/exec/cuda_exec.h — the launch-list executor (pd2bw_cuda_exec): replays the
- * launch lists pd2bwc writes (contract/contract.h) through the device table CxDeviceOps
+ * launch lists pd2bwc writes (contract/contract.h) through the device table CudaDeviceOps
  * (runtime/cuda/cuda_backend.h, which fills a real GPU's; cuda_exec_dev_none.c stands in
  * without the toolkit), so the host CUDA emulator (tests/cuda/cuda_emu.h) runs the very
  * lists a GPU would. cuda_exec_list.c loads a list once into flat arrays and replays a
@@ -19,12 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/cuda/cuda_backend.h" /* CxDeviceOps: the device the executor drives */
+#include "runtime/cuda/cuda_backend.h" /* CudaDeviceOps: the device the executor drives */
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/exec/seg_times.h"
 
 /* Clears ops' four graph entries (pd2bwrun --cuda-graphs off). */
-void cx_ops_no_graphs(CxDeviceOps *ops);
+void cx_ops_no_graphs(CudaDeviceOps *ops);
 
 /* ---- the interpreter core (cuda_exec_list.c) ------------------------------------- */
 
@@ -64,7 +64,7 @@ typedef struct CxReplay {
  * "bf16" list's GEMMs read bf16 staging buffers: overriding them is an error, and so
  * is GEMM_BF16 on a float32 list: pd2bwc --precision bf16 makes the casts). NULL
  * with a message naming the file (a plan made with --backend cpu has no launch lists). */
-CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
+CxProgram *cx_program_load(const CudaDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
                            char *err, size_t errlen);
 void cx_program_free(CxProgram *p);
 /* Bytes of block c (CX_SCRATCH included) the list needs. */
@@ -136,7 +136,7 @@ typedef struct CxStepGraph {
  * eagerly when g is NULL, there are no graph ops or on its first sighting, captured on
  * the second, launched after; counted in *stats (NULL: not counted). A failed capture
  * is a bug (pd_fatal, naming stage and replica). (cuda_exec_step.c) */
-void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
+void cx_step_graph_run(const CudaDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
                        CxGraphStats *stats, int stage, int replica);
 /* The stage's segments (the list's "segments"). */
 int cx_program_segments(const CxProgram *p);
@@ -153,7 +153,7 @@ char *cx_read_checked(const char *plan_dir, const char *name, const char *want, 
                       size_t errlen);
 /* Whether the loaded kernel library has every CxLibKernel (each into out[k]); false with
  * "regenerate the plan" (a plan from an older pd2bwc). */
-bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
+bool cx_library_complete(const CudaDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
                          size_t errlen);
 
 /* ---- profiles: --profile-out (cuda_profile.c) -------------------------------------- */
@@ -167,7 +167,7 @@ void cx_program_profile(CxProgram *p, int64_t from_mb);
 const SegTimes *cx_program_profile_times(CxProgram *p);
 /* What cx_program_run calls (cuda_profile.c). */
 typedef struct CxProfile CxProfile;
-CxProfile *cx_profile_create(const CxDeviceOps *ops, int nsegs, int64_t from_mb);
+CxProfile *cx_profile_create(const CudaDeviceOps *ops, int nsegs, int64_t from_mb);
 void cx_profile_destroy(CxProfile *f);
 bool cx_profile_timed(const CxProfile *f, const CxReplay *r);
 /* Records the pass's first event on `stream`; returns its record. */
@@ -192,7 +192,7 @@ typedef struct ExecDevice ExecDevice;
  * cx_program_load takes it), its arena the table's one allocation; batch_samples:
  * the samples of one batch (b·m·w), uploaded at once. NULL with a message naming
  * the plan. Destroyed with exec_device_destroy. */
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
+ExecDevice *cx_exec_device(const CudaDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen);
 /* How its passes ran (cx_program_graph_stats), its optimizer steps and its norms
  * (eager, captured, launched as a graph). */
@@ -207,7 +207,7 @@ GemmType cx_exec_device_gemm_type(const ExecDevice *d);
 CxProgram *cx_exec_device_program(ExecDevice *d);
 /* The table it issues on: everything goes on its stream 0 (the same-GPU link and the
  * NCCL link, cx_nccl_link, issue there too, so the passes are ordered after them). */
-const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d);
+const CudaDeviceOps *cx_exec_device_ops(const ExecDevice *d);
 /* A pipeline rank: n weight versions (the plan's, at most PIPE_MAX_SLOTS) get a bf16
  * copy each (default 2). Before the arena. */
 void cx_exec_device_set_versions(ExecDevice *d, int n);
@@ -240,8 +240,8 @@ uint64_t cx_exec_device_need(const ExecDevice *d, uint64_t arena_bytes);
  * lock (held from capture_begin to capture_end). gpu outlives the share. NULL with a
  * message (a device without streams, events or device copies). */
 typedef struct CxShare CxShare;
-CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t errlen);
-const CxDeviceOps *cx_share_view(CxShare *sh, int rank);
+CxShare *cx_share_create(const CudaDeviceOps *gpu, int nranks, char *err, size_t errlen);
+const CudaDeviceOps *cx_share_view(CxShare *sh, int rank);
 bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errlen);
 void cx_share_destroy(CxShare *sh);
 /* The same-GPU link (runtime/exec/exec.h) of the rank whose device is dev (a
@@ -249,7 +249,7 @@ void cx_share_destroy(CxShare *sh);
  * on ops (that view: cx_exec_device_ops) over the local transport t (not owned). */
 typedef struct ExecLink ExecLink;
 typedef struct Transport Transport;
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops);
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CudaDeviceOps *ops);
 
 /* ---- multi-GPU mode's link (cuda_link_nccl.c; cuda_exec_dev_none.c without the toolkit) */
 
@@ -266,7 +266,7 @@ typedef struct CxKprof CxKprof;
 /* Fills *out with a table that passes every op on to `in` (which outlives it), each
  * launch and GEMM between two event records on its stream, and no graph entries
  * (every pass eager). */
-CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out);
+CxKprof *cx_kprof_wrap(const CudaDeviceOps *in, CudaDeviceOps *out);
 /* Waits for the device, then writes (atomically) the Markdown table of the ten
  * kernels (GEMMs by dtype and shape) with the most GPU time, and one row for the
  * rest: calls, ms, share of the total; `what` names the run in its first line.
@@ -277,7 +277,7 @@ void cx_kprof_free(CxKprof *k);
 
 /* cx_main on an open device (tests pass the emulator's): cx_pipe_main (no
  * --bench-gemm). */
-int cx_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_run(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                   const CxOptions *o);
 
 #endif /* PD2BW_RUNTIME_CUDA_EXEC_H */

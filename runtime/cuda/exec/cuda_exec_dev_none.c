@@ -6,15 +6,15 @@
 static const char no_toolkit[] =
     "cuda backend: this pd2bw was built without the CUDA toolkit (CMake found no CUDAToolkit); use --backend cpu";
 
-CxDeviceOps *cuda_dev_open(int device, char *err, size_t errlen) {
+CudaDeviceOps *cuda_dev_open(int device, char *err, size_t errlen) {
   (void)device;
   snprintf(err, errlen, "%s", no_toolkit);
   return NULL;
 }
 
-void cuda_dev_close(CxDeviceOps *ops) { (void)ops; }
+void cuda_dev_close(CudaDeviceOps *ops) { (void)ops; }
 
-const char *cuda_dev_name(const CxDeviceOps *ops) {
+const char *cuda_dev_name(const CudaDeviceOps *ops) {
   (void)ops;
   return "";
 }

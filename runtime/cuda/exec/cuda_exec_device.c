@@ -1,5 +1,5 @@
 /* runtime/cuda/exec/cuda_exec_device.c — a stage on a GPU as the plan interpreter's
- * device (runtime/exec/exec.h ExecDeviceOps) over a CxDeviceOps table (a real GPU, or
+ * device (runtime/exec/exec.h ExecDeviceOps) over a CudaDeviceOps table (a real GPU, or
  * the tests' emulator): the stage's launch lists (cx_program_run: passes as CUDA
  * graphs), device copies, the deterministic two-phase sum of squares and the optimizer
  * (AdamW as one multi-tensor launch that also writes the bf16 weight copy of the
@@ -29,7 +29,7 @@
 typedef struct CudaDevice {
   ExecDevice base;
   int stage; /* the plan's, for messages */
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   const RtStage *st;
   CxProgram *prog;
   GpuPtr scratch, parts, norm, scalars, losses, data;
@@ -139,7 +139,7 @@ static void cd_arena_free(ExecDevice *d, char *arena) { (void)d, (void)arena; /*
 /* After a host wait (the device idle): the ring's losses to where they were asked
  * for, the id counter's count kept for late_bad_ids and the counter cleared. */
 static void land(CudaDevice *c) {
-  const CxDeviceOps *ops = c->ops;
+  const CudaDeviceOps *ops = c->ops;
   if (c->npending) {
     ops->dtoh(ops->dev, c->host_losses, c->losses, (size_t)c->npending * 4);
     for (int i = 0; i < c->npending; i++) *c->pending[i] = c->host_losses[i];
@@ -492,7 +492,7 @@ static const ExecDeviceOps cuda_ops = {
     .mark = cd_mark, .mark_time = cd_mark_time, .versions = cd_versions,
 };
 
-ExecDevice *cx_exec_device(const CxDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
+ExecDevice *cx_exec_device(const CudaDeviceOps *ops, const RtPlan *plan, int stage, GemmType gemm,
                            int64_t batch_samples, char *err, size_t errlen) {
   const RtStage *st = &plan->stages[stage];
   CxProgram *prog = cx_program_load(ops, plan->dir, stage, gemm, err, errlen);
@@ -547,7 +547,7 @@ CxGraphStats cx_exec_device_norm_stats(const ExecDevice *d) { return ccud(d)->no
 CxProgram *cx_exec_device_program(ExecDevice *d) { return cud(d)->prog; }
 uint64_t cx_exec_device_bytes(const ExecDevice *d) { return ccud(d)->bytes; }
 GemmType cx_exec_device_gemm_type(const ExecDevice *d) { return cx_program_gemm_type(ccud(d)->prog); }
-const CxDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
+const CudaDeviceOps *cx_exec_device_ops(const ExecDevice *d) { return ccud(d)->ops; }
 void cx_exec_device_set_origin(ExecDevice *d, void *origin) { cud(d)->origin = origin; }
 void cx_exec_device_at_end(ExecDevice *d, void (*fn)(void *ctx, ExecDevice *d), void *ctx) {
   cud(d)->at_end = fn, cud(d)->end_ctx = ctx;

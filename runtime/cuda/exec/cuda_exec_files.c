@@ -59,7 +59,7 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
   return ok;
 }
 
-bool cx_library_complete(const CxDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
+bool cx_library_complete(const CudaDeviceOps *ops, void *module, const char *plan_dir, void **out, char *err,
                          size_t errlen) {
   static const char *const own[CX_NLIB_KERNELS] = {
       [CX_K_SET_U32] = "pkc_set_u32", [CX_K_SUMSQ_PARTIAL] = "pkc_sumsq_partial_f32",

@@ -10,7 +10,7 @@
 #include "runtime/pipeline/pipeline_rank.h"
 
 struct CxFold {
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   const CxProgram *prog;
   const RtStage *st;
   char *fold;                    /* per parameter: its copy is in the versions */
@@ -42,7 +42,7 @@ bool cx_fold_offsets(const cJSON *list, int64_t params, int64_t params_bf16, int
   return true;
 }
 
-CxFold *cx_fold_create(const CxDeviceOps *ops, const CxProgram *prog, const RtStage *st, char *err, size_t errlen,
+CxFold *cx_fold_create(const CudaDeviceOps *ops, const CxProgram *prog, const RtStage *st, char *err, size_t errlen,
                        bool *bad) {
   int n;
   const int64_t *off = cx_program_folded(prog, &n);

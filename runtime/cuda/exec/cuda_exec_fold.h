@@ -24,7 +24,7 @@ typedef struct CxFold CxFold;
 
 /* The fold of stage st's program (NULL when its list keeps the copies beside the
  * versions, or after a message in err for a list that names no parameter: *bad). */
-CxFold *cx_fold_create(const CxDeviceOps *ops, const CxProgram *prog, const RtStage *st, char *err, size_t errlen,
+CxFold *cx_fold_create(const CudaDeviceOps *ops, const CxProgram *prog, const RtStage *st, char *err, size_t errlen,
                        bool *bad);
 void cx_fold_destroy(CxFold *f);
 /* Device bytes of the one-parameter AdamW tables; where they go (before any step). */

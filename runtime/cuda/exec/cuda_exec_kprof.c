@@ -1,5 +1,5 @@
 /* runtime/cuda/exec/cuda_exec_kprof.c — the per-kernel GPU time of a run without Nsight
- * Compute (pd2bw-cuda-train --kernel-profile FILE). A profiling CxDeviceOps table wraps
+ * Compute (pd2bw-cuda-train --kernel-profile FILE). A profiling CudaDeviceOps table wraps
  * the device's: every launch and GEMM is issued between two event records on its
  * stream, each pair's time added to its "site" (a kernel by its resolved name, a GEMM by
  * dtype, transposes, M×N×K and epilogue: cuBLAS picks kernels per shape). The executors
@@ -36,7 +36,7 @@ typedef struct KprofPair {
 } KprofPair;
 
 struct CxKprof {
-  const CxDeviceOps *in;
+  const CudaDeviceOps *in;
   KprofSite *site;
   int nsite, capsite;
   KprofHandle *handle;
@@ -85,11 +85,11 @@ static KprofPair *begin(CxKprof *k, int stream, int site) {
 /* ---- the wrapping table: timed launches and GEMMs, everything else passed on ------ */
 
 static bool w_alloc(void *dev, size_t bytes, GpuPtr *base, char *err, size_t errlen) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->alloc(in->dev, bytes, base, err, errlen);
 }
 static void *w_load(void *dev, const char *src, const char *name, char *err, size_t errlen) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->load(in->dev, src, name, err, errlen);
 }
 static void *w_kernel(void *dev, void *module, const char *name) {
@@ -127,63 +127,63 @@ static void w_gemm(void *dev, int stream, const GpuGemm *g) {
   k->in->event_record(k->in->dev, p->end, stream);
 }
 static void w_htod(void *dev, GpuPtr dst, const void *src, size_t bytes) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->htod(in->dev, dst, src, bytes);
 }
 static void w_dtoh(void *dev, void *dst, GpuPtr src, size_t bytes) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->dtoh(in->dev, dst, src, bytes);
 }
 static void w_memset0(void *dev, int stream, GpuPtr p, size_t bytes) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->memset0(in->dev, stream, p, bytes);
 }
 static void w_sync(void *dev) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->sync(in->dev);
 }
 static bool w_streams(void *dev, int n, char *err, size_t errlen) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->streams(in->dev, n, err, errlen);
 }
 static void *w_event_create(void *dev) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->event_create(in->dev);
 }
 static void w_event_destroy(void *dev, void *ev) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->event_destroy(in->dev, ev);
 }
 static void w_event_record(void *dev, void *ev, int stream) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->event_record(in->dev, ev, stream);
 }
 static void w_stream_wait(void *dev, int stream, void *ev) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->stream_wait(in->dev, stream, ev);
 }
 static float w_event_ms(void *dev, void *start, void *end) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->event_ms(in->dev, start, end);
 }
 static void w_dtod(void *dev, int stream, GpuPtr dst, GpuPtr src, size_t bytes) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   in->dtod(in->dev, stream, dst, src, bytes);
 }
 static void *w_native_stream(void *dev, int stream) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   return in->native_stream ? in->native_stream(in->dev, stream) : NULL;
 }
 
 static void w_thread_enter(void *dev) {
-  const CxDeviceOps *in = ((CxKprof *)dev)->in;
+  const CudaDeviceOps *in = ((CxKprof *)dev)->in;
   if (in->thread_enter) in->thread_enter(in->dev);
 }
 
-CxKprof *cx_kprof_wrap(const CxDeviceOps *in, CxDeviceOps *out) {
+CxKprof *cx_kprof_wrap(const CudaDeviceOps *in, CudaDeviceOps *out) {
   CxKprof *k = pd_calloc(1, sizeof *k);
   k->in = in;
-  *out = (CxDeviceOps){.dev = k, .alloc = w_alloc, .load = w_load, .kernel = w_kernel, .launch = w_launch,
+  *out = (CudaDeviceOps){.dev = k, .alloc = w_alloc, .load = w_load, .kernel = w_kernel, .launch = w_launch,
                        .gemm = w_gemm, .htod = w_htod, .dtoh = w_dtoh, .memset0 = w_memset0, .sync = w_sync,
                        .streams = w_streams, .event_create = w_event_create, .event_destroy = w_event_destroy,
                        .event_record = w_event_record, .stream_wait = w_stream_wait, .event_ms = w_event_ms,

@@ -71,7 +71,7 @@ typedef struct CxGraphSlot {
 #define CX_MAX_KEYS (2 * CX_MAX_GRAPHS)
 
 struct CxProgram {
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   void *module;     /* stageN.cu: the stage's own kernels */
   void *lib_module; /* kernels.cu: the library */
   int64_t block[CX_NBLOCKS];
@@ -329,7 +329,7 @@ static void ld_segments(Ld *l, const cJSON *list) {
   }
 }
 
-CxProgram *cx_program_load(const CxDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
+CxProgram *cx_program_load(const CudaDeviceOps *ops, const char *plan_dir, int stage, GemmType gemm,
                            char *err, size_t errlen) {
   char name[256];
   uint32_t rng_base = 0;
@@ -459,7 +459,7 @@ static GpuPtr at(const CxReplay *r, int blk, int64_t off) { return blk < 0 ? 0 :
 /* Launches [from, to) of the pass, one by one (or into a capture: the device records
  * them). */
 static void replay_range(const CxProgram *p, CxPass pass, const CxReplay *r, int from, int to) {
-  const CxDeviceOps *ops = p->ops;
+  const CudaDeviceOps *ops = p->ops;
   for (int i = from; i < to; i++) {
     const CxEntry *e = &p->e[pass][i];
     if (e->is_gemm) {
@@ -529,7 +529,7 @@ static CxGraphSlot *find_slot(CxProgram *p, CxPass pass, const CxReplay *r, bool
 }
 
 void cx_program_run(CxProgram *p, CxPass pass, const CxReplay *r) {
-  const CxDeviceOps *ops = p->ops;
+  const CudaDeviceOps *ops = p->ops;
   if (p->needs_key[pass]) { /* before the pass, on its stream: the kernels read it there */
     GpuPtr dst = r->base[CX_SCRATCH] + (GpuPtr)p->mbkey_off;
     uint32_t mb = r->microbatch;
@@ -575,7 +575,7 @@ void cx_program_profile(CxProgram *p, int64_t from_mb) {
 
 const SegTimes *cx_program_profile_times(CxProgram *p) { return p->prof ? cx_profile_times(p->prof) : NULL; }
 
-void cx_ops_no_graphs(CxDeviceOps *ops) {
+void cx_ops_no_graphs(CudaDeviceOps *ops) {
   ops->capture_begin = NULL;
   ops->capture_end = NULL;
   ops->graph_launch = NULL;

@@ -1,7 +1,7 @@
 /* runtime/cuda/exec/cuda_exec_share.c — one GPU shared by the stage replicas of
  * single-GPU pipeline mode, each driven by its own host thread (cuda_exec.h: CxShare).
  *
- * Each rank gets a VIEW: a CxDeviceOps table whose stream 0 is the rank's own stream
+ * Each rank gets a VIEW: a CudaDeviceOps table whose stream 0 is the rank's own stream
  * (1 + rank on the GPU; stream 0 stays free), so the one-stage CUDA device
  * (cx_exec_device), which issues everything on stream 0, serves a pipeline rank
  * unchanged, and the same-GPU link reaches the rank's stream through the same view.
@@ -10,7 +10,7 @@
  * its part. Every call runs under one recursive lock, held from capture_begin to
  * capture_end, so a pass being captured never interleaves with another thread's work
  * (the emulator has one capture slot; cuBLAS's stream setting is per handle), and makes
- * the GPU usable from the calling thread first (CxDeviceOps thread_enter: a context
+ * the GPU usable from the calling thread first (CudaDeviceOps thread_enter: a context
  * current in it). The lock serialises only the issuing: the GPU still runs the streams
  * concurrently. */
 #include <pthread.h>
@@ -21,13 +21,13 @@
 #include "runtime/cuda/exec/cuda_exec.h"
 
 typedef struct CxView {
-  CxDeviceOps ops; /* first: ops.dev is this view */
+  CudaDeviceOps ops; /* first: ops.dev is this view */
   CxShare *sh;
   int rank;
 } CxView;
 
 struct CxShare {
-  const CxDeviceOps *gpu;
+  const CudaDeviceOps *gpu;
   int nranks;
   CxView *views;
   GpuPtr base;
@@ -36,7 +36,7 @@ struct CxShare {
 };
 
 static CxView *vw(void *dev) { return dev; }
-static const CxDeviceOps *G(void *dev) { return vw(dev)->sh->gpu; }
+static const CudaDeviceOps *G(void *dev) { return vw(dev)->sh->gpu; }
 static void *GD(void *dev) { return vw(dev)->sh->gpu->dev; }
 static int S(void *dev, int stream) {
   PD_CHECK(stream == 0, "(a rank's view has one stream, not %d)", stream);
@@ -159,7 +159,7 @@ static void v_graph_destroy(void *dev, void *graph) {
   ul(dev);
 }
 
-CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t errlen) {
+CxShare *cx_share_create(const CudaDeviceOps *gpu, int nranks, char *err, size_t errlen) {
   if (!gpu->streams || !gpu->event_create || !gpu->dtod) {
     snprintf(err, errlen, "the device has no streams, events or device copies (single-GPU pipeline mode needs them)");
     return NULL;
@@ -180,7 +180,7 @@ CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t e
     CxView *v = &sh->views[r];
     v->sh = sh;
     v->rank = r;
-    v->ops = (CxDeviceOps){.dev = v, .alloc = v_alloc, .load = v_load, .kernel = v_kernel, .launch = v_launch,
+    v->ops = (CudaDeviceOps){.dev = v, .alloc = v_alloc, .load = v_load, .kernel = v_kernel, .launch = v_launch,
                            .gemm = v_gemm, .htod = v_htod, .dtoh = v_dtoh, .memset0 = v_memset0, .sync = v_sync,
                            .streams = v_streams, .event_create = v_event_create, .event_destroy = v_event_destroy,
                            .event_record = v_event_record, .stream_wait = v_stream_wait, .event_ms = v_event_ms,
@@ -195,7 +195,7 @@ CxShare *cx_share_create(const CxDeviceOps *gpu, int nranks, char *err, size_t e
   return sh;
 }
 
-const CxDeviceOps *cx_share_view(CxShare *sh, int rank) { return &sh->views[rank].ops; }
+const CudaDeviceOps *cx_share_view(CxShare *sh, int rank) { return &sh->views[rank].ops; }
 
 bool cx_share_reserve(CxShare *sh, const uint64_t *bytes, char *err, size_t errlen) {
   uint64_t at = 0;

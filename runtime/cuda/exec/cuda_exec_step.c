@@ -5,7 +5,7 @@
 
 /* Issues issue(arg) on `stream` through g: eagerly (no graph ops, no g, or its first
  * sighting), by capturing it (the second) or as the graph. */
-void cx_step_graph_run(const CxDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
+void cx_step_graph_run(const CudaDeviceOps *ops, int stream, CxStepGraph *g, void (*issue)(void *), void *arg,
                        CxGraphStats *stats, int stage, int replica) {
   if (!g || !ops->capture_begin || !g->seen) {
     if (g) g->seen = true;

@@ -40,7 +40,7 @@ typedef struct ClLink {
   ExecLink base;
   Transport *t;
   ExecDevice *dev;
-  const CxDeviceOps *ops; /* the rank's view: stream 0 is its stream */
+  const CudaDeviceOps *ops; /* the rank's view: stream 0 is its stream */
   ExecReq *free_reqs, *all;
   ExecReq **live; /* every request made, for destroy */
   int nlive, caplive;
@@ -111,7 +111,7 @@ static TransportStatus c_irecv(ExecLink *L, int peer, int tag, void *buf, size_t
  * replies, then the waits for the receivers' copies. */
 static TransportStatus c_waitall(ExecLink *L, ExecReq **reqs, int n) {
   ClLink *l = cl(L);
-  const CxDeviceOps *o = l->ops;
+  const CudaDeviceOps *o = l->ops;
   TransportStatus s = TRANSPORT_OK;
   for (int i = 0; s == TRANSPORT_OK && i < n; i++) s = transport_wait(l->t, reqs[i]->tr);
   for (int i = 0; s == TRANSPORT_OK && i < n; i++) {
@@ -159,7 +159,7 @@ static TransportStatus c_group_create(ExecLink *L, const int *ranks, int n, Exec
 
 static void c_group_destroy(ExecGroup *g) {
   if (!g) return;
-  const CxDeviceOps *o = g->l->ops;
+  const CudaDeviceOps *o = g->l->ops;
   o->event_destroy(o->dev, g->ev_ready);
   o->event_destroy(o->dev, g->ev_done);
   for (int q = 0; q < g->n; q++) o->event_destroy(o->dev, g->ev_copied[q]);
@@ -171,7 +171,7 @@ static void c_group_destroy(ExecGroup *g) {
 /* The first member's side of the all-reduce. */
 static TransportStatus reduce_first(ExecGroup *g, float *buf, size_t n, const char *what) {
   ClLink *l = g->l;
-  const CxDeviceOps *o = l->ops;
+  const CudaDeviceOps *o = l->ops;
   const float **src = pd_malloc((size_t)g->n * sizeof *src);
   ClRecord rec;
   src[0] = buf;
@@ -206,7 +206,7 @@ static TransportStatus c_allreduce(ExecGroup *g, float *buf, size_t n, const cha
   if (g->n < 2) return TRANSPORT_OK;
   if (g->me == 0) return reduce_first(g, buf, n, what);
   ClLink *l = g->l;
-  const CxDeviceOps *o = l->ops;
+  const CudaDeviceOps *o = l->ops;
   o->event_record(o->dev, g->ev_ready, 0);
   ClRecord rec = {.src = dp(buf), .bytes = n * sizeof(float), .ready = g->ev_ready};
   TransportStatus s = transport_send(l->t, g->ranks[0], CL_COLL_TAG, &rec, sizeof rec, what);
@@ -239,7 +239,7 @@ static const ExecLinkOps local_ops = {
     .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = c_destroy,
 };
 
-ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CxDeviceOps *ops) {
+ExecLink *cx_local_link(Transport *t, ExecDevice *dev, const CudaDeviceOps *ops) {
   ClLink *l = pd_calloc(1, sizeof *l);
   l->base.ops = &local_ops;
   l->base.host = exec_transport_link(t);

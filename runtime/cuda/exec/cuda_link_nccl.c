@@ -25,7 +25,7 @@ typedef struct NcclLink {
   ExecLink base; /* base.host: exec_transport_link (host messages, progress, errors, abort) */
   Transport *t;
   const PipePlan *p;
-  const CxDeviceOps *ops; /* the device's table: NCCL's work goes on its stream 0 */
+  const CudaDeviceOps *ops; /* the device's table: NCCL's work goes on its stream 0 */
   int self, stage, replica;
   bool made;                       /* the communicators exist (at the first NCCL call) */
   NcclComm *pipe;                  /* this replica's stages (rank = stage); NULL when d = 1 */
@@ -271,9 +271,9 @@ static const ExecLinkOps nccl_link_ops = {
 };
 
 ExecLink *cx_nccl_link(Transport *t, const PipePlan *p, ExecDevice *dev, char *err, size_t errlen) {
-  const CxDeviceOps *ops = cx_exec_device_ops(dev);
+  const CudaDeviceOps *ops = cx_exec_device_ops(dev);
   if (!ops->native_stream) {
-    snprintf(err, errlen, "this device gives no stream handles for NCCL (its CxDeviceOps has no native_stream): "
+    snprintf(err, errlen, "this device gives no stream handles for NCCL (its CudaDeviceOps has no native_stream): "
              "it cannot run multi-GPU mode");
     return NULL;
   }

@@ -25,13 +25,13 @@ typedef struct CxProfileRec {
 } CxProfileRec;
 
 struct CxProfile {
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   SegTimes t;
   CxProfileRec rec[CX_PROFILE_RING];
   int nrec; /* passes recorded, not yet read */
 };
 
-CxProfile *cx_profile_create(const CxDeviceOps *ops, int nsegs, int64_t from_mb) {
+CxProfile *cx_profile_create(const CudaDeviceOps *ops, int nsegs, int64_t from_mb) {
   PD_CHECK(ops->event_create && ops->event_record && ops->event_ms && ops->sync,
            "(--profile-out: the device has no events)");
   CxProfile *f = pd_calloc(1, sizeof *f);
@@ -59,7 +59,7 @@ bool cx_profile_timed(const CxProfile *f, const CxReplay *r) {
 /* Waits for the device, then keeps every recorded pass's segment times. */
 static void drain(CxProfile *f) {
   if (!f->nrec) return;
-  const CxDeviceOps *ops = f->ops;
+  const CudaDeviceOps *ops = f->ops;
   ops->sync(ops->dev);
   int n = f->t.nsegs;
   for (int i = 0; i < f->nrec; i++) {

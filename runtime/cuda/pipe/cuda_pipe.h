@@ -45,7 +45,7 @@ typedef struct CxBench {
  * weights of replica 0, arena_bytes per stage (the SR part, = the plan's figure), and
  * stats (may be NULL). With o->trace_path, out->bubble holds the measured bubble per
  * stage and the trace is written (cuda_pipe_threads.c). 0, or 1 with the cause in err. */
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
+int cx_pipe_train(const PipePlan *p, const CudaDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
                   CxPipeStats *stats, char *err, size_t errlen);
 
 /* The plan's predicted bubble fraction (plan_dir/plan.json "predicted"), or a
@@ -59,7 +59,7 @@ double cx_pipe_predicted_bubble(const char *plan_dir);
  * one-stage words: its banner, the summary gpu-check.sh reads (steady-state rate,
  * arena, "saved"), its passes' and updates' graph counts; bench (may be NULL) gets what
  * --bench-gemm times. 0, or 1 after one "prog: error:" line. */
-int cx_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_pipe_main(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                    const CxOptions *o, CxBench *bench);
 
 /* Multi-GPU mode: this process (rank transport_rank(t) of the plan's d·w ranks) trains
@@ -71,13 +71,13 @@ int cx_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops,
  * others stop); or 1 on EVERY rank after a failure all of them agreed on (a checkpoint
  * some rank cannot read, a --save rank 0 cannot write: no abort), the message in rank
  * 0's err and the others' err empty (one message for the job). */
-int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, Transport *t,
+int cx_pipe_train_nccl(const PipePlan *p, const CudaDeviceOps *ops, const CxOptions *o, Transport *t,
                        PipeOutcome *out, char *err, size_t errlen);
 
 /* cx_pipe_main for multi-GPU mode on an open device and transport (pipeline_main_on
  * with this rank of t): rank 0 reports, writes o->log_json and checks o->reference. 0, or 1 after one "prog: error:" line
  * (none on the ranks other than 0 after a failure all agreed on). */
-int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                         const CxOptions *o, Transport *t);
 
 /* pd2bwrun --backend cuda --transport nccl under mpirun: MPI (transport_mpi_create),

@@ -35,7 +35,7 @@ double cx_pipe_predicted_bubble(const char *plan_dir) {
 /* The backend's state: the open device, and what single-GPU mode's summary adds. */
 typedef struct GpuRun {
   const char *prog, *plan_dir, *device_name;
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   CxPipeStats st;
   bool multi;     /* multi-GPU mode: this rank of a transport */
   CxBench *bench; /* a one-stage plan's --bench-gemm figures, or NULL */
@@ -120,14 +120,14 @@ static void gpu_summary(void *ctx, const PipePlan *p, const PipeOutcome *r, cons
   }
 }
 
-int cx_pipe_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_pipe_main(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                    const CxOptions *o, CxBench *bench) {
   GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops, .bench = bench};
   PipeBackend be = {.ctx = &g, .train = gpu_train, .summary = gpu_summary};
   return pipeline_main_on(prog, plan_dir, o, &be, NULL);
 }
 
-int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_pipe_nccl_main(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                         const CxOptions *o, Transport *t) {
   GpuRun g = {.prog = prog, .plan_dir = plan_dir, .device_name = device_name, .ops = ops, .multi = true};
   PipeBackend be = {.ctx = &g, .train = gpu_train, .summary = gpu_summary};
@@ -147,7 +147,7 @@ int cx_pipe_nccl_launch(const char *prog, const char *plan_dir, const CxOptions 
   int local = lr ? atoi(lr) : transport_rank(t) % transport_ranks_on_host(t);
   CxOptions mine = *o;
   mine.device = o->device + local;
-  CxDeviceOps *ops = cuda_dev_open(mine.device, err, sizeof err);
+  CudaDeviceOps *ops = cuda_dev_open(mine.device, err, sizeof err);
   int rc;
   if (!ops) {
     transport_abort(t, err);

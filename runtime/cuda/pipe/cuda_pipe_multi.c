@@ -17,7 +17,7 @@
 
 typedef struct MultiRun {
   const PipePlan *p;
-  const CxDeviceOps *ops;
+  const CudaDeviceOps *ops;
   const CxOptions *o;
 } MultiRun;
 
@@ -34,7 +34,7 @@ static ExecLink *rank_link(void *ctx, Transport *t, ExecDevice *dev, char *err, 
   return cx_nccl_link(t, ((MultiRun *)ctx)->p, dev, err, errlen);
 }
 
-int cx_pipe_train_nccl(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, Transport *t,
+int cx_pipe_train_nccl(const PipePlan *p, const CudaDeviceOps *ops, const CxOptions *o, Transport *t,
                        PipeOutcome *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (transport_size(t) != p->nranks) {

@@ -13,7 +13,7 @@
  * (tests: the emulator). */
 #include "runtime/cuda/pipe/cuda_pipe.h"
 
-static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+static int run_plan(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                     const CxOptions *o, CxBench *bench) {
   bool one = pipe_plan_ranks(plan_dir) == 1; /* (an unreadable plan counts as one: the driver says why) */
   if (!one && o->bench_gemm) return rt_fail(prog, "--bench-gemm times one-stage plans only");
@@ -26,12 +26,12 @@ static int run_plan(const char *prog, const char *plan_dir, const CxDeviceOps *o
 /* run_plan; with --kernel-profile on the profiling table between the executors and the
  * device (cuda_exec_kprof.c: every launch and GEMM timed, graphs off), the table
  * written after a run that succeeded. The one place the profile hooks in. */
-static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+static int run(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                const CxOptions *o, CxBench *bench) {
   if (!o->kernel_profile) return run_plan(prog, plan_dir, ops, device_name, o, bench);
   char err[RT_ERR_LEN];
   if (!output_path_check("--kernel-profile", o->kernel_profile, err, sizeof err)) return rt_fail(prog, err);
-  CxDeviceOps prof;
+  CudaDeviceOps prof;
   CxKprof *k = cx_kprof_wrap(ops, &prof);
   int rc = run_plan(prog, plan_dir, &prof, device_name, o, bench);
   if (rc == 0 && !cx_kprof_write(k, o->kernel_profile, plan_dir, err, sizeof err)) rc = rt_fail(prog, err);
@@ -40,7 +40,7 @@ static int run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, c
   return rc;
 }
 
-int cx_run(const char *prog, const char *plan_dir, const CxDeviceOps *ops, const char *device_name,
+int cx_run(const char *prog, const char *plan_dir, const CudaDeviceOps *ops, const char *device_name,
                   const CxOptions *o) {
   return run(prog, plan_dir, ops, device_name, o, NULL);
 }
@@ -49,7 +49,7 @@ int cx_main(const char *prog, const char *plan_dir, const CxOptions *o) {
   char err[RT_ERR_LEN];
   if (o->nccl && o->kernel_profile) return rt_fail(prog, "--kernel-profile times one GPU's launches: not with --transport nccl");
   if (o->nccl) return cx_pipe_nccl_launch(prog, plan_dir, o); /* multi-GPU mode, under mpirun */
-  CxDeviceOps *ops = cuda_dev_open(o->device, err, sizeof err);
+  CudaDeviceOps *ops = cuda_dev_open(o->device, err, sizeof err);
   if (!ops) return rt_fail(prog, err);
   if (o->graphs_off) cx_ops_no_graphs(ops); /* --cuda-graphs off: every pass launch by launch */
   CxBench b = {.M = 0};

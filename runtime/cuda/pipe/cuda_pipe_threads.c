@@ -7,7 +7,7 @@
  * link (cx_local_link). docs/gpu.md ("Single-GPU pipeline mode") says how the devices
  * are made and sized, and what --trace and --profile-out record.
  * NOT done: run on a GPU, one-stage plans included (a rank thread makes the context
- * current through the view: CxDeviceOps thread_enter; only the emulator has run it). */
+ * current through the view: CudaDeviceOps thread_enter; only the emulator has run it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +102,7 @@ static double median_step(const PipeOutcome *r) {
 /* --trace: every device's clock marks against one origin event, recorded and waited
  * for before the run. --profile-out: every program times its segments from the second
  * step on (the first too when it is the only one), as the one-stage trainer's. */
-static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, ThreadsCtx *c, void **origin,
+static bool observe(const PipePlan *p, const CudaDeviceOps *ops, const CxOptions *o, ThreadsCtx *c, void **origin,
                     char *err, size_t errlen) {
   memcpy(c->made, c->dev, (size_t)p->nranks * sizeof *c->made);
   if (o->trace_path) {
@@ -124,7 +124,7 @@ static bool observe(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *
   return true;
 }
 
-int cx_pipe_train(const PipePlan *p, const CxDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
+int cx_pipe_train(const PipePlan *p, const CudaDeviceOps *ops, const CxOptions *o, PipeOutcome *out,
                   CxPipeStats *stats, char *err, size_t errlen) {
   CxPipeStats mine = {0};
   if (!stats) stats = &mine;
