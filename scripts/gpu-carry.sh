@@ -24,11 +24,9 @@ grep -q '^gpu_op_check:' <<<"$targets" ||
 # shellcheck source=scripts/gpu-check-lib.sh
 . scripts/gpu-check-lib.sh # GC_BINS: what gpu-check.sh runs
 ninja -C "$build" "${GC_BINS[@]##*/}"
-bins=()
-for b in "${GC_BINS[@]}"; do
-  [ -x "$build/$b" ] || { echo "gpu-carry: $build/$b was not built there (scripts/gpu-check-lib.sh GC_BINS)" >&2; exit 2; }
-  bins+=("$build/$b")
-done
+missing=$(gc_missing_bins "$build") ||
+  { sed 's/^/gpu-carry: /; s/$/ was not built there (scripts\/gpu-check-lib.sh GC_BINS)/' <<<"$missing" >&2; exit 2; }
+bins=("${GC_BINS[@]/#/$build/}")
 mkdir -p devlibs
 # every library ldd resolves, less glibc's own (the machine's must match its loader)
 libs=$(ldd "${bins[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |

@@ -27,6 +27,13 @@
 # against a CUDA build (a target that moves must move here too).
 GC_BINS=(tools/pd2bwc tools/pd2bwrun tools/pd2bw-cuda-train tests/cuda/gpu_op_check tests/cuda/test_cuda_device
          bench/gpu/gpu_attention_bench bench/gpu/gemm_sweep bench/gpu/gpu_nccl_check)
+# gc_missing_bins BUILD: prints each BUILD/entry of GC_BINS that is not an executable there,
+# one per line; status 1 when there is any.
+gc_missing_bins() {
+  local b st=0
+  for b in "${GC_BINS[@]}"; do [ -x "$1/$b" ] || { echo "$1/$b"; st=1; }; done
+  return $st
+}
 
 GC_PEAK_TFLOPS=989 # H100/H200 SXM dense BF16 (models/clusters/h200.cluster tflops_bf16)
 

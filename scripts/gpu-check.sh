@@ -96,9 +96,8 @@ if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   # A build made on another machine (same paths, same architecture): a lent GPU machine
   # may lack flex, bison and the -dev packages; nothing is configured or rebuilt here.
   step "build ($build): prebuilt (GPU_CHECK_PREBUILT=1)"
-  for b in "${GC_BINS[@]}"; do
-    [ -x "$build/$b" ] || { echo "gpu-check: GPU_CHECK_PREBUILT=1 but $build/$b is missing"; exit 2; }
-  done
+  missing=$(gc_missing_bins "$build") ||
+    { sed 's/^/gpu-check: GPU_CHECK_PREBUILT=1 but /; s/$/ is missing/' <<<"$missing"; exit 2; }
 else
   step "build ($build)"
   mkdir -p "$build"

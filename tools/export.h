@@ -15,8 +15,6 @@ typedef struct ExportOptions {
 
 /* Prints "pd2bw-export: error: ..."; returns the exit status 1. */
 int export_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* "dir/name", malloc'ed. */
-char *export_join(const char *dir, const char *name);
 /* opt.m.*, opt.v.*, prev.*, next.*: what an export leaves behind. */
 bool export_is_optimizer_state(const char *name);
 /* --hf's directory: refuses to replace files without --force, creates it when new

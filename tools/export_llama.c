@@ -341,7 +341,7 @@ typedef struct HfFiles {
 
 static bool add_file(HfFiles *f, const char *dir, const char *name, char *err, size_t errlen) {
   int i = f->n++;
-  f->path[i] = export_join(dir, name);
+  f->path[i] = io_join(dir, name);
   return atomic_open(&f->af[i], f->path[i], err, errlen);
 }
 
@@ -383,7 +383,7 @@ static bool llama_begin(const Llama *m, const char *dir, int64_t max_shard, HfFi
              nshards, MAX_SHARDS);
     ok = false;
   } else if (nshards == 1) { /* save_pretrained's one file, whatever the limit */
-    f->path[0] = export_join(dir, "model.safetensors");
+    f->path[0] = io_join(dir, "model.safetensors");
     ok = st_write_uncommitted(&f->af[0], f->path[0], h.e, h.n, meta, 1, err, errlen);
     f->n = 1;
   } else {
@@ -394,7 +394,7 @@ static bool llama_begin(const Llama *m, const char *dir, int64_t max_shard, HfFi
       int np = 0;
       for (int i = 0; i < h.n; i++)
         if (shard[i] == s) part[np++] = h.e[i];
-      f->path[f->n] = export_join(dir, files[s]);
+      f->path[f->n] = io_join(dir, files[s]);
       ok = st_write_uncommitted(&f->af[f->n], f->path[f->n], part, np, meta, 1, err, errlen);
       f->n++;
     }
@@ -446,7 +446,7 @@ static void remove_stale(const ExportOptions *o, const HfFiles *f) {
     if (strcmp(e->d_name, "model.safetensors") != 0 && strcmp(e->d_name, "model.safetensors.index.json") != 0 &&
         !is_shard_name(e->d_name))
       continue;
-    char *p = export_join(o->hf, e->d_name);
+    char *p = io_join(o->hf, e->d_name);
     bool written = false;
     for (int i = 0; i < f->n && !written; i++) written = strcmp(f->path[i], p) == 0;
     struct stat sb;

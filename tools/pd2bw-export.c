@@ -245,13 +245,6 @@ static char *hf_config(const Gpt2 *g, long heads) {
   return text;
 }
 
-char *export_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = pd_malloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* Starts both files of the directory (uncommitted in st_af, cfg_af). pd2bw's GPT tensors
  * already have GPT-2's Conv1D layout ([in, out]), so this is a rename
  * (h.3.attn_w -> transformer.h.3.attn.c_attn.weight) plus config.json. */
@@ -275,7 +268,7 @@ static bool hf_begin(Gpt2 *g, long heads, const char *dir, AtomicFile *st_af, At
     }
   }
   const char *meta[] = {"format", "pt"}; /* transformers refuses files without it */
-  char *st_path = export_join(dir, "model.safetensors"), *cfg_path = export_join(dir, "config.json");
+  char *st_path = io_join(dir, "model.safetensors"), *cfg_path = io_join(dir, "config.json");
   bool ok = st_write_uncommitted(st_af, st_path, e, n, meta, 1, err, errlen);
   if (ok && atomic_open(cfg_af, cfg_path, err, errlen)) {
     char *cfg = hf_config(g, heads);
@@ -342,7 +335,7 @@ static bool check_outputs(const Options *o) {
     }
     const char *files[] = {"model.safetensors", "config.json", "model.safetensors.index.json"};
     for (int i = 0; i < 3 && !o->force; i++) {
-      char *p = export_join(o->hf, files[i]);
+      char *p = io_join(o->hf, files[i]);
       bool there = exists(p);
       if (there) export_fail("--hf %s: %s exists (give --force to replace it)", o->hf, p);
       free(p);
@@ -366,7 +359,7 @@ static int check_paths(const Options *o) {
   size_t n = dir ? strlen(o->hf) + 8 : 0;
   char *flag = dir ? pd_malloc(n) : NULL;
   if (flag) snprintf(flag, n, "--hf %s:", o->hf);
-  char *st = dir ? export_join(o->hf, "model.safetensors") : NULL, *cfg = dir ? export_join(o->hf, "config.json") : NULL;
+  char *st = dir ? io_join(o->hf, "model.safetensors") : NULL, *cfg = dir ? io_join(o->hf, "config.json") : NULL;
   PathFlag outs[] = {{"--llmc", o->llmc, false}, {flag, st, false}, {flag, cfg, false}};
   PathFlag in = {"the checkpoint", o->ckpt, false};
   bool ok = output_paths_check(outs, 3, &in, 1, err, sizeof err);
@@ -378,10 +371,10 @@ static int check_paths(const Options *o) {
 
 /* Removes what a failed export left in a directory it made, and the directory. */
 static void remove_made_dir(const char *dir) {
-  char *p = export_join(dir, "model.safetensors");
+  char *p = io_join(dir, "model.safetensors");
   unlink(p);
   free(p);
-  p = export_join(dir, "config.json");
+  p = io_join(dir, "config.json");
   unlink(p);
   free(p);
   rmdir(dir);

@@ -7,9 +7,6 @@
 #   gpu_bins.sh BUILD_DIR     (run in the source tree)
 set -u
 . scripts/gpu-check-lib.sh
-missing=0
-for b in "${GC_BINS[@]}"; do
-  if [ ! -x "$1/$b" ]; then echo "FAIL: $1/$b is not built there (scripts/gpu-check-lib.sh GC_BINS)" >&2; missing=1; fi
-done
-[ $missing -eq 0 ] && echo "all ${#GC_BINS[@]} binaries of GC_BINS are in $1"
-exit $missing
+missing=$(gc_missing_bins "$1") ||
+  { sed 's/^/FAIL: /; s/$/ is not built there (scripts\/gpu-check-lib.sh GC_BINS)/' <<<"$missing" >&2; exit 1; }
+echo "all ${#GC_BINS[@]} binaries of GC_BINS are in $1"
