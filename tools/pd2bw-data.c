@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "runtime/io/io.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct Doc {
   int file;
@@ -98,7 +99,7 @@ static int info(int argc, char **argv, int i) {
  * input is text when its first TEXT_SNIFF_BYTES bytes hold no NUL byte and are
  * valid UTF-8 (a sequence cut at the end of the block aside) — a cheap,
  * predictable rule, like git's and file(1)'s look at a file's start. Later
- * invalid bytes are tokenised as runtime/io/bpe.c documents. */
+ * invalid bytes are tokenised as tokenizer/bpe.c documents. */
 enum { TEXT_SNIFF_BYTES = 4096 };
 
 /* strfile(1)'s index NAME.dat (a big-endian header whose first word is the

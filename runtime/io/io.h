@@ -1,12 +1,11 @@
-/* runtime/io/io.h — the runtime's files: token data, the text tokenizer, checkpoints.
+/* runtime/io/io.h — the runtime's files: token data, checkpoints, outputs and caches.
  *
  * This folder (runtime/io/, library pd2bw_io) owns: outputs (output_path.c: where one
  * goes, checked before any work; atomic_file.c: whole or not at all), inputs
  * (read_file.c: regular files only, never blocking), the compile caches' files
  * (stale_tmp.c, cache_seal.c, cache_dir.c), token files and the batch sampler (data.c),
- * byte-level BPE (bpe.c, bpe_hf.c, bpe_pretok.c), safetensors.c, and other programs'
- * checkpoints (ckpt_import.c; Llama: ckpt_llama.c). Internal: runtime/core/runtime.h
- * includes it; tools/ and bench/ use it.
+ * safetensors.c, and other programs' checkpoints (ckpt_import.c; Llama: ckpt_llama.c).
+ * Internal: runtime/core/runtime.h includes it; tools/, tokenizer/ and bench/ use it.
  *
  * Everything here reads or writes a file a user handed us. Invariants: a failure the
  * user can cause (a wrong, truncated or corrupt file) is a message naming the file —
@@ -211,55 +210,6 @@ int64_t data_tell_batch(const DataLoader *l);
 int64_t data_sample_window(DataLoader *l, int64_t n);
 /* Copies sample n into in[T], tgt[T]. */
 void data_get_sample(DataLoader *l, int64_t n, int32_t *in, int32_t *tgt);
-
-/* ---- byte-level byte-pair encoding (bpe.c, bpe_pretok.c, bpe_hf.c) ----------
- * Ids are below 2^31 (the trainer's int32); token files hold them as uint16 when
- * the vocabulary fits (at most 65536 ids) and as uint32 otherwise (pd2bw-data). */
-typedef struct Bpe Bpe;
-/* The largest id a vocabulary may give: the vocabulary size (1 + the largest id) is
- * then an int32, as the trainer's ids are. */
-#define BPE_MAX_ID (INT32_MAX - 1)
-
-/* Loads a GPT-2 style vocab.json ({"token": id, ...}, tokens spelled with
- * GPT-2's byte-to-unicode map) and merges.txt ("a b" per line, highest
- * priority first, an optional "#version" first line). */
-Bpe *bpe_load(const char *vocab_path, const char *merges_path, char *err, size_t errlen);
-/* Loads a Hugging Face tokenizer.json byte-level BPE: vocabulary, merges, added
- * (special) tokens and the pre-tokenizer's split pattern (GPT-2's, Llama 3's or
- * Qwen2's). What would tokenise differently from the library is refused naming
- * the file and key ("tok.json: pre_tokenizer.pretokenizers[0].pattern.Regex: ..."). */
-Bpe *bpe_load_hf(const char *path, char *err, size_t errlen);
-void bpe_destroy(Bpe *b);
-/* 1 + the largest id in vocab.json. */
-int64_t bpe_vocab_size(const Bpe *b);
-/* Id of a vocabulary entry spelled in byte-to-unicode form, or -1. */
-int64_t bpe_token_id(const Bpe *b, const char *token);
-
-/* A growable array of token ids. */
-typedef struct TokenBuf {
-  uint32_t *ids;
-  size_t n, cap;
-} TokenBuf;
-void tokenbuf_push(TokenBuf *t, uint32_t id);
-void tokenbuf_free(TokenBuf *t);
-
-/* Appends the tokens of text[0, n) to out. Fails only when the vocabulary
- * lacks the symbol of a single byte: then *bad_offset is that byte's offset in
- * text (tokens before it may have been appended). b == NULL encodes bytes:
- * token = byte value (vocab 256). */
-bool bpe_encode(const Bpe *b, const char *text, size_t n, TokenBuf *out, size_t *bad_offset);
-/* The vocabulary spelling of one byte (GPT-2's byte-to-unicode map), into out. */
-const char *bpe_byte_symbol(uint8_t byte, char out[4]);
-/* Length in bytes of the pre-token (GPT-2's regex) that starts text[0]; n > 0. */
-size_t bpe_pretoken_len(const char *text, size_t n);
-/* GPT-2's byte-to-unicode map: the code point that spells byte `byte`. */
-uint32_t bpe_byte_to_unicode(uint8_t byte);
-/* Whether text[0, n) reads as text: false, with *offset set to the first
- * offending byte and *why to "NUL byte" or "invalid UTF-8", when it holds a
- * NUL byte or a byte that is not part of valid UTF-8. A multi-byte sequence
- * cut off by the end of the buffer counts as valid (the buffer may be the
- * first block of a longer file). */
-bool text_check(const char *text, size_t n, size_t *offset, const char **why);
 
 /* ---- safetensors (safetensors.c) -----------------------------------------
  * 8-byte little-endian header length N, N bytes of JSON

@@ -22,7 +22,7 @@ str). For those the reference is encoder.py's algorithm on the text decoded
 with errors="surrogateescape": each byte that is not part of a valid UTF-8
 sequence becomes one lone surrogate (category Cs: neither letter, number nor
 space), and BPE runs on the original bytes. That is the behaviour pd2bw
-documents for invalid UTF-8 (runtime/io/bpe.c).
+documents for invalid UTF-8 (tokenizer/bpe.c).
 
 Output cases.tsv: one case a line, "name<TAB>text as hex<TAB>ids".
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates tests/data/hf_tokenizer/prefix_{segment,piece}.{json,tsv}: the ids the
-tokenizers library gives with ByteLevel's add_prefix_space, for runtime/io/bpe.c.
+tokenizers library gives with ByteLevel's add_prefix_space, for tokenizer/bpe.c.
 
     /tmp/tokenv/bin/python tests/data/gen_hf_prefix_ref.py   (tokenizers: see gen_hf_tokenizer_ref.py)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates tests/data/hf_tokenizer/: a Hugging Face tokenizer.json and the ids that
-library gives Unicode-heavy text, for runtime/io/bpe_hf.c and bpe_pretok.c.
+library gives Unicode-heavy text, for tokenizer/bpe_hf.c and bpe_pretok.c.
 
     python3 -m venv /tmp/tokenv && /tmp/tokenv/bin/pip install tokenizers
     /tmp/tokenv/bin/python tests/data/gen_hf_tokenizer_ref.py tests/data/hf_tokenizer

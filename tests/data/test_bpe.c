@@ -1,7 +1,8 @@
-/* GPT-2 BPE (runtime/io/bpe.c): the byte-to-unicode map, the hand-written
+/* GPT-2 BPE (tokenizer/bpe.c): the byte-to-unicode map, the hand-written
  * pre-tokeniser against GPT-2's regex, merges on the hand-made vocabulary in
  * tests/data/fixtures (see its README), and every load error. */
 #include "runtime/io/io.h"
+#include "tokenizer/tokenizer.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-/* GPT-2 BPE on Unicode text (runtime/io/bpe.c) against reference token ids.
+/* GPT-2 BPE on Unicode text (tokenizer/bpe.c) against reference token ids.
  *
  * tests/data/unicode/cases.tsv holds, per case, UTF-8 text (as hex) and the ids
  * tiktoken gives it with GPT-2's pattern and the vocabulary in the same folder
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "runtime/io/io.h"
+#include "tokenizer/tokenizer.h"
 #include "test.h"
 #include "test_util.h"
 

@@ -8,6 +8,8 @@
 #   runtime/           includes nothing of passes/ or codegen/, and links neither;
 #   passes/, codegen/  include nothing of runtime/;
 #   contract/, kernels/ include nothing of passes/, codegen/ or runtime/;
+#   runtime/ includes and links nothing of tokenizer/ (pd2bwrun reads token files,
+#   never text), and tokenizer/ of the runtime only runtime/io/ (the files it reads);
 # and no file of these folders climbs out of its folder with "../" (which would
 # dodge the rules). runtime/ itself holds only its CMakeLists.txt: every source file
 # lives in the subfolder that owns it (runtime/CMakeLists.txt lists them), so a
@@ -19,7 +21,7 @@
 set -u
 src=${1:?usage: check_includes.sh SRC_DIR}
 cd "$src" || exit 2
-for d in runtime passes codegen contract kernels; do
+for d in runtime passes codegen contract kernels tokenizer; do
   [ -d "$d" ] || { echo "check_includes.sh: $src/$d: no such folder" >&2; exit 2; }
 done
 bad=0
@@ -38,7 +40,9 @@ forbid passes 'runtime/' 'passes/ includes runtime/: put what both need in contr
 forbid codegen 'runtime/' 'codegen/ includes runtime/: put what both need in contract/ or kernels/'
 forbid contract 'passes/|codegen/|runtime/' 'contract/ lies below the compiler and the runtime and includes neither'
 forbid kernels 'passes/|codegen/|runtime/|contract/' 'kernels/ lies below the compiler and the runtime and includes neither'
-for d in runtime passes codegen contract kernels; do
+forbid runtime 'tokenizer/' 'runtime/ includes tokenizer/: pd2bwrun reads token files, never text (only pd2bw-data links the tokenizer)'
+forbid tokenizer 'passes/|codegen/|runtime/[^i]|runtime/i[^o]|runtime/io[^/]' 'tokenizer/ includes the runtime beyond runtime/io/ (the files it reads)'
+for d in runtime passes codegen contract kernels tokenizer; do
   forbid "$d" '\.\./' "a relative include out of $d/ (name the file from the repository root)"
 done
 # runtime/'s root: no source, header, .cmake or .html file (CMakeLists.txt is its one file).
@@ -96,10 +100,10 @@ if [ -n "$hits" ]; then
   printf '%s\n' "$hits"
   bad=1
 fi
-# The link: no runtime library may pull the compiler's in.
-hits=$(grep -rnE --include='CMakeLists.txt' --include='*.cmake' 'pd2bw_(passes|codegen)\b' runtime)
+# The link: no runtime library may pull the compiler's or the tokenizer's in.
+hits=$(grep -rnE --include='CMakeLists.txt' --include='*.cmake' 'pd2bw_(passes|codegen|tokenizer)\b' runtime)
 if [ -n "$hits" ]; then
-  printf '%s\n' "$hits" | awk -F: '{ print $1 ":" $2 ": error: a runtime library links the compiler (pd2bw_passes or pd2bw_codegen)" }'
+  printf '%s\n' "$hits" | awk -F: '{ print $1 ":" $2 ": error: a runtime library links the compiler or the tokenizer (pd2bw_passes, pd2bw_codegen, pd2bw_tokenizer)" }'
   bad=1
 fi
 exit $bad

@@ -1,4 +1,4 @@
-/* runtime/io/bpe.c — byte-level byte-pair encoding (GPT-2's, and Hugging Face's
+/* tokenizer/bpe.c — byte-level byte-pair encoding (GPT-2's, and Hugging Face's
  * tokenizer.json BPE: bpe_hf.c reads it), without Python: the tables, loading GPT-2's
  * vocab.json and merges.txt, and encoding (the steps: bpe_encode).
  *
@@ -10,7 +10,7 @@
 #include <utf8proc.h>
 #include <string.h>
 
-#include "runtime/io/bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 /* ---- open-addressing hash tables ----------------------------------------- */
 static uint64_t hash_bytes(const char *s, size_t n) {

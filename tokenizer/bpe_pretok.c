@@ -1,4 +1,4 @@
-/* runtime/io/bpe_pretok.c — the pre-tokenizers: the regexes that cut text into the
+/* tokenizer/bpe_pretok.c — the pre-tokenizers: the regexes that cut text into the
  * chunks merges never cross, written by hand on code points for GPT-2's pattern
  * (bpe_pretoken_len) and Llama 3's / Qwen2's (bpe_pretoken_len_llama3); no regex
  * library: these are all byte-level BPE tokenizers in use need, and a hand-written
@@ -12,7 +12,7 @@
  */
 #include <utf8proc.h>
 
-#include "runtime/io/bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 /* The patterns:
  *   GPT-2 (also Hugging Face's ByteLevel pre-tokenizer with use_regex):

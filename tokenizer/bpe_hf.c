@@ -1,4 +1,4 @@
-/* runtime/io/bpe_hf.c — a Hugging Face tokenizer.json byte-level BPE (Llama 3's,
+/* tokenizer/bpe_hf.c — a Hugging Face tokenizer.json byte-level BPE (Llama 3's,
  * Qwen2's, GPT-2's as tokenizers saves them) read into the tokenizer of bpe.c.
  *
  * What is read: model.vocab, model.merges (the "a b" strings of older files or the
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/io/bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 /* The split patterns bpe_pretok.c implements, as tokenizer.json spells them. */
 static const char LLAMA3_PATTERN[] =

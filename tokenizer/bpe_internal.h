@@ -1,12 +1,13 @@
-/* runtime/io/bpe_internal.h — what the BPE files share and nothing else includes:
+/* tokenizer/bpe_internal.h — what the BPE files share and nothing else includes:
  * the tokenizer's tables (bpe.c), its pre-tokenizers (bpe_pretok.c) and the
  * Hugging Face tokenizer.json reader (bpe_hf.c). */
-#ifndef PD2BW_RUNTIME_IO_BPE_INTERNAL_H
-#define PD2BW_RUNTIME_IO_BPE_INTERNAL_H
+#ifndef PD2BW_TOKENIZER_BPE_INTERNAL_H
+#define PD2BW_TOKENIZER_BPE_INTERNAL_H
 
 #include <cjson/cJSON.h>
 
-#include "runtime/io/io.h"
+#include "runtime/io/io.h" /* io_read_all, io_read_json_object; ir.h's pd_malloc */
+#include "tokenizer/tokenizer.h"
 
 typedef struct StrSlot {
   char *key; /* NULL: empty */
@@ -74,4 +75,4 @@ void bpe_finish(Bpe *b);
 /* The pre-token of Llama 3's split pattern starting at text[0] (n > 0): its length. */
 size_t bpe_pretoken_len_llama3(const char *text, size_t n, int max_digits);
 
-#endif /* PD2BW_RUNTIME_IO_BPE_INTERNAL_H */
+#endif /* PD2BW_TOKENIZER_BPE_INTERNAL_H */
