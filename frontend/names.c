@@ -1,14 +1,11 @@
-/* frontend/names.c — a small string-keyed hash map (FNV-1a, linear probing) so
+/* frontend/names.c — a small string-keyed hash map (contract_fnv1a, linear probing) so
  * name lookups stay O(1) however many names a (fuzzed) file declares. */
 #include <string.h>
 
+#include "contract/contract.h"
 #include "frontend/lower.h"
 
-static uint64_t hash(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash(const char *s) { return contract_fnv1a(CONTRACT_FNV_BASIS, s, strlen(s)); }
 
 int namemap_get(const NameMap *m, const char *key) {
   if (m->cap == 0) return -1;

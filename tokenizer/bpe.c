@@ -10,15 +10,10 @@
 #include <utf8proc.h>
 #include <string.h>
 
+#include "contract/contract.h"
 #include "tokenizer/bpe_internal.h"
 
 /* ---- open-addressing hash tables ----------------------------------------- */
-static uint64_t hash_bytes(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
-
 static uint64_t hash_u64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -33,7 +28,7 @@ static size_t pow2_at_least(size_t n) {
 }
 
 static StrSlot *str_slot(StrSlot *tab, size_t cap, const char *key) {
-  size_t i = hash_bytes(key, strlen(key)) & (cap - 1);
+  size_t i = contract_fnv1a(CONTRACT_FNV_BASIS, key, strlen(key)) & (cap - 1);
   while (tab[i].key && strcmp(tab[i].key, key) != 0) i = (i + 1) & (cap - 1);
   return &tab[i];
 }
