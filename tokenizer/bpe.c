@@ -51,6 +51,11 @@ int64_t bpe_token_id(const Bpe *b, const char *token) {
 
 int64_t bpe_vocab_size(const Bpe *b) { return b->vocab_size; }
 
+int64_t bpe_doc_start(const Bpe *b, const char **why) {
+  *why = b->doc_why[0] ? b->doc_why : NULL;
+  return b->has_doc_start ? b->doc_start : -1;
+}
+
 void bpe_vocab_add(Bpe *b, const char *token, int32_t id) {
   StrSlot *s = str_slot(b->vocab, b->vocab_cap, token);
   PD_CHECK(!s->key);

@@ -10,8 +10,8 @@
  * not do is refused naming the file and the key (a normalizer, a BPE dropout,
  * byte fallback, subword prefixes, another split pattern, an added token with
  * lstrip/rstrip/single_word) rather than tokenised differently
- * from the library. The post-processor (Llama 3's template adds
- * <|begin_of_text|>) is not applied: pd2bw-data's --eot marks documents.
+ * from the library. Of the post-processor, the token its template puts before
+ * every text (Llama 3's <|begin_of_text|>) is read: pd2bw-data --eot writes it.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -221,6 +221,59 @@ static bool read_pretok(Bpe *b, const cJSON *p, const Ctx *c) {
              type ? "a \"" : "", type ? type : p ? "an untyped pre-tokenizer" : "none", type ? "\"" : "");
 }
 
+/* Why the post-processor at `key` gives no document start pd2bw-data can use. */
+static void post_why(Bpe *b, const Ctx *c, const char *key, const char *what) {
+  snprintf(b->doc_why, sizeof b->doc_why, "%s: %s: %s", c->path, key, what);
+}
+
+/* A TemplateProcessing: "$A" puts nothing; "TOKEN $A" puts TOKEN, whose id in
+ * special_tokens must be the vocabulary's. */
+static void read_template(Bpe *b, const cJSON *t, const char *key, const Ctx *c) {
+  const cJSON *single = cJSON_GetObjectItemCaseSensitive(t, "single");
+  const cJSON *first = cJSON_GetArrayItem(single, 0), *last = cJSON_GetArrayItem(single, 1);
+  int n = cJSON_GetArraySize(single);
+  if (n == 1 && cJSON_GetObjectItemCaseSensitive(first, "Sequence")) return;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
+  const char *nm = cJSON_IsString(name) ? name->valuestring : "";
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(t, "special_tokens");
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, nm), "ids");
+  const cJSON *id = cJSON_GetArrayItem(ids, 0);
+  int64_t v = bpe_token_id(b, nm);
+  if (n != 2 || !cJSON_IsString(name) || !cJSON_GetObjectItemCaseSensitive(last, "Sequence"))
+    post_why(b, c, key, "a template other than \"$A\" or \"TOKEN $A\" (it puts tokens after the text, or more "
+             "than one before it)");
+  else if (v < 0 || cJSON_GetArraySize(ids) != 1 || !cJSON_IsNumber(id) || id->valuedouble != (double)v)
+    post_why(b, c, key, "special_tokens: the template's token is not one id of the vocabulary");
+  else
+    b->doc_start = (int32_t)v, b->has_doc_start = true;
+}
+
+/* post_processor: only what it puts before every text matters (pd2bw-data --eot);
+ * ByteLevels change offsets only. Another kind does not fail the load, since without
+ * --eot nothing of it reaches a token file: it becomes bpe_doc_start's why. */
+static void read_post(Bpe *b, const cJSON *p, const Ctx *c) {
+  const char *type = p ? type_of(p) : NULL;
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "processors"), *e;
+  if (!p || cJSON_IsNull(p) || (type && strcmp(type, "ByteLevel") == 0)) return;
+  if (type && strcmp(type, "TemplateProcessing") == 0) {
+    read_template(b, p, "post_processor", c);
+    return;
+  }
+  if (!type || strcmp(type, "Sequence") != 0 || !cJSON_IsArray(list)) {
+    post_why(b, c, "post_processor", "not a TemplateProcessing, a ByteLevel or a Sequence of them");
+    return;
+  }
+  int i = 0;
+  cJSON_ArrayForEach(e, list) {
+    char key[64];
+    snprintf(key, sizeof key, "post_processor.processors[%d]", i++);
+    const char *t = type_of(e);
+    if (t && strcmp(t, "TemplateProcessing") == 0 && !b->has_doc_start) read_template(b, e, key, c);
+    else if (!t || strcmp(t, "ByteLevel") != 0) post_why(b, c, key, "not a TemplateProcessing or a ByteLevel");
+    if (b->doc_why[0]) return;
+  }
+}
+
 Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {
   cJSON *root = io_read_json_object(path, " (a Hugging Face tokenizer.json)", err, errlen);
   if (!root) return NULL;
@@ -239,6 +292,7 @@ Bpe *bpe_load_hf(const char *path, char *err, size_t errlen) {
   }
   ok = read_model(b, cJSON_GetObjectItemCaseSensitive(root, "model"), cJSON_GetArraySize(added), &c) &&
        read_added(b, added, &c) && read_pretok(b, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &c);
+  if (ok) read_post(b, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), &c);
   if (ok) bpe_finish(b);
 done:
   cJSON_Delete(root);

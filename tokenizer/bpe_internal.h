@@ -56,6 +56,9 @@ struct Bpe {
   BpeAdded *added;    /* longest first */
   int nadded;
   bool added_first[256]; /* some added token starts with this byte */
+  int32_t doc_start;     /* bpe_doc_start's token when has_doc_start */
+  bool has_doc_start;
+  char doc_why[256];     /* why the post-processor gives none pd2bw-data can use; "" */
 };
 
 /* Fills b's vocabulary from a JSON object {"token": id, ...}, with room for `extra`

@@ -37,6 +37,13 @@ void bpe_destroy(Bpe *b);
 int64_t bpe_vocab_size(const Bpe *b);
 /* Id of a vocabulary entry spelled in byte-to-unicode form, or -1. */
 int64_t bpe_token_id(const Bpe *b, const char *token);
+/* The token a tokenizer.json's post-processor puts before every text (Llama 3's
+ * "<|begin_of_text|> $A"), which the library's encode and llm.c's data scripts put
+ * before each document; -1 when it puts none (GPT-2's files; a ByteLevel, or no,
+ * post-processor). -1 with *why ("tok.json: post_processor: ...") when it would put
+ * tokens some other way (after the text, two before it, a RobertaProcessing); else
+ * *why is NULL. */
+int64_t bpe_doc_start(const Bpe *b, const char **why);
 
 /* A growable array of token ids. */
 typedef struct TokenBuf {

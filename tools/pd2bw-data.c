@@ -50,7 +50,8 @@ static void usage(FILE *out) {
           "  --val-fraction F    fraction of documents for validation, 0 <= F < 1 (0.1)\n"
           "  --vocab, --merges   GPT-2 BPE files; without them each byte is a token (vocab 256)\n"
           "  --tokenizer FILE    a Hugging Face tokenizer.json byte-level BPE instead\n"
-          "  --eot               put <|endoftext|> (or <|end_of_text|>) before each document\n"
+          "  --eot               put the document start before each document: the tokenizer.json\n"
+          "                      template's (<|begin_of_text|>), else <|endoftext|> or <|end_of_text|>\n"
           "  --format llmc|raw   llm.c layout with a 1024-byte header (default) or bare uint16\n"
           "                      (raw: a vocabulary of at most 65536 ids)\n"
           "  --fortune           input is fortune(6) files: '%%' lines separate entries\n"
@@ -305,8 +306,8 @@ static int read_inputs(const Options *o, Corpus *c) {
 /* Tokenises each document on its own, token streams concatenated in input order, into
  * train or val: document i goes to validation when floor((i+1)·f) > floor(i·f), so the
  * floor(n·f) validation documents are spread evenly through the corpus (not one topic at
- * its end). Each is preceded by eot when eot >= 0 ("<|endoftext|>" or "<|end_of_text|>",
- * as GPT-2 and llm.c's scripts do; no tokenizer.json post-processor template). Checks
+ * its end). Each is preceded by eot when eot >= 0 (the tokenizer's document start, as
+ * main() picks it under --eot, as llm.c's scripts do). Checks
  * both streams are usable. Returns 0, or 1 after an error. */
 static int tokenize(const Options *o, const Corpus *c, const Bpe *bpe, int64_t eot,
                     TokenBuf *train, TokenBuf *val, int *nval_docs) {
@@ -395,12 +396,20 @@ int main(int argc, char **argv) {
   Bpe *bpe = NULL;
   if (o.vocab && !(bpe = bpe_load(o.vocab, o.merges, err, sizeof err))) return fail("%s", err);
   if (o.tokenizer && !(bpe = bpe_load_hf(o.tokenizer, err, sizeof err))) return fail("%s", err);
-  int64_t eot = o.eot ? bpe_token_id(bpe, "<|endoftext|>") : -1;
-  if (o.eot && eot < 0 && o.tokenizer) eot = bpe_token_id(bpe, "<|end_of_text|>"); /* Llama 3's */
+  /* --eot: the tokenizer's own document start (Llama 3's post-processor puts
+   * <|begin_of_text|> before every text), else <|endoftext|> (GPT-2's, as llm.c's
+   * scripts put it), else <|end_of_text|> for a tokenizer.json without a template */
+  const char *why = NULL;
+  int64_t eot = o.eot ? bpe_doc_start(bpe, &why) : -1;
+  if (o.eot && eot < 0 && !why) eot = bpe_token_id(bpe, "<|endoftext|>");
+  if (o.eot && eot < 0 && !why && o.tokenizer) eot = bpe_token_id(bpe, "<|end_of_text|>");
   if (o.eot && eot < 0) {
+    char msg[IO_ERR_LEN];
+    if (why) snprintf(msg, sizeof msg, "--eot: %s", why);
+    else snprintf(msg, sizeof msg, "--eot: %s has no \"<|endoftext|>\" token%s", o.vocab ? o.vocab : o.tokenizer,
+                  o.tokenizer ? " (nor \"<|end_of_text|>\")" : "");
     bpe_destroy(bpe);
-    return fail("--eot: %s has no \"<|endoftext|>\" token%s", o.vocab ? o.vocab : o.tokenizer,
-                o.tokenizer ? " (nor \"<|end_of_text|>\")" : "");
+    return fail("%s", msg);
   }
 
   /* uint32 tokens (llm.c's Llama 3 layout) exactly when the tokenizer has ids above

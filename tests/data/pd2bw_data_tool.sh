@@ -59,6 +59,20 @@ grep -q "tokenizer.json BPE from .*, vocab 1203" "$DIR/out.txt" || fail "tokeniz
 "$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/he" --tokenizer "$HF/tokenizer.json" --format raw \
   --val-fraction 0 --eot > /dev/null || fail "tokenizer.json eot run"
 [ "$(tokens "$DIR/he_train.bin" 0 | cut -d' ' -f1)" = "1" ] || fail "--eot with tokenizer.json: <|end_of_text|> (1) first: $(tokens "$DIR/he_train.bin" 0)"
+# post_processor: Llama 3's template puts <|begin_of_text|> (0) before every text, so --eot
+# puts it before each document where the template-less file put <|end_of_text|> (1)
+# (tests/data/hf_tokenizer/post_cases.json: the library's own objects)
+post() { # post CASE OUT: the tokenizer with post_cases.json's CASE as its post_processor
+  python3 -c 'import json, sys
+t = json.load(open(sys.argv[1] + "/tokenizer.json"))
+t["post_processor"] = next(c for c in json.load(open(sys.argv[1] + "/post_cases.json"))["cases"] if c["name"] == sys.argv[2])["post_processor"]
+json.dump(t, open(sys.argv[3], "w"))' "$HF" "$1" "$2"
+}
+post llama3 "$DIR/tok_llama3.json" && post suffix "$DIR/tok_suffix.json" || fail "splicing post_cases.json"
+"$BIN" --input "$DIR/two.txt" --out-prefix "$DIR/hl" --tokenizer "$DIR/tok_llama3.json" --format raw \
+  --val-fraction 0 --eot > /dev/null || fail "tokenizer.json with a template, eot run"
+[ "$(tokens "$DIR/hl_train.bin" 0)" = "$(tokens "$DIR/he_train.bin" 0 | awk '{ for (i = 1; i <= NF; i++) if ($i == 1) $i = 0; print }')" ] ||
+  fail "--eot with Llama 3's template: <|begin_of_text|> (0) before each document: $(tokens "$DIR/hl_train.bin" 0)"
 
 # ---- ids above 65535 (tests/data/gen_hf_tokenizer_big.py: the same tokenizer renumbered
 # as Llama 3's, specials 128000 and 128001): llm.c's uint32 layout, the library's ids
@@ -148,6 +162,8 @@ expect_error() { # expect_error "message part" args...
   [ ! -e "$DIR/e_val.bin" ] || fail "'$*' wrote a val file"
 }
 expect_error "$DIR/missing.txt: cannot open" --input "$DIR/missing.txt" --out-prefix "$DIR/e"
+expect_error "--eot: $DIR/tok_suffix.json: post_processor: a template other than" --input "$DIR/two.txt" \
+  --out-prefix "$DIR/e" --tokenizer "$DIR/tok_suffix.json" --eot
 printf 'hello x\n' > "$DIR/x.txt"
 expect_error "x.txt: offset 6: byte 0x78 has no token" --input "$DIR/h.txt" "$DIR/x.txt" --out-prefix "$DIR/e" \
   --vocab "$FIX/vocab.json" --merges "$FIX/merges.txt" --val-fraction 0

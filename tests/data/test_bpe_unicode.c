@@ -101,6 +101,24 @@ static void test_hf_tokenizer_ids(void) {
   check_cases(b, HF_DIR "cases.tsv", 460, 0);
 }
 
+/* hf_tokenizer/tokenizer.json with its `key` replaced by obj (taken), written as the
+ * scratch file `name`; its path, or NULL. */
+static const char *spliced(const char *key, cJSON *obj, const char *name) {
+  char err[IO_ERR_LEN];
+  size_t n;
+  char *base = io_read_all(HF_DIR "tokenizer.json", &n, err, sizeof err);
+  cJSON *j = base ? cJSON_Parse(base) : NULL;
+  free(base);
+  EXPECT(j && obj);
+  if (!j || !obj) return cJSON_Delete(j), cJSON_Delete(obj), NULL;
+  cJSON_ReplaceItemInObjectCaseSensitive(j, key, obj);
+  char *text = cJSON_Print(j);
+  write_bytes(tmp_path(name), text, strlen(text));
+  free(text);
+  cJSON_Delete(j);
+  return tmp_path(name);
+}
+
 /* ByteLevel's add_prefix_space, in both places it can stand: the hf_tokenizer with its
  * pre_tokenizer replaced by prefix_<variant>.json (a plain ByteLevel, which prefixes each
  * text between added tokens; a Split then a ByteLevel, which prefixes each piece) against
@@ -108,21 +126,13 @@ static void test_hf_tokenizer_ids(void) {
 static void check_prefix(const char *variant) {
   char err[IO_ERR_LEN], path[256];
   size_t n;
-  char *base = io_read_all(HF_DIR "tokenizer.json", &n, err, sizeof err);
   snprintf(path, sizeof path, HF_DIR "prefix_%s.json", variant);
   char *pre = io_read_all(path, &n, err, sizeof err);
-  cJSON *j = base ? cJSON_Parse(base) : NULL, *p = pre ? cJSON_Parse(pre) : NULL;
-  EXPECT(j && p);
-  free(base);
-  free(pre);
-  if (!j || !p) return;
-  cJSON_ReplaceItemInObjectCaseSensitive(j, "pre_tokenizer", p);
-  char *text = cJSON_Print(j);
   snprintf(path, sizeof path, "prefix_%s.tokenizer.json", variant);
-  write_bytes(tmp_path(path), text, strlen(text));
-  free(text);
-  cJSON_Delete(j);
-  Bpe *b = bpe_load_hf(tmp_path(path), err, sizeof err);
+  const char *tok = spliced("pre_tokenizer", pre ? cJSON_Parse(pre) : NULL, path);
+  free(pre);
+  if (!tok) return;
+  Bpe *b = bpe_load_hf(tok, err, sizeof err);
   if (!b) fprintf(stderr, "%s\n", err);
   EXPECT(b != NULL);
   snprintf(path, sizeof path, HF_DIR "prefix_%s.tsv", variant);
@@ -131,12 +141,47 @@ static void check_prefix(const char *variant) {
 static void test_hf_prefix_segment(void) { check_prefix("segment"); }
 static void test_hf_prefix_piece(void) { check_prefix("piece"); }
 
+/* The document start (bpe_doc_start) of each post-processor in hf_tokenizer/post_cases.json
+ * against what the library put before and after "Hello world" there
+ * (tests/data/gen_hf_post_ref.py): one token before and none after is the start; none
+ * either side is no start; anything else is a reason naming the post-processor. */
+static void test_hf_doc_start(void) {
+  char err[IO_ERR_LEN];
+  size_t n;
+  char *text = io_read_all(HF_DIR "post_cases.json", &n, err, sizeof err);
+  cJSON *root = text ? cJSON_Parse(text) : NULL, *c;
+  free(text);
+  int ncases = 0;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "cases")) {
+    const char *name = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
+    const cJSON *before = cJSON_GetObjectItemCaseSensitive(c, "before"), *after = cJSON_GetObjectItemCaseSensitive(c, "after");
+    const char *tok = spliced("post_processor", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "post_processor"), true),
+                              "post.tokenizer.json");
+    Bpe *b = tok ? bpe_load_hf(tok, err, sizeof err) : NULL;
+    EXPECT(b != NULL);
+    if (!b) continue;
+    const char *why = NULL;
+    int64_t start = bpe_doc_start(b, &why);
+    int nb = cJSON_GetArraySize(before), na = cJSON_GetArraySize(after);
+    bool ok = nb == 1 && na == 0 ? start == (int64_t)cJSON_GetArrayItem(before, 0)->valuedouble && !why
+            : nb == 0 && na == 0 ? start == -1 && !why
+                                 : start == -1 && why && strstr(why, "post_processor");
+    if (!ok) fprintf(stderr, "post-processor %s: doc start %lld, why %s\n", name, (long long)start, why ? why : "(none)");
+    EXPECT(ok);
+    bpe_destroy(b);
+    ncases++;
+  }
+  cJSON_Delete(root);
+  EXPECT(ncases >= 8);
+}
+
 int main(void) {
   tmp_init("bpe-unicode");
   RUN(test_reference_ids);
   RUN(test_hf_tokenizer_ids);
   RUN(test_hf_prefix_segment);
   RUN(test_hf_prefix_piece);
+  RUN(test_hf_doc_start);
   tmp_cleanup(test_failed_);
   return TEST_REPORT();
 }
