@@ -65,11 +65,6 @@ static const char usage[] =
 
 static int fail(const char *msg) { return rt_fail("pd2bwrun", msg); }
 
-/* the reference (runtime/reference/pipeline_ref.c) trains from the plan's own initial weights */
-static const char reference_init_msg[] =
-    "--reference starts from the plan's initial weights, not --init's: compare with the one-stage trainer on "
-    "PLAN_DIR/reference with the same --init instead (docs/pipelines.md, \"Validation and --init\")";
-
 int main(int argc, char **argv) {
   RunArgs a;
   int rc = run_args_parse("pd2bwrun", RUN_ARGS_PD2BWRUN, usage, argc, argv, &a);
@@ -82,10 +77,8 @@ int main(int argc, char **argv) {
     /* --timeout: single-GPU mode's local transport (cuda_pipe_threads.c, through the
      * options) and --transport nccl's MPI one (cx_pipe_nccl_launch) */
     if (a.transport && !a.o.nccl) return fail("--backend cuda supports no transport but --transport nccl");
-    if (a.o.reference && a.o.init_path) return fail(reference_init_msg);
     return run_exit_status(cx_main("pd2bwrun", a.plan, &a.o));
   }
   if (a.graphs) return fail("--cuda-graphs applies to --backend cuda (CUDA graphs of the GPU's passes)");
-  if (a.o.reference && a.o.init_path) return fail(reference_init_msg); /* --reference: a pipeline flag */
   return run_exit_status(pipeline_main(a.plan, &a.o, a.transport, &argc, &argv));
 }

@@ -45,6 +45,7 @@ bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64
   rp->train.predict = rp->delayed ? p->rt->train.predict : 0;
   TrainerOptions to = {.seed = o->seed, .seed_set = o->seed_set, .data_path = o->data_path};
   if (ok) ok = (t = trainer_create(rp, &to, err, errlen)) != NULL;
+  if (ok && o->init_path) ok = trainer_init_from(t, o->init_path, err, errlen);
   if (ok && o->resume_path) ok = trainer_resume(t, o->resume_path, err, errlen);
   const RtStage *st = &rp->stages[0];
   if (ok)

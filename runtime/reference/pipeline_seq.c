@@ -348,6 +348,37 @@ static void fill_weights(const PipePlan *p, SeqStage *S, int64_t steps, PipeOutc
     }
 }
 
+/* --init: every stage's W(0) from the checkpoint by name, read here rather than through
+ * the pipeline's loader it checks; a tied parameter is read once, into its first stage,
+ * and copied to the others that hold it. */
+static bool seq_init_from(const PipePlan *p, SeqStage *S, const char *path, char *err, size_t errlen) {
+  int total = 0, n = 0;
+  for (int i = 0; i < p->d; i++) total += S[i].st->nparams;
+  CkptParam *cp = pd_calloc((size_t)total + 1, sizeof *cp);
+  int *first = pd_malloc(((size_t)total + 1) * sizeof(int)); /* each stage parameter's entry */
+  for (int i = 0, at = 0; i < p->d; i++)
+    for (int k = 0; k < S[i].st->nparams; k++, at++) {
+      const RtParam *q = &S[i].st->params[k];
+      int e = 0;
+      while (e < n && strcmp(cp[e].name, q->name) != 0) e++;
+      first[at] = e;
+      if (e < n) continue;
+      cp[n] = (CkptParam){.name = q->name, .rank = q->rank, .dst = (float *)(void *)(S[i].ring[0] + q->offset),
+                          .att_head_size = S[i].st->att_head_size};
+      for (int d = 0; d < q->rank && d < 4; d++) cp[n].shape[d] = q->shape[d];
+      n++;
+    }
+  bool ok = ckpt_import_model(path, CKPT_AUTO, cp, n, p->rt->model_consts, err, errlen);
+  for (int i = 0, at = 0; ok && i < p->d; i++)
+    for (int k = 0; k < S[i].st->nparams; k++, at++) {
+      float *own = (float *)(void *)(S[i].ring[0] + S[i].st->params[k].offset);
+      if (cp[first[at]].dst != own) memcpy(own, cp[first[at]].dst, (size_t)S[i].st->params[k].bytes);
+    }
+  free(first);
+  free(cp);
+  return ok;
+}
+
 bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   TrainConfig tc = p->rt->train;
@@ -362,6 +393,7 @@ bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutco
     ok = stage_setup(p, r, i, tc.seed, &x.S[i], err, errlen);
     if (ok && x.S[i].T > T) T = x.S[i].T;
   }
+  if (ok && o->init_path) ok = seq_init_from(p, x.S, o->init_path, err, errlen);
   for (int i = 0; ok && i + 1 < p->d; i++)
     ok = check_pairs(&x.S[i], &x.S[i + 1], PIPE_ACT_OUT, PIPE_ACT_IN, i, i + 1, err, errlen) &&
          check_pairs(&x.S[i + 1], &x.S[i], PIPE_GRAD_OUT, PIPE_GRAD_IN, i + 1, i, err, errlen);

@@ -29,12 +29,12 @@ PipeRule pipe_rule_of(PlanSchedule s);
  * for batches [0, o->steps): every microbatch of a batch in the reference order
  * (runtime/pipeline/pipeline.h "Data order"), forward through stages 0..d-1 and backward
  * through d-1..0, each stage on its version of the rule; then the stages' step as
- * the executor does it. Starts from the initial weights (o->resume_path is not
- * read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
+ * the executor does it. Starts from the initial weights, or o->init_path's (read by
+ * name here; o->resume_path is not read). Fills mb_loss, step_loss and the newest weights of every stage (a tied
  * parameter once per stage holding it). */
 bool pipe_seq_run(const PipePlan *p, const PipeOptions *o, PipeRule r, PipeOutcome *out, char *err, size_t errlen);
 /* The one-stage reference (PLAN/reference, runtime/pipeline/pipeline_one.c) with the vanilla or
- * delayed rule, for batches [first, o->steps) (from o->resume_path when set). */
+ * delayed rule, for batches [first, o->steps) (from o->init_path, then o->resume_path, when set). */
 bool pipe_trainer_run(const PipePlan *p, const PipeOptions *o, PipeRule r, int64_t first, PipeOutcome *out, char *err,
                       size_t errlen);
 /* Compares got with a reference outcome: a table of per-step losses to out, then

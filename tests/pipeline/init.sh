@@ -91,10 +91,13 @@ else
   grep -q "two.st.*no tensor \"h.2" <<<"$out" && ok "a 2-layer checkpoint: $(head -1 <<<"$out")" ||
     { bad "2-layer checkpoint message"; echo "$out"; }
 fi
-if out=$(train "$T/f" 1 --init "$T/one.st" --reference 2>&1); then
-  bad "--init with --reference is refused"
-else
-  grep -q "one-stage trainer on PLAN_DIR/reference" <<<"$out" && ok "--init with --reference is refused, with the way out" ||
-    { bad "--init --reference message"; echo "$out"; }
-fi
+# --reference from the same --init: the one-stage trainer (1f1b, 2bw) and the sequential
+# multi-stage executor (pipedream: the tied embedding in stages 0 and 2) both start there
+plan "$T/pd" -D bsz=3 -D mbs=1 --stages 3 --replicas 1 --microbatches 3 --schedule pipedream --recompute off || exit 1
+for case in "f 1f1b d=2 w=2" "c 2bw d=3" "pd pipedream d=3"; do
+  set -- $case
+  out=$(train "$T/$1" 3 --init "$T/one.st" --reference 2>&1)
+  grep -q "reference: worst .*: MATCH" <<<"$out" && ok "${*:2} --init --reference: MATCH" ||
+    { bad "${*:2} --init --reference"; echo "$out"; }
+done
 finish
