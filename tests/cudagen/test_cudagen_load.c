@@ -259,6 +259,36 @@ static void no_module(cJSON *j) {
   if (en) cJSON_DeleteItemFromObject(en, "module");
 }
 
+/* Numbers a damaged list may hold where the loader casts to int or indexes memory:
+ * each refused with its place and range, never converted (a double beyond the type's
+ * range is undefined behaviour to cast). */
+static cJSON *first_launch(cJSON *j, const char *kind) {
+  cJSON *en;
+  cJSON_ArrayForEach(en, cJSON_GetObjectItem(j, "forward")) if (cJSON_GetObjectItem(en, kind)) return en;
+  return NULL;
+}
+static void set_number(cJSON *o, const char *key, double v) {
+  EXPECT(o != NULL && cJSON_GetObjectItem(o, key) != NULL);
+  if (o) cJSON_ReplaceItemInObject(o, key, cJSON_CreateNumber(v));
+}
+static void huge_m(cJSON *j) { set_number(cJSON_GetObjectItem(first_launch(j, "gemm"), "gemm"), "M", 1e20); }
+static void half_lda(cJSON *j) { set_number(cJSON_GetObjectItem(first_launch(j, "gemm"), "gemm"), "lda", 2.5); }
+static void far_a(cJSON *j) {
+  set_number(cJSON_GetObjectItem(cJSON_GetObjectItem(first_launch(j, "gemm"), "gemm"), "A"), "offset", 1e30);
+}
+static void negative_grid(cJSON *j) { set_number(first_launch(j, "kernel"), "grid", -5); }
+static void wide_i32(cJSON *j) {
+  cJSON *a;
+  cJSON_ArrayForEach(a, cJSON_GetObjectItem(first_launch(j, "kernel"), "args")) {
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(a, "type"));
+    if (t && strcmp(t, "i32") == 0 && !cJSON_GetObjectItem(a, "runtime")) {
+      set_number(a, "value", 4e9);
+      return;
+    }
+  }
+  EXPECT(!"an i32 literal in the first kernel");
+}
+
 /* A plan from before shared CUDA programs: program.cuda without rng_base (its launch
  * lists were each stage's own). Refused, with what to do. */
 static void test_old_plan(void) {
@@ -311,13 +341,18 @@ static void test_bad_lists(void) {
   bad_list(format4, "regenerate the plan with this pd2bwc");
   bad_list(format5, "a launch list of format 5, older than this runtime's 6");
   bad_list(format5, "for --profile-out");
-  bad_list(no_segments, "segments.forward[0]: missing");
+  bad_list(no_segments, "segments.forward: missing");
   bad_list(segments_short, "the segments' launches do not add up to the pass's");
-  bad_list(segments_uneven, "segments.backward[0]: missing, empty, or not one count per segment");
+  bad_list(segments_uneven, "segments.backward: missing, empty, or not one count per segment");
   bad_list(format2, "regenerate the plan with this pd2bwc");
-  bad_list(no_key, "'microbatch_key' missing");
+  bad_list(no_key, "cuda_scratch.microbatch_key: missing");
   bad_list(wrong_module, "is not in the compiled stage program");
   bad_list(no_module, "module");
+  bad_list(huge_m, ".gemm.M = 1e+20: must be an integer 1..2147483647");
+  bad_list(half_lda, ".gemm.lda = 2.5: must be an integer 1..2147483647");
+  bad_list(far_a, ".gemm.A.offset = 1e+30: must be an integer 0..");
+  bad_list(negative_grid, "].grid = -5: must be an integer 1..2147483647");
+  bad_list(wide_i32, ".value = 4000000000: must be an integer -2147483648..2147483647");
 }
 
 int main(void) {

@@ -15,8 +15,12 @@
 #include "runtime/cuda/exec/cuda_exec_epilogue.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/core/json_read.h"
 
 #define CX_MAX_ARGS 32
 
@@ -100,154 +104,181 @@ int cx_block_of(const char *name) {
   return -1;
 }
 
+/* The loader: JsonRd's located messages ("FILE: forward[3].gemm.M = 1e+20: must be an
+ * integer 1..2147483647"), every number range-checked before it is converted. */
 typedef struct Ld {
   CxProgram *p;
   uint32_t rng_base; /* the stage's: a "rng_base" argument is it + the value */
-  const char *file;
-  char *err;
-  size_t errlen;
-  bool failed;
+  JsonRd r;
 } Ld;
 
-static void ld_fail(Ld *l, const char *where, int i, const char *what) {
-  if (l->failed) return;
-  l->failed = true;
-  snprintf(l->err, l->errlen, "%s: %s[%d]: %s", l->file, where, i, what);
+/* "base[i]" or "base[i].key" into b */
+static const char *item(char *b, size_t n, const char *base, int i, const char *key) {
+  snprintf(b, n, "%s[%d]%s%s", base, i, key ? "." : "", key ? key : "");
+  return b;
 }
 
-static double ld_num(Ld *l, const cJSON *o, const char *key, const char *where, int i) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (cJSON_IsNumber(v)) return v->valuedouble;
-  char b[128];
-  snprintf(b, sizeof b, "'%s' missing or not a number", key);
-  ld_fail(l, where, i, b);
-  return 0;
-}
-
-/* A (buf, offset) pointer; checks that `bytes` (if given) from there lie in the block. */
-static void ld_ptr(Ld *l, const cJSON *o, const char *where, int i, int *blk, int64_t *off) {
+/* A (buf, offset) pointer at path; checks that `bytes` (if given) from there lie in the block. */
+static void ld_ptr(Ld *l, const cJSON *o, const char *path, int *blk, int64_t *off) {
   const cJSON *buf = cJSON_GetObjectItemCaseSensitive(o, "buf");
   *blk = -1;
   *off = 0;
-  if (cJSON_IsNull(buf)) return;
+  if (l->r.failed || cJSON_IsNull(buf)) return;
   if (!cJSON_IsString(buf) || (*blk = cx_block_of(buf->valuestring)) < 0) {
-    ld_fail(l, where, i, "pointer with an unknown 'buf'");
+    jr_fail_value(&l->r, path, "buf", buf ? buf : o, "not a block of the launch list");
     *blk = -1;
     return;
   }
-  *off = (int64_t)ld_num(l, o, "offset", where, i);
-  const cJSON *by = cJSON_GetObjectItemCaseSensitive(o, "bytes");
-  int64_t bytes = cJSON_IsNumber(by) ? (int64_t)by->valuedouble : 0;
-  if (*off < 0 || *off + bytes > l->p->block[*blk]) {
+  *off = jr_count(&l->r, o, path, "offset", 0, true);
+  int64_t bytes = jr_count(&l->r, o, path, "bytes", 0, false);
+  if (!l->r.failed && *off + bytes > l->p->block[*blk]) {
     char b[160];
     snprintf(b, sizeof b, "pointer %s+%lld (%lld bytes) outside the block (%lld bytes)", buf->valuestring,
              (long long)*off, (long long)bytes, (long long)l->p->block[*blk]);
-    ld_fail(l, where, i, b);
+    jr_fail(&l->r, path, b);
   }
 }
 
-static GemmType gemm_type(Ld *l, const char *s, const char *where, int i) {
-  GemmType t = GEMM_FP32;
-  if (!gemm_type_parse(s, &t)) ld_fail(l, where, i, "GEMM dtype is not fp32, tf32 or bf16");
-  return t;
+static int ld_dim(Ld *l, const cJSON *o, const char *path, const char *key) {
+  return (int)jr_int(&l->r, o, path, key, 1, INT32_MAX, 1, true);
 }
 
-static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, GemmType over, const char *where, int i) {
+/* GEMM operand `key` (A, B or C) of the GEMM at path */
+static void ld_operand(Ld *l, const cJSON *gm, const char *path, const char *key, int *blk, int64_t *off) {
+  char b[96];
+  snprintf(b, sizeof b, "%.80s.%s", path, key);
+  ld_ptr(l, jr_get(&l->r, gm, path, key), b, blk, off);
+}
+
+static void ld_gemm(Ld *l, const cJSON *gm, CxEntry *e, GemmType over, const char *path) {
   e->is_gemm = true;
-  e->ta = (int)ld_num(l, gm, "transa", where, i);
-  e->tb = (int)ld_num(l, gm, "transb", where, i);
-  e->M = (int)ld_num(l, gm, "M", where, i);
-  e->N = (int)ld_num(l, gm, "N", where, i);
-  e->K = (int)ld_num(l, gm, "K", where, i);
-  e->lda = (int)ld_num(l, gm, "lda", where, i);
-  e->ldb = (int)ld_num(l, gm, "ldb", where, i);
-  e->ldc = (int)ld_num(l, gm, "ldc", where, i);
-  e->alpha = (float)ld_num(l, gm, "alpha", where, i);
-  e->beta = (float)ld_num(l, gm, "beta", where, i);
-  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(gm, "dtype");
-  e->type = cJSON_IsString(dt) ? gemm_type(l, dt->valuestring, where, i) : GEMM_FP32;
+  e->ta = (int)jr_int(&l->r, gm, path, "transa", 0, 1, 0, true);
+  e->tb = (int)jr_int(&l->r, gm, path, "transb", 0, 1, 0, true);
+  e->M = ld_dim(l, gm, path, "M");
+  e->N = ld_dim(l, gm, path, "N");
+  e->K = ld_dim(l, gm, path, "K");
+  e->lda = ld_dim(l, gm, path, "lda");
+  e->ldb = ld_dim(l, gm, path, "ldb");
+  e->ldc = ld_dim(l, gm, path, "ldc");
+  e->alpha = (float)jr_real(&l->r, gm, path, "alpha", -FLT_MAX, false, FLT_MAX, true, 1, true);
+  e->beta = (float)jr_real(&l->r, gm, path, "beta", -FLT_MAX, false, FLT_MAX, true, 0, true);
+  e->type = GEMM_FP32;
+  const char *dt = jr_str(&l->r, gm, path, "dtype", "fp32");
+  if (!gemm_type_parse(dt, &e->type)) jr_fail(&l->r, path, "GEMM dtype is not fp32, tf32 or bf16");
   /* bf16 operands are the list's own casts: no override can make them float32 or back */
   if (over != GEMM_PLAN && (e->type == GEMM_BF16) != (over == GEMM_BF16))
-    ld_fail(l, where, i, e->type == GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
-                                                 : "a float32 GEMM cannot be run as bf16 (make the plan with "
-                                                   "pd2bwc --precision bf16)");
+    jr_fail(&l->r, path, e->type == GEMM_BF16 ? "a bf16 GEMM (pd2bwc --precision bf16) cannot be run as fp32/tf32"
+                                                : "a float32 GEMM cannot be run as bf16 (make the plan with "
+                                                  "pd2bwc --precision bf16)");
   if (over != GEMM_PLAN) e->type = over;
-  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "A"), where, i, &e->ablk, &e->aoff);
-  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "B"), where, i, &e->bblk, &e->boff);
-  ld_ptr(l, cJSON_GetObjectItemCaseSensitive(gm, "C"), where, i, &e->cblk, &e->coff);
-  /* the extents the row-major operands span, from their leading dimensions */
-  int64_t ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == GEMM_BF16 ? 2 : 4;
-  int64_t need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * ab},
-                        {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * ab},
-                        {e->cblk, e->coff + ((int64_t)(e->M - 1) * e->ldc + e->N) * 4}};
-  for (int k = 0; k < 3 && !l->failed; k++)
-    if (need[k][0] < 0 || need[k][1] > l->p->block[need[k][0]]) ld_fail(l, where, i, "GEMM operand outside its block");
-  const char *bad = cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta, e->type == GEMM_BF16, l->p->block, &e->epi);
-  if (bad) ld_fail(l, where, i, bad); /* (ld_fail keeps the first failure) */
+  ld_operand(l, gm, path, "A", &e->ablk, &e->aoff);
+  ld_operand(l, gm, path, "B", &e->bblk, &e->boff);
+  ld_operand(l, gm, path, "C", &e->cblk, &e->coff);
+  if (l->r.failed) return;
+  /* the extents the row-major operands span, from their leading dimensions (in double:
+   * exact below 2^53, and a product of two int32 dimensions would overflow int64 bytes) */
+  double ar = e->ta ? e->K : e->M, br = e->tb ? e->N : e->K, ab = e->type == GEMM_BF16 ? 2 : 4;
+  double need[3][2] = {{e->ablk, e->aoff + ((ar - 1) * e->lda + (e->ta ? e->M : e->K)) * ab},
+                       {e->bblk, e->boff + ((br - 1) * e->ldb + (e->tb ? e->K : e->N)) * ab},
+                       {e->cblk, e->coff + ((double)(e->M - 1) * e->ldc + e->N) * 4}};
+  for (int k = 0; k < 3 && !l->r.failed; k++)
+    if (need[k][0] < 0 || need[k][1] > (double)l->p->block[(int)need[k][0]])
+      jr_fail(&l->r, path, "GEMM operand outside its block");
+  const char *bad = l->r.failed ? NULL : cx_epilogue_load(gm, e->M, e->N, e->tb, e->ldb, e->ldc, e->beta,
+                                                         e->type == GEMM_BF16, l->p->block, &e->epi);
+  if (bad) jr_fail(&l->r, path, bad);
 }
 
-static uint64_t encode(const char *ty, double v, bool *ok) {
-  uint64_t bits = 0;
-  *ok = true;
+/* A literal argument's value at path, range-checked for its type and encoded as the
+ * kernel parameter's bytes; false for an unknown type. */
+static bool encode(Ld *l, const cJSON *a, const char *path, const char *ty, uint64_t *bits) {
+  JsonRd *r = &l->r;
+  *bits = 0;
   if (strcmp(ty, "i32") == 0) {
-    int32_t x = (int32_t)v;
-    memcpy(&bits, &x, 4);
+    int32_t x = (int32_t)jr_int(r, a, path, "value", INT32_MIN, INT32_MAX, 0, false);
+    memcpy(bits, &x, 4);
   } else if (strcmp(ty, "u32") == 0) {
-    uint32_t x = (uint32_t)v;
-    memcpy(&bits, &x, 4);
+    uint32_t x = (uint32_t)jr_int(r, a, path, "value", 0, UINT32_MAX, 0, false);
+    memcpy(bits, &x, 4);
   } else if (strcmp(ty, "i64") == 0) {
-    int64_t x = (int64_t)v;
-    memcpy(&bits, &x, 8);
+    int64_t x = jr_int(r, a, path, "value", -JR_INT_MAX, JR_INT_MAX, 0, false);
+    memcpy(bits, &x, 8);
   } else if (strcmp(ty, "u64") == 0) {
-    uint64_t x = (uint64_t)v;
-    memcpy(&bits, &x, 8);
+    uint64_t x = (uint64_t)jr_count(r, a, path, "value", 0, false);
+    memcpy(bits, &x, 8);
   } else if (strcmp(ty, "f32") == 0) {
-    float x = (float)v;
-    memcpy(&bits, &x, 4);
+    float x = (float)jr_real(r, a, path, "value", -FLT_MAX, false, FLT_MAX, true, 0, false);
+    memcpy(bits, &x, 4);
   } else if (strcmp(ty, "f64") == 0) {
-    memcpy(&bits, &v, 8);
+    double x = jr_real(r, a, path, "value", -DBL_MAX, false, DBL_MAX, true, 0, false);
+    memcpy(bits, &x, 8);
   } else {
-    *ok = false;
+    return false;
   }
-  return bits;
+  return true;
 }
 
-static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *where, int i) {
+static void ld_arg(Ld *l, const cJSON *a, CxArg *out, const char *path) {
   memset(out, 0, sizeof *out);
-  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(a, "type");
-  if (!cJSON_IsString(ty)) {
-    ld_fail(l, where, i, "argument without a 'type'");
-    return;
-  }
-  if (strcmp(ty->valuestring, "ptr") == 0) {
+  const char *ty = jr_str(&l->r, a, path, "type", NULL);
+  if (l->r.failed) return;
+  if (strcmp(ty, "ptr") == 0) {
     out->kind = CXA_PTR;
-    ld_ptr(l, a, where, i, &out->blk, &out->off);
+    ld_ptr(l, a, path, &out->blk, &out->off);
     return;
   }
-  const cJSON *rt = cJSON_GetObjectItemCaseSensitive(a, "runtime");
-  const cJSON *val = cJSON_GetObjectItemCaseSensitive(a, "value");
-  double v = cJSON_IsNumber(val) ? val->valuedouble : 0;
-  bool ok;
   out->kind = CXA_LITERAL;
-  out->bits = encode(ty->valuestring, v, &ok);
-  if (!ok) ld_fail(l, where, i, "argument of an unknown type");
-  if (!cJSON_IsString(rt)) return;
-  const char *w = rt->valuestring;
-  if (strcmp(w, "seed") == 0 && strcmp(ty->valuestring, "u64") == 0) out->kind = CXA_SEED;
-  else if (strcmp(w, "training") == 0 && strcmp(ty->valuestring, "i32") == 0) out->kind = CXA_TRAINING;
-  else if (strcmp(w, "dropout_p") == 0 && strcmp(ty->valuestring, "f64") == 0) out->kind = CXA_DROPOUT;
-  else if (strcmp(w, "rng_base") == 0 && strcmp(ty->valuestring, "u32") == 0 && v >= 0 && v <= UINT32_MAX - l->rng_base)
-    out->bits = l->rng_base + (uint32_t)v; /* a literal once the stage is known */
-  else ld_fail(l, where, i, "runtime argument of an unknown kind or type");
+  if (!encode(l, a, path, ty, &out->bits)) jr_fail(&l->r, path, "argument of an unknown type");
+  const char *w = jr_str(&l->r, a, path, "runtime", "");
+  if (l->r.failed || !*w) return;
+  uint32_t v = 0;
+  memcpy(&v, &out->bits, 4); /* (a u32's value) */
+  if (strcmp(w, "seed") == 0 && strcmp(ty, "u64") == 0) out->kind = CXA_SEED;
+  else if (strcmp(w, "training") == 0 && strcmp(ty, "i32") == 0) out->kind = CXA_TRAINING;
+  else if (strcmp(w, "dropout_p") == 0 && strcmp(ty, "f64") == 0) out->kind = CXA_DROPOUT;
+  else if (strcmp(w, "rng_base") == 0 && strcmp(ty, "u32") == 0 && v <= UINT32_MAX - l->rng_base)
+    out->bits = l->rng_base + v; /* a literal once the stage is known */
+  else jr_fail(&l->r, path, "runtime argument of an unknown kind or type");
+}
+
+static void ld_kernel(Ld *l, const cJSON *en, CxEntry *e, CxPass pass, const char *path) {
+  CxProgram *p = l->p;
+  const char *k = jr_str(&l->r, en, path, "kernel", NULL), *mod = jr_str(&l->r, en, path, "module", "");
+  const cJSON *args = jr_get(&l->r, en, path, "args");
+  if (!l->r.failed && !cJSON_IsArray(args)) jr_fail_value(&l->r, path, "args", args, "expected an array");
+  bool lib = strcmp(mod, "library") == 0;
+  if (!l->r.failed && !lib && strcmp(mod, "stage") != 0)
+    jr_fail(&l->r, path, "kernel without a 'module' (\"library\" or \"stage\")");
+  if (l->r.failed) return;
+  e->kernel = p->ops->kernel(p->ops->dev, lib ? p->lib_module : p->module, k);
+  if (!e->kernel) {
+    char b[256];
+    snprintf(b, sizeof b, "kernel %s is not in the compiled %s", k,
+             lib ? "kernel library (" CODEGEN_CUDA_LIBRARY ")" : "stage program");
+    jr_fail(&l->r, path, b);
+  }
+  e->grid = (unsigned)jr_int(&l->r, en, path, "grid", 1, INT32_MAX, 1, true);
+  e->block = (unsigned)jr_int(&l->r, en, path, "block", 1, 1024, 1, true);
+  e->first_arg = p->nargs;
+  const cJSON *a;
+  cJSON_ArrayForEach(a, args) {
+    char ap[96];
+    if (e->nargs == CX_MAX_ARGS) {
+      jr_fail(&l->r, path, "more than 32 kernel arguments");
+      return;
+    }
+    CxArg *arg = &p->args[p->nargs++];
+    snprintf(ap, sizeof ap, "%.60s.args[%d]", path, e->nargs++);
+    ld_arg(l, a, arg, ap);
+    if (arg->kind == CXA_PTR && arg->blk == CX_SCRATCH && arg->off == p->mbkey_off) p->needs_key[pass] = true;
+  }
 }
 
 static void ld_pass(Ld *l, const cJSON *list, CxPass pass, GemmType over) {
   const char *where = pass == CX_FORWARD ? "forward" : "backward";
-  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(list, where);
-  if (!cJSON_IsArray(arr)) {
-    ld_fail(l, where, 0, "missing or not an array");
-    return;
-  }
+  const cJSON *arr = jr_get(&l->r, list, "", where);
+  if (!l->r.failed && !cJSON_IsArray(arr)) jr_fail_value(&l->r, "", where, arr, "expected an array");
+  if (l->r.failed) return;
   int n = cJSON_GetArraySize(arr), nargs = 0;
   const cJSON *en;
   cJSON_ArrayForEach(en, arr) nargs += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(en, "args"));
@@ -257,47 +288,11 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, GemmType over) {
   p->args = pd_realloc(p->args, ((size_t)p->nargs + (size_t)nargs + 1) * sizeof(CxArg));
   int i = 0;
   cJSON_ArrayForEach(en, arr) {
-    CxEntry *e = &p->e[pass][i];
+    char path[64];
     const cJSON *gm = cJSON_GetObjectItemCaseSensitive(en, "gemm");
-    if (gm) {
-      ld_gemm(l, gm, e, over, where, i);
-    } else {
-      const cJSON *k = cJSON_GetObjectItemCaseSensitive(en, "kernel");
-      const cJSON *args = cJSON_GetObjectItemCaseSensitive(en, "args");
-      const cJSON *mod = cJSON_GetObjectItemCaseSensitive(en, "module");
-      if (!cJSON_IsString(k) || !cJSON_IsArray(args)) {
-        ld_fail(l, where, i, "neither a GEMM nor a kernel with 'args'");
-        break;
-      }
-      bool lib = cJSON_IsString(mod) && strcmp(mod->valuestring, "library") == 0;
-      if (!lib && !(cJSON_IsString(mod) && strcmp(mod->valuestring, "stage") == 0)) {
-        ld_fail(l, where, i, "kernel without a 'module' (\"library\" or \"stage\")");
-        break;
-      }
-      e->kernel = p->ops->kernel(p->ops->dev, lib ? p->lib_module : p->module, k->valuestring);
-      if (!e->kernel) {
-        char b[256];
-        snprintf(b, sizeof b, "kernel %s is not in the compiled %s", k->valuestring,
-                 lib ? "kernel library (" CODEGEN_CUDA_LIBRARY ")" : "stage program");
-        ld_fail(l, where, i, b);
-      }
-      e->grid = (unsigned)ld_num(l, en, "grid", where, i);
-      e->block = (unsigned)ld_num(l, en, "block", where, i);
-      if (e->grid < 1 || e->block < 1 || e->block > 1024) ld_fail(l, where, i, "grid or block out of range");
-      e->first_arg = p->nargs;
-      const cJSON *a;
-      cJSON_ArrayForEach(a, args) {
-        if (e->nargs == CX_MAX_ARGS) {
-          ld_fail(l, where, i, "more than 32 kernel arguments");
-          break;
-        }
-        CxArg *arg = &p->args[p->nargs++];
-        ld_arg(l, a, arg, where, i);
-        if (arg->kind == CXA_PTR && arg->blk == CX_SCRATCH && arg->off == p->mbkey_off) p->needs_key[pass] = true;
-        e->nargs++;
-      }
-    }
-    if (l->failed) break;
+    if (gm) ld_gemm(l, gm, &p->e[pass][i], over, item(path, sizeof path, where, i, "gemm"));
+    else ld_kernel(l, en, &p->e[pass][i], pass, item(path, sizeof path, where, i, NULL));
+    if (l->r.failed) return;
     i++;
   }
 }
@@ -307,25 +302,27 @@ static void ld_pass(Ld *l, const cJSON *list, CxPass pass, GemmType over) {
 static void ld_segments(Ld *l, const cJSON *list) {
   const cJSON *segs = cJSON_GetObjectItemCaseSensitive(list, "segments");
   CxProgram *p = l->p;
-  for (int pass = 0; pass < 2 && !l->failed; pass++) {
+  for (int pass = 0; pass < 2 && !l->r.failed; pass++) {
     const char *where = pass == CX_FORWARD ? "segments.forward" : "segments.backward";
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(segs, pass == CX_FORWARD ? "forward" : "backward");
     int n = cJSON_GetArraySize(arr), sum = 0, k = 0;
     if (!cJSON_IsArray(arr) || n < 1 || (pass == CX_BACKWARD && n != p->nseg)) {
-      ld_fail(l, where, 0, "missing, empty, or not one count per segment of the stage");
+      jr_fail(&l->r, where, "missing, empty, or not one count per segment of the stage");
       return;
     }
     p->nseg = n;
     p->seg_n[pass] = pd_calloc((size_t)n, sizeof(int));
     const cJSON *c;
     cJSON_ArrayForEach(c, arr) {
-      if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > p->ne[pass] - sum) {
-        ld_fail(l, where, k, "not a count of the pass's launches");
+      if (!cJSON_IsNumber(c) || !(c->valuedouble >= 0 && c->valuedouble <= p->ne[pass] - sum) ||
+          c->valuedouble != floor(c->valuedouble)) {
+        char b[64];
+        jr_fail(&l->r, item(b, sizeof b, where, k, NULL), "not a count of the pass's launches");
         return;
       }
       sum += p->seg_n[pass][k++] = (int)c->valuedouble;
     }
-    if (sum != p->ne[pass]) ld_fail(l, where, 0, "the segments' launches do not add up to the pass's");
+    if (sum != p->ne[pass]) jr_fail(&l->r, where, "the segments' launches do not add up to the pass's");
   }
 }
 
@@ -378,27 +375,23 @@ CxProgram *cx_program_load(const CudaDeviceOps *ops, const char *plan_dir, int s
   if (!libsrc) goto out;
   p = pd_calloc(1, sizeof *p);
   p->ops = ops;
-  Ld l = {.p = p, .file = lpath, .err = err, .errlen = errlen, .rng_base = rng_base};
-  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(blocks, cx_block_name(c));
-    if (c == CX_PARAMS16 && !v) continue; /* only bf16 lists have it */
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) ld_fail(&l, "blocks", c, "a block size is missing");
-    else p->block[c] = (int64_t)v->valuedouble;
-  }
-  if (!l.failed && !cx_fold_offsets(list, p->block[BUF_PARAMS], p->block[CX_PARAMS16], &p->folded, &p->nfolded))
-    ld_fail(&l, "bf16_in_versions", 0, "not offsets inside the params block, or params_bf16 is not that block");
+  Ld l = {.p = p, .rng_base = rng_base, .r = {.file = lpath, .err = err, .errlen = errlen}};
+  for (int c = BUF_PARAMS; c < CX_NBLOCKS; c++) /* only bf16 lists have params_bf16 */
+    p->block[c] = jr_count(&l.r, blocks, "blocks", cx_block_name(c), 0, c != CX_PARAMS16);
+  if (!l.r.failed && !cx_fold_offsets(list, p->block[BUF_PARAMS], p->block[CX_PARAMS16], &p->folded, &p->nfolded))
+    jr_fail(&l.r, "bf16_in_versions", "not offsets inside the params block, or params_bf16 is not that block");
   const cJSON *loss = cJSON_GetObjectItemCaseSensitive(list, "loss");
   p->loss_off = -1;
   if (cJSON_IsObject(loss)) {
     int blk;
-    ld_ptr(&l, loss, "loss", 0, &blk, &p->loss_off);
-    if (blk != CX_SCRATCH) ld_fail(&l, "loss", 0, "the loss is not in cuda_scratch");
+    ld_ptr(&l, loss, "loss", &blk, &p->loss_off);
+    if (!l.r.failed && blk != CX_SCRATCH) jr_fail(&l.r, "loss", "the loss is not in cuda_scratch");
   }
-  p->bad_off = (int64_t)ld_num(&l, scr, "bad_ids", "cuda_scratch", 0);
-  p->mbkey_off = (int64_t)ld_num(&l, scr, "microbatch_key", "cuda_scratch", 0);
-  if (!l.failed && (p->mbkey_off < 0 || p->mbkey_off % 4 || p->mbkey_off + 4 > p->block[CX_SCRATCH]))
-    ld_fail(&l, "cuda_scratch", 0, "microbatch_key outside cuda_scratch or not 4-byte aligned");
-  if (l.failed) goto fail;
+  p->bad_off = jr_count(&l.r, scr, "cuda_scratch", "bad_ids", 0, true);
+  p->mbkey_off = jr_count(&l.r, scr, "cuda_scratch", "microbatch_key", 0, true);
+  if (!l.r.failed && (p->mbkey_off % 4 || p->mbkey_off + 4 > p->block[CX_SCRATCH]))
+    jr_fail(&l.r, "cuda_scratch.microbatch_key", "outside cuda_scratch or not 4-byte aligned");
+  if (l.r.failed) goto fail;
   p->lib_module = ops->load(ops->dev, libsrc, libname->valuestring, err, errlen);
   if (!p->lib_module) goto fail;
   p->module = ops->load(ops->dev, src, srcname->valuestring, err, errlen);
@@ -407,7 +400,7 @@ CxProgram *cx_program_load(const CudaDeviceOps *ops, const char *plan_dir, int s
   ld_pass(&l, list, CX_FORWARD, gemm);
   ld_pass(&l, list, CX_BACKWARD, gemm);
   ld_segments(&l, list);
-  if (!l.failed) goto out;
+  if (!l.r.failed) goto out;
 fail:
   cx_program_free(p);
   p = NULL;
