@@ -158,12 +158,11 @@ typedef struct ExecGroup ExecGroup;
  * leaves a posted buffer alone until then. */
 typedef struct ExecLinkOps {
   const char *name;
-  /* non-blocking point to point, completed together by waitall (the interpreter posts
-   * a `with_next` run of instructions at once) */
-  TransportStatus (*isend)(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what,
-                           ExecReq **req);
-  TransportStatus (*irecv)(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what,
-                           ExecReq **req);
+  /* non-blocking point to point, as the transport's post (transport_impl.h): a send
+   * (is_send: buf is only read) or a receive, completed together by waitall (the
+   * interpreter posts a `with_next` run of instructions at once) */
+  TransportStatus (*post)(ExecLink *l, bool is_send, int peer, int tag, void *buf, size_t bytes, const char *what,
+                          ExecReq **req);
   TransportStatus (*waitall)(ExecLink *l, ExecReq **reqs, int n);
   /* blocking point to point of host memory (losses for the console line) */
   TransportStatus (*send)(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what);

@@ -122,7 +122,13 @@ static bool run_bwd(PipeRank *R, const PlanInstr *in) {
 
 /* ---- communication ------------------------------------------------------------------- */
 
-static int peer_rank(const PipeRank *R, int stage) { return R->pp->st[stage].rank_of_replica[R->replica]; }
+/* Posts a send (is_send) or a receive of the message with stage `stage` of this
+ * replica on the link; false on a failure (R->err). */
+static bool post(PipeRank *R, bool is_send, int stage, int tag, void *buf, size_t bytes, const char *what,
+                 ExecReq **req) {
+  int peer = R->pp->st[stage].rank_of_replica[R->replica];
+  return pipe_transport_ok(R, R->link->ops->post(R->link, is_send, peer, tag, buf, bytes, what, req));
+}
 
 /* Posts one send/receive instruction's messages; returns false on failure. */
 static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
@@ -145,10 +151,7 @@ static bool post_p2p(PipeRank *R, const PlanInstr *in, int *nreq) {
     snprintf(what, sizeof what, "%s of microbatch %lld %s stage %d", tag == PIPE_TAG_ACT ? "activation" : "gradient",
              (long long)in->mb, send ? "for" : "from", in->peer);
     ExecReq *rq = NULL;
-    ExecLink *L = R->link;
-    TransportStatus s = send ? L->ops->isend(L, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq)
-                             : L->ops->irecv(L, peer_rank(R, in->peer), tag, base, (size_t)b->bytes, what, &rq);
-    if (!pipe_transport_ok(R, s)) return false;
+    if (!post(R, send, in->peer, tag, base, (size_t)b->bytes, what, &rq)) return false;
     R->reqs[(*nreq)++] = rq;
   }
   return true;
@@ -174,10 +177,9 @@ static bool tied_post(PipeRank *R, int g, int64_t t) {
     char what[96];
     snprintf(what, sizeof what, "tied gradient '%s' of batch %lld from stage %d", R->pp->group_names[g],
              (long long)t, G->stages[q]);
-    int pr = peer_rank(R, G->stages[q]);
     char *rx = R->tied_rx[par] + T->rx_off + (uint64_t)n / 2 * rt_align256(T->bytes);
-    if (!pipe_transport_ok(R, R->link->ops->isend(R->link, pr, PIPE_TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++]))) return false;
-    if (!pipe_transport_ok(R, R->link->ops->irecv(R->link, pr, PIPE_TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++]))) return false;
+    if (!post(R, true, G->stages[q], PIPE_TAG_TIED + g, buf, T->bytes, what, &T->req[par][n++])) return false;
+    if (!post(R, false, G->stages[q], PIPE_TAG_TIED + g, rx, T->bytes, what, &T->req[par][n++])) return false;
   }
   T->nreq[par] = n;
   T->state[par] = 1;
@@ -266,10 +268,8 @@ static bool batch_scale(PipeRank *R, int64_t t, double *scale) {
     if (s == R->stage) continue;
     char what[64];
     snprintf(what, sizeof what, "gradient norm of batch %lld from stage %d", (long long)t, s);
-    if (!pipe_transport_ok(R, R->link->ops->isend(R->link, peer_rank(R, s), PIPE_TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])))
-      return false;
-    if (!pipe_transport_ok(R, R->link->ops->irecv(R->link, peer_rank(R, s), PIPE_TAG_NORM, &part[s], sizeof(double), what, &rq[n++])))
-      return false;
+    if (!post(R, true, s, PIPE_TAG_NORM, &part[R->stage], sizeof(double), what, &rq[n++])) return false;
+    if (!post(R, false, s, PIPE_TAG_NORM, &part[s], sizeof(double), what, &rq[n++])) return false;
   }
   if (n && !pipe_transport_ok(R, R->link->ops->waitall(R->link, rq, n))) return false;
   double tot = 0;

@@ -17,18 +17,11 @@ typedef struct TransportLink {
 static Transport *tr(const ExecLink *l) { return ((const TransportLink *)(const void *)(l->host ? l->host : l))->t; }
 static TransportGroup *tgroup(ExecGroup *g) { return (TransportGroup *)(void *)g; }
 
-static TransportStatus l_isend(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
+static TransportStatus l_post(ExecLink *l, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                              const char *what, ExecReq **req) {
   TransportRequest *r = NULL;
-  TransportStatus s = transport_isend(tr(l), peer, tag, buf, bytes, what, &r);
-  *req = (ExecReq *)(void *)r;
-  return s;
-}
-
-static TransportStatus l_irecv(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
-  TransportRequest *r = NULL;
-  TransportStatus s = transport_irecv(tr(l), peer, tag, buf, bytes, what, &r);
+  TransportStatus s = is_send ? transport_isend(tr(l), peer, tag, buf, bytes, what, &r)
+                              : transport_irecv(tr(l), peer, tag, buf, bytes, what, &r);
   *req = (ExecReq *)(void *)r;
   return s;
 }
@@ -71,7 +64,7 @@ double exec_host_timeout(const ExecLink *l) { return transport_timeout(tr(l)); }
 static void l_destroy(ExecLink *l) { free(l); }
 
 static const ExecLinkOps transport_ops = {
-    .name = "transport", .isend = l_isend, .irecv = l_irecv, .waitall = l_waitall, .send = exec_host_send,
+    .name = "transport", .post = l_post, .waitall = l_waitall, .send = exec_host_send,
     .recv = exec_host_recv, .group_create = l_group_create, .group_destroy = l_group_destroy,
     .allreduce_sum_f32 = l_allreduce, .progress = exec_host_progress, .error = exec_host_error,
     .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = l_destroy,

@@ -75,9 +75,8 @@ static bool eval_xfer(PipeEval *E, PipeRole role, int64_t n) {
              role == PIPE_ACT_IN ? "from" : "for", peer);
     char *at = pipe_block_base(R, b->cls, -1, 0) + b->offset;
     ExecLink *L = R->link; /* device memory: the training messages' way (a GPU's: device copies or NCCL) */
-    TransportStatus s = role == PIPE_ACT_IN
-                            ? L->ops->irecv(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq])
-                            : L->ops->isend(L, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what, &E->reqs[nreq]);
+    TransportStatus s = L->ops->post(L, role != PIPE_ACT_IN, pr, PIPE_TAG_EVAL, at, (size_t)b->bytes, what,
+                                     &E->reqs[nreq]);
     if (!pipe_transport_ok(R, s)) return false;
     nreq++;
   }

@@ -405,18 +405,18 @@ static bool rank_setup(RunCtx *c, Transport *t, PipeRank **R, PipeEval **E, char
 static int run_rank(Transport *t, void *arg) {
   RunCtx *c = arg;
   char err[TRANSPORT_ERR_LEN + 320] = "";
-  int rk = transport_rank(t);
+  int rk = transport_rank(t), rc = 1;
   if (c->o->threads_per_rank > 0) pipe_rank_threads(c->o->threads_per_rank);
   PipeRank *R = NULL;
   PipeEval *E = NULL;
+  RankDrive rd = {.c = c};
+  PipeGathered G = {0};
+  double *val = NULL, val_final = NAN;
   /* every rank's setup is agreed on before anything trains: a checkpoint one rank
    * cannot read stops all of them with that one message */
   bool ok = rank_setup(c, t, &R, &E, err, sizeof err);
-  if (!agreed(c, t, ok, err, sizeof err)) {
-    pipe_eval_destroy(E);
-    pipe_rank_destroy(R);
-    return 1;
-  }
+  if (!agreed(c, t, ok, err, sizeof err)) goto done;
+  rd.R = R, rd.E = E;
   int64_t first = R->first;
   const char *prog = c->o->prog ? c->o->prog : "pd2bwrun";
   if (rk == 0 && c->o->resume_path && !c->o->quiet)
@@ -426,32 +426,22 @@ static int run_rank(Transport *t, void *arg) {
             (long long)first, (long long)c->o->steps);
   /* --log-json: rank 0 opens it once the setup is agreed on (a failed setup leaves no
    * file), every rank hears whether it could */
-  RankDrive rd = {R, E, NULL, c};
   if (c->o->log_json) {
     if (rk == 0) rd.log = pipe_log_open(R, err, sizeof err);
-    if (!agreed(c, t, rk != 0 || rd.log != NULL, err, sizeof err)) {
-      rt_log_close(rd.log);
-      pipe_eval_destroy(E);
-      pipe_rank_destroy(R);
-      return 1;
-    }
+    if (!agreed(c, t, rk != 0 || rd.log != NULL, err, sizeof err)) goto done;
     R->logs = pipe_log_create(R, rd.log);
     R->log_step = pipe_log_step;
   }
   /* the driver loop of every pipelined mode (pipeline_drive.c), the log streamed as
    * it trains */
   int64_t nb = R->steps > R->first ? R->steps - R->first : 0;
-  double *val = pd_malloc((size_t)(nb + 1) * sizeof(double)), val_final = NAN;
+  val = pd_malloc((size_t)(nb + 1) * sizeof(double));
   PipeDrive drive = {.first = R->first, .steps = R->steps, .eval_every = c->o->eval_every, .run = rank_run,
                      .eval = E ? rank_eval : NULL, .ctx = &rd, .print = rk == 0 && !c->o->quiet,
                      .done = c->o->log_json ? rank_done : NULL,
                      /* one rank: a step per stretch with or without the log, as the one-stage trainer */
                      .log_every = c->p->nranks == 1 || c->o->log_json ? pipe_log_every(c->p) : 0};
-  ok = pipe_drive(&drive, val, &val_final);
-  pipe_eval_destroy(E);
-  PipeGathered G = {0};
-  if (ok) ok = pipe_gather(R, &G);
-  int rc = 1;
+  ok = pipe_drive(&drive, val, &val_final) && pipe_gather(R, &G);
   if (!ok) {
     note_error_root(c, R->err, R->stopped);
   } else {
@@ -467,9 +457,10 @@ static int run_rank(Transport *t, void *arg) {
     /* rank 0's outputs: every rank ends with their outcome, rank 0's message */
     rc = agreed(c, t, ok, err, sizeof err) ? 0 : 1;
   }
-  pipe_log_destroy(R, R->logs); /* (after a failed run: aborts if messages are outstanding) */
-  R->logs = NULL;
+done: /* every way out; the log's messages go before the log, everything before the rank */
+  if (R) pipe_log_destroy(R, R->logs); /* (after a failed run: aborts if messages are outstanding) */
   rt_log_close(rd.log);
+  pipe_eval_destroy(E);
   pipe_gathered_free(&G);
   pipe_rank_destroy(R);
   free(val);

@@ -79,17 +79,18 @@ static int rank_fn(Transport *t, void *arg) {
   ExecReq *rq = NULL;
   if (r == 0) {
     write_queued(v, stage, buf, 7.0f);
-    s = L->ops->isend(L, 2, PIPE_TAG_ACT, (void *)(uintptr_t)buf, N * sizeof(float), "test message", &rq);
+    s = L->ops->post(L, true, 2, PIPE_TAG_ACT, (void *)(uintptr_t)buf, N * sizeof(float), "test message", &rq);
   } else if (r == 2) {
-    s = L->ops->irecv(L, 0, PIPE_TAG_ACT, (void *)(uintptr_t)rx, N * sizeof(float), "test message", &rq);
+    s = L->ops->post(L, false, 0, PIPE_TAG_ACT, (void *)(uintptr_t)rx, N * sizeof(float), "test message", &rq);
   }
   if (s == TRANSPORT_OK && rq) s = L->ops->waitall(L, &rq, 1);
   if (s == TRANSPORT_OK && r == 2) v->dtoh(v->dev, c->got_p2p, rx, sizeof c->got_p2p);
   /* the norm exchange: host doubles around the ring */
   double mine = 10.0 + r, from = 0;
   ExecReq *nq[2];
-  if (s == TRANSPORT_OK) s = L->ops->isend(L, (r + 1) % NR, PIPE_TAG_NORM, &mine, sizeof mine, "norm", &nq[0]);
-  if (s == TRANSPORT_OK) s = L->ops->irecv(L, (r + NR - 1) % NR, PIPE_TAG_NORM, &from, sizeof from, "norm", &nq[1]);
+  if (s == TRANSPORT_OK) s = L->ops->post(L, true, (r + 1) % NR, PIPE_TAG_NORM, &mine, sizeof mine, "norm", &nq[0]);
+  if (s == TRANSPORT_OK)
+    s = L->ops->post(L, false, (r + NR - 1) % NR, PIPE_TAG_NORM, &from, sizeof from, "norm", &nq[1]);
   if (s == TRANSPORT_OK) s = L->ops->waitall(L, nq, 2);
   c->got_norm[r] = from;
   /* the all-reduce: 1e8, 1, -1e8 */

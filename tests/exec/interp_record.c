@@ -130,15 +130,10 @@ static RecLink *rl(ExecLink *l) { return (RecLink *)(void *)l; }
 
 static const char *tag_name(int tag) { return tag == PIPE_TAG_ACT ? "A" : tag == PIPE_TAG_GRAD ? "G" : NULL; }
 
-static TransportStatus k_isend(ExecLink *l, int peer, int tag, const void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
-  if (tag_name(tag)) rec_add(rl(l)->rec, "S%s peer=%d", tag_name(tag), peer);
-  return rl(l)->in->ops->isend(rl(l)->in, peer, tag, buf, bytes, what, req);
-}
-static TransportStatus k_irecv(ExecLink *l, int peer, int tag, void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
-  if (tag_name(tag)) rec_add(rl(l)->rec, "R%s peer=%d", tag_name(tag), peer);
-  return rl(l)->in->ops->irecv(rl(l)->in, peer, tag, buf, bytes, what, req);
+static TransportStatus k_post(ExecLink *l, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                              const char *what, ExecReq **req) {
+  if (tag_name(tag)) rec_add(rl(l)->rec, "%c%s peer=%d", is_send ? 'S' : 'R', tag_name(tag), peer);
+  return rl(l)->in->ops->post(rl(l)->in, is_send, peer, tag, buf, bytes, what, req);
 }
 static TransportStatus k_waitall(ExecLink *l, ExecReq **reqs, int n) { return rl(l)->in->ops->waitall(rl(l)->in, reqs, n); }
 static TransportStatus k_group_create(ExecLink *l, const int *ranks, int n, ExecGroup **g) {
@@ -165,7 +160,7 @@ static void k_destroy(ExecLink *l) {
 }
 
 static const ExecLinkOps rec_link_ops = {
-    .name = "recording", .isend = k_isend, .irecv = k_irecv, .waitall = k_waitall, .send = exec_host_send,
+    .name = "recording", .post = k_post, .waitall = k_waitall, .send = exec_host_send,
     .recv = exec_host_recv, .group_create = k_group_create, .group_destroy = k_group_destroy,
     .allreduce_sum_f32 = k_allreduce, .progress = exec_host_progress, .error = exec_host_error,
     .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = k_destroy,

@@ -80,8 +80,8 @@ static void test_cross(void) {
   double part[2] = {0}, got = 0, mine = 10.0 + me;
   ExecReq *hr[2];
   part[me] = mine;
-  EXPECT(o->isend(L, peer, PIPE_TAG_NORM, &part[me], sizeof(double), "norm", &hr[0]) == TRANSPORT_OK);
-  EXPECT(o->irecv(L, peer, PIPE_TAG_NORM, &part[peer], sizeof(double), "norm", &hr[1]) == TRANSPORT_OK);
+  EXPECT(o->post(L, true, peer, PIPE_TAG_NORM, &part[me], sizeof(double), "norm", &hr[0]) == TRANSPORT_OK);
+  EXPECT(o->post(L, false, peer, PIPE_TAG_NORM, &part[peer], sizeof(double), "norm", &hr[1]) == TRANSPORT_OK);
   EXPECT(o->waitall(L, hr, 2) == TRANSPORT_OK);
   EXPECT(part[peer] == 10.0 + peer);
   if (me == 1) EXPECT(o->send(L, 0, PIPE_TAG_LOSS, &mine, sizeof mine, "loss") == TRANSPORT_OK);
@@ -95,15 +95,15 @@ static void test_cross(void) {
   fill(rx, -1.0f);
   fill(act, me == 0 ? 7.0f : -1.0f);
   ExecReq *tr[2], *ar;
-  EXPECT(o->isend(L, peer, PIPE_TAG_TIED, tx, N * sizeof(float), "tied", &tr[0]) == TRANSPORT_OK);
-  EXPECT(o->irecv(L, peer, PIPE_TAG_TIED, rx, N * sizeof(float), "tied", &tr[1]) == TRANSPORT_OK);
+  EXPECT(o->post(L, true, peer, PIPE_TAG_TIED, tx, N * sizeof(float), "tied", &tr[0]) == TRANSPORT_OK);
+  EXPECT(o->post(L, false, peer, PIPE_TAG_TIED, rx, N * sizeof(float), "tied", &tr[1]) == TRANSPORT_OK);
   if (me == 0) {
-    EXPECT(o->isend(L, 1, PIPE_TAG_ACT, act, N * sizeof(float), "activation", &ar) == TRANSPORT_OK);
+    EXPECT(o->post(L, true, 1, PIPE_TAG_ACT, act, N * sizeof(float), "activation", &ar) == TRANSPORT_OK);
     EXPECT(o->waitall(L, &ar, 1) == TRANSPORT_OK);
     EXPECT(o->waitall(L, tr, 2) == TRANSPORT_OK);
   } else {
     EXPECT(o->waitall(L, tr, 2) == TRANSPORT_OK);
-    EXPECT(o->irecv(L, 0, PIPE_TAG_ACT, act, N * sizeof(float), "activation", &ar) == TRANSPORT_OK);
+    EXPECT(o->post(L, false, 0, PIPE_TAG_ACT, act, N * sizeof(float), "activation", &ar) == TRANSPORT_OK);
     EXPECT(o->waitall(L, &ar, 1) == TRANSPORT_OK);
   }
   bool tied_ok = same(rx, 100.0f * (float)(peer + 1)), act_ok = same(act, 7.0f);

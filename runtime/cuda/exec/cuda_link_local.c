@@ -80,31 +80,22 @@ static void req_put(ClLink *l, ExecReq *r) {
   l->free_reqs = r;
 }
 
-static TransportStatus c_isend(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what,
-                               ExecReq **out) {
+static TransportStatus c_post(ExecLink *L, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                              const char *what, ExecReq **out) {
   ClLink *l = cl(L);
   ExecReq *r = req_get(l);
-  *r = (ExecReq){.ev_ready = r->ev_ready, .ev_done = r->ev_done, .send = true, .host = tag == PIPE_TAG_NORM,
-                 .peer = peer, .tag = tag, .buf = (void *)(uintptr_t)buf, .bytes = bytes};
+  *r = (ExecReq){.ev_ready = r->ev_ready, .ev_done = r->ev_done, .send = is_send, .host = tag == PIPE_TAG_NORM,
+                 .peer = peer, .tag = tag, .buf = buf, .bytes = bytes};
   snprintf(r->what, sizeof r->what, "%s", what);
   *out = r;
-  if (r->host) return transport_isend(l->t, peer, tag, buf, bytes, what, &r->tr);
+  if (r->host)
+    return is_send ? transport_isend(l->t, peer, tag, buf, bytes, what, &r->tr)
+                   : transport_irecv(l->t, peer, tag, buf, bytes, what, &r->tr);
+  if (!is_send) return transport_irecv(l->t, peer, tag, &r->rec, sizeof r->rec, what, &r->tr);
   l->ops->event_record(l->ops->dev, r->ev_ready, 0);
   r->rec = (ClRecord){.src = dp(buf), .bytes = bytes, .ready = r->ev_ready, .done = r->ev_done};
   TransportStatus s = transport_irecv(l->t, peer, tag + CL_ACK_TAG, &r->ack, 1, what, &r->tr_ack);
   return s != TRANSPORT_OK ? s : transport_isend(l->t, peer, tag, &r->rec, sizeof r->rec, what, &r->tr);
-}
-
-static TransportStatus c_irecv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what,
-                               ExecReq **out) {
-  ClLink *l = cl(L);
-  ExecReq *r = req_get(l);
-  *r = (ExecReq){.ev_ready = r->ev_ready, .ev_done = r->ev_done, .host = tag == PIPE_TAG_NORM, .peer = peer,
-                 .tag = tag, .buf = buf, .bytes = bytes};
-  snprintf(r->what, sizeof r->what, "%s", what);
-  *out = r;
-  if (r->host) return transport_irecv(l->t, peer, tag, buf, bytes, what, &r->tr);
-  return transport_irecv(l->t, peer, tag, &r->rec, sizeof r->rec, what, &r->tr);
 }
 
 /* Every record first (a group's messages may go both ways), then the copies and
@@ -233,7 +224,7 @@ static void c_destroy(ExecLink *L) {
 }
 
 static const ExecLinkOps local_ops = {
-    .name = "cuda-local", .isend = c_isend, .irecv = c_irecv, .waitall = c_waitall, .send = exec_host_send,
+    .name = "cuda-local", .post = c_post, .waitall = c_waitall, .send = exec_host_send,
     .recv = exec_host_recv, .group_create = c_group_create, .group_destroy = c_group_destroy,
     .allreduce_sum_f32 = c_allreduce, .progress = exec_host_progress, .error = exec_host_error,
     .abort = exec_host_abort, .timeout = exec_host_timeout, .destroy = c_destroy,

@@ -142,23 +142,22 @@ static void route(NcclLink *l, int peer, int tag, NcclComm **comm, int *at) {
   PD_CHECK(*comm && *at >= 0, "(tag %d to rank %d: no communicator)", tag, peer);
 }
 
-static TransportStatus post(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what, bool send,
-                            ExecReq **req) {
+static TransportStatus n_post(ExecLink *L, bool is_send, int peer, int tag, void *buf, size_t bytes, const char *what,
+                              ExecReq **req) {
   NcclLink *l = nl(L);
   *req = NULL;
   ExecReq *q = pd_calloc(1, sizeof *q);
   TransportStatus s = TRANSPORT_OK;
   if (tag == PIPE_TAG_NORM) {
     ExecLink *h = l->base.host;
-    s = send ? h->ops->isend(h, peer, tag, buf, bytes, what, &q->host)
-             : h->ops->irecv(h, peer, tag, buf, bytes, what, &q->host);
+    s = h->ops->post(h, is_send, peer, tag, buf, bytes, what, &q->host);
   } else if (!make_comms(l)) {
     s = failed(l);
   } else {
     route(l, peer, tag, &q->comm, &q->peer);
     q->buf = (GpuPtr)(uintptr_t)buf;
     q->bytes = bytes;
-    q->send = send;
+    q->send = is_send;
   }
   if (s != TRANSPORT_OK) {
     free(q);
@@ -166,16 +165,6 @@ static TransportStatus post(ExecLink *L, int peer, int tag, void *buf, size_t by
   }
   *req = q;
   return s;
-}
-
-static TransportStatus n_isend(ExecLink *L, int peer, int tag, const void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
-  return post(L, peer, tag, (void *)(uintptr_t)buf, bytes, what, true, req);
-}
-
-static TransportStatus n_irecv(ExecLink *L, int peer, int tag, void *buf, size_t bytes, const char *what,
-                               ExecReq **req) {
-  return post(L, peer, tag, buf, bytes, what, false, req);
 }
 
 /* NCCL's health after issuing: an asynchronous error on any communicator is this
@@ -264,7 +253,7 @@ static void n_destroy(ExecLink *L) {
 }
 
 static const ExecLinkOps nccl_link_ops = {
-    .name = "nccl", .isend = n_isend, .irecv = n_irecv, .waitall = n_waitall, .send = exec_host_send,
+    .name = "nccl", .post = n_post, .waitall = n_waitall, .send = exec_host_send,
     .recv = exec_host_recv, .group_create = n_group_create, .group_destroy = n_group_destroy,
     .allreduce_sum_f32 = n_allreduce, .progress = exec_host_progress, .error = n_error, .abort = exec_host_abort,
     .timeout = exec_host_timeout, .destroy = n_destroy,
