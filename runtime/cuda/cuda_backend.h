@@ -58,11 +58,11 @@ bool cuda_cubin_has_symbol(const CudaBinary *b, const char *name);
 
 /* ===== the device ============================================================== */
 
-/* Streams, by index (one order of work each): a GPU opens with CUDA_NSTREAMS; the
- * table's streams entry makes more, up to CUDA_MAX_STREAMS, for single-GPU pipeline
- * mode (its rank r issues on 1 + r). Stream 0 is where the executor issues everything:
- * passes, optimizer, and the links' copies and collectives. */
-enum { CUDA_STREAM_COMPUTE = 0, CUDA_NSTREAMS = 4, CUDA_MAX_STREAMS = 64 };
+/* Streams, by index (one order of work each): a GPU opens with CUDA_NSTREAMS, stream 0,
+ * where the executor issues everything: passes, optimizer, and the links' copies and
+ * collectives. The table's streams entry makes more, up to CUDA_MAX_STREAMS, for
+ * single-GPU pipeline mode (its rank r issues on 1 + r). */
+enum { CUDA_STREAM_COMPUTE = 0, CUDA_NSTREAMS = 1, CUDA_MAX_STREAMS = 64 };
 
 /* The GPU's primitives, the one way anything drives a device: the backend's table of a
  * real GPU (cuda_dev_open), the host emulator's (tests/cudaexec), and the executor's
@@ -132,7 +132,7 @@ bool cuda_cublas_available(char *err, size_t errlen);
 bool cuda_lt_available(char *err, size_t errlen);
 
 /* Opens GPU `ordinal` as a CudaDeviceOps (cuda_device.c): its primary context, made
- * current on this thread; CUDA_NSTREAMS non-blocking streams (so htod/dtoh first wait
+ * current on this thread; its stream 0, non-blocking (so htod/dtoh first wait
  * for the whole device); cuBLAS for GEMMs, one cuBLASLt matmul for a GEMM with an
  * epilogue (cuda_lt.c: a shape cuBLASLt has no algorithm for stops with a message
  * naming pd2bwc --gemm-epilogues off); load compiles with cuda_nvrtc_compile for the

@@ -33,8 +33,9 @@ typedef struct CudaMsg {
 /* One NVIDIA library, loaded once per process by whichever thread asks first (rank
  * threads open their devices concurrently): the first of getenv(env_var) (a path),
  * each soname, each soname in the toolkit's lib directory this build was configured
- * with (cuda_dlopen.c), then bind(h) resolves its API (and checks what it must), false with a message. A
- * library that is missing says `missing` around the loader's reason. */
+ * with (cuda_dlopen.c), then bind(h) resolves its API (and checks what it must),
+ * false with a message. A library that is missing says `missing` around the loader's
+ * reason. */
 typedef struct CudaLib {
   const char *env_var;
   const char *const *sonames;

@@ -158,7 +158,7 @@ typedef struct ExecGroup ExecGroup;
  * leaves a posted buffer alone until then. */
 typedef struct ExecLinkOps {
   const char *name;
-  /* non-blocking point to point, as the transport's post (transport_impl.h): a send
+  /* non-blocking point to point, as transport_post (transport.h): a send
    * (is_send: buf is only read) or a receive, completed together by waitall (the
    * interpreter posts a `with_next` run of instructions at once) */
   TransportStatus (*post)(ExecLink *l, bool is_send, int peer, int tag, void *buf, size_t bytes, const char *what,

@@ -20,8 +20,7 @@ static TransportGroup *tgroup(ExecGroup *g) { return (TransportGroup *)(void *)g
 static TransportStatus l_post(ExecLink *l, bool is_send, int peer, int tag, void *buf, size_t bytes,
                               const char *what, ExecReq **req) {
   TransportRequest *r = NULL;
-  TransportStatus s = is_send ? transport_isend(tr(l), peer, tag, buf, bytes, what, &r)
-                              : transport_irecv(tr(l), peer, tag, buf, bytes, what, &r);
+  TransportStatus s = transport_post(tr(l), is_send, peer, tag, buf, bytes, what, &r);
   *req = (ExecReq *)(void *)r;
   return s;
 }

@@ -172,10 +172,10 @@ const char *transport_error(const Transport *t) { return t->err; }
 
 /* ---- point-to-point ------------------------------------------------------ */
 
-static TransportStatus check_p2p(Transport *t, const char *op, int peer, int tag,
-                                 const void *buf, size_t bytes, const char *what) {
+TransportStatus transport_post(Transport *t, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                               const char *what, TransportRequest **req) {
   if (t->status != TRANSPORT_OK) return t->status;
-  const char *w = what ? what : "a message";
+  const char *op = is_send ? "send" : "receive", *w = what ? what : "a message";
   if (peer < 0 || peer >= t->size)
     return transport_fail(t, TRANSPORT_BAD_ARG, "rank %d: %s of %s: no rank %d (world of %d)",
                           t->rank, op, w, peer, t->size);
@@ -185,21 +185,17 @@ static TransportStatus check_p2p(Transport *t, const char *op, int peer, int tag
   if (!buf && bytes > 0)
     return transport_fail(t, TRANSPORT_BAD_ARG, "rank %d: %s of %s: NULL buffer of %zu bytes",
                           t->rank, op, w, bytes);
-  return TRANSPORT_OK;
+  return t->ops->post(t, TRANSPORT_CH_P2P, is_send, peer, tag, buf, bytes, what, req);
 }
 
 TransportStatus transport_isend(Transport *t, int dst, int tag, const void *buf, size_t bytes,
                                 const char *what, TransportRequest **req) {
-  TransportStatus s = check_p2p(t, "send", dst, tag, buf, bytes, what);
-  if (s != TRANSPORT_OK) return s;
-  return t->ops->post(t, TRANSPORT_CH_P2P, true, dst, tag, (void *)buf, bytes, what, req);
+  return transport_post(t, true, dst, tag, (void *)buf, bytes, what, req); /* a send only reads buf */
 }
 
 TransportStatus transport_irecv(Transport *t, int src, int tag, void *buf, size_t bytes,
                                 const char *what, TransportRequest **req) {
-  TransportStatus s = check_p2p(t, "receive", src, tag, buf, bytes, what);
-  if (s != TRANSPORT_OK) return s;
-  return t->ops->post(t, TRANSPORT_CH_P2P, false, src, tag, buf, bytes, what, req);
+  return transport_post(t, false, src, tag, buf, bytes, what, req);
 }
 
 TransportStatus transport_wait(Transport *t, TransportRequest *req) {

@@ -137,6 +137,9 @@ TransportStatus transport_recv(Transport *t, int src, int tag, void *buf, size_t
  * them again. */
 TransportStatus transport_isend(Transport *t, int dst, int tag, const void *buf,
                                 size_t bytes, const char *what, TransportRequest **req);
+/* Either of them by is_send (a send only reads buf): the links' one post (exec.h). */
+TransportStatus transport_post(Transport *t, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                               const char *what, TransportRequest **req);
 TransportStatus transport_irecv(Transport *t, int src, int tag, void *buf, size_t bytes,
                                 const char *what, TransportRequest **req);
 TransportStatus transport_wait(Transport *t, TransportRequest *req);

@@ -33,14 +33,16 @@ bool cx_stage_files(const char *plan_dir, int stage, char *lname, size_t lsize, 
                     size_t errlen) {
   char *path = io_join(plan_dir, "plan.json");
   cJSON *plan = io_read_json_object(path, "", err, errlen);
+  if (!plan) { /* err says why */
+    free(path);
+    return false;
+  }
   const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(plan, "stages"), stage);
   const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "program"), "cuda");
   const cJSON *ln = cJSON_GetObjectItemCaseSensitive(cuda, "launch_list");
   const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cuda, "rng_base");
   bool ok = false;
-  if (!plan) {
-    /* err says why */
-  } else if (!cuda) {
+  if (!cuda) {
     snprintf(err, errlen, "%s: stage %d has no CUDA program (a plan made with pd2bwc --backend cpu has none)", path,
              stage);
   } else if (!cJSON_IsString(ln) || strchr(ln->valuestring, '/') || strlen(ln->valuestring) >= lsize ||

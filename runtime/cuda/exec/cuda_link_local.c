@@ -88,9 +88,7 @@ static TransportStatus c_post(ExecLink *L, bool is_send, int peer, int tag, void
                  .peer = peer, .tag = tag, .buf = buf, .bytes = bytes};
   snprintf(r->what, sizeof r->what, "%s", what);
   *out = r;
-  if (r->host)
-    return is_send ? transport_isend(l->t, peer, tag, buf, bytes, what, &r->tr)
-                   : transport_irecv(l->t, peer, tag, buf, bytes, what, &r->tr);
+  if (r->host) return transport_post(l->t, is_send, peer, tag, buf, bytes, what, &r->tr);
   if (!is_send) return transport_irecv(l->t, peer, tag, &r->rec, sizeof r->rec, what, &r->tr);
   l->ops->event_record(l->ops->dev, r->ev_ready, 0);
   r->rec = (ClRecord){.src = dp(buf), .bytes = bytes, .ready = r->ev_ready, .done = r->ev_done};
